@@ -1,0 +1,119 @@
+// Package errors names the stable error codes that cross Berth's boundaries: the
+// HTTP API (problem+json "code"), the node session ("error" bodies) and plugin calls.
+package errors
+
+import (
+	stderrors "errors"
+	"net/http"
+)
+
+// Code is a stable, machine-readable error class. Codes never change meaning;
+// new ones are added, old ones are never reused. docs/api.md lists them.
+type Code string
+
+// API codes (docs/api.md section "Errors").
+const (
+	BadRequest           Code = "bad_request"            // malformed JSON, wrong types, unknown fields
+	UnsupportedMedia     Code = "unsupported_media_type" // a body that is not JSON where JSON is required
+	BodyTooLarge         Code = "body_too_large"         // a body over the endpoint's limit
+	InvalidName          Code = "invalid_name"           // a project or service name that is not a DNS label
+	ValidationFailed     Code = "validation_failed"      // a well-formed request whose values are refused
+	Unauthenticated      Code = "unauthenticated"        // missing or wrong credentials (always generic)
+	Forbidden            Code = "forbidden"              // a valid bearer without the needed scope
+	NotFound             Code = "not_found"              // no such route or object
+	ProjectNotFound      Code = "project_not_found"      // the named project does not exist
+	ServiceNotFound      Code = "service_not_found"      // the named service does not exist
+	NodeNotFound         Code = "node_not_found"         // the named node does not exist
+	BundleNotFound       Code = "bundle_not_found"       // no bundle with that digest or name in the project
+	RevisionConflict     Code = "revision_conflict"      // expected_revision is stale
+	AlreadyExists        Code = "already_exists"         // create of an object that exists
+	JoinTokenUsed        Code = "join_token_used"        // a join token that was already consumed (409)
+	JoinTokenExpired     Code = "join_token_expired"     // a join token past its lifetime or unknown (422)
+	DigestMismatch       Code = "digest_mismatch"        // uploaded content does not hash to the claimed digest
+	BundleInvalid        Code = "bundle_invalid"         // not a gzip tar, or a path or link escaping its root
+	IdempotencyKeyReused Code = "idempotency_key_reused" // same Idempotency-Key with another body
+	MethodNotAllowed     Code = "method_not_allowed"
+	Internal             Code = "internal"    // details only in the server log
+	Unavailable          Code = "unavailable" // a dependency (store, plugin) is not ready
+)
+
+// Node-session codes (docs/node-protocol.md section "error").
+const (
+	BadMessage         Code = "bad_message"         // malformed or unknown message; non-fatal
+	UnsupportedVersion Code = "unsupported_version" // envelope major version not implemented; fatal
+	BadSignature       Code = "bad_signature"       // desired_state signature does not verify
+	FenceFailed        Code = "fence_failed"        // a self-fence could not confirm its workloads stopped
+	SessionReplaced    Code = "session_replaced"    // a newer session of the same node closed this one; fatal
+)
+
+var statuses = map[Code]int{
+	BadRequest:           http.StatusBadRequest,
+	UnsupportedMedia:     http.StatusUnsupportedMediaType,
+	BodyTooLarge:         http.StatusRequestEntityTooLarge,
+	InvalidName:          http.StatusUnprocessableEntity,
+	ValidationFailed:     http.StatusUnprocessableEntity,
+	Unauthenticated:      http.StatusUnauthorized,
+	Forbidden:            http.StatusForbidden,
+	NotFound:             http.StatusNotFound,
+	ProjectNotFound:      http.StatusNotFound,
+	ServiceNotFound:      http.StatusNotFound,
+	NodeNotFound:         http.StatusNotFound,
+	BundleNotFound:       http.StatusNotFound,
+	RevisionConflict:     http.StatusConflict,
+	AlreadyExists:        http.StatusConflict,
+	JoinTokenUsed:        http.StatusConflict,
+	JoinTokenExpired:     http.StatusUnprocessableEntity,
+	DigestMismatch:       http.StatusUnprocessableEntity,
+	BundleInvalid:        http.StatusUnprocessableEntity,
+	IdempotencyKeyReused: http.StatusUnprocessableEntity,
+	MethodNotAllowed:     http.StatusMethodNotAllowed,
+	Internal:             http.StatusInternalServerError,
+	Unavailable:          http.StatusServiceUnavailable,
+}
+
+// HTTPStatus reports the HTTP status that carries c; 500 for a code without one.
+func (c Code) HTTPStatus() int {
+	if s, ok := statuses[c]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// Error is an error with a stable code. Message is safe to show to the caller.
+type Error struct {
+	Code    Code
+	Message string
+	Err     error // optional cause, never shown to a remote caller
+}
+
+// New returns an *Error with code c and message msg.
+func New(c Code, msg string) *Error { return &Error{Code: c, Message: msg} }
+
+// Wrap returns an *Error with code c and message msg that wraps cause.
+func Wrap(c Code, msg string, cause error) *Error { return &Error{Code: c, Message: msg, Err: cause} }
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return string(e.Code) + ": " + e.Message + ": " + e.Err.Error()
+	}
+	return string(e.Code) + ": " + e.Message
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *Error with the same code, so
+// errors.Is(err, errors.New(errors.NotFound, "")) matches by code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// CodeOf returns the code of the first *Error in err's chain, or Internal.
+func CodeOf(err error) Code {
+	var e *Error
+	if stderrors.As(err, &e) {
+		return e.Code
+	}
+	return Internal
+}

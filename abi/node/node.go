@@ -1,0 +1,208 @@
+// Package node holds the wire types of the node session: the v1 envelope and the
+// message bodies exchanged between berth-agent and berthd (docs/node-protocol.md).
+package node
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Version is the envelope major version this package implements.
+//
+// Changelog: 1 (2026-11-29) first version.
+const Version = 1
+
+// MaxMessageBytes is the largest frame either side accepts (docs/node-protocol.md section 3.2).
+const MaxMessageBytes = 1 << 20
+
+// Default timers, used until a welcome carries others (docs/node-protocol.md section 4.3).
+const (
+	DefaultHeartbeatInterval = 5 * time.Second
+	DefaultSessionTimeout    = 15 * time.Second
+	StatusReportInterval     = 30 * time.Second
+)
+
+// Type names a message.
+type Type string
+
+// Message types of v1.
+const (
+	TypeHello         Type = "hello"
+	TypeHeartbeat     Type = "heartbeat"
+	TypeStatusReport  Type = "status_report"
+	TypeCommandResult Type = "command_result"
+	TypeWelcome       Type = "welcome"
+	TypeDesiredState  Type = "desired_state"
+	TypeError         Type = "error"
+	TypePing          Type = "ping"
+	TypePong          Type = "pong"
+)
+
+// Envelope wraps every message: {"v":1,"type":...,"id":"msg_...","re":...,"body":{...}}.
+// ID pairs a request with its answer inside one session and is never persisted.
+type Envelope struct {
+	V    int             `json:"v"`
+	Type Type            `json:"type"`
+	ID   string          `json:"id"`
+	Re   string          `json:"re,omitempty"`
+	Body json.RawMessage `json:"body"`
+}
+
+// Hello is the first message of every session, node to core (section 5.1).
+type Hello struct {
+	NodeID        string    `json:"node_id"`
+	AgentVersion  string    `json:"agent_version"`
+	BootID        string    `json:"boot_id,omitempty"`
+	StoredRev     int64     `json:"stored_rev"`
+	AppliedRev    int64     `json:"applied_rev"`
+	Capacity      Resources `json:"capacity"`
+	Allocated     Resources `json:"allocated"`
+	Drivers       []string  `json:"drivers,omitempty"` // runtime drivers the node runs, e.g. ["process"]
+	DroppedEvents int64     `json:"dropped_events"`
+}
+
+// Resources is a node's capacity or allocation.
+type Resources struct {
+	CPUs     int   `json:"cpus"`
+	MemoryMB int64 `json:"memory_mb"`
+	DiskGB   int64 `json:"disk_gb,omitempty"`
+}
+
+// Heartbeat is sent by the node every heartbeat interval (section 5.2).
+type Heartbeat struct {
+	Time time.Time `json:"time"`
+	Busy bool      `json:"busy"`
+}
+
+// Observed workload statuses (section 5.3).
+const (
+	StatusCreating = "creating"
+	StatusStopped  = "stopped"
+	StatusStarting = "starting"
+	StatusRunning  = "running"
+	StatusStopping = "stopping"
+	StatusCrashed  = "crashed"
+	StatusDeleted  = "deleted"
+	StatusUnknown  = "unknown"
+)
+
+// Health values (section 5.3).
+const (
+	HealthPassing = "passing"
+	HealthFailing = "failing"
+	HealthUnknown = "unknown"
+)
+
+// StatusReport tells the core what the node observes (section 5.3).
+type StatusReport struct {
+	AppliedRev int64            `json:"applied_rev"`
+	Workloads  []WorkloadStatus `json:"workloads"`
+	Capacity   Resources        `json:"capacity"`
+	Allocated  Resources        `json:"allocated"`
+}
+
+// WorkloadStatus is one workload as the node observes it. Address is
+// "host:port" where the workload serves HTTP, empty until it listens.
+type WorkloadStatus struct {
+	WorkloadID     string `json:"workload_id"`
+	ObservedStatus string `json:"observed_status"`
+	Health         string `json:"health"`
+	Address        string `json:"address,omitempty"`
+	RestartCount   int    `json:"restart_count"`
+	LastExitCode   *int   `json:"last_exit_code,omitempty"`
+	Message        string `json:"message,omitempty"` // last error, e.g. a failed bundle download
+}
+
+// CommandResult answers desired_state (meaning "stored") and commands (section 5.9).
+type CommandResult struct {
+	Status string     `json:"status"` // "ok" or "error"
+	Detail string     `json:"detail,omitempty"`
+	Error  *ErrorBody `json:"error,omitempty"`
+}
+
+// ErrorBody is the body of an error message, and the error of a CommandResult (section 5.18).
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Fatal   bool   `json:"fatal"`
+}
+
+// Welcome is the core's first message, answering hello (section 5.10).
+type Welcome struct {
+	ClusterID           string    `json:"cluster_id"`
+	Term                int64     `json:"term"`
+	ServerTime          time.Time `json:"server_time"`
+	HeartbeatIntervalMS int64     `json:"heartbeat_interval_ms"`
+	SessionTimeoutMS    int64     `json:"session_timeout_ms"`
+}
+
+// DesiredState is the full, signed snapshot of what a node should run (section 5.11).
+// Signature is base64 (std encoding) of the Ed25519 signature over the RFC 8785
+// form of the body without the signature member; see [Sign] and [Verify].
+type DesiredState struct {
+	Rev       int64     `json:"rev"`
+	IssuedAt  time.Time `json:"issued_at"`
+	Term      int64     `json:"term"`
+	Spec      Spec      `json:"spec"`
+	Signature string    `json:"signature,omitempty"`
+}
+
+// Spec is the complete set of a node's workloads and routes.
+type Spec struct {
+	Workloads []WorkloadSpec `json:"workloads"`
+	Routes    []RouteSpec    `json:"routes"`
+	Network   Network        `json:"network"`
+}
+
+// Desired workload statuses.
+const (
+	DesiredRunning = "running"
+	DesiredStopped = "stopped"
+)
+
+// WorkloadSpec is one workload the node should hold. BundleDigest is
+// "sha256:<64 hex>"; the agent downloads it from GET /api/v1/bundles/{digest}.
+// Port is the port the app listens on when it does not honour PORT; the process
+// driver always sets PORT to a free port of the node's address.
+type WorkloadSpec struct {
+	WorkloadID        string            `json:"workload_id"`
+	ProjectID         string            `json:"project_id"`
+	Project           string            `json:"project"`
+	ServiceID         string            `json:"service_id"`
+	Service           string            `json:"service"`
+	Slot              int               `json:"slot"`
+	Driver            string            `json:"driver"` // "process"
+	BundleDigest      string            `json:"bundle_digest"`
+	Command           []string          `json:"command"`
+	Env               map[string]string `json:"env,omitempty"`
+	Port              int               `json:"port,omitempty"`
+	HealthCheck       HealthCheck       `json:"health_check"`
+	DesiredStatus     string            `json:"desired_status"`
+	RestartGeneration int64             `json:"restart_generation"`
+	Stateful          bool              `json:"stateful"`
+}
+
+// HealthCheck is an HTTP GET probe; zero fields take the defaults of section 6.3
+// (path "/", every 10 s, 2 s timeout, 3 failures).
+type HealthCheck struct {
+	Path      string `json:"path,omitempty"`
+	IntervalS int    `json:"interval_s,omitempty"`
+	TimeoutS  int    `json:"timeout_s,omitempty"`
+	Failures  int    `json:"failures,omitempty"`
+}
+
+// RouteSpec is a hostname served by workloads of this node.
+type RouteSpec struct {
+	Hostname    string   `json:"hostname"`
+	ServiceID   string   `json:"service_id"`
+	WorkloadIDs []string `json:"workload_ids"`
+	TLSMode     string   `json:"tls_mode"` // "none" for now
+}
+
+// Network is the node's workload network. For the process driver, Address is the
+// node address workloads bind to.
+type Network struct {
+	Address string `json:"address,omitempty"`
+	Subnet  string `json:"subnet,omitempty"`
+	Gateway string `json:"gateway,omitempty"`
+}

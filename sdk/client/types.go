@@ -1,0 +1,163 @@
+// Package client is the Go client of Berth's HTTP API (/api/v1) and the types of
+// its requests and answers (docs/api.md).
+package client
+
+import "time"
+
+// Problem is an application/problem+json error answer. Code is stable
+// (abi/errors); Detail is for humans.
+type Problem struct {
+	Type   string `json:"type,omitempty"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Code   string `json:"code"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// JoinTokenRequest creates a one-time join token. TTLSeconds zero means one hour.
+type JoinTokenRequest struct {
+	TTLSeconds int `json:"ttl_seconds,omitempty"`
+}
+
+// JoinToken is shown once. JoinCommand is the berth-agent command line that enrolls a node.
+type JoinToken struct {
+	Token       string    `json:"token"`
+	JoinCommand string    `json:"join_command"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
+// EnrollRequest is sent by a node with its join token (docs/node-protocol.md section 2.3).
+// PublicKey is the node's Ed25519 public key, base64 std encoding. Address is the
+// host address the node's workloads are reachable on (default "127.0.0.1").
+type EnrollRequest struct {
+	JoinToken string            `json:"join_token"`
+	PublicKey string            `json:"public_key"`
+	Hostname  string            `json:"hostname"`
+	Region    string            `json:"region,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Address   string            `json:"address,omitempty"`
+	Capacity  Capacity          `json:"capacity"`
+}
+
+// Capacity of a node.
+type Capacity struct {
+	CPUs     int   `json:"cpus"`
+	MemoryMB int64 `json:"memory_mb"`
+}
+
+// EnrollResponse carries the node credential, shown once, and the cluster's
+// Ed25519 public key (base64 std) that signs desired state.
+type EnrollResponse struct {
+	NodeID           string `json:"node_id"`
+	Credential       string `json:"credential"`
+	ClusterPublicKey string `json:"cluster_public_key"`
+	ClusterID        string `json:"cluster_id"`
+}
+
+// Node statuses.
+const (
+	NodePending      = "pending"
+	NodeConnected    = "connected"
+	NodeDisconnected = "disconnected"
+	NodeDraining     = "draining"
+	NodeRemoved      = "removed"
+)
+
+// Node is an enrolled machine.
+type Node struct {
+	ID         string            `json:"id"`
+	Hostname   string            `json:"hostname"`
+	Region     string            `json:"region,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Address    string            `json:"address"`
+	Capacity   Capacity          `json:"capacity"`
+	Status     string            `json:"status"`
+	DesiredRev int64             `json:"desired_rev"`
+	AppliedRev int64             `json:"applied_rev"`
+	Workloads  int               `json:"workloads"`
+	EnrolledAt time.Time         `json:"enrolled_at"`
+	LastSeenAt *time.Time        `json:"last_seen_at,omitempty"`
+}
+
+// Project is the tenancy unit.
+type Project struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// HealthCheck is an HTTP GET probe of a service's workloads; zero fields take
+// defaults (path "/", interval 10 s, timeout 2 s, 3 failures).
+type HealthCheck struct {
+	Path      string `json:"path,omitempty"`
+	IntervalS int    `json:"interval_s,omitempty"`
+	TimeoutS  int    `json:"timeout_s,omitempty"`
+	Failures  int    `json:"failures,omitempty"`
+}
+
+// ServiceSpec is the body of PUT /api/v1/projects/{project}/services/{name}.
+// Bundle is a digest ("sha256:<hex>") or the name of a bundle pushed with a name,
+// resolved to its digest at apply time. ExpectedRevision, when set, makes the
+// write a compare-and-set: 0 means "must not exist yet".
+type ServiceSpec struct {
+	Bundle           string            `json:"bundle"`
+	Command          []string          `json:"command"`
+	Env              map[string]string `json:"env,omitempty"`
+	Port             int               `json:"port,omitempty"`
+	Domains          []string          `json:"domains,omitempty"`
+	Replicas         *int              `json:"replicas,omitempty"`
+	HealthCheck      HealthCheck       `json:"health_check,omitempty"`
+	ExpectedRevision *int64            `json:"expected_revision,omitempty"`
+}
+
+// Service is a stored service. BundleDigest is the pinned digest; Bundle is what
+// the operator wrote.
+type Service struct {
+	ID           string            `json:"id"`
+	Project      string            `json:"project"`
+	Name         string            `json:"name"`
+	Revision     int64             `json:"revision"`
+	Bundle       string            `json:"bundle"`
+	BundleDigest string            `json:"bundle_digest"`
+	Command      []string          `json:"command"`
+	Env          map[string]string `json:"env,omitempty"`
+	Port         int               `json:"port"`
+	Domains      []string          `json:"domains"`
+	Replicas     int               `json:"replicas"`
+	HealthCheck  HealthCheck       `json:"health_check"`
+	CreatedAt    time.Time         `json:"created_at"`
+	UpdatedAt    time.Time         `json:"updated_at"`
+	// Ready counts workloads that are running and healthy; filled on reads.
+	Ready int `json:"ready"`
+}
+
+// Workload is one slot of a service placed on a node.
+type Workload struct {
+	ID             string     `json:"id"`
+	Project        string     `json:"project"`
+	Service        string     `json:"service"`
+	Slot           int        `json:"slot"`
+	NodeID         string     `json:"node_id"`
+	DesiredStatus  string     `json:"desired_status"`
+	ObservedStatus string     `json:"observed_status"`
+	Health         string     `json:"health"`
+	Address        string     `json:"address,omitempty"`
+	RestartCount   int        `json:"restart_count"`
+	Message        string     `json:"message,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	ObservedAt     *time.Time `json:"observed_at,omitempty"`
+}
+
+// Bundle is a stored release bundle: a tar.gz content-addressed by SHA-256.
+type Bundle struct {
+	Digest    string    `json:"digest"`
+	Size      int64     `json:"size"`
+	Name      string    `json:"name,omitempty"`
+	Project   string    `json:"project"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// List is the shape of every list answer.
+type List[T any] struct {
+	Items []T `json:"items"`
+}
