@@ -1,0 +1,218 @@
+// Package agent is the Berth node agent: enrollment, and the wiring of the
+// local store, node session, reconcile loop and health checks around one runtime driver.
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/agent/localstore"
+	"github.com/berthhq/berth/agent/reconcile"
+	"github.com/berthhq/berth/agent/session"
+	"github.com/berthhq/berth/sdk/client"
+	"github.com/berthhq/berth/sdk/runtime"
+)
+
+// Version is the agent version sent in hello when Config.AgentVersion is empty.
+const Version = "0.1.0"
+
+// Config configures an Agent. DataDir and Driver are required.
+type Config struct {
+	DataDir string         // the enrolled data directory
+	Driver  runtime.Driver // the runtime driver; the Agent never closes it
+	Logger  *slog.Logger   // nil means slog.Default()
+	// AgentVersion is reported in hello; empty means [Version].
+	AgentVersion string
+	// HTTPClient carries the session and bundle downloads; nil means the defaults.
+	HTTPClient *http.Client
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// PollInterval is how often the driver is polled for exits; zero means 1 s.
+	PollInterval time.Duration
+	// BackoffMin and BackoffMax bound the session redial backoff; zero means 1 s and 60 s.
+	BackoffMin, BackoffMax time.Duration
+}
+
+// Agent runs one enrolled node. Create it with [New], run it with [Agent.Run],
+// release it with [Agent.Close].
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *localstore.Store
+	id       *localstore.Identity
+	key      ed25519.PublicKey
+	capacity node.Resources
+	closeMu  sync.Mutex
+	closed   bool
+}
+
+// New opens the local store of cfg.DataDir and reads the enrollment. It
+// returns an error wrapping [localstore.ErrNotEnrolled] when the directory was
+// never enrolled.
+func New(cfg Config) (*Agent, error) {
+	if cfg.DataDir == "" || cfg.Driver == nil {
+		return nil, errors.New("agent: DataDir and Driver are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.AgentVersion == "" {
+		cfg.AgentVersion = Version
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("agent: data directory: %w", err)
+	}
+	cfg.DataDir = dir
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := localstore.Open(ctx, filepath.Join(dir, localstore.FileName))
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	id, err := store.Identity(ctx)
+	if err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("agent: data directory %s: %w", dir, err)
+	}
+	key, err := parseClusterKey(id.ClusterPublicKey)
+	if err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("agent: stored %w", err)
+	}
+	return &Agent{cfg: cfg, log: cfg.Logger, store: store, id: id, key: key, capacity: DetectCapacity()}, nil
+}
+
+// NodeID returns the enrolled node id.
+func (a *Agent) NodeID() string { return a.id.NodeID }
+
+// Close closes the local store. Workloads and the driver are not touched. Idempotent.
+func (a *Agent) Close() error {
+	a.closeMu.Lock()
+	defer a.closeMu.Unlock()
+	if a.closed {
+		return nil
+	}
+	a.closed = true
+	return a.store.Close()
+}
+
+// Run runs the node until ctx ends:
+//
+//  1. Describe the driver, and List its workloads: those that survived an
+//     agent restart are adopted as they run, never restarted.
+//  2. Run the reconcile loop against the newest stored snapshot (it works
+//     without a session, section 6.5).
+//  3. Keep the node session up; each newly stored snapshot wakes the loop, and
+//     each changed status report is sent.
+//
+// A fatal error from the core stops the session (logged) but not the loop.
+// Run returns nil when ctx ends; workloads keep running.
+func (a *Agent) Run(ctx context.Context) error {
+	desc, err := a.cfg.Driver.Describe(ctx)
+	if err != nil {
+		return fmt.Errorf("agent: describe driver: %w", err)
+	}
+	existing, err := a.cfg.Driver.List(ctx)
+	if err != nil {
+		return fmt.Errorf("agent: list driver workloads: %w", err)
+	}
+	running := 0
+	for _, w := range existing {
+		if w != nil && w.State == runtime.StateRunning {
+			running++
+		}
+	}
+	a.log.Info("runtime driver ready", "driver", desc.Name, "driver_version", desc.Version,
+		"workloads_found", len(existing), "running", running, "node_id", a.id.NodeID)
+
+	bundleOpts := []client.Option{client.WithToken(a.id.Credential)}
+	if a.cfg.HTTPClient != nil {
+		bundleOpts = append(bundleOpts, client.WithHTTPClient(a.cfg.HTTPClient))
+	}
+	bundles, err := client.New(a.id.ServerURL, bundleOpts...)
+	if err != nil {
+		return fmt.Errorf("agent: bundle client: %w", err)
+	}
+
+	var sess *session.Client
+	loop, err := reconcile.New(reconcile.Config{
+		Store:        a.store,
+		Driver:       a.cfg.Driver,
+		Bundles:      bundles,
+		DataDir:      a.cfg.DataDir,
+		Address:      a.id.Address,
+		Logger:       a.log.With("component", "reconcile"),
+		Now:          a.cfg.Now,
+		PollInterval: a.cfg.PollInterval,
+		OnStatusChange: func() {
+			if sess != nil {
+				sess.ReportStatus()
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	sess, err = session.New(session.Config{
+		ServerURL:    a.id.ServerURL,
+		Credential:   a.id.Credential,
+		ClusterKey:   a.key,
+		Store:        a.store,
+		AgentVersion: a.cfg.AgentVersion,
+		Hello: func(ctx context.Context) (node.Hello, error) {
+			stored, err := a.store.StoredRev(ctx)
+			if err != nil {
+				return node.Hello{}, err
+			}
+			applied, err := a.store.AppliedRev(ctx)
+			if err != nil {
+				return node.Hello{}, err
+			}
+			return node.Hello{
+				NodeID: a.id.NodeID, AgentVersion: a.cfg.AgentVersion, BootID: bootID(),
+				StoredRev: stored, AppliedRev: applied, Capacity: a.capacity, Drivers: []string{desc.Name},
+			}, nil
+		},
+		Status: func(ctx context.Context) (node.StatusReport, error) {
+			rep, err := loop.Status(ctx)
+			rep.Capacity = a.capacity
+			return rep, err
+		},
+		OnStored:   func(int64) { loop.Wake() },
+		HTTPClient: a.cfg.HTTPClient,
+		Logger:     a.log.With("component", "session"),
+		Now:        a.cfg.Now,
+		BackoffMin: a.cfg.BackoffMin,
+		BackoffMax: a.cfg.BackoffMax,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_ = loop.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		if err := sess.Run(ctx); err != nil && ctx.Err() == nil {
+			a.log.Error("node session stopped; workloads keep running on the stored snapshot", "error", err)
+		}
+	}()
+	wg.Wait()
+	return nil
+}

@@ -1,0 +1,197 @@
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/berthhq/berth/agent/localstore"
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// KeyFileName is the node's Ed25519 private key (PKCS#8 PEM, 0600) in the data directory.
+const KeyFileName = "node.key"
+
+// EnrollConfig configures [Enroll]. Server, JoinToken and DataDir are required.
+type EnrollConfig struct {
+	Server    string            // berthd base URL, e.g. https://berth.example.com
+	JoinToken string            // one-time join token (brj_...); a secret, never logged
+	DataDir   string            // the agent's data directory; created 0700 when absent
+	Labels    map[string]string // node labels; nil means none
+	Region    string            // empty means none
+	Address   string            // host address workloads bind to; empty means 127.0.0.1
+	Hostname  string            // empty means os.Hostname()
+	// HTTPClient sends the enroll request; nil means the client package default.
+	HTTPClient *http.Client
+	Logger     *slog.Logger     // nil means slog.Default()
+	Now        func() time.Time // nil means time.Now
+}
+
+// Enroll enrolls this machine once (docs/node-protocol.md section 2): it
+// generates the node's Ed25519 key (written 0600 to DataDir/node.key), detects
+// capacity, calls POST /api/v1/nodes/enroll with the join token, and stores the
+// node id, credential, pinned cluster key and server URL in the local store. It
+// returns the node id. It refuses, with an error wrapping
+// [localstore.ErrAlreadyEnrolled], a data directory that is already enrolled.
+func Enroll(ctx context.Context, cfg EnrollConfig) (string, error) {
+	if cfg.Server == "" || cfg.JoinToken == "" || cfg.DataDir == "" {
+		return "", errors.New("enroll: server, join token and data directory are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Address == "" {
+		cfg.Address = "127.0.0.1"
+	}
+	if cfg.Hostname == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("enroll: hostname: %w", err)
+		}
+		cfg.Hostname = h
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return "", fmt.Errorf("enroll: data directory: %w", err)
+	}
+	if err := ensurePrivateDir(dir); err != nil {
+		return "", fmt.Errorf("enroll: %w", err)
+	}
+	store, err := localstore.Open(ctx, filepath.Join(dir, localstore.FileName))
+	if err != nil {
+		return "", fmt.Errorf("enroll: %w", err)
+	}
+	defer func() { _ = store.Close() }()
+	if id, err := store.Identity(ctx); err == nil {
+		return "", fmt.Errorf("enroll: data directory %s is already enrolled as %s (remove the node and the directory to enroll again): %w",
+			dir, id.NodeID, localstore.ErrAlreadyEnrolled)
+	} else if !errors.Is(err, localstore.ErrNotEnrolled) {
+		return "", fmt.Errorf("enroll: %w", err)
+	}
+
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", fmt.Errorf("enroll: generate node key: %w", err)
+	}
+	keyPath := filepath.Join(dir, KeyFileName)
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return "", fmt.Errorf("enroll: encode node key: %w", err)
+	}
+	if err := writePrivateFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
+		return "", fmt.Errorf("enroll: write node key: %w", err)
+	}
+
+	opts := []client.Option{}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, client.WithHTTPClient(cfg.HTTPClient))
+	}
+	cl, err := client.New(cfg.Server, opts...)
+	if err != nil {
+		return "", fmt.Errorf("enroll: %w", err)
+	}
+	capacity := DetectCapacity()
+	resp, err := cl.Enroll(ctx, client.EnrollRequest{
+		JoinToken: cfg.JoinToken,
+		PublicKey: base64.StdEncoding.EncodeToString(pub),
+		Hostname:  cfg.Hostname,
+		Region:    cfg.Region,
+		Labels:    cfg.Labels,
+		Address:   cfg.Address,
+		Capacity:  client.Capacity{CPUs: capacity.CPUs, MemoryMB: capacity.MemoryMB},
+	})
+	if err != nil {
+		return "", fmt.Errorf("enroll: %w", err)
+	}
+	if resp.NodeID == "" || resp.Credential == "" {
+		return "", errors.New("enroll: the server answered without a node id or credential")
+	}
+	if _, err := parseClusterKey(resp.ClusterPublicKey); err != nil {
+		return "", fmt.Errorf("enroll: %w", err)
+	}
+	if err := store.SaveIdentity(ctx, localstore.Identity{
+		NodeID:           resp.NodeID,
+		Credential:       resp.Credential,
+		ClusterPublicKey: resp.ClusterPublicKey,
+		ClusterID:        resp.ClusterID,
+		ServerURL:        cl.Server(),
+		PrivateKeyPath:   keyPath,
+		Address:          cfg.Address,
+		Hostname:         cfg.Hostname,
+		EnrolledAt:       cfg.Now(),
+	}); err != nil {
+		return "", fmt.Errorf("enroll: %w", err)
+	}
+	cfg.Logger.Info("node enrolled", "node_id", resp.NodeID, "cluster_id", resp.ClusterID, "server", cl.Server())
+	return resp.NodeID, nil
+}
+
+func parseClusterKey(b64 string) (ed25519.PublicKey, error) {
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, fmt.Errorf("cluster public key is not base64: %w", err)
+	}
+	if len(raw) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("cluster public key has %d bytes, want %d", len(raw), ed25519.PublicKeySize)
+	}
+	return ed25519.PublicKey(raw), nil
+}
+
+// ensurePrivateDir creates dir 0700 (and its parents) and refuses a symlink or
+// a directory others can read.
+func ensurePrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create data directory: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("data directory %s is not a directory", dir)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("restrict data directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// writePrivateFile writes data to path owner-only, atomically: temp file, fsync, rename.
+func writePrivateFile(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(f.Name()) }()
+	if err := f.Chmod(0o600); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

@@ -1,0 +1,82 @@
+package localstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Workload is the agent's record of one workload it manages: what it started,
+// on which port, and its crash backoff. The reconcile loop owns these records.
+type Workload struct {
+	WorkloadID        string
+	Driver            string
+	Phase             string // reconcile phase, e.g. "running", "crashed"; see package reconcile
+	Port              int    // TCP port on the node address; 0 when none was allocated
+	SpecHash          string // hash of the spec fields whose change needs a restart
+	RestartGeneration int64  // restart_generation the workload was last started with
+	RestartCount      int    // restarts after crashes, never reset
+	LastExitCode      *int   // nil when unknown
+	BackoffStep       int    // consecutive failures since the last reset; 0 means no backoff
+	NextStartAt       time.Time
+	StartedAt         time.Time
+	Message           string // last error, reported in status
+}
+
+// PutWorkload inserts or replaces the record of w.WorkloadID.
+func (s *Store) PutWorkload(ctx context.Context, w Workload) error {
+	var exit sql.NullInt64
+	if w.LastExitCode != nil {
+		exit = sql.NullInt64{Int64: int64(*w.LastExitCode), Valid: true}
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO workloads (workload_id, driver, phase, port,
+		spec_hash, restart_generation, restart_count, last_exit_code, backoff_step, next_start_at,
+		started_at, message) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		w.WorkloadID, w.Driver, w.Phase, w.Port, w.SpecHash, w.RestartGeneration, w.RestartCount, exit,
+		w.BackoffStep, formatTime(w.NextStartAt), formatTime(w.StartedAt), w.Message)
+	if err != nil {
+		return fmt.Errorf("put workload %s: %w", w.WorkloadID, err)
+	}
+	return nil
+}
+
+// DeleteWorkload removes the record of id; a missing record is not an error.
+func (s *Store) DeleteWorkload(ctx context.Context, id string) error {
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM workloads WHERE workload_id = ?`, id); err != nil {
+		return fmt.Errorf("delete workload %s: %w", id, err)
+	}
+	return nil
+}
+
+// Workloads returns every workload record, ordered by id.
+func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT workload_id, driver, phase, port, spec_hash,
+		restart_generation, restart_count, last_exit_code, backoff_step, next_start_at, started_at, message
+		FROM workloads ORDER BY workload_id`)
+	if err != nil {
+		return nil, fmt.Errorf("list workloads: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []Workload
+	for rows.Next() {
+		var w Workload
+		var exit sql.NullInt64
+		var next, started string
+		if err := rows.Scan(&w.WorkloadID, &w.Driver, &w.Phase, &w.Port, &w.SpecHash, &w.RestartGeneration,
+			&w.RestartCount, &exit, &w.BackoffStep, &next, &started, &w.Message); err != nil {
+			return nil, fmt.Errorf("list workloads: %w", err)
+		}
+		if exit.Valid {
+			c := int(exit.Int64)
+			w.LastExitCode = &c
+		}
+		w.NextStartAt = parseTime(next)
+		w.StartedAt = parseTime(started)
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list workloads: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,254 @@
+package reconcile
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/agent/localstore"
+	"github.com/berthhq/berth/sdk/runtime"
+)
+
+// Phase is the agent's own view of a workload it manages, persisted in its record.
+type Phase string
+
+// Phases of a workload record.
+const (
+	PhaseStarting Phase = "starting" // record written, Start requested and not yet confirmed
+	PhaseRunning  Phase = "running"  // started and, as far as the agent knows, running
+	PhaseCrashed  Phase = "crashed"  // exited unasked; restarts when NextStartAt passes
+	PhaseFailed   Phase = "failed"   // could not be started (bundle, driver); retries when NextStartAt passes
+	PhaseStopped  Phase = "stopped"  // stopped because its desired status is stopped
+)
+
+// Backoff bounds of the crash path (docs/node-protocol.md section 6.3).
+const (
+	BackoffMin   = time.Second
+	BackoffMax   = 5 * time.Minute
+	BackoffReset = 10 * time.Minute // running this long clears the backoff
+)
+
+// ActionKind names what the loop must do for one workload.
+type ActionKind string
+
+// Action kinds, in the order the loop executes them (section 6.2: stop before start).
+const (
+	ActRemove  ActionKind = "remove"  // stop (graceful), delete its directories and record
+	ActStop    ActionKind = "stop"    // stop (graceful), keep it as stopped
+	ActRecord  ActionKind = "record"  // persist Record as is (crash, adoption, backoff reset, stopped)
+	ActRestart ActionKind = "restart" // stop, then start from Spec (spec or restart_generation changed)
+	ActStart   ActionKind = "start"   // start from Spec
+)
+
+var actionOrder = map[ActionKind]int{ActRemove: 0, ActStop: 1, ActRecord: 2, ActRestart: 3, ActStart: 4}
+
+// Action is one step for one workload. Spec is set for start and restart;
+// Record is the record to persist for ActRecord, and the current record (nil
+// when none) for the others.
+type Action struct {
+	Kind       ActionKind
+	WorkloadID string
+	Reason     string
+	Spec       *node.WorkloadSpec
+	Record     *localstore.Workload
+}
+
+// Input is everything the decider looks at. Records and Driver are keyed by workload id.
+type Input struct {
+	Snapshot *node.DesiredState                // newest stored snapshot; nil when none was stored yet
+	Driver   map[string]*runtime.WorkloadState // the driver's List
+	Records  map[string]localstore.Workload    // the agent's records
+	Now      time.Time
+}
+
+// Decision is the decider's answer: the actions to run now, and when to decide
+// again at the latest because a backoff ends (zero when nothing waits).
+type Decision struct {
+	Actions []Action
+	WakeAt  time.Time
+}
+
+// Decide returns what to do to move the node toward in.Snapshot. It is pure:
+// no clock, no I/O. With no snapshot it decides nothing, so workloads adopted
+// before the first snapshot arrives are left alone.
+func Decide(in Input) Decision {
+	var d Decision
+	if in.Snapshot == nil {
+		return d
+	}
+	wake := func(t time.Time) {
+		if !t.IsZero() && (d.WakeAt.IsZero() || t.Before(d.WakeAt)) {
+			d.WakeAt = t
+		}
+	}
+	desired := make(map[string]bool, len(in.Snapshot.Spec.Workloads))
+	for i := range in.Snapshot.Spec.Workloads {
+		spec := &in.Snapshot.Spec.Workloads[i]
+		if spec.WorkloadID == "" || desired[spec.WorkloadID] {
+			continue
+		}
+		desired[spec.WorkloadID] = true
+		var rec *localstore.Workload
+		if r, ok := in.Records[spec.WorkloadID]; ok {
+			rec = &r
+		}
+		act, at := decideOne(spec, rec, in.Driver[spec.WorkloadID], in.Now)
+		if act != nil {
+			d.Actions = append(d.Actions, *act)
+		}
+		wake(at)
+	}
+	seen := map[string]bool{}
+	for id, rec := range in.Records {
+		if desired[id] {
+			continue
+		}
+		seen[id] = true
+		r := rec
+		d.Actions = append(d.Actions, Action{Kind: ActRemove, WorkloadID: id, Reason: "not in desired state", Record: &r})
+	}
+	for id := range in.Driver {
+		if desired[id] || seen[id] {
+			continue
+		}
+		d.Actions = append(d.Actions, Action{Kind: ActRemove, WorkloadID: id, Reason: "unknown to the desired state"})
+	}
+	sort.SliceStable(d.Actions, func(i, j int) bool {
+		a, b := d.Actions[i], d.Actions[j]
+		if actionOrder[a.Kind] != actionOrder[b.Kind] {
+			return actionOrder[a.Kind] < actionOrder[b.Kind]
+		}
+		return a.WorkloadID < b.WorkloadID
+	})
+	return d
+}
+
+// decideOne decides for one desired workload; it returns at most one action and
+// the time to decide again at the latest.
+func decideOne(spec *node.WorkloadSpec, rec *localstore.Workload, st *runtime.WorkloadState, now time.Time) (*Action, time.Time) {
+	running := st != nil && st.State == runtime.StateRunning
+	id := spec.WorkloadID
+	if spec.DesiredStatus == node.DesiredStopped {
+		if running {
+			return &Action{Kind: ActStop, WorkloadID: id, Reason: "desired stopped", Record: rec}, time.Time{}
+		}
+		if rec != nil && Phase(rec.Phase) != PhaseStopped {
+			r := *rec
+			r.Phase = string(PhaseStopped)
+			return &Action{Kind: ActRecord, WorkloadID: id, Reason: "desired stopped", Record: &r}, time.Time{}
+		}
+		return nil, time.Time{}
+	}
+
+	if rec == nil {
+		if running {
+			// Running without a record: the agent cannot know its port. Restart
+			// it under a fresh record.
+			return &Action{Kind: ActRestart, WorkloadID: id, Reason: "running without a record", Spec: spec}, time.Time{}
+		}
+		return &Action{Kind: ActStart, WorkloadID: id, Reason: "new workload", Spec: spec}, time.Time{}
+	}
+
+	changed := rec.SpecHash != SpecHash(spec) || rec.RestartGeneration != spec.RestartGeneration
+	phase := Phase(rec.Phase)
+	if running {
+		if changed {
+			return &Action{Kind: ActRestart, WorkloadID: id, Reason: "spec or restart_generation changed", Spec: spec, Record: rec}, time.Time{}
+		}
+		switch {
+		case phase != PhaseRunning:
+			r := *rec
+			r.Phase = string(PhaseRunning)
+			r.Message = ""
+			if !st.StartedAt.IsZero() {
+				r.StartedAt = st.StartedAt
+			}
+			return &Action{Kind: ActRecord, WorkloadID: id, Reason: "adopt running workload", Record: &r}, time.Time{}
+		case rec.BackoffStep > 0:
+			resetAt := rec.StartedAt.Add(BackoffReset)
+			if !now.Before(resetAt) {
+				r := *rec
+				r.BackoffStep = 0
+				r.NextStartAt = time.Time{}
+				return &Action{Kind: ActRecord, WorkloadID: id, Reason: "healthy long enough: reset backoff", Record: &r}, time.Time{}
+			}
+			return nil, resetAt
+		}
+		return nil, time.Time{}
+	}
+
+	// Not running.
+	switch phase {
+	case PhaseRunning:
+		r := Crash(*rec, st, now)
+		return &Action{Kind: ActRecord, WorkloadID: id, Reason: "exited unasked", Record: &r}, r.NextStartAt
+	case PhaseCrashed, PhaseFailed:
+		if changed {
+			return &Action{Kind: ActStart, WorkloadID: id, Reason: "spec or restart_generation changed", Spec: spec, Record: rec}, time.Time{}
+		}
+		if now.Before(rec.NextStartAt) {
+			return nil, rec.NextStartAt
+		}
+		return &Action{Kind: ActStart, WorkloadID: id, Reason: "backoff over", Spec: spec, Record: rec}, time.Time{}
+	default: // starting (interrupted start) or stopped (desired running again)
+		return &Action{Kind: ActStart, WorkloadID: id, Reason: "not running", Spec: spec, Record: rec}, time.Time{}
+	}
+}
+
+// Crash returns rec after an unasked exit observed at now: phase crashed,
+// restart count and backoff step incremented, next start after the backoff.
+// st may be nil (the driver lost it, e.g. after a reboot).
+func Crash(rec localstore.Workload, st *runtime.WorkloadState, now time.Time) localstore.Workload {
+	rec.Phase = string(PhaseCrashed)
+	rec.RestartCount++
+	rec.BackoffStep++
+	rec.NextStartAt = now.Add(Backoff(rec.BackoffStep))
+	rec.LastExitCode = nil
+	if st != nil && st.ExitCode >= 0 {
+		c := st.ExitCode
+		rec.LastExitCode = &c
+	}
+	return rec
+}
+
+// Fail returns rec after a start that failed at now with msg: phase failed and
+// the next attempt after the backoff. The restart count is not changed.
+func Fail(rec localstore.Workload, msg string, now time.Time) localstore.Workload {
+	rec.Phase = string(PhaseFailed)
+	rec.BackoffStep++
+	rec.NextStartAt = now.Add(Backoff(rec.BackoffStep))
+	rec.Message = msg
+	return rec
+}
+
+// Backoff is the wait before attempt step (1-based): 1 s doubling, at most 5 min.
+func Backoff(step int) time.Duration {
+	if step <= 1 {
+		return BackoffMin
+	}
+	d := BackoffMin
+	for i := 1; i < step; i++ {
+		d *= 2
+		if d >= BackoffMax {
+			return BackoffMax
+		}
+	}
+	return d
+}
+
+// SpecHash is the hex SHA-256 of the spec fields whose change needs the
+// workload restarted: driver, bundle, command, env and port.
+func SpecHash(spec *node.WorkloadSpec) string {
+	b, _ := json.Marshal(struct {
+		Driver  string            `json:"driver"`
+		Bundle  string            `json:"bundle"`
+		Command []string          `json:"command"`
+		Env     map[string]string `json:"env"`
+		Port    int               `json:"port"`
+	}{spec.Driver, spec.BundleDigest, spec.Command, spec.Env, spec.Port})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,518 @@
+// Package reconcile is the node agent's apply loop: it decides, from the newest
+// stored desired-state snapshot, what to start, stop and restart, and does it through a runtime driver.
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/agent/health"
+	"github.com/berthhq/berth/agent/localstore"
+	"github.com/berthhq/berth/sdk/runtime"
+)
+
+// Defaults of [Config].
+const (
+	DefaultPollInterval = time.Second
+	DefaultStopTimeout  = 10 * time.Second
+	DefaultLogMaxBytes  = 1 << 20
+	maxDeletedReported  = 256
+)
+
+// Config configures a Loop. Store, Driver and DataDir are required.
+type Config struct {
+	Store   *localstore.Store
+	Driver  runtime.Driver
+	Bundles BundleSource // where bundles are downloaded from; nil fails every workload that names a bundle
+	DataDir string       // the agent's data directory; bundles/ and workloads/ live under it
+	Address string       // node address workloads bind to when the snapshot names none; empty means 127.0.0.1
+	Logger  *slog.Logger // nil means slog.Default()
+	// Now returns the current time; nil means time.Now. Backoff decisions use it.
+	Now func() time.Time
+	// PollInterval is how often the driver is polled for exits; zero means 1 s.
+	PollInterval time.Duration
+	// StopTimeout is the graceful stop timeout; zero means 10 s.
+	StopTimeout time.Duration
+	// MaxBundleBytes bounds a downloaded bundle; zero means 1 GiB.
+	MaxBundleBytes int64
+	// MaxExpandedBytes bounds an extracted bundle; zero means the bundle package default (4 GiB).
+	MaxExpandedBytes int64
+	// OnStatusChange is called (from the loop goroutine) after a pass whose
+	// status report differs from the previous one; nil means none.
+	OnStatusChange func()
+	// Prober runs health checks; nil means a default [health.Prober] the Loop owns.
+	Prober *health.Prober
+}
+
+// Loop is the apply loop. Create it with [New], run it with [Loop.Run]; [Loop.Wake]
+// and [Loop.Status] are safe to call from other goroutines.
+type Loop struct {
+	cfg       Config
+	log       *slog.Logger
+	ownProber bool
+	wake      chan struct{}
+
+	mu         sync.Mutex
+	deleted    []string // workloads removed, reported as deleted; mu must be held
+	lastReport *node.StatusReport
+	address    string // node address of the newest snapshot; mu must be held
+	passMu     sync.Mutex
+}
+
+// New validates cfg, fills its defaults and returns a Loop.
+func New(cfg Config) (*Loop, error) {
+	if cfg.Store == nil || cfg.Driver == nil || cfg.DataDir == "" {
+		return nil, errors.New("reconcile: Store, Driver and DataDir are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = DefaultStopTimeout
+	}
+	if cfg.MaxBundleBytes <= 0 {
+		cfg.MaxBundleBytes = 1 << 30
+	}
+	if cfg.Address == "" {
+		cfg.Address = "127.0.0.1"
+	}
+	l := &Loop{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), address: cfg.Address}
+	if cfg.Prober == nil {
+		l.cfg.Prober = health.New(health.Config{Logger: cfg.Logger, OnChange: func(string, string) { l.Wake() }})
+		l.ownProber = true
+	}
+	return l, nil
+}
+
+// Wake asks the loop for a pass soon, e.g. after a new snapshot was stored. It never blocks.
+func (l *Loop) Wake() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs passes until ctx ends: on [Loop.Wake], every PollInterval, and when
+// a backoff ends. A failing pass is logged and retried on the next wake. It
+// returns ctx's error; workloads keep running.
+func (l *Loop) Run(ctx context.Context) error {
+	if l.ownProber {
+		defer l.cfg.Prober.Close()
+	}
+	poll := time.NewTicker(l.cfg.PollInterval)
+	defer poll.Stop()
+	backoff := time.NewTimer(time.Hour)
+	backoff.Stop()
+	defer backoff.Stop()
+	for {
+		wakeAt, err := l.Pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			l.log.Warn("reconcile pass failed", "error", err)
+		}
+		if !wakeAt.IsZero() {
+			backoff.Reset(max(wakeAt.Sub(l.cfg.Now()), 0))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.wake:
+		case <-poll.C:
+		case <-backoff.C:
+		}
+	}
+}
+
+// Pass runs one reconcile pass against the newest stored snapshot: read
+// records and the driver's list, decide, act, update health probes, record
+// applied_rev when every action succeeded, and call OnStatusChange when the
+// status report changed. It returns when the next pass is due at the latest
+// because a backoff ends (zero when none), and the actions' joined errors.
+// Passes are serialised.
+func (l *Loop) Pass(ctx context.Context) (time.Time, error) {
+	l.passMu.Lock()
+	defer l.passMu.Unlock()
+	snap, err := l.snapshot(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if snap != nil && snap.Spec.Network.Address != "" {
+		l.mu.Lock()
+		l.address = snap.Spec.Network.Address
+		l.mu.Unlock()
+	}
+	states, err := l.cfg.Driver.List(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("list driver workloads: %w", err)
+	}
+	driver := make(map[string]*runtime.WorkloadState, len(states))
+	for _, s := range states {
+		if s != nil {
+			driver[s.WorkloadID] = s
+		}
+	}
+	recs, err := l.records(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	now := l.cfg.Now()
+	dec := Decide(Input{Snapshot: snap, Driver: driver, Records: recs, Now: now})
+	var errs []error
+	for _, a := range dec.Actions {
+		l.log.Info("reconcile action", "action", string(a.Kind), "workload_id", a.WorkloadID, "reason", a.Reason)
+		if err := l.act(ctx, a, driver[a.WorkloadID], recs, now); err != nil {
+			errs = append(errs, err)
+			l.log.Warn("reconcile action failed", "action", string(a.Kind), "workload_id", a.WorkloadID, "error", err)
+		}
+	}
+	if err := l.syncProbes(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if snap != nil && len(errs) == 0 {
+		if err := l.cfg.Store.SetAppliedRev(ctx, snap.Rev); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	rep, err := l.Status(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	} else {
+		l.mu.Lock()
+		changed := l.lastReport == nil || !reflect.DeepEqual(*l.lastReport, rep)
+		l.lastReport = &rep
+		l.mu.Unlock()
+		if changed && l.cfg.OnStatusChange != nil {
+			l.cfg.OnStatusChange()
+		}
+	}
+	// Refresh the wake time: a failed start sets a backoff the decision did not know.
+	wake := dec.WakeAt
+	if recs2, err := l.records(ctx); err == nil {
+		for _, r := range recs2 {
+			if (Phase(r.Phase) == PhaseFailed || Phase(r.Phase) == PhaseCrashed) && !r.NextStartAt.IsZero() &&
+				(wake.IsZero() || r.NextStartAt.Before(wake)) {
+				wake = r.NextStartAt
+			}
+		}
+	}
+	return wake, errors.Join(errs...)
+}
+
+func (l *Loop) snapshot(ctx context.Context) (*node.DesiredState, error) {
+	rev, raw, err := l.cfg.Store.LatestSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	var d node.DesiredState
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, fmt.Errorf("parse stored snapshot rev %d: %w", rev, err)
+	}
+	return &d, nil
+}
+
+func (l *Loop) records(ctx context.Context) (map[string]localstore.Workload, error) {
+	list, err := l.cfg.Store.Workloads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]localstore.Workload, len(list))
+	for _, r := range list {
+		m[r.WorkloadID] = r
+	}
+	return m, nil
+}
+
+func (l *Loop) nodeAddress() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.address
+}
+
+func (l *Loop) act(ctx context.Context, a Action, st *runtime.WorkloadState, recs map[string]localstore.Workload, now time.Time) error {
+	switch a.Kind {
+	case ActRecord:
+		if Phase(a.Record.Phase) == PhaseCrashed {
+			l.log.Warn("workload exited unasked", "workload_id", a.WorkloadID,
+				"restart_count", a.Record.RestartCount, "next_start_at", a.Record.NextStartAt)
+		}
+		return l.cfg.Store.PutWorkload(ctx, *a.Record)
+	case ActStop:
+		if err := l.stop(ctx, a.WorkloadID); err != nil {
+			return err
+		}
+		l.cfg.Prober.Remove(a.WorkloadID)
+		if a.Record == nil {
+			return nil
+		}
+		r := *a.Record
+		r.Phase = string(PhaseStopped)
+		return l.cfg.Store.PutWorkload(ctx, r)
+	case ActRemove:
+		return l.remove(ctx, a.WorkloadID)
+	case ActRestart:
+		if err := l.stop(ctx, a.WorkloadID); err != nil {
+			return err
+		}
+		return l.start(ctx, a, nil, recs, now)
+	case ActStart:
+		return l.start(ctx, a, st, recs, now)
+	}
+	return fmt.Errorf("unknown action %q", a.Kind)
+}
+
+func (l *Loop) stop(ctx context.Context, id string) error {
+	_, err := l.cfg.Driver.Stop(ctx, &runtime.StopRequest{WorkloadID: id, Timeout: l.cfg.StopTimeout})
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return fmt.Errorf("stop workload %s: %w", id, err)
+	}
+	return nil
+}
+
+func (l *Loop) remove(ctx context.Context, id string) error {
+	if err := l.stop(ctx, id); err != nil {
+		return err
+	}
+	l.cfg.Prober.Remove(id)
+	if err := os.RemoveAll(l.workloadDir(id)); err != nil {
+		return fmt.Errorf("remove workload %s directory: %w", id, err)
+	}
+	if err := l.cfg.Store.DeleteWorkload(ctx, id); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.deleted = append(l.deleted, id)
+	if len(l.deleted) > maxDeletedReported {
+		l.deleted = l.deleted[len(l.deleted)-maxDeletedReported:]
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *Loop) workloadDir(id string) string { return filepath.Join(l.cfg.DataDir, "workloads", id) }
+
+// start brings a.Spec up: record first (so an agent crash mid-start finds it),
+// then port, bundle, working directory, and the driver's Start. A failure is
+// recorded as phase failed with a backoff and returned.
+func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, recs map[string]localstore.Workload, now time.Time) error {
+	spec := a.Spec
+	rec := localstore.Workload{WorkloadID: spec.WorkloadID}
+	if a.Record != nil {
+		rec = *a.Record
+	}
+	rec.Driver = spec.Driver
+	rec.SpecHash = SpecHash(spec)
+	rec.RestartGeneration = spec.RestartGeneration
+	addr := l.nodeAddress()
+
+	used := map[int]bool{}
+	for id, r := range recs {
+		if id != spec.WorkloadID && r.Port != 0 {
+			used[r.Port] = true
+		}
+	}
+	port, err := pickPort(addr, rec.Port, used)
+	if err != nil {
+		return l.failStart(ctx, rec, fmt.Errorf("allocate port for workload %s: %w", spec.WorkloadID, err), now)
+	}
+	rec.Port = port
+	rec.Phase = string(PhaseStarting)
+	if err := l.cfg.Store.PutWorkload(ctx, rec); err != nil {
+		return err
+	}
+
+	dir := l.workloadDir(spec.WorkloadID)
+	appDir := filepath.Join(dir, "app")
+	if err := l.prepareWorkDir(ctx, spec, dir, appDir); err != nil {
+		return l.failStart(ctx, rec, err, now)
+	}
+	if st != nil {
+		// The driver still knows an exited run of this id: clear it first.
+		if err := l.stop(ctx, spec.WorkloadID); err != nil {
+			return l.failStart(ctx, rec, err, now)
+		}
+	}
+	env := make(map[string]string, len(spec.Env)+5)
+	maps.Copy(env, spec.Env)
+	env["PORT"] = strconv.Itoa(port)
+	env["HOST"] = addr
+	env["BERTH_WORKLOAD_ID"] = spec.WorkloadID
+	env["BERTH_SERVICE"] = spec.Service
+	env["BERTH_PROJECT"] = spec.Project
+	resp, err := l.cfg.Driver.Start(ctx, &runtime.StartRequest{
+		WorkloadID:  spec.WorkloadID,
+		Command:     slices.Clone(spec.Command),
+		Env:         env,
+		WorkDir:     appDir,
+		LogPath:     filepath.Join(dir, "output.log"),
+		LogMaxBytes: DefaultLogMaxBytes,
+	})
+	if err != nil {
+		return l.failStart(ctx, rec, fmt.Errorf("start workload %s: %w", spec.WorkloadID, err), now)
+	}
+	rec.Phase = string(PhaseRunning)
+	rec.Message = ""
+	rec.StartedAt = now
+	if resp != nil && resp.State != nil && !resp.State.StartedAt.IsZero() {
+		rec.StartedAt = resp.State.StartedAt
+	}
+	l.log.Info("workload started", "workload_id", spec.WorkloadID, "port", port, "restart_count", rec.RestartCount)
+	return l.cfg.Store.PutWorkload(ctx, rec)
+}
+
+func (l *Loop) failStart(ctx context.Context, rec localstore.Workload, cause error, now time.Time) error {
+	r := Fail(rec, cause.Error(), now)
+	if err := l.cfg.Store.PutWorkload(ctx, r); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
+}
+
+// pickPort returns prev when it is free on addr, else a free port chosen by
+// the kernel that no other record holds.
+func pickPort(addr string, prev int, used map[int]bool) (int, error) {
+	if prev > 0 && !used[prev] {
+		if ln, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(prev))); err == nil {
+			_ = ln.Close()
+			return prev, nil
+		}
+	}
+	for range 20 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+		if err != nil {
+			return 0, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		if !used[p] {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("no free port on %s", addr)
+}
+
+// syncProbes probes exactly the workloads whose records say running.
+func (l *Loop) syncProbes(ctx context.Context) error {
+	snap, err := l.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	recs, err := l.records(ctx)
+	if err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	if snap != nil {
+		addr := l.nodeAddress()
+		for _, spec := range snap.Spec.Workloads {
+			r, ok := recs[spec.WorkloadID]
+			if !ok || Phase(r.Phase) != PhaseRunning || r.Port == 0 || spec.DesiredStatus != node.DesiredRunning {
+				continue
+			}
+			want[spec.WorkloadID] = true
+			l.cfg.Prober.Set(spec.WorkloadID, health.TargetFor(net.JoinHostPort(addr, strconv.Itoa(r.Port)), spec.HealthCheck))
+		}
+	}
+	for _, id := range l.cfg.Prober.IDs() {
+		if !want[id] {
+			l.cfg.Prober.Remove(id)
+		}
+	}
+	return nil
+}
+
+// Status returns the node's status report as the loop last observed it:
+// applied_rev and one entry per desired workload, plus removed ones as deleted.
+// Capacity and Allocated are left for the caller to fill.
+func (l *Loop) Status(ctx context.Context) (node.StatusReport, error) {
+	var rep node.StatusReport
+	applied, err := l.cfg.Store.AppliedRev(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.AppliedRev = applied
+	snap, err := l.snapshot(ctx)
+	if err != nil {
+		return rep, err
+	}
+	recs, err := l.records(ctx)
+	if err != nil {
+		return rep, err
+	}
+	addr := l.nodeAddress()
+	rep.Workloads = []node.WorkloadStatus{}
+	inSnap := map[string]bool{}
+	if snap != nil {
+		for _, spec := range snap.Spec.Workloads {
+			inSnap[spec.WorkloadID] = true
+			ws := node.WorkloadStatus{WorkloadID: spec.WorkloadID, ObservedStatus: node.StatusCreating, Health: node.HealthUnknown}
+			if r, ok := recs[spec.WorkloadID]; ok {
+				ws.RestartCount = r.RestartCount
+				ws.LastExitCode = r.LastExitCode
+				ws.Message = r.Message
+				switch Phase(r.Phase) {
+				case PhaseRunning:
+					ws.ObservedStatus = node.StatusRunning
+					ws.Health = l.cfg.Prober.Health(spec.WorkloadID)
+					if r.Port != 0 {
+						ws.Address = net.JoinHostPort(addr, strconv.Itoa(r.Port))
+					}
+				case PhaseStarting:
+					ws.ObservedStatus = node.StatusStarting
+				case PhaseCrashed, PhaseFailed:
+					ws.ObservedStatus = node.StatusCrashed
+				case PhaseStopped:
+					ws.ObservedStatus = node.StatusStopped
+				}
+			} else if spec.DesiredStatus == node.DesiredStopped {
+				ws.ObservedStatus = node.StatusStopped
+			}
+			rep.Workloads = append(rep.Workloads, ws)
+		}
+	}
+	for id, r := range recs {
+		if !inSnap[id] {
+			rep.Workloads = append(rep.Workloads, node.WorkloadStatus{WorkloadID: id, ObservedStatus: node.StatusStopping,
+				Health: node.HealthUnknown, RestartCount: r.RestartCount, LastExitCode: r.LastExitCode})
+		}
+	}
+	l.mu.Lock()
+	for _, id := range l.deleted {
+		if !inSnap[id] {
+			if _, ok := recs[id]; !ok {
+				rep.Workloads = append(rep.Workloads, node.WorkloadStatus{WorkloadID: id, ObservedStatus: node.StatusDeleted, Health: node.HealthUnknown})
+			}
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(rep.Workloads, func(a, b node.WorkloadStatus) int {
+		switch {
+		case a.WorkloadID < b.WorkloadID:
+			return -1
+		case a.WorkloadID > b.WorkloadID:
+			return 1
+		}
+		return 0
+	})
+	return rep, nil
+}

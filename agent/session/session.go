@@ -1,0 +1,529 @@
+// Package session is the node agent's side of the node session: it dials berthd
+// over WebSocket, speaks the v1 message set, and persists verified desired state (docs/node-protocol.md sections 3-5).
+package session
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/oklog/ulid/v2"
+
+	berrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/node"
+)
+
+// Path is the session endpoint on the API listener (section 3.1).
+const Path = "/api/v1/nodes/session"
+
+// Redial defaults (section 4.4).
+const (
+	DefaultBackoffMin   = time.Second
+	DefaultBackoffMax   = 60 * time.Second
+	DefaultBackoffReset = 60 * time.Second
+)
+
+// drainLimit is how much of an oversize frame is read and discarded before the
+// connection is given up; up to it an oversize frame is answered and ignored.
+const drainLimit = 16 << 20
+
+// SnapshotStore persists verified desired state. *localstore.Store satisfies it.
+type SnapshotStore interface {
+	// StoreSnapshot durably stores raw under rev when rev is newer than every
+	// stored snapshot and reports whether it did.
+	StoreSnapshot(ctx context.Context, rev int64, raw []byte, now time.Time) (bool, error)
+	// StoredRev returns the newest stored rev, 0 when none.
+	StoredRev(ctx context.Context) (int64, error)
+}
+
+// Config configures a Client. ServerURL, Credential, ClusterKey, Store, Hello
+// and Status are required.
+type Config struct {
+	ServerURL  string            // berthd base URL, http(s)://host[:port]; ws(s):// is accepted too
+	Credential string            // node credential, sent as a bearer; a secret, never logged
+	ClusterKey ed25519.PublicKey // pinned key that signs desired state
+	Store      SnapshotStore
+	// Hello returns the body of the hello sent first on every session.
+	Hello func(ctx context.Context) (node.Hello, error)
+	// Status returns the current status report, sent on change and periodically.
+	Status func(ctx context.Context) (node.StatusReport, error)
+	// OnStored is called after a newer snapshot was persisted and acknowledged; nil means none.
+	OnStored func(rev int64)
+	// HTTPClient dials the WebSocket; nil means http.DefaultClient. Its Timeout must be zero.
+	HTTPClient *http.Client
+	Logger     *slog.Logger     // nil means slog.Default()
+	Now        func() time.Time // nil means time.Now
+	// RandInt63n returns a uniform value in [0, n) for backoff jitter; nil means math/rand/v2.
+	RandInt63n func(n int64) int64
+	// HeartbeatInterval is used until a welcome carries one; zero means node.DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// SessionTimeout bounds the wait for welcome and every write, until a welcome carries one;
+	// zero means node.DefaultSessionTimeout.
+	SessionTimeout time.Duration
+	// StatusInterval is the longest gap between status reports; zero means node.StatusReportInterval.
+	StatusInterval time.Duration
+	// BackoffMin and BackoffMax bound the redial backoff (full jitter, doubling);
+	// zero means 1 s and 60 s. BackoffReset is how long a session must have
+	// lasted to reset it; zero means 60 s.
+	BackoffMin, BackoffMax, BackoffReset time.Duration
+	// AgentVersion is sent in the hello when the Hello func leaves it empty.
+	AgentVersion string
+}
+
+// FatalError is returned by [Client.Run] after the core ended the session with
+// a fatal error other than unsupported_version: the node stops redialling until
+// an operator acts (section 4.4).
+type FatalError struct {
+	Code    string
+	Message string
+}
+
+// Error implements error.
+func (e *FatalError) Error() string {
+	return fmt.Sprintf("berth: core ended the node session with fatal error %s: %s", e.Code, e.Message)
+}
+
+// Client keeps one node session up, redialling as section 4.4 says.
+type Client struct {
+	cfg    Config
+	log    *slog.Logger
+	report chan struct{}
+}
+
+// New validates cfg, fills its defaults and returns a Client.
+func New(cfg Config) (*Client, error) {
+	if cfg.ServerURL == "" || cfg.Credential == "" || len(cfg.ClusterKey) != ed25519.PublicKeySize ||
+		cfg.Store == nil || cfg.Hello == nil || cfg.Status == nil {
+		return nil, errors.New("session: ServerURL, Credential, ClusterKey, Store, Hello and Status are required")
+	}
+	if _, err := sessionURL(cfg.ServerURL); err != nil {
+		return nil, err
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = http.DefaultClient
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.RandInt63n == nil {
+		cfg.RandInt63n = rand.Int64N
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = node.DefaultHeartbeatInterval
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = node.DefaultSessionTimeout
+	}
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = node.StatusReportInterval
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = DefaultBackoffMin
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.BackoffReset <= 0 {
+		cfg.BackoffReset = DefaultBackoffReset
+	}
+	return &Client{cfg: cfg, log: cfg.Logger, report: make(chan struct{}, 1)}, nil
+}
+
+// ReportStatus asks for a status report on the current session soon. It never blocks.
+func (c *Client) ReportStatus() {
+	select {
+	case c.report <- struct{}{}:
+	default:
+	}
+}
+
+func sessionURL(server string) (string, error) {
+	u, err := url.Parse(server)
+	if err != nil {
+		return "", fmt.Errorf("session: parse server URL: %w", err)
+	}
+	switch u.Scheme {
+	case "http", "ws":
+		u.Scheme = "ws"
+	case "https", "wss":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("session: server URL %q: scheme must be http, https, ws or wss", server)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("session: server URL %q has no host", server)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + Path
+	u.RawQuery, u.Fragment, u.User = "", "", nil
+	return u.String(), nil
+}
+
+// Run keeps a session up until ctx ends (it returns ctx.Err()) or the core
+// sends a fatal error other than unsupported_version (it returns a
+// *[FatalError]). Between sessions it waits a full-jitter backoff from
+// BackoffMin doubling to BackoffMax, reset after a session that lasted
+// BackoffReset.
+func (c *Client) Run(ctx context.Context) error {
+	attempt := 0
+	for {
+		started := c.cfg.Now()
+		err := c.session(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var fatal *FatalError
+		if errors.As(err, &fatal) {
+			if fatal.Code != string(berrors.UnsupportedVersion) {
+				c.log.Error("core ended the session with a fatal error; not redialling until an operator acts",
+					"code", fatal.Code, "message", fatal.Message)
+				return err
+			}
+			c.log.Error("core does not speak this agent's protocol version; redialling", "message", fatal.Message)
+		} else if err != nil {
+			c.log.Warn("node session ended", "error", err)
+		}
+		if c.cfg.Now().Sub(started) >= c.cfg.BackoffReset {
+			attempt = 0
+		}
+		wait := c.backoff(attempt)
+		attempt++
+		c.log.Info("redialling node session", "in", wait.String())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is the full-jitter wait before redial attempt n (0-based).
+func (c *Client) backoff(n int) time.Duration {
+	ceil := c.cfg.BackoffMin
+	for i := 0; i < n && ceil < c.cfg.BackoffMax; i++ {
+		ceil *= 2
+	}
+	ceil = min(ceil, c.cfg.BackoffMax)
+	return time.Duration(c.cfg.RandInt63n(int64(ceil) + 1))
+}
+
+// conn is one live session.
+type conn struct {
+	c       *Client
+	ws      *websocket.Conn
+	timeout atomic.Int64 // write and welcome bound, nanoseconds
+	timers  chan timers
+}
+
+type timers struct {
+	heartbeat time.Duration
+}
+
+func newID() string { return "msg_" + ulid.Make().String() }
+
+func (s *conn) send(ctx context.Context, typ node.Type, re string, body any) error {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("marshal %s: %w", typ, err)
+	}
+	frame, err := json.Marshal(node.Envelope{V: node.Version, Type: typ, ID: newID(), Re: re, Body: raw})
+	if err != nil {
+		return fmt.Errorf("marshal %s envelope: %w", typ, err)
+	}
+	if len(frame) > node.MaxMessageBytes {
+		return fmt.Errorf("send %s: message of %d bytes exceeds the %d byte limit", typ, len(frame), node.MaxMessageBytes)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(s.timeout.Load()))
+	defer cancel()
+	if err := s.ws.Write(wctx, websocket.MessageText, frame); err != nil {
+		return fmt.Errorf("send %s: %w", typ, err)
+	}
+	return nil
+}
+
+func (s *conn) sendError(ctx context.Context, re string, code berrors.Code, msg string, fatal bool) error {
+	return s.send(ctx, node.TypeError, re, node.ErrorBody{Code: string(code), Message: msg, Fatal: fatal})
+}
+
+// session runs one session from dial to close.
+func (c *Client) session(ctx context.Context) error {
+	u, err := sessionURL(c.cfg.ServerURL)
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.cfg.SessionTimeout)
+	ws, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{
+		HTTPClient: c.cfg.HTTPClient,
+		HTTPHeader: http.Header{"Authorization": []string{"Bearer " + c.cfg.Credential}},
+	})
+	cancel()
+	if err != nil {
+		if resp != nil {
+			return fmt.Errorf("dial node session: HTTP %d: %w", resp.StatusCode, err)
+		}
+		return fmt.Errorf("dial node session: %w", err)
+	}
+	defer func() { _ = ws.CloseNow() }()
+	ws.SetReadLimit(-1) // frames are bounded by readFrame, so an oversize one is answered, not fatal
+
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	s := &conn{c: c, ws: ws, timers: make(chan timers, 1)}
+	s.timeout.Store(int64(c.cfg.SessionTimeout))
+
+	hello, err := c.cfg.Hello(sctx)
+	if err != nil {
+		return fmt.Errorf("build hello: %w", err)
+	}
+	if hello.AgentVersion == "" {
+		hello.AgentVersion = c.cfg.AgentVersion
+	}
+	if err := s.send(sctx, node.TypeHello, "", hello); err != nil {
+		return err
+	}
+	c.log.Info("node session open", "node_id", hello.NodeID, "stored_rev", hello.StoredRev, "applied_rev", hello.AppliedRev)
+
+	welcomed := make(chan struct{})
+	noWelcome := time.AfterFunc(c.cfg.SessionTimeout, func() {
+		select {
+		case <-welcomed:
+		default:
+			c.log.Warn("no welcome within the session timeout; closing", "timeout", c.cfg.SessionTimeout.String())
+			_ = ws.Close(websocket.StatusPolicyViolation, "no welcome")
+		}
+	})
+	defer noWelcome.Stop()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.writeLoop(sctx, welcomed)
+	}()
+	err = s.readLoop(sctx, welcomed)
+	scancel()
+	wg.Wait()
+	return err // the deferred CloseNow ends the connection without waiting for the peer
+}
+
+// writeLoop sends heartbeats and status reports until ctx ends. Write errors
+// close the connection, which ends readLoop.
+func (s *conn) writeLoop(ctx context.Context, welcomed <-chan struct{}) {
+	c := s.c
+	hb := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	st := time.NewTicker(c.cfg.StatusInterval)
+	defer st.Stop()
+	welcome := welcomed
+	fail := func(err error) {
+		c.log.Warn("node session write failed", "error", err)
+		_ = s.ws.CloseNow()
+	}
+	sendStatus := func() bool {
+		rep, err := c.cfg.Status(ctx)
+		if err != nil {
+			c.log.Warn("build status report", "error", err)
+			return true
+		}
+		if err := s.send(ctx, node.TypeStatusReport, "", rep); err != nil {
+			fail(err)
+			return false
+		}
+		st.Reset(c.cfg.StatusInterval)
+		return true
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case t := <-s.timers:
+			hb.Reset(t.heartbeat)
+		case <-welcome:
+			welcome = nil
+			if !sendStatus() {
+				return
+			}
+		case <-hb.C:
+			if err := s.send(ctx, node.TypeHeartbeat, "", node.Heartbeat{Time: c.cfg.Now().UTC()}); err != nil {
+				fail(err)
+				return
+			}
+		case <-st.C:
+			if !sendStatus() {
+				return
+			}
+		case <-c.report:
+			if welcome != nil {
+				continue // the first report goes out after welcome
+			}
+			if !sendStatus() {
+				return
+			}
+		}
+	}
+}
+
+// readFrame reads one message, at most node.MaxMessageBytes. An oversize
+// frame is drained and reported with errOversize; the connection stays usable.
+func (s *conn) readFrame(ctx context.Context) (websocket.MessageType, []byte, error) {
+	typ, r, err := s.ws.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(r, node.MaxMessageBytes+1))
+	if err != nil {
+		return 0, nil, fmt.Errorf("read frame: %w", err)
+	}
+	if len(data) > node.MaxMessageBytes {
+		n, err := io.Copy(io.Discard, io.LimitReader(r, drainLimit))
+		if err != nil {
+			return 0, nil, fmt.Errorf("drain oversize frame: %w", err)
+		}
+		if n == drainLimit {
+			_ = s.ws.Close(websocket.StatusMessageTooBig, "frame too large")
+			return 0, nil, errors.New("frame larger than the drain limit; closed")
+		}
+		return typ, nil, errOversize
+	}
+	return typ, data, nil
+}
+
+var errOversize = errors.New("frame exceeds the message size limit")
+
+func (s *conn) readLoop(ctx context.Context, welcomed chan struct{}) error {
+	c := s.c
+	gotWelcome := false
+	for {
+		typ, data, err := s.readFrame(ctx)
+		if errors.Is(err, errOversize) {
+			c.log.Warn("ignored an oversize frame from the core", "limit_bytes", node.MaxMessageBytes)
+			if err := s.sendError(ctx, "", berrors.BadMessage, "frame exceeds 1 MiB", false); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read node session: %w", err)
+		}
+		if typ != websocket.MessageText {
+			if err := s.sendError(ctx, "", berrors.BadMessage, "binary frames are not used in v1", false); err != nil {
+				return err
+			}
+			continue
+		}
+		var env node.Envelope
+		if err := json.Unmarshal(data, &env); err != nil {
+			if err := s.sendError(ctx, "", berrors.BadMessage, "frame is not a JSON envelope", false); err != nil {
+				return err
+			}
+			continue
+		}
+		if env.V != node.Version {
+			msg := fmt.Sprintf("envelope version %d is not implemented; this agent speaks %d", env.V, node.Version)
+			_ = s.sendError(ctx, env.ID, berrors.UnsupportedVersion, msg, true)
+			return fmt.Errorf("core sent envelope version %d", env.V)
+		}
+		switch env.Type {
+		case node.TypeWelcome:
+			var w node.Welcome
+			if err := json.Unmarshal(env.Body, &w); err != nil {
+				if err := s.sendError(ctx, env.ID, berrors.BadMessage, "welcome body does not parse", false); err != nil {
+					return err
+				}
+				continue
+			}
+			if w.SessionTimeoutMS > 0 {
+				s.timeout.Store(int64(time.Duration(w.SessionTimeoutMS) * time.Millisecond))
+			}
+			if w.HeartbeatIntervalMS > 0 {
+				select {
+				case s.timers <- timers{heartbeat: time.Duration(w.HeartbeatIntervalMS) * time.Millisecond}:
+				default:
+				}
+			}
+			if !gotWelcome {
+				gotWelcome = true
+				close(welcomed)
+			}
+			c.log.Info("node session welcomed", "cluster_id", w.ClusterID, "term", w.Term,
+				"heartbeat_interval_ms", w.HeartbeatIntervalMS)
+		case node.TypeDesiredState:
+			if err := s.onDesiredState(ctx, env); err != nil {
+				return err
+			}
+		case node.TypePing:
+			if err := s.send(ctx, node.TypePong, env.ID, struct{}{}); err != nil {
+				return err
+			}
+		case node.TypePong, node.TypeCommandResult:
+			// Answers to nothing this agent asks yet; ignored.
+		case node.TypeError:
+			var eb node.ErrorBody
+			_ = json.Unmarshal(env.Body, &eb)
+			if eb.Fatal {
+				return &FatalError{Code: eb.Code, Message: eb.Message}
+			}
+			c.log.Warn("core reported an error", "code", eb.Code, "message", eb.Message, "re", env.Re)
+		default:
+			if err := s.sendError(ctx, env.ID, berrors.BadMessage, fmt.Sprintf("unknown message type %q", env.Type), false); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// onDesiredState verifies, persists and acknowledges one desired_state
+// (sections 5.11 and 6.1). It returns an error only when the session must end.
+func (s *conn) onDesiredState(ctx context.Context, env node.Envelope) error {
+	c := s.c
+	ds, err := node.Verify(env.Body, c.cfg.ClusterKey)
+	if err != nil {
+		c.log.Warn("refused desired_state with a bad signature; keeping the stored snapshot", "error", err)
+		return s.sendError(ctx, env.ID, berrors.BadSignature, "desired_state signature does not verify against the cluster signing key", false)
+	}
+	stored, err := c.cfg.Store.StoreSnapshot(ctx, ds.Rev, env.Body, c.cfg.Now())
+	if err != nil {
+		c.log.Error("persist desired_state", "rev", ds.Rev, "error", err)
+		return s.send(ctx, node.TypeCommandResult, env.ID, node.CommandResult{
+			Status: "error",
+			Detail: fmt.Sprintf("rev %d not stored", ds.Rev),
+			Error:  &node.ErrorBody{Code: string(berrors.Internal), Message: "the node could not persist the desired state"},
+		})
+	}
+	if !stored {
+		cur, err := c.cfg.Store.StoredRev(ctx)
+		if err != nil {
+			return fmt.Errorf("read stored rev: %w", err)
+		}
+		if ds.Rev < cur {
+			c.log.Warn("core sent an older desired_state than the stored one; keeping the newer", "rev", ds.Rev, "stored_rev", cur)
+		}
+		return s.send(ctx, node.TypeCommandResult, env.ID, node.CommandResult{
+			Status: "ok", Detail: fmt.Sprintf("rev %d not newer than stored rev %d; ignored", ds.Rev, cur),
+		})
+	}
+	c.log.Info("stored desired state", "rev", ds.Rev, "workloads", len(ds.Spec.Workloads))
+	err = s.send(ctx, node.TypeCommandResult, env.ID, node.CommandResult{
+		Status: "ok", Detail: fmt.Sprintf("stored rev %d", ds.Rev),
+	})
+	if c.cfg.OnStored != nil {
+		c.cfg.OnStored(ds.Rev) // stored is stored: reconcile even when the ack could not be sent
+	}
+	return err
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// serviceFile is one service in a file given to "berth apply".
+type serviceFile struct {
+	Name             string            `json:"name" yaml:"name"`
+	Project          string            `json:"project,omitempty" yaml:"project"`
+	Bundle           string            `json:"bundle" yaml:"bundle"`
+	Command          []string          `json:"command" yaml:"command"`
+	Env              map[string]string `json:"env,omitempty" yaml:"env"`
+	Port             int               `json:"port,omitempty" yaml:"port"`
+	Domains          []string          `json:"domains,omitempty" yaml:"domains"`
+	Replicas         *int              `json:"replicas,omitempty" yaml:"replicas"`
+	HealthCheck      healthCheckFile   `json:"health_check" yaml:"health_check"`
+	ExpectedRevision *int64            `json:"expected_revision,omitempty" yaml:"expected_revision"`
+}
+
+// healthCheckFile is the health_check block of a serviceFile.
+type healthCheckFile struct {
+	Path      string `json:"path,omitempty" yaml:"path"`
+	IntervalS int    `json:"interval_s,omitempty" yaml:"interval_s"`
+	TimeoutS  int    `json:"timeout_s,omitempty" yaml:"timeout_s"`
+	Failures  int    `json:"failures,omitempty" yaml:"failures"`
+}
+
+func (f serviceFile) spec() client.ServiceSpec {
+	return client.ServiceSpec{
+		Bundle:   f.Bundle,
+		Command:  f.Command,
+		Env:      f.Env,
+		Port:     f.Port,
+		Domains:  f.Domains,
+		Replicas: f.Replicas,
+		HealthCheck: client.HealthCheck{
+			Path:      f.HealthCheck.Path,
+			IntervalS: f.HealthCheck.IntervalS,
+			TimeoutS:  f.HealthCheck.TimeoutS,
+			Failures:  f.HealthCheck.Failures,
+		},
+		ExpectedRevision: f.ExpectedRevision,
+	}
+}
+
+func newApplyCmd(a *app) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE",
+		Short: "Create or update services from a YAML or JSON file",
+		Long: `apply creates or replaces each service described in FILE ("-" reads stdin).
+FILE is YAML (several documents separated by "---" are several services) or
+JSON (one object, several objects in a row, or an array). Fields:
+
+  name               service name (required)
+  project            project; default --project / BERTH_PROJECT / config
+  bundle             bundle digest ("sha256:...") or the name it was pushed with
+  command            argument list, e.g. ["./server", "--port", "8080"]
+  env                map of environment variables
+  port               port the service listens on
+  domains            list of domains routed to the service
+  replicas           number of replicas
+  health_check       {path, interval_s, timeout_s, failures}
+  expected_revision  apply only if the stored revision is this (0: must not exist)
+
+An unknown field is an error.`,
+		Example: `  berth apply -f hello.yaml
+
+  # hello.yaml
+  name: hello
+  bundle: hello
+  command: ["./server"]
+  port: 8080
+  domains: [hello.example.com]
+  replicas: 2
+  health_check: {path: /healthz}`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if file == "" {
+				return fmt.Errorf("apply: -f FILE is required")
+			}
+			var r io.Reader = a.stdin
+			if file != "-" {
+				f, err := os.Open(file)
+				if err != nil {
+					return fmt.Errorf("apply: %w", err)
+				}
+				defer f.Close()
+				r = f
+			}
+			docs, err := parseServiceFiles(r, file)
+			if err != nil {
+				return err
+			}
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			explicit := cmd.Flags().Changed("project")
+			var applied []client.Service
+			for _, d := range docs {
+				project := s.Project
+				if d.Project != "" {
+					if explicit && d.Project != s.Project {
+						return fmt.Errorf("apply %s: the file names project %q but --project is %q", d.Name, d.Project, s.Project)
+					}
+					project = d.Project
+				}
+				svc, err := c.ApplyService(cmd.Context(), project, d.Name, d.spec())
+				if err != nil {
+					return fmt.Errorf("apply service %s/%s: %w", project, d.Name, err)
+				}
+				applied = append(applied, *svc)
+				if a.output == outputTable {
+					fmt.Fprintf(a.stdout, "service %s/%s applied (revision %d)\n", project, d.Name, svc.Revision)
+				}
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, applied)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "filename", "f", "", `file to apply, YAML or JSON ("-" for stdin)`)
+	return cmd
+}
+
+// parseServiceFiles reads every service of a YAML or JSON file. name is the
+// file name, used to choose the format (".json") and in errors.
+func parseServiceFiles(r io.Reader, name string) ([]serviceFile, error) {
+	br := bufio.NewReader(r)
+	isJSON := strings.HasSuffix(name, ".json")
+	if !isJSON && !strings.HasSuffix(name, ".yaml") && !strings.HasSuffix(name, ".yml") {
+		isJSON = startsJSON(br)
+	}
+	var docs []serviceFile
+	var err error
+	if isJSON {
+		docs, err = parseJSON(br)
+	} else {
+		docs, err = parseYAML(br)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", name, err)
+	}
+	if len(docs) == 0 {
+		return nil, fmt.Errorf("parse %s: no service in the file", name)
+	}
+	for i, d := range docs {
+		if d.Name == "" {
+			return nil, fmt.Errorf("parse %s: service %d: name is required", name, i+1)
+		}
+	}
+	return docs, nil
+}
+
+// startsJSON reports whether the first non-space byte of br opens a JSON
+// object or array.
+func startsJSON(br *bufio.Reader) bool {
+	for n := 1; ; n++ {
+		b, err := br.Peek(n)
+		if err != nil || len(b) < n {
+			return false
+		}
+		switch c := b[n-1]; c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		default:
+			return c == '{' || c == '['
+		}
+	}
+}
+
+func parseJSON(r *bufio.Reader) ([]serviceFile, error) {
+	var docs []serviceFile
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+			return docs, nil
+		} else if err != nil {
+			return nil, err
+		}
+		raw = bytes.TrimSpace(raw)
+		if len(raw) > 0 && raw[0] == '[' {
+			var list []serviceFile
+			if err := strictJSON(raw, &list); err != nil {
+				return nil, err
+			}
+			docs = append(docs, list...)
+			continue
+		}
+		var d serviceFile
+		if err := strictJSON(raw, &d); err != nil {
+			return nil, fmt.Errorf("service %d: %w", len(docs)+1, err)
+		}
+		docs = append(docs, d)
+	}
+}
+
+func strictJSON(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+func parseYAML(r io.Reader) ([]serviceFile, error) {
+	// yaml.v3 names an unknown field "field x not found in type main.serviceFile".
+	unknownField := regexp.MustCompile(`field (\S+) not found in type \S+`)
+	var docs []serviceFile
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	for n := 1; ; n++ {
+		var d serviceFile
+		err := dec.Decode(&d)
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			msg := unknownField.ReplaceAllString(err.Error(), `unknown field "$1"`)
+			msg = strings.Join(strings.Fields(strings.TrimPrefix(msg, "yaml: unmarshal errors:")), " ")
+			return nil, &docError{msg: fmt.Sprintf("document %d: %s", n, msg), err: err}
+		}
+		if reflect.ValueOf(d).IsZero() {
+			continue // an empty document, as a leading or trailing "---" makes
+		}
+		docs = append(docs, d)
+	}
+}
+
+// docError rewords a decoder's error for people and keeps it for errors.Is.
+type docError struct {
+	msg string
+	err error
+}
+
+func (e *docError) Error() string { return e.msg }
+func (e *docError) Unwrap() error { return e.err }

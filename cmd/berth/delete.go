@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+func newDeleteCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "delete service NAME",
+		RunE:  groupRunE,
+		Short: "Delete an object",
+	}
+	var expected int64
+	svc := &cobra.Command{
+		Use:     "service NAME",
+		Aliases: []string{"svc"},
+		Short:   "Delete a service; its workloads are stopped",
+		Long: `service deletes one service of the project. Its workloads are stopped and
+removed by the nodes. With --expected-revision the delete happens only if the
+stored revision is still that one.`,
+		Example: `  berth delete service hello
+  berth delete service hello --project shop --expected-revision 4`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			var rev *int64
+			if cmd.Flags().Changed("expected-revision") {
+				rev = &expected
+			}
+			if err := c.DeleteService(cmd.Context(), s.Project, args[0], rev); err != nil {
+				return fmt.Errorf("delete service %s/%s: %w", s.Project, args[0], err)
+			}
+			fmt.Fprintf(a.stdout, "service %s/%s deleted\n", s.Project, args[0])
+			return nil
+		},
+	}
+	svc.Flags().Int64Var(&expected, "expected-revision", 0, "delete only if the service's revision is this one")
+	cmd.AddCommand(svc)
+	return cmd
+}

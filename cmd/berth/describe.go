@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthhq/berth/sdk/client"
+)
+
+func newDescribeCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "describe service NAME",
+		RunE:  groupRunE,
+		Short: "Show one object in detail",
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:     "service NAME",
+		Aliases: []string{"svc"},
+		Short:   "Show a service and its workloads",
+		Long: `service shows everything stored about one service (bundle, command,
+environment, port, domains, replicas, health check, revision) and the
+workloads that run it. With -o json it prints {"service": ..., "workloads": [...]}.`,
+		Example: `  berth describe service hello
+  berth describe service hello --project shop -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			svc, err := c.GetService(cmd.Context(), s.Project, args[0])
+			if err != nil {
+				return fmt.Errorf("get service %s/%s: %w", s.Project, args[0], err)
+			}
+			all, err := c.ListWorkloads(cmd.Context(), s.Project)
+			if err != nil {
+				return fmt.Errorf("list workloads of %s: %w", s.Project, err)
+			}
+			wls := []client.Workload{}
+			for _, w := range all {
+				if w.Service == svc.Name {
+					wls = append(wls, w)
+				}
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, struct {
+					Service   *client.Service   `json:"service"`
+					Workloads []client.Workload `json:"workloads"`
+				}{svc, wls})
+			}
+			a.describeService(svc)
+			fmt.Fprintln(a.stdout)
+			if len(wls) == 0 {
+				fmt.Fprintln(a.stdout, "Workloads: none")
+				return nil
+			}
+			fmt.Fprintln(a.stdout, "Workloads:")
+			return a.workloadTable(wls, false)
+		},
+	})
+	return cmd
+}
+
+// describeService prints the readable block of one service.
+func (a *app) describeService(svc *client.Service) {
+	tw := newTable(a.stdout)
+	field := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	field("Name", svc.Name)
+	field("Project", svc.Project)
+	field("ID", svc.ID)
+	field("Revision", svc.Revision)
+	bundle := orDash(svc.BundleDigest)
+	if svc.Bundle != "" && svc.Bundle != svc.BundleDigest {
+		bundle = fmt.Sprintf("%s (%s)", svc.Bundle, bundle)
+	}
+	field("Bundle", bundle)
+	field("Command", orDash(strings.Join(svc.Command, " ")))
+	port := "-"
+	if svc.Port != 0 {
+		port = fmt.Sprint(svc.Port)
+	}
+	field("Port", port)
+	field("Domains", orDash(strings.Join(svc.Domains, ", ")))
+	field("Replicas", fmt.Sprintf("%d desired, %d ready", svc.Replicas, svc.Ready))
+	hc := svc.HealthCheck
+	field("Health check", fmt.Sprintf("GET %s every %s, timeout %s, unhealthy after %s failures",
+		orDefault(hc.Path, "/"), secondsOr(hc.IntervalS, "10s"), secondsOr(hc.TimeoutS, "2s"), countOr(hc.Failures, "3")))
+	if len(svc.Env) == 0 {
+		field("Env", "-")
+	} else {
+		keys := make([]string, 0, len(svc.Env))
+		for k := range svc.Env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		field("Env", keys[0]+"="+svc.Env[keys[0]])
+		for _, k := range keys[1:] {
+			fmt.Fprintf(tw, "\t%s=%s\n", k, svc.Env[k])
+		}
+	}
+	field("Created", fmt.Sprintf("%s (%s ago)", svc.CreatedAt.UTC().Format("2006-01-02 15:04:05Z"), a.since(svc.CreatedAt)))
+	field("Updated", fmt.Sprintf("%s (%s ago)", svc.UpdatedAt.UTC().Format("2006-01-02 15:04:05Z"), a.since(svc.UpdatedAt)))
+	_ = tw.Flush()
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func secondsOr(n int, def string) string {
+	if n == 0 {
+		return def
+	}
+	return fmt.Sprintf("%ds", n)
+}
+
+func countOr(n int, def string) string {
+	if n == 0 {
+		return def
+	}
+	return fmt.Sprint(n)
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthhq/berth/sdk/client"
+)
+
+func newGetCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "get services|nodes|workloads",
+		RunE:  groupRunE,
+		Short: "List services, nodes or workloads",
+		Long: `get lists one kind of object as a table, or with -o json as a JSON array
+of the API's objects.`,
+		Example: `  berth get services --project shop
+  berth get nodes -o json
+  berth get workloads --all-projects`,
+	}
+	cmd.AddCommand(newGetServicesCmd(a), newGetNodesCmd(a), newGetWorkloadsCmd(a))
+	return cmd
+}
+
+func newGetServicesCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "services",
+		Aliases: []string{"service", "svc"},
+		Short:   "List the services of a project",
+		Long: `services lists the services of the project with their revision, replicas
+(desired and ready), domains, pinned bundle digest and age.`,
+		Example: `  berth get services
+  berth get svc --project shop -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			items, err := c.ListServices(cmd.Context(), s.Project)
+			if err != nil {
+				return fmt.Errorf("list services of %s: %w", s.Project, err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, items)
+			}
+			tw := newTable(a.stdout)
+			row(tw, "NAME", "REVISION", "REPLICAS", "READY", "DOMAINS", "BUNDLE", "AGE")
+			for _, v := range items {
+				row(tw, v.Name, v.Revision, v.Replicas, fmt.Sprintf("%d/%d", v.Ready, v.Replicas),
+					joinOrDash(v.Domains), shortDigest(v.BundleDigest), a.since(v.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newGetNodesCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "nodes",
+		Aliases: []string{"node", "no"},
+		Short:   "List the enrolled nodes",
+		Long: `nodes lists every enrolled node: status, region, address, number of
+workloads, the desired-state revision it applied against the one it should
+run, and when it was last seen.`,
+		Example: `  berth get nodes
+  berth get nodes -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			items, err := c.ListNodes(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("list nodes: %w", err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, items)
+			}
+			tw := newTable(a.stdout)
+			row(tw, "ID", "HOSTNAME", "STATUS", "REGION", "ADDRESS", "WORKLOADS", "APPLIED/DESIRED", "LAST-SEEN")
+			for _, n := range items {
+				seen := "never"
+				if n.LastSeenAt != nil {
+					seen = a.since(*n.LastSeenAt) + " ago"
+				}
+				row(tw, n.ID, n.Hostname, n.Status, orDash(n.Region), orDash(n.Address), n.Workloads,
+					fmt.Sprintf("%d/%d", n.AppliedRev, n.DesiredRev), seen)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newGetWorkloadsCmd(a *app) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:     "workloads",
+		Aliases: []string{"workload", "wl"},
+		Short:   "List the workloads of a project, or of all projects",
+		Long: `workloads lists the running instances of the project's services: one per
+slot, with the node it is placed on, its desired and observed status, health,
+address and restart count.`,
+		Example: `  berth get workloads
+  berth get workloads --all-projects -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			project := s.Project
+			if all {
+				project = ""
+			}
+			items, err := c.ListWorkloads(cmd.Context(), project)
+			if err != nil {
+				return fmt.Errorf("list workloads: %w", err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, items)
+			}
+			return a.workloadTable(items, all)
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all-projects", "A", false, "list the workloads of every project")
+	return cmd
+}
+
+// workloadTable prints workloads; withProject prefixes the service with its project.
+func (a *app) workloadTable(items []client.Workload, withProject bool) error {
+	tw := newTable(a.stdout)
+	row(tw, "ID", "SERVICE", "SLOT", "NODE", "DESIRED", "OBSERVED", "HEALTH", "ADDRESS", "RESTARTS")
+	for _, w := range items {
+		svc := w.Service
+		if withProject {
+			svc = w.Project + "/" + w.Service
+		}
+		row(tw, w.ID, svc, w.Slot, orDash(w.NodeID), orDash(w.DesiredStatus), orDash(w.ObservedStatus),
+			orDash(w.Health), orDash(w.Address), w.RestartCount)
+	}
+	return tw.Flush()
+}

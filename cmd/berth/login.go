@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthhq/berth/sdk/client"
+)
+
+func newLoginCmd(a *app) *cobra.Command {
+	var tokenStdin bool
+	cmd := &cobra.Command{
+		Use:   "login --server URL (--token TOKEN | --token-stdin)",
+		Short: "Check a server URL and token, then save them for later commands",
+		Long: `login checks the server URL and API token with a real call (listing projects)
+and, when the server accepts them, saves them to the config file
+($XDG_CONFIG_HOME/berth/config.json or ~/.config/berth/config.json, mode 0600).
+A --project given here is saved as the default project too.
+
+Prefer --token-stdin: a token on the command line lands in shell history.`,
+		Example: `  berth login --server https://berth.example.com --token-stdin < token.txt
+  pass show berth | berth login --server https://berth.example.com --token-stdin`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.resolve(cmd)
+			if err != nil {
+				return err
+			}
+			if tokenStdin {
+				if cmd.Flags().Changed("token") {
+					return fmt.Errorf("give --token or --token-stdin, not both")
+				}
+				line, err := bufio.NewReader(a.stdin).ReadString('\n')
+				if err != nil && line == "" {
+					return fmt.Errorf("read token from stdin: %w", err)
+				}
+				s.Token = strings.TrimSpace(line)
+			}
+			if s.Server == "" {
+				return fmt.Errorf("no server: pass --server URL")
+			}
+			if s.Token == "" {
+				return fmt.Errorf("no token: pass --token or --token-stdin")
+			}
+			c, err := a.newClient(s.Server, s.Token)
+			if err != nil {
+				return err
+			}
+			if _, err := c.ListProjects(cmd.Context()); err != nil {
+				if client.IsCode(err, "unauthenticated") {
+					return fmt.Errorf("login to %s: the server refused the token: %w", c.Server(), err)
+				}
+				return fmt.Errorf("login to %s: %w", c.Server(), err)
+			}
+			fc, err := loadConfig(s.ConfigPath)
+			if err != nil {
+				return err
+			}
+			fc.Server, fc.Token = c.Server(), s.Token
+			if cmd.Flags().Changed("project") {
+				fc.Project = a.project
+			}
+			if err := saveConfig(s.ConfigPath, fc); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "logged in to %s; credentials saved to %s\n", c.Server(), s.ConfigPath)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&tokenStdin, "token-stdin", false, "read the token from the first line of stdin")
+	return cmd
+}

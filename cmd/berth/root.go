@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// Output formats of -o.
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+)
+
+// userAgent is what the CLI sends as User-Agent.
+const userAgent = "berth-cli"
+
+// app is one run of the CLI: its streams, its environment and its global flags.
+type app struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+	// now is the clock used for ages; nil means time.Now.
+	now func() time.Time
+	// httpClient replaces the API client's *http.Client; nil keeps the default.
+	httpClient *http.Client
+
+	// Global flags.
+	server  string
+	token   string
+	project string
+	output  string
+}
+
+// run executes the CLI with args and returns the process exit code: 0, or 1
+// after printing "error: <message>" on stderr.
+func run(ctx context.Context, a *app, args []string) int {
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(a.stderr, "error: %s\n", err)
+		return 1
+	}
+	return 0
+}
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "berth",
+		Short: "Operate a Berth deployment control plane",
+		Long: `berth talks to a Berth server's API: it applies services, pushes release
+bundles, creates node join tokens and shows nodes, services and workloads.
+
+The server, token and project come from, in this order: the flags --server,
+--token and --project; the environment variables BERTH_SERVER, BERTH_TOKEN and
+BERTH_PROJECT; the file written by "berth login"
+($XDG_CONFIG_HOME/berth/config.json, by default ~/.config/berth/config.json).`,
+		Example: `  berth login --server https://berth.example.com --token brt_...
+  berth bundle push ./build --name hello
+  berth apply -f hello.yaml
+  berth get services`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			switch a.output {
+			case outputTable, outputJSON:
+				return nil
+			default:
+				return fmt.Errorf("--output %q: want table or json", a.output)
+			}
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.server, "server", "", "Berth server URL (env BERTH_SERVER)")
+	pf.StringVar(&a.token, "token", "", "API token (env BERTH_TOKEN)")
+	pf.StringVar(&a.project, "project", "default", "project to work in (env BERTH_PROJECT)")
+	pf.StringVarP(&a.output, "output", "o", outputTable, "output format: table or json")
+
+	root.AddCommand(
+		newLoginCmd(a),
+		newApplyCmd(a),
+		newGetCmd(a),
+		newDescribeCmd(a),
+		newDeleteCmd(a),
+		newJoinTokenCmd(a),
+		newBundleCmd(a),
+	)
+	return root
+}
+
+// clock returns the current time of the app's clock.
+func (a *app) clock() time.Time {
+	if a.now != nil {
+		return a.now()
+	}
+	return time.Now()
+}
+
+// apiClient resolves the settings and returns a client that sends the token.
+func (a *app) apiClient(cmd *cobra.Command) (*client.Client, settings, error) {
+	s, err := a.resolve(cmd)
+	if err != nil {
+		return nil, s, err
+	}
+	if s.Server == "" {
+		return nil, s, fmt.Errorf("no server: pass --server, set BERTH_SERVER, or run berth login")
+	}
+	if s.Token == "" {
+		return nil, s, fmt.Errorf("no token: pass --token, set BERTH_TOKEN, or run berth login")
+	}
+	c, err := a.newClient(s.Server, s.Token)
+	return c, s, err
+}
+
+func (a *app) newClient(server, token string) (*client.Client, error) {
+	return client.New(server, client.WithToken(token), client.WithUserAgent(userAgent), client.WithHTTPClient(a.httpClient))
+}
+
+// groupRunE makes a command that only groups subcommands print its help when
+// called bare and fail on an unknown subcommand, instead of exiting 0.
+func groupRunE(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	var names []string
+	for _, sub := range cmd.Commands() {
+		if sub.IsAvailableCommand() {
+			names = append(names, sub.Name())
+		}
+	}
+	return fmt.Errorf("unknown command %q for %q; want one of: %s", args[0], cmd.CommandPath(), strings.Join(names, ", "))
+}

@@ -1,0 +1,72 @@
+// Command berthd is Berth's control plane: the API, node sessions, the
+// scheduler and the gateway plugin, on one MongoDB (or the embedded store).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/berthhq/berth/core/server"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	fs := flag.NewFlagSet("berthd", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `berthd runs Berth's control plane.
+
+Usage:
+  berthd --data-dir DIR [--listen HOST:PORT] [--gateway-listen HOST:PORT] [--mongo-uri URI]
+
+With no --mongo-uri, berthd runs an embedded store (FerretDB over SQLite) under
+the data directory and takes an exclusive lock on it. At first start it creates
+the cluster signing key and an admin token (printed once, kept in DIR/admin-token).
+The API is served at http://HOST:PORT/api/v1; the edge gateway plugin serves
+HTTP on --gateway-listen and routes by Host to healthy workloads.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	var cfg server.Config
+	var level string
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "data directory (keys, admin token, embedded store, bundles); required")
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "API listen address")
+	fs.StringVar(&cfg.GatewayListen, "gateway-listen", "127.0.0.1:8080", `edge gateway listen address ("off" runs no gateway)`)
+	fs.StringVar(&cfg.MongoURI, "mongo-uri", "", "MongoDB connection string (default: embedded store under --data-dir)")
+	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL nodes and the CLI use to reach the API (default http://<listen>)")
+	fs.StringVar(&cfg.PluginDir, "plugin-dir", "", "directory of berth-plugin-* binaries (default: beside berthd)")
+	fs.Int64Var(&cfg.MaxBundleBytes, "max-bundle-bytes", 512<<20, "largest release bundle accepted, in bytes")
+	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		fmt.Fprintf(os.Stderr, "berthd: --log-level: %v\n", err)
+		return 2
+	}
+	if cfg.DataDir == "" {
+		fmt.Fprintln(os.Stderr, "berthd: --data-dir is required (see --help)")
+		return 2
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := server.Run(ctx, cfg); err != nil {
+		cfg.Logger.Error("berthd stopped", "err", err)
+		return 1
+	}
+	return 0
+}

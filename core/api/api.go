@@ -1,0 +1,313 @@
+// Package api serves Berth's HTTP API under /api/v1 with echo: JSON-only bounded
+// bodies, bearer tokens with scopes, and problem+json errors (docs/api.md).
+package api
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/services"
+)
+
+// DefaultMaxBodyBytes bounds a JSON request body when Config.MaxBodyBytes is zero: 1 MiB.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Hinter is told that desired state changed, so a reconcile pass runs soon.
+type Hinter interface{ Hint(reason string) }
+
+// Config wires the API. Every pointer field is required except Metrics,
+// Sessions and Ready.
+type Config struct {
+	Catalog *services.Catalog
+	Nodes   *nodes.Registry
+	Bundles *bundles.Store
+	Tokens  *identity.Tokens
+	Hinter  Hinter
+	// Sessions serves GET /api/v1/nodes/session (it authenticates on its own).
+	Sessions http.Handler
+	// PublicURL is how nodes reach this server, e.g. "http://127.0.0.1:7070";
+	// it is written into join commands.
+	PublicURL        string
+	ClusterID        string
+	ClusterPublicKey ed25519.PublicKey
+	// MaxBodyBytes bounds JSON bodies; zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	Logger       *slog.Logger
+	// Metrics is the registry /metrics serves; nil makes a private one.
+	Metrics *prometheus.Registry
+	// Ready reports whether the server can serve (store reachable, gateway up);
+	// nil means always ready.
+	Ready func(ctx context.Context) error
+}
+
+// Server is the API's HTTP handler.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	e        *echo.Echo
+	requests *prometheus.CounterVec
+}
+
+// New builds the API handler.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api")}
+	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_api_requests_total", Help: "API requests by route and status code.",
+	}, []string{"route", "code"})
+	cfg.Metrics.MustRegister(s.requests)
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.observe)
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{})))
+
+	v1 := e.Group("/api/v1")
+	v1.POST("/nodes/enroll", s.enroll) // the join token is the proof
+	if cfg.Sessions != nil {
+		v1.GET("/nodes/session", echo.WrapHandler(cfg.Sessions))
+	}
+	v1.GET("/bundles/:digest", s.downloadBundle, s.auth(scopeNodeOrRead))
+
+	v1.POST("/nodes/join-tokens", s.createJoinToken, s.auth(identity.ScopeNodeEnroll))
+	v1.GET("/nodes", s.listNodes, s.auth(identity.ScopeNodesRead))
+	v1.GET("/nodes/:id", s.getNode, s.auth(identity.ScopeNodesRead))
+	v1.GET("/projects", s.listProjects, s.auth(identity.ScopeServicesRead))
+	v1.PUT("/projects/:project", s.putProject, s.auth(identity.ScopeServicesWrite))
+	v1.GET("/projects/:project", s.getProject, s.auth(identity.ScopeServicesRead))
+	v1.GET("/projects/:project/services", s.listServices, s.auth(identity.ScopeServicesRead))
+	v1.PUT("/projects/:project/services/:name", s.putService, s.auth(identity.ScopeServicesWrite))
+	v1.GET("/projects/:project/services/:name", s.getService, s.auth(identity.ScopeServicesRead))
+	v1.DELETE("/projects/:project/services/:name", s.deleteService, s.auth(identity.ScopeServicesWrite))
+	v1.GET("/projects/:project/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
+	v1.GET("/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
+	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServicesWrite))
+	v1.GET("/projects/:project/bundles", s.listBundles, s.auth(identity.ScopeServicesRead))
+	e.RouteNotFound("/*", func(c echo.Context) error {
+		return problem(abierrors.NotFound, "no such endpoint: "+c.Request().Method+" "+c.Request().URL.Path)
+	})
+	s.e = e
+	return s
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.e.ServeHTTP(w, r) }
+
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err)
+		}
+		status := c.Response().Status
+		s.requests.WithLabelValues(c.Path(), fmt.Sprint(status)).Inc()
+		if c.Path() != "/healthz" && c.Path() != "/readyz" && c.Path() != "/metrics" {
+			s.log.Debug("request", "method", c.Request().Method, "path", c.Request().URL.Path, "status", status, "duration_ms", time.Since(start).Milliseconds())
+		}
+		return nil
+	}
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(c.Request().Context()); err != nil {
+			s.log.Warn("not ready", "err", err)
+			return problem(abierrors.Unavailable, "not ready")
+		}
+	}
+	return c.String(http.StatusOK, "ready\n")
+}
+
+// problem returns an *abierrors.Error for handlers to return.
+func problem(code abierrors.Code, msg string) error { return abierrors.New(code, msg) }
+
+// handleError writes every error as application/problem+json with a stable code.
+// Internal causes go to the log only.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var ae *abierrors.Error
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &he):
+		code := abierrors.BadRequest
+		switch he.Code {
+		case http.StatusNotFound:
+			code = abierrors.NotFound
+		case http.StatusMethodNotAllowed:
+			code = abierrors.MethodNotAllowed
+		case http.StatusRequestEntityTooLarge:
+			code = abierrors.BodyTooLarge
+		case http.StatusUnauthorized:
+			code = abierrors.Unauthenticated
+		}
+		ae = abierrors.New(code, fmt.Sprint(he.Message))
+	default:
+		s.log.Error("internal error", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+		ae = abierrors.New(abierrors.Internal, "internal error; see the server log")
+	}
+	status := ae.Code.HTTPStatus()
+	if status >= 500 && ae.Err != nil {
+		s.log.Error("request failed", "path", c.Request().URL.Path, "code", ae.Code, "err", ae.Err)
+	}
+	c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(status)
+		return
+	}
+	_ = c.JSON(status, map[string]any{
+		"title":  http.StatusText(status),
+		"status": status,
+		"code":   ae.Code,
+		"detail": ae.Message,
+	})
+}
+
+// principal keys.
+const principalKey = "berth.principal"
+
+const scopeNodeOrRead identity.Scope = "berth.internal:node-or-read"
+
+// auth authenticates the bearer and checks scope. Failures are one generic 401.
+// A node credential is accepted only where scope is scopeNodeOrRead.
+func (s *Server) auth(scope identity.Scope) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			tok, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+			if !ok || tok == "" {
+				return problem(abierrors.Unauthenticated, "authentication failed")
+			}
+			ctx := c.Request().Context()
+			if strings.HasPrefix(tok, "brn_") {
+				if scope != scopeNodeOrRead {
+					return problem(abierrors.Unauthenticated, "authentication failed")
+				}
+				n, err := s.cfg.Nodes.Authenticate(ctx, tok)
+				if err != nil {
+					return problem(abierrors.Unauthenticated, "authentication failed")
+				}
+				c.Set(principalKey, &identity.Principal{Kind: identity.KindNode, ID: n.ID})
+				return next(c)
+			}
+			p, err := s.cfg.Tokens.Authenticate(ctx, tok)
+			if err != nil {
+				return problem(abierrors.Unauthenticated, "authentication failed")
+			}
+			want := scope
+			if scope == scopeNodeOrRead {
+				want = identity.ScopeServicesRead
+			}
+			if !p.Has(want) {
+				return problem(abierrors.Forbidden, fmt.Sprintf("this token lacks the scope %q", want))
+			}
+			c.Set(principalKey, p)
+			return next(c)
+		}
+	}
+}
+
+func principal(c echo.Context) *identity.Principal {
+	p, _ := c.Get(principalKey).(*identity.Principal)
+	return p
+}
+
+func (s *Server) createJoinToken(c echo.Context) error {
+	var req struct {
+		TTLSeconds int `json:"ttl_seconds"`
+	}
+	if err := s.bindOptional(c, &req); err != nil {
+		return err
+	}
+	ttl := time.Duration(req.TTLSeconds) * time.Second
+	if req.TTLSeconds < 0 || ttl > nodes.MaxJoinTokenTTL {
+		return problem(abierrors.ValidationFailed, fmt.Sprintf("ttl_seconds must be between 0 and %d", int(nodes.MaxJoinTokenTTL.Seconds())))
+	}
+	tok, exp, err := s.cfg.Nodes.CreateJoinToken(c.Request().Context(), ttl)
+	if err != nil {
+		return err
+	}
+	s.log.Info("join token created", "expires_at", exp)
+	return c.JSON(http.StatusCreated, map[string]any{
+		"token":        tok,
+		"join_command": fmt.Sprintf("berth-agent enroll --server %s --join-token %s --data-dir /var/lib/berth-agent", s.cfg.PublicURL, tok),
+		"expires_at":   exp,
+	})
+}
+
+func (s *Server) enroll(c echo.Context) error {
+	var req struct {
+		JoinToken string            `json:"join_token"`
+		PublicKey string            `json:"public_key"`
+		Hostname  string            `json:"hostname"`
+		Region    string            `json:"region"`
+		Labels    map[string]string `json:"labels"`
+		Address   string            `json:"address"`
+		Capacity  struct {
+			CPUs     int   `json:"cpus"`
+			MemoryMB int64 `json:"memory_mb"`
+		} `json:"capacity"`
+	}
+	if err := s.bind(c, &req); err != nil {
+		return err
+	}
+	if req.JoinToken == "" {
+		return problem(abierrors.Unauthenticated, "authentication failed")
+	}
+	if req.Address == "" {
+		req.Address = "127.0.0.1"
+	}
+	if err := validateEnroll(req.Hostname, req.Region, req.Address, req.Labels); err != nil {
+		return err
+	}
+	n, cred, err := s.cfg.Nodes.Enroll(c.Request().Context(), nodes.EnrollRequest{
+		JoinToken: req.JoinToken, PublicKey: req.PublicKey, Hostname: req.Hostname, Region: req.Region,
+		Labels: req.Labels, Address: req.Address, CPUs: req.Capacity.CPUs, MemoryMB: req.Capacity.MemoryMB,
+	})
+	switch {
+	case errors.Is(err, nodes.ErrJoinTokenUsed):
+		return problem(abierrors.JoinTokenUsed, "this join token was already used; create a new one")
+	case errors.Is(err, nodes.ErrJoinTokenExpired):
+		return problem(abierrors.JoinTokenExpired, "this join token is expired or unknown; create a new one")
+	case nodes.IsBadKey(err):
+		return problem(abierrors.ValidationFailed, "public_key must be a base64-encoded Ed25519 public key")
+	case err != nil:
+		return err
+	}
+	s.log.Info("node enrolled", "node_id", n.ID, "hostname", n.Hostname, "address", n.Address, "region", n.Region)
+	s.cfg.Hinter.Hint("node.enrolled")
+	return c.JSON(http.StatusCreated, map[string]any{
+		"node_id":            n.ID,
+		"credential":         cred,
+		"cluster_public_key": base64.StdEncoding.EncodeToString(s.cfg.ClusterPublicKey),
+		"cluster_id":         s.cfg.ClusterID,
+	})
+}

@@ -1,0 +1,179 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"regexp"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/core/services"
+)
+
+// bind decodes a required JSON body into v: Content-Type must be
+// application/json, the body at most MaxBodyBytes, one JSON value with no
+// unknown fields and the right types.
+func (s *Server) bind(c echo.Context, v any) error {
+	return s.decode(c, v, false)
+}
+
+// bindOptional is bind, but an empty body leaves v as it is.
+func (s *Server) bindOptional(c echo.Context, v any) error {
+	return s.decode(c, v, true)
+}
+
+func (s *Server) decode(c echo.Context, v any, optional bool) error {
+	r := c.Request()
+	raw, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBodyBytes+1))
+	if err != nil {
+		return problem(abierrors.BadRequest, "could not read the request body")
+	}
+	if int64(len(raw)) > s.cfg.MaxBodyBytes {
+		return problem(abierrors.BodyTooLarge, fmt.Sprintf("request body is larger than %d bytes", s.cfg.MaxBodyBytes))
+	}
+	if len(bytes.TrimSpace(raw)) == 0 && optional {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return problem(abierrors.UnsupportedMedia, "request body must be application/json")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return problem(abierrors.BadRequest, describeJSONError(err))
+	}
+	if dec.More() {
+		return problem(abierrors.BadRequest, "request body must hold exactly one JSON value")
+	}
+	return nil
+}
+
+func describeJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "body"
+		}
+		return fmt.Sprintf("field %q must be %s, not %s", field, te.Type.String(), te.Value)
+	case errors.As(err, &se):
+		return fmt.Sprintf("malformed JSON at byte %d", se.Offset)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+	case errors.Is(err, io.EOF):
+		return "request body is empty"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed JSON: unexpected end of body"
+	}
+	return "malformed JSON body"
+}
+
+var (
+	envNameRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+	labelKeyRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$`)
+)
+
+func checkName(kind, name string) error {
+	if !services.ValidName(name) {
+		return problem(abierrors.InvalidName, fmt.Sprintf("%s name %q must be a DNS label: 1 to 63 characters of a-z, 0-9 and '-', not starting or ending with '-'", kind, name))
+	}
+	return nil
+}
+
+// Limits on a service spec.
+const (
+	maxReplicas = 100
+	maxDomains  = 32
+	maxEnv      = 256
+	maxCommand  = 64
+)
+
+func validateService(spec *serviceSpec) error {
+	fail := func(format string, a ...any) error {
+		return problem(abierrors.ValidationFailed, fmt.Sprintf(format, a...))
+	}
+	if spec.Bundle == "" {
+		return fail("bundle is required: a digest (sha256:...) or the name of a pushed bundle")
+	}
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return fail("command is required, e.g. [\"./hello\"]")
+	}
+	if len(spec.Command) > maxCommand {
+		return fail("command has more than %d arguments", maxCommand)
+	}
+	if spec.Replicas != nil && (*spec.Replicas < 0 || *spec.Replicas > maxReplicas) {
+		return fail("replicas must be between 0 and %d", maxReplicas)
+	}
+	if spec.Port < 0 || spec.Port > 65535 {
+		return fail("port must be between 1 and 65535")
+	}
+	if len(spec.Env) > maxEnv {
+		return fail("env has more than %d variables", maxEnv)
+	}
+	for k := range spec.Env {
+		if !envNameRE.MatchString(k) {
+			return fail("env name %q is not a valid variable name", k)
+		}
+		if k == "PORT" || k == "HOST" || strings.HasPrefix(k, "BERTH_") {
+			return fail("env name %q is reserved: the node agent sets PORT, HOST and BERTH_*", k)
+		}
+	}
+	if len(spec.Domains) > maxDomains {
+		return fail("at most %d domains", maxDomains)
+	}
+	seen := map[string]bool{}
+	for i, d := range spec.Domains {
+		d = strings.ToLower(strings.TrimSuffix(d, "."))
+		if len(d) > 253 || !hostnameRE.MatchString(d) {
+			return fail("domain %q is not a valid hostname", spec.Domains[i])
+		}
+		if seen[d] {
+			return fail("domain %q is listed twice", d)
+		}
+		seen[d] = true
+		spec.Domains[i] = d
+	}
+	h := spec.HealthCheck
+	if h.Path != "" && !strings.HasPrefix(h.Path, "/") {
+		return fail("health_check.path must start with '/'")
+	}
+	if h.IntervalS < 0 || h.IntervalS > 3600 || h.TimeoutS < 0 || h.TimeoutS > 300 || h.Failures < 0 || h.Failures > 100 {
+		return fail("health_check: interval_s 0..3600, timeout_s 0..300, failures 0..100")
+	}
+	return nil
+}
+
+func validateEnroll(hostname, region, address string, labels map[string]string) error {
+	fail := func(format string, a ...any) error {
+		return problem(abierrors.ValidationFailed, fmt.Sprintf(format, a...))
+	}
+	if hostname == "" || len(hostname) > 253 {
+		return fail("hostname is required (at most 253 characters)")
+	}
+	if region != "" && !services.ValidName(region) {
+		return fail("region %q must be a DNS label", region)
+	}
+	if net.ParseIP(address) == nil {
+		return fail("address %q must be an IP address", address)
+	}
+	if len(labels) > 64 {
+		return fail("at most 64 labels")
+	}
+	for k, v := range labels {
+		if !labelKeyRE.MatchString(k) || len(v) > 63 {
+			return fail("label %q=%q: keys are lower-case [a-z0-9._/-], values at most 63 characters", k, v)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,398 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/sdk/bundle"
+	"github.com/berthhq/berth/sdk/client"
+)
+
+type serviceSpec = client.ServiceSpec
+
+func toAPIService(s *services.Service, ready int) client.Service {
+	return client.Service{
+		ID: s.ID, Project: s.Project, Name: s.Name, Revision: s.Revision, Bundle: s.Bundle, BundleDigest: s.BundleDigest,
+		Command: s.Command, Env: s.Env, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas,
+		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
+	}
+}
+
+func toAPIWorkload(w *services.Workload) client.Workload {
+	return client.Workload{
+		ID: w.ID, Project: w.Project, Service: w.Service, Slot: w.Slot, NodeID: w.NodeID,
+		DesiredStatus: w.DesiredStatus, ObservedStatus: w.ObservedStatus, Health: w.Health,
+		Address: w.Address, RestartCount: w.RestartCount, Message: w.Message, CreatedAt: w.CreatedAt, ObservedAt: w.ObservedAt,
+	}
+}
+
+func ready(w *services.Workload) bool { return w.ObservedStatus == "running" && w.Health == "passing" }
+
+// project returns the named project; with create, an admin creates it on first use.
+func (s *Server) project(c echo.Context, create bool) (*services.Project, error) {
+	name := c.Param("project")
+	if err := checkName("project", name); err != nil {
+		return nil, err
+	}
+	ctx := c.Request().Context()
+	if create && principal(c).Has(identity.ScopeAdmin) {
+		p, created, err := s.cfg.Catalog.EnsureProject(ctx, name)
+		if created {
+			s.log.Info("project created on first use", "project", name, "project_id", p.ID)
+		}
+		return p, err
+	}
+	p, err := s.cfg.Catalog.GetProject(ctx, name)
+	if errors.Is(err, services.ErrProjectNotFound) {
+		return nil, problem(abierrors.ProjectNotFound, fmt.Sprintf("no project %q", name))
+	}
+	return p, err
+}
+
+func apiProject(p *services.Project) client.Project {
+	return client.Project{ID: p.ID, Name: p.Name, CreatedAt: p.CreatedAt}
+}
+
+func (s *Server) putProject(c echo.Context) error {
+	var body struct{}
+	if err := s.bindOptional(c, &body); err != nil {
+		return err
+	}
+	name := c.Param("project")
+	if err := checkName("project", name); err != nil {
+		return err
+	}
+	p, created, err := s.cfg.Catalog.EnsureProject(c.Request().Context(), name)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		s.log.Info("project created", "project", name, "project_id", p.ID)
+	}
+	return c.JSON(status, apiProject(p))
+}
+
+func (s *Server) getProject(c echo.Context) error {
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, apiProject(p))
+}
+
+func (s *Server) listProjects(c echo.Context) error {
+	ps, err := s.cfg.Catalog.ListProjects(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	out := client.List[client.Project]{Items: []client.Project{}}
+	for i := range ps {
+		out.Items = append(out.Items, apiProject(&ps[i]))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func serviceError(err error) error {
+	switch {
+	case errors.Is(err, services.ErrServiceNotFound):
+		return abierrors.Wrap(abierrors.ServiceNotFound, trimSentinel(err), nil)
+	case errors.Is(err, services.ErrRevisionConflict):
+		return abierrors.Wrap(abierrors.RevisionConflict, trimSentinel(err), nil)
+	case errors.Is(err, services.ErrDomainTaken):
+		return abierrors.Wrap(abierrors.AlreadyExists, trimSentinel(err), nil)
+	}
+	return err
+}
+
+// trimSentinel drops the "berth: ..." sentinel text before the first ": ".
+func trimSentinel(err error) string {
+	msg := err.Error()
+	for i := 0; i+1 < len(msg); i++ {
+		if msg[i] == ':' && msg[i+1] == ' ' && i > 6 && msg[:6] == "berth:" {
+			return msg[i+2:]
+		}
+	}
+	return msg
+}
+
+func (s *Server) putService(c echo.Context) error {
+	name := c.Param("name")
+	if err := checkName("project", c.Param("project")); err != nil {
+		return err
+	}
+	if err := checkName("service", name); err != nil {
+		return err
+	}
+	var spec serviceSpec
+	if err := s.bind(c, &spec); err != nil {
+		return err
+	}
+	if err := validateService(&spec); err != nil {
+		return err
+	}
+	p, err := s.project(c, true)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	b, err := s.cfg.Bundles.Resolve(ctx, p.ID, spec.Bundle)
+	if errors.Is(err, bundles.ErrNotFound) {
+		return problem(abierrors.BundleNotFound, fmt.Sprintf("no bundle %q in project %q; push it with 'berth bundle push'", spec.Bundle, p.Name))
+	} else if err != nil {
+		return err
+	}
+	svc := &services.Service{
+		Name: name, Bundle: spec.Bundle, BundleDigest: b.Digest, Command: spec.Command, Env: spec.Env,
+		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
+	}
+	if svc.Port == 0 {
+		svc.Port = 8080
+	}
+	if svc.Domains == nil {
+		svc.Domains = []string{}
+	}
+	if spec.Replicas != nil {
+		svc.Replicas = *spec.Replicas
+	}
+	out, created, err := s.cfg.Catalog.PutService(ctx, p, svc, spec.ExpectedRevision)
+	if err != nil {
+		return serviceError(err)
+	}
+	s.log.Info("service applied", "project", p.Name, "service", name, "revision", out.Revision, "replicas", out.Replicas, "bundle", out.BundleDigest)
+	s.cfg.Hinter.Hint("service.applied")
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	return c.JSON(status, toAPIService(out, 0))
+}
+
+func (s *Server) getService(c echo.Context) error {
+	if err := checkName("service", c.Param("name")); err != nil {
+		return err
+	}
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	svc, err := s.cfg.Catalog.GetService(ctx, p, c.Param("name"))
+	if err != nil {
+		return serviceError(err)
+	}
+	wls, err := s.cfg.Catalog.ListWorkloads(ctx, bson.M{"service_id": svc.ID})
+	if err != nil {
+		return err
+	}
+	n := 0
+	for i := range wls {
+		if ready(&wls[i]) {
+			n++
+		}
+	}
+	return c.JSON(http.StatusOK, toAPIService(svc, n))
+}
+
+func (s *Server) listServices(c echo.Context) error {
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	svcs, err := s.cfg.Catalog.ListServices(ctx, p)
+	if err != nil {
+		return err
+	}
+	wls, err := s.cfg.Catalog.ListWorkloads(ctx, bson.M{"project_id": p.ID})
+	if err != nil {
+		return err
+	}
+	readyBy := map[string]int{}
+	for i := range wls {
+		if ready(&wls[i]) {
+			readyBy[wls[i].ServiceID]++
+		}
+	}
+	out := client.List[client.Service]{Items: []client.Service{}}
+	for i := range svcs {
+		out.Items = append(out.Items, toAPIService(&svcs[i], readyBy[svcs[i].ID]))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) deleteService(c echo.Context) error {
+	if err := checkName("service", c.Param("name")); err != nil {
+		return err
+	}
+	var expected *int64
+	if v := c.QueryParam("expected_revision"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return problem(abierrors.BadRequest, "expected_revision must be a non-negative integer")
+		}
+		expected = &n
+	}
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Catalog.DeleteService(c.Request().Context(), p, c.Param("name"), expected); err != nil {
+		return serviceError(err)
+	}
+	s.log.Info("service deleted", "project", p.Name, "service", c.Param("name"))
+	s.cfg.Hinter.Hint("service.deleted")
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) listWorkloads(c echo.Context) error {
+	filter := bson.M{}
+	if c.Param("project") != "" {
+		p, err := s.project(c, false)
+		if err != nil {
+			return err
+		}
+		filter["project_id"] = p.ID
+	}
+	if svc := c.QueryParam("service"); svc != "" {
+		filter["service"] = svc
+	}
+	wls, err := s.cfg.Catalog.ListWorkloads(c.Request().Context(), filter)
+	if err != nil {
+		return err
+	}
+	out := client.List[client.Workload]{Items: []client.Workload{}}
+	for i := range wls {
+		out.Items = append(out.Items, toAPIWorkload(&wls[i]))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) apiNode(n *nodes.Node, workloads int) client.Node {
+	return client.Node{
+		ID: n.ID, Hostname: n.Hostname, Region: n.Region, Labels: n.Labels, Address: n.Address,
+		Capacity: client.Capacity{CPUs: n.CPUs, MemoryMB: n.MemoryMB}, Status: n.Status,
+		DesiredRev: n.DesiredRev, AppliedRev: n.AppliedRev, Workloads: workloads, EnrolledAt: n.EnrolledAt, LastSeenAt: n.LastSeenAt,
+	}
+}
+
+func (s *Server) listNodes(c echo.Context) error {
+	ctx := c.Request().Context()
+	ns, err := s.cfg.Nodes.List(ctx)
+	if err != nil {
+		return err
+	}
+	wls, err := s.cfg.Catalog.ListWorkloads(ctx, nil)
+	if err != nil {
+		return err
+	}
+	count := map[string]int{}
+	for _, w := range wls {
+		count[w.NodeID]++
+	}
+	out := client.List[client.Node]{Items: []client.Node{}}
+	for i := range ns {
+		out.Items = append(out.Items, s.apiNode(&ns[i], count[ns[i].ID]))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) getNode(c echo.Context) error {
+	ctx := c.Request().Context()
+	n, err := s.cfg.Nodes.Get(ctx, c.Param("id"))
+	if errors.Is(err, nodes.ErrNotFound) {
+		return problem(abierrors.NodeNotFound, fmt.Sprintf("no node %q", c.Param("id")))
+	} else if err != nil {
+		return err
+	}
+	wls, err := s.cfg.Catalog.ListWorkloads(ctx, bson.M{"node_id": n.ID})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, s.apiNode(n, len(wls)))
+}
+
+func (s *Server) pushBundle(c echo.Context) error {
+	if err := checkName("project", c.Param("project")); err != nil {
+		return err
+	}
+	name := c.QueryParam("name")
+	if name != "" && !services.ValidName(name) {
+		return problem(abierrors.InvalidName, fmt.Sprintf("bundle name %q must be a DNS label", name))
+	}
+	want := c.QueryParam("digest")
+	if want != "" && !bundles.ValidDigest(want) {
+		return problem(abierrors.BadRequest, "digest must be sha256:<64 lower-case hex digits>")
+	}
+	if ct := c.Request().Header.Get("Content-Type"); ct != "application/gzip" && ct != "application/x-gzip" && ct != "application/octet-stream" {
+		return problem(abierrors.UnsupportedMedia, "a bundle is uploaded as application/gzip (a .tar.gz)")
+	}
+	p, err := s.project(c, true)
+	if err != nil {
+		return err
+	}
+	body := http.MaxBytesReader(c.Response(), c.Request().Body, s.cfg.Bundles.MaxBytes())
+	m, err := s.cfg.Bundles.Put(c.Request().Context(), p.ID, p.Name, name, want, body)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe), errors.Is(err, bundles.ErrTooLarge):
+		return problem(abierrors.BodyTooLarge, fmt.Sprintf("bundle is larger than the limit of %d bytes", s.cfg.Bundles.MaxBytes()))
+	case errors.Is(err, bundles.ErrDigestMismatch):
+		return problem(abierrors.DigestMismatch, trimSentinel(err))
+	case errors.Is(err, bundle.ErrInvalid), errors.Is(err, bundle.ErrTooLarge):
+		return abierrors.Wrap(abierrors.BundleInvalid, err.Error(), nil)
+	case err != nil:
+		return err
+	}
+	s.log.Info("bundle pushed", "project", p.Name, "digest", m.Digest, "size", m.Size, "name", m.Name)
+	return c.JSON(http.StatusCreated, client.Bundle{Digest: m.Digest, Size: m.Size, Name: m.Name, Project: m.Project, CreatedAt: m.CreatedAt})
+}
+
+func (s *Server) listBundles(c echo.Context) error {
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	ms, err := s.cfg.Bundles.List(c.Request().Context(), p.ID)
+	if err != nil {
+		return err
+	}
+	out := client.List[client.Bundle]{Items: []client.Bundle{}}
+	for _, m := range ms {
+		out.Items = append(out.Items, client.Bundle{Digest: m.Digest, Size: m.Size, Name: m.Name, Project: m.Project, CreatedAt: m.CreatedAt})
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) downloadBundle(c echo.Context) error {
+	digest := c.Param("digest")
+	if !bundles.ValidDigest(digest) {
+		return problem(abierrors.BadRequest, "digest must be sha256:<64 lower-case hex digits>")
+	}
+	f, size, err := s.cfg.Bundles.Open(digest)
+	if errors.Is(err, bundles.ErrNotFound) {
+		return problem(abierrors.BundleNotFound, "no bundle "+digest)
+	} else if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := c.Response().Header()
+	h.Set("Content-Type", "application/gzip")
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
+	h.Set("Docker-Content-Digest", digest)
+	h.Set("Cache-Control", "immutable, max-age=31536000")
+	http.ServeContent(c.Response(), c.Request(), "", time.Time{}, f)
+	return nil
+}

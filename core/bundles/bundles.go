@@ -1,0 +1,179 @@
+// Package bundles stores release bundles: gzip tar archives content-addressed by
+// SHA-256 in the blob store, with a per-project catalog of digests and names.
+package bundles
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/berthhq/berth/sdk/bundle"
+)
+
+// DefaultMaxBytes is the default limit on a bundle's compressed size: 512 MiB.
+const DefaultMaxBytes = 512 << 20
+
+// Errors returned by [Store.Put] and [Store.Open].
+var (
+	ErrTooLarge       = errors.New("berth: bundle larger than the limit")
+	ErrDigestMismatch = errors.New("berth: bundle does not hash to the claimed digest")
+	ErrNotFound       = errors.New("berth: bundle not found")
+	ErrBadDigest      = errors.New("berth: malformed digest")
+)
+
+var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// ValidDigest reports whether d has the form "sha256:<64 lower-case hex>".
+func ValidDigest(d string) bool { return digestRE.MatchString(d) }
+
+// Meta is one catalog entry: a bundle pushed to a project, optionally named.
+type Meta struct {
+	ID        string    `bson:"_id"` // project_id + "/" + digest
+	ProjectID string    `bson:"project_id"`
+	Project   string    `bson:"project"`
+	Digest    string    `bson:"digest"`
+	Size      int64     `bson:"size"`
+	Name      string    `bson:"name,omitempty"`
+	CreatedAt time.Time `bson:"created_at"`
+}
+
+// Store holds blobs under Dir/sha256/<hex> and the catalog in collection "bundles".
+type Store struct {
+	dir      string
+	coll     *mongo.Collection
+	maxBytes int64
+}
+
+// New returns a Store writing blobs under dir. maxBytes bounds a bundle's
+// compressed size; zero means DefaultMaxBytes.
+func New(dir string, coll *mongo.Collection, maxBytes int64) (*Store, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "sha256"), 0o700); err != nil {
+		return nil, fmt.Errorf("create blob directory: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		return nil, fmt.Errorf("create blob directory: %w", err)
+	}
+	return &Store{dir: dir, coll: coll, maxBytes: maxBytes}, nil
+}
+
+// MaxBytes is the limit on a bundle's compressed size in bytes.
+func (s *Store) MaxBytes() int64 { return s.maxBytes }
+
+// Put reads a whole bundle from r, checks its size, that it is a safe gzip tar
+// (bundle.Validate), and, when want is not empty, that it hashes to want. Only
+// then is it stored and recorded for the project under name (may be empty).
+// Errors: ErrTooLarge, ErrDigestMismatch, ErrBadDigest, or one wrapping
+// bundle.ErrInvalid / bundle.ErrTooLarge. Put is idempotent: pushing the same
+// bytes again returns the same Meta with the newer name and time.
+func (s *Store) Put(ctx context.Context, projectID, project, name, want string, r io.Reader) (*Meta, error) {
+	if want != "" && !ValidDigest(want) {
+		return nil, ErrBadDigest
+	}
+	tmp, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "upload-*")
+	if err != nil {
+		return nil, fmt.Errorf("store bundle: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, s.maxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("receive bundle: %w", err)
+	}
+	if n > s.maxBytes {
+		return nil, ErrTooLarge
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if want != "" && want != digest {
+		return nil, fmt.Errorf("%w: claimed %s, got %s", ErrDigestMismatch, want, digest)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("store bundle: %w", err)
+	}
+	if err := bundle.Validate(ctx, tmp, 0); err != nil {
+		return nil, fmt.Errorf("validate bundle: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return nil, fmt.Errorf("store bundle: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), s.path(digest)); err != nil {
+		return nil, fmt.Errorf("store bundle: %w", err)
+	}
+	m := &Meta{ID: projectID + "/" + digest, ProjectID: projectID, Project: project, Digest: digest, Size: n, Name: name, CreatedAt: time.Now().UTC()}
+	if _, err := s.coll.ReplaceOne(ctx, bson.M{"_id": m.ID}, m, options.Replace().SetUpsert(true)); err != nil {
+		return nil, fmt.Errorf("record bundle: %w", err)
+	}
+	return m, nil
+}
+
+// Resolve returns the digest that ref names in the project: ref itself when it
+// is a digest the project holds, or the newest bundle pushed with name ref.
+func (s *Store) Resolve(ctx context.Context, projectID, ref string) (*Meta, error) {
+	var m Meta
+	var err error
+	if strings.HasPrefix(ref, "sha256:") {
+		err = s.coll.FindOne(ctx, bson.M{"_id": projectID + "/" + ref}).Decode(&m)
+	} else {
+		err = s.coll.FindOne(ctx, bson.M{"project_id": projectID, "name": ref},
+			options.FindOne().SetSort(bson.D{{Key: "created_at", Value: -1}})).Decode(&m)
+	}
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve bundle %q: %w", ref, err)
+	}
+	return &m, nil
+}
+
+// List returns a project's bundles, newest first.
+func (s *Store) List(ctx context.Context, projectID string) ([]Meta, error) {
+	cur, err := s.coll.Find(ctx, bson.M{"project_id": projectID}, options.Find().SetSort(bson.D{{Key: "created_at", Value: -1}}))
+	if err != nil {
+		return nil, fmt.Errorf("list bundles: %w", err)
+	}
+	var out []Meta
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("list bundles: %w", err)
+	}
+	return out, nil
+}
+
+// Open returns the blob of digest for reading, and its size. The caller closes it.
+func (s *Store) Open(digest string) (*os.File, int64, error) {
+	if !ValidDigest(digest) {
+		return nil, 0, ErrBadDigest
+	}
+	f, err := os.Open(s.path(digest))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("open bundle: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("open bundle: %w", err)
+	}
+	return f, st.Size(), nil
+}
+
+func (s *Store) path(digest string) string {
+	return filepath.Join(s.dir, "sha256", strings.TrimPrefix(digest, "sha256:"))
+}

@@ -1,0 +1,290 @@
+// Package nodes owns enrolled nodes: join tokens, enrollment, node credentials,
+// session state and each node's signed desired-state revision.
+package nodes
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/store"
+)
+
+// DefaultJoinTokenTTL is the lifetime of a join token when none is asked for.
+const DefaultJoinTokenTTL = time.Hour
+
+// MaxJoinTokenTTL bounds the lifetime an operator may ask for.
+const MaxJoinTokenTTL = 7 * 24 * time.Hour
+
+// Errors of [Registry] methods.
+var (
+	// ErrJoinTokenUsed is returned by Enroll for a token that was consumed already.
+	ErrJoinTokenUsed = errors.New("berth: join token already used")
+	// ErrJoinTokenExpired is returned by Enroll for an expired or unknown token.
+	ErrJoinTokenExpired = errors.New("berth: join token expired or unknown")
+	// ErrNotFound is returned for a node id that does not exist.
+	ErrNotFound = errors.New("berth: node not found")
+	// ErrUnauthenticated is returned by Authenticate for every failure.
+	ErrUnauthenticated = errors.New("berth: authentication failed")
+	// ErrConflict is returned by SetDesired when the node's revision moved.
+	ErrConflict = errors.New("berth: node revision changed concurrently")
+)
+
+// Node statuses (docs/node-protocol.md section 2.5 and 4.4).
+const (
+	StatusPending      = "pending"
+	StatusConnected    = "connected"
+	StatusDisconnected = "disconnected"
+	StatusDraining     = "draining"
+	StatusRemoved      = "removed"
+)
+
+// Node is a node document in collection "nodes".
+type Node struct {
+	ID               string            `bson:"_id"`
+	Hostname         string            `bson:"hostname"`
+	Region           string            `bson:"region,omitempty"`
+	Labels           map[string]string `bson:"labels,omitempty"`
+	Address          string            `bson:"address"`
+	CPUs             int               `bson:"cpus"`
+	MemoryMB         int64             `bson:"memory_mb"`
+	PublicKey        string            `bson:"public_key"`
+	CredentialDigest string            `bson:"credential_digest"`
+	Status           string            `bson:"status"`
+	Drivers          []string          `bson:"drivers,omitempty"`
+	AgentVersion     string            `bson:"agent_version,omitempty"`
+	EnrolledAt       time.Time         `bson:"enrolled_at"`
+	LastSeenAt       *time.Time        `bson:"last_seen_at,omitempty"`
+	SessionID        string            `bson:"session_id,omitempty"`
+	// DesiredRev is the revision of DesiredSpec; it only increases.
+	DesiredRev  int64  `bson:"desired_rev"`
+	DesiredHash string `bson:"desired_hash,omitempty"`
+	// DesiredSpec is the JSON of the node's abi/node.Spec at DesiredRev.
+	DesiredSpec string `bson:"desired_spec,omitempty"`
+	AppliedRev  int64  `bson:"applied_rev"`
+}
+
+type joinToken struct {
+	Digest    string     `bson:"_id"`
+	CreatedAt time.Time  `bson:"created_at"`
+	ExpiresAt time.Time  `bson:"expires_at"`
+	UsedAt    *time.Time `bson:"used_at,omitempty"`
+	NodeID    string     `bson:"node_id,omitempty"`
+}
+
+// Registry reads and writes nodes and join tokens.
+type Registry struct {
+	nodes  *mongo.Collection
+	tokens *mongo.Collection
+	now    func() time.Time
+}
+
+// NewRegistry returns a Registry over s. now may be nil (time.Now).
+func NewRegistry(s *store.Store, now func() time.Time) *Registry {
+	if now == nil {
+		now = time.Now
+	}
+	return &Registry{nodes: s.Collection("nodes"), tokens: s.Collection("join_tokens"), now: now}
+}
+
+// EnsureIndexes creates the indexes the registry relies on; idempotent.
+func (r *Registry) EnsureIndexes(ctx context.Context) error {
+	_, err := r.nodes.Indexes().CreateOne(ctx, mongo.IndexModel{
+		Keys:    bson.D{{Key: "credential_digest", Value: 1}},
+		Options: options.Index().SetUnique(true).SetName("credential_digest"),
+	})
+	if err != nil {
+		return fmt.Errorf("create node indexes: %w", err)
+	}
+	return nil
+}
+
+// CreateJoinToken makes a one-time join token valid for ttl (zero means
+// DefaultJoinTokenTTL). The secret is returned once; only its digest is stored.
+func (r *Registry) CreateJoinToken(ctx context.Context, ttl time.Duration) (token string, expires time.Time, err error) {
+	if ttl <= 0 {
+		ttl = DefaultJoinTokenTTL
+	}
+	token, digest, err := identity.NewToken("brj_")
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	now := r.now().UTC()
+	jt := joinToken{Digest: digest, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	if _, err := r.tokens.InsertOne(ctx, jt); err != nil {
+		return "", time.Time{}, fmt.Errorf("store join token: %w", err)
+	}
+	return token, jt.ExpiresAt, nil
+}
+
+// EnrollRequest is what a node proves and declares at enrollment.
+type EnrollRequest struct {
+	JoinToken string
+	PublicKey string // base64 std Ed25519 public key
+	Hostname  string
+	Region    string
+	Labels    map[string]string
+	Address   string
+	CPUs      int
+	MemoryMB  int64
+}
+
+// Enroll consumes the join token (one compare-and-set on its document) and
+// records the node as pending. It returns the node and its credential, which
+// is shown once and stored only as a digest. Errors: ErrJoinTokenUsed,
+// ErrJoinTokenExpired, or a store error. A token consumed by an enrollment that
+// died before its node was recorded stays used: the operator makes a new one.
+func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string, error) {
+	if pk, err := base64.StdEncoding.DecodeString(req.PublicKey); err != nil || len(pk) != ed25519.PublicKeySize {
+		return nil, "", fmt.Errorf("public_key: %w", errBadKey)
+	}
+	now := r.now().UTC()
+	digest := identity.Digest(req.JoinToken)
+	nodeID := identity.NewID("nod_")
+	res := r.tokens.FindOneAndUpdate(ctx,
+		bson.M{"_id": digest, "used_at": bson.M{"$exists": false}, "expires_at": bson.M{"$gt": now}},
+		bson.M{"$set": bson.M{"used_at": now, "node_id": nodeID}})
+	if err := res.Err(); errors.Is(err, mongo.ErrNoDocuments) {
+		var jt joinToken
+		err := r.tokens.FindOne(ctx, bson.M{"_id": digest}).Decode(&jt)
+		if err == nil && jt.UsedAt != nil {
+			return nil, "", ErrJoinTokenUsed
+		}
+		return nil, "", ErrJoinTokenExpired
+	} else if err != nil {
+		return nil, "", fmt.Errorf("consume join token: %w", err)
+	}
+	cred, credDigest, err := identity.NewToken("brn_")
+	if err != nil {
+		return nil, "", err
+	}
+	n := &Node{
+		ID: nodeID, Hostname: req.Hostname, Region: req.Region, Labels: req.Labels,
+		Address: req.Address, CPUs: req.CPUs, MemoryMB: req.MemoryMB, PublicKey: req.PublicKey,
+		CredentialDigest: credDigest, Status: StatusPending, EnrolledAt: now,
+	}
+	if _, err := r.nodes.InsertOne(ctx, n); err != nil {
+		return nil, "", fmt.Errorf("record node: %w", err)
+	}
+	return n, cred, nil
+}
+
+var errBadKey = errors.New("not a base64 Ed25519 public key")
+
+// IsBadKey reports whether err is Enroll's refusal of a malformed public key.
+func IsBadKey(err error) bool { return errors.Is(err, errBadKey) }
+
+// Authenticate returns the node whose credential is cred, or ErrUnauthenticated.
+// A removed node never authenticates.
+func (r *Registry) Authenticate(ctx context.Context, cred string) (*Node, error) {
+	if cred == "" {
+		return nil, ErrUnauthenticated
+	}
+	var n Node
+	err := r.nodes.FindOne(ctx, bson.M{"credential_digest": identity.Digest(cred)}).Decode(&n)
+	if err != nil || n.Status == StatusRemoved {
+		return nil, ErrUnauthenticated
+	}
+	return &n, nil
+}
+
+// Get returns one node or ErrNotFound.
+func (r *Registry) Get(ctx context.Context, id string) (*Node, error) {
+	var n Node
+	err := r.nodes.FindOne(ctx, bson.M{"_id": id}).Decode(&n)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get node %s: %w", id, err)
+	}
+	return &n, nil
+}
+
+// List returns every node, ordered by id.
+func (r *Registry) List(ctx context.Context) ([]Node, error) {
+	cur, err := r.nodes.Find(ctx, bson.M{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var out []Node
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return out, nil
+}
+
+// SessionStarted marks the node connected under sessionID (the newest session
+// wins) and records what its hello said.
+func (r *Registry) SessionStarted(ctx context.Context, nodeID, sessionID, agentVersion string, drivers []string) error {
+	now := r.now().UTC()
+	_, err := r.nodes.UpdateOne(ctx, bson.M{"_id": nodeID, "status": bson.M{"$ne": StatusRemoved}},
+		bson.M{"$set": bson.M{"status": StatusConnected, "session_id": sessionID, "last_seen_at": now, "agent_version": agentVersion, "drivers": drivers}})
+	if err != nil {
+		return fmt.Errorf("mark node %s connected: %w", nodeID, err)
+	}
+	return nil
+}
+
+// SessionEnded marks the node disconnected, but only while sessionID is still
+// its current session (a newer session is not overwritten).
+func (r *Registry) SessionEnded(ctx context.Context, nodeID, sessionID string) error {
+	_, err := r.nodes.UpdateOne(ctx, bson.M{"_id": nodeID, "session_id": sessionID, "status": StatusConnected},
+		bson.M{"$set": bson.M{"status": StatusDisconnected}})
+	if err != nil {
+		return fmt.Errorf("mark node %s disconnected: %w", nodeID, err)
+	}
+	return nil
+}
+
+// MarkAllDisconnected sets every connected node to disconnected; a core calls
+// it at start, since no session survives a core restart.
+func (r *Registry) MarkAllDisconnected(ctx context.Context) error {
+	_, err := r.nodes.UpdateMany(ctx, bson.M{"status": StatusConnected}, bson.M{"$set": bson.M{"status": StatusDisconnected}})
+	if err != nil {
+		return fmt.Errorf("mark nodes disconnected: %w", err)
+	}
+	return nil
+}
+
+// Seen records a frame from the node and, when applied is not nil, its applied revision.
+func (r *Registry) Seen(ctx context.Context, nodeID string, applied *int64) error {
+	set := bson.M{"last_seen_at": r.now().UTC()}
+	if applied != nil {
+		set["applied_rev"] = *applied
+	}
+	if _, err := r.nodes.UpdateOne(ctx, bson.M{"_id": nodeID}, bson.M{"$set": set}); err != nil {
+		return fmt.Errorf("record node %s seen: %w", nodeID, err)
+	}
+	return nil
+}
+
+// SetDesired stores a new desired spec for the node when its hash differs from
+// the stored one, as one compare-and-set on the node's desired_rev. It returns
+// the node's revision after the call and whether it changed. Errors: ErrConflict
+// when another writer moved the revision first (the caller recomputes).
+func (r *Registry) SetDesired(ctx context.Context, n *Node, hash, specJSON string) (int64, bool, error) {
+	if n.DesiredHash == hash {
+		return n.DesiredRev, false, nil
+	}
+	res, err := r.nodes.UpdateOne(ctx, bson.M{"_id": n.ID, "desired_rev": n.DesiredRev},
+		bson.M{"$set": bson.M{"desired_rev": n.DesiredRev + 1, "desired_hash": hash, "desired_spec": specJSON}})
+	if err != nil {
+		return 0, false, fmt.Errorf("store desired state of %s: %w", n.ID, err)
+	}
+	if res.MatchedCount == 0 {
+		return 0, false, ErrConflict
+	}
+	n.DesiredRev++
+	n.DesiredHash = hash
+	n.DesiredSpec = specJSON
+	return n.DesiredRev, true, nil
+}

@@ -1,0 +1,235 @@
+// Package server wires berthd: the store, identity, the API, node sessions,
+// the reconciler and the gateway plugin, and runs them until shutdown.
+package server
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	abiroutes "github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/core/api"
+	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/reconciler"
+	"github.com/berthhq/berth/core/routes"
+	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/session"
+	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/host/plugin"
+)
+
+// Config is berthd's configuration. Zero values take the documented defaults.
+type Config struct {
+	// DataDir holds keys, the admin token, the embedded store and blobs. Required.
+	DataDir string
+	// Listen is the API address; default "127.0.0.1:7070".
+	Listen string
+	// GatewayListen is where the gateway plugin serves HTTP; default
+	// "127.0.0.1:8080". "off" runs no gateway.
+	GatewayListen string
+	// MongoURI selects a MongoDB server; empty runs the embedded store.
+	MongoURI string
+	// PublicURL is how nodes and the CLI reach the API, used in join commands;
+	// default "http://" + the listen address.
+	PublicURL string
+	// PluginDir holds berth-plugin-* binaries; default the directory of the
+	// running executable.
+	PluginDir string
+	// MaxBundleBytes bounds a release bundle; zero means 512 MiB.
+	MaxBundleBytes int64
+	// ReconcileInterval is the period of the timer pass; zero means 5 s.
+	ReconcileInterval time.Duration
+	Logger            *slog.Logger
+	// Ready, when not nil, is called once the API listens and the gateway runs.
+	Ready func(apiAddr string)
+}
+
+func (c *Config) defaults() error {
+	if c.DataDir == "" {
+		return errors.New("berthd: a data directory is required (--data-dir)")
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7070"
+	}
+	if c.GatewayListen == "" {
+		c.GatewayListen = "127.0.0.1:8080"
+	}
+	if c.PluginDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find plugin directory: %w", err)
+		}
+		c.PluginDir = filepath.Dir(exe)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Run starts berthd and blocks until ctx is cancelled, then shuts down in
+// order: stop accepting requests, end sessions, stop the gateway, close the store.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data directory: %w", err)
+	}
+	unlock, err := store.LockDir(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("lock data directory %s (is another berthd using it?): %w", cfg.DataDir, err)
+	}
+	defer unlock()
+
+	key, created, err := identity.LoadOrCreateSigningKey(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("cluster signing key created", "path", filepath.Join(cfg.DataDir, "keys"))
+	}
+	clusterID, _, err := identity.ClusterID(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+
+	// Listen before the slow parts, so a taken port fails at once.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	if cfg.PublicURL == "" {
+		cfg.PublicURL = "http://" + ln.Addr().String()
+	}
+
+	st, err := store.Open(ctx, store.Config{URI: cfg.MongoURI, DataDir: cfg.DataDir, Logger: log})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := st.Close(cctx); err != nil {
+			log.Warn("close store", "err", err)
+		}
+	}()
+
+	tokens := identity.NewTokens(st)
+	adminCreated, adminToken, err := tokens.EnsureAdmin(ctx, cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("admin token: %w", err)
+	}
+	if adminCreated {
+		// Shown once; the file keeps it for the operator (0600).
+		fmt.Fprintf(os.Stderr, "\nAdmin token (shown once; also in %s):\n  %s\n\n", filepath.Join(cfg.DataDir, "admin-token"), adminToken)
+	}
+
+	reg := nodes.NewRegistry(st, nil)
+	cat := services.NewCatalog(st, nil)
+	if err := reg.EnsureIndexes(ctx); err != nil {
+		return err
+	}
+	if err := cat.EnsureIndexes(ctx); err != nil {
+		return err
+	}
+	if err := reg.MarkAllDisconnected(ctx); err != nil {
+		return err
+	}
+	blobs, err := bundles.New(filepath.Join(cfg.DataDir, "blobs"), st.Collection("bundles"), cfg.MaxBundleBytes)
+	if err != nil {
+		return err
+	}
+
+	var gw reconciler.RouteSink
+	var gwHandle *plugin.Gateway
+	if cfg.GatewayListen != "off" {
+		gwHandle, err = plugin.LaunchGateway(ctx, plugin.Config{
+			Name:   "gateway",
+			Path:   filepath.Join(cfg.PluginDir, "berth-plugin-gateway"),
+			Args:   []string{"--listen", cfg.GatewayListen},
+			Logger: log,
+		})
+		if err != nil {
+			return fmt.Errorf("start gateway plugin: %w", err)
+		}
+		defer gwHandle.Close()
+		gw = gatewaySink{gwHandle}
+		log.Info("gateway plugin started", "listen", cfg.GatewayListen)
+	}
+
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var rec *reconciler.Reconciler
+	sessions := session.New(session.Config{
+		Nodes: reg, Catalog: cat, SigningKey: key, ClusterID: clusterID, Logger: log,
+		OnChange: func(reason string) { rec.Hint(reason) },
+	})
+	rec = reconciler.New(reconciler.Config{
+		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: routes.Native{},
+		Logger: log, Interval: cfg.ReconcileInterval,
+	})
+
+	handler := api.New(api.Config{
+		Catalog: cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions,
+		PublicURL: cfg.PublicURL, ClusterID: clusterID, ClusterPublicKey: key.Public().(ed25519.PublicKey),
+		Logger: log, Metrics: metrics,
+		Ready: func(ctx context.Context) error { return st.Ping(ctx) },
+	})
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	rctx, stopRec := context.WithCancel(ctx)
+	recDone := make(chan struct{})
+	go func() { defer close(recDone); rec.Run(rctx) }()
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("berthd ready", "api", cfg.PublicURL+"/api/v1", "gateway", cfg.GatewayListen, "data_dir", cfg.DataDir, "embedded_store", st.Embedded(), "cluster_id", clusterID)
+	if cfg.Ready != nil {
+		cfg.Ready(ln.Addr().String())
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		stopRec()
+		<-recDone
+		return fmt.Errorf("api server: %w", err)
+	}
+	log.Info("berthd shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sessions.Close()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("api shutdown", "err", err)
+	}
+	stopRec()
+	<-recDone
+	return nil
+}
+
+// gatewaySink adapts the gateway plugin handle to the reconciler.
+type gatewaySink struct{ g *plugin.Gateway }
+
+func (s gatewaySink) SetRoutes(ctx context.Context, t abiroutes.Table) error {
+	return s.g.SetRoutes(ctx, t)
+}

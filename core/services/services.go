@@ -1,0 +1,350 @@
+// Package services owns projects, services (the desired state an operator
+// declares) and workloads (the slots the scheduler placed on nodes).
+package services
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/store"
+)
+
+// Errors of [Catalog] methods.
+var (
+	ErrProjectNotFound = errors.New("berth: project not found")
+	ErrServiceNotFound = errors.New("berth: service not found")
+	// ErrRevisionConflict is returned when expected_revision is stale, or when a
+	// concurrent writer won the compare-and-set.
+	ErrRevisionConflict = errors.New("berth: revision conflict")
+	// ErrDomainTaken is returned by PutService for a domain another service routes.
+	ErrDomainTaken = errors.New("berth: domain already routed to another service")
+)
+
+var labelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ValidName reports whether s is a DNS label: 1 to 63 of [a-z0-9-], not starting
+// or ending with '-'. Project and service names must be.
+func ValidName(s string) bool { return labelRE.MatchString(s) }
+
+// Project is a document in collection "projects".
+type Project struct {
+	ID        string    `bson:"_id"`
+	Name      string    `bson:"name"`
+	CreatedAt time.Time `bson:"created_at"`
+}
+
+// HealthCheck is a service's HTTP probe.
+type HealthCheck struct {
+	Path      string `bson:"path" json:"path"`
+	IntervalS int    `bson:"interval_s" json:"interval_s"`
+	TimeoutS  int    `bson:"timeout_s" json:"timeout_s"`
+	Failures  int    `bson:"failures" json:"failures"`
+}
+
+// Service is a document in collection "services". Revision increases by one on
+// every write; it is the compare-and-set guard.
+type Service struct {
+	ID           string            `bson:"_id"`
+	ProjectID    string            `bson:"project_id"`
+	Project      string            `bson:"project"`
+	Name         string            `bson:"name"`
+	Revision     int64             `bson:"revision"`
+	Bundle       string            `bson:"bundle"`
+	BundleDigest string            `bson:"bundle_digest"`
+	Command      []string          `bson:"command"`
+	Env          map[string]string `bson:"env,omitempty"`
+	Port         int               `bson:"port"`
+	Domains      []string          `bson:"domains"`
+	Replicas     int               `bson:"replicas"`
+	HealthCheck  HealthCheck       `bson:"health_check"`
+	CreatedAt    time.Time         `bson:"created_at"`
+	UpdatedAt    time.Time         `bson:"updated_at"`
+}
+
+// SpecHash identifies what the service's workloads run: a workload whose hash
+// differs is replaced. Replicas and domains are not part of it.
+func (s *Service) SpecHash() string {
+	raw, _ := json.Marshal(struct {
+		D string
+		C []string
+		E map[string]string
+		P int
+		H HealthCheck
+	}{s.BundleDigest, s.Command, s.Env, s.Port, s.HealthCheck})
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// Workload is a document in collection "workloads": one slot of a service
+// placed on a node. Observed fields come from the node's status reports.
+type Workload struct {
+	ID             string     `bson:"_id"`
+	ProjectID      string     `bson:"project_id"`
+	Project        string     `bson:"project"`
+	ServiceID      string     `bson:"service_id"`
+	Service        string     `bson:"service"`
+	Slot           int        `bson:"slot"`
+	NodeID         string     `bson:"node_id"`
+	SpecHash       string     `bson:"spec_hash"`
+	DesiredStatus  string     `bson:"desired_status"`
+	ObservedStatus string     `bson:"observed_status"`
+	Health         string     `bson:"health"`
+	Address        string     `bson:"address,omitempty"`
+	RestartCount   int        `bson:"restart_count"`
+	Message        string     `bson:"message,omitempty"`
+	CreatedAt      time.Time  `bson:"created_at"`
+	ObservedAt     *time.Time `bson:"observed_at,omitempty"`
+}
+
+// Catalog reads and writes projects, services and workloads.
+type Catalog struct {
+	projects  *mongo.Collection
+	services  *mongo.Collection
+	workloads *mongo.Collection
+	now       func() time.Time
+}
+
+// NewCatalog returns a Catalog over s. now may be nil (time.Now).
+func NewCatalog(s *store.Store, now func() time.Time) *Catalog {
+	if now == nil {
+		now = time.Now
+	}
+	return &Catalog{projects: s.Collection("projects"), services: s.Collection("services"), workloads: s.Collection("workloads"), now: now}
+}
+
+// EnsureIndexes creates the unique indexes on project names and (project,
+// service name); idempotent.
+func (c *Catalog) EnsureIndexes(ctx context.Context) error {
+	if _, err := c.projects.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "name", Value: 1}}, Options: options.Index().SetUnique(true).SetName("name")}); err != nil {
+		return fmt.Errorf("create project index: %w", err)
+	}
+	if _, err := c.services.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "project_id", Value: 1}, {Key: "name", Value: 1}}, Options: options.Index().SetUnique(true).SetName("project_name")}); err != nil {
+		return fmt.Errorf("create service index: %w", err)
+	}
+	return nil
+}
+
+// EnsureProject returns the project named name, creating it when absent
+// (idempotent; two concurrent creators get the same project).
+func (c *Catalog) EnsureProject(ctx context.Context, name string) (*Project, bool, error) {
+	if p, err := c.GetProject(ctx, name); err == nil {
+		return p, false, nil
+	} else if !errors.Is(err, ErrProjectNotFound) {
+		return nil, false, err
+	}
+	p := &Project{ID: identity.NewID("prj_"), Name: name, CreatedAt: c.now().UTC()}
+	if _, err := c.projects.InsertOne(ctx, p); err != nil {
+		if store.IsDuplicateKey(err) {
+			p, err := c.GetProject(ctx, name)
+			return p, false, err
+		}
+		return nil, false, fmt.Errorf("create project %s: %w", name, err)
+	}
+	return p, true, nil
+}
+
+// GetProject returns the project named name or ErrProjectNotFound.
+func (c *Catalog) GetProject(ctx context.Context, name string) (*Project, error) {
+	var p Project
+	err := c.projects.FindOne(ctx, bson.M{"name": name}).Decode(&p)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, ErrProjectNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get project %s: %w", name, err)
+	}
+	return &p, nil
+}
+
+// ListProjects returns every project by name.
+func (c *Catalog) ListProjects(ctx context.Context) ([]Project, error) {
+	return findAll[Project](ctx, c.projects, bson.M{}, bson.D{{Key: "name", Value: 1}})
+}
+
+// PutService creates or replaces a service. expected, when not nil, is the
+// revision the caller read (0: must not exist). The write is one
+// compare-and-set on the service document. Errors: ErrRevisionConflict,
+// ErrDomainTaken.
+func (c *Catalog) PutService(ctx context.Context, p *Project, s *Service, expected *int64) (*Service, bool, error) {
+	if err := c.checkDomains(ctx, p, s); err != nil {
+		return nil, false, err
+	}
+	now := c.now().UTC()
+	cur, err := c.GetService(ctx, p, s.Name)
+	switch {
+	case errors.Is(err, ErrServiceNotFound):
+		if expected != nil && *expected != 0 {
+			return nil, false, fmt.Errorf("%w: service %s/%s does not exist (expected revision %d)", ErrRevisionConflict, p.Name, s.Name, *expected)
+		}
+		s.ID, s.ProjectID, s.Project, s.Revision, s.CreatedAt, s.UpdatedAt = identity.NewID("svc_"), p.ID, p.Name, 1, now, now
+		if _, err := c.services.InsertOne(ctx, s); err != nil {
+			if store.IsDuplicateKey(err) {
+				return nil, false, fmt.Errorf("%w: service %s/%s was created concurrently", ErrRevisionConflict, p.Name, s.Name)
+			}
+			return nil, false, fmt.Errorf("create service: %w", err)
+		}
+		return s, true, nil
+	case err != nil:
+		return nil, false, err
+	}
+	if expected != nil && *expected != cur.Revision {
+		return nil, false, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, s.Name, cur.Revision, *expected)
+	}
+	s.ID, s.ProjectID, s.Project, s.Revision, s.CreatedAt, s.UpdatedAt = cur.ID, p.ID, p.Name, cur.Revision+1, cur.CreatedAt, now
+	res, err := c.services.ReplaceOne(ctx, bson.M{"_id": cur.ID, "revision": cur.Revision}, s)
+	if err != nil {
+		return nil, false, fmt.Errorf("update service: %w", err)
+	}
+	if res.MatchedCount == 0 {
+		return nil, false, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, s.Name)
+	}
+	return s, false, nil
+}
+
+func (c *Catalog) checkDomains(ctx context.Context, p *Project, s *Service) error {
+	if len(s.Domains) == 0 {
+		return nil
+	}
+	var other Service
+	err := c.services.FindOne(ctx, bson.M{"domains": bson.M{"$in": s.Domains}, "$or": bson.A{
+		bson.M{"project_id": bson.M{"$ne": p.ID}}, bson.M{"name": bson.M{"$ne": s.Name}},
+	}}).Decode(&other)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("check domains: %w", err)
+	}
+	return fmt.Errorf("%w: a domain of %v is routed to %s/%s", ErrDomainTaken, s.Domains, other.Project, other.Name)
+}
+
+// GetService returns a service or ErrServiceNotFound.
+func (c *Catalog) GetService(ctx context.Context, p *Project, name string) (*Service, error) {
+	var s Service
+	err := c.services.FindOne(ctx, bson.M{"project_id": p.ID, "name": name}).Decode(&s)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, fmt.Errorf("%w: no service %q in project %q", ErrServiceNotFound, name, p.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get service %s/%s: %w", p.Name, name, err)
+	}
+	return &s, nil
+}
+
+// ListServices returns a project's services by name, or every service when p is nil.
+func (c *Catalog) ListServices(ctx context.Context, p *Project) ([]Service, error) {
+	filter := bson.M{}
+	if p != nil {
+		filter["project_id"] = p.ID
+	}
+	return findAll[Service](ctx, c.services, filter, bson.D{{Key: "project", Value: 1}, {Key: "name", Value: 1}})
+}
+
+// DeleteService removes a service (compare-and-set on expected when not nil).
+// Its workloads are removed by the next reconcile, which finds them orphaned.
+func (c *Catalog) DeleteService(ctx context.Context, p *Project, name string, expected *int64) error {
+	cur, err := c.GetService(ctx, p, name)
+	if err != nil {
+		return err
+	}
+	if expected != nil && *expected != cur.Revision {
+		return fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, name, cur.Revision, *expected)
+	}
+	res, err := c.services.DeleteOne(ctx, bson.M{"_id": cur.ID, "revision": cur.Revision})
+	if err != nil {
+		return fmt.Errorf("delete service: %w", err)
+	}
+	if res.DeletedCount == 0 {
+		return fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, name)
+	}
+	return nil
+}
+
+// ListWorkloads returns workloads matching filter (nil: all), ordered by service and slot.
+func (c *Catalog) ListWorkloads(ctx context.Context, filter bson.M) ([]Workload, error) {
+	if filter == nil {
+		filter = bson.M{}
+	}
+	return findAll[Workload](ctx, c.workloads, filter, bson.D{{Key: "project", Value: 1}, {Key: "service", Value: 1}, {Key: "slot", Value: 1}})
+}
+
+// CreateWorkload records a newly placed slot.
+func (c *Catalog) CreateWorkload(ctx context.Context, s *Service, slot int, nodeID string) (*Workload, error) {
+	w := &Workload{
+		ID: identity.NewID("wl_"), ProjectID: s.ProjectID, Project: s.Project, ServiceID: s.ID, Service: s.Name,
+		Slot: slot, NodeID: nodeID, SpecHash: s.SpecHash(), DesiredStatus: "running",
+		ObservedStatus: "creating", Health: "unknown", CreatedAt: c.now().UTC(),
+	}
+	if _, err := c.workloads.InsertOne(ctx, w); err != nil {
+		return nil, fmt.Errorf("create workload: %w", err)
+	}
+	return w, nil
+}
+
+// RemoveWorkload deletes a workload record; removing one that is gone is not an error.
+func (c *Catalog) RemoveWorkload(ctx context.Context, id string) error {
+	if _, err := c.workloads.DeleteOne(ctx, bson.M{"_id": id}); err != nil {
+		return fmt.Errorf("remove workload %s: %w", id, err)
+	}
+	return nil
+}
+
+// Observation is what a node reported of one of its workloads.
+type Observation struct {
+	WorkloadID     string
+	ObservedStatus string
+	Health         string
+	Address        string
+	RestartCount   int
+	Message        string
+}
+
+// Observe records a node's report of its workloads. Only workloads placed on
+// nodeID are touched, so a report cannot write another node's workloads. It
+// reports whether anything that routing depends on changed.
+func (c *Catalog) Observe(ctx context.Context, nodeID string, obs []Observation) (bool, error) {
+	changed := false
+	now := c.now().UTC()
+	for _, o := range obs {
+		res, err := c.workloads.UpdateOne(ctx,
+			bson.M{"_id": o.WorkloadID, "node_id": nodeID, "$or": bson.A{
+				bson.M{"observed_status": bson.M{"$ne": o.ObservedStatus}},
+				bson.M{"health": bson.M{"$ne": o.Health}},
+				bson.M{"address": bson.M{"$ne": o.Address}},
+				bson.M{"restart_count": bson.M{"$ne": o.RestartCount}},
+				bson.M{"message": bson.M{"$ne": o.Message}},
+			}},
+			bson.M{"$set": bson.M{"observed_status": o.ObservedStatus, "health": o.Health, "address": o.Address,
+				"restart_count": o.RestartCount, "message": o.Message, "observed_at": now}})
+		if err != nil {
+			return changed, fmt.Errorf("record observation of %s: %w", o.WorkloadID, err)
+		}
+		if res.ModifiedCount > 0 {
+			changed = true
+		}
+	}
+	return changed, nil
+}
+
+func findAll[T any](ctx context.Context, coll *mongo.Collection, filter bson.M, sort bson.D) ([]T, error) {
+	cur, err := coll.Find(ctx, filter, options.Find().SetSort(sort))
+	if err != nil {
+		return nil, fmt.Errorf("find in %s: %w", coll.Name(), err)
+	}
+	out := []T{}
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("read %s: %w", coll.Name(), err)
+	}
+	return out, nil
+}

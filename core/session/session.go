@@ -1,0 +1,422 @@
+// Package session is the core's side of the node session: the WebSocket a node
+// dials, the v1 envelope, and the handshake and steady state of
+// docs/node-protocol.md sections 3 to 5.
+package session
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/services"
+)
+
+// drainLimit bounds how much of an oversized frame is read and discarded
+// before the connection is closed instead.
+const drainLimit = 16 << 20
+
+// Config wires a Server. Nodes, Catalog and SigningKey are required.
+type Config struct {
+	Nodes      *nodes.Registry
+	Catalog    *services.Catalog
+	SigningKey ed25519.PrivateKey
+	ClusterID  string
+	Logger     *slog.Logger
+	// OnChange is called (without blocking for long) when something the
+	// reconciler depends on changed: a node connected or disconnected, or a
+	// status report changed a workload. reason is for logs. Nil means no-op.
+	OnChange func(reason string)
+	// HeartbeatInterval and SessionTimeout are sent in welcome; zero means the
+	// protocol defaults (5 s and 15 s).
+	HeartbeatInterval time.Duration
+	SessionTimeout    time.Duration
+}
+
+// Server accepts node sessions; one per node, the newest wins.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*conn // node id -> current session; mu must be held
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// New returns a Server.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.OnChange == nil {
+		cfg.OnChange = func(string) {}
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = node.DefaultHeartbeatInterval
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = node.DefaultSessionTimeout
+	}
+	return &Server{cfg: cfg, log: cfg.Logger.With("component", "session"), sessions: map[string]*conn{}}
+}
+
+// conn is one live session.
+type conn struct {
+	id     string
+	nodeID string
+	ws     *websocket.Conn
+	cancel context.CancelFunc
+	// sentRev is the newest desired revision sent on this session.
+	mu      sync.Mutex
+	sentRev int64
+}
+
+// ServeHTTP handles GET /api/v1/nodes/session: it authenticates the node
+// credential from the Authorization header and runs the session until it ends.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	cred, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		writeUnauthenticated(w)
+		return
+	}
+	n, err := s.cfg.Nodes.Authenticate(r.Context(), cred)
+	if err != nil {
+		writeUnauthenticated(w)
+		return
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		s.log.Info("session upgrade failed", "node_id", n.ID, "err", err)
+		return
+	}
+	ws.SetReadLimit(drainLimit)
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{id: identity.NewID("ses_"), nodeID: n.ID, ws: ws, cancel: cancel}
+	if !s.register(c) {
+		cancel()
+		ws.Close(websocket.StatusGoingAway, "core shutting down")
+		return
+	}
+	defer s.wg.Done()
+	reason := s.run(ctx, c)
+	cancel()
+	s.unregister(c)
+	// The store update must outlive the request: use a fresh bounded ctx.
+	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ucancel()
+	if err := s.cfg.Nodes.SessionEnded(uctx, c.nodeID, c.id); err != nil {
+		s.log.Error("record session end", "node_id", c.nodeID, "err", err)
+	}
+	s.log.Info("node disconnected", "node_id", c.nodeID, "session", c.id, "reason", reason)
+	s.cfg.OnChange("node.disconnected")
+}
+
+func writeUnauthenticated(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusUnauthorized)
+	_, _ = io.WriteString(w, `{"title":"authentication failed","status":401,"code":"unauthenticated"}`+"\n")
+}
+
+func (s *Server) register(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if old, ok := s.sessions[c.nodeID]; ok {
+		// A new session closes the older one, so a stale connection never
+		// delivers messages beside a fresh one. Not an error message: the
+		// old agent, if alive, must keep redialling.
+		old.cancel()
+		go old.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer session")
+	}
+	s.sessions[c.nodeID] = c
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) unregister(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions[c.nodeID] == c {
+		delete(s.sessions, c.nodeID)
+	}
+}
+
+// Connected reports whether nodeID has a live session on this core.
+func (s *Server) Connected(nodeID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.sessions[nodeID]
+	return ok
+}
+
+// Push sends the node's stored desired state on its live session, if it has
+// one and the revision is newer than what the session was sent. Safe to call
+// from any goroutine; errors end the session and are logged.
+func (s *Server) Push(ctx context.Context, nodeID string) {
+	s.mu.Lock()
+	c := s.sessions[nodeID]
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	if err := s.sendDesired(ctx, c, false); err != nil {
+		s.log.Info("push desired state", "node_id", nodeID, "err", err)
+		c.cancel()
+	}
+}
+
+// Close ends every session and waits for their handlers to return.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	for _, c := range s.sessions {
+		c.cancel()
+		go c.ws.Close(websocket.StatusGoingAway, "core shutting down")
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// run performs the handshake and the steady-state read loop; it returns why the session ended.
+func (s *Server) run(ctx context.Context, c *conn) string {
+	defer c.ws.CloseNow()
+	// 1. hello is the node's first message.
+	env, err := s.read(ctx, c)
+	if err != nil {
+		return readReason(err)
+	}
+	if env.Type != node.TypeHello {
+		s.sendError(ctx, c, env.ID, abierrors.BadMessage, "the first message of a session must be hello", true)
+		return "protocol_violation"
+	}
+	var hello node.Hello
+	if err := json.Unmarshal(env.Body, &hello); err != nil || (hello.NodeID != "" && hello.NodeID != c.nodeID) {
+		s.sendError(ctx, c, env.ID, abierrors.BadMessage, "hello body is malformed or names another node", true)
+		return "protocol_violation"
+	}
+	if err := s.cfg.Nodes.SessionStarted(ctx, c.nodeID, c.id, hello.AgentVersion, hello.Drivers); err != nil {
+		s.log.Error("record session start", "node_id", c.nodeID, "err", err)
+		return "store_error"
+	}
+	applied := hello.AppliedRev
+	_ = s.cfg.Nodes.Seen(ctx, c.nodeID, &applied)
+	s.log.Info("node connected", "node_id", c.nodeID, "session", c.id, "agent_version", hello.AgentVersion, "stored_rev", hello.StoredRev, "applied_rev", hello.AppliedRev)
+	// 2. welcome is the core's first message.
+	if err := s.write(ctx, c, node.TypeWelcome, env.ID, node.Welcome{
+		ClusterID: s.cfg.ClusterID, Term: 1, ServerTime: time.Now().UTC(),
+		HeartbeatIntervalMS: s.cfg.HeartbeatInterval.Milliseconds(),
+		SessionTimeoutMS:    s.cfg.SessionTimeout.Milliseconds(),
+	}); err != nil {
+		return "write_failed"
+	}
+	// 3. (leases come with their own issue) 4. the desired state, always once per session.
+	if err := s.sendDesired(ctx, c, true); err != nil {
+		s.log.Info("send desired state", "node_id", c.nodeID, "err", err)
+		return "write_failed"
+	}
+	s.cfg.OnChange("node.connected")
+	for {
+		env, err := s.read(ctx, c)
+		if errors.Is(err, errTooLarge) {
+			s.sendError(ctx, c, "", abierrors.BadMessage, fmt.Sprintf("message larger than %d bytes ignored", node.MaxMessageBytes), false)
+			continue
+		}
+		if errors.Is(err, errMalformed) {
+			s.sendError(ctx, c, "", abierrors.BadMessage, "frame is not a v1 JSON envelope", false)
+			continue
+		}
+		if err != nil {
+			return readReason(err)
+		}
+		if done := s.handle(ctx, c, env); done != "" {
+			return done
+		}
+	}
+}
+
+func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string {
+	if err := s.cfg.Nodes.Seen(ctx, c.nodeID, nil); err != nil {
+		s.log.Warn("record node seen", "node_id", c.nodeID, "err", err)
+	}
+	switch env.Type {
+	case node.TypeHeartbeat:
+	case node.TypeStatusReport:
+		var rep node.StatusReport
+		if err := json.Unmarshal(env.Body, &rep); err != nil {
+			s.sendError(ctx, c, env.ID, abierrors.BadMessage, "status_report body is malformed", false)
+			return ""
+		}
+		s.observe(ctx, c, &rep)
+	case node.TypeCommandResult:
+		var res node.CommandResult
+		if err := json.Unmarshal(env.Body, &res); err == nil && res.Status != "ok" {
+			s.log.Warn("node answered with an error", "node_id", c.nodeID, "re", env.Re, "detail", res.Detail)
+		}
+	case node.TypePing:
+		_ = s.write(ctx, c, node.TypePong, env.ID, struct{}{})
+	case node.TypePong:
+	case node.TypeError:
+		var e node.ErrorBody
+		_ = json.Unmarshal(env.Body, &e)
+		s.log.Warn("node reported an error", "node_id", c.nodeID, "re", env.Re, "code", e.Code, "message", e.Message, "fatal", e.Fatal)
+		if e.Fatal {
+			return "node_fatal_error"
+		}
+	case node.TypeHello:
+		s.sendError(ctx, c, env.ID, abierrors.BadMessage, "hello is only valid as the first message", false)
+	default:
+		s.sendError(ctx, c, env.ID, abierrors.BadMessage, fmt.Sprintf("unknown message type %q", env.Type), false)
+	}
+	return ""
+}
+
+func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {
+	obs := make([]services.Observation, 0, len(rep.Workloads))
+	for _, w := range rep.Workloads {
+		obs = append(obs, services.Observation{
+			WorkloadID: w.WorkloadID, ObservedStatus: w.ObservedStatus, Health: w.Health,
+			Address: w.Address, RestartCount: w.RestartCount, Message: w.Message,
+		})
+	}
+	changed, err := s.cfg.Catalog.Observe(ctx, c.nodeID, obs)
+	if err != nil {
+		s.log.Error("record status report", "node_id", c.nodeID, "err", err)
+	}
+	applied := rep.AppliedRev
+	if err := s.cfg.Nodes.Seen(ctx, c.nodeID, &applied); err != nil {
+		s.log.Warn("record applied revision", "node_id", c.nodeID, "err", err)
+	}
+	if changed {
+		s.cfg.OnChange("status_report")
+	}
+}
+
+// sendDesired signs and sends the node's stored desired state; always when
+// force, otherwise only when newer than what this session was sent.
+func (s *Server) sendDesired(ctx context.Context, c *conn, force bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := s.cfg.Nodes.Get(ctx, c.nodeID)
+	if err != nil {
+		return err
+	}
+	if !force && n.DesiredRev <= c.sentRev {
+		return nil
+	}
+	ds := node.DesiredState{Rev: n.DesiredRev, IssuedAt: time.Now().UTC(), Term: 1}
+	if n.DesiredSpec != "" {
+		if err := json.Unmarshal([]byte(n.DesiredSpec), &ds.Spec); err != nil {
+			return fmt.Errorf("decode stored desired state of %s: %w", n.ID, err)
+		}
+	}
+	if ds.Spec.Workloads == nil {
+		ds.Spec.Workloads = []node.WorkloadSpec{}
+	}
+	if ds.Spec.Routes == nil {
+		ds.Spec.Routes = []node.RouteSpec{}
+	}
+	if err := node.Sign(&ds, s.cfg.SigningKey); err != nil {
+		return err
+	}
+	if err := s.write(ctx, c, node.TypeDesiredState, "", ds); err != nil {
+		return err
+	}
+	c.sentRev = n.DesiredRev
+	s.log.Debug("desired state sent", "node_id", c.nodeID, "rev", n.DesiredRev, "workloads", len(ds.Spec.Workloads))
+	return nil
+}
+
+var (
+	errTooLarge  = errors.New("message too large")
+	errMalformed = errors.New("malformed envelope")
+	errVersion   = errors.New("unsupported version")
+)
+
+// read returns the next envelope. A frame over the size limit is drained and
+// reported as errTooLarge; a frame that is not JSON as errMalformed. A frame
+// must arrive within the session timeout.
+func (s *Server) read(ctx context.Context, c *conn) (*node.Envelope, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.SessionTimeout)
+	defer cancel()
+	typ, r, err := c.ws.Reader(rctx)
+	if err != nil {
+		if rctx.Err() != nil && ctx.Err() == nil {
+			return nil, errTimeout
+		}
+		return nil, err
+	}
+	raw, err := io.ReadAll(io.LimitReader(r, node.MaxMessageBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > node.MaxMessageBytes {
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			return nil, err
+		}
+		return nil, errTooLarge
+	}
+	if typ != websocket.MessageText {
+		return nil, errMalformed
+	}
+	var env node.Envelope
+	if err := json.Unmarshal(raw, &env); err != nil || env.Type == "" {
+		return nil, errMalformed
+	}
+	if env.V != node.Version {
+		s.sendError(ctx, c, env.ID, abierrors.UnsupportedVersion, fmt.Sprintf("envelope version %d is not supported; this core speaks %d", env.V, node.Version), true)
+		return nil, errVersion
+	}
+	return &env, nil
+}
+
+var errTimeout = errors.New("heartbeat timeout")
+
+func readReason(err error) string {
+	switch {
+	case errors.Is(err, errTimeout):
+		return "heartbeat_timeout"
+	case errors.Is(err, errVersion):
+		return "unsupported_version"
+	default:
+		return "session_closed"
+	}
+}
+
+func (s *Server) write(ctx context.Context, c *conn, typ node.Type, re string, body any) error {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("marshal %s: %w", typ, err)
+	}
+	frame, err := json.Marshal(node.Envelope{V: node.Version, Type: typ, ID: identity.NewID("msg_"), Re: re, Body: raw})
+	if err != nil {
+		return fmt.Errorf("marshal envelope: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.ws.Write(wctx, websocket.MessageText, frame); err != nil {
+		return fmt.Errorf("write %s to %s: %w", typ, c.nodeID, err)
+	}
+	return nil
+}
+
+func (s *Server) sendError(ctx context.Context, c *conn, re string, code abierrors.Code, msg string, fatal bool) {
+	if err := s.write(ctx, c, node.TypeError, re, node.ErrorBody{Code: string(code), Message: msg, Fatal: fatal}); err != nil {
+		s.log.Debug("send error", "node_id", c.nodeID, "err", err)
+	}
+}

@@ -1,0 +1,285 @@
+// Package e2e runs Berth end to end with real processes: berthd (embedded store,
+// gateway plugin), berth-agent with the process driver plugin, the CLI, and
+// real HTTP through the gateway.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berthhq/berth/sdk/bundle"
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// env holds what TestMain built: the binaries and the example bundles.
+var env struct {
+	bin        string // directory of berthd, berth, berth-agent, berth-plugin-*
+	helloDir   string
+	httpbinDir string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "berth-e2e-build-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env.bin = os.Getenv("BERTH_BIN_DIR")
+	if env.bin == "" {
+		env.bin = filepath.Join(tmp, "bin")
+		if err := goBuild(root, env.bin+"/", "./cmd/..."); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	env.helloDir = filepath.Join(tmp, "hello")
+	env.httpbinDir = filepath.Join(tmp, "httpbin")
+	if err := goBuild(root, filepath.Join(env.helloDir, "hello"), "./examples/apps/hello"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := goBuild(root, filepath.Join(env.httpbinDir, "go-httpbin"), "github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+func goBuild(root, out string, pkgs ...string) error {
+	cmd := exec.Command("go", append([]string{"build", "-o", out}, pkgs...)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %v: %w\n%s", pkgs, err, b)
+	}
+	return nil
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// proc is a process the test started; it is killed at cleanup.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *bytes.Buffer
+}
+
+func start(t *testing.T, logPath string, name string, args ...string) *proc {
+	t.Helper()
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(env.bin, name), args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+// stop ends the process gracefully, then forcefully after 15 s.
+func (p *proc) stop(t *testing.T) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		t.Logf("%s did not stop on SIGTERM; killing", p.cmd.Path)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *proc) kill9() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// waitFor polls cond every 100 ms until it holds or timeout passes; what
+// reports the last state for the failure message.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// cluster is one berthd and its clients.
+type cluster struct {
+	dir, api, gateway string
+	berthd            *proc
+	token             string
+	c                 *client.Client
+}
+
+func startBerthd(t *testing.T, cl *cluster) {
+	t.Helper()
+	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd",
+		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug")
+	waitFor(t, 60*time.Second, "berthd ready", func() (bool, string) {
+		select {
+		case <-cl.berthd.done:
+			b, _ := os.ReadFile(filepath.Join(cl.dir, "berthd.log"))
+			t.Fatalf("berthd exited:\n%s", b)
+		default:
+		}
+		resp, err := http.Get("http://" + cl.api + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, resp.Status
+	})
+	tok, err := os.ReadFile(filepath.Join(cl.dir, "berthd", "admin-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.token = strings.TrimSpace(string(tok))
+	cl.c, err = client.New("http://"+cl.api, client.WithToken(cl.token))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	cl := &cluster{dir: t.TempDir(), api: freeAddr(t), gateway: freeAddr(t)}
+	startBerthd(t, cl)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, f := range []string{"berthd.log", "agent.log"} {
+				b, _ := os.ReadFile(filepath.Join(cl.dir, f))
+				if len(b) > 20000 {
+					b = b[len(b)-20000:]
+				}
+				t.Logf("---- %s (tail) ----\n%s", f, b)
+			}
+		}
+	})
+	return cl
+}
+
+// cli runs the berth CLI against the cluster and returns its stdout.
+func (cl *cluster) cli(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(env.bin, "berth"), append([]string{"--server", "http://" + cl.api, "--token", cl.token}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+cl.dir, "XDG_CONFIG_HOME="+filepath.Join(cl.dir, "config"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("berth %v: %v\n%s", args, err, stderr.String())
+	}
+	return string(out)
+}
+
+func (cl *cluster) pushBundle(t *testing.T, dir, name string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	digest, _, err := bundle.Create(context.Background(), dir, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cl.c.PushBundle(context.Background(), "default", name, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Digest != digest {
+		t.Fatalf("pushed digest %s, computed %s", b.Digest, digest)
+	}
+	return digest
+}
+
+// get sends a request through the gateway for host.
+func (cl *cluster) get(host, path string) (*http.Response, error) {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+cl.gateway+path, nil)
+	req.Host = host
+	hc := &http.Client{Timeout: 10 * time.Second}
+	return hc.Do(req)
+}
+
+// workloadPIDs maps workload id to the pids of this cluster's processes (their
+// working directory is under the cluster's directory) whose environment names it.
+func (cl *cluster) workloadPIDs(t *testing.T) map[string][]int {
+	t.Helper()
+	out := map[string][]int{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err != nil || !strings.HasPrefix(cwd, cl.dir+"/") {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(raw, []byte{0}) {
+			if id, ok := bytes.CutPrefix(kv, []byte("BERTH_WORKLOAD_ID=")); ok {
+				out[string(id)] = append(out[string(id)], pid)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,566 @@
+// Package process is the "process" runtime driver: it runs each workload as a
+// plain process in its own session, supervised through /proc and a state directory.
+//
+// Workloads outlive the driver: a workload is started with Setsid in its own
+// session and process group and is never tied to the driver's life, so it keeps
+// running when the driver or the agent is killed. The driver persists one record
+// per workload under Config.StateDir (pid, the process start time from
+// /proc/<pid>/stat field 22, command, start time), so a restarted driver finds
+// its workloads again and tells a live workload from a reused pid.
+//
+// Exit codes are known only for workloads the driver started in its current
+// life (it reaps them); for the others ExitCode is -1. A workload killed by a
+// signal reports 128 + the signal number, as a shell does.
+//
+// Logs: stdout and stderr are appended (O_APPEND) to StartRequest.LogPath. While
+// the driver runs it keeps the file at most about LogMaxBytes by dropping the
+// oldest half once the file grows past it (checked every quarter second, so the
+// file may briefly exceed the limit by what the workload writes in that time).
+// While the driver is down nobody trims the file and it can grow without bound.
+//
+// Stop is also how the agent forgets a workload: once the workload has exited,
+// Stop removes its record and returns the final state; a later Stop or Inspect
+// of that id returns ErrNotFound, which callers treat as success. A workload
+// that exits on its own keeps its record (State exited) until it is stopped or
+// started again.
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/berthhq/berth/sdk/runtime"
+)
+
+// Version is the driver's own version, reported by Describe.
+const Version = "0.1.0"
+
+// Defaults applied when a request leaves a field zero.
+const (
+	DefaultLogMaxBytes = 1 << 20          // bytes, StartRequest.LogMaxBytes
+	DefaultStopTimeout = 10 * time.Second // StopRequest.Timeout
+)
+
+const (
+	logCheckInterval = 250 * time.Millisecond // how often the log trimmer looks at a file
+	procPollInterval = 20 * time.Millisecond  // how often Stop looks at /proc while waiting
+	killWait         = 5 * time.Second        // how long Stop waits after SIGKILL before failing
+	reapWait         = time.Second            // how long to wait for our own child's exit code
+)
+
+// ErrInvalidRequest is returned by Start for a request it cannot run: an
+// unsafe workload id, an empty command, a missing log path, or a command that
+// cannot be found.
+var ErrInvalidRequest = errors.New("berth: invalid workload request")
+
+// Config configures a Driver.
+type Config struct {
+	// StateDir holds the driver's workload records (created 0700 if missing).
+	// Required. Exactly one driver may use a state directory at a time.
+	StateDir string
+	// Logger receives the driver's own logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Driver is the process runtime driver. It implements runtime.Driver and is
+// safe for concurrent use. Close stops its background work; workloads keep running.
+type Driver struct {
+	cfg  Config
+	log  *slog.Logger
+	life context.Context
+	stop context.CancelFunc
+
+	trimmers sync.WaitGroup // running log trimmers
+
+	mu        sync.Mutex
+	closed    bool                 // mu must be held
+	workloads map[string]*workload // by workload id; mu must be held
+}
+
+// workload is one workload the driver knows.
+type workload struct {
+	rec record // mu of the Driver must be held
+	// done is closed when this driver life reaped the process; nil when the
+	// process was found after a restart (not our child).
+	done chan struct{}
+	// stopTrim ends the log trimmer.
+	stopTrim context.CancelFunc
+}
+
+var _ runtime.Driver = (*Driver)(nil)
+
+// New returns a driver using cfg.StateDir, loading the records a previous
+// driver left there. Workloads found alive get their log trimmer back; dead
+// ones are reported exited with ExitCode -1 (unless a previous life recorded
+// the code). It returns an error when StateDir is empty or unusable.
+func New(cfg Config) (*Driver, error) {
+	if cfg.StateDir == "" {
+		return nil, errors.New("process driver: StateDir is required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	life, stop := context.WithCancel(context.Background())
+	d := &Driver{cfg: cfg, log: log, life: life, stop: stop, workloads: map[string]*workload{}}
+	if err := os.MkdirAll(d.recordDir(), 0o700); err != nil {
+		stop()
+		return nil, fmt.Errorf("process driver: create state directory: %w", err)
+	}
+	recs, err := d.loadRecords()
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("process driver: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range recs {
+		w := &workload{rec: *r}
+		d.workloads[r.WorkloadID] = w
+		if d.refreshLocked(w) {
+			w.stopTrim = d.startTrimmer(w.rec)
+			d.log.Info("found running workload", "workload", r.WorkloadID, "pid", r.PID)
+		}
+	}
+	return d, nil
+}
+
+// Close stops the driver's log trimmers and its bookkeeping of exits: once it
+// returns the driver writes nothing more under StateDir or to log files.
+// Workloads keep running; a new driver on the same StateDir picks them up.
+// Calls after Close fail. Idempotent.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.stop()
+	d.trimmers.Wait()
+	return nil
+}
+
+// errClosed is returned by calls on a closed Driver.
+var errClosed = errors.New("process driver: closed")
+
+// persistExitLocked stores w's exit, unless w was forgotten or the driver
+// closed. mu must be held.
+func (d *Driver) persistExitLocked(w *workload) {
+	if d.closed || d.workloads[w.rec.WorkloadID] != w {
+		return
+	}
+	if err := d.writeRecord(&w.rec); err != nil {
+		d.log.Warn("could not persist workload exit", "workload", w.rec.WorkloadID, "error", err)
+	}
+}
+
+// Describe implements runtime.Driver.
+func (d *Driver) Describe(context.Context) (*runtime.DescribeResponse, error) {
+	return &runtime.DescribeResponse{
+		Name:        "process",
+		Version:     Version,
+		APIVersions: []int{runtime.APIVersion},
+		Capabilities: runtime.Capabilities{
+			OutlivesDriver: true,
+			Isolation:      "none",
+		},
+	}, nil
+}
+
+var validID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+
+// Start implements runtime.Driver. A running workload with the same id is
+// returned as it is (the request is not compared); an exited one is replaced by
+// a new process. Errors wrap ErrInvalidRequest for a request that cannot run.
+func (d *Driver) Start(ctx context.Context, req *runtime.StartRequest) (*runtime.StartResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if req == nil || !validID.MatchString(req.WorkloadID) {
+		return nil, fmt.Errorf("start workload: bad workload id: %w", ErrInvalidRequest)
+	}
+	id := req.WorkloadID
+	if len(req.Command) == 0 || req.Command[0] == "" {
+		return nil, fmt.Errorf("start workload %s: empty command: %w", id, ErrInvalidRequest)
+	}
+	if req.LogPath == "" {
+		return nil, fmt.Errorf("start workload %s: no log path: %w", id, ErrInvalidRequest)
+	}
+	maxBytes := req.LogMaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultLogMaxBytes
+	}
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, fmt.Errorf("start workload %s: %w", id, errClosed)
+	}
+	if w, ok := d.workloads[id]; ok {
+		if d.refreshLocked(w) {
+			return &runtime.StartResponse{State: w.state()}, nil
+		}
+		w.stopTrimmer()
+	}
+
+	path, err := resolveCommand(req.Command[0], req.WorkDir, req.Env["PATH"])
+	if err != nil {
+		return nil, fmt.Errorf("start workload %s: %w", id, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(req.LogPath), 0o750); err != nil {
+		return nil, fmt.Errorf("start workload %s: create log directory: %w", id, err)
+	}
+	logf, err := os.OpenFile(req.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("start workload %s: open log: %w", id, err)
+	}
+	defer logf.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, fmt.Errorf("start workload %s: open %s: %w", id, os.DevNull, err)
+	}
+	defer devnull.Close()
+
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   slices.Clone(req.Command),
+		Env:    envList(req.Env),
+		Dir:    req.WorkDir,
+		Stdin:  devnull,
+		Stdout: logf,
+		Stderr: logf,
+		// Own session and process group: no controlling terminal, no signal
+		// from the driver's group, and Stop can signal the whole group.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start workload %s: %w", id, err)
+	}
+	pid := cmd.Process.Pid
+	// The child cannot be reaped before cmd.Wait, so its /proc entry exists
+	// even if it has already exited.
+	st, err := readProcStat(pid)
+	if err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("start workload %s: read start time: %w", id, err)
+	}
+	w := &workload{
+		rec: record{
+			Version:     recordVersion,
+			WorkloadID:  id,
+			PID:         pid,
+			StartTicks:  st.StartTicks,
+			Command:     slices.Clone(req.Command),
+			StartedAt:   time.Now().UTC(),
+			LogPath:     req.LogPath,
+			LogMaxBytes: maxBytes,
+			ExitCode:    -1,
+		},
+		done: make(chan struct{}),
+	}
+	if err := d.writeRecord(&w.rec); err != nil {
+		// Without a record a restarted driver could not find it: do not leave it running.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("start workload %s: %w", id, err)
+	}
+	d.workloads[id] = w
+	w.stopTrim = d.startTrimmer(w.rec)
+	go d.reap(w, cmd)
+	d.log.Info("started workload", "workload", id, "pid", pid, "command", req.Command[0])
+	return &runtime.StartResponse{State: w.state()}, nil
+}
+
+// reap waits for a process this driver life started and records its exit.
+func (d *Driver) reap(w *workload, cmd *exec.Cmd) {
+	err := cmd.Wait()
+	code := exitCode(cmd.ProcessState)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer close(w.done)
+	if !w.rec.Exited {
+		w.rec.Exited = true
+		w.rec.ExitedAt = time.Now().UTC()
+	}
+	w.rec.ExitCode = code
+	w.stopTrimmer()
+	d.log.Info("workload exited", "workload", w.rec.WorkloadID, "pid", w.rec.PID, "exit_code", code, "wait_error", err)
+	d.persistExitLocked(w)
+}
+
+// exitCode is the process's exit code, or 128 + signal for a signalled process.
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// Inspect implements runtime.Driver. It returns an error wrapping
+// runtime.ErrNotFound for an unknown (or stopped and forgotten) workload.
+func (d *Driver) Inspect(ctx context.Context, req *runtime.InspectRequest) (*runtime.WorkloadState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("inspect workload %s: %w", req.WorkloadID, errClosed)
+	}
+	w, ok := d.workloads[req.WorkloadID]
+	if !ok {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("inspect workload %s: %w", req.WorkloadID, runtime.ErrNotFound)
+	}
+	running := d.refreshLocked(w)
+	d.mu.Unlock()
+	if !running {
+		d.awaitReap(ctx, w)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return w.state(), nil
+}
+
+// List implements runtime.Driver: every workload with a record, running or
+// exited, sorted by id.
+func (d *Driver) List(ctx context.Context) ([]*runtime.WorkloadState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, fmt.Errorf("list workloads: %w", errClosed)
+	}
+	out := make([]*runtime.WorkloadState, 0, len(d.workloads))
+	for _, w := range d.workloads {
+		d.refreshLocked(w)
+		out = append(out, w.state())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].WorkloadID < out[j].WorkloadID })
+	return out, nil
+}
+
+// Stop implements runtime.Driver: SIGTERM to the workload's process group, up
+// to Timeout (zero means DefaultStopTimeout) for the process to exit, then
+// SIGKILL to the group; Force sends SIGKILL at once. Once the process has exited
+// any remaining members of its group are killed, the record is removed and the
+// final state returned. An unknown id returns an error wrapping
+// runtime.ErrNotFound. If ctx ends first the workload keeps its record and
+// ctx's error is returned.
+func (d *Driver) Stop(ctx context.Context, req *runtime.StopRequest) (*runtime.StopResponse, error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, errClosed)
+	}
+	w, ok := d.workloads[req.WorkloadID]
+	if !ok {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, runtime.ErrNotFound)
+	}
+	running := d.refreshLocked(w)
+	pid, ticks := w.rec.PID, w.rec.StartTicks
+	d.mu.Unlock()
+
+	if running {
+		timeout := req.Timeout
+		if timeout <= 0 {
+			timeout = DefaultStopTimeout
+		}
+		if !req.Force {
+			signalGroup(pid, ticks, syscall.SIGTERM)
+			if err := waitExit(ctx, w, pid, ticks, timeout); err != nil && ctx.Err() != nil {
+				return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, err)
+			}
+		}
+		if alive(pid, ticks) {
+			signalGroup(pid, ticks, syscall.SIGKILL)
+			if err := waitExit(ctx, w, pid, ticks, killWait); err != nil {
+				return nil, fmt.Errorf("stop workload %s: process %d survived SIGKILL: %w", req.WorkloadID, pid, err)
+			}
+		}
+		// The leader has just exited; its process group id cannot have been
+		// reused while members remain, so this only reaches the workload's
+		// own leftovers.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	d.awaitReap(ctx, w)
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.refreshLocked(w)
+	st := w.state()
+	if !d.closed && d.workloads[req.WorkloadID] == w {
+		if err := d.removeRecord(req.WorkloadID); err != nil {
+			return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, err)
+		}
+		delete(d.workloads, req.WorkloadID)
+		w.stopTrimmer()
+	}
+	d.log.Info("stopped workload", "workload", req.WorkloadID, "pid", pid, "exit_code", st.ExitCode)
+	return &runtime.StopResponse{State: st}, nil
+}
+
+// signalGroup signals the process group of pid after checking that pid is still
+// the workload's process (not a reused pid).
+func signalGroup(pid int, ticks uint64, sig syscall.Signal) {
+	if alive(pid, ticks) {
+		_ = syscall.Kill(-pid, sig)
+	}
+}
+
+// waitExit waits until the workload's process has exited, watching /proc (and
+// the reaper when the driver owns the process), for at most timeout.
+func waitExit(ctx context.Context, w *workload, pid int, ticks uint64, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(procPollInterval)
+	defer tick.Stop()
+	var done <-chan struct{}
+	if w.done != nil {
+		done = w.done
+	}
+	for alive(pid, ticks) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("process %d still running after %s", pid, timeout)
+		case <-done:
+			return nil
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// awaitReap waits briefly for this driver's reaper to record the exit code of
+// a process it started, so that the state returned after an exit carries it.
+func (d *Driver) awaitReap(ctx context.Context, w *workload) {
+	if w.done == nil {
+		return
+	}
+	t := time.NewTimer(reapWait)
+	defer t.Stop()
+	select {
+	case <-w.done:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-d.life.Done():
+	}
+}
+
+// refreshLocked reports whether w's process is still running, and records the
+// exit of a process found dead (ExitCode stays -1 unless the reaper knows it).
+// mu must be held.
+func (d *Driver) refreshLocked(w *workload) bool {
+	if w.rec.Exited {
+		return false
+	}
+	if alive(w.rec.PID, w.rec.StartTicks) {
+		return true
+	}
+	w.rec.Exited = true
+	w.rec.ExitedAt = time.Now().UTC()
+	w.stopTrimmer()
+	d.persistExitLocked(w)
+	return false
+}
+
+// state returns the public state of w. The Driver's mu must be held.
+func (w *workload) state() *runtime.WorkloadState {
+	s := &runtime.WorkloadState{
+		WorkloadID: w.rec.WorkloadID,
+		State:      runtime.StateRunning,
+		PID:        w.rec.PID,
+		StartedAt:  w.rec.StartedAt,
+		ExitCode:   -1,
+	}
+	if w.rec.Exited {
+		s.State = runtime.StateExited
+		s.ExitedAt = w.rec.ExitedAt
+		s.ExitCode = w.rec.ExitCode
+	}
+	return s
+}
+
+func (w *workload) stopTrimmer() {
+	if w.stopTrim != nil {
+		w.stopTrim()
+		w.stopTrim = nil
+	}
+}
+
+// resolveCommand finds the executable of name: a name with a slash is taken
+// relative to workDir (or as is when absolute); a bare name is looked up in
+// workDir first, then in the directories of path (the workload's PATH, or the
+// driver's own when empty).
+func resolveCommand(name, workDir, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(workDir, p)
+		}
+		if err := checkExecutable(p); err != nil {
+			return "", fmt.Errorf("command %q: %w", name, err)
+		}
+		return p, nil
+	}
+	if workDir != "" {
+		p := filepath.Join(workDir, name)
+		if checkExecutable(p) == nil {
+			return p, nil
+		}
+	}
+	if path == "" {
+		path = os.Getenv("PATH")
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if checkExecutable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("command %q not found in work directory or PATH: %w", name, ErrInvalidRequest)
+}
+
+func checkExecutable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file: %w", p, ErrInvalidRequest)
+	}
+	return nil
+}
+
+// envList turns the environment map into a sorted KEY=VALUE list.
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,568 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mccutchen/go-httpbin/v2/httpbin"
+
+	"github.com/berthhq/berth/abi/routes"
+)
+
+const testHost = "app.example.test"
+
+// lockedBuffer is an io.Writer safe for the concurrent writes of a logger.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// gateway starts a Proxy serving table behind a real listener. It returns the
+// proxy, its server, and the proxy's log output.
+func gateway(t testing.TB, table routes.Table) (*Proxy, *httptest.Server, *lockedBuffer) {
+	t.Helper()
+	logs := &lockedBuffer{}
+	p := NewProxy(slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	p.SetTable(table)
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	return p, srv, logs
+}
+
+// named starts an upstream that answers its name to every request.
+func named(t testing.TB, name string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, name)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// deadAddr returns the address of a TCP port nobody listens on.
+func deadAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatalf("close listener: %v", err)
+	}
+	return addr
+}
+
+// addr returns the host:port of an httptest server.
+func addr(srv *httptest.Server) string { return srv.Listener.Addr().String() }
+
+// oneRoute is a table routing testHost to the given upstreams.
+func oneRoute(ups ...routes.Upstream) routes.Table {
+	return routes.Table{Revision: 1, Routes: []routes.Route{{
+		Hostname: testHost, Project: "prj_test", Service: "web", Upstreams: ups,
+	}}}
+}
+
+func healthy(id, address string) routes.Upstream {
+	return routes.Upstream{WorkloadID: id, Address: address, Healthy: true}
+}
+
+// send makes a request through the gateway for host and returns the response
+// with its body read.
+func send(t testing.TB, srv *httptest.Server, method, host, path string, body io.Reader) (*http.Response, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, body)
+	if err != nil {
+		t.Fatalf("new request: %v", err)
+	}
+	req.Host = host
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s%s: %v", method, host, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body of %s %s%s: %v", method, host, path, err)
+	}
+	return resp, b
+}
+
+// wantProblem checks a response the gateway wrote itself.
+func wantProblem(t *testing.T, resp *http.Response, body []byte, status int, code, mark string) problem {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Fatalf("status = %d, want %d; body %s", resp.StatusCode, status, body)
+	}
+	if got := resp.Header.Get("Content-Type"); got != "application/problem+json" {
+		t.Errorf("Content-Type = %q, want application/problem+json", got)
+	}
+	if got := resp.Header.Get(gatewayHeader); got != mark {
+		t.Errorf("%s = %q, want %q", gatewayHeader, got, mark)
+	}
+	var pb problem
+	if err := json.Unmarshal(body, &pb); err != nil {
+		t.Fatalf("decode problem %s: %v", body, err)
+	}
+	if string(pb.Code) != code || pb.Status != status {
+		t.Errorf("problem = %+v, want code %q status %d", pb, code, status)
+	}
+	return pb
+}
+
+func TestUnknownHost(t *testing.T) {
+	t.Parallel()
+	up := named(t, "a")
+	_, srv, _ := gateway(t, oneRoute(healthy("wl_a", addr(up))))
+
+	resp, body := send(t, srv, http.MethodGet, "Other.Example.TEST.:8080", "/", nil)
+	wantProblem(t, resp, body, http.StatusNotFound, "no_route", "no-route")
+	want := `{"title":"no route for host","status":404,"code":"no_route","detail":"no service is routed at host \"other.example.test\""}`
+	if string(body) != want {
+		t.Errorf("body = %s\nwant   %s", body, want)
+	}
+}
+
+func TestHostMatching(t *testing.T) {
+	t.Parallel()
+	up := named(t, "a")
+	_, srv, _ := gateway(t, oneRoute(healthy("wl_a", addr(up))))
+
+	for _, host := range []string{testHost, "APP.Example.Test", testHost + ":8443", testHost + ".", "App.Example.Test.:80"} {
+		resp, body := send(t, srv, http.MethodGet, host, "/", nil)
+		if resp.StatusCode != http.StatusOK || string(body) != "a" {
+			t.Errorf("Host %q: %d %q, want 200 \"a\"", host, resp.StatusCode, body)
+		}
+	}
+}
+
+func TestNoHealthyUpstream(t *testing.T) {
+	t.Parallel()
+	hit := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hit <- struct{}{} }))
+	t.Cleanup(up.Close)
+	_, srv, _ := gateway(t, oneRoute(routes.Upstream{WorkloadID: "wl_a", Address: addr(up), Healthy: false}))
+
+	resp, body := send(t, srv, http.MethodGet, testHost, "/", nil)
+	wantProblem(t, resp, body, http.StatusServiceUnavailable, "no_healthy_upstream", "no-healthy-upstream")
+	if got := resp.Header.Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After = %q, want 1", got)
+	}
+	select {
+	case <-hit:
+		t.Error("an unhealthy upstream received a request")
+	default:
+	}
+}
+
+func TestApplicationErrorPassesThrough(t *testing.T) {
+	t.Parallel()
+	app := httptest.NewServer(httpbin.New())
+	t.Cleanup(app.Close)
+	_, srv, _ := gateway(t, oneRoute(healthy("wl_bin", addr(app))))
+
+	direct, err := app.Client().Get(app.URL + "/status/503")
+	if err != nil {
+		t.Fatalf("direct request: %v", err)
+	}
+	wantBody, err := io.ReadAll(direct.Body)
+	direct.Body.Close()
+	if err != nil {
+		t.Fatalf("read direct body: %v", err)
+	}
+
+	resp, body := send(t, srv, http.MethodGet, testHost, "/status/503", nil)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status = %d, want 503", resp.StatusCode)
+	}
+	if got := resp.Header.Get(gatewayHeader); got != "" {
+		t.Errorf("%s = %q on the application's own 503, want absent", gatewayHeader, got)
+	}
+	if !bytes.Equal(body, wantBody) {
+		t.Errorf("body through the gateway = %q, want the application's %q", body, wantBody)
+	}
+	if got, want := resp.Header.Get("Content-Type"), direct.Header.Get("Content-Type"); got != want {
+		t.Errorf("Content-Type = %q, want the application's %q", got, want)
+	}
+}
+
+func TestForwardedHeaders(t *testing.T) {
+	t.Parallel()
+	app := httptest.NewServer(httpbin.New())
+	t.Cleanup(app.Close)
+	table := oneRoute(healthy("wl_bin", addr(app)))
+
+	for _, tc := range []struct {
+		name      string
+		tls       bool
+		wantProto string
+	}{
+		{"http", false, "http"},
+		{"https", true, "https"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewProxy(nil)
+			p.SetTable(table)
+			var srv *httptest.Server
+			if tc.tls {
+				srv = httptest.NewTLSServer(p)
+			} else {
+				srv = httptest.NewServer(p)
+			}
+			t.Cleanup(srv.Close)
+
+			req, err := http.NewRequest(http.MethodGet, srv.URL+"/headers", nil)
+			if err != nil {
+				t.Fatalf("new request: %v", err)
+			}
+			req.Host = testHost
+			req.Header.Set("X-Forwarded-For", "203.0.113.9") // a client's claim the edge must not pass on
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatalf("GET /headers: %v", err)
+			}
+			defer resp.Body.Close()
+			var echo struct {
+				Headers http.Header `json:"headers"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&echo); err != nil {
+				t.Fatalf("decode /headers: %v", err)
+			}
+			for name, want := range map[string]string{
+				"Host":              testHost,
+				"X-Forwarded-For":   "127.0.0.1",
+				"X-Forwarded-Proto": tc.wantProto,
+				"X-Forwarded-Host":  testHost,
+			} {
+				if got := strings.Join(echo.Headers.Values(name), ","); got != want {
+					t.Errorf("upstream saw %s = %q, want %q", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestLargeBodyStreamsIntact(t *testing.T) {
+	// Not parallel: it measures the process's allocations.
+	const blocks = 160 // 160 × 64 KiB = 10 MiB
+	block := make([]byte, 64<<10)
+	for i := range block {
+		block[i] = byte(i % 251)
+	}
+	want := sha256.New()
+	for range blocks {
+		want.Write(block)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		for range blocks {
+			if _, err := w.Write(block); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(up.Close)
+	_, srv, _ := gateway(t, oneRoute(healthy("wl_big", addr(up))))
+
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/big", nil)
+	if err != nil {
+		t.Fatalf("new request: %v", err)
+	}
+	req.Host = testHost
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("GET /big: %v", err)
+	}
+	got := sha256.New()
+	n, err := io.Copy(got, resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("read /big: %v", err)
+	}
+	runtime.ReadMemStats(&after)
+
+	if n != blocks*int64(len(block)) {
+		t.Errorf("read %d bytes, want %d", n, blocks*len(block))
+	}
+	if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
+		t.Errorf("SHA-256 of the body through the gateway = %x, want %x", got.Sum(nil), want.Sum(nil))
+	}
+	// A gateway that held the body would allocate at least its 10 MiB.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
+		t.Errorf("the transfer allocated %d bytes: the body was buffered", alloc)
+	}
+}
+
+func TestStreamingArrivesAsProduced(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "first\n")
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Errorf("upstream flush: %v", err)
+			return
+		}
+		select {
+		case <-release: // the test has read "first" through the gateway
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "second\n")
+	}))
+	t.Cleanup(up.Close)
+	_, srv, _ := gateway(t, oneRoute(healthy("wl_stream", addr(up))))
+
+	// The deadline only turns a buffering gateway into a failure instead of a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/stream", nil)
+	if err != nil {
+		t.Fatalf("new request: %v", err)
+	}
+	req.Host = testHost
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("GET /stream: %v", err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	if err != nil {
+		t.Fatalf("read first chunk while the upstream still holds the response open: %v", err)
+	}
+	if first != "first\n" {
+		t.Fatalf("first chunk = %q, want \"first\\n\"", first)
+	}
+	close(release)
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("read rest: %v", err)
+	}
+	if string(rest) != "second\n" {
+		t.Errorf("rest = %q, want \"second\\n\"", rest)
+	}
+}
+
+func TestRoundRobin(t *testing.T) {
+	t.Parallel()
+	a, b := named(t, "a"), named(t, "b")
+	_, srv, _ := gateway(t, oneRoute(healthy("wl_a", addr(a)), healthy("wl_b", addr(b))))
+
+	var seq []string
+	for range 6 {
+		resp, body := send(t, srv, http.MethodGet, testHost, "/", nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status = %d, want 200", resp.StatusCode)
+		}
+		seq = append(seq, string(body))
+	}
+	for i := 1; i < len(seq); i++ {
+		if seq[i] == seq[i-1] {
+			t.Fatalf("upstreams hit in order %v, want them in turn", seq)
+		}
+	}
+}
+
+func TestDeadUpstream(t *testing.T) {
+	t.Parallel()
+	live := named(t, "live")
+	dead := deadAddr(t)
+
+	t.Run("GET skips it", func(t *testing.T) {
+		t.Parallel()
+		_, srv, logs := gateway(t, oneRoute(healthy("wl_dead", dead), healthy("wl_live", addr(live))))
+		for i := range 4 { // every starting point of the rotation, twice
+			resp, body := send(t, srv, http.MethodGet, testHost, "/", nil)
+			if resp.StatusCode != http.StatusOK || string(body) != "live" {
+				t.Fatalf("GET %d: %d %q, want 200 \"live\"", i, resp.StatusCode, body)
+			}
+		}
+		for _, want := range []string{`"host":"` + testHost + `"`, `"upstream":"` + dead + `"`, `"retrying":true`, "connection refused"} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("log lacks %s:\n%s", want, logs.String())
+			}
+		}
+	})
+
+	t.Run("POST is not retried", func(t *testing.T) {
+		t.Parallel()
+		_, srv, logs := gateway(t, oneRoute(healthy("wl_dead", dead), healthy("wl_live", addr(live))))
+		statuses := map[int]int{}
+		for range 2 { // one of the two starts at the dead upstream
+			resp, body := send(t, srv, http.MethodPost, testHost, "/", strings.NewReader("secret-body-1234"))
+			statuses[resp.StatusCode]++
+			if resp.StatusCode == http.StatusBadGateway {
+				wantProblem(t, resp, body, http.StatusBadGateway, "bad_gateway", "bad-gateway")
+			}
+		}
+		if statuses[http.StatusOK] != 1 || statuses[http.StatusBadGateway] != 1 {
+			t.Errorf("statuses = %v, want one 200 and one 502", statuses)
+		}
+		if strings.Contains(logs.String(), "secret-body-1234") {
+			t.Errorf("the request body was logged:\n%s", logs.String())
+		}
+	})
+
+	t.Run("all dead", func(t *testing.T) {
+		t.Parallel()
+		_, srv, _ := gateway(t, oneRoute(healthy("wl_dead1", dead), healthy("wl_dead2", deadAddr(t))))
+		resp, body := send(t, srv, http.MethodGet, testHost, "/", nil)
+		wantProblem(t, resp, body, http.StatusBadGateway, "bad_gateway", "bad-gateway")
+	})
+}
+
+func TestSetTableConcurrentWithRequests(t *testing.T) {
+	t.Parallel()
+	a, b := named(t, "a"), named(t, "b")
+	tables := []routes.Table{
+		oneRoute(healthy("wl_a", addr(a))),
+		oneRoute(healthy("wl_b", addr(b))),
+		oneRoute(healthy("wl_a", addr(a)), healthy("wl_b", addr(b))),
+	}
+	p, srv, _ := gateway(t, tables[0])
+
+	done := make(chan struct{})
+	var writer sync.WaitGroup
+	writer.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			tb := tables[i%len(tables)]
+			tb.Revision = int64(i)
+			p.SetTable(tb)
+			_ = p.Table()
+		}
+	})
+
+	var clients sync.WaitGroup
+	for range 8 {
+		clients.Go(func() {
+			for range 50 {
+				req, err := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+				if err != nil {
+					t.Errorf("new request: %v", err)
+					return
+				}
+				req.Host = testHost
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					t.Errorf("GET: %v", err)
+					return
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK || (string(body) != "a" && string(body) != "b") {
+					t.Errorf("GET: %d %q %v, want 200 from a or b", resp.StatusCode, body, err)
+					return
+				}
+			}
+		})
+	}
+	clients.Wait()
+	close(done)
+	writer.Wait()
+}
+
+func TestTableIsCopied(t *testing.T) {
+	t.Parallel()
+	p := NewProxy(nil)
+	if got := p.Table(); got.Revision != 0 || len(got.Routes) != 0 {
+		t.Fatalf("initial table = %+v, want empty", got)
+	}
+	in := oneRoute(healthy("wl_a", "127.0.0.1:1"))
+	in.Revision = 7
+	p.SetTable(in)
+	in.Routes[0].Upstreams[0].Address = "changed:1"
+
+	got := p.Table()
+	if got.Revision != 7 || got.Routes[0].Upstreams[0].Address != "127.0.0.1:1" {
+		t.Fatalf("Table() = %+v, want the table as set, unaffected by the caller's later edits", got)
+	}
+	got.Routes[0].Hostname = "mutated"
+	if again := p.Table(); again.Routes[0].Hostname != testHost {
+		t.Errorf("editing Table()'s result changed the proxy's table: %+v", again)
+	}
+}
+
+func TestNormalizeHost(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"Example.COM":      "example.com",
+		"example.com:8080": "example.com",
+		"example.com.":     "example.com",
+		"EXAMPLE.com.:443": "example.com",
+		"[::1]:80":         "::1",
+		"[::1]":            "::1",
+		"10.0.0.1:80":      "10.0.0.1",
+		"":                 "",
+	} {
+		if got := normalizeHost(in); got != want {
+			t.Errorf("normalizeHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func BenchmarkProxyHello(b *testing.B) {
+	up := named(b, "hello")
+	_, srv, _ := gateway(b, oneRoute(healthy("wl_hello", addr(up))))
+	tr := &http.Transport{MaxIdleConnsPerHost: 256}
+	b.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr}
+
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, err := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			req.Host = testHost
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Error(fmt.Errorf("status %d", resp.StatusCode))
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+}

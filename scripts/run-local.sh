@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Runs Berth's main job on one machine with embedded defaults: berthd (embedded
+# store, gateway plugin), one enrolled agent with the process driver, and two
+# services (examples/apps/hello and go-httpbin) routed through the gateway.
+# Runs in the foreground; Ctrl-C deletes the services and stops every process
+# it started. Expects `make build bundles` to have run (make run does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUN_DIR=${BERTH_RUN_DIR:-$PWD/.berth-run}
+API=${BERTH_LISTEN:-127.0.0.1:7070}
+GATEWAY=${BERTH_GATEWAY_LISTEN:-127.0.0.1:8080}
+BIN=$PWD/bin
+start=$(date +%s.%N)
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+for p in "$API" "$GATEWAY"; do
+  if (exec 3<>"/dev/tcp/${p%:*}/${p##*:}") 2>/dev/null; then
+    die "$p is already in use; stop what listens there or set BERTH_LISTEN / BERTH_GATEWAY_LISTEN"
+  fi
+done
+
+rm -rf "$RUN_DIR"
+mkdir -p "$RUN_DIR"
+chmod 700 "$RUN_DIR"
+
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  echo
+  say "stopping"
+  if [ -n "${BERTH_TOKEN:-}" ]; then
+    "$BIN/berth" delete service hello >/dev/null 2>&1 || true
+    "$BIN/berth" delete service httpbin >/dev/null 2>&1 || true
+    for _ in $(seq 1 100); do
+      n=$("$BIN/berth" get workloads -o json 2>/dev/null | grep -c '"id"' || true)
+      [ "${n:-0}" = 0 ] && break
+      sleep 0.2
+    done
+  fi
+  for ((i=${#pids[@]}-1; i>=0; i--)); do kill -TERM "${pids[i]}" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # Workloads outlive the agent by design; anything still running from this run
+  # directory (the services could not be deleted) is stopped here.
+  for d in /proc/[0-9]*; do
+    cwd=$(readlink "$d/cwd" 2>/dev/null || true)
+    case "$cwd" in "$RUN_DIR"/*) kill -KILL "${d#/proc/}" 2>/dev/null || true ;; esac
+  done
+  say "stopped; logs and state are in $RUN_DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "starting berthd (API http://$API, gateway http://$GATEWAY, data $RUN_DIR/berthd)"
+"$BIN/berthd" --data-dir "$RUN_DIR/berthd" --listen "$API" --gateway-listen "$GATEWAY" \
+  >"$RUN_DIR/berthd.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 300); do
+  [ -s "$RUN_DIR/berthd/admin-token" ] && curl -fsS "http://$API/readyz" >/dev/null 2>&1 && break
+  kill -0 "${pids[0]}" 2>/dev/null || { cat "$RUN_DIR/berthd.log" >&2; die "berthd exited"; }
+  sleep 0.1
+done
+curl -fsS "http://$API/readyz" >/dev/null || die "berthd did not become ready; see $RUN_DIR/berthd.log"
+export BERTH_SERVER="http://$API" BERTH_TOKEN
+BERTH_TOKEN=$(cat "$RUN_DIR/berthd/admin-token")
+
+say "enrolling a node"
+join=$("$BIN/berth" join-token create -o json)
+token=$(printf '%s' "$join" | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
+"$BIN/berth-agent" enroll --server "http://$API" --join-token "$token" --data-dir "$RUN_DIR/agent" --label demo=true
+"$BIN/berth-agent" run --data-dir "$RUN_DIR/agent" >"$RUN_DIR/agent.log" 2>&1 &
+pids+=($!)
+
+say "pushing bundles"
+"$BIN/berth" bundle push build/bundles/hello --name hello
+"$BIN/berth" bundle push build/bundles/httpbin --name httpbin
+
+say "applying services"
+"$BIN/berth" apply -f examples/services/hello.yaml
+"$BIN/berth" apply -f examples/services/httpbin.yaml
+
+say "waiting for hello through the gateway"
+ok=
+for _ in $(seq 1 600); do
+  if out=$(curl -fsS -H 'Host: hello.localhost' "http://$GATEWAY/" 2>/dev/null); then ok=1; break; fi
+  kill -0 "${pids[1]}" 2>/dev/null || { tail -20 "$RUN_DIR/agent.log" >&2; die "the agent exited"; }
+  sleep 0.1
+done
+[ -n "$ok" ] || die "hello did not answer within 60 s; see $RUN_DIR/*.log"
+elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+say "hello answered through the gateway (${elapsed} s after start): $out"
+
+cat <<MSG
+
+  Try:
+    curl -H 'Host: hello.localhost' http://$GATEWAY/
+    curl http://hello.localhost:${GATEWAY##*:}/
+    curl -H 'Host: httpbin.localhost' http://$GATEWAY/headers
+
+  The CLI (already pointed at this server in this shell's environment):
+    export BERTH_SERVER=http://$API BERTH_TOKEN=\$(cat $RUN_DIR/berthd/admin-token)
+    bin/berth get services
+    bin/berth get workloads
+
+  Admin token: $RUN_DIR/berthd/admin-token
+  Logs:        $RUN_DIR/berthd.log, $RUN_DIR/agent.log
+  Press Ctrl-C to stop everything.
+MSG
+wait "${pids[0]}"

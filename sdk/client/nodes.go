@@ -1,0 +1,44 @@
+package client
+
+import (
+	"context"
+	"net/http"
+)
+
+// CreateJoinToken creates a one-time join token (POST /nodes/join-tokens).
+// The token in the answer is shown once; the server keeps only its digest.
+func (c *Client) CreateJoinToken(ctx context.Context, req JoinTokenRequest) (*JoinToken, error) {
+	var out JoinToken
+	if err := c.doJSON(ctx, http.MethodPost, "/nodes/join-tokens", req, true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Enroll enrolls a node with its join token (POST /nodes/enroll). It sends no
+// bearer: the join token in req is the credential. The answer's node
+// credential is shown once.
+func (c *Client) Enroll(ctx context.Context, req EnrollRequest) (*EnrollResponse, error) {
+	var out EnrollResponse
+	if err := c.doJSON(ctx, http.MethodPost, "/nodes/enroll", req, false, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListNodes lists the enrolled nodes (GET /nodes).
+func (c *Client) ListNodes(ctx context.Context) ([]Node, error) {
+	var out List[Node]
+	if err := c.do(ctx, http.MethodGet, "/nodes", nil, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return nonNil(out.Items), nil
+}
+
+// nonNil returns items, or an empty slice for nil, so a list encodes as [].
+func nonNil[T any](items []T) []T {
+	if items == nil {
+		return []T{}
+	}
+	return items
+}

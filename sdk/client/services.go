@@ -1,0 +1,70 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// ApplyService creates or replaces the service name of project
+// (PUT /projects/{project}/services/{name}) and returns it with its new
+// revision. With spec.ExpectedRevision set the write is a compare-and-set and
+// a stale revision fails with code "revision_conflict".
+func (c *Client) ApplyService(ctx context.Context, project, name string, spec ServiceSpec) (*Service, error) {
+	var out Service
+	if err := c.doJSON(ctx, http.MethodPut, servicePath(project, name), spec, true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetService reads one service (GET /projects/{project}/services/{name}); a
+// missing one fails with code "service_not_found".
+func (c *Client) GetService(ctx context.Context, project, name string) (*Service, error) {
+	var out Service
+	if err := c.do(ctx, http.MethodGet, servicePath(project, name), nil, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListServices lists the services of project (GET /projects/{project}/services).
+func (c *Client) ListServices(ctx context.Context, project string) ([]Service, error) {
+	var out List[Service]
+	if err := c.do(ctx, http.MethodGet, "/projects/"+pathEscape(project)+"/services", nil, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return nonNil(out.Items), nil
+}
+
+// DeleteService deletes a service (DELETE /projects/{project}/services/{name},
+// answered 204). A non-nil expectedRevision is sent as the query parameter
+// expected_revision and makes the delete a compare-and-set. Deleting a missing
+// service fails with code "service_not_found"; a caller that wants idempotent
+// cleanup checks [IsCode] for it.
+func (c *Client) DeleteService(ctx context.Context, project, name string, expectedRevision *int64) error {
+	var q url.Values
+	if expectedRevision != nil {
+		q = url.Values{"expected_revision": {strconv.FormatInt(*expectedRevision, 10)}}
+	}
+	return c.do(ctx, http.MethodDelete, servicePath(project, name), q, nil, "", true, nil)
+}
+
+// ListWorkloads lists the workloads of project (GET /projects/{project}/workloads),
+// or of every project when project is "" (GET /workloads).
+func (c *Client) ListWorkloads(ctx context.Context, project string) ([]Workload, error) {
+	p := "/workloads"
+	if project != "" {
+		p = "/projects/" + pathEscape(project) + "/workloads"
+	}
+	var out List[Workload]
+	if err := c.do(ctx, http.MethodGet, p, nil, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return nonNil(out.Items), nil
+}
+
+func servicePath(project, name string) string {
+	return "/projects/" + pathEscape(project) + "/services/" + pathEscape(name)
+}
