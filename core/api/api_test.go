@@ -1,0 +1,297 @@
+package api
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/store"
+)
+
+type nopHinter struct{}
+
+func (nopHinter) Hint(string) {}
+
+// fakeClock is a settable clock for join-token expiry.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+type fixture struct {
+	t     *testing.T
+	st    *store.Store
+	srv   *httptest.Server
+	admin string
+	clock *fakeClock
+	blobs string
+	reg   *nodes.Registry
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	unlock, err := store.LockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unlock() })
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	clock := &fakeClock{t: time.Now()}
+	tokens := identity.NewTokens(st)
+	_, admin, err := tokens.EnsureAdmin(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := nodes.NewRegistry(st, clock.now)
+	cat := services.NewCatalog(st, nil)
+	if err := reg.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	blobDir := filepath.Join(dir, "blobs")
+	bs, err := bundles.New(blobDir, st.Collection("bundles"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	s := New(Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
+		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub})
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	return &fixture{t: t, st: st, srv: srv, admin: admin, clock: clock, blobs: blobDir, reg: reg}
+}
+
+type req struct {
+	method, path, ctype, token string
+	body                       []byte
+}
+
+func (f *fixture) do(r req) (int, map[string]any) {
+	f.t.Helper()
+	hr, err := http.NewRequest(r.method, f.srv.URL+r.path, bytes.NewReader(r.body))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if r.ctype != "" {
+		hr.Header.Set("Content-Type", r.ctype)
+	}
+	if r.token != "" {
+		hr.Header.Set("Authorization", "Bearer "+r.token)
+	}
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	_ = json.Unmarshal(raw, &out)
+	if resp.StatusCode >= 400 && resp.Header.Get("Content-Type") != "application/problem+json" {
+		f.t.Fatalf("%s %s: error answer with Content-Type %q: %s", r.method, r.path, resp.Header.Get("Content-Type"), raw)
+	}
+	return resp.StatusCode, out
+}
+
+func (f *fixture) json(method, path string, body any) (int, map[string]any) {
+	raw, _ := json.Marshal(body)
+	return f.do(req{method: method, path: path, ctype: "application/json", token: f.admin, body: raw})
+}
+
+// snapshot is every document of every collection plus the blob files.
+func (f *fixture) snapshot() string {
+	f.t.Helper()
+	ctx := context.Background()
+	names, err := f.st.DB().ListCollectionNames(ctx, bson.M{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		cur, err := f.st.Collection(n).Find(ctx, bson.M{})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		var docs []bson.M
+		if err := cur.All(ctx, &docs); err != nil {
+			f.t.Fatal(err)
+		}
+		var lines []string
+		for _, d := range docs {
+			// Field order is not stable across reads: compare sorted JSON.
+			raw, _ := bson.MarshalExtJSON(d, true, false)
+			var v any
+			_ = json.Unmarshal(raw, &v)
+			sorted, _ := json.Marshal(v)
+			lines = append(lines, string(sorted))
+		}
+		sort.Strings(lines)
+		fmt.Fprintf(&b, "%s: %s\n", n, strings.Join(lines, "\n  "))
+	}
+	_ = filepath.WalkDir(f.blobs, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			fmt.Fprintln(&b, "blob", p)
+		}
+		return nil
+	})
+	return b.String()
+}
+
+func tarGz(t *testing.T, entries ...*tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, h := range entries {
+		body := []byte("x")
+		if h.Typeflag == tar.TypeReg {
+			h.Size = int64(len(body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			_, _ = tw.Write(body)
+		}
+	}
+	_ = tw.Close()
+	_ = gz.Close()
+	return buf.Bytes()
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
+	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/default/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {
+		t.Fatalf("push good bundle: %d %v", code, out)
+	}
+	if code, out := f.json("PUT", "/api/v1/projects/default/services/web", map[string]any{"bundle": "app", "command": []string{"./app"}}); code != 201 {
+		t.Fatalf("create service: %d %v", code, out)
+	}
+	usedToken, _, err := f.reg.CreateJoinToken(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	enroll := func(tok string) map[string]any {
+		return map[string]any{"join_token": tok, "public_key": base64.StdEncoding.EncodeToString(pub), "hostname": "n1", "capacity": map[string]any{"cpus": 1, "memory_mb": 512}}
+	}
+	if code, out := f.json("POST", "/api/v1/nodes/enroll", enroll(usedToken)); code != 201 {
+		t.Fatalf("enroll: %d %v", code, out)
+	}
+	expiring, _, err := f.reg.CreateJoinToken(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.add(2 * time.Minute)
+	nodeCred := "brn_" + strings.Repeat("A", 43)
+	wrongDigest := "sha256:" + hex.EncodeToString(make([]byte, 32))
+
+	svc := func(mut func(m map[string]any)) []byte {
+		m := map[string]any{"bundle": "app", "command": []string{"./app"}}
+		mut(m)
+		raw, _ := json.Marshal(m)
+		return raw
+	}
+	put := func(name string, body []byte) req {
+		return req{method: "PUT", path: "/api/v1/projects/default/services/" + name, ctype: "application/json", token: f.admin, body: body}
+	}
+	tests := []struct {
+		name   string
+		req    req
+		status int
+		code   string
+	}{
+		{"unknown field", put("web", svc(func(m map[string]any) { m["replicaz"] = 2 })), 400, "bad_request"},
+		{"wrong type", put("web", svc(func(m map[string]any) { m["replicas"] = "two" })), 400, "bad_request"},
+		{"two JSON values", put("web", append(svc(func(map[string]any) {}), []byte(` {}`)...)), 400, "bad_request"},
+		{"malformed JSON", put("web", []byte(`{"bundle":`)), 400, "bad_request"},
+		{"oversized body", put("web", svc(func(m map[string]any) { m["env"] = map[string]string{"BIG": strings.Repeat("x", 2<<20)} })), 413, "body_too_large"},
+		{"not JSON", req{method: "PUT", path: "/api/v1/projects/default/services/web", ctype: "text/plain", token: f.admin, body: []byte("hi")}, 415, "unsupported_media_type"},
+		{"bad service name", put("Web_1", svc(func(map[string]any) {})), 422, "invalid_name"},
+		{"service name of 64", put(strings.Repeat("a", 64), svc(func(map[string]any) {})), 422, "invalid_name"},
+		{"bad project name", req{method: "PUT", path: "/api/v1/projects/-x/services/web", ctype: "application/json", token: f.admin, body: svc(func(map[string]any) {})}, 422, "invalid_name"},
+		{"unknown project", req{method: "GET", path: "/api/v1/projects/nope/services", token: f.admin}, 404, "project_not_found"},
+		{"unknown service", req{method: "DELETE", path: "/api/v1/projects/default/services/nope", token: f.admin}, 404, "service_not_found"},
+		{"stale expected_revision", put("web", svc(func(m map[string]any) { m["expected_revision"] = 7 })), 409, "revision_conflict"},
+		{"create with revision of an existing", put("web", svc(func(m map[string]any) { m["expected_revision"] = 0 })), 409, "revision_conflict"},
+		{"stale delete", req{method: "DELETE", path: "/api/v1/projects/default/services/web?expected_revision=9", token: f.admin}, 409, "revision_conflict"},
+		{"reserved env", put("web", svc(func(m map[string]any) { m["env"] = map[string]string{"PORT": "1"} })), 422, "validation_failed"},
+		{"negative replicas", put("web", svc(func(m map[string]any) { m["replicas"] = -1 })), 422, "validation_failed"},
+		{"bad domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"not a host"} })), 422, "validation_failed"},
+		{"unknown bundle", put("web", svc(func(m map[string]any) { m["bundle"] = "ghost" })), 404, "bundle_not_found"},
+		{"missing command", put("web", svc(func(m map[string]any) { delete(m, "command") })), 422, "validation_failed"},
+		{"reused join token", req{method: "POST", path: "/api/v1/nodes/enroll", ctype: "application/json", body: mustJSON(enroll(usedToken))}, 409, "join_token_used"},
+		{"expired join token", req{method: "POST", path: "/api/v1/nodes/enroll", ctype: "application/json", body: mustJSON(enroll(expiring))}, 422, "join_token_expired"},
+		{"unknown join token", req{method: "POST", path: "/api/v1/nodes/enroll", ctype: "application/json", body: mustJSON(enroll("brj_nope"))}, 422, "join_token_expired"},
+		{"missing credentials", req{method: "GET", path: "/api/v1/projects"}, 401, "unauthenticated"},
+		{"wrong credentials", req{method: "GET", path: "/api/v1/projects", token: "brt_wrong"}, 401, "unauthenticated"},
+		{"node credential on the operator API", req{method: "GET", path: "/api/v1/projects", token: nodeCred}, 401, "unauthenticated"},
+		{"wrong credentials on a write", req{method: "PUT", path: "/api/v1/projects/default/services/web", ctype: "application/json", token: "brt_wrong", body: svc(func(map[string]any) {})}, 401, "unauthenticated"},
+		{"bundle digest mismatch", req{method: "POST", path: "/api/v1/projects/default/bundles?digest=" + wrongDigest, ctype: "application/gzip", token: f.admin, body: good}, 422, "digest_mismatch"},
+		{"bundle with ../", req{method: "POST", path: "/api/v1/projects/default/bundles", ctype: "application/gzip", token: f.admin, body: tarGz(t, &tar.Header{Name: "../evil", Typeflag: tar.TypeReg, Mode: 0o644})}, 422, "bundle_invalid"},
+		{"bundle with link out", req{method: "POST", path: "/api/v1/projects/default/bundles", ctype: "application/gzip", token: f.admin, body: tarGz(t, &tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "../../etc/passwd"})}, 422, "bundle_invalid"},
+		{"bundle with absolute path", req{method: "POST", path: "/api/v1/projects/default/bundles", ctype: "application/gzip", token: f.admin, body: tarGz(t, &tar.Header{Name: "/etc/x", Typeflag: tar.TypeReg, Mode: 0o644})}, 422, "bundle_invalid"},
+		{"bundle not gzip", req{method: "POST", path: "/api/v1/projects/default/bundles", ctype: "application/gzip", token: f.admin, body: []byte("plain text")}, 422, "bundle_invalid"},
+		{"bundle too large", req{method: "POST", path: "/api/v1/projects/default/bundles", ctype: "application/gzip", token: f.admin, body: bytes.Repeat([]byte{1}, 2<<20)}, 413, "body_too_large"},
+		{"bundle bad name", req{method: "POST", path: "/api/v1/projects/default/bundles?name=A_B", ctype: "application/gzip", token: f.admin, body: good}, 422, "invalid_name"},
+		{"unknown endpoint", req{method: "GET", path: "/api/v1/nope", token: f.admin}, 404, "not_found"},
+		{"unknown node", req{method: "GET", path: "/api/v1/nodes/nod_nope", token: f.admin}, 404, "node_not_found"},
+		{"join token ttl out of range", req{method: "POST", path: "/api/v1/nodes/join-tokens", ctype: "application/json", token: f.admin, body: []byte(`{"ttl_seconds": -5}`)}, 422, "validation_failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := f.snapshot()
+			status, out := f.do(tt.req)
+			if status != tt.status || out["code"] != tt.code {
+				t.Fatalf("got %d %v, want %d %s", status, out, tt.status, tt.code)
+			}
+			if out["detail"] == nil || out["title"] == nil {
+				t.Fatalf("problem without title or detail: %v", out)
+			}
+			if after := f.snapshot(); after != before {
+				t.Fatalf("the store changed:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
+	}
+}
+
+func mustJSON(v any) []byte {
+	raw, _ := json.Marshal(v)
+	return raw
+}
