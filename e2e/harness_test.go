@@ -199,6 +199,9 @@ func startBerthd(t *testing.T, cl *cluster) {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	cl := &cluster{dir: t.TempDir(), api: freeAddr(t), gateway: freeAddr(t)}
+	// Registered first, so it runs last: workloads outlive the agent by
+	// design, and a test must leave no process behind.
+	t.Cleanup(func() { cl.killWorkloads(t) })
 	startBerthd(t, cl)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -282,4 +285,14 @@ func (cl *cluster) workloadPIDs(t *testing.T) map[string][]int {
 		}
 	}
 	return out
+}
+
+// killWorkloads SIGKILLs every process of this cluster's workloads.
+func (cl *cluster) killWorkloads(t *testing.T) {
+	for id, pids := range cl.workloadPIDs(t) {
+		for _, pid := range pids {
+			t.Logf("killing leftover workload %s (pid %d)", id, pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }

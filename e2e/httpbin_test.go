@@ -132,4 +132,13 @@ func TestThirdPartyAppThroughGateway(t *testing.T) {
 			t.Fatalf("the last bytes came %s after the first: the response was buffered, not streamed", gap)
 		}
 	})
+
+	// Deleting the service stops its process.
+	if err := cl.c.DeleteService(ctx, "default", "httpbin", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, converge, "httpbin process gone", func() (bool, string) {
+		pids := cl.workloadPIDs(t)
+		return len(pids) == 0, fmt.Sprint(pids)
+	})
 }

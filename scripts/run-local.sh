@@ -99,7 +99,7 @@ cat <<MSG
     curl http://hello.localhost:${GATEWAY##*:}/
     curl -H 'Host: httpbin.localhost' http://$GATEWAY/headers
 
-  The CLI (already pointed at this server in this shell's environment):
+  The CLI, from another shell:
     export BERTH_SERVER=http://$API BERTH_TOKEN=\$(cat $RUN_DIR/berthd/admin-token)
     bin/berth get services
     bin/berth get workloads
