@@ -37,6 +37,13 @@ const (
 	Unavailable          Code = "unavailable" // a dependency (store, plugin) is not ready
 )
 
+// Gateway codes: the edge gateway's own answers (docs/plugins.md section 4).
+const (
+	NoRoute           Code = "no_route"            // no service is routed at the request's host
+	NoHealthyUpstream Code = "no_healthy_upstream" // the route has no healthy upstream
+	BadGateway        Code = "bad_gateway"         // every upstream tried failed
+)
+
 // Node-session codes (docs/node-protocol.md section "error").
 const (
 	BadMessage         Code = "bad_message"         // malformed or unknown message; non-fatal
@@ -69,6 +76,9 @@ var statuses = map[Code]int{
 	MethodNotAllowed:     http.StatusMethodNotAllowed,
 	Internal:             http.StatusInternalServerError,
 	Unavailable:          http.StatusServiceUnavailable,
+	NoRoute:              http.StatusNotFound,
+	NoHealthyUpstream:    http.StatusServiceUnavailable,
+	BadGateway:           http.StatusBadGateway,
 }
 
 // HTTPStatus reports the HTTP status that carries c; 500 for a code without one.

@@ -140,8 +140,8 @@ func (s *Server) register(c *conn) bool {
 	if old, ok := s.sessions[c.nodeID]; ok {
 		// A new session closes the older one, so a stale connection never
 		// delivers messages beside a fresh one. Not an error message: the
-		// old agent, if alive, must keep redialling.
-		old.cancel()
+		// old agent, if alive, must keep redialling. Closing (not cancelling)
+		// lets the close frame reach the peer before the socket goes.
 		go old.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer session")
 	}
 	s.sessions[c.nodeID] = c
@@ -186,7 +186,6 @@ func (s *Server) Close() {
 	s.mu.Lock()
 	s.closed = true
 	for _, c := range s.sessions {
-		c.cancel()
 		go c.ws.Close(websocket.StatusGoingAway, "core shutting down")
 	}
 	s.mu.Unlock()

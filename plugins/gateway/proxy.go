@@ -47,14 +47,6 @@ const (
 // test) can tell them apart from an application's own error statuses.
 const gatewayHeader = "X-Berth-Gateway"
 
-// Gateway error codes carried in the problem+json "code" of responses the
-// gateway writes itself.
-const (
-	codeNoRoute           abierrors.Code = "no_route"            // no route for the request's host (404)
-	codeNoHealthyUpstream abierrors.Code = "no_healthy_upstream" // a route whose upstreams are all unhealthy (503)
-	codeBadGateway        abierrors.Code = "bad_gateway"         // no upstream could be reached (502)
-)
-
 // Proxy is the gateway's reverse proxy: an [http.Handler] that routes each
 // request by its Host header to one of the healthy upstreams of the matching
 // route, in turn.
@@ -180,14 +172,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	host := normalizeHost(r.Host)
 	rt, ok := p.state.Load().byHost[host]
 	if !ok {
-		writeProblem(w, http.StatusNotFound, codeNoRoute, "no-route",
+		writeProblem(w, http.StatusNotFound, abierrors.NoRoute, "no-route",
 			"no route for host", fmt.Sprintf("no service is routed at host %q", host))
 		return
 	}
 	n := len(rt.healthy)
 	if n == 0 {
 		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusServiceUnavailable, codeNoHealthyUpstream, "no-healthy-upstream",
+		writeProblem(w, http.StatusServiceUnavailable, abierrors.NoHealthyUpstream, "no-healthy-upstream",
 			"no healthy upstream", fmt.Sprintf("no workload of the service at host %q is healthy", host))
 		return
 	}
@@ -204,7 +196,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	writeProblem(w, http.StatusBadGateway, codeBadGateway, "bad-gateway",
+	writeProblem(w, http.StatusBadGateway, abierrors.BadGateway, "bad-gateway",
 		"bad gateway", fmt.Sprintf("no upstream of the service at host %q could be reached", host))
 }
 

@@ -1,0 +1,306 @@
+package session
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/store/storetest"
+)
+
+type fixture struct {
+	srv     *httptest.Server
+	reg     *nodes.Registry
+	cat     *services.Catalog
+	pub     ed25519.PublicKey
+	node    *nodes.Node
+	cred    string
+	changes chan string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	st := storetest.Open(t)
+	reg := nodes.NewRegistry(st, nil)
+	cat := services.NewCatalog(st, nil)
+	if err := reg.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	tok, _, err := reg.CreateJoinToken(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	npub, _, _ := ed25519.GenerateKey(rand.Reader)
+	n, cred, err := reg.Enroll(ctx, nodes.EnrollRequest{JoinToken: tok, PublicKey: base64.StdEncoding.EncodeToString(npub), Hostname: "n1", Address: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{reg: reg, cat: cat, pub: pub, node: n, cred: cred, changes: make(chan string, 64)}
+	s := New(Config{Nodes: reg, Catalog: cat, SigningKey: priv, ClusterID: "cls_test",
+		OnChange: func(r string) { f.changes <- r }, SessionTimeout: 3 * time.Second})
+	f.srv = httptest.NewServer(s)
+	t.Cleanup(func() { s.Close(); f.srv.Close() })
+	return f
+}
+
+type peer struct {
+	t  *testing.T
+	ws *websocket.Conn
+}
+
+func (f *fixture) dial(t *testing.T, cred string) (*peer, *http.Response, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(f.srv.URL, "http"), &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + cred}},
+	})
+	if err != nil {
+		return nil, resp, err
+	}
+	ws.SetReadLimit(4 << 20)
+	t.Cleanup(func() { ws.CloseNow() })
+	return &peer{t: t, ws: ws}, resp, nil
+}
+
+func (p *peer) send(v int, typ node.Type, body any) {
+	p.t.Helper()
+	raw, _ := json.Marshal(body)
+	frame, _ := json.Marshal(node.Envelope{V: v, Type: typ, ID: "msg_test", Body: raw})
+	p.sendRaw(frame)
+}
+
+func (p *peer) sendRaw(frame []byte) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.ws.Write(ctx, websocket.MessageText, frame); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// next reads the next envelope, or fails the test when none arrives in 5 s.
+func (p *peer) next() *node.Envelope {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, raw, err := p.ws.Read(ctx)
+	if err != nil {
+		p.t.Fatalf("read: %v", err)
+	}
+	var env node.Envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
+		p.t.Fatal(err)
+	}
+	return &env
+}
+
+func (p *peer) expectError(code string, fatal bool) {
+	p.t.Helper()
+	env := p.next()
+	var e node.ErrorBody
+	_ = json.Unmarshal(env.Body, &e)
+	if env.Type != node.TypeError || e.Code != code || e.Fatal != fatal {
+		p.t.Fatalf("got %s %s, want error %s fatal=%v", env.Type, env.Body, code, fatal)
+	}
+}
+
+// handshake sends hello and checks welcome then a verifiable desired_state.
+func (f *fixture) handshake(t *testing.T, p *peer) *node.DesiredState {
+	t.Helper()
+	p.send(1, node.TypeHello, node.Hello{NodeID: f.node.ID, AgentVersion: "test"})
+	if env := p.next(); env.Type != node.TypeWelcome || env.Re != "msg_test" {
+		t.Fatalf("first message %s re %q, want welcome re msg_test", env.Type, env.Re)
+	}
+	env := p.next()
+	if env.Type != node.TypeDesiredState {
+		t.Fatalf("second message %s, want desired_state", env.Type)
+	}
+	ds, err := node.Verify(env.Body, f.pub)
+	if err != nil {
+		t.Fatalf("desired_state does not verify: %v", err)
+	}
+	return ds
+}
+
+func TestSessionRefusesBadCredentials(t *testing.T) {
+	f := newFixture(t)
+	for _, cred := range []string{"", "brn_wrong"} {
+		_, resp, err := f.dial(t, cred)
+		if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("credential %q: err %v resp %v, want 401", cred, err, resp)
+		}
+	}
+}
+
+func TestSessionHandshakeAndSteadyState(t *testing.T) {
+	f := newFixture(t)
+	p, _, err := f.dial(t, f.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := f.handshake(t, p)
+	if ds.Rev != 0 || len(ds.Spec.Workloads) != 0 {
+		t.Fatalf("fresh node got %+v", ds)
+	}
+	n, _ := f.reg.Get(context.Background(), f.node.ID)
+	if n.Status != nodes.StatusConnected {
+		t.Fatalf("status %s after hello", n.Status)
+	}
+
+	// Unknown type and oversize frame: non-fatal, the session goes on.
+	p.send(1, "no_such_type", struct{}{})
+	p.expectError("bad_message", false)
+	p.sendRaw([]byte(`{"v":1,"type":"heartbeat","id":"msg_big","body":{"pad":"` + strings.Repeat("x", node.MaxMessageBytes) + `"}}`))
+	p.expectError("bad_message", false)
+	p.sendRaw([]byte(`not json`))
+	p.expectError("bad_message", false)
+	p.send(1, node.TypePing, struct{}{})
+	if env := p.next(); env.Type != node.TypePong || env.Re != "msg_test" {
+		t.Fatalf("got %s re %q, want pong", env.Type, env.Re)
+	}
+
+	// A status report updates only this node's workloads.
+	ctx := context.Background()
+	p1, _, _ := f.cat.EnsureProject(ctx, "p")
+	svc, _, err := f.cat.PutService(ctx, p1, &services.Service{Name: "s", BundleDigest: "sha256:x", Command: []string{"x"}, Replicas: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, _ := f.cat.CreateWorkload(ctx, svc, 0, f.node.ID)
+	theirs, _ := f.cat.CreateWorkload(ctx, svc, 1, "nod_other")
+	p.send(1, node.TypeStatusReport, node.StatusReport{AppliedRev: 0, Workloads: []node.WorkloadStatus{
+		{WorkloadID: mine.ID, ObservedStatus: "running", Health: "passing", Address: "127.0.0.1:1"},
+		{WorkloadID: theirs.ID, ObservedStatus: "running", Health: "passing", Address: "127.0.0.1:2"},
+	}})
+	waitChange(t, f.changes, "status_report")
+	ws, _ := f.cat.ListWorkloads(ctx, bson.M{})
+	for _, w := range ws {
+		switch w.ID {
+		case mine.ID:
+			if w.ObservedStatus != "running" || w.Address != "127.0.0.1:1" {
+				t.Fatalf("own workload not updated: %+v", w)
+			}
+		case theirs.ID:
+			if w.ObservedStatus != "creating" || w.Address != "" {
+				t.Fatalf("another node's workload was written: %+v", w)
+			}
+		}
+	}
+
+	// Pushing a newer desired state delivers it, signed.
+	n, _ = f.reg.Get(ctx, f.node.ID)
+	if _, _, err := f.reg.SetDesired(ctx, n, "h1", `{"workloads":[],"routes":[],"network":{"address":"127.0.0.1"}}`); err != nil {
+		t.Fatal(err)
+	}
+	s := f.srv.Config.Handler.(*Server)
+	s.Push(ctx, f.node.ID)
+	env := p.next()
+	ds, err = node.Verify(env.Body, f.pub)
+	if err != nil || ds.Rev != 1 {
+		t.Fatalf("pushed desired_state: %v %+v", err, ds)
+	}
+}
+
+func TestSessionProtocolViolations(t *testing.T) {
+	f := newFixture(t)
+	t.Run("first message not hello", func(t *testing.T) {
+		p, _, err := f.dial(t, f.cred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.send(1, node.TypeHeartbeat, node.Heartbeat{})
+		p.expectError("bad_message", true)
+	})
+	t.Run("unsupported major version", func(t *testing.T) {
+		p, _, err := f.dial(t, f.cred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.send(2, node.TypeHello, node.Hello{NodeID: f.node.ID})
+		p.expectError("unsupported_version", true)
+	})
+	t.Run("hello naming another node", func(t *testing.T) {
+		p, _, err := f.dial(t, f.cred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.send(1, node.TypeHello, node.Hello{NodeID: "nod_someone_else"})
+		p.expectError("bad_message", true)
+	})
+}
+
+func TestNewerSessionClosesOlder(t *testing.T) {
+	f := newFixture(t)
+	old, _, err := f.dial(t, f.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handshake(t, old)
+	fresh, _, err := f.dial(t, f.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handshake(t, fresh)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _, err = old.ws.Read(ctx)
+	if websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+		t.Fatalf("older session read %v, want close 1008", err)
+	}
+	// The fresh session still works, and the node stays connected.
+	fresh.send(1, node.TypePing, struct{}{})
+	if env := fresh.next(); env.Type != node.TypePong {
+		t.Fatalf("got %s", env.Type)
+	}
+	n, _ := f.reg.Get(context.Background(), f.node.ID)
+	if n.Status != nodes.StatusConnected {
+		t.Fatalf("status %s, want connected (the old session's end must not mark the node disconnected)", n.Status)
+	}
+}
+
+func TestSilentNodeTimesOut(t *testing.T) {
+	f := newFixture(t)
+	p, _, err := f.dial(t, f.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handshake(t, p)
+	waitChange(t, f.changes, "node.connected")
+	// No frames: the core ends the session after SessionTimeout (3 s here).
+	waitChange(t, f.changes, "node.disconnected")
+	n, _ := f.reg.Get(context.Background(), f.node.ID)
+	if n.Status != nodes.StatusDisconnected {
+		t.Fatalf("status %s, want disconnected", n.Status)
+	}
+}
+
+func waitChange(t *testing.T, ch <-chan string, want string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-ch:
+			if got == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %q change within 10 s", want)
+		}
+	}
+}
