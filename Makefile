@@ -3,10 +3,24 @@ GO      ?= go
 BIN     := $(CURDIR)/bin
 HTTPBIN := github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin
 
-.PHONY: build run test bench generate lint bundles clean
+.PHONY: build run test bench generate lint bundles clean wasm modules
+
+# Generated WebAssembly modules (not committed): the default route compiler
+# berthd embeds, and the AssemblyScript example policy (needs Node.js and npm).
+ROUTES_WASM := core/routes/default_routes.wasm
+AS_WASM     := examples/policies/require-digest-as/policy.wasm
+
+## modules: the generated WebAssembly modules (rebuilt when their sources change)
+modules: $(ROUTES_WASM) $(AS_WASM)
+
+$(ROUTES_WASM): $(shell find examples/routes sdk/wasm abi/wasm abi/routes -name '*.go' -not -name '*_test.go') scripts/build-wasm.sh
+	./scripts/build-wasm.sh examples/routes $@
+
+$(AS_WASM): $(wildcard examples/policies/require-digest-as/assembly/*.ts) examples/policies/require-digest-as/package-lock.json
+	./examples/policies/require-digest-as/build.sh
 
 ## build: every binary into ./bin
-build:
+build: modules
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
@@ -32,10 +46,17 @@ bench: build
 generate:
 	./abi/proto/generate.sh
 
+## wasm: the example policies as WebAssembly modules under ./build/wasm
+wasm: modules
+	@mkdir -p build/wasm
+	for p in require-digest require-labels cap-replicas domain-zones; do \
+	  ./scripts/build-wasm.sh examples/policies/$$p build/wasm/$$p.wasm || exit 1; done
+	cp $(AS_WASM) build/wasm/require-digest-as.wasm
+
 ## lint: go vet and gofmt
-lint:
+lint: modules
 	$(GO) vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 clean:
-	rm -rf bin build .berth-run
+	rm -rf bin build .berth-run $(ROUTES_WASM) $(AS_WASM)

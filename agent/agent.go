@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/localstore"
 	"github.com/berthhq/berth/agent/reconcile"
 	"github.com/berthhq/berth/agent/session"
 	"github.com/berthhq/berth/sdk/client"
-	"github.com/berthhq/berth/sdk/runtime"
 )
 
 // Version is the agent version sent in hello when Config.AgentVersion is empty.
@@ -31,7 +31,9 @@ type Config struct {
 	Logger  *slog.Logger   // nil means slog.Default()
 	// AgentVersion is reported in hello; empty means [Version].
 	AgentVersion string
-	// HTTPClient carries the session and bundle downloads; nil means the defaults.
+	// HTTPClient carries the session and bundle downloads; nil means a client
+	// that pins the certificate fingerprint stored at enrollment (or trusts the
+	// system CAs when none was given).
 	HTTPClient *http.Client
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
@@ -91,6 +93,18 @@ func New(cfg Config) (*Agent, error) {
 		_ = store.Close()
 		return nil, fmt.Errorf("agent: stored %w", err)
 	}
+	if cfg.HTTPClient == nil {
+		// Every call to berthd pins the certificate of the join command
+		// (docs/node-protocol.md section 2.2).
+		pin, _, err := store.Meta(ctx, localstore.MetaServerFingerprint)
+		if err == nil {
+			cfg.HTTPClient, err = client.PinnedHTTPClient(pin)
+		}
+		if err != nil {
+			_ = store.Close()
+			return nil, fmt.Errorf("agent: server pin: %w", err)
+		}
+	}
 	return &Agent{cfg: cfg, log: cfg.Logger, store: store, id: id, key: key, capacity: DetectCapacity()}, nil
 }
 
@@ -110,8 +124,10 @@ func (a *Agent) Close() error {
 
 // Run runs the node until ctx ends:
 //
-//  1. Describe the driver, and List its workloads: those that survived an
-//     agent restart are adopted as they run, never restarted.
+//  1. Describe the driver, Recover every workload whose driver handle the
+//     local store holds, and List the driver's workloads: those that
+//     survived an agent or driver restart are adopted as they run, never
+//     restarted.
 //  2. Run the reconcile loop against the newest stored snapshot (it works
 //     without a session, section 6.5).
 //  3. Keep the node session up; each newly stored snapshot wakes the loop, and
@@ -124,6 +140,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("agent: describe driver: %w", err)
 	}
+	a.recoverWorkloads(ctx, desc.Name)
 	existing, err := a.cfg.Driver.List(ctx)
 	if err != nil {
 		return fmt.Errorf("agent: list driver workloads: %w", err)
@@ -147,6 +164,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	var sess *session.Client
+	observed := make(chan struct{}, 1)
 	loop, err := reconcile.New(reconcile.Config{
 		Store:        a.store,
 		Driver:       a.cfg.Driver,
@@ -159,6 +177,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		OnStatusChange: func() {
 			if sess != nil {
 				sess.ReportStatus()
+			}
+			select {
+			case observed <- struct{}{}:
+			default:
 			}
 		},
 	})
@@ -180,17 +202,24 @@ func (a *Agent) Run(ctx context.Context) error {
 			if err != nil {
 				return node.Hello{}, err
 			}
+			dropped, err := a.store.DroppedEvents(ctx)
+			if err != nil {
+				return node.Hello{}, err
+			}
 			return node.Hello{
 				NodeID: a.id.NodeID, AgentVersion: a.cfg.AgentVersion, BootID: bootID(),
 				StoredRev: stored, AppliedRev: applied, Capacity: a.capacity, Drivers: []string{desc.Name},
+				DriverVersions: map[string]string{desc.Name: desc.Version}, DroppedEvents: dropped,
 			}, nil
 		},
 		Status: func(ctx context.Context) (node.StatusReport, error) {
 			rep, err := loop.Status(ctx)
 			rep.Capacity = a.capacity
+			rep.DiskFreeGB = diskFreeGB(a.cfg.DataDir)
 			return rep, err
 		},
 		OnStored:   func(int64) { loop.Wake() },
+		Events:     a.store,
 		HTTPClient: a.cfg.HTTPClient,
 		Logger:     a.log.With("component", "session"),
 		Now:        a.cfg.Now,
@@ -202,7 +231,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		a.watchObserved(ctx, loop, observed, sess)
+	}()
 	go func() {
 		defer wg.Done()
 		_ = loop.Run(ctx)
@@ -215,4 +248,65 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	wg.Wait()
 	return nil
+}
+
+// recoverWorkloads gives the driver back the handle of every workload the
+// local store holds for it (docs/plugins.md section 3.3), so that a driver
+// that lost its own records finds them again. Failures are logged: a
+// workload the driver cannot find is started again by the reconcile loop.
+func (a *Agent) recoverWorkloads(ctx context.Context, driver string) {
+	recs, err := a.store.Workloads(ctx)
+	if err != nil {
+		a.log.Warn("cannot read workload records to recover them", "error", err)
+		return
+	}
+	for _, r := range recs {
+		if r.DriverHandle.Version == 0 || (r.Driver != "" && r.Driver != driver) {
+			continue
+		}
+		st, err := a.cfg.Driver.Recover(ctx, &runtime.RecoverRequest{WorkloadID: r.WorkloadID,
+			Handle: runtime.Handle{Version: r.DriverHandle.Version, Data: r.DriverHandle.Data}})
+		switch {
+		case errors.Is(err, runtime.ErrNotFound):
+			a.log.Info("workload not found by its handle; it will be started again", "workload_id", r.WorkloadID)
+		case err != nil:
+			a.log.Warn("cannot recover workload", "workload_id", r.WorkloadID, "error", err)
+		default:
+			a.log.Info("workload recovered", "workload_id", r.WorkloadID, "state", st.State, "pid", st.PID)
+		}
+	}
+}
+
+// watchObserved turns observed changes into buffered events (app.down,
+// app.up, workload.crashed; docs/node-protocol.md sections 5.4 and 6.3) and
+// asks the session to flush them. It runs with or without a session: events
+// of a disconnected node wait in the local store (section 6.5).
+func (a *Agent) watchObserved(ctx context.Context, loop *reconcile.Loop, changed <-chan struct{}, sess *session.Client) {
+	prev := map[string]node.WorkloadStatus{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		rep, err := loop.Status(ctx)
+		if err != nil {
+			continue
+		}
+		found := false
+		for _, ch := range diffObserved(prev, rep.Workloads) {
+			if err := a.bufferEvent(ctx, newEvent(a.id.NodeID, ch, a.cfg.Now())); err != nil {
+				a.log.Warn("buffer event", "type", ch.Type, "workload_id", ch.WorkloadID, "error", err)
+				continue
+			}
+			found = true
+		}
+		prev = make(map[string]node.WorkloadStatus, len(rep.Workloads))
+		for _, w := range rep.Workloads {
+			prev[w.WorkloadID] = w
+		}
+		if found {
+			sess.EventsPending()
+		}
+	}
 }

@@ -24,13 +24,18 @@ const KeyFileName = "node.key"
 
 // EnrollConfig configures [Enroll]. Server, JoinToken and DataDir are required.
 type EnrollConfig struct {
-	Server    string            // berthd base URL, e.g. https://berth.example.com
-	JoinToken string            // one-time join token (brj_...); a secret, never logged
-	DataDir   string            // the agent's data directory; created 0700 when absent
-	Labels    map[string]string // node labels; nil means none
-	Region    string            // empty means none
-	Address   string            // host address workloads bind to; empty means 127.0.0.1
-	Hostname  string            // empty means os.Hostname()
+	Server    string // berthd base URL, e.g. https://berth.example.com
+	JoinToken string // one-time join token (brj_...); a secret, never logged
+	// Fingerprint pins berthd's TLS certificate, "sha256:<64 hex>" as the join
+	// command carries it (docs/node-protocol.md section 2.2): the node refuses
+	// any other certificate, now and in every later session. Empty trusts the
+	// system CAs (an operator-supplied, CA-issued certificate).
+	Fingerprint string
+	DataDir     string            // the agent's data directory; created 0700 when absent
+	Labels      map[string]string // node labels; nil means none
+	Region      string            // empty means none
+	Address     string            // host address workloads bind to; empty means 127.0.0.1
+	Hostname    string            // empty means os.Hostname()
 	// HTTPClient sends the enroll request; nil means the client package default.
 	HTTPClient *http.Client
 	Logger     *slog.Logger     // nil means slog.Default()
@@ -95,7 +100,13 @@ func Enroll(ctx context.Context, cfg EnrollConfig) (string, error) {
 		return "", fmt.Errorf("enroll: write node key: %w", err)
 	}
 
-	opts := []client.Option{}
+	pin := ""
+	if cfg.Fingerprint != "" {
+		if pin, err = client.ParseFingerprint(cfg.Fingerprint); err != nil {
+			return "", fmt.Errorf("enroll: %w", err)
+		}
+	}
+	opts := []client.Option{client.WithFingerprint(pin)}
 	if cfg.HTTPClient != nil {
 		opts = append(opts, client.WithHTTPClient(cfg.HTTPClient))
 	}
@@ -121,6 +132,13 @@ func Enroll(ctx context.Context, cfg EnrollConfig) (string, error) {
 	}
 	if _, err := parseClusterKey(resp.ClusterPublicKey); err != nil {
 		return "", fmt.Errorf("enroll: %w", err)
+	}
+	if pin != "" {
+		// Stored before the identity: an identity without its pin would
+		// make the agent trust the system CAs instead.
+		if err := store.SetMeta(ctx, localstore.MetaServerFingerprint, pin); err != nil {
+			return "", fmt.Errorf("enroll: %w", err)
+		}
 	}
 	if err := store.SaveIdentity(ctx, localstore.Identity{
 		NodeID:           resp.NodeID,

@@ -30,12 +30,13 @@ func TestDeployThroughGateway(t *testing.T) {
 	if err := json.Unmarshal([]byte(cl.cli(t, "join-token", "create", "-o", "json")), &jt); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(jt.JoinCommand, jt.Token) {
-		t.Fatalf("join command %q does not carry the token", jt.JoinCommand)
+	if !strings.Contains(jt.JoinCommand, jt.Token) || !strings.Contains(jt.JoinCommand, "--fingerprint "+cl.fingerprint) ||
+		!strings.Contains(jt.JoinCommand, "--server "+cl.url) {
+		t.Fatalf("join command %q does not carry the server URL, the token and the fingerprint", jt.JoinCommand)
 	}
 	agentDir := filepath.Join(cl.dir, "agent")
 	enroll := start(t, filepath.Join(cl.dir, "agent.log"), "berth-agent", "enroll",
-		"--server", "http://"+cl.api, "--join-token", jt.Token, "--data-dir", agentDir, "--label", "zone=test")
+		"--server", cl.url, "--join-token", jt.Token, "--fingerprint", cl.fingerprint, "--data-dir", agentDir, "--label", "zone=test")
 	<-enroll.done
 	if enroll.cmd.ProcessState.ExitCode() != 0 {
 		t.Fatalf("enroll exited %d", enroll.cmd.ProcessState.ExitCode())
@@ -56,6 +57,11 @@ func TestDeployThroughGateway(t *testing.T) {
 	cl.cli(t, "apply", "-f", spec)
 	ids := cl.waitReplicas(t, "hello", 2)
 	cl.waitAnswering(t, "hello.localhost", ids)
+
+	// The gateway plugin is listed, running and healthy.
+	if out := cl.cli(t, "plugins"); !strings.Contains(out, "gateway") || !strings.Contains(out, "running") {
+		t.Fatalf("berth plugins:\n%s", out)
+	}
 
 	// Scale to 3 and back to 1.
 	writeSpec(t, spec, 3)

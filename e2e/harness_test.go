@@ -162,6 +162,8 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 // cluster is one berthd and its clients.
 type cluster struct {
 	dir, api, gateway string
+	url               string // https://<api>
+	fingerprint       string // berthd's certificate pin, from DATA/server-fingerprint
 	berthd            *proc
 	token             string
 	c                 *client.Client
@@ -171,6 +173,8 @@ func startBerthd(t *testing.T, cl *cluster) {
 	t.Helper()
 	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd",
 		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug")
+	cl.url = "https://" + cl.api
+	var hc *http.Client
 	waitFor(t, 60*time.Second, "berthd ready", func() (bool, string) {
 		select {
 		case <-cl.berthd.done:
@@ -178,7 +182,18 @@ func startBerthd(t *testing.T, cl *cluster) {
 			t.Fatalf("berthd exited:\n%s", b)
 		default:
 		}
-		resp, err := http.Get("http://" + cl.api + "/readyz")
+		if hc == nil {
+			// The pin exists once berthd loaded its certificate.
+			b, err := os.ReadFile(filepath.Join(cl.dir, "berthd", "server-fingerprint"))
+			if err != nil {
+				return false, err.Error()
+			}
+			cl.fingerprint = strings.TrimSpace(string(b))
+			if hc, err = client.PinnedHTTPClient(cl.fingerprint); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp, err := hc.Get(cl.url + "/readyz")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -190,7 +205,7 @@ func startBerthd(t *testing.T, cl *cluster) {
 		t.Fatal(err)
 	}
 	cl.token = strings.TrimSpace(string(tok))
-	cl.c, err = client.New("http://"+cl.api, client.WithToken(cl.token))
+	cl.c, err = client.New(cl.url, client.WithToken(cl.token), client.WithFingerprint(cl.fingerprint))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +235,7 @@ func newCluster(t *testing.T) *cluster {
 // cli runs the berth CLI against the cluster and returns its stdout.
 func (cl *cluster) cli(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(env.bin, "berth"), append([]string{"--server", "http://" + cl.api, "--token", cl.token}, args...)...)
+	cmd := exec.Command(filepath.Join(env.bin, "berth"), append([]string{"--server", cl.url, "--token", cl.token, "--fingerprint", cl.fingerprint}, args...)...)
 	cmd.Env = append(os.Environ(), "HOME="+cl.dir, "XDG_CONFIG_HOME="+filepath.Join(cl.dir, "config"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

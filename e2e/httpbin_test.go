@@ -27,7 +27,7 @@ func TestThirdPartyAppThroughGateway(t *testing.T) {
 	}
 	agentDir := filepath.Join(cl.dir, "agent")
 	enroll := start(t, filepath.Join(cl.dir, "agent.log"), "berth-agent", "enroll",
-		"--server", "http://"+cl.api, "--join-token", jt.Token, "--data-dir", agentDir)
+		"--server", cl.url, "--join-token", jt.Token, "--fingerprint", cl.fingerprint, "--data-dir", agentDir)
 	<-enroll.done
 	start(t, filepath.Join(cl.dir, "agent.log"), "berth-agent", "run", "--data-dir", agentDir)
 

@@ -32,8 +32,8 @@ cleanup() {
   echo
   say "stopping"
   if [ -n "${BERTH_TOKEN:-}" ]; then
-    "$BIN/berth" delete service hello >/dev/null 2>&1 || true
-    "$BIN/berth" delete service httpbin >/dev/null 2>&1 || true
+    "$BIN/berth" delete service hello || true
+    "$BIN/berth" delete service httpbin || true
     for _ in $(seq 1 100); do
       n=$("$BIN/berth" get workloads -o json 2>/dev/null | grep -c '"id"' || true)
       [ "${n:-0}" = 0 ] && break
@@ -51,26 +51,35 @@ cleanup() {
   say "stopped; logs and state are in $RUN_DIR"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 0' INT TERM
 
-say "starting berthd (API http://$API, gateway http://$GATEWAY, data $RUN_DIR/berthd)"
-"$BIN/berthd" --data-dir "$RUN_DIR/berthd" --listen "$API" --gateway-listen "$GATEWAY" \
+say "starting berthd (API https://$API, gateway http://$GATEWAY, data $RUN_DIR/berthd)"
+# setsid: Ctrl-C reaches only this script, which then deletes the services
+# through the still-running berthd before it stops the processes in order.
+setsid "$BIN/berthd" --data-dir "$RUN_DIR/berthd" --listen "$API" --gateway-listen "$GATEWAY" \
   >"$RUN_DIR/berthd.log" 2>&1 &
 pids+=($!)
+# berthd serves TLS with a self-signed certificate it generated; curl trusts
+# exactly that certificate, and the CLI and agent pin its fingerprint.
+CERT="$RUN_DIR/berthd/tls/server.crt"
+ready() { [ -s "$CERT" ] && curl -fsS --cacert "$CERT" "https://$API/readyz" >/dev/null 2>&1; }
 for _ in $(seq 1 300); do
-  [ -s "$RUN_DIR/berthd/admin-token" ] && curl -fsS "http://$API/readyz" >/dev/null 2>&1 && break
+  [ -s "$RUN_DIR/berthd/admin-token" ] && ready && break
   kill -0 "${pids[0]}" 2>/dev/null || { cat "$RUN_DIR/berthd.log" >&2; die "berthd exited"; }
   sleep 0.1
 done
-curl -fsS "http://$API/readyz" >/dev/null || die "berthd did not become ready; see $RUN_DIR/berthd.log"
-export BERTH_SERVER="http://$API" BERTH_TOKEN
+ready || die "berthd did not become ready; see $RUN_DIR/berthd.log"
+export BERTH_SERVER="https://$API" BERTH_TOKEN BERTH_FINGERPRINT
 BERTH_TOKEN=$(cat "$RUN_DIR/berthd/admin-token")
+BERTH_FINGERPRINT=$(cat "$RUN_DIR/berthd/server-fingerprint")
+say "server certificate fingerprint $BERTH_FINGERPRINT"
 
 say "enrolling a node"
 join=$("$BIN/berth" join-token create -o json)
 token=$(printf '%s' "$join" | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
-"$BIN/berth-agent" enroll --server "http://$API" --join-token "$token" --data-dir "$RUN_DIR/agent" --label demo=true
-"$BIN/berth-agent" run --data-dir "$RUN_DIR/agent" >"$RUN_DIR/agent.log" 2>&1 &
+"$BIN/berth-agent" enroll --server "https://$API" --join-token "$token" --fingerprint "$BERTH_FINGERPRINT" \
+  --data-dir "$RUN_DIR/agent" --label demo=true
+setsid "$BIN/berth-agent" run --data-dir "$RUN_DIR/agent" >"$RUN_DIR/agent.log" 2>&1 &
 pids+=($!)
 
 say "pushing bundles"
@@ -100,7 +109,8 @@ cat <<MSG
     curl -H 'Host: httpbin.localhost' http://$GATEWAY/headers
 
   The CLI, from another shell:
-    export BERTH_SERVER=http://$API BERTH_TOKEN=\$(cat $RUN_DIR/berthd/admin-token)
+    export BERTH_SERVER=https://$API BERTH_TOKEN=\$(cat $RUN_DIR/berthd/admin-token)
+    export BERTH_FINGERPRINT=\$(cat $RUN_DIR/berthd/server-fingerprint)
     bin/berth get services
     bin/berth get workloads
 

@@ -44,6 +44,20 @@ const (
 	BadGateway        Code = "bad_gateway"         // every upstream tried failed
 )
 
+// Plugin codes: refusals a plugin returns over its contract (docs/plugins.md section 1.5).
+const (
+	StaleFencingToken Code = "stale_fencing_token" // a mutating call's fencing token is lower than the highest seen for the resource
+	Unimplemented     Code = "unimplemented"       // the plugin does not implement an optional call
+)
+
+// WebAssembly extension codes (docs/wasm-abi.md section 9).
+const (
+	PolicyDenied    Code = "policy_denied"     // an admission policy denied the request; the problem's reasons say why (403)
+	ModuleInvalid   Code = "module_invalid"    // an uploaded module does not implement the WebAssembly ABI (422)
+	ModuleNotFound  Code = "module_not_found"  // no module with that digest (404)
+	BindingNotFound Code = "binding_not_found" // no policy binding with that id (404)
+)
+
 // Node-session codes (docs/node-protocol.md section "error").
 const (
 	BadMessage         Code = "bad_message"         // malformed or unknown message; non-fatal
@@ -79,6 +93,12 @@ var statuses = map[Code]int{
 	NoRoute:              http.StatusNotFound,
 	NoHealthyUpstream:    http.StatusServiceUnavailable,
 	BadGateway:           http.StatusBadGateway,
+	PolicyDenied:         http.StatusForbidden,
+	ModuleInvalid:        http.StatusUnprocessableEntity,
+	ModuleNotFound:       http.StatusNotFound,
+	BindingNotFound:      http.StatusNotFound,
+	StaleFencingToken:    http.StatusConflict,
+	Unimplemented:        http.StatusNotImplemented,
 }
 
 // HTTPStatus reports the HTTP status that carries c; 500 for a code without one.

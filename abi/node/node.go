@@ -36,7 +36,14 @@ const (
 	TypeError         Type = "error"
 	TypePing          Type = "ping"
 	TypePong          Type = "pong"
+	// TypeEvent carries one [Event], node to core (section 5.4).
+	TypeEvent Type = "event"
 )
+
+// MaxBufferedEvents bounds the node's event buffer while disconnected; on
+// overflow the oldest are dropped and counted in hello's dropped_events
+// (docs/node-protocol.md section 6.5).
+const MaxBufferedEvents = 10000
 
 // Envelope wraps every message: {"v":1,"type":...,"id":"msg_...","re":...,"body":{...}}.
 // ID pairs a request with its answer inside one session and is never persisted.
@@ -50,15 +57,24 @@ type Envelope struct {
 
 // Hello is the first message of every session, node to core (section 5.1).
 type Hello struct {
-	NodeID        string    `json:"node_id"`
-	AgentVersion  string    `json:"agent_version"`
-	BootID        string    `json:"boot_id,omitempty"`
-	StoredRev     int64     `json:"stored_rev"`
-	AppliedRev    int64     `json:"applied_rev"`
-	Capacity      Resources `json:"capacity"`
-	Allocated     Resources `json:"allocated"`
-	Drivers       []string  `json:"drivers,omitempty"` // runtime drivers the node runs, e.g. ["process"]
-	DroppedEvents int64     `json:"dropped_events"`
+	NodeID       string    `json:"node_id"`
+	AgentVersion string    `json:"agent_version"`
+	BootID       string    `json:"boot_id,omitempty"`
+	StoredRev    int64     `json:"stored_rev"`
+	AppliedRev   int64     `json:"applied_rev"`
+	Capacity     Resources `json:"capacity"`
+	Allocated    Resources `json:"allocated"`
+	Drivers      []string  `json:"drivers,omitempty"` // runtime drivers the node runs, e.g. ["process"]
+	// DriverVersions maps each runtime driver's name to the version its
+	// Describe answered (the seed's engine_version).
+	DriverVersions map[string]string `json:"driver_versions,omitempty"`
+	// LogSeq and LogHash are the newest change-log entry the node verified
+	// and stored (0 and "" when none; section 7).
+	LogSeq  int64  `json:"log_seq"`
+	LogHash string `json:"log_hash,omitempty"`
+	// DroppedEvents counts events the node dropped from its full buffer
+	// since its last hello (section 6.5).
+	DroppedEvents int64 `json:"dropped_events"`
 }
 
 // Resources is a node's capacity or allocation.
@@ -97,8 +113,49 @@ const (
 type StatusReport struct {
 	AppliedRev int64            `json:"applied_rev"`
 	Workloads  []WorkloadStatus `json:"workloads"`
+	Routes     []RouteStatus    `json:"routes,omitempty"`
 	Capacity   Resources        `json:"capacity"`
 	Allocated  Resources        `json:"allocated"`
+	// DiskFreeGB is the free space of the agent's data directory, in GB
+	// (10^9 bytes); zero when unknown.
+	DiskFreeGB float64 `json:"disk_free_gb,omitempty"`
+}
+
+// RouteStatus is one hostname of the node's desired routes as served
+// (section 5.3). CertStatus is one of pending, issued, renewing, failed,
+// not_applicable; CertExpiresAt is set when a certificate is issued.
+type RouteStatus struct {
+	Hostname      string     `json:"hostname"`
+	CertStatus    string     `json:"cert_status"`
+	CertExpiresAt *time.Time `json:"cert_expires_at,omitempty"`
+}
+
+// Event is something the cluster should know that happened on a node
+// (section 5.4): the body of an event message. The node names the event
+// (ID, "evt_" + ULID) and the core assigns its seq on receipt and drops an ID
+// it has already stored, so a resent event never makes two rows.
+type Event struct {
+	SchemaVersion int            `json:"schema_version"` // 1
+	ID            string         `json:"id"`
+	Type          string         `json:"type"` // e.g. "app.down", "app.up", "workload.crashed"
+	Time          time.Time      `json:"time"`
+	Source        EventSource    `json:"source"`
+	Subject       EventRef       `json:"subject"`
+	ProjectID     string         `json:"project_id,omitempty"`
+	Actor         EventRef       `json:"actor"`
+	Data          map[string]any `json:"data,omitempty"`
+}
+
+// EventSource says which process emitted an event: Kind "node" with NodeID, or "core".
+type EventSource struct {
+	Kind   string `json:"kind"`
+	NodeID string `json:"node_id,omitempty"`
+}
+
+// EventRef names an entity: {"type": "workload", "id": "wl_..."}.
+type EventRef struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
 }
 
 // WorkloadStatus is one workload as the node observes it. Address is

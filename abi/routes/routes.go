@@ -17,11 +17,17 @@ type Table struct {
 }
 
 // Route sends HTTP requests for Hostname (lower case, no port) to Upstreams in turn.
+// The gateway plugin does not yet enforce TLSMode and AllowSources.
 type Route struct {
 	Hostname  string     `json:"hostname"`
 	Project   string     `json:"project"`
 	Service   string     `json:"service"`
 	Upstreams []Upstream `json:"upstreams"`
+	// TLSMode is "none", "acme" or "passthrough"; empty means "none".
+	TLSMode string `json:"tls_mode,omitempty"`
+	// AllowSources lists the CIDR prefixes that may use the route; empty
+	// means every source.
+	AllowSources []string `json:"allow_sources,omitempty"`
 }
 
 // Upstream is one workload serving a route. Address is "host:port". Only

@@ -54,6 +54,15 @@ CREATE TABLE IF NOT EXISTS meta (
 	key TEXT PRIMARY KEY,
 	value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS node_meta (
+	key TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+	pos INTEGER PRIMARY KEY AUTOINCREMENT,
+	id TEXT NOT NULL UNIQUE,
+	body BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS workloads (
 	workload_id TEXT PRIMARY KEY,
 	driver TEXT NOT NULL,
@@ -96,6 +105,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("create store schema: %w", err)
+	}
+	if err := migrate(ctx, db); err != nil {
+		_ = db.Close()
+		return nil, err
 	}
 	return &Store{db: db}, nil
 }

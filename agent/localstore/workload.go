@@ -3,6 +3,7 @@ package localstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -22,6 +23,58 @@ type Workload struct {
 	NextStartAt       time.Time
 	StartedAt         time.Time
 	Message           string // last error, reported in status
+	// DriverHandle is the runtime driver's opaque handle of the workload,
+	// as returned by Start, persisted so a restarted agent can Recover the
+	// workload (docs/plugins.md section 3.3). The agent never parses it.
+	DriverHandle DriverHandle
+}
+
+// DriverHandle is a runtime driver's handle as the agent stores it: a
+// version and bytes it never parses. The zero value means none.
+type DriverHandle struct {
+	Version int    `json:"version"`
+	Data    []byte `json:"data"`
+}
+
+// migrate adds what stores made by an older agent lack.
+func migrate(ctx context.Context, db *sql.DB) error {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info('workloads')`)
+	if err != nil {
+		return fmt.Errorf("migrate store: %w", err)
+	}
+	has := false
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			_ = rows.Close()
+			return fmt.Errorf("migrate store: %w", err)
+		}
+		has = has || name == "driver_handle"
+	}
+	_ = rows.Close()
+	if has {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, `ALTER TABLE workloads ADD COLUMN driver_handle TEXT NOT NULL DEFAULT ''`); err != nil {
+		return fmt.Errorf("migrate store: add driver_handle: %w", err)
+	}
+	return nil
+}
+
+func encodeHandle(h DriverHandle) string {
+	if h.Version == 0 && len(h.Data) == 0 {
+		return ""
+	}
+	raw, _ := json.Marshal(h) // plain struct: cannot fail
+	return string(raw)
+}
+
+func decodeHandle(s string) DriverHandle {
+	var h DriverHandle
+	if s != "" {
+		_ = json.Unmarshal([]byte(s), &h) // a corrupt handle reads as none: the workload is then found by List
+	}
+	return h
 }
 
 // PutWorkload inserts or replaces the record of w.WorkloadID.
@@ -32,9 +85,9 @@ func (s *Store) PutWorkload(ctx context.Context, w Workload) error {
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO workloads (workload_id, driver, phase, port,
 		spec_hash, restart_generation, restart_count, last_exit_code, backoff_step, next_start_at,
-		started_at, message) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		started_at, message, driver_handle) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		w.WorkloadID, w.Driver, w.Phase, w.Port, w.SpecHash, w.RestartGeneration, w.RestartCount, exit,
-		w.BackoffStep, formatTime(w.NextStartAt), formatTime(w.StartedAt), w.Message)
+		w.BackoffStep, formatTime(w.NextStartAt), formatTime(w.StartedAt), w.Message, encodeHandle(w.DriverHandle))
 	if err != nil {
 		return fmt.Errorf("put workload %s: %w", w.WorkloadID, err)
 	}
@@ -52,7 +105,7 @@ func (s *Store) DeleteWorkload(ctx context.Context, id string) error {
 // Workloads returns every workload record, ordered by id.
 func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT workload_id, driver, phase, port, spec_hash,
-		restart_generation, restart_count, last_exit_code, backoff_step, next_start_at, started_at, message
+		restart_generation, restart_count, last_exit_code, backoff_step, next_start_at, started_at, message, driver_handle
 		FROM workloads ORDER BY workload_id`)
 	if err != nil {
 		return nil, fmt.Errorf("list workloads: %w", err)
@@ -62,9 +115,9 @@ func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 	for rows.Next() {
 		var w Workload
 		var exit sql.NullInt64
-		var next, started string
+		var next, started, handle string
 		if err := rows.Scan(&w.WorkloadID, &w.Driver, &w.Phase, &w.Port, &w.SpecHash, &w.RestartGeneration,
-			&w.RestartCount, &exit, &w.BackoffStep, &next, &started, &w.Message); err != nil {
+			&w.RestartCount, &exit, &w.BackoffStep, &next, &started, &w.Message, &handle); err != nil {
 			return nil, fmt.Errorf("list workloads: %w", err)
 		}
 		if exit.Valid {
@@ -73,6 +126,7 @@ func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 		}
 		w.NextStartAt = parseTime(next)
 		w.StartedAt = parseTime(started)
+		w.DriverHandle = decodeHandle(handle)
 		out = append(out, w)
 	}
 	if err := rows.Err(); err != nil {

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/localstore"
-	"github.com/berthhq/berth/sdk/runtime"
 )
 
 // Phase is the agent's own view of a workload it manages, persisted in its record.

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/localstore"
-	"github.com/berthhq/berth/sdk/runtime"
 )
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)

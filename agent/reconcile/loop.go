@@ -4,6 +4,8 @@ package reconcile
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,9 +21,10 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/abi/pluginapi"
+	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/health"
 	"github.com/berthhq/berth/agent/localstore"
-	"github.com/berthhq/berth/sdk/runtime"
 )
 
 // Defaults of [Config].
@@ -282,7 +285,8 @@ func (l *Loop) act(ctx context.Context, a Action, st *runtime.WorkloadState, rec
 }
 
 func (l *Loop) stop(ctx context.Context, id string) error {
-	_, err := l.cfg.Driver.Stop(ctx, &runtime.StopRequest{WorkloadID: id, Timeout: l.cfg.StopTimeout})
+	_, err := l.cfg.Driver.Stop(ctx, &runtime.StopRequest{WorkloadID: id, Timeout: l.cfg.StopTimeout,
+		Mutation: pluginapi.Mutation{IdempotencyKey: callKey("stop", id)}})
 	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return fmt.Errorf("stop workload %s: %w", id, err)
 	}
@@ -366,6 +370,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 		WorkDir:     appDir,
 		LogPath:     filepath.Join(dir, "output.log"),
 		LogMaxBytes: DefaultLogMaxBytes,
+		Mutation:    pluginapi.Mutation{IdempotencyKey: callKey("start", spec.WorkloadID)},
 	})
 	if err != nil {
 		return l.failStart(ctx, rec, fmt.Errorf("start workload %s: %w", spec.WorkloadID, err), now)
@@ -376,8 +381,21 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	if resp != nil && resp.State != nil && !resp.State.StartedAt.IsZero() {
 		rec.StartedAt = resp.State.StartedAt
 	}
+	if resp != nil && resp.State != nil {
+		rec.DriverHandle = localstore.DriverHandle{Version: resp.State.Handle.Version, Data: resp.State.Handle.Data}
+	}
 	l.log.Info("workload started", "workload_id", spec.WorkloadID, "port", port, "restart_count", rec.RestartCount)
 	return l.cfg.Store.PutWorkload(ctx, rec)
+}
+
+// callKey returns a fresh idempotency key for one driver call. The agent
+// never repeats a call on purpose (Start and Stop are idempotent by workload
+// id), so each call gets its own key; the key dedupes only a transport retry.
+// Fencing tokens stay zero until stateful services bring leases.
+func callKey(op, id string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails
+	return op + "/" + id + "/" + hex.EncodeToString(b[:])
 }
 
 func (l *Loop) failStart(ctx context.Context, rec localstore.Workload, cause error, now time.Time) error {

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/localstore"
-	"github.com/berthhq/berth/sdk/runtime"
 )
 
 // fakeDriver stands for a runtime driver plugin (nodeplugins/process behind
@@ -31,6 +31,7 @@ type fakeDriver struct {
 	StopFunc     func(ctx context.Context, req *runtime.StopRequest) (*runtime.StopResponse, error)
 	InspectFunc  func(ctx context.Context, req *runtime.InspectRequest) (*runtime.WorkloadState, error)
 	ListFunc     func(ctx context.Context) ([]*runtime.WorkloadState, error)
+	RecoverFunc  func(ctx context.Context, req *runtime.RecoverRequest) (*runtime.WorkloadState, error)
 }
 
 var _ runtime.Driver = (*fakeDriver)(nil)
@@ -68,6 +69,13 @@ func (f *fakeDriver) List(ctx context.Context) ([]*runtime.WorkloadState, error)
 		return nil, nil
 	}
 	return f.ListFunc(ctx)
+}
+
+func (f *fakeDriver) Recover(ctx context.Context, req *runtime.RecoverRequest) (*runtime.WorkloadState, error) {
+	if f.RecoverFunc == nil {
+		return nil, runtime.ErrNotFound
+	}
+	return f.RecoverFunc(ctx, req)
 }
 
 // memDriver keeps workload states in memory behind a fakeDriver and records calls.

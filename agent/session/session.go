@@ -23,6 +23,7 @@ import (
 
 	berrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/agent/localstore"
 )
 
 // Path is the session endpoint on the API listener (section 3.1).
@@ -48,6 +49,17 @@ type SnapshotStore interface {
 	StoredRev(ctx context.Context) (int64, error)
 }
 
+// EventBuffer is the node's durable event buffer (docs/node-protocol.md
+// section 6.5). *localstore.Store satisfies it.
+type EventBuffer interface {
+	// PendingEvents returns up to limit buffered events, oldest first.
+	PendingEvents(ctx context.Context, limit int) ([]localstore.BufferedEvent, error)
+	// DeleteEvent removes an event once it was written to the session.
+	DeleteEvent(ctx context.Context, pos int64) error
+	// ReportedDroppedEvents subtracts the dropped count a welcomed hello carried.
+	ReportedDroppedEvents(ctx context.Context, n int64) error
+}
+
 // Config configures a Client. ServerURL, Credential, ClusterKey, Store, Hello
 // and Status are required.
 type Config struct {
@@ -59,6 +71,11 @@ type Config struct {
 	Hello func(ctx context.Context) (node.Hello, error)
 	// Status returns the current status report, sent on change and periodically.
 	Status func(ctx context.Context) (node.StatusReport, error)
+	// Events, when not nil, is flushed after every welcome and whenever
+	// [Client.EventsPending] is called: each event is sent and then deleted.
+	// An event written to a socket that then fails may be lost only if the
+	// core never read it; one sent twice is stored once (the core dedups by id).
+	Events EventBuffer
 	// OnStored is called after a newer snapshot was persisted and acknowledged; nil means none.
 	OnStored func(rev int64)
 	// HTTPClient dials the WebSocket; nil means http.DefaultClient. Its Timeout must be zero.
@@ -100,6 +117,7 @@ type Client struct {
 	cfg    Config
 	log    *slog.Logger
 	report chan struct{}
+	events chan struct{}
 }
 
 // New validates cfg, fills its defaults and returns a Client.
@@ -141,7 +159,16 @@ func New(cfg Config) (*Client, error) {
 	if cfg.BackoffReset <= 0 {
 		cfg.BackoffReset = DefaultBackoffReset
 	}
-	return &Client{cfg: cfg, log: cfg.Logger, report: make(chan struct{}, 1)}, nil
+	return &Client{cfg: cfg, log: cfg.Logger, report: make(chan struct{}, 1), events: make(chan struct{}, 1)}, nil
+}
+
+// EventsPending asks for the event buffer to be flushed on the current
+// session soon. It never blocks; without a session it does nothing.
+func (c *Client) EventsPending() {
+	select {
+	case c.events <- struct{}{}:
+	default:
+	}
 }
 
 // ReportStatus asks for a status report on the current session soon. It never blocks.
@@ -229,6 +256,7 @@ type conn struct {
 	ws      *websocket.Conn
 	timeout atomic.Int64 // write and welcome bound, nanoseconds
 	timers  chan timers
+	dropped int64 // dropped_events the hello carried
 }
 
 type timers struct {
@@ -248,6 +276,20 @@ func (s *conn) send(ctx context.Context, typ node.Type, re string, body any) err
 	}
 	if len(frame) > node.MaxMessageBytes {
 		return fmt.Errorf("send %s: message of %d bytes exceeds the %d byte limit", typ, len(frame), node.MaxMessageBytes)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(s.timeout.Load()))
+	defer cancel()
+	if err := s.ws.Write(wctx, websocket.MessageText, frame); err != nil {
+		return fmt.Errorf("send %s: %w", typ, err)
+	}
+	return nil
+}
+
+// sendRaw sends an already encoded body.
+func (s *conn) sendRaw(ctx context.Context, typ node.Type, body []byte) error {
+	frame, err := json.Marshal(node.Envelope{V: node.Version, Type: typ, ID: newID(), Body: body})
+	if err != nil {
+		return fmt.Errorf("marshal %s envelope: %w", typ, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Duration(s.timeout.Load()))
 	defer cancel()
@@ -294,6 +336,7 @@ func (c *Client) session(ctx context.Context) error {
 	if hello.AgentVersion == "" {
 		hello.AgentVersion = c.cfg.AgentVersion
 	}
+	s.dropped = hello.DroppedEvents
 	if err := s.send(sctx, node.TypeHello, "", hello); err != nil {
 		return err
 	}
@@ -356,7 +399,22 @@ func (s *conn) writeLoop(ctx context.Context, welcomed <-chan struct{}) {
 			hb.Reset(t.heartbeat)
 		case <-welcome:
 			welcome = nil
+			if c.cfg.Events != nil {
+				if err := c.cfg.Events.ReportedDroppedEvents(ctx, s.dropped); err != nil {
+					c.log.Warn("reset dropped event count", "error", err)
+				}
+			}
 			if !sendStatus() {
+				return
+			}
+			if !s.flushEvents(ctx) {
+				return
+			}
+		case <-c.events:
+			if welcome != nil {
+				continue // flushed after welcome
+			}
+			if !s.flushEvents(ctx) {
 				return
 			}
 		case <-hb.C:
@@ -374,6 +432,36 @@ func (s *conn) writeLoop(ctx context.Context, welcomed <-chan struct{}) {
 			}
 			if !sendStatus() {
 				return
+			}
+		}
+	}
+}
+
+// flushEvents sends every buffered event, oldest first, deleting each once
+// written (section 6.5). It reports false when the session failed.
+func (s *conn) flushEvents(ctx context.Context) bool {
+	c := s.c
+	if c.cfg.Events == nil {
+		return true
+	}
+	for {
+		batch, err := c.cfg.Events.PendingEvents(ctx, 100)
+		if err != nil {
+			c.log.Warn("read buffered events", "error", err)
+			return true
+		}
+		if len(batch) == 0 {
+			return true
+		}
+		for _, e := range batch {
+			if err := s.sendRaw(ctx, node.TypeEvent, e.Body); err != nil {
+				c.log.Warn("node session write failed", "error", err)
+				_ = s.ws.CloseNow()
+				return false
+			}
+			if err := c.cfg.Events.DeleteEvent(ctx, e.Pos); err != nil {
+				c.log.Warn("delete sent event", "error", err)
+				return true
 			}
 		}
 	}

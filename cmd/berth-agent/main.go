@@ -17,7 +17,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berthhq/berth/agent"
+	"github.com/berthhq/berth/agent/localstore"
 	"github.com/berthhq/berth/host/plugin"
+	"github.com/berthhq/berth/internal/dirlock"
 )
 
 func main() {
@@ -29,14 +31,31 @@ func main() {
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "berth-agent",
-		Short:         "Berth node agent",
+		Use:   "berth-agent",
+		Short: "Berth node agent",
+		Long: `berth-agent runs one node of a Berth cluster. Enroll the machine once with the
+join command an operator created (berth join-token create), then run it:
+
+  berth-agent enroll --server URL --join-token brj_... --fingerprint sha256:... [--data-dir DIR] [--label k=v]
+  berth-agent run [--data-dir DIR]
+
+The fingerprint pins berthd's TLS certificate: the agent refuses any other one.
+DIR defaults to /var/lib/berth-agent.
+
+The agent keeps one session to berthd, stores every verified desired state in
+DIR, and runs workloads through the process runtime driver plugin
+(berth-plugin-process, beside this binary). Workloads keep running when the
+agent stops; a restarted agent adopts them without restarting them.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(newEnrollCmd(stdout, stderr), newRunCmd(stderr))
 	return root
 }
+
+// defaultDataDir is where the agent keeps its state unless --data-dir says otherwise.
+const defaultDataDir = "/var/lib/berth-agent"
 
 func newLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -72,12 +91,13 @@ func newEnrollCmd(stdout, stderr io.Writer) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Server, "server", "", "berthd URL, e.g. https://berth.example.com (required)")
 	f.StringVar(&cfg.JoinToken, "join-token", "", "one-time join token (required)")
-	f.StringVar(&cfg.DataDir, "data-dir", "", "agent data directory (required)")
+	f.StringVar(&cfg.Fingerprint, "fingerprint", "", "SHA-256 fingerprint of berthd's TLS certificate to pin (from the join command; empty trusts the system CAs)")
+	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir, "agent data directory")
 	f.StringArrayVar(&labels, "label", nil, "node label key=value (repeatable)")
 	f.StringVar(&cfg.Region, "region", "", "node region")
 	f.StringVar(&cfg.Address, "address", "127.0.0.1", "host address workloads bind to")
 	f.StringVar(&cfg.Hostname, "hostname", "", "node hostname (default: this machine's)")
-	for _, n := range []string{"server", "join-token", "data-dir"} {
+	for _, n := range []string{"server", "join-token"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
 	return cmd
@@ -97,9 +117,8 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dataDir, "data-dir", "", "agent data directory (required)")
+	f.StringVar(&dataDir, "data-dir", defaultDataDir, "agent data directory")
 	f.StringVar(&pluginDir, "plugin-dir", "", "directory holding berth-plugin-process (default: the directory of this executable)")
-	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
 }
 
@@ -115,16 +134,30 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir string) error
 		}
 		pluginDir = filepath.Dir(exe)
 	}
+	// Check enrollment before anything is created in the directory.
+	if _, err := os.Stat(filepath.Join(dataDir, localstore.FileName)); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s is not an enrolled node's data directory (run berth-agent enroll first)", dataDir)
+	}
+	unlock, err := dirlock.Lock(dataDir)
+	if errors.Is(err, dirlock.ErrLocked) {
+		return fmt.Errorf("another berth-agent is running with --data-dir %s", dataDir)
+	} else if err != nil {
+		return err
+	}
+	defer func() { _ = unlock() }()
 	stateDir := filepath.Join(dataDir, "driver", "process")
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return fmt.Errorf("create driver state directory: %w", err)
 	}
-	drv, err := plugin.LaunchDriver(ctx, plugin.Config{
-		Name:   "process",
-		Path:   filepath.Join(pluginDir, "berth-plugin-process"),
+	entry, err := plugin.ResolveDriver(pluginDir, "process")
+	if err != nil {
+		return fmt.Errorf("process driver: %w", err)
+	}
+	drv, err := plugin.LaunchDriver(ctx, entry.Apply(plugin.Config{
 		Args:   []string{"--state-dir", stateDir},
-		Logger: log.With("plugin", "process"),
-	})
+		PidDir: filepath.Join(dataDir, "plugins"),
+		Logger: log,
+	}))
 	if err != nil {
 		return fmt.Errorf("launch process driver: %w", err)
 	}

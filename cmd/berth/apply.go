@@ -72,7 +72,8 @@ JSON (one object, several objects in a row, or an array). Fields:
   bundle             bundle digest ("sha256:...") or the name it was pushed with
   command            argument list, e.g. ["./server", "--port", "8080"]
   env                map of environment variables
-  port               port the service listens on
+  port               the app's port in runtimes with their own network (default
+                     8080); process workloads always get a free port in $PORT
   domains            list of domains routed to the service
   replicas           number of replicas
   health_check       {path, interval_s, timeout_s, failures}
@@ -84,8 +85,7 @@ An unknown field is an error.`,
   # hello.yaml
   name: hello
   bundle: hello
-  command: ["./server"]
-  port: 8080
+  command: ["./server"]         # must listen on $HOST:$PORT
   domains: [hello.example.com]
   replicas: 2
   health_check: {path: /healthz}`,

@@ -17,6 +17,9 @@ type fileConfig struct {
 	Server  string `json:"server,omitempty"`
 	Token   string `json:"token,omitempty"`
 	Project string `json:"project,omitempty"`
+	// Fingerprint pins the server's TLS certificate ("sha256:<64 hex>");
+	// empty trusts the system CAs (docs/node-protocol.md section 2.2).
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // settings are the resolved connection settings of one command.
@@ -25,6 +28,11 @@ type settings struct {
 	Token      string
 	Project    string
 	ConfigPath string
+	// Fingerprint is the pinned server certificate; FingerprintFromFile
+	// reports whether it came from the config file rather than a flag or the
+	// environment.
+	Fingerprint         string
+	FingerprintFromFile bool
 }
 
 // defaultProject is the project used when nothing names one.
@@ -76,6 +84,10 @@ func (a *app) resolve(cmd *cobra.Command) (settings, error) {
 	s.Server = pick("server", a.server, "BERTH_SERVER", fc.Server)
 	s.Token = pick("token", a.token, "BERTH_TOKEN", fc.Token)
 	s.Project = pick("project", a.project, "BERTH_PROJECT", fc.Project)
+	s.Fingerprint = pick("fingerprint", a.fingerprint, "BERTH_FINGERPRINT", "")
+	if s.Fingerprint == "" && fc.Fingerprint != "" {
+		s.Fingerprint, s.FingerprintFromFile = fc.Fingerprint, true
+	}
 	if s.Project == "" {
 		s.Project = defaultProject
 	}

@@ -15,7 +15,7 @@ func newDeleteCmd(a *app) *cobra.Command {
 	var expected int64
 	svc := &cobra.Command{
 		Use:     "service NAME",
-		Aliases: []string{"svc"},
+		Aliases: []string{"svc", "services"},
 		Short:   "Delete a service; its workloads are stopped",
 		Long: `service deletes one service of the project. Its workloads are stopped and
 removed by the nodes. With --expected-revision the delete happens only if the

@@ -58,7 +58,15 @@ workloads that run it. With -o json it prints {"service": ..., "workloads": [...
 				return nil
 			}
 			fmt.Fprintln(a.stdout, "Workloads:")
-			return a.workloadTable(wls, false)
+			if err := a.workloadTable(wls, false); err != nil {
+				return err
+			}
+			for _, w := range wls {
+				if w.Message != "" {
+					fmt.Fprintf(a.stdout, "\n%s (slot %d) last error:\n  %s\n", w.ID, w.Slot, w.Message)
+				}
+			}
+			return nil
 		},
 	})
 	return cmd
@@ -80,7 +88,7 @@ func (a *app) describeService(svc *client.Service) {
 	field("Command", orDash(strings.Join(svc.Command, " ")))
 	port := "-"
 	if svc.Port != 0 {
-		port = fmt.Sprint(svc.Port)
+		port = fmt.Sprintf("%d (process workloads get a free $PORT; see ADDRESS below)", svc.Port)
 	}
 	field("Port", port)
 	field("Domains", orDash(strings.Join(svc.Domains, ", ")))

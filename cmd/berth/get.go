@@ -10,17 +10,48 @@ import (
 
 func newGetCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "get services|nodes|workloads",
+		Use:   "get services|nodes|workloads|bundles",
 		RunE:  groupRunE,
-		Short: "List services, nodes or workloads",
+		Short: "List services, nodes, workloads or bundles",
 		Long: `get lists one kind of object as a table, or with -o json as a JSON array
 of the API's objects.`,
 		Example: `  berth get services --project shop
   berth get nodes -o json
   berth get workloads --all-projects`,
 	}
-	cmd.AddCommand(newGetServicesCmd(a), newGetNodesCmd(a), newGetWorkloadsCmd(a))
+	cmd.AddCommand(newGetServicesCmd(a), newGetNodesCmd(a), newGetWorkloadsCmd(a), newGetBundlesCmd(a))
 	return cmd
+}
+
+func newGetBundlesCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "bundles",
+		Aliases: []string{"bundle"},
+		Short:   "List the release bundles pushed to a project",
+		Long:    `bundles lists a project's release bundles, newest first, with their name, digest and size.`,
+		Example: `  berth get bundles
+  berth get bundles -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			items, err := c.ListBundles(cmd.Context(), s.Project)
+			if err != nil {
+				return fmt.Errorf("list bundles of %s: %w", s.Project, err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, items)
+			}
+			tw := newTable(a.stdout)
+			row(tw, "NAME", "DIGEST", "SIZE", "AGE")
+			for _, b := range items {
+				row(tw, orDash(b.Name), b.Digest, fmt.Sprintf("%.1f MiB", float64(b.Size)/(1<<20)), a.since(b.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
 }
 
 func newGetServicesCmd(a *app) *cobra.Command {
@@ -132,14 +163,23 @@ address and restart count.`,
 // workloadTable prints workloads; withProject prefixes the service with its project.
 func (a *app) workloadTable(items []client.Workload, withProject bool) error {
 	tw := newTable(a.stdout)
-	row(tw, "ID", "SERVICE", "SLOT", "NODE", "DESIRED", "OBSERVED", "HEALTH", "ADDRESS", "RESTARTS")
+	row(tw, "ID", "SERVICE", "SLOT", "NODE", "DESIRED", "OBSERVED", "HEALTH", "ADDRESS", "RESTARTS", "MESSAGE")
 	for _, w := range items {
 		svc := w.Service
 		if withProject {
 			svc = w.Project + "/" + w.Service
 		}
 		row(tw, w.ID, svc, w.Slot, orDash(w.NodeID), orDash(w.DesiredStatus), orDash(w.ObservedStatus),
-			orDash(w.Health), orDash(w.Address), w.RestartCount)
+			orDash(w.Health), orDash(w.Address), w.RestartCount, orDash(tail(w.Message, 60)))
 	}
 	return tw.Flush()
+}
+
+// tail shortens s to its last n characters: the end of a wrapped error is its cause.
+func tail(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return "…" + string(r[len(r)-n+1:])
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,8 +21,17 @@ and, when the server accepts them, saves them to the config file
 ($XDG_CONFIG_HOME/berth/config.json or ~/.config/berth/config.json, mode 0600).
 A --project given here is saved as the default project too.
 
+The server's TLS certificate is pinned by its SHA-256 fingerprint: berthd
+writes it to DATA/server-fingerprint and prints it at start, and join commands
+carry it. Without --fingerprint (or BERTH_FINGERPRINT), login accepts a
+certificate only when a CA this machine trusts signed it; otherwise it shows
+the fingerprint it saw and stops, so you can compare it with the server's file
+and run again with --fingerprint. The pinned fingerprint is saved with the
+token, and every later command refuses any other certificate.
+
 Prefer --token-stdin: a token on the command line lands in shell history.`,
-		Example: `  berth login --server https://berth.example.com --token-stdin < token.txt
+		Example: `  berth login --server https://127.0.0.1:7070 --fingerprint "$(cat /var/lib/berth/server-fingerprint)" --token-stdin < token.txt
+  berth login --server https://berth.example.com --token-stdin < token.txt
   pass show berth | berth login --server https://berth.example.com --token-stdin`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -45,7 +55,29 @@ Prefer --token-stdin: a token on the command line lands in shell history.`,
 			if s.Token == "" {
 				return fmt.Errorf("no token: pass --token or --token-stdin")
 			}
-			c, err := a.newClient(s.Server, s.Token)
+			// The pin saved for another login is not evidence for this one.
+			if s.FingerprintFromFile {
+				s.Fingerprint = ""
+			}
+			if s.Fingerprint != "" {
+				fp, err := client.ParseFingerprint(s.Fingerprint)
+				if err != nil {
+					return err
+				}
+				s.Fingerprint = fp
+			} else if strings.HasPrefix(s.Server, "https://") {
+				seen, trusted, err := client.ServerFingerprint(s.Server, 10*time.Second)
+				if err != nil {
+					return fmt.Errorf("login to %s: %w", s.Server, err)
+				}
+				if !trusted {
+					return fmt.Errorf("login to %s: its certificate is not signed by a CA this machine trusts; "+
+						"it presented fingerprint %s. Compare it with DATA/server-fingerprint on the server, then run again with --fingerprint %s",
+						s.Server, seen, seen)
+				}
+				fmt.Fprintf(a.stdout, "server certificate %s is trusted through the system CAs\n", seen)
+			}
+			c, err := a.newClient(s.Server, s.Token, s.Fingerprint)
 			if err != nil {
 				return err
 			}
@@ -59,12 +91,15 @@ Prefer --token-stdin: a token on the command line lands in shell history.`,
 			if err != nil {
 				return err
 			}
-			fc.Server, fc.Token = c.Server(), s.Token
+			fc.Server, fc.Token, fc.Fingerprint = c.Server(), s.Token, s.Fingerprint
 			if cmd.Flags().Changed("project") {
 				fc.Project = a.project
 			}
 			if err := saveConfig(s.ConfigPath, fc); err != nil {
 				return err
+			}
+			if s.Fingerprint != "" {
+				fmt.Fprintf(a.stdout, "server certificate %s pinned\n", s.Fingerprint)
 			}
 			fmt.Fprintf(a.stdout, "logged in to %s; credentials saved to %s\n", c.Server(), s.ConfigPath)
 			return nil

@@ -34,10 +34,11 @@ type app struct {
 	httpClient *http.Client
 
 	// Global flags.
-	server  string
-	token   string
-	project string
-	output  string
+	server      string
+	token       string
+	project     string
+	output      string
+	fingerprint string
 }
 
 // run executes the CLI with args and returns the process exit code: 0, or 1
@@ -50,6 +51,10 @@ func run(ctx context.Context, a *app, args []string) int {
 	root.SetErr(a.stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(a.stderr, "error: %s\n", err)
+		if client.IsCode(err, "unauthenticated") {
+			fmt.Fprintln(a.stderr, "hint: the server refused the token. It is taken from --token, else $BERTH_TOKEN, else the"+
+				" config file written by 'berth login'; berthd keeps its admin token in <data-dir>/admin-token.")
+		}
 		return 1
 	}
 	return 0
@@ -62,9 +67,10 @@ func newRootCmd(a *app) *cobra.Command {
 		Long: `berth talks to a Berth server's API: it applies services, pushes release
 bundles, creates node join tokens and shows nodes, services and workloads.
 
-The server, token and project come from, in this order: the flags --server,
---token and --project; the environment variables BERTH_SERVER, BERTH_TOKEN and
-BERTH_PROJECT; the file written by "berth login"
+The server, token, project and certificate fingerprint come from, in this
+order: the flags --server, --token, --project and --fingerprint; the
+environment variables BERTH_SERVER, BERTH_TOKEN, BERTH_PROJECT and
+BERTH_FINGERPRINT; the file written by "berth login"
 ($XDG_CONFIG_HOME/berth/config.json, by default ~/.config/berth/config.json).`,
 		Example: `  berth login --server https://berth.example.com --token brt_...
   berth bundle push ./build --name hello
@@ -86,6 +92,7 @@ BERTH_PROJECT; the file written by "berth login"
 	pf.StringVar(&a.server, "server", "", "Berth server URL (env BERTH_SERVER)")
 	pf.StringVar(&a.token, "token", "", "API token (env BERTH_TOKEN)")
 	pf.StringVar(&a.project, "project", "default", "project to work in (env BERTH_PROJECT)")
+	pf.StringVar(&a.fingerprint, "fingerprint", "", "SHA-256 fingerprint of the server's TLS certificate to pin (env BERTH_FINGERPRINT; empty trusts the system CAs)")
 	pf.StringVarP(&a.output, "output", "o", outputTable, "output format: table or json")
 
 	root.AddCommand(
@@ -96,6 +103,11 @@ BERTH_PROJECT; the file written by "berth login"
 		newDeleteCmd(a),
 		newJoinTokenCmd(a),
 		newBundleCmd(a),
+		newModuleCmd(a),
+		newRoutesCmd(a),
+		newPolicyCmd(a),
+		newConformanceCmd(a),
+		newPluginsCmd(a),
 	)
 	return root
 }
@@ -120,12 +132,15 @@ func (a *app) apiClient(cmd *cobra.Command) (*client.Client, settings, error) {
 	if s.Token == "" {
 		return nil, s, fmt.Errorf("no token: pass --token, set BERTH_TOKEN, or run berth login")
 	}
-	c, err := a.newClient(s.Server, s.Token)
+	c, err := a.newClient(s.Server, s.Token, s.Fingerprint)
 	return c, s, err
 }
 
-func (a *app) newClient(server, token string) (*client.Client, error) {
-	return client.New(server, client.WithToken(token), client.WithUserAgent(userAgent), client.WithHTTPClient(a.httpClient))
+// newClient returns an API client; a non-empty fingerprint pins the server's
+// certificate (docs/node-protocol.md section 2.2).
+func (a *app) newClient(server, token, fingerprint string) (*client.Client, error) {
+	return client.New(server, client.WithToken(token), client.WithUserAgent(userAgent),
+		client.WithFingerprint(fingerprint), client.WithHTTPClient(a.httpClient))
 }
 
 // groupRunE makes a command that only groups subcommands print its help when

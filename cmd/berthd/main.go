@@ -4,12 +4,14 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/spf13/pflag"
 
 	"github.com/berthhq/berth/core/server"
 )
@@ -19,7 +21,7 @@ func main() {
 }
 
 func run() int {
-	fs := flag.NewFlagSet("berthd", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("berthd", pflag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `berthd runs Berth's control plane.
 
@@ -29,12 +31,15 @@ Usage:
 With no --mongo-uri, berthd runs an embedded store (FerretDB over SQLite) under
 the data directory and takes an exclusive lock on it. At first start it creates
 the cluster signing key and an admin token (printed once, kept in DIR/admin-token).
-The API is served at http://HOST:PORT/api/v1; the edge gateway plugin serves
+The API and node sessions are served over TLS at https://HOST:PORT/api/v1: with
+no --tls-cert, a self-signed certificate is generated at first start (key 0600
+under DIR/tls) and its SHA-256 fingerprint written to DIR/server-fingerprint;
+join commands carry it, and the CLI pins it (berth login --fingerprint). The edge gateway plugin serves
 HTTP on --gateway-listen and routes by Host to healthy workloads.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), fs.FlagUsages())
 	}
 	var cfg server.Config
 	var level string
@@ -42,12 +47,14 @@ Flags:
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "API listen address")
 	fs.StringVar(&cfg.GatewayListen, "gateway-listen", "127.0.0.1:8080", `edge gateway listen address ("off" runs no gateway)`)
 	fs.StringVar(&cfg.MongoURI, "mongo-uri", "", "MongoDB connection string (default: embedded store under --data-dir)")
-	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL nodes and the CLI use to reach the API (default http://<listen>)")
+	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL nodes and the CLI use to reach the API (default https://<listen>)")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate chain to serve (default: self-signed, generated under --data-dir)")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&cfg.PluginDir, "plugin-dir", "", "directory of berth-plugin-* binaries (default: beside berthd)")
 	fs.Int64Var(&cfg.MaxBundleBytes, "max-bundle-bytes", 512<<20, "largest release bundle accepted, in bytes")
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
 		return 2

@@ -19,8 +19,11 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/services"
 )
 
@@ -38,13 +41,22 @@ type Config struct {
 	Bundles *bundles.Store
 	Tokens  *identity.Tokens
 	Hinter  Hinter
+	// Events serves GET /api/v1/events; nil leaves the route out.
+	Events *events.Log
+	// Changelog records every change made through the API and serves GET
+	// /api/v1/changelog; nil records nothing and leaves the route out.
+	Changelog *changelog.Log
 	// Sessions serves GET /api/v1/nodes/session (it authenticates on its own).
 	Sessions http.Handler
 	// PublicURL is how nodes reach this server, e.g. "http://127.0.0.1:7070";
 	// it is written into join commands.
-	PublicURL        string
-	ClusterID        string
-	ClusterPublicKey ed25519.PublicKey
+	PublicURL string
+	// ServerFingerprint is the pin of the server's TLS certificate
+	// ("sha256:<64 hex>"), written into join commands (docs/node-protocol.md
+	// section 2.2); empty leaves --fingerprint out.
+	ServerFingerprint string
+	ClusterID         string
+	ClusterPublicKey  ed25519.PublicKey
 	// MaxBodyBytes bounds JSON bodies; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
@@ -53,6 +65,13 @@ type Config struct {
 	// Ready reports whether the server can serve (store reachable, gateway up);
 	// nil means always ready.
 	Ready func(ctx context.Context) error
+	// Policy runs the admission hooks and serves /modules and
+	// /policy-bindings (docs/wasm-abi.md section 9); nil means no policies.
+	Policy *policy.Engine
+	// Routes serves GET /routes; nil answers an empty table.
+	Routes RouteStatuser
+	// Plugins serves GET /api/v1/plugins; nil lists none.
+	Plugins PluginLister
 }
 
 // Server is the API's HTTP handler.
@@ -98,6 +117,13 @@ func New(cfg Config) *Server {
 	v1.POST("/nodes/join-tokens", s.createJoinToken, s.auth(identity.ScopeNodeEnroll))
 	v1.GET("/nodes", s.listNodes, s.auth(identity.ScopeNodesRead))
 	v1.GET("/nodes/:id", s.getNode, s.auth(identity.ScopeNodesRead))
+	v1.GET("/plugins", s.listPlugins, s.auth(identity.ScopeNodesRead))
+	if cfg.Events != nil {
+		v1.GET("/events", s.listEvents, s.auth(identity.ScopeNodesRead))
+	}
+	if cfg.Changelog != nil {
+		v1.GET("/changelog", s.listChangelog, s.auth(identity.ScopeNodesRead))
+	}
 	v1.GET("/projects", s.listProjects, s.auth(identity.ScopeServicesRead))
 	v1.PUT("/projects/:project", s.putProject, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project", s.getProject, s.auth(identity.ScopeServicesRead))
@@ -109,6 +135,7 @@ func New(cfg Config) *Server {
 	v1.GET("/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/bundles", s.listBundles, s.auth(identity.ScopeServicesRead))
+	s.registerWasm(v1)
 	e.RouteNotFound("/*", func(c echo.Context) error {
 		return problem(abierrors.NotFound, "no such endpoint: "+c.Request().Method+" "+c.Request().URL.Path)
 	})
@@ -184,12 +211,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 		_ = c.NoContent(status)
 		return
 	}
-	_ = c.JSON(status, map[string]any{
+	body := map[string]any{
 		"title":  http.StatusText(status),
 		"status": status,
 		"code":   ae.Code,
 		"detail": ae.Message,
-	})
+	}
+	addReasons(body, err)
+	_ = c.JSON(status, body)
 }
 
 // principal keys.
@@ -256,9 +285,16 @@ func (s *Server) createJoinToken(c echo.Context) error {
 		return err
 	}
 	s.log.Info("join token created", "expires_at", exp)
+	// The join command carries exactly three values: server URL, join token
+	// and certificate fingerprint (docs/node-protocol.md section 2.2).
+	cmd := fmt.Sprintf("berth-agent enroll --server %s --join-token %s", s.cfg.PublicURL, tok)
+	if s.cfg.ServerFingerprint != "" {
+		cmd += " --fingerprint " + s.cfg.ServerFingerprint
+	}
 	return c.JSON(http.StatusCreated, map[string]any{
 		"token":        tok,
-		"join_command": fmt.Sprintf("berth-agent enroll --server %s --join-token %s --data-dir /var/lib/berth-agent", s.cfg.PublicURL, tok),
+		"join_command": cmd,
+		"fingerprint":  s.cfg.ServerFingerprint,
 		"expires_at":   exp,
 	})
 }
@@ -291,6 +327,7 @@ func (s *Server) enroll(c echo.Context) error {
 	n, cred, err := s.cfg.Nodes.Enroll(c.Request().Context(), nodes.EnrollRequest{
 		JoinToken: req.JoinToken, PublicKey: req.PublicKey, Hostname: req.Hostname, Region: req.Region,
 		Labels: req.Labels, Address: req.Address, CPUs: req.Capacity.CPUs, MemoryMB: req.Capacity.MemoryMB,
+		Admit: s.enrollAdmitter(c),
 	})
 	switch {
 	case errors.Is(err, nodes.ErrJoinTokenUsed):

@@ -115,6 +115,12 @@ func validateService(spec *serviceSpec) error {
 	if spec.Replicas != nil && (*spec.Replicas < 0 || *spec.Replicas > maxReplicas) {
 		return fail("replicas must be between 0 and %d", maxReplicas)
 	}
+	if spec.CapacityUnits < 0 || spec.CapacityUnits > 1<<20 {
+		return fail("capacity_units must be between 0 and %d", 1<<20)
+	}
+	if len(spec.Labels) > maxEnv {
+		return fail("labels has more than %d entries", maxEnv)
+	}
 	if spec.Port < 0 || spec.Port > 65535 {
 		return fail("port must be between 1 and 65535")
 	}

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
@@ -26,6 +27,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		ID: s.ID, Project: s.Project, Name: s.Name, Revision: s.Revision, Bundle: s.Bundle, BundleDigest: s.BundleDigest,
 		Command: s.Command, Env: s.Env, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas,
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
+		Labels: s.Labels, CapacityUnits: s.CapacityUnits,
 	}
 }
 
@@ -157,6 +159,7 @@ func (s *Server) putService(c echo.Context) error {
 	svc := &services.Service{
 		Name: name, Bundle: spec.Bundle, BundleDigest: b.Digest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
+		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits,
 	}
 	if svc.Port == 0 {
 		svc.Port = 8080
@@ -167,11 +170,19 @@ func (s *Server) putService(c echo.Context) error {
 	if spec.Replicas != nil {
 		svc.Replicas = *spec.Replicas
 	}
+	if err := s.admitService(c, p, svc); err != nil {
+		return err
+	}
 	out, created, err := s.cfg.Catalog.PutService(ctx, p, svc, spec.ExpectedRevision)
 	if err != nil {
 		return serviceError(err)
 	}
 	s.log.Info("service applied", "project", p.Name, "service", name, "revision", out.Revision, "replicas", out.Replicas, "bundle", out.BundleDigest)
+	op := node.OpUpdate
+	if created {
+		op = node.OpCreate
+	}
+	s.recordChange(c, "service", out.ID, op, out)
 	s.cfg.Hinter.Hint("service.applied")
 	status := http.StatusOK
 	if created {
@@ -249,10 +260,14 @@ func (s *Server) deleteService(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.admitDelete(c, p, c.Param("name")); err != nil {
+		return err
+	}
 	if err := s.cfg.Catalog.DeleteService(c.Request().Context(), p, c.Param("name"), expected); err != nil {
 		return serviceError(err)
 	}
 	s.log.Info("service deleted", "project", p.Name, "service", c.Param("name"))
+	s.recordChange(c, "service", p.Name+"/"+c.Param("name"), node.OpDelete, nil)
 	s.cfg.Hinter.Hint("service.deleted")
 	return c.NoContent(http.StatusNoContent)
 }

@@ -135,6 +135,11 @@ type EnrollRequest struct {
 	Address   string
 	CPUs      int
 	MemoryMB  int64
+	// Admit, when not nil, is asked after the join token was consumed and
+	// before the node is recorded (the node.enroll policy hook); its error is
+	// returned as is and nothing is recorded. A refused enrollment uses up
+	// its join token.
+	Admit func(ctx context.Context, n *Node) error
 }
 
 // Enroll consumes the join token (one compare-and-set on its document) and
@@ -170,6 +175,11 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 		ID: nodeID, Hostname: req.Hostname, Region: req.Region, Labels: req.Labels,
 		Address: req.Address, CPUs: req.CPUs, MemoryMB: req.MemoryMB, PublicKey: req.PublicKey,
 		CredentialDigest: credDigest, Status: StatusPending, EnrolledAt: now,
+	}
+	if req.Admit != nil {
+		if err := req.Admit(ctx, n); err != nil {
+			return nil, "", err
+		}
 	}
 	if _, err := r.nodes.InsertOne(ctx, n); err != nil {
 		return nil, "", fmt.Errorf("record node: %w", err)

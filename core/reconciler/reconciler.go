@@ -42,9 +42,18 @@ type Config struct {
 	Pusher   Pusher    // nil: desired state is stored, not pushed
 	Routes   RouteSink // nil: routes are computed, not pushed
 	Compiler routes.Compiler
-	Logger   *slog.Logger
+	// Admit, when not nil, is asked before each slot is placed (the deploy
+	// hook); a refusal leaves the slot unplaced until a later pass.
+	Admit  DeployAdmitter
+	Logger *slog.Logger
 	// Interval is the period of the timer pass; zero means 5 s.
 	Interval time.Duration
+}
+
+// DeployAdmitter decides whether slot of service s may start on node n.
+// reasons explain a refusal; an error refuses too (fail closed).
+type DeployAdmitter interface {
+	AdmitDeploy(ctx context.Context, s *services.Service, slot int, n *nodes.Node) (allowed bool, reasons []string, err error)
 }
 
 // Reconciler runs passes one at a time: on a hint (coalesced) and on a timer.
@@ -57,6 +66,9 @@ type Reconciler struct {
 	routeDigest string // digest of the last table the sink accepted; mu must be held
 	routeRev    int64
 	table       abiroutes.Table
+	compiledAt  time.Time // when table was computed; mu must be held
+	routeErr    error     // the last compile failure, nil after a success; mu must be held
+	routeErrAt  time.Time // mu must be held
 }
 
 // New returns a Reconciler.
@@ -104,6 +116,25 @@ func (r *Reconciler) Table() abiroutes.Table {
 	return r.table
 }
 
+// RouteStatus returns the route table in force, its SHA-256, the compiler and
+// the last compile failure (routes.Status).
+func (r *Reconciler) RouteStatus() routes.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := routes.Status{Table: r.table, SHA256: r.table.Digest(), CompiledAt: r.compiledAt, Compiler: "unknown"}
+	if st.Table.Routes == nil {
+		st.Table.Routes = []abiroutes.Route{}
+	}
+	if d, ok := r.cfg.Compiler.(interface{ Describe() string }); ok {
+		st.Compiler = d.Describe()
+	}
+	if r.routeErr != nil {
+		at := r.routeErrAt
+		st.LastError, st.LastErrorAt = r.routeErr.Error(), &at
+	}
+	return st
+}
+
 // Pass runs one reconcile pass: placement, then node desired states, then routes.
 func (r *Reconciler) Pass(ctx context.Context) error {
 	svcs, err := r.cfg.Catalog.ListServices(ctx, nil)
@@ -128,7 +159,7 @@ func (r *Reconciler) Pass(ctx context.Context) error {
 	if err := r.desire(ctx, svcs, ns, wls); err != nil {
 		errs = append(errs, err)
 	}
-	if err := r.route(ctx, svcs, wls); err != nil {
+	if err := r.route(ctx, svcs, ns, wls); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -161,6 +192,15 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 				}
 				r.log.Info("workload removed", "service", s.Project+"/"+s.Name, "slot", a.Slot, "workload_id", a.WorkloadID)
 			case scheduler.Create:
+				if r.cfg.Admit != nil {
+					ok, err := r.admit(ctx, s, a.Slot, a.NodeID, ns)
+					if err != nil {
+						return err
+					}
+					if !ok {
+						continue
+					}
+				}
 				w, err := r.cfg.Catalog.CreateWorkload(ctx, s, a.Slot, a.NodeID)
 				if err != nil {
 					return err
@@ -184,6 +224,28 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 		}
 	}
 	return nil
+}
+
+// admit asks the deploy hook about one placement and logs a refusal.
+func (r *Reconciler) admit(ctx context.Context, s *services.Service, slot int, nodeID string, ns []nodes.Node) (bool, error) {
+	var n *nodes.Node
+	for i := range ns {
+		if ns[i].ID == nodeID {
+			n = &ns[i]
+		}
+	}
+	if n == nil {
+		return false, nil
+	}
+	ok, reasons, err := r.cfg.Admit.AdmitDeploy(ctx, s, slot, n)
+	if err != nil {
+		r.log.Warn("deploy not admitted: policy unavailable", "service", s.Project+"/"+s.Name, "slot", slot, "err", err)
+		return false, nil
+	}
+	if !ok {
+		r.log.Warn("deploy denied by policy", "service", s.Project+"/"+s.Name, "slot", slot, "node_id", nodeID, "reasons", strings.Join(reasons, "; "))
+	}
+	return ok, nil
 }
 
 func (r *Reconciler) desire(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload) error {
@@ -253,15 +315,27 @@ func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services
 	return spec
 }
 
-func (r *Reconciler) route(ctx context.Context, svcs []services.Service, wls []services.Workload) error {
+func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload) error {
+	nodeAddr := map[string]string{}
+	for _, n := range ns {
+		nodeAddr[n.ID] = n.Address
+	}
 	in := routes.Input{}
 	for _, s := range svcs {
 		in.Services = append(in.Services, routes.Service{ID: s.ID, Project: s.Project, Name: s.Name, Domains: s.Domains})
 	}
 	for _, w := range wls {
-		in.Workloads = append(in.Workloads, routes.Workload{ID: w.ID, ServiceID: w.ServiceID, Address: w.Address, ObservedStatus: w.ObservedStatus, Health: w.Health})
+		in.Workloads = append(in.Workloads, routes.Workload{ID: w.ID, ServiceID: w.ServiceID, NodeID: w.NodeID, NodeAddress: nodeAddr[w.NodeID],
+			Address: w.Address, ObservedStatus: w.ObservedStatus, Health: w.Health})
 	}
 	t, err := r.cfg.Compiler.Compile(ctx, in)
+	r.mu.Lock()
+	if err != nil {
+		r.routeErr, r.routeErrAt = err, time.Now().UTC()
+	} else {
+		r.routeErr = nil
+	}
+	r.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("compile routes (keeping the last good table): %w", err)
 	}
@@ -274,6 +348,7 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, wls []s
 	t.Revision = r.routeRev
 	if !same {
 		r.table = t
+		r.compiledAt = time.Now().UTC()
 	}
 	r.mu.Unlock()
 	if same || r.cfg.Routes == nil {

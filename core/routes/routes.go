@@ -28,8 +28,12 @@ type Service struct {
 // Workload is a workload as last observed. Address is "host:port", empty until
 // the node reports one.
 type Workload struct {
-	ID             string
-	ServiceID      string
+	ID        string
+	ServiceID string
+	// NodeID and NodeAddress name the node the workload was placed on;
+	// NodeAddress may be empty, Address carries the port.
+	NodeID         string
+	NodeAddress    string
 	Address        string
 	ObservedStatus string // node observed status, e.g. "running"
 	Health         string // "passing", "failing" or "unknown"

@@ -5,11 +5,13 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -17,13 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	abiroutes "github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/api"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/reconciler"
-	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/session"
 	"github.com/berthhq/berth/core/store"
@@ -42,11 +45,15 @@ type Config struct {
 	// MongoURI selects a MongoDB server; empty runs the embedded store.
 	MongoURI string
 	// PublicURL is how nodes and the CLI reach the API, used in join commands;
-	// default "http://" + the listen address.
+	// default "https://" + the listen address.
 	PublicURL string
 	// PluginDir holds berth-plugin-* binaries; default the directory of the
 	// running executable.
 	PluginDir string
+	// TLSCertFile and TLSKeyFile are an operator-supplied certificate (PEM,
+	// leaf first) and its key; both empty means a self-signed certificate
+	// generated at first start under DataDir/tls (docs/node-protocol.md section 2.2).
+	TLSCertFile, TLSKeyFile string
 	// MaxBundleBytes bounds a release bundle; zero means 512 MiB.
 	MaxBundleBytes int64
 	// ReconcileInterval is the period of the timer pass; zero means 5 s.
@@ -86,6 +93,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
+	// Listen before anything else, so a taken port fails at once and leaves
+	// no half-created data directory behind.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
 	}
@@ -107,15 +121,24 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	// Listen before the slow parts, so a taken port fails at once.
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
-	defer ln.Close()
 	if cfg.PublicURL == "" {
-		cfg.PublicURL = "http://" + ln.Addr().String()
+		cfg.PublicURL = "https://" + ln.Addr().String()
 	}
+	tlsHosts := []string{}
+	if h, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+		tlsHosts = append(tlsHosts, h)
+	}
+	if u, err := url.Parse(cfg.PublicURL); err == nil && u.Hostname() != "" {
+		tlsHosts = append(tlsHosts, u.Hostname())
+	}
+	servTLS, err := identity.LoadOrCreateServerTLS(cfg.DataDir, cfg.TLSCertFile, cfg.TLSKeyFile, tlsHosts)
+	if err != nil {
+		return err
+	}
+	if servTLS.Created {
+		log.Info("self-signed TLS certificate created", "path", filepath.Join(cfg.DataDir, identity.TLSCertFile))
+	}
+	log.Info("serving TLS", "fingerprint", servTLS.Fingerprint, "fingerprint_file", filepath.Join(cfg.DataDir, identity.FingerprintFile))
 
 	st, err := store.Open(ctx, store.Config{URI: cfg.MongoURI, DataDir: cfg.DataDir, Logger: log})
 	if err != nil {
@@ -150,20 +173,33 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := reg.MarkAllDisconnected(ctx); err != nil {
 		return err
 	}
+	clog := changelog.New(st, 1, nil)
+	evlog := events.New(st, nil)
+	if err := evlog.EnsureIndexes(ctx); err != nil {
+		return err
+	}
 	blobs, err := bundles.New(filepath.Join(cfg.DataDir, "blobs"), st.Collection("bundles"), cfg.MaxBundleBytes)
 	if err != nil {
 		return err
 	}
+	ext, err := startExtensions(ctx, cfg.DataDir, st, blobs, log)
+	if err != nil {
+		return err
+	}
+	defer ext.close()
 
 	var gw reconciler.RouteSink
-	var gwHandle *plugin.Gateway
+	var gwHandle *plugin.Provider
 	if cfg.GatewayListen != "off" {
-		gwHandle, err = plugin.LaunchGateway(ctx, plugin.Config{
-			Name:   "gateway",
-			Path:   filepath.Join(cfg.PluginDir, "berth-plugin-gateway"),
+		entry, err := plugin.ResolveProvider(cfg.PluginDir, "gateway")
+		if err != nil {
+			return fmt.Errorf("gateway plugin: %w", err)
+		}
+		gwHandle, err = plugin.LaunchProvider(ctx, entry.Apply(plugin.Config{
 			Args:   []string{"--listen", cfg.GatewayListen},
+			PidDir: filepath.Join(cfg.DataDir, "plugins"),
 			Logger: log,
-		})
+		}))
 		if err != nil {
 			return fmt.Errorf("start gateway plugin: %w", err)
 		}
@@ -177,19 +213,26 @@ func Run(ctx context.Context, cfg Config) error {
 
 	var rec *reconciler.Reconciler
 	sessions := session.New(session.Config{
-		Nodes: reg, Catalog: cat, SigningKey: key, ClusterID: clusterID, Logger: log,
+		Nodes: reg, Catalog: cat, SigningKey: key, ClusterID: clusterID, Logger: log, Events: evlog,
 		OnChange: func(reason string) { rec.Hint(reason) },
 	})
 	rec = reconciler.New(reconciler.Config{
-		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: routes.Native{},
-		Logger: log, Interval: cfg.ReconcileInterval,
+		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: ext.compiler,
+		Admit: policy.Deploy{Engine: ext.policy}, Logger: log, Interval: cfg.ReconcileInterval,
 	})
 
 	handler := api.New(api.Config{
-		Catalog: cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions,
-		PublicURL: cfg.PublicURL, ClusterID: clusterID, ClusterPublicKey: key.Public().(ed25519.PublicKey),
+		Catalog: cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, Events: evlog, Changelog: clog,
+		PublicURL: cfg.PublicURL, ServerFingerprint: servTLS.Fingerprint, ClusterID: clusterID, ClusterPublicKey: key.Public().(ed25519.PublicKey),
 		Logger: log, Metrics: metrics,
-		Ready: func(ctx context.Context) error { return st.Ping(ctx) },
+		Ready:  func(ctx context.Context) error { return st.Ping(ctx) },
+		Policy: ext.policy, Routes: rec,
+		Plugins: func() []plugin.Status {
+			if gwHandle == nil {
+				return nil
+			}
+			return []plugin.Status{gwHandle.Status()}
+		},
 	})
 	srv := &http.Server{
 		Handler:           handler,
@@ -202,7 +245,8 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { defer close(recDone); rec.Run(rctx) }()
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{servTLS.Certificate}}
+	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
 	log.Info("berthd ready", "api", cfg.PublicURL+"/api/v1", "gateway", cfg.GatewayListen, "data_dir", cfg.DataDir, "embedded_store", st.Embedded(), "cluster_id", clusterID)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())
@@ -225,11 +269,4 @@ func Run(ctx context.Context, cfg Config) error {
 	stopRec()
 	<-recDone
 	return nil
-}
-
-// gatewaySink adapts the gateway plugin handle to the reconciler.
-type gatewaySink struct{ g *plugin.Gateway }
-
-func (s gatewaySink) SetRoutes(ctx context.Context, t abiroutes.Table) error {
-	return s.g.SetRoutes(ctx, t)
 }

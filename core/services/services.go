@@ -68,8 +68,11 @@ type Service struct {
 	Domains      []string          `bson:"domains"`
 	Replicas     int               `bson:"replicas"`
 	HealthCheck  HealthCheck       `bson:"health_check"`
-	CreatedAt    time.Time         `bson:"created_at"`
-	UpdatedAt    time.Time         `bson:"updated_at"`
+	// Labels and CapacityUnits (per replica) are read by admission policies.
+	Labels        map[string]string `bson:"labels,omitempty"`
+	CapacityUnits int               `bson:"capacity_units,omitempty"`
+	CreatedAt     time.Time         `bson:"created_at"`
+	UpdatedAt     time.Time         `bson:"updated_at"`
 }
 
 // SpecHash identifies what the service's workloads run: a workload whose hash

@@ -14,12 +14,14 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
@@ -35,7 +37,10 @@ type Config struct {
 	Catalog    *services.Catalog
 	SigningKey ed25519.PrivateKey
 	ClusterID  string
-	Logger     *slog.Logger
+	// Events receives node.connected and node.disconnected and every event a
+	// node sends (section 5.4); nil means events are logged only.
+	Events *events.Log
+	Logger *slog.Logger
 	// OnChange is called (without blocking for long) when something the
 	// reconciler depends on changed: a node connected or disconnected, or a
 	// status report changed a workload. reason is for logs. Nil means no-op.
@@ -83,6 +88,9 @@ type conn struct {
 	// sentRev is the newest desired revision sent on this session.
 	mu      sync.Mutex
 	sentRev int64
+	// welcomed reports whether the handshake reached welcome, so that only
+	// a session that connected the node can disconnect it.
+	welcomed atomic.Bool
 }
 
 // ServeHTTP handles GET /api/v1/nodes/session: it authenticates the node
@@ -114,7 +122,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.wg.Done()
 	reason := s.run(ctx, c)
 	cancel()
-	s.unregister(c)
+	current := s.unregister(c)
 	// The store update must outlive the request: use a fresh bounded ctx.
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer ucancel()
@@ -122,7 +130,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Error("record session end", "node_id", c.nodeID, "err", err)
 	}
 	s.log.Info("node disconnected", "node_id", c.nodeID, "session", c.id, "reason", reason)
+	// A session replaced by a newer one is not a disconnection of the node.
+	if current && c.welcomed.Load() {
+		why := "session_closed"
+		if reason == "heartbeat_timeout" {
+			why = "heartbeat_timeout"
+		}
+		s.emit(uctx, events.Core(events.TypeNodeDisconnected, c.nodeID, map[string]any{"reason": why, "detail": reason}, time.Now()))
+	}
 	s.cfg.OnChange("node.disconnected")
+}
+
+// emit stores an event the core raises; failures are logged, never fatal.
+func (s *Server) emit(ctx context.Context, ev node.Event) {
+	if s.cfg.Events == nil {
+		return
+	}
+	if _, _, err := s.cfg.Events.Append(ctx, ev); err != nil {
+		s.log.Warn("store event", "type", ev.Type, "err", err)
+	}
 }
 
 func writeUnauthenticated(w http.ResponseWriter) {
@@ -149,12 +175,15 @@ func (s *Server) register(c *conn) bool {
 	return true
 }
 
-func (s *Server) unregister(c *conn) {
+// unregister removes c and reports whether it was the node's current session.
+func (s *Server) unregister(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sessions[c.nodeID] == c {
 		delete(s.sessions, c.nodeID)
+		return true
 	}
+	return false
 }
 
 // Connected reports whether nodeID has a live session on this core.
@@ -229,6 +258,14 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 		s.log.Info("send desired state", "node_id", c.nodeID, "err", err)
 		return "write_failed"
 	}
+	c.welcomed.Store(true)
+	data := map[string]any{"agent_version": hello.AgentVersion, "session_id": c.id}
+	if hello.DroppedEvents > 0 {
+		// Silence while disconnected is not "nothing happened" (section 6.5).
+		data["dropped_events"] = hello.DroppedEvents
+		s.log.Warn("node dropped buffered events while disconnected", "node_id", c.nodeID, "dropped_events", hello.DroppedEvents)
+	}
+	s.emit(ctx, events.Core(events.TypeNodeConnected, c.nodeID, data, time.Now()))
 	s.cfg.OnChange("node.connected")
 	for {
 		env, err := s.read(ctx, c)
@@ -255,6 +292,18 @@ func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string
 	}
 	switch env.Type {
 	case node.TypeHeartbeat:
+	case node.TypeEvent:
+		var ev node.Event
+		if err := json.Unmarshal(env.Body, &ev); err != nil || !strings.HasPrefix(ev.ID, "evt_") || ev.Type == "" {
+			s.sendError(ctx, c, env.ID, abierrors.BadMessage, "event body is malformed or lacks an evt_ id and a type", false)
+			return ""
+		}
+		// A node speaks only for itself.
+		ev.Source = node.EventSource{Kind: "node", NodeID: c.nodeID}
+		if ev.Actor.Type == "" {
+			ev.Actor = node.EventRef{Type: "node", ID: c.nodeID}
+		}
+		s.emit(ctx, ev)
 	case node.TypeStatusReport:
 		var rep node.StatusReport
 		if err := json.Unmarshal(env.Body, &rep); err != nil {
@@ -296,6 +345,15 @@ func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {
 	changed, err := s.cfg.Catalog.Observe(ctx, c.nodeID, obs)
 	if err != nil {
 		s.log.Error("record status report", "node_id", c.nodeID, "err", err)
+	}
+	reported := make([]string, 0, len(rep.Workloads))
+	for _, w := range rep.Workloads {
+		reported = append(reported, w.WorkloadID)
+	}
+	if gone, err := s.cfg.Catalog.MarkUnreported(ctx, c.nodeID, reported); err != nil {
+		s.log.Error("mark unreported workloads", "node_id", c.nodeID, "err", err)
+	} else if gone {
+		changed = true
 	}
 	applied := rep.AppliedRev
 	if err := s.cfg.Nodes.Seen(ctx, c.nodeID, &applied); err != nil {

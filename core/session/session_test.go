@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -29,6 +30,7 @@ type fixture struct {
 	node    *nodes.Node
 	cred    string
 	changes chan string
+	events  *events.Log
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -50,8 +52,8 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{reg: reg, cat: cat, pub: pub, node: n, cred: cred, changes: make(chan string, 64)}
-	s := New(Config{Nodes: reg, Catalog: cat, SigningKey: priv, ClusterID: "cls_test",
+	f := &fixture{reg: reg, cat: cat, pub: pub, node: n, cred: cred, changes: make(chan string, 64), events: events.New(st, nil)}
+	s := New(Config{Nodes: reg, Catalog: cat, SigningKey: priv, ClusterID: "cls_test", Events: f.events,
 		OnChange: func(r string) { f.changes <- r }, SessionTimeout: 3 * time.Second})
 	f.srv = httptest.NewServer(s)
 	t.Cleanup(func() { s.Close(); f.srv.Close() })
@@ -288,6 +290,7 @@ func TestSilentNodeTimesOut(t *testing.T) {
 	if n.Status != nodes.StatusDisconnected {
 		t.Fatalf("status %s, want disconnected", n.Status)
 	}
+	expectEvents(t, f, events.TypeNodeDisconnected, "heartbeat_timeout")
 }
 
 func waitChange(t *testing.T, ch <-chan string, want string) {

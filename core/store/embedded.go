@@ -65,16 +65,19 @@ func (e *embeddedServer) stop(ctx context.Context) error {
 	}
 }
 
-// quietHandler passes FerretDB's records to the Berth logger one level quieter: its Info
-// (connection chatter) becomes Debug and its Debug is dropped below Debug; Warn and Error keep
-// their level.
+// quietHandler passes FerretDB's records to the Berth logger quieter: its Info (connection
+// chatter) and Warn (dumps of commands it answered with an error, such as the driver's
+// endSessions at shutdown) become Debug or below; its Error becomes Warn.
 type quietHandler struct{ next slog.Handler }
 
 func newQuietHandler(next slog.Handler) *quietHandler { return &quietHandler{next: next} }
 
 func quieter(l slog.Level) slog.Level {
-	if l >= slog.LevelWarn {
-		return l
+	switch {
+	case l >= slog.LevelError:
+		return slog.LevelWarn
+	case l >= slog.LevelWarn:
+		return slog.LevelDebug
 	}
 	return l - 4
 }

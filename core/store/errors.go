@@ -5,12 +5,14 @@ import (
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/berthhq/berth/internal/dirlock"
 )
 
 var (
 	// ErrLocked is returned by [LockDir] when another process (or another LockDir in this
 	// process) holds the directory's lock.
-	ErrLocked = errors.New("berth: data directory is locked by another process")
+	ErrLocked = dirlock.ErrLocked
 	// ErrNotFound is returned (wrapped) by [FindByID] and [UpdateIfRevision] when no document
 	// has the given _id. Idempotent cleanup may treat it as success.
 	ErrNotFound = errors.New("berth: document not found")

@@ -1,19 +1,31 @@
 // Package plugin launches and supervises plugin processes for berthd and the
-// agent: checksum verification, go-plugin handshake, logs, relaunch with backoff.
+// agent: catalog and checksum, go-plugin handshake and version negotiation,
+// logs, health, deadlines, relaunch with backoff, quarantine and orphan reaping.
 //
-// A handle (*Driver from LaunchDriver, *Gateway from LaunchGateway) owns one
-// plugin process at a time. When the process exits unexpectedly the handle
-// relaunches it, waiting 1 s before the first attempt and doubling the wait up
-// to 30 s while launches keep failing or the process keeps dying within a
-// minute; calls made while the plugin is down return an error wrapping
-// ErrUnavailable. The plugin's stderr log lines are re-emitted through
-// Config.Logger with the attribute plugin=<Config.Name>.
+// A handle ([*Driver] from LaunchDriver, [*Provider] from LaunchProvider) owns
+// one plugin process at a time (docs/plugins.md section 2):
+//
+//  1. Before every launch the binary's SHA-256 is checked against
+//     Config.SHA256, and a process left by a previous host (recorded in
+//     Config.PidDir) is killed when its pid and process start time both match.
+//  2. The plugin's stderr log lines are re-emitted through Config.Logger with
+//     the attribute plugin=<Config.Name>; its Health stream is watched.
+//  3. A process that exits unexpectedly is relaunched after 1 s, doubling to
+//     30 s while it keeps failing; after CrashLimit crashes within
+//     CrashWindow (5 in 10 minutes) it is quarantined and not relaunched.
+//  4. Every call runs under a deadline (the caller's, or CallTimeout); calls
+//     fail with an error wrapping ErrUnavailable while the process is down,
+//     ErrQuarantined once quarantined.
+//  5. A response that breaks the contract is refused as "this is a bug in
+//     plugin X"; a provider whose Apply differs from its Plan is marked
+//     degraded.
 package plugin
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,89 +36,192 @@ import (
 	"time"
 
 	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/berthhq/berth/abi/pluginapi"
 )
 
 // ErrUnavailable is returned (wrapped) by every call on a handle while its
 // plugin process is down or being relaunched, by calls in flight when the
-// process exits, and by every call after Close. It is retryable: a relaunch
-// is under way unless the handle was closed.
+// process exits, and by every call after Close. It is retryable unless the
+// error also matches ErrQuarantined or the handle was closed.
 var ErrUnavailable = errors.New("berth: plugin unavailable")
 
-// ErrChecksum is returned (wrapped) by LaunchDriver and LaunchGateway when the
-// binary at Config.Path does not hash to Config.SHA256.
+// ErrQuarantined is returned (wrapped, together with ErrUnavailable) by every
+// call on a handle whose plugin crashed CrashLimit times within CrashWindow.
+// Not retryable: an operator must fix the plugin and restart the host.
+var ErrQuarantined = errors.New("berth: plugin quarantined after repeated crashes")
+
+// ErrChecksum is returned (wrapped) by LaunchDriver and LaunchProvider when
+// the binary at Config.Path does not hash to Config.SHA256.
 var ErrChecksum = errors.New("berth: plugin checksum mismatch")
 
-// Relaunch backoff.
+// Defaults of [Config].
 const (
-	MinBackoff  = time.Second      // wait before the first relaunch
-	MaxBackoff  = 30 * time.Second // cap of the doubling wait
-	stableAfter = time.Minute      // a process up this long resets the backoff
+	DefaultMinBackoff  = time.Second      // wait before the first relaunch
+	DefaultMaxBackoff  = 30 * time.Second // cap of the doubling wait
+	DefaultCrashLimit  = 5                // crashes within DefaultCrashWindow that quarantine
+	DefaultCrashWindow = 10 * time.Minute
+	DefaultCallTimeout = 30 * time.Second // deadline of a call whose ctx has none
+	stableAfter        = time.Minute      // a process up this long resets the backoff
 )
 
-// Config says which plugin binary to launch and how.
+// Config says which plugin binary to launch and how. Zero values of the
+// optional fields mean the defaults above.
 type Config struct {
-	// Name identifies the plugin in logs and errors, e.g. "process". Required.
+	// Name identifies the plugin in logs, errors and the pid file, e.g.
+	// "process". Required; a DNS label.
 	Name string
 	// Path is the plugin binary. Required.
 	Path string
-	// SHA256 is the hex SHA-256 of the binary. When set it is checked before
-	// every launch (including relaunches); empty skips the check.
+	// SHA256 is the hex SHA-256 of the binary, checked before every launch
+	// (relaunches included). Empty skips the check: use a [Catalog] entry or
+	// [PinEntry] to get one.
 	SHA256 string
 	// Args are passed to the binary after its name.
 	Args []string
 	// Env is added to the host's environment for the plugin process; a
 	// variable set here wins over the host's.
 	Env []string
+	// PluginConfig is the plugin's configuration from its catalog entry (a
+	// JSON object), given to a provider's ValidateConfig and Configure after
+	// every launch. nil means {}.
+	PluginConfig json.RawMessage
+	// PidDir is where the handle records the pid and start time of its
+	// process (<Name>.pid), so that the next host start reaps a process its
+	// predecessor left behind. Empty disables the record and the reaping.
+	PidDir string
 	// Logger receives the handle's logs and the plugin's; nil discards them.
 	Logger *slog.Logger
+	// CallTimeout bounds every call whose ctx has no deadline; zero means
+	// DefaultCallTimeout. Stop calls get their stop timeout on top.
+	CallTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the relaunch wait; zero means the defaults.
+	MinBackoff, MaxBackoff time.Duration
+	// CrashLimit crashes (unexpected exits and failed relaunches) within
+	// CrashWindow quarantine the plugin; zero means the defaults, a negative
+	// CrashLimit never quarantines.
+	CrashLimit  int
+	CrashWindow time.Duration
 }
 
-// dispensed is what the sdk client adapters have in common: Done is closed
+// State is where a handle's plugin process is in its life.
+type State string
+
+// Handle states, as listed by GET /api/v1/plugins.
+const (
+	StateRunning     State = "running"     // a process is up and answering
+	StateRestarting  State = "restarting"  // the process exited; a relaunch is pending
+	StateQuarantined State = "quarantined" // crashed too often; no more relaunches
+	StateClosed      State = "closed"      // Close was called
+)
+
+// Status is a snapshot of a handle, for operators (GET /api/v1/plugins,
+// `berth plugins`).
+type Status struct {
+	Name       string         `json:"name"`
+	Kind       pluginapi.Kind `json:"kind"`
+	Path       string         `json:"path"`
+	Version    string         `json:"version,omitempty"`     // from Describe
+	APIVersion int            `json:"api_version,omitempty"` // negotiated
+	State      State          `json:"state"`
+	PID        int            `json:"pid,omitempty"` // zero while down
+	Launches   int            `json:"launches"`      // successful launches, the first included
+	// Crashes is how many crashes fell within the crash window.
+	Crashes           int                   `json:"crashes"`
+	Health            pluginapi.HealthState `json:"health,omitempty"`
+	HealthDescription string                `json:"health_description,omitempty"`
+	// Degraded reports whether the plugin broke its contract in a way that
+	// does not stop it (a provider whose Apply differed from its Plan).
+	Degraded       bool   `json:"degraded"`
+	DegradedReason string `json:"degraded_reason,omitempty"`
+	LastError      string `json:"last_error,omitempty"`
+}
+
+// dispensed is what the abi client adapters have in common: Done is closed
 // when the plugin process has exited.
 type dispensed interface {
 	Done() <-chan struct{}
 }
 
+// clientPlugin is the host side of go-plugin's glue: it returns the abi
+// client adapter over the plugin's connection. The server side is the SDK's.
+type clientPlugin struct {
+	goplugin.NetRPCUnsupportedPlugin
+	newClient func(life context.Context, conn grpc.ClientConnInterface) any
+}
+
+func (p *clientPlugin) GRPCServer(*goplugin.GRPCBroker, *grpc.Server) error {
+	return errors.New("berth: the host side of the glue serves nothing")
+}
+
+func (p *clientPlugin) GRPCClient(ctx context.Context, _ *goplugin.GRPCBroker, conn *grpc.ClientConn) (interface{}, error) {
+	return p.newClient(ctx, conn), nil
+}
+
+// kindSpec is what differs between plugin kinds for the supervisor.
+type kindSpec struct {
+	kind      pluginapi.Kind
+	cookie    string
+	name      string // in go-plugin's plugin set
+	versions  []int  // contract versions the host speaks
+	newClient func(life context.Context, conn grpc.ClientConnInterface) any
+}
+
 // supervisor runs one plugin process at a time and relaunches it.
 type supervisor struct {
-	cfg       Config
-	log       *slog.Logger
-	checksum  []byte
-	handshake goplugin.HandshakeConfig
-	sets      map[int]goplugin.PluginSet
-	dispense  string
-	// ready checks a freshly launched plugin (and re-sends state); an error
-	// fails the launch.
-	ready func(ctx context.Context, impl any) error
+	cfg      Config
+	spec     kindSpec
+	log      *slog.Logger
+	checksum []byte
+	// ready checks a freshly launched plugin (Describe, configuration) and
+	// returns its version; an error fails the launch.
+	ready func(ctx context.Context, impl any, apiVersion int) (version string, err error)
 	// installed, when set, runs after a launched plugin became current,
 	// outside mu; an error kills that process (and so causes a relaunch).
 	installed func(ctx context.Context, impl any) error
+	now       func() time.Time
 
 	life   context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	client   *goplugin.Client // mu must be held
-	impl     any              // current plugin, nil while down; mu must be held
-	launches int              // successful launches so far; mu must be held
+	mu      sync.Mutex
+	client  *goplugin.Client // mu must be held
+	impl    any              // current plugin, nil while down; mu must be held
+	status  Status           // mu must be held
+	crashes []time.Time      // within the crash window; mu must be held
 }
 
-func newSupervisor(cfg Config, handshake goplugin.HandshakeConfig, sets map[int]goplugin.PluginSet, dispense string) (*supervisor, error) {
+func newSupervisor(cfg Config, spec kindSpec) (*supervisor, error) {
 	if cfg.Name == "" || cfg.Path == "" {
 		return nil, errors.New("plugin: Config.Name and Config.Path are required")
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = DefaultMinBackoff
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = DefaultMaxBackoff
+	}
+	if cfg.CrashLimit == 0 {
+		cfg.CrashLimit = DefaultCrashLimit
+	}
+	if cfg.CrashWindow <= 0 {
+		cfg.CrashWindow = DefaultCrashWindow
 	}
 	s := &supervisor{
-		cfg:       cfg,
-		log:       log.With("plugin", cfg.Name),
-		handshake: handshake,
-		sets:      sets,
-		dispense:  dispense,
+		cfg:  cfg,
+		spec: spec,
+		log:  cfg.Logger.With("plugin", cfg.Name),
+		now:  time.Now,
 	}
+	s.status = Status{Name: cfg.Name, Kind: spec.kind, Path: cfg.Path, State: StateRestarting}
 	if cfg.SHA256 != "" {
 		sum, err := hex.DecodeString(cfg.SHA256)
 		if err != nil || len(sum) != sha256.Size {
@@ -120,6 +235,9 @@ func newSupervisor(cfg Config, handshake goplugin.HandshakeConfig, sets map[int]
 
 // start launches the first process under ctx and starts supervising it.
 func (s *supervisor) start(ctx context.Context) error {
+	if err := s.reapOrphan(); err != nil {
+		s.log.Warn("could not reap a plugin process left by a previous host", "error", err)
+	}
 	client, impl, err := s.launch(ctx)
 	if err != nil {
 		s.cancel()
@@ -129,12 +247,13 @@ func (s *supervisor) start(ctx context.Context) error {
 		return fmt.Errorf("launch plugin %s: closed: %w", s.cfg.Name, ErrUnavailable)
 	}
 	s.wg.Add(1)
-	go s.supervise(impl.(dispensed), time.Now())
+	go s.supervise(impl.(dispensed), s.now())
 	return nil
 }
 
-// install makes a launched plugin current and runs the installed hook. It
-// reports false, after killing the process, when the handle was closed.
+// install makes a launched plugin current, starts watching its health and
+// runs the installed hook. It reports false, after killing the process, when
+// the handle was closed.
 func (s *supervisor) install(client *goplugin.Client, impl any) bool {
 	s.mu.Lock()
 	if s.life.Err() != nil {
@@ -143,17 +262,68 @@ func (s *supervisor) install(client *goplugin.Client, impl any) bool {
 		return false
 	}
 	s.client, s.impl = client, impl
-	s.launches++
+	s.status.Launches++
+	s.status.State = StateRunning
+	s.status.PID = pidOf(client)
+	s.status.APIVersion = client.NegotiatedVersion()
 	s.mu.Unlock()
+	s.writePidFile(pidOf(client))
+	s.wg.Add(1)
+	go s.watchHealth(impl)
 	if s.installed != nil {
-		ctx, cancel := context.WithTimeout(s.life, time.Minute)
+		ctx, cancel := context.WithTimeout(s.life, s.cfg.CallTimeout)
 		defer cancel()
 		if err := s.installed(ctx, impl); err != nil {
 			s.log.Error("plugin failed after launch; restarting it", "error", err)
+			s.setError(err)
 			client.Kill()
 		}
 	}
 	return true
+}
+
+// watchHealth follows the plugin's Health stream until the process exits or
+// the handle closes. A plugin without the stream counts as healthy.
+func (s *supervisor) watchHealth(impl any) {
+	defer s.wg.Done()
+	hr, ok := impl.(pluginapi.HealthReporter)
+	if !ok {
+		return
+	}
+	ch, err := hr.Health(s.life)
+	if err != nil {
+		s.setHealth(impl, pluginapi.HealthReport{State: pluginapi.Healthy, Description: "no health stream: " + err.Error()})
+		return
+	}
+	for r := range ch {
+		s.setHealth(impl, r)
+	}
+}
+
+func (s *supervisor) setHealth(impl any, r pluginapi.HealthReport) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.impl != impl {
+		return
+	}
+	if s.status.Health != r.State || s.status.HealthDescription != r.Description {
+		s.log.Info("plugin health", "health", string(r.State), "description", r.Description)
+	}
+	s.status.Health, s.status.HealthDescription = r.State, r.Description
+}
+
+func (s *supervisor) setError(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.status.LastError = err.Error()
+}
+
+// degrade marks the plugin degraded, logging why.
+func (s *supervisor) degrade(reason string, attrs ...any) {
+	s.log.Error("plugin degraded: "+reason+" (this is a bug in plugin "+s.cfg.Name+")", attrs...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.status.Degraded, s.status.DegradedReason = true, reason
 }
 
 // launch starts one plugin process, negotiates, dispenses and readies it.
@@ -167,17 +337,20 @@ func (s *supervisor) launch(ctx context.Context) (*goplugin.Client, any, error) 
 			return nil, nil, fmt.Errorf("launch plugin %s: %w", s.cfg.Name, err)
 		}
 	}
+	sets := map[int]goplugin.PluginSet{}
+	for _, v := range s.spec.versions {
+		sets[v] = goplugin.PluginSet{s.spec.name: &clientPlugin{newClient: s.spec.newClient}}
+	}
 	cmd := exec.Command(s.cfg.Path, s.cfg.Args...)
 	cmd.Env = append(os.Environ(), s.cfg.Env...)
-	hl := newHclogAdapter(s.log)
 	cc := &goplugin.ClientConfig{
-		HandshakeConfig:  s.handshake,
-		VersionedPlugins: s.sets,
+		HandshakeConfig:  goplugin.HandshakeConfig{MagicCookieKey: pluginapi.MagicCookieKey, MagicCookieValue: s.spec.cookie},
+		VersionedPlugins: sets,
 		Cmd:              cmd,
 		SkipHostEnv:      true, // cmd.Env already holds it, with Config.Env winning
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		Managed:          false,
-		Logger:           hl,
+		Logger:           newHclogAdapter(s.log),
 		SyncStdout:       &lineLogger{l: s.log, stream: "stdout"},
 		SyncStderr:       &lineLogger{l: s.log, stream: "stderr"},
 	}
@@ -196,17 +369,23 @@ func (s *supervisor) launch(ctx context.Context) (*goplugin.Client, any, error) 
 	if err != nil {
 		return fail("start", err)
 	}
-	raw, err := rpc.Dispense(s.dispense)
+	raw, err := rpc.Dispense(s.spec.name)
 	if err != nil {
 		return fail("dispense", err)
 	}
 	if _, ok := raw.(dispensed); !ok {
 		return fail("dispense", fmt.Errorf("unexpected client type %T", raw))
 	}
-	if err := s.ready(ctx, raw); err != nil {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	version, err := s.ready(rctx, raw, client.NegotiatedVersion())
+	if err != nil {
 		return fail("first calls", err)
 	}
-	s.log.Info("plugin launched", "pid", pidOf(client), "api_version", client.NegotiatedVersion())
+	s.mu.Lock()
+	s.status.Version = version
+	s.mu.Unlock()
+	s.log.Info("plugin launched", "pid", pidOf(client), "api_version", client.NegotiatedVersion(), "version", version)
 	return client, raw, nil
 }
 
@@ -217,11 +396,35 @@ func pidOf(c *goplugin.Client) int {
 	return 0
 }
 
+// crashed records a crash and reports whether the plugin is now quarantined.
+func (s *supervisor) crashed(cause error) bool {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keep := s.crashes[:0]
+	for _, t := range s.crashes {
+		if now.Sub(t) < s.cfg.CrashWindow {
+			keep = append(keep, t)
+		}
+	}
+	s.crashes = append(keep, now)
+	s.status.Crashes = len(s.crashes)
+	if cause != nil {
+		s.status.LastError = cause.Error()
+	}
+	if s.cfg.CrashLimit > 0 && len(s.crashes) >= s.cfg.CrashLimit {
+		s.status.State = StateQuarantined
+		return true
+	}
+	s.status.State = StateRestarting
+	return false
+}
+
 // supervise waits for the current process to exit and relaunches it with
-// backoff until Close.
+// backoff until Close or quarantine.
 func (s *supervisor) supervise(cur dispensed, launchedAt time.Time) {
 	defer s.wg.Done()
-	backoff := MinBackoff
+	backoff := s.cfg.MinBackoff
 	for {
 		select {
 		case <-s.life.Done():
@@ -231,10 +434,15 @@ func (s *supervisor) supervise(cur dispensed, launchedAt time.Time) {
 		s.mu.Lock()
 		dead := s.client
 		s.client, s.impl = nil, nil
+		s.status.PID = 0
 		s.mu.Unlock()
 		dead.Kill() // reaps and cleans up; the process is already gone
-		if time.Since(launchedAt) >= stableAfter {
-			backoff = MinBackoff
+		if s.now().Sub(launchedAt) >= stableAfter {
+			backoff = s.cfg.MinBackoff
+		}
+		if s.crashed(errors.New("plugin process exited unexpectedly")) {
+			s.quarantine()
+			return
 		}
 		s.log.Warn("plugin exited unexpectedly; relaunching", "after", backoff)
 
@@ -246,34 +454,59 @@ func (s *supervisor) supervise(cur dispensed, launchedAt time.Time) {
 				return
 			case <-t.C:
 			}
-			backoff = min(backoff*2, MaxBackoff)
+			backoff = min(backoff*2, s.cfg.MaxBackoff)
 			ctx, cancel := context.WithTimeout(s.life, time.Minute)
+			if err := s.reapOrphan(); err != nil {
+				s.log.Warn("could not reap the previous plugin process", "error", err)
+			}
 			client, impl, err := s.launch(ctx)
 			cancel()
 			if err != nil {
 				s.log.Error("plugin relaunch failed", "error", err, "retry_after", backoff)
+				if s.crashed(err) {
+					s.quarantine()
+					return
+				}
 				continue
 			}
 			if !s.install(client, impl) {
 				return
 			}
-			cur, launchedAt = impl.(dispensed), time.Now()
+			cur, launchedAt = impl.(dispensed), s.now()
 			break
 		}
 	}
+}
+
+func (s *supervisor) quarantine() {
+	s.mu.Lock()
+	n := len(s.crashes)
+	s.mu.Unlock()
+	s.log.Error("plugin quarantined: not relaunching it", "crashes", n, "window", s.cfg.CrashWindow)
+	s.removePidFile()
 }
 
 // current returns the live plugin client, or an error wrapping ErrUnavailable.
 func (s *supervisor) current() (any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.life.Err() != nil {
+	switch {
+	case s.life.Err() != nil:
 		return nil, fmt.Errorf("plugin %s: closed: %w", s.cfg.Name, ErrUnavailable)
-	}
-	if s.impl == nil {
+	case s.status.State == StateQuarantined:
+		return nil, fmt.Errorf("plugin %s: %w: %w", s.cfg.Name, ErrQuarantined, ErrUnavailable)
+	case s.impl == nil:
 		return nil, fmt.Errorf("plugin %s: down, relaunch pending: %w", s.cfg.Name, ErrUnavailable)
 	}
 	return s.impl, nil
+}
+
+// callCtx gives ctx the handle's call deadline (plus extra) unless it has one.
+func (s *supervisor) callCtx(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.cfg.CallTimeout+extra)
 }
 
 // callErr adds ErrUnavailable to err when the plugin process exited under the call.
@@ -291,21 +524,24 @@ func (s *supervisor) bug(format string, args ...any) error {
 	return fmt.Errorf("plugin %s returned an invalid response (this is a bug in plugin %s): %s", s.cfg.Name, s.cfg.Name, fmt.Sprintf(format, args...))
 }
 
-// Launches reports how many times the plugin process was launched successfully.
-func (s *supervisor) Launches() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.launches
+// checkVersions refuses a Describe whose versions lack the negotiated one.
+func (s *supervisor) checkVersions(name string, versions []int, negotiated int) error {
+	if name == "" {
+		return s.bug("Describe without a name")
+	}
+	for _, v := range versions {
+		if v == negotiated {
+			return nil
+		}
+	}
+	return s.bug("Describe lists API versions %v, not the negotiated %d", versions, negotiated)
 }
 
-// PID returns the pid of the current plugin process, or 0 while it is down.
-func (s *supervisor) PID() int {
+// Status returns a snapshot of the handle.
+func (s *supervisor) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.client == nil {
-		return 0
-	}
-	return pidOf(s.client)
+	return s.status
 }
 
 // close stops supervision and kills the current process, waiting until it is gone.
@@ -314,27 +550,37 @@ func (s *supervisor) close() error {
 	s.cancel()
 	client := s.client
 	s.client, s.impl = nil, nil
+	s.status.State, s.status.PID = StateClosed, 0
 	s.mu.Unlock()
-	s.wg.Wait()
 	if client != nil {
 		client.Kill() // graceful shutdown, then SIGKILL after 2 s; waits for the exit
 	}
+	s.wg.Wait()
+	s.removePidFile()
 	return nil
 }
 
 // checkSum verifies that the file at path hashes to want.
 func checkSum(path string, want []byte) error {
-	f, err := os.Open(path)
+	got, err := fileSHA256(path)
 	if err != nil {
 		return fmt.Errorf("verify checksum: %w", err)
+	}
+	if string(got) != string(want) {
+		return fmt.Errorf("%s has SHA-256 %x, want %x: %w", path, got, want, ErrChecksum)
+	}
+	return nil
+}
+
+func fileSHA256(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("verify checksum: %w", err)
+		return nil, err
 	}
-	if got := h.Sum(nil); string(got) != string(want) {
-		return fmt.Errorf("%s has SHA-256 %x, want %x: %w", path, got, want, ErrChecksum)
-	}
-	return nil
+	return h.Sum(nil), nil
 }

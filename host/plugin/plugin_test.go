@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,9 +23,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthhq/berth/abi/pluginapi"
+	abiprovider "github.com/berthhq/berth/abi/provider"
 	"github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/host/plugin"
-	"github.com/berthhq/berth/sdk/runtime"
 )
 
 // binDir holds the plugin binaries built once by TestMain.
@@ -273,7 +276,17 @@ func get(addr, host string) (int, string, error) {
 	return resp.StatusCode, string(body), err
 }
 
-func TestGatewayRelaunchResendsTable(t *testing.T) {
+func applyTable(ctx context.Context, p *plugin.Provider, table routes.Table) error {
+	raw, err := json.Marshal(table)
+	if err != nil {
+		return err
+	}
+	_, err = p.PlanAndApply(ctx, abiprovider.Resource{Type: routes.ResourceType, ID: routes.ResourceID, Attributes: raw},
+		pluginapi.Mutation{IdempotencyKey: fmt.Sprintf("routes-%d", table.Revision), FencingToken: uint64(table.Revision)})
+	return err
+}
+
+func TestGatewayRelaunchReappliesTable(t *testing.T) {
 	t.Parallel()
 	logger, _ := testLogger(t)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -284,14 +297,15 @@ func TestGatewayRelaunchResendsTable(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	g, err := plugin.LaunchGateway(ctx, plugin.Config{
-		Name:   "gateway",
-		Path:   filepath.Join(binDir, "berth-plugin-gateway"),
-		Args:   []string{"--listen", addr},
-		Logger: logger,
+	g, err := plugin.LaunchProvider(ctx, plugin.Config{
+		Name:       "gateway",
+		Path:       filepath.Join(binDir, "berth-plugin-gateway"),
+		Args:       []string{"--listen", addr},
+		Logger:     logger,
+		MinBackoff: 10 * time.Millisecond,
 	})
 	if err != nil {
-		t.Fatalf("LaunchGateway: %v", err)
+		t.Fatalf("LaunchProvider: %v", err)
 	}
 	t.Cleanup(func() { g.Close() })
 
@@ -303,23 +317,27 @@ func TestGatewayRelaunchResendsTable(t *testing.T) {
 		Hostname: "app.test", Project: "prj_1", Service: "web",
 		Upstreams: []routes.Upstream{{WorkloadID: "wl_1", Address: strings.TrimPrefix(upstream.URL, "http://"), Healthy: true}},
 	}}}
-	if err := g.SetRoutes(ctx, table); err != nil {
-		t.Fatalf("SetRoutes: %v", err)
+	if err := applyTable(ctx, g, table); err != nil {
+		t.Fatalf("apply table: %v", err)
 	}
 	if code, body, err := get(addr, "app.test"); err != nil || code != http.StatusOK || body != "hello from upstream" {
 		t.Fatalf("GET through the gateway = %d %q, %v", code, body, err)
 	}
+	waitFor(t, 10*time.Second, "health reported", func() bool { return g.Status().Health == pluginapi.Healthy })
 
 	old := g.PID()
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, "gateway relaunched", func() bool { return g.Launches() == 2 && g.PID() != 0 })
-	// The relaunched process got the table again without a new SetRoutes.
+	// The relaunched process got the table again without a new Apply.
 	waitFor(t, 10*time.Second, "route served after relaunch", func() bool {
 		code, body, err := get(addr, "app.test")
 		return err == nil && code == http.StatusOK && body == "hello from upstream"
 	})
+	if st := g.Status(); st.Crashes != 1 || st.State != plugin.StateRunning || st.Degraded {
+		t.Fatalf("Status after one crash = %+v", st)
+	}
 
 	cur := g.PID()
 	if err := g.Close(); err != nil {
@@ -327,6 +345,159 @@ func TestGatewayRelaunchResendsTable(t *testing.T) {
 	}
 	if processAlive(cur) {
 		t.Fatalf("gateway process %d still alive after Close", cur)
+	}
+}
+
+func TestQuarantineAfterRepeatedCrashes(t *testing.T) {
+	t.Parallel()
+	logger, _ := testLogger(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := plugin.LaunchProvider(ctx, plugin.Config{
+		Name:       "gateway",
+		Path:       filepath.Join(binDir, "berth-plugin-gateway"),
+		Args:       []string{"--listen", "127.0.0.1:0"},
+		Logger:     logger,
+		MinBackoff: 5 * time.Millisecond,
+		MaxBackoff: 10 * time.Millisecond,
+		CrashLimit: 3,
+	})
+	if err != nil {
+		t.Fatalf("LaunchProvider: %v", err)
+	}
+	t.Cleanup(func() { g.Close() })
+	for i := 1; i <= 3; i++ {
+		waitFor(t, 20*time.Second, "plugin up", func() bool { return g.PID() != 0 && g.Launches() == i })
+		if err := syscall.Kill(g.PID(), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 20*time.Second, "quarantined", func() bool { return g.Status().State == plugin.StateQuarantined })
+	if _, err := g.Describe(ctx); !errors.Is(err, plugin.ErrQuarantined) || !errors.Is(err, plugin.ErrUnavailable) {
+		t.Fatalf("call on a quarantined plugin err = %v, want ErrQuarantined", err)
+	}
+	if st := g.Status(); st.Launches != 3 || st.Crashes != 3 || st.PID != 0 {
+		t.Fatalf("Status = %+v", st)
+	}
+}
+
+func TestOrphanReapedByPidAndStartTime(t *testing.T) {
+	t.Parallel()
+	logger, _ := testLogger(t)
+	pidDir := t.TempDir()
+	// A plugin process left by a "previous host": started, recorded, never closed.
+	orphan := exec.Command("sleep", "300")
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = orphan.Process.Kill(); _ = orphan.Wait() })
+	exited := make(chan struct{})
+	go func() { _ = orphan.Wait(); close(exited) }()
+	writePidRecord(t, pidDir, "process", orphan.Process.Pid, 0)
+
+	// A record whose pid is alive but started at another time (a reused
+	// pid) must be left alone.
+	bystander := exec.Command("sleep", "300")
+	if err := bystander.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bystander.Process.Kill(); _ = bystander.Wait() })
+	writePidRecord(t, pidDir, "other", bystander.Process.Pid, 1)
+
+	path := filepath.Join(binDir, "berth-plugin-process")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := plugin.LaunchDriver(ctx, plugin.Config{
+		Name: "process", Path: path, SHA256: sha256File(t, path), PidDir: pidDir, Logger: logger,
+		Args: []string{"--state-dir", t.TempDir()},
+	})
+	if err != nil {
+		t.Fatalf("LaunchDriver: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the recorded orphan was not killed")
+	}
+	raw, err := os.ReadFile(filepath.Join(pidDir, "process.pid"))
+	if err != nil || !strings.Contains(string(raw), fmt.Sprintf(`"pid":%d`, d.PID())) {
+		t.Fatalf("pid file after launch = %s, %v; want the new process %d", raw, err, d.PID())
+	}
+	// The "other" record names a live process with another start time.
+	g, err := plugin.LaunchProvider(ctx, plugin.Config{
+		Name: "other", Path: filepath.Join(binDir, "berth-plugin-gateway"), PidDir: pidDir, Logger: logger,
+		Args: []string{"--listen", "127.0.0.1:0"},
+	})
+	if err != nil {
+		t.Fatalf("LaunchProvider: %v", err)
+	}
+	g.Close()
+	if !processAlive(bystander.Process.Pid) {
+		t.Fatal("a process whose start time differs from the record was killed")
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(pidDir, "process.pid")); !os.IsNotExist(err) {
+		t.Fatalf("pid file left after Close: %v", err)
+	}
+}
+
+// writePidRecord writes a handle's pid file for pid, with its real start
+// time plus skew.
+func writePidRecord(t *testing.T, dir, name string, pid int, skew uint64) {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	ticks, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := fmt.Sprintf(`{"pid":%d,"start_ticks":%d,"path":"x"}`, pid, ticks+skew)
+	if err := os.WriteFile(filepath.Join(dir, name+".pid"), []byte(rec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCatalog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if _, err := plugin.LoadCatalog(dir); !errors.Is(err, plugin.ErrNoCatalog) {
+		t.Fatalf("LoadCatalog of an empty directory err = %v, want ErrNoCatalog", err)
+	}
+	sum := strings.Repeat("ab", 32)
+	write := func(body string) {
+		if err := os.WriteFile(filepath.Join(dir, plugin.CatalogFile), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"plugins":[{"name":"gateway","kind":"provider","path":"bin/gw","sha256":"` + sum + `","config":{"a":1}}]}`)
+	c, err := plugin.LoadCatalog(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, ok := c.Lookup("gateway")
+	if !ok || e.Path != filepath.Join(dir, "bin/gw") || e.SHA256 != sum || string(e.Config) != `{"a":1}` {
+		t.Fatalf("entry = %+v, %v", e, ok)
+	}
+	if _, err := plugin.ResolveDriver(dir, "gateway"); err == nil {
+		t.Fatal("a provider resolved as a driver")
+	}
+	for _, bad := range []string{
+		`{"plugins":[{"name":"Gateway","kind":"provider","path":"x","sha256":"` + sum + `"}]}`,
+		`{"plugins":[{"name":"gw","kind":"thing","path":"x","sha256":"` + sum + `"}]}`,
+		`{"plugins":[{"name":"gw","kind":"provider","path":"x","sha256":"00"}]}`,
+		`{"plugins":[{"name":"gw","kind":"provider","path":"x","sha256":"` + sum + `"},{"name":"gw","kind":"provider","path":"y","sha256":"` + sum + `"}]}`,
+	} {
+		write(bad)
+		if _, err := plugin.LoadCatalog(dir); err == nil {
+			t.Errorf("catalog %s accepted", bad)
+		}
 	}
 }
 
@@ -340,14 +511,14 @@ func TestGatewayListenFailure(t *testing.T) {
 	t.Cleanup(func() { ln.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = plugin.LaunchGateway(ctx, plugin.Config{
+	_, err = plugin.LaunchProvider(ctx, plugin.Config{
 		Name:   "gateway",
 		Path:   filepath.Join(binDir, "berth-plugin-gateway"),
 		Args:   []string{"--listen", ln.Addr().String()},
 		Logger: logger,
 	})
 	if err == nil {
-		t.Fatal("LaunchGateway on a busy port succeeded")
+		t.Fatal("LaunchProvider on a busy port succeeded")
 	}
 	waitFor(t, 5*time.Second, "listen error in the host log", func() bool {
 		return strings.Contains(logs.String(), "cannot listen on "+ln.Addr().String())

@@ -18,6 +18,12 @@
 // file may briefly exceed the limit by what the workload writes in that time).
 // While the driver is down nobody trims the file and it can grow without bound.
 //
+// Every state carries a handle (version 1: pid, process start time, log path,
+// see handle.go) that the agent persists; Recover adopts a workload from it
+// even when the record under StateDir was lost. Start and Stop are fenced per
+// workload and deduplicated by idempotency key through sdk/guard, with their
+// records under StateDir/fence and StateDir/idempotency.
+//
 // Stop is also how the agent forgets a workload: once the workload has exited,
 // Stop removes its record and returns the final state; a later Stop or Inspect
 // of that id returns ErrNotFound, which callers treat as success. A workload
@@ -42,6 +48,8 @@ import (
 	"syscall"
 	"time"
 
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/runtime"
 )
 
@@ -59,12 +67,14 @@ const (
 	procPollInterval = 20 * time.Millisecond  // how often Stop looks at /proc while waiting
 	killWait         = 5 * time.Second        // how long Stop waits after SIGKILL before failing
 	reapWait         = time.Second            // how long to wait for our own child's exit code
+	idempotencyKept  = 24 * time.Hour         // idempotency records older than this are pruned at start
 )
 
-// ErrInvalidRequest is returned by Start for a request it cannot run: an
-// unsafe workload id, an empty command, a missing log path, or a command that
-// cannot be found.
-var ErrInvalidRequest = errors.New("berth: invalid workload request")
+// ErrInvalidRequest is returned (wrapped) by Start for a request it cannot
+// run: an isolation mode other than "none", an unsafe workload id, an empty
+// command, a missing log path, or a command that cannot be found. It carries
+// code validation_failed, so errors.Is holds across the wire.
+var ErrInvalidRequest = abierrors.New(abierrors.ValidationFailed, "invalid workload request")
 
 // Config configures a Driver.
 type Config struct {
@@ -84,6 +94,7 @@ type Driver struct {
 	stop context.CancelFunc
 
 	trimmers sync.WaitGroup // running log trimmers
+	guards   *guard.Guards
 
 	mu        sync.Mutex
 	closed    bool                 // mu must be held
@@ -115,10 +126,18 @@ func New(cfg Config) (*Driver, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	life, stop := context.WithCancel(context.Background())
+	var err error
 	d := &Driver{cfg: cfg, log: log, life: life, stop: stop, workloads: map[string]*workload{}}
 	if err := os.MkdirAll(d.recordDir(), 0o700); err != nil {
 		stop()
 		return nil, fmt.Errorf("process driver: create state directory: %w", err)
+	}
+	if d.guards, err = guard.Open(cfg.StateDir); err != nil {
+		stop()
+		return nil, fmt.Errorf("process driver: %w", err)
+	}
+	if _, err := d.guards.Idempotency.Prune(time.Now().Add(-idempotencyKept)); err != nil {
+		d.log.Warn("could not prune idempotency records", "error", err)
 	}
 	recs, err := d.loadRecords()
 	if err != nil {
@@ -173,7 +192,9 @@ func (d *Driver) Describe(context.Context) (*runtime.DescribeResponse, error) {
 		APIVersions: []int{runtime.APIVersion},
 		Capabilities: runtime.Capabilities{
 			OutlivesDriver: true,
-			Isolation:      "none",
+			IsolationModes: []string{"none"},
+			Logs:           true,
+			Stats:          true,
 		},
 	}, nil
 }
@@ -184,10 +205,22 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 // returned as it is (the request is not compared); an exited one is replaced by
 // a new process. Errors wrap ErrInvalidRequest for a request that cannot run.
 func (d *Driver) Start(ctx context.Context, req *runtime.StartRequest) (*runtime.StartResponse, error) {
+	if req == nil {
+		return nil, fmt.Errorf("start workload: no request: %w", ErrInvalidRequest)
+	}
+	return guard.Mutate(ctx, d.guards, "workload/"+req.WorkloadID, req.Mutation, req, func() (*runtime.StartResponse, error) {
+		return d.start(ctx, req)
+	})
+}
+
+func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime.StartResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if req == nil || !validID.MatchString(req.WorkloadID) {
+	if req.Isolation != "" && req.Isolation != "none" {
+		return nil, fmt.Errorf("start workload %s: isolation %q: the process driver offers only \"none\": %w", req.WorkloadID, req.Isolation, ErrInvalidRequest)
+	}
+	if !validID.MatchString(req.WorkloadID) {
 		return nil, fmt.Errorf("start workload: bad workload id: %w", ErrInvalidRequest)
 	}
 	id := req.WorkloadID
@@ -359,12 +392,18 @@ func (d *Driver) List(ctx context.Context) ([]*runtime.WorkloadState, error) {
 
 // Stop implements runtime.Driver: SIGTERM to the workload's process group, up
 // to Timeout (zero means DefaultStopTimeout) for the process to exit, then
-// SIGKILL to the group; Force sends SIGKILL at once. Once the process has exited
+// SIGKILL to the group; StopForced sends SIGKILL at once. Once the process has exited
 // any remaining members of its group are killed, the record is removed and the
 // final state returned. An unknown id returns an error wrapping
 // runtime.ErrNotFound. If ctx ends first the workload keeps its record and
 // ctx's error is returned.
 func (d *Driver) Stop(ctx context.Context, req *runtime.StopRequest) (*runtime.StopResponse, error) {
+	return guard.Mutate(ctx, d.guards, "workload/"+req.WorkloadID, req.Mutation, req, func() (*runtime.StopResponse, error) {
+		return d.stopWorkload(ctx, req)
+	})
+}
+
+func (d *Driver) stopWorkload(ctx context.Context, req *runtime.StopRequest) (*runtime.StopResponse, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -384,7 +423,7 @@ func (d *Driver) Stop(ctx context.Context, req *runtime.StopRequest) (*runtime.S
 		if timeout <= 0 {
 			timeout = DefaultStopTimeout
 		}
-		if !req.Force {
+		if req.Mode != runtime.StopForced {
 			signalGroup(pid, ticks, syscall.SIGTERM)
 			if err := waitExit(ctx, w, pid, ticks, timeout); err != nil && ctx.Err() != nil {
 				return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, err)
@@ -492,6 +531,7 @@ func (w *workload) state() *runtime.WorkloadState {
 		PID:        w.rec.PID,
 		StartedAt:  w.rec.StartedAt,
 		ExitCode:   -1,
+		Handle:     encodeHandle(w.rec),
 	}
 	if w.rec.Exited {
 		s.State = runtime.StateExited

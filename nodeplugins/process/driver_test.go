@@ -261,7 +261,7 @@ func TestStopForce(t *testing.T) {
 	d := f.driver()
 	f.start(d, "wl_force", "graceful", nil)
 	f.waitLog("wl_force", "ready")
-	r, err := d.Stop(context.Background(), &runtime.StopRequest{WorkloadID: "wl_force", Force: true})
+	r, err := d.Stop(context.Background(), &runtime.StopRequest{WorkloadID: "wl_force", Mode: runtime.StopForced})
 	if err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
@@ -338,7 +338,7 @@ func TestReusedPIDIsExited(t *testing.T) {
 		t.Fatalf("reused pid state = %+v, want exited", st)
 	}
 	// Stop must not signal the unrelated process (this test): it survives.
-	if _, err := d2.Stop(context.Background(), &runtime.StopRequest{WorkloadID: "wl_reused", Force: true}); err != nil {
+	if _, err := d2.Stop(context.Background(), &runtime.StopRequest{WorkloadID: "wl_reused", Mode: runtime.StopForced}); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 }

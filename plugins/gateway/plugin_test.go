@@ -1,75 +1,56 @@
 package gateway_test
 
 import (
-	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
-	"reflect"
+	"os"
+	"path/filepath"
 	"testing"
 
-	"github.com/hashicorp/go-plugin"
-
 	"github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/conformance"
 	"github.com/berthhq/berth/plugins/gateway"
 	"github.com/berthhq/berth/sdk/provider"
 )
 
-func testTable() routes.Table {
-	return routes.Table{Revision: 7, Routes: []routes.Route{{
-		Hostname: "app.test", Project: "prj_1", Service: "web",
-		Upstreams: []routes.Upstream{{WorkloadID: "wl_1", Address: "127.0.0.1:9", Healthy: true}},
-	}}}
+// Samples are two route tables, as the conformance suite needs them.
+func samples(t *testing.T) [2]provider.Resource {
+	t.Helper()
+	mk := func(rev int64, addr string) provider.Resource {
+		raw, err := json.Marshal(routes.Table{Revision: rev, Routes: []routes.Route{{
+			Hostname: "app.test", Project: "prj_1", Service: "web",
+			Upstreams: []routes.Upstream{{WorkloadID: "wl_1", Address: addr, Healthy: true}},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return provider.Resource{Type: routes.ResourceType, ID: routes.ResourceID, Attributes: raw}
+	}
+	return [2]provider.Resource{mk(1, "127.0.0.1:9"), mk(2, "127.0.0.1:10")}
 }
 
-// TestPluginModes runs the adapter in process and over a real gRPC connection
-// (go-plugin's in-memory test connection); the subprocess mode is covered by
-// host/plugin's tests of the berth-plugin-gateway binary.
-func TestPluginModes(t *testing.T) {
-	modes := map[string]func(t *testing.T, impl provider.Gateway) provider.Gateway{
-		"in-process": func(_ *testing.T, impl provider.Gateway) provider.Gateway { return impl },
-		"grpc": func(t *testing.T, impl provider.Gateway) provider.Gateway {
-			client, _ := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{
-				provider.GatewayPluginName: &provider.GatewayGRPCPlugin{Impl: impl},
-			})
-			t.Cleanup(func() { client.Close() })
-			raw, err := client.Dispense(provider.GatewayPluginName)
-			if err != nil {
-				t.Fatalf("dispense: %v", err)
-			}
-			return raw.(provider.Gateway)
-		},
-	}
-	for name, connect := range modes {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			proxy := gateway.NewProxy(slog.New(slog.NewTextHandler(io.Discard, nil)))
-			g := connect(t, gateway.NewPlugin(proxy))
-			ctx := context.Background()
-
-			d, err := g.Describe(ctx)
-			if err != nil || d.Name != "gateway" || d.Version != gateway.Version || !reflect.DeepEqual(d.APIVersions, []int{provider.APIVersion}) {
-				t.Fatalf("Describe = %+v, %v", d, err)
-			}
-			want := testTable()
-			if err := g.SetRoutes(ctx, want); err != nil {
-				t.Fatalf("SetRoutes: %v", err)
-			}
-			if got := proxy.Table(); !reflect.DeepEqual(got, want) {
-				t.Fatalf("proxy table = %+v, want %+v", got, want)
-			}
-		})
-	}
-}
-
-func TestSetRoutesCancelled(t *testing.T) {
+// TestConformance runs the provider suite on the gateway in process (over
+// real gRPC, with a proxy it can inspect) and as the built binary.
+func TestConformance(t *testing.T) {
 	t.Parallel()
-	proxy := gateway.NewProxy(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := gateway.NewPlugin(proxy).SetRoutes(ctx, testTable()); err == nil {
-		t.Fatal("SetRoutes with a cancelled ctx succeeded")
-	}
-	if got := proxy.Table(); got.Revision != 0 {
-		t.Fatalf("table applied despite the cancelled ctx: %+v", got)
-	}
+	t.Run("in-process", func(t *testing.T) {
+		conformance.RunProvider(t, conformance.ProviderConfig{
+			Factory: func(string) (provider.Provider, error) {
+				return gateway.NewPlugin(gateway.NewProxy(slog.New(slog.NewTextHandler(io.Discard, nil)))), nil
+			},
+			Samples: samples(t),
+		})
+	})
+	t.Run("binary", func(t *testing.T) {
+		bin := filepath.Join(os.Getenv("BERTH_BIN_DIR"), "berth-plugin-gateway")
+		if os.Getenv("BERTH_BIN_DIR") == "" {
+			bin = conformance.BuildPlugin(t, "github.com/berthhq/berth/cmd/berth-plugin-gateway")
+		}
+		conformance.RunProvider(t, conformance.ProviderConfig{
+			Binary:  bin,
+			Args:    func(string) []string { return []string{"--listen", "127.0.0.1:0"} },
+			Samples: samples(t),
+		})
+	})
 }

@@ -32,6 +32,7 @@ type Client struct {
 	token     string
 	hc        *http.Client
 	userAgent string
+	optErr    error // the first error of an Option, returned by New
 }
 
 // New returns a client of the Berth server at server, an http or https URL
@@ -39,7 +40,11 @@ type Client struct {
 // uses its own *http.Client with the default transport and no overall
 // timeout: bound calls with their ctx.
 func New(server string, opts ...Option) (*Client, error) {
-	u, err := url.Parse(strings.TrimSpace(server))
+	server = strings.TrimSpace(server)
+	if !strings.Contains(server, "://") {
+		return nil, fmt.Errorf("berth client: server URL %q needs a scheme, e.g. http://%s", server, server)
+	}
+	u, err := url.Parse(server)
 	if err != nil {
 		return nil, fmt.Errorf("berth client: server URL: %w", err)
 	}
@@ -59,6 +64,9 @@ func New(server string, opts ...Option) (*Client, error) {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.optErr != nil {
+		return nil, fmt.Errorf("berth client: %w", c.optErr)
 	}
 	return c, nil
 }
@@ -160,6 +168,12 @@ func setContentLength(req *http.Request, body io.Reader) {
 func decodeProblem(resp *http.Response) *APIError {
 	e := &APIError{Status: resp.StatusCode}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxProblem))
+	if resp.Header.Get("X-Berth-Gateway") != "" {
+		// The edge gateway answered, not the API: a common mix-up of ports.
+		e.Problem = Problem{Title: "not the Berth API", Status: resp.StatusCode, Code: "not_the_api",
+			Detail: "this address is Berth's edge gateway, not its API; use berthd's --listen address (default https://127.0.0.1:7070)"}
+		return e
+	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mt == "application/problem+json" || mt == "application/json" {
 		if err := json.Unmarshal(raw, &e.Problem); err == nil && e.Problem.Code != "" {

@@ -12,6 +12,8 @@ type Problem struct {
 	Status int    `json:"status"`
 	Code   string `json:"code"`
 	Detail string `json:"detail,omitempty"`
+	// Reasons are an admission policy's reasons, with code "policy_denied".
+	Reasons []string `json:"reasons,omitempty"`
 }
 
 // JoinTokenRequest creates a one-time join token. TTLSeconds zero means one hour.
@@ -19,10 +21,13 @@ type JoinTokenRequest struct {
 	TTLSeconds int `json:"ttl_seconds,omitempty"`
 }
 
-// JoinToken is shown once. JoinCommand is the berth-agent command line that enrolls a node.
+// JoinToken is shown once. JoinCommand is the berth-agent command line that
+// enrolls a node; it carries the server URL, the token and Fingerprint, the pin
+// of the server's TLS certificate ("sha256:<64 hex>", docs/node-protocol.md section 2.2).
 type JoinToken struct {
 	Token       string    `json:"token"`
 	JoinCommand string    `json:"join_command"`
+	Fingerprint string    `json:"fingerprint,omitempty"`
 	ExpiresAt   time.Time `json:"expires_at"`
 }
 
@@ -100,14 +105,19 @@ type HealthCheck struct {
 // resolved to its digest at apply time. ExpectedRevision, when set, makes the
 // write a compare-and-set: 0 means "must not exist yet".
 type ServiceSpec struct {
-	Bundle           string            `json:"bundle"`
-	Command          []string          `json:"command"`
-	Env              map[string]string `json:"env,omitempty"`
-	Port             int               `json:"port,omitempty"`
-	Domains          []string          `json:"domains,omitempty"`
-	Replicas         *int              `json:"replicas,omitempty"`
-	HealthCheck      HealthCheck       `json:"health_check,omitempty"`
-	ExpectedRevision *int64            `json:"expected_revision,omitempty"`
+	Bundle      string            `json:"bundle"`
+	Command     []string          `json:"command"`
+	Env         map[string]string `json:"env,omitempty"`
+	Port        int               `json:"port,omitempty"`
+	Domains     []string          `json:"domains,omitempty"`
+	Replicas    *int              `json:"replicas,omitempty"`
+	HealthCheck HealthCheck       `json:"health_check,omitempty"`
+	// Labels are free key/value pairs that admission policies may require.
+	Labels map[string]string `json:"labels,omitempty"`
+	// CapacityUnits is what one replica uses, in the operator's own units;
+	// admission policies may cap a project's total.
+	CapacityUnits    int    `json:"capacity_units,omitempty"`
+	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 }
 
 // Service is a stored service. BundleDigest is the pinned digest; Bundle is what
@@ -125,8 +135,11 @@ type Service struct {
 	Domains      []string          `json:"domains"`
 	Replicas     int               `json:"replicas"`
 	HealthCheck  HealthCheck       `json:"health_check"`
-	CreatedAt    time.Time         `json:"created_at"`
-	UpdatedAt    time.Time         `json:"updated_at"`
+	// Labels and CapacityUnits are as in ServiceSpec.
+	Labels        map[string]string `json:"labels,omitempty"`
+	CapacityUnits int               `json:"capacity_units,omitempty"`
+	CreatedAt     time.Time         `json:"created_at"`
+	UpdatedAt     time.Time         `json:"updated_at"`
 	// Ready counts workloads that are running and healthy; filled on reads.
 	Ready int `json:"ready"`
 }

@@ -1,82 +1,62 @@
+// Package provider is what a provider-plugin author links: the Go contract of
+// a provider (re-exported from abi/provider), Serve, and the guard helpers (docs/plugins.md section 4).
 package provider
 
 import (
-	"context"
-	"os"
-
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
-	"github.com/berthhq/berth/sdk/internal/orphan"
-
+	"github.com/berthhq/berth/abi/pluginapi"
 	providerv1 "github.com/berthhq/berth/abi/proto/provider/v1"
+	abiprovider "github.com/berthhq/berth/abi/provider"
+	"github.com/berthhq/berth/sdk/internal/serve"
 )
 
-// Handshake values a host and a provider plugin must agree on before any call.
-// The host sets the environment variable MagicCookieKey to MagicCookieValue
-// when it launches a provider; a binary started without it prints a short
-// notice and exits 1.
-const (
-	MagicCookieKey   = "BERTH_PLUGIN"
-	MagicCookieValue = "berth-provider-8e41b6f0"
+// The contract, re-exported so a plugin author imports one package. See
+// [abiprovider.Provider] for the lifecycle and obligations.
+type (
+	Provider               = abiprovider.Provider
+	Configurer             = abiprovider.Configurer
+	DescribeResponse       = abiprovider.DescribeResponse
+	Capabilities           = abiprovider.Capabilities
+	ResourceType           = abiprovider.ResourceType
+	Resource               = abiprovider.Resource
+	ConfigRequest          = abiprovider.ConfigRequest
+	ValidateConfigResponse = abiprovider.ValidateConfigResponse
+	PlanRequest            = abiprovider.PlanRequest
+	PlanResponse           = abiprovider.PlanResponse
+	ApplyRequest           = abiprovider.ApplyRequest
+	ApplyResponse          = abiprovider.ApplyResponse
+	ReadRequest            = abiprovider.ReadRequest
+	ReadResponse           = abiprovider.ReadResponse
+	DeleteRequest          = abiprovider.DeleteRequest
+	DeleteResponse         = abiprovider.DeleteResponse
+	Mutation               = pluginapi.Mutation
+	HealthReport           = pluginapi.HealthReport
+	HealthState            = pluginapi.HealthState
 )
 
-// GatewayPluginName is the name of the gateway in go-plugin's plugin set.
-const GatewayPluginName = "gateway"
+// APIVersion is [abiprovider.APIVersion].
+const APIVersion = abiprovider.APIVersion
 
-// HandshakeConfig returns the go-plugin handshake of provider plugins. Protocol
-// versions are negotiated through the plugin sets keyed by APIVersion.
-func HandshakeConfig() plugin.HandshakeConfig {
-	return plugin.HandshakeConfig{MagicCookieKey: MagicCookieKey, MagicCookieValue: MagicCookieValue}
-}
+// ErrNotFound is [abiprovider.ErrNotFound]: wrap it when Read finds nothing.
+var ErrNotFound = abiprovider.ErrNotFound
 
-// GatewayPluginSets returns go-plugin's versioned plugin sets for a gateway,
-// keyed by contract version. impl is nil on the host side.
-func GatewayPluginSets(impl Gateway) map[int]plugin.PluginSet {
+// PluginSets returns go-plugin's versioned plugin sets serving p, one per
+// contract version this package speaks.
+func PluginSets(p Provider) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
-		APIVersion: {GatewayPluginName: &GatewayGRPCPlugin{Impl: impl}},
+		APIVersion: {pluginapi.ProviderPluginName: &serve.ServerPlugin{Register: func(s *grpc.Server) {
+			providerv1.RegisterProviderServer(s, abiprovider.NewServer(p))
+		}}},
 	}
 }
 
-// Serve runs g as a go-plugin gRPC plugin process and returns when the host
-// closes the plugin. It is the whole body of a gateway's main function after
-// flag parsing and listening. Log through NewLogger(os.Stderr), created before
-// Serve: go-plugin replaces os.Stdout and os.Stderr while serving.
-func Serve(g Gateway) {
-	// A host killed with SIGKILL cannot stop its plugins: exit with it.
-	orphan.Watch(context.Background(), nil)
-	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig:  HandshakeConfig(),
-		VersionedPlugins: GatewayPluginSets(g),
-		GRPCServer:       plugin.DefaultGRPCServer,
-		Logger: hclog.New(&hclog.LoggerOptions{
-			Name:       "go-plugin",
-			Level:      hclog.Info,
-			Output:     os.Stderr,
-			JSONFormat: true,
-		}),
-	})
-}
-
-// GatewayGRPCPlugin is the go-plugin glue of a gateway: on the plugin side it
-// registers Impl as the Gateway gRPC service, on the host side it returns a
-// *GatewayGRPCClient. Impl is nil on the host side.
-type GatewayGRPCPlugin struct {
-	plugin.NetRPCUnsupportedPlugin
-	Impl Gateway
-}
-
-var _ plugin.GRPCPlugin = (*GatewayGRPCPlugin)(nil)
-
-// GRPCServer registers the Gateway service serving p.Impl.
-func (p *GatewayGRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	providerv1.RegisterGatewayServer(s, &gatewayServer{impl: p.Impl})
-	return nil
-}
-
-// GRPCClient returns a *GatewayGRPCClient over conn. ctx is go-plugin's
-// lifetime context of the plugin process: cancelled when the process has exited.
-func (p *GatewayGRPCPlugin) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (interface{}, error) {
-	return NewGatewayGRPCClient(ctx, conn), nil
+// Serve runs p as a go-plugin gRPC plugin process and returns when the host
+// closes the plugin. It is the whole body of a provider's main function after
+// flag parsing. Log through NewLogger(os.Stderr), created before Serve:
+// go-plugin replaces os.Stdout and os.Stderr while serving. The process exits
+// by itself when its host dies.
+func Serve(p Provider) {
+	serve.Serve(pluginapi.ProviderCookieValue, PluginSets(p))
 }

@@ -2,7 +2,8 @@
 // which workload served the request, with a health endpoint for checks.
 //
 // It listens on HOST:PORT (HOST empty means all interfaces, PORT defaults to
-// 8080), answers "GET /" with "hello from <BERTH_WORKLOAD_ID> (<hostname>)"
+// 8080), answers "GET /" with "<GREETING> from <BERTH_WORKLOAD_ID> (<hostname>)"
+// (GREETING defaults to "hello")
 // and "GET /healthz" with "ok", and shuts down gracefully on SIGTERM or
 // interrupt, giving requests in flight up to 5 seconds.
 package main
@@ -53,8 +54,12 @@ func run(logger *slog.Logger) error {
 	if err != nil {
 		hostname = "unknown"
 	}
+	word := os.Getenv("GREETING")
+	if word == "" {
+		word = "hello"
+	}
 	logger.Info("hello: listening", "addr", ln.Addr().String(), "workload_id", workloadID, "hostname", hostname)
-	return serve(ctx, ln, newHandler(workloadID, hostname))
+	return serve(ctx, ln, newHandler(word, workloadID, hostname))
 }
 
 // serve serves h on ln until ctx is done, then shuts down gracefully within
@@ -80,10 +85,10 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	return nil
 }
 
-// newHandler returns the service's routes: "GET /" greets with the workload id
-// and hostname, "GET /healthz" answers "ok"; anything else is 404.
-func newHandler(workloadID, hostname string) http.Handler {
-	greeting := fmt.Sprintf("hello from %s (%s)\n", workloadID, hostname)
+// newHandler returns the service's routes: "GET /" greets with word, the
+// workload id and hostname, "GET /healthz" answers "ok"; anything else is 404.
+func newHandler(word, workloadID, hostname string) http.Handler {
+	greeting := fmt.Sprintf("%s from %s (%s)\n", word, workloadID, hostname)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

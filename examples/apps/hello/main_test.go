@@ -25,7 +25,7 @@ func get(t *testing.T, client *http.Client, url string) (int, string, string) {
 
 func TestHandler(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(newHandler("wl_01TEST", "node-a"))
+	srv := httptest.NewServer(newHandler("hello", "wl_01TEST", "node-a"))
 	t.Cleanup(srv.Close)
 
 	for _, tc := range []struct {
@@ -65,7 +65,7 @@ func TestServeShutsDownWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, ln, newHandler("wl_x", "h")) }()
+	go func() { done <- serve(ctx, ln, newHandler("hello", "wl_x", "h")) }()
 
 	client := &http.Client{Transport: &http.Transport{}}
 	if status, _, body := get(t, client, "http://"+ln.Addr().String()+"/healthz"); status != http.StatusOK || body != "ok" {

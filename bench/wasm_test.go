@@ -1,0 +1,196 @@
+// Package bench measures Berth: run with make bench, which prints one
+// "name value unit" figure per line.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	abiwasm "github.com/berthhq/berth/abi/wasm"
+	"github.com/berthhq/berth/core/routes"
+	hostwasm "github.com/berthhq/berth/host/wasm"
+	"github.com/berthhq/berth/internal/wasmtest"
+)
+
+// policyInput is a typical service.apply input of about 1 KB.
+func policyInput(b *testing.B) []byte {
+	b.Helper()
+	svc := abiwasm.Service{
+		Project: "shop", Name: "cart", Revision: 7, Bundle: "cart", BundleDigest: "sha256:" + strings.Repeat("ab", 32),
+		Command: []string{"./cart", "--listen", ":8080"}, Env: map[string]string{"LOG_LEVEL": "info", "REGION": "eu-1", "FEATURE_X": "on"},
+		Port: 8080, Domains: []string{"cart.shop.example.com", "www.shop.example.com"}, Replicas: 3, CapacityUnits: 2,
+		Labels: map[string]string{"team": "checkout", "tier": "backend"},
+	}
+	obj, _ := json.Marshal(svc)
+	cfg := json.RawMessage(`{"labels":["team","tier"],"max_replicas":50,"max_capacity_units":100,"zones":{"shop":["shop.example.com"]}}`)
+	in, _ := json.Marshal(abiwasm.PolicyInput{Hook: abiwasm.HookServiceApply, Actor: abiwasm.Actor{Kind: "token", ID: "tok_01"},
+		Project: &abiwasm.Project{Name: "shop", Services: 4, Replicas: 9, CapacityUnits: 18}, Object: obj, OldObject: obj, Config: cfg})
+	return in
+}
+
+// measure runs fn b.N times and reports evaluations per second and p99.
+func measure(b *testing.B, fn func() error) {
+	b.Helper()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		if err := fn(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t))
+	}
+	total := time.Since(start)
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(b.N)/total.Seconds(), "evals/s")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+func newRuntime(b *testing.B) *hostwasm.Runtime {
+	b.Helper()
+	rt, err := hostwasm.New(context.Background(), hostwasm.Config{CacheDir: wasmtest.CacheDir(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = rt.Close(context.Background()) })
+	return rt
+}
+
+// BenchmarkPolicy evaluates each example policy, Go and AssemblyScript
+// guests, through host/wasm on one goroutine, and the same require-digest
+// policy written natively in Go.
+func BenchmarkPolicy(b *testing.B) {
+	ctx := context.Background()
+	in := policyInput(b)
+	modules := map[string][]byte{}
+	for _, p := range []string{"require-digest", "require-labels", "cap-replicas", "domain-zones"} {
+		modules[p+"/go"] = wasmtest.BuildGo(b, "examples/policies/"+p)
+	}
+	as, err := os.ReadFile(wasmtest.RepoRoot(b) + "/examples/policies/require-digest-as/policy.wasm")
+	if err != nil {
+		b.Fatal(err)
+	}
+	modules["require-digest/assemblyscript"] = as
+	names := make([]string, 0, len(modules))
+	for n := range modules {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		b.Run(name, func(b *testing.B) {
+			rt := newRuntime(b)
+			m, err := rt.Load(ctx, modules[name])
+			if err != nil {
+				b.Fatal(err)
+			}
+			measure(b, func() error { _, err := m.EvaluateJSON(ctx, in); return err })
+		})
+	}
+	b.Run("require-digest/native", func(b *testing.B) {
+		measure(b, func() error { _, err := nativeRequireDigest(in); return err })
+	})
+}
+
+// nativeRequireDigest is examples/policies/require-digest written as plain Go
+// over the same JSON, for the ratio.
+func nativeRequireDigest(input []byte) ([]byte, error) {
+	var in abiwasm.PolicyInput
+	if err := json.Unmarshal(input, &in); err != nil {
+		return nil, err
+	}
+	var s abiwasm.Service
+	if err := json.Unmarshal(in.Object, &s); err != nil {
+		return nil, err
+	}
+	out := abiwasm.PolicyOutput{Decision: abiwasm.Allow}
+	if s.Bundle != "" && !strings.HasPrefix(s.Bundle, "sha256:") {
+		out = abiwasm.PolicyOutput{Decision: abiwasm.Deny, Reasons: []string{"bundle " + s.Bundle + " is not named by digest; use sha256:<hex>"}}
+	}
+	if s.Image != "" && !strings.Contains(s.Image, "@sha256:") {
+		out.Decision = abiwasm.Deny
+		out.Reasons = append(out.Reasons, "image "+s.Image+" is not pinned by digest")
+	}
+	return json.Marshal(out)
+}
+
+// BenchmarkInstantiate measures loading a Go guest whose machine code is in
+// the on-disk compilation cache (a fresh runtime each time, as after a
+// restart), and creating one more instance of a loaded module.
+func BenchmarkInstantiate(b *testing.B) {
+	ctx := context.Background()
+	mod := wasmtest.BuildGo(b, "examples/policies/require-digest")
+	warm := newRuntime(b)
+	if _, err := warm.Load(ctx, mod); err != nil { // fills the cache
+		b.Fatal(err)
+	}
+	b.Run("load-from-cache", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(b)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := rt.Load(ctx, mod); err != nil {
+				b.Fatal(err)
+			}
+			_ = rt.Close(ctx)
+		}
+	})
+	b.Run("instance", func(b *testing.B) {
+		// MaxInstances 1 and a trap per call would measure the same thing;
+		// instead, concurrency forces new instances: each op holds one more.
+		rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(b), MaxInstances: 1 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rt.Close(ctx)
+		m, err := rt.Load(ctx, mod)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := hostwasm.InstantiateForBench(ctx, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkRoutes compiles the route table of 1,000 services with two
+// workloads each, with the default WebAssembly compiler and natively.
+func BenchmarkRoutes(b *testing.B) {
+	ctx := context.Background()
+	var in routes.Input
+	for i := 0; i < 1000; i++ {
+		id := fmt.Sprintf("svc_%04d", i)
+		in.Services = append(in.Services, routes.Service{ID: id, Project: "p", Name: fmt.Sprintf("s%d", i), Domains: []string{fmt.Sprintf("s%d.example.com", i)}})
+		for j := 0; j < 2; j++ {
+			in.Workloads = append(in.Workloads, routes.Workload{ID: fmt.Sprintf("wl_%04d_%d", i, j), ServiceID: id, NodeID: "nod_1",
+				Address: fmt.Sprintf("10.0.%d.%d:%d", j, i%250, 8000+i), ObservedStatus: "running", Health: "passing"})
+		}
+	}
+	b.Run("1000-services/wasm", func(b *testing.B) {
+		rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(b), Timeout: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rt.Close(ctx)
+		m, err := rt.Load(ctx, routes.DefaultModule())
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := routes.Wasm{Module: m}
+		measure(b, func() error { _, err := c.Compile(ctx, in); return err })
+	})
+	b.Run("1000-services/native", func(b *testing.B) {
+		measure(b, func() error { _, err := routes.Native{}.Compile(ctx, in); return err })
+	})
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthhq/berth/sdk/client"
+)
+
+func newModuleCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "module",
+		Short: "Manage WebAssembly policy and route-compiler modules",
+		Long: `module uploads WebAssembly modules and binds policies to hooks
+(docs/wasm-abi.md). Hooks: service.apply, service.delete, node.enroll, deploy.`,
+		RunE: groupRunE,
+	}
+	push := &cobra.Command{
+		Use:     "push FILE.wasm",
+		Short:   "Upload a module; the server checks it against the ABI",
+		Example: `  berth module push build/wasm/require-digest.wasm`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			f, err := os.Open(args[0])
+			if err != nil {
+				return fmt.Errorf("module push: %w", err)
+			}
+			defer f.Close()
+			m, err := c.PushModule(cmd.Context(), f)
+			if err != nil {
+				return fmt.Errorf("module push %s: %w", args[0], err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, m)
+			}
+			fmt.Fprintf(a.stdout, "pushed %s module %s %s as %s\n", m.Kind, m.Name, m.Version, m.Digest)
+			return nil
+		},
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List uploaded modules",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			ms, err := c.Modules(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, ms)
+			}
+			w := newTable(a.stdout)
+			row(w, "DIGEST", "KIND", "NAME", "VERSION", "ABI", "SIZE", "AGE")
+			for _, m := range ms {
+				row(w, shortDigest(m.Digest), m.Kind, m.Name, m.Version, m.ABI, humanBytes(m.Size), a.since(m.CreatedAt))
+			}
+			return w.Flush()
+		},
+	}
+	var hook, project, failure, config string
+	bind := &cobra.Command{
+		Use:   "bind DIGEST --hook HOOK [--project P] [--failure-policy fail|ignore] [--config JSON|@FILE]",
+		Short: "Bind a policy module to a hook",
+		Long: `bind makes a policy module decide a hook, for every project or one.
+A module that fails (trap, deadline, error answer) refuses the request under
+--failure-policy fail (the default) and only warns under ignore. --config is
+JSON handed to the module with every request.`,
+		Example: `  berth module bind sha256:4f1c... --hook service.apply
+  berth module bind sha256:9a2b... --hook service.apply --config '{"labels":["team"]}'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			req := client.BindingRequest{Hook: hook, Module: args[0], Project: project, FailurePolicy: failure}
+			if config != "" {
+				raw := []byte(config)
+				if name, ok := strings.CutPrefix(config, "@"); ok {
+					if raw, err = os.ReadFile(name); err != nil {
+						return fmt.Errorf("module bind: %w", err)
+					}
+				}
+				if !json.Valid(raw) {
+					return fmt.Errorf("module bind: --config is not JSON")
+				}
+				req.Config = raw
+			}
+			b, err := c.Bind(cmd.Context(), req)
+			if err != nil {
+				return fmt.Errorf("module bind: %w", err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, b)
+			}
+			fmt.Fprintf(a.stdout, "bound %s to %s as %s (failure policy %s)\n", b.Module, b.Hook, b.ID, b.FailurePolicy)
+			return nil
+		},
+	}
+	bind.Flags().StringVar(&hook, "hook", "", "service.apply, service.delete, node.enroll or deploy (required)")
+	bind.Flags().StringVar(&project, "project", "", "bind for this project only (default: every project)")
+	bind.Flags().StringVar(&failure, "failure-policy", "fail", "fail or ignore: what a failing module means")
+	bind.Flags().StringVar(&config, "config", "", "JSON configuration, or @FILE")
+	_ = bind.MarkFlagRequired("hook")
+	unbind := &cobra.Command{
+		Use:   "unbind BINDING_ID",
+		Short: "Remove a policy binding",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.Unbind(cmd.Context(), args[0]); err != nil {
+				return fmt.Errorf("module unbind: %w", err)
+			}
+			fmt.Fprintf(a.stdout, "unbound %s\n", args[0])
+			return nil
+		},
+	}
+	bindings := &cobra.Command{
+		Use:   "bindings",
+		Short: "List policy bindings",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			bs, err := c.Bindings(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, bs)
+			}
+			w := newTable(a.stdout)
+			row(w, "ID", "HOOK", "MODULE", "DIGEST", "PROJECT", "FAILURE", "AGE")
+			for _, b := range bs {
+				row(w, b.ID, b.Hook, b.Module, shortDigest(b.ModuleDigest), orDash(b.Project), b.FailurePolicy, a.since(b.CreatedAt))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.AddCommand(push, list, bind, unbind, bindings)
+	return cmd
+}
+
+func newRoutesCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "routes",
+		Short: "Show the route table in force and its SHA-256",
+		Long: `routes shows the gateway's route table as the route compiler made it, the
+table's SHA-256, the compiler (a WebAssembly module by default) and the last
+compile failure, if the newest compilation failed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			st, err := c.Routes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, st)
+			}
+			fmt.Fprintf(a.stdout, "sha256:   %s\ncompiler: %s\nrevision: %d\n", st.SHA256, st.Compiler, st.Table.Revision)
+			if st.LastError != "" {
+				fmt.Fprintf(a.stdout, "failing:  %s (keeping the table below)\n", st.LastError)
+			}
+			fmt.Fprintln(a.stdout)
+			w := newTable(a.stdout)
+			row(w, "HOSTNAME", "SERVICE", "TLS", "UPSTREAMS", "HEALTHY")
+			for _, r := range st.Table.Routes {
+				healthy := 0
+				var addrs []string
+				for _, u := range r.Upstreams {
+					addrs = append(addrs, u.Address)
+					if u.Healthy {
+						healthy++
+					}
+				}
+				row(w, r.Hostname, r.Project+"/"+r.Service, orDash(r.TLSMode), joinOrDash(addrs), fmt.Sprintf("%d/%d", healthy, len(r.Upstreams)))
+			}
+			return w.Flush()
+		},
+	}
+}

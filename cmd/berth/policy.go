@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	wasmconf "github.com/berthhq/berth/conformance/wasm"
+	hostwasm "github.com/berthhq/berth/host/wasm"
+)
+
+func newPolicyCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Test admission policies and read their decisions",
+		RunE:  groupRunE,
+	}
+	var module string
+	test := &cobra.Command{
+		Use:   "test DIR [--module FILE.wasm]",
+		Short: "Run a policy's declarative test cases (DIR/policy_test.yaml)",
+		Long: `test runs the cases of DIR/policy_test.yaml against a policy module, locally,
+with the same runtime and limits as the server. The module is --module, else
+the file's module field (relative to DIR), else DIR/policy.wasm. Each case
+gives an input and the decision expected (docs/wasm-abi.md section 8). It exits
+1 when a case fails.`,
+		Example: `  berth policy test examples/policies/require-digest-as
+  berth policy test examples/policies/require-labels --module build/wasm/require-labels.wasm`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			suite, path, err := wasmconf.LoadSuite(args[0], module)
+			if err != nil {
+				return err
+			}
+			m, closeRT, err := loadModule(ctx, path)
+			if err != nil {
+				return err
+			}
+			defer closeRT()
+			failed := 0
+			for _, r := range suite.Run(ctx, m) {
+				if r.Err != nil {
+					failed++
+					fmt.Fprintf(a.stdout, "FAIL  %s: %v\n", r.Name, r.Err)
+				} else {
+					fmt.Fprintf(a.stdout, "ok    %s\n", r.Name)
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d of %d cases failed", failed, len(suite.Cases))
+			}
+			fmt.Fprintf(a.stdout, "%d cases passed (%s %s)\n", len(suite.Cases), m.Metadata().Name, m.Digest())
+			return nil
+		},
+	}
+	test.Flags().StringVar(&module, "module", "", "the module to test (default: from policy_test.yaml, else DIR/policy.wasm)")
+	var limit int
+	decisions := &cobra.Command{
+		Use:   "decisions [--limit N]",
+		Short: "Show the newest recorded policy decisions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			ds, err := c.PolicyDecisions(cmd.Context(), limit)
+			if err != nil {
+				return err
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, ds)
+			}
+			w := newTable(a.stdout)
+			row(w, "AGE", "HOOK", "PROJECT", "RESULT", "MODULE", "INPUT", "WHY")
+			for _, d := range ds {
+				why := joinOrDash(d.Reasons)
+				if d.Error != "" {
+					why = d.Error
+				}
+				row(w, a.since(d.At), d.Hook, orDash(d.Project), d.Result, shortDigest(d.ModuleDigest), d.InputSHA256[:12], why)
+			}
+			return w.Flush()
+		},
+	}
+	decisions.Flags().IntVar(&limit, "limit", 20, "how many, 1 to 1000")
+	cmd.AddCommand(test, decisions)
+	return cmd
+}
+
+// loadModule loads a module file into a fresh runtime with the server's
+// default limits; the returned func closes the runtime.
+func loadModule(ctx context.Context, path string) (*hostwasm.Module, func(), error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read module: %w", err)
+	}
+	rt, err := hostwasm.New(ctx, hostwasm.Config{})
+	if err != nil {
+		return nil, nil, err
+	}
+	closeRT := func() { _ = rt.Close(context.WithoutCancel(ctx)) }
+	m, err := rt.Load(ctx, raw)
+	if err != nil {
+		closeRT()
+		return nil, nil, err
+	}
+	return m, closeRT, nil
+}
+
+func newConformanceWasmCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "wasm FILE.wasm",
+		Short: "Check a WebAssembly module against the ABI",
+		Long: `wasm checks a module's exports and ABI version, its metadata, that the same
+input gives the same bytes, that malformed input is answered with the error
+convention, that an allocation past the memory limit fails cleanly, and that
+the module recovers after a stopped call (docs/wasm-abi.md section 7). It exits
+1 when a check fails.`,
+		Example: `  berth conformance wasm build/wasm/require-digest.wasm`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			raw, err := os.ReadFile(args[0])
+			if err != nil {
+				return fmt.Errorf("conformance wasm: %w", err)
+			}
+			results, err := wasmconf.Check(cmd.Context(), raw, wasmconf.Options{})
+			if err != nil {
+				return fmt.Errorf("conformance wasm: %w", err)
+			}
+			failed := 0
+			for _, r := range results {
+				if r.Err != nil {
+					failed++
+					fmt.Fprintf(a.stdout, "FAIL  %s: %v\n", r.Name, r.Err)
+				} else {
+					fmt.Fprintf(a.stdout, "ok    %s\n", r.Name)
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d of %d checks failed", failed, len(results))
+			}
+			return nil
+		},
+	}
+	return cmd
+}

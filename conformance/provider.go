@@ -1,0 +1,471 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/pluginapi"
+	providerv1 "github.com/berthhq/berth/abi/proto/provider/v1"
+	"github.com/berthhq/berth/abi/provider"
+)
+
+// ProviderConfig says which provider to check and with what. Exactly one of
+// Binary and Factory is set.
+type ProviderConfig struct {
+	// Binary is a built plugin. Each case launches it afresh over go-plugin
+	// (subprocess mode), with a fresh state directory.
+	Binary string
+	// Args returns the binary's arguments for a case's state directory;
+	// nil means none.
+	Args func(stateDir string) []string
+	// Factory returns a fresh provider on stateDir, served in process over a
+	// real gRPC connection. Cases that need a process (handshake, crash,
+	// durability) are skipped.
+	Factory func(stateDir string) (provider.Provider, error)
+	// PluginConfig is given to ValidateConfig and Configure; nil means {}.
+	PluginConfig json.RawMessage
+	// Samples are two desired states of one resource (same type and id,
+	// different attributes) of a type the plugin advertises. Required.
+	Samples [2]provider.Resource
+	// Stderr receives the plugin's stderr in subprocess mode; nil discards it.
+	Stderr io.Writer
+}
+
+func (c ProviderConfig) validate() error {
+	if (c.Binary == "") == (c.Factory == nil) {
+		return errors.New("conformance: set exactly one of Binary and Factory")
+	}
+	a, b := c.Samples[0], c.Samples[1]
+	if a.Type == "" || a.ID == "" || a.Type != b.Type || a.ID != b.ID || a.Equal(b) {
+		return errors.New("conformance: Samples must be two different states of one resource (same type and id)")
+	}
+	return nil
+}
+
+var providerKind = kind{
+	cookie:  pluginapi.ProviderCookieValue,
+	name:    pluginapi.ProviderPluginName,
+	version: provider.APIVersion,
+	newClient: func(life context.Context, conn grpc.ClientConnInterface) any {
+		return provider.NewClient(life, conn)
+	},
+	register: func(s *grpc.Server, impl any) {
+		providerv1.RegisterProviderServer(s, provider.NewServer(impl.(provider.Provider)))
+	},
+}
+
+// RunProvider runs the provider suite as subtests of t. It fails t at once
+// when cfg is invalid.
+func RunProvider(t *testing.T, cfg ProviderConfig) {
+	t.Helper()
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	runTesting(t, providerCases(cfg))
+}
+
+// CheckProvider runs the provider suite on cfg outside `go test` and
+// returns the report; the error is for an invalid cfg only.
+func CheckProvider(ctx context.Context, cfg ProviderConfig) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return runReport(ctx, "provider", cfg.Binary, providerCases(cfg)), nil
+}
+
+// ProviderCaseNames lists the provider suite's cases in order.
+func ProviderCaseNames() []string {
+	var out []string
+	for _, c := range providerCases(ProviderConfig{}) {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// provSession is one launched provider of a case.
+type provSession struct {
+	cfg      ProviderConfig
+	in       *instance
+	p        *provider.Client
+	stateDir string
+	next     uint64 // for fresh idempotency keys
+}
+
+// launch starts the provider on stateDir and configures it as a host would.
+func (cfg ProviderConfig) launch(t T, stateDir string) *provSession {
+	t.Helper()
+	var in *instance
+	var err error
+	if cfg.Factory != nil {
+		var impl provider.Provider
+		if impl, err = cfg.Factory(stateDir); err != nil {
+			t.Fatalf("factory: %v", err)
+		}
+		if c, ok := impl.(interface{ Close() error }); ok {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+		in, err = startInProcess(t, impl, providerKind)
+	} else {
+		var args []string
+		if cfg.Args != nil {
+			args = cfg.Args(stateDir)
+		}
+		in, err = startBinary(t, cfg.Binary, args, providerKind, providerKind.cookie, cfg.Stderr)
+	}
+	if err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	s := &provSession{cfg: cfg, in: in, p: in.raw.(*provider.Client), stateDir: stateDir}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	conf := &provider.ConfigRequest{Config: cfg.PluginConfig, APIVersion: in.negotiated}
+	if len(conf.Config) == 0 {
+		conf.Config = json.RawMessage("{}")
+	}
+	v, err := s.p.ValidateConfig(ctx, conf)
+	if err != nil {
+		t.Fatalf("ValidateConfig: %v", err)
+	}
+	if len(v.Problems) > 0 {
+		t.Fatalf("ValidateConfig refused the configuration: %v", v.Problems)
+	}
+	if err := s.p.Configure(ctx, conf); err != nil {
+		t.Fatalf("Configure: %v", err)
+	}
+	return s
+}
+
+func (s *provSession) ctx(t T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (s *provSession) key(prefix string) string {
+	s.next++
+	return fmt.Sprintf("conformance-%s-%d", prefix, s.next)
+}
+
+// apply plans desired over current and applies the plan.
+func (s *provSession) apply(t T, desired provider.Resource, current *provider.Resource, key string, token uint64) (provider.Resource, provider.Resource, error) {
+	t.Helper()
+	plan, err := s.p.Plan(s.ctx(t), &provider.PlanRequest{Desired: desired, Current: current})
+	if err != nil {
+		t.Fatalf("Plan %s/%s: %v", desired.Type, desired.ID, err)
+	}
+	r, err := s.p.Apply(s.ctx(t), &provider.ApplyRequest{Planned: plan.Planned, Mutation: pluginapi.Mutation{IdempotencyKey: key, FencingToken: token}})
+	if err != nil {
+		return plan.Planned, provider.Resource{}, err
+	}
+	return plan.Planned, r.State, nil
+}
+
+func (s *provSession) mustApply(t T, desired provider.Resource, current *provider.Resource, key string, token uint64) provider.Resource {
+	t.Helper()
+	_, st, err := s.apply(t, desired, current, key, token)
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	return st
+}
+
+func (s *provSession) read(t T, r provider.Resource) (provider.Resource, error) {
+	t.Helper()
+	out, err := s.p.Read(s.ctx(t), &provider.ReadRequest{Type: r.Type, ID: r.ID})
+	if err != nil {
+		return provider.Resource{}, err
+	}
+	return out.State, nil
+}
+
+func show(r provider.Resource) string { return fmt.Sprintf("%s/%s %s", r.Type, r.ID, r.Attributes) }
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+func providerCases(cfg ProviderConfig) []testCase {
+	a, b := cfg.Samples[0], cfg.Samples[1]
+	needProcess := func(t T) {
+		if cfg.Factory != nil {
+			t.Skipf("needs a plugin process; run the suite on the binary")
+		}
+	}
+	return []testCase{
+		{"handshake", func(t T) {
+			needProcess(t)
+			s := cfg.launch(t, t.TempDir())
+			if s.in.negotiated != provider.APIVersion {
+				t.Errorf("negotiated API version %d, want %d", s.in.negotiated, provider.APIVersion)
+			}
+			if _, err := startBinary(t, cfg.Binary, nil, providerKind, pluginapi.RuntimeCookieValue, nil); err == nil {
+				t.Errorf("the plugin completed a handshake as a runtime driver; it must refuse another kind's cookie")
+			}
+		}},
+		{"describe", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			d, err := s.p.Describe(s.ctx(t))
+			if err != nil {
+				t.Fatalf("Describe: %v", err)
+			}
+			if !dnsLabel.MatchString(d.Name) {
+				t.Errorf("Describe name %q is not a DNS label", d.Name)
+			}
+			if d.Version == "" {
+				t.Errorf("Describe gives no version")
+			}
+			if !slices.Contains(d.APIVersions, s.in.negotiated) {
+				t.Errorf("Describe lists API versions %v without the negotiated %d", d.APIVersions, s.in.negotiated)
+			}
+			if !slices.ContainsFunc(d.Capabilities.ResourceTypes, func(rt provider.ResourceType) bool { return rt.Name == a.Type }) {
+				t.Errorf("Describe does not advertise the samples' resource type %q (advertised: %+v)", a.Type, d.Capabilities.ResourceTypes)
+			}
+		}},
+		{"health", func(t T) { checkHealth(t, cfg.launch(t, t.TempDir()).p) }},
+		{"validate_config", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			v, err := s.p.ValidateConfig(s.ctx(t), &provider.ConfigRequest{Config: json.RawMessage(`[1,2]`), APIVersion: s.in.negotiated})
+			if err == nil && len(v.Problems) == 0 {
+				t.Errorf("ValidateConfig accepted a configuration that is not a JSON object")
+			}
+		}},
+		{"plan_equals_apply", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			plan, err := s.p.Plan(s.ctx(t), &provider.PlanRequest{Desired: a})
+			if err != nil {
+				t.Fatalf("Plan: %v", err)
+			}
+			if !plan.Changes {
+				t.Errorf("Plan of a resource that does not exist reports no changes")
+			}
+			r, err := s.p.Apply(s.ctx(t), &provider.ApplyRequest{Planned: plan.Planned, Mutation: pluginapi.Mutation{IdempotencyKey: s.key("a"), FencingToken: 1}})
+			if err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			if !r.State.Equal(plan.Planned) {
+				t.Errorf("Apply returned a state other than the plan:\n planned %s\n applied %s", show(plan.Planned), show(r.State))
+			}
+			got, err := s.read(t, a)
+			if err != nil {
+				t.Fatalf("Read after Apply: %v", err)
+			}
+			if !got.Equal(r.State) {
+				t.Errorf("Read after Apply differs:\n applied %s\n read    %s", show(r.State), show(got))
+			}
+		}},
+		{"repeated_plan_no_changes", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			st := s.mustApply(t, a, nil, s.key("a"), 1)
+			plan, err := s.p.Plan(s.ctx(t), &provider.PlanRequest{Desired: a, Current: &st})
+			if err != nil {
+				t.Fatalf("second Plan: %v", err)
+			}
+			if plan.Changes || !plan.Planned.Equal(st) {
+				t.Errorf("planning the applied state again reports changes=%v:\n applied %s\n planned %s", plan.Changes, show(st), show(plan.Planned))
+			}
+		}},
+		{"idempotent_apply", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			key := s.key("a")
+			plan, first, err := s.apply(t, a, nil, key, 1)
+			if err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			again, err := s.p.Apply(s.ctx(t), &provider.ApplyRequest{Planned: plan, Mutation: pluginapi.Mutation{IdempotencyKey: key, FencingToken: 1}})
+			if err != nil {
+				t.Fatalf("repeated Apply with the same idempotency key: %v", err)
+			}
+			if !again.State.Equal(first) {
+				t.Errorf("repeated Apply returned another result:\n first  %s\n repeat %s", show(first), show(again.State))
+			}
+			stB := s.mustApply(t, b, &first, s.key("b"), 1)
+			// A late replay of the first call must return its recorded
+			// result and leave the newer state alone.
+			late, err := s.p.Apply(s.ctx(t), &provider.ApplyRequest{Planned: plan, Mutation: pluginapi.Mutation{IdempotencyKey: key, FencingToken: 1}})
+			if err != nil {
+				t.Fatalf("late replay of the first Apply: %v", err)
+			}
+			if !late.State.Equal(first) {
+				t.Errorf("late replay returned another result than the recorded one:\n recorded %s\n replay   %s", show(first), show(late.State))
+			}
+			got, err := s.read(t, a)
+			if err != nil {
+				t.Fatalf("Read: %v", err)
+			}
+			if !got.Equal(stB) {
+				t.Errorf("a replayed Apply changed the state:\n before replay %s\n after replay  %s", show(stB), show(got))
+			}
+		}},
+		{"stale_fencing_token", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			stA := s.mustApply(t, a, nil, s.key("a"), 10)
+			_, _, err := s.apply(t, b, &stA, s.key("b"), 5)
+			if err == nil {
+				t.Errorf("Apply with fencing token 5 after 10 succeeded; it must be refused")
+			} else if !errors.Is(err, pluginapi.ErrStaleFencingToken) {
+				t.Errorf("Apply with a stale token failed with code %q, want %q: %v", abierrors.CodeOf(err), abierrors.StaleFencingToken, err)
+			}
+			_, err = s.p.Delete(s.ctx(t), &provider.DeleteRequest{Type: a.Type, ID: a.ID, Mutation: pluginapi.Mutation{IdempotencyKey: s.key("d"), FencingToken: 4}})
+			if err == nil {
+				t.Errorf("Delete with fencing token 4 after 10 succeeded; it must be refused")
+			} else if !errors.Is(err, pluginapi.ErrStaleFencingToken) {
+				t.Errorf("Delete with a stale token failed with code %q, want %q: %v", abierrors.CodeOf(err), abierrors.StaleFencingToken, err)
+			}
+			got, err := s.read(t, a)
+			if err != nil {
+				t.Fatalf("Read after the refused calls: %v", err)
+			}
+			if !got.Equal(stA) {
+				t.Errorf("a refused call changed the state:\n want %s\n got  %s", show(stA), show(got))
+			}
+		}},
+		{"delete_then_read", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			s.mustApply(t, a, nil, s.key("a"), 1)
+			if _, err := s.p.Delete(s.ctx(t), &provider.DeleteRequest{Type: a.Type, ID: a.ID, Mutation: pluginapi.Mutation{IdempotencyKey: s.key("d"), FencingToken: 2}}); err != nil {
+				t.Fatalf("Delete: %v", err)
+			}
+			if got, err := s.read(t, a); !errors.Is(err, provider.ErrNotFound) {
+				t.Errorf("Read after Delete = %s, %v; want an error of code not_found", show(got), err)
+			}
+			if _, err := s.p.Delete(s.ctx(t), &provider.DeleteRequest{Type: a.Type, ID: a.ID, Mutation: pluginapi.Mutation{IdempotencyKey: s.key("d"), FencingToken: 2}}); err != nil {
+				t.Errorf("Delete of an absent resource: %v; want success", err)
+			}
+		}},
+		{"deadline", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			checkDeadline(t, func(ctx context.Context) error {
+				_, err := s.p.Plan(ctx, &provider.PlanRequest{Desired: a})
+				return err
+			})
+		}},
+		{"crash_mid_call", func(t T) {
+			needProcess(t)
+			s := cfg.launch(t, t.TempDir())
+			checkCrash(t, s.in, s.p, func(ctx context.Context) error {
+				_, err := s.p.Read(ctx, &provider.ReadRequest{Type: a.Type, ID: a.ID})
+				return err
+			})
+		}},
+		{"durable_state", func(t T) {
+			needProcess(t)
+			dir := t.TempDir()
+			s := cfg.launch(t, dir)
+			d, err := s.p.Describe(s.ctx(t))
+			if err != nil {
+				t.Fatalf("Describe: %v", err)
+			}
+			if !d.Capabilities.DurableState {
+				t.Skipf("capability durable_state not advertised")
+			}
+			stA := s.mustApply(t, a, nil, s.key("a"), 7)
+			if err := s.in.crash(); err != nil {
+				t.Fatalf("kill the plugin: %v", err)
+			}
+			<-s.p.Done()
+			s2 := cfg.launch(t, dir)
+			got, err := s2.read(t, a)
+			if err != nil {
+				t.Fatalf("Read after a restart: %v", err)
+			}
+			if !got.Equal(stA) {
+				t.Errorf("state lost in a restart:\n before %s\n after  %s", show(stA), show(got))
+			}
+			if _, _, err := s2.apply(t, b, &stA, s2.key("b"), 6); !errors.Is(err, pluginapi.ErrStaleFencingToken) {
+				t.Errorf("after a restart, Apply with fencing token 6 after 7: %v; want code stale_fencing_token", err)
+			}
+		}},
+	}
+}
+
+// checkHealth expects a first valid report at once.
+func checkHealth(t T, h pluginapi.HealthReporter) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ch, err := h.Health(ctx)
+	if err != nil {
+		t.Fatalf("Health: %v", err)
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			t.Fatalf("Health stream ended without a report")
+		}
+		if !r.State.Valid() {
+			t.Errorf("Health reported state %q; want healthy, unhealthy or undetected", r.State)
+		}
+		if r.State != pluginapi.Healthy && r.Description == "" {
+			t.Errorf("Health reported %s without a description", r.State)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("no Health report within 5 s")
+	}
+}
+
+// checkDeadline expects a call under an expired deadline to fail with
+// DeadlineExceeded at once, and a call under a short deadline to return by it.
+func checkDeadline(t T, call func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer cancel()
+	start := time.Now()
+	err := call(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("call under an expired deadline: %v; want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("call under an expired deadline took %s", d)
+	}
+	ctx2, cancel2 := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel2()
+	start = time.Now()
+	_ = call(ctx2)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("call under a 2 s deadline returned after %s", d)
+	}
+}
+
+// checkCrash kills the plugin under an open Health stream and expects the
+// stream to end and a following call to fail, both promptly.
+func checkCrash(t T, in *instance, h pluginapi.HealthReporter, call func(ctx context.Context) error) {
+	t.Helper()
+	ch, err := h.Health(t.Context())
+	if err != nil {
+		t.Fatalf("Health: %v", err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no first Health report")
+	}
+	if err := in.crash(); err != nil {
+		t.Fatalf("kill the plugin: %v", err)
+	}
+	ended := time.After(10 * time.Second)
+	for done := false; !done; {
+		select {
+		case _, ok := <-ch:
+			done = !ok
+		case <-ended:
+			t.Fatalf("the Health stream did not end within 10 s of the plugin's crash")
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := call(ctx); err == nil {
+		t.Errorf("a call to a crashed plugin succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a call to a crashed plugin took %s to fail", d)
+	}
+}

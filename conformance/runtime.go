@@ -1,0 +1,432 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/pluginapi"
+	runtimev1 "github.com/berthhq/berth/abi/proto/runtime/v1"
+	"github.com/berthhq/berth/abi/runtime"
+)
+
+// Marker is what the default conformance workload prints first.
+const Marker = "berth-conformance-ready"
+
+// RuntimeConfig says which runtime driver to check. Exactly one of Binary
+// and Factory is set.
+type RuntimeConfig struct {
+	// Binary is a built driver. Each case launches it afresh over go-plugin
+	// (subprocess mode), with a fresh state directory.
+	Binary string
+	// Args returns the binary's arguments for a case's state directory;
+	// nil means none.
+	Args func(stateDir string) []string
+	// Factory returns a fresh in-process driver on stateDir, served over a
+	// real gRPC connection and closed at the end of the case when it has a
+	// Close method. Cases that need a process are skipped.
+	Factory func(stateDir string) (runtime.Driver, error)
+	// Command is the workload: it must print Marker on stdout and then run
+	// until stopped. nil means /bin/sh printing Marker and sleeping.
+	Command []string
+	// Env is the workload's environment; nil means PATH only.
+	Env map[string]string
+	// Stderr receives the plugin's stderr in subprocess mode; nil discards it.
+	Stderr io.Writer
+}
+
+func (c RuntimeConfig) validate() error {
+	if (c.Binary == "") == (c.Factory == nil) {
+		return errors.New("conformance: set exactly one of Binary and Factory")
+	}
+	return nil
+}
+
+func (c RuntimeConfig) command() []string {
+	if len(c.Command) > 0 {
+		return c.Command
+	}
+	return []string{"/bin/sh", "-c", "echo " + Marker + "; exec sleep 300"}
+}
+
+func (c RuntimeConfig) env() map[string]string {
+	if c.Env != nil {
+		return c.Env
+	}
+	return map[string]string{"PATH": os.Getenv("PATH")}
+}
+
+var runtimeKind = kind{
+	cookie:  pluginapi.RuntimeCookieValue,
+	name:    pluginapi.RuntimePluginName,
+	version: runtime.APIVersion,
+	newClient: func(life context.Context, conn grpc.ClientConnInterface) any {
+		return runtime.NewClient(life, conn)
+	},
+	register: func(s *grpc.Server, impl any) {
+		runtimev1.RegisterRuntimeDriverServer(s, runtime.NewServer(impl.(runtime.Driver)))
+	},
+}
+
+// RunRuntimeDriver runs the runtime-driver suite as subtests of t.
+func RunRuntimeDriver(t *testing.T, cfg RuntimeConfig) {
+	t.Helper()
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	runTesting(t, runtimeCases(cfg))
+}
+
+// CheckRuntimeDriver runs the runtime-driver suite outside `go test` and
+// returns the report; the error is for an invalid cfg only.
+func CheckRuntimeDriver(ctx context.Context, cfg RuntimeConfig) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return runReport(ctx, "runtime", cfg.Binary, runtimeCases(cfg)), nil
+}
+
+// RuntimeCaseNames lists the runtime-driver suite's cases in order.
+func RuntimeCaseNames() []string {
+	var out []string
+	for _, c := range runtimeCases(RuntimeConfig{}) {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+type rtSession struct {
+	cfg  RuntimeConfig
+	in   *instance
+	d    *runtime.Client
+	desc *runtime.DescribeResponse
+	next int
+}
+
+func (cfg RuntimeConfig) launch(t T, stateDir string) *rtSession {
+	t.Helper()
+	var in *instance
+	var err error
+	if cfg.Factory != nil {
+		var impl runtime.Driver
+		if impl, err = cfg.Factory(stateDir); err != nil {
+			t.Fatalf("factory: %v", err)
+		}
+		if c, ok := impl.(interface{ Close() error }); ok {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+		in, err = startInProcess(t, impl, runtimeKind)
+	} else {
+		var args []string
+		if cfg.Args != nil {
+			args = cfg.Args(stateDir)
+		}
+		in, err = startBinary(t, cfg.Binary, args, runtimeKind, runtimeKind.cookie, cfg.Stderr)
+	}
+	if err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	s := &rtSession{cfg: cfg, in: in, d: in.raw.(*runtime.Client)}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if s.desc, err = s.d.Describe(ctx); err != nil {
+		t.Fatalf("Describe: %v", err)
+	}
+	return s
+}
+
+func (s *rtSession) ctx(t T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (s *rtSession) key(p string) string {
+	s.next++
+	return fmt.Sprintf("conformance-%s-%d", p, s.next)
+}
+
+// start starts a workload and registers its cleanup.
+func (s *rtSession) start(t T, id string, token uint64) *runtime.WorkloadState {
+	t.Helper()
+	work := t.TempDir()
+	r, err := s.d.Start(s.ctx(t), &runtime.StartRequest{
+		WorkloadID: id, Command: s.cfg.command(), Env: s.cfg.env(), WorkDir: work,
+		LogPath:  filepath.Join(work, "out.log"),
+		Mutation: pluginapi.Mutation{IdempotencyKey: s.key("start"), FencingToken: token},
+	})
+	if err != nil {
+		t.Fatalf("Start %s: %v", id, err)
+	}
+	if r.State == nil {
+		t.Fatalf("Start %s returned no state", id)
+	}
+	pid := r.State.PID
+	t.Cleanup(func() {
+		if pid > 0 {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	})
+	return r.State
+}
+
+func (s *rtSession) stop(t T, id string, mode runtime.StopMode, token uint64) (*runtime.WorkloadState, error) {
+	r, err := s.d.Stop(s.ctx(t), &runtime.StopRequest{WorkloadID: id, Mode: mode, Timeout: 5 * time.Second,
+		Mutation: pluginapi.Mutation{IdempotencyKey: s.key("stop"), FencingToken: token}})
+	if err != nil {
+		return nil, err
+	}
+	return r.State, nil
+}
+
+func showState(s *runtime.WorkloadState) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("%s %s pid=%d exit=%d", s.WorkloadID, s.State, s.PID, s.ExitCode)
+}
+
+func runtimeCases(cfg RuntimeConfig) []testCase {
+	needProcess := func(t T) {
+		if cfg.Factory != nil {
+			t.Skipf("needs a plugin process; run the suite on the binary")
+		}
+	}
+	return []testCase{
+		{"handshake", func(t T) {
+			needProcess(t)
+			s := cfg.launch(t, t.TempDir())
+			if s.in.negotiated != runtime.APIVersion {
+				t.Errorf("negotiated API version %d, want %d", s.in.negotiated, runtime.APIVersion)
+			}
+			if _, err := startBinary(t, cfg.Binary, nil, runtimeKind, pluginapi.ProviderCookieValue, nil); err == nil {
+				t.Errorf("the driver completed a handshake as a provider; it must refuse another kind's cookie")
+			}
+		}},
+		{"describe", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			d := s.desc
+			if !dnsLabel.MatchString(d.Name) {
+				t.Errorf("Describe name %q is not a DNS label", d.Name)
+			}
+			if d.Version == "" {
+				t.Errorf("Describe gives no version")
+			}
+			if !slices.Contains(d.APIVersions, s.in.negotiated) {
+				t.Errorf("Describe lists API versions %v without the negotiated %d", d.APIVersions, s.in.negotiated)
+			}
+			if len(d.Capabilities.IsolationModes) == 0 {
+				t.Errorf("Describe lists no isolation mode")
+			}
+		}},
+		{"health", func(t T) { checkHealth(t, cfg.launch(t, t.TempDir()).d) }},
+		{"start_inspect_list", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			st := s.start(t, "wl_conf_a", 1)
+			if st.WorkloadID != "wl_conf_a" || st.State != runtime.StateRunning || st.Handle.IsZero() {
+				t.Errorf("Start state = %s handle=%+v; want running with a handle", showState(st), st.Handle)
+			}
+			in, err := s.d.Inspect(s.ctx(t), &runtime.InspectRequest{WorkloadID: "wl_conf_a"})
+			if err != nil || in.WorkloadID != "wl_conf_a" || in.State != runtime.StateRunning {
+				t.Errorf("Inspect = %s, %v; want running", showState(in), err)
+			}
+			list, err := s.d.List(s.ctx(t))
+			if err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			if !slices.ContainsFunc(list, func(w *runtime.WorkloadState) bool { return w.WorkloadID == "wl_conf_a" }) {
+				t.Errorf("List does not include the started workload")
+			}
+			if _, err := s.d.Inspect(s.ctx(t), &runtime.InspectRequest{WorkloadID: "wl_conf_unknown"}); !errors.Is(err, runtime.ErrNotFound) {
+				t.Errorf("Inspect of an unknown workload: %v; want code not_found", err)
+			}
+		}},
+		{"start_idempotent", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			work := t.TempDir()
+			req := &runtime.StartRequest{WorkloadID: "wl_conf_b", Command: cfg.command(), Env: cfg.env(), WorkDir: work,
+				LogPath: filepath.Join(work, "out.log"), Mutation: pluginapi.Mutation{IdempotencyKey: "conformance-start-b", FencingToken: 1}}
+			r1, err := s.d.Start(s.ctx(t), req)
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			pid := r1.State.PID
+			t.Cleanup(func() {
+				if pid > 0 {
+					_ = syscall.Kill(-pid, syscall.SIGKILL)
+				}
+			})
+			r2, err := s.d.Start(s.ctx(t), req)
+			if err != nil {
+				t.Fatalf("repeated Start with the same idempotency key: %v", err)
+			}
+			if r2.State.PID != r1.State.PID || r2.State.StartedAt != r1.State.StartedAt {
+				t.Errorf("repeated Start returned another workload:\n first  %s\n repeat %s", showState(r1.State), showState(r2.State))
+			}
+			req.IdempotencyKey = "conformance-start-b2"
+			r3, err := s.d.Start(s.ctx(t), req)
+			if err != nil || r3.State.PID != r1.State.PID {
+				t.Errorf("Start of a running workload with a new key = %s, %v; want the running one", showState(r3.State), err)
+			}
+		}},
+		{"stale_fencing_token", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			s.start(t, "wl_conf_c", 10)
+			_, err := s.stop(t, "wl_conf_c", runtime.StopForced, 5)
+			if err == nil {
+				t.Errorf("Stop with fencing token 5 after 10 succeeded; it must be refused")
+			} else if !errors.Is(err, pluginapi.ErrStaleFencingToken) {
+				t.Errorf("Stop with a stale token failed with code %q, want %q: %v", abierrors.CodeOf(err), abierrors.StaleFencingToken, err)
+			}
+			in, err := s.d.Inspect(s.ctx(t), &runtime.InspectRequest{WorkloadID: "wl_conf_c"})
+			if err != nil || in.State != runtime.StateRunning {
+				t.Errorf("after a refused Stop, Inspect = %s, %v; want running", showState(in), err)
+			}
+		}},
+		{"stop_then_gone", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			s.start(t, "wl_conf_d", 1)
+			st, err := s.stop(t, "wl_conf_d", runtime.StopGraceful, 1)
+			if err != nil {
+				t.Fatalf("graceful Stop: %v", err)
+			}
+			if st == nil || st.State != runtime.StateExited {
+				t.Errorf("Stop returned %s; want exited", showState(st))
+			}
+			if _, err := s.d.Inspect(s.ctx(t), &runtime.InspectRequest{WorkloadID: "wl_conf_d"}); !errors.Is(err, runtime.ErrNotFound) {
+				t.Errorf("Inspect after Stop: %v; want code not_found", err)
+			}
+			if _, err := s.stop(t, "wl_conf_d", runtime.StopGraceful, 1); !errors.Is(err, runtime.ErrNotFound) {
+				t.Errorf("Stop of a stopped workload: %v; want code not_found", err)
+			}
+			s.start(t, "wl_conf_e", 1)
+			if st, err := s.stop(t, "wl_conf_e", runtime.StopForced, 1); err != nil || st == nil || st.State != runtime.StateExited {
+				t.Errorf("forced Stop = %s, %v; want exited", showState(st), err)
+			}
+		}},
+		{"recover", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			st := s.start(t, "wl_conf_f", 1)
+			got, err := s.d.Recover(s.ctx(t), &runtime.RecoverRequest{WorkloadID: "wl_conf_f", Handle: st.Handle})
+			if err != nil || got.State != runtime.StateRunning || got.PID != st.PID {
+				t.Errorf("Recover of a running workload = %s, %v; want %s", showState(got), err, showState(st))
+			}
+			_, err = s.d.Recover(s.ctx(t), &runtime.RecoverRequest{WorkloadID: "wl_conf_unknown", Handle: runtime.Handle{Version: 1 << 20, Data: []byte("?")}})
+			if err == nil {
+				t.Errorf("Recover with a handle of an unknown version succeeded")
+			}
+		}},
+		{"deadline", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			checkDeadline(t, func(ctx context.Context) error {
+				_, err := s.d.List(ctx)
+				return err
+			})
+		}},
+		{"crash_mid_call", func(t T) {
+			needProcess(t)
+			s := cfg.launch(t, t.TempDir())
+			checkCrash(t, s.in, s.d, func(ctx context.Context) error {
+				_, err := s.d.List(ctx)
+				return err
+			})
+		}},
+		{"outlives_driver", func(t T) {
+			needProcess(t)
+			dir := t.TempDir()
+			s := cfg.launch(t, dir)
+			if !s.desc.Capabilities.OutlivesDriver {
+				t.Skipf("capability outlives_driver not advertised")
+			}
+			st := s.start(t, "wl_conf_g", 1)
+			if err := s.in.crash(); err != nil {
+				t.Fatalf("kill the driver: %v", err)
+			}
+			<-s.d.Done()
+			s2 := cfg.launch(t, t.TempDir()) // a fresh state directory: only the handle is left
+			got, err := s2.d.Recover(s2.ctx(t), &runtime.RecoverRequest{WorkloadID: "wl_conf_g", Handle: st.Handle})
+			if err != nil || got.State != runtime.StateRunning || got.PID != st.PID {
+				t.Fatalf("Recover after the driver's crash = %s, %v; want %s running", showState(got), err, showState(st))
+			}
+			if got, err := s2.stop(t, "wl_conf_g", runtime.StopForced, 1); err != nil || got.State != runtime.StateExited {
+				t.Errorf("Stop of the recovered workload = %s, %v", showState(got), err)
+			}
+		}},
+		{"logs", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			if !s.desc.Capabilities.Logs {
+				t.Skipf("capability logs not advertised")
+			}
+			s.start(t, "wl_conf_h", 1)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			w := &markerWriter{want: []byte(Marker), found: cancel}
+			if err := s.d.Logs(ctx, &runtime.LogsRequest{WorkloadID: "wl_conf_h", Follow: true}, w); err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("Logs: %v", err)
+			}
+			if !w.ok() {
+				t.Errorf("Logs did not carry the workload's output %q within 10 s (got %q)", Marker, w.String())
+			}
+		}},
+		{"stats", func(t T) {
+			s := cfg.launch(t, t.TempDir())
+			if !s.desc.Capabilities.Stats {
+				t.Skipf("capability stats not advertised")
+			}
+			s.start(t, "wl_conf_i", 1)
+			st, err := s.d.Stats(s.ctx(t), &runtime.StatsRequest{WorkloadID: "wl_conf_i"})
+			if err != nil {
+				t.Fatalf("Stats: %v", err)
+			}
+			if st.At.IsZero() || st.MemoryBytes <= 0 || st.CPUSeconds < 0 {
+				t.Errorf("Stats = %+v; want a time, memory > 0 and CPU >= 0", st)
+			}
+		}},
+	}
+}
+
+// markerWriter collects output and calls found once it holds want.
+type markerWriter struct {
+	want  []byte
+	found func()
+
+	mu  sync.Mutex
+	buf bytes.Buffer
+	hit bool
+}
+
+func (w *markerWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.hit && bytes.Contains(w.buf.Bytes(), w.want) {
+		w.hit = true
+		w.found()
+	}
+	return len(p), nil
+}
+
+func (w *markerWriter) ok() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.hit
+}
+
+func (w *markerWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.TrimSpace(w.buf.String())
+}

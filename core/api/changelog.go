@@ -1,0 +1,58 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
+)
+
+// recordChange appends a change made by the request's principal to the change
+// log (docs/node-protocol.md section 7). The change is already stored, so a
+// failure here is logged, not returned: the next change still chains on the
+// current head.
+func (s *Server) recordChange(c echo.Context, entityType, entityID, op string, payload any) {
+	if s.cfg.Changelog == nil {
+		return
+	}
+	actorType, actorID := "system", "berthd"
+	if p := principal(c); p != nil {
+		actorType, actorID = string(p.Kind), p.ID
+	}
+	if _, err := s.cfg.Changelog.Append(c.Request().Context(), changelog.Change{
+		ActorType: actorType, ActorID: actorID, EntityType: entityType, EntityID: entityID, Op: op, Payload: payload,
+	}); err != nil {
+		s.log.Error("append to the change log", "entity_type", entityType, "entity_id", entityID, "err", err)
+	}
+}
+
+// listChangelog serves GET /api/v1/changelog?from_seq=N&limit=L for auditors:
+// {"entries": [...], "head_seq": S} with up to L (default and at most 500)
+// consecutive entries from N (default 1), each as sent in log_entries
+// (docs/node-protocol.md section 7).
+func (s *Server) listChangelog(c echo.Context) error {
+	from, err := queryInt(c, "from_seq", 1)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(c, "limit", node.MaxLogBatch)
+	if err != nil {
+		return err
+	}
+	if from < 1 || limit < 1 || limit > node.MaxLogBatch {
+		return problem(abierrors.ValidationFailed, "from_seq must be at least 1 and limit between 1 and 500")
+	}
+	ctx := c.Request().Context()
+	head, _, err := s.cfg.Changelog.Head(ctx)
+	if err != nil {
+		return err
+	}
+	entries, err := s.cfg.Changelog.Range(ctx, from, int(limit))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"entries": entries, "head_seq": head})
+}

@@ -1,0 +1,263 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	abiwasm "github.com/berthhq/berth/abi/wasm"
+	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/policy"
+	"github.com/berthhq/berth/core/routes"
+	"github.com/berthhq/berth/core/services"
+	hostwasm "github.com/berthhq/berth/host/wasm"
+)
+
+// RouteStatuser reports the route table in force (the reconciler).
+type RouteStatuser interface{ RouteStatus() routes.Status }
+
+// registerWasm adds the WebAssembly endpoints (docs/api.md section 6).
+func (s *Server) registerWasm(v1 *echo.Group) {
+	v1.GET("/routes", s.getRoutes, s.auth(identity.ScopeServicesRead))
+	v1.POST("/modules", s.pushModule, s.auth(identity.ScopeAdmin))
+	v1.GET("/modules", s.listModules, s.auth(identity.ScopeAdmin))
+	v1.POST("/policy-bindings", s.bindPolicy, s.auth(identity.ScopeAdmin))
+	v1.GET("/policy-bindings", s.listBindings, s.auth(identity.ScopeAdmin))
+	v1.DELETE("/policy-bindings/:id", s.unbindPolicy, s.auth(identity.ScopeAdmin))
+	v1.GET("/policy-decisions", s.listDecisions, s.auth(identity.ScopeAdmin))
+}
+
+// addReasons puts a policy denial's reasons into a problem body.
+func addReasons(body map[string]any, err error) {
+	var de *policy.DeniedError
+	if errors.As(err, &de) {
+		body["reasons"] = de.Reasons
+	}
+}
+
+func (s *Server) getRoutes(c echo.Context) error {
+	st := routes.Status{Compiler: "none"}
+	if s.cfg.Routes != nil {
+		st = s.cfg.Routes.RouteStatus()
+	}
+	return c.JSON(http.StatusOK, st)
+}
+
+func (s *Server) policyEngine() (*policy.Engine, error) {
+	if s.cfg.Policy == nil {
+		return nil, problem(abierrors.Unavailable, "policies are not enabled on this server")
+	}
+	return s.cfg.Policy, nil
+}
+
+func (s *Server) pushModule(c echo.Context) error {
+	e, err := s.policyEngine()
+	if err != nil {
+		return err
+	}
+	if ct := c.Request().Header.Get("Content-Type"); ct != "application/wasm" && ct != "application/octet-stream" {
+		return problem(abierrors.UnsupportedMedia, "a module is uploaded as application/wasm")
+	}
+	body := http.MaxBytesReader(c.Response(), c.Request().Body, e.MaxModuleBytes())
+	m, err := e.PutModule(c.Request().Context(), body)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe), errors.Is(err, bundles.ErrTooLarge):
+		return problem(abierrors.BodyTooLarge, fmt.Sprintf("module is larger than the limit of %d bytes", e.MaxModuleBytes()))
+	case errors.Is(err, hostwasm.ErrBadModule), errors.Is(err, hostwasm.ErrTrap), errors.Is(err, hostwasm.ErrDeadline), errors.Is(err, hostwasm.ErrBadOutput):
+		return abierrors.Wrap(abierrors.ModuleInvalid, err.Error(), nil)
+	case err != nil:
+		return err
+	}
+	s.log.Info("module pushed", "digest", m.Digest, "kind", m.Kind, "name", m.Name, "version", m.Version)
+	return c.JSON(http.StatusCreated, m)
+}
+
+func (s *Server) listModules(c echo.Context) error {
+	e, err := s.policyEngine()
+	if err != nil {
+		return err
+	}
+	ms, err := e.Modules(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": ms})
+}
+
+// bindingRequest is the body of POST /policy-bindings.
+type bindingRequest struct {
+	Hook          abiwasm.Hook         `json:"hook"`
+	Module        string               `json:"module"`
+	Project       string               `json:"project"`
+	FailurePolicy policy.FailurePolicy `json:"failure_policy"`
+	Config        json.RawMessage      `json:"config"`
+}
+
+func (s *Server) bindPolicy(c echo.Context) error {
+	e, err := s.policyEngine()
+	if err != nil {
+		return err
+	}
+	var req bindingRequest
+	if err := s.bind(c, &req); err != nil {
+		return err
+	}
+	if req.Project != "" && !services.ValidName(req.Project) {
+		return problem(abierrors.InvalidName, fmt.Sprintf("project %q must be a DNS label", req.Project))
+	}
+	b := policy.Binding{Hook: req.Hook, ModuleDigest: req.Module, Project: req.Project, FailurePolicy: req.FailurePolicy}
+	if len(req.Config) > 0 && string(req.Config) != "null" {
+		b.Config = string(req.Config)
+	}
+	out, err := e.Bind(c.Request().Context(), b)
+	switch {
+	case errors.Is(err, policy.ErrModuleNotFound):
+		return problem(abierrors.ModuleNotFound, fmt.Sprintf("no module %q; push it with 'berth module push'", req.Module))
+	case errors.Is(err, policy.ErrInvalidBinding):
+		return problem(abierrors.ValidationFailed, trimSentinel(err))
+	case err != nil:
+		return err
+	}
+	s.log.Info("policy bound", "binding_id", out.ID, "hook", out.Hook, "module", out.Module, "project", out.Project, "failure_policy", out.FailurePolicy)
+	return c.JSON(http.StatusCreated, out)
+}
+
+func (s *Server) listBindings(c echo.Context) error {
+	e, err := s.policyEngine()
+	if err != nil {
+		return err
+	}
+	bs, err := e.Bindings(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": bs})
+}
+
+func (s *Server) unbindPolicy(c echo.Context) error {
+	e, err := s.policyEngine()
+	if err != nil {
+		return err
+	}
+	err = e.Unbind(c.Request().Context(), c.Param("id"))
+	if errors.Is(err, policy.ErrBindingNotFound) {
+		return problem(abierrors.BindingNotFound, fmt.Sprintf("no policy binding %q", c.Param("id")))
+	} else if err != nil {
+		return err
+	}
+	s.log.Info("policy unbound", "binding_id", c.Param("id"))
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) listDecisions(c echo.Context) error {
+	e, err := s.policyEngine()
+	if err != nil {
+		return err
+	}
+	limit := int64(50)
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 || n > 1000 {
+			return problem(abierrors.BadRequest, "limit must be between 1 and 1000")
+		}
+		limit = n
+	}
+	ds, err := e.Decisions(c.Request().Context(), limit)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": ds})
+}
+
+// admit runs the bindings of hook for project and turns a denial into
+// policy_denied with the reasons. Warnings go to the Berth-Policy-Warning
+// header. Without an engine everything is allowed.
+func (s *Server) admit(c echo.Context, project string, in abiwasm.PolicyInput) error {
+	if s.cfg.Policy == nil {
+		return nil
+	}
+	if p := principal(c); p != nil && in.Actor.Kind == "" {
+		in.Actor = abiwasm.Actor{Kind: "token", ID: p.ID}
+		if p.Kind == identity.KindNode {
+			in.Actor.Kind = "node"
+		}
+	}
+	v, err := s.cfg.Policy.Admit(c.Request().Context(), project, in)
+	if err != nil {
+		return err
+	}
+	for _, w := range v.Warnings {
+		c.Response().Header().Add("Berth-Policy-Warning", w)
+	}
+	if v.Allowed {
+		return nil
+	}
+	reasons := v.UniqueReasons()
+	de := &policy.DeniedError{Hook: in.Hook, Reasons: reasons}
+	return &abierrors.Error{Code: abierrors.PolicyDenied, Message: de.Error(), Err: de}
+}
+
+// admitService runs service.apply for svc (not yet stored) in project p.
+func (s *Server) admitService(c echo.Context, p *services.Project, svc *services.Service) error {
+	if s.cfg.Policy == nil {
+		return nil
+	}
+	ctx := c.Request().Context()
+	svcs, err := s.cfg.Catalog.ListServices(ctx, p)
+	if err != nil {
+		return err
+	}
+	var old any
+	for i := range svcs {
+		if svcs[i].Name == svc.Name {
+			old = policy.ServiceObject(&svcs[i])
+			svc.Revision = svcs[i].Revision
+		}
+	}
+	obj := *svc
+	obj.Project = p.Name
+	return s.admit(c, p.Name, abiwasm.PolicyInput{
+		Hook: abiwasm.HookServiceApply, Project: policy.Usage(p.Name, svcs, svc.Name),
+		Object: policy.Raw(policy.ServiceObject(&obj)), OldObject: policy.Raw(old),
+	})
+}
+
+// admitDelete runs service.delete for the stored service name of project p;
+// a missing service is left for the delete to report.
+func (s *Server) admitDelete(c echo.Context, p *services.Project, name string) error {
+	if s.cfg.Policy == nil {
+		return nil
+	}
+	svc, err := s.cfg.Catalog.GetService(c.Request().Context(), p, name)
+	if errors.Is(err, services.ErrServiceNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	return s.admit(c, p.Name, abiwasm.PolicyInput{
+		Hook: abiwasm.HookServiceDelete, Project: &abiwasm.Project{Name: p.Name},
+		Object: policy.Raw(nil), OldObject: policy.Raw(policy.ServiceObject(svc)),
+	})
+}
+
+// enrollAdmitter returns the node.enroll hook for nodes.EnrollRequest.Admit.
+func (s *Server) enrollAdmitter(c echo.Context) func(ctx context.Context, n *nodes.Node) error {
+	if s.cfg.Policy == nil {
+		return nil
+	}
+	return func(ctx context.Context, n *nodes.Node) error {
+		return s.admit(c, "", abiwasm.PolicyInput{
+			Hook: abiwasm.HookNodeEnroll, Actor: abiwasm.Actor{Kind: "join_token"},
+			Object: policy.Raw(policy.NodeObject(n)), OldObject: policy.Raw(nil),
+		})
+	}
+}

@@ -1,0 +1,84 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	abiwasm "github.com/berthhq/berth/abi/wasm"
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/services"
+)
+
+// ServiceObject is s as policies see it (abiwasm.Service).
+func ServiceObject(s *services.Service) abiwasm.Service {
+	o := abiwasm.Service{Project: s.Project, Name: s.Name, Revision: s.Revision, Bundle: s.Bundle, BundleDigest: s.BundleDigest,
+		Command: s.Command, Env: s.Env, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas, CapacityUnits: s.CapacityUnits, Labels: s.Labels}
+	if o.Command == nil {
+		o.Command = []string{}
+	}
+	if o.Env == nil {
+		o.Env = map[string]string{}
+	}
+	if o.Domains == nil {
+		o.Domains = []string{}
+	}
+	if o.Labels == nil {
+		o.Labels = map[string]string{}
+	}
+	return o
+}
+
+// NodeObject is n as policies see it (abiwasm.Node).
+func NodeObject(n *nodes.Node) abiwasm.Node {
+	o := abiwasm.Node{ID: n.ID, Hostname: n.Hostname, Region: n.Region, Labels: n.Labels, Address: n.Address, CPUs: n.CPUs, MemoryMB: n.MemoryMB}
+	if o.Labels == nil {
+		o.Labels = map[string]string{}
+	}
+	return o
+}
+
+// Raw encodes v as an input object; nil gives JSON null.
+func Raw(v any) json.RawMessage {
+	if v == nil {
+		return json.RawMessage("null")
+	}
+	b, err := json.Marshal(v)
+	if err != nil { // plain structs: cannot fail
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+// Usage sums what a project's services other than name use.
+func Usage(project string, svcs []services.Service, name string) *abiwasm.Project {
+	p := &abiwasm.Project{Name: project}
+	for i := range svcs {
+		if svcs[i].Name == name {
+			continue
+		}
+		p.Services++
+		p.Replicas += svcs[i].Replicas
+		p.CapacityUnits += svcs[i].Replicas * svcs[i].CapacityUnits
+	}
+	return p
+}
+
+// Deploy implements the reconciler's deploy hook over an Engine.
+type Deploy struct{ Engine *Engine }
+
+// AdmitDeploy asks the deploy bindings about slot of s on n.
+func (d Deploy) AdmitDeploy(ctx context.Context, s *services.Service, slot int, n *nodes.Node) (bool, []string, error) {
+	in := abiwasm.PolicyInput{
+		Hook:      abiwasm.HookDeploy,
+		Actor:     abiwasm.Actor{Kind: "system"},
+		Project:   &abiwasm.Project{Name: s.Project},
+		Object:    Raw(abiwasm.Placement{Service: ServiceObject(s), Slot: slot, Node: NodeObject(n)}),
+		OldObject: Raw(nil),
+	}
+	v, err := d.Engine.Admit(ctx, s.Project, in)
+	if err != nil {
+		return false, nil, fmt.Errorf("deploy admission: %w", err)
+	}
+	return v.Allowed, v.UniqueReasons(), nil
+}

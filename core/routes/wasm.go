@@ -1,0 +1,86 @@
+package routes
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"time"
+
+	abiroutes "github.com/berthhq/berth/abi/routes"
+	abiwasm "github.com/berthhq/berth/abi/wasm"
+	hostwasm "github.com/berthhq/berth/host/wasm"
+)
+
+// defaultModule is examples/routes built for wasip1 by make generate
+// (scripts/build-wasm.sh); TestDefaultModuleUpToDate keeps it current.
+//
+//go:embed default_routes.wasm
+var defaultModule []byte
+
+// DefaultModule returns the default route compiler, a WebAssembly module
+// built from examples/routes. The caller must not modify the bytes.
+func DefaultModule() []byte { return defaultModule }
+
+// Wasm is a Compiler that runs a route-compiler module (docs/wasm-abi.md
+// section 6). The module's table must hash to the SHA-256 it reports.
+type Wasm struct {
+	Module *hostwasm.Module
+}
+
+var _ Compiler = Wasm{}
+
+// Compile converts in to the ABI's input, sorted by id, and asks the module.
+// Errors wrap the host/wasm errors; the caller keeps its last good table.
+func (w Wasm) Compile(ctx context.Context, in Input) (abiroutes.Table, error) {
+	t, err := w.Module.CompileRoutes(ctx, ToABI(in))
+	if err != nil {
+		return abiroutes.Table{}, fmt.Errorf("compile routes: %w", err)
+	}
+	return t, nil
+}
+
+// Describe names the module: "name version (sha256:...)".
+func (w Wasm) Describe() string {
+	m := w.Module.Metadata()
+	return fmt.Sprintf("%s %s (%s)", m.Name, m.Version, w.Module.Digest())
+}
+
+// Describe names the native compiler.
+func (Native) Describe() string { return "native" }
+
+// ToABI converts a compiler input to the WebAssembly ABI's, sorted by id.
+func ToABI(in Input) abiwasm.RoutesInput {
+	out := abiwasm.RoutesInput{Services: []abiwasm.RouteService{}, Workloads: []abiwasm.RouteWorkload{}}
+	for _, s := range in.Services {
+		out.Services = append(out.Services, abiwasm.RouteService{ID: s.ID, Project: s.Project, Name: s.Name, Domains: append([]string{}, s.Domains...)})
+	}
+	for _, w := range in.Workloads {
+		rw := abiwasm.RouteWorkload{ID: w.ID, ServiceID: w.ServiceID, NodeID: w.NodeID, NodeAddress: w.NodeAddress,
+			Address: w.Address, ObservedStatus: w.ObservedStatus, Health: w.Health}
+		if host, port, err := net.SplitHostPort(w.Address); err == nil {
+			if rw.NodeAddress == "" {
+				rw.NodeAddress = host
+			}
+			rw.Port, _ = strconv.Atoi(port)
+		}
+		out.Workloads = append(out.Workloads, rw)
+	}
+	sort.Slice(out.Services, func(i, j int) bool { return out.Services[i].ID < out.Services[j].ID })
+	sort.Slice(out.Workloads, func(i, j int) bool { return out.Workloads[i].ID < out.Workloads[j].ID })
+	return out
+}
+
+// Status is what GET /api/v1/routes shows: the table in force with its
+// SHA-256, the compiler that made it, and the last failure, if the newest
+// compilation failed (the table in force is then the last good one).
+type Status struct {
+	Table       abiroutes.Table `json:"table"`
+	SHA256      string          `json:"sha256"`
+	Compiler    string          `json:"compiler"`
+	CompiledAt  time.Time       `json:"compiled_at"`
+	LastError   string          `json:"last_error,omitempty"`
+	LastErrorAt *time.Time      `json:"last_error_at,omitempty"`
+}

@@ -1,0 +1,64 @@
+// Package policies holds the example admission policies, one directory each,
+// and this test: every example passes its own policy_test.yaml and the
+// conformance suite (one Go guest and the AssemblyScript guest). Go guests are
+// built here from source; the AssemblyScript module is built by `make modules`.
+package policies
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	wasmconf "github.com/berthhq/berth/conformance/wasm"
+	hostwasm "github.com/berthhq/berth/host/wasm"
+	"github.com/berthhq/berth/internal/wasmtest"
+)
+
+var goExamples = []string{"require-digest", "require-labels", "cap-replicas", "domain-zones"}
+
+func TestExamples(t *testing.T) {
+	ctx := context.Background()
+	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	modules := map[string][]byte{}
+	for _, name := range goExamples {
+		modules[name] = wasmtest.BuildGo(t, "examples/policies/"+name)
+	}
+	as, err := os.ReadFile("require-digest-as/policy.wasm")
+	if err != nil {
+		t.Fatalf("the AssemblyScript example is built by `make modules` (needs Node.js and npm): %v", err)
+	}
+	modules["require-digest-as"] = as
+	for name, wasm := range modules {
+		t.Run(name, func(t *testing.T) {
+			suite, _, err := wasmconf.LoadSuite(name, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := rt.Load(ctx, wasm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range suite.Run(ctx, m) {
+				if r.Err != nil {
+					t.Errorf("%s: %v", r.Name, r.Err)
+				}
+			}
+			if name != "require-digest" && name != "require-digest-as" {
+				return // the conformance suite needs one Go guest and the AssemblyScript one
+			}
+			results, err := wasmconf.Check(ctx, wasm, wasmconf.Options{CacheDir: wasmtest.CacheDir(t), MemoryLimitPages: 256})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range results {
+				if r.Err != nil {
+					t.Errorf("conformance %s: %v", r.Name, r.Err)
+				}
+			}
+		})
+	}
+}

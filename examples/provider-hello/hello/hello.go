@@ -1,0 +1,189 @@
+// Package hello is a minimal provider plugin for vendors to copy: it manages
+// "hello.greeting" resources, each a file in its state directory.
+//
+// It shows the whole contract in little code: Describe with capabilities,
+// configuration validation, a Plan that computes exactly what Apply will
+// store, fencing and idempotency through sdk/guard, and NotFound after
+// Delete. The conformance suite passes on it (see hello_test.go).
+package hello
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/sdk/guard"
+	"github.com/berthhq/berth/sdk/provider"
+)
+
+// ResourceType is the one type this provider manages.
+const ResourceType = "hello.greeting"
+
+// Version is the plugin's own version.
+const Version = "1.0.0"
+
+// Greeting is the attributes of a hello.greeting resource.
+type Greeting struct {
+	Message string `json:"message"`        // required, at most 200 bytes
+	Loud    bool   `json:"loud,omitempty"` // reports whether Message is stored in upper case
+}
+
+// Provider keeps greetings as files under its state directory. Safe for
+// concurrent use; every mutation runs under sdk/guard.Mutate.
+type Provider struct {
+	dir    string
+	guards *guard.Guards
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New returns a provider keeping its greetings and its fencing and
+// idempotency records under stateDir (created 0700).
+func New(stateDir string) (*Provider, error) {
+	if stateDir == "" {
+		return nil, errors.New("hello: a state directory is required")
+	}
+	dir := filepath.Join(stateDir, "greetings")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	g, err := guard.Open(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	return &Provider{dir: dir, guards: g}, nil
+}
+
+// Describe implements provider.Provider. State is in files: DurableState.
+func (p *Provider) Describe(context.Context) (*provider.DescribeResponse, error) {
+	return &provider.DescribeResponse{
+		Name: "hello", Version: Version, APIVersions: []int{provider.APIVersion},
+		Capabilities: provider.Capabilities{
+			ResourceTypes: []provider.ResourceType{{Name: ResourceType}},
+			DurableState:  true,
+		},
+	}, nil
+}
+
+// ValidateConfig implements provider.Provider: the configuration must be an
+// empty JSON object.
+func (p *Provider) ValidateConfig(_ context.Context, req *provider.ConfigRequest) (*provider.ValidateConfigResponse, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(req.Config, &obj); err != nil {
+		return &provider.ValidateConfigResponse{Problems: []string{"config must be a JSON object"}}, nil
+	}
+	var problems []string
+	for k := range obj {
+		problems = append(problems, fmt.Sprintf("unknown config field %q", k))
+	}
+	return &provider.ValidateConfigResponse{Problems: problems}, nil
+}
+
+var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// canonical checks r and returns it as Apply will store it.
+func canonical(r provider.Resource) (provider.Resource, error) {
+	if r.Type != ResourceType {
+		return provider.Resource{}, abierrors.New(abierrors.ValidationFailed, "hello manages only "+ResourceType)
+	}
+	if !validID.MatchString(r.ID) {
+		return provider.Resource{}, abierrors.New(abierrors.ValidationFailed, fmt.Sprintf("id %q: want a DNS label", r.ID))
+	}
+	var g Greeting
+	dec := json.NewDecoder(bytes.NewReader(r.Attributes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&g); err != nil {
+		return provider.Resource{}, abierrors.Wrap(abierrors.ValidationFailed, "attributes do not decode", err)
+	}
+	if g.Message == "" || len(g.Message) > 200 {
+		return provider.Resource{}, abierrors.New(abierrors.ValidationFailed, "message: want 1 to 200 bytes")
+	}
+	if g.Loud {
+		g.Message = strings.ToUpper(g.Message)
+	}
+	raw, _ := json.Marshal(g) // plain struct: cannot fail
+	return provider.Resource{Type: r.Type, ID: r.ID, Attributes: raw}, nil
+}
+
+// Plan implements provider.Provider.
+func (p *Provider) Plan(_ context.Context, req *provider.PlanRequest) (*provider.PlanResponse, error) {
+	planned, err := canonical(req.Desired)
+	if err != nil {
+		return nil, err
+	}
+	return &provider.PlanResponse{Planned: planned, Changes: req.Current == nil || !req.Current.Equal(planned)}, nil
+}
+
+// Apply implements provider.Provider: fenced, idempotent, and storing
+// exactly the plan.
+func (p *Provider) Apply(ctx context.Context, req *provider.ApplyRequest) (*provider.ApplyResponse, error) {
+	return guard.Mutate(ctx, p.guards, req.Planned.Type+"/"+req.Planned.ID, req.Mutation, req, func() (*provider.ApplyResponse, error) {
+		state, err := p.Put(req.Planned)
+		if err != nil {
+			return nil, err
+		}
+		return &provider.ApplyResponse{State: state}, nil
+	})
+}
+
+// Read implements provider.Provider.
+func (p *Provider) Read(_ context.Context, req *provider.ReadRequest) (*provider.ReadResponse, error) {
+	if req.Type != ResourceType || !validID.MatchString(req.ID) {
+		return nil, fmt.Errorf("read %s/%s: %w", req.Type, req.ID, provider.ErrNotFound)
+	}
+	raw, err := os.ReadFile(filepath.Join(p.dir, req.ID+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read %s/%s: %w", req.Type, req.ID, provider.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s/%s: %w", req.Type, req.ID, err)
+	}
+	return &provider.ReadResponse{State: provider.Resource{Type: req.Type, ID: req.ID, Attributes: raw}}, nil
+}
+
+// Delete implements provider.Provider; an absent greeting is success.
+func (p *Provider) Delete(ctx context.Context, req *provider.DeleteRequest) (*provider.DeleteResponse, error) {
+	return guard.Mutate(ctx, p.guards, req.Type+"/"+req.ID, req.Mutation, req, func() (*provider.DeleteResponse, error) {
+		if err := p.Remove(req.Type, req.ID); err != nil {
+			return nil, err
+		}
+		return &provider.DeleteResponse{}, nil
+	})
+}
+
+// Put stores a planned greeting (the effect of Apply, without the guards)
+// and returns the stored state.
+func (p *Provider) Put(planned provider.Resource) (provider.Resource, error) {
+	state, err := canonical(planned)
+	if err != nil {
+		return provider.Resource{}, err
+	}
+	path := filepath.Join(p.dir, state.ID+".json")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, state.Attributes, 0o600); err != nil {
+		return provider.Resource{}, fmt.Errorf("store %s: %w", state.ID, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return provider.Resource{}, fmt.Errorf("store %s: %w", state.ID, err)
+	}
+	return state, nil
+}
+
+// Remove deletes a stored greeting (the effect of Delete, without the
+// guards); an absent one is success.
+func (p *Provider) Remove(typ, id string) error {
+	if typ != ResourceType || !validID.MatchString(id) {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(p.dir, id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,229 @@
+// Package wasm runs Berth's WebAssembly modules with wazero: it compiles them
+// (with an on-disk compilation cache), checks them against abi/wasm, pools
+// instances, and bounds every call in memory, time and log output.
+//
+// Modules get no clock, randomness, file system, environment or network: the
+// WASI clock is fixed and random_get is a fixed sequence, so the same input
+// gives the same output bytes (docs/wasm-abi.md section 3).
+package wasm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	abiwasm "github.com/berthhq/berth/abi/wasm"
+)
+
+// Defaults of [Config].
+const (
+	DefaultMemoryLimitPages = 1024 // 64 MiB
+	DefaultTimeout          = time.Second
+	DefaultMaxInputBytes    = 4 << 20
+	DefaultMaxOutputBytes   = 4 << 20
+	DefaultLogLines         = 16
+	DefaultLogLineBytes     = 1024
+)
+
+// Config configures a [Runtime]. The zero value works: in-memory compilation
+// only, the defaults above, GOMAXPROCS instances per module.
+type Config struct {
+	// CacheDir holds compiled machine code across restarts; empty keeps it in
+	// memory only. Compiling a Go module takes about a second; loading it from
+	// the cache tens of milliseconds.
+	CacheDir string
+	// MemoryLimitPages caps one instance's linear memory in 64 KiB pages; zero
+	// means DefaultMemoryLimitPages. A module declaring more fails to load; a
+	// module growing past it gets a failed memory.grow.
+	MemoryLimitPages uint32
+	// Timeout bounds one call (allocate, entry point, deallocate); zero means
+	// DefaultTimeout. A call still running then is stopped and fails with
+	// ErrDeadline, and its instance is discarded.
+	Timeout time.Duration
+	// MaxInstances bounds the instances of one module, and so its concurrent
+	// calls; zero or negative means GOMAXPROCS. Callers beyond it wait.
+	MaxInstances int
+	// MaxInputBytes and MaxOutputBytes bound the JSON crossing the boundary;
+	// zero means the defaults (4 MiB).
+	MaxInputBytes  int
+	MaxOutputBytes int
+	// LogLines and LogLineBytes bound what one call may write with the host
+	// log import; zero means the defaults (16 lines of 1 KiB). Further lines
+	// are dropped and counted.
+	LogLines     int
+	LogLineBytes int
+	// Logger receives module log lines and host events; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.MemoryLimitPages == 0 {
+		c.MemoryLimitPages = DefaultMemoryLimitPages
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxInstances <= 0 {
+		c.MaxInstances = runtime.GOMAXPROCS(0)
+	}
+	if c.MaxInputBytes <= 0 {
+		c.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.LogLines <= 0 {
+		c.LogLines = DefaultLogLines
+	}
+	if c.LogLineBytes <= 0 {
+		c.LogLineBytes = DefaultLogLineBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Errors of [Runtime.Load] and [Module] calls. Each is wrapped with the
+// module's name and digest; test with errors.Is.
+var (
+	// ErrBadModule: Load refused the module: not WebAssembly, an import the
+	// host does not provide, a missing or mistyped export, an ABI major this
+	// host does not speak, or invalid metadata.
+	ErrBadModule = errors.New("berth: module does not implement the WebAssembly ABI")
+	// ErrDeadline: a call ran past Config.Timeout (or the caller's ctx ended)
+	// and was stopped.
+	ErrDeadline = errors.New("berth: module call stopped at its deadline")
+	// ErrTrap: the module trapped or exited during a call (a bug in the
+	// module, or memory exhausted).
+	ErrTrap = errors.New("berth: module trapped")
+	// ErrMemory: the module could not allocate room for the input.
+	ErrMemory = errors.New("berth: module could not allocate memory")
+	// ErrTooLarge: the input or the output is over its limit.
+	ErrTooLarge = errors.New("berth: module input or output too large")
+	// ErrBadOutput: the module answered something the ABI does not allow;
+	// this is a bug in the module.
+	ErrBadOutput = errors.New("berth: module broke the ABI")
+	// ErrGuest: the module answered with the error convention; the
+	// *abiwasm.GuestError is in the chain.
+	ErrGuest = errors.New("berth: module refused the input")
+)
+
+// Runtime compiles and runs modules. It is safe for concurrent use. Close it
+// to free compiled code and instances.
+type Runtime struct {
+	cfg   Config
+	log   *slog.Logger
+	rt    wazero.Runtime
+	cache wazero.CompilationCache
+
+	mu      sync.Mutex
+	modules map[string]*Module // by digest; mu must be held
+}
+
+// New returns a Runtime with the WASI preview 1 imports (deterministic, no
+// system access) and the berth host module.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	cfg.defaults()
+	rc := wazero.NewRuntimeConfig().
+		WithMemoryLimitPages(cfg.MemoryLimitPages).
+		WithCloseOnContextDone(true)
+	var cache wazero.CompilationCache
+	if cfg.CacheDir != "" {
+		if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create wasm cache directory: %w", err)
+		}
+		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("open wasm compilation cache: %w", err)
+		}
+		cache = c
+		rc = rc.WithCompilationCache(c)
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, rc)
+	r := &Runtime{cfg: cfg, log: cfg.Logger.With("component", "wasm"), rt: rt, cache: cache, modules: map[string]*Module{}}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		_ = rt.Close(ctx)
+		return nil, fmt.Errorf("instantiate WASI: %w", err)
+	}
+	if _, err := rt.NewHostModuleBuilder(abiwasm.HostModule).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(r.hostLog),
+		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, nil).
+		Export(abiwasm.HostLog).
+		Instantiate(ctx); err != nil {
+		_ = rt.Close(ctx)
+		return nil, fmt.Errorf("instantiate host module: %w", err)
+	}
+	return r, nil
+}
+
+// Close closes every module and frees compiled code. Calls in flight fail.
+func (r *Runtime) Close(ctx context.Context) error {
+	err := r.rt.Close(ctx)
+	if r.cache != nil {
+		err = errors.Join(err, r.cache.Close(ctx))
+	}
+	return err
+}
+
+// Digest returns "sha256:<hex>" of wasm, the id of a module.
+func Digest(wasm []byte) string {
+	sum := sha256.Sum256(wasm)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Load compiles wasm, checks it against the ABI (imports, exports and their
+// types, berth_abi_version, berth_metadata) and returns the module, ready to
+// call. A module loaded before is returned again without compiling. Errors
+// wrap ErrBadModule, or a call error of the first instance. Load does not
+// take ownership of wasm.
+func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
+	digest := Digest(wasm)
+	r.mu.Lock()
+	if m, ok := r.modules[digest]; ok {
+		r.mu.Unlock()
+		return m, nil
+	}
+	r.mu.Unlock()
+
+	compiled, err := r.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, fmt.Errorf("module %s: compile: %w: %w", digest, ErrBadModule, err)
+	}
+	m := &Module{rt: r, compiled: compiled, digest: digest, idle: make(chan *instance, r.cfg.MaxInstances), slots: make(chan struct{}, r.cfg.MaxInstances)}
+	m.meta.Name = "unnamed"
+	if err := m.check(ctx); err != nil {
+		_ = compiled.Close(ctx)
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev, ok := r.modules[digest]; ok { // lost a race with another Load
+		_ = m.Close(ctx)
+		return prev, nil
+	}
+	r.modules[digest] = m
+	return m, nil
+}
+
+// Unload closes the module of digest and forgets it; unknown digests are
+// ignored.
+func (r *Runtime) Unload(ctx context.Context, digest string) {
+	r.mu.Lock()
+	m := r.modules[digest]
+	delete(r.modules, digest)
+	r.mu.Unlock()
+	if m != nil {
+		_ = m.Close(ctx)
+	}
+}

@@ -1,0 +1,92 @@
+package wasm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/berthhq/berth/abi/routes"
+	abiwasm "github.com/berthhq/berth/abi/wasm"
+)
+
+// Evaluate asks a policy module for a decision. It returns the module's
+// decision, or an error: the Call errors, ErrGuest (wrapping the module's
+// *abiwasm.GuestError) when the module used the error convention, and
+// ErrBadOutput when the answer is not a PolicyOutput. A deny without
+// reasons gets the reason "denied by policy <name>".
+func (m *Module) Evaluate(ctx context.Context, in abiwasm.PolicyInput) (abiwasm.PolicyOutput, error) {
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return abiwasm.PolicyOutput{}, fmt.Errorf("encode policy input: %w", err)
+	}
+	return m.EvaluateJSON(ctx, raw)
+}
+
+// EvaluateJSON is Evaluate with the input already encoded.
+func (m *Module) EvaluateJSON(ctx context.Context, input []byte) (abiwasm.PolicyOutput, error) {
+	if m.meta.Kind != abiwasm.KindPolicy {
+		return abiwasm.PolicyOutput{}, m.errf(ErrBadModule, "is a %s module, not a policy", m.meta.Kind)
+	}
+	raw, err := m.Call(ctx, input)
+	if err != nil {
+		return abiwasm.PolicyOutput{}, err
+	}
+	var out abiwasm.PolicyOutput
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return out, m.errf(ErrBadOutput, "policy output is not JSON: %s", err)
+	}
+	if out.Error != nil {
+		return out, fmt.Errorf("module %s (%s): %w: %w", m.meta.Name, m.digest, ErrGuest, out.Error)
+	}
+	switch out.Decision {
+	case abiwasm.Allow:
+	case abiwasm.Deny:
+		if len(out.Reasons) == 0 {
+			out.Reasons = []string{"denied by policy " + m.meta.Name}
+		}
+	default:
+		return out, m.errf(ErrBadOutput, "decision %q is neither allow nor deny", out.Decision)
+	}
+	return out, nil
+}
+
+// CompileRoutes asks a route-compiler module for the route table. The
+// module's SHA-256 must equal [routes.Table.Digest] of the table it returned,
+// and hostnames must be non-empty and unique; otherwise the error wraps
+// ErrBadOutput. The table comes back normalized, without a revision.
+func (m *Module) CompileRoutes(ctx context.Context, in abiwasm.RoutesInput) (routes.Table, error) {
+	if m.meta.Kind != abiwasm.KindRoutes {
+		return routes.Table{}, m.errf(ErrBadModule, "is a %s module, not a route compiler", m.meta.Kind)
+	}
+	input, err := json.Marshal(in)
+	if err != nil {
+		return routes.Table{}, fmt.Errorf("encode routes input: %w", err)
+	}
+	raw, err := m.Call(ctx, input)
+	if err != nil {
+		return routes.Table{}, err
+	}
+	var out abiwasm.RoutesOutput
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return routes.Table{}, m.errf(ErrBadOutput, "routes output is not JSON: %s", err)
+	}
+	if out.Error != nil {
+		return routes.Table{}, fmt.Errorf("module %s (%s): %w: %w", m.meta.Name, m.digest, ErrGuest, out.Error)
+	}
+	t := routes.Table{Routes: out.Routes}
+	seen := map[string]bool{}
+	for _, r := range t.Routes {
+		if r.Hostname == "" || seen[r.Hostname] {
+			return routes.Table{}, m.errf(ErrBadOutput, "route table has an empty or repeated hostname %q", r.Hostname)
+		}
+		seen[r.Hostname] = true
+	}
+	if d := t.Digest(); d != out.SHA256 {
+		return routes.Table{}, m.errf(ErrBadOutput, "route table hashes to %s, the module said %s", d, out.SHA256)
+	}
+	t.Normalize()
+	if t.Routes == nil {
+		t.Routes = []routes.Route{}
+	}
+	return t, nil
+}

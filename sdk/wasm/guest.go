@@ -1,0 +1,129 @@
+// Package wasm helps write Berth WebAssembly modules in Go: policies and route
+// compilers built with GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared.
+//
+// Importing the package exports allocate, deallocate and berth_abi_version
+// (docs/wasm-abi.md section 2). A module adds its metadata and its entry point:
+//
+//	//go:wasmexport berth_metadata
+//	func metadata() uint64 { return wasm.Metadata(abiwasm.KindPolicy, "require-labels", "1.0.0") }
+//
+//	//go:wasmexport policy_evaluate
+//	func evaluate(ptr, size uint32) uint64 { return wasm.Policy(ptr, size, decide) }
+//
+//	func decide(in abiwasm.PolicyInput) abiwasm.PolicyOutput { ... }
+//
+//	func main() {}
+//
+// The functions in this file are plain Go and build everywhere, so a policy's
+// decision logic can be tested with go test on the host; the exports build
+// only for wasip1.
+package wasm
+
+import (
+	"encoding/json"
+	"fmt"
+
+	abiwasm "github.com/berthhq/berth/abi/wasm"
+)
+
+// PolicyFunc decides one admission request. It returns [Allow], [Deny] or an
+// output carrying an error ([Fail]).
+type PolicyFunc func(in abiwasm.PolicyInput) abiwasm.PolicyOutput
+
+// RoutesFunc compiles the route table. [HandleRoutes] adds the table's SHA-256.
+type RoutesFunc func(in abiwasm.RoutesInput) ([]Route, error)
+
+// Allow is an allow decision with optional warnings.
+func Allow(warnings ...string) abiwasm.PolicyOutput {
+	return abiwasm.PolicyOutput{Decision: abiwasm.Allow, Warnings: warnings}
+}
+
+// Deny is a deny decision; it needs at least one reason, so with none it
+// gives the reason "denied by policy".
+func Deny(reasons ...string) abiwasm.PolicyOutput {
+	if len(reasons) == 0 {
+		reasons = []string{"denied by policy"}
+	}
+	return abiwasm.PolicyOutput{Decision: abiwasm.Deny, Reasons: reasons}
+}
+
+// Fail is the error convention's answer (docs/wasm-abi.md section 4).
+func Fail(code, format string, args ...any) abiwasm.PolicyOutput {
+	return abiwasm.PolicyOutput{Error: &abiwasm.GuestError{Code: code, Message: fmt.Sprintf(format, args...)}}
+}
+
+// Object decodes in's object (or, with old, its old object) into a T. It
+// returns ok false when the object is null or absent, and an error when it is
+// not a T.
+func Object[T any](raw json.RawMessage) (v T, ok bool, err error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return v, false, nil
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return v, false, fmt.Errorf("decode object: %w", err)
+	}
+	return v, true, nil
+}
+
+// Config decodes in's binding configuration into a T; a null configuration
+// leaves the zero T.
+func Config[T any](in abiwasm.PolicyInput) (T, error) {
+	var v T
+	if len(in.Config) == 0 || string(in.Config) == "null" {
+		return v, nil
+	}
+	if err := json.Unmarshal(in.Config, &v); err != nil {
+		return v, fmt.Errorf("decode config: %w", err)
+	}
+	return v, nil
+}
+
+// HandlePolicy decodes a [abiwasm.PolicyInput] from input, calls fn and
+// encodes its answer. Malformed input and an invalid answer become the error
+// convention's output, never a trap.
+func HandlePolicy(input []byte, fn PolicyFunc) []byte {
+	var in abiwasm.PolicyInput
+	if err := json.Unmarshal(input, &in); err != nil {
+		return mustJSON(Fail(abiwasm.ErrCodeBadInput, "decode policy input: %s", err))
+	}
+	if !in.Hook.Valid() {
+		return mustJSON(Fail(abiwasm.ErrCodeUnsupported, "unknown hook %q", in.Hook))
+	}
+	out := fn(in)
+	if out.Error == nil && out.Decision != abiwasm.Allow && out.Decision != abiwasm.Deny {
+		out = Fail("bad_output", "policy returned decision %q", out.Decision)
+	}
+	return mustJSON(out)
+}
+
+// HandleRoutes decodes a [abiwasm.RoutesInput] from input, calls fn, and
+// encodes the table with its SHA-256 ([routes.Table.Digest]).
+func HandleRoutes(input []byte, fn RoutesFunc) []byte {
+	var in abiwasm.RoutesInput
+	if err := json.Unmarshal(input, &in); err != nil {
+		return mustJSON(abiwasm.RoutesOutput{Error: &abiwasm.GuestError{Code: abiwasm.ErrCodeBadInput, Message: "decode routes input: " + err.Error()}})
+	}
+	rs, err := fn(in)
+	if err != nil {
+		return mustJSON(abiwasm.RoutesOutput{Error: &abiwasm.GuestError{Code: "compile_failed", Message: err.Error()}})
+	}
+	t := abiwasmTable{Routes: rs}
+	t.Normalize()
+	if t.Routes == nil {
+		t.Routes = []abiwasmRoute{}
+	}
+	return mustJSON(abiwasm.RoutesOutput{Routes: t.Routes, SHA256: t.Digest()})
+}
+
+// MetadataJSON is the JSON berth_metadata returns for a module of kind k.
+func MetadataJSON(k abiwasm.Kind, name, version string) []byte {
+	return mustJSON(abiwasm.Metadata{Kind: k, ABIMajor: abiwasm.Major, ABIMinor: abiwasm.Minor, Name: name, Version: version})
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil { // only plain structs and strings: a bug here
+		b, _ = json.Marshal(Fail("internal", "encode output: %s", err))
+	}
+	return b
+}
