@@ -13,9 +13,11 @@ import (
 	"sync"
 	"time"
 
+	berrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/localstore"
+	"github.com/berthhq/berth/agent/metrics"
 	"github.com/berthhq/berth/agent/reconcile"
 	"github.com/berthhq/berth/agent/session"
 	"github.com/berthhq/berth/sdk/client"
@@ -23,6 +25,12 @@ import (
 
 // Version is the agent version sent in hello when Config.AgentVersion is empty.
 const Version = "0.1.0"
+
+// ErrRemoved is returned by [Agent.Run] when the node was removed from the
+// cluster (docs/node-protocol.md section 10): the core ended the session with
+// node_removed, now or before. The agent never dials again from this data
+// directory; workloads keep running, and a new enrollment needs a new one.
+var ErrRemoved = errors.New("berth: this node was removed from the cluster; enroll it anew with a new data directory to use it again")
 
 // Config configures an Agent. DataDir and Driver are required.
 type Config struct {
@@ -134,8 +142,17 @@ func (a *Agent) Close() error {
 //     each changed status report is sent.
 //
 // A fatal error from the core stops the session (logged) but not the loop.
-// Run returns nil when ctx ends; workloads keep running.
+// Run returns nil when ctx ends, and [ErrRemoved] when the node was removed
+// (now or before); workloads keep running either way.
 func (a *Agent) Run(ctx context.Context) error {
+	if at, removed, err := a.store.Meta(ctx, localstore.MetaRemovedAt); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	} else if removed {
+		return fmt.Errorf("agent: removed at %s: %w", at, ErrRemoved)
+	}
+	ctx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
+	var removedErr error
 	desc, err := a.cfg.Driver.Describe(ctx)
 	if err != nil {
 		return fmt.Errorf("agent: describe driver: %w", err)
@@ -163,6 +180,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: bundle client: %w", err)
 	}
 
+	// The metrics ring lives in memory only (docs/node-protocol.md section 5.17).
+	ring := metrics.New(metrics.Config{Workloads: workloadStats(a.cfg.Driver), Now: a.cfg.Now})
 	var sess *session.Client
 	observed := make(chan struct{}, 1)
 	loop, err := reconcile.New(reconcile.Config{
@@ -206,10 +225,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			if err != nil {
 				return node.Hello{}, err
 			}
+			logSeq, logHash, err := a.store.LogHead(ctx)
+			if err != nil {
+				return node.Hello{}, err
+			}
 			return node.Hello{
 				NodeID: a.id.NodeID, AgentVersion: a.cfg.AgentVersion, BootID: bootID(),
 				StoredRev: stored, AppliedRev: applied, Capacity: a.capacity, Drivers: []string{desc.Name},
 				DriverVersions: map[string]string{desc.Name: desc.Version}, DroppedEvents: dropped,
+				LogSeq: logSeq, LogHash: logHash,
 			}, nil
 		},
 		Status: func(ctx context.Context) (node.StatusReport, error) {
@@ -220,6 +244,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		},
 		OnStored:   func(int64) { loop.Wake() },
 		Events:     a.store,
+		Log:        a.store,
+		Keys:       a.store,
+		Commands:   &commands{driver: a.cfg.Driver, ring: ring, now: a.cfg.Now},
 		HTTPClient: a.cfg.HTTPClient,
 		Logger:     a.log.With("component", "session"),
 		Now:        a.cfg.Now,
@@ -231,7 +258,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		ring.Run(ctx)
+	}()
 	go func() {
 		defer wg.Done()
 		a.watchObserved(ctx, loop, observed, sess)
@@ -242,12 +273,24 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		if err := sess.Run(ctx); err != nil && ctx.Err() == nil {
+		err := sess.Run(ctx)
+		var fatal *session.FatalError
+		if errors.As(err, &fatal) && fatal.Code == string(berrors.NodeRemoved) {
+			// Section 10: stop for good, leave the workloads running.
+			if err := a.store.SetMeta(context.WithoutCancel(ctx), localstore.MetaRemovedAt, a.cfg.Now().UTC().Format(time.RFC3339)); err != nil {
+				a.log.Error("record the node's removal", "error", err)
+			}
+			a.log.Error("this node was removed from the cluster; stopping for good, workloads keep running")
+			removedErr = ErrRemoved
+			stopAll()
+			return
+		}
+		if err != nil && ctx.Err() == nil {
 			a.log.Error("node session stopped; workloads keep running on the stored snapshot", "error", err)
 		}
 	}()
 	wg.Wait()
-	return nil
+	return removedErr
 }
 
 // recoverWorkloads gives the driver back the handle of every workload the

@@ -149,7 +149,7 @@ func (cfg RuntimeConfig) launch(t T, stateDir string) *rtSession {
 }
 
 func (s *rtSession) ctx(t T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), callBudget)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -65,6 +65,22 @@ const (
 	BadSignature       Code = "bad_signature"       // desired_state signature does not verify
 	FenceFailed        Code = "fence_failed"        // a self-fence could not confirm its workloads stopped
 	SessionReplaced    Code = "session_replaced"    // a newer session of the same node closed this one; fatal
+	LogDiverged        Code = "log_diverged"        // hello's log_seq/log_hash differ from the core's change log; non-fatal (section 7.5)
+	StreamLimit        Code = "stream_limit"        // a stream_open beyond the per-session limit (section 5.15)
+	NodeRemoved        Code = "node_removed"        // the node was removed; fatal, the agent stops dialling for good (section 10)
+)
+
+// Orchestration codes: project leases, placement and the operation queue (docs/runner-protocol.md
+// section 9). PROJECT_BUSY and PROJECT_LEASE_LOST keep their historical upper-case spelling.
+const (
+	ProjectBusy            Code = "PROJECT_BUSY"             // another control-plane worker holds the project's lease (409)
+	ProjectLeaseLost       Code = "PROJECT_LEASE_LOST"       // the project lease expired or was taken while an operation ran (409)
+	OperationLeaseLost     Code = "operation_lease_lost"     // a runner's operation lease is no longer current: reclaimed, expired or settled (409)
+	PlacementModeImmutable Code = "placement_mode_immutable" // a later desired generation asked for another placement_mode (409)
+	PlacementPinned        Code = "placement_pinned"         // region or requirements of a pinned placement cannot change (409)
+	CapacityInUse          Code = "capacity_in_use"          // a node advertised less capacity than it has reserved (409)
+	RequirementInUse       Code = "requirement_in_use"       // a node dropped a label or endpoint an assigned placement requires (409)
+	EnrollmentInvalid      Code = "enrollment_invalid"       // a runner enrollment token is unknown, used, expired or bound to another node or region (401)
 )
 
 var statuses = map[Code]int{
@@ -99,6 +115,16 @@ var statuses = map[Code]int{
 	BindingNotFound:      http.StatusNotFound,
 	StaleFencingToken:    http.StatusConflict,
 	Unimplemented:        http.StatusNotImplemented,
+
+	// Orchestration.
+	ProjectBusy:            http.StatusConflict,
+	ProjectLeaseLost:       http.StatusConflict,
+	OperationLeaseLost:     http.StatusConflict,
+	PlacementModeImmutable: http.StatusConflict,
+	PlacementPinned:        http.StatusConflict,
+	CapacityInUse:          http.StatusConflict,
+	RequirementInUse:       http.StatusConflict,
+	EnrollmentInvalid:      http.StatusUnauthorized,
 }
 
 // HTTPStatus reports the HTTP status that carries c; 500 for a code without one.

@@ -171,10 +171,16 @@ type WorkloadStatus struct {
 }
 
 // CommandResult answers desired_state (meaning "stored") and commands (section 5.9).
+//
+// Lines answers logs_query, Metrics metrics_query and Probe probe; each is
+// absent otherwise.
 type CommandResult struct {
-	Status string     `json:"status"` // "ok" or "error"
-	Detail string     `json:"detail,omitempty"`
-	Error  *ErrorBody `json:"error,omitempty"`
+	Status  string     `json:"status"` // "ok" or "error"
+	Detail  string     `json:"detail,omitempty"`
+	Error   *ErrorBody `json:"error,omitempty"`
+	Lines   []LogLine  `json:"lines,omitempty"`
+	Metrics *Metrics   `json:"metrics,omitempty"`
+	Probe   *Probe     `json:"probe,omitempty"`
 }
 
 // ErrorBody is the body of an error message, and the error of a CommandResult (section 5.18).

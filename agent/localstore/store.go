@@ -106,6 +106,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("create store schema: %w", err)
 	}
+	if _, err := db.ExecContext(ctx, changelogSchema); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("create store schema: %w", err)
+	}
 	if err := migrate(ctx, db); err != nil {
 		_ = db.Close()
 		return nil, err

@@ -60,6 +60,18 @@ type EventBuffer interface {
 	ReportedDroppedEvents(ctx context.Context, n int64) error
 }
 
+// LogStore is the node's copy of the change log (docs/node-protocol.md
+// section 7.4). *localstore.Store satisfies it.
+type LogStore interface {
+	// LogHead returns the newest stored entry's seq and hash (0, "" when empty).
+	LogHead(ctx context.Context) (int64, string, error)
+	// AppendLog stores verified entries that follow the head.
+	AppendLog(ctx context.Context, entries []node.LogEntry) error
+	// QuarantineLog moves the copy aside (never deleting it) and starts an
+	// empty one; it returns the name of the copy kept.
+	QuarantineLog(ctx context.Context, now time.Time) (string, error)
+}
+
 // Config configures a Client. ServerURL, Credential, ClusterKey, Store, Hello
 // and Status are required.
 type Config struct {
@@ -76,6 +88,15 @@ type Config struct {
 	// An event written to a socket that then fails may be lost only if the
 	// core never read it; one sent twice is stored once (the core dedups by id).
 	Events EventBuffer
+	// Log, when not nil, follows the core's change log: each log_entries
+	// batch is verified in order against the stored head, stored and
+	// acknowledged; log_diverged moves the copy aside. Nil ignores log_entries.
+	Log LogStore
+	// Commands serves command and stream_open; nil answers them with
+	// unimplemented.
+	Commands Commands
+	// Keys persists a rotated signing key; nil refuses signing_key_rotate.
+	Keys KeyStore
 	// OnStored is called after a newer snapshot was persisted and acknowledged; nil means none.
 	OnStored func(rev int64)
 	// HTTPClient dials the WebSocket; nil means http.DefaultClient. Its Timeout must be zero.
@@ -115,6 +136,7 @@ func (e *FatalError) Error() string {
 // Client keeps one node session up, redialling as section 4.4 says.
 type Client struct {
 	cfg    Config
+	key    atomic.Pointer[ed25519.PublicKey] // the pinned signing key; replaced by signing_key_rotate
 	log    *slog.Logger
 	report chan struct{}
 	events chan struct{}
@@ -159,8 +181,14 @@ func New(cfg Config) (*Client, error) {
 	if cfg.BackoffReset <= 0 {
 		cfg.BackoffReset = DefaultBackoffReset
 	}
-	return &Client{cfg: cfg, log: cfg.Logger, report: make(chan struct{}, 1), events: make(chan struct{}, 1)}, nil
+	cl := &Client{cfg: cfg, log: cfg.Logger, report: make(chan struct{}, 1), events: make(chan struct{}, 1)}
+	key := cfg.ClusterKey
+	cl.key.Store(&key)
+	return cl, nil
 }
+
+// clusterKey returns the currently pinned signing key.
+func (c *Client) clusterKey() ed25519.PublicKey { return *c.key.Load() }
 
 // EventsPending asks for the event buffer to be flushed on the current
 // session soon. It never blocks; without a session it does nothing.
@@ -257,6 +285,7 @@ type conn struct {
 	timeout atomic.Int64 // write and welcome bound, nanoseconds
 	timers  chan timers
 	dropped int64 // dropped_events the hello carried
+	streams streams
 }
 
 type timers struct {
@@ -326,7 +355,7 @@ func (c *Client) session(ctx context.Context) error {
 
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
-	s := &conn{c: c, ws: ws, timers: make(chan timers, 1)}
+	s := &conn{c: c, ws: ws, timers: make(chan timers, 1), streams: streams{open: map[string]context.CancelFunc{}}}
 	s.timeout.Store(int64(c.cfg.SessionTimeout))
 
 	hello, err := c.cfg.Hello(sctx)
@@ -362,6 +391,7 @@ func (c *Client) session(ctx context.Context) error {
 	err = s.readLoop(sctx, welcomed)
 	scancel()
 	wg.Wait()
+	s.streams.wg.Wait()
 	return err // the deferred CloseNow ends the connection without waiting for the peer
 }
 
@@ -555,6 +585,26 @@ func (s *conn) readLoop(ctx context.Context, welcomed chan struct{}) error {
 			if err := s.onDesiredState(ctx, env); err != nil {
 				return err
 			}
+		case node.TypeCommand:
+			if err := s.onCommand(ctx, env); err != nil {
+				return err
+			}
+		case node.TypeStreamOpen:
+			if err := s.onStreamOpen(ctx, env); err != nil {
+				return err
+			}
+		case node.TypeStreamClose:
+			if err := s.onStreamClose(ctx, env); err != nil {
+				return err
+			}
+		case node.TypeSigningKeyRotate:
+			if err := s.onSigningKeyRotate(ctx, env); err != nil {
+				return err
+			}
+		case node.TypeLogEntries:
+			if err := s.onLogEntries(ctx, env); err != nil {
+				return err
+			}
 		case node.TypePing:
 			if err := s.send(ctx, node.TypePong, env.ID, struct{}{}); err != nil {
 				return err
@@ -566,6 +616,14 @@ func (s *conn) readLoop(ctx context.Context, welcomed chan struct{}) error {
 			_ = json.Unmarshal(env.Body, &eb)
 			if eb.Fatal {
 				return &FatalError{Code: eb.Code, Message: eb.Message}
+			}
+			if eb.Code == string(berrors.LogDiverged) && c.cfg.Log != nil {
+				kept, err := c.cfg.Log.QuarantineLog(ctx, c.cfg.Now())
+				if err != nil {
+					return fmt.Errorf("move the diverged change log aside: %w", err)
+				}
+				c.log.Warn("change-log copy diverged from the core's; moved aside, refollowing from seq 1", "kept_as", kept)
+				continue
 			}
 			c.log.Warn("core reported an error", "code", eb.Code, "message", eb.Message, "re", env.Re)
 		default:
@@ -580,7 +638,7 @@ func (s *conn) readLoop(ctx context.Context, welcomed chan struct{}) error {
 // (sections 5.11 and 6.1). It returns an error only when the session must end.
 func (s *conn) onDesiredState(ctx context.Context, env node.Envelope) error {
 	c := s.c
-	ds, err := node.Verify(env.Body, c.cfg.ClusterKey)
+	ds, err := node.Verify(env.Body, c.clusterKey())
 	if err != nil {
 		c.log.Warn("refused desired_state with a bad signature; keeping the stored snapshot", "error", err)
 		return s.sendError(ctx, env.ID, berrors.BadSignature, "desired_state signature does not verify against the cluster signing key", false)
@@ -614,4 +672,41 @@ func (s *conn) onDesiredState(ctx context.Context, env node.Envelope) error {
 		c.cfg.OnStored(ds.Rev) // stored is stored: reconcile even when the ack could not be sent
 	}
 	return err
+}
+
+// onLogEntries verifies a log_entries batch entry by entry against the stored
+// head, stores the entries that verified and acknowledges the newest one
+// (section 7.4). A batch that does not chain onto the head is answered with
+// a non-fatal bad_message and nothing of it is stored after the first bad
+// entry. It returns an error only when the session must end.
+func (s *conn) onLogEntries(ctx context.Context, env node.Envelope) error {
+	c := s.c
+	if c.cfg.Log == nil {
+		return nil
+	}
+	var batch node.LogEntries
+	if err := json.Unmarshal(env.Body, &batch); err != nil {
+		return s.sendError(ctx, env.ID, berrors.BadMessage, "log_entries body does not parse", false)
+	}
+	seq, hash, err := c.cfg.Log.LogHead(ctx)
+	if err != nil {
+		return fmt.Errorf("read change-log head: %w", err)
+	}
+	n, verr := node.VerifyChain(seq, hash, batch.Entries)
+	if n > 0 {
+		good := batch.Entries[:n]
+		if err := c.cfg.Log.AppendLog(ctx, good); err != nil {
+			c.log.Error("store change-log entries", "from_seq", good[0].Seq, "error", err)
+			return nil // not acknowledged: the core sends them again on the next session
+		}
+		last := good[n-1]
+		if err := s.send(ctx, node.TypeLogAck, env.ID, node.LogAck{Seq: last.Seq, Hash: last.Hash}); err != nil {
+			return err
+		}
+	}
+	if verr != nil {
+		c.log.Warn("refused change-log entries that do not verify", "head_seq", seq, "error", verr)
+		return s.sendError(ctx, env.ID, berrors.BadMessage, verr.Error(), false)
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berthhq/berth/agent"
+	"github.com/berthhq/berth/agent/hostsetup"
 	"github.com/berthhq/berth/agent/localstore"
 	"github.com/berthhq/berth/host/plugin"
 	"github.com/berthhq/berth/internal/dirlock"
@@ -25,8 +26,24 @@ import (
 func main() {
 	if err := newRootCmd(os.Stdout, os.Stderr).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "berth-agent:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// configError marks an error a restart cannot fix: the process exits with
+// hostsetup.ExitConfig (78), which the systemd unit does not restart.
+type configError struct{ error }
+
+func (e configError) Unwrap() error { return e.error }
+
+// exitCode is hostsetup.ExitConfig for configuration errors (bad flags, not
+// enrolled, node removed, driver plugin missing), 1 otherwise.
+func exitCode(err error) int {
+	var ce configError
+	if errors.As(err, &ce) || errors.Is(err, agent.ErrRemoved) || errors.Is(err, localstore.ErrNotEnrolled) {
+		return hostsetup.ExitConfig
+	}
+	return 1
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -50,7 +67,8 @@ agent stops; a restarted agent adopts them without restarting them.`,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newEnrollCmd(stdout, stderr), newRunCmd(stderr))
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError{err} })
+	root.AddCommand(newEnrollCmd(stdout, stderr), newRunCmd(stderr), newInstallCmd(stdout))
 	return root
 }
 
@@ -136,7 +154,7 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir string) error
 	}
 	// Check enrollment before anything is created in the directory.
 	if _, err := os.Stat(filepath.Join(dataDir, localstore.FileName)); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%s is not an enrolled node's data directory (run berth-agent enroll first)", dataDir)
+		return configError{fmt.Errorf("%s is not an enrolled node's data directory (run berth-agent enroll first)", dataDir)}
 	}
 	unlock, err := dirlock.Lock(dataDir)
 	if errors.Is(err, dirlock.ErrLocked) {
@@ -151,7 +169,7 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir string) error
 	}
 	entry, err := plugin.ResolveDriver(pluginDir, "process")
 	if err != nil {
-		return fmt.Errorf("process driver: %w", err)
+		return configError{fmt.Errorf("process driver: %w", err)}
 	}
 	drv, err := plugin.LaunchDriver(ctx, entry.Apply(plugin.Config{
 		Args:   []string{"--state-dir", stateDir},

@@ -102,6 +102,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newDescribeCmd(a),
 		newDeleteCmd(a),
 		newJoinTokenCmd(a),
+		newNodeCmd(a),
 		newBundleCmd(a),
 		newModuleCmd(a),
 		newRoutesCmd(a),

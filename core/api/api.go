@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
@@ -117,6 +118,7 @@ func New(cfg Config) *Server {
 	v1.POST("/nodes/join-tokens", s.createJoinToken, s.auth(identity.ScopeNodeEnroll))
 	v1.GET("/nodes", s.listNodes, s.auth(identity.ScopeNodesRead))
 	v1.GET("/nodes/:id", s.getNode, s.auth(identity.ScopeNodesRead))
+	v1.DELETE("/nodes/:id", s.removeNode, s.auth(identity.ScopeNodeRemove))
 	v1.GET("/plugins", s.listPlugins, s.auth(identity.ScopeNodesRead))
 	if cfg.Events != nil {
 		v1.GET("/events", s.listEvents, s.auth(identity.ScopeNodesRead))
@@ -340,6 +342,7 @@ func (s *Server) enroll(c echo.Context) error {
 		return err
 	}
 	s.log.Info("node enrolled", "node_id", n.ID, "hostname", n.Hostname, "address", n.Address, "region", n.Region)
+	s.recordChangeAs(c, "node", n.ID, "node", n.ID, node.OpCreate, nodeLogPayload(n))
 	s.cfg.Hinter.Hint("node.enrolled")
 	return c.JSON(http.StatusCreated, map[string]any{
 		"node_id":            n.ID,

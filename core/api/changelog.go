@@ -8,6 +8,7 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/nodes"
 )
 
 // recordChange appends a change made by the request's principal to the change
@@ -15,12 +16,19 @@ import (
 // failure here is logged, not returned: the next change still chains on the
 // current head.
 func (s *Server) recordChange(c echo.Context, entityType, entityID, op string, payload any) {
-	if s.cfg.Changelog == nil {
-		return
-	}
 	actorType, actorID := "system", "berthd"
 	if p := principal(c); p != nil {
 		actorType, actorID = string(p.Kind), p.ID
+	}
+	s.recordChangeAs(c, actorType, actorID, entityType, entityID, op, payload)
+}
+
+// recordChangeAs is recordChange with an explicit actor, for requests that
+// carry no principal (enrollment, where the join token is the proof and the
+// new node is the actor).
+func (s *Server) recordChangeAs(c echo.Context, actorType, actorID, entityType, entityID, op string, payload any) {
+	if s.cfg.Changelog == nil {
+		return
 	}
 	if _, err := s.cfg.Changelog.Append(c.Request().Context(), changelog.Change{
 		ActorType: actorType, ActorID: actorID, EntityType: entityType, EntityID: entityID, Op: op, Payload: payload,
@@ -55,4 +63,15 @@ func (s *Server) listChangelog(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"entries": entries, "head_seq": head})
+}
+
+// nodeLogPayload is a node as the change log records it: what the cluster
+// decided about the node, never its credential digest, and none of its
+// session state (status, last seen, applied revision), which is observation,
+// not a change of desired state (docs/node-protocol.md section 7.1).
+func nodeLogPayload(n *nodes.Node) map[string]any {
+	return map[string]any{
+		"id": n.ID, "hostname": n.Hostname, "region": n.Region, "labels": n.Labels, "address": n.Address,
+		"cpus": n.CPUs, "memory_mb": n.MemoryMB, "public_key": n.PublicKey, "enrolled_at": n.EnrolledAt.UTC(),
+	}
 }

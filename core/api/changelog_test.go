@@ -2,7 +2,13 @@ package api
 
 import (
 	"archive/tar"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/berthhq/berth/abi/node"
@@ -36,16 +42,65 @@ func TestChangelogRecordsServiceChanges(t *testing.T) {
 	if err := json.Unmarshal(raw, &entries); err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 3 || entries[0].Op != node.OpCreate || entries[1].Op != node.OpUpdate || entries[2].Op != node.OpDelete {
-		t.Fatalf("entries %+v", entries)
+	// The project made on first use, the bundle, then the service's create,
+	// update and delete, the delete naming the service by id.
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.EntityType+" "+e.Op)
 	}
-	if n, err := node.VerifyChain(0, "", entries); err != nil || n != 3 {
-		t.Fatalf("served chain verified %d of 3: %v", n, err)
+	want := "[project create bundle create service create service update service delete]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("entries %v, want %s", got, want)
+	}
+	if entries[2].EntityID != entries[4].EntityID || !strings.HasPrefix(entries[4].EntityID, "svc_") {
+		t.Fatalf("delete names %q, create %q: want the same svc_ id", entries[4].EntityID, entries[2].EntityID)
+	}
+	if n, err := node.VerifyChain(0, "", entries); err != nil || n != len(entries) {
+		t.Fatalf("served chain verified %d of %d: %v", n, len(entries), err)
 	}
 	if code, _ := f.json("GET", "/api/v1/changelog?from_seq=0", nil); code != 422 && code != 400 {
 		t.Errorf("from_seq=0 answered %d", code)
 	}
-	if code, out := f.json("GET", "/api/v1/changelog?from_seq=3&limit=1", nil); code != 200 || len(out["entries"].([]any)) != 1 {
+	if code, out := f.json("GET", "/api/v1/changelog?from_seq=5&limit=1", nil); code != 200 || len(out["entries"].([]any)) != 1 {
 		t.Errorf("from_seq=3: %d %v", code, out)
+	}
+}
+
+// TestRemoveNode: DELETE /api/v1/nodes/{id} marks the node removed, records
+// the enrollment and the removal in the change log, and answers 404 for an
+// unknown id (docs/node-protocol.md section 10).
+func TestRemoveNode(t *testing.T) {
+	f := newFixture(t)
+	tok, _, err := f.reg.CreateJoinToken(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	code, out := f.json("POST", "/api/v1/nodes/enroll", map[string]any{"join_token": tok, "public_key": base64.StdEncoding.EncodeToString(pub), "hostname": "n1"})
+	if code != 201 {
+		t.Fatalf("enroll: %d %v", code, out)
+	}
+	id := out["node_id"].(string)
+	if code, out := f.json("DELETE", "/api/v1/nodes/"+id, nil); code != 204 {
+		t.Fatalf("remove: %d %v", code, out)
+	}
+	if code, _ := f.json("DELETE", "/api/v1/nodes/"+id, nil); code != 204 {
+		t.Fatalf("second remove: %d", code)
+	}
+	if code, out := f.json("DELETE", "/api/v1/nodes/nod_nope", nil); code != 404 || out["code"] != "node_not_found" {
+		t.Fatalf("unknown node: %d %v", code, out)
+	}
+	if code, out := f.json("GET", "/api/v1/nodes/"+id, nil); code != 200 || out["status"] != "removed" {
+		t.Fatalf("node after removal: %d %v", code, out)
+	}
+	_, out = f.json("GET", "/api/v1/changelog", nil)
+	raw, _ := json.Marshal(out["entries"])
+	var entries []node.LogEntry
+	_ = json.Unmarshal(raw, &entries)
+	if len(entries) != 2 || entries[0].Op != node.OpCreate || entries[0].ActorID != id || entries[1].Op != node.OpDelete || entries[1].EntityID != id {
+		t.Fatalf("entries %+v", entries)
+	}
+	if strings.Contains(string(entries[0].Payload), "credential") {
+		t.Fatalf("node payload carries its credential digest: %s", entries[0].Payload)
 	}
 }

@@ -52,6 +52,7 @@ func (s *Server) project(c echo.Context, create bool) (*services.Project, error)
 		p, created, err := s.cfg.Catalog.EnsureProject(ctx, name)
 		if created {
 			s.log.Info("project created on first use", "project", name, "project_id", p.ID)
+			s.recordChange(c, "project", p.ID, node.OpCreate, apiProject(p))
 		}
 		return p, err
 	}
@@ -83,6 +84,7 @@ func (s *Server) putProject(c echo.Context) error {
 	if created {
 		status = http.StatusCreated
 		s.log.Info("project created", "project", name, "project_id", p.ID)
+		s.recordChange(c, "project", p.ID, node.OpCreate, apiProject(p))
 	}
 	return c.JSON(status, apiProject(p))
 }
@@ -263,11 +265,12 @@ func (s *Server) deleteService(c echo.Context) error {
 	if err := s.admitDelete(c, p, c.Param("name")); err != nil {
 		return err
 	}
-	if err := s.cfg.Catalog.DeleteService(c.Request().Context(), p, c.Param("name"), expected); err != nil {
+	gone, err := s.cfg.Catalog.RemoveService(c.Request().Context(), p, c.Param("name"), expected)
+	if err != nil {
 		return serviceError(err)
 	}
 	s.log.Info("service deleted", "project", p.Name, "service", c.Param("name"))
-	s.recordChange(c, "service", p.Name+"/"+c.Param("name"), node.OpDelete, nil)
+	s.recordChange(c, "service", gone.ID, node.OpDelete, nil)
 	s.cfg.Hinter.Hint("service.deleted")
 	return c.NoContent(http.StatusNoContent)
 }
@@ -372,7 +375,9 @@ func (s *Server) pushBundle(c echo.Context) error {
 		return err
 	}
 	s.log.Info("bundle pushed", "project", p.Name, "digest", m.Digest, "size", m.Size, "name", m.Name)
-	return c.JSON(http.StatusCreated, client.Bundle{Digest: m.Digest, Size: m.Size, Name: m.Name, Project: m.Project, CreatedAt: m.CreatedAt})
+	out := client.Bundle{Digest: m.Digest, Size: m.Size, Name: m.Name, Project: m.Project, CreatedAt: m.CreatedAt}
+	s.recordChange(c, "bundle", p.ID+"/"+m.Digest, node.OpCreate, out)
+	return c.JSON(http.StatusCreated, out)
 }
 
 func (s *Server) listBundles(c echo.Context) error {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -52,6 +53,9 @@ type Log struct {
 	coll *mongo.Collection
 	term int64
 	now  func() time.Time
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced after every append; mu guards it
 }
 
 // New returns a Log over s; term is written into every entry (1 until
@@ -63,7 +67,25 @@ func New(s *store.Store, term int64, now func() time.Time) *Log {
 	if term <= 0 {
 		term = 1
 	}
-	return &Log{coll: s.Collection(Collection), term: term, now: now}
+	return &Log{coll: s.Collection(Collection), term: term, now: now, changed: make(chan struct{})}
+}
+
+// Changed returns a channel that is closed after the next entry appended
+// through this Log. Followers (the node sessions of this berthd) wait on it
+// instead of polling; a follower that sees it closed calls Changed again
+// before reading, so no append is missed. Appends by another berthd replica
+// do not close it.
+func (l *Log) Changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changed
+}
+
+func (l *Log) notify() {
+	l.mu.Lock()
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.mu.Unlock()
 }
 
 // Head returns the newest entry's seq and hash: 0 and "" for an empty log.
@@ -130,6 +152,7 @@ func (l *Log) Append(ctx context.Context, ch Change) (node.LogEntry, error) {
 		if err != nil {
 			return node.LogEntry{}, fmt.Errorf("changelog: store entry %d: %w", e.Seq, err)
 		}
+		l.notify()
 		return e, nil
 	}
 	return node.LogEntry{}, ErrContention

@@ -213,7 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	var rec *reconciler.Reconciler
 	sessions := session.New(session.Config{
-		Nodes: reg, Catalog: cat, SigningKey: key, ClusterID: clusterID, Logger: log, Events: evlog,
+		Nodes: reg, Catalog: cat, SigningKey: key, ClusterID: clusterID, Logger: log, Events: evlog, Changelog: clog,
 		OnChange: func(reason string) { rec.Hint(reason) },
 	})
 	rec = reconciler.New(reconciler.Config{

@@ -257,21 +257,28 @@ func (c *Catalog) ListServices(ctx context.Context, p *Project) ([]Service, erro
 // DeleteService removes a service (compare-and-set on expected when not nil).
 // Its workloads are removed by the next reconcile, which finds them orphaned.
 func (c *Catalog) DeleteService(ctx context.Context, p *Project, name string, expected *int64) error {
+	_, err := c.RemoveService(ctx, p, name, expected)
+	return err
+}
+
+// RemoveService is [Catalog.DeleteService] that also returns the service it
+// deleted, so callers can name it by id (the change log does).
+func (c *Catalog) RemoveService(ctx context.Context, p *Project, name string, expected *int64) (*Service, error) {
 	cur, err := c.GetService(ctx, p, name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if expected != nil && *expected != cur.Revision {
-		return fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, name, cur.Revision, *expected)
+		return nil, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, name, cur.Revision, *expected)
 	}
 	res, err := c.services.DeleteOne(ctx, bson.M{"_id": cur.ID, "revision": cur.Revision})
 	if err != nil {
-		return fmt.Errorf("delete service: %w", err)
+		return nil, fmt.Errorf("delete service: %w", err)
 	}
 	if res.DeletedCount == 0 {
-		return fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, name)
+		return nil, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, name)
 	}
-	return nil
+	return cur, nil
 }
 
 // ListWorkloads returns workloads matching filter (nil: all), ordered by service and slot.

@@ -45,6 +45,9 @@ type Config struct {
 	// reconciler depends on changed: a node connected or disconnected, or a
 	// status report changed a workload. reason is for logs. Nil means no-op.
 	OnChange func(reason string)
+	// Changelog, when not nil, is delivered to every node after its desired
+	// state (log_entries, section 7.4); nil means nodes follow no log.
+	Changelog ChangeLog
 	// HeartbeatInterval and SessionTimeout are sent in welcome; zero means the
 	// protocol defaults (5 s and 15 s).
 	HeartbeatInterval time.Duration
@@ -91,6 +94,13 @@ type conn struct {
 	// welcomed reports whether the handshake reached welcome, so that only
 	// a session that connected the node can disconnect it.
 	welcomed atomic.Bool
+	// removed is set when the node was removed while this session lived; its
+	// end then records no node.disconnected.
+	removed atomic.Bool
+	// follow is the change-log follower, set after desired_state.
+	follow atomic.Pointer[follow]
+	// waits pairs command_result and stream messages with their requests.
+	waits waiters
 }
 
 // ServeHTTP handles GET /api/v1/nodes/session: it authenticates the node
@@ -101,7 +111,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeUnauthenticated(w)
 		return
 	}
-	n, err := s.cfg.Nodes.Authenticate(r.Context(), cred)
+	// Credential, not Authenticate: a removed node is let in only to be told
+	// so (fatal node_removed, section 10), so it stops dialling.
+	n, err := s.cfg.Nodes.Credential(r.Context(), cred)
 	if err != nil {
 		writeUnauthenticated(w)
 		return
@@ -113,7 +125,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(drainLimit)
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{id: identity.NewID("ses_"), nodeID: n.ID, ws: ws, cancel: cancel}
+	c := &conn{id: identity.NewID("ses_"), nodeID: n.ID, ws: ws, cancel: cancel,
+		waits: waiters{results: map[string]chan node.CommandResult{}, streams: map[string]*Stream{}}}
+	if n.Status == nodes.StatusRemoved {
+		defer cancel()
+		s.refuseRemoved(ctx, c)
+		return
+	}
 	if !s.register(c) {
 		cancel()
 		ws.Close(websocket.StatusGoingAway, "core shutting down")
@@ -122,6 +140,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.wg.Done()
 	reason := s.run(ctx, c)
 	cancel()
+	s.endAllStreams(c)
 	current := s.unregister(c)
 	// The store update must outlive the request: use a fresh bounded ctx.
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -131,7 +150,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("node disconnected", "node_id", c.nodeID, "session", c.id, "reason", reason)
 	// A session replaced by a newer one is not a disconnection of the node.
-	if current && c.welcomed.Load() {
+	if current && c.welcomed.Load() && !c.removed.Load() {
 		why := "session_closed"
 		if reason == "heartbeat_timeout" {
 			why = "heartbeat_timeout"
@@ -139,6 +158,37 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.emit(uctx, events.Core(events.TypeNodeDisconnected, c.nodeID, map[string]any{"reason": why, "detail": reason}, time.Now()))
 	}
 	s.cfg.OnChange("node.disconnected")
+}
+
+// refuseRemoved answers a removed node's hello with fatal node_removed and
+// closes the session; nothing about the node is changed.
+func (s *Server) refuseRemoved(ctx context.Context, c *conn) {
+	defer c.ws.CloseNow()
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.SessionTimeout)
+	defer cancel()
+	re := ""
+	if env, err := s.read(rctx, c); err == nil {
+		re = env.ID
+	}
+	s.sendError(ctx, c, re, abierrors.NodeRemoved, "this node was removed from the cluster; it must not dial again", true)
+	_ = c.ws.Close(websocket.StatusNormalClosure, "node removed")
+	s.log.Info("refused a removed node's session", "node_id", c.nodeID)
+}
+
+// Remove ends nodeID's live session, if any, with a fatal node_removed
+// (docs/node-protocol.md section 10) and waits until the error was written or
+// ctx ended. The caller has already marked the node removed, so a redial is
+// answered the same way. Safe to call from any goroutine.
+func (s *Server) Remove(ctx context.Context, nodeID string) {
+	s.mu.Lock()
+	c := s.sessions[nodeID]
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.removed.Store(true)
+	s.sendError(ctx, c, "", abierrors.NodeRemoved, "this node was removed from the cluster; it must not dial again", true)
+	_ = c.ws.Close(websocket.StatusNormalClosure, "node removed")
 }
 
 // emit stores an event the core raises; failures are logged, never fatal.
@@ -258,6 +308,11 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 		s.log.Info("send desired state", "node_id", c.nodeID, "err", err)
 		return "write_failed"
 	}
+	// 5. the change log, from the node's position (or from 1 when it diverged).
+	if err := s.startFollow(ctx, c, &hello, env.ID); err != nil {
+		s.log.Error("start change-log follow", "node_id", c.nodeID, "err", err)
+		return "store_error"
+	}
 	c.welcomed.Store(true)
 	data := map[string]any{"agent_version": hello.AgentVersion, "session_id": c.id}
 	if hello.DroppedEvents > 0 {
@@ -313,9 +368,19 @@ func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string
 		s.observe(ctx, c, &rep)
 	case node.TypeCommandResult:
 		var res node.CommandResult
-		if err := json.Unmarshal(env.Body, &res); err == nil && res.Status != "ok" {
+		if err := json.Unmarshal(env.Body, &res); err != nil {
+			s.sendError(ctx, c, env.ID, abierrors.BadMessage, "command_result body is malformed", false)
+			return ""
+		}
+		if !s.onCommandResult(c, env, res) && res.Status != "ok" {
 			s.log.Warn("node answered with an error", "node_id", c.nodeID, "re", env.Re, "detail", res.Detail)
 		}
+	case node.TypeStreamData:
+		s.onStreamData(ctx, c, env)
+	case node.TypeStreamEnd:
+		s.onStreamEnd(ctx, c, env)
+	case node.TypeLogAck:
+		s.onLogAck(ctx, c, env)
 	case node.TypePing:
 		_ = s.write(ctx, c, node.TypePong, env.ID, struct{}{})
 	case node.TypePong:

@@ -16,9 +16,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/core/store/storetest"
 )
 
@@ -31,6 +33,8 @@ type fixture struct {
 	cred    string
 	changes chan string
 	events  *events.Log
+	clog    *changelog.Log
+	st      *store.Store
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -52,8 +56,9 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{reg: reg, cat: cat, pub: pub, node: n, cred: cred, changes: make(chan string, 64), events: events.New(st, nil)}
-	s := New(Config{Nodes: reg, Catalog: cat, SigningKey: priv, ClusterID: "cls_test", Events: f.events,
+	f := &fixture{reg: reg, cat: cat, pub: pub, node: n, cred: cred, changes: make(chan string, 64), events: events.New(st, nil),
+		clog: changelog.New(st, 1, nil), st: st}
+	s := New(Config{Nodes: reg, Catalog: cat, SigningKey: priv, ClusterID: "cls_test", Events: f.events, Changelog: f.clog,
 		OnChange: func(r string) { f.changes <- r }, SessionTimeout: 3 * time.Second})
 	f.srv = httptest.NewServer(s)
 	t.Cleanup(func() { s.Close(); f.srv.Close() })

@@ -207,6 +207,16 @@ func (s *Store) Collection(name string) *mongo.Collection { return s.db.Collecti
 // Embedded reports whether this store runs FerretDB in-process under the data directory.
 func (s *Store) Embedded() bool { return s.embedded }
 
+// EmbeddedURI returns the loopback mongodb:// URI of the embedded FerretDB server, or "" when the
+// store is not embedded. Another process of the same host may connect to it while this store is
+// open (tests use it to run several control planes on one store).
+func (s *Store) EmbeddedURI() string {
+	if s.server == nil {
+		return ""
+	}
+	return s.server.uri
+}
+
 // FerretDB reports whether the server is FerretDB (embedded or detected behind the URI), in
 // which case the driver uses a single connection.
 func (s *Store) FerretDB() bool { return s.ferret }

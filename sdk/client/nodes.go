@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/url"
 )
 
 // CreateJoinToken creates a one-time join token (POST /nodes/join-tokens).
@@ -41,4 +42,13 @@ func nonNil[T any](items []T) []T {
 		return []T{}
 	}
 	return items
+}
+
+// RemoveNode removes a node (DELETE /nodes/{id}; scope node:remove, held only
+// by humans). The node's session ends with a fatal node_removed, the node
+// stops dialling for good and keeps its workloads running; the core moves
+// them elsewhere. Removing a removed node succeeds again. Errors: an
+// *[Error] with code node_not_found for an unknown id.
+func (c *Client) RemoveNode(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/nodes/"+url.PathEscape(id), nil, nil, "", true, nil)
 }

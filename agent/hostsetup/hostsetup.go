@@ -1,0 +1,113 @@
+// Package hostsetup owns the agent's host duties: the systemd unit that runs
+// berth-agent on a node, and the exit status that tells systemd not to restart it.
+package hostsetup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ExitConfig is the exit status of berth-agent for a configuration error
+// that a restart cannot fix (not enrolled, node removed, plugin missing,
+// bad flags): EX_CONFIG of sysexits.h. The unit sets
+// RestartPreventExitStatus to it, so systemd does not restart the agent in a loop.
+const ExitConfig = 78
+
+// UnitName is the name of the unit file [Install] writes.
+const UnitName = "berth-agent.service"
+
+// DefaultUnitDir is where [Install] writes the unit when UnitConfig.UnitDir is empty.
+const DefaultUnitDir = "/etc/systemd/system"
+
+// UnitConfig says how the unit runs the agent. Binary and DataDir are
+// required and must be absolute; PluginDir empty means the binary's directory.
+type UnitConfig struct {
+	Binary    string // absolute path of berth-agent
+	DataDir   string // absolute path of the agent's data directory
+	PluginDir string // absolute path of the runtime-driver plugins; empty: the binary's directory
+	UnitDir   string // where the unit is written; empty: DefaultUnitDir
+}
+
+// Unit returns the systemd unit text for cfg: it runs `berth-agent run`,
+// restarts it 5 s after any failure except exit status [ExitConfig], and
+// kills only the agent's own process on stop (KillMode=process), so the
+// workloads, which outlive the agent, keep running.
+func Unit(cfg UnitConfig) (string, error) {
+	if !filepath.IsAbs(cfg.Binary) || !filepath.IsAbs(cfg.DataDir) || (cfg.PluginDir != "" && !filepath.IsAbs(cfg.PluginDir)) {
+		return "", errors.New("hostsetup: Binary, DataDir and PluginDir must be absolute paths")
+	}
+	for _, p := range []string{cfg.Binary, cfg.DataDir, cfg.PluginDir} {
+		if strings.ContainsAny(p, " \t\n\"'\\%$") {
+			return "", fmt.Errorf("hostsetup: path %q holds a character the unit would have to quote; use a plain path", p)
+		}
+	}
+	exec := cfg.Binary + " run --data-dir " + cfg.DataDir
+	if cfg.PluginDir != "" {
+		exec += " --plugin-dir " + cfg.PluginDir
+	}
+	return fmt.Sprintf(`# Written by berth-agent install. Enable with:
+#   systemctl daemon-reload && systemctl enable --now berth-agent
+[Unit]
+Description=Berth node agent
+Documentation=https://github.com/berthhq/berth/blob/main/docs/node-protocol.md
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart=%s
+Restart=on-failure
+RestartSec=5s
+# Exit status %d is a configuration error (not enrolled, node removed, plugin
+# missing) that a restart cannot fix.
+RestartPreventExitStatus=%d
+# Workloads outlive the agent: stop only the agent's own process.
+KillMode=process
+TimeoutStopSec=30s
+
+[Install]
+WantedBy=multi-user.target
+`, exec, ExitConfig, ExitConfig), nil
+}
+
+// Install writes the unit of cfg to UnitDir/berth-agent.service (0644,
+// replacing an existing file atomically) and returns the path and the text it
+// wrote. It starts, enables and reloads nothing: the operator does.
+func Install(cfg UnitConfig) (string, string, error) {
+	text, err := Unit(cfg)
+	if err != nil {
+		return "", "", err
+	}
+	dir := cfg.UnitDir
+	if dir == "" {
+		dir = DefaultUnitDir
+	}
+	path := filepath.Join(dir, UnitName)
+	tmp, err := os.CreateTemp(dir, "."+UnitName+".*")
+	if err != nil {
+		return "", "", fmt.Errorf("hostsetup: write unit: %w", err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := tmp.WriteString(text); err != nil {
+		_ = tmp.Close()
+		return "", "", fmt.Errorf("hostsetup: write unit: %w", err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		_ = tmp.Close()
+		return "", "", fmt.Errorf("hostsetup: write unit: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return "", "", fmt.Errorf("hostsetup: write unit: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", "", fmt.Errorf("hostsetup: write unit: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return "", "", fmt.Errorf("hostsetup: install unit: %w", err)
+	}
+	return path, text, nil
+}

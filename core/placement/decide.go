@@ -1,0 +1,227 @@
+// Package placement owns desired placements: one document per project with its release, run state,
+// generation, placement mode and node requirements, assigned to a runner node by reserving capacity
+// on that node (docs/runner-protocol.md section 4).
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/berthhq/berth/core/scheduler"
+)
+
+// Mode is a placement's data-mobility contract.
+type Mode string
+
+// Placement modes.
+const (
+	// Portable placements may be reassigned when their node expires or is revoked; the default.
+	Portable Mode = "portable"
+	// Stateful placements keep the node selected first, across releases, stopped state, heartbeat
+	// expiry and credential revocation; an unavailable node makes the placement unavailable.
+	Stateful Mode = "stateful"
+)
+
+// RunState is the desired run state.
+type RunState string
+
+// Run states.
+const (
+	Running RunState = "running"
+	Stopped RunState = "stopped"
+)
+
+// Status says where a placement stands.
+type Status string
+
+// Placement statuses.
+const (
+	Waiting     Status = "waiting"     // no node fits; retried on every pass
+	Assigned    Status = "assigned"    // reserved on NodeID
+	Unavailable Status = "unavailable" // stateful, and its node is offline, revoked or gone
+)
+
+// Errors of the decider.
+var (
+	ErrModeImmutable = errors.New("berth: placement_mode cannot change")
+	ErrPinned        = errors.New("berth: a pinned placement's region and requirements cannot change")
+	ErrStale         = errors.New("berth: observation is older than the recorded one or not from the assigned node")
+	ErrInvalid       = errors.New("berth: invalid desired placement")
+)
+
+// Requirements restrict the nodes a placement may use; stored with the desired state and evaluated
+// at every placement.
+type Requirements struct {
+	// Endpoint reports whether the node must have registered a private provider origin.
+	Endpoint bool `bson:"endpoint" json:"endpoint"`
+	// Labels must be present on the node with exactly these values.
+	Labels map[string]string `bson:"labels,omitempty" json:"labels,omitempty"`
+}
+
+func (r Requirements) equal(o Requirements) bool {
+	return r.Endpoint == o.Endpoint && maps.Equal(r.Labels, o.Labels)
+}
+
+// Observation is what the assigned node reports it runs.
+type Observation struct {
+	Generation int64     `bson:"generation" json:"generation"`
+	Release    string    `bson:"release" json:"release"`
+	State      RunState  `bson:"state" json:"state"`
+	NodeID     string    `bson:"node_id" json:"node_id"`
+	At         time.Time `bson:"at" json:"at"`
+}
+
+// Placement is a document in collection "placements", keyed by project id.
+type Placement struct {
+	ProjectID     string       `bson:"_id" json:"project_id"`
+	Generation    int64        `bson:"generation" json:"generation"`
+	Release       string       `bson:"release" json:"release"`
+	State         RunState     `bson:"state" json:"state"`
+	Mode          Mode         `bson:"mode" json:"placement_mode"`
+	Region        string       `bson:"region" json:"region,omitempty"`
+	CapacityUnits int          `bson:"capacity_units" json:"capacity_units"`
+	Requirements  Requirements `bson:"requirements" json:"node_requirements"`
+	NodeID        string       `bson:"node_id" json:"node_id,omitempty"`
+	// Pinned reports whether a stateful placement has selected its node (for good).
+	Pinned    bool         `bson:"pinned" json:"pinned"`
+	Status    Status       `bson:"status" json:"status"`
+	Observed  *Observation `bson:"observed,omitempty" json:"observed,omitempty"`
+	UpdatedAt time.Time    `bson:"updated_at" json:"updated_at"`
+	Revision  int64        `bson:"revision" json:"revision"`
+}
+
+// Demand returns what p needs from a node.
+func (p *Placement) Demand() scheduler.Demand {
+	return scheduler.Demand{Units: p.CapacityUnits, Region: p.Region, Labels: p.Requirements.Labels, Endpoint: p.Requirements.Endpoint}
+}
+
+// DesiredRequest is a new desired generation. Nil pointers inherit the previous generation's value
+// (mode portable, no region, 1 unit and no requirements for the first).
+type DesiredRequest struct {
+	Release       string
+	State         RunState
+	Mode          *Mode
+	Region        *string
+	CapacityUnits *int
+	Requirements  *Requirements
+}
+
+// Next decides the placement after req on cur (nil: none yet): the generation increases by one;
+// mode, region, capacity units and requirements are inherited when omitted. Errors: [ErrInvalid];
+// [ErrModeImmutable] for a mode change; [ErrPinned] for a change of region (or, for a stateful
+// placement, of requirements) after its node was selected. A portable placement whose region or
+// requirements change is released from its node and placed again.
+func Next(cur *Placement, req DesiredRequest, now time.Time) (Placement, error) {
+	var p Placement
+	if cur != nil {
+		p = *cur
+	} else {
+		p = Placement{Mode: Portable, CapacityUnits: 1, Status: Waiting}
+	}
+	if req.State == "" {
+		req.State = Running
+	}
+	if req.State != Running && req.State != Stopped {
+		return p, fmt.Errorf("%w: state must be running or stopped", ErrInvalid)
+	}
+	if req.Release == "" || len(req.Release) > 200 {
+		return p, fmt.Errorf("%w: release is required (at most 200 bytes)", ErrInvalid)
+	}
+	if req.Mode != nil {
+		if *req.Mode != Portable && *req.Mode != Stateful {
+			return p, fmt.Errorf("%w: placement_mode must be portable or stateful", ErrInvalid)
+		}
+		if cur != nil && *req.Mode != cur.Mode {
+			return p, ErrModeImmutable
+		}
+		p.Mode = *req.Mode
+	}
+	selected := cur != nil && cur.NodeID != ""
+	if req.Region != nil && *req.Region != p.Region {
+		if selected && (p.Mode == Stateful || p.Pinned) {
+			return p, ErrPinned
+		}
+		p.Region = *req.Region
+		p.NodeID = ""
+	}
+	if req.CapacityUnits != nil {
+		if *req.CapacityUnits < 1 || *req.CapacityUnits > 1_000_000 {
+			return p, fmt.Errorf("%w: capacity_units must be between 1 and 1000000", ErrInvalid)
+		}
+		p.CapacityUnits = *req.CapacityUnits
+	}
+	if req.Requirements != nil && !req.Requirements.equal(p.Requirements) {
+		if p.Pinned {
+			return p, ErrPinned
+		}
+		p.Requirements = Requirements{Endpoint: req.Requirements.Endpoint, Labels: scheduler.CloneLabels(req.Requirements.Labels)}
+		p.NodeID = ""
+	}
+	p.Release, p.State = req.Release, req.State
+	p.Generation++
+	p.UpdatedAt = now
+	return p, nil
+}
+
+// Observe decides whether obs may be recorded on p: it must come from the assigned node, name a
+// generation not newer than p's desired one, and not be older than the recorded observation (a late
+// report for generation N never overwrites N+1). Errors: [ErrStale].
+func Observe(p *Placement, obs Observation) error {
+	if obs.NodeID == "" || obs.NodeID != p.NodeID || obs.Generation < 1 || obs.Generation > p.Generation {
+		return ErrStale
+	}
+	if p.Observed != nil && obs.Generation < p.Observed.Generation {
+		return ErrStale
+	}
+	return nil
+}
+
+// Action is what [Decide] asks the loop to do.
+type Action struct {
+	// Reserve is the node to reserve on (a new selection, or the current node re-confirming the
+	// reservation for this generation); empty reserves nothing.
+	Reserve string
+	// Release is a node whose reservation for this placement is dropped (portable failover).
+	Release string
+	// Status and NodeID are the placement's new status and node.
+	Status Status
+	NodeID string
+}
+
+// Decide returns the step that brings p to a node, given the nodes (by id) at now:
+//
+//  1. a placement on an online, unrevoked node keeps it (draining nodes keep current work), and
+//     re-confirms the reservation when the demand grew;
+//  2. a stateful placement whose node is offline, revoked or gone is unavailable and keeps its node;
+//  3. a portable placement whose node is gone or unavailable, and a placement with no node, selects
+//     a node with [scheduler.Select], or waits with no node when none fits.
+func Decide(p *Placement, nodes map[string]scheduler.Candidate, reserved map[string]int) Action {
+	if p.NodeID != "" {
+		n, ok := nodes[p.NodeID]
+		alive := ok && !n.Offline && !n.Revoked
+		switch {
+		case alive:
+			if reserved[p.NodeID] != p.CapacityUnits {
+				return Action{Reserve: p.NodeID, Status: Assigned, NodeID: p.NodeID}
+			}
+			return Action{Status: Assigned, NodeID: p.NodeID}
+		case p.Mode == Stateful:
+			return Action{Status: Unavailable, NodeID: p.NodeID}
+		}
+	}
+	cands := make([]scheduler.Candidate, 0, len(nodes))
+	for _, c := range nodes {
+		cands = append(cands, c)
+	}
+	id, ok := scheduler.Select(p.Demand(), cands)
+	old := ""
+	if p.NodeID != "" {
+		old = p.NodeID
+	}
+	if !ok {
+		return Action{Release: old, Status: Waiting}
+	}
+	return Action{Reserve: id, Release: old, Status: Assigned, NodeID: id}
+}
