@@ -40,18 +40,19 @@ test: build
 
 ## bench: benchmarks, one figure per line
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./... | ./scripts/bench-figures.sh
+	BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./... | ./scripts/bench-figures.sh
 
 ## generate: protobuf code (committed)
 generate:
 	./abi/proto/generate.sh
 
-## wasm: the example policies as WebAssembly modules under ./build/wasm
+## wasm: the example policies and route compiler as WebAssembly modules under ./build/wasm
 wasm: modules
 	@mkdir -p build/wasm
 	for p in require-digest require-labels cap-replicas domain-zones; do \
 	  ./scripts/build-wasm.sh examples/policies/$$p build/wasm/$$p.wasm || exit 1; done
 	cp $(AS_WASM) build/wasm/require-digest-as.wasm
+	./scripts/build-wasm.sh examples/routes-internal build/wasm/routes-internal.wasm
 
 ## lint: go vet and gofmt
 lint: modules

@@ -172,7 +172,8 @@ type cluster struct {
 func startBerthd(t *testing.T, cl *cluster) {
 	t.Helper()
 	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd",
-		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug")
+		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug",
+		"--runner-transport")
 	cl.url = "https://" + cl.api
 	var hc *http.Client
 	waitFor(t, 60*time.Second, "berthd ready", func() (bool, string) {

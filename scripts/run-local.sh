@@ -57,7 +57,7 @@ say "starting berthd (API https://$API, gateway http://$GATEWAY, data $RUN_DIR/b
 # setsid: Ctrl-C reaches only this script, which then deletes the services
 # through the still-running berthd before it stops the processes in order.
 setsid "$BIN/berthd" --data-dir "$RUN_DIR/berthd" --listen "$API" --gateway-listen "$GATEWAY" \
-  >"$RUN_DIR/berthd.log" 2>&1 &
+  --runner-transport >"$RUN_DIR/berthd.log" 2>&1 &
 pids+=($!)
 # berthd serves TLS with a self-signed certificate it generated; curl trusts
 # exactly that certificate, and the CLI and agent pin its fingerprint.
@@ -113,6 +113,12 @@ cat <<MSG
     export BERTH_FINGERPRINT=\$(cat $RUN_DIR/berthd/server-fingerprint)
     bin/berth get services
     bin/berth get workloads
+
+  A runner (docs/runner-protocol.md section 8), from another shell with the exports above:
+    BERTH_RUNNER_REGISTRATION_TOKEN=\$(bin/berth runner enroll-token create --node example-runner -o json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p') \\
+      go run ./examples/runner --data-dir .berth-run/runner --once &
+    bin/berth placement set --release hello
+    bin/berth operation list
 
   Admin token: $RUN_DIR/berthd/admin-token
   Logs:        $RUN_DIR/berthd.log, $RUN_DIR/agent.log

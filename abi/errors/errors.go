@@ -42,6 +42,8 @@ const (
 	NoRoute           Code = "no_route"            // no service is routed at the request's host
 	NoHealthyUpstream Code = "no_healthy_upstream" // the route has no healthy upstream
 	BadGateway        Code = "bad_gateway"         // every upstream tried failed
+	SourceNotAllowed  Code = "source_not_allowed"  // the client's address is outside the route's allow_sources (403)
+	TLSUnavailable    Code = "tls_unavailable"     // the route's tls_mode needs TLS the gateway does not serve (421)
 )
 
 // Plugin codes: refusals a plugin returns over its contract (docs/plugins.md section 1.5).
@@ -81,6 +83,9 @@ const (
 	CapacityInUse          Code = "capacity_in_use"          // a node advertised less capacity than it has reserved (409)
 	RequirementInUse       Code = "requirement_in_use"       // a node dropped a label or endpoint an assigned placement requires (409)
 	EnrollmentInvalid      Code = "enrollment_invalid"       // a runner enrollment token is unknown, used, expired or bound to another node or region (401)
+	NodeDraining           Code = "node_draining"            // a draining runner node asked for claims (409)
+	NodeOffline            Code = "node_offline"             // a runner node whose heartbeat expired asked for claims; heartbeat first (409)
+	IdempotencyKeyRequired Code = "idempotency_key_required" // a request that creates an operation carried no Idempotency-Key header (400)
 )
 
 var statuses = map[Code]int{
@@ -109,6 +114,8 @@ var statuses = map[Code]int{
 	NoRoute:              http.StatusNotFound,
 	NoHealthyUpstream:    http.StatusServiceUnavailable,
 	BadGateway:           http.StatusBadGateway,
+	SourceNotAllowed:     http.StatusForbidden,
+	TLSUnavailable:       http.StatusMisdirectedRequest,
 	PolicyDenied:         http.StatusForbidden,
 	ModuleInvalid:        http.StatusUnprocessableEntity,
 	ModuleNotFound:       http.StatusNotFound,
@@ -125,6 +132,9 @@ var statuses = map[Code]int{
 	CapacityInUse:          http.StatusConflict,
 	RequirementInUse:       http.StatusConflict,
 	EnrollmentInvalid:      http.StatusUnauthorized,
+	NodeDraining:           http.StatusConflict,
+	NodeOffline:            http.StatusConflict,
+	IdempotencyKeyRequired: http.StatusBadRequest,
 }
 
 // HTTPStatus reports the HTTP status that carries c; 500 for a code without one.

@@ -75,6 +75,11 @@ type Hello struct {
 	// DroppedEvents counts events the node dropped from its full buffer
 	// since its last hello (section 6.5).
 	DroppedEvents int64 `json:"dropped_events"`
+	// SigningKeyID is the [KeyID] of the cluster signing key the node pins
+	// (section 5.21); a core that rotated its key since sends the node a
+	// signing_key_rotate signed by this one before desired_state. Empty
+	// (older agents) means unknown: nothing is rotated at the handshake.
+	SigningKeyID string `json:"signing_key_id,omitempty"`
 }
 
 // Resources is a node's capacity or allocation.

@@ -6,7 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
 	"sort"
+	"strings"
 )
 
 // Table is the complete route table. Routes are sorted by Hostname; a hostname
@@ -17,17 +21,84 @@ type Table struct {
 }
 
 // Route sends HTTP requests for Hostname (lower case, no port) to Upstreams in turn.
-// The gateway plugin does not yet enforce TLSMode and AllowSources.
 type Route struct {
 	Hostname  string     `json:"hostname"`
 	Project   string     `json:"project"`
 	Service   string     `json:"service"`
 	Upstreams []Upstream `json:"upstreams"`
-	// TLSMode is "none", "acme" or "passthrough"; empty means "none".
+	// TLSMode is one of the TLS modes below; empty means TLSNone.
 	TLSMode string `json:"tls_mode,omitempty"`
-	// AllowSources lists the CIDR prefixes that may use the route; empty
-	// means every source.
+	// AllowSources lists the CIDR prefixes (masked, such as "10.0.0.0/8" or
+	// "fd00::/8"; one address is "/32" or "/128") whose clients may use the
+	// route; empty means every source. The gateway compares the address of
+	// the TCP peer, never a forwarded header, and refuses others with 403
+	// source_not_allowed (docs/plugins.md section 5).
 	AllowSources []string `json:"allow_sources,omitempty"`
+}
+
+// TLS modes of a route (docs/wasm-abi.md section 6.2). A mode outside these
+// is refused when the table is compiled ([Table.Validate]).
+const (
+	// TLSNone: the route is served in plain HTTP on the gateway's listener;
+	// the gateway terminates no TLS (put a TLS terminator in front of it).
+	TLSNone = "none"
+	// TLSACME and TLSPassthrough are reserved for a gateway that terminates
+	// TLS with ACME certificates, or passes TLS through to the workload. The
+	// gateway today serves neither and never serves such a route in plain
+	// HTTP: it answers 421 tls_unavailable.
+	TLSACME        = "acme"
+	TLSPassthrough = "passthrough"
+)
+
+// KnownTLSMode reports whether m is a TLS mode of this package ("" counts
+// as TLSNone).
+func KnownTLSMode(m string) bool {
+	switch m {
+	case "", TLSNone, TLSACME, TLSPassthrough:
+		return true
+	}
+	return false
+}
+
+// Validate reports the first thing in t a gateway cannot route, or nil: an
+// empty, repeated or unnormalized hostname (it must be lower case, without a
+// port or trailing dot), an unknown TLS mode, an allow_sources entry that is
+// not a masked CIDR prefix, or an upstream without a workload id or whose
+// address is not "host:port". Route compilers' output is checked with it
+// (docs/wasm-abi.md section 6.2).
+func (t Table) Validate() error {
+	seen := make(map[string]bool, len(t.Routes))
+	for _, r := range t.Routes {
+		h := r.Hostname
+		if h == "" || seen[h] {
+			return fmt.Errorf("route table has an empty or repeated hostname %q", h)
+		}
+		seen[h] = true
+		if h != strings.ToLower(h) || strings.HasSuffix(h, ".") || strings.ContainsAny(h, ":/[] ") {
+			return fmt.Errorf("route %s: hostname must be lower case, without port or trailing dot", h)
+		}
+		if !KnownTLSMode(r.TLSMode) {
+			return fmt.Errorf("route %s: unknown tls_mode %q (want %q, %q or %q)", h, r.TLSMode, TLSNone, TLSACME, TLSPassthrough)
+		}
+		for _, src := range r.AllowSources {
+			p, err := netip.ParsePrefix(src)
+			if err != nil {
+				return fmt.Errorf("route %s: allow_sources entry %q is not a CIDR prefix: %w", h, src, err)
+			}
+			if p.Masked() != p {
+				return fmt.Errorf("route %s: allow_sources entry %q has host bits set; write %s", h, src, p.Masked())
+			}
+		}
+		for _, u := range r.Upstreams {
+			if u.WorkloadID == "" {
+				return fmt.Errorf("route %s: an upstream has no workload_id", h)
+			}
+			if _, port, err := net.SplitHostPort(u.Address); err != nil || port == "" {
+				return fmt.Errorf("route %s: upstream %s address %q is not host:port", h, u.WorkloadID, u.Address)
+			}
+		}
+	}
+	return nil
 }
 
 // Upstream is one workload serving a route. Address is "host:port". Only

@@ -18,7 +18,13 @@ const (
 	HookDeploy        Hook = "deploy"
 )
 
-// Hooks returns every hook, in documentation order.
+// HookRoutesCompile is where an operator binds a route compiler ([KindRoutes])
+// to replace the default one (docs/wasm-abi.md section 6.4). It is a binding
+// target, not a policy hook: no policy is asked there, and it is not among
+// [Hooks].
+const HookRoutesCompile Hook = "routes.compile"
+
+// Hooks returns every policy hook, in documentation order.
 func Hooks() []Hook { return []Hook{HookServiceApply, HookServiceDelete, HookNodeEnroll, HookDeploy} }
 
 // Valid reports whether h is one of [Hooks].

@@ -365,6 +365,7 @@ func (c *Client) session(ctx context.Context) error {
 	if hello.AgentVersion == "" {
 		hello.AgentVersion = c.cfg.AgentVersion
 	}
+	hello.SigningKeyID = node.KeyID(c.clusterKey())
 	s.dropped = hello.DroppedEvents
 	if err := s.send(sctx, node.TypeHello, "", hello); err != nil {
 		return err
@@ -556,6 +557,12 @@ func (s *conn) readLoop(ctx context.Context, welcomed chan struct{}) error {
 			msg := fmt.Sprintf("envelope version %d is not implemented; this agent speaks %d", env.V, node.Version)
 			_ = s.sendError(ctx, env.ID, berrors.UnsupportedVersion, msg, true)
 			return fmt.Errorf("core sent envelope version %d", env.V)
+		}
+		// welcome is the core's first message; before it only an error
+		// (the core refusing the hello) is taken (section 4.2).
+		if !gotWelcome && env.Type != node.TypeWelcome && env.Type != node.TypeError {
+			_ = s.sendError(ctx, env.ID, berrors.BadMessage, fmt.Sprintf("the core's first message must be welcome, not %s", env.Type), true)
+			return fmt.Errorf("core sent %s before welcome", env.Type)
 		}
 		switch env.Type {
 		case node.TypeWelcome:

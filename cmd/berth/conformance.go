@@ -20,11 +20,12 @@ func newConformanceCmd(a *app) *cobra.Command {
 		Short: "Check plugins and WebAssembly modules against Berth's contracts",
 		Long: `conformance runs the suites an extension author runs in CI: "plugin" for a
 provider plugin or runtime-driver binary (docs/plugins.md section 6), "wasm"
-for a WebAssembly module (docs/wasm-abi.md).`,
+for a WebAssembly module (docs/wasm-abi.md), "node" for a node agent or a
+berthd against the node session protocol (docs/node-protocol.md).`,
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRunE,
 	}
-	cmd.AddCommand(newConformancePluginCmd(a), newConformanceWasmCmd(a))
+	cmd.AddCommand(newConformancePluginCmd(a), newConformanceWasmCmd(a), newConformanceNodeCmd(a))
 	return cmd
 }
 

@@ -15,8 +15,9 @@ func newModuleCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "module",
 		Short: "Manage WebAssembly policy and route-compiler modules",
-		Long: `module uploads WebAssembly modules and binds policies to hooks
-(docs/wasm-abi.md). Hooks: service.apply, service.delete, node.enroll, deploy.`,
+		Long: `module uploads WebAssembly modules and binds them (docs/wasm-abi.md): policies
+to the hooks service.apply, service.delete, node.enroll and deploy, and a route
+compiler to routes.compile, where it replaces the embedded default.`,
 		RunE: groupRunE,
 	}
 	push := &cobra.Command{
@@ -72,13 +73,20 @@ func newModuleCmd(a *app) *cobra.Command {
 	var hook, project, failure, config string
 	bind := &cobra.Command{
 		Use:   "bind DIGEST --hook HOOK [--project P] [--failure-policy fail|ignore] [--config JSON|@FILE]",
-		Short: "Bind a policy module to a hook",
+		Short: "Bind a policy to a hook, or a route compiler to routes.compile",
 		Long: `bind makes a policy module decide a hook, for every project or one.
 A module that fails (trap, deadline, error answer) refuses the request under
 --failure-policy fail (the default) and only warns under ignore. --config is
-JSON handed to the module with every request.`,
+JSON handed to the module with every request.
+
+With --hook routes.compile, a route-compiler module compiles the gateway's
+route table from the next reconcile pass on, in place of the embedded default;
+it replaces any earlier routes.compile binding. It takes no --project or
+--config. When it fails, the last good table stays in force and 'berth routes'
+shows the failure. Unbinding it returns to the default.`,
 		Example: `  berth module bind sha256:4f1c... --hook service.apply
-  berth module bind sha256:9a2b... --hook service.apply --config '{"labels":["team"]}'`,
+  berth module bind sha256:9a2b... --hook service.apply --config '{"labels":["team"]}'
+  berth module bind sha256:77e0... --hook routes.compile`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := a.apiClient(cmd)
@@ -105,18 +113,25 @@ JSON handed to the module with every request.`,
 			if a.output == outputJSON {
 				return printJSON(a.stdout, b)
 			}
-			fmt.Fprintf(a.stdout, "bound %s to %s as %s (failure policy %s)\n", b.Module, b.Hook, b.ID, b.FailurePolicy)
+			if b.Hook == "routes.compile" {
+				fmt.Fprintf(a.stdout, "bound route compiler %s as %s\n", b.Module, b.ID)
+			} else {
+				fmt.Fprintf(a.stdout, "bound %s to %s as %s (failure policy %s)\n", b.Module, b.Hook, b.ID, b.FailurePolicy)
+			}
+			for _, id := range b.Replaced {
+				fmt.Fprintf(a.stdout, "replaced %s\n", id)
+			}
 			return nil
 		},
 	}
-	bind.Flags().StringVar(&hook, "hook", "", "service.apply, service.delete, node.enroll or deploy (required)")
+	bind.Flags().StringVar(&hook, "hook", "", "service.apply, service.delete, node.enroll, deploy or routes.compile (required)")
 	bind.Flags().StringVar(&project, "project", "", "bind for this project only (default: every project)")
 	bind.Flags().StringVar(&failure, "failure-policy", "fail", "fail or ignore: what a failing module means")
 	bind.Flags().StringVar(&config, "config", "", "JSON configuration, or @FILE")
 	_ = bind.MarkFlagRequired("hook")
 	unbind := &cobra.Command{
 		Use:   "unbind BINDING_ID",
-		Short: "Remove a policy binding",
+		Short: "Remove a binding (unbinding routes.compile returns to the default compiler)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := a.apiClient(cmd)
@@ -132,7 +147,7 @@ JSON handed to the module with every request.`,
 	}
 	bindings := &cobra.Command{
 		Use:   "bindings",
-		Short: "List policy bindings",
+		Short: "List bindings",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := a.apiClient(cmd)
@@ -180,11 +195,15 @@ compile failure, if the newest compilation failed.`,
 			}
 			fmt.Fprintf(a.stdout, "sha256:   %s\ncompiler: %s\nrevision: %d\n", st.SHA256, st.Compiler, st.Table.Revision)
 			if st.LastError != "" {
-				fmt.Fprintf(a.stdout, "failing:  %s (keeping the table below)\n", st.LastError)
+				ago := "-"
+				if st.LastErrorAt != nil {
+					ago = a.since(*st.LastErrorAt) + " ago"
+				}
+				fmt.Fprintf(a.stdout, "failing:  %s (%s): %s\n          keeping the last good table, below\n", orDash(st.FailingCompiler), ago, st.LastError)
 			}
 			fmt.Fprintln(a.stdout)
 			w := newTable(a.stdout)
-			row(w, "HOSTNAME", "SERVICE", "TLS", "UPSTREAMS", "HEALTHY")
+			row(w, "HOSTNAME", "SERVICE", "TLS", "ALLOW", "UPSTREAMS", "HEALTHY")
 			for _, r := range st.Table.Routes {
 				healthy := 0
 				var addrs []string
@@ -194,7 +213,7 @@ compile failure, if the newest compilation failed.`,
 						healthy++
 					}
 				}
-				row(w, r.Hostname, r.Project+"/"+r.Service, orDash(r.TLSMode), joinOrDash(addrs), fmt.Sprintf("%d/%d", healthy, len(r.Upstreams)))
+				row(w, r.Hostname, r.Project+"/"+r.Service, orDash(r.TLSMode), joinOrDash(r.AllowSources), joinOrDash(addrs), fmt.Sprintf("%d/%d", healthy, len(r.Upstreams)))
 			}
 			return w.Flush()
 		},

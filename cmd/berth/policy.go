@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -61,7 +62,10 @@ gives an input and the decision expected (docs/wasm-abi.md section 8). It exits
 	decisions := &cobra.Command{
 		Use:   "decisions [--limit N]",
 		Short: "Show the newest recorded policy decisions",
-		Args:  cobra.NoArgs,
+		Long: `decisions shows the newest policy decisions, each with SEQ, its entry in
+the cluster change log (docs/wasm-abi.md section 5.5), and the SHA-256 of the
+exact input the module saw.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := a.apiClient(cmd)
 			if err != nil {
@@ -75,13 +79,17 @@ gives an input and the decision expected (docs/wasm-abi.md section 8). It exits
 				return printJSON(a.stdout, ds)
 			}
 			w := newTable(a.stdout)
-			row(w, "AGE", "HOOK", "PROJECT", "RESULT", "MODULE", "INPUT", "WHY")
+			row(w, "AGE", "SEQ", "HOOK", "PROJECT", "RESULT", "MODULE", "INPUT", "WHY")
 			for _, d := range ds {
 				why := joinOrDash(d.Reasons)
 				if d.Error != "" {
 					why = d.Error
 				}
-				row(w, a.since(d.At), d.Hook, orDash(d.Project), d.Result, shortDigest(d.ModuleDigest), d.InputSHA256[:12], why)
+				seq := "-"
+				if d.Seq > 0 {
+					seq = strconv.FormatInt(d.Seq, 10)
+				}
+				row(w, a.since(d.At), seq, d.Hook, orDash(d.Project), d.Result, shortDigest(d.ModuleDigest), d.InputSHA256[:12], why)
 			}
 			return w.Flush()
 		},

@@ -103,12 +103,16 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newDeleteCmd(a),
 		newJoinTokenCmd(a),
 		newNodeCmd(a),
+		newClusterCmd(a),
 		newBundleCmd(a),
 		newModuleCmd(a),
 		newRoutesCmd(a),
 		newPolicyCmd(a),
 		newConformanceCmd(a),
 		newPluginsCmd(a),
+		newRunnerCmd(a),
+		newPlacementCmd(a),
+		newOperationCmd(a),
 	)
 	return root
 }

@@ -73,6 +73,11 @@ type Config struct {
 	Routes RouteStatuser
 	// Plugins serves GET /api/v1/plugins; nil lists none.
 	Plugins PluginLister
+	// Orchestration serves runner enrollment, placements and operations under /api/v1 and,
+	// when its Transport is on, /api/runner/v1 (docs/runner-protocol.md); nil leaves them out.
+	Orchestration *Orchestration
+	// KeyRotator serves POST /api/v1/cluster/signing-key/rotate; nil leaves the route out.
+	KeyRotator KeyRotator
 }
 
 // Server is the API's HTTP handler.
@@ -119,6 +124,9 @@ func New(cfg Config) *Server {
 	v1.GET("/nodes", s.listNodes, s.auth(identity.ScopeNodesRead))
 	v1.GET("/nodes/:id", s.getNode, s.auth(identity.ScopeNodesRead))
 	v1.DELETE("/nodes/:id", s.removeNode, s.auth(identity.ScopeNodeRemove))
+	if cfg.KeyRotator != nil {
+		v1.POST("/cluster/signing-key/rotate", s.rotateSigningKey, s.auth(identity.ScopeAdmin))
+	}
 	v1.GET("/plugins", s.listPlugins, s.auth(identity.ScopeNodesRead))
 	if cfg.Events != nil {
 		v1.GET("/events", s.listEvents, s.auth(identity.ScopeNodesRead))
@@ -138,6 +146,8 @@ func New(cfg Config) *Server {
 	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/bundles", s.listBundles, s.auth(identity.ScopeServicesRead))
 	s.registerWasm(v1)
+	s.registerOrchestration(v1)
+	s.registerRunnerTransport(e)
 	e.RouteNotFound("/*", func(c echo.Context) error {
 		return problem(abierrors.NotFound, "no such endpoint: "+c.Request().Method+" "+c.Request().URL.Path)
 	})

@@ -254,6 +254,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"stale delete", req{method: "DELETE", path: "/api/v1/projects/default/services/web?expected_revision=9", token: f.admin}, 409, "revision_conflict"},
 		{"reserved env", put("web", svc(func(m map[string]any) { m["env"] = map[string]string{"PORT": "1"} })), 422, "validation_failed"},
 		{"negative replicas", put("web", svc(func(m map[string]any) { m["replicas"] = -1 })), 422, "validation_failed"},
+		{"label key with a dot", put("web", svc(func(m map[string]any) { m["labels"] = map[string]string{"team.name": "x"} })), 422, "validation_failed"},
+		{"enroll label key with a dot", req{method: "POST", path: "/api/v1/nodes/enroll", ctype: "application/json", body: mustJSON(func() map[string]any { m := enroll(expiring); m["labels"] = map[string]string{"zone.a": "1"}; return m }())}, 422, "validation_failed"},
 		{"bad domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"not a host"} })), 422, "validation_failed"},
 		{"unknown bundle", put("web", svc(func(m map[string]any) { m["bundle"] = "ghost" })), 404, "bundle_not_found"},
 		{"missing command", put("web", svc(func(m map[string]any) { delete(m, "command") })), 422, "validation_failed"},

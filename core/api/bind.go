@@ -81,7 +81,9 @@ func describeJSONError(err error) string {
 var (
 	envNameRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
-	labelKeyRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$`)
+	// Label keys become document field names in the store, where "." and "$"
+	// are not allowed, so they are refused here rather than by the store.
+	labelKeyRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9_/-]{0,61}[a-z0-9])?$`)
 )
 
 func checkName(kind, name string) error {
@@ -120,6 +122,11 @@ func validateService(spec *serviceSpec) error {
 	}
 	if len(spec.Labels) > maxEnv {
 		return fail("labels has more than %d entries", maxEnv)
+	}
+	for k, v := range spec.Labels {
+		if !labelKeyRE.MatchString(k) || len(v) > 63 {
+			return fail("label %q=%q: keys are lower-case [a-z0-9_/-] (no dots), values at most 63 characters", k, v)
+		}
 	}
 	if spec.Port < 0 || spec.Port > 65535 {
 		return fail("port must be between 1 and 65535")
@@ -178,7 +185,7 @@ func validateEnroll(hostname, region, address string, labels map[string]string) 
 	}
 	for k, v := range labels {
 		if !labelKeyRE.MatchString(k) || len(v) > 63 {
-			return fail("label %q=%q: keys are lower-case [a-z0-9._/-], values at most 63 characters", k, v)
+			return fail("label %q=%q: keys are lower-case [a-z0-9_/-] (no dots), values at most 63 characters", k, v)
 		}
 	}
 	return nil

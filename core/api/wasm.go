@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/node"
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/identity"
@@ -127,7 +128,14 @@ func (s *Server) bindPolicy(c echo.Context) error {
 	case err != nil:
 		return err
 	}
-	s.log.Info("policy bound", "binding_id", out.ID, "hook", out.Hook, "module", out.Module, "project", out.Project, "failure_policy", out.FailurePolicy)
+	s.log.Info("module bound", "binding_id", out.ID, "hook", out.Hook, "module", out.Module, "project", out.Project, "failure_policy", out.FailurePolicy)
+	for _, id := range out.Replaced {
+		s.recordChange(c, policy.BindingEntityType, id, node.OpDelete, nil)
+	}
+	s.recordChange(c, policy.BindingEntityType, out.ID, node.OpCreate, out)
+	if out.Hook == abiwasm.HookRoutesCompile {
+		s.cfg.Hinter.Hint("routes.compile.bound")
+	}
 	return c.JSON(http.StatusCreated, out)
 }
 
@@ -148,13 +156,17 @@ func (s *Server) unbindPolicy(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	err = e.Unbind(c.Request().Context(), c.Param("id"))
+	gone, err := e.Unbind(c.Request().Context(), c.Param("id"))
 	if errors.Is(err, policy.ErrBindingNotFound) {
-		return problem(abierrors.BindingNotFound, fmt.Sprintf("no policy binding %q", c.Param("id")))
+		return problem(abierrors.BindingNotFound, fmt.Sprintf("no binding %q", c.Param("id")))
 	} else if err != nil {
 		return err
 	}
-	s.log.Info("policy unbound", "binding_id", c.Param("id"))
+	s.log.Info("module unbound", "binding_id", gone.ID, "hook", gone.Hook, "module", gone.Module)
+	s.recordChange(c, policy.BindingEntityType, gone.ID, node.OpDelete, nil)
+	if gone.Hook == abiwasm.HookRoutesCompile {
+		s.cfg.Hinter.Hint("routes.compile.unbound")
+	}
 	return c.NoContent(http.StatusNoContent)
 }
 

@@ -3,7 +3,9 @@ package identity
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -98,4 +100,76 @@ func ClusterID(dataDir string) (id string, created bool, err error) {
 		return "", false, fmt.Errorf("identity: write cluster id: %w", err)
 	}
 	return id, true, nil
+}
+
+// RetiredKeysDir holds signing keys replaced by [RotateSigningKey], one file
+// per key named by its key id (hex SHA-256 of the public key), so that a
+// node that was away during a rotation can still be handed the new key
+// under the signature of the one it pins (docs/node-protocol.md section 5.21).
+const RetiredKeysDir = "keys/retired"
+
+// RotateSigningKey generates a new cluster signing key, keeps the current
+// one under [RetiredKeysDir], and makes the new one current (written 0600
+// like the first). It returns the previous and the new key. The caller holds
+// the data directory lock, and then hands the new key to every node signed by
+// the previous one before it signs anything with the new key.
+func RotateSigningKey(dataDir string) (prev, next ed25519.PrivateKey, err error) {
+	prev, _, err = LoadOrCreateSigningKey(dataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writeSigningKey(filepath.Join(dataDir, RetiredKeysDir, keyID(prev)+".key"), prev); err != nil {
+		return nil, nil, fmt.Errorf("identity: keep the retired signing key: %w", err)
+	}
+	_, next, err = ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("identity: generate signing key: %w", err)
+	}
+	if err := writeSigningKey(filepath.Join(dataDir, SigningKeyFile), next); err != nil {
+		return nil, nil, fmt.Errorf("identity: write the new signing key: %w", err)
+	}
+	return prev, next, nil
+}
+
+// RetiredSigningKeys returns the keys [RotateSigningKey] retired, by key id;
+// an empty map when there are none.
+func RetiredSigningKeys(dataDir string) (map[string]ed25519.PrivateKey, error) {
+	dir := filepath.Join(dataDir, RetiredKeysDir)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]ed25519.PrivateKey{}, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("identity: read retired signing keys: %w", err)
+	}
+	out := map[string]ed25519.PrivateKey{}
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".key")
+		if !ok {
+			continue
+		}
+		data, err := securefile.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("identity: read retired signing key %s: %w", id, err)
+		}
+		key, err := parseSigningKey(data)
+		if err != nil {
+			return nil, fmt.Errorf("identity: retired signing key %s: %w", id, err)
+		}
+		out[keyID(key)] = key
+	}
+	return out, nil
+}
+
+func writeSigningKey(path string, key ed25519.PrivateKey) error {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("encode signing key: %w", err)
+	}
+	return securefile.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+}
+
+// keyID is the hex SHA-256 of key's public half (node.KeyID's rule).
+func keyID(key ed25519.PrivateKey) string {
+	sum := sha256.Sum256(key.Public().(ed25519.PublicKey))
+	return hex.EncodeToString(sum[:])
 }

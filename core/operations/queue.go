@@ -402,3 +402,20 @@ func (q *Queue) RevokeProject(ctx context.Context, projectID string) error {
 
 // PayloadJSON returns the operation's canonical JSON payload.
 func (o *Operation) PayloadJSON() json.RawMessage { return json.RawMessage(o.Payload) }
+
+// Check returns operation id when h holds its current, unexpired lease, and changes nothing. The
+// artifact call uses it to authenticate a lease before and after provider I/O
+// (docs/runner-protocol.md section 6). Errors: wrapping [ErrLeaseLost] (an unknown id included).
+func (q *Queue) Check(ctx context.Context, id string, h Holder) (*Operation, error) {
+	o, err := q.Get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("operations: %s: %w", id, ErrLeaseLost)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !current(o.status(), h, q.now().UTC()) {
+		return nil, fmt.Errorf("operations: %s: %w", id, ErrLeaseLost)
+	}
+	return o, nil
+}

@@ -1,8 +1,10 @@
 // Package policy owns WebAssembly admission: the module catalog (bytes in the
 // blob store), the bindings of modules to hooks, and the decision record.
 //
-// Decisions are recorded in the collection policy_decisions. When the change
-// log lands, each decision becomes a change-log entry and this collection goes.
+// Every decision is appended to the cluster change log as an entry of type
+// policy_decision, which is the record; the collection policy_decisions is a
+// query index over those entries, kept for GET /api/v1/policy-decisions
+// (docs/wasm-abi.md section 5.5).
 package policy
 
 import (
@@ -23,8 +25,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/berthhq/berth/abi/node"
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
 	hostwasm "github.com/berthhq/berth/host/wasm"
@@ -62,8 +66,16 @@ type Module struct {
 	CreatedAt time.Time    `bson:"created_at" json:"created_at"`
 }
 
+// BindingEntityType is the change-log entity type of a binding: created
+// with the binding as payload, deleted by unbinding or by a newer
+// routes.compile binding (docs/wasm-abi.md section 9).
+const BindingEntityType = "policy_binding"
+
 // Binding binds a policy module to a hook, for every project (Project empty)
-// or one. Config is JSON handed to the module unchanged.
+// or one, or a route compiler to abiwasm.HookRoutesCompile (for every
+// project, without config). Config is JSON handed to the module unchanged.
+// Replaced, set only in Bind's answer, lists the routes.compile bindings the
+// new one replaced.
 type Binding struct {
 	ID            string        `bson:"_id" json:"id"`
 	Hook          abiwasm.Hook  `bson:"hook" json:"hook"`
@@ -73,9 +85,18 @@ type Binding struct {
 	FailurePolicy FailurePolicy `bson:"failure_policy" json:"failure_policy"`
 	Config        string        `bson:"config,omitempty" json:"config,omitempty"`
 	CreatedAt     time.Time     `bson:"created_at" json:"created_at"`
+	Replaced      []string      `bson:"-" json:"replaced,omitempty"`
 }
 
-// Decision is one recorded evaluation in collection policy_decisions.
+// DecisionEntityType is the change-log entity type of a policy decision
+// (docs/wasm-abi.md section 5.5): entity id the decision's id, op create,
+// payload the [Decision] without Seq.
+const DecisionEntityType = "policy_decision"
+
+// Decision is one recorded evaluation: a change-log entry of type
+// [DecisionEntityType], indexed in collection policy_decisions. Seq is the
+// entry's seq in the change log, zero when the engine has no log or the
+// append failed.
 type Decision struct {
 	ID           string       `bson:"_id" json:"id"`
 	Hook         abiwasm.Hook `bson:"hook" json:"hook"`
@@ -88,6 +109,7 @@ type Decision struct {
 	Warnings     []string     `bson:"warnings,omitempty" json:"warnings,omitempty"`
 	Error        string       `bson:"error,omitempty" json:"error,omitempty"`
 	At           time.Time    `bson:"at" json:"at"`
+	Seq          int64        `bson:"seq,omitempty" json:"seq,omitempty"`
 }
 
 // Verdict is the combined answer of every binding of a hook: denied when
@@ -109,11 +131,19 @@ func (e *DeniedError) Error() string {
 	return fmt.Sprintf("denied by policy at %s: %s", e.Hook, strings.Join(e.Reasons, "; "))
 }
 
+// ChangeAppender appends to the cluster change log; *changelog.Log is one.
+type ChangeAppender interface {
+	Append(ctx context.Context, ch changelog.Change) (node.LogEntry, error)
+}
+
 // Config wires an Engine. Store, Blobs and Runtime are required.
 type Config struct {
 	Store   *store.Store
 	Blobs   *bundles.Store
 	Runtime *hostwasm.Runtime
+	// Changelog receives every decision (docs/wasm-abi.md section 5.5); nil
+	// records decisions in the policy_decisions index only.
+	Changelog ChangeAppender
 	// MaxModuleBytes bounds an upload; zero means DefaultMaxModuleBytes.
 	MaxModuleBytes int64
 	Logger         *slog.Logger
@@ -224,20 +254,34 @@ func (e *Engine) Modules(ctx context.Context) ([]Module, error) {
 // module returns the loaded module of digest, loading it from the blob store
 // on first use after a restart.
 func (e *Engine) module(ctx context.Context, digest string) (*hostwasm.Module, error) {
-	raw, err := e.cfg.Blobs.ReadBlob(digest)
-	if errors.Is(err, bundles.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrModuleNotFound, digest)
-	} else if err != nil {
+	raw, err := e.ModuleBytes(digest)
+	if err != nil {
 		return nil, err
 	}
 	return e.cfg.Runtime.Load(ctx, raw)
 }
 
-// Bind records a binding. The module must be in the catalog and be a policy;
-// the hook must be known; config, when not empty, must be JSON. Errors:
-// ErrModuleNotFound, ErrInvalidBinding.
+// Bind records a binding. A policy binding needs a known policy hook and a
+// policy module; config, when not empty, must be JSON. A routes.compile
+// binding needs a route-compiler module, no project and no config, its
+// failure policy is fail (a failing compiler leaves the last good table), and
+// it replaces every older routes.compile binding: at most one is in force,
+// the newest (docs/wasm-abi.md section 6.4). Errors: ErrModuleNotFound,
+// ErrInvalidBinding, store errors.
 func (e *Engine) Bind(ctx context.Context, b Binding) (*Binding, error) {
-	if !b.Hook.Valid() {
+	want := abiwasm.KindPolicy
+	if b.Hook == abiwasm.HookRoutesCompile {
+		want = abiwasm.KindRoutes
+		if b.Project != "" {
+			return nil, fmt.Errorf("%w: the route compiler serves every project; bind %s without a project", ErrInvalidBinding, b.Hook)
+		}
+		if b.Config != "" {
+			return nil, fmt.Errorf("%w: a route compiler takes no config", ErrInvalidBinding)
+		}
+		if b.FailurePolicy == Ignore {
+			return nil, fmt.Errorf("%w: a failing route compiler always leaves the last good table; failure_policy ignore does not apply", ErrInvalidBinding)
+		}
+	} else if !b.Hook.Valid() {
 		return nil, fmt.Errorf("%w: unknown hook %q", ErrInvalidBinding, b.Hook)
 	}
 	switch b.FailurePolicy {
@@ -257,26 +301,96 @@ func (e *Engine) Bind(ctx context.Context, b Binding) (*Binding, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("find module: %w", err)
 	}
-	if m.Kind != abiwasm.KindPolicy {
-		return nil, fmt.Errorf("%w: module %s is a %s module, not a policy", ErrInvalidBinding, m.Name, m.Kind)
+	if m.Kind != want {
+		return nil, fmt.Errorf("%w: module %s is a %s module; %s takes a %s module", ErrInvalidBinding, m.Name, m.Kind, b.Hook, want)
 	}
-	b.ID, b.Module, b.CreatedAt = identity.NewID("pbn_"), m.Name, e.cfg.Now().UTC()
+	// Milliseconds, as the store keeps them: the order of routes.compile
+	// bindings compares stored times with this one.
+	b.ID, b.Module, b.CreatedAt, b.Replaced = identity.NewID("pbn_"), m.Name, e.cfg.Now().UTC().Truncate(time.Millisecond), nil
 	if _, err := e.bindings.InsertOne(ctx, &b); err != nil {
 		return nil, fmt.Errorf("record binding: %w", err)
+	}
+	if b.Hook == abiwasm.HookRoutesCompile {
+		replaced, err := e.dropOlderRouteCompilers(ctx, &b)
+		if err != nil {
+			return nil, err
+		}
+		b.Replaced = replaced
 	}
 	return &b, nil
 }
 
-// Unbind removes a binding. Errors: ErrBindingNotFound.
-func (e *Engine) Unbind(ctx context.Context, id string) error {
-	res, err := e.bindings.DeleteOne(ctx, bson.M{"_id": id})
+// newestFirst orders routes.compile bindings: the first is in force.
+var newestFirst = bson.D{{Key: "created_at", Value: -1}, {Key: "_id", Value: -1}}
+
+// dropOlderRouteCompilers removes the routes.compile bindings older than b
+// and returns their ids. Two binds racing both keep only the newer binding.
+func (e *Engine) dropOlderRouteCompilers(ctx context.Context, b *Binding) ([]string, error) {
+	cur, err := e.bindings.Find(ctx, bson.M{"hook": abiwasm.HookRoutesCompile}, options.Find().SetSort(newestFirst))
 	if err != nil {
-		return fmt.Errorf("remove binding: %w", err)
+		return nil, fmt.Errorf("read route compiler bindings: %w", err)
 	}
-	if res.DeletedCount == 0 {
-		return fmt.Errorf("%w: %s", ErrBindingNotFound, id)
+	var bs []Binding
+	if err := cur.All(ctx, &bs); err != nil {
+		return nil, fmt.Errorf("read route compiler bindings: %w", err)
 	}
-	return nil
+	var gone []string
+	for _, o := range bs {
+		if o.ID == b.ID {
+			continue
+		}
+		older := o.CreatedAt.Before(b.CreatedAt) || (o.CreatedAt.Equal(b.CreatedAt) && o.ID < b.ID)
+		if !older {
+			continue
+		}
+		res, err := e.bindings.DeleteOne(ctx, bson.M{"_id": o.ID})
+		if err != nil {
+			return gone, fmt.Errorf("replace route compiler binding %s: %w", o.ID, err)
+		}
+		if res.DeletedCount == 1 {
+			gone = append(gone, o.ID)
+		}
+	}
+	return gone, nil
+}
+
+// RouteCompiler returns the routes.compile binding in force (the newest), or
+// nil when none is: the embedded default compiles the routes then. Called by
+// the reconciler on every pass: one indexed read.
+func (e *Engine) RouteCompiler(ctx context.Context) (*Binding, error) {
+	var b Binding
+	err := e.bindings.FindOne(ctx, bson.M{"hook": abiwasm.HookRoutesCompile}, options.FindOne().SetSort(newestFirst)).Decode(&b)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read route compiler binding: %w", err)
+	}
+	return &b, nil
+}
+
+// ModuleBytes returns the stored bytes of the module digest. Errors:
+// ErrModuleNotFound, blob store errors.
+func (e *Engine) ModuleBytes(digest string) ([]byte, error) {
+	raw, err := e.cfg.Blobs.ReadBlob(digest)
+	if errors.Is(err, bundles.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrModuleNotFound, digest)
+	} else if err != nil {
+		return nil, fmt.Errorf("read module %s: %w", digest, err)
+	}
+	return raw, nil
+}
+
+// Unbind removes a binding and returns it. Errors: ErrBindingNotFound.
+func (e *Engine) Unbind(ctx context.Context, id string) (*Binding, error) {
+	var b Binding
+	err := e.bindings.FindOneAndDelete(ctx, bson.M{"_id": id}).Decode(&b)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, fmt.Errorf("%w: %s", ErrBindingNotFound, id)
+	} else if err != nil {
+		return nil, fmt.Errorf("remove binding: %w", err)
+	}
+	return &b, nil
 }
 
 // Bindings lists every binding by hook, then creation.
@@ -362,12 +476,32 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 		if cached && in.Hook == abiwasm.HookDeploy {
 			continue
 		}
-		if _, err := e.decisions.InsertOne(ctx, &d); err != nil {
-			// The decision stands; losing its record is logged, not fatal.
-			e.log.Warn("record policy decision", "hook", in.Hook, "binding_id", b.ID, "err", err)
-		}
+		e.record(ctx, in.Actor, &d)
 	}
 	return v, nil
+}
+
+// record appends d to the change log, then indexes it with the entry's seq.
+// The decision stands either way: losing its record is logged, not fatal, as
+// for every other change-log append (core/api).
+func (e *Engine) record(ctx context.Context, actor abiwasm.Actor, d *Decision) {
+	if actor.Kind == "system" && actor.ID == "" {
+		actor.ID = "berthd" // as core/api records changes without a principal
+	}
+	if e.cfg.Changelog != nil {
+		entry, err := e.cfg.Changelog.Append(ctx, changelog.Change{
+			ActorType: actor.Kind, ActorID: actor.ID, EntityType: DecisionEntityType, EntityID: d.ID,
+			Op: node.OpCreate, Payload: d,
+		})
+		if err != nil {
+			e.log.Error("append policy decision to the change log", "hook", d.Hook, "decision_id", d.ID, "err", err)
+		} else {
+			d.Seq = entry.Seq
+		}
+	}
+	if _, err := e.decisions.InsertOne(ctx, d); err != nil {
+		e.log.Warn("index policy decision", "hook", d.Hook, "decision_id", d.ID, "err", err)
+	}
 }
 
 // evaluate answers from the memo or the module.

@@ -69,6 +69,8 @@ type Reconciler struct {
 	compiledAt  time.Time // when table was computed; mu must be held
 	routeErr    error     // the last compile failure, nil after a success; mu must be held
 	routeErrAt  time.Time // mu must be held
+	compiler    string    // the compiler that made table; mu must be held
+	failing     string    // the compiler that made routeErr; mu must be held
 }
 
 // New returns a Reconciler.
@@ -121,18 +123,27 @@ func (r *Reconciler) Table() abiroutes.Table {
 func (r *Reconciler) RouteStatus() routes.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := routes.Status{Table: r.table, SHA256: r.table.Digest(), CompiledAt: r.compiledAt, Compiler: "unknown"}
+	st := routes.Status{Table: r.table, SHA256: r.table.Digest(), CompiledAt: r.compiledAt, Compiler: r.compiler}
 	if st.Table.Routes == nil {
 		st.Table.Routes = []abiroutes.Route{}
 	}
-	if d, ok := r.cfg.Compiler.(interface{ Describe() string }); ok {
-		st.Compiler = d.Describe()
+	if st.Compiler == "" { // nothing compiled yet
+		st.Compiler = "none yet; next: " + describe(r.cfg.Compiler)
 	}
 	if r.routeErr != nil {
 		at := r.routeErrAt
-		st.LastError, st.LastErrorAt = r.routeErr.Error(), &at
+		st.LastError, st.LastErrorAt, st.FailingCompiler = r.routeErr.Error(), &at, r.failing
 	}
 	return st
+}
+
+// describe names a compiler: its Describe method (routes.Wasm,
+// routes.Bindable: the compiler its latest Compile ran), else "unknown".
+func describe(c routes.Compiler) string {
+	if d, ok := c.(interface{ Describe() string }); ok {
+		return d.Describe()
+	}
+	return "unknown"
 }
 
 // Pass runs one reconcile pass: placement, then node desired states, then routes.
@@ -329,11 +340,12 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 			Address: w.Address, ObservedStatus: w.ObservedStatus, Health: w.Health})
 	}
 	t, err := r.cfg.Compiler.Compile(ctx, in)
+	by := describe(r.cfg.Compiler)
 	r.mu.Lock()
 	if err != nil {
-		r.routeErr, r.routeErrAt = err, time.Now().UTC()
+		r.routeErr, r.routeErrAt, r.failing = err, time.Now().UTC(), by
 	} else {
-		r.routeErr = nil
+		r.routeErr, r.failing = nil, ""
 	}
 	r.mu.Unlock()
 	if err != nil {
@@ -346,6 +358,7 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 		r.routeRev++
 	}
 	t.Revision = r.routeRev
+	r.compiler = by
 	if !same {
 		r.table = t
 		r.compiledAt = time.Now().UTC()

@@ -14,8 +14,8 @@ import (
 	hostwasm "github.com/berthhq/berth/host/wasm"
 )
 
-// defaultModule is examples/routes built for wasip1 by make generate
-// (scripts/build-wasm.sh); TestDefaultModuleUpToDate keeps it current.
+// defaultModule is examples/routes built for wasip1 by make modules
+// (scripts/build-wasm.sh), which rebuilds it whenever its sources change.
 //
 //go:embed default_routes.wasm
 var defaultModule []byte
@@ -73,14 +73,16 @@ func ToABI(in Input) abiwasm.RoutesInput {
 	return out
 }
 
-// Status is what GET /api/v1/routes shows: the table in force with its
-// SHA-256, the compiler that made it, and the last failure, if the newest
-// compilation failed (the table in force is then the last good one).
+// Status is what GET /api/v1/routes shows (docs/wasm-abi.md section 6.3):
+// the table in force with its SHA-256 and the compiler that made it, and,
+// when the newest compilation failed, the failure and the compiler that
+// failed (the table in force is then the last good one).
 type Status struct {
-	Table       abiroutes.Table `json:"table"`
-	SHA256      string          `json:"sha256"`
-	Compiler    string          `json:"compiler"`
-	CompiledAt  time.Time       `json:"compiled_at"`
-	LastError   string          `json:"last_error,omitempty"`
-	LastErrorAt *time.Time      `json:"last_error_at,omitempty"`
+	Table           abiroutes.Table `json:"table"`
+	SHA256          string          `json:"sha256"`
+	Compiler        string          `json:"compiler"`
+	CompiledAt      time.Time       `json:"compiled_at"`
+	LastError       string          `json:"last_error,omitempty"`
+	LastErrorAt     *time.Time      `json:"last_error_at,omitempty"`
+	FailingCompiler string          `json:"failing_compiler,omitempty"`
 }

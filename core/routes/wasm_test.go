@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
+	abiroutes "github.com/berthhq/berth/abi/routes"
+	wasmconf "github.com/berthhq/berth/conformance/wasm"
 	hostwasm "github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/internal/wasmtest"
 )
@@ -59,4 +62,52 @@ func sampleInput(n int) Input {
 		}
 	}
 	return in
+}
+
+// TestInternalRoutesExample: the example route compiler operators bind in
+// place of the default passes the conformance suite and restricts .internal
+// domains to private networks, routing the rest as the default does.
+func TestInternalRoutesExample(t *testing.T) {
+	ctx := context.Background()
+	raw := wasmtest.BuildGo(t, "examples/routes-internal")
+	// A route compiler's deadline in berthd is 30 s (server.RouteCompileTimeout);
+	// the memory limit is the one the example policies are checked with.
+	results, err := wasmconf.Check(ctx, raw, wasmconf.Options{CacheDir: wasmtest.CacheDir(t), Timeout: 30 * time.Second, MemoryLimitPages: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if r.Err != nil {
+			t.Errorf("conformance %s: %v", r.Name, r.Err)
+		}
+	}
+	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	m, err := rt.Load(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := sampleInput(3)
+	in.Services = append(in.Services, Service{ID: "svc_admin", Project: "ops", Name: "admin", Domains: []string{"Admin.Internal."}})
+	got, err := Wasm{Module: m}.Compile(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Native{}.Compile(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want.Routes {
+		want.Routes[i].TLSMode = "none"
+		if want.Routes[i].Hostname == "admin.internal" {
+			want.Routes[i].AllowSources = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"}
+			want.Routes[i].Upstreams = []abiroutes.Upstream{}
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
 }

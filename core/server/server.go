@@ -61,6 +61,12 @@ type Config struct {
 	Logger            *slog.Logger
 	// Ready, when not nil, is called once the API listens and the gateway runs.
 	Ready func(apiAddr string)
+	// RunnerTransport serves /api/runner/v1 (docs/runner-protocol.md section 6); false answers
+	// 404 on the whole prefix.
+	RunnerTransport bool
+	// OrchestrationInterval is the period of the placement pass and operation sweep; zero means
+	// DefaultOrchestrationInterval.
+	OrchestrationInterval time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -182,7 +188,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ext, err := startExtensions(ctx, cfg.DataDir, st, blobs, log)
+	orch, err := newOrchestration(ctx, st, blobs, cfg.RunnerTransport, cfg.OrchestrationInterval, log)
+	if err != nil {
+		return err
+	}
+	ext, err := startExtensions(ctx, cfg.DataDir, st, blobs, clog, log)
 	if err != nil {
 		return err
 	}
@@ -212,8 +222,12 @@ func Run(ctx context.Context, cfg Config) error {
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var rec *reconciler.Reconciler
+	retired, err := identity.RetiredSigningKeys(cfg.DataDir)
+	if err != nil {
+		return err
+	}
 	sessions := session.New(session.Config{
-		Nodes: reg, Catalog: cat, SigningKey: key, ClusterID: clusterID, Logger: log, Events: evlog, Changelog: clog,
+		Nodes: reg, Catalog: cat, SigningKey: key, RetiredKeys: retired, ClusterID: clusterID, Logger: log, Events: evlog, Changelog: clog,
 		OnChange: func(reason string) { rec.Hint(reason) },
 	})
 	rec = reconciler.New(reconciler.Config{
@@ -226,7 +240,8 @@ func Run(ctx context.Context, cfg Config) error {
 		PublicURL: cfg.PublicURL, ServerFingerprint: servTLS.Fingerprint, ClusterID: clusterID, ClusterPublicKey: key.Public().(ed25519.PublicKey),
 		Logger: log, Metrics: metrics,
 		Ready:  func(ctx context.Context) error { return st.Ping(ctx) },
-		Policy: ext.policy, Routes: rec,
+		Policy: ext.policy, Routes: rec, KeyRotator: keyRotator{dataDir: cfg.DataDir, sessions: sessions},
+		Orchestration: orch.api,
 		Plugins: func() []plugin.Status {
 			if gwHandle == nil {
 				return nil
@@ -243,6 +258,8 @@ func Run(ctx context.Context, cfg Config) error {
 	rctx, stopRec := context.WithCancel(ctx)
 	recDone := make(chan struct{})
 	go func() { defer close(recDone); rec.Run(rctx) }()
+	orchDone := make(chan struct{})
+	go func() { defer close(orchDone); orch.run(rctx) }()
 
 	serveErr := make(chan error, 1)
 	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{servTLS.Certificate}}
@@ -257,6 +274,7 @@ func Run(ctx context.Context, cfg Config) error {
 	case err := <-serveErr:
 		stopRec()
 		<-recDone
+		<-orchDone
 		return fmt.Errorf("api server: %w", err)
 	}
 	log.Info("berthd shutting down")
@@ -268,5 +286,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	stopRec()
 	<-recDone
+	<-orchDone
 	return nil
 }

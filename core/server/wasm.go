@@ -8,14 +8,16 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/store"
 	hostwasm "github.com/berthhq/berth/host/wasm"
 )
 
-// extensions are the WebAssembly parts of berthd: the route compiler and the
-// policy engine, each on a runtime of its own (one compilation cache under
+// extensions are the WebAssembly parts of berthd: the route compiler (the
+// module bound to routes.compile, else the embedded default) and the policy
+// engine, each on a runtime of its own (one compilation cache under
 // DATA/wasm-cache).
 type extensions struct {
 	rt       *hostwasm.Runtime // route compiler
@@ -25,8 +27,8 @@ type extensions struct {
 }
 
 // startExtensions loads the embedded default route compiler and wires the
-// policy engine over the store and the blob store.
-func startExtensions(ctx context.Context, dataDir string, st *store.Store, blobs *bundles.Store, log *slog.Logger) (*extensions, error) {
+// policy engine over the store, the blob store and the change log.
+func startExtensions(ctx context.Context, dataDir string, st *store.Store, blobs *bundles.Store, clog *changelog.Log, log *slog.Logger) (*extensions, error) {
 	// Route compilation reads every service and workload; it gets a longer
 	// deadline than an admission decision.
 	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: filepath.Join(dataDir, "wasm-cache"), Logger: log, Timeout: RouteCompileTimeout})
@@ -45,14 +47,30 @@ func startExtensions(ctx context.Context, dataDir string, st *store.Store, blobs
 		_ = rt.Close(ctx)
 		return nil, fmt.Errorf("start WebAssembly runtime: %w", err)
 	}
-	eng := policy.New(policy.Config{Store: st, Blobs: blobs, Runtime: prt, Logger: log})
+	eng := policy.New(policy.Config{Store: st, Blobs: blobs, Runtime: prt, Changelog: clog, Logger: log})
 	if err := eng.EnsureIndexes(ctx); err != nil {
 		_ = rt.Close(ctx)
 		_ = prt.Close(ctx)
 		return nil, err
 	}
-	return &extensions{rt: rt, prt: prt, policy: eng, compiler: routes.Wasm{Module: m}}, nil
+	compiler := routes.NewBindable(routes.BindableConfig{Default: routes.Wasm{Module: m}, Source: routeBindings{eng}, Runtime: rt, Logger: log})
+	return &extensions{rt: rt, prt: prt, policy: eng, compiler: compiler}, nil
 }
+
+// routeBindings is the policy engine as the route compiler's routes.Source.
+type routeBindings struct{ e *policy.Engine }
+
+// BoundRouteCompiler returns the routes.compile binding in force, or nil.
+func (s routeBindings) BoundRouteCompiler(ctx context.Context) (*routes.Binding, error) {
+	b, err := s.e.RouteCompiler(ctx)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	return &routes.Binding{ID: b.ID, ModuleDigest: b.ModuleDigest, Module: b.Module}, nil
+}
+
+// ModuleBytes reads a module from the blob store.
+func (s routeBindings) ModuleBytes(digest string) ([]byte, error) { return s.e.ModuleBytes(digest) }
 
 func (e *extensions) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -36,7 +36,12 @@ type Config struct {
 	Nodes      *nodes.Registry
 	Catalog    *services.Catalog
 	SigningKey ed25519.PrivateKey
-	ClusterID  string
+	// RetiredKeys are signing keys replaced by a rotation, by node.KeyID of
+	// their public half: a node whose hello names one is handed the current
+	// key under its signature (docs/node-protocol.md section 5.21). Nil
+	// means none.
+	RetiredKeys map[string]ed25519.PrivateKey
+	ClusterID   string
 	// Events receives node.connected and node.disconnected and every event a
 	// node sends (section 5.4); nil means events are logged only.
 	Events *events.Log
@@ -63,6 +68,9 @@ type Server struct {
 	sessions map[string]*conn // node id -> current session; mu must be held
 	closed   bool
 	wg       sync.WaitGroup
+
+	// keys are the current signing key and the retired ones ([Server.RotateSigningKey]).
+	keys keyRing
 }
 
 // New returns a Server.
@@ -79,7 +87,13 @@ func New(cfg Config) *Server {
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = node.DefaultSessionTimeout
 	}
-	return &Server{cfg: cfg, log: cfg.Logger.With("component", "session"), sessions: map[string]*conn{}}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "session"), sessions: map[string]*conn{}}
+	s.keys.current = cfg.SigningKey
+	s.keys.retired = map[string]ed25519.PrivateKey{}
+	for id, k := range cfg.RetiredKeys {
+		s.keys.retired[id] = k
+	}
+	return s
 }
 
 // conn is one live session.
@@ -91,6 +105,13 @@ type conn struct {
 	// sentRev is the newest desired revision sent on this session.
 	mu      sync.Mutex
 	sentRev int64
+	// handshook reports whether the session's own desired_state (after
+	// welcome) was sent; until then a Push sends nothing, so that welcome
+	// stays the core's first message (section 4.2). mu must be held.
+	handshook bool
+	// signKey is the key this session's node pins, set at the handshake and
+	// replaced by a rotation. mu must be held.
+	signKey ed25519.PrivateKey
 	// welcomed reports whether the handshake reached welcome, so that only
 	// a session that connected the node can disconnect it.
 	welcomed atomic.Bool
@@ -303,7 +324,12 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 	}); err != nil {
 		return "write_failed"
 	}
-	// 3. (leases come with their own issue) 4. the desired state, always once per session.
+	// 3. (leases come with their own issue; a key rotation the node missed)
+	if err := s.rotateAtHandshake(ctx, c, &hello); err != nil {
+		s.log.Info("send signing_key_rotate", "node_id", c.nodeID, "err", err)
+		return "write_failed"
+	}
+	// 4. the desired state, always once per session.
 	if err := s.sendDesired(ctx, c, true); err != nil {
 		s.log.Info("send desired state", "node_id", c.nodeID, "err", err)
 		return "write_failed"
@@ -434,6 +460,9 @@ func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {
 func (s *Server) sendDesired(ctx context.Context, c *conn, force bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !force && !c.handshook {
+		return nil
+	}
 	n, err := s.cfg.Nodes.Get(ctx, c.nodeID)
 	if err != nil {
 		return err
@@ -453,13 +482,17 @@ func (s *Server) sendDesired(ctx context.Context, c *conn, force bool) error {
 	if ds.Spec.Routes == nil {
 		ds.Spec.Routes = []node.RouteSpec{}
 	}
-	if err := node.Sign(&ds, s.cfg.SigningKey); err != nil {
+	if c.signKey == nil {
+		c.signKey = s.keys.get()
+	}
+	if err := node.Sign(&ds, c.signKey); err != nil {
 		return err
 	}
 	if err := s.write(ctx, c, node.TypeDesiredState, "", ds); err != nil {
 		return err
 	}
 	c.sentRev = n.DesiredRev
+	c.handshook = true
 	s.log.Debug("desired state sent", "node_id", c.nodeID, "rev", n.DesiredRev, "workloads", len(ds.Spec.Workloads))
 	return nil
 }

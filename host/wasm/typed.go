@@ -52,7 +52,9 @@ func (m *Module) EvaluateJSON(ctx context.Context, input []byte) (abiwasm.Policy
 
 // CompileRoutes asks a route-compiler module for the route table. The
 // module's SHA-256 must equal [routes.Table.Digest] of the table it returned,
-// and hostnames must be non-empty and unique; otherwise the error wraps
+// and the table must pass [routes.Table.Validate] (unique, normalized
+// hostnames, known TLS modes, allow_sources as CIDR prefixes, upstreams as
+// host:port; docs/wasm-abi.md section 6.2); otherwise the error wraps
 // ErrBadOutput. The table comes back normalized, without a revision.
 func (m *Module) CompileRoutes(ctx context.Context, in abiwasm.RoutesInput) (routes.Table, error) {
 	if m.meta.Kind != abiwasm.KindRoutes {
@@ -74,12 +76,8 @@ func (m *Module) CompileRoutes(ctx context.Context, in abiwasm.RoutesInput) (rou
 		return routes.Table{}, fmt.Errorf("module %s (%s): %w: %w", m.meta.Name, m.digest, ErrGuest, out.Error)
 	}
 	t := routes.Table{Routes: out.Routes}
-	seen := map[string]bool{}
-	for _, r := range t.Routes {
-		if r.Hostname == "" || seen[r.Hostname] {
-			return routes.Table{}, m.errf(ErrBadOutput, "route table has an empty or repeated hostname %q", r.Hostname)
-		}
-		seen[r.Hostname] = true
+	if err := t.Validate(); err != nil {
+		return routes.Table{}, m.errf(ErrBadOutput, "%s", err)
 	}
 	if d := t.Digest(); d != out.SHA256 {
 		return routes.Table{}, m.errf(ErrBadOutput, "route table hashes to %s, the module said %s", d, out.SHA256)

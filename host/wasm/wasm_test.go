@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthhq/berth/abi/routes"
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/internal/wasmtest"
@@ -167,5 +168,48 @@ func TestGoGuestMemoryLimit(t *testing.T) {
 	t.Logf("allocation past the limit: %v", err)
 	if _, err := m.Evaluate(ctx, abiwasm.PolicyInput{Hook: abiwasm.HookServiceDelete}); err != nil {
 		t.Fatalf("after running out of memory: %v", err)
+	}
+}
+
+// TestCompileRoutesChecksTheTable: a route compiler's table must pass
+// routes.Table.Validate; one that does not is refused as the module's bug
+// (ErrBadOutput, naming the module), and a valid one comes back normalized.
+func TestCompileRoutesChecksTheTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRuntime(t, wasm.Config{})
+	answer := func(rs []routes.Route) string {
+		raw, err := json.Marshal(abiwasm.RoutesOutput{Routes: rs, SHA256: routes.Table{Routes: rs}.Digest()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	up := routes.Upstream{WorkloadID: "wl_1", Address: "10.0.0.1:80", Healthy: true}
+	for name, tc := range map[string]struct {
+		rs   []routes.Route
+		want string
+	}{
+		"ok":          {[]routes.Route{{Hostname: "b.test", Upstreams: []routes.Upstream{up}}, {Hostname: "a.test", TLSMode: "none", AllowSources: []string{"10.0.0.0/8"}}}, ""},
+		"tls mode":    {[]routes.Route{{Hostname: "a.test", TLSMode: "https"}}, `unknown tls_mode "https"`},
+		"allow":       {[]routes.Route{{Hostname: "a.test", AllowSources: []string{"everyone"}}}, "not a CIDR prefix"},
+		"upper case":  {[]routes.Route{{Hostname: "A.test"}}, "lower case"},
+		"repeated":    {[]routes.Route{{Hostname: "a.test"}, {Hostname: "a.test"}}, "repeated hostname"},
+		"bad address": {[]routes.Route{{Hostname: "a.test", Upstreams: []routes.Upstream{{WorkloadID: "wl_1", Address: "nowhere"}}}}, "not host:port"},
+	} {
+		m, err := r.Load(ctx, wasmtest.Routes("asm-routes", answer(tc.rs)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.CompileRoutes(ctx, abiwasm.RoutesInput{})
+		if tc.want == "" {
+			if err != nil || len(got.Routes) != 2 || got.Routes[0].Hostname != "a.test" {
+				t.Errorf("%s: %+v, %v", name, got, err)
+			}
+			continue
+		}
+		if !errors.Is(err, wasm.ErrBadOutput) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "asm-routes") {
+			t.Errorf("%s: %v, want ErrBadOutput with %q", name, err, tc.want)
+		}
 	}
 }

@@ -126,6 +126,15 @@ type PolicyOptions struct {
 	Counter    bool   // the answer's first reason ends in a digit that changes on every call
 	NoDealloc  bool   // leave out deallocate
 	Pages      uint32 // memory pages; default 2
+	// Kind is the module's kind; default policy. With abiwasm.KindRoutes the
+	// module is a route compiler: Evaluate and Answer make routes_compile.
+	Kind abiwasm.Kind
+}
+
+// Routes assembles a route compiler whose routes_compile answers answer,
+// whatever its input.
+func Routes(name, answer string) []byte {
+	return Policy(PolicyOptions{Name: name, Answer: answer, Kind: abiwasm.KindRoutes})
 }
 
 // Policy assembles a policy module that obeys the ABI unless opts say
@@ -147,7 +156,10 @@ func Policy(opts PolicyOptions) []byte {
 	if opts.Pages == 0 {
 		opts.Pages = 2
 	}
-	meta := fmt.Sprintf(`{"kind":"policy","abi_major":%d,"abi_minor":%d,"name":%q,"version":"0"}`, opts.ABIVersion>>16, opts.ABIVersion&0xffff, opts.Name)
+	if opts.Kind == "" {
+		opts.Kind = abiwasm.KindPolicy
+	}
+	meta := fmt.Sprintf(`{"kind":%q,"abi_major":%d,"abi_minor":%d,"name":%q,"version":"0"}`, opts.Kind, opts.ABIVersion>>16, opts.ABIVersion&0xffff, opts.Name)
 	room := int32(opts.Pages*65536 - inputAt)
 	allocate := Cat(
 		// if size > room { return 0 } return inputAt
@@ -170,7 +182,7 @@ func Policy(opts PolicyOptions) []byte {
 		{Name: abiwasm.ExportABIVersion, Results: []byte{I32}, Body: I32Const(int32(opts.ABIVersion))},
 		{Name: abiwasm.ExportMetadata, Results: []byte{I64}, Body: I64Const(int64(metaAt)<<32 | int64(len(meta)))},
 		{Name: abiwasm.ExportAllocate, Params: []byte{I32}, Results: []byte{I32}, Body: allocate},
-		{Name: abiwasm.ExportPolicyEvaluate, Params: []byte{I32, I32}, Results: []byte{I64}, Body: eval},
+		{Name: opts.Kind.EntryPoint(), Params: []byte{I32, I32}, Results: []byte{I64}, Body: eval},
 	}
 	if !opts.NoDealloc {
 		funcs = append(funcs, Func{Name: abiwasm.ExportDeallocate, Params: []byte{I32, I32}})

@@ -72,8 +72,9 @@ func (p *Plugin) ValidateConfig(_ context.Context, req *provider.ConfigRequest) 
 	return &provider.ValidateConfigResponse{Problems: problems}, nil
 }
 
-// canonical decodes a route-table resource and returns it with canonical
-// attributes (routes and upstreams sorted, compact JSON).
+// canonical decodes a route-table resource, checks it with
+// routes.Table.Validate, and returns it with canonical attributes (routes and
+// upstreams sorted, compact JSON).
 func canonical(r provider.Resource) (provider.Resource, routes.Table, error) {
 	if r.Type != routes.ResourceType || r.ID != routes.ResourceID {
 		return provider.Resource{}, routes.Table{}, abierrors.New(abierrors.ValidationFailed,
@@ -84,6 +85,9 @@ func canonical(r provider.Resource) (provider.Resource, routes.Table, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&t); err != nil {
 		return provider.Resource{}, routes.Table{}, abierrors.Wrap(abierrors.ValidationFailed, "route table attributes do not decode", err)
+	}
+	if err := t.Validate(); err != nil {
+		return provider.Resource{}, routes.Table{}, abierrors.Wrap(abierrors.ValidationFailed, "route table is not routable", err)
 	}
 	t.Normalize()
 	raw, err := json.Marshal(t)

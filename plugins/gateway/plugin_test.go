@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/conformance"
 	"github.com/berthhq/berth/plugins/gateway"
@@ -53,4 +55,25 @@ func TestConformance(t *testing.T) {
 			Samples: samples(t),
 		})
 	})
+}
+
+// TestPlanRefusesUnroutableTables: the gateway refuses a table it cannot
+// honour (unknown TLS mode, an allow_sources entry that is not a prefix)
+// with validation_failed, so the host keeps the table in force.
+func TestPlanRefusesUnroutableTables(t *testing.T) {
+	t.Parallel()
+	p := gateway.NewPlugin(gateway.NewProxy(nil))
+	for name, r := range map[string]routes.Route{
+		"tls mode":      {Hostname: "a.test", TLSMode: "https"},
+		"allow sources": {Hostname: "a.test", AllowSources: []string{"10.0.0.1/8"}},
+	} {
+		raw, err := json.Marshal(routes.Table{Revision: 1, Routes: []routes.Route{r}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Plan(context.Background(), &provider.PlanRequest{Desired: provider.Resource{Type: routes.ResourceType, ID: routes.ResourceID, Attributes: raw}})
+		if abierrors.CodeOf(err) != abierrors.ValidationFailed {
+			t.Errorf("%s: plan answered %v, want validation_failed", name, err)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,8 +78,36 @@ type compiled struct {
 type route struct {
 	hostname string
 	healthy  []routes.Upstream
+	// restricted reports whether allow holds the only sources let in; an
+	// empty allow list then lets no one in (every entry was invalid).
+	restricted bool
+	allow      []netip.Prefix
+	// tls is the route's TLS mode when the gateway cannot serve it on its
+	// plain HTTP listener; empty when it can (routes.TLSNone).
+	tls string
 	// next is shared with the route of the same hostname in later tables.
 	next *atomic.Uint64
+}
+
+// allows reports whether a client at remoteAddr ("ip:port", as in
+// http.Request.RemoteAddr) may use the route. Only the TCP peer counts: a
+// forwarded header is the client's word and is never trusted here. An IPv4
+// client on an IPv6 socket (::ffff:a.b.c.d) matches IPv4 prefixes.
+func (rt *route) allows(remoteAddr string) bool {
+	if !rt.restricted {
+		return true
+	}
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	for _, p := range rt.allow {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // NewProxy returns a Proxy with an empty route table that logs proxy errors to
@@ -115,7 +144,9 @@ func NewProxy(logger *slog.Logger) *Proxy {
 // routed finish against the table they started with; later requests see t.
 // Hostnames are matched case-insensitively and without a trailing dot;
 // upstreams that are unhealthy or whose Address is not "host:port" receive no
-// traffic. A route's round-robin position survives the replacement. The Proxy
+// traffic. A route's AllowSources restrict it to clients in those prefixes
+// (an entry that is not a prefix is dropped and never widens the route); a
+// TLSMode other than "none" is not served in plain HTTP. Both fail closed. A route's round-robin position survives the replacement. The Proxy
 // keeps its own copy of t, so the caller may reuse it.
 func (p *Proxy) SetTable(t routes.Table) {
 	p.mu.Lock()
@@ -134,7 +165,21 @@ func (p *Proxy) SetTable(t routes.Table) {
 				"host", host, "revision", t.Revision)
 			continue
 		}
-		rt := &route{hostname: host}
+		rt := &route{hostname: host, restricted: len(r.AllowSources) > 0}
+		for _, src := range r.AllowSources {
+			pfx, err := netip.ParsePrefix(src)
+			if err != nil {
+				p.logger.Warn("gateway: allow_sources entry that is not a CIDR prefix ignored; the route stays restricted",
+					"host", host, "allow_source", src, "error", err)
+				continue
+			}
+			rt.allow = append(rt.allow, pfx.Masked())
+		}
+		if r.TLSMode != "" && r.TLSMode != routes.TLSNone {
+			rt.tls = r.TLSMode
+			p.logger.Warn("gateway: route needs TLS, which this gateway does not serve; it answers tls_unavailable",
+				"host", host, "tls_mode", r.TLSMode, "revision", t.Revision)
+		}
 		for _, u := range r.Upstreams {
 			if !u.Healthy {
 				continue
@@ -163,17 +208,29 @@ func (p *Proxy) Table() routes.Table {
 }
 
 // ServeHTTP routes r to a healthy upstream of the route for its Host. It
-// answers 404 (code no_route) for an unknown host, 503 (no_healthy_upstream)
-// when the route has no healthy upstream, and 502 (bad_gateway) when no
-// upstream could be reached; each of these carries the X-Berth-Gateway header.
-// Anything an upstream answers, including its own errors, passes through
-// unchanged and is streamed as it arrives.
+// answers 404 (code no_route) for an unknown host, 403 (source_not_allowed)
+// when the client's address is outside the route's allow_sources, 421
+// (tls_unavailable) when the route's TLS mode is one the gateway does not
+// serve, 503 (no_healthy_upstream) when the route has no healthy upstream,
+// and 502 (bad_gateway) when no upstream could be reached; each of these
+// carries the X-Berth-Gateway header. Anything an upstream answers, including
+// its own errors, passes through unchanged and is streamed as it arrives.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	host := normalizeHost(r.Host)
 	rt, ok := p.state.Load().byHost[host]
 	if !ok {
 		writeProblem(w, http.StatusNotFound, abierrors.NoRoute, "no-route",
 			"no route for host", fmt.Sprintf("no service is routed at host %q", host))
+		return
+	}
+	if !rt.allows(r.RemoteAddr) {
+		writeProblem(w, http.StatusForbidden, abierrors.SourceNotAllowed, "source-not-allowed",
+			"source not allowed", fmt.Sprintf("the service at host %q does not accept clients from this address", host))
+		return
+	}
+	if rt.tls != "" {
+		writeProblem(w, http.StatusMisdirectedRequest, abierrors.TLSUnavailable, "tls-unavailable",
+			"tls unavailable", fmt.Sprintf("the service at host %q is routed with tls_mode %q, which this gateway does not serve", host, rt.tls))
 		return
 	}
 	n := len(rt.healthy)

@@ -566,3 +566,97 @@ func BenchmarkProxyHello(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
 }
+
+// TestAllowSources: a route restricted to prefixes serves clients inside
+// them and refuses the others with 403 source_not_allowed, before any
+// upstream sees the request; a list whose every entry is invalid lets no one
+// in.
+func TestAllowSources(t *testing.T) {
+	t.Parallel()
+	hits := make(chan string, 8)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits <- r.Host
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	route := func(host string, allow ...string) routes.Route {
+		return routes.Route{Hostname: host, Project: "p", Service: host, AllowSources: allow,
+			Upstreams: []routes.Upstream{healthy("wl_"+host, addr(up))}}
+	}
+	_, srv, logs := gateway(t, routes.Table{Revision: 1, Routes: []routes.Route{
+		route("open.test"),
+		route("loopback.test", "10.0.0.0/8", "127.0.0.0/8"),
+		route("private.test", "10.0.0.0/8", "fd00::/8"),
+		route("broken.test", "not-a-prefix"),
+		route("v6.test", "::1/128"),
+	}})
+	for _, host := range []string{"open.test", "loopback.test"} {
+		resp, body := send(t, srv, http.MethodGet, host, "/", nil)
+		if resp.StatusCode != http.StatusOK || string(body) != "ok" || resp.Header.Get(gatewayHeader) != "" {
+			t.Fatalf("%s from 127.0.0.1: %d %q", host, resp.StatusCode, body)
+		}
+		if got := <-hits; got != host {
+			t.Fatalf("upstream saw host %q, want %q", got, host)
+		}
+	}
+	for _, host := range []string{"private.test", "broken.test", "v6.test"} {
+		resp, body := send(t, srv, http.MethodGet, host, "/", nil)
+		pb := wantProblem(t, resp, body, http.StatusForbidden, "source_not_allowed", "source-not-allowed")
+		if !strings.Contains(pb.Detail, host) {
+			t.Errorf("%s: detail %q does not name the host", host, pb.Detail)
+		}
+	}
+	select {
+	case h := <-hits:
+		t.Fatalf("a refused request reached the upstream (host %s)", h)
+	default:
+	}
+	if !strings.Contains(logs.String(), "not-a-prefix") {
+		t.Errorf("the invalid allow_sources entry was not logged: %s", logs.String())
+	}
+}
+
+// TestAllowsComparesThePeer: the TCP peer decides, IPv4-mapped IPv6 peers
+// match IPv4 prefixes, and an unparsable peer is refused.
+func TestAllowsComparesThePeer(t *testing.T) {
+	t.Parallel()
+	p := NewProxy(nil)
+	p.SetTable(routes.Table{Routes: []routes.Route{{Hostname: "a.test", AllowSources: []string{"10.0.0.0/8", "2001:db8::/32"}}}})
+	rt := p.state.Load().byHost["a.test"]
+	for addr, want := range map[string]bool{
+		"10.1.2.3:5":             true,
+		"[::ffff:10.1.2.3]:5":    true,
+		"[2001:db8::1]:443":      true,
+		"11.0.0.1:5":             false,
+		"[2001:db9::1]:443":      false,
+		"@":                      false,
+		"10.1.2.3":               false, // no port: not a peer address
+		"[::ffff:192.168.0.1]:5": false,
+	} {
+		if got := rt.allows(addr); got != want {
+			t.Errorf("allows(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// TestTLSModeNotServedInPlainHTTP: "none" (and empty) is plain HTTP; a route
+// that needs TLS the gateway does not serve answers 421 tls_unavailable and
+// never reaches its upstream in clear.
+func TestTLSModeNotServedInPlainHTTP(t *testing.T) {
+	t.Parallel()
+	up := named(t, "a")
+	mk := func(host, mode string) routes.Route {
+		return routes.Route{Hostname: host, TLSMode: mode, Upstreams: []routes.Upstream{healthy("wl_"+host, addr(up))}}
+	}
+	_, srv, _ := gateway(t, routes.Table{Routes: []routes.Route{mk("none.test", routes.TLSNone), mk("empty.test", ""),
+		mk("acme.test", routes.TLSACME), mk("passthrough.test", routes.TLSPassthrough)}})
+	for _, host := range []string{"none.test", "empty.test"} {
+		if resp, body := send(t, srv, http.MethodGet, host, "/", nil); resp.StatusCode != http.StatusOK || string(body) != "a" {
+			t.Fatalf("%s: %d %q", host, resp.StatusCode, body)
+		}
+	}
+	for _, host := range []string{"acme.test", "passthrough.test"} {
+		resp, body := send(t, srv, http.MethodGet, host, "/", nil)
+		wantProblem(t, resp, body, http.StatusMisdirectedRequest, "tls_unavailable", "tls-unavailable")
+	}
+}

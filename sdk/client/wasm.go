@@ -24,7 +24,8 @@ type Module struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// BindingRequest binds a policy module to a hook. Project empty means every
+// BindingRequest binds a policy module to a hook, or a route compiler to
+// "routes.compile". Project empty means every
 // project; FailurePolicy is "fail" (default: a failing module refuses the
 // request) or "ignore". Config is handed to the module unchanged.
 type BindingRequest struct {
@@ -35,7 +36,9 @@ type BindingRequest struct {
 	Config        json.RawMessage `json:"config,omitempty"`
 }
 
-// Binding is a stored binding; Module is the module's name, ModuleDigest its id.
+// Binding is a stored binding; Module is the module's name, ModuleDigest its
+// id. Replaced, only in Bind's answer, lists the routes.compile bindings a new
+// routes.compile binding replaced (docs/wasm-abi.md section 6.4).
 type Binding struct {
 	ID            string    `json:"id"`
 	Hook          string    `json:"hook"`
@@ -45,10 +48,13 @@ type Binding struct {
 	FailurePolicy string    `json:"failure_policy"`
 	Config        string    `json:"config,omitempty"`
 	CreatedAt     time.Time `json:"created_at"`
+	Replaced      []string  `json:"replaced,omitempty"`
 }
 
 // PolicyDecision is one recorded policy evaluation: Result is "allow",
-// "deny" or "error"; InputSHA256 is the hex SHA-256 of the exact input.
+// "deny" or "error"; InputSHA256 is the hex SHA-256 of the exact input; Seq
+// is the decision's entry in the change log (zero if it could not be
+// appended).
 type PolicyDecision struct {
 	ID           string    `json:"id"`
 	Hook         string    `json:"hook"`
@@ -61,17 +67,20 @@ type PolicyDecision struct {
 	Warnings     []string  `json:"warnings,omitempty"`
 	Error        string    `json:"error,omitempty"`
 	At           time.Time `json:"at"`
+	Seq          int64     `json:"seq,omitempty"`
 }
 
 // RouteStatus is GET /routes: the route table in force, its SHA-256, the
-// compiler that produced it and the last compile failure, if any.
+// compiler that produced it and, when the newest compilation failed, the
+// failure and the compiler that failed.
 type RouteStatus struct {
-	Table       routes.Table `json:"table"`
-	SHA256      string       `json:"sha256"`
-	Compiler    string       `json:"compiler"`
-	CompiledAt  time.Time    `json:"compiled_at"`
-	LastError   string       `json:"last_error,omitempty"`
-	LastErrorAt *time.Time   `json:"last_error_at,omitempty"`
+	Table           routes.Table `json:"table"`
+	SHA256          string       `json:"sha256"`
+	Compiler        string       `json:"compiler"`
+	CompiledAt      time.Time    `json:"compiled_at"`
+	LastError       string       `json:"last_error,omitempty"`
+	LastErrorAt     *time.Time   `json:"last_error_at,omitempty"`
+	FailingCompiler string       `json:"failing_compiler,omitempty"`
 }
 
 // PushModule uploads a WebAssembly module read from r (POST /modules,

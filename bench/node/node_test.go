@@ -1,0 +1,530 @@
+// Package node measures berthd's side of the node session
+// (docs/node-protocol.md): how many simulated agents one berthd holds, and
+// how fast a change fans out to 1,000 nodes. Run with make bench.
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/sdk/bundle"
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// berthd is one berthd process started by a benchmark.
+type berthd struct {
+	cmd         *exec.Cmd
+	done        chan struct{}
+	url         string
+	token       string
+	fingerprint string
+	hc          *http.Client
+	c           *client.Client
+}
+
+func binDir(b *testing.B) string {
+	b.Helper()
+	if d := os.Getenv("BERTH_BIN_DIR"); d != "" {
+		return d
+	}
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/berthd")
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(out)))
+	if o, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, o)
+	}
+	return dir
+}
+
+func startBerthd(b *testing.B) *berthd {
+	b.Helper()
+	dir := b.TempDir()
+	ln := freePort(b)
+	d := &berthd{done: make(chan struct{}), url: "https://" + ln}
+	log, err := os.Create(filepath.Join(dir, "berthd.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d.cmd = exec.Command(filepath.Join(binDir(b), "berthd"), "--data-dir", filepath.Join(dir, "data"), "--listen", ln,
+		"--gateway-listen", "off", "--log-level", "warn")
+	d.cmd.Stdout, d.cmd.Stderr = log, log
+	if err := d.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = d.cmd.Wait(); _ = log.Close(); close(d.done) }()
+	b.Cleanup(func() {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(20 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		fp, err1 := os.ReadFile(filepath.Join(dir, "data", "server-fingerprint"))
+		tok, err2 := os.ReadFile(filepath.Join(dir, "data", "admin-token"))
+		if err1 == nil && err2 == nil {
+			d.fingerprint, d.token = strings.TrimSpace(string(fp)), strings.TrimSpace(string(tok))
+			if d.hc, err = client.PinnedHTTPClient(d.fingerprint); err != nil {
+				b.Fatal(err)
+			}
+			if resp, err := d.hc.Get(d.url + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("berthd not ready within 60 s")
+		}
+		time.Sleep(100 * time.Millisecond) // startup poll, before anything is measured
+	}
+	if d.c, err = client.New(d.url, client.WithToken(d.token), client.WithHTTPClient(d.hc)); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+func freePort(b *testing.B) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// cpuSeconds is berthd's user+system CPU time so far.
+func (d *berthd) cpuSeconds(b *testing.B) float64 {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// rssBytes is berthd's resident memory.
+func (d *berthd) rssBytes(b *testing.B) float64 {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// logHead returns the change log's head seq and hash, so that simulated
+// agents start as nodes that already follow it.
+func (d *berthd) logHead(ctx context.Context, b *testing.B) (int64, string) {
+	b.Helper()
+	get := func(path string, out any) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.url+path, nil)
+		req.Header.Set("Authorization", "Bearer "+d.token)
+		resp, err := d.hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var head struct {
+		HeadSeq int64 `json:"head_seq"`
+	}
+	get("/api/v1/changelog?from_seq=1&limit=1", &head)
+	var page struct {
+		Entries []node.LogEntry `json:"entries"`
+	}
+	get(fmt.Sprintf("/api/v1/changelog?from_seq=%d&limit=1", head.HeadSeq), &page)
+	if len(page.Entries) != 1 {
+		b.Fatalf("change log head %d not served", head.HeadSeq)
+	}
+	return head.HeadSeq, page.Entries[0].Hash
+}
+
+// simNode is one simulated agent: enrolled, then a real TLS WebSocket session
+// that answers as berth-agent does and heartbeats every 5 s.
+type simNode struct {
+	id, cred  string
+	connected atomic.Bool
+	dropped   atomic.Int64 // sessions that ended while the benchmark ran
+	gen       string       // env BENCH_GEN value to watch for
+	mu        sync.Mutex
+	sawAt     time.Time // when the node acknowledged a desired_state holding gen
+	wanted    string
+}
+
+// enroll enrolls n nodes, 8 at a time.
+func enroll(ctx context.Context, b *testing.B, d *berthd, n int) []*simNode {
+	b.Helper()
+	out := make([]*simNode, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 8)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			jt, err := d.c.CreateJoinToken(ctx, client.JoinTokenRequest{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			pub, _, _ := ed25519.GenerateKey(rand.Reader)
+			r, err := d.c.Enroll(ctx, client.EnrollRequest{JoinToken: jt.Token, PublicKey: base64.StdEncoding.EncodeToString(pub),
+				Hostname: fmt.Sprintf("sim-%d", i), Address: "127.0.0.1", Capacity: client.Capacity{CPUs: 4, MemoryMB: 8192}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			out[i] = &simNode{id: r.NodeID, cred: r.Credential}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatalf("enroll: %v", err)
+	}
+	return out
+}
+
+// run keeps the node's session until ctx ends.
+func (s *simNode) run(ctx context.Context, d *berthd, logSeq int64, logHash string) {
+	u := "wss" + strings.TrimPrefix(d.url, "https") + "/api/v1/nodes/session"
+	for ctx.Err() == nil {
+		err := s.session(ctx, u, d.hc, logSeq, logHash)
+		s.connected.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		s.dropped.Add(1)
+		_ = err
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *simNode) session(ctx context.Context, u string, hc *http.Client, logSeq int64, logHash string) error {
+	ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: hc,
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + s.cred}}, CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		return err
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(4 << 20)
+	var wmu sync.Mutex
+	send := func(typ node.Type, re string, body any) error {
+		raw, _ := json.Marshal(body)
+		frame, _ := json.Marshal(node.Envelope{V: 1, Type: typ, ID: "msg_sim", Re: re, Body: raw})
+		wmu.Lock()
+		defer wmu.Unlock()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return ws.Write(wctx, websocket.MessageText, frame)
+	}
+	if err := send(node.TypeHello, "", node.Hello{NodeID: s.id, AgentVersion: "bench", Drivers: []string{"process"},
+		Capacity: node.Resources{CPUs: 4, MemoryMB: 8192}, LogSeq: logSeq, LogHash: logHash}); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		// Heartbeats every 5 s, the first at a random offset so that N
+		// nodes do not beat in step.
+		var off [1]byte
+		_, _ = rand.Read(off[:])
+		t := time.NewTimer(time.Duration(off[0]) * 5 * time.Second / 256)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				if send(node.TypeHeartbeat, "", node.Heartbeat{Time: time.Now().UTC()}) != nil {
+					return
+				}
+				t.Reset(node.DefaultHeartbeatInterval)
+			}
+		}
+	}()
+	for {
+		_, raw, err := ws.Read(ctx)
+		if err != nil {
+			return err
+		}
+		var env node.Envelope
+		if json.Unmarshal(raw, &env) != nil {
+			continue
+		}
+		switch env.Type {
+		case node.TypeWelcome:
+			s.connected.Store(true)
+		case node.TypeDesiredState:
+			var ds node.DesiredState
+			_ = json.Unmarshal(env.Body, &ds)
+			if err := send(node.TypeCommandResult, env.ID, node.CommandResult{Status: "ok"}); err != nil {
+				return err
+			}
+			s.mu.Lock()
+			if s.wanted != "" && s.sawAt.IsZero() {
+				for _, w := range ds.Spec.Workloads {
+					if w.Env["BENCH_GEN"] == s.wanted {
+						s.sawAt = time.Now()
+					}
+				}
+			}
+			s.mu.Unlock()
+			rep := node.StatusReport{AppliedRev: ds.Rev, Workloads: []node.WorkloadStatus{}}
+			for _, w := range ds.Spec.Workloads {
+				rep.Workloads = append(rep.Workloads, node.WorkloadStatus{WorkloadID: w.WorkloadID, ObservedStatus: node.StatusRunning,
+					Health: node.HealthPassing, Address: "127.0.0.1:1"})
+			}
+			if err := send(node.TypeStatusReport, "", rep); err != nil {
+				return err
+			}
+		case node.TypeLogEntries:
+			var le node.LogEntries
+			_ = json.Unmarshal(env.Body, &le)
+			if n := len(le.Entries); n > 0 {
+				if err := send(node.TypeLogAck, env.ID, node.LogAck{Seq: le.Entries[n-1].Seq, Hash: le.Entries[n-1].Hash}); err != nil {
+					return err
+				}
+			}
+		case node.TypePing:
+			if err := send(node.TypePong, env.ID, struct{}{}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func countConnected(nodes []*simNode) (int, int64) {
+	c, dropped := 0, int64(0)
+	for _, n := range nodes {
+		if n.connected.Load() {
+			c++
+		}
+		dropped += n.dropped.Load()
+	}
+	return c, dropped
+}
+
+// waitConnected waits until every node is welcomed.
+func waitConnected(b *testing.B, nodes []*simNode, within time.Duration) bool {
+	b.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if c, _ := countConnected(nodes); c == len(nodes) {
+			return true
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return false
+}
+
+// note logs a figure as it is taken, also on stderr, since a step can take minutes.
+func note(b *testing.B, format string, args ...any) {
+	b.Helper()
+	b.Logf(format, args...)
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+}
+
+func steps(def string) []int {
+	v := os.Getenv("BERTH_BENCH_SESSIONS")
+	if v == "" {
+		v = def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// BenchmarkSessions connects simulated agents to one berthd in steps
+// (BERTH_BENCH_SESSIONS, default 100,200,400,800), each over real TLS
+// WebSockets with heartbeats every 5 s. At each step it measures berthd's CPU
+// over 15 s and its resident memory. It reports the largest step held (all
+// sessions up, none dropped, berthd under one core) and the memory per
+// session at that step.
+func BenchmarkSessions(b *testing.B) {
+	d := startBerthd(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	time.Sleep(10 * time.Second) // let the fresh berthd settle before its idle memory is taken
+	base := d.rssBytes(b)
+	var nodes []*simNode
+	held, perSession, cores := 0, 0.0, 0.0
+	prevN, prevRSS := 0, base
+	for _, n := range steps("100,200,400,800") {
+		more := enroll(ctx, b, d, n-len(nodes))
+		seq, hash := d.logHead(ctx, b)
+		for _, s := range more {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.run(ctx, d, seq, hash) }()
+		}
+		nodes = append(nodes, more...)
+		if !waitConnected(b, nodes, 2*time.Minute) {
+			c, _ := countConnected(nodes)
+			note(b, "%d sessions: only %d connected within 2 min", n, c)
+			break
+		}
+		time.Sleep(10 * time.Second) // connection and placement work settles
+		_, dropBefore := countConnected(nodes)
+		cpu0, t0 := d.cpuSeconds(b), time.Now()
+		time.Sleep(15 * time.Second) // the measured window: three heartbeat periods
+		use := (d.cpuSeconds(b) - cpu0) / time.Since(t0).Seconds()
+		rss := d.rssBytes(b)
+		c, dropAfter := countConnected(nodes)
+		slope := (rss - prevRSS) / float64(n-prevN)
+		note(b, "%d sessions: %d connected, %d dropped, berthd %.2f cores, RSS %.0f MiB (idle %.0f MiB; %.1f KiB per session over idle, %.1f KiB per added session)",
+			n, c, dropAfter-dropBefore, use, rss/(1<<20), base/(1<<20), (rss-base)/float64(n)/1024, slope/1024)
+		if c != n || dropAfter != dropBefore || use >= 1 {
+			break
+		}
+		held, perSession, cores = n, (rss-base)/float64(n), use
+		prevN, prevRSS = n, rss
+	}
+	b.ReportMetric(float64(held), "sessions_held")
+	b.ReportMetric(perSession/1024, "KiB/session")
+	b.ReportMetric(cores, "cores_at_held")
+}
+
+// BenchmarkFanOut connects 1,000 simulated agents (BERTH_BENCH_FANOUT_NODES),
+// places one replica on each (services of at most 100 replicas, the API's
+// cap), then changes their environment and measures, per node, the time from the change until the node
+// acknowledged a desired_state holding the new revision of its workload:
+// p50, p99 and the last node.
+func BenchmarkFanOut(b *testing.B) {
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("BERTH_BENCH_FANOUT_NODES")); err == nil && v > 0 {
+		n = v
+	}
+	d := startBerthd(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	t0 := time.Now()
+	nodes := enroll(ctx, b, d, n)
+	note(b, "enrolled %d nodes in %s", n, time.Since(t0).Round(time.Second))
+	seq, hash := d.logHead(ctx, b)
+	for _, s := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.run(ctx, d, seq, hash) }()
+	}
+	if !waitConnected(b, nodes, 3*time.Minute) {
+		c, dropped := countConnected(nodes)
+		b.Fatalf("%d of %d nodes connected within 3 min (%d sessions dropped)", c, n, dropped)
+	}
+	note(b, "%d sessions up", n)
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "app"), []byte("#!/bin/sh\nexec sleep 3600\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, _, err := bundle.Create(ctx, dir, &buf); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.c.PushBundle(ctx, "default", "app", &buf); err != nil {
+		b.Fatal(err)
+	}
+	apply := func(gen string) time.Time {
+		for _, s := range nodes {
+			s.mu.Lock()
+			s.wanted, s.sawAt = gen, time.Time{}
+			s.mu.Unlock()
+		}
+		// A service holds at most 100 replicas, so the change is applied
+		// to ceil(n/100) services back to back; the clock starts before the first.
+		t0 := time.Now()
+		for i := 0; i*100 < n; i++ {
+			r := min(100, n-i*100)
+			if _, err := d.c.ApplyService(ctx, "default", fmt.Sprintf("fan%d", i), client.ServiceSpec{Bundle: "app", Command: []string{"./app"},
+				Env: map[string]string{"BENCH_GEN": gen}, Replicas: &r}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return t0
+	}
+	wait := func(t0 time.Time, what string) []time.Duration {
+		deadline := time.Now().Add(10 * time.Minute)
+		for {
+			var lat []time.Duration
+			for _, s := range nodes {
+				s.mu.Lock()
+				if !s.sawAt.IsZero() {
+					lat = append(lat, s.sawAt.Sub(t0))
+				}
+				s.mu.Unlock()
+			}
+			if len(lat) == n {
+				slices.Sort(lat)
+				return lat
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%s: %d of %d nodes acknowledged within 10 min", what, len(lat), n)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	pct := func(lat []time.Duration, p float64) time.Duration {
+		return lat[int(math.Ceil(p*float64(len(lat))))-1]
+	}
+	first := wait(apply("1"), "first placement")
+	note(b, "first placement on %d nodes: p50 %s p99 %s last %s", n, pct(first, .5), pct(first, .99), first[n-1])
+	lat := wait(apply("2"), "change")
+	note(b, "change on %d nodes: p50 %s p99 %s last %s", n, pct(lat, .5), pct(lat, .99), lat[n-1])
+	b.ReportMetric(float64(pct(lat, .5).Milliseconds()), "p50_ms")
+	b.ReportMetric(float64(pct(lat, .99).Milliseconds()), "p99_ms")
+	b.ReportMetric(float64(lat[n-1].Milliseconds()), "last_ms")
+	b.ReportMetric(float64(n), "nodes")
+}

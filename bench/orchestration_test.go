@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/operations"
+	"github.com/berthhq/berth/core/placement"
+	"github.com/berthhq/berth/core/runners"
+	"github.com/berthhq/berth/core/scheduler"
+	"github.com/berthhq/berth/core/store"
+)
+
+// fleetNodes is the size of the simulated runner fleet.
+const fleetNodes = 1000
+
+// openStore opens the embedded store in a temporary directory.
+func openStore(b *testing.B) *store.Store {
+	b.Helper()
+	dir := b.TempDir()
+	unlock, err := store.LockDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = unlock() })
+	st, err := store.Open(context.Background(), store.Config{DataDir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close(context.Background()) })
+	return st
+}
+
+// seedFleet inserts fleetNodes online runner nodes in 4 regions, all holding credential cred.
+func seedFleet(b *testing.B, st *store.Store, cred string) {
+	b.Helper()
+	far := time.Now().Add(24 * time.Hour).UTC()
+	docs := make([]any, 0, fleetNodes)
+	for i := 0; i < fleetNodes; i++ {
+		docs = append(docs, runners.Node{ID: fmt.Sprintf("node-%04d", i), Region: fmt.Sprintf("r%d", i%4), Capacity: 1 << 20,
+			Labels: map[string]string{"isolation": "docker"}, CredentialDigest: identity.Digest(cred),
+			ExpiresAt: far, LastHeartbeatAt: far, Reservations: map[string]runners.Reservation{}})
+	}
+	if _, err := st.Collection(runners.NodesCollection).InsertMany(context.Background(), docs); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkPlacementSelect is the pure placement decision over 1,000 candidate nodes, in memory.
+func BenchmarkPlacementSelect(b *testing.B) {
+	cands := make([]scheduler.Candidate, fleetNodes)
+	for i := range cands {
+		cands[i] = scheduler.Candidate{ID: fmt.Sprintf("node-%04d", i), Region: fmt.Sprintf("r%d", i%4), Capacity: 64,
+			Reserved: i % 64, Labels: map[string]string{"isolation": "docker"}}
+	}
+	d := scheduler.Demand{Units: 2, Region: "r1", Labels: map[string]string{"isolation": "docker"}}
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if _, ok := scheduler.Select(d, cands); !ok {
+			b.Fatal("nothing fits")
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+}
+
+// BenchmarkPlacementAssign is SetDesired + Assign of a new project (selection and reservation as
+// one compare-and-set on the chosen node) with 1,000 nodes on the embedded store.
+func BenchmarkPlacementAssign(b *testing.B) {
+	st := openStore(b)
+	seedFleet(b, st, "brn_bench")
+	svc := placement.NewService(st, runners.NewRegistry(st, runners.Config{}), nil)
+	ctx := context.Background()
+	region := "r1"
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		p, err := svc.SetDesired(ctx, fmt.Sprintf("prj_%d", i), placement.DesiredRequest{Release: "sha256:x", Region: &region})
+		if err != nil || p.Status != placement.Assigned {
+			b.Fatalf("placement %d: %+v, %v", i, p, err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "placements/s")
+}
+
+// BenchmarkOperationClaim is one claim gate and one single-operation claim per call, across 1,000
+// nodes, on the embedded store.
+func BenchmarkOperationClaim(b *testing.B) {
+	st := openStore(b)
+	cred, _, err := identity.NewToken(identity.PrefixNode)
+	if err != nil {
+		b.Fatal(err)
+	}
+	seedFleet(b, st, cred)
+	reg := runners.NewRegistry(st, runners.Config{})
+	q := operations.NewQueue(st, operations.Config{})
+	ctx := context.Background()
+	if err := q.EnsureIndexes(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		if _, _, err := q.Enqueue(ctx, operations.EnqueueRequest{ProjectID: fmt.Sprintf("prj_%d", i%50), Kind: "reconcile",
+			IdempotencyKey: fmt.Sprintf("k%d", i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		node := fmt.Sprintf("node-%04d", i%fleetNodes)
+		if _, err := reg.ClaimGate(ctx, node, cred); err != nil {
+			b.Fatal(err)
+		}
+		got, err := q.Claim(ctx, node, 1, nil)
+		if err != nil || len(got) != 1 {
+			b.Fatalf("claim %d: %d, %v", i, len(got), err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "claims/s")
+}

@@ -1,0 +1,77 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/berthhq/berth/core/api"
+	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/leases"
+	"github.com/berthhq/berth/core/operations"
+	"github.com/berthhq/berth/core/placement"
+	"github.com/berthhq/berth/core/runners"
+	"github.com/berthhq/berth/core/store"
+)
+
+// DefaultOrchestrationInterval is the period of the placement pass and the operation sweep when
+// [Config.OrchestrationInterval] is zero.
+const DefaultOrchestrationInterval = 5 * time.Second
+
+// orchestration is the wiring of docs/runner-protocol.md: project leases, runner nodes, placements
+// and the operation queue, plus the loop that reassigns placements and sweeps expired leases.
+type orchestration struct {
+	api      *api.Orchestration
+	interval time.Duration
+	log      *slog.Logger
+}
+
+// newOrchestration creates the services and their indexes. Each berthd process is one lease owner.
+func newOrchestration(ctx context.Context, st *store.Store, blobs *bundles.Store, transport bool, interval time.Duration, log *slog.Logger) (*orchestration, error) {
+	if interval <= 0 {
+		interval = DefaultOrchestrationInterval
+	}
+	reg := runners.NewRegistry(st, runners.Config{})
+	ops := operations.NewQueue(st, operations.Config{})
+	if err := ops.EnsureIndexes(ctx); err != nil {
+		return nil, fmt.Errorf("orchestration: %w", err)
+	}
+	owner := identity.NewID("brd_")
+	return &orchestration{
+		api: &api.Orchestration{
+			Leases:     leases.NewManager(st, leases.Config{Owner: owner, Logger: log}),
+			Runners:    reg,
+			Operations: ops,
+			Placement:  placement.NewService(st, reg, ops),
+			Transport:  transport,
+			Artifacts:  api.BundleArtifacts{Bundles: blobs},
+		},
+		interval: interval,
+		log:      log.With("component", "orchestration", "worker", owner),
+	}, nil
+}
+
+// run reassigns placements (failover, waiting capacity, returning stateful nodes), releases
+// orphaned reservations and sweeps expired operation leases every interval until ctx ends.
+// Every step is a compare-and-set, so several berthd processes may run it at once.
+func (o *orchestration) run(ctx context.Context) {
+	t := time.NewTicker(o.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := o.api.Placement.Pass(ctx); err != nil && ctx.Err() == nil {
+			o.log.Warn("placement pass", "err", err)
+		}
+		if n, err := o.api.Operations.Sweep(ctx); err != nil && ctx.Err() == nil {
+			o.log.Warn("operation sweep", "err", err)
+		} else if n > 0 {
+			o.log.Info("expired operation leases swept", "count", n)
+		}
+	}
+}
