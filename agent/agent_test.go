@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/agent/localstore"
+	"github.com/berthhq/berth/internal/syncbuf"
 	"github.com/berthhq/berth/nodeplugins/process"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -177,31 +177,14 @@ func (fc *fakeCore) awaitType(ctx context.Context, typ node.Type) node.Envelope 
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
-func testLogger(buf *syncBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(buf, nil)) }
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+func testLogger(buf *syncbuf.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(buf, nil)) }
 
 func TestEnroll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	fc := newFakeCore(t)
 	dir := filepath.Join(t.TempDir(), "agent")
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cfg := EnrollConfig{Server: fc.srv.URL, JoinToken: joinToken, DataDir: dir, Labels: map[string]string{"zone": "a"},
 		Region: "eu", Hostname: "node-1", Logger: testLogger(&logs)}
 	id, err := Enroll(ctx, cfg)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/internal/syncbuf"
 	"github.com/berthhq/berth/nodeplugins/process"
 )
 
@@ -26,7 +27,7 @@ func statusOf(rep node.StatusReport, id string) (node.WorkloadStatus, bool) {
 
 // runAgent runs an Agent over a fresh process driver on dataDir until the
 // returned stop func is called; stop closes the driver and leaves workloads running.
-func runAgent(t *testing.T, dataDir string, logs *syncBuffer) (stop func()) {
+func runAgent(t *testing.T, dataDir string, logs *syncbuf.Buffer) (stop func()) {
 	t.Helper()
 	drv, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "driver", "process")})
 	if err != nil {
@@ -58,7 +59,7 @@ func TestRealWorkloadThroughProcessDriver(t *testing.T) {
 	defer cancel()
 	fc := newFakeCore(t)
 	dataDir := filepath.Join(t.TempDir(), "agent")
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	if _, err := Enroll(ctx, EnrollConfig{Server: fc.srv.URL, JoinToken: joinToken, DataDir: dataDir, Logger: testLogger(&logs)}); err != nil {
 		t.Fatal(err)
 	}

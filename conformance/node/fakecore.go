@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/conformance"
+	"github.com/berthhq/berth/internal/syncbuf"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -165,27 +165,9 @@ func (fc *fakeCore) desire(p *peer, d node.DesiredState) node.CommandResult {
 // agentProc is a running berth-agent started by a case.
 type agentProc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
 	code int
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's two output streams.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // agentRun is one case's agent: enrolled against its own fake core, running.
@@ -231,7 +213,7 @@ func (a *agentRun) start(t conformance.T) {
 
 func (a *agentRun) exec(t conformance.T, args ...string) *agentProc {
 	t.Helper()
-	p := &agentProc{out: &syncBuffer{}, done: make(chan struct{})}
+	p := &agentProc{out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(a.cfg.Binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

@@ -21,33 +21,16 @@ import (
 	"github.com/mccutchen/go-httpbin/v2/httpbin"
 
 	"github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/internal/syncbuf"
 )
 
 const testHost = "app.example.test"
 
-// lockedBuffer is an io.Writer safe for the concurrent writes of a logger.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // gateway starts a Proxy serving table behind a real listener. It returns the
 // proxy, its server, and the proxy's log output.
-func gateway(t testing.TB, table routes.Table) (*Proxy, *httptest.Server, *lockedBuffer) {
+func gateway(t testing.TB, table routes.Table) (*Proxy, *httptest.Server, *syncbuf.Buffer) {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	p := NewProxy(slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	p.SetTable(table)
 	srv := httptest.NewServer(p)
