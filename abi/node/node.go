@@ -80,6 +80,10 @@ type Hello struct {
 	// signing_key_rotate signed by this one before desired_state. Empty
 	// (older agents) means unknown: nothing is rotated at the handshake.
 	SigningKeyID string `json:"signing_key_id,omitempty"`
+	// Leases lists every lease the node believes it holds or held
+	// (section 5.1): states held, uncertain, and expired or revoked ones
+	// not yet superseded by a higher grant.
+	Leases []HelloLease `json:"leases,omitempty"`
 }
 
 // Resources is a node's capacity or allocation.
@@ -248,6 +252,11 @@ type WorkloadSpec struct {
 	DesiredStatus     string            `json:"desired_status"`
 	RestartGeneration int64             `json:"restart_generation"`
 	Stateful          bool              `json:"stateful"`
+	// LeaseID and FencingToken bind a stateful workload to the lease the
+	// node must hold, in state held with exactly this token, before it
+	// starts the workload (section 6.4). Empty and 0 when not stateful.
+	LeaseID      string `json:"lease_id,omitempty"`
+	FencingToken int64  `json:"fencing_token,omitempty"`
 }
 
 // HealthCheck is an HTTP GET probe; zero fields take the defaults of section 6.3
