@@ -3,7 +3,11 @@ GO      ?= go
 BIN     := $(CURDIR)/bin
 HTTPBIN := github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin
 
-.PHONY: build run test bench generate lint bundles clean wasm modules
+.PHONY: build run test test-containers bench generate lint bundles clean wasm modules
+
+# The container tests: real containerd (started by scripts/containerd-test.sh,
+# installed from Debian when missing), network namespaces and nftables.
+CONTAINER_PKGS := ./nodeplugins/containerd/... ./nodeplugins/nftables/...
 
 # Generated WebAssembly modules (not committed): the default route compiler
 # berthd embeds, and the AssemblyScript example policy (needs Node.js and npm).
@@ -30,17 +34,25 @@ bundles:
 	CGO_ENABLED=0 $(GO) build -o build/bundles/hello/hello ./examples/apps/hello
 	CGO_ENABLED=0 $(GO) build -o build/bundles/httpbin/go-httpbin $(HTTPBIN)
 
-## run: berthd + one agent on embedded defaults, deploys hello and httpbin; Ctrl-C stops everything
+## run: berthd + one agent on embedded defaults, deploys hello and httpbin; Ctrl-C stops everything.
+## RUNTIME=containerd runs them as containers (a private containerd under .berth-run)
+RUNTIME ?= process
 run: build bundles
-	./scripts/run-local.sh
+	BERTH_RUNTIME=$(RUNTIME) ./scripts/run-local.sh
 
-## test: everything CI runs (builds the binaries the end-to-end tests start)
+## test: everything CI runs (builds the binaries the end-to-end tests start;
+## starts a private containerd for the container tests and stops it after)
 test: build
-	BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 15m ./...
+	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 15m ./...
+
+## test-containers: only the container tests (containerd driver, nftables network)
+test-containers: build
+	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 10m $(CONTAINER_PKGS)
+	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 10m -run Container ./agent/reconcile/
 
 ## bench: benchmarks, one figure per line
 bench: build
-	BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./... | ./scripts/bench-figures.sh
+	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./... | ./scripts/bench-figures.sh
 
 ## generate: protobuf code (committed)
 generate:

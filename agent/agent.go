@@ -16,6 +16,7 @@ import (
 	berrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/abi/runtime"
+	"github.com/berthhq/berth/agent/lease"
 	"github.com/berthhq/berth/agent/localstore"
 	"github.com/berthhq/berth/agent/metrics"
 	"github.com/berthhq/berth/agent/reconcile"
@@ -49,6 +50,15 @@ type Config struct {
 	PollInterval time.Duration
 	// BackoffMin and BackoffMax bound the session redial backoff; zero means 1 s and 60 s.
 	BackoffMin, BackoffMax time.Duration
+	// Network attaches container workloads to the node network
+	// (docs/plugins.md section 7); nil runs them in the node's network
+	// namespace. The caller restores its guard before Run.
+	Network reconcile.Network
+	// FenceGrace and FenceForce bound the graceful and the forced stop of a
+	// local lease's self-fence; zero means lease.DefaultLocalGrace and
+	// lease.DefaultLocalForce. Expiring leases always use M/2 each
+	// (docs/node-protocol.md section 8.5).
+	FenceGrace, FenceForce time.Duration
 }
 
 // Agent runs one enrolled node. Create it with [New], run it with [Agent.Run],
@@ -183,8 +193,40 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The metrics ring lives in memory only (docs/node-protocol.md section 5.17).
 	ring := metrics.New(metrics.Config{Workloads: workloadStats(a.cfg.Driver), Now: a.cfg.Now})
 	var sess *session.Client
+	var loop *reconcile.Loop
+	// Leases and self-fencing (docs/node-protocol.md section 8): restored
+	// before anything starts, so a lease that expired while the agent was
+	// down is fenced and nothing stateful starts under it.
+	leases, err := lease.New(ctx, lease.Config{
+		Store:      a.store,
+		Driver:     a.cfg.Driver,
+		NodeID:     a.id.NodeID,
+		Now:        a.cfg.Now,
+		LocalGrace: a.cfg.FenceGrace,
+		LocalForce: a.cfg.FenceForce,
+		Logger:     a.log.With("component", "lease"),
+		Emit: func(ctx context.Context, ev node.Event) error {
+			if err := a.bufferEvent(ctx, ev); err != nil {
+				return err
+			}
+			if sess != nil {
+				sess.EventsPending()
+			}
+			return nil
+		},
+		OnChange: func() {
+			if loop != nil {
+				loop.Wake()
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	observed := make(chan struct{}, 1)
-	loop, err := reconcile.New(reconcile.Config{
+	loop, err = reconcile.New(reconcile.Config{
+		Network:      a.cfg.Network,
+		Leases:       leases,
 		Store:        a.store,
 		Driver:       a.cfg.Driver,
 		Bundles:      bundles,
@@ -233,7 +275,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				NodeID: a.id.NodeID, AgentVersion: a.cfg.AgentVersion, BootID: bootID(),
 				StoredRev: stored, AppliedRev: applied, Capacity: a.capacity, Drivers: []string{desc.Name},
 				DriverVersions: map[string]string{desc.Name: desc.Version}, DroppedEvents: dropped,
-				LogSeq: logSeq, LogHash: logHash,
+				LogSeq: logSeq, LogHash: logHash, Leases: leases.Hello(),
 			}, nil
 		},
 		Status: func(ctx context.Context) (node.StatusReport, error) {
@@ -246,7 +288,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		Events:     a.store,
 		Log:        a.store,
 		Keys:       a.store,
-		Commands:   &commands{driver: a.cfg.Driver, ring: ring, now: a.cfg.Now},
+		Commands:   &commands{driver: a.cfg.Driver, ring: ring, now: a.cfg.Now, leases: leases},
+		Leases:     leases,
 		HTTPClient: a.cfg.HTTPClient,
 		Logger:     a.log.With("component", "session"),
 		Now:        a.cfg.Now,
@@ -258,7 +301,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() {
+		defer wg.Done()
+		_ = leases.Run(ctx)
+	}()
 	go func() {
 		defer wg.Done()
 		ring.Run(ctx)

@@ -13,6 +13,7 @@ import (
 	berrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/abi/runtime"
+	"github.com/berthhq/berth/agent/lease"
 	"github.com/berthhq/berth/agent/metrics"
 	"github.com/berthhq/berth/agent/session"
 )
@@ -27,6 +28,7 @@ type commands struct {
 	driver runtime.Driver
 	ring   *metrics.Ring
 	now    func() time.Time
+	leases *lease.Manager // nil refuses fence_ack
 }
 
 var _ session.Commands = (*commands)(nil)
@@ -35,8 +37,8 @@ func errorResult(code berrors.Code, msg string) node.CommandResult {
 	return node.CommandResult{Status: "error", Detail: msg, Error: &node.ErrorBody{Code: string(code), Message: msg}}
 }
 
-// Command answers logs_query, probe and metrics_query; any other kind with
-// bad_message.
+// Command answers logs_query, probe, metrics_query and fence_ack; any
+// other kind with bad_message.
 func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandResult {
 	switch cmd.Kind {
 	case node.CommandProbe:
@@ -67,6 +69,11 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 		if err := json.Unmarshal(cmd.Params, &q); err != nil || q.WorkloadID == "" {
 			return errorResult(berrors.BadMessage, "logs_query needs workload_id")
 		}
+		if q.Since != nil || q.Until != nil {
+			// Output kept without line times cannot be cut by time; saying so
+			// beats answering lines outside the asked window.
+			return errorResult(berrors.Unimplemented, "this node's runtime driver keeps output without line times, so since and until cannot apply; ask with tail instead")
+		}
 		lines, dropped, err := c.queryLogs(ctx, q)
 		if err != nil {
 			if errors.Is(err, runtime.ErrNotFound) {
@@ -79,6 +86,15 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 			res.Detail = "older lines were left out to fit the message limit"
 		}
 		return res
+	case node.CommandFenceAck:
+		var p node.FenceAckParams
+		if err := json.Unmarshal(cmd.Params, &p); err != nil || len(p.LeaseIDs) == 0 {
+			return errorResult(berrors.BadMessage, "fence_ack needs lease_ids")
+		}
+		if c.leases == nil {
+			return errorResult(berrors.Unimplemented, "this agent holds no leases")
+		}
+		return c.leases.Ack(ctx, p.LeaseIDs)
 	default:
 		return errorResult(berrors.BadMessage, fmt.Sprintf("unknown command kind %q", cmd.Kind))
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/placement"
@@ -38,14 +40,20 @@ func openStore(b *testing.B) *store.Store {
 func seedFleet(b *testing.B, st *store.Store, cred string) {
 	b.Helper()
 	far := time.Now().Add(24 * time.Hour).UTC()
-	docs := make([]any, 0, fleetNodes)
+	docs := map[string][]any{}
+	colls := map[string]*mongo.Collection{}
 	for i := 0; i < fleetNodes; i++ {
-		docs = append(docs, runners.Node{ID: fmt.Sprintf("node-%04d", i), Region: fmt.Sprintf("r%d", i%4), Capacity: 1 << 20,
+		id := fmt.Sprintf("node-%04d", i)
+		c := runners.NodeCollection(st, id)
+		colls[c.Name()] = c
+		docs[c.Name()] = append(docs[c.Name()], runners.Node{ID: id, Region: fmt.Sprintf("r%d", i%4), Capacity: 1 << 20,
 			Labels: map[string]string{"isolation": "docker"}, CredentialDigest: identity.Digest(cred),
 			ExpiresAt: far, LastHeartbeatAt: far, Reservations: map[string]runners.Reservation{}})
 	}
-	if _, err := st.Collection(runners.NodesCollection).InsertMany(context.Background(), docs); err != nil {
-		b.Fatal(err)
+	for name, d := range docs {
+		if _, err := colls[name].InsertMany(context.Background(), d); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +47,16 @@ type RuntimeConfig struct {
 	Env map[string]string
 	// Stderr receives the plugin's stderr in subprocess mode; nil discards it.
 	Stderr io.Writer
+	// Prepare, when set, adjusts every StartRequest the suite sends, e.g.
+	// to name the image a container driver runs Command in.
+	Prepare func(req *runtime.StartRequest)
+}
+
+func (c RuntimeConfig) prepare(req *runtime.StartRequest) *runtime.StartRequest {
+	if c.Prepare != nil {
+		c.Prepare(req)
+	}
+	return req
 }
 
 func (c RuntimeConfig) validate() error {
@@ -163,24 +174,34 @@ func (s *rtSession) key(p string) string {
 func (s *rtSession) start(t T, id string, token uint64) *runtime.WorkloadState {
 	t.Helper()
 	work := t.TempDir()
-	r, err := s.d.Start(s.ctx(t), &runtime.StartRequest{
+	r, err := s.d.Start(s.ctx(t), s.cfg.prepare(&runtime.StartRequest{
 		WorkloadID: id, Command: s.cfg.command(), Env: s.cfg.env(), WorkDir: work,
 		LogPath:  filepath.Join(work, "out.log"),
 		Mutation: pluginapi.Mutation{IdempotencyKey: s.key("start"), FencingToken: token},
-	})
+	}))
 	if err != nil {
 		t.Fatalf("Start %s: %v", id, err)
 	}
 	if r.State == nil {
 		t.Fatalf("Start %s returned no state", id)
 	}
-	pid := r.State.PID
+	s.cleanupWorkload(t, id, r.State.PID)
+	return r.State
+}
+
+// cleanupWorkload makes sure the workload is gone when t ends: a forced Stop
+// through the driver (a container outlives the kill of its process), then
+// SIGKILL to the process group of pid.
+func (s *rtSession) cleanupWorkload(t T, id string, pid int) {
 	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = s.d.Stop(ctx, &runtime.StopRequest{WorkloadID: id, Mode: runtime.StopForced,
+			Mutation: pluginapi.Mutation{IdempotencyKey: s.key("cleanup"), FencingToken: math.MaxUint32}})
 		if pid > 0 {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 	})
-	return r.State
 }
 
 func (s *rtSession) stop(t T, id string, mode runtime.StopMode, token uint64) (*runtime.WorkloadState, error) {
@@ -257,18 +278,13 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 		{"start_idempotent", func(t T) {
 			s := cfg.launch(t, t.TempDir())
 			work := t.TempDir()
-			req := &runtime.StartRequest{WorkloadID: "wl_conf_b", Command: cfg.command(), Env: cfg.env(), WorkDir: work,
-				LogPath: filepath.Join(work, "out.log"), Mutation: pluginapi.Mutation{IdempotencyKey: "conformance-start-b", FencingToken: 1}}
+			req := cfg.prepare(&runtime.StartRequest{WorkloadID: "wl_conf_b", Command: cfg.command(), Env: cfg.env(), WorkDir: work,
+				LogPath: filepath.Join(work, "out.log"), Mutation: pluginapi.Mutation{IdempotencyKey: "conformance-start-b", FencingToken: 1}})
 			r1, err := s.d.Start(s.ctx(t), req)
 			if err != nil {
 				t.Fatalf("Start: %v", err)
 			}
-			pid := r1.State.PID
-			t.Cleanup(func() {
-				if pid > 0 {
-					_ = syscall.Kill(-pid, syscall.SIGKILL)
-				}
-			})
+			s.cleanupWorkload(t, "wl_conf_b", r1.State.PID)
 			r2, err := s.d.Start(s.ctx(t), req)
 			if err != nil {
 				t.Fatalf("repeated Start with the same idempotency key: %v", err)

@@ -3,16 +3,19 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -76,6 +79,9 @@ func TestDeployThroughGateway(t *testing.T) {
 		pids := cl.workloadPIDs(t)
 		return len(pids) == 1 && len(pids[ids[0]]) == 1, fmt.Sprint(pids)
 	})
+
+	// The workload's output and the node's metrics, read from the node.
+	cl.checkLogsAndMetrics(t, ids[0])
 
 	// kill -9 the workload: the agent restarts it.
 	victim := cl.workloadPIDs(t)[ids[0]][0]
@@ -265,4 +271,67 @@ func workloadIn(body string) string {
 		}
 	}
 	return ""
+}
+
+// checkLogsAndMetrics reads a workload's output through berth logs, follows
+// it on as many streams as one session carries (the next is refused with
+// stream_limit), and asks the node for its metrics (docs/node-protocol.md
+// sections 5.15 and 5.17).
+func (cl *cluster) checkLogsAndMetrics(t *testing.T, workloadID string) {
+	t.Helper()
+	if out := cl.cli(t, "logs", workloadID, "--tail", "20"); !strings.Contains(out, "msg=") {
+		t.Fatalf("berth logs %s printed no output of the app:\n%s", workloadID, out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	opened := make(chan struct{}, node.MaxStreamsPerSession)
+	for range node.MaxStreamsPerSession {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first := true
+			_ = cl.c.FollowWorkloadLogs(ctx, workloadID, 1, func(node.LogLine) error {
+				if first {
+					first = false
+					opened <- struct{}{}
+				}
+				return nil
+			})
+		}()
+	}
+	deadline := time.After(converge)
+	for range node.MaxStreamsPerSession {
+		select {
+		case <-opened:
+		case <-deadline:
+			t.Fatalf("not all %d followed log streams delivered a line within %s", node.MaxStreamsPerSession, converge)
+		}
+	}
+	err := cl.c.FollowWorkloadLogs(ctx, workloadID, 1, func(node.LogLine) error { return nil })
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) || apiErr.Problem.Code != "stream_limit" || apiErr.Status != 429 {
+		t.Fatalf("stream %d answered %v, want 429 stream_limit", node.MaxStreamsPerSession+1, err)
+	}
+	cancel()
+	wg.Wait()
+	// Closed streams free their slots: a new follow is served again.
+	waitFor(t, converge, "a follow served after the others closed", func() (bool, string) {
+		fctx, fcancel := context.WithCancel(context.Background())
+		defer fcancel()
+		err := cl.c.FollowWorkloadLogs(fctx, workloadID, 1, func(node.LogLine) error { fcancel(); return nil })
+		return err == nil, fmt.Sprint(err)
+	})
+	nodeID := ""
+	for _, w := range cl.workloads(t, "hello") {
+		if w.ID == workloadID {
+			nodeID = w.NodeID
+		}
+	}
+	var m node.Metrics
+	if err := json.Unmarshal([]byte(cl.cli(t, "node", "metrics", nodeID, "--workload", workloadID, "-o", "json")), &m); err != nil || m.IntervalS <= 0 {
+		t.Fatalf("berth node metrics: %+v %v", m, err)
+	}
 }

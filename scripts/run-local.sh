@@ -4,6 +4,13 @@
 # services (examples/apps/hello and go-httpbin) routed through the gateway.
 # Runs in the foreground; Ctrl-C deletes the services and stops every process
 # it started. Expects `make build bundles` to have run (make run does).
+#
+# BERTH_RUNTIME=containerd (make run RUNTIME=containerd) runs the services as
+# containers instead: a private containerd under the run directory (installed
+# from Debian when missing), the agent on the containerd driver with the
+# nftables node network (subnet BERTH_WORKLOAD_SUBNET, default 10.213.250.0/24,
+# on bridge berthrun0, torn down at the end), and both apps built into images
+# and pushed with `berth image push`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +18,10 @@ RUN_DIR=${BERTH_RUN_DIR:-$PWD/.berth-run}
 API=${BERTH_LISTEN:-127.0.0.1:7070}
 GATEWAY=${BERTH_GATEWAY_LISTEN:-127.0.0.1:8080}
 BIN=$PWD/bin
+RUNTIME=${BERTH_RUNTIME:-process}
+WORKLOAD_SUBNET=${BERTH_WORKLOAD_SUBNET:-10.213.250.0/24}
 start=$(date +%s.%N)
+case "$RUNTIME" in process|containerd) ;; *) echo "error: BERTH_RUNTIME must be process or containerd" >&2; exit 2 ;; esac
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -42,6 +52,13 @@ cleanup() {
   fi
   for ((i=${#pids[@]}-1; i>=0; i--)); do kill -TERM "${pids[i]}" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "$RUNTIME" = containerd ]; then
+    # The node network (guard, tables, bridge, any namespace left), then the
+    # private containerd and any container the deletes above missed.
+    "$BIN/berth-plugin-nftables" teardown --state-dir "$RUN_DIR/agent/network" --bridge berthrun0 \
+      --subnet "$WORKLOAD_SUBNET" || true
+    ./scripts/containerd-test.sh stop "$RUN_DIR/containerd" || true
+  fi
   # Workloads outlive the agent by design; anything still running from this run
   # directory (the services could not be deleted) is stopped here.
   for d in /proc/[0-9]*; do
@@ -79,16 +96,45 @@ join=$("$BIN/berth" join-token create -o json)
 token=$(printf '%s' "$join" | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
 "$BIN/berth-agent" enroll --server "https://$API" --join-token "$token" --fingerprint "$BERTH_FINGERPRINT" \
   --data-dir "$RUN_DIR/agent" --label demo=true
-setsid "$BIN/berth-agent" run --data-dir "$RUN_DIR/agent" >"$RUN_DIR/agent.log" 2>&1 &
+if [ "$RUNTIME" = containerd ]; then
+  say "starting a private containerd under $RUN_DIR/containerd"
+  BERTH_CONTAINERD_ADDRESS=$(./scripts/containerd-test.sh start "$RUN_DIR/containerd")
+  export BERTH_CONTAINERD_ADDRESS
+fi
+agent_net=()
+if [ "$RUNTIME" = containerd ]; then agent_net=(--workload-subnet "$WORKLOAD_SUBNET" --workload-bridge berthrun0); fi
+setsid "$BIN/berth-agent" run --data-dir "$RUN_DIR/agent" --driver "$RUNTIME" "${agent_net[@]}" >"$RUN_DIR/agent.log" 2>&1 &
 pids+=($!)
 
-say "pushing bundles"
-"$BIN/berth" bundle push build/bundles/hello --name hello
-"$BIN/berth" bundle push build/bundles/httpbin --name httpbin
+if [ "$RUNTIME" = containerd ]; then
+  say "building and pushing images"
+  # image_digest APP ENTRYPOINT builds build/bundles/APP into an image, pushes
+  # it as bundle APP-image and prints the image digest.
+  image_digest() {
+    "$BIN/berth" image build "build/bundles/$1" -f "$RUN_DIR/$1.tar" --entrypoint "$2" >&2
+    "$BIN/berth" image push "$RUN_DIR/$1.tar" --name "$1-image" -o json |
+      sed -n 's/.*"\(sha256:[0-9a-f]\{64\}\)".*/\1/p' | tail -1
+  }
+  hello_image=$(image_digest hello /app/hello)
+  httpbin_image=$(image_digest httpbin /app/go-httpbin)
+  [ -n "$hello_image" ] && [ -n "$httpbin_image" ] || die "could not read the pushed image digests"
+  say "applying services (runtime containerd)"
+  for svc in hello httpbin; do
+    image=$hello_image; [ "$svc" = httpbin ] && image=$httpbin_image
+    # The same service files, with the container fields instead of the bundle's command.
+    sed -e "s|^bundle: .*|bundle: $svc-image\nruntime: containerd\nimage: \"$image\"|" -e '/^command:/d' \
+      "examples/services/$svc.yaml" >"$RUN_DIR/$svc.yaml"
+    "$BIN/berth" apply -f "$RUN_DIR/$svc.yaml"
+  done
+else
+  say "pushing bundles"
+  "$BIN/berth" bundle push build/bundles/hello --name hello
+  "$BIN/berth" bundle push build/bundles/httpbin --name httpbin
 
-say "applying services"
-"$BIN/berth" apply -f examples/services/hello.yaml
-"$BIN/berth" apply -f examples/services/httpbin.yaml
+  say "applying services"
+  "$BIN/berth" apply -f examples/services/hello.yaml
+  "$BIN/berth" apply -f examples/services/httpbin.yaml
+fi
 
 say "waiting for hello through the gateway"
 ok=

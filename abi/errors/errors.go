@@ -52,6 +52,11 @@ const (
 	Unimplemented     Code = "unimplemented"       // the plugin does not implement an optional call
 )
 
+// Lease codes (docs/api.md "Leases").
+const (
+	FenceAckMismatch Code = "fence_ack_mismatch" // a fence-ack's lease ids are not exactly the node's outstanding failed fences (409)
+)
+
 // WebAssembly extension codes (docs/wasm-abi.md section 9).
 const (
 	PolicyDenied    Code = "policy_denied"     // an admission policy denied the request; the problem's reasons say why (403)
@@ -121,7 +126,9 @@ var statuses = map[Code]int{
 	ModuleNotFound:       http.StatusNotFound,
 	BindingNotFound:      http.StatusNotFound,
 	StaleFencingToken:    http.StatusConflict,
+	FenceAckMismatch:     http.StatusConflict,
 	Unimplemented:        http.StatusNotImplemented,
+	StreamLimit:          http.StatusTooManyRequests,
 
 	// Orchestration.
 	ProjectBusy:            http.StatusConflict,

@@ -243,7 +243,7 @@ type WorkloadSpec struct {
 	ServiceID         string            `json:"service_id"`
 	Service           string            `json:"service"`
 	Slot              int               `json:"slot"`
-	Driver            string            `json:"driver"` // "process"
+	Driver            string            `json:"driver"` // "process" or "containerd"
 	BundleDigest      string            `json:"bundle_digest"`
 	Command           []string          `json:"command"`
 	Env               map[string]string `json:"env,omitempty"`
@@ -257,6 +257,15 @@ type WorkloadSpec struct {
 	// starts the workload (section 6.4). Empty and 0 when not stateful.
 	LeaseID      string `json:"lease_id,omitempty"`
 	FencingToken int64  `json:"fencing_token,omitempty"`
+	// Image is the container image of a containerd workload, pinned by
+	// digest: "host/repo@sha256:<hex>", or "sha256:<hex>" naming an image of
+	// the OCI image layout in BundleDigest (docs/plugins.md section 3).
+	// User, MemoryBytes (bytes) and CPUMillis (thousandths of a CPU) apply
+	// to containers; zero means the image's user and no limit.
+	Image       string `json:"image,omitempty"`
+	User        string `json:"user,omitempty"`
+	MemoryBytes int64  `json:"memory_bytes,omitempty"`
+	CPUMillis   int64  `json:"cpu_millis,omitempty"`
 }
 
 // HealthCheck is an HTTP GET probe; zero fields take the defaults of section 6.3

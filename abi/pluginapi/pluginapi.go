@@ -1,8 +1,9 @@
 // Package pluginapi holds what every Berth plugin contract shares: handshake
 // values, health reports, the fields of mutating calls and the error mapping.
 //
-// The contracts themselves are [github.com/berthhq/berth/abi/provider] and
-// [github.com/berthhq/berth/abi/runtime]; docs/plugins.md describes them.
+// The contracts themselves are [github.com/berthhq/berth/abi/provider],
+// [github.com/berthhq/berth/abi/runtime] and [github.com/berthhq/berth/abi/network];
+// docs/plugins.md describes them.
 package pluginapi
 
 import (
@@ -19,12 +20,14 @@ const MagicCookieKey = "BERTH_PLUGIN"
 const (
 	RuntimeCookieValue  = "berth-runtime-driver-3c9d2a71"
 	ProviderCookieValue = "berth-provider-8e41b6f0"
+	NetworkCookieValue  = "berth-node-network-5b27e0c4"
 )
 
 // Names of the plugins in go-plugin's plugin sets.
 const (
 	RuntimePluginName  = "runtime-driver"
 	ProviderPluginName = "provider"
+	NetworkPluginName  = "node-network"
 )
 
 // Kind is a plugin kind, as named in the plugin catalog.
@@ -34,6 +37,7 @@ type Kind string
 const (
 	KindProvider Kind = "provider"
 	KindRuntime  Kind = "runtime"
+	KindNetwork  Kind = "network" // the node network of containers (docs/plugins.md section 7)
 )
 
 // HealthState is a plugin's health, as streamed by its Health call

@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Version 1 of the transport. Changelog: 2026-11-29 first version.
+// Version 1 of the transport. Changelog: 2026-11-29 first version; 2026-11-29 runtime call,
+// lifecycle kinds rollback and delete.
 const (
 	// Prefix is the fixed path prefix of the transport.
 	Prefix = "/api/runner/v1"
@@ -21,8 +22,22 @@ const (
 	ArtifactMediaType = "application/gzip"
 	// HeaderDigest carries the artifact's "sha256:<hex>" digest.
 	HeaderDigest = "X-Berth-Digest"
-	// EnvRegistrationToken names the environment variable a runner reads its enrollment token from.
+	// EnvRegistrationToken names the environment variable a runner reads its enrollment token from
+	// (berthd reads the same name for the legacy shared registration secret, docs/runner-protocol.md
+	// section 6.4).
 	EnvRegistrationToken = "BERTH_RUNNER_REGISTRATION_TOKEN"
+	// RuntimeMediaType is the media type of a runtime answer: a [RuntimeCapsule] as JSON.
+	RuntimeMediaType = "application/vnd.berth.runtime+json"
+	// RuntimeProtocol marks a reconcile payload that selects the runtime call.
+	RuntimeProtocol = "berth-runtime/1"
+)
+
+// Operation kinds the control plane derives itself (docs/runner-protocol.md section 6.3). Callers
+// of the admin API cannot enqueue rollback or delete.
+const (
+	KindReconcile = "reconcile"
+	KindRollback  = "rollback"
+	KindDelete    = "delete"
 )
 
 // Paths under [Prefix].
@@ -35,6 +50,7 @@ const (
 	PathFail      = "/fail"
 	PathObserve   = "/observe"
 	PathArtifact  = "/artifact"
+	PathRuntime   = "/runtime"
 )
 
 // Declaration is what a node advertises at registration and heartbeat (docs/runner-protocol.md
@@ -161,9 +177,80 @@ type ArtifactRequest struct {
 	Lease
 }
 
-// ReconcilePayload is the canonical payload of a "reconcile" operation.
+// ReconcilePayload is the canonical payload of a "reconcile" operation. Protocol is
+// [RuntimeProtocol] for a project placed with provider placement (its runner fetches the runtime
+// with POST /runtime), empty otherwise.
 type ReconcilePayload struct {
 	Generation int64  `json:"generation"`
 	Release    string `json:"release"`
 	State      string `json:"state"`
+	Protocol   string `json:"protocol,omitempty"`
+}
+
+// LifecyclePayload is the canonical payload of a "rollback" or "delete" operation: only the exact
+// current generation. The runner derives the confirmation itself.
+type LifecyclePayload struct {
+	Generation int64 `json:"generation"`
+}
+
+// RuntimeRequest is the body of POST /runtime; the answer is a [RuntimeCapsule] as JSON with
+// Content-Type [RuntimeMediaType], an exact Content-Length and [HeaderDigest]. Nothing of the
+// runtime travels in the request, the URL or a header.
+type RuntimeRequest struct {
+	Lease
+}
+
+// RuntimeCapsule binds a verified release to one project's final runtime: its environment, its
+// placement intent and its managed-ingress identity (docs/runner-protocol.md section 6.2). It
+// holds application secrets: keep it in memory, never log it, never put any of it in a completion
+// result, an observation or a file others can read.
+type RuntimeCapsule struct {
+	// Version is 1.
+	Version     int    `json:"version"`
+	ProjectID   string `json:"project_id"`
+	Project     string `json:"project"`
+	OperationID string `json:"operation_id"`
+	Fence       int64  `json:"fence"`
+	Generation  int64  `json:"generation"`
+	// Release is the release digest of the operation's canonical payload.
+	Release   string           `json:"release"`
+	State     string           `json:"state"`
+	Services  []RuntimeService `json:"services"`
+	Placement RuntimePlacement `json:"placement"`
+	Ingress   RuntimeIngress   `json:"ingress"`
+}
+
+// RuntimeService is one service of the project with its final environment.
+type RuntimeService struct {
+	Name     string   `json:"name"`
+	Command  []string `json:"command,omitempty"`
+	Port     int      `json:"port,omitempty"`
+	Replicas int      `json:"replicas"`
+	// Env is the service's declared, non-secret environment.
+	Env map[string]string `json:"env"`
+	// Secrets holds secret environment values, resolved; SECRET. Empty while the control plane
+	// holds no secrets for the service.
+	Secrets map[string]string `json:"secrets"`
+}
+
+// RuntimePlacement is the placement intent the runtime runs under.
+type RuntimePlacement struct {
+	Mode          string `json:"placement_mode"`
+	Region        string `json:"region,omitempty"`
+	CapacityUnits int    `json:"capacity_units"`
+	NodeID        string `json:"node_id"`
+}
+
+// RuntimeIngress is the managed-ingress identity: the name the edge routes the project under and
+// the domains it routes to the node's provider endpoint.
+type RuntimeIngress struct {
+	Identity string         `json:"identity"`
+	Routes   []RuntimeRoute `json:"routes"`
+}
+
+// RuntimeRoute is one domain routed to a service port.
+type RuntimeRoute struct {
+	Domain  string `json:"domain"`
+	Service string `json:"service"`
+	Port    int    `json:"port"`
 }

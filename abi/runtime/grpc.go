@@ -59,6 +59,14 @@ func (s *server) Start(ctx context.Context, req *runtimev1.StartRequest) (*runti
 		LogMaxBytes: req.GetLogMaxBytes(),
 		Isolation:   req.GetIsolation(),
 		Mutation:    MutationFromProto(req.GetMutation()),
+
+		Image:            req.GetImage(),
+		ImageArchive:     req.GetImageArchive(),
+		User:             req.GetUser(),
+		MemoryBytes:      req.GetMemoryBytes(),
+		CPUMillis:        req.GetCpuMillis(),
+		NetworkNamespace: req.GetNetworkNamespace(),
+		Cwd:              req.GetCwd(),
 	})
 	if err != nil {
 		return nil, pluginapi.ToStatus(err)
@@ -253,6 +261,14 @@ func (c *Client) Start(ctx context.Context, req *StartRequest) (*StartResponse, 
 		LogMaxBytes: req.LogMaxBytes,
 		Isolation:   req.Isolation,
 		Mutation:    MutationToProto(req.Mutation),
+
+		Image:            req.Image,
+		ImageArchive:     req.ImageArchive,
+		User:             req.User,
+		MemoryBytes:      req.MemoryBytes,
+		CpuMillis:        req.CPUMillis,
+		NetworkNamespace: req.NetworkNamespace,
+		Cwd:              req.Cwd,
 	})
 	if err != nil {
 		return nil, pluginapi.FromStatus(ctx, errPrefix+"start workload "+req.WorkloadID, err)

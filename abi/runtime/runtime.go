@@ -22,6 +22,8 @@ import (
 //   - 1 (2026-12-06, before any release) reshaped: Health, Recover with
 //     opaque handles, Logs, Stats, stop modes, isolation modes and the
 //     mutation fields on Start and Stop.
+//   - 1 (2026-12-13, additive) container fields on Start: image, image
+//     archive, user, memory and CPU limits, network namespace, cwd.
 const APIVersion = 1
 
 // Driver runs workloads on one node. The agent calls it; implementations
@@ -133,6 +135,22 @@ func (h Handle) IsZero() bool { return h.Version == 0 && len(h.Data) == 0 }
 // Env is the complete environment (the agent includes PORT). LogPath is the
 // file stdout and stderr go to, kept at most LogMaxBytes (zero means 1 MiB).
 // Isolation is one of Capabilities.IsolationModes; empty means the first.
+//
+// The container fields (docs/plugins.md section 3, "The containerd driver")
+// are ignored by drivers without the isolation mode "container":
+//   - Image is a reference pinned to a digest ("host/repo@sha256:<hex>") or a
+//     bare "sha256:<hex>" naming the manifest or index in ImageArchive; with
+//     an image, an empty Command means the image's entrypoint and command.
+//   - ImageArchive is the path on the node of a tar of an OCI image layout
+//     holding Image; empty means pull Image from its registry.
+//   - User is "uid", "uid:gid" or a user name of the image; empty means the
+//     image's user.
+//   - MemoryBytes is the memory limit in bytes and CPUMillis the CPU limit
+//     in thousandths of a CPU; zero means no limit.
+//   - NetworkNamespace is the path of the network namespace to join (as the
+//     node's network plugin made it); empty means the node's own.
+//   - Cwd is the working directory inside the container; empty means the
+//     image's. WorkDir, the host directory, is not visible in a container.
 type StartRequest struct {
 	WorkloadID  string
 	Command     []string
@@ -142,6 +160,14 @@ type StartRequest struct {
 	LogMaxBytes int64
 	Isolation   string
 	pluginapi.Mutation
+
+	Image            string
+	ImageArchive     string
+	User             string
+	MemoryBytes      int64
+	CPUMillis        int64
+	NetworkNamespace string
+	Cwd              string
 }
 
 // StartResponse carries the started workload's state, handle included.

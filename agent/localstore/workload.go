@@ -27,6 +27,10 @@ type Workload struct {
 	// as returned by Start, persisted so a restarted agent can Recover the
 	// workload (docs/plugins.md section 3.3). The agent never parses it.
 	DriverHandle DriverHandle
+	// LeaseID is the lease a stateful workload was started under; empty for
+	// a workload that is not stateful. The self-fence of that lease stops it
+	// (docs/node-protocol.md section 8.5).
+	LeaseID string
 }
 
 // DriverHandle is a runtime driver's handle as the agent stores it: a
@@ -85,9 +89,9 @@ func (s *Store) PutWorkload(ctx context.Context, w Workload) error {
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO workloads (workload_id, driver, phase, port,
 		spec_hash, restart_generation, restart_count, last_exit_code, backoff_step, next_start_at,
-		started_at, message, driver_handle) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		started_at, message, driver_handle, lease_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		w.WorkloadID, w.Driver, w.Phase, w.Port, w.SpecHash, w.RestartGeneration, w.RestartCount, exit,
-		w.BackoffStep, formatTime(w.NextStartAt), formatTime(w.StartedAt), w.Message, encodeHandle(w.DriverHandle))
+		w.BackoffStep, formatTime(w.NextStartAt), formatTime(w.StartedAt), w.Message, encodeHandle(w.DriverHandle), w.LeaseID)
 	if err != nil {
 		return fmt.Errorf("put workload %s: %w", w.WorkloadID, err)
 	}
@@ -105,7 +109,7 @@ func (s *Store) DeleteWorkload(ctx context.Context, id string) error {
 // Workloads returns every workload record, ordered by id.
 func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT workload_id, driver, phase, port, spec_hash,
-		restart_generation, restart_count, last_exit_code, backoff_step, next_start_at, started_at, message, driver_handle
+		restart_generation, restart_count, last_exit_code, backoff_step, next_start_at, started_at, message, driver_handle, lease_id
 		FROM workloads ORDER BY workload_id`)
 	if err != nil {
 		return nil, fmt.Errorf("list workloads: %w", err)
@@ -117,7 +121,7 @@ func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 		var exit sql.NullInt64
 		var next, started, handle string
 		if err := rows.Scan(&w.WorkloadID, &w.Driver, &w.Phase, &w.Port, &w.SpecHash, &w.RestartGeneration,
-			&w.RestartCount, &exit, &w.BackoffStep, &next, &started, &w.Message, &handle); err != nil {
+			&w.RestartCount, &exit, &w.BackoffStep, &next, &started, &w.Message, &handle, &w.LeaseID); err != nil {
 			return nil, fmt.Errorf("list workloads: %w", err)
 		}
 		if exit.Valid {

@@ -4,11 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/abi/runtime"
+	"github.com/berthhq/berth/agent/lease"
 	"github.com/berthhq/berth/agent/localstore"
 )
 
@@ -62,6 +64,12 @@ type Input struct {
 	Driver   map[string]*runtime.WorkloadState // the driver's List
 	Records  map[string]localstore.Workload    // the agent's records
 	Now      time.Time
+	// Leases is the node's leases by lease id and NodeFailed whether the
+	// node is failed after a failed fence: a stateful workload starts only
+	// while its lease is startable with exactly the spec's fencing token and
+	// the node is not failed (docs/node-protocol.md section 6.4).
+	Leases     map[string]lease.Status
+	NodeFailed bool
 }
 
 // Decision is the decider's answer: the actions to run now, and when to decide
@@ -96,6 +104,9 @@ func Decide(in Input) Decision {
 			rec = &r
 		}
 		act, at := decideOne(spec, rec, in.Driver[spec.WorkloadID], in.Now)
+		if act != nil && spec.Stateful && (act.Kind == ActStart || act.Kind == ActRestart) {
+			act = gateStateful(spec, rec, act, in)
+		}
 		if act != nil {
 			d.Actions = append(d.Actions, *act)
 		}
@@ -124,6 +135,52 @@ func Decide(in Input) Decision {
 		return a.WorkloadID < b.WorkloadID
 	})
 	return d
+}
+
+// StatefulAllowed reports whether the stateful workload spec may start
+// given in's leases (docs/node-protocol.md section 6.4), and why not.
+func StatefulAllowed(spec *node.WorkloadSpec, in Input) (bool, string) {
+	if in.NodeFailed {
+		return false, "the node is failed after a failed fence"
+	}
+	if spec.LeaseID == "" {
+		return false, "stateful workload names no lease"
+	}
+	st, ok := in.Leases[spec.LeaseID]
+	switch {
+	case !ok:
+		return false, "lease " + spec.LeaseID + " is not held by this node"
+	case st.Token != spec.FencingToken:
+		return false, fmt.Sprintf("lease %s has token %d, the workload wants %d", spec.LeaseID, st.Token, spec.FencingToken)
+	case !st.Startable:
+		return false, fmt.Sprintf("lease %s is %s, not held", spec.LeaseID, st.State)
+	}
+	return true, ""
+}
+
+// gateStateful turns a start or restart of a stateful workload that may not
+// start into staying stopped: a running one is left as it is (its lease may
+// be uncertain, which keeps it running), a stopped one is recorded stopped
+// with the reason. No error is reported (section 6.4).
+func gateStateful(spec *node.WorkloadSpec, rec *localstore.Workload, act *Action, in Input) *Action {
+	ok, why := StatefulAllowed(spec, in)
+	if ok {
+		return act
+	}
+	if act.Kind == ActRestart {
+		return nil
+	}
+	msg := "waiting for lease: " + why
+	if rec != nil && Phase(rec.Phase) == PhaseStopped && rec.Message == msg {
+		return nil
+	}
+	r := localstore.Workload{WorkloadID: spec.WorkloadID, Driver: spec.Driver, LeaseID: spec.LeaseID}
+	if rec != nil {
+		r = *rec
+	}
+	r.Phase = string(PhaseStopped)
+	r.Message = msg
+	return &Action{Kind: ActRecord, WorkloadID: spec.WorkloadID, Reason: "stateful: " + why, Record: &r}
 }
 
 // decideOne decides for one desired workload; it returns at most one action and
@@ -248,7 +305,12 @@ func SpecHash(spec *node.WorkloadSpec) string {
 		Command []string          `json:"command"`
 		Env     map[string]string `json:"env"`
 		Port    int               `json:"port"`
-	}{spec.Driver, spec.BundleDigest, spec.Command, spec.Env, spec.Port})
+		// Container fields: absent when empty, so a process workload keeps its hash.
+		Image     string `json:"image,omitempty"`
+		User      string `json:"user,omitempty"`
+		Memory    int64  `json:"memory_bytes,omitempty"`
+		CPUMillis int64  `json:"cpu_millis,omitempty"`
+	}{spec.Driver, spec.BundleDigest, spec.Command, spec.Env, spec.Port, spec.Image, spec.User, spec.MemoryBytes, spec.CPUMillis})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

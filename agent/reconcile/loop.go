@@ -24,6 +24,7 @@ import (
 	"github.com/berthhq/berth/abi/pluginapi"
 	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/health"
+	"github.com/berthhq/berth/agent/lease"
 	"github.com/berthhq/berth/agent/localstore"
 )
 
@@ -58,6 +59,22 @@ type Config struct {
 	OnStatusChange func()
 	// Prober runs health checks; nil means a default [health.Prober] the Loop owns.
 	Prober *health.Prober
+	// Leases gates stateful workloads (docs/node-protocol.md section 6.4);
+	// nil starts no stateful workload at all.
+	Leases LeaseGate
+	// Network attaches container workloads to the node network; nil runs
+	// them in the node's own network namespace.
+	Network Network
+}
+
+// LeaseGate is the node's leases as the loop needs them. *lease.Manager
+// satisfies it.
+type LeaseGate interface {
+	// Statuses returns every lease by id and whether the node is failed.
+	Statuses() (map[string]lease.Status, bool)
+	// Admit is held around the driver's Start of a stateful workload: ok
+	// with a release to call after Start, or the reason it may not start.
+	Admit(leaseID string, token int64) (release func(), ok bool, reason string)
 }
 
 // Loop is the apply loop. Create it with [New], run it with [Loop.Run]; [Loop.Wake]
@@ -177,7 +194,11 @@ func (l *Loop) Pass(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	now := l.cfg.Now()
-	dec := Decide(Input{Snapshot: snap, Driver: driver, Records: recs, Now: now})
+	in := Input{Snapshot: snap, Driver: driver, Records: recs, Now: now, NodeFailed: true}
+	if l.cfg.Leases != nil {
+		in.Leases, in.NodeFailed = l.cfg.Leases.Statuses()
+	}
+	dec := Decide(in)
 	var errs []error
 	for _, a := range dec.Actions {
 		l.log.Info("reconcile action", "action", string(a.Kind), "workload_id", a.WorkloadID, "reason", a.Reason)
@@ -298,6 +319,9 @@ func (l *Loop) remove(ctx context.Context, id string) error {
 		return err
 	}
 	l.cfg.Prober.Remove(id)
+	if err := l.detachNetwork(ctx, id); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(l.workloadDir(id)); err != nil {
 		return fmt.Errorf("remove workload %s directory: %w", id, err)
 	}
@@ -325,6 +349,10 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 		rec = *a.Record
 	}
 	rec.Driver = spec.Driver
+	rec.LeaseID = ""
+	if spec.Stateful {
+		rec.LeaseID = spec.LeaseID
+	}
 	rec.SpecHash = SpecHash(spec)
 	rec.RestartGeneration = spec.RestartGeneration
 	addr := l.nodeAddress()
@@ -363,14 +391,49 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	env["BERTH_WORKLOAD_ID"] = spec.WorkloadID
 	env["BERTH_SERVICE"] = spec.Service
 	env["BERTH_PROJECT"] = spec.Project
+	netns, err := l.attachNetwork(ctx, spec, port, env)
+	if err != nil {
+		return l.failStart(ctx, rec, err, now)
+	}
+	if spec.Stateful {
+		// The lease is checked again under its gate, so that no fence of it
+		// runs while this start is in flight (section 6.4).
+		release, ok, why := func() (func(), bool, string) {
+			if l.cfg.Leases == nil {
+				return nil, false, "this agent runs no lease manager"
+			}
+			return l.cfg.Leases.Admit(spec.LeaseID, spec.FencingToken)
+		}()
+		if !ok {
+			l.log.Info("stateful workload stays stopped", "workload_id", spec.WorkloadID, "lease_id", spec.LeaseID, "reason", why)
+			rec.Phase = string(PhaseStopped)
+			rec.Message = "waiting for lease: " + why
+			return l.cfg.Store.PutWorkload(ctx, rec)
+		}
+		defer release()
+	}
+	// A container image shipped as a bundle is handed to the driver as the
+	// cached archive (docs/plugins.md section 3, "The containerd driver").
+	imageArchive := ""
+	if spec.Image != "" && spec.BundleDigest != "" {
+		if imageArchive, err = l.ensureBundle(ctx, spec.BundleDigest); err != nil {
+			return l.failStart(ctx, rec, err, now)
+		}
+	}
 	resp, err := l.cfg.Driver.Start(ctx, &runtime.StartRequest{
-		WorkloadID:  spec.WorkloadID,
-		Command:     slices.Clone(spec.Command),
-		Env:         env,
-		WorkDir:     appDir,
-		LogPath:     filepath.Join(dir, "output.log"),
-		LogMaxBytes: DefaultLogMaxBytes,
-		Mutation:    pluginapi.Mutation{IdempotencyKey: callKey("start", spec.WorkloadID)},
+		Image:            spec.Image,
+		ImageArchive:     imageArchive,
+		User:             spec.User,
+		MemoryBytes:      spec.MemoryBytes,
+		CPUMillis:        spec.CPUMillis,
+		WorkloadID:       spec.WorkloadID,
+		NetworkNamespace: netns,
+		Command:          slices.Clone(spec.Command),
+		Env:              env,
+		WorkDir:          appDir,
+		LogPath:          filepath.Join(dir, "output.log"),
+		LogMaxBytes:      DefaultLogMaxBytes,
+		Mutation:         pluginapi.Mutation{IdempotencyKey: callKey("start", spec.WorkloadID)},
 	})
 	if err != nil {
 		return l.failStart(ctx, rec, fmt.Errorf("start workload %s: %w", spec.WorkloadID, err), now)
@@ -501,6 +564,7 @@ func (l *Loop) Status(ctx context.Context) (node.StatusReport, error) {
 					ws.ObservedStatus = node.StatusCrashed
 				case PhaseStopped:
 					ws.ObservedStatus = node.StatusStopped
+					ws.Message = "" // a stateful workload waiting for its lease is no error (section 6.4)
 				}
 			} else if spec.DesiredStatus == node.DesiredStopped {
 				ws.ObservedStatus = node.StatusStopped

@@ -118,6 +118,28 @@ type Config struct {
 	BackoffMin, BackoffMax, BackoffReset time.Duration
 	// AgentVersion is sent in the hello when the Hello func leaves it empty.
 	AgentVersion string
+	// Leases handles lease_grant and lease_revoke and supplies lease_renew
+	// (docs/node-protocol.md sections 5.5, 5.12, 5.13 and 8); nil refuses
+	// lease messages with unimplemented and renews nothing.
+	Leases Leases
+}
+
+// Leases is the node's lease manager as the session drives it.
+// *lease.Manager satisfies it.
+type Leases interface {
+	// Grant applies a verified lease_grant whose envelope's re is re and
+	// returns the refusal to send as a non-fatal error, or nil.
+	Grant(ctx context.Context, re string, g *node.LeaseGrant) *node.ErrorBody
+	// Revoke applies a verified lease_revoke, fences, and returns the
+	// command_result to answer, or the refusal to send as a non-fatal
+	// error. It blocks until the fence ended.
+	Revoke(ctx context.Context, r *node.LeaseRevoke) (node.CommandResult, *node.ErrorBody)
+	// RenewDue is signalled when renewals may be due.
+	RenewDue() <-chan struct{}
+	// DueRenewals returns the renewals to send now.
+	DueRenewals() []node.LeaseRenew
+	// RenewSent records a renewal about to be written under envelope id msgID.
+	RenewSent(msgID string, r node.LeaseRenew)
 }
 
 // FatalError is returned by [Client.Run] after the core ended the session with
@@ -295,11 +317,16 @@ type timers struct {
 func newID() string { return "msg_" + ulid.Make().String() }
 
 func (s *conn) send(ctx context.Context, typ node.Type, re string, body any) error {
+	return s.sendWithID(ctx, typ, newID(), re, body)
+}
+
+// sendWithID is send with a message id the caller chose.
+func (s *conn) sendWithID(ctx context.Context, typ node.Type, id, re string, body any) error {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("marshal %s: %w", typ, err)
 	}
-	frame, err := json.Marshal(node.Envelope{V: node.Version, Type: typ, ID: newID(), Re: re, Body: raw})
+	frame, err := json.Marshal(node.Envelope{V: node.Version, Type: typ, ID: id, Re: re, Body: raw})
 	if err != nil {
 		return fmt.Errorf("marshal %s envelope: %w", typ, err)
 	}
@@ -409,6 +436,24 @@ func (s *conn) writeLoop(ctx context.Context, welcomed <-chan struct{}) {
 		c.log.Warn("node session write failed", "error", err)
 		_ = s.ws.CloseNow()
 	}
+	var renewDue <-chan struct{}
+	if c.cfg.Leases != nil {
+		renewDue = c.cfg.Leases.RenewDue()
+	}
+	sendRenewals := func() bool {
+		if c.cfg.Leases == nil {
+			return true
+		}
+		for _, r := range c.cfg.Leases.DueRenewals() {
+			id := newID()
+			c.cfg.Leases.RenewSent(id, r) // before the write: the answer cannot overtake it
+			if err := s.sendWithID(ctx, node.TypeLeaseRenew, id, "", r); err != nil {
+				fail(err)
+				return false
+			}
+		}
+		return true
+	}
 	sendStatus := func() bool {
 		rep, err := c.cfg.Status(ctx)
 		if err != nil {
@@ -435,10 +480,17 @@ func (s *conn) writeLoop(ctx context.Context, welcomed <-chan struct{}) {
 					c.log.Warn("reset dropped event count", "error", err)
 				}
 			}
-			if !sendStatus() {
+			if !sendRenewals() || !sendStatus() {
 				return
 			}
 			if !s.flushEvents(ctx) {
+				return
+			}
+		case <-renewDue:
+			if welcome != nil {
+				continue // sent after welcome
+			}
+			if !sendRenewals() {
 				return
 			}
 		case <-c.events:
@@ -590,6 +642,16 @@ func (s *conn) readLoop(ctx context.Context, welcomed chan struct{}) error {
 				"heartbeat_interval_ms", w.HeartbeatIntervalMS)
 		case node.TypeDesiredState:
 			if err := s.onDesiredState(ctx, env); err != nil {
+				return err
+			}
+		case node.TypeLeaseGrant:
+			if err := s.onLeaseGrant(ctx, env); err != nil {
+				return err
+			}
+		case node.TypeLeaseRevoke:
+			// Handled to the end, fence included, before the next message
+			// is read (section 4.2 rule 3).
+			if err := s.onLeaseRevoke(ctx, env); err != nil {
 				return err
 			}
 		case node.TypeCommand:

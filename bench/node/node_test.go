@@ -71,8 +71,11 @@ func startBerthd(b *testing.B) *berthd {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d.cmd = exec.Command(filepath.Join(binDir(b), "berthd"), "--data-dir", filepath.Join(dir, "data"), "--listen", ln,
-		"--gateway-listen", "off", "--log-level", "warn")
+	args := []string{"--data-dir", filepath.Join(dir, "data"), "--listen", ln, "--gateway-listen", "off", "--log-level", "warn"}
+	if v := os.Getenv("BERTH_BENCH_DEBUG_LISTEN"); v != "" {
+		args = append(args, "--debug-listen", v) // profile berthd while it runs
+	}
+	d.cmd = exec.Command(filepath.Join(binDir(b), "berthd"), args...)
 	d.cmd.Stdout, d.cmd.Stderr = log, log
 	if err := d.cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -193,6 +196,9 @@ type simNode struct {
 	mu        sync.Mutex
 	sawAt     time.Time // when the node acknowledged a desired_state holding gen
 	wanted    string
+	// lastReport is the status_report answering the newest desired_state,
+	// repeated every 30 s as a real agent does.
+	lastReport node.StatusReport
 }
 
 // enroll enrolls n nodes, 8 at a time.
@@ -278,15 +284,25 @@ func (s *simNode) session(ctx context.Context, u string, hc *http.Client, logSeq
 		// nodes do not beat in step.
 		var off [1]byte
 		_, _ = rand.Read(off[:])
+		// A real agent also sends its status_report at least every 30 s
+		// (section 4.2 rule 7), so every sixth beat carries the last one.
 		t := time.NewTimer(time.Duration(off[0]) * 5 * time.Second / 256)
 		defer t.Stop()
-		for {
+		for beat := 1; ; beat++ {
 			select {
 			case <-sctx.Done():
 				return
 			case <-t.C:
 				if send(node.TypeHeartbeat, "", node.Heartbeat{Time: time.Now().UTC()}) != nil {
 					return
+				}
+				if beat%6 == 0 {
+					s.mu.Lock()
+					rep := s.lastReport
+					s.mu.Unlock()
+					if send(node.TypeStatusReport, "", rep) != nil {
+						return
+					}
 				}
 				t.Reset(node.DefaultHeartbeatInterval)
 			}
@@ -324,6 +340,9 @@ func (s *simNode) session(ctx context.Context, u string, hc *http.Client, logSeq
 				rep.Workloads = append(rep.Workloads, node.WorkloadStatus{WorkloadID: w.WorkloadID, ObservedStatus: node.StatusRunning,
 					Health: node.HealthPassing, Address: "127.0.0.1:1"})
 			}
+			s.mu.Lock()
+			s.lastReport = rep
+			s.mu.Unlock()
 			if err := send(node.TypeStatusReport, "", rep); err != nil {
 				return err
 			}

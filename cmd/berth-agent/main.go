@@ -122,7 +122,8 @@ func newEnrollCmd(stdout, stderr io.Writer) *cobra.Command {
 }
 
 func newRunCmd(stderr io.Writer) *cobra.Command {
-	var dataDir, pluginDir string
+	var dataDir, pluginDir, driver string
+	var network networkFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the node: keep workloads as desired and the session to berthd",
@@ -131,16 +132,18 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 			log := newLogger(stderr)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return run(ctx, log, dataDir, pluginDir)
+			return run(ctx, log, dataDir, pluginDir, driver, network)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data-dir", defaultDataDir, "agent data directory")
-	f.StringVar(&pluginDir, "plugin-dir", "", "directory holding berth-plugin-process (default: the directory of this executable)")
+	f.StringVar(&pluginDir, "plugin-dir", "", "directory holding berth-plugin-<driver> (default: the directory of this executable)")
+	network.register(f)
+	f.StringVar(&driver, "driver", "process", "runtime driver plugin to run workloads with (berth-plugin-<driver>, launched with --state-dir DIR/driver/<driver>); \"fake\" is the deterministic test driver")
 	return cmd
 }
 
-func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir string) error {
+func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver string, netFlags networkFlags) error {
 	dataDir, err := filepath.Abs(dataDir)
 	if err != nil {
 		return fmt.Errorf("data directory: %w", err)
@@ -163,13 +166,22 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir string) error
 		return err
 	}
 	defer func() { _ = unlock() }()
-	stateDir := filepath.Join(dataDir, "driver", "process")
+	if driver == "" || strings.ContainsAny(driver, `/\.`) {
+		return configError{fmt.Errorf("--driver %q: want a driver name such as process", driver)}
+	}
+	// The guard and the node network come back before anything can start a workload.
+	network, closeNetwork, err := netFlags.open(ctx, log, dataDir, pluginDir)
+	if err != nil {
+		return err
+	}
+	defer closeNetwork()
+	stateDir := filepath.Join(dataDir, "driver", driver)
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return fmt.Errorf("create driver state directory: %w", err)
 	}
-	entry, err := plugin.ResolveDriver(pluginDir, "process")
+	entry, err := plugin.ResolveDriver(pluginDir, driver)
 	if err != nil {
-		return configError{fmt.Errorf("process driver: %w", err)}
+		return configError{fmt.Errorf("%s driver: %w", driver, err)}
 	}
 	drv, err := plugin.LaunchDriver(ctx, entry.Apply(plugin.Config{
 		Args:   []string{"--state-dir", stateDir},
@@ -177,12 +189,12 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir string) error
 		Logger: log,
 	}))
 	if err != nil {
-		return fmt.Errorf("launch process driver: %w", err)
+		return fmt.Errorf("launch %s driver: %w", driver, err)
 	}
 	// Closing the plugin leaves workloads running (the process driver's
 	// workloads outlive it).
 	defer func() { _ = drv.Close() }()
-	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log})
+	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: network})
 	if err != nil {
 		return err
 	}

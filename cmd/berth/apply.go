@@ -30,6 +30,23 @@ type serviceFile struct {
 	Replicas         *int              `json:"replicas,omitempty" yaml:"replicas"`
 	HealthCheck      healthCheckFile   `json:"health_check" yaml:"health_check"`
 	ExpectedRevision *int64            `json:"expected_revision,omitempty" yaml:"expected_revision"`
+
+	// The stateful fields (docs/api.md "Leases").
+	PlacementMode string     `json:"placement_mode,omitempty" yaml:"placement_mode"`
+	Lease         *leaseFile `json:"lease,omitempty" yaml:"lease"`
+
+	// The container fields (docs/plugins.md section 3).
+	Runtime   string `json:"runtime,omitempty" yaml:"runtime"`
+	Image     string `json:"image,omitempty" yaml:"image"`
+	User      string `json:"user,omitempty" yaml:"user"`
+	MemoryMB  int64  `json:"memory_mb,omitempty" yaml:"memory_mb"`
+	CPUMillis int64  `json:"cpu_millis,omitempty" yaml:"cpu_millis"`
+}
+
+// leaseFile is the lease block of a stateful serviceFile.
+type leaseFile struct {
+	Mode       string `json:"mode,omitempty" yaml:"mode"`
+	DurationMS int64  `json:"duration_ms,omitempty" yaml:"duration_ms"`
 }
 
 // healthCheckFile is the health_check block of a serviceFile.
@@ -41,7 +58,12 @@ type healthCheckFile struct {
 }
 
 func (f serviceFile) spec() client.ServiceSpec {
+	var lease *client.LeaseSpec
+	if f.Lease != nil {
+		lease = &client.LeaseSpec{Mode: f.Lease.Mode, DurationMS: f.Lease.DurationMS}
+	}
 	return client.ServiceSpec{
+		Lease:    lease,
 		Bundle:   f.Bundle,
 		Command:  f.Command,
 		Env:      f.Env,
@@ -55,6 +77,9 @@ func (f serviceFile) spec() client.ServiceSpec {
 			Failures:  f.HealthCheck.Failures,
 		},
 		ExpectedRevision: f.ExpectedRevision,
+		PlacementMode:    f.PlacementMode,
+		Container: client.Container{Runtime: f.Runtime, Image: f.Image, User: f.User,
+			MemoryMB: f.MemoryMB, CPUMillis: f.CPUMillis},
 	}
 }
 
@@ -78,6 +103,16 @@ JSON (one object, several objects in a row, or an array). Fields:
   replicas           number of replicas
   health_check       {path, interval_s, timeout_s, failures}
   expected_revision  apply only if the stored revision is this (0: must not exist)
+  placement_mode     "portable" (default) or "stateful": at most one replica, run
+                     on one node at a time under a lease with a fencing token
+  lease              stateful: {mode: local|expiring, duration_ms: >= 3000}
+  runtime            "process" (default) or "containerd"
+  image              containerd: an image pinned by digest, "host/repo@sha256:..."
+                     or "sha256:..." of the OCI image layout in bundle
+                     ('berth image push'); command may then be left out
+  user, memory_mb, cpu_millis
+                     containerd: the user, memory limit (MiB) and CPU limit
+                     (thousandths of a CPU) of each replica
 
 An unknown field is an error.`,
 		Example: `  berth apply -f hello.yaml

@@ -11,6 +11,7 @@ import (
 
 	"github.com/berthhq/berth/abi/provider"
 	"github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/conformance"
 )
 
@@ -32,6 +33,7 @@ berthd against the node session protocol (docs/node-protocol.md).`,
 func newConformancePluginCmd(a *app) *cobra.Command {
 	var kind, junit, samples string
 	var args []string
+	var image, imageArchive string
 	cmd := &cobra.Command{
 		Use:   "plugin PATH",
 		Short: "Run the conformance suite on a built plugin binary",
@@ -69,7 +71,12 @@ the suite uses two route tables (gateway.route_table), which suits gateways.`,
 				if !cmd.Flags().Changed("arg") {
 					args = []string{"--state-dir", "{state}"}
 				}
-				report, err = conformance.CheckRuntimeDriver(cmd.Context(), conformance.RuntimeConfig{Binary: pos[0], Args: argsFor})
+				rc := conformance.RuntimeConfig{Binary: pos[0], Args: argsFor}
+				if image != "" { // a container driver runs the suite's shell in this image
+					rc.Prepare = func(req *runtime.StartRequest) { req.Image, req.ImageArchive = image, imageArchive }
+					rc.Env = map[string]string{"PATH": "/bin:/usr/bin"}
+				}
+				report, err = conformance.CheckRuntimeDriver(cmd.Context(), rc)
 			case "provider":
 				s, serr := loadSamples(samples)
 				if serr != nil {
@@ -109,6 +116,8 @@ the suite uses two route tables (gateway.route_table), which suits gateways.`,
 	f.StringVar(&junit, "junit", "", "also write the report as JUnit XML to this file")
 	f.StringArrayVar(&args, "arg", nil, `argument for the plugin binary (repeatable); "{state}" becomes a per-case state directory`)
 	f.StringVar(&samples, "samples", "", "JSON file with two states of one resource (providers)")
+	f.StringVar(&image, "image", "", "runtime drivers of containers: the image (with /bin/sh) every workload of the suite runs in, pinned by digest")
+	f.StringVar(&imageArchive, "image-archive", "", "with --image sha256:...: the OCI image layout tar holding it")
 	return cmd
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -10,7 +12,7 @@ import (
 
 func newGetCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "get services|nodes|workloads|bundles",
+		Use:   "get services|nodes|workloads|bundles|leases",
 		RunE:  groupRunE,
 		Short: "List services, nodes, workloads or bundles",
 		Long: `get lists one kind of object as a table, or with -o json as a JSON array
@@ -19,7 +21,7 @@ of the API's objects.`,
   berth get nodes -o json
   berth get workloads --all-projects`,
 	}
-	cmd.AddCommand(newGetServicesCmd(a), newGetNodesCmd(a), newGetWorkloadsCmd(a), newGetBundlesCmd(a))
+	cmd.AddCommand(newGetServicesCmd(a), newGetNodesCmd(a), newGetWorkloadsCmd(a), newGetBundlesCmd(a), newGetLeasesCmd(a))
 	return cmd
 }
 
@@ -182,4 +184,53 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "…" + string(r[len(r)-n+1:])
+}
+
+func newGetLeasesCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "leases",
+		Aliases: []string{"lease"},
+		Short:   "List the leases of stateful services",
+		Long: `leases lists the lease of every stateful service (docs/api.md "Leases"): the
+node holding it, its fencing token, its mode, and when it may move to another
+node (GATE: "never" for a local lease while held, "blocked" while a failed
+fence awaits 'berth node fence-ack').`,
+		Example: `  berth get leases
+  berth get leases -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			items, err := c.ListLeases(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("list leases: %w", err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, items)
+			}
+			tw := newTable(a.stdout)
+			row(tw, "LEASE", "RESOURCE", "HOLDER", "TOKEN", "MODE", "GATE")
+			for _, l := range items {
+				gate := "never"
+				switch {
+				case l.Deleted:
+					gate = "deleted"
+				case len(l.FenceFailed) > 0:
+					gate = "blocked (failed fence on " + strings.Join(l.FenceFailed, ",") + ")"
+				case l.GateAt != nil && l.GateAt.IsZero():
+					gate = "open"
+				case l.GateAt != nil:
+					gate = l.GateAt.Format(time.RFC3339)
+				}
+				mode := l.Mode
+				if l.DurationMS > 0 {
+					mode += fmt.Sprintf(" %dms", l.DurationMS)
+				}
+				row(tw, l.LeaseID, l.ResourceID, orDash(l.Holder), l.FencingToken, mode, gate)
+			}
+			return tw.Flush()
+		},
+	}
 }

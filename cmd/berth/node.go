@@ -8,7 +8,7 @@ import (
 
 func newNodeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "node remove ID",
+		Use:   "node remove|lost|fence-ack|metrics ID",
 		RunE:  groupRunE,
 		Short: "Manage enrolled nodes",
 	}
@@ -38,6 +38,92 @@ Needs the human-only scope node:remove.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(remove)
+	cmd.AddCommand(remove, newNodeLostCmd(a), newNodeFenceAckCmd(a), newNodeMetricsCmd(a))
+	return cmd
+}
+
+func newNodeLostCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "lost ID",
+		Short: "Declare a node lost: its stateful services may start elsewhere",
+		Long: `lost declares that the node is gone and runs nothing any more (docs/api.md
+"Leases"): every lease it holds is freed under a higher fencing token, so its
+stateful services start on another node at once, and any write the node still
+makes with its old token is refused. Declare a node lost only after making
+sure it is powered off or cut off: a lost node that still runs would run a
+stateful service twice. Needs the human-only scope node:remove.`,
+		Example: `  berth node lost nod_01JC9Y2M4Q7V8B1N6T3R5K9XZP`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			out, err := c.NodeLost(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("declare node %s lost: %w", args[0], err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, out)
+			}
+			fmt.Fprintf(a.stdout, "Node %s declared lost; %d lease(s) superseded.\n", args[0], len(out.Leases))
+			for _, l := range out.Leases {
+				fmt.Fprintf(a.stdout, "  %s (%s) now at token %d, free\n", l.LeaseID, l.ResourceID, l.FencingToken)
+			}
+			return nil
+		},
+	}
+}
+
+func newNodeFenceAckCmd(a *app) *cobra.Command {
+	var leases []string
+	cmd := &cobra.Command{
+		Use:   "fence-ack ID --lease LEASE_ID...",
+		Short: "Acknowledge a node's failed self-fences after checking them by hand",
+		Long: `fence-ack clears a node's failed fences (docs/node-protocol.md section 8.5).
+A failed fence means the node could not confirm that a stateful workload
+stopped, so its lease is granted to no node. Check out of band that the
+workloads are stopped (for example by power-cycling the machine), then list
+exactly the outstanding leases ('berth get leases' and
+'berth node fence-ack ID' without --lease show them). Their leases get a
+higher fencing token and may be granted again; the node is told at once, or
+at its next session. Needs the human-only scope node:fence_ack.`,
+		Example: `  berth node fence-ack nod_01JC9Y2M4Q7V8B1N6T3R5K9XZP --lease lse_01JC9Z8K2M4P6R8T0V2X4Z6B8D`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if len(leases) == 0 {
+				st, err := c.NodeFence(cmd.Context(), args[0])
+				if err != nil {
+					return fmt.Errorf("read fence state of node %s: %w", args[0], err)
+				}
+				if a.output == outputJSON {
+					return printJSON(a.stdout, st)
+				}
+				if len(st.FenceFailure) == 0 {
+					fmt.Fprintf(a.stdout, "Node %s has no failed fence to acknowledge.\n", args[0])
+					return nil
+				}
+				fmt.Fprintf(a.stdout, "Failed fences of node %s (acknowledge all of them with --lease):\n", args[0])
+				for _, f := range st.FenceFailure {
+					fmt.Fprintf(a.stdout, "  %s token %d, workloads %v, %s\n", f.LeaseID, f.FencingToken, f.WorkloadIDs, orDash(f.Detail))
+				}
+				return nil
+			}
+			out, err := c.FenceAck(cmd.Context(), args[0], leases)
+			if err != nil {
+				return fmt.Errorf("acknowledge failed fences of node %s: %w", args[0], err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, out)
+			}
+			fmt.Fprintf(a.stdout, "Acknowledged %d failed fence(s) of node %s; the leases may be granted again.\n", len(out.Leases), args[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&leases, "lease", nil, "a lease id whose failed fence you verified (repeat, or comma-separated)")
 	return cmd
 }

@@ -105,6 +105,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newNodeCmd(a),
 		newClusterCmd(a),
 		newBundleCmd(a),
+		newImageCmd(a),
 		newModuleCmd(a),
 		newRoutesCmd(a),
 		newPolicyCmd(a),
@@ -113,6 +114,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newRunnerCmd(a),
 		newPlacementCmd(a),
 		newOperationCmd(a),
+		newLogsCmd(a),
 	)
 	return root
 }

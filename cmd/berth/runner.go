@@ -102,7 +102,7 @@ func newPlacementCmd(a *app) *cobra.Command {
 	var (
 		release, state, mode, region string
 		units                        int
-		endpoint                     bool
+		endpoint, provider           bool
 		labels                       map[string]string
 	)
 	set := &cobra.Command{
@@ -134,6 +134,9 @@ placement gets a reconcile operation that its runner node claims.`,
 			if fl.Changed("require-endpoint") || fl.Changed("require-label") {
 				req.NodeRequirements = &client.NodeRequirements{Endpoint: endpoint, Labels: labels}
 			}
+			if fl.Changed("provider") {
+				req.Provider = &provider
+			}
 			p, err := c.SetPlacement(cmd.Context(), s.Project, req)
 			if err != nil {
 				return fmt.Errorf("set placement: %w", err)
@@ -152,6 +155,7 @@ placement gets a reconcile operation that its runner node claims.`,
 	set.Flags().IntVar(&units, "units", 1, "capacity units to reserve")
 	set.Flags().BoolVar(&endpoint, "require-endpoint", false, "the runner node must have registered an endpoint")
 	set.Flags().StringToStringVar(&labels, "require-label", nil, "labels the runner node must have, k=v")
+	set.Flags().BoolVar(&provider, "provider", false, "provider placement: the runner runs the runtime and fetches it with the runtime call (first generation only)")
 	get := &cobra.Command{
 		Use: "get", Short: "Show the project's placement", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -166,7 +170,60 @@ placement gets a reconcile operation that its runner node claims.`,
 			return printJSON(a.stdout, p)
 		},
 	}
-	cmd.AddCommand(set, get)
+	rollback := &cobra.Command{
+		Use:   "rollback",
+		Short: "Ask the provider runner to roll back the project's current generation",
+		Long: `rollback enqueues a rollback operation for the current project's exact current
+generation, for a project placed with --provider. The runner derives the
+confirmation itself; nothing else is sent.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			op, err := c.RollbackPlacement(cmd.Context(), s.Project)
+			if err != nil {
+				return fmt.Errorf("rollback placement: %w", err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, op)
+			}
+			fmt.Fprintf(a.stdout, "Operation %s (rollback) is %s.\n", op.ID, op.State)
+			return nil
+		},
+	}
+	del := &cobra.Command{
+		Use:   "delete",
+		Short: "Delete the project's placement, revoke its operations and remove its fence sequence",
+		Long: `delete runs the project-delete workflow of the current project's orchestration
+state under the project lease: it holds the placement, waits for a provider
+runner's delete operation (for --provider placements), revokes the project's
+operations, removes the placement and finally the project's fence sequence.
+Every step is safe to repeat: run it again while it reports waiting_for_provider.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			d, err := c.DeletePlacement(cmd.Context(), s.Project)
+			if err != nil {
+				return fmt.Errorf("delete placement: %w", err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, d)
+			}
+			switch d.Status {
+			case "waiting_for_provider":
+				fmt.Fprintf(a.stdout, "Waiting for the provider's delete operation %s; run this again once it has settled.\n", d.ProviderOperation)
+			default:
+				fmt.Fprintf(a.stdout, "Placement of %s deleted; %d operations revoked.\n", s.Project, d.Revoked)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(set, get, rollback, del)
 	return cmd
 }
 

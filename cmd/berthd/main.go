@@ -37,6 +37,11 @@ under DIR/tls) and its SHA-256 fingerprint written to DIR/server-fingerprint;
 join commands carry it, and the CLI pins it (berth login --fingerprint). The edge gateway plugin serves
 HTTP on --gateway-listen and routes by Host to healthy workloads.
 
+Environment:
+  BERTH_RUNNER_REGISTRATION_TOKEN  legacy shared runner registration secret (off when unset):
+                                   it can rotate any named runner node; prefer one-time
+                                   enrollment tokens (berth runner enroll-token create)
+
 Flags:
 `)
 		fmt.Fprint(fs.Output(), fs.FlagUsages())
@@ -53,6 +58,7 @@ Flags:
 	fs.StringVar(&cfg.PluginDir, "plugin-dir", "", "directory of berth-plugin-* binaries (default: beside berthd)")
 	fs.Int64Var(&cfg.MaxBundleBytes, "max-bundle-bytes", 512<<20, "largest release bundle accepted, in bytes")
 	fs.BoolVar(&cfg.RunnerTransport, "runner-transport", false, "serve the runner transport /api/runner/v1 (off: 404 on the whole prefix)")
+	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "loopback address serving Go runtime profiles at /debug/pprof/ (default: none)")
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -69,6 +75,10 @@ Flags:
 		fmt.Fprintln(os.Stderr, "berthd: --data-dir is required (see --help)")
 		return 2
 	}
+	// The legacy shared runner registration secret comes only from the environment (never a flag,
+	// which process listings show) and is removed from it so no child process inherits it.
+	cfg.RunnerRegistrationSecret = os.Getenv("BERTH_RUNNER_REGISTRATION_TOKEN")
+	_ = os.Unsetenv("BERTH_RUNNER_REGISTRATION_TOKEN")
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,9 +77,7 @@ func ServerCases(cfg ServerConfig) []conformance.Case {
 		c("server/signature_and_revision", serverSignature),
 		c("server/event_dedup", serverEventDedup),
 		c("server/log_follow_and_divergence", serverLogDivergence),
-		{Name: "server/stream_limit", Run: func(t conformance.T) {
-			t.Skipf("berthd opens streams only on behalf of API callers, and no v1 API opens one; the 33rd is refused inside the core without reaching the node (core/session tests cover it)")
-		}},
+		c("server/stream_limit", serverStreamLimit),
 		c("server/one_session_per_node", serverOneSession),
 		c("server/node_removed", serverRemoved),
 		c("server/disconnect_timing", serverDisconnect),
@@ -585,4 +584,66 @@ func serverDisconnect(t conformance.T, n *fakeNode) {
 	if c := len(n.events("node.connected")); c != 2 {
 		t.Errorf("%d node.connected events for two welcomed sessions, want 2", c)
 	}
+}
+
+// serverStreamLimit: operators follow a workload's logs through the API
+// (GET /api/v1/nodes/{id}/logs?follow=true); the core opens one app_logs
+// stream per follower, at most 32 on one session: the 33rd follower is
+// refused with stream_limit and no 33rd stream_open reaches the node
+// (5.15). A follower that leaves makes the core send stream_close (5.16).
+func serverStreamLimit(t conformance.T, n *fakeNode) {
+	s := n.handshake(0, "")
+	n.follow(s)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range node.MaxStreamsPerSession {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = n.api.c.FollowNodeLogs(ctx, n.id, "wl_conformance", 1, func(node.LogLine) error { return nil })
+		}()
+	}
+	opened := map[string]bool{}
+	for len(opened) < node.MaxStreamsPerSession {
+		env := s.p.awaitType(node.TypeStreamOpen)
+		o := decode[node.StreamOpen](t, env)
+		if o.Kind != node.StreamAppLogs || o.StreamID == "" || opened[o.StreamID] {
+			t.Fatalf("stream_open %+v: want a new app_logs stream id", o)
+		}
+		opened[o.StreamID] = true
+	}
+	err := n.api.c.FollowNodeLogs(ctx, n.id, "wl_conformance", 1, func(node.LogLine) error { return nil })
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) || apiErr.Problem.Code != string(abierrors.StreamLimit) {
+		t.Errorf("follower %d answered %v, want stream_limit", node.MaxStreamsPerSession+1, err)
+	}
+	extra := 0
+	pushes := s.p.consume
+	s.p.consume = func(env *node.Envelope) bool {
+		if env.Type == node.TypeStreamOpen {
+			extra++
+			return true
+		}
+		return pushes != nil && pushes(env)
+	}
+	s.p.barrier()
+	if extra > 0 {
+		t.Errorf("%d stream_open beyond the limit reached the node", extra)
+	}
+	cancel()
+	closed := 0
+	for closed < node.MaxStreamsPerSession {
+		env := s.p.awaitType(node.TypeStreamClose)
+		c := decode[node.StreamClose](t, env)
+		if !opened[c.StreamID] {
+			t.Fatalf("stream_close for unknown stream %q", c.StreamID)
+		}
+		s.p.send(node.TypeStreamEnd, "", node.StreamEnd{StreamID: c.StreamID, Reason: node.StreamCancelled})
+		delete(opened, c.StreamID)
+		closed++
+	}
+	s.p.barrier()
 }

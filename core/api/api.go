@@ -22,6 +22,7 @@ import (
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
+	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
@@ -49,6 +50,9 @@ type Config struct {
 	Changelog *changelog.Log
 	// Sessions serves GET /api/v1/nodes/session (it authenticates on its own).
 	Sessions http.Handler
+	// NodeOps, when not nil, serves workload logs and node metrics by asking
+	// nodes over their sessions (nodeops.go).
+	NodeOps NodeCommander
 	// PublicURL is how nodes reach this server, e.g. "http://127.0.0.1:7070";
 	// it is written into join commands.
 	PublicURL string
@@ -57,7 +61,11 @@ type Config struct {
 	// section 2.2); empty leaves --fingerprint out.
 	ServerFingerprint string
 	ClusterID         string
-	ClusterPublicKey  ed25519.PublicKey
+	// ClusterPublicKey is the cluster signing key handed to enrolling nodes;
+	// CurrentPublicKey, when not nil, is asked instead, so that nodes
+	// enrolled after a key rotation pin the new key.
+	ClusterPublicKey ed25519.PublicKey
+	CurrentPublicKey func() ed25519.PublicKey
 	// MaxBodyBytes bounds JSON bodies; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
@@ -78,6 +86,12 @@ type Config struct {
 	Orchestration *Orchestration
 	// KeyRotator serves POST /api/v1/cluster/signing-key/rotate; nil leaves the route out.
 	KeyRotator KeyRotator
+	// Leases serves /leases, /nodes/{id}/lost, /nodes/{id}/fence and /nodes/{id}/fence-ack, and
+	// supersedes a removed node's leases (leases.go); nil leaves the routes out.
+	Leases *fencing.Authority
+	// Guard checks fenced shared-storage writes (bundle uploads with the fencing headers); nil
+	// refuses such writes as unavailable.
+	Guard *fencing.Guard
 }
 
 // Server is the API's HTTP handler.
@@ -124,6 +138,12 @@ func New(cfg Config) *Server {
 	v1.GET("/nodes", s.listNodes, s.auth(identity.ScopeNodesRead))
 	v1.GET("/nodes/:id", s.getNode, s.auth(identity.ScopeNodesRead))
 	v1.DELETE("/nodes/:id", s.removeNode, s.auth(identity.ScopeNodeRemove))
+	if cfg.Leases != nil {
+		v1.GET("/leases", s.listLeases, s.auth(identity.ScopeNodesRead))
+		v1.GET("/nodes/:id/fence", s.nodeFence, s.auth(identity.ScopeNodesRead))
+		v1.POST("/nodes/:id/lost", s.nodeLost, s.auth(identity.ScopeNodeRemove))
+		v1.POST("/nodes/:id/fence-ack", s.fenceAck, s.auth(identity.ScopeNodeFenceAck))
+	}
 	if cfg.KeyRotator != nil {
 		v1.POST("/cluster/signing-key/rotate", s.rotateSigningKey, s.auth(identity.ScopeAdmin))
 	}
@@ -146,6 +166,7 @@ func New(cfg Config) *Server {
 	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/bundles", s.listBundles, s.auth(identity.ScopeServicesRead))
 	s.registerWasm(v1)
+	s.registerNodeOps(v1)
 	s.registerOrchestration(v1)
 	s.registerRunnerTransport(e)
 	e.RouteNotFound("/*", func(c echo.Context) error {
@@ -357,7 +378,15 @@ func (s *Server) enroll(c echo.Context) error {
 	return c.JSON(http.StatusCreated, map[string]any{
 		"node_id":            n.ID,
 		"credential":         cred,
-		"cluster_public_key": base64.StdEncoding.EncodeToString(s.cfg.ClusterPublicKey),
+		"cluster_public_key": base64.StdEncoding.EncodeToString(s.clusterKey()),
 		"cluster_id":         s.cfg.ClusterID,
 	})
+}
+
+// clusterKey is the signing key enrolling nodes pin: the current one.
+func (s *Server) clusterKey() ed25519.PublicKey {
+	if s.cfg.CurrentPublicKey != nil {
+		return s.cfg.CurrentPublicKey()
+	}
+	return s.cfg.ClusterPublicKey
 }

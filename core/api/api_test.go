@@ -55,7 +55,10 @@ type fixture struct {
 	reg   *nodes.Registry
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
+
+// newFixtureWith is newFixture with a change to the API configuration.
+func newFixtureWith(t *testing.T, change func(*Config)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	unlock, err := store.LockDir(dir)
@@ -89,8 +92,12 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	s := New(Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
-		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil)})
+	cfg := Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
+		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil)}
+	if change != nil {
+		change(&cfg)
+	}
+	s := New(cfg)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	return &fixture{t: t, st: st, srv: srv, admin: admin, clock: clock, blobs: blobDir, reg: reg}
@@ -258,6 +265,19 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"enroll label key with a dot", req{method: "POST", path: "/api/v1/nodes/enroll", ctype: "application/json", body: mustJSON(func() map[string]any { m := enroll(expiring); m["labels"] = map[string]string{"zone.a": "1"}; return m }())}, 422, "validation_failed"},
 		{"bad domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"not a host"} })), 422, "validation_failed"},
 		{"unknown bundle", put("web", svc(func(m map[string]any) { m["bundle"] = "ghost" })), 404, "bundle_not_found"},
+		{"unknown runtime", put("web", svc(func(m map[string]any) { m["runtime"] = "vm" })), 422, "validation_failed"},
+		{"image on the process runtime", put("web", svc(func(m map[string]any) {
+			m["image"] = "example.com/app@sha256:abababababababababababababababababababababababababababababababab"
+		})), 422, "validation_failed"},
+		{"container image by tag", put("web", svc(func(m map[string]any) { m["runtime"], m["image"] = "containerd", "example.com/app:v1" })), 422, "validation_failed"},
+		{"container without image", put("web", svc(func(m map[string]any) { m["runtime"] = "containerd" })), 422, "validation_failed"},
+		{"bare image digest without bundle", put("web", svc(func(m map[string]any) {
+			m["runtime"], m["image"] = "containerd", "sha256:abababababababababababababababababababababababababababababababab"
+			delete(m, "bundle")
+		})), 422, "validation_failed"},
+		{"negative memory limit", put("web", svc(func(m map[string]any) {
+			m["runtime"], m["image"], m["memory_mb"] = "containerd", "example.com/app@sha256:abababababababababababababababababababababababababababababababab", -1
+		})), 422, "validation_failed"},
 		{"missing command", put("web", svc(func(m map[string]any) { delete(m, "command") })), 422, "validation_failed"},
 		{"reused join token", req{method: "POST", path: "/api/v1/nodes/enroll", ctype: "application/json", body: mustJSON(enroll(usedToken))}, 409, "join_token_used"},
 		{"expired join token", req{method: "POST", path: "/api/v1/nodes/enroll", ctype: "application/json", body: mustJSON(enroll(expiring))}, 422, "join_token_expired"},
@@ -297,4 +317,25 @@ func TestBadInputChangesNothing(t *testing.T) {
 func mustJSON(v any) []byte {
 	raw, _ := json.Marshal(v)
 	return raw
+}
+
+// TestEnrollAfterKeyRotationPinsCurrentKey: a node enrolled after the
+// cluster signing key was rotated is handed the key in use now, not the one
+// berthd started with (docs/node-protocol.md sections 2.4 and 5.21).
+func TestEnrollAfterKeyRotationPinsCurrentKey(t *testing.T) {
+	rotated, _, _ := ed25519.GenerateKey(rand.Reader)
+	f := newFixtureWith(t, func(c *Config) { c.CurrentPublicKey = func() ed25519.PublicKey { return rotated } })
+	tok, _, err := f.reg.CreateJoinToken(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	code, out := f.json("POST", "/api/v1/nodes/enroll", map[string]any{"join_token": tok, "public_key": base64.StdEncoding.EncodeToString(pub),
+		"hostname": "n1", "capacity": map[string]any{"cpus": 1, "memory_mb": 512}})
+	if code != 201 {
+		t.Fatalf("enroll: %d %v", code, out)
+	}
+	if got := out["cluster_public_key"]; got != base64.StdEncoding.EncodeToString(rotated) {
+		t.Fatalf("enroll answered cluster_public_key %v, want the rotated key", got)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/services"
 )
 
@@ -105,10 +106,14 @@ func validateService(spec *serviceSpec) error {
 	fail := func(format string, a ...any) error {
 		return problem(abierrors.ValidationFailed, fmt.Sprintf(format, a...))
 	}
-	if spec.Bundle == "" {
+	container := spec.Runtime == "containerd"
+	if err := validateContainer(spec); err != nil {
+		return fail("%s", err.Error())
+	}
+	if spec.Bundle == "" && !container {
 		return fail("bundle is required: a digest (sha256:...) or the name of a pushed bundle")
 	}
-	if len(spec.Command) == 0 || spec.Command[0] == "" {
+	if (len(spec.Command) == 0 && !container) || (len(spec.Command) > 0 && spec.Command[0] == "") {
 		return fail("command is required, e.g. [\"./hello\"]")
 	}
 	if len(spec.Command) > maxCommand {
@@ -116,6 +121,32 @@ func validateService(spec *serviceSpec) error {
 	}
 	if spec.Replicas != nil && (*spec.Replicas < 0 || *spec.Replicas > maxReplicas) {
 		return fail("replicas must be between 0 and %d", maxReplicas)
+	}
+	switch spec.PlacementMode {
+	case "", services.PlacementPortable:
+		if spec.Lease != nil {
+			return fail("lease is only for placement_mode %q", services.PlacementStateful)
+		}
+	case services.PlacementStateful:
+		if spec.Replicas != nil && *spec.Replicas > 1 {
+			return fail("a stateful service runs at most 1 replica (it holds one lease)")
+		}
+		if spec.Lease != nil {
+			switch node.LeaseMode(spec.Lease.Mode) {
+			case "", node.LeaseLocal:
+				if spec.Lease.DurationMS != 0 {
+					return fail("lease.duration_ms is only for mode %q", node.LeaseExpiring)
+				}
+			case node.LeaseExpiring:
+				if spec.Lease.DurationMS != 0 && spec.Lease.DurationMS < node.MinLeaseDuration.Milliseconds() {
+					return fail("lease.duration_ms must be at least %d", node.MinLeaseDuration.Milliseconds())
+				}
+			default:
+				return fail("lease.mode must be %q or %q", node.LeaseLocal, node.LeaseExpiring)
+			}
+		}
+	default:
+		return fail("placement_mode must be %q or %q", services.PlacementPortable, services.PlacementStateful)
 	}
 	if spec.CapacityUnits < 0 || spec.CapacityUnits > 1<<20 {
 		return fail("capacity_units must be between 0 and %d", 1<<20)
@@ -187,6 +218,47 @@ func validateEnroll(hostname, region, address string, labels map[string]string) 
 		if !labelKeyRE.MatchString(k) || len(v) > 63 {
 			return fail("label %q=%q: keys are lower-case [a-z0-9_/-] (no dots), values at most 63 characters", k, v)
 		}
+	}
+	return nil
+}
+
+// imageDigestRE is a bare image digest.
+var imageDigestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// validateContainer checks the container fields of spec (docs/plugins.md
+// section 3, "The containerd driver").
+func validateContainer(spec *serviceSpec) error {
+	switch spec.Runtime {
+	case "", "process":
+		if spec.Image != "" || spec.User != "" || spec.MemoryMB != 0 || spec.CPUMillis != 0 {
+			return errors.New(`image, user, memory_mb and cpu_millis are for runtime "containerd"`)
+		}
+		return nil
+	case "containerd":
+	default:
+		return errors.New(`runtime must be "process" or "containerd"`)
+	}
+	switch {
+	case spec.Image == "":
+		return errors.New(`runtime "containerd" needs an image pinned by digest: "host/repo@sha256:<hex>", or "sha256:<hex>" with the bundle holding its OCI image layout`)
+	case strings.HasPrefix(spec.Image, "sha256:"):
+		if !imageDigestRE.MatchString(spec.Image) {
+			return errors.New("image: a digest is sha256:<64 lower-case hex>")
+		}
+		if spec.Bundle == "" {
+			return errors.New("image is a bare digest: set bundle to the OCI image layout pushed with 'berth image push'")
+		}
+	default:
+		_, dg, ok := strings.Cut(spec.Image, "@")
+		if !ok || !imageDigestRE.MatchString(dg) || len(spec.Image) > 512 {
+			return errors.New("image must be pinned by digest: host/repo@sha256:<hex>")
+		}
+	}
+	if spec.MemoryMB < 0 || spec.MemoryMB > 1<<30 || spec.CPUMillis < 0 || spec.CPUMillis > 1<<20 {
+		return errors.New("memory_mb and cpu_millis must be positive (or zero for no limit)")
+	}
+	if len(spec.User) > 64 {
+		return errors.New("user is at most 64 characters")
 	}
 	return nil
 }

@@ -22,13 +22,22 @@ import (
 
 type serviceSpec = client.ServiceSpec
 
+// defaultLeaseDurationMS is D of an expiring lease whose duration_ms is left out.
+const defaultLeaseDurationMS = 15000
+
 func toAPIService(s *services.Service, ready int) client.Service {
-	return client.Service{
+	out := client.Service{
 		ID: s.ID, Project: s.Project, Name: s.Name, Revision: s.Revision, Bundle: s.Bundle, BundleDigest: s.BundleDigest,
 		Command: s.Command, Env: s.Env, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas,
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
-		Labels: s.Labels, CapacityUnits: s.CapacityUnits,
+		Labels: s.Labels, CapacityUnits: s.CapacityUnits, PlacementMode: services.PlacementPortable,
+		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis},
 	}
+	if s.Stateful() {
+		out.PlacementMode = services.PlacementStateful
+		out.Lease = &client.LeaseSpec{Mode: s.LeaseMode, DurationMS: s.LeaseDurationMS}
+	}
+	return out
 }
 
 func toAPIWorkload(w *services.Workload) client.Workload {
@@ -117,6 +126,8 @@ func serviceError(err error) error {
 		return abierrors.Wrap(abierrors.RevisionConflict, trimSentinel(err), nil)
 	case errors.Is(err, services.ErrDomainTaken):
 		return abierrors.Wrap(abierrors.AlreadyExists, trimSentinel(err), nil)
+	case errors.Is(err, services.ErrPlacementModeImmutable):
+		return abierrors.Wrap(abierrors.PlacementModeImmutable, trimSentinel(err), nil)
 	}
 	return err
 }
@@ -152,16 +163,33 @@ func (s *Server) putService(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	b, err := s.cfg.Bundles.Resolve(ctx, p.ID, spec.Bundle)
-	if errors.Is(err, bundles.ErrNotFound) {
-		return problem(abierrors.BundleNotFound, fmt.Sprintf("no bundle %q in project %q; push it with 'berth bundle push'", spec.Bundle, p.Name))
-	} else if err != nil {
-		return err
+	var bundleDigest string
+	if spec.Bundle != "" { // a container from a registry needs none
+		b, err := s.cfg.Bundles.Resolve(ctx, p.ID, spec.Bundle)
+		if errors.Is(err, bundles.ErrNotFound) {
+			return problem(abierrors.BundleNotFound, fmt.Sprintf("no bundle %q in project %q; push it with 'berth bundle push'", spec.Bundle, p.Name))
+		} else if err != nil {
+			return err
+		}
+		bundleDigest = b.Digest
 	}
 	svc := &services.Service{
-		Name: name, Bundle: spec.Bundle, BundleDigest: b.Digest, Command: spec.Command, Env: spec.Env,
+		Runtime: spec.Runtime, Image: spec.Image, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
+		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
 		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits,
+	}
+	if spec.PlacementMode == services.PlacementStateful {
+		svc.PlacementMode, svc.LeaseMode = services.PlacementStateful, string(node.LeaseLocal)
+		if spec.Lease != nil && spec.Lease.Mode != "" {
+			svc.LeaseMode = spec.Lease.Mode
+		}
+		if svc.LeaseMode == string(node.LeaseExpiring) {
+			svc.LeaseDurationMS = spec.Lease.DurationMS
+			if svc.LeaseDurationMS == 0 {
+				svc.LeaseDurationMS = defaultLeaseDurationMS
+			}
+		}
 	}
 	if svc.Port == 0 {
 		svc.Port = 8080
@@ -359,6 +387,9 @@ func (s *Server) pushBundle(c echo.Context) error {
 	}
 	p, err := s.project(c, true)
 	if err != nil {
+		return err
+	}
+	if err := s.checkFencing(c); err != nil {
 		return err
 	}
 	body := http.MaxBytesReader(c.Response(), c.Request().Body, s.cfg.Bundles.MaxBytes())

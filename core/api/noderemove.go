@@ -28,6 +28,15 @@ type NodeRemover interface {
 // change is recorded once); 404 node_not_found for an unknown id.
 func (s *Server) removeNode(c echo.Context) error {
 	ctx := c.Request().Context()
+	if _, err := s.cfg.Nodes.Get(ctx, c.Param("id")); errors.Is(err, nodes.ErrNotFound) {
+		return problem(abierrors.NodeNotFound, fmt.Sprintf("no node %q", c.Param("id")))
+	} else if err != nil {
+		return err
+	}
+	// Leases first: a connected node fences before its session ends (section 10).
+	if err := s.revokeForRemoval(ctx, c.Param("id")); err != nil {
+		return err
+	}
 	n, changed, err := s.cfg.Nodes.Remove(ctx, c.Param("id"))
 	if errors.Is(err, nodes.ErrNotFound) {
 		return problem(abierrors.NodeNotFound, fmt.Sprintf("no node %q", c.Param("id")))

@@ -51,6 +51,14 @@ type Orchestration struct {
 	Artifacts ArtifactProvider
 	// ArtifactMaxBytes bounds one artifact answer; zero means [DefaultArtifactMaxBytes].
 	ArtifactMaxBytes int64
+	// Runtime serves POST /api/runner/v1/runtime; nil composes capsules from the API's catalog
+	// ([CatalogRuntime]).
+	Runtime RuntimeProvider
+	// RuntimeMaxBytes bounds one runtime answer; zero means [DefaultRuntimeMaxBytes].
+	RuntimeMaxBytes int64
+	// LegacyRegistration, when not nil, accepts one shared registration secret at POST /register
+	// besides one-time enrollment tokens (docs/runner-protocol.md section 6.4). Off when nil.
+	LegacyRegistration *runners.LegacySecret
 }
 
 // BundleArtifacts serves the release bundle a reconcile payload names ({"release": "sha256:..."}),
@@ -90,6 +98,8 @@ func (s *Server) registerOrchestration(v1 *echo.Group) {
 	v1.GET("/runners", s.listRunners, s.auth(identity.ScopeNodesRead))
 	v1.PUT("/projects/:project/placement", s.putPlacement, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/placement", s.getPlacement, s.auth(identity.ScopeServicesRead))
+	v1.DELETE("/projects/:project/placement", s.deletePlacement, s.auth(identity.ScopeServicesWrite))
+	v1.POST("/projects/:project/placement/rollback", s.rollbackPlacement, s.auth(identity.ScopeServicesWrite))
 	v1.POST("/projects/:project/operations", s.enqueueOperation, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/operations", s.listOperations, s.auth(identity.ScopeServicesRead))
 	v1.GET("/operations/:id", s.getOperation, s.auth(identity.ScopeServicesRead))
@@ -110,6 +120,12 @@ func orchestrationProblem(err error) error {
 		return problem(abierrors.IdempotencyKeyReused, "this Idempotency-Key was used with another request body")
 	case errors.Is(err, placement.ErrModeImmutable):
 		return problem(abierrors.PlacementModeImmutable, "placement_mode cannot change")
+	case errors.Is(err, placement.ErrProviderImmutable):
+		return problem(abierrors.PlacementModeImmutable, "provider placement is chosen when the placement is created and cannot change")
+	case errors.Is(err, placement.ErrNotProvider):
+		return problem(abierrors.ValidationFailed, "the project is not placed with provider placement on a node")
+	case errors.Is(err, placement.ErrDeleting):
+		return problem(abierrors.RevisionConflict, "the project's placement is being deleted")
 	case errors.Is(err, placement.ErrPinned):
 		return problem(abierrors.PlacementPinned, "the placement is pinned to its node: region and requirements cannot change")
 	case errors.Is(err, placement.ErrInvalid):
@@ -196,7 +212,7 @@ func (s *Server) putPlacement(c echo.Context) error {
 	} else if !bundles.ValidDigest(release) {
 		return problem(abierrors.BundleNotFound, fmt.Sprintf("no bundle %q in project %q", release, p.Name))
 	}
-	dr := placement.DesiredRequest{Release: release, State: placement.RunState(req.State), Region: req.Region, CapacityUnits: req.CapacityUnits}
+	dr := placement.DesiredRequest{Release: release, State: placement.RunState(req.State), Region: req.Region, CapacityUnits: req.CapacityUnits, Provider: req.Provider}
 	if req.PlacementMode != nil {
 		m := placement.Mode(*req.PlacementMode)
 		dr.Mode = &m
@@ -253,6 +269,15 @@ func (s *Server) enqueueOperation(c echo.Context) error {
 		(req.TargetNode != "" && !runners.ValidNodeID(req.TargetNode)) {
 		return problem(abierrors.ValidationFailed, "kind (1 to 63 bytes) is required; max_attempts 0..100; target_node a node id")
 	}
+	if lifecycleKind(req.Kind) {
+		return problem(abierrors.ValidationFailed, fmt.Sprintf("kind %q is derived by the control plane (POST .../placement/rollback, DELETE .../placement)", req.Kind))
+	}
+	if req.Kind == placement.KindReconcile {
+		var rp placement.ReconcilePayload
+		if json.Unmarshal(req.Payload, &rp) == nil && rp.Protocol != "" {
+			return problem(abierrors.ValidationFailed, "reconcile operations of provider placements are derived from the placement")
+		}
+	}
 	if len(req.Payload) > operations.MaxPayloadBytes {
 		return problem(abierrors.BodyTooLarge, fmt.Sprintf("payload is larger than %d bytes", operations.MaxPayloadBytes))
 	}
@@ -303,4 +328,67 @@ func (s *Server) getOperation(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, apiOperation(op))
+}
+
+// rollbackPlacement enqueues the provider rollback of the project's exact current generation
+// under the project lease (docs/runner-protocol.md section 6.3). The runner derives the
+// confirmation itself; nothing of the request body is used.
+func (s *Server) rollbackPlacement(c echo.Context) error {
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	o := s.cfg.Orchestration
+	ctx := c.Request().Context()
+	var op *operations.Operation
+	err = o.Leases.Hold(ctx, leases.Key(p.ID), func(ctx context.Context, _ leases.Lease) error {
+		var err error
+		op, err = o.Placement.Lifecycle(ctx, p.ID, placement.KindRollback)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return problem(abierrors.NotFound, fmt.Sprintf("project %q has no placement", p.Name))
+	}
+	if perr := orchestrationProblem(err); perr != nil {
+		return perr
+	}
+	if err != nil {
+		return err
+	}
+	s.log.Info("provider rollback enqueued", "project", p.Name, "operation_id", op.ID)
+	return c.JSON(http.StatusCreated, apiOperation(op))
+}
+
+// deletePlacement runs the project-delete workflow of the project's orchestration state under the
+// project lease ([placement.Service.Delete]): 200 once done, 202 while the provider's delete
+// operation runs (call again). Repeating the call is safe at every step.
+func (s *Server) deletePlacement(c echo.Context) error {
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	o := s.cfg.Orchestration
+	ctx := c.Request().Context()
+	var res *placement.DeleteResult
+	err = o.Leases.Hold(ctx, leases.Key(p.ID), func(ctx context.Context, _ leases.Lease) error {
+		var err error
+		res, err = o.Placement.Delete(ctx, p.ID)
+		return err
+	})
+	if errors.Is(err, operations.ErrProjectLive) {
+		return problem(abierrors.RevisionConflict, "operations were enqueued while the project was being deleted; call again")
+	}
+	if perr := orchestrationProblem(err); perr != nil {
+		return perr
+	}
+	if err != nil {
+		return err
+	}
+	s.log.Info("project placement delete", "project", p.Name, "status", res.Status, "revoked", res.Revoked)
+	out := client.PlacementDeletion{Project: p.Name, Status: res.Status, ProviderOperation: res.ProviderOperation,
+		ProviderState: res.ProviderState, Revoked: res.Revoked}
+	if res.Status == placement.DeleteWaitingProvider {
+		return c.JSON(http.StatusAccepted, out)
+	}
+	return c.JSON(http.StatusOK, out)
 }

@@ -38,6 +38,7 @@ func (s *Server) registerRunnerTransport(e *echo.Echo) {
 	g.POST(abirunner.PathFail, s.runnerFail)
 	g.POST(abirunner.PathObserve, s.runnerObserve)
 	g.POST(abirunner.PathArtifact, s.runnerArtifact)
+	g.POST(abirunner.PathRuntime, s.runnerRuntime)
 }
 
 // runnerHeaders marks every transport answer private and non-sniffable.
@@ -127,7 +128,25 @@ func (s *Server) runnerRegister(c echo.Context) error {
 	if err := d.Validate(); err != nil {
 		return problem(abierrors.ValidationFailed, err.Error())
 	}
-	n, cred, err := s.cfg.Orchestration.Runners.Register(c.Request().Context(), bearer(c), req.NodeID, d)
+	o := s.cfg.Orchestration
+	tok := bearer(c)
+	var (
+		n    *runners.Node
+		cred string
+		err  error
+	)
+	if !strings.HasPrefix(tok, "bre_") && o.LegacyRegistration.Matches(tok) {
+		// The legacy shared secret can rotate any named node: every use is on the record.
+		if !runners.ValidNodeID(req.NodeID) {
+			return problem(abierrors.InvalidName, "node_id must be a DNS label")
+		}
+		n, cred, err = o.Runners.RegisterLegacy(c.Request().Context(), req.NodeID, d)
+		if err == nil {
+			s.log.Warn("runner registered with the legacy shared registration secret", "node_id", req.NodeID, "remote", c.RealIP())
+		}
+	} else {
+		n, cred, err = o.Runners.Register(c.Request().Context(), tok, req.NodeID, d)
+	}
 	switch {
 	case errors.Is(err, runners.ErrEnrollmentInvalid):
 		return problem(abierrors.EnrollmentInvalid, "authentication failed")
@@ -268,6 +287,9 @@ func (s *Server) runnerObserve(c echo.Context) error {
 	if err != nil {
 		return runnerError(err)
 	}
+	if lifecycleKind(op.Kind) {
+		return problem(abierrors.ValidationFailed, "lifecycle operations report no observation")
+	}
 	p, err := o.Placement.Observe(ctx, op.ProjectID, placement.Observation{Generation: req.Generation, Release: req.Release,
 		State: placement.RunState(req.State), NodeID: req.NodeID})
 	if err != nil {
@@ -294,6 +316,9 @@ func (s *Server) runnerArtifact(c echo.Context) error {
 	op, err := o.Operations.Check(ctx, req.OperationID, h)
 	if err != nil {
 		return runnerError(err)
+	}
+	if lifecycleKind(op.Kind) {
+		return problem(abierrors.BundleNotFound, "lifecycle operations have no artifact")
 	}
 	snap := *op
 	snap.TokenDigest = ""

@@ -21,8 +21,23 @@ import (
 // Collection holds one document per entry, keyed by seq.
 const Collection = "changelog"
 
+// HeadCollection holds one document, the newest seq and hash known to be
+// stored. It is a hint that lets appends and readers find the head with one
+// read by _id: entries are the truth, and a head that lags (a writer died
+// between its insert and the head update) is rolled forward by reading the
+// next entries by seq.
+const HeadCollection = "changelog_head"
+
+// headID is the _id of the one head document.
+const headID = "head"
+
 // maxAppendAttempts bounds the retries of Append when writers race for a seq.
 const maxAppendAttempts = 32
+
+// tailSize is how many of the newest entries a Log keeps in memory. Entries
+// never change once stored, so followers that are close to the head read
+// them without touching the store.
+const tailSize = 2048
 
 // ErrContention is returned by [Log.Append] when other writers took the next
 // seq maxAppendAttempts times in a row; retryable.
@@ -46,16 +61,32 @@ type doc struct {
 	Body string `bson:"body"`
 }
 
+// headDoc is the one document of HeadCollection.
+type headDoc struct {
+	ID   string `bson:"_id"`
+	Seq  int64  `bson:"seq"`
+	Hash string `bson:"hash"`
+}
+
 // Log appends and reads entries. Appends from any number of goroutines or
 // berthd replicas stay gap-free: each claims seq = head + 1 by inserting the
 // document keyed by it, and the loser of a race retries on the new head.
+// Every store access is by _id, so the embedded store never scans the log.
 type Log struct {
-	coll *mongo.Collection
-	term int64
-	now  func() time.Time
+	coll  *mongo.Collection
+	heads *mongo.Collection
+	term  int64
+	now   func() time.Time
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced after every append; mu guards it
+	// tail holds the newest entries this Log stored or read, by seq; mu guards it.
+	tail map[int64]node.LogEntry
+	// tailMax is the highest seq in tail.
+	tailMax int64
+	// head is the newest seq this Log knows to be stored with nothing newer
+	// known: 0 until it learned one. mu guards it.
+	head int64
 }
 
 // New returns a Log over s; term is written into every entry (1 until
@@ -67,7 +98,8 @@ func New(s *store.Store, term int64, now func() time.Time) *Log {
 	if term <= 0 {
 		term = 1
 	}
-	return &Log{coll: s.Collection(Collection), term: term, now: now, changed: make(chan struct{})}
+	return &Log{coll: s.Collection(Collection), heads: s.Collection(HeadCollection), term: term, now: now,
+		changed: make(chan struct{}), tail: make(map[int64]node.LogEntry)}
 }
 
 // Changed returns a channel that is closed after the next entry appended
@@ -90,28 +122,91 @@ func (l *Log) notify() {
 
 // Head returns the newest entry's seq and hash: 0 and "" for an empty log.
 func (l *Log) Head(ctx context.Context) (int64, string, error) {
-	var d doc
-	err := l.coll.FindOne(ctx, bson.M{}, options.FindOne().SetSort(bson.D{{Key: "_id", Value: -1}})).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, "", nil
-	}
-	if err != nil {
+	var h headDoc
+	err := l.heads.FindOne(ctx, bson.M{"_id": headID}).Decode(&h)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		// A log written before the head document existed: find its head
+		// once by sorting, then keep the hint.
+		var d doc
+		err := l.coll.FindOne(ctx, bson.M{}, options.FindOne().SetSort(bson.D{{Key: "_id", Value: -1}})).Decode(&d)
+		if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+			return 0, "", fmt.Errorf("changelog: read head: %w", err)
+		}
+		h = headDoc{ID: headID, Seq: d.Seq, Hash: d.Hash}
+		if _, err := l.heads.InsertOne(ctx, h); err != nil && !store.IsDuplicateKey(err) {
+			return 0, "", fmt.Errorf("changelog: store head: %w", err)
+		}
+	case err != nil:
 		return 0, "", fmt.Errorf("changelog: read head: %w", err)
 	}
-	return d.Seq, d.Hash, nil
+	// Roll a lagging hint forward over entries stored after it.
+	for range maxAppendAttempts {
+		e, ok, err := l.entry(ctx, h.Seq+1)
+		if err != nil {
+			return 0, "", err
+		}
+		if !ok {
+			break
+		}
+		l.advanceHead(ctx, h.Seq, e)
+		h.Seq, h.Hash = e.Seq, e.Hash
+	}
+	l.sawHead(h.Seq)
+	return h.Seq, h.Hash, nil
+}
+
+// advanceHead moves the head hint from prev to e with one compare-and-set;
+// losing to another writer is fine, a failure only leaves the hint behind.
+func (l *Log) advanceHead(ctx context.Context, prev int64, e node.LogEntry) {
+	_, _ = l.heads.UpdateOne(ctx, bson.M{"_id": headID, "seq": prev}, bson.M{"$set": bson.M{"seq": e.Seq, "hash": e.Hash}})
 }
 
 // HashAt returns the hash of entry seq, and false when it does not exist.
 func (l *Log) HashAt(ctx context.Context, seq int64) (string, bool, error) {
+	e, ok, err := l.entry(ctx, seq)
+	return e.Hash, ok, err
+}
+
+// entry returns entry seq from the in-memory tail or by _id from the store.
+func (l *Log) entry(ctx context.Context, seq int64) (node.LogEntry, bool, error) {
+	l.mu.Lock()
+	e, ok := l.tail[seq]
+	l.mu.Unlock()
+	if ok {
+		return e, true, nil
+	}
 	var d doc
 	err := l.coll.FindOne(ctx, bson.M{"_id": seq}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return "", false, nil
+		return node.LogEntry{}, false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("changelog: read entry %d: %w", seq, err)
+		return node.LogEntry{}, false, fmt.Errorf("changelog: read entry %d: %w", seq, err)
 	}
-	return d.Hash, true, nil
+	if err := json.Unmarshal([]byte(d.Body), &e); err != nil {
+		return node.LogEntry{}, false, fmt.Errorf("changelog: decode entry %d: %w", d.Seq, err)
+	}
+	l.remember(e)
+	return e, true, nil
+}
+
+// remember keeps e in the tail when it is among the newest tailSize seen.
+func (l *Log) remember(e node.LogEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.Seq <= l.tailMax-tailSize {
+		return
+	}
+	l.tail[e.Seq] = e
+	if e.Seq > l.tailMax {
+		l.tailMax = e.Seq
+		for seq := range l.tail {
+			if seq <= l.tailMax-tailSize {
+				delete(l.tail, seq)
+			}
+		}
+	}
 }
 
 // Append adds ch as the next entry and returns it. Errors: a payload that
@@ -147,11 +242,14 @@ func (l *Log) Append(ctx context.Context, ch Change) (node.LogEntry, error) {
 		}
 		_, err = l.coll.InsertOne(ctx, doc{Seq: e.Seq, Hash: e.Hash, Body: string(body)})
 		if store.IsDuplicateKey(err) {
-			continue // another writer took this seq
+			continue // another writer took this seq; Head rolls past it
 		}
 		if err != nil {
 			return node.LogEntry{}, fmt.Errorf("changelog: store entry %d: %w", e.Seq, err)
 		}
+		l.advanceHead(ctx, seq, e)
+		l.remember(e)
+		l.sawHead(e.Seq)
 		l.notify()
 		return e, nil
 	}
@@ -159,13 +257,22 @@ func (l *Log) Append(ctx context.Context, ch Change) (node.LogEntry, error) {
 }
 
 // Range returns up to limit entries from fromSeq (at least 1) in order;
-// limit <= 0 or above node.MaxLogBatch means node.MaxLogBatch.
+// limit <= 0 or above node.MaxLogBatch means node.MaxLogBatch. Followers
+// near the head are answered from memory; a follower further behind costs
+// one range query.
+//
+// Entries another berthd replica appended are seen once this Log reads them
+// (a Head, an Append, or a query for older entries); until then a follower
+// at this Log's head gets none, as it gets no Changed signal for them either.
 func (l *Log) Range(ctx context.Context, fromSeq int64, limit int) ([]node.LogEntry, error) {
 	if fromSeq < 1 {
 		fromSeq = 1
 	}
 	if limit <= 0 || limit > node.MaxLogBatch {
 		limit = node.MaxLogBatch
+	}
+	if out, ok := l.fromTail(fromSeq, limit); ok {
+		return out, nil
 	}
 	cur, err := l.coll.Find(ctx, bson.M{"_id": bson.M{"$gte": fromSeq, "$lt": fromSeq + int64(limit)}},
 		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
@@ -183,6 +290,47 @@ func (l *Log) Range(ctx context.Context, fromSeq int64, limit int) ([]node.LogEn
 			return nil, fmt.Errorf("changelog: decode entry %d: %w", d.Seq, err)
 		}
 		out = append(out, e)
+		l.remember(e)
+	}
+	switch {
+	case len(out) == 0:
+		// Learn the head, so that followers waiting at it are answered from
+		// memory from now on.
+		if _, _, err := l.Head(ctx); err != nil {
+			return nil, err
+		}
+	case len(out) < limit:
+		l.sawHead(out[len(out)-1].Seq)
 	}
 	return out, nil
+}
+
+// fromTail answers Range from memory when the head is known and every
+// entry from fromSeq up to it (or up to limit) is in the tail.
+func (l *Log) fromTail(fromSeq int64, limit int) ([]node.LogEntry, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.head == 0 {
+		return nil, false
+	}
+	if fromSeq > l.head {
+		return nil, true
+	}
+	last := min(l.head, fromSeq+int64(limit)-1)
+	out := make([]node.LogEntry, 0, last-fromSeq+1)
+	for seq := fromSeq; seq <= last; seq++ {
+		e, ok := l.tail[seq]
+		if !ok {
+			return nil, false
+		}
+		out = append(out, e)
+	}
+	return out, true
+}
+
+// sawHead records that seq was the newest entry when it was read or written.
+func (l *Log) sawHead(seq int64) {
+	l.mu.Lock()
+	l.head = max(l.head, seq)
+	l.mu.Unlock()
 }

@@ -70,6 +70,29 @@ type Node struct {
 	// DesiredSpec is the JSON of the node's abi/node.Spec at DesiredRev.
 	DesiredSpec string `bson:"desired_spec,omitempty"`
 	AppliedRev  int64  `bson:"applied_rev"`
+	// FenceFailure lists the node's failed self-fences no operator has acknowledged yet; while
+	// a lease is listed, it is granted to no node (docs/node-protocol.md section 8.5). Written
+	// by core/fencing with one compare-and-set on FenceRev.
+	FenceFailure []FenceFailure `bson:"fence_failure,omitempty"`
+	// FenceAckPending lists lease ids whose acknowledgement the node has not yet confirmed
+	// (command fence_ack, section 5.17).
+	FenceAckPending []string `bson:"fence_ack_pending,omitempty"`
+	// FenceAcked lists acknowledged lease ids whose lease documents are not yet updated: the
+	// intent record of an acknowledgement in progress.
+	FenceAcked []string `bson:"fence_acked,omitempty"`
+	// FenceRev guards the three fence fields above; it increases by one on each change.
+	FenceRev int64 `bson:"fence_rev,omitempty"`
+}
+
+// FenceFailure is one failed self-fence recorded on a node (docs/node-protocol.md section 8.5):
+// the lease, its token and the workloads that may still run.
+type FenceFailure struct {
+	LeaseID      string    `bson:"lease_id" json:"lease_id"`
+	ResourceID   string    `bson:"resource_id,omitempty" json:"resource_id,omitempty"`
+	FencingToken int64     `bson:"fencing_token" json:"fencing_token"`
+	WorkloadIDs  []string  `bson:"workload_ids" json:"workload_ids"`
+	Detail       string    `bson:"detail,omitempty" json:"detail,omitempty"`
+	At           time.Time `bson:"at" json:"at"`
 }
 
 type joinToken struct {
@@ -82,7 +105,9 @@ type joinToken struct {
 
 // Registry reads and writes nodes and join tokens.
 type Registry struct {
+	st     *store.Store
 	nodes  *mongo.Collection
+	creds  *mongo.Collection // credentialDoc by digest
 	tokens *mongo.Collection
 	now    func() time.Time
 }
@@ -92,7 +117,7 @@ func NewRegistry(s *store.Store, now func() time.Time) *Registry {
 	if now == nil {
 		now = time.Now
 	}
-	return &Registry{nodes: s.Collection("nodes"), tokens: s.Collection("join_tokens"), now: now}
+	return &Registry{st: s, nodes: s.Collection("nodes"), creds: s.Collection("node_credentials"), tokens: s.Collection("join_tokens"), now: now}
 }
 
 // EnsureIndexes creates the indexes the registry relies on; idempotent.
@@ -181,6 +206,11 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 			return nil, "", err
 		}
 	}
+	// The credential index first: a crash before the node is stored leaves
+	// an entry that names no node, which authenticates nothing.
+	if _, err := r.creds.InsertOne(ctx, credentialDoc{Digest: credDigest, NodeID: nodeID}); err != nil {
+		return nil, "", fmt.Errorf("index node credential: %w", err)
+	}
 	if _, err := r.nodes.InsertOne(ctx, n); err != nil {
 		return nil, "", fmt.Errorf("record node: %w", err)
 	}
@@ -198,12 +228,11 @@ func (r *Registry) Authenticate(ctx context.Context, cred string) (*Node, error)
 	if cred == "" {
 		return nil, ErrUnauthenticated
 	}
-	var n Node
-	err := r.nodes.FindOne(ctx, bson.M{"credential_digest": identity.Digest(cred)}).Decode(&n)
+	n, err := r.byCredential(ctx, identity.Digest(cred))
 	if err != nil || n.Status == StatusRemoved {
 		return nil, ErrUnauthenticated
 	}
-	return &n, nil
+	return n, nil
 }
 
 // Get returns one node or ErrNotFound.
@@ -236,18 +265,37 @@ func (r *Registry) List(ctx context.Context) ([]Node, error) {
 // wins) and records what its hello said.
 func (r *Registry) SessionStarted(ctx context.Context, nodeID, sessionID, agentVersion string, drivers []string) error {
 	now := r.now().UTC()
-	_, err := r.nodes.UpdateOne(ctx, bson.M{"_id": nodeID, "status": bson.M{"$ne": StatusRemoved}},
-		bson.M{"$set": bson.M{"status": StatusConnected, "session_id": sessionID, "last_seen_at": now, "agent_version": agentVersion, "drivers": drivers}})
-	if err != nil {
-		return fmt.Errorf("mark node %s connected: %w", nodeID, err)
+	set := bson.M{"$set": bson.M{"status": StatusConnected, "session_id": sessionID, "last_seen_at": now, "agent_version": agentVersion, "drivers": drivers}}
+	for range maxStatusAttempts {
+		n, err := r.Get(ctx, nodeID)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("mark node %s connected: %w", nodeID, err)
+		}
+		if n.Status == StatusRemoved {
+			return nil
+		}
+		ok, err := r.st.UpdateIf(ctx, r.nodes, nodeID, bson.D{{Key: "status", Value: n.Status}}, set)
+		if err != nil {
+			return fmt.Errorf("mark node %s connected: %w", nodeID, err)
+		}
+		if ok {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("mark node %s connected: %w", nodeID, ErrConflict)
 }
+
+// maxStatusAttempts bounds the compare-and-set retries of a session's
+// status change against concurrent writers of the same node.
+const maxStatusAttempts = 8
 
 // SessionEnded marks the node disconnected, but only while sessionID is still
 // its current session (a newer session is not overwritten).
 func (r *Registry) SessionEnded(ctx context.Context, nodeID, sessionID string) error {
-	_, err := r.nodes.UpdateOne(ctx, bson.M{"_id": nodeID, "session_id": sessionID, "status": StatusConnected},
+	_, err := r.st.UpdateIf(ctx, r.nodes, nodeID, bson.D{{Key: "session_id", Value: sessionID}, {Key: "status", Value: StatusConnected}},
 		bson.M{"$set": bson.M{"status": StatusDisconnected}})
 	if err != nil {
 		return fmt.Errorf("mark node %s disconnected: %w", nodeID, err)
@@ -285,12 +333,12 @@ func (r *Registry) SetDesired(ctx context.Context, n *Node, hash, specJSON strin
 	if n.DesiredHash == hash {
 		return n.DesiredRev, false, nil
 	}
-	res, err := r.nodes.UpdateOne(ctx, bson.M{"_id": n.ID, "desired_rev": n.DesiredRev},
+	ok, err := r.st.UpdateIf(ctx, r.nodes, n.ID, bson.D{{Key: "desired_rev", Value: n.DesiredRev}},
 		bson.M{"$set": bson.M{"desired_rev": n.DesiredRev + 1, "desired_hash": hash, "desired_spec": specJSON}})
 	if err != nil {
 		return 0, false, fmt.Errorf("store desired state of %s: %w", n.ID, err)
 	}
-	if res.MatchedCount == 0 {
+	if !ok {
 		return 0, false, ErrConflict
 	}
 	n.DesiredRev++

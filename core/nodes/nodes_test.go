@@ -6,10 +6,14 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store/storetest"
 )
 
@@ -133,5 +137,60 @@ func TestSessionEndDoesNotOverwriteNewerSession(t *testing.T) {
 	got, _ = r.Get(ctx, n.ID)
 	if got.Status != StatusDisconnected {
 		t.Fatalf("status %s, want disconnected", got.Status)
+	}
+}
+
+// TestAuthenticateThroughCredentialIndex: a session finds its node through
+// the credential index; a node enrolled before the index existed is found
+// by its digest once and indexed then; an index entry whose node holds
+// another credential authenticates nothing; a removed node never does.
+func TestAuthenticateThroughCredentialIndex(t *testing.T) {
+	st := storetest.Open(t)
+	r := NewRegistry(st, nil)
+	ctx := context.Background()
+	tok, _, _ := r.CreateJoinToken(ctx, time.Minute)
+	n, cred, err := r.Enroll(ctx, EnrollRequest{JoinToken: tok, PublicKey: pubKey(t), Hostname: "n", Address: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := st.Collection("node_credentials")
+	if c, _ := creds.CountDocuments(ctx, bson.M{"_id": n.CredentialDigest}); c != 1 {
+		t.Fatalf("enrollment indexed %d credential entries, want 1", c)
+	}
+	// As if enrolled before the index: the first authentication restores it.
+	if _, err := creds.DeleteMany(ctx, bson.M{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Authenticate(ctx, cred); err != nil || got.ID != n.ID {
+		t.Fatalf("authenticate without an index entry: %v %v", got, err)
+	}
+	if c, _ := creds.CountDocuments(ctx, bson.M{"_id": n.CredentialDigest}); c != 1 {
+		t.Fatalf("authentication did not restore the index entry")
+	}
+	// An entry pointing at a node that holds another credential is refused.
+	other := "brn_" + strings.Repeat("B", 43)
+	if _, err := creds.InsertOne(ctx, bson.M{"_id": identity.Digest(other), "node_id": n.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Authenticate(ctx, other); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("stale index entry authenticated: %v", err)
+	}
+	if err := r.SessionStarted(ctx, n.ID, "ses_1", "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.Get(ctx, n.ID); got.Status != StatusConnected || got.SessionID != "ses_1" {
+		t.Fatalf("after SessionStarted: %+v", got)
+	}
+	if _, _, err := r.Remove(ctx, n.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Authenticate(ctx, cred); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("removed node authenticated: %v", err)
+	}
+	if err := r.SessionStarted(ctx, n.ID, "ses_2", "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.Get(ctx, n.ID); got.Status != StatusRemoved {
+		t.Fatalf("a session start revived a removed node: %+v", got)
 	}
 }

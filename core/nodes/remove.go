@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 
@@ -9,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/store"
 )
 
 // Remove marks node id removed (docs/node-protocol.md section 10) and returns
@@ -38,13 +40,49 @@ func (r *Registry) Credential(ctx context.Context, cred string) (*Node, error) {
 	if cred == "" {
 		return nil, ErrUnauthenticated
 	}
-	var n Node
-	err := r.nodes.FindOne(ctx, bson.M{"credential_digest": identity.Digest(cred)}).Decode(&n)
+	return r.byCredential(ctx, identity.Digest(cred))
+}
+
+// credentialDoc maps a node credential's digest to its node, so a session
+// finds its node with reads by _id only (the embedded store scans a whole
+// collection for any other filter).
+type credentialDoc struct {
+	Digest string `bson:"_id"`
+	NodeID string `bson:"node_id"`
+}
+
+// byCredential returns the node whose credential digest is digest, removed or
+// not, or ErrUnauthenticated. A node enrolled before the credential index
+// existed is found by its digest once and indexed then.
+func (r *Registry) byCredential(ctx context.Context, digest string) (*Node, error) {
+	var cd credentialDoc
+	err := r.creds.FindOne(ctx, bson.M{"_id": digest}).Decode(&cd)
 	if errors.Is(err, mongo.ErrNoDocuments) {
+		var n Node
+		err := r.nodes.FindOne(ctx, bson.M{"credential_digest": digest}).Decode(&n)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil, ErrUnauthenticated
+		}
+		if err != nil {
+			return nil, fmt.Errorf("authenticate node: %w", err)
+		}
+		if _, err := r.creds.InsertOne(ctx, credentialDoc{Digest: digest, NodeID: n.ID}); err != nil && !store.IsDuplicateKey(err) {
+			return nil, fmt.Errorf("index node credential: %w", err)
+		}
+		return &n, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("authenticate node: %w", err)
+	}
+	n, err := r.Get(ctx, cd.NodeID)
+	if errors.Is(err, ErrNotFound) {
 		return nil, ErrUnauthenticated
 	}
 	if err != nil {
 		return nil, fmt.Errorf("authenticate node: %w", err)
 	}
-	return &n, nil
+	if subtle.ConstantTimeCompare([]byte(n.CredentialDigest), []byte(digest)) != 1 {
+		return nil, ErrUnauthenticated // an index entry left from a credential the node no longer has
+	}
+	return n, nil
 }

@@ -46,9 +46,17 @@ const (
 // Errors of the decider.
 var (
 	ErrModeImmutable = errors.New("berth: placement_mode cannot change")
-	ErrPinned        = errors.New("berth: a pinned placement's region and requirements cannot change")
-	ErrStale         = errors.New("berth: observation is older than the recorded one or not from the assigned node")
-	ErrInvalid       = errors.New("berth: invalid desired placement")
+	// ErrProviderImmutable is returned by [Next] for a change of provider placement after the first
+	// generation.
+	ErrProviderImmutable = errors.New("berth: provider placement is chosen when the placement is created and cannot change")
+	// ErrDeleting is returned by SetDesired for a placement whose project is being deleted.
+	ErrDeleting = errors.New("berth: the project's placement is being deleted")
+	// ErrNotProvider is returned for a runtime or lifecycle request on a placement that is not a
+	// provider placement, or has no node.
+	ErrNotProvider = errors.New("berth: the project is not placed with provider placement on a node")
+	ErrPinned      = errors.New("berth: a pinned placement's region and requirements cannot change")
+	ErrStale       = errors.New("berth: observation is older than the recorded one or not from the assigned node")
+	ErrInvalid     = errors.New("berth: invalid desired placement")
 )
 
 // Requirements restrict the nodes a placement may use; stored with the desired state and evaluated
@@ -85,7 +93,16 @@ type Placement struct {
 	Requirements  Requirements `bson:"requirements" json:"node_requirements"`
 	NodeID        string       `bson:"node_id" json:"node_id,omitempty"`
 	// Pinned reports whether a stateful placement has selected its node (for good).
-	Pinned    bool         `bson:"pinned" json:"pinned"`
+	Pinned bool `bson:"pinned" json:"pinned"`
+	// Provider reports whether the project was created with provider placement: its runner runs
+	// the runtime and receives it through the runtime call (docs/runner-protocol.md section 6.2).
+	Provider bool `bson:"provider" json:"provider"`
+	// Deleting reports whether the project-delete workflow holds the placement: no new generation,
+	// no new assignment.
+	Deleting bool `bson:"deleting" json:"deleting,omitempty"`
+	// Enqueued is the generation whose reconcile operation was last enqueued, so the placement pass
+	// does not enqueue it again.
+	Enqueued  int64        `bson:"enqueued" json:"-"`
 	Status    Status       `bson:"status" json:"status"`
 	Observed  *Observation `bson:"observed,omitempty" json:"observed,omitempty"`
 	UpdatedAt time.Time    `bson:"updated_at" json:"updated_at"`
@@ -106,6 +123,8 @@ type DesiredRequest struct {
 	Region        *string
 	CapacityUnits *int
 	Requirements  *Requirements
+	// Provider selects provider placement; only the first generation may set it.
+	Provider *bool
 }
 
 // Next decides the placement after req on cur (nil: none yet): the generation increases by one;
@@ -137,6 +156,15 @@ func Next(cur *Placement, req DesiredRequest, now time.Time) (Placement, error) 
 			return p, ErrModeImmutable
 		}
 		p.Mode = *req.Mode
+	}
+	if cur != nil && cur.Deleting {
+		return p, ErrDeleting
+	}
+	if req.Provider != nil {
+		if cur != nil && *req.Provider != cur.Provider {
+			return p, ErrProviderImmutable
+		}
+		p.Provider = *req.Provider
 	}
 	selected := cur != nil && cur.NodeID != ""
 	if req.Region != nil && *req.Region != p.Region {

@@ -283,3 +283,37 @@ func TestSweepReleasesUnreferencedReservations(t *testing.T) {
 		t.Fatalf("sweep = %d, %v; reserved %d, want 1 left", n, err, f.reserved("a"))
 	}
 }
+
+// TestMigrateLegacyNodesAndPlacements: nodes and placements of the earlier single-collection layout
+// move to their buckets unchanged (credentials, reservations, generations), once.
+func TestMigrateLegacyNodesAndPlacements(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	reg := runners.NewRegistry(st, runners.Config{Now: clk.Now})
+	svc := placement.NewService(st, reg, nil)
+	res := map[string]runners.Reservation{"prj_a": {Units: 2, At: clk.Now()}}
+	if _, err := st.Collection(runners.NodesCollection).InsertOne(ctx, runners.Node{ID: "old-1", Capacity: 4, Reserved: 2,
+		Reservations: res, ExpiresAt: clk.Now().Add(time.Minute), CredentialDigest: "d", Revision: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Collection(placement.Collection).InsertOne(ctx, placement.Placement{ProjectID: "prj_a", Generation: 3, Release: "r",
+		State: placement.Running, Mode: placement.Portable, CapacityUnits: 2, NodeID: "old-1", Status: placement.Assigned, Revision: 5}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		n1, err1 := reg.MigrateLegacy(ctx, st)
+		n2, err2 := svc.MigrateLegacy(ctx, st)
+		if err1 != nil || err2 != nil || (round == 0 && (n1 != 1 || n2 != 1)) || (round == 1 && (n1 != 0 || n2 != 0)) {
+			t.Fatalf("round %d: migrated %d nodes (%v), %d placements (%v)", round, n1, err1, n2, err2)
+		}
+	}
+	n, err := reg.Get(ctx, "old-1")
+	if err != nil || n.Reserved != 2 || n.Reservations["prj_a"].Units != 2 || n.Revision != 7 || n.CredentialDigest != "d" {
+		t.Fatalf("migrated node = %+v, %v", n, err)
+	}
+	p, err := svc.Assign(ctx, "prj_a")
+	if err != nil || p.Generation != 3 || p.NodeID != "old-1" || p.Status != placement.Assigned {
+		t.Fatalf("migrated placement = %+v, %v", p, err)
+	}
+}

@@ -5,20 +5,35 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/scheduler"
 	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/internal/buckets"
 )
 
-// Collection holds one placement document per project.
+// Collection names the placements: one document per project, spread over [Buckets] collections
+// "placements_bNN" by a hash of the project id ([Collections]).
 const Collection = "placements"
+
+// Buckets is how many collections hold the placements; part of the storage layout.
+const Buckets = 32
+
+// Collections returns the collections that hold the placements in st.
+func Collections(st *store.Store) *buckets.Set { return buckets.New(st.DB(), Collection, Buckets) }
+
+// fleetTTL is how long a snapshot of the open nodes proposes candidates before it is read again.
+// The snapshot only proposes: the chosen node is read again by id and reserved with a
+// compare-and-set on its document, so a stale snapshot costs a retry, never a wrong reservation.
+const fleetTTL = 2 * time.Second
 
 // KindReconcile is the kind of the operation that asks the assigned node to converge on a generation.
 const KindReconcile = "reconcile"
@@ -29,30 +44,157 @@ const SweepGrace = time.Minute
 
 const attempts = 16
 
+// Kinds of the lifecycle operations of provider placements (docs/runner-protocol.md section 6.3).
+const (
+	KindRollback = "rollback"
+	KindDelete   = "delete"
+)
+
+// RuntimeProtocol marks the reconcile payload of a provider placement.
+const RuntimeProtocol = "berth-runtime/1"
+
 // ReconcilePayload is the canonical payload of a reconcile operation.
 type ReconcilePayload struct {
 	Generation int64    `json:"generation"`
 	Release    string   `json:"release"`
 	State      RunState `json:"state"`
+	// Protocol is RuntimeProtocol for a provider placement, empty otherwise.
+	Protocol string `json:"protocol,omitempty"`
+}
+
+// LifecyclePayload is the canonical payload of a rollback or delete operation: only the exact
+// current generation.
+type LifecyclePayload struct {
+	Generation int64 `json:"generation"`
 }
 
 // Service sets desired placements and assigns them to runner nodes. Safe for concurrent use by
 // several berthd processes on one store.
 type Service struct {
-	coll  *mongo.Collection
+	colls *buckets.Set
 	nodes *runners.Registry
 	ops   *operations.Queue
+
+	mu    sync.Mutex
+	fleet map[string]*runners.Node // open nodes as last read; mu must be held
+	at    time.Time                // when fleet was read (registry clock)
+	epoch int64                    // the registry's change count when fleet was read
 }
 
 // NewService returns a Service. ops may be nil (no reconcile operations are enqueued).
 func NewService(s *store.Store, nodes *runners.Registry, ops *operations.Queue) *Service {
-	return &Service{coll: s.Collection(Collection), nodes: nodes, ops: ops}
+	return &Service{colls: Collections(s), nodes: nodes, ops: ops}
+}
+
+// snapshot returns the open nodes (online, unrevoked, undraining) as last read, reading them again
+// when force is set, the snapshot is older than fleetTTL, or the registry changed a node's
+// declaration since. fresh reports whether it was read by this call.
+func (s *Service) snapshot(ctx context.Context, force bool) (nodes map[string]*runners.Node, fresh bool, err error) {
+	now := s.nodes.Now()
+	s.mu.Lock()
+	if !force && s.fleet != nil && now.Sub(s.at) < fleetTTL && now.Sub(s.at) >= 0 && s.epoch == s.nodes.Changes() {
+		out := make(map[string]*runners.Node, len(s.fleet))
+		for id, n := range s.fleet {
+			out[id] = n
+		}
+		s.mu.Unlock()
+		return out, false, nil
+	}
+	s.mu.Unlock()
+	epoch := s.nodes.Changes()
+	ns, err := s.nodes.Find(ctx, bson.M{"revoked": false, "draining": false, "expires_at": bson.M{"$gt": now}})
+	if err != nil {
+		return nil, false, err
+	}
+	fleet := make(map[string]*runners.Node, len(ns))
+	for i := range ns {
+		fleet[ns[i].ID] = &ns[i]
+	}
+	s.mu.Lock()
+	s.fleet, s.at, s.epoch = fleet, now, epoch
+	s.mu.Unlock()
+	out := make(map[string]*runners.Node, len(fleet))
+	for id, n := range fleet {
+		out[id] = n
+	}
+	return out, true, nil
+}
+
+// fleetRecheck is the age below which a snapshot is not read again for a placement that would
+// wait: the few matching nodes are read by id instead ([Service.recheck]).
+const fleetRecheck = 250 * time.Millisecond
+
+// maxRecheck bounds how many nodes [Service.recheck] reads by id.
+const maxRecheck = 16
+
+// snapshotAge returns how old the snapshot is (registry clock); a long time when there is none.
+func (s *Service) snapshotAge() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fleet == nil {
+		return time.Duration(1<<63 - 1)
+	}
+	return s.nodes.Now().Sub(s.at)
+}
+
+// recheck reads by id the candidates of p whose region, labels and endpoint match its demand (at
+// most maxRecheck of them), records them in the snapshot, and reports whether one of them fits p
+// now.
+func (s *Service) recheck(ctx context.Context, p *Placement, nodes map[string]*runners.Node) bool {
+	d := p.Demand()
+	var ids []string
+	for id, n := range nodes {
+		if scheduler.Capable(n.Candidate(s.nodes.Now()), d) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 || len(ids) > maxRecheck {
+		return false
+	}
+	fits := false
+	for _, id := range ids {
+		n, err := s.nodes.Get(ctx, id)
+		if err != nil {
+			s.remember(id, nil)
+			continue
+		}
+		s.remember(id, n)
+		c := n.Candidate(s.nodes.Now())
+		if r, ok := n.Reservations[p.ProjectID]; ok {
+			c.Reserved -= r.Units
+		}
+		if scheduler.Fits(c, d) {
+			fits = true
+		}
+	}
+	return fits
+}
+
+// remember records n as read (or drops id when n is nil) in the snapshot.
+func (s *Service) remember(id string, n *runners.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fleet == nil {
+		return
+	}
+	if n == nil {
+		delete(s.fleet, id)
+		return
+	}
+	s.fleet[id] = n
+}
+
+// forgetFleet drops the snapshot (capacity was released: the next placement reads the nodes).
+func (s *Service) forgetFleet() {
+	s.mu.Lock()
+	s.fleet = nil
+	s.mu.Unlock()
 }
 
 // Get returns a project's placement. Errors: wrapping [store.ErrNotFound].
 func (s *Service) Get(ctx context.Context, projectID string) (*Placement, error) {
 	var p Placement
-	if err := store.FindByID(ctx, s.coll, projectID, &p); err != nil {
+	if err := store.FindByID(ctx, s.colls.For(projectID), projectID, &p); err != nil {
 		return nil, fmt.Errorf("placement: %w", err)
 	}
 	return &p, nil
@@ -61,7 +203,7 @@ func (s *Service) Get(ctx context.Context, projectID string) (*Placement, error)
 func (s *Service) write(ctx context.Context, cur *Placement, next Placement) (Placement, error) {
 	if cur == nil {
 		next.Revision = 0
-		if _, err := s.coll.InsertOne(ctx, next); err != nil {
+		if _, err := s.colls.For(next.ProjectID).InsertOne(ctx, next); err != nil {
 			if store.IsDuplicateKey(err) {
 				return next, store.ErrConflict
 			}
@@ -79,7 +221,7 @@ func (s *Service) write(ctx context.Context, cur *Placement, next Placement) (Pl
 	}
 	delete(set, "_id")
 	delete(set, "revision")
-	rev, err := store.UpdateIfRevision(ctx, s.coll, cur.ProjectID, cur.Revision, bson.M{"$set": set})
+	rev, err := store.UpdateIfRevision(ctx, s.colls.For(cur.ProjectID), cur.ProjectID, cur.Revision, bson.M{"$set": set})
 	next.Revision = rev
 	return next, err
 }
@@ -111,40 +253,51 @@ func (s *Service) SetDesired(ctx context.Context, projectID string, req DesiredR
 	return nil, fmt.Errorf("placement: %s: %w", projectID, store.ErrConflict)
 }
 
-// candidates reads the nodes p may use: online, unrevoked, undraining nodes of its region (every
-// region when it names none), plus p's current node whatever its state.
-func (s *Service) candidates(ctx context.Context, p *Placement) (map[string]*runners.Node, error) {
-	open := bson.M{"revoked": false, "draining": false, "expires_at": bson.M{"$gt": s.nodes.Now()}}
-	if p.Region != "" {
-		open["region"] = p.Region
-	}
-	filter := open
-	if p.NodeID != "" {
-		filter = bson.M{"$or": bson.A{bson.M{"_id": p.NodeID}, open}}
-	}
-	ns, err := s.nodes.Find(ctx, filter)
+// candidates returns the nodes p may use: the open nodes of its region (every region when it names
+// none) from the snapshot, plus p's current node read by id whatever its state.
+func (s *Service) candidates(ctx context.Context, p *Placement, force bool) (map[string]*runners.Node, bool, error) {
+	fleet, fresh, err := s.snapshot(ctx, force)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	out := make(map[string]*runners.Node, len(ns))
-	for i := range ns {
-		out[ns[i].ID] = &ns[i]
+	out := make(map[string]*runners.Node, len(fleet))
+	for id, n := range fleet {
+		if p.Region == "" || n.Region == p.Region {
+			out[id] = n
+		}
 	}
-	return out, nil
+	if p.NodeID != "" {
+		n, err := s.nodes.Get(ctx, p.NodeID)
+		switch {
+		case errors.Is(err, runners.ErrNotFound):
+			delete(out, p.NodeID)
+		case err != nil:
+			return nil, false, err
+		default:
+			out[p.NodeID] = n
+		}
+	}
+	return out, fresh, nil
 }
 
-// Assign brings a project's placement to a node ([Decide]): selection and reservation are one
-// compare-and-set on the chosen node's document; the placement records the node with a second
+// Assign brings a project's placement to a node ([Decide]): the nodes come from a short-lived
+// snapshot, the chosen node is read again by id, and selection and reservation are one
+// compare-and-set on that node's document; the placement records the node with a second
 // compare-and-set, and a reservation orphaned by a lost second step is released (or left to
-// [Service.SweepReservations]). An assigned placement gets a reconcile operation for its generation,
-// targeted at its node. It returns the placement as recorded.
+// [Service.SweepReservations]). A placement that would wait reads the nodes afresh once before it
+// does. An assigned placement gets a reconcile operation for its generation, targeted at its node.
+// It returns the placement as recorded.
 func (s *Service) Assign(ctx context.Context, projectID string) (*Placement, error) {
+	force := false
 	for i := 0; i < attempts; i++ {
 		p, err := s.Get(ctx, projectID)
 		if err != nil {
 			return nil, err
 		}
-		nodes, err := s.candidates(ctx, p)
+		if p.Deleting {
+			return p, nil // held by the project-delete workflow
+		}
+		nodes, fresh, err := s.candidates(ctx, p, force)
 		if err != nil {
 			return nil, err
 		}
@@ -158,15 +311,45 @@ func (s *Service) Assign(ctx context.Context, projectID string) (*Placement, err
 			}
 		}
 		act := Decide(p, cands, held)
+		if act.Status == Waiting && !fresh {
+			// Nothing fits in the snapshot: read again, by id, the few nodes that have what p
+			// needs apart from state and room; read every node when none of those fits and the
+			// snapshot is not brand new.
+			if s.recheck(ctx, p, nodes) {
+				continue
+			}
+			if s.snapshotAge() >= fleetRecheck {
+				force = true
+				continue
+			}
+		}
+		force = false
 		if act.Reserve != "" {
+			n := nodes[act.Reserve]
+			if act.Reserve != p.NodeID {
+				if n, err = s.nodes.Get(ctx, act.Reserve); errors.Is(err, runners.ErrNotFound) {
+					s.remember(act.Reserve, nil)
+					continue
+				} else if err != nil {
+					return nil, err
+				}
+			}
 			res := runners.Reservation{Units: p.CapacityUnits, Labels: p.Requirements.Labels, Endpoint: p.Requirements.Endpoint, Generation: p.Generation, At: now}
-			err := s.nodes.TryReserve(ctx, nodes[act.Reserve], projectID, res, p.Demand())
+			got, err := s.nodes.TryReserve(ctx, n, projectID, res, p.Demand())
 			if errors.Is(err, store.ErrConflict) || errors.Is(err, runners.ErrNoFit) {
-				continue // the node changed under us: read again and select again
+				// The node changed since it was read, or does not fit as it is now: remember it as
+				// it is and select again.
+				if fn, gerr := s.nodes.Get(ctx, act.Reserve); gerr == nil {
+					s.remember(act.Reserve, fn)
+				} else {
+					s.remember(act.Reserve, nil)
+				}
+				continue
 			}
 			if err != nil {
 				return nil, err
 			}
+			s.remember(got.ID, got)
 		}
 		next := *p
 		next.Status, next.NodeID = act.Status, act.NodeID
@@ -178,6 +361,7 @@ func (s *Service) Assign(ctx context.Context, projectID string) (*Placement, err
 			if _, err := s.write(ctx, p, next); err != nil {
 				if act.Reserve != "" && act.Reserve != p.NodeID {
 					_ = s.nodes.Unreserve(context.WithoutCancel(ctx), act.Reserve, projectID)
+					s.forgetFleet()
 				}
 				if errors.Is(err, store.ErrConflict) {
 					continue
@@ -189,26 +373,66 @@ func (s *Service) Assign(ctx context.Context, projectID string) (*Placement, err
 			if err := s.nodes.Unreserve(ctx, act.Release, projectID); err != nil {
 				return nil, err
 			}
+			s.forgetFleet()
 		}
-		if next.Status == Assigned && s.ops != nil {
-			if err := s.enqueue(ctx, &next); err != nil {
+		if moved := p.NodeID != next.NodeID; next.Status == Assigned && s.ops != nil && (moved || p.Enqueued != next.Generation) {
+			if err := s.enqueue(ctx, &next, moved); err != nil {
 				return nil, err
 			}
+			// Later passes skip the enqueue of this generation; a lost write only repeats it.
+			if cur, err := s.Get(ctx, projectID); err == nil && cur.Generation == next.Generation && cur.Enqueued != next.Generation {
+				_, _ = store.UpdateIfRevision(ctx, s.colls.For(projectID), projectID, cur.Revision, bson.M{"$set": bson.M{"enqueued": next.Generation}})
+			}
+			changed = true
+		}
+		if !changed {
+			return p, nil
 		}
 		return s.Get(ctx, projectID)
 	}
 	return nil, fmt.Errorf("placement: assign %s: %w", projectID, store.ErrConflict)
 }
 
-func (s *Service) enqueue(ctx context.Context, p *Placement) error {
-	payload, _ := json.Marshal(ReconcilePayload{Generation: p.Generation, Release: p.Release, State: p.State})
+func (s *Service) enqueue(ctx context.Context, p *Placement, moved bool) error {
+	rp := ReconcilePayload{Generation: p.Generation, Release: p.Release, State: p.State}
+	if p.Provider {
+		rp.Protocol = RuntimeProtocol
+	}
+	payload, _ := json.Marshal(rp)
 	_, _, err := s.ops.Enqueue(ctx, operations.EnqueueRequest{ProjectID: p.ProjectID, Kind: KindReconcile,
 		IdempotencyKey: "generation:" + strconv.FormatInt(p.Generation, 10), Payload: payload, TargetNode: p.NodeID})
 	if err != nil && !errors.Is(err, operations.ErrIdempotencyKeyReused) {
 		return fmt.Errorf("placement: enqueue reconcile of %s: %w", p.ProjectID, err)
 	}
+	if !moved {
+		return nil // a move that a crash interrupted is finished by the next [Service.Pass]
+	}
 	// A failover moves the work of the project to the new node, reclaims included.
 	return s.ops.RetargetProject(ctx, p.ProjectID, p.NodeID)
+}
+
+// Lifecycle enqueues a provider lifecycle operation (kind [KindRollback] or [KindDelete]) for the
+// placement's exact current generation, targeted at its node; the canonical payload holds only that
+// generation ([LifecyclePayload]) and a repeat for the same generation returns the same operation.
+// Run it under the project lease. Errors: wrapping [ErrNotProvider]; [ErrInvalid] for another kind.
+func (s *Service) Lifecycle(ctx context.Context, projectID, kind string) (*operations.Operation, error) {
+	if kind != KindRollback && kind != KindDelete {
+		return nil, fmt.Errorf("%w: lifecycle kind must be rollback or delete", ErrInvalid)
+	}
+	p, err := s.Get(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	if !p.Provider || p.NodeID == "" || s.ops == nil {
+		return nil, fmt.Errorf("placement: %s %s: %w", kind, projectID, ErrNotProvider)
+	}
+	payload, _ := json.Marshal(LifecyclePayload{Generation: p.Generation})
+	op, _, err := s.ops.Enqueue(ctx, operations.EnqueueRequest{ProjectID: projectID, Kind: kind,
+		IdempotencyKey: kind + ":generation:" + strconv.FormatInt(p.Generation, 10), Payload: payload, TargetNode: p.NodeID})
+	if err != nil {
+		return nil, fmt.Errorf("placement: enqueue %s of %s: %w", kind, projectID, err)
+	}
+	return op, nil
 }
 
 // Observe records what the assigned node runs, with one compare-and-set guarded by [Observe].
@@ -224,7 +448,7 @@ func (s *Service) Observe(ctx context.Context, projectID string, obs Observation
 			return nil, fmt.Errorf("placement: observe %s generation %d: %w", projectID, obs.Generation, err)
 		}
 		obs.At = s.nodes.Now()
-		_, err = store.UpdateIfRevision(ctx, s.coll, projectID, p.Revision, bson.M{"$set": bson.M{"observed": obs}})
+		_, err = store.UpdateIfRevision(ctx, s.colls.For(projectID), projectID, p.Revision, bson.M{"$set": bson.M{"observed": obs}})
 		if errors.Is(err, store.ErrConflict) {
 			continue
 		}
@@ -238,14 +462,11 @@ func (s *Service) Observe(ctx context.Context, projectID string, obs Observation
 
 // List returns every placement.
 func (s *Service) List(ctx context.Context) ([]Placement, error) {
-	cur, err := s.coll.Find(ctx, bson.M{})
+	out, err := buckets.Find[Placement](ctx, s.colls, nil)
 	if err != nil {
 		return nil, fmt.Errorf("placement: list: %w", err)
 	}
-	out := []Placement{}
-	if err := cur.All(ctx, &out); err != nil {
-		return nil, fmt.Errorf("placement: list: %w", err)
-	}
+	slices.SortFunc(out, func(a, b Placement) int { return strings.Compare(a.ProjectID, b.ProjectID) })
 	return out, nil
 }
 
@@ -257,8 +478,19 @@ func (s *Service) Pass(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	at := make(map[string]string, len(ps))
 	for _, p := range ps {
-		if _, err := s.Assign(ctx, p.ProjectID); err != nil {
+		q, err := s.Assign(ctx, p.ProjectID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if q.Status == Assigned {
+			at[q.ProjectID] = q.NodeID
+		}
+	}
+	if s.ops != nil {
+		if err := s.ops.RetargetStray(ctx, at); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -292,6 +524,7 @@ func (s *Service) SweepReservations(ctx context.Context) (int, error) {
 			if err := s.nodes.Unreserve(ctx, node.ID, key); err != nil {
 				return n, err
 			}
+			s.forgetFleet()
 			n++
 		}
 	}
@@ -313,7 +546,8 @@ func (s *Service) Remove(ctx context.Context, projectID string) error {
 			return err
 		}
 	}
-	if _, err := s.coll.DeleteOne(ctx, bson.M{"_id": projectID}); err != nil {
+	s.forgetFleet()
+	if _, err := s.colls.For(projectID).DeleteOne(ctx, bson.M{"_id": projectID}); err != nil {
 		return fmt.Errorf("placement: remove %s: %w", projectID, err)
 	}
 	return nil

@@ -19,15 +19,28 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	abiroutes "github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/scheduler"
 	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/store"
 )
 
 // Pusher delivers a node's stored desired state on its live session.
 type Pusher interface {
 	Push(ctx context.Context, nodeID string)
+}
+
+// LeaseSender delivers lease messages on live node sessions (*session.Server implements it).
+// Both calls return at once; a node without a live session is skipped (it learns at its next
+// hello).
+type LeaseSender interface {
+	// SendLeaseGrant sends l's signed lease_grant to nodeID.
+	SendLeaseGrant(ctx context.Context, nodeID string, l *fencing.Lease)
+	// RevokeLease sends a signed lease_revoke of l (with l's current token) to nodeID and
+	// handles its command_result in the background.
+	RevokeLease(ctx context.Context, nodeID string, l *fencing.Lease, reason string)
 }
 
 // RouteSink receives the complete route table whenever it changes.
@@ -44,8 +57,16 @@ type Config struct {
 	Compiler routes.Compiler
 	// Admit, when not nil, is asked before each slot is placed (the deploy
 	// hook); a refusal leaves the slot unplaced until a later pass.
-	Admit  DeployAdmitter
-	Logger *slog.Logger
+	Admit DeployAdmitter
+	// Leases, when not nil, is the lease authority of stateful services: their slot is placed
+	// on the node holding the lease, granted first (docs/node-protocol.md section 8), and appears
+	// in that node's desired state only with the lease's token. Nil places stateful services
+	// like portable ones, without leases (tests of other concerns only).
+	Leases *fencing.Authority
+	// LeaseSender delivers grants and revokes the reconciler decides; nil sends none (nodes
+	// learn at their next session).
+	LeaseSender LeaseSender
+	Logger      *slog.Logger
 	// Interval is the period of the timer pass; zero means 5 s.
 	Interval time.Duration
 }
@@ -61,6 +82,10 @@ type Reconciler struct {
 	cfg   Config
 	log   *slog.Logger
 	hints chan struct{}
+	// gateHint is the pending timer that hints a pass when the earliest gate of an expiring
+	// lease held by a silent node opens, so the lease moves then and not at the next tick.
+	gateHint *time.Timer
+	gateAt   time.Time // when gateHint fires; mu must be held
 
 	mu          sync.Mutex
 	routeDigest string // digest of the last table the sink accepted; mu must be held
@@ -146,8 +171,14 @@ func describe(c routes.Compiler) string {
 	return "unknown"
 }
 
-// Pass runs one reconcile pass: placement, then node desired states, then routes.
+// Pass runs one reconcile pass: placement (with the leases of stateful services), then node
+// desired states, then the lease grants decided, then routes.
 func (r *Reconciler) Pass(ctx context.Context) error {
+	if r.cfg.Leases != nil {
+		if err := r.cfg.Leases.Sweep(ctx); err != nil {
+			return err
+		}
+	}
 	svcs, err := r.cfg.Catalog.ListServices(ctx, nil)
 	if err != nil {
 		return err
@@ -160,15 +191,27 @@ func (r *Reconciler) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.place(ctx, svcs, ns, wls); err != nil {
+	granted, err := r.place(ctx, svcs, ns, wls)
+	if err != nil {
 		return err
 	}
 	if wls, err = r.cfg.Catalog.ListWorkloads(ctx, nil); err != nil {
 		return err
 	}
+	leases, err := r.leases(ctx)
+	if err != nil {
+		return err
+	}
 	var errs []error
-	if err := r.desire(ctx, svcs, ns, wls); err != nil {
+	if err := r.desire(ctx, svcs, ns, wls, leases); err != nil {
 		errs = append(errs, err)
+	}
+	// Grants go out after the desired state naming their token: the node starts the workload
+	// once it holds the lease under that token (section 6.4), whichever arrives first.
+	if r.cfg.LeaseSender != nil {
+		for i := range granted {
+			r.cfg.LeaseSender.SendLeaseGrant(ctx, granted[i].Holder, &granted[i])
+		}
 	}
 	if err := r.route(ctx, svcs, ns, wls); err != nil {
 		errs = append(errs, err)
@@ -176,7 +219,25 @@ func (r *Reconciler) Pass(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload) error {
+// leases returns the lease of every stateful service by service id (nil without an authority).
+func (r *Reconciler) leases(ctx context.Context) (map[string]*fencing.Lease, error) {
+	if r.cfg.Leases == nil {
+		return nil, nil
+	}
+	all, err := r.cfg.Leases.List(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*fencing.Lease, len(all))
+	for i := range all {
+		out[all[i].ResourceID] = &all[i]
+	}
+	return out, nil
+}
+
+// place converges every service's workloads and returns the leases it granted.
+func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload) ([]fencing.Lease, error) {
+	var granted []fencing.Lease
 	load := map[string]int{}
 	bySvc := map[string][]scheduler.Workload{}
 	for _, w := range wls {
@@ -184,29 +245,43 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 		bySvc[w.ServiceID] = append(bySvc[w.ServiceID], scheduler.Workload{ID: w.ID, Slot: w.Slot, NodeID: w.NodeID, SpecHash: w.SpecHash})
 	}
 	var cands []scheduler.Node
+	drivers := map[string][]string{}
 	for _, n := range ns {
 		if n.Status == nodes.StatusRemoved {
 			continue
 		}
 		cands = append(cands, scheduler.Node{ID: n.ID, Schedulable: n.Status == nodes.StatusConnected, Load: load[n.ID]})
+		drivers[n.ID] = n.Drivers
 	}
 	live := map[string]bool{}
 	for i := range svcs {
 		s := &svcs[i]
 		live[s.ID] = true
-		acts := scheduler.Place(scheduler.Service{Replicas: s.Replicas, SpecHash: s.SpecHash()}, cands, bySvc[s.ID])
+		var acts []scheduler.Action
+		if s.Stateful() && r.cfg.Leases != nil {
+			var l *fencing.Lease
+			var ok bool
+			if acts, l, ok = r.placeStateful(ctx, s, withDriver(cands, drivers, s.Runtime), bySvc[s.ID]); !ok {
+				continue
+			}
+			if l != nil {
+				granted = append(granted, *l)
+			}
+		} else {
+			acts = scheduler.Place(scheduler.Service{Replicas: s.Replicas, SpecHash: s.SpecHash()}, withDriver(cands, drivers, s.Runtime), bySvc[s.ID])
+		}
 		for _, a := range acts {
 			switch a.Kind {
 			case scheduler.Remove:
 				if err := r.cfg.Catalog.RemoveWorkload(ctx, a.WorkloadID); err != nil {
-					return err
+					return granted, err
 				}
 				r.log.Info("workload removed", "service", s.Project+"/"+s.Name, "slot", a.Slot, "workload_id", a.WorkloadID)
 			case scheduler.Create:
 				if r.cfg.Admit != nil {
 					ok, err := r.admit(ctx, s, a.Slot, a.NodeID, ns)
 					if err != nil {
-						return err
+						return granted, err
 					}
 					if !ok {
 						continue
@@ -214,7 +289,7 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 				}
 				w, err := r.cfg.Catalog.CreateWorkload(ctx, s, a.Slot, a.NodeID)
 				if err != nil {
-					return err
+					return granted, err
 				}
 				for j := range cands {
 					if cands[j].ID == a.NodeID {
@@ -229,9 +304,112 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 	for _, w := range wls {
 		if !live[w.ServiceID] {
 			if err := r.cfg.Catalog.RemoveWorkload(ctx, w.ID); err != nil {
-				return err
+				return granted, err
 			}
 			r.log.Info("workload removed", "service", w.Project+"/"+w.Service, "reason", "service deleted", "workload_id", w.ID)
+		}
+	}
+	return granted, r.deleteLeases(ctx, live)
+}
+
+// placeStateful decides a stateful service's slot with its lease: when the decision needs a
+// grant, the grant (one compare-and-set on the lease) is made first, and the actions are returned
+// only when it succeeded (ok=false: leave the service for a later pass). It returns the lease
+// granted, if any; a node the lease was moved from is revoked (reason moved).
+func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, cands []scheduler.Node, existing []scheduler.Workload) ([]scheduler.Action, *fencing.Lease, bool) {
+	la := r.cfg.Leases
+	view := scheduler.Lease{Movable: true}
+	l, err := la.Get(ctx, fencing.LeaseID(s.ID))
+	if err == nil {
+		gate, timed := l.Gate()
+		view = scheduler.Lease{Holder: l.Holder, Blocked: l.Blocked() || l.Deleted,
+			Movable: !l.Blocked() && !l.Deleted && timed && !la.Now().Before(gate)}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		r.log.Warn("read lease", "service", s.Project+"/"+s.Name, "err", err)
+		return nil, nil, false
+	}
+	if l != nil && !view.Movable && !view.Blocked && l.Holder != "" && !schedulableIn(cands, l.Holder) {
+		if gate, timed := l.Gate(); timed {
+			r.hintAt(gate.Sub(la.Now()))
+		}
+	}
+	if l != nil && l.Blocked() && !l.Deleted {
+		r.log.Warn("stateful service held back: its lease is blocked by an unacknowledged failed fence",
+			"service", s.Project+"/"+s.Name, "lease_id", l.ID, "fence_failed", l.FenceFailed)
+	}
+	grantTo, acts := scheduler.PlaceStateful(scheduler.Service{Replicas: s.Replicas, SpecHash: s.SpecHash()}, view, cands, existing)
+	if grantTo == "" {
+		return acts, nil, true
+	}
+	mode := node.LeaseMode(s.LeaseMode)
+	if mode == "" {
+		mode = node.LeaseLocal
+	}
+	gl, moved, err := la.Grant(ctx, fencing.GrantRequest{ResourceType: node.LeaseResourceService, ResourceID: s.ID, NodeID: grantTo,
+		Mode: mode, Duration: time.Duration(s.LeaseDurationMS) * time.Millisecond})
+	if err != nil {
+		r.log.Info("stateful service waits for its lease", "service", s.Project+"/"+s.Name, "node_id", grantTo, "reason", err)
+		return nil, nil, false
+	}
+	r.log.Info("lease granted", "service", s.Project+"/"+s.Name, "lease_id", gl.ID, "node_id", grantTo, "fencing_token", gl.FencingToken, "moved_from", moved)
+	if moved != "" && r.cfg.LeaseSender != nil {
+		r.cfg.LeaseSender.RevokeLease(ctx, moved, gl, node.RevokeMoved)
+	}
+	return acts, gl, true
+}
+
+// hintAt arranges a hint after d (a lease's gate opening), unless one is due earlier.
+func (r *Reconciler) hintAt(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	at := time.Now().Add(d + 10*time.Millisecond)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gateHint != nil && !r.gateAt.IsZero() && r.gateAt.Before(at) && time.Now().Before(r.gateAt) {
+		return
+	}
+	if r.gateHint != nil {
+		r.gateHint.Stop()
+	}
+	r.gateAt = at
+	r.gateHint = time.AfterFunc(time.Until(at), func() { r.Hint("lease.gate") })
+}
+
+func schedulableIn(cands []scheduler.Node, id string) bool {
+	for _, n := range cands {
+		if n.ID == id {
+			return n.Schedulable
+		}
+	}
+	return false
+}
+
+// deleteLeases frees for good the lease of every stateful service that no longer exists, and
+// revokes its holder (reason deleted).
+func (r *Reconciler) deleteLeases(ctx context.Context, live map[string]bool) error {
+	if r.cfg.Leases == nil {
+		return nil
+	}
+	all, err := r.cfg.Leases.List(ctx, nil)
+	if err != nil {
+		return err
+	}
+	for _, l := range all {
+		if l.Deleted || live[l.ResourceID] {
+			continue
+		}
+		before, err := r.cfg.Leases.Delete(ctx, l.ResourceID)
+		if err != nil {
+			return err
+		}
+		r.log.Info("lease of a deleted service released", "lease_id", l.ID, "holder", l.Holder)
+		if before != nil && before.Holder != "" && r.cfg.LeaseSender != nil {
+			after, err := r.cfg.Leases.Get(ctx, l.ID)
+			if err != nil {
+				return err
+			}
+			r.cfg.LeaseSender.RevokeLease(ctx, before.Holder, after, node.RevokeDeleted)
 		}
 	}
 	return nil
@@ -259,7 +437,7 @@ func (r *Reconciler) admit(ctx context.Context, s *services.Service, slot int, n
 	return ok, nil
 }
 
-func (r *Reconciler) desire(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload) error {
+func (r *Reconciler) desire(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload, leases map[string]*fencing.Lease) error {
 	byID := map[string]*services.Service{}
 	for i := range svcs {
 		byID[svcs[i].ID] = &svcs[i]
@@ -274,7 +452,7 @@ func (r *Reconciler) desire(ctx context.Context, svcs []services.Service, ns []n
 		if n.Status == nodes.StatusRemoved {
 			continue
 		}
-		spec := BuildSpec(n, perNode[n.ID], byID)
+		spec := BuildSpec(n, perNode[n.ID], byID, leases)
 		raw, err := json.Marshal(spec)
 		if err != nil {
 			return fmt.Errorf("marshal desired state: %w", err)
@@ -298,7 +476,11 @@ func (r *Reconciler) desire(ctx context.Context, svcs []services.Service, ns []n
 // BuildSpec returns the desired spec of node n holding workloads wls, whose
 // services are in svcs by id. Workloads and routes are sorted, so the same
 // input gives the same bytes.
-func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services.Service) node.Spec {
+//
+// When leases is not nil (by service id), a stateful service's workload appears only when n holds
+// its lease, not blocked by a failed fence, and carries the lease id and token
+// (docs/node-protocol.md section 6.4); otherwise it is left out, so the node stops it.
+func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services.Service, leases map[string]*fencing.Lease) node.Spec {
 	spec := node.Spec{Workloads: []node.WorkloadSpec{}, Routes: []node.RouteSpec{}, Network: node.Network{Address: n.Address}}
 	routed := map[string][]string{}
 	for _, w := range wls {
@@ -306,12 +488,24 @@ func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services
 		if s == nil {
 			continue
 		}
-		spec.Workloads = append(spec.Workloads, node.WorkloadSpec{
+		ws := node.WorkloadSpec{
 			WorkloadID: w.ID, ProjectID: s.ProjectID, Project: s.Project, ServiceID: s.ID, Service: s.Name,
 			Slot: w.Slot, Driver: "process", BundleDigest: s.BundleDigest, Command: s.Command, Env: s.Env,
+			Image: s.Image, User: s.User, MemoryBytes: s.MemoryMB << 20, CPUMillis: s.CPUMillis,
 			Port: s.Port, DesiredStatus: node.DesiredRunning,
 			HealthCheck: node.HealthCheck{Path: s.HealthCheck.Path, IntervalS: s.HealthCheck.IntervalS, TimeoutS: s.HealthCheck.TimeoutS, Failures: s.HealthCheck.Failures},
-		})
+		}
+		if s.Runtime != "" {
+			ws.Driver = s.Runtime
+		}
+		if s.Stateful() && leases != nil {
+			l := leases[s.ID]
+			if l == nil || l.Holder != n.ID || l.Blocked() || l.Deleted {
+				continue
+			}
+			ws.Stateful, ws.LeaseID, ws.FencingToken = true, l.ID, l.FencingToken
+		}
+		spec.Workloads = append(spec.Workloads, ws)
 		for _, d := range s.Domains {
 			routed[d+"\x00"+s.ID] = append(routed[d+"\x00"+s.ID], w.ID)
 		}

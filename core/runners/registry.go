@@ -4,22 +4,33 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/scheduler"
 	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/internal/buckets"
 )
 
-// Collections of the registry.
+// Collections of the registry. Nodes are spread over [NodeBuckets] collections
+// "runner_nodes_bNN" by a hash of the node id ([NodeCollection]).
 const (
 	NodesCollection       = "runner_nodes"
 	EnrollmentsCollection = "runner_enrollments"
+	// NodeBuckets is how many collections hold the nodes; part of the storage layout.
+	NodeBuckets = 32
 )
+
+// NodeCollection returns the collection that holds node id's document in s.
+func NodeCollection(s *store.Store, id string) *mongo.Collection {
+	return buckets.New(s.DB(), NodesCollection, NodeBuckets).For(id)
+}
 
 // Defaults of [Config].
 const (
@@ -42,10 +53,18 @@ type Config struct {
 // Registry reads and writes placement nodes and their enrollment tokens. Every change to a node is
 // one compare-and-set on its document. Safe for concurrent use by several berthd processes.
 type Registry struct {
-	nodes, enroll *mongo.Collection
-	ttl           time.Duration
-	now           func() time.Time
+	nodes   *buckets.Set
+	enroll  *mongo.Collection
+	ttl     time.Duration
+	now     func() time.Time
+	changes atomic.Int64
 }
+
+// Changes returns how many declaration, drain or credential changes this Registry has written,
+// heartbeats of nodes that were offline included (heartbeats that only extend an online node's
+// expiry, and reservations, are not counted). Caches of the
+// fleet compare it to notice changes made through the same process.
+func (r *Registry) Changes() int64 { return r.changes.Load() }
 
 // NewRegistry returns a Registry over s. It does no I/O.
 func NewRegistry(s *store.Store, cfg Config) *Registry {
@@ -55,7 +74,7 @@ func NewRegistry(s *store.Store, cfg Config) *Registry {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Registry{nodes: s.Collection(NodesCollection), enroll: s.Collection(EnrollmentsCollection), ttl: cfg.NodeTTL, now: cfg.Now}
+	return &Registry{nodes: buckets.New(s.DB(), NodesCollection, NodeBuckets), enroll: s.Collection(EnrollmentsCollection), ttl: cfg.NodeTTL, now: cfg.Now}
 }
 
 // Now returns the registry's clock reading (UTC).
@@ -105,6 +124,7 @@ func (r *Registry) CreateEnrollment(ctx context.Context, nodeID, region string, 
 // brn_) is returned once. Errors: [ErrEnrollmentInvalid]; [ErrCapacityInUse] or
 // [ErrRequirementInUse] when d contradicts the node's reservations (the token is used up).
 func (r *Registry) Register(ctx context.Context, token, nodeID string, d Declaration) (*Node, string, error) {
+	defer r.changes.Add(1)
 	if !identity.WellFormed(token, identity.PrefixRunner) || !ValidNodeID(nodeID) {
 		return nil, "", ErrEnrollmentInvalid
 	}
@@ -120,6 +140,26 @@ func (r *Registry) Register(ctx context.Context, token, nodeID string, d Declara
 	} else if err != nil {
 		return nil, "", fmt.Errorf("runners: consume enrollment: %w", err)
 	}
+	return r.record(ctx, nodeID, d, now)
+}
+
+// RegisterLegacy records or rotates node nodeID like [Registry.Register], authorised by the legacy
+// shared registration secret instead of a one-time enrollment token; the caller has checked the
+// secret ([LegacySecret.Matches]). It can rotate any named node (docs/runner-protocol.md section
+// 6.9). Errors: as Register, without ErrEnrollmentInvalid.
+func (r *Registry) RegisterLegacy(ctx context.Context, nodeID string, d Declaration) (*Node, string, error) {
+	defer r.changes.Add(1)
+	if !ValidNodeID(nodeID) {
+		return nil, "", fmt.Errorf("runners: register %s: node id must be a DNS label", nodeID)
+	}
+	if err := d.Validate(); err != nil {
+		return nil, "", fmt.Errorf("runners: register %s: %w", nodeID, err)
+	}
+	return r.record(ctx, nodeID, d, r.Now())
+}
+
+// record inserts node nodeID or rotates its credential and applies d (one compare-and-set).
+func (r *Registry) record(ctx context.Context, nodeID string, d Declaration, now time.Time) (*Node, string, error) {
 	cred, digest, err := identity.NewToken(identity.PrefixNode)
 	if err != nil {
 		return nil, "", err
@@ -130,7 +170,7 @@ func (r *Registry) Register(ctx context.Context, token, nodeID string, d Declara
 			n = &Node{ID: nodeID, Region: d.Region, Endpoint: d.Endpoint, Capacity: d.Capacity, Labels: d.Labels,
 				CredentialDigest: digest, EnrolledAt: now, LastHeartbeatAt: now, ExpiresAt: now.Add(r.ttl),
 				Reservations: map[string]Reservation{}}
-			if _, err := r.nodes.InsertOne(ctx, n); store.IsDuplicateKey(err) {
+			if _, err := r.nodes.For(nodeID).InsertOne(ctx, n); store.IsDuplicateKey(err) {
 				continue
 			} else if err != nil {
 				return nil, "", fmt.Errorf("runners: record node %s: %w", nodeID, err)
@@ -145,7 +185,7 @@ func (r *Registry) Register(ctx context.Context, token, nodeID string, d Declara
 		}
 		set := declSet(d)
 		set["credential_digest"], set["revoked"], set["last_heartbeat_at"], set["expires_at"] = digest, false, now, now.Add(r.ttl)
-		rev, err := store.UpdateIfRevision(ctx, r.nodes, nodeID, n.Revision, bson.M{"$set": set})
+		rev, err := store.UpdateIfRevision(ctx, r.nodes.For(nodeID), nodeID, n.Revision, bson.M{"$set": set})
 		if errors.Is(err, store.ErrConflict) {
 			continue
 		}
@@ -185,7 +225,7 @@ func (r *Registry) Authenticate(ctx context.Context, nodeID, cred string) (*Node
 // Get returns one node. Errors: wrapping [ErrNotFound].
 func (r *Registry) Get(ctx context.Context, id string) (*Node, error) {
 	var n Node
-	err := store.FindByID(ctx, r.nodes, id, &n)
+	err := store.FindByID(ctx, r.nodes.For(id), id, &n)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("runners: %s: %w", id, ErrNotFound)
 	}
@@ -200,14 +240,11 @@ func (r *Registry) List(ctx context.Context) ([]Node, error) { return r.Find(ctx
 
 // Find returns the nodes matching a MongoDB filter on the node document's fields, ordered by id.
 func (r *Registry) Find(ctx context.Context, filter bson.M) ([]Node, error) {
-	cur, err := r.nodes.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	out, err := buckets.Find[Node](ctx, r.nodes, filter)
 	if err != nil {
 		return nil, fmt.Errorf("runners: list: %w", err)
 	}
-	out := []Node{}
-	if err := cur.All(ctx, &out); err != nil {
-		return nil, fmt.Errorf("runners: list: %w", err)
-	}
+	slices.SortFunc(out, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -223,7 +260,7 @@ func (r *Registry) update(ctx context.Context, id string, decide func(n *Node, n
 		if err != nil || set == nil {
 			return n, err
 		}
-		_, err = store.UpdateIfRevision(ctx, r.nodes, id, n.Revision, bson.M{"$set": set})
+		_, err = store.UpdateIfRevision(ctx, r.nodes.For(id), id, n.Revision, bson.M{"$set": set})
 		if errors.Is(err, store.ErrConflict) {
 			continue
 		}
@@ -246,6 +283,9 @@ type HeartbeatRequest struct {
 // Heartbeat authenticates the node and, in one compare-and-set, extends its expiry by the node TTL
 // and applies req. Errors: [ErrUnauthenticated], [ErrCapacityInUse], [ErrRequirementInUse].
 func (r *Registry) Heartbeat(ctx context.Context, nodeID, cred string, req HeartbeatRequest) (*Node, error) {
+	if req.Declaration != nil || req.Draining != nil {
+		defer r.changes.Add(1)
+	}
 	if _, err := r.Authenticate(ctx, nodeID, cred); err != nil {
 		return nil, err
 	}
@@ -260,6 +300,9 @@ func (r *Registry) Heartbeat(ctx context.Context, nodeID, cred string, req Heart
 			return nil, ErrUnauthenticated // rotated or revoked meanwhile
 		}
 		set := bson.M{"last_heartbeat_at": now, "expires_at": now.Add(r.ttl)}
+		if n.Offline(now) {
+			r.changes.Add(1) // back online: caches of the fleet must see it
+		}
 		if req.Declaration != nil {
 			if err := CheckDeclaration(n, *req.Declaration); err != nil {
 				return nil, fmt.Errorf("runners: heartbeat %s: %w", nodeID, err)
@@ -278,12 +321,14 @@ func (r *Registry) Heartbeat(ctx context.Context, nodeID, cred string, req Heart
 // SetDraining sets or clears draining (operator action). A draining node keeps its placements and
 // leases but receives no new placement and no claim once the change commits.
 func (r *Registry) SetDraining(ctx context.Context, nodeID string, draining bool) (*Node, error) {
+	defer r.changes.Add(1)
 	return r.update(ctx, nodeID, func(*Node, time.Time) (bson.M, error) { return bson.M{"draining": draining}, nil })
 }
 
 // Revoke revokes the node's credential (operator action): it authenticates no more and is
 // unavailable for placement until it enrolls again.
 func (r *Registry) Revoke(ctx context.Context, nodeID string) (*Node, error) {
+	defer r.changes.Add(1)
 	return r.update(ctx, nodeID, func(*Node, time.Time) (bson.M, error) {
 		return bson.M{"revoked": true, "credential_digest": ""}, nil
 	})
@@ -299,7 +344,7 @@ func (r *Registry) ClaimGate(ctx context.Context, nodeID, cred string) (*Node, e
 		return nil, err
 	}
 	now := r.Now()
-	res, err := r.nodes.UpdateOne(ctx, bson.M{"_id": nodeID, "credential_digest": n.CredentialDigest, "revoked": false,
+	res, err := r.nodes.For(nodeID).UpdateOne(ctx, bson.M{"_id": nodeID, "credential_digest": n.CredentialDigest, "revoked": false,
 		"draining": false, "expires_at": bson.M{"$gt": now}}, bson.M{"$inc": bson.M{"claims": int64(1)}})
 	if err != nil {
 		return nil, fmt.Errorf("runners: claim gate %s: %w", nodeID, err)
@@ -330,18 +375,21 @@ func (r *Registry) Reserve(ctx context.Context, id, key string, res Reservation,
 }
 
 // TryReserve is one attempt of [Registry.Reserve] against the node as the caller read it: it
-// decides on n and writes with one compare-and-set on n.Revision. Errors: wrapping [ErrNoFit], or
-// wrapping [store.ErrConflict] when the node changed since it was read (the caller re-reads and
-// re-selects).
-func (r *Registry) TryReserve(ctx context.Context, n *Node, key string, res Reservation, d scheduler.Demand) error {
+// decides on n and writes with one compare-and-set on n.Revision. It returns the node as written
+// (a copy; n is not modified). Errors: wrapping [ErrNoFit], or wrapping [store.ErrConflict] when
+// the node changed since it was read (the caller re-reads and re-selects).
+func (r *Registry) TryReserve(ctx context.Context, n *Node, key string, res Reservation, d scheduler.Demand) (*Node, error) {
 	l, total, err := Reserve(n, key, res, d, r.Now())
 	if err != nil {
-		return fmt.Errorf("runners: reserve %d units on %s: %w", res.Units, n.ID, err)
+		return nil, fmt.Errorf("runners: reserve %d units on %s: %w", res.Units, n.ID, err)
 	}
-	if _, err := store.UpdateIfRevision(ctx, r.nodes, n.ID, n.Revision, bson.M{"$set": bson.M{"reservations": l, "reserved": total}}); err != nil {
-		return fmt.Errorf("runners: reserve on %s: %w", n.ID, err)
+	rev, err := store.UpdateIfRevision(ctx, r.nodes.For(n.ID), n.ID, n.Revision, bson.M{"$set": bson.M{"reservations": l, "reserved": total}})
+	if err != nil {
+		return nil, fmt.Errorf("runners: reserve on %s: %w", n.ID, err)
 	}
-	return nil
+	out := *n
+	out.Reservations, out.Reserved, out.Revision = l, total, rev
+	return &out, nil
 }
 
 // Unreserve removes key's reservation from node id, if any. A missing node is success.

@@ -23,6 +23,7 @@ import (
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
+	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
@@ -64,9 +65,15 @@ type Config struct {
 	// RunnerTransport serves /api/runner/v1 (docs/runner-protocol.md section 6); false answers
 	// 404 on the whole prefix.
 	RunnerTransport bool
+	// RunnerRegistrationSecret is the legacy shared runner registration secret
+	// (docs/runner-protocol.md section 6.4); empty leaves it off. Only its digest is kept.
+	RunnerRegistrationSecret string
 	// OrchestrationInterval is the period of the placement pass and operation sweep; zero means
 	// DefaultOrchestrationInterval.
 	OrchestrationInterval time.Duration
+	// DebugListen, when set, serves Go runtime profiles (/debug/pprof/) on
+	// this loopback address; empty serves none.
+	DebugListen string
 }
 
 func (c *Config) defaults() error {
@@ -106,6 +113,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	defer ln.Close()
+	if cfg.DebugListen != "" {
+		stopDebug, err := startDebug(cfg.DebugListen, log)
+		if err != nil {
+			return err
+		}
+		defer stopDebug()
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
 	}
@@ -192,6 +206,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if err := orch.legacy(cfg.RunnerRegistrationSecret); err != nil {
+		return err
+	}
 	ext, err := startExtensions(ctx, cfg.DataDir, st, blobs, clog, log)
 	if err != nil {
 		return err
@@ -226,22 +243,24 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	leases := fencing.New(st, fencing.Config{Logger: log})
 	sessions := session.New(session.Config{
-		Nodes: reg, Catalog: cat, SigningKey: key, RetiredKeys: retired, ClusterID: clusterID, Logger: log, Events: evlog, Changelog: clog,
+		Leases: leases, Nodes: reg, Catalog: cat, SigningKey: key, RetiredKeys: retired, ClusterID: clusterID, Logger: log, Events: evlog, Changelog: clog,
 		OnChange: func(reason string) { rec.Hint(reason) },
 	})
 	rec = reconciler.New(reconciler.Config{
 		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: ext.compiler,
 		Admit: policy.Deploy{Engine: ext.policy}, Logger: log, Interval: cfg.ReconcileInterval,
+		Leases: leases, LeaseSender: sessions,
 	})
 
 	handler := api.New(api.Config{
-		Catalog: cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, Events: evlog, Changelog: clog,
-		PublicURL: cfg.PublicURL, ServerFingerprint: servTLS.Fingerprint, ClusterID: clusterID, ClusterPublicKey: key.Public().(ed25519.PublicKey),
+		Catalog: cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, NodeOps: sessions, Events: evlog, Changelog: clog,
+		PublicURL: cfg.PublicURL, ServerFingerprint: servTLS.Fingerprint, ClusterID: clusterID, ClusterPublicKey: key.Public().(ed25519.PublicKey), CurrentPublicKey: sessions.PublicKey,
 		Logger: log, Metrics: metrics,
 		Ready:  func(ctx context.Context) error { return st.Ping(ctx) },
 		Policy: ext.policy, Routes: rec, KeyRotator: keyRotator{dataDir: cfg.DataDir, sessions: sessions},
-		Orchestration: orch.api,
+		Orchestration: orch.api, Leases: leases, Guard: fencing.NewGuard(st, nil),
 		Plugins: func() []plugin.Status {
 			if gwHandle == nil {
 				return nil

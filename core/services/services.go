@@ -29,6 +29,18 @@ var (
 	ErrRevisionConflict = errors.New("berth: revision conflict")
 	// ErrDomainTaken is returned by PutService for a domain another service routes.
 	ErrDomainTaken = errors.New("berth: domain already routed to another service")
+	// ErrPlacementModeImmutable is returned by PutService when an update asks for another
+	// placement_mode than the service was created with.
+	ErrPlacementModeImmutable = errors.New("berth: a service's placement_mode cannot change")
+)
+
+// Placement modes of a service (DESIGN.md section 3).
+const (
+	// PlacementPortable services may run anywhere and move freely; the default.
+	PlacementPortable = "portable"
+	// PlacementStateful services run on one node at a time, under a lease with a fencing token
+	// (docs/node-protocol.md section 8); they have at most one replica.
+	PlacementStateful = "stateful"
 )
 
 var labelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -71,9 +83,28 @@ type Service struct {
 	// Labels and CapacityUnits (per replica) are read by admission policies.
 	Labels        map[string]string `bson:"labels,omitempty"`
 	CapacityUnits int               `bson:"capacity_units,omitempty"`
-	CreatedAt     time.Time         `bson:"created_at"`
-	UpdatedAt     time.Time         `bson:"updated_at"`
+	// PlacementMode is PlacementPortable (also when empty) or PlacementStateful; it cannot
+	// change after creation.
+	PlacementMode string `bson:"placement_mode,omitempty"`
+	// LeaseMode is the lease mode of a stateful service: "local" (also when empty) or
+	// "expiring"; LeaseDurationMS is D for expiring leases (at least 3000).
+	LeaseMode       string    `bson:"lease_mode,omitempty"`
+	LeaseDurationMS int64     `bson:"lease_duration_ms,omitempty"`
+	CreatedAt       time.Time `bson:"created_at"`
+	UpdatedAt       time.Time `bson:"updated_at"`
+
+	// Runtime is the node runtime driver: "process" (also when empty) or
+	// "containerd"; Image, User, MemoryMB and CPUMillis are the container
+	// fields of docs/plugins.md section 3 (zero: the image's user, no limit).
+	Runtime   string `bson:"runtime,omitempty"`
+	Image     string `bson:"image,omitempty"`
+	User      string `bson:"user,omitempty"`
+	MemoryMB  int64  `bson:"memory_mb,omitempty"`
+	CPUMillis int64  `bson:"cpu_millis,omitempty"`
 }
+
+// Stateful reports whether s runs under a lease (placement mode stateful).
+func (s *Service) Stateful() bool { return s.PlacementMode == PlacementStateful }
 
 // SpecHash identifies what the service's workloads run: a workload whose hash
 // differs is replaced. Replicas and domains are not part of it.
@@ -84,7 +115,13 @@ func (s *Service) SpecHash() string {
 		E map[string]string
 		P int
 		H HealthCheck
-	}{s.BundleDigest, s.Command, s.Env, s.Port, s.HealthCheck})
+		// Container fields: absent when empty, so a process service keeps its hash.
+		R string `json:",omitempty"`
+		I string `json:",omitempty"`
+		U string `json:",omitempty"`
+		M int64  `json:",omitempty"`
+		L int64  `json:",omitempty"`
+	}{s.BundleDigest, s.Command, s.Env, s.Port, s.HealthCheck, s.Runtime, s.Image, s.User, s.MemoryMB, s.CPUMillis})
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:])
 }
@@ -112,6 +149,7 @@ type Workload struct {
 
 // Catalog reads and writes projects, services and workloads.
 type Catalog struct {
+	st        *store.Store
 	projects  *mongo.Collection
 	services  *mongo.Collection
 	workloads *mongo.Collection
@@ -123,7 +161,7 @@ func NewCatalog(s *store.Store, now func() time.Time) *Catalog {
 	if now == nil {
 		now = time.Now
 	}
-	return &Catalog{projects: s.Collection("projects"), services: s.Collection("services"), workloads: s.Collection("workloads"), now: now}
+	return &Catalog{st: s, projects: s.Collection("projects"), services: s.Collection("services"), workloads: s.Collection("workloads"), now: now}
 }
 
 // EnsureIndexes creates the unique indexes on project names and (project,
@@ -204,6 +242,9 @@ func (c *Catalog) PutService(ctx context.Context, p *Project, s *Service, expect
 	if expected != nil && *expected != cur.Revision {
 		return nil, false, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, s.Name, cur.Revision, *expected)
 	}
+	if cur.Stateful() != s.Stateful() {
+		return nil, false, fmt.Errorf("%w: service %s/%s is %s", ErrPlacementModeImmutable, p.Name, s.Name, placementOf(cur))
+	}
 	s.ID, s.ProjectID, s.Project, s.Revision, s.CreatedAt, s.UpdatedAt = cur.ID, p.ID, p.Name, cur.Revision+1, cur.CreatedAt, now
 	res, err := c.services.ReplaceOne(ctx, bson.M{"_id": cur.ID, "revision": cur.Revision}, s)
 	if err != nil {
@@ -213,6 +254,13 @@ func (c *Catalog) PutService(ctx context.Context, p *Project, s *Service, expect
 		return nil, false, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, s.Name)
 	}
 	return s, false, nil
+}
+
+func placementOf(s *Service) string {
+	if s.Stateful() {
+		return PlacementStateful
+	}
+	return PlacementPortable
 }
 
 func (c *Catalog) checkDomains(ctx context.Context, p *Project, s *Service) error {
@@ -327,22 +375,27 @@ func (c *Catalog) Observe(ctx context.Context, nodeID string, obs []Observation)
 	changed := false
 	now := c.now().UTC()
 	for _, o := range obs {
-		res, err := c.workloads.UpdateOne(ctx,
-			bson.M{"_id": o.WorkloadID, "node_id": nodeID, "$or": bson.A{
-				bson.M{"observed_status": bson.M{"$ne": o.ObservedStatus}},
-				bson.M{"health": bson.M{"$ne": o.Health}},
-				bson.M{"address": bson.M{"$ne": o.Address}},
-				bson.M{"restart_count": bson.M{"$ne": o.RestartCount}},
-				bson.M{"message": bson.M{"$ne": o.Message}},
-			}},
+		// Read by _id first: most reports repeat what is stored, and a
+		// filter beyond _id would make the embedded store scan every workload.
+		var cur Workload
+		err := store.FindByID(ctx, c.workloads, o.WorkloadID, &cur)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return changed, fmt.Errorf("record observation of %s: %w", o.WorkloadID, err)
+		}
+		if cur.NodeID != nodeID || (cur.ObservedStatus == o.ObservedStatus && cur.Health == o.Health &&
+			cur.Address == o.Address && cur.RestartCount == o.RestartCount && cur.Message == o.Message) {
+			continue
+		}
+		ok, err := c.st.UpdateIf(ctx, c.workloads, o.WorkloadID, bson.D{{Key: "node_id", Value: nodeID}},
 			bson.M{"$set": bson.M{"observed_status": o.ObservedStatus, "health": o.Health, "address": o.Address,
 				"restart_count": o.RestartCount, "message": o.Message, "observed_at": now}})
 		if err != nil {
 			return changed, fmt.Errorf("record observation of %s: %w", o.WorkloadID, err)
 		}
-		if res.ModifiedCount > 0 {
-			changed = true
-		}
+		changed = changed || ok
 	}
 	return changed, nil
 }

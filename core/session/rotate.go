@@ -159,3 +159,12 @@ func (s *Server) RotateSigningKey(ctx context.Context, next ed25519.PrivateKey) 
 	s.log.Info("cluster signing key rotated", "key_id", keyIDOf(next), "live_sessions", len(out))
 	return out
 }
+
+// PublicKey returns the cluster signing key's public half as it is now,
+// after any rotation; enrollment answers hand it to new nodes to pin
+// (docs/node-protocol.md sections 2.4 and 5.21). Safe from any goroutine.
+func (s *Server) PublicKey() ed25519.PublicKey {
+	s.keys.mu.Lock()
+	defer s.keys.mu.Unlock()
+	return s.keys.current.Public().(ed25519.PublicKey)
+}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/events"
+	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
@@ -57,6 +59,10 @@ type Config struct {
 	// protocol defaults (5 s and 15 s).
 	HeartbeatInterval time.Duration
 	SessionTimeout    time.Duration
+	// Leases, when not nil, is the lease authority: stale leases of hello are revoked right
+	// after welcome, lease_renew is answered, and fence events are recorded (leases.go,
+	// docs/node-protocol.md section 8). Nil refuses lease_renew and revokes nothing.
+	Leases *fencing.Authority
 }
 
 // Server accepts node sessions; one per node, the newest wins.
@@ -101,7 +107,11 @@ type conn struct {
 	id     string
 	nodeID string
 	ws     *websocket.Conn
+	ctx    context.Context // the session's lifetime; done when it ends
 	cancel context.CancelFunc
+	// helloHeld maps the lease ids hello listed as held or uncertain, rightly, to their tokens
+	// (leases.go).
+	helloHeld sync.Map
 	// sentRev is the newest desired revision sent on this session.
 	mu      sync.Mutex
 	sentRev int64
@@ -122,6 +132,38 @@ type conn struct {
 	follow atomic.Pointer[follow]
 	// waits pairs command_result and stream messages with their requests.
 	waits waiters
+	// seenAt and seenApplied are what this session last wrote to the node's
+	// document; only the session's read loop touches them.
+	seenAt      time.Time
+	seenApplied int64
+	// reportedSet is the sorted, comma-joined workload ids of the last
+	// status_report checked for unreported workloads; reportedChecked says
+	// one was. Only the read loop touches them.
+	reportedSet     string
+	reportedChecked bool
+}
+
+// seenWriteInterval bounds how often a session writes last_seen_at while
+// nothing else changes: liveness is decided from the session in memory, so
+// the stored time is for operators and may lag by this much.
+const seenWriteInterval = 30 * time.Second
+
+// seen records a frame from the node in the store when its applied revision
+// changed or the stored last_seen_at is older than seenWriteInterval. It runs
+// on the session's read loop only.
+func (s *Server) seen(ctx context.Context, c *conn, applied *int64) {
+	now := time.Now()
+	if (applied == nil || *applied == c.seenApplied) && now.Sub(c.seenAt) < seenWriteInterval {
+		return
+	}
+	if err := s.cfg.Nodes.Seen(ctx, c.nodeID, applied); err != nil {
+		s.log.Warn("record node seen", "node_id", c.nodeID, "err", err)
+		return
+	}
+	c.seenAt = now
+	if applied != nil {
+		c.seenApplied = *applied
+	}
 }
 
 // ServeHTTP handles GET /api/v1/nodes/session: it authenticates the node
@@ -146,7 +188,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(drainLimit)
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{id: identity.NewID("ses_"), nodeID: n.ID, ws: ws, cancel: cancel,
+	c := &conn{id: identity.NewID("ses_"), nodeID: n.ID, ws: ws, ctx: ctx, cancel: cancel,
 		waits: waiters{results: map[string]chan node.CommandResult{}, streams: map[string]*Stream{}}}
 	if n.Status == nodes.StatusRemoved {
 		defer cancel()
@@ -314,7 +356,8 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 		return "store_error"
 	}
 	applied := hello.AppliedRev
-	_ = s.cfg.Nodes.Seen(ctx, c.nodeID, &applied)
+	c.seenApplied = -1 // always written at the handshake
+	s.seen(ctx, c, &applied)
 	s.log.Info("node connected", "node_id", c.nodeID, "session", c.id, "agent_version", hello.AgentVersion, "stored_rev", hello.StoredRev, "applied_rev", hello.AppliedRev)
 	// 2. welcome is the core's first message.
 	if err := s.write(ctx, c, node.TypeWelcome, env.ID, node.Welcome{
@@ -324,7 +367,11 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 	}); err != nil {
 		return "write_failed"
 	}
-	// 3. (leases come with their own issue; a key rotation the node missed)
+	// 3. stale leases revoked and a pending fence acknowledgement delivered, each awaited
+	// (leases.go), signed with the key the node pins; then a key rotation the node missed.
+	if done := s.leaseHandshake(ctx, c, &hello, s.handshakeKey(&hello)); done != "" {
+		return done
+	}
 	if err := s.rotateAtHandshake(ctx, c, &hello); err != nil {
 		s.log.Info("send signing_key_rotate", "node_id", c.nodeID, "err", err)
 		return "write_failed"
@@ -340,6 +387,7 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 		return "store_error"
 	}
 	c.welcomed.Store(true)
+	s.grantHeld(ctx, c)
 	data := map[string]any{"agent_version": hello.AgentVersion, "session_id": c.id}
 	if hello.DroppedEvents > 0 {
 		// Silence while disconnected is not "nothing happened" (section 6.5).
@@ -368,9 +416,7 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 }
 
 func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string {
-	if err := s.cfg.Nodes.Seen(ctx, c.nodeID, nil); err != nil {
-		s.log.Warn("record node seen", "node_id", c.nodeID, "err", err)
-	}
+	s.seen(ctx, c, nil)
 	switch env.Type {
 	case node.TypeHeartbeat:
 	case node.TypeEvent:
@@ -385,6 +431,9 @@ func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string
 			ev.Actor = node.EventRef{Type: "node", ID: c.nodeID}
 		}
 		s.emit(ctx, ev)
+		s.onLeaseEvent(ctx, c, &ev)
+	case node.TypeLeaseRenew:
+		s.onLeaseRenew(ctx, c, env)
 	case node.TypeStatusReport:
 		var rep node.StatusReport
 		if err := json.Unmarshal(env.Body, &rep); err != nil {
@@ -441,15 +490,20 @@ func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {
 	for _, w := range rep.Workloads {
 		reported = append(reported, w.WorkloadID)
 	}
-	if gone, err := s.cfg.Catalog.MarkUnreported(ctx, c.nodeID, reported); err != nil {
-		s.log.Error("mark unreported workloads", "node_id", c.nodeID, "err", err)
-	} else if gone {
-		changed = true
+	// Only the node's own reports move a workload out of "creating", so a
+	// report naming the same set as the last one this session checked
+	// cannot leave a newly unreported workload: the store is not scanned.
+	slices.Sort(reported)
+	if set := strings.Join(reported, ","); !c.reportedChecked || set != c.reportedSet {
+		if gone, err := s.cfg.Catalog.MarkUnreported(ctx, c.nodeID, reported); err != nil {
+			s.log.Error("mark unreported workloads", "node_id", c.nodeID, "err", err)
+		} else {
+			c.reportedChecked, c.reportedSet = true, set
+			changed = changed || gone
+		}
 	}
 	applied := rep.AppliedRev
-	if err := s.cfg.Nodes.Seen(ctx, c.nodeID, &applied); err != nil {
-		s.log.Warn("record applied revision", "node_id", c.nodeID, "err", err)
-	}
+	s.seen(ctx, c, &applied)
 	if changed {
 		s.cfg.OnChange("status_report")
 	}

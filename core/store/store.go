@@ -52,6 +52,9 @@ type Store struct {
 
 	server *embeddedServer // nil unless embedded
 
+	// casMu serialises UpdateIf on FerretDB (see [Store.UpdateIf]).
+	casMu sync.Mutex
+
 	closeOnce sync.Once
 	closeErr  error
 }

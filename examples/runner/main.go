@@ -60,6 +60,16 @@ func run() int {
 		Execute: func(ctx context.Context, t *runner.Task) (json.RawMessage, error) {
 			op := t.Operation
 			log.Info("operation claimed", "id", op.ID, "kind", op.Kind, "fence", op.Fence, "attempt", op.Attempts)
+			if t.Lifecycle() {
+				// Rollback and delete: the confirmation is derived here, after the lease is
+				// validated; no artifact, runtime or observation belongs to them.
+				confirm, err := t.Confirmation(ctx)
+				if err != nil {
+					return nil, err
+				}
+				log.Info("lifecycle operation confirmed", "id", op.ID, "confirmation", confirm)
+				return json.Marshal(map[string]any{"fence": op.Fence, "lifecycle": op.Kind})
+			}
 			var p abirunner.ReconcilePayload
 			_ = json.Unmarshal(op.Payload, &p)
 			res := map[string]any{"fence": op.Fence}
@@ -77,6 +87,16 @@ func run() int {
 				}
 				res["digest"], res["bytes"] = art.Digest, len(art.Bytes)
 				log.Info("artifact staged", "id", op.ID, "digest", art.Digest, "bytes", len(art.Bytes))
+			}
+			if p.Protocol == abirunner.RuntimeProtocol {
+				// The runtime holds application secrets: only its shape is logged, nothing of it
+				// goes into the result.
+				rt, err := t.Runtime(ctx)
+				if err != nil {
+					return nil, fmt.Errorf("runtime: %w", err)
+				}
+				log.Info("runtime received", "id", op.ID, "services", len(rt.Services), "routes", len(rt.Ingress.Routes), "node", rt.Placement.NodeID)
+				res["runtime_services"] = len(rt.Services)
 			}
 			if p.Generation > 0 {
 				if err := t.Observe(ctx, p.Generation, p.Release, p.State); err != nil {

@@ -89,8 +89,8 @@ func (e Entry) validate() error {
 	if !labelRE.MatchString(e.Name) {
 		return fmt.Errorf("name %q is not a DNS label", e.Name)
 	}
-	if e.Kind != pluginapi.KindProvider && e.Kind != pluginapi.KindRuntime {
-		return fmt.Errorf("plugin %s: kind %q: want provider or runtime", e.Name, e.Kind)
+	if e.Kind != pluginapi.KindProvider && e.Kind != pluginapi.KindRuntime && e.Kind != pluginapi.KindNetwork {
+		return fmt.Errorf("plugin %s: kind %q: want provider, runtime or network", e.Name, e.Kind)
 	}
 	if e.Path == "" {
 		return fmt.Errorf("plugin %s: no path", e.Name)

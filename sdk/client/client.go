@@ -105,6 +105,11 @@ func (c *Client) doJSON(ctx context.Context, method, path string, in any, auth b
 // send builds and sends a request; it returns the response only for a 2xx
 // status, and the caller closes its body.
 func (c *Client) send(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType, accept string, auth bool) (*http.Response, error) {
+	return c.sendWith(ctx, method, path, query, body, contentType, accept, auth, nil)
+}
+
+// sendWith is send with extra request headers (nil: none).
+func (c *Client) sendWith(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType, accept string, auth bool, hdr http.Header) (*http.Response, error) {
 	target := c.base + apiPrefix + path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
@@ -123,6 +128,9 @@ func (c *Client) send(ctx context.Context, method, path string, query url.Values
 	}
 	req.Header.Set("Accept", accept+", application/problem+json")
 	req.Header.Set("User-Agent", c.userAgent)
+	for k, v := range hdr {
+		req.Header[http.CanonicalHeaderKey(k)] = v
+	}
 	if auth && c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}

@@ -58,6 +58,9 @@ type PlacementRequest struct {
 	Region           *string           `json:"region,omitempty"`
 	CapacityUnits    *int              `json:"capacity_units,omitempty"`
 	NodeRequirements *NodeRequirements `json:"node_requirements,omitempty"`
+	// Provider selects provider placement (the runner runs the runtime and receives it through the
+	// runtime call); only the first generation may set it.
+	Provider *bool `json:"provider,omitempty"`
 }
 
 // Placement is a project's desired placement as recorded.
@@ -72,6 +75,8 @@ type Placement struct {
 	NodeRequirements NodeRequirements `json:"node_requirements"`
 	NodeID           string           `json:"node_id,omitempty"`
 	Pinned           bool             `json:"pinned"`
+	Provider         bool             `json:"provider"`
+	Deleting         bool             `json:"deleting,omitempty"`
 	Status           string           `json:"status"`
 	Observed         *json.RawMessage `json:"observed,omitempty"`
 	UpdatedAt        time.Time        `json:"updated_at"`
@@ -192,6 +197,39 @@ func (c *Client) ListOperations(ctx context.Context, project string) ([]Operatio
 func (c *Client) GetOperation(ctx context.Context, id string) (*Operation, error) {
 	var out Operation
 	if err := c.do(ctx, http.MethodGet, "/operations/"+pathEscape(id), nil, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PlacementDeletion is where the project-delete workflow of DELETE /projects/{project}/placement
+// stands: Status "deleted", or "waiting_for_provider" (202) while the provider's delete operation
+// runs.
+type PlacementDeletion struct {
+	Project           string `json:"project"`
+	Status            string `json:"status"`
+	ProviderOperation string `json:"provider_operation,omitempty"`
+	ProviderState     string `json:"provider_state,omitempty"`
+	Revoked           int    `json:"revoked"`
+}
+
+// DeletePlacement runs the project-delete workflow of project's orchestration state (DELETE
+// /projects/{project}/placement): it holds the placement, waits for a provider's delete operation,
+// revokes the project's operations, removes the placement and then the project's fence sequence.
+// Call it again while Status is "waiting_for_provider". Errors: PROJECT_BUSY, PROJECT_LEASE_LOST.
+func (c *Client) DeletePlacement(ctx context.Context, project string) (*PlacementDeletion, error) {
+	var out PlacementDeletion
+	if err := c.do(ctx, http.MethodDelete, "/projects/"+pathEscape(project)+"/placement", nil, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RollbackPlacement enqueues the provider rollback of project's exact current generation (POST
+// /projects/{project}/placement/rollback); only for provider placements.
+func (c *Client) RollbackPlacement(ctx context.Context, project string) (*Operation, error) {
+	var out Operation
+	if err := c.doJSON(ctx, http.MethodPost, "/projects/"+pathEscape(project)+"/placement/rollback", struct{}{}, true, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

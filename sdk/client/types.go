@@ -116,8 +116,38 @@ type ServiceSpec struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// CapacityUnits is what one replica uses, in the operator's own units;
 	// admission policies may cap a project's total.
-	CapacityUnits    int    `json:"capacity_units,omitempty"`
-	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
+	CapacityUnits int `json:"capacity_units,omitempty"`
+	// PlacementMode is "portable" (the default) or "stateful": a stateful service has at most
+	// one replica, runs on one node at a time under a lease with a fencing token, and cannot
+	// change its mode later (docs/api.md "Leases").
+	PlacementMode string `json:"placement_mode,omitempty"`
+	// Lease configures the lease of a stateful service; nil means a local lease.
+	Lease            *LeaseSpec `json:"lease,omitempty"`
+	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
+	// Container is the container part of the spec (docs/api.md; docs/plugins.md section 3).
+	Container
+}
+
+// Container is what a service on the containerd runtime adds to its spec.
+// Runtime is "process" (also when empty) or "containerd". Image is pinned by
+// digest: "host/repo@sha256:<hex>", or "sha256:<hex>" naming an image of the
+// OCI image layout in Bundle (pushed with 'berth image push'); with an image,
+// Command may be empty (the image's entrypoint). MemoryMB (mebibytes) and
+// CPUMillis (thousandths of a CPU) limit each replica; zero means no limit.
+type Container struct {
+	Runtime   string `json:"runtime,omitempty"`
+	Image     string `json:"image,omitempty"`
+	User      string `json:"user,omitempty"`
+	MemoryMB  int64  `json:"memory_mb,omitempty"`
+	CPUMillis int64  `json:"cpu_millis,omitempty"`
+}
+
+// LeaseSpec is a stateful service's lease: Mode "local" (moves only when its node is declared
+// lost, acknowledged or revoked) or "expiring" (moves DurationMS + 2 margins after its holder went
+// silent; DurationMS at least 3000, default 15000).
+type LeaseSpec struct {
+	Mode       string `json:"mode,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
 }
 
 // Service is a stored service. BundleDigest is the pinned digest; Bundle is what
@@ -138,10 +168,15 @@ type Service struct {
 	// Labels and CapacityUnits are as in ServiceSpec.
 	Labels        map[string]string `json:"labels,omitempty"`
 	CapacityUnits int               `json:"capacity_units,omitempty"`
-	CreatedAt     time.Time         `json:"created_at"`
-	UpdatedAt     time.Time         `json:"updated_at"`
+	// PlacementMode and Lease are as in ServiceSpec (Lease is set for stateful services).
+	PlacementMode string     `json:"placement_mode,omitempty"`
+	Lease         *LeaseSpec `json:"lease,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
 	// Ready counts workloads that are running and healthy; filled on reads.
 	Ready int `json:"ready"`
+	// Container is as in ServiceSpec.
+	Container
 }
 
 // Workload is one slot of a service placed on a node.

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -391,16 +392,83 @@ type Task struct {
 	lease     abirunner.Lease
 }
 
+// NewTaskForTest returns the task of op, leased by node nodeID holding credential cred, outside an
+// agent loop: for tests of execute functions and of the control plane. Nothing renews its lease.
+func NewTaskForTest(c *Client, nodeID, cred string, op abirunner.Operation) *Task {
+	return &Task{Operation: op, agent: &Agent{c: c, cred: Credential{NodeID: nodeID, Token: cred}},
+		lease: abirunner.Lease{NodeID: nodeID, OperationID: op.ID, LeaseToken: op.LeaseToken, Fence: op.Fence}}
+}
+
 // Lease returns the lease the task runs under (its fence orders provider writes).
 func (t *Task) Lease() abirunner.Lease { return t.lease }
 
-// Artifact downloads and verifies the operation's artifact.
+// Lifecycle reports whether the task is a provider lifecycle operation (rollback or delete).
+func (t *Task) Lifecycle() bool {
+	return t.Operation.Kind == abirunner.KindRollback || t.Operation.Kind == abirunner.KindDelete
+}
+
+// Artifact downloads and verifies the operation's artifact. Errors: [ErrLifecycle] for a
+// lifecycle operation; as [Client.Artifact].
 func (t *Task) Artifact(ctx context.Context) (*Artifact, error) {
+	if t.Lifecycle() {
+		return nil, fmt.Errorf("runner: artifact of a %s operation: %w", t.Operation.Kind, ErrLifecycle)
+	}
 	return t.agent.c.Artifact(ctx, t.agent.cred.Token, t.lease)
 }
 
+// Runtime downloads the runtime capsule of a runtime reconcile operation (its canonical payload
+// names [abirunner.RuntimeProtocol]), verifies it again and binds it to the operation: the
+// capsule must name the operation's id, project and fence and the payload's release and
+// generation, or it is refused before the caller sees it. The capsule holds application secrets:
+// keep it in memory and out of results, observations and logs (docs/runner-protocol.md section
+// 6.2). Errors: [ErrLifecycle], [ErrRuntime], [ErrLeaseLost].
+func (t *Task) Runtime(ctx context.Context) (*abirunner.RuntimeCapsule, error) {
+	op := t.Operation
+	var p abirunner.ReconcilePayload
+	if op.Kind != abirunner.KindReconcile || json.Unmarshal(op.Payload, &p) != nil || p.Protocol != abirunner.RuntimeProtocol {
+		return nil, fmt.Errorf("runner: runtime of a %s operation that does not select it: %w", op.Kind, ErrLifecycle)
+	}
+	rb, err := t.agent.c.Runtime(ctx, t.agent.cred.Token, t.lease)
+	if err != nil {
+		return nil, err
+	}
+	var c abirunner.RuntimeCapsule
+	dec := json.NewDecoder(bytes.NewReader(rb.Bytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil || dec.More() {
+		return nil, fmt.Errorf("runner: runtime of %s: not a capsule: %w", op.ID, ErrRuntime)
+	}
+	if c.Version != 1 || c.OperationID != op.ID || c.ProjectID != op.ProjectID || c.Fence != op.Fence ||
+		c.Generation != p.Generation || c.Release != p.Release {
+		return nil, fmt.Errorf("runner: runtime of %s: the capsule is bound to another operation, project, release or generation: %w", op.ID, ErrRuntime)
+	}
+	return &c, nil
+}
+
+// Confirmation returns the confirmation of a lifecycle operation, derived here from the canonical
+// payload after the lease is validated with the control plane: "rollback <project> <generation>" or
+// "delete <project>". No caller-supplied text is used. Errors: [ErrLifecycle] for another kind or
+// a payload without a generation; [ErrLeaseLost].
+func (t *Task) Confirmation(ctx context.Context) (string, error) {
+	op := t.Operation
+	var p abirunner.LifecyclePayload
+	if !t.Lifecycle() || json.Unmarshal(op.Payload, &p) != nil || p.Generation < 1 {
+		return "", fmt.Errorf("runner: confirmation of a %s operation: %w", op.Kind, ErrLifecycle)
+	}
+	if _, err := t.agent.c.Renew(ctx, t.agent.cred.Token, t.lease); err != nil {
+		return "", fmt.Errorf("runner: confirmation of %s: %w", op.ID, err)
+	}
+	if op.Kind == abirunner.KindDelete {
+		return "delete " + op.ProjectID, nil
+	}
+	return fmt.Sprintf("rollback %s %d", op.ProjectID, p.Generation), nil
+}
+
 // Observe reports what the node runs for the operation's project (generation checked by the
-// control plane).
+// control plane). Errors: [ErrLifecycle] for a lifecycle operation.
 func (t *Task) Observe(ctx context.Context, generation int64, release, state string) error {
+	if t.Lifecycle() {
+		return fmt.Errorf("runner: observation of a %s operation: %w", t.Operation.Kind, ErrLifecycle)
+	}
 	return t.agent.c.Observe(ctx, t.agent.cred.Token, abirunner.ObserveRequest{Lease: t.lease, Generation: generation, Release: release, State: state})
 }

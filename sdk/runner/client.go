@@ -36,6 +36,13 @@ var (
 	// ErrArtifact is returned by Artifact when the answer's media type, length or digest is wrong,
 	// or the artifact exceeds the client's ceiling.
 	ErrArtifact = errors.New("berth: artifact refused")
+	// ErrRuntime is returned by Runtime when the answer's media type, length or digest is wrong,
+	// it exceeds the client's runtime ceiling, or the capsule is not bound to the operation's
+	// project, release, generation and fence.
+	ErrRuntime = errors.New("berth: runtime refused")
+	// ErrLifecycle is returned by a [Task]'s Artifact, Runtime and Observe for a rollback or delete
+	// operation, and by Confirmation for any other kind.
+	ErrLifecycle = errors.New("berth: not available for this operation kind")
 )
 
 // Problem is an error answer of the transport that is none of the sentinels above.
@@ -60,6 +67,9 @@ type ClientConfig struct {
 	Timeout time.Duration
 	// MaxArtifactBytes is the client's own artifact ceiling; zero means 512 MiB.
 	MaxArtifactBytes int64
+	// MaxRuntimeBytes is the client's own runtime ceiling, independent of the artifact's; zero
+	// means 1 GiB.
+	MaxRuntimeBytes int64
 	// HTTPClient replaces the transport (tests); its redirect policy is replaced: redirects are
 	// always refused. nil builds one from Fingerprint.
 	HTTPClient *http.Client
@@ -73,6 +83,7 @@ type Client struct {
 	hc      *http.Client
 	timeout time.Duration
 	maxArt  int64
+	maxRt   int64
 }
 
 // NewClient returns a Client. Errors: a malformed URL, a non-https URL outside loopback, or a
@@ -104,8 +115,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.MaxArtifactBytes <= 0 {
 		cfg.MaxArtifactBytes = 512 << 20
 	}
+	if cfg.MaxRuntimeBytes <= 0 {
+		cfg.MaxRuntimeBytes = 1 << 30
+	}
 	return &Client{base: strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/") + abirunner.Prefix,
-		hc: hc, timeout: cfg.Timeout, maxArt: cfg.MaxArtifactBytes}, nil
+		hc: hc, timeout: cfg.Timeout, maxArt: cfg.MaxArtifactBytes, maxRt: cfg.MaxRuntimeBytes}, nil
 }
 
 func loopback(host string) bool {
@@ -245,31 +259,59 @@ type Artifact struct {
 // exact Content-Length within the client's ceiling and a matching SHA-256 digest before it returns
 // bytes. Errors: [ErrLeaseLost], [ErrArtifact].
 func (c *Client) Artifact(ctx context.Context, cred string, l abirunner.Lease) (*Artifact, error) {
-	resp, cancel, err := c.post(ctx, abirunner.PathArtifact, cred, abirunner.ArtifactRequest{Lease: l})
+	digest, data, err := c.blob(ctx, abirunner.PathArtifact, cred, abirunner.ArtifactRequest{Lease: l}, abirunner.ArtifactMediaType, c.maxArt, ErrArtifact)
 	if err != nil {
 		return nil, err
+	}
+	return &Artifact{Digest: digest, Bytes: data}, nil
+}
+
+// RuntimeBytes is a verified runtime answer: the capsule's JSON and its digest. It holds
+// application secrets.
+type RuntimeBytes struct {
+	Digest string
+	Bytes  []byte
+}
+
+// Runtime downloads the runtime capsule of a leased runtime reconcile operation with the same
+// checks as [Client.Artifact] under the client's own runtime ceiling. It does not decode or bind
+// the capsule; [Task.Runtime] does. Errors: [ErrLeaseLost], [ErrRuntime].
+func (c *Client) Runtime(ctx context.Context, cred string, l abirunner.Lease) (*RuntimeBytes, error) {
+	digest, data, err := c.blob(ctx, abirunner.PathRuntime, cred, abirunner.RuntimeRequest{Lease: l}, abirunner.RuntimeMediaType, c.maxRt, ErrRuntime)
+	if err != nil {
+		return nil, err
+	}
+	return &RuntimeBytes{Digest: digest, Bytes: data}, nil
+}
+
+// blob posts in and returns a binary answer after checking its media type, its exact length
+// within max and its SHA-256 digest; refusals wrap refused.
+func (c *Client) blob(ctx context.Context, path, cred string, in any, mediaType string, max int64, refused error) (string, []byte, error) {
+	resp, cancel, err := c.post(ctx, path, cred, in)
+	if err != nil {
+		return "", nil, err
 	}
 	defer cancel()
 	defer resp.Body.Close()
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if mt != abirunner.ArtifactMediaType {
-		return nil, fmt.Errorf("runner: artifact: media type %q: %w", mt, ErrArtifact)
+	if mt != mediaType {
+		return "", nil, fmt.Errorf("runner: %s: media type %q: %w", path, mt, refused)
 	}
 	n, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
-	if err != nil || n < 0 || n > c.maxArt || resp.ContentLength != n {
-		return nil, fmt.Errorf("runner: artifact: length %q outside 0..%d: %w", resp.Header.Get("Content-Length"), c.maxArt, ErrArtifact)
+	if err != nil || n < 0 || n > max || resp.ContentLength != n {
+		return "", nil, fmt.Errorf("runner: %s: length %q outside 0..%d: %w", path, resp.Header.Get("Content-Length"), max, refused)
 	}
 	want := resp.Header.Get(abirunner.HeaderDigest)
 	data, err := io.ReadAll(io.LimitReader(resp.Body, n+1))
 	if err != nil {
-		return nil, fmt.Errorf("runner: artifact: read: %w", err)
+		return "", nil, fmt.Errorf("runner: %s: read: %w", path, err)
 	}
 	if int64(len(data)) != n {
-		return nil, fmt.Errorf("runner: artifact: got %d bytes, announced %d: %w", len(data), n, ErrArtifact)
+		return "", nil, fmt.Errorf("runner: %s: got %d bytes, announced %d: %w", path, len(data), n, refused)
 	}
 	sum := sha256.Sum256(data)
 	if got := "sha256:" + hex.EncodeToString(sum[:]); got != want {
-		return nil, fmt.Errorf("runner: artifact: content hashes to %s, announced %q: %w", got, want, ErrArtifact)
+		return "", nil, fmt.Errorf("runner: %s: content hashes to %s, announced %q: %w", path, got, want, refused)
 	}
-	return &Artifact{Digest: want, Bytes: data}, nil
+	return want, data, nil
 }

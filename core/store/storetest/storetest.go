@@ -46,8 +46,10 @@ const testTimeout = 2 * time.Minute
 func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 	t.Helper()
 	t.Run("Ping", func(t *testing.T) { testPing(t, open) })
-	t.Run("CompareAndSetOneWinner", func(t *testing.T) { testCompareAndSet(t, open) })
+	t.Run("CompareAndSetOneWinner", func(t *testing.T) { testCompareAndSet(t, open, false) })
+	t.Run("StoreCompareAndSetOneWinner", func(t *testing.T) { testCompareAndSet(t, open, true) })
 	t.Run("CompareAndSetErrors", func(t *testing.T) { testCompareAndSetErrors(t, open) })
+	t.Run("UpdateIfOneWinner", func(t *testing.T) { testUpdateIf(t, open) })
 	t.Run("IncExact", func(t *testing.T) { testInc(t, open) })
 	t.Run("NextSequenceNoGaps", func(t *testing.T) { testNextSequence(t, open) })
 	t.Run("UniqueIndex", func(t *testing.T) { testUniqueIndex(t, open) })
@@ -83,8 +85,9 @@ func testPing(t *testing.T, open func(t *testing.T) *store.Store) {
 }
 
 // testCompareAndSet: in each round, Workers goroutines try to move one document from revision 0
-// to 1; exactly one must succeed and all others must get ErrConflict.
-func testCompareAndSet(t *testing.T, open func(t *testing.T) *store.Store) {
+// to 1; exactly one must succeed and all others must get ErrConflict. method selects
+// [store.Store.UpdateIfRevision] over the package-level [store.UpdateIfRevision].
+func testCompareAndSet(t *testing.T, open func(t *testing.T) *store.Store, method bool) {
 	ctx := testContext(t)
 	s := open(t)
 	c := freshCollection(ctx, t, s, "storetest_cas")
@@ -101,7 +104,11 @@ func testCompareAndSet(t *testing.T, open func(t *testing.T) *store.Store) {
 			go func() {
 				defer wg.Done()
 				<-start
-				_, results[w] = store.UpdateIfRevision(ctx, c, round, 0, bson.M{"$set": bson.M{"holder": w}})
+				if method {
+					_, results[w] = s.UpdateIfRevision(ctx, c, round, 0, bson.M{"$set": bson.M{"holder": w}})
+				} else {
+					_, results[w] = store.UpdateIfRevision(ctx, c, round, 0, bson.M{"$set": bson.M{"holder": w}})
+				}
 			}()
 		}
 		close(start)
@@ -134,6 +141,71 @@ func testCompareAndSet(t *testing.T, open func(t *testing.T) *store.Store) {
 			t.Fatalf("round %d: document is revision %d held by %d; want revision 1 held by winner %d",
 				round, doc.Revision, doc.Holder, winner)
 		}
+	}
+}
+
+// testUpdateIf: Workers goroutines each move a counter from the value they
+// read to value+1 with [store.Store.UpdateIf], retrying on a miss; the final
+// value equals the number of successful moves (no lost or doubled update),
+// and conditions compare integers by value whatever their width.
+func testUpdateIf(t *testing.T, open func(t *testing.T) *store.Store) {
+	ctx := testContext(t)
+	s := open(t)
+	c := freshCollection(ctx, t, s, "storetest_updateif")
+	if _, err := c.InsertOne(ctx, bson.M{"_id": "ctr", "n": int32(0), "owner": "none"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.UpdateIf(ctx, c, "missing", bson.D{{Key: "n", Value: 0}}, bson.M{"$set": bson.M{"n": 1}}); ok || err != nil {
+		t.Fatalf("UpdateIf on a missing document: matched %v, err %v; want a miss", ok, err)
+	}
+	const perWorker = 20
+	var wg sync.WaitGroup
+	wins := make([]int, Workers)
+	errs := make(chan error, Workers)
+	for w := range Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for attempts := 0; wins[w] < perWorker && attempts < 100*perWorker; attempts++ {
+				var doc struct {
+					N int64 `bson:"n"`
+				}
+				if err := store.FindByID(ctx, c, "ctr", &doc); err != nil {
+					errs <- err
+					return
+				}
+				ok, err := s.UpdateIf(ctx, c, "ctr", bson.D{{Key: "n", Value: doc.N}, {Key: "owner", Value: "none"}},
+					bson.M{"$set": bson.M{"n": doc.N + 1}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					wins[w]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, n := range wins {
+		total += n
+	}
+	var doc struct {
+		N int64 `bson:"n"`
+	}
+	if err := store.FindByID(ctx, c, "ctr", &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.N != int64(total) {
+		t.Fatalf("counter is %d after %d successful compare-and-sets", doc.N, total)
+	}
+	if ok, _ := s.UpdateIf(ctx, c, "ctr", bson.D{{Key: "owner", Value: "someone"}}, bson.M{"$set": bson.M{"n": 0}}); ok {
+		t.Fatal("UpdateIf matched a document whose condition field differs")
 	}
 }
 

@@ -231,8 +231,27 @@ type StartRequest struct {
 	// Bytes; zero means 1 MiB.
 	LogMaxBytes int64 `protobuf:"varint,6,opt,name=log_max_bytes,json=logMaxBytes,proto3" json:"log_max_bytes,omitempty"`
 	// One of Capabilities.isolation_modes; empty means the first.
-	Isolation     string       `protobuf:"bytes,7,opt,name=isolation,proto3" json:"isolation,omitempty"`
-	Mutation      *v1.Mutation `protobuf:"bytes,8,opt,name=mutation,proto3" json:"mutation,omitempty"`
+	Isolation string       `protobuf:"bytes,7,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	Mutation  *v1.Mutation `protobuf:"bytes,8,opt,name=mutation,proto3" json:"mutation,omitempty"`
+	// Image of a container workload: a reference pinned to a digest
+	// ("registry/repo@sha256:<hex>") or a bare "sha256:<hex>" naming the
+	// manifest or index inside image_archive. Empty for process workloads.
+	Image string `protobuf:"bytes,9,opt,name=image,proto3" json:"image,omitempty"`
+	// Path on the node of a tar of an OCI image layout holding image; empty
+	// means pull image from its registry.
+	ImageArchive string `protobuf:"bytes,10,opt,name=image_archive,json=imageArchive,proto3" json:"image_archive,omitempty"`
+	// User the workload runs as: "uid", "uid:gid" or a name of the image;
+	// empty means the image's (or the driver's) default.
+	User string `protobuf:"bytes,11,opt,name=user,proto3" json:"user,omitempty"`
+	// Memory limit in bytes; zero means none.
+	MemoryBytes int64 `protobuf:"varint,12,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// CPU limit in thousandths of a CPU; zero means none.
+	CpuMillis int64 `protobuf:"varint,13,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
+	// Path of the network namespace the workload joins (made by the node's
+	// network plugin); empty means the node's own network namespace.
+	NetworkNamespace string `protobuf:"bytes,14,opt,name=network_namespace,json=networkNamespace,proto3" json:"network_namespace,omitempty"`
+	// Working directory inside the container; empty means the image's.
+	Cwd           string `protobuf:"bytes,15,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -321,6 +340,55 @@ func (x *StartRequest) GetMutation() *v1.Mutation {
 		return x.Mutation
 	}
 	return nil
+}
+
+func (x *StartRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *StartRequest) GetImageArchive() string {
+	if x != nil {
+		return x.ImageArchive
+	}
+	return ""
+}
+
+func (x *StartRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *StartRequest) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *StartRequest) GetCpuMillis() int64 {
+	if x != nil {
+		return x.CpuMillis
+	}
+	return 0
+}
+
+func (x *StartRequest) GetNetworkNamespace() string {
+	if x != nil {
+		return x.NetworkNamespace
+	}
+	return ""
+}
+
+func (x *StartRequest) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
 }
 
 type StartResponse struct {
@@ -1068,7 +1136,7 @@ const file_runtime_v1_runtime_proto_rawDesc = "" +
 	"\x05stats\x18\x04 \x01(\bR\x05stats\"6\n" +
 	"\x06Handle\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xeb\x02\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xbb\x04\n" +
 	"\fStartRequest\x12\x1f\n" +
 	"\vworkload_id\x18\x01 \x01(\tR\n" +
 	"workloadId\x12\x18\n" +
@@ -1078,7 +1146,16 @@ const file_runtime_v1_runtime_proto_rawDesc = "" +
 	"\blog_path\x18\x05 \x01(\tR\alogPath\x12\"\n" +
 	"\rlog_max_bytes\x18\x06 \x01(\x03R\vlogMaxBytes\x12\x1c\n" +
 	"\tisolation\x18\a \x01(\tR\tisolation\x125\n" +
-	"\bmutation\x18\b \x01(\v2\x19.berth.plugin.v1.MutationR\bmutation\x1a6\n" +
+	"\bmutation\x18\b \x01(\v2\x19.berth.plugin.v1.MutationR\bmutation\x12\x14\n" +
+	"\x05image\x18\t \x01(\tR\x05image\x12#\n" +
+	"\rimage_archive\x18\n" +
+	" \x01(\tR\fimageArchive\x12\x12\n" +
+	"\x04user\x18\v \x01(\tR\x04user\x12!\n" +
+	"\fmemory_bytes\x18\f \x01(\x03R\vmemoryBytes\x12\x1d\n" +
+	"\n" +
+	"cpu_millis\x18\r \x01(\x03R\tcpuMillis\x12+\n" +
+	"\x11network_namespace\x18\x0e \x01(\tR\x10networkNamespace\x12\x10\n" +
+	"\x03cwd\x18\x0f \x01(\tR\x03cwd\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +

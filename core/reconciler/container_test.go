@@ -1,0 +1,54 @@
+package reconciler
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/scheduler"
+	"github.com/berthhq/berth/core/services"
+)
+
+// TestBuildSpecContainer: a service's runtime picks the workload's driver,
+// and its container fields reach the node (memory in bytes).
+func TestBuildSpecContainer(t *testing.T) {
+	svc := &services.Service{ID: "svc_1", ProjectID: "prj_1", Project: "shop", Name: "web", Runtime: "containerd",
+		Image: "sha256:" + "ab", BundleDigest: "sha256:bundle", User: "1000", MemoryMB: 64, CPUMillis: 250}
+	proc := &services.Service{ID: "svc_2", ProjectID: "prj_1", Project: "shop", Name: "api", BundleDigest: "sha256:b2"}
+	spec := BuildSpec(&nodes.Node{ID: "nod_1"}, []services.Workload{{ID: "wl_1", ServiceID: "svc_1"}, {ID: "wl_2", ServiceID: "svc_2"}},
+		map[string]*services.Service{"svc_1": svc, "svc_2": proc}, nil)
+	if len(spec.Workloads) != 2 {
+		t.Fatalf("workloads = %+v", spec.Workloads)
+	}
+	c, p := spec.Workloads[0], spec.Workloads[1]
+	if c.Driver != "containerd" || c.Image != svc.Image || c.User != "1000" || c.MemoryBytes != 64<<20 || c.CPUMillis != 250 || c.BundleDigest != "sha256:bundle" {
+		t.Errorf("container workload = %+v", c)
+	}
+	if p.Driver != "process" || p.Image != "" || p.MemoryBytes != 0 {
+		t.Errorf("process workload = %+v", p)
+	}
+}
+
+// TestWithDriver: only nodes advertising a container runtime's driver are
+// schedulable for its services; the default runtime is placed as before.
+func TestWithDriver(t *testing.T) {
+	cands := []scheduler.Node{{ID: "a", Schedulable: true}, {ID: "b", Schedulable: true}, {ID: "c", Schedulable: true}, {ID: "d"}}
+	drivers := map[string][]string{"a": {"process"}, "b": {"containerd"}, "d": {"containerd"}}
+	sched := func(ns []scheduler.Node) (out []string) {
+		for _, n := range ns {
+			if n.Schedulable {
+				out = append(out, n.ID)
+			}
+		}
+		return out
+	}
+	if got := sched(withDriver(cands, drivers, "containerd")); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("containerd on %v; want [b] (d is not connected)", got)
+	}
+	if got := sched(withDriver(cands, drivers, "")); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("process on %v; want [a b c]", got)
+	}
+	if !cands[1].Schedulable {
+		t.Errorf("withDriver changed its input")
+	}
+}

@@ -1,0 +1,285 @@
+package slots
+
+import (
+	"slices"
+	"time"
+)
+
+// VerdictState is the state of a service's verdict (docs/reconciliation.md section 7).
+type VerdictState string
+
+// Verdict states.
+const (
+	// Converged: every desired replica runs its desired attempt, observed ready, and nothing is
+	// pending (a held or deleted service whose slots all settled is converged too).
+	Converged VerdictState = "converged"
+	// Converging: anything that is neither converged, waiting nor refused.
+	Converging VerdictState = "converging"
+	// Waiting: production waits on something named by Reason (failure-backoff, conflict, or a
+	// wait of the build).
+	Waiting VerdictState = "waiting"
+	// Refused: new work cannot be built or placed, for the reason named; stops and removals still
+	// proceed.
+	Refused VerdictState = "refused"
+)
+
+// Verdict is one service's production verdict about one spec revision.
+type Verdict struct {
+	SpecRevision int64        `json:"spec_revision" bson:"spec_revision"`
+	State        VerdictState `json:"state" bson:"state"`
+	// Reason names the wait or the refusal; "" for converged and converging.
+	Reason Reason `json:"reason,omitempty" bson:"reason,omitempty"`
+}
+
+// String returns "converged", "converging", "waiting(<reason>)" or "refused(<reason>)".
+func (v Verdict) String() string {
+	if v.Reason == "" {
+		return string(v.State)
+	}
+	return string(v.State) + "(" + string(v.Reason) + ")"
+}
+
+// VerdictChanged reports whether next differs from the stored verdict prev (nil: none stored), so
+// the caller writes the verdict, with its changed-at time, only when it moved.
+func VerdictChanged(prev *Verdict, next Verdict) bool {
+	return prev == nil || *prev != next
+}
+
+// ConflictVerdict returns the verdict to write when a commit of this sweep aborted with
+// [ErrConflict]: waiting(conflict) about v's spec revision, unless v is a refusal, which stands.
+// The next sweep decides again from fresh reads and replaces it.
+func ConflictVerdict(v Verdict) Verdict {
+	if v.State == Refused {
+		return v
+	}
+	return Verdict{SpecRevision: v.SpecRevision, State: Waiting, Reason: ReasonConflict}
+}
+
+// Blocker is why a service's new work cannot be built this sweep: the release it names is
+// missing, the platform cannot run it, or a wait of the build. While a blocker stands, steps with
+// a desire behind them are withheld ([Decision.NeedsBuild]); stops of unwanted slots and removals
+// still commit.
+type Blocker struct {
+	// Refused reports whether this is a refusal (true) or a wait (false).
+	Refused bool
+	Reason  Reason
+}
+
+// DesiredSlot is one replica the service desires, with its desired attempt key.
+type DesiredSlot struct {
+	Replica string
+	NodeID  string
+	// Key is [DesiredAttemptKey] for this replica on NodeID.
+	Key string
+}
+
+// ServiceInput is one consistent read of a service for [PlanService].
+type ServiceInput struct {
+	// SpecRevision is the spec revision the desire derives from (0: no spec).
+	SpecRevision int64
+	// Desired are the placed replicas the service desires, any order; empty for an empty desire.
+	Desired []DesiredSlot
+	// Unplaced counts replicas the desire wants but could not place yet ([DesireResult.Unplaced]).
+	Unplaced int
+	// Refused is the desire's own refusal ([DesireResult.Refused]), "" for none.
+	Refused Reason
+	// Blocker is set when the service's new work cannot be built this sweep.
+	Blocker *Blocker
+	// Slots are every slot row of the service, any order; more than [MaxReplicas] is refused as
+	// replica-limit and decides nothing.
+	Slots []Slot
+	// Now is the core's clock for this sweep.
+	Now time.Time
+}
+
+// SlotPlan is the decision for one slot of a service.
+type SlotPlan struct {
+	Replica string
+	// NodeID is the node the step is for: the desired node for a run, the slot's node otherwise.
+	NodeID string
+	// Input is what the decision read; the commit re-reads it fresh for [CheckCommit].
+	Input    Input
+	Decision Decision
+	// Withheld reports whether the step would act but is held back by the service's blocker.
+	Withheld bool
+}
+
+// Commits reports whether the caller commits this slot's step this sweep.
+func (p SlotPlan) Commits() bool { return p.Decision.Acts() && !p.Withheld }
+
+// Plan is [PlanService]'s outcome.
+type Plan struct {
+	// Slots holds one entry per existing slot and per desired replica without one, in replica
+	// order.
+	Slots   []SlotPlan
+	Verdict Verdict
+	// WakeAt is the earliest pending backoff end, when a sweep should run again without a hint;
+	// zero for none.
+	WakeAt time.Time
+}
+
+// PlanService decides every slot of one service for one sweep (docs/reconciliation.md section 5):
+// each slot through [DecideSlotTransition], drift one slot at a time (a drifted slot waits as
+// replacement-in-flight while another slot is between its stop and a successor observed ready, or
+// another slot begins a replacement this sweep; failed drifted slots go first), desire-backed
+// steps withheld under a blocker, and the verdict. Pure and deterministic: the order of in.Slots
+// and in.Desired does not matter. A replica listed twice in either, or a slot with Exists false,
+// decides nothing and refuses the service slot-invalid.
+//
+// The caller commits the slots whose [SlotPlan.Commits] holds, one at a time in the order given.
+// For each it reads the service again, calls PlanService over the fresh read, and passes the same
+// replica's fresh [SlotPlan.Input] to [CheckCommit]; committing the earlier slots of the same plan
+// never makes a later one conflict.
+func PlanService(in ServiceInput) Plan {
+	if len(in.Slots) > MaxReplicas {
+		return Plan{Verdict: Verdict{SpecRevision: in.SpecRevision, State: Refused, Reason: ReasonReplicaLimit}}
+	}
+	desired := make(map[string]DesiredSlot, len(in.Desired))
+	for _, d := range in.Desired {
+		if _, dup := desired[d.Replica]; dup {
+			return Plan{Verdict: Verdict{SpecRevision: in.SpecRevision, State: Refused, Reason: ReasonSlotInvalid}}
+		}
+		desired[d.Replica] = d
+	}
+	byReplica := make(map[string]Slot, len(in.Slots))
+	for _, s := range in.Slots {
+		if _, dup := byReplica[s.Replica]; dup || !s.Exists {
+			return Plan{Verdict: Verdict{SpecRevision: in.SpecRevision, State: Refused, Reason: ReasonSlotInvalid}}
+		}
+		byReplica[s.Replica] = s
+	}
+	names := make([]string, 0, len(byReplica)+len(desired))
+	for r := range byReplica {
+		names = append(names, r)
+	}
+	for r := range desired {
+		if _, ok := byReplica[r]; !ok {
+			names = append(names, r)
+		}
+	}
+	slices.SortFunc(names, compareReplicas)
+
+	plans := make([]SlotPlan, len(names))
+	inFlight := map[string]bool{}
+	for i, r := range names {
+		s, exists := byReplica[r]
+		if !exists {
+			s = Slot{Replica: r}
+		}
+		d, want := desired[r]
+		// A running slot on another node than its desire is unwanted there; once removed, its
+		// successor runs on the desired node.
+		if want && s.Exists && s.Generation == GenRun && s.NodeID != d.NodeID {
+			want = false
+		}
+		in := Input{Slot: s, Desired: want, Now: in.Now}
+		node := s.NodeID
+		if want {
+			in.DesiredKey = d.Key
+			node = d.NodeID
+		}
+		plans[i] = SlotPlan{Replica: r, NodeID: node, Input: in}
+		if InFlight(s, want, in.DesiredKey) {
+			inFlight[r] = true
+		}
+	}
+	// Drifted slots decide last, failed ones first, so at most one drift stops per sweep.
+	order := make([]int, len(plans))
+	for i := range order {
+		order[i] = i
+	}
+	rank := func(p SlotPlan) int {
+		s := p.Input.Slot
+		if !p.Input.Desired || !s.Exists || s.Generation != GenRun || s.Attempt.Key == p.Input.DesiredKey {
+			return 0
+		}
+		if s.Observed.Phase == PhaseRunning && s.Observed.Ready {
+			return 2
+		}
+		return 1
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return rank(plans[a]) - rank(plans[b]) })
+	chosen := ""
+	for _, i := range order {
+		p := &plans[i]
+		other := chosen != ""
+		for r := range inFlight {
+			if r != p.Replica {
+				other = true
+				break
+			}
+		}
+		p.Input.ReplacementInFlight = other
+		p.Decision = DecideSlotTransition(p.Input)
+		p.Withheld = in.Blocker != nil && p.Decision.Acts() && p.Decision.NeedsBuild()
+		// A drift, a failed desired slot that stops to be replaced, and the stop of a replica
+		// that moves node each begin a replacement: every drift decided after it waits.
+		_, moving := desired[p.Replica] // an undesired stop of a desired replica moves it to another node
+		if p.Commits() && (p.Decision.Case == CaseDrift || p.Decision.Case == CaseFailedElapsed || p.Decision.Case == CaseUndesired && moving) {
+			chosen = p.Replica
+		}
+	}
+	out := Plan{Slots: plans, Verdict: verdict(in, plans)}
+	for _, p := range plans {
+		if p.Decision.Case == CaseFailedWaiting && (out.WakeAt.IsZero() || p.Decision.RetryAt.Before(out.WakeAt)) {
+			out.WakeAt = p.Decision.RetryAt
+		}
+	}
+	return out
+}
+
+// verdict applies the precedence refused > waiting > converging > converged.
+func verdict(in ServiceInput, plans []SlotPlan) Verdict {
+	v := Verdict{SpecRevision: in.SpecRevision}
+	invalid, backoff, settled := false, false, true
+	for _, p := range plans {
+		switch p.Decision.Case {
+		case CaseInvalid:
+			invalid = true
+		case CaseFailedWaiting:
+			backoff = true
+		}
+		s := p.Input.Slot
+		switch p.Decision.Case {
+		case CaseSettled, CaseAbsent:
+		case CaseRunning:
+			if s.Observed.Phase != PhaseRunning || !s.Observed.Ready {
+				settled = false
+			}
+		default:
+			settled = false
+		}
+	}
+	switch {
+	case invalid:
+		v.State, v.Reason = Refused, ReasonSlotInvalid
+	case in.Refused != "":
+		v.State, v.Reason = Refused, in.Refused
+	case in.Blocker != nil && in.Blocker.Refused:
+		v.State, v.Reason = Refused, in.Blocker.Reason
+	case in.Blocker != nil:
+		v.State, v.Reason = Waiting, in.Blocker.Reason
+	case backoff:
+		v.State, v.Reason = Waiting, ReasonFailureBackoff
+	case settled && in.Unplaced == 0:
+		v.State = Converged
+	default:
+		v.State = Converging
+	}
+	return v
+}
+
+// ReasonSlotSettlementPending is the deletion finalizer's wait while a slot is not settled.
+const ReasonSlotSettlementPending Reason = "slot-settlement-pending"
+
+// SettlementPending returns ReasonSlotSettlementPending when any of slots has not reached its
+// removal with both receipts joined, and "" when every slot settled (or there are none): the
+// deletion finalizer removes a deleting service only then (docs/reconciliation.md section 9).
+func SettlementPending(slots []Slot) Reason {
+	for _, s := range slots {
+		if s.Exists && (s.Generation != GenRemove || s.Acked != GenRemove) {
+			return ReasonSlotSettlementPending
+		}
+	}
+	return ""
+}

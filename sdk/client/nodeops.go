@@ -1,0 +1,97 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/berthhq/berth/abi/node"
+)
+
+// WorkloadLogs is the answer of GET /api/v1/workloads/{id}/logs: the newest
+// lines of the workload's output, read by its node (docs/api.md). Detail
+// says when older lines were left out.
+type WorkloadLogs struct {
+	WorkloadID string         `json:"workload_id"`
+	NodeID     string         `json:"node_id"`
+	Lines      []node.LogLine `json:"lines"`
+	Detail     string         `json:"detail,omitempty"`
+}
+
+// WorkloadLogs asks the workload's node for its newest output; tail 0 means
+// as many lines as fit one answer (1 MiB). Errors carry the API's code
+// (unavailable when the node is not connected).
+func (c *Client) WorkloadLogs(ctx context.Context, workloadID string, tail int) (*WorkloadLogs, error) {
+	q := url.Values{}
+	if tail > 0 {
+		q.Set("tail", strconv.Itoa(tail))
+	}
+	var out WorkloadLogs
+	if err := c.do(ctx, http.MethodGet, "/workloads/"+url.PathEscape(workloadID)+"/logs", q, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// FollowWorkloadLogs streams the workload's output: the newest tail lines
+// (0: the node's default of 100), then new lines as they come, calling fn for
+// each until ctx ends, the stream ends, or fn returns an error (returned).
+// Errors also carry the API's code: stream_limit when the node's session
+// already carries its limit of streams.
+func (c *Client) FollowWorkloadLogs(ctx context.Context, workloadID string, tail int, fn func(node.LogLine) error) error {
+	return c.followLogs(ctx, "/workloads/"+url.PathEscape(workloadID)+"/logs", url.Values{}, tail, fn)
+}
+
+// FollowNodeLogs is FollowWorkloadLogs addressed to a node, for a workload
+// the core may no longer list (GET /api/v1/nodes/{id}/logs).
+func (c *Client) FollowNodeLogs(ctx context.Context, nodeID, workloadID string, tail int, fn func(node.LogLine) error) error {
+	return c.followLogs(ctx, "/nodes/"+url.PathEscape(nodeID)+"/logs", url.Values{"workload": {workloadID}}, tail, fn)
+}
+
+func (c *Client) followLogs(ctx context.Context, path string, q url.Values, tail int, fn func(node.LogLine) error) error {
+	q.Set("follow", "true")
+	if tail > 0 {
+		q.Set("tail", strconv.Itoa(tail))
+	}
+	resp, err := c.send(ctx, http.MethodGet, path, q, nil, "", "application/x-ndjson", true)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), node.MaxMessageBytes)
+	for sc.Scan() {
+		var l node.LogLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return fmt.Errorf("GET %s: decode a log line: %w", path, err)
+		}
+		if err := fn(l); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	return nil
+}
+
+// NodeMetrics asks a node for its metrics ring (the last 10 minutes, in
+// memory on the node): the node's samples and those of the named workloads.
+func (c *Client) NodeMetrics(ctx context.Context, nodeID string, workloadIDs ...string) (*node.Metrics, error) {
+	q := url.Values{}
+	for _, id := range workloadIDs {
+		q.Add("workload", id)
+	}
+	var out node.Metrics
+	if err := c.do(ctx, http.MethodGet, "/nodes/"+url.PathEscape(nodeID)+"/metrics", q, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
