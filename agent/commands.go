@@ -84,6 +84,9 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 		res := node.CommandResult{Status: "ok", Lines: lines}
 		if dropped {
 			res.Detail = "older lines were left out to fit the message limit"
+			if q.Tail > 0 && len(lines) == q.Tail {
+				res.Detail = fmt.Sprintf("the newest %d lines, as asked", q.Tail)
+			}
 		}
 		return res
 	case node.CommandFenceAck:

@@ -334,4 +334,7 @@ func (cl *cluster) checkLogsAndMetrics(t *testing.T, workloadID string) {
 	if err := json.Unmarshal([]byte(cl.cli(t, "node", "metrics", nodeID, "--workload", workloadID, "-o", "json")), &m); err != nil || m.IntervalS <= 0 {
 		t.Fatalf("berth node metrics: %+v %v", m, err)
 	}
+	if _, err := cl.c.NodeMetrics(context.Background(), "nod_unknown"); !errors.As(err, &apiErr) || apiErr.Problem.Code != "node_not_found" {
+		t.Fatalf("metrics of an unknown node: %v, want node_not_found", err)
+	}
 }

@@ -162,7 +162,7 @@ cat <<MSG
 
   A runner (docs/runner-protocol.md section 8), from another shell with the exports above:
     BERTH_RUNNER_REGISTRATION_TOKEN=\$(bin/berth runner enroll-token create --node example-runner -o json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p') \\
-      go run ./examples/runner --data-dir .berth-run/runner --once &
+      go run ./examples/runner --data-dir $RUN_DIR/runner --once &
     bin/berth placement set --release hello
     bin/berth operation list
 

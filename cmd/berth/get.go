@@ -14,7 +14,7 @@ func newGetCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get services|nodes|workloads|bundles|leases",
 		RunE:  groupRunE,
-		Short: "List services, nodes, workloads or bundles",
+		Short: "List services, nodes, workloads, bundles or leases",
 		Long: `get lists one kind of object as a table, or with -o json as a JSON array
 of the API's objects.`,
 		Example: `  berth get services --project shop
@@ -194,7 +194,9 @@ func newGetLeasesCmd(a *app) *cobra.Command {
 		Long: `leases lists the lease of every stateful service (docs/api.md "Leases"): the
 node holding it, its fencing token, its mode, and when it may move to another
 node (GATE: "never" for a local lease while held, "blocked" while a failed
-fence awaits 'berth node fence-ack').`,
+fence awaits 'berth node fence-ack', "deleted" for the lease of a deleted
+service, kept so that its last token stays on record). RESOURCE is the
+service id; granted_at in -o json is the last grant or renewal.`,
 		Example: `  berth get leases
   berth get leases -o json`,
 		Args: cobra.NoArgs,

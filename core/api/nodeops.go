@@ -14,6 +14,7 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/session"
 )
 
@@ -69,7 +70,20 @@ func (s *Server) nodeLogs(c echo.Context) error {
 	if !strings.HasPrefix(wl, "wl_") {
 		return problem(abierrors.ValidationFailed, "workload must name a workload id (wl_...)")
 	}
+	if err := s.knownNode(c.Request().Context(), c.Param("id")); err != nil {
+		return err
+	}
 	return s.logs(c, c.Param("id"), wl)
+}
+
+// knownNode answers node_not_found for an id no node has, so that a
+// mistyped id is not reported as a node that is away.
+func (s *Server) knownNode(ctx context.Context, id string) error {
+	_, err := s.cfg.Nodes.Get(ctx, id)
+	if errors.Is(err, nodes.ErrNotFound) {
+		return problem(abierrors.NodeNotFound, "no node "+id)
+	}
+	return err
 }
 
 // logs asks nodeID for workloadID's output, once or followed.
@@ -137,6 +151,9 @@ func (s *Server) logs(c echo.Context, nodeID, workloadID string) error {
 // workloads.
 func (s *Server) nodeMetrics(c echo.Context) error {
 	ctx := c.Request().Context()
+	if err := s.knownNode(ctx, c.Param("id")); err != nil {
+		return err
+	}
 	q := node.MetricsQuery{Node: true, WorkloadIDs: c.QueryParams()["workload"]}
 	raw, _ := json.Marshal(q)
 	res, err := s.cfg.NodeOps.Command(ctx, c.Param("id"), node.Command{Kind: node.CommandMetricsQuery, Params: raw})

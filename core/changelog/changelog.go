@@ -122,23 +122,9 @@ func (l *Log) notify() {
 
 // Head returns the newest entry's seq and hash: 0 and "" for an empty log.
 func (l *Log) Head(ctx context.Context) (int64, string, error) {
-	var h headDoc
-	err := l.heads.FindOne(ctx, bson.M{"_id": headID}).Decode(&h)
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-		// A log written before the head document existed: find its head
-		// once by sorting, then keep the hint.
-		var d doc
-		err := l.coll.FindOne(ctx, bson.M{}, options.FindOne().SetSort(bson.D{{Key: "_id", Value: -1}})).Decode(&d)
-		if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-			return 0, "", fmt.Errorf("changelog: read head: %w", err)
-		}
-		h = headDoc{ID: headID, Seq: d.Seq, Hash: d.Hash}
-		if _, err := l.heads.InsertOne(ctx, h); err != nil && !store.IsDuplicateKey(err) {
-			return 0, "", fmt.Errorf("changelog: store head: %w", err)
-		}
-	case err != nil:
-		return 0, "", fmt.Errorf("changelog: read head: %w", err)
+	h, err := l.hint(ctx)
+	if err != nil {
+		return 0, "", err
 	}
 	// Roll a lagging hint forward over entries stored after it.
 	for range maxAppendAttempts {
@@ -154,6 +140,30 @@ func (l *Log) Head(ctx context.Context) (int64, string, error) {
 	}
 	l.sawHead(h.Seq)
 	return h.Seq, h.Hash, nil
+}
+
+// hint reads the head hint document (creating it for a log written before
+// it existed). It may lag the entries: see [Log.Head].
+func (l *Log) hint(ctx context.Context) (headDoc, error) {
+	var h headDoc
+	err := l.heads.FindOne(ctx, bson.M{"_id": headID}).Decode(&h)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		// A log written before the head document existed: find its head
+		// once by sorting, then keep the hint.
+		var d doc
+		err := l.coll.FindOne(ctx, bson.M{}, options.FindOne().SetSort(bson.D{{Key: "_id", Value: -1}})).Decode(&d)
+		if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+			return headDoc{}, fmt.Errorf("changelog: read head: %w", err)
+		}
+		h = headDoc{ID: headID, Seq: d.Seq, Hash: d.Hash}
+		if _, err := l.heads.InsertOne(ctx, h); err != nil && !store.IsDuplicateKey(err) {
+			return headDoc{}, fmt.Errorf("changelog: store head: %w", err)
+		}
+	case err != nil:
+		return headDoc{}, fmt.Errorf("changelog: read head: %w", err)
+	}
+	return h, nil
 }
 
 // advanceHead moves the head hint from prev to e with one compare-and-set;
@@ -220,10 +230,25 @@ func (l *Log) Append(ctx context.Context, ch Change) (node.LogEntry, error) {
 		}
 		payload = raw
 	}
+	// The hint is read by a string _id, which the embedded store looks up
+	// by index; entries are keyed by integer seq, which it scans for. So
+	// the common append reads only the hint, and only a lost race (the hint
+	// lagged) pays for rolling it forward.
+	lagging := false
 	for range maxAppendAttempts {
-		seq, prev, err := l.Head(ctx)
-		if err != nil {
-			return node.LogEntry{}, err
+		var seq int64
+		var prev string
+		var err error
+		if lagging {
+			if seq, prev, err = l.Head(ctx); err != nil {
+				return node.LogEntry{}, err
+			}
+		} else {
+			h, herr := l.hint(ctx)
+			if herr != nil {
+				return node.LogEntry{}, herr
+			}
+			seq, prev = h.Seq, h.Hash
 		}
 		if prev == "" {
 			prev = node.ZeroHash
@@ -242,7 +267,8 @@ func (l *Log) Append(ctx context.Context, ch Change) (node.LogEntry, error) {
 		}
 		_, err = l.coll.InsertOne(ctx, doc{Seq: e.Seq, Hash: e.Hash, Body: string(body)})
 		if store.IsDuplicateKey(err) {
-			continue // another writer took this seq; Head rolls past it
+			lagging = true // another writer took this seq; Head rolls past it
+			continue
 		}
 		if err != nil {
 			return node.LogEntry{}, fmt.Errorf("changelog: store entry %d: %w", e.Seq, err)

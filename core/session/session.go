@@ -136,11 +136,13 @@ type conn struct {
 	// document; only the session's read loop touches them.
 	seenAt      time.Time
 	seenApplied int64
-	// reportedSet is the sorted, comma-joined workload ids of the last
-	// status_report checked for unreported workloads; reportedChecked says
-	// one was. Only the read loop touches them.
-	reportedSet     string
-	reportedChecked bool
+	// reportedIDs are the workload ids of the last status_report, and
+	// markedUnknown those this session already marked unknown (until
+	// reported again). Only the read loop touches them.
+	reportedIDs   []string
+	markedUnknown map[string]bool
+	// sentIDs are the workload ids of the last desired_state sent; mu guards it.
+	sentIDs []string
 }
 
 // seenWriteInterval bounds how often a session writes last_seen_at while
@@ -188,7 +190,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(drainLimit)
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{id: identity.NewID("ses_"), nodeID: n.ID, ws: ws, ctx: ctx, cancel: cancel,
+	c := &conn{id: identity.NewID("ses_"), nodeID: n.ID, ws: ws, ctx: ctx, cancel: cancel, markedUnknown: map[string]bool{},
 		waits: waiters{results: map[string]chan node.CommandResult{}, streams: map[string]*Stream{}}}
 	if n.Status == nodes.StatusRemoved {
 		defer cancel()
@@ -490,18 +492,38 @@ func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {
 	for _, w := range rep.Workloads {
 		reported = append(reported, w.WorkloadID)
 	}
-	// Only the node's own reports move a workload out of "creating", so a
-	// report naming the same set as the last one this session checked
-	// cannot leave a newly unreported workload: the store is not scanned.
-	slices.Sort(reported)
-	if set := strings.Join(reported, ","); !c.reportedChecked || set != c.reportedSet {
-		if gone, err := s.cfg.Catalog.MarkUnreported(ctx, c.nodeID, reported); err != nil {
-			s.log.Error("mark unreported workloads", "node_id", c.nodeID, "err", err)
-		} else {
-			c.reportedChecked, c.reportedSet = true, set
-			changed = changed || gone
+	// The candidates are what this session sent the node or heard it report:
+	// a workload the node never received nor reported is still "creating",
+	// which stays as it is. Reads and writes are by _id only.
+	c.mu.Lock()
+	sent := c.sentIDs
+	c.mu.Unlock()
+	now := make(map[string]bool, len(reported))
+	for _, id := range reported {
+		now[id] = true
+	}
+	var missing []string
+	for _, set := range [][]string{sent, c.reportedIDs} {
+		for _, id := range set {
+			if !now[id] && !c.markedUnknown[id] && !slices.Contains(missing, id) {
+				missing = append(missing, id)
+			}
 		}
 	}
+	if len(missing) > 0 {
+		if gone, err := s.cfg.Catalog.MarkUnreportedIDs(ctx, c.nodeID, missing); err != nil {
+			s.log.Error("mark unreported workloads", "node_id", c.nodeID, "err", err)
+		} else {
+			changed = changed || gone
+			for _, id := range missing {
+				c.markedUnknown[id] = true
+			}
+		}
+	}
+	for _, id := range reported {
+		delete(c.markedUnknown, id)
+	}
+	c.reportedIDs = reported
 	applied := rep.AppliedRev
 	s.seen(ctx, c, &applied)
 	if changed {
@@ -547,6 +569,10 @@ func (s *Server) sendDesired(ctx context.Context, c *conn, force bool) error {
 	}
 	c.sentRev = n.DesiredRev
 	c.handshook = true
+	c.sentIDs = make([]string, 0, len(ds.Spec.Workloads))
+	for _, w := range ds.Spec.Workloads {
+		c.sentIDs = append(c.sentIDs, w.WorkloadID)
+	}
 	s.log.Debug("desired state sent", "node_id", c.nodeID, "rev", n.DesiredRev, "workloads", len(ds.Spec.Workloads))
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 // embeddedServer is FerretDB running in this process over SQLite.
 type embeddedServer struct {
+	dir    string // the SQLite files
 	uri    string
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Run has returned and the SQLite backend is closed
@@ -44,7 +45,7 @@ func startEmbedded(dir string, log *slog.Logger) (*embeddedServer, error) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	srv := &embeddedServer{cancel: cancel, done: make(chan struct{})}
+	srv := &embeddedServer{dir: dir, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(srv.done)
 		_ = f.Run(ctx) // always nil; returns once ctx ends and the backend is closed

@@ -52,6 +52,10 @@ type Store struct {
 
 	server *embeddedServer // nil unless embedded
 
+	// stopIndexer ends the embedded store's _id indexer (idindex.go); nil
+	// when none runs.
+	stopIndexer func()
+
 	// casMu serialises UpdateIf on FerretDB (see [Store.UpdateIf]).
 	casMu sync.Mutex
 
@@ -139,7 +143,39 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	if s.embedded {
+		if err := s.startIDIndexer(ctx, cfg.Database); err != nil {
+			_ = s.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// startIDIndexer indexes the embedded store's existing tables for lookups by
+// _id before Open returns, and keeps indexing new ones until Close
+// (idindex.go).
+func (s *Store) startIDIndexer(ctx context.Context, database string) error {
+	x, err := openIDIndexer(s.server.dir, database, s.log)
+	if err != nil {
+		return err
+	}
+	if _, err := x.ensure(ctx); err != nil {
+		_ = x.close()
+		return err
+	}
+	ictx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		x.run(ictx)
+	}()
+	s.stopIndexer = func() {
+		cancel()
+		<-done
+		_ = x.close()
+	}
+	return nil
 }
 
 // detectFerretDB reports whether the server behind uri is FerretDB, using a short-lived
@@ -241,6 +277,9 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		if s.stopIndexer != nil {
+			s.stopIndexer()
+		}
 		if s.client != nil {
 			if err := s.client.Disconnect(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("store: disconnect: %w", err))
