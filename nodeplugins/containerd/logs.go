@@ -1,7 +1,6 @@
 package containerd
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/berthhq/berth/internal/logtrim"
 	"github.com/berthhq/berth/sdk/runtime"
 )
 
@@ -111,53 +111,9 @@ func (d *Driver) trimLogs(ctx context.Context) {
 			if err != nil || maxBytes <= 0 {
 				maxBytes = DefaultLogMaxBytes
 			}
-			if err := trimLog(labels[LabelLogPath], maxBytes); err != nil {
+			if err := logtrim.Trim(labels[LabelLogPath], maxBytes); err != nil {
 				d.log.Warn("could not trim workload log", "workload", c.ID(), "error", err)
 			}
 		}
 	}
-}
-
-// trimLog drops the oldest part of the file at path when it is larger than
-// maxBytes, keeping the newest maxBytes/2 bytes from the start of a line when
-// one begins in them. The shim keeps appending through its O_APPEND
-// descriptor; what it writes between the read of the tail and the truncation
-// is lost. A missing file is not an error.
-func trimLog(path string, maxBytes int64) error {
-	if path == "" {
-		return nil
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("open log: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("stat log: %w", err)
-	}
-	size := fi.Size()
-	if size <= maxBytes {
-		return nil
-	}
-	keep := maxBytes / 2
-	tail := make([]byte, keep)
-	n, err := f.ReadAt(tail, size-keep)
-	if err != nil && err != io.EOF {
-		return fmt.Errorf("read log: %w", err)
-	}
-	tail = tail[:n]
-	if i := bytes.IndexByte(tail, '\n'); i >= 0 && i+1 < len(tail) {
-		tail = tail[i+1:]
-	}
-	if err := f.Truncate(0); err != nil {
-		return fmt.Errorf("truncate log: %w", err)
-	}
-	if _, err := f.WriteAt(tail, 0); err != nil {
-		return fmt.Errorf("rewrite log: %w", err)
-	}
-	return nil
 }
