@@ -210,6 +210,23 @@ func (s *Server) runnerClaim(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
+// runnerOperation authenticates the runner node nodeID and checks that the
+// lease presented holds operation id, without changing it: the common start
+// of the observe, artifact and runtime calls (docs/runner-protocol.md
+// section 7). It returns the operation as stored and the lease holder for
+// the recheck after provider I/O; errors are already problems.
+func (s *Server) runnerOperation(c echo.Context, nodeID, id string, l abirunner.Lease) (*operations.Operation, operations.Holder, error) {
+	if _, err := s.runnerNode(c, nodeID); err != nil {
+		return nil, operations.Holder{}, err
+	}
+	h := holder(l)
+	op, err := s.cfg.Orchestration.Operations.Check(c.Request().Context(), id, h)
+	if err != nil {
+		return nil, operations.Holder{}, runnerError(err)
+	}
+	return op, h, nil
+}
+
 func holder(l abirunner.Lease) operations.Holder {
 	return operations.Holder{NodeID: l.NodeID, Token: l.LeaseToken, Fence: l.Fence}
 }
@@ -278,15 +295,12 @@ func (s *Server) runnerObserve(c echo.Context) error {
 	if err := runnerBind(c, &req); err != nil {
 		return err
 	}
-	if _, err := s.runnerNode(c, req.NodeID); err != nil {
+	op, _, err := s.runnerOperation(c, req.NodeID, req.OperationID, req.Lease)
+	if err != nil {
 		return err
 	}
 	o := s.cfg.Orchestration
 	ctx := c.Request().Context()
-	op, err := o.Operations.Check(ctx, req.OperationID, holder(req.Lease))
-	if err != nil {
-		return runnerError(err)
-	}
 	if lifecycleKind(op.Kind) {
 		return problem(abierrors.ValidationFailed, "lifecycle operations report no observation")
 	}
@@ -307,16 +321,12 @@ func (s *Server) runnerArtifact(c echo.Context) error {
 	if err := runnerBind(c, &req); err != nil {
 		return err
 	}
-	if _, err := s.runnerNode(c, req.NodeID); err != nil {
+	op, h, err := s.runnerOperation(c, req.NodeID, req.OperationID, req.Lease)
+	if err != nil {
 		return err
 	}
 	o := s.cfg.Orchestration
 	ctx := c.Request().Context()
-	h := holder(req.Lease)
-	op, err := o.Operations.Check(ctx, req.OperationID, h)
-	if err != nil {
-		return runnerError(err)
-	}
 	if lifecycleKind(op.Kind) {
 		return problem(abierrors.BundleNotFound, "lifecycle operations have no artifact")
 	}

@@ -99,16 +99,12 @@ func (s *Server) runnerRuntime(c echo.Context) error {
 	if err := runnerBind(c, &req); err != nil {
 		return err
 	}
-	if _, err := s.runnerNode(c, req.NodeID); err != nil {
+	op, h, err := s.runnerOperation(c, req.NodeID, req.OperationID, req.Lease)
+	if err != nil {
 		return err
 	}
 	o := s.cfg.Orchestration
 	ctx := c.Request().Context()
-	h := holder(req.Lease)
-	op, err := o.Operations.Check(ctx, req.OperationID, h)
-	if err != nil {
-		return runnerError(err)
-	}
 	var rp placement.ReconcilePayload
 	if op.Kind != placement.KindReconcile || json.Unmarshal(op.PayloadJSON(), &rp) != nil || rp.Protocol != placement.RuntimeProtocol {
 		return problem(abierrors.ValidationFailed, "the operation does not select the runtime call")

@@ -210,11 +210,18 @@ func (l *Log) remember(e node.LogEntry) {
 	}
 	l.tail[e.Seq] = e
 	if e.Seq > l.tailMax {
+		old := l.tailMax
 		l.tailMax = e.Seq
-		for seq := range l.tail {
-			if seq <= l.tailMax-tailSize {
-				delete(l.tail, seq)
+		if e.Seq-old >= tailSize { // a jump: everything held may have fallen out
+			for seq := range l.tail {
+				if seq <= l.tailMax-tailSize {
+					delete(l.tail, seq)
+				}
 			}
+			return
+		}
+		for seq := old - tailSize + 1; seq <= l.tailMax-tailSize; seq++ {
+			delete(l.tail, seq) // only the entries this move pushed out
 		}
 	}
 }
