@@ -44,7 +44,10 @@ cleanup() {
   if [ -n "${BERTH_TOKEN:-}" ]; then
     "$BIN/berth" delete service hello || true
     "$BIN/berth" delete service httpbin || true
-    for _ in $(seq 1 100); do
+    # Deletion is asynchronous: the slots stop and are removed against the
+    # node's receipts (a few sweeps), then the services disappear.
+    say "waiting for the services' workloads to stop (at most 60 s)"
+    for _ in $(seq 1 300); do
       n=$("$BIN/berth" get workloads -o json 2>/dev/null | grep -c '"id"' || true)
       [ "${n:-0}" = 0 ] && break
       sleep 0.2

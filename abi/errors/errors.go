@@ -93,7 +93,41 @@ const (
 	IdempotencyKeyRequired Code = "idempotency_key_required" // a request that creates an operation carried no Idempotency-Key header (400)
 )
 
+// Reconciliation codes (docs/reconciliation.md sections 1, 8, 9 and 10): a runtime spec write's
+// named refusals, with the dashes of their names as underscores.
+const (
+	Conflict                      Code = "conflict"                         // a spec write's expected_revision does not match what is stored (409)
+	ServiceDeleting               Code = "service_deleting"                 // the service is being deleted and accepts no writes (409)
+	NoPreviousRelease             Code = "no_previous_release"              // rollout undo of a service that never ran another release (409)
+	SpecOwnsPlacement             Code = "spec_owns_placement"              // a service update states replicas while an operator runtime spec owns them (409)
+	SpecNodeUnknown               Code = "spec_node_unknown"                // a pinned node id is not an enrolled, unretired node (422)
+	SpecReadinessTargetUndeclared Code = "spec_readiness_target_undeclared" // a tcp or http probe names a port the service does not declare (422)
+	SpecReadinessUnsupported      Code = "spec_readiness_unsupported"       // a tcp or http probe on an isolated network (422)
+	SpecPlacementInvalid          Code = "spec_placement_invalid"           // unknown placement mode or bad pinned node list (422)
+	SpecReplicasInvalid           Code = "spec_replicas_invalid"            // replica counts out of bounds or for the wrong placement (422)
+	SpecResourcesInvalid          Code = "spec_resources_invalid"           // memory or CPU out of bounds (422)
+	SpecReadinessInvalid          Code = "spec_readiness_invalid"           // unknown probe kind or timings out of bounds (422)
+	SpecNetworkInvalid            Code = "spec_network_invalid"             // unknown network mode (422)
+	NodeAlreadyRetired            Code = "node_already_retired"             // the node is retired, removed, or already retiring that way (409)
+	NodeStillReporting            Code = "node_still_reporting"             // a lost retirement of a node that still reports (409)
+)
+
 var statuses = map[Code]int{
+	Conflict:                      http.StatusConflict,
+	ServiceDeleting:               http.StatusConflict,
+	NoPreviousRelease:             http.StatusConflict,
+	SpecOwnsPlacement:             http.StatusConflict,
+	SpecNodeUnknown:               http.StatusUnprocessableEntity,
+	SpecReadinessTargetUndeclared: http.StatusUnprocessableEntity,
+	SpecReadinessUnsupported:      http.StatusUnprocessableEntity,
+	SpecPlacementInvalid:          http.StatusUnprocessableEntity,
+	SpecReplicasInvalid:           http.StatusUnprocessableEntity,
+	SpecResourcesInvalid:          http.StatusUnprocessableEntity,
+	SpecReadinessInvalid:          http.StatusUnprocessableEntity,
+	SpecNetworkInvalid:            http.StatusUnprocessableEntity,
+	NodeAlreadyRetired:            http.StatusConflict,
+	NodeStillReporting:            http.StatusConflict,
+
 	BadRequest:           http.StatusBadRequest,
 	UnsupportedMedia:     http.StatusUnsupportedMediaType,
 	BodyTooLarge:         http.StatusRequestEntityTooLarge,

@@ -16,10 +16,13 @@ func newDeleteCmd(a *app) *cobra.Command {
 	svc := &cobra.Command{
 		Use:     "service NAME",
 		Aliases: []string{"svc", "services"},
-		Short:   "Delete a service; its workloads are stopped",
-		Long: `service deletes one service of the project. Its workloads are stopped and
-removed by the nodes. With --expected-revision the delete happens only if the
-stored revision is still that one.`,
+		Short:   "Delete a service; its workloads are stopped, then it is removed",
+		Long: `service deletes one service of the project. The service is marked deleting at
+once: its routes are withdrawn and it accepts no writes. Its workloads are then
+stopped and removed by the nodes, and the service disappears once every node
+acknowledged that (berth get services shows it as deleting until then). With
+--expected-revision the delete happens only if the stored revision is still
+that one.`,
 		Example: `  berth delete service hello
   berth delete service hello --project shop --expected-revision 4`,
 		Args: cobra.ExactArgs(1),
@@ -35,7 +38,7 @@ stored revision is still that one.`,
 			if err := c.DeleteService(cmd.Context(), s.Project, args[0], rev); err != nil {
 				return fmt.Errorf("delete service %s/%s: %w", s.Project, args[0], err)
 			}
-			fmt.Fprintf(a.stdout, "service %s/%s deleted\n", s.Project, args[0])
+			fmt.Fprintf(a.stdout, "service %s/%s deleting: its workloads stop, then it is removed\n", s.Project, args[0])
 			return nil
 		},
 	}

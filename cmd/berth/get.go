@@ -12,16 +12,17 @@ import (
 
 func newGetCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "get services|nodes|workloads|bundles|leases",
+		Use:   "get services|nodes|workloads|slots|bundles|leases",
 		RunE:  groupRunE,
-		Short: "List services, nodes, workloads, bundles or leases",
+		Short: "List services, nodes, workloads, a service's slots, bundles or leases",
 		Long: `get lists one kind of object as a table, or with -o json as a JSON array
 of the API's objects.`,
 		Example: `  berth get services --project shop
   berth get nodes -o json
-  berth get workloads --all-projects`,
+  berth get workloads --all-projects
+  berth get slots hello`,
 	}
-	cmd.AddCommand(newGetServicesCmd(a), newGetNodesCmd(a), newGetWorkloadsCmd(a), newGetBundlesCmd(a), newGetLeasesCmd(a))
+	cmd.AddCommand(newGetServicesCmd(a), newGetNodesCmd(a), newGetWorkloadsCmd(a), newGetSlotsCmd(a), newGetBundlesCmd(a), newGetLeasesCmd(a))
 	return cmd
 }
 
@@ -62,7 +63,12 @@ func newGetServicesCmd(a *app) *cobra.Command {
 		Aliases: []string{"service", "svc"},
 		Short:   "List the services of a project",
 		Long: `services lists the services of the project with their revision, replicas
-(desired and ready), domains, pinned bundle digest and age.`,
+(desired and ready), verdict, domains, pinned bundle digest and age.
+
+VERDICT is the service's production verdict (docs/reconciliation.md section 7):
+converged, converging, waiting(reason) or refused(reason); "-" before one was
+decided. A service being deleted shows "deleting" beside it: its slots are
+settling, and it disappears once they have.`,
 		Example: `  berth get services
   berth get svc --project shop -o json`,
 		Args: cobra.NoArgs,
@@ -79,14 +85,80 @@ func newGetServicesCmd(a *app) *cobra.Command {
 				return printJSON(a.stdout, items)
 			}
 			tw := newTable(a.stdout)
-			row(tw, "NAME", "REVISION", "REPLICAS", "READY", "DOMAINS", "BUNDLE", "AGE")
+			row(tw, "NAME", "REVISION", "REPLICAS", "READY", "VERDICT", "DOMAINS", "BUNDLE", "AGE")
 			for _, v := range items {
-				row(tw, v.Name, v.Revision, v.Replicas, fmt.Sprintf("%d/%d", v.Ready, v.Replicas),
+				row(tw, v.Name, v.Revision, v.Replicas, fmt.Sprintf("%d/%d", v.Ready, v.Replicas), verdictCell(v),
 					joinOrDash(v.Domains), shortDigest(v.BundleDigest), a.since(v.CreatedAt))
 			}
 			return tw.Flush()
 		},
 	}
+}
+
+// verdictCell is a service's VERDICT: the verdict's String, "-" when none was decided, and
+// "deleting" beside it (or alone) while the service is being deleted.
+func verdictCell(v client.Service) string {
+	switch {
+	case v.Verdict == nil && v.Deleting:
+		return "deleting"
+	case v.Verdict == nil:
+		return "-"
+	case v.Deleting:
+		return v.Verdict.String() + ",deleting"
+	default:
+		return v.Verdict.String()
+	}
+}
+
+func newGetSlotsCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "slots SERVICE",
+		Aliases: []string{"slot"},
+		Short:   "List the replica slots of a service",
+		Long: `slots lists the service's replica slots in replica order (docs/reconciliation.md
+section 3): for each, its node and workload, the disposition committed
+for its attempt (run, stop or remove), the stop and remove receipts its node
+returned (out of 2), the phase and readiness the node last reported, whether it
+runs the service's current desired attempt, whether its node has been delivered
+the disposition yet, and how long ago it was observed. -o json prints the API's
+slot objects, with the attempt id and the node's message of a failed run.`,
+		Example: `  berth get slots hello
+  berth get slots hello --project shop -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			items, err := c.ServiceSlots(cmd.Context(), s.Project, args[0])
+			if err != nil {
+				return fmt.Errorf("list slots of %s/%s: %w", s.Project, args[0], err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, items)
+			}
+			tw := newTable(a.stdout)
+			row(tw, "REPLICA", "NODE", "WORKLOAD", "DISPOSITION", "RECEIPTS", "PHASE", "READY", "CURRENT", "DELIVERY", "AGE")
+			for _, v := range items {
+				observed := "-"
+				if v.Observation.ObservedAt != nil {
+					observed = a.since(*v.Observation.ObservedAt)
+				}
+				row(tw, v.Replica, orDash(v.NodeID), orDash(v.WorkloadID), orDash(v.Disposition),
+					fmt.Sprintf("%d/2", v.TerminalReceipts), orDash(v.Observation.Phase), yesNo(v.Observation.Ready),
+					yesNo(v.Current), orDash(v.Delivery), observed)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// yesNo formats a boolean for a table cell.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 func newGetNodesCmd(a *app) *cobra.Command {

@@ -448,9 +448,9 @@ func TestCommandsAgainstServer(t *testing.T) {
 
 	// get services: table and JSON.
 	out = c.ok("", "get", "services")
-	wantTable := "NAME     REVISION   REPLICAS   READY   DOMAINS             BUNDLE                AGE\n" +
-		"hello    2          2          0/2     hello.example.com   sha256:0123456789ab   3h\n" +
-		"worker   1          1          0/1     -                   sha256:0123456789ab   3h\n"
+	wantTable := "NAME     REVISION   REPLICAS   READY   VERDICT   DOMAINS             BUNDLE                AGE\n" +
+		"hello    2          2          0/2     -         hello.example.com   sha256:0123456789ab   3h\n" +
+		"worker   1          1          0/1     -         -                   sha256:0123456789ab   3h\n"
 	if out != wantTable {
 		t.Errorf("get services:\n%s\nwant:\n%s", out, wantTable)
 	}
@@ -489,7 +489,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 	}
 
 	// delete, then the service is gone and errors carry the API's message.
-	if out := c.ok("", "delete", "service", "worker"); out != "service default/worker deleted\n" {
+	if out := c.ok("", "delete", "service", "worker"); out != "service default/worker deleting: its workloads stop, then it is removed\n" {
 		t.Errorf("delete output %q", out)
 	}
 	_, errOut, code = c.run("", "describe", "service", "worker")
@@ -576,13 +576,18 @@ func TestUsageErrors(t *testing.T) {
 		{"nosuch"},
 		{"get", "nosuch"},
 		{"apply"},
+		{"rollout", "nosuch"},
+		{"rollout", "status"},
+		{"spec", "set", "hello"},
 	} {
 		_, errOut, code := c.run("", args...)
 		if code != 1 || !strings.HasPrefix(errOut, "error: ") || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("berth %v: exit %d stderr %q", args, code, errOut)
 		}
 	}
-	for _, args := range [][]string{{"--help"}, {"apply", "--help"}, {"bundle", "push", "--help"}, {"join-token", "create", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"apply", "--help"}, {"bundle", "push", "--help"}, {"join-token", "create", "--help"},
+		{"rollout", "status", "--help"}, {"rollout", "undo", "--help"}, {"spec", "get", "--help"}, {"spec", "set", "--help"},
+		{"get", "slots", "--help"}, {"node", "retire", "--help"}} {
 		out := c.ok("", args...)
 		if !strings.Contains(out, "Examples:") {
 			t.Errorf("berth %v has no examples:\n%s", args, out)

@@ -8,7 +8,7 @@ import (
 
 func newNodeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "node remove|lost|fence-ack|metrics ID",
+		Use:   "node remove|retire|lost|fence-ack|metrics ID",
 		RunE:  groupRunE,
 		Short: "Manage enrolled nodes",
 	}
@@ -38,7 +38,61 @@ Needs the human-only scope node:remove.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(remove, newNodeLostCmd(a), newNodeFenceAckCmd(a), newNodeMetricsCmd(a))
+	cmd.AddCommand(remove, newNodeRetireCmd(a), newNodeLostCmd(a), newNodeFenceAckCmd(a), newNodeMetricsCmd(a))
+	return cmd
+}
+
+func newNodeRetireCmd(a *app) *cobra.Command {
+	var disposition string
+	cmd := &cobra.Command{
+		Use:   "retire NODE_ID [--disposition withdrawn|lost]",
+		Short: "Retire a node from placement; its replicas move to other nodes",
+		Long: `retire takes the node out of placement for good: nothing new is placed on
+it, and the replicas it holds are placed elsewhere (docs/reconciliation.md
+section 5). How its slots are let go depends on --disposition:
+
+  withdrawn  (default) the node is still there: its slots are stopped and
+             removed against the node's own receipts, as any stop is, and the
+             node is retired once nothing is owed ("retiring", waiting on
+             slot-settlement-pending, until then). A node that never answers
+             keeps this waiting.
+  lost       the node is gone: its slots are released at once, without
+             receipts. Refused with node_still_reporting while the node still
+             reports; make sure it is powered off or cut off first, or its
+             workloads would run twice.
+
+The answer shows the retirement's state (retiring or retired), what it waits
+on, and how many slots it covers. Also refused with node_not_found and
+node_already_retired.`,
+		Example: `  berth node retire nod_01JC9Y2M4Q7V8B1N6T3R5K9XZP
+  berth node retire nod_01JC9Y2M4Q7V8B1N6T3R5K9XZP --disposition lost`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch disposition {
+			case "withdrawn", "lost":
+			default:
+				return fmt.Errorf("--disposition %q: want withdrawn or lost", disposition)
+			}
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			out, err := c.RetireNode(cmd.Context(), args[0], disposition)
+			if err != nil {
+				return fmt.Errorf("retire node %s (%s): %w", args[0], disposition, err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, out)
+			}
+			wait := ""
+			if out.Wait != "" {
+				wait = ", waiting on " + out.Wait
+			}
+			fmt.Fprintf(a.stdout, "node %s %s (%s)%s, %d slot(s)\n", args[0], out.State, orDash(out.Disposition), wait, out.Slots)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&disposition, "disposition", "withdrawn", "withdrawn (stop and remove its slots first) or lost (release them at once)")
 	return cmd
 }
 

@@ -100,6 +100,8 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newApplyCmd(a),
 		newGetCmd(a),
 		newDescribeCmd(a),
+		newRolloutCmd(a),
+		newSpecCmd(a),
 		newDeleteCmd(a),
 		newJoinTokenCmd(a),
 		newNodeCmd(a),

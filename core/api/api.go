@@ -26,6 +26,7 @@ import (
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
+	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/services"
 )
 
@@ -89,6 +90,9 @@ type Config struct {
 	// Leases serves /leases, /nodes/{id}/lost, /nodes/{id}/fence and /nodes/{id}/fence-ack, and
 	// supersedes a removed node's leases (leases.go); nil leaves the routes out.
 	Leases *fencing.Authority
+	// Runtime holds runtime specs, slots and verdicts (docs/reconciliation.md); nil opens one
+	// over the Catalog's store.
+	Runtime *rollout.Store
 	// Guard checks fenced shared-storage writes (bundle uploads with the fencing headers); nil
 	// refuses such writes as unavailable.
 	Guard *fencing.Guard
@@ -97,6 +101,7 @@ type Config struct {
 // Server is the API's HTTP handler.
 type Server struct {
 	cfg      Config
+	runtime  *rollout.Store
 	log      *slog.Logger
 	e        *echo.Echo
 	requests *prometheus.CounterVec
@@ -113,7 +118,10 @@ func New(cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api")}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), runtime: cfg.Runtime}
+	if s.runtime == nil {
+		s.runtime = rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil)
+	}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_api_requests_total", Help: "API requests by route and status code.",
 	}, []string{"route", "code"})
@@ -162,6 +170,7 @@ func New(cfg Config) *Server {
 	v1.GET("/projects/:project/services/:name", s.getService, s.auth(identity.ScopeServicesRead))
 	v1.DELETE("/projects/:project/services/:name", s.deleteService, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
+	s.registerRollout(v1)
 	v1.GET("/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/bundles", s.listBundles, s.auth(identity.ScopeServicesRead))

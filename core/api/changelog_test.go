@@ -30,7 +30,7 @@ func TestChangelogRecordsServiceChanges(t *testing.T) {
 	if code, out := f.json("PUT", "/api/v1/projects/default/services/web", spec); code != 200 {
 		t.Fatalf("update: %d %v", code, out)
 	}
-	if code, out := f.json("DELETE", "/api/v1/projects/default/services/web", nil); code != 204 {
+	if code, out := f.json("DELETE", "/api/v1/projects/default/services/web", nil); code != 202 {
 		t.Fatalf("delete: %d %v", code, out)
 	}
 	code, out := f.json("GET", "/api/v1/changelog?from_seq=1", nil)

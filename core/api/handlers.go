@@ -15,7 +15,9 @@ import (
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/sdk/bundle"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -32,6 +34,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
 		Labels: s.Labels, CapacityUnits: s.CapacityUnits, PlacementMode: services.PlacementPortable,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis},
+		Deleting:  s.Deleting,
 	}
 	if s.Stateful() {
 		out.PlacementMode = services.PlacementStateful
@@ -128,6 +131,8 @@ func serviceError(err error) error {
 		return abierrors.Wrap(abierrors.AlreadyExists, trimSentinel(err), nil)
 	case errors.Is(err, services.ErrPlacementModeImmutable):
 		return abierrors.Wrap(abierrors.PlacementModeImmutable, trimSentinel(err), nil)
+	case errors.Is(err, services.ErrServiceDeleting):
+		return abierrors.Wrap(abierrors.ServiceDeleting, trimSentinel(err), nil)
 	}
 	return err
 }
@@ -200,12 +205,20 @@ func (s *Server) putService(c echo.Context) error {
 	if spec.Replicas != nil {
 		svc.Replicas = *spec.Replicas
 	}
+	if err := s.checkSpecOwnership(c, p, svc, spec.Replicas != nil); err != nil {
+		return err
+	}
 	if err := s.admitService(c, p, svc); err != nil {
 		return err
 	}
 	out, created, err := s.cfg.Catalog.PutService(ctx, p, svc, spec.ExpectedRevision)
 	if err != nil {
 		return serviceError(err)
+	}
+	if !out.Stateful() {
+		if _, err := s.runtime.EnsureDerivedSpec(ctx, out); err != nil {
+			return err
+		}
 	}
 	s.log.Info("service applied", "project", p.Name, "service", name, "revision", out.Revision, "replicas", out.Replicas, "bundle", out.BundleDigest)
 	op := node.OpUpdate
@@ -244,7 +257,11 @@ func (s *Server) getService(c echo.Context) error {
 			n++
 		}
 	}
-	return c.JSON(http.StatusOK, toAPIService(svc, n))
+	out := toAPIService(svc, n)
+	if out.Verdict, err = s.views().VerdictOf(ctx, svc.ID); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 func (s *Server) listServices(c echo.Context) error {
@@ -269,7 +286,11 @@ func (s *Server) listServices(c echo.Context) error {
 	}
 	out := client.List[client.Service]{Items: []client.Service{}}
 	for i := range svcs {
-		out.Items = append(out.Items, toAPIService(&svcs[i], readyBy[svcs[i].ID]))
+		a := toAPIService(&svcs[i], readyBy[svcs[i].ID])
+		if a.Verdict, err = s.views().VerdictOf(ctx, svcs[i].ID); err != nil {
+			return err
+		}
+		out.Items = append(out.Items, a)
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -293,14 +314,37 @@ func (s *Server) deleteService(c echo.Context) error {
 	if err := s.admitDelete(c, p, c.Param("name")); err != nil {
 		return err
 	}
-	gone, err := s.cfg.Catalog.RemoveService(c.Request().Context(), p, c.Param("name"), expected)
+	gone, err := s.cfg.Catalog.MarkDeleting(c.Request().Context(), p, c.Param("name"), expected)
 	if err != nil {
 		return serviceError(err)
 	}
-	s.log.Info("service deleted", "project", p.Name, "service", c.Param("name"))
+	s.log.Info("service deleting: its routes are withdrawn and its slots settle before it is removed", "project", p.Name, "service", c.Param("name"))
 	s.recordChange(c, "service", gone.ID, node.OpDelete, nil)
 	s.cfg.Hinter.Hint("service.deleted")
-	return c.NoContent(http.StatusNoContent)
+	return c.JSON(http.StatusAccepted, toAPIService(gone, 0))
+}
+
+// checkSpecOwnership refuses a service update that states replicas while an operator runtime
+// spec owns placement (docs/reconciliation.md section 1: spec-owns-placement), and one whose port
+// would leave the spec's probe naming an undeclared port.
+func (s *Server) checkSpecOwnership(c echo.Context, p *services.Project, svc *services.Service, statesReplicas bool) error {
+	ctx := c.Request().Context()
+	cur, err := s.cfg.Catalog.GetService(ctx, p, svc.Name)
+	if errors.Is(err, services.ErrServiceNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	d, err := s.runtime.Spec(ctx, cur.ID)
+	if err != nil || d == nil || d.Source != rollout.SourceOperator {
+		return err
+	}
+	sp := d.Spec
+	if err := slots.CheckServiceUpdate(&sp, statesReplicas, []int{svc.Port}); err != nil {
+		return refusalError(err)
+	}
+	svc.Replicas = cur.Replicas
+	return nil
 }
 
 func (s *Server) listWorkloads(c echo.Context) error {

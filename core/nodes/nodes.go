@@ -82,7 +82,17 @@ type Node struct {
 	FenceAcked []string `bson:"fence_acked,omitempty"`
 	// FenceRev guards the three fence fields above; it increases by one on each change.
 	FenceRev int64 `bson:"fence_rev,omitempty"`
+	// Retirement is the node's retirement from placement, nil while it is a member
+	// (docs/reconciliation.md section 10).
+	Retirement *Retirement `bson:"retirement,omitempty"`
+	// RetirementDisposition mirrors Retirement.Disposition as a top-level field, the
+	// compare-and-set guard of retirement writes.
+	RetirementDisposition string `bson:"retirement_disposition,omitempty"`
 }
+
+// Member reports whether n takes part in placement: enrolled, not removed and not retiring.
+// An offline node stays a member.
+func (n *Node) Member() bool { return n.Status != StatusRemoved && n.Retirement == nil }
 
 // FenceFailure is one failed self-fence recorded on a node (docs/node-protocol.md section 8.5):
 // the lease, its token and the workloads that may still run.

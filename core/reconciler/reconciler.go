@@ -21,9 +21,11 @@ import (
 	abiroutes "github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/scheduler"
 	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/core/store"
 )
 
@@ -66,9 +68,14 @@ type Config struct {
 	// LeaseSender delivers grants and revokes the reconciler decides; nil sends none (nodes
 	// learn at their next session).
 	LeaseSender LeaseSender
-	Logger      *slog.Logger
-	// Interval is the period of the timer pass; zero means 5 s.
-	Interval time.Duration
+	// Rollout produces the slots and workloads of portable services (docs/reconciliation.md);
+	// nil builds one over the Catalog's store with the Admit policy.
+	Rollout *rollout.Producer
+	Logger  *slog.Logger
+	// Sweep sets the pass timing (docs/reconciliation.md section 6): quiet 1 s after the last
+	// hint, at the latest 30 s after the last pass, never sooner than 5 s after it (zero fields
+	// take these defaults).
+	Sweep slots.SweepConfig
 }
 
 // DeployAdmitter decides whether slot of service s may start on node n.
@@ -77,7 +84,8 @@ type DeployAdmitter interface {
 	AdmitDeploy(ctx context.Context, s *services.Service, slot int, n *nodes.Node) (allowed bool, reasons []string, err error)
 }
 
-// Reconciler runs passes one at a time: on a hint (coalesced) and on a timer.
+// Reconciler runs passes one at a time, scheduled by a [slots.Sweeper]: after hints went quiet,
+// at the latest a period after the last pass, and when a failure backoff ends.
 type Reconciler struct {
 	cfg   Config
 	log   *slog.Logger
@@ -103,13 +111,18 @@ func New(cfg Config) *Reconciler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = 5 * time.Second
+	if cfg.Rollout == nil {
+		rc := rollout.Config{Store: rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil), Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger}
+		if cfg.Admit != nil {
+			rc.Admit = cfg.Admit
+		}
+		cfg.Rollout = rollout.NewProducer(rc)
 	}
 	return &Reconciler{cfg: cfg, log: cfg.Logger.With("component", "reconciler"), hints: make(chan struct{}, 1)}
 }
 
-// Hint asks for a pass soon. It never blocks; hints during a pass earn one follow-up pass.
+// Hint records a committed change and asks for a pass once hints are quiet. It never blocks;
+// hints during a pass earn exactly one follow-up pass.
 func (r *Reconciler) Hint(reason string) {
 	select {
 	case r.hints <- struct{}{}:
@@ -118,21 +131,48 @@ func (r *Reconciler) Hint(reason string) {
 	}
 }
 
-// Run passes until ctx ends. A failed pass is logged and retried on the next
-// hint or tick.
+// Run passes until ctx ends, the first at once, then as the [slots.Sweeper] schedules them and
+// when a failure backoff a pass reported ends. A failed pass is logged and retried by the next.
 func (r *Reconciler) Run(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Interval)
-	defer t.Stop()
+	sw := slots.NewSweeper(r.cfg.Sweep, time.Now())
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var wakeAt time.Time // the earliest backoff end a pass reported, zero for none
 	for {
-		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error("reconcile pass failed", "err", err)
+		at, _ := sw.Next()
+		if !wakeAt.IsZero() && wakeAt.Before(at) {
+			at = wakeAt
 		}
+		timer.Reset(max(time.Until(at), 0))
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.hints:
-		case <-t.C:
+			sw.Hint(time.Now())
+			continue
+		case <-timer.C:
 		}
+		now := time.Now()
+		if !wakeAt.IsZero() && !now.Before(wakeAt) {
+			sw.Force(now)
+			wakeAt = time.Time{}
+		}
+		if !sw.Start(now) {
+			continue
+		}
+		out, err := r.pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Error("reconcile pass failed", "err", err)
+		}
+		if !out.WakeAt.IsZero() && (wakeAt.IsZero() || out.WakeAt.Before(wakeAt)) {
+			wakeAt = out.WakeAt
+		}
+		select { // a hint during the pass earns one follow-up
+		case <-r.hints:
+			sw.Hint(time.Now())
+		default:
+		}
+		sw.Finish(time.Now())
 	}
 }
 
@@ -171,38 +211,70 @@ func describe(c routes.Compiler) string {
 	return "unknown"
 }
 
-// Pass runs one reconcile pass: placement (with the leases of stateful services), then node
-// desired states, then the lease grants decided, then routes.
+// Pass runs one reconcile pass: placement of stateful services with their leases, the slots
+// of portable services (core/rollout), then node desired states, then the lease grants
+// decided, then routes.
 func (r *Reconciler) Pass(ctx context.Context) error {
+	_, err := r.pass(ctx)
+	return err
+}
+
+func (r *Reconciler) pass(ctx context.Context) (rollout.Outcome, error) {
+	var out rollout.Outcome
 	if r.cfg.Leases != nil {
 		if err := r.cfg.Leases.Sweep(ctx); err != nil {
-			return err
+			return out, err
 		}
 	}
 	svcs, err := r.cfg.Catalog.ListServices(ctx, nil)
 	if err != nil {
-		return err
+		return out, err
 	}
 	ns, err := r.cfg.Nodes.List(ctx)
 	if err != nil {
-		return err
+		return out, err
 	}
 	wls, err := r.cfg.Catalog.ListWorkloads(ctx, nil)
 	if err != nil {
-		return err
+		return out, err
 	}
 	granted, err := r.place(ctx, svcs, ns, wls)
 	if err != nil {
-		return err
+		return out, err
+	}
+	load := map[string]int{}
+	for _, w := range wls {
+		if w.DesiredStatus != services.DesiredRemoved {
+			load[w.NodeID]++
+		}
+	}
+	var errs []error
+	var portable []services.Service
+	for i := range svcs {
+		if !svcs[i].Stateful() || r.cfg.Leases == nil {
+			portable = append(portable, svcs[i])
+		}
+	}
+	out, err = r.cfg.Rollout.Sweep(ctx, portable, ns, load)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if out.Changed {
+		// The sweep may have finished deletions and retirements.
+		if svcs, err = r.cfg.Catalog.ListServices(ctx, nil); err != nil {
+			return out, err
+		}
+		if ns, err = r.cfg.Nodes.List(ctx); err != nil {
+			return out, err
+		}
 	}
 	if wls, err = r.cfg.Catalog.ListWorkloads(ctx, nil); err != nil {
-		return err
+		return out, err
 	}
 	leases, err := r.leases(ctx)
 	if err != nil {
-		return err
+		return out, err
 	}
-	var errs []error
 	if err := r.desire(ctx, svcs, ns, wls, leases); err != nil {
 		errs = append(errs, err)
 	}
@@ -216,7 +288,7 @@ func (r *Reconciler) Pass(ctx context.Context) error {
 	if err := r.route(ctx, svcs, ns, wls); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return out, errors.Join(errs...)
 }
 
 // leases returns the lease of every stateful service by service id (nil without an authority).
@@ -235,7 +307,9 @@ func (r *Reconciler) leases(ctx context.Context) (map[string]*fencing.Lease, err
 	return out, nil
 }
 
-// place converges every service's workloads and returns the leases it granted.
+// place converges the workloads of stateful services under their leases (portable services
+// are core/rollout's), removes the workloads of deleted services and those an earlier version
+// placed without a slot, and returns the leases it granted.
 func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload) ([]fencing.Lease, error) {
 	var granted []fencing.Lease
 	load := map[string]int{}
@@ -250,15 +324,26 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 		if n.Status == nodes.StatusRemoved {
 			continue
 		}
-		cands = append(cands, scheduler.Node{ID: n.ID, Schedulable: n.Status == nodes.StatusConnected, Load: load[n.ID]})
+		cands = append(cands, scheduler.Node{ID: n.ID, Schedulable: n.Status == nodes.StatusConnected && n.Member(), Load: load[n.ID]})
 		drivers[n.ID] = n.Drivers
 	}
-	live := map[string]bool{}
+	live := map[string]bool{} // stateful services that are not deleting
+	portable := map[string]bool{}
 	for i := range svcs {
 		s := &svcs[i]
+		if !s.Stateful() || r.cfg.Leases == nil {
+			portable[s.ID] = true
+			continue
+		}
+		if s.Deleting {
+			if err := r.finishStateful(ctx, s, bySvc[s.ID]); err != nil {
+				return granted, err
+			}
+			continue
+		}
 		live[s.ID] = true
 		var acts []scheduler.Action
-		if s.Stateful() && r.cfg.Leases != nil {
+		{
 			var l *fencing.Lease
 			var ok bool
 			if acts, l, ok = r.placeStateful(ctx, s, withDriver(cands, drivers, s.Runtime), bySvc[s.ID]); !ok {
@@ -267,8 +352,6 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 			if l != nil {
 				granted = append(granted, *l)
 			}
-		} else {
-			acts = scheduler.Place(scheduler.Service{Replicas: s.Replicas, SpecHash: s.SpecHash()}, withDriver(cands, drivers, s.Runtime), bySvc[s.ID])
 		}
 		for _, a := range acts {
 			switch a.Kind {
@@ -300,9 +383,10 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 			}
 		}
 	}
-	// Workloads of deleted services.
+	// Workloads of deleted stateful services, and of portable services that no slot names (an
+	// earlier version placed them; their slots replace them).
 	for _, w := range wls {
-		if !live[w.ServiceID] {
+		if !live[w.ServiceID] && !(portable[w.ServiceID] && w.Replica != "") {
 			if err := r.cfg.Catalog.RemoveWorkload(ctx, w.ID); err != nil {
 				return granted, err
 			}
@@ -310,6 +394,21 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 		}
 	}
 	return granted, r.deleteLeases(ctx, live)
+}
+
+// finishStateful ends the deletion of a stateful service: its workloads go at once (its lease
+// is released below, which fences the holder), then the service document.
+func (r *Reconciler) finishStateful(ctx context.Context, s *services.Service, wls []scheduler.Workload) error {
+	for _, w := range wls {
+		if err := r.cfg.Catalog.RemoveWorkload(ctx, w.ID); err != nil {
+			return err
+		}
+	}
+	if err := r.cfg.Catalog.DeleteServiceByID(ctx, s.ID); err != nil {
+		return err
+	}
+	r.log.Info("service deleted", "service", s.Project+"/"+s.Name, "service_id", s.ID, "workloads", len(wls))
+	return nil
 }
 
 // placeStateful decides a stateful service's slot with its lease: when the decision needs a
@@ -466,6 +565,15 @@ func (r *Reconciler) desire(ctx context.Context, svcs []services.Service, ns []n
 		if changed {
 			r.log.Info("desired state updated", "node_id", n.ID, "rev", rev, "workloads", len(spec.Workloads))
 		}
+		// rev carries every slot workload's desired status: once the node applied it, that
+		// status is acknowledged (the receipts of docs/reconciliation.md section 3).
+		for _, w := range perNode[n.ID] {
+			if w.Replica != "" && w.StatusRev == 0 {
+				if err := r.cfg.Catalog.RecordStatusRev(ctx, w.ID, w.DesiredStatus, rev); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
 		if r.cfg.Pusher != nil {
 			r.cfg.Pusher.Push(ctx, n.ID)
 		}
@@ -485,18 +593,22 @@ func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services
 	routed := map[string][]string{}
 	for _, w := range wls {
 		s := svcs[w.ServiceID]
-		if s == nil {
+		if s == nil || w.DesiredStatus == services.DesiredRemoved {
 			continue
+		}
+		run := w.Run // what the workload's attempt was admitted with
+		if run == nil {
+			run = services.InvocationOf(s)
 		}
 		ws := node.WorkloadSpec{
 			WorkloadID: w.ID, ProjectID: s.ProjectID, Project: s.Project, ServiceID: s.ID, Service: s.Name,
-			Slot: w.Slot, Driver: "process", BundleDigest: s.BundleDigest, Command: s.Command, Env: s.Env,
-			Image: s.Image, User: s.User, MemoryBytes: s.MemoryMB << 20, CPUMillis: s.CPUMillis,
-			Port: s.Port, DesiredStatus: node.DesiredRunning,
-			HealthCheck: node.HealthCheck{Path: s.HealthCheck.Path, IntervalS: s.HealthCheck.IntervalS, TimeoutS: s.HealthCheck.TimeoutS, Failures: s.HealthCheck.Failures},
+			Slot: w.Slot, Driver: "process", BundleDigest: run.BundleDigest, Command: run.Command, Env: run.Env,
+			Image: run.Image, User: run.User, MemoryBytes: run.MemoryMB << 20, CPUMillis: run.CPUMillis,
+			Port: run.Port, DesiredStatus: node.DesiredRunning,
+			HealthCheck: node.HealthCheck{Path: run.HealthCheck.Path, IntervalS: run.HealthCheck.IntervalS, TimeoutS: run.HealthCheck.TimeoutS, Failures: run.HealthCheck.Failures},
 		}
-		if s.Runtime != "" {
-			ws.Driver = s.Runtime
+		if run.Runtime != "" {
+			ws.Driver = run.Runtime
 		}
 		if s.Stateful() && leases != nil {
 			l := leases[s.ID]
@@ -505,7 +617,22 @@ func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services
 			}
 			ws.Stateful, ws.LeaseID, ws.FencingToken = true, l.ID, l.FencingToken
 		}
+		if w.DesiredStatus == services.DesiredStopped {
+			ws.DesiredStatus = node.DesiredStopped
+		}
+		if w.MemoryBytes > 0 {
+			ws.MemoryBytes = w.MemoryBytes
+		}
+		if w.CPUMillis > 0 {
+			ws.CPUMillis = w.CPUMillis
+		}
+		if p := w.Probe; p != nil {
+			ws.HealthCheck = node.HealthCheck{Path: p.Path, IntervalS: p.IntervalS, TimeoutS: p.TimeoutS, Failures: p.Failures}
+		}
 		spec.Workloads = append(spec.Workloads, ws)
+		if ws.DesiredStatus != node.DesiredRunning || s.Deleting {
+			continue
+		}
 		for _, d := range s.Domains {
 			routed[d+"\x00"+s.ID] = append(routed[d+"\x00"+s.ID], w.ID)
 		}
@@ -526,10 +653,18 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 		nodeAddr[n.ID] = n.Address
 	}
 	in := routes.Input{}
+	deleting := map[string]bool{}
 	for _, s := range svcs {
+		if s.Deleting { // a deleting service's routes are withdrawn (docs/reconciliation.md section 9)
+			deleting[s.ID] = true
+			continue
+		}
 		in.Services = append(in.Services, routes.Service{ID: s.ID, Project: s.Project, Name: s.Name, Domains: s.Domains})
 	}
 	for _, w := range wls {
+		if deleting[w.ServiceID] || w.DesiredStatus != services.DesiredRunning {
+			continue
+		}
 		in.Workloads = append(in.Workloads, routes.Workload{ID: w.ID, ServiceID: w.ServiceID, NodeID: w.NodeID, NodeAddress: nodeAddr[w.NodeID],
 			Address: w.Address, ObservedStatus: w.ObservedStatus, Health: w.Health})
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/session"
+	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/host/plugin"
 )
@@ -57,9 +58,10 @@ type Config struct {
 	TLSCertFile, TLSKeyFile string
 	// MaxBundleBytes bounds a release bundle; zero means 512 MiB.
 	MaxBundleBytes int64
-	// ReconcileInterval is the period of the timer pass; zero means 5 s.
-	ReconcileInterval time.Duration
-	Logger            *slog.Logger
+	// Sweep is the reconcile pass timing (docs/reconciliation.md section 6); zero fields take
+	// the defaults: quiet 1 s, period 30 s, floor 5 s.
+	Sweep  slots.SweepConfig
+	Logger *slog.Logger
 	// Ready, when not nil, is called once the API listens and the gateway runs.
 	Ready func(apiAddr string)
 	// RunnerTransport serves /api/runner/v1 (docs/runner-protocol.md section 6); false answers
@@ -250,7 +252,7 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	rec = reconciler.New(reconciler.Config{
 		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: ext.compiler,
-		Admit: policy.Deploy{Engine: ext.policy}, Logger: log, Interval: cfg.ReconcileInterval,
+		Admit: policy.Deploy{Engine: ext.policy}, Logger: log, Sweep: cfg.Sweep,
 		Leases: leases, LeaseSender: sessions,
 	})
 

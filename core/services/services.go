@@ -32,6 +32,12 @@ var (
 	// ErrPlacementModeImmutable is returned by PutService when an update asks for another
 	// placement_mode than the service was created with.
 	ErrPlacementModeImmutable = errors.New("berth: a service's placement_mode cannot change")
+	// ErrServiceDeleting is returned by writes to a service marked deleting
+	// (docs/reconciliation.md section 9).
+	ErrServiceDeleting = errors.New("berth: service is being deleted")
+	// ErrNoPreviousRelease is returned by [Catalog.UndoRelease] for a service that never ran
+	// another release.
+	ErrNoPreviousRelease = errors.New("berth: service has no previous release")
 )
 
 // Placement modes of a service (DESIGN.md section 3).
@@ -92,6 +98,13 @@ type Service struct {
 	LeaseDurationMS int64     `bson:"lease_duration_ms,omitempty"`
 	CreatedAt       time.Time `bson:"created_at"`
 	UpdatedAt       time.Time `bson:"updated_at"`
+	// Deleting marks a service whose deletion began: it accepts no writes, its routes are
+	// withdrawn, it desires nothing, and the deletion finalizer removes it once its slots
+	// settled (docs/reconciliation.md section 9).
+	Deleting bool `bson:"deleting,omitempty"`
+	// Previous is the release the service ran before its latest release change, for
+	// `rollout undo`; nil when it never changed release.
+	Previous *Release `bson:"previous,omitempty"`
 
 	// Runtime is the node runtime driver: "process" (also when empty) or
 	// "containerd"; Image, User, MemoryMB and CPUMillis are the container
@@ -101,6 +114,44 @@ type Service struct {
 	User      string `bson:"user,omitempty"`
 	MemoryMB  int64  `bson:"memory_mb,omitempty"`
 	CPUMillis int64  `bson:"cpu_millis,omitempty"`
+}
+
+// Release names what a service runs: a release bundle (Bundle as written, BundleDigest pinned)
+// or a container image reference.
+type Release struct {
+	Bundle       string `bson:"bundle,omitempty"`
+	BundleDigest string `bson:"bundle_digest,omitempty"`
+	Image        string `bson:"image,omitempty"`
+}
+
+// Digest returns the release's content identity: the bundle digest, else the image reference.
+func (r Release) Digest() string {
+	if r.BundleDigest != "" {
+		return r.BundleDigest
+	}
+	return r.Image
+}
+
+// Release returns the release s runs now.
+func (s *Service) Release() Release {
+	return Release{Bundle: s.Bundle, BundleDigest: s.BundleDigest, Image: s.Image}
+}
+
+// Invocation returns a digest of what s's workloads run besides the release and the
+// environment (driver, command, port, user, health check, limits): the invocation part of a
+// slot's desired attempt key (docs/reconciliation.md section 2).
+func (s *Service) Invocation() string {
+	raw, _ := json.Marshal(struct {
+		R string
+		C []string
+		P int
+		U string
+		H HealthCheck
+		M int64
+		L int64
+	}{s.Runtime, s.Command, s.Port, s.User, s.HealthCheck, s.MemoryMB, s.CPUMillis})
+	sum := sha256.Sum256(raw)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Stateful reports whether s runs under a lease (placement mode stateful).
@@ -145,7 +196,59 @@ type Workload struct {
 	Message        string     `bson:"message,omitempty"`
 	CreatedAt      time.Time  `bson:"created_at"`
 	ObservedAt     *time.Time `bson:"observed_at,omitempty"`
+	// Replica and AttemptID name the slot and attempt this workload runs (empty for workloads
+	// of stateful services, which are placed under their lease instead).
+	Replica   string `bson:"replica,omitempty"`
+	AttemptID string `bson:"attempt_id,omitempty"`
+	// StatusRev is a revision of the node's desired state that carries DesiredStatus (0 until
+	// one was written); a node that applied it acknowledged the status
+	// (docs/reconciliation.md section 3).
+	StatusRev int64 `bson:"status_rev"`
+	// Run is what the attempt runs, copied from the service when the attempt was admitted, so
+	// a workload keeps running its own release while a rollout replaces the others one by one;
+	// nil for workloads of stateful services, which run the service as it is.
+	Run *Invocation `bson:"run,omitempty"`
+	// MemoryBytes, CPUMillis and Probe come from the runtime spec the attempt was admitted
+	// under; zero values leave the service's own settings in force.
+	MemoryBytes int64        `bson:"memory_bytes,omitempty"`
+	CPUMillis   int64        `bson:"cpu_millis,omitempty"`
+	Probe       *HealthCheck `bson:"probe,omitempty"`
+	// EverReady latches once the node reported the workload running and passing.
+	EverReady bool `bson:"ever_ready,omitempty"`
+	// FailedAt is the core's time when the node first reported the run crashed (or stopped on
+	// its own) since it was last ready; nil while it is not failed. The failure backoff counts
+	// from it.
+	FailedAt *time.Time `bson:"failed_at,omitempty"`
 }
+
+// Invocation is what a workload runs: the release and everything the service says about running
+// it.
+type Invocation struct {
+	Runtime      string            `bson:"runtime,omitempty"`
+	BundleDigest string            `bson:"bundle_digest,omitempty"`
+	Image        string            `bson:"image,omitempty"`
+	Command      []string          `bson:"command,omitempty"`
+	Env          map[string]string `bson:"env,omitempty"`
+	Port         int               `bson:"port"`
+	User         string            `bson:"user,omitempty"`
+	MemoryMB     int64             `bson:"memory_mb,omitempty"`
+	CPUMillis    int64             `bson:"cpu_millis,omitempty"`
+	HealthCheck  HealthCheck       `bson:"health_check"`
+}
+
+// InvocationOf returns what s's workloads run now.
+func InvocationOf(s *Service) *Invocation {
+	return &Invocation{Runtime: s.Runtime, BundleDigest: s.BundleDigest, Image: s.Image, Command: s.Command, Env: s.Env,
+		Port: s.Port, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis, HealthCheck: s.HealthCheck}
+}
+
+// Desired statuses of a workload document. DesiredRemoved workloads are left out of the node's
+// desired state, so the node removes them.
+const (
+	DesiredRunning = "running"
+	DesiredStopped = "stopped"
+	DesiredRemoved = "removed"
+)
 
 // Catalog reads and writes projects, services and workloads.
 type Catalog struct {
@@ -242,8 +345,16 @@ func (c *Catalog) PutService(ctx context.Context, p *Project, s *Service, expect
 	if expected != nil && *expected != cur.Revision {
 		return nil, false, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, s.Name, cur.Revision, *expected)
 	}
+	if cur.Deleting {
+		return nil, false, fmt.Errorf("%w: %s/%s", ErrServiceDeleting, p.Name, s.Name)
+	}
 	if cur.Stateful() != s.Stateful() {
 		return nil, false, fmt.Errorf("%w: service %s/%s is %s", ErrPlacementModeImmutable, p.Name, s.Name, placementOf(cur))
+	}
+	s.Previous = cur.Previous
+	if cur.Release().Digest() != s.Release().Digest() {
+		prev := cur.Release()
+		s.Previous = &prev
 	}
 	s.ID, s.ProjectID, s.Project, s.Revision, s.CreatedAt, s.UpdatedAt = cur.ID, p.ID, p.Name, cur.Revision+1, cur.CreatedAt, now
 	res, err := c.services.ReplaceOne(ctx, bson.M{"_id": cur.ID, "revision": cur.Revision}, s)
@@ -278,6 +389,83 @@ func (c *Catalog) checkDomains(ctx context.Context, p *Project, s *Service) erro
 		return fmt.Errorf("check domains: %w", err)
 	}
 	return fmt.Errorf("%w: a domain of %v is routed to %s/%s", ErrDomainTaken, s.Domains, other.Project, other.Name)
+}
+
+// GetServiceByID returns the service with id, or an error wrapping ErrServiceNotFound.
+func (c *Catalog) GetServiceByID(ctx context.Context, id string) (*Service, error) {
+	var s Service
+	err := store.FindByID(ctx, c.services, id, &s)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no service with id %q", ErrServiceNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// MarkDeleting marks a service deleting with one compare-and-set on its revision (expected,
+// when not nil, is the revision the caller read) and returns it after the write; marking a
+// service already deleting returns it unchanged (idempotent). Errors: ErrServiceNotFound,
+// ErrRevisionConflict.
+func (c *Catalog) MarkDeleting(ctx context.Context, p *Project, name string, expected *int64) (*Service, error) {
+	cur, err := c.GetService(ctx, p, name)
+	if err != nil {
+		return nil, err
+	}
+	if cur.Deleting {
+		return cur, nil
+	}
+	if expected != nil && *expected != cur.Revision {
+		return nil, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, name, cur.Revision, *expected)
+	}
+	now := c.now().UTC()
+	if _, err := c.st.UpdateIfRevision(ctx, c.services, cur.ID, cur.Revision, bson.M{"$set": bson.M{"deleting": true, "updated_at": now}}); err != nil {
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, name)
+		}
+		return nil, fmt.Errorf("mark service deleting: %w", err)
+	}
+	cur.Deleting, cur.Revision, cur.UpdatedAt = true, cur.Revision+1, now
+	return cur, nil
+}
+
+// UndoRelease returns a service to its previous release (the current one becomes the
+// previous), with one compare-and-set on its revision, and returns it after the write. Errors:
+// ErrServiceNotFound, ErrServiceDeleting, ErrNoPreviousRelease, ErrRevisionConflict.
+func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Service, error) {
+	cur, err := c.GetService(ctx, p, name)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cur.Deleting:
+		return nil, fmt.Errorf("%w: %s/%s", ErrServiceDeleting, p.Name, name)
+	case cur.Previous == nil || cur.Previous.Digest() == "":
+		return nil, fmt.Errorf("%w: %s/%s", ErrNoPreviousRelease, p.Name, name)
+	}
+	back, now := *cur.Previous, cur.Release()
+	t := c.now().UTC()
+	_, err = c.st.UpdateIfRevision(ctx, c.services, cur.ID, cur.Revision, bson.M{"$set": bson.M{
+		"bundle": back.Bundle, "bundle_digest": back.BundleDigest, "image": back.Image, "previous": now, "updated_at": t}})
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, name)
+		}
+		return nil, fmt.Errorf("undo release: %w", err)
+	}
+	cur.Bundle, cur.BundleDigest, cur.Image, cur.Previous = back.Bundle, back.BundleDigest, back.Image, &now
+	cur.Revision, cur.UpdatedAt = cur.Revision+1, t
+	return cur, nil
+}
+
+// DeleteServiceByID removes the service document with id; a missing one is not an error. Only
+// the deletion finalizer calls it, once every slot settled.
+func (c *Catalog) DeleteServiceByID(ctx context.Context, id string) error {
+	if _, err := c.services.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+		return fmt.Errorf("delete service %s: %w", id, err)
+	}
+	return nil
 }
 
 // GetService returns a service or ErrServiceNotFound.
@@ -350,6 +538,57 @@ func (c *Catalog) CreateWorkload(ctx context.Context, s *Service, slot int, node
 	return w, nil
 }
 
+// InsertWorkload stores w under its own id; a workload already stored under that id is left
+// as it is (the insert is idempotent, so a sweep that died after committing a slot creates the
+// same workload again).
+func (c *Catalog) InsertWorkload(ctx context.Context, w *Workload) error {
+	if w.CreatedAt.IsZero() {
+		w.CreatedAt = c.now().UTC()
+	}
+	if _, err := c.workloads.InsertOne(ctx, w); err != nil && !store.IsDuplicateKey(err) {
+		return fmt.Errorf("create workload %s: %w", w.ID, err)
+	}
+	return nil
+}
+
+// GetWorkload reads one workload by id; errors wrap store.ErrNotFound when there is none.
+func (c *Catalog) GetWorkload(ctx context.Context, id string) (*Workload, error) {
+	var w Workload
+	if err := store.FindByID(ctx, c.workloads, id, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// SetDesiredStatus sets a workload's desired status (DesiredRunning, DesiredStopped or
+// DesiredRemoved) and clears its StatusRev, unless it already has that status. It reports
+// whether it wrote.
+func (c *Catalog) SetDesiredStatus(ctx context.Context, id, status string) (bool, error) {
+	var w Workload
+	if err := store.FindByID(ctx, c.workloads, id, &w); err != nil {
+		return false, err
+	}
+	if w.DesiredStatus == status {
+		return false, nil
+	}
+	ok, err := c.st.UpdateIf(ctx, c.workloads, id, bson.D{{Key: "desired_status", Value: w.DesiredStatus}},
+		bson.M{"$set": bson.M{"desired_status": status, "status_rev": int64(0)}})
+	if err != nil {
+		return false, fmt.Errorf("set desired status of %s: %w", id, err)
+	}
+	return ok, nil
+}
+
+// RecordStatusRev records rev, a revision of the node's desired state that carries the
+// workload's desired status, when none is recorded and the status is still status.
+func (c *Catalog) RecordStatusRev(ctx context.Context, id, status string, rev int64) error {
+	if _, err := c.st.UpdateIf(ctx, c.workloads, id, bson.D{{Key: "desired_status", Value: status}, {Key: "status_rev", Value: int64(0)}},
+		bson.M{"$set": bson.M{"status_rev": rev}}); err != nil {
+		return fmt.Errorf("record status revision of %s: %w", id, err)
+	}
+	return nil
+}
+
 // RemoveWorkload deletes a workload record; removing one that is gone is not an error.
 func (c *Catalog) RemoveWorkload(ctx context.Context, id string) error {
 	if _, err := c.workloads.DeleteOne(ctx, bson.M{"_id": id}); err != nil {
@@ -389,9 +628,15 @@ func (c *Catalog) Observe(ctx context.Context, nodeID string, obs []Observation)
 			cur.Address == o.Address && cur.RestartCount == o.RestartCount && cur.Message == o.Message) {
 			continue
 		}
-		ok, err := c.st.UpdateIf(ctx, c.workloads, o.WorkloadID, bson.D{{Key: "node_id", Value: nodeID}},
-			bson.M{"$set": bson.M{"observed_status": o.ObservedStatus, "health": o.Health, "address": o.Address,
-				"restart_count": o.RestartCount, "message": o.Message, "observed_at": now}})
+		set := bson.M{"observed_status": o.ObservedStatus, "health": o.Health, "address": o.Address,
+			"restart_count": o.RestartCount, "message": o.Message, "observed_at": now}
+		switch {
+		case o.ObservedStatus == "running" && o.Health == "passing":
+			set["ever_ready"], set["failed_at"] = true, nil
+		case cur.FailedAt == nil && cur.DesiredStatus == DesiredRunning && (o.ObservedStatus == "crashed" || o.ObservedStatus == "stopped"):
+			set["failed_at"] = now
+		}
+		ok, err := c.st.UpdateIf(ctx, c.workloads, o.WorkloadID, bson.D{{Key: "node_id", Value: nodeID}}, bson.M{"$set": set})
 		if err != nil {
 			return changed, fmt.Errorf("record observation of %s: %w", o.WorkloadID, err)
 		}
@@ -411,3 +656,6 @@ func findAll[T any](ctx context.Context, coll *mongo.Collection, filter bson.M, 
 	}
 	return out, nil
 }
+
+// Backing returns the store the Catalog reads and writes.
+func (c *Catalog) Backing() *store.Store { return c.st }

@@ -73,6 +73,17 @@ func enrollForTest(t *testing.T, reg *nodes.Registry, name string) (*nodes.Node,
 	return n, cred
 }
 
+// settle waits until the session finished its post-handshake work (the grants of leases the
+// hello did not list run before the read loop), by a ping answered from that loop; a lease
+// granted before would race that work and be sent twice.
+func settle(t *testing.T, p *peer) {
+	t.Helper()
+	p.send(1, node.TypePing, struct{}{})
+	if env := p.next(); env.Type != node.TypePong {
+		t.Fatalf("got %s %s, want pong", env.Type, env.Body)
+	}
+}
+
 func (f *leaseFixture) grant(t *testing.T, svc, nodeID string, mode node.LeaseMode, d time.Duration) *fencing.Lease {
 	t.Helper()
 	l, _, err := f.auth.Grant(context.Background(), fencing.GrantRequest{ResourceType: node.LeaseResourceService, ResourceID: svc, NodeID: nodeID, Mode: mode, Duration: d})
@@ -234,6 +245,7 @@ func TestLeaseRenewGrantRevokeAndFenceEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.handshake(t, p)
+	settle(t, p)
 	l := f.grant(t, "svc_R", f.node.ID, node.LeaseExpiring, 3*time.Second)
 	f.s.SendLeaseGrant(ctx, f.node.ID, l)
 	env := p.next()
@@ -347,6 +359,7 @@ func TestNodeRemovalRevokesThenEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.handshake(t, p)
+	settle(t, p)
 	a := f.grant(t, "svc_A", f.node.ID, node.LeaseLocal, 0)
 	b := f.grant(t, "svc_B", f.node.ID, node.LeaseLocal, 0)
 	type result struct {

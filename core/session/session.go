@@ -525,6 +525,8 @@ func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {
 	}
 	c.reportedIDs = reported
 	applied := rep.AppliedRev
+	// A newer applied revision may acknowledge slot steps (docs/reconciliation.md section 3).
+	changed = changed || applied != c.seenApplied
 	s.seen(ctx, c, &applied)
 	if changed {
 		s.cfg.OnChange("status_report")

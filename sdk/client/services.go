@@ -38,8 +38,10 @@ func (c *Client) ListServices(ctx context.Context, project string) ([]Service, e
 	return nonNil(out.Items), nil
 }
 
-// DeleteService deletes a service (DELETE /projects/{project}/services/{name},
-// answered 204). A non-nil expectedRevision is sent as the query parameter
+// DeleteService begins the deletion of a service (DELETE
+// /projects/{project}/services/{name}, answered 202 with the service marked
+// deleting): its routes are withdrawn at once and the service is removed once
+// its slots settled (docs/reconciliation.md section 9). A non-nil expectedRevision is sent as the query parameter
 // expected_revision and makes the delete a compare-and-set. Deleting a missing
 // service fails with code "service_not_found"; a caller that wants idempotent
 // cleanup checks [IsCode] for it.

@@ -175,6 +175,12 @@ type Service struct {
 	UpdatedAt     time.Time  `json:"updated_at"`
 	// Ready counts workloads that are running and healthy; filled on reads.
 	Ready int `json:"ready"`
+	// Verdict is the service's production verdict (docs/reconciliation.md section 7); nil
+	// before the first sweep decided one.
+	Verdict *Verdict `json:"verdict,omitempty"`
+	// Deleting reports whether the service is being deleted: its slots are settling and it
+	// disappears once they have (docs/reconciliation.md section 9).
+	Deleting bool `json:"deleting,omitempty"`
 	// Container is as in ServiceSpec.
 	Container
 }

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthhq/berth/sdk/client"
+)
+
+func newRolloutCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rollout status|undo SERVICE",
+		RunE:  groupRunE,
+		Short: "Follow or undo a service's rollout",
+		Long: `rollout follows a service on its way to its current desire, or returns it to
+its previous release (docs/reconciliation.md sections 5 and 7).`,
+		Example: `  berth rollout status hello
+  berth rollout undo hello`,
+	}
+	cmd.AddCommand(newRolloutStatusCmd(a), newRolloutUndoCmd(a))
+	return cmd
+}
+
+func newRolloutStatusCmd(a *app) *cobra.Command {
+	var (
+		watch    bool
+		interval time.Duration
+		timeout  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "status SERVICE",
+		Short: "Wait until a service's rollout converges, showing its progress",
+		Long: `status reads the service's rollout every --interval until its verdict
+(docs/reconciliation.md section 7) is converged for the current runtime spec
+revision, and shows how many replicas run the current release and spec
+(updated) and how many still run an older one (outdated).
+
+On a terminal the progress is one line on stderr, redrawn in place; otherwise
+one line is printed per change, for example
+  rev 7 spec 3: 2/3 updated, 1 outdated, verdict converging
+(on stderr with -o json, so that stdout holds only the final status).
+
+It ends:
+  - with exit 0 and "rollout of SERVICE converged" once the verdict is
+    converged and every desired replica is updated, none outdated;
+  - with exit 1 and the reason when the service is refused (for example
+    refused(no-eligible-node)): a refusal does not pass by waiting;
+  - with exit 1 after --timeout, naming what the service was waiting on.
+A waiting verdict (failure-backoff, conflict) is followed, not ended on, and
+so is a verdict about an older spec revision than the current one. A verdict
+says nothing of a release change made since it was decided, which is why the
+replica counts must agree as well.
+With -o json it prints the last rollout status read as JSON. With
+--watch=false it prints the status once and exits 0 whatever it says.`,
+		Example: `  berth rollout status hello
+  berth rollout status hello --timeout 2m
+  berth rollout status hello --watch=false -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if interval <= 0 {
+				return fmt.Errorf("--interval must be positive")
+			}
+			if timeout <= 0 {
+				return fmt.Errorf("--timeout must be positive")
+			}
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			name := args[0]
+			if !watch {
+				st, err := c.Rollout(cmd.Context(), s.Project, name)
+				if err != nil {
+					return fmt.Errorf("rollout status of %s/%s: %w", s.Project, name, err)
+				}
+				if a.output == outputJSON {
+					return printJSON(a.stdout, st)
+				}
+				fmt.Fprintln(a.stdout, rolloutLine(st))
+				return nil
+			}
+			return a.watchRollout(cmd.Context(), c, s.Project, name, interval, timeout)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&watch, "watch", true, "keep reading until the rollout converges, is refused or times out")
+	f.DurationVar(&interval, "interval", time.Second, "time between two reads of the rollout")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up after this long")
+	return cmd
+}
+
+// watchRollout polls the rollout of project/name every interval until, for the current spec
+// revision, its verdict is converged with every desired replica updated and none outdated (nil) or
+// refused (an error naming the reason), or until timeout passed (an error naming the last verdict).
+// The loop is bounded by timeout and by the caller's ctx.
+func (a *app) watchRollout(ctx context.Context, c *client.Client, project, name string, interval, timeout time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+
+	progress := a.stdout
+	if a.output == outputJSON {
+		progress = a.stderr
+	}
+	bar := isTerminal(a.stderr)
+	var last *client.RolloutStatus
+	var lastLine string
+	endBar := func() {
+		if bar && last != nil {
+			fmt.Fprintln(a.stderr)
+		}
+	}
+	for {
+		st, err := c.Rollout(wctx, project, name)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			endBar()
+			return fmt.Errorf("rollout status of %s/%s: %w", project, name, ctx.Err())
+		case wctx.Err() != nil:
+			endBar()
+			return a.rolloutTimeout(name, timeout, last)
+		default:
+			endBar()
+			return fmt.Errorf("rollout status of %s/%s: %w", project, name, err)
+		}
+		last = st
+		if line := rolloutLine(st); line != lastLine {
+			lastLine = line
+			if bar {
+				fmt.Fprintf(a.stderr, "\r%s %s\x1b[K", progressBar(st, 20), line)
+			} else {
+				fmt.Fprintln(progress, line)
+			}
+		}
+		switch current := st.Verdict.SpecRevision == st.SpecRevision; {
+		case current && st.Verdict.State == "converged" && st.Updated >= st.Desired && st.Outdated == 0:
+			endBar()
+			if a.output == outputJSON {
+				return printJSON(a.stdout, st)
+			}
+			fmt.Fprintf(a.stdout, "rollout of %s converged\n", name)
+			return nil
+		case current && st.Verdict.State == "refused":
+			endBar()
+			if a.output == outputJSON {
+				if err := printJSON(a.stdout, st); err != nil {
+					return err
+				}
+			}
+			return fmt.Errorf("rollout of %s refused: %s", name, orDash(st.Verdict.Reason))
+		}
+		select {
+		case <-ctx.Done():
+			endBar()
+			return fmt.Errorf("rollout status of %s/%s: %w", project, name, ctx.Err())
+		case <-wctx.Done():
+			endBar()
+			return a.rolloutTimeout(name, timeout, last)
+		case <-ticker.C:
+		}
+	}
+}
+
+// rolloutTimeout is the error of a watch that ran out of time; last is the last status read
+// (nil when none was). With -o json the last status is printed first.
+func (a *app) rolloutTimeout(name string, timeout time.Duration, last *client.RolloutStatus) error {
+	if last == nil {
+		return fmt.Errorf("rollout of %s: no answer within %s", name, timeout)
+	}
+	if a.output == outputJSON {
+		if err := printJSON(a.stdout, last); err != nil {
+			return err
+		}
+	}
+	var on string
+	switch v := last.Verdict; {
+	case v.State == "waiting":
+		on = "waiting on " + orDash(v.Reason)
+	case v.SpecRevision != last.SpecRevision:
+		on = fmt.Sprintf("its verdict %s is about spec revision %d, not %d yet", orDash(v.String()), v.SpecRevision, last.SpecRevision)
+	default:
+		on = fmt.Sprintf("verdict %s with %d/%d updated, %d outdated", orDash(v.String()), last.Updated, last.Desired, last.Outdated)
+	}
+	return fmt.Errorf("rollout of %s did not converge within %s: %s", name, timeout, on)
+}
+
+// rolloutLine is the one-line summary of a rollout status:
+// "rev 7 spec 3: 2/3 updated, 1 outdated, verdict converging".
+func rolloutLine(st *client.RolloutStatus) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rev %d spec %d: %d/%d updated, %d outdated, verdict %s", st.Revision, st.SpecRevision,
+		st.Updated, st.Desired, st.Outdated, orDash(st.Verdict.String()))
+	if st.Verdict.State != "" && st.Verdict.SpecRevision != st.SpecRevision {
+		fmt.Fprintf(&b, " (of spec %d)", st.Verdict.SpecRevision)
+	}
+	if st.Deleting {
+		b.WriteString(", deleting")
+	}
+	return b.String()
+}
+
+// progressBar draws updated out of desired replicas as "[####------]" width cells wide; a
+// service that desires nothing shows a full bar.
+func progressBar(st *client.RolloutStatus, width int) string {
+	done := width
+	if st.Desired > 0 {
+		done = min(max(st.Updated, 0)*width/st.Desired, width)
+	}
+	return "[" + strings.Repeat("#", done) + strings.Repeat("-", width-done) + "]"
+}
+
+// isTerminal reports whether w is a character device such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+func newRolloutUndoCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "undo SERVICE",
+		Short: "Return a service to its previous release",
+		Long: `undo sets the service back to the release it ran before its current one
+(see PreviousRelease in 'berth rollout status SERVICE -o json'), with one
+compare-and-set on the service. Like any release change it rolls out slot by
+slot: one replica is replaced at a time, each successor waited on until it is
+observed ready (docs/reconciliation.md section 5). Follow it with
+'berth rollout status SERVICE'.
+
+It is refused with no_previous_release when the service never ran another
+release, revision_conflict when the service changed meanwhile (read it again
+and retry), and service_deleting while the service is being deleted.`,
+		Example: `  berth rollout undo hello
+  berth rollout undo hello && berth rollout status hello`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			svc, err := c.RolloutUndo(cmd.Context(), s.Project, args[0])
+			if err != nil {
+				return fmt.Errorf("undo rollout of %s/%s: %w", s.Project, args[0], err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, svc)
+			}
+			fmt.Fprintf(a.stdout, "%s: back to %s (revision %d)\n", args[0], serviceRelease(svc), svc.Revision)
+			return nil
+		},
+	}
+}
+
+// serviceRelease names what a service runs: its image when it has one, else its bundle digest.
+func serviceRelease(svc *client.Service) string {
+	if svc.Image != "" {
+		return svc.Image
+	}
+	return orDash(svc.BundleDigest)
+}

@@ -1,0 +1,244 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/rollout"
+	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/slots"
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// registerRollout adds the runtime spec, slot, rollout and node retirement routes
+// (docs/reconciliation.md sections 1, 7, 10 and 11).
+func (s *Server) registerRollout(v1 *echo.Group) {
+	v1.GET("/projects/:project/services/:name/spec", s.getRuntimeSpec, s.auth(identity.ScopeServicesRead))
+	v1.PUT("/projects/:project/services/:name/spec", s.putRuntimeSpec, s.auth(identity.ScopeServicesWrite))
+	v1.GET("/projects/:project/services/:name/workloads", s.serviceSlots, s.auth(identity.ScopeServicesRead))
+	v1.GET("/projects/:project/services/:name/rollout", s.getRollout, s.auth(identity.ScopeServicesRead))
+	v1.POST("/projects/:project/services/:name/rollout/undo", s.rolloutUndo, s.auth(identity.ScopeServicesWrite))
+	v1.POST("/nodes/:id/retire", s.retireNode, s.auth(identity.ScopeNodeRemove))
+}
+
+func (s *Server) views() rollout.Views {
+	return rollout.Views{Store: s.runtime, Catalog: s.cfg.Catalog, Nodes: s.cfg.Nodes}
+}
+
+// namedService reads the service of the request's :project and :name.
+func (s *Server) namedService(c echo.Context) (*services.Project, *services.Service, error) {
+	if err := checkName("service", c.Param("name")); err != nil {
+		return nil, nil, err
+	}
+	p, err := s.project(c, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	svc, err := s.cfg.Catalog.GetService(c.Request().Context(), p, c.Param("name"))
+	if err != nil {
+		return nil, nil, serviceError(err)
+	}
+	return p, svc, nil
+}
+
+// refusalError maps a named refusal of docs/reconciliation.md onto its problem code.
+func refusalError(err error) error {
+	var r *slots.Refusal
+	if !errors.As(err, &r) {
+		return err
+	}
+	code := abierrors.Code(strings.ReplaceAll(string(r.Reason), "-", "_"))
+	if r.Reason == slots.ReasonServiceNotFound {
+		code = abierrors.ServiceNotFound
+	}
+	msg := string(r.Reason)
+	if r.Detail != "" {
+		msg += ": " + r.Detail
+	}
+	return problem(code, msg)
+}
+
+func toSpecDoc(svc *services.Service, d *rollout.SpecDoc) (client.RuntimeSpecDoc, error) {
+	out := client.RuntimeSpecDoc{Service: svc.Project + "/" + svc.Name, Source: d.Source}
+	raw, err := json.Marshal(d.Spec)
+	if err != nil {
+		return out, err
+	}
+	if err := json.Unmarshal(raw, &out.Spec); err != nil {
+		return out, err
+	}
+	out.Spec.Revision = d.Revision
+	return out, nil
+}
+
+// getRuntimeSpec serves GET /api/v1/projects/{p}/services/{s}/spec: the spec in force. A service
+// whose derived spec the sweep has not stored yet answers it at revision 0.
+func (s *Server) getRuntimeSpec(c echo.Context) error {
+	_, svc, err := s.namedService(c)
+	if err != nil {
+		return err
+	}
+	if svc.Stateful() {
+		return problem(abierrors.NotFound, "a stateful service is placed under its lease and has no runtime spec")
+	}
+	d, err := s.runtime.Spec(c.Request().Context(), svc.ID)
+	if err != nil {
+		return err
+	}
+	if d == nil {
+		d = &rollout.SpecDoc{ServiceID: svc.ID, Source: rollout.SourceService, Spec: rollout.DerivedSpec(svc)}
+	}
+	out, err := toSpecDoc(svc, d)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// putRuntimeSpec serves PUT /api/v1/projects/{p}/services/{s}/spec (docs/reconciliation.md
+// section 1): one compare-and-set on the spec's revision; refusals by name.
+func (s *Server) putRuntimeSpec(c echo.Context) error {
+	var w client.SpecWrite
+	if err := s.bind(c, &w); err != nil {
+		return err
+	}
+	_, svc, err := s.namedService(c)
+	if err != nil {
+		return err
+	}
+	if svc.Stateful() {
+		return problem(abierrors.ValidationFailed, "a stateful service is placed under its lease; runtime specs are for portable services")
+	}
+	raw, err := json.Marshal(w.Spec)
+	if err != nil {
+		return err
+	}
+	var sp slots.Spec
+	if err := json.Unmarshal(raw, &sp); err != nil {
+		return problem(abierrors.BadRequest, "spec: "+err.Error())
+	}
+	ctx := c.Request().Context()
+	members, err := s.memberNodes(ctx)
+	if err != nil {
+		return err
+	}
+	d, err := s.runtime.PutSpec(ctx, svc, slots.SpecWrite{Spec: sp, ExpectedRevision: w.ExpectedRevision}, members)
+	if err != nil {
+		return refusalError(err)
+	}
+	s.log.Info("runtime spec written", "project", svc.Project, "service", svc.Name, "revision", d.Revision)
+	s.recordChange(c, "runtime_spec", svc.ID, node.OpUpdate, d.Spec)
+	s.cfg.Hinter.Hint("spec.written")
+	out, err := toSpecDoc(svc, d)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// memberNodes returns the ids of enrolled nodes that are neither removed nor retiring.
+func (s *Server) memberNodes(ctx context.Context) (map[string]bool, error) {
+	ns, err := s.cfg.Nodes.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(ns))
+	for i := range ns {
+		if ns[i].Member() {
+			out[ns[i].ID] = true
+		}
+	}
+	return out, nil
+}
+
+// serviceSlots serves GET /api/v1/projects/{p}/services/{s}/workloads (docs/reconciliation.md
+// section 11): the service's slots in replica order, read from the stored rows only.
+func (s *Server) serviceSlots(c echo.Context) error {
+	_, svc, err := s.namedService(c)
+	if err != nil {
+		return err
+	}
+	rows, err := s.views().Slots(c.Request().Context(), svc)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, client.List[client.SlotView]{Items: rows})
+}
+
+// getRollout serves GET /api/v1/projects/{p}/services/{s}/rollout.
+func (s *Server) getRollout(c echo.Context) error {
+	_, svc, err := s.namedService(c)
+	if err != nil {
+		return err
+	}
+	out, err := s.views().Rollout(c.Request().Context(), svc)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// rolloutUndo serves POST /api/v1/projects/{p}/services/{s}/rollout/undo: the service returns to
+// its previous release with one compare-and-set, and rolls slot by slot like any release change.
+func (s *Server) rolloutUndo(c echo.Context) error {
+	if err := s.bindOptional(c, &struct{}{}); err != nil {
+		return err
+	}
+	p, svc, err := s.namedService(c)
+	if err != nil {
+		return err
+	}
+	out, err := s.cfg.Catalog.UndoRelease(c.Request().Context(), p, svc.Name)
+	if errors.Is(err, services.ErrNoPreviousRelease) {
+		return problem(abierrors.NoPreviousRelease, fmt.Sprintf("service %s/%s never ran another release", p.Name, svc.Name))
+	} else if err != nil {
+		return serviceError(err)
+	}
+	s.log.Info("rollout undone", "project", p.Name, "service", svc.Name, "release", out.Release().Digest(), "revision", out.Revision)
+	s.recordChange(c, "service", out.ID, node.OpUpdate, out)
+	s.cfg.Hinter.Hint("rollout.undo")
+	return c.JSON(http.StatusOK, toAPIService(out, 0))
+}
+
+// retireNode serves POST /api/v1/nodes/{id}/retire (docs/reconciliation.md section 10).
+func (s *Server) retireNode(c echo.Context) error {
+	var req struct {
+		Disposition string `json:"disposition"`
+	}
+	if err := s.bindOptional(c, &req); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	n, err := s.cfg.Nodes.Retire(ctx, c.Param("id"), req.Disposition)
+	switch {
+	case errors.Is(err, nodes.ErrNotFound):
+		return problem(abierrors.NodeNotFound, fmt.Sprintf("no node %q", c.Param("id")))
+	case errors.Is(err, nodes.ErrBadDisposition):
+		return problem(abierrors.ValidationFailed, "disposition must be withdrawn or lost")
+	case errors.Is(err, nodes.ErrAlreadyRetired):
+		return problem(abierrors.NodeAlreadyRetired, trimSentinel(err))
+	case errors.Is(err, nodes.ErrStillReporting):
+		return problem(abierrors.NodeStillReporting, trimSentinel(err))
+	case err != nil:
+		return err
+	}
+	s.log.Info("node retiring", "node_id", n.ID, "disposition", n.Retirement.Disposition)
+	s.recordChange(c, "node", n.ID, node.OpUpdate, n.Retirement)
+	s.cfg.Hinter.Hint("node.retiring")
+	wait, count, err := s.views().RetirementWait(ctx, n)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, client.Retirement{NodeID: n.ID, Disposition: n.Retirement.Disposition, State: n.Retirement.State,
+		Wait: wait, Slots: count, CreatedAt: n.Retirement.CreatedAt})
+}

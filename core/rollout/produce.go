@@ -1,0 +1,653 @@
+package rollout
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/slots"
+	"github.com/berthhq/berth/core/store"
+)
+
+func findOptions() *options.FindOptionsBuilder { return options.Find() }
+
+func replaceUpsert() *options.ReplaceOptionsBuilder { return options.Replace().SetUpsert(true) }
+
+// Platform is the platform every node counts as: nodes do not report theirs yet, and every
+// runtime driver Berth ships runs Linux workloads of the node's own architecture.
+const Platform = "linux"
+
+// Admitter asks the deploy policy whether a new attempt of svc may run on node n; a refusal
+// (or an error, which refuses too) leaves the run for a later sweep.
+type Admitter interface {
+	AdmitDeploy(ctx context.Context, s *services.Service, slot int, n *nodes.Node) (allowed bool, reasons []string, err error)
+}
+
+// Config wires a [Producer]. Store, Catalog and Nodes are required.
+type Config struct {
+	Store   *Store
+	Catalog *services.Catalog
+	Nodes   *nodes.Registry
+	Admit   Admitter // nil admits every run
+	Logger  *slog.Logger
+	// Now is the core's clock (nil: time.Now); observations and backoffs are measured on it.
+	Now func() time.Time
+	// OnRetired, when not nil, is called after a retired node was marked removed, to end its
+	// session.
+	OnRetired func(ctx context.Context, nodeID string)
+}
+
+// Producer turns runtime specs into slots and workloads: one [Producer.Sweep] visits every
+// service, joins receipts, decides every slot with core/slots and commits each step with one
+// compare-and-set on the service's slot set (docs/reconciliation.md sections 5 and 6).
+type Producer struct {
+	cfg Config
+	log *slog.Logger
+	// beforeCommit, when not nil, runs before each commit's fresh read (tests race it).
+	beforeCommit func()
+}
+
+// NewProducer returns a Producer.
+func NewProducer(cfg Config) *Producer {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Producer{cfg: cfg, log: cfg.Logger.With("component", "rollout")}
+}
+
+// Outcome is what one sweep did.
+type Outcome struct {
+	// Services counts the services visited; Commits the slot steps committed; Conflicts the
+	// commits aborted because the slot moved under the sweep.
+	Services, Commits, Conflicts int
+	// Changed reports whether any slot, workload or verdict was written.
+	Changed bool
+	// WakeAt is the earliest pending backoff end (zero for none): sweep again then.
+	WakeAt time.Time
+}
+
+// Sweep visits, in id order and [slots.PageSize] at a time, every service of svcs (the caller
+// leaves out stateful services, which run under their lease) and every service that still holds
+// a slot set, decides its slots and commits the steps. ns are every node, load the number of workloads
+// per node id (it is updated as runs are placed). A failure of one service is logged and the
+// sweep goes on; the error returned joins them.
+func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []nodes.Node, load map[string]int) (Outcome, error) {
+	var out Outcome
+	byID := map[string]*services.Service{}
+	for i := range svcs {
+		byID[svcs[i].ID] = &svcs[i]
+	}
+	withSets, err := p.cfg.Store.ServicesWithSlots(ctx)
+	if err != nil {
+		return out, err
+	}
+	ids := make([]string, 0, len(byID)+len(withSets))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	for _, id := range withSets {
+		if _, ok := byID[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	nodeByID := make(map[string]*nodes.Node, len(ns))
+	for i := range ns {
+		nodeByID[ns[i].ID] = &ns[i]
+	}
+	var errs []error
+	for cursor := ""; ; {
+		page, next := slots.NextPage(ids, cursor, slots.PageSize)
+		for _, id := range page {
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+			out.Services++
+			r, err := p.service(ctx, id, byID[id], nodeByID, load)
+			out.Commits += r.commits
+			out.Conflicts += r.conflicts
+			out.Changed = out.Changed || r.changed
+			if !r.wakeAt.IsZero() && (out.WakeAt.IsZero() || r.wakeAt.Before(out.WakeAt)) {
+				out.WakeAt = r.wakeAt
+			}
+			if err != nil {
+				p.log.Error("service production failed", "service_id", id, "err", err)
+				errs = append(errs, err)
+			}
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if err := p.retirements(ctx, ns); err != nil {
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+type serviceResult struct {
+	commits, conflicts int
+	changed            bool
+	wakeAt             time.Time
+}
+
+// view is one consistent read of a service for planning.
+type view struct {
+	svc       *services.Service // nil: the service document is gone (only its slots remain)
+	spec      *SpecDoc
+	set       *SlotSet
+	workloads map[string]*services.Workload // by workload id
+}
+
+// read reads the service's state; svc, when not nil, is the copy the caller holds (a commit
+// passes nil to read it again).
+func (p *Producer) read(ctx context.Context, id string, svc *services.Service, fresh bool) (*view, error) {
+	v := &view{svc: svc, workloads: map[string]*services.Workload{}}
+	if fresh {
+		s, err := p.cfg.Catalog.GetServiceByID(ctx, id)
+		if err != nil && !errors.Is(err, services.ErrServiceNotFound) {
+			return nil, err
+		}
+		v.svc = s
+	}
+	var err error
+	if v.svc != nil && !v.svc.Deleting && !fresh {
+		v.spec, err = p.cfg.Store.EnsureDerivedSpec(ctx, v.svc)
+	} else {
+		v.spec, err = p.cfg.Store.Spec(ctx, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if v.set, err = p.cfg.Store.Slots(ctx, id); err != nil {
+		return nil, err
+	}
+	for _, row := range v.set.Slots {
+		w, err := p.cfg.Catalog.GetWorkload(ctx, row.WorkloadID)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		v.workloads[w.ID] = w
+	}
+	return v, nil
+}
+
+// service produces one service: receipts, desire, plan, commits, repairs, verdict.
+func (p *Producer) service(ctx context.Context, id string, svc *services.Service, ns map[string]*nodes.Node, load map[string]int) (serviceResult, error) {
+	var res serviceResult
+	v, err := p.read(ctx, id, svc, svc == nil)
+	if err != nil {
+		return res, err
+	}
+	if v.svc == nil {
+		// The service document went without a deletion (removed by hand or by an older
+		// version): its workloads go from the nodes' desired states and its rows are forgotten.
+		for _, row := range v.set.Slots {
+			if err := p.cfg.Catalog.RemoveWorkload(ctx, row.WorkloadID); err != nil {
+				return res, err
+			}
+		}
+		p.log.Warn("slots of a vanished service released", "service_id", id, "slots", len(v.set.Slots))
+		res.changed = true
+		return res, p.cfg.Store.forget(ctx, id)
+	}
+	if moved, err := p.joinReceipts(ctx, v, ns); err != nil {
+		if errors.Is(err, slots.ErrConflict) {
+			res.conflicts++
+			return res, nil
+		}
+		return res, err
+	} else if moved {
+		res.changed = true
+	}
+	placed := p.place(v, ns, load)
+	in := p.input(v, ns, placed)
+	plan := slots.PlanService(in)
+	verdict := plan.Verdict
+	for _, sp := range plan.Slots {
+		if !sp.Commits() {
+			continue
+		}
+		err := p.commit(ctx, id, sp, ns, placed)
+		switch {
+		case errors.Is(err, slots.ErrConflict):
+			res.conflicts++
+			verdict = slots.ConflictVerdict(verdict)
+			p.log.Info("slot commit aborted: conflict", "service_id", id, "replica", sp.Replica, "case", sp.Decision.Case, "err", err)
+		case errors.Is(err, errNotAdmitted):
+		case err != nil:
+			return res, err
+		default:
+			res.commits++
+			res.changed = true
+			if sp.Decision.Step == slots.StepRun {
+				load[sp.NodeID]++
+			}
+		}
+	}
+	if v, err = p.read(ctx, id, nil, true); err != nil {
+		return res, err
+	}
+	repaired, err := p.repair(ctx, v)
+	if err != nil {
+		return res, err
+	}
+	var settled []string
+	for _, sp := range plan.Slots {
+		if sp.Decision.Case == slots.CaseSettled {
+			settled = append(settled, sp.Replica)
+		}
+	}
+	pruned, err := p.pruneSettled(ctx, v, settled)
+	if err != nil {
+		return res, err
+	}
+	res.changed = res.changed || repaired || pruned
+	res.wakeAt = plan.WakeAt
+	if v.svc == nil {
+		return res, nil // deleted under the sweep; the next one forgets its rows
+	}
+	if v.svc.Deleting {
+		done, err := p.finalize(ctx, v)
+		if err != nil || done {
+			return res, err
+		}
+	}
+	if v.spec == nil && len(v.set.Slots) == 0 {
+		return res, nil
+	}
+	prev, err := p.cfg.Store.Verdict(ctx, id)
+	if err != nil {
+		return res, err
+	}
+	wrote, err := p.cfg.Store.writeVerdict(ctx, id, prev, verdict)
+	if err != nil {
+		return res, err
+	}
+	if wrote {
+		res.changed = true
+		p.log.Info("service verdict", "service_id", id, "verdict", verdict.String(), "spec_revision", verdict.SpecRevision)
+	}
+	return res, nil
+}
+
+// joinReceipts records receipts the nodes returned since the last sweep, and releases the
+// slots of nodes that are removed or retired as lost (docs/reconciliation.md section 10), with
+// one compare-and-set on the slot set. It reports whether it wrote.
+func (p *Producer) joinReceipts(ctx context.Context, v *view, ns map[string]*nodes.Node) (bool, error) {
+	rows := make([]SlotRow, 0, len(v.set.Slots))
+	moved := false
+	for _, row := range v.set.Slots {
+		n := ns[row.NodeID]
+		if n == nil || n.Status == nodes.StatusRemoved || n.Retirement != nil && n.Retirement.Disposition == nodes.DispositionLost {
+			p.log.Warn("slot released: its node is gone", "service_id", v.set.ServiceID, "replica", row.Replica, "node_id", row.NodeID, "workload_id", row.WorkloadID)
+			if err := p.cfg.Catalog.RemoveWorkload(ctx, row.WorkloadID); err != nil {
+				return false, err
+			}
+			moved = true
+			continue
+		}
+		if acked := receipts(row, v.workloads[row.WorkloadID], n); acked > row.Acked {
+			row.Acked = acked
+			moved = true
+		}
+		rows = append(rows, row)
+	}
+	if !moved {
+		return false, nil
+	}
+	return true, p.cfg.Store.writeSlots(ctx, v.set, rows)
+}
+
+// receipts returns the highest generation of row the node acknowledged (docs/reconciliation.md
+// section 3): run once the node reported the workload or applied a desired state carrying it;
+// stop once it applied a desired state that stops it and reports it not running; remove once it
+// applied one without it. Receipts join in order.
+func receipts(row SlotRow, w *services.Workload, n *nodes.Node) int {
+	acked := row.Acked
+	if w == nil || n == nil {
+		return acked
+	}
+	applied := w.StatusRev > 0 && n.AppliedRev >= w.StatusRev
+	if acked < int(slots.GenRun) && (w.ObservedAt != nil || applied) {
+		acked = int(slots.GenRun)
+	}
+	down := w.ObservedStatus != "running" && w.ObservedStatus != "starting" && w.ObservedStatus != "stopping"
+	if acked == int(slots.GenRun) && row.Generation >= int(slots.GenStop) && w.DesiredStatus != services.DesiredRunning && applied && down {
+		acked = int(slots.GenStop)
+	}
+	if acked == int(slots.GenStop) && row.Generation == int(slots.GenRemove) && w.DesiredStatus == services.DesiredRemoved && applied && down {
+		acked = int(slots.GenRemove)
+	}
+	return acked
+}
+
+// member reports whether n may hold slots of svc: a member node that runs svc's driver (nodes
+// that never said which drivers they run take the default process driver).
+func member(n *nodes.Node, svc *services.Service) bool {
+	if !n.Member() {
+		return false
+	}
+	if svc == nil || svc.Runtime == "" || svc.Runtime == "process" {
+		return true
+	}
+	return slices.Contains(n.Drivers, svc.Runtime)
+}
+
+// place returns the node of every scheduled replica: the node its slot stands on while that node
+// is a member, otherwise one the scheduler chooses among connected members: the fewest slots of
+// this service first, then the fewest workloads, then the lowest id. Replicas with no node
+// available are left out.
+func (p *Producer) place(v *view, ns map[string]*nodes.Node, load map[string]int) map[string]string {
+	placed := map[string]string{}
+	if v.svc == nil || v.spec == nil || v.spec.Spec.Placement.Mode != slots.PlacementScheduled {
+		return placed
+	}
+	perNode := map[string]int{}
+	for _, row := range v.set.Slots {
+		if n := ns[row.NodeID]; n != nil && member(n, v.svc) {
+			placed[row.Replica] = row.NodeID
+			perNode[row.NodeID]++
+		}
+	}
+	var cands []string
+	for id, n := range ns {
+		if member(n, v.svc) && n.Status == nodes.StatusConnected {
+			cands = append(cands, id)
+		}
+	}
+	slices.Sort(cands)
+	for i := 0; i < v.spec.Spec.Replicas.Total; i++ {
+		r := strconv.Itoa(i)
+		if _, ok := placed[r]; ok || len(cands) == 0 {
+			continue
+		}
+		best := cands[0]
+		for _, id := range cands[1:] {
+			if perNode[id] < perNode[best] || perNode[id] == perNode[best] && load[id] < load[best] {
+				best = id
+			}
+		}
+		placed[r] = best
+		perNode[best]++
+	}
+	return placed
+}
+
+// input builds the planner's input from a read, the nodes and the placement chosen.
+func (p *Producer) input(v *view, ns map[string]*nodes.Node, placed map[string]string) slots.ServiceInput {
+	in := slots.ServiceInput{Now: p.cfg.Now()}
+	for _, row := range v.set.Slots {
+		in.Slots = append(in.Slots, slotOf(row, v.workloads[row.WorkloadID], v.spec))
+	}
+	if v.spec != nil {
+		in.SpecRevision = v.spec.Revision
+	}
+	if v.svc == nil {
+		return in
+	}
+	var all []slots.Node
+	for _, n := range ns {
+		all = append(all, slots.Node{ID: n.ID, Platform: Platform, Member: member(n, v.svc)})
+	}
+	d := slots.Desire(specOf(v.spec), v.svc.Deleting, all, placed)
+	in.Unplaced, in.Refused = len(d.Unplaced), d.Refused
+	if len(d.Placed) == 0 {
+		return in
+	}
+	release := v.svc.Release().Digest()
+	if release == "" {
+		in.Blocker = &slots.Blocker{Refused: true, Reason: slots.ReasonReleaseMissing}
+	}
+	for _, pl := range d.Placed {
+		key, err := slots.DesiredAttemptKey(slots.KeyInput{ReleaseDigest: release, SpecRevision: v.spec.Revision, Env: v.svc.Env,
+			Platform: pl.Platform, NetworkMode: v.spec.Spec.Network, Invocation: v.svc.Invocation()})
+		if err != nil {
+			in.Blocker = &slots.Blocker{Refused: true, Reason: slots.ReasonSlotInvalid}
+			continue
+		}
+		in.Desired = append(in.Desired, slots.DesiredSlot{Replica: pl.Replica, NodeID: pl.NodeID, Key: key})
+	}
+	return in
+}
+
+// slotOf converts a stored row and its workload into the decision's view of the slot.
+func slotOf(row SlotRow, w *services.Workload, spec *SpecDoc) slots.Slot {
+	s := slots.Slot{Exists: true, Replica: row.Replica, NodeID: row.NodeID,
+		Attempt:    slots.Attempt{ID: row.Attempt.ID, Key: row.Attempt.Key, Predecessor: row.Attempt.Predecessor},
+		Generation: slots.Generation(row.Generation), Acked: slots.Generation(row.Acked)}
+	for _, a := range row.Ancestors {
+		s.Ancestors = append(s.Ancestors, slots.Attempt{ID: a.ID, Key: a.Key, Predecessor: a.Predecessor})
+	}
+	if w != nil {
+		s.Observed = observation(w, spec)
+	}
+	return s
+}
+
+// observation maps a workload's reported status onto the decision's phases: an attempt that
+// crashed (or stopped on its own) and was not ready since counts as failed from the first such
+// report, even while the node restarts it in place.
+func observation(w *services.Workload, spec *SpecDoc) slots.Observation {
+	o := slots.Observation{EverReady: w.EverReady}
+	if w.ObservedAt != nil {
+		o.AcceptedAt = *w.ObservedAt
+	}
+	probeless := spec != nil && spec.Spec.Readiness.Kind == slots.ProbeProcess
+	switch {
+	case w.FailedAt != nil:
+		o.Phase, o.AcceptedAt = slots.PhaseFailed, *w.FailedAt
+	case w.ObservedStatus == "running":
+		o.Phase, o.Ready = slots.PhaseRunning, probeless || w.Health == "passing"
+		o.EverReady = o.EverReady || o.Ready
+	case w.ObservedStatus == "starting" || w.ObservedStatus == "stopping":
+		o.Phase = slots.PhaseStarting
+	case w.ObservedStatus == "crashed":
+		o.Phase = slots.PhaseFailed
+	case w.ObservedStatus == "stopped" && w.DesiredStatus == services.DesiredRunning:
+		o.Phase = slots.PhaseStopped
+	default:
+		o.AcceptedAt = time.Time{}
+	}
+	return o
+}
+
+var errNotAdmitted = errors.New("run not admitted by the deploy policy")
+
+// commit commits one slot's step (docs/reconciliation.md section 6): it reads the service
+// again, plans again over the fresh read, checks the fresh decision is the step made, and writes
+// the slot set with one compare-and-set on the revision it read; then it brings the workload
+// document in line. It returns an error wrapping slots.ErrConflict when the slot moved.
+func (p *Producer) commit(ctx context.Context, id string, made slots.SlotPlan, ns map[string]*nodes.Node, placed map[string]string) error {
+	if p.beforeCommit != nil {
+		p.beforeCommit()
+	}
+	v, err := p.read(ctx, id, nil, true)
+	if err != nil {
+		return err
+	}
+	plan := slots.PlanService(p.input(v, ns, placed))
+	var fresh *slots.SlotPlan
+	for i := range plan.Slots {
+		if plan.Slots[i].Replica == made.Replica {
+			fresh = &plan.Slots[i]
+		}
+	}
+	if fresh == nil {
+		return fmt.Errorf("slot %q: gone from the fresh plan: %w", made.Replica, slots.ErrConflict)
+	}
+	if fresh.Withheld {
+		return fmt.Errorf("slot %q: withheld on the fresh read: %w", made.Replica, slots.ErrConflict)
+	}
+	d, err := slots.CheckCommit(made.Decision, fresh.Input)
+	if err != nil {
+		return err
+	}
+	now := p.cfg.Now().UTC()
+	rows := slices.Clone(v.set.Slots)
+	idx := slices.IndexFunc(rows, func(r SlotRow) bool { return r.Replica == made.Replica })
+	var w *services.Workload
+	var settled string // the workload of the removed attempt a run succeeds
+	switch d.Step {
+	case slots.StepRun:
+		n := ns[fresh.NodeID]
+		if n == nil {
+			return fmt.Errorf("slot %q: node %s is gone: %w", made.Replica, fresh.NodeID, slots.ErrConflict)
+		}
+		if p.cfg.Admit != nil {
+			ok, reasons, err := p.cfg.Admit.AdmitDeploy(ctx, v.svc, replicaIndex(made.Replica), n)
+			if err != nil || !ok {
+				p.log.Warn("run not admitted by the deploy policy", "service_id", id, "replica", made.Replica, "node_id", n.ID, "reasons", reasons, "err", err)
+				return errNotAdmitted
+			}
+		}
+		att, err := slots.AttemptID(d.Key, d.Predecessor)
+		if err != nil {
+			return err
+		}
+		row := SlotRow{Replica: made.Replica, NodeID: fresh.NodeID, Generation: int(slots.GenRun), CommittedAt: now,
+			Attempt: AttemptRow{ID: att, Key: d.Key, Predecessor: d.Predecessor}, WorkloadID: workloadID(id, made.Replica, att)}
+		if idx >= 0 {
+			old := rows[idx]
+			settled = old.WorkloadID
+			row.Ancestors = append([]AttemptRow{old.Attempt}, old.Ancestors...)
+			row.Ancestors = row.Ancestors[:min(len(row.Ancestors), slots.MaxAncestors)]
+			rows[idx] = row
+		} else {
+			rows = append(rows, row)
+		}
+		w = p.workloadFor(v.svc, row)
+		limits(w, v.spec)
+	case slots.StepStop, slots.StepRemove:
+		if idx < 0 {
+			return fmt.Errorf("slot %q: no row: %w", made.Replica, slots.ErrConflict)
+		}
+		rows[idx].Generation, rows[idx].CommittedAt = int(d.Generation), now
+	}
+	if err := p.cfg.Store.writeSlots(ctx, v.set, rows); err != nil {
+		return err
+	}
+	p.log.Info("slot step committed", "service_id", id, "replica", made.Replica, "case", d.Case, "step", d.Step, "node_id", fresh.NodeID)
+	if w != nil {
+		if settled != "" {
+			if err := p.cfg.Catalog.RemoveWorkload(ctx, settled); err != nil {
+				return err
+			}
+		}
+		return p.cfg.Catalog.InsertWorkload(ctx, w)
+	}
+	row := rows[idx]
+	_, err = p.cfg.Catalog.SetDesiredStatus(ctx, row.WorkloadID, desiredStatus(row.Generation))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // repaired below from the row
+	}
+	return err
+}
+
+// repair brings every workload document in line with its slot row: it creates the workload of a
+// run whose document is missing (a sweep that died between its commit and the insert), sets the
+// desired status of each generation, and deletes the workloads of settled slots. It reports
+// whether it wrote.
+func (p *Producer) repair(ctx context.Context, v *view) (bool, error) {
+	wrote := false
+	for _, row := range v.set.Slots {
+		w := v.workloads[row.WorkloadID]
+		settled := row.Generation == int(slots.GenRemove) && row.Acked == int(slots.GenRemove)
+		switch {
+		case settled && w != nil:
+			if err := p.cfg.Catalog.RemoveWorkload(ctx, w.ID); err != nil {
+				return wrote, err
+			}
+			wrote = true
+		case settled:
+		case w == nil && v.svc != nil:
+			nw := p.workloadFor(v.svc, row)
+			limits(nw, v.spec)
+			nw.DesiredStatus = desiredStatus(row.Generation)
+			if err := p.cfg.Catalog.InsertWorkload(ctx, nw); err != nil {
+				return wrote, err
+			}
+			wrote = true
+		case w != nil && w.DesiredStatus != desiredStatus(row.Generation):
+			ok, err := p.cfg.Catalog.SetDesiredStatus(ctx, w.ID, desiredStatus(row.Generation))
+			if err != nil {
+				return wrote, err
+			}
+			wrote = wrote || ok
+		}
+	}
+	return wrote, nil
+}
+
+// limits copies an operator spec's resources and http readiness probe onto a new workload (a
+// derived spec states nothing the service does not already say).
+func limits(w *services.Workload, spec *SpecDoc) {
+	if spec == nil || spec.Source != SourceOperator {
+		return
+	}
+	w.MemoryBytes, w.CPUMillis = spec.Spec.Resources.MemoryBytes, spec.Spec.Resources.CPUMillis
+	if r := spec.Spec.Readiness; r.Kind == slots.ProbeHTTP {
+		w.Probe = &services.HealthCheck{Path: r.Path, IntervalS: int(max(r.IntervalMS/1000, 1)), TimeoutS: int(max(r.TimeoutMS/1000, 1)), Failures: r.Failures}
+	}
+}
+
+func desiredStatus(gen int) string {
+	switch slots.Generation(gen) {
+	case slots.GenStop:
+		return services.DesiredStopped
+	case slots.GenRemove:
+		return services.DesiredRemoved
+	}
+	return services.DesiredRunning
+}
+
+// workloadFor returns the workload document of row's attempt.
+func (p *Producer) workloadFor(svc *services.Service, row SlotRow) *services.Workload {
+	return &services.Workload{ID: row.WorkloadID, ProjectID: svc.ProjectID, Project: svc.Project, ServiceID: svc.ID, Service: svc.Name,
+		Slot: replicaIndex(row.Replica), Replica: row.Replica, AttemptID: row.Attempt.ID, NodeID: row.NodeID, SpecHash: row.Attempt.Key,
+		Run:           services.InvocationOf(svc),
+		DesiredStatus: services.DesiredRunning, ObservedStatus: "creating", Health: "unknown", CreatedAt: p.cfg.Now().UTC()}
+}
+
+// workloadID derives the workload id of an attempt, so a repeated commit or repair creates the
+// same workload: "wl_" and 26 hex digits of SHA-256 over the service id, replica and attempt id.
+func workloadID(serviceID, replica, attemptID string) string {
+	sum := sha256.Sum256([]byte(serviceID + "/" + replica + "\x00" + attemptID))
+	return "wl_" + hex.EncodeToString(sum[:13])
+}
+
+// replicaIndex returns the index of "<i>" or "<node>.<i>", 0 when there is none.
+func replicaIndex(replica string) int {
+	if i := lastDot(replica); i >= 0 {
+		replica = replica[i+1:]
+	}
+	n, _ := strconv.Atoi(replica)
+	return n
+}
+
+func lastDot(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '.' {
+			return i
+		}
+	}
+	return -1
+}

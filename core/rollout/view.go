@@ -1,0 +1,150 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/slots"
+	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// Views answers the read-only runtime views (docs/reconciliation.md section 11): they write
+// nothing and derive only what the stored rows say.
+type Views struct {
+	Store   *Store
+	Catalog *services.Catalog
+	Nodes   *nodes.Registry
+}
+
+// Slots returns a service's slots in replica order, as the workloads view answers them.
+func (v Views) Slots(ctx context.Context, svc *services.Service) ([]client.SlotView, error) {
+	set, err := v.Store.Slots(ctx, svc.ID)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := v.Store.Spec(ctx, svc.ID)
+	if err != nil {
+		return nil, err
+	}
+	rows := slices.Clone(set.Slots)
+	slices.SortFunc(rows, func(a, b SlotRow) int { return compareReplica(a.Replica, b.Replica) })
+	applied := map[string]int64{}
+	out := make([]client.SlotView, 0, len(rows))
+	for _, row := range rows {
+		sv := client.SlotView{ServiceID: svc.ID, Replica: row.Replica, NodeID: row.NodeID, WorkloadID: row.WorkloadID,
+			AttemptID: row.Attempt.ID, Disposition: slots.Generation(row.Generation).String(),
+			TerminalReceipts: max(row.Acked-int(slots.GenRun), 0), Delivery: "undelivered"}
+		if key, ok := currentKey(svc, spec, row); ok {
+			sv.Current = key == row.Attempt.Key
+		}
+		w, err := v.Catalog.GetWorkload(ctx, row.WorkloadID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		if w != nil {
+			o := observation(w, spec)
+			sv.Observation = client.SlotObservation{Phase: string(o.Phase), Ready: o.Phase == slots.PhaseRunning && o.Ready, ObservedAt: w.ObservedAt}
+			if o.Phase == slots.PhaseFailed {
+				sv.Observation.Message = w.Message
+			}
+			rev, ok := applied[row.NodeID]
+			if !ok {
+				if n, err := v.Nodes.Get(ctx, row.NodeID); err == nil {
+					rev = n.AppliedRev
+				}
+				applied[row.NodeID] = rev
+			}
+			if w.StatusRev > 0 && rev >= w.StatusRev {
+				sv.Delivery = "delivered"
+			}
+		} else if row.Acked == row.Generation {
+			sv.Delivery = "delivered"
+		}
+		out = append(out, sv)
+	}
+	return out, nil
+}
+
+// currentKey recomputes the desired attempt key of row's replica on its node.
+func currentKey(svc *services.Service, spec *SpecDoc, row SlotRow) (string, bool) {
+	if spec == nil || svc.Deleting {
+		return "", false
+	}
+	key, err := slots.DesiredAttemptKey(slots.KeyInput{ReleaseDigest: svc.Release().Digest(), SpecRevision: spec.Revision, Env: svc.Env,
+		Platform: Platform, NetworkMode: spec.Spec.Network, Invocation: svc.Invocation()})
+	return key, err == nil
+}
+
+// Rollout returns how far svc is on its way to its current desire.
+func (v Views) Rollout(ctx context.Context, svc *services.Service) (*client.RolloutStatus, error) {
+	out := &client.RolloutStatus{Service: svc.Project + "/" + svc.Name, Revision: svc.Revision, Release: svc.Release().Digest(), Deleting: svc.Deleting}
+	if svc.Previous != nil {
+		out.PreviousRelease = svc.Previous.Digest()
+	}
+	spec, err := v.Store.Spec(ctx, svc.ID)
+	if err != nil {
+		return nil, err
+	}
+	if spec != nil {
+		out.SpecRevision = spec.Revision
+		if spec.Spec.Placement.Mode == slots.PlacementScheduled && !spec.Spec.Hold && !svc.Deleting {
+			out.Desired = spec.Spec.Replicas.Total
+		}
+	}
+	if d, err := v.Store.Verdict(ctx, svc.ID); err != nil {
+		return nil, err
+	} else if d != nil {
+		out.Verdict = client.Verdict{SpecRevision: d.Verdict.SpecRevision, State: string(d.Verdict.State), Reason: string(d.Verdict.Reason), ChangedAt: d.ChangedAt}
+	}
+	rows, err := v.Slots(ctx, svc)
+	if err != nil {
+		return nil, err
+	}
+	desired := 0
+	for _, r := range rows {
+		if r.Disposition != "run" {
+			continue
+		}
+		desired++
+		switch {
+		case r.Current && r.Observation.Ready:
+			out.Updated++
+		case !r.Current:
+			out.Outdated++
+		}
+	}
+	if spec != nil && spec.Spec.Placement.Mode != slots.PlacementScheduled && !spec.Spec.Hold && !svc.Deleting {
+		out.Desired = desired
+	}
+	return out, nil
+}
+
+// VerdictOf returns the stored verdict of a service as the API shows it, nil when none.
+func (v Views) VerdictOf(ctx context.Context, serviceID string) (*client.Verdict, error) {
+	d, err := v.Store.Verdict(ctx, serviceID)
+	if err != nil || d == nil {
+		return nil, err
+	}
+	return &client.Verdict{SpecRevision: d.Verdict.SpecRevision, State: string(d.Verdict.State), Reason: string(d.Verdict.Reason), ChangedAt: d.ChangedAt}, nil
+}
+
+// compareReplica orders "<i>" numerically before "<node>.<i>" by node, then index.
+func compareReplica(a, b string) int {
+	pa, pb := lastDot(a), lastDot(b)
+	na, nb := "", ""
+	if pa >= 0 {
+		na = a[:pa]
+	}
+	if pb >= 0 {
+		nb = b[:pb]
+	}
+	if c := strings.Compare(na, nb); c != 0 {
+		return c
+	}
+	return replicaIndex(a) - replicaIndex(b)
+}
