@@ -202,10 +202,19 @@ func (cl *cluster) workloadIDs(t *testing.T, service string) []string {
 	return ids
 }
 
-// waitReplicas waits until the service has exactly n workloads, all running and passing.
+// waitReplicas waits until the service's rollout converged (docs/reconciliation.md section 7:
+// every change of what runs, replica counts included, replaces the replicas one at a time) and
+// it has exactly n workloads, all running and passing.
 func (cl *cluster) waitReplicas(t *testing.T, service string, n int) []string {
 	t.Helper()
-	waitFor(t, converge, fmt.Sprintf("%d healthy replicas of %s", n, service), func() (bool, string) {
+	waitFor(t, 3*converge, fmt.Sprintf("%d healthy replicas of %s", n, service), func() (bool, string) {
+		st, err := cl.c.Rollout(context.Background(), "default", service)
+		if err != nil {
+			return false, err.Error()
+		}
+		if st.Verdict.State != "converged" || st.Verdict.SpecRevision != st.SpecRevision || st.Updated != n || st.Outdated != 0 {
+			return false, fmt.Sprintf("rollout %+v", st)
+		}
 		ws := cl.workloads(t, service)
 		if len(ws) != n {
 			return false, fmt.Sprintf("%+v", ws)

@@ -97,8 +97,14 @@ func (s *conn) onStreamOpen(ctx context.Context, env node.Envelope) error {
 		defer st.wg.Done()
 		var seq int64
 		err := c.cfg.Commands.Stream(sctx, open, func(lines []node.LogLine) error {
+			if err := sctx.Err(); err != nil {
+				return err // closed: send nothing more
+			}
 			seq++
-			return s.send(sctx, node.TypeStreamData, "", node.StreamData{StreamID: open.StreamID, Seq: seq, Lines: lines})
+			// The write runs under the session's context, not the stream's: the WebSocket
+			// library closes the whole connection when a write's context ends mid-write, and a
+			// stream_close must end one stream, never the session.
+			return s.send(ctx, node.TypeStreamData, "", node.StreamData{StreamID: open.StreamID, Seq: seq, Lines: lines})
 		})
 		st.mu.Lock()
 		_, stillOpen := st.open[open.StreamID]

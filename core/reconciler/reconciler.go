@@ -212,8 +212,8 @@ func describe(c routes.Compiler) string {
 }
 
 // Pass runs one reconcile pass: placement of stateful services with their leases, the slots
-// of portable services (core/rollout), then node desired states, then the lease grants
-// decided, then routes.
+// of portable services (core/rollout), then routes, then node desired states, then the lease
+// grants decided.
 func (r *Reconciler) Pass(ctx context.Context) error {
 	_, err := r.pass(ctx)
 	return err
@@ -275,6 +275,10 @@ func (r *Reconciler) pass(ctx context.Context) (rollout.Outcome, error) {
 	if err != nil {
 		return out, err
 	}
+	// Routes first: a workload about to be stopped leaves the gateway before its node stops it.
+	if err := r.route(ctx, svcs, ns, wls); err != nil {
+		errs = append(errs, err)
+	}
 	if err := r.desire(ctx, svcs, ns, wls, leases); err != nil {
 		errs = append(errs, err)
 	}
@@ -284,9 +288,6 @@ func (r *Reconciler) pass(ctx context.Context) (rollout.Outcome, error) {
 		for i := range granted {
 			r.cfg.LeaseSender.SendLeaseGrant(ctx, granted[i].Holder, &granted[i])
 		}
-	}
-	if err := r.route(ctx, svcs, ns, wls); err != nil {
-		errs = append(errs, err)
 	}
 	return out, errors.Join(errs...)
 }

@@ -243,8 +243,10 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 			}
 		}
 	}
-	if v, err = p.read(ctx, id, nil, true); err != nil {
-		return res, err
+	if res.commits > 0 || res.conflicts > 0 {
+		if v, err = p.read(ctx, id, nil, true); err != nil {
+			return res, err
+		}
 	}
 	repaired, err := p.repair(ctx, v)
 	if err != nil {

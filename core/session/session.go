@@ -644,7 +644,13 @@ func (s *Server) write(ctx context.Context, c *conn, typ node.Type, re string, b
 	if err != nil {
 		return fmt.Errorf("marshal envelope: %w", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// The write runs under the session's own context: the WebSocket library closes the whole
+	// connection when a write's context ends mid-write, and a caller that gave up (an API client
+	// that left) must not end the node's session.
+	wctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 	defer cancel()
 	if err := c.ws.Write(wctx, websocket.MessageText, frame); err != nil {
 		return fmt.Errorf("write %s to %s: %w", typ, c.nodeID, err)
