@@ -258,7 +258,7 @@ func (s *Server) getService(c echo.Context) error {
 		}
 	}
 	out := toAPIService(svc, n)
-	if out.Verdict, err = s.views().VerdictOf(ctx, svc.ID); err != nil {
+	if out.Verdict, err = s.views().VerdictOf(ctx, svc); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, out)
@@ -287,7 +287,7 @@ func (s *Server) listServices(c echo.Context) error {
 	out := client.List[client.Service]{Items: []client.Service{}}
 	for i := range svcs {
 		a := toAPIService(&svcs[i], readyBy[svcs[i].ID])
-		if a.Verdict, err = s.views().VerdictOf(ctx, svcs[i].ID); err != nil {
+		if a.Verdict, err = s.views().VerdictOf(ctx, &svcs[i]); err != nil {
 			return err
 		}
 		out.Items = append(out.Items, a)

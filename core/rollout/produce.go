@@ -280,7 +280,7 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 	if err != nil {
 		return res, err
 	}
-	wrote, err := p.cfg.Store.writeVerdict(ctx, id, prev, verdict)
+	wrote, err := p.cfg.Store.writeVerdict(ctx, id, prev, verdict, v.svc.Revision)
 	if err != nil {
 		return res, err
 	}

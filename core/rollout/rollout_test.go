@@ -18,6 +18,7 @@ import (
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/rollout"
+	"github.com/berthhq/berth/core/rollout/rollouttest"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
@@ -145,35 +146,7 @@ func (h *harness) step() {
 
 func (h *harness) report(id string) {
 	h.t.Helper()
-	got, err := h.reg.Get(h.ctx, id)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if got.Status == nodes.StatusRemoved {
-		return
-	}
-	var spec node.Spec
-	if got.DesiredSpec != "" {
-		if err := json.Unmarshal([]byte(got.DesiredSpec), &spec); err != nil {
-			h.t.Fatal(err)
-		}
-	}
-	var obs []services.Observation
-	for _, w := range spec.Workloads {
-		o := services.Observation{WorkloadID: w.WorkloadID, ObservedStatus: "stopped", Health: "unknown"}
-		if w.DesiredStatus == node.DesiredRunning {
-			o = services.Observation{WorkloadID: w.WorkloadID, ObservedStatus: "running", Health: "passing", Address: "127.0.0.1:9"}
-			if h.crash[w.BundleDigest] {
-				o = services.Observation{WorkloadID: w.WorkloadID, ObservedStatus: "crashed", Health: "unknown", Message: "exit status 1"}
-			}
-		}
-		obs = append(obs, o)
-	}
-	if _, err := h.cat.Observe(h.ctx, id, obs); err != nil {
-		h.t.Fatal(err)
-	}
-	rev := got.DesiredRev
-	if err := h.reg.Seen(h.ctx, id, &rev); err != nil {
+	if err := rollouttest.Report(h.ctx, h.reg, h.cat, id, func(d string) bool { return h.crash[d] }); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -243,6 +216,12 @@ func TestRollingReleaseReplacesOneSlotAtATime(t *testing.T) {
 		t.Fatalf("serving %v, want 3 of release a", got)
 	}
 	svc = h.put("sha256:b", 3)
+	// Before any sweep decided over the new release, the converged verdict about the same spec
+	// revision reads as converging.
+	views := rollout.Views{Store: h.rs, Catalog: h.cat, Nodes: h.reg}
+	if v, err := views.VerdictOf(h.ctx, svc); err != nil || v == nil || v.State != string(slots.Converging) {
+		t.Fatalf("verdict right after a release change: %+v %v, want converging", v, err)
+	}
 	stoppedAtOnce := 0
 	h.until(40, "converged on release b", func() bool {
 		return h.verdict(svc.ID).State == slots.Converged && h.serving(svc)["sha256:b"] == 3

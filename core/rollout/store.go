@@ -72,6 +72,10 @@ type StatusDoc struct {
 	ServiceID string        `bson:"_id"`
 	Verdict   slots.Verdict `bson:"verdict"`
 	ChangedAt time.Time     `bson:"changed_at"`
+	// ServiceRevision is the service document revision the verdict was decided over: a release
+	// change does not move the spec revision, so a verdict older than the service is not yet
+	// about what the service runs now.
+	ServiceRevision int64 `bson:"service_revision"`
 }
 
 // Store reads and writes runtime specs, slot sets and verdicts.
@@ -330,21 +334,27 @@ func (s *Store) Verdict(ctx context.Context, serviceID string) (*StatusDoc, erro
 	return &d, nil
 }
 
-// writeVerdict stores v when it differs from prev (nil: none stored) and reports whether it
-// wrote. The verdict document has a single writer, the sweep.
-func (s *Store) writeVerdict(ctx context.Context, serviceID string, prev *StatusDoc, v slots.Verdict) (bool, error) {
+// writeVerdict stores v, decided over service revision svcRev, when it differs from prev (nil:
+// none stored) or prev was decided over another service revision, and reports whether the
+// verdict itself changed (its changed_at moves only then). The verdict document has a single
+// writer, the sweep.
+func (s *Store) writeVerdict(ctx context.Context, serviceID string, prev *StatusDoc, v slots.Verdict, svcRev int64) (bool, error) {
 	var pv *slots.Verdict
 	if prev != nil {
 		pv = &prev.Verdict
 	}
-	if !slots.VerdictChanged(pv, v) {
+	changed := slots.VerdictChanged(pv, v)
+	if !changed && prev.ServiceRevision == svcRev {
 		return false, nil
 	}
-	d := StatusDoc{ServiceID: serviceID, Verdict: v, ChangedAt: s.now().UTC()}
+	d := StatusDoc{ServiceID: serviceID, Verdict: v, ChangedAt: s.now().UTC(), ServiceRevision: svcRev}
+	if !changed {
+		d.ChangedAt = prev.ChangedAt
+	}
 	if _, err := s.status.ReplaceOne(ctx, bson.D{{Key: "_id", Value: serviceID}}, d, replaceUpsert()); err != nil {
 		return false, fmt.Errorf("store verdict of %s: %w", serviceID, err)
 	}
-	return true, nil
+	return changed, nil
 }
 
 // forget removes a service's spec, slot set and verdict (the end of its deletion).

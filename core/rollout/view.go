@@ -96,10 +96,10 @@ func (v Views) Rollout(ctx context.Context, svc *services.Service) (*client.Roll
 			out.Desired = spec.Spec.Replicas.Total
 		}
 	}
-	if d, err := v.Store.Verdict(ctx, svc.ID); err != nil {
+	if vd, err := v.VerdictOf(ctx, svc); err != nil {
 		return nil, err
-	} else if d != nil {
-		out.Verdict = client.Verdict{SpecRevision: d.Verdict.SpecRevision, State: string(d.Verdict.State), Reason: string(d.Verdict.Reason), ChangedAt: d.ChangedAt}
+	} else if vd != nil {
+		out.Verdict = *vd
 	}
 	rows, err := v.Slots(ctx, svc)
 	if err != nil {
@@ -124,13 +124,19 @@ func (v Views) Rollout(ctx context.Context, svc *services.Service) (*client.Roll
 	return out, nil
 }
 
-// VerdictOf returns the stored verdict of a service as the API shows it, nil when none.
-func (v Views) VerdictOf(ctx context.Context, serviceID string) (*client.Verdict, error) {
-	d, err := v.Store.Verdict(ctx, serviceID)
+// VerdictOf returns the verdict of svc as the API shows it, nil when none was decided. A stored
+// verdict decided over an older revision of the service (a release change, which leaves the
+// spec revision as it is) reads as converging until the next sweep decides again.
+func (v Views) VerdictOf(ctx context.Context, svc *services.Service) (*client.Verdict, error) {
+	d, err := v.Store.Verdict(ctx, svc.ID)
 	if err != nil || d == nil {
 		return nil, err
 	}
-	return &client.Verdict{SpecRevision: d.Verdict.SpecRevision, State: string(d.Verdict.State), Reason: string(d.Verdict.Reason), ChangedAt: d.ChangedAt}, nil
+	out := &client.Verdict{SpecRevision: d.Verdict.SpecRevision, State: string(d.Verdict.State), Reason: string(d.Verdict.Reason), ChangedAt: d.ChangedAt}
+	if d.ServiceRevision != svc.Revision {
+		out.State, out.Reason, out.ChangedAt = string(slots.Converging), "", svc.UpdatedAt
+	}
+	return out, nil
 }
 
 // compareReplica orders "<i>" numerically before "<node>.<i>" by node, then index.
