@@ -182,9 +182,9 @@ func TestChaosLinkBetweenAgentAndCore(t *testing.T) {
 	agentDir := filepath.Join(cl.dir, "agent")
 	enroll := start(t, filepath.Join(cl.dir, "agent.log"), "berth-agent", "enroll",
 		"--server", "https://"+proxy.addr(), "--join-token", jt.Token, "--fingerprint", cl.fingerprint, "--data-dir", agentDir)
-	<-enroll.done
-	if enroll.cmd.ProcessState.ExitCode() != 0 {
-		t.Fatalf("enroll exited %d", enroll.cmd.ProcessState.ExitCode())
+	<-enroll.Done()
+	if enroll.Cmd().ProcessState.ExitCode() != 0 {
+		t.Fatalf("enroll exited %d", enroll.Cmd().ProcessState.ExitCode())
 	}
 	start(t, filepath.Join(cl.dir, "agent.log"), "berth-agent", "run", "--data-dir", agentDir)
 	nodeState := func() (client.Node, bool) {

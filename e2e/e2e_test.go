@@ -40,9 +40,9 @@ func TestDeployThroughGateway(t *testing.T) {
 	agentDir := filepath.Join(cl.dir, "agent")
 	enroll := start(t, filepath.Join(cl.dir, "agent.log"), "berth-agent", "enroll",
 		"--server", cl.url, "--join-token", jt.Token, "--fingerprint", cl.fingerprint, "--data-dir", agentDir, "--label", "zone=test")
-	<-enroll.done
-	if enroll.cmd.ProcessState.ExitCode() != 0 {
-		t.Fatalf("enroll exited %d", enroll.cmd.ProcessState.ExitCode())
+	<-enroll.Done()
+	if enroll.Cmd().ProcessState.ExitCode() != 0 {
+		t.Fatalf("enroll exited %d", enroll.Cmd().ProcessState.ExitCode())
 	}
 	agent := start(t, filepath.Join(cl.dir, "agent.log"), "berth-agent", "run", "--data-dir", agentDir)
 	waitFor(t, converge, "node connected", func() (bool, string) {
@@ -98,7 +98,7 @@ func TestDeployThroughGateway(t *testing.T) {
 
 	// kill -9 the agent: the workload keeps serving; a new agent adopts it without a restart.
 	before := cl.workloadPIDs(t)
-	agent.kill9()
+	agent.Kill9()
 	for i := 0; i < 5; i++ {
 		cl.mustAnswer(t, "hello.localhost", ids[0])
 	}
@@ -126,7 +126,7 @@ func TestDeployThroughGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl.berthd.kill9()
+	cl.berthd.Kill9()
 	startBerthd(t, cl)
 	svcAfter, err := cl.c.GetService(ctx, "default", "hello")
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthhq/berth/internal/proctest"
 	"github.com/berthhq/berth/sdk/bundle"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -84,79 +84,16 @@ func goBuild(root, out string, pkgs ...string) error {
 	return nil
 }
 
-func freeAddr(t *testing.T) string {
+// start runs env.bin/name with args, its output appended to logPath; it is stopped at cleanup.
+func start(t *testing.T, logPath string, name string, args ...string) *proctest.Proc {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return proctest.Start(t, logPath, filepath.Join(env.bin, name), args...)
 }
 
-// proc is a process the test started; it is killed at cleanup.
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *bytes.Buffer
-}
-
-func start(t *testing.T, logPath string, name string, args ...string) *proc {
-	t.Helper()
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(env.bin, name), args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	t.Cleanup(func() { p.stop(t) })
-	return p
-}
-
-// stop ends the process gracefully, then forcefully after 15 s.
-func (p *proc) stop(t *testing.T) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		t.Logf("%s did not stop on SIGTERM; killing", p.cmd.Path)
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func (p *proc) kill9() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-// waitFor polls cond every 100 ms until it holds or timeout passes; what
-// reports the last state for the failure message.
+// waitFor is proctest.WaitFor: it polls cond every 100 ms until it holds or timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	proctest.WaitFor(t, timeout, what, cond)
 }
 
 // cluster is one berthd and its clients.
@@ -164,7 +101,7 @@ type cluster struct {
 	dir, api, gateway string
 	url               string // https://<api>
 	fingerprint       string // berthd's certificate pin, from DATA/server-fingerprint
-	berthd            *proc
+	berthd            *proctest.Proc
 	token             string
 	c                 *client.Client
 }
@@ -175,37 +112,9 @@ func startBerthd(t *testing.T, cl *cluster) {
 		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug",
 		"--runner-transport")
 	cl.url = "https://" + cl.api
-	var hc *http.Client
-	waitFor(t, 60*time.Second, "berthd ready", func() (bool, string) {
-		select {
-		case <-cl.berthd.done:
-			b, _ := os.ReadFile(filepath.Join(cl.dir, "berthd.log"))
-			t.Fatalf("berthd exited:\n%s", b)
-		default:
-		}
-		if hc == nil {
-			// The pin exists once berthd loaded its certificate.
-			b, err := os.ReadFile(filepath.Join(cl.dir, "berthd", "server-fingerprint"))
-			if err != nil {
-				return false, err.Error()
-			}
-			cl.fingerprint = strings.TrimSpace(string(b))
-			if hc, err = client.PinnedHTTPClient(cl.fingerprint); err != nil {
-				t.Fatal(err)
-			}
-		}
-		resp, err := hc.Get(cl.url + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200, resp.Status
-	})
-	tok, err := os.ReadFile(filepath.Join(cl.dir, "berthd", "admin-token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl.token = strings.TrimSpace(string(tok))
+	d := proctest.WaitBerthdReady(t, cl.berthd, filepath.Join(cl.dir, "berthd"), cl.url, 60*time.Second)
+	cl.fingerprint, cl.token = d.Fingerprint, d.Token
+	var err error
 	cl.c, err = client.New(cl.url, client.WithToken(cl.token), client.WithFingerprint(cl.fingerprint))
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +123,7 @@ func startBerthd(t *testing.T, cl *cluster) {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	cl := &cluster{dir: t.TempDir(), api: freeAddr(t), gateway: freeAddr(t)}
+	cl := &cluster{dir: t.TempDir(), api: proctest.FreeAddr(t), gateway: proctest.FreeAddr(t)}
 	// Registered first, so it runs last: workloads outlive the agent by
 	// design, and a test must leave no process behind.
 	t.Cleanup(func() { cl.killWorkloads(t) })

@@ -28,7 +28,7 @@ func TestThirdPartyAppThroughGateway(t *testing.T) {
 	agentDir := filepath.Join(cl.dir, "agent")
 	enroll := start(t, filepath.Join(cl.dir, "agent.log"), "berth-agent", "enroll",
 		"--server", cl.url, "--join-token", jt.Token, "--fingerprint", cl.fingerprint, "--data-dir", agentDir)
-	<-enroll.done
+	<-enroll.Done()
 	start(t, filepath.Join(cl.dir, "agent.log"), "berth-agent", "run", "--data-dir", agentDir)
 
 	cl.pushBundle(t, env.httpbinDir, "httpbin")

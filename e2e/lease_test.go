@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/internal/proctest"
 	"github.com/berthhq/berth/sdk/bundle"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -23,14 +24,14 @@ import (
 // freeze the whole node (agent, driver plugin and the driver's workloads) with one signal.
 type fakeNode struct {
 	name, dir, id string
-	proc          *proc
+	proc          *proctest.Proc
 }
 
 // driverLog is the fake driver's transition log of the node (one line per start or stop).
 func (n *fakeNode) driverLog() string { return filepath.Join(n.dir, "driver", "fake", "driver.log") }
 
 // signal sends sig to the node's whole process group.
-func (n *fakeNode) signal(sig syscall.Signal) { _ = syscall.Kill(-n.proc.cmd.Process.Pid, sig) }
+func (n *fakeNode) signal(sig syscall.Signal) { _ = syscall.Kill(-n.proc.Cmd().Process.Pid, sig) }
 
 func startFakeNode(t *testing.T, cl *cluster, name string) *fakeNode {
 	t.Helper()
@@ -43,26 +44,17 @@ func startFakeNode(t *testing.T, cl *cluster, name string) *fakeNode {
 	logPath := filepath.Join(cl.dir, "agent-"+name+".log")
 	enroll := start(t, logPath, "berth-agent", "enroll", "--server", cl.url, "--join-token", jt.Token,
 		"--fingerprint", cl.fingerprint, "--data-dir", n.dir, "--label", "name="+name)
-	<-enroll.done
-	if code := enroll.cmd.ProcessState.ExitCode(); code != 0 {
+	<-enroll.Done()
+	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
 		b, _ := os.ReadFile(logPath)
 		t.Fatalf("enroll %s exited %d:\n%s", name, code, b)
 	}
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(filepath.Join(env.bin, "berth-agent"), "run", "--data-dir", n.dir, "--driver", "fake", "--plugin-dir", env.bin)
-	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n.proc = &proc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(n.proc.done) }()
+	n.proc = proctest.StartCmd(t, logPath, cmd)
 	t.Cleanup(func() {
 		n.signal(syscall.SIGCONT)
-		n.proc.stop(t)
+		n.proc.Stop()
 		n.signal(syscall.SIGKILL) // the driver plugin, if the agent left it behind
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)

@@ -23,8 +23,8 @@ func startProcessAgent(t *testing.T, cl *cluster, name string) {
 	logPath := filepath.Join(cl.dir, "agent-"+name+".log")
 	enroll := start(t, logPath, "berth-agent", "enroll", "--server", cl.url, "--join-token", jt.Token,
 		"--fingerprint", cl.fingerprint, "--data-dir", dir, "--label", "name="+name)
-	<-enroll.done
-	if code := enroll.cmd.ProcessState.ExitCode(); code != 0 {
+	<-enroll.Done()
+	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
 		b, _ := os.ReadFile(logPath)
 		t.Fatalf("enroll %s exited %d:\n%s", name, code, b)
 	}

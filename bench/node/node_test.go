@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,21 +21,20 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/internal/proctest"
 	"github.com/berthhq/berth/sdk/bundle"
 	"github.com/berthhq/berth/sdk/client"
 )
 
 // berthd is one berthd process started by a benchmark.
 type berthd struct {
-	cmd         *exec.Cmd
-	done        chan struct{}
+	proc        *proctest.Proc
 	url         string
 	token       string
 	fingerprint string
@@ -65,72 +63,28 @@ func binDir(b *testing.B) string {
 func startBerthd(b *testing.B) *berthd {
 	b.Helper()
 	dir := b.TempDir()
-	ln := freePort(b)
-	d := &berthd{done: make(chan struct{}), url: "https://" + ln}
-	log, err := os.Create(filepath.Join(dir, "berthd.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	ln := proctest.FreeAddr(b)
+	d := &berthd{url: "https://" + ln}
 	args := []string{"--data-dir", filepath.Join(dir, "data"), "--listen", ln, "--gateway-listen", "off", "--log-level", "warn"}
 	if v := os.Getenv("BERTH_BENCH_DEBUG_LISTEN"); v != "" {
 		args = append(args, "--debug-listen", v) // profile berthd while it runs
 	}
-	d.cmd = exec.Command(filepath.Join(binDir(b), "berthd"), args...)
-	d.cmd.Stdout, d.cmd.Stderr = log, log
-	if err := d.cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = d.cmd.Wait(); _ = log.Close(); close(d.done) }()
-	b.Cleanup(func() {
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(20 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-d.done
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		fp, err1 := os.ReadFile(filepath.Join(dir, "data", "server-fingerprint"))
-		tok, err2 := os.ReadFile(filepath.Join(dir, "data", "admin-token"))
-		if err1 == nil && err2 == nil {
-			d.fingerprint, d.token = strings.TrimSpace(string(fp)), strings.TrimSpace(string(tok))
-			if d.hc, err = client.PinnedHTTPClient(d.fingerprint); err != nil {
-				b.Fatal(err)
-			}
-			if resp, err := d.hc.Get(d.url + "/readyz"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					break
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("berthd not ready within 60 s")
-		}
-		time.Sleep(100 * time.Millisecond) // startup poll, before anything is measured
-	}
+	d.proc = proctest.Start(b, filepath.Join(dir, "berthd.log"), filepath.Join(binDir(b), "berthd"), args...)
+	// Runs before Start's own cleanup, so berthd keeps 20 s between SIGTERM and SIGKILL.
+	b.Cleanup(func() { d.proc.StopWithin(20 * time.Second) })
+	ready := proctest.WaitBerthdReady(b, d.proc, filepath.Join(dir, "data"), d.url, 60*time.Second)
+	d.fingerprint, d.token, d.hc = ready.Fingerprint, ready.Token, ready.HTTP
+	var err error
 	if d.c, err = client.New(d.url, client.WithToken(d.token), client.WithHTTPClient(d.hc)); err != nil {
 		b.Fatal(err)
 	}
 	return d
 }
 
-func freePort(b *testing.B) string {
-	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // cpuSeconds is berthd's user+system CPU time so far.
 func (d *berthd) cpuSeconds(b *testing.B) float64 {
 	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.proc.Cmd().Process.Pid))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -143,7 +97,7 @@ func (d *berthd) cpuSeconds(b *testing.B) float64 {
 // rssBytes is berthd's resident memory.
 func (d *berthd) rssBytes(b *testing.B) float64 {
 	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.proc.Cmd().Process.Pid))
 	if err != nil {
 		b.Fatal(err)
 	}
