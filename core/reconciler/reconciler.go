@@ -135,13 +135,21 @@ func (r *Reconciler) Hint(reason string) {
 // when a failure backoff a pass reported ends. A failed pass is logged and retried by the next.
 func (r *Reconciler) Run(ctx context.Context) {
 	sw := slots.NewSweeper(r.cfg.Sweep, time.Now())
+	floor := r.cfg.Sweep.Floor
+	if floor == 0 {
+		floor = slots.DefaultFloor
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var wakeAt time.Time // the earliest backoff end a pass reported, zero for none
+	var ended time.Time  // when the last pass ended
 	for {
 		at, _ := sw.Next()
 		if !wakeAt.IsZero() && wakeAt.Before(at) {
 			at = wakeAt
+			if f := ended.Add(floor); at.Before(f) { // a backoff wake is timer-driven: it keeps the floor
+				at, wakeAt = f, f
+			}
 		}
 		timer.Reset(max(time.Until(at), 0))
 		select {
@@ -172,7 +180,8 @@ func (r *Reconciler) Run(ctx context.Context) {
 			sw.Hint(time.Now())
 		default:
 		}
-		sw.Finish(time.Now())
+		ended = time.Now()
+		sw.Finish(ended)
 	}
 }
 
