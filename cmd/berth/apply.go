@@ -126,18 +126,11 @@ An unknown field is an error.`,
   health_check: {path: /healthz}`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if file == "" {
-				return fmt.Errorf("apply: -f FILE is required")
+			r, done, err := a.openInput("apply", file)
+			if err != nil {
+				return err
 			}
-			var r io.Reader = a.stdin
-			if file != "-" {
-				f, err := os.Open(file)
-				if err != nil {
-					return fmt.Errorf("apply: %w", err)
-				}
-				defer f.Close()
-				r = f
-			}
+			defer done()
 			docs, err := parseServiceFiles(r, file)
 			if err != nil {
 				return err
@@ -177,6 +170,22 @@ An unknown field is an error.`,
 
 // parseServiceFiles reads every service of a YAML or JSON file. name is the
 // file name, used to choose the format (".json") and in errors.
+// openInput opens the -f FILE of command cmd: standard input for "-", and an error naming the
+// flag when file is empty. done closes what was opened.
+func (a *app) openInput(cmd, file string) (r io.Reader, done func(), err error) {
+	if file == "" {
+		return nil, nil, fmt.Errorf("%s: -f FILE is required", cmd)
+	}
+	if file == "-" {
+		return a.stdin, func() {}, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", cmd, err)
+	}
+	return f, func() { _ = f.Close() }, nil
+}
+
 func parseServiceFiles(r io.Reader, name string) ([]serviceFile, error) {
 	br := bufio.NewReader(r)
 	isJSON := strings.HasSuffix(name, ".json")

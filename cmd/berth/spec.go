@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -103,22 +102,15 @@ the replicas are replaced one at a time ('berth rollout status' follows it).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			if file == "" {
-				return fmt.Errorf("spec set: -f FILE is required")
-			}
 			hasExpected := cmd.Flags().Changed("expected-revision")
 			if create && hasExpected {
 				return fmt.Errorf("spec set: --create and --expected-revision exclude each other")
 			}
-			var r io.Reader = a.stdin
-			if file != "-" {
-				f, err := os.Open(file)
-				if err != nil {
-					return fmt.Errorf("spec set: %w", err)
-				}
-				defer f.Close()
-				r = f
+			r, done, err := a.openInput("spec set", file)
+			if err != nil {
+				return err
 			}
+			defer done()
 			spec, err := parseSpecFile(r, file)
 			if err != nil {
 				return err

@@ -421,7 +421,7 @@ func (p *Producer) input(v *view, ns map[string]*nodes.Node, placed map[string]s
 	}
 	for _, pl := range d.Placed {
 		key, err := slots.DesiredAttemptKey(slots.KeyInput{ReleaseDigest: release, SpecRevision: v.spec.Revision, Env: v.svc.Env,
-			Platform: pl.Platform, NetworkMode: v.spec.Spec.Network, Invocation: v.svc.Invocation()})
+			Platform: pl.Platform, NetworkMode: v.spec.Spec.Network, Invocation: v.svc.InvocationDigest()})
 		if err != nil {
 			in.Blocker = &slots.Blocker{Refused: true, Reason: slots.ReasonSlotInvalid}
 			continue

@@ -23,26 +23,8 @@ import (
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/core/store/storetest"
+	"github.com/berthhq/berth/internal/clocktest"
 )
-
-// clock is the core's clock in these tests: observations, backoffs and report freshness are
-// measured on it, and a test moves it instead of sleeping.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 type sink struct {
 	mu    sync.Mutex
@@ -66,14 +48,13 @@ func (s *sink) hostnames() []string {
 	return out
 }
 
-// harness runs the real reconciler and store, with nodes simulated by reading each node's stored
-// desired state and reporting on it the way an agent does: a desired running workload runs and
-// passes its probe unless its release is in crash, a desired stopped one is stopped, and a
-// workload left out of the desired state is no longer reported.
+// harness runs the real reconciler and store on a manual clock (observations, backoffs and
+// report freshness are measured on it; a test advances it instead of sleeping), with nodes
+// simulated by rollouttest.Report: a release in crash crashes on start.
 type harness struct {
 	t     *testing.T
 	ctx   context.Context
-	clk   *clock
+	clk   *clocktest.Clock
 	reg   *nodes.Registry
 	cat   *services.Catalog
 	rs    *rollout.Store
@@ -89,7 +70,7 @@ type harness struct {
 func newHarness(t *testing.T, nodeCount int) *harness {
 	t.Helper()
 	st := storetest.Open(t)
-	h := &harness{t: t, ctx: context.Background(), clk: &clock{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)},
+	h := &harness{t: t, ctx: context.Background(), clk: clocktest.New(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)),
 		sink: &sink{}, down: map[string]bool{}, crash: map[string]bool{}}
 	h.reg = nodes.NewRegistry(st, h.clk.Now)
 	h.cat = services.NewCatalog(st, h.clk.Now)
@@ -141,7 +122,7 @@ func (h *harness) step() {
 			h.report(n.ID)
 		}
 	}
-	h.clk.Add(time.Second)
+	h.clk.Advance(time.Second)
 }
 
 func (h *harness) report(id string) {
@@ -479,7 +460,7 @@ func TestNodeRetirementWithdrawnAndLost(t *testing.T) {
 	if err := h.reg.SessionEnded(h.ctx, lost, "ses_"+lost); err != nil {
 		t.Fatal(err)
 	}
-	h.clk.Add(2 * nodes.ReportFreshness)
+	h.clk.Advance(2 * nodes.ReportFreshness)
 	if _, err := h.reg.Retire(h.ctx, lost, nodes.DispositionLost); err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func currentKey(svc *services.Service, spec *SpecDoc, row SlotRow) (string, bool
 		return "", false
 	}
 	key, err := slots.DesiredAttemptKey(slots.KeyInput{ReleaseDigest: svc.Release().Digest(), SpecRevision: spec.Revision, Env: svc.Env,
-		Platform: Platform, NetworkMode: spec.Spec.Network, Invocation: svc.Invocation()})
+		Platform: Platform, NetworkMode: spec.Spec.Network, Invocation: svc.InvocationDigest()})
 	return key, err == nil
 }
 

@@ -137,19 +137,13 @@ func (s *Service) Release() Release {
 	return Release{Bundle: s.Bundle, BundleDigest: s.BundleDigest, Image: s.Image}
 }
 
-// Invocation returns a digest of what s's workloads run besides the release and the
-// environment (driver, command, port, user, health check, limits): the invocation part of a
+// InvocationDigest returns "sha256:<hex>" over what s's workloads run besides the release and
+// the environment (driver, command, port, user, health check, limits): the invocation part of a
 // slot's desired attempt key (docs/reconciliation.md section 2).
-func (s *Service) Invocation() string {
-	raw, _ := json.Marshal(struct {
-		R string
-		C []string
-		P int
-		U string
-		H HealthCheck
-		M int64
-		L int64
-	}{s.Runtime, s.Command, s.Port, s.User, s.HealthCheck, s.MemoryMB, s.CPUMillis})
+func (s *Service) InvocationDigest() string {
+	inv := InvocationOf(s)
+	inv.BundleDigest, inv.Image, inv.Env = "", "", nil
+	raw, _ := json.Marshal(inv)
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
