@@ -135,22 +135,10 @@ func (r *Reconciler) Hint(reason string) {
 // when a failure backoff a pass reported ends. A failed pass is logged and retried by the next.
 func (r *Reconciler) Run(ctx context.Context) {
 	sw := slots.NewSweeper(r.cfg.Sweep, time.Now())
-	floor := r.cfg.Sweep.Floor
-	if floor == 0 {
-		floor = slots.DefaultFloor
-	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	var wakeAt time.Time // the earliest backoff end a pass reported, zero for none
-	var ended time.Time  // when the last pass ended
 	for {
 		at, _ := sw.Next()
-		if !wakeAt.IsZero() && wakeAt.Before(at) {
-			at = wakeAt
-			if f := ended.Add(floor); at.Before(f) { // a backoff wake is timer-driven: it keeps the floor
-				at, wakeAt = f, f
-			}
-		}
 		timer.Reset(max(time.Until(at), 0))
 		select {
 		case <-ctx.Done():
@@ -160,28 +148,20 @@ func (r *Reconciler) Run(ctx context.Context) {
 			continue
 		case <-timer.C:
 		}
-		now := time.Now()
-		if !wakeAt.IsZero() && !now.Before(wakeAt) {
-			sw.Force(now)
-			wakeAt = time.Time{}
-		}
-		if !sw.Start(now) {
+		if !sw.Start(time.Now()) {
 			continue
 		}
 		out, err := r.pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.log.Error("reconcile pass failed", "err", err)
 		}
-		if !out.WakeAt.IsZero() && (wakeAt.IsZero() || out.WakeAt.Before(wakeAt)) {
-			wakeAt = out.WakeAt
-		}
 		select { // a hint during the pass earns one follow-up
 		case <-r.hints:
 			sw.Hint(time.Now())
 		default:
 		}
-		ended = time.Now()
-		sw.Finish(ended)
+		sw.Finish(time.Now())
+		sw.Wake(out.WakeAt)
 	}
 }
 

@@ -33,7 +33,8 @@ type SweepConfig struct {
 //  1. at, ok := s.Next(); when ok, arm one timer for at (at may be in the past: fire at once);
 //  2. on a hint, call s.Hint(now) and go to 1;
 //  3. when the timer fires, call s.Start(now); when it returns true run the sweep, paging services
-//     [PageSize] at a time with [NextPage], then call s.Finish(now) and go to 1.
+//     [PageSize] at a time with [NextPage], then call s.Finish(now), s.Wake(at) with the earliest
+//     backoff end the sweep reported, and go to 1.
 type Sweeper struct {
 	cfg      SweepConfig
 	running  bool
@@ -42,7 +43,8 @@ type Sweeper struct {
 	hintAt   time.Time // the latest such hint
 	immedAt  time.Time // when an immediate sweep was asked (first sweep, Force)
 	immed    bool
-	followUp bool // a hint arrived during the running sweep
+	followUp bool      // a hint arrived during the running sweep
+	wake     time.Time // a timer-driven sweep asked by [Sweeper.Wake]; zero for none
 }
 
 // NewSweeper returns a Sweeper whose first sweep is due at now.
@@ -79,6 +81,14 @@ func (s *Sweeper) Force(now time.Time) bool {
 	return true
 }
 
+// Wake asks for a timer-driven sweep at at (the end of a failure backoff a sweep reported),
+// keeping the earliest asked. It keeps the floor like every scheduled sweep; zero at does nothing.
+func (s *Sweeper) Wake(at time.Time) {
+	if !at.IsZero() && (s.wake.IsZero() || at.Before(s.wake)) {
+		s.wake = at
+	}
+}
+
 // Running reports whether a sweep is in progress.
 func (s *Sweeper) Running() bool { return s.running }
 
@@ -91,6 +101,9 @@ func (s *Sweeper) Next() (time.Time, bool) {
 		return s.immedAt, true
 	}
 	at := s.ended.Add(s.cfg.Period)
+	if !s.wake.IsZero() && s.wake.Before(at) {
+		at = s.wake
+	}
 	if s.hinted {
 		if q := s.hintAt.Add(s.cfg.Quiet); q.Before(at) {
 			at = q
@@ -103,13 +116,13 @@ func (s *Sweeper) Next() (time.Time, bool) {
 }
 
 // Start begins a sweep at now when one is due, and reports whether it did; it clears the hints
-// the sweep covers.
+// and the wake the sweep covers.
 func (s *Sweeper) Start(now time.Time) bool {
 	at, ok := s.Next()
 	if !ok || now.Before(at) {
 		return false
 	}
-	s.running, s.hinted, s.immed, s.followUp = true, false, false, false
+	s.running, s.hinted, s.immed, s.followUp, s.wake = true, false, false, false, time.Time{}
 	return true
 }
 

@@ -10,7 +10,7 @@ func TestSweeperTiming(t *testing.T) {
 	t.Parallel()
 	sec := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Second))) }
 	type ev struct {
-		kind string // hint, start, finish, force
+		kind string // hint, start, finish, force, wake
 		at   float64
 		want bool // start: started; finish: follow-up owed; force: not joined
 	}
@@ -33,6 +33,10 @@ func TestSweeperTiming(t *testing.T) {
 		{"force skips the floor", []ev{{"start", 0, true}, {"finish", 2, false}, {"force", 2.5, true}, {"start", 2.5, true}}, -1},
 		{"force joins a running sweep", []ev{{"start", 0, true}, {"force", 1, false}, {"finish", 2, false}}, 32},
 		{"finish without a sweep", []ev{{"finish", 1, false}}, 0},
+		{"a wake before the period", []ev{{"start", 0, true}, {"finish", 2, false}, {"wake", 12, false}}, 12},
+		{"a wake keeps the floor", []ev{{"start", 0, true}, {"finish", 2, false}, {"wake", 3, false}}, 7},
+		{"the earliest wake counts", []ev{{"start", 0, true}, {"finish", 2, false}, {"wake", 20, false}, {"wake", 15, false}, {"wake", 25, false}}, 15},
+		{"a sweep covers the wake", []ev{{"start", 0, true}, {"finish", 2, false}, {"wake", 12, false}, {"start", 12, true}, {"finish", 13, false}}, 43},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,6 +46,9 @@ func TestSweeperTiming(t *testing.T) {
 				switch e.kind {
 				case "hint":
 					s.Hint(sec(e.at))
+					continue
+				case "wake":
+					s.Wake(sec(e.at))
 					continue
 				case "start":
 					got = s.Start(sec(e.at))
