@@ -191,7 +191,11 @@ run, and when it was last seen.`,
 				if n.LastSeenAt != nil {
 					seen = a.since(*n.LastSeenAt) + " ago"
 				}
-				row(tw, n.ID, n.Hostname, n.Status, orDash(n.Region), orDash(n.Address), n.Workloads,
+				status := n.Status
+				if n.Retirement != "" && n.Status != "removed" {
+					status += " (retiring: " + n.Retirement + ")"
+				}
+				row(tw, n.ID, n.Hostname, status, orDash(n.Region), orDash(n.Address), n.Workloads,
 					fmt.Sprintf("%d/%d", n.AppliedRev, n.DesiredRev), seen)
 			}
 			return tw.Flush()

@@ -371,11 +371,15 @@ func (s *Server) listWorkloads(c echo.Context) error {
 }
 
 func (s *Server) apiNode(n *nodes.Node, workloads int) client.Node {
-	return client.Node{
+	out := client.Node{
 		ID: n.ID, Hostname: n.Hostname, Region: n.Region, Labels: n.Labels, Address: n.Address,
 		Capacity: client.Capacity{CPUs: n.CPUs, MemoryMB: n.MemoryMB}, Status: n.Status,
 		DesiredRev: n.DesiredRev, AppliedRev: n.AppliedRev, Workloads: workloads, EnrolledAt: n.EnrolledAt, LastSeenAt: n.LastSeenAt,
 	}
+	if r := n.Retirement; r != nil {
+		out.Retirement = r.Disposition + "/" + r.State
+	}
+	return out
 }
 
 func (s *Server) listNodes(c echo.Context) error {
