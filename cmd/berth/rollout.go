@@ -230,16 +230,19 @@ func isTerminal(w io.Writer) bool {
 func newRolloutUndoCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "undo SERVICE",
-		Short: "Return a service to its previous release",
-		Long: `undo sets the service back to the release it ran before its current one
-(see PreviousRelease in 'berth rollout status SERVICE -o json'), with one
-compare-and-set on the service. Like any release change it rolls out slot by
+		Short: "Return a service to what it ran before its latest change",
+		Long: `undo sets the service back to what it ran before the latest change of what it
+runs: the release bundle or image, and with it the command, environment, port,
+limits and health check of that time (previous_release in 'berth rollout
+status SERVICE -o json' names the release). Replicas, domains and the runtime
+spec stay as they are. The write is one compare-and-set on the service; undo
+again to return. Like any release change it rolls out slot by
 slot: one replica is replaced at a time, each successor waited on until it is
 observed ready (docs/reconciliation.md section 5). Follow it with
 'berth rollout status SERVICE'.
 
-It is refused with no_previous_release when the service never ran another
-release, revision_conflict when the service changed meanwhile (read it again
+It is refused with no_previous_release when what the service runs never
+changed, revision_conflict when the service changed meanwhile (read it again
 and retry), and service_deleting while the service is being deleted.`,
 		Example: `  berth rollout undo hello
   berth rollout undo hello && berth rollout status hello`,

@@ -65,16 +65,18 @@ func newRootCmd(a *app) *cobra.Command {
 		Use:   "berth",
 		Short: "Operate a Berth deployment control plane",
 		Long: `berth talks to a Berth server's API: it applies services, pushes release
-bundles, creates node join tokens and shows nodes, services and workloads.
+bundles, follows and undoes rollouts, writes runtime specs, creates node join
+tokens, retires nodes and shows nodes, services, slots and workloads.
 
 The server, token, project and certificate fingerprint come from, in this
 order: the flags --server, --token, --project and --fingerprint; the
 environment variables BERTH_SERVER, BERTH_TOKEN, BERTH_PROJECT and
 BERTH_FINGERPRINT; the file written by "berth login"
 ($XDG_CONFIG_HOME/berth/config.json, by default ~/.config/berth/config.json).`,
-		Example: `  berth login --server https://berth.example.com --token brt_...
+		Example: `  berth login --server https://berth.example.com --token brt_... --fingerprint sha256:...
   berth bundle push ./build --name hello
   berth apply -f hello.yaml
+  berth rollout status hello
   berth get services`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -258,7 +258,7 @@ func (s *Server) getService(c echo.Context) error {
 		}
 	}
 	out := toAPIService(svc, n)
-	if out.Verdict, err = s.views().VerdictOf(ctx, svc); err != nil {
+	if err := s.views().Annotate(ctx, svc, &out); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, out)
@@ -287,7 +287,7 @@ func (s *Server) listServices(c echo.Context) error {
 	out := client.List[client.Service]{Items: []client.Service{}}
 	for i := range svcs {
 		a := toAPIService(&svcs[i], readyBy[svcs[i].ID])
-		if a.Verdict, err = s.views().VerdictOf(ctx, &svcs[i]); err != nil {
+		if err := s.views().Annotate(ctx, &svcs[i], &a); err != nil {
 			return err
 		}
 		out.Items = append(out.Items, a)
@@ -340,7 +340,10 @@ func (s *Server) checkSpecOwnership(c echo.Context, p *services.Project, svc *se
 		return err
 	}
 	sp := d.Spec
-	if err := slots.CheckServiceUpdate(&sp, statesReplicas, []int{svc.Port}); err != nil {
+	err = slots.CheckServiceUpdate(&sp, statesReplicas, []int{svc.Port})
+	if errors.Is(err, &slots.Refusal{Reason: slots.ReasonSpecOwnsPlacement}) {
+		return problem(abierrors.SpecOwnsPlacement, "the runtime spec owns the replica count: leave replicas out of the service, or change them with 'berth spec set'")
+	} else if err != nil {
 		return refusalError(err)
 	}
 	svc.Replicas = cur.Replicas

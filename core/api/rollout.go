@@ -61,9 +61,9 @@ func refusalError(err error) error {
 	if r.Reason == slots.ReasonServiceNotFound {
 		code = abierrors.ServiceNotFound
 	}
-	msg := string(r.Reason)
-	if r.Detail != "" {
-		msg += ": " + r.Detail
+	msg := r.Detail // the code already names the reason
+	if msg == "" {
+		msg = string(r.Reason)
 	}
 	return problem(code, msg)
 }
@@ -200,7 +200,7 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 	}
 	out, err := s.cfg.Catalog.UndoRelease(c.Request().Context(), p, svc.Name)
 	if errors.Is(err, services.ErrNoPreviousRelease) {
-		return problem(abierrors.NoPreviousRelease, fmt.Sprintf("service %s/%s never ran another release", p.Name, svc.Name))
+		return problem(abierrors.NoPreviousRelease, fmt.Sprintf("service %s/%s never ran another release or configuration: nothing to go back to", p.Name, svc.Name))
 	} else if err != nil {
 		return serviceError(err)
 	}

@@ -68,6 +68,9 @@ func TestRuntimeSpecEndpoints(t *testing.T) {
 	if code, out := f.json("PUT", base, svc); code != 200 {
 		t.Fatalf("update without replicas: %d %v", code, out)
 	}
+	if code, out := f.json("GET", base, nil); code != 200 || out["replicas"].(float64) != 3 {
+		t.Fatalf("a service under an operator spec shows the spec's replicas: %d %v", code, out)
+	}
 
 	// Views answer without writing.
 	if code, out := f.json("GET", base+"/workloads", nil); code != 200 || len(out["items"].([]any)) != 0 {
@@ -88,6 +91,15 @@ func TestRuntimeSpecEndpoints(t *testing.T) {
 	}
 	if code, out := f.json("POST", "/api/v1/projects/default/services/other/rollout/undo", nil); code != 409 || out["code"] != "no_previous_release" {
 		t.Fatalf("undo without history: %d %v", code, out)
+	}
+	// A change of the environment alone is undone too; replicas and domains stay.
+	other := map[string]any{"bundle": "app", "command": []string{"./app"}, "env": map[string]string{"GREETING": "hi"}, "replicas": 3}
+	if code, out := f.json("PUT", "/api/v1/projects/default/services/other", other); code != 200 {
+		t.Fatalf("env change: %d %v", code, out)
+	}
+	code, out = f.json("POST", "/api/v1/projects/default/services/other/rollout/undo", nil)
+	if code != 200 || out["env"] != nil || out["replicas"].(float64) != 3 {
+		t.Fatalf("undo of an env change: %d %v", code, out)
 	}
 
 	// Deletion marks the service deleting; writes are then refused by name.

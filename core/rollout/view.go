@@ -84,7 +84,7 @@ func currentKey(svc *services.Service, spec *SpecDoc, row SlotRow) (string, bool
 func (v Views) Rollout(ctx context.Context, svc *services.Service) (*client.RolloutStatus, error) {
 	out := &client.RolloutStatus{Service: svc.Project + "/" + svc.Name, Revision: svc.Revision, Release: svc.Release().Digest(), Deleting: svc.Deleting}
 	if svc.Previous != nil {
-		out.PreviousRelease = svc.Previous.Digest()
+		out.PreviousRelease = svc.Previous.Release().Digest()
 	}
 	spec, err := v.Store.Spec(ctx, svc.ID)
 	if err != nil {
@@ -126,17 +126,41 @@ func (v Views) Rollout(ctx context.Context, svc *services.Service) (*client.Roll
 
 // VerdictOf returns the verdict of svc as the API shows it, nil when none was decided. A stored
 // verdict decided over an older revision of the service (a release change, which leaves the
-// spec revision as it is) reads as converging until the next sweep decides again.
+// spec revision as it is) or of its spec reads as converging until the next sweep decides again.
 func (v Views) VerdictOf(ctx context.Context, svc *services.Service) (*client.Verdict, error) {
 	d, err := v.Store.Verdict(ctx, svc.ID)
 	if err != nil || d == nil {
 		return nil, err
 	}
+	spec, err := v.Store.Spec(ctx, svc.ID)
+	if err != nil {
+		return nil, err
+	}
 	out := &client.Verdict{SpecRevision: d.Verdict.SpecRevision, State: string(d.Verdict.State), Reason: string(d.Verdict.Reason), ChangedAt: d.ChangedAt}
-	if d.ServiceRevision != svc.Revision {
-		out.State, out.Reason, out.ChangedAt = string(slots.Converging), "", svc.UpdatedAt
+	if d.ServiceRevision != svc.Revision || spec != nil && spec.Revision != d.Verdict.SpecRevision {
+		out.State, out.Reason = string(slots.Converging), ""
+		if spec != nil {
+			out.SpecRevision = spec.Revision
+		}
 	}
 	return out, nil
+}
+
+// Annotate fills in what the API shows of svc beyond its document: the verdict, and the
+// replica count an operator spec of scheduled placement states (it owns the count then).
+func (v Views) Annotate(ctx context.Context, svc *services.Service, out *client.Service) error {
+	var err error
+	if out.Verdict, err = v.VerdictOf(ctx, svc); err != nil {
+		return err
+	}
+	spec, err := v.Store.Spec(ctx, svc.ID)
+	if err != nil {
+		return err
+	}
+	if spec != nil && spec.Source == SourceOperator && spec.Spec.Placement.Mode == slots.PlacementScheduled {
+		out.Replicas = spec.Spec.Replicas.Total
+	}
+	return nil
 }
 
 // compareReplica orders "<i>" numerically before "<node>.<i>" by node, then index.

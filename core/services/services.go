@@ -35,8 +35,8 @@ var (
 	// ErrServiceDeleting is returned by writes to a service marked deleting
 	// (docs/reconciliation.md section 9).
 	ErrServiceDeleting = errors.New("berth: service is being deleted")
-	// ErrNoPreviousRelease is returned by [Catalog.UndoRelease] for a service that never ran
-	// another release.
+	// ErrNoPreviousRelease is returned by [Catalog.UndoRelease] for a service whose release and
+	// configuration never changed.
 	ErrNoPreviousRelease = errors.New("berth: service has no previous release")
 )
 
@@ -102,9 +102,10 @@ type Service struct {
 	// withdrawn, it desires nothing, and the deletion finalizer removes it once its slots
 	// settled (docs/reconciliation.md section 9).
 	Deleting bool `bson:"deleting,omitempty"`
-	// Previous is the release the service ran before its latest release change, for
-	// `rollout undo`; nil when it never changed release.
-	Previous *Release `bson:"previous,omitempty"`
+	// Previous is what the service ran before the latest change of what it runs (release,
+	// command, environment, port, limits, health check), for `rollout undo`; nil when that
+	// never changed.
+	Previous *Invocation `bson:"previous,omitempty"`
 
 	// Runtime is the node runtime driver: "process" (also when empty) or
 	// "containerd"; Image, User, MemoryMB and CPUMillis are the container
@@ -218,7 +219,9 @@ type Workload struct {
 // Invocation is what a workload runs: the release and everything the service says about running
 // it.
 type Invocation struct {
-	Runtime      string            `bson:"runtime,omitempty"`
+	Runtime string `bson:"runtime,omitempty"`
+	// Bundle is the bundle name as the operator wrote it; BundleDigest is what runs.
+	Bundle       string            `bson:"bundle,omitempty"`
 	BundleDigest string            `bson:"bundle_digest,omitempty"`
 	Image        string            `bson:"image,omitempty"`
 	Command      []string          `bson:"command,omitempty"`
@@ -232,8 +235,22 @@ type Invocation struct {
 
 // InvocationOf returns what s's workloads run now.
 func InvocationOf(s *Service) *Invocation {
-	return &Invocation{Runtime: s.Runtime, BundleDigest: s.BundleDigest, Image: s.Image, Command: s.Command, Env: s.Env,
+	return &Invocation{Runtime: s.Runtime, Bundle: s.Bundle, BundleDigest: s.BundleDigest, Image: s.Image, Command: s.Command, Env: s.Env,
 		Port: s.Port, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis, HealthCheck: s.HealthCheck}
+}
+
+// Release returns the release of inv.
+func (inv *Invocation) Release() Release {
+	return Release{Bundle: inv.Bundle, BundleDigest: inv.BundleDigest, Image: inv.Image}
+}
+
+// same reports whether a and b run the same thing (the bundle name aside).
+func (inv *Invocation) same(b *Invocation) bool {
+	x, y := *inv, *b
+	x.Bundle, y.Bundle = "", ""
+	rx, _ := json.Marshal(x)
+	ry, _ := json.Marshal(y)
+	return string(rx) == string(ry)
 }
 
 // Desired statuses of a workload document. DesiredRemoved workloads are left out of the node's
@@ -346,9 +363,8 @@ func (c *Catalog) PutService(ctx context.Context, p *Project, s *Service, expect
 		return nil, false, fmt.Errorf("%w: service %s/%s is %s", ErrPlacementModeImmutable, p.Name, s.Name, placementOf(cur))
 	}
 	s.Previous = cur.Previous
-	if cur.Release().Digest() != s.Release().Digest() {
-		prev := cur.Release()
-		s.Previous = &prev
+	if was := InvocationOf(cur); !was.same(InvocationOf(s)) {
+		s.Previous = was
 	}
 	s.ID, s.ProjectID, s.Project, s.Revision, s.CreatedAt, s.UpdatedAt = cur.ID, p.ID, p.Name, cur.Revision+1, cur.CreatedAt, now
 	res, err := c.services.ReplaceOne(ctx, bson.M{"_id": cur.ID, "revision": cur.Revision}, s)
@@ -424,9 +440,11 @@ func (c *Catalog) MarkDeleting(ctx context.Context, p *Project, name string, exp
 	return cur, nil
 }
 
-// UndoRelease returns a service to its previous release (the current one becomes the
-// previous), with one compare-and-set on its revision, and returns it after the write. Errors:
-// ErrServiceNotFound, ErrServiceDeleting, ErrNoPreviousRelease, ErrRevisionConflict.
+// UndoRelease returns a service to what it ran before its latest change of what it runs
+// (release, command, environment, port, limits, health check; the current becomes the previous),
+// with one compare-and-set on its revision, and returns it after the write. Replicas, domains and
+// the runtime spec are not touched. Errors: ErrServiceNotFound, ErrServiceDeleting,
+// ErrNoPreviousRelease, ErrRevisionConflict.
 func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Service, error) {
 	cur, err := c.GetService(ctx, p, name)
 	if err != nil {
@@ -435,20 +453,24 @@ func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Se
 	switch {
 	case cur.Deleting:
 		return nil, fmt.Errorf("%w: %s/%s", ErrServiceDeleting, p.Name, name)
-	case cur.Previous == nil || cur.Previous.Digest() == "":
+	case cur.Previous == nil || cur.Previous.Release().Digest() == "":
 		return nil, fmt.Errorf("%w: %s/%s", ErrNoPreviousRelease, p.Name, name)
 	}
-	back, now := *cur.Previous, cur.Release()
+	back, now := *cur.Previous, InvocationOf(cur)
 	t := c.now().UTC()
 	_, err = c.st.UpdateIfRevision(ctx, c.services, cur.ID, cur.Revision, bson.M{"$set": bson.M{
-		"bundle": back.Bundle, "bundle_digest": back.BundleDigest, "image": back.Image, "previous": now, "updated_at": t}})
+		"runtime": back.Runtime, "bundle": back.Bundle, "bundle_digest": back.BundleDigest, "image": back.Image,
+		"command": back.Command, "env": back.Env, "port": back.Port, "user": back.User, "memory_mb": back.MemoryMB,
+		"cpu_millis": back.CPUMillis, "health_check": back.HealthCheck, "previous": now, "updated_at": t}})
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, name)
 		}
 		return nil, fmt.Errorf("undo release: %w", err)
 	}
-	cur.Bundle, cur.BundleDigest, cur.Image, cur.Previous = back.Bundle, back.BundleDigest, back.Image, &now
+	cur.Runtime, cur.Bundle, cur.BundleDigest, cur.Image = back.Runtime, back.Bundle, back.BundleDigest, back.Image
+	cur.Command, cur.Env, cur.Port, cur.User = back.Command, back.Env, back.Port, back.User
+	cur.MemoryMB, cur.CPUMillis, cur.HealthCheck, cur.Previous = back.MemoryMB, back.CPUMillis, back.HealthCheck, now
 	cur.Revision, cur.UpdatedAt = cur.Revision+1, t
 	return cur, nil
 }
