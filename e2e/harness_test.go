@@ -110,7 +110,11 @@ func startBerthd(t *testing.T, cl *cluster) {
 	t.Helper()
 	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd",
 		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug",
-		"--runner-transport")
+		"--runner-transport",
+		// Passes at least 1 s apart instead of the default 5 s: these tests check what the
+		// passes do, not their schedule (core/slots tests the schedule, make run uses the
+		// defaults), and every rollout step takes a pass.
+		"--sweep-floor", "1s")
 	cl.url = "https://" + cl.api
 	d := proctest.WaitBerthdReady(t, cl.berthd, filepath.Join(cl.dir, "berthd"), cl.url, 60*time.Second)
 	cl.fingerprint, cl.token = d.Fingerprint, d.Token
