@@ -64,3 +64,41 @@ func RecvHealth(s HealthStream) <-chan HealthReport {
 	}()
 	return ch
 }
+
+// WatchHealth opens a plugin's Health stream with open, under ctx joined with life (the plugin
+// process's lifetime, see [Join]), and returns its reports on a channel closed when ctx ends,
+// the plugin exits or the stream ends. what names the call in errors ("runtime driver: health").
+// It is the client side every plugin contract shares.
+func WatchHealth(ctx, life context.Context, what string, open func(context.Context) (HealthStream, error)) (<-chan HealthReport, error) {
+	ctx, cancel := Join(ctx, life)
+	stream, err := open(ctx)
+	if err != nil {
+		cancel()
+		return nil, FromStatus(ctx, what, err)
+	}
+	ch := RecvHealth(stream)
+	out := make(chan HealthReport)
+	go func() {
+		defer cancel()
+		defer close(out)
+		for r := range ch {
+			select {
+			case out <- r:
+			case <-ctx.Done():
+				for range ch { // the stream ends with ctx; drain so its reader exits
+				}
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// APIVersions converts the wire's API versions to ints.
+func APIVersions(v []int32) []int {
+	var out []int
+	for _, x := range v {
+		out = append(out, int(x))
+	}
+	return out
+}

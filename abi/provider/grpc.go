@@ -149,10 +149,7 @@ func (c *Client) Describe(ctx context.Context) (*DescribeResponse, error) {
 	if err != nil {
 		return nil, pluginapi.FromStatus(ctx, errPrefix+"describe", err)
 	}
-	out := &DescribeResponse{Name: r.GetName(), Version: r.GetVersion()}
-	for _, v := range r.GetApiVersions() {
-		out.APIVersions = append(out.APIVersions, int(v))
-	}
+	out := &DescribeResponse{Name: r.GetName(), Version: r.GetVersion(), APIVersions: pluginapi.APIVersions(r.GetApiVersions())}
 	if cp := r.GetCapabilities(); cp != nil {
 		out.Capabilities.DurableState = cp.GetDurableState()
 		for _, t := range cp.GetResourceTypes() {
@@ -165,28 +162,9 @@ func (c *Client) Describe(ctx context.Context) (*DescribeResponse, error) {
 // Health implements pluginapi.HealthReporter. The channel is closed when ctx
 // ends or the plugin exits.
 func (c *Client) Health(ctx context.Context) (<-chan pluginapi.HealthReport, error) {
-	ctx, cancel := pluginapi.Join(ctx, c.life)
-	stream, err := c.client.Health(ctx, &pluginv1.HealthRequest{})
-	if err != nil {
-		cancel()
-		return nil, pluginapi.FromStatus(ctx, errPrefix+"health", err)
-	}
-	ch := pluginapi.RecvHealth(stream)
-	out := make(chan pluginapi.HealthReport)
-	go func() {
-		defer cancel()
-		defer close(out)
-		for r := range ch {
-			select {
-			case out <- r:
-			case <-ctx.Done():
-				for range ch {
-				}
-				return
-			}
-		}
-	}()
-	return out, nil
+	return pluginapi.WatchHealth(ctx, c.life, errPrefix+"health", func(ctx context.Context) (pluginapi.HealthStream, error) {
+		return c.client.Health(ctx, &pluginv1.HealthRequest{})
+	})
 }
 
 // ValidateConfig implements Provider.
