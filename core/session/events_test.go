@@ -51,9 +51,10 @@ func TestNodeEventsDeduplicated(t *testing.T) {
 	}
 	f.handshake(t, p)
 	waitChange(t, f.changes, "node.connected")
+	w := f.placeWorkload(t, f.node.ID, 0)
 	ev := node.Event{SchemaVersion: 1, ID: "evt_01JTEST", Type: "app.down", Time: time.Now().UTC(),
 		Source:  node.EventSource{Kind: "node", NodeID: "nod_someone_else"},
-		Subject: node.EventRef{Type: "workload", ID: "wl_1"}, Data: map[string]any{"failures": 3}}
+		Subject: node.EventRef{Type: "workload", ID: w.ID}, Data: map[string]any{"failures": 3}}
 	p.send(1, node.TypeEvent, ev)
 	p.send(1, node.TypeEvent, ev)
 	p.send(1, node.TypeEvent, node.Event{ID: "no-prefix", Type: "x"})
@@ -107,5 +108,89 @@ func TestUnreportedWorkloadIsUnknown(t *testing.T) {
 	}
 	if got[a.ID] != "running/passing" || got[b.ID] != "unknown/unknown" {
 		t.Fatalf("after a report without %s: %v; want it unknown and still recorded", b.ID, got)
+	}
+}
+
+// placeWorkload records a workload of service "s" in project "p" at slot on nodeID.
+func (f *fixture) placeWorkload(t *testing.T, nodeID string, slot int) *services.Workload {
+	t.Helper()
+	ctx := context.Background()
+	prj, _, err := f.cat.EnsureProject(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := f.cat.GetService(ctx, prj, "s")
+	if err != nil {
+		svc, _, err = f.cat.PutService(ctx, prj, &services.Service{Name: "s", BundleDigest: "sha256:x", Command: []string{"x"}, Replicas: 4}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := f.cat.CreateWorkload(ctx, svc, slot, nodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// TestEventsAboutOtherNodesWorkloadsRefused: a node may send events only about
+// workloads of its own desired state, or still placed on it while it removes
+// them; an event about another node's workload, or an unknown one, is refused
+// bad_message (non-fatal) and not stored (docs/node-protocol.md section 5.4).
+func TestEventsAboutOtherNodesWorkloadsRefused(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	p, _, err := f.dial(t, f.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handshake(t, p)
+	waitChange(t, f.changes, "node.connected")
+
+	desired := f.placeWorkload(t, f.node.ID, 0)
+	removing := f.placeWorkload(t, f.node.ID, 1)
+	if _, err := f.cat.SetDesiredStatus(ctx, removing.ID, services.DesiredRemoved); err != nil {
+		t.Fatal(err)
+	}
+	theirs := f.placeWorkload(t, "nod_other", 2)
+	// Only desired is in the node's desired state; removing keeps its record on
+	// the node until the node reports it deleted.
+	n, err := f.reg.Get(ctx, f.node.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := `{"workloads":[{"workload_id":"` + desired.ID + `","service":"s","desired_status":"running"}],"routes":[],"network":{"address":"127.0.0.1"}}`
+	if _, _, err := f.reg.SetDesired(ctx, n, "h1", spec); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Config.Handler.(*Server).Push(ctx, f.node.ID)
+	if env := p.next(); env.Type != node.TypeDesiredState {
+		t.Fatalf("got %s, want the pushed desired_state", env.Type)
+	}
+
+	event := func(id, wl string) node.Event {
+		return node.Event{SchemaVersion: 1, ID: id, Type: "workload.crashed", Time: time.Now().UTC(),
+			Subject: node.EventRef{Type: "workload", ID: wl}, Data: map[string]any{"exit_code": 1}}
+	}
+	p.send(1, node.TypeEvent, event("evt_DESIRED", desired.ID))
+	p.send(1, node.TypeEvent, event("evt_REMOVING", removing.ID))
+	p.send(1, node.TypeEvent, event("evt_THEIRS", theirs.ID))
+	p.expectError("bad_message", false)
+	p.send(1, node.TypeEvent, event("evt_UNKNOWN", "wl_nosuchworkload"))
+	p.expectError("bad_message", false)
+	p.send(1, node.TypeEvent, event("evt_NOID", ""))
+	p.expectError("bad_message", false)
+	p.barrier() // the session goes on after each refusal
+
+	recs, err := f.events.List(ctx, 0, "workload.crashed", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Event.ID)
+	}
+	if len(got) != 2 || got[0] != "evt_DESIRED" || got[1] != "evt_REMOVING" {
+		t.Fatalf("stored workload.crashed events %v; want exactly evt_DESIRED and evt_REMOVING", got)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/store"
 )
 
 // drainLimit bounds how much of an oversized frame is read and discarded
@@ -341,17 +342,23 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 	defer c.ws.CloseNow()
 	// 1. hello is the node's first message.
 	env, err := s.read(ctx, c)
-	if err != nil {
+	switch {
+	case errors.Is(err, errTooLarge):
+		// Section 4.2: a first message that is not hello, whatever it is, ends the session
+		// with a fatal bad_message, sent before the close. Mid-session the same frames are
+		// answered non-fatally (section 3.2).
+		return s.refuseFirst(ctx, c, "", fmt.Sprintf("the first message of a session must be hello; got a frame larger than %d bytes", node.MaxMessageBytes))
+	case errors.Is(err, errMalformed):
+		return s.refuseFirst(ctx, c, "", "the first message of a session must be hello; got a frame that is not a v1 JSON text envelope")
+	case err != nil:
 		return readReason(err)
 	}
 	if env.Type != node.TypeHello {
-		s.sendError(ctx, c, env.ID, abierrors.BadMessage, "the first message of a session must be hello", true)
-		return "protocol_violation"
+		return s.refuseFirst(ctx, c, env.ID, "the first message of a session must be hello")
 	}
 	var hello node.Hello
 	if err := json.Unmarshal(env.Body, &hello); err != nil || (hello.NodeID != "" && hello.NodeID != c.nodeID) {
-		s.sendError(ctx, c, env.ID, abierrors.BadMessage, "hello body is malformed or names another node", true)
-		return "protocol_violation"
+		return s.refuseFirst(ctx, c, env.ID, "hello body is malformed or names another node")
 	}
 	if err := s.cfg.Nodes.SessionStarted(ctx, c.nodeID, c.id, hello.AgentVersion, hello.Drivers); err != nil {
 		s.log.Error("record session start", "node_id", c.nodeID, "err", err)
@@ -417,6 +424,16 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 	}
 }
 
+// refuseFirst ends a session whose first frame is not a valid hello: a fatal bad_message (re
+// naming the frame's id when it had one), then a close with status 1008, so the error is
+// delivered before the socket goes (docs/node-protocol.md section 4.2). It returns the end reason.
+func (s *Server) refuseFirst(ctx context.Context, c *conn, re, msg string) string {
+	s.sendError(ctx, c, re, abierrors.BadMessage, msg, true)
+	s.log.Info("refused a session's first message", "node_id", c.nodeID, "message", msg)
+	_ = c.ws.Close(websocket.StatusPolicyViolation, "the first message must be hello")
+	return "protocol_violation"
+}
+
 func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string {
 	s.seen(ctx, c, nil)
 	switch env.Type {
@@ -427,7 +444,13 @@ func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string
 			s.sendError(ctx, c, env.ID, abierrors.BadMessage, "event body is malformed or lacks an evt_ id and a type", false)
 			return ""
 		}
-		// A node speaks only for itself.
+		// A node speaks only for itself, and only about its own workloads (section 5.4).
+		if ev.Subject.Type == "workload" {
+			if why := s.foreignWorkload(ctx, c, ev.Subject.ID); why != "" {
+				s.sendError(ctx, c, env.ID, abierrors.BadMessage, why, false)
+				return ""
+			}
+		}
 		ev.Source = node.EventSource{Kind: "node", NodeID: c.nodeID}
 		if ev.Actor.Type == "" {
 			ev.Actor = node.EventRef{Type: "node", ID: c.nodeID}
@@ -474,6 +497,35 @@ func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string
 		s.sendError(ctx, c, env.ID, abierrors.BadMessage, fmt.Sprintf("unknown message type %q", env.Type), false)
 	}
 	return ""
+}
+
+// foreignWorkload decides whether the session's node may send an event about workload id
+// (docs/node-protocol.md section 5.4): it may when id is in the desired_state this session last
+// sent (checked in memory) or when the workload's record is still placed on the node (one read
+// by _id), which covers a workload the node is still stopping or removing after the core took it
+// out of the desired state and an event buffered while the node was away. It returns "" when the
+// event may be stored, and otherwise why it is refused; a failed read refuses too, so that
+// nothing unchecked is stored.
+func (s *Server) foreignWorkload(ctx context.Context, c *conn, id string) string {
+	if id == "" {
+		return "event subject is a workload without an id"
+	}
+	c.mu.Lock()
+	sent := slices.Contains(c.sentIDs, id)
+	c.mu.Unlock()
+	if sent {
+		return ""
+	}
+	w, err := s.cfg.Catalog.GetWorkload(ctx, id)
+	switch {
+	case err == nil && w.NodeID == c.nodeID:
+		return ""
+	case err == nil || errors.Is(err, store.ErrNotFound):
+		return fmt.Sprintf("event subject %s is not a workload of this node's desired state", id)
+	default:
+		s.log.Error("check an event's workload", "node_id", c.nodeID, "workload_id", id, "err", err)
+		return fmt.Sprintf("event subject %s could not be checked against this node's desired state; resend it later", id)
+	}
 }
 
 func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {

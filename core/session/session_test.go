@@ -252,6 +252,59 @@ func TestSessionProtocolViolations(t *testing.T) {
 	})
 }
 
+// TestBadFirstFrameIsFatalBadMessage: whatever the first frame is, when it is
+// not a valid hello the core answers a fatal bad_message before it closes the
+// socket (docs/node-protocol.md section 4.2), and the node stays pending.
+func TestBadFirstFrameIsFatalBadMessage(t *testing.T) {
+	f := newFixture(t)
+	big := []byte(`{"v":1,"type":"hello","id":"msg_big","body":{"pad":"` + strings.Repeat("x", node.MaxMessageBytes) + `"}}`)
+	for _, tc := range []struct {
+		name  string
+		typ   websocket.MessageType
+		frame []byte
+	}{
+		{"not JSON", websocket.MessageText, []byte(`not json`)},
+		{"binary frame", websocket.MessageBinary, []byte(`{"v":1,"type":"hello","id":"msg_bin","body":{}}`)},
+		{"over the frame limit", websocket.MessageText, big},
+		{"version of the wrong type", websocket.MessageText, []byte(`{"v":"1","type":"hello","id":"msg_v","body":{}}`)},
+		{"no type", websocket.MessageText, []byte(`{"v":1,"id":"msg_t","body":{}}`)},
+		{"wrong type", websocket.MessageText, []byte(`{"v":1,"type":"heartbeat","id":"msg_hb","body":{}}`)},
+		{"hello body not an object", websocket.MessageText, []byte(`{"v":1,"type":"hello","id":"msg_h","body":[1]}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _, err := f.dial(t, f.cred)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := p.ws.Write(ctx, tc.typ, tc.frame); err != nil {
+				t.Fatal(err)
+			}
+			p.expectError("bad_message", true)
+			_, _, err = p.ws.Read(ctx)
+			if websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+				t.Fatalf("after the error the socket read %v, want close 1008", err)
+			}
+		})
+	}
+	t.Run("unsupported major version", func(t *testing.T) {
+		p, _, err := f.dial(t, f.cred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.send(2, node.TypeHello, node.Hello{NodeID: f.node.ID})
+		p.expectError("unsupported_version", true) // section 3.4 names its own code
+	})
+	n, err := f.reg.Get(context.Background(), f.node.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Status != nodes.StatusPending {
+		t.Fatalf("node status %s after refused first frames, want pending", n.Status)
+	}
+}
+
 func TestNewerSessionClosesOlder(t *testing.T) {
 	f := newFixture(t)
 	old, _, err := f.dial(t, f.cred)
