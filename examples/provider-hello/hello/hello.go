@@ -40,13 +40,28 @@ type Greeting struct {
 type Provider struct {
 	dir    string
 	guards *guard.Guards
+	// trimOnApply is the deliberate fault of [WithTrimOnApply].
+	trimOnApply bool
 }
+
+// Option changes a Provider made by [New].
+type Option func(*Provider)
+
+// WithTrimOnApply makes the provider break the Plan-equals-Apply rule
+// (docs/plugins.md section 6) the way real providers do when the system they
+// drive normalises a value: Apply (and so Read) stores a greeting's message
+// with surrounding white space trimmed, while the Plan of a new greeting keeps
+// it as given. Later Plans compare against the trimmed state and report no
+// changes, so only the first Apply of a greeting shows the fault. It exists for
+// examples/provider-lying, the twin that proves the conformance suite and the
+// host catch such a plugin; a real provider never uses it.
+func WithTrimOnApply() Option { return func(p *Provider) { p.trimOnApply = true } }
 
 var _ provider.Provider = (*Provider)(nil)
 
 // New returns a provider keeping its greetings and its fencing and
 // idempotency records under stateDir (created 0700).
-func New(stateDir string) (*Provider, error) {
+func New(stateDir string, opts ...Option) (*Provider, error) {
 	if stateDir == "" {
 		return nil, errors.New("hello: a state directory is required")
 	}
@@ -58,7 +73,11 @@ func New(stateDir string) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hello: %w", err)
 	}
-	return &Provider{dir: dir, guards: g}, nil
+	p := &Provider{dir: dir, guards: g}
+	for _, o := range opts {
+		o(p)
+	}
+	return p, nil
 }
 
 // Describe implements provider.Provider. State is in files: DurableState.
@@ -118,6 +137,12 @@ func (p *Provider) Plan(_ context.Context, req *provider.PlanRequest) (*provider
 	if err != nil {
 		return nil, err
 	}
+	if p.trimOnApply && req.Current != nil {
+		// The faulty twin hides its own normalisation once a state exists.
+		if trimmed := p.normalise(planned); req.Current.Equal(trimmed) {
+			return &provider.PlanResponse{Planned: trimmed}, nil
+		}
+	}
 	return &provider.PlanResponse{Planned: planned, Changes: req.Current == nil || !req.Current.Equal(planned)}, nil
 }
 
@@ -165,6 +190,7 @@ func (p *Provider) Put(planned provider.Resource) (provider.Resource, error) {
 	if err != nil {
 		return provider.Resource{}, err
 	}
+	state = p.normalise(state)
 	path := filepath.Join(p.dir, state.ID+".json")
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, state.Attributes, 0o600); err != nil {
@@ -186,4 +212,19 @@ func (p *Provider) Remove(typ, id string) error {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
 	return nil
+}
+
+// normalise returns a canonical greeting as Apply stores it: unchanged, except
+// under [WithTrimOnApply].
+func (p *Provider) normalise(r provider.Resource) provider.Resource {
+	if !p.trimOnApply {
+		return r
+	}
+	var g Greeting
+	if json.Unmarshal(r.Attributes, &g) != nil {
+		return r
+	}
+	g.Message = strings.TrimSpace(g.Message)
+	raw, _ := json.Marshal(g) // plain struct: cannot fail
+	return provider.Resource{Type: r.Type, ID: r.ID, Attributes: raw}
 }
