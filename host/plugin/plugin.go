@@ -9,7 +9,11 @@
 //     Config.SHA256, and a process left by a previous host (recorded in
 //     Config.PidDir) is killed when its pid and process start time both match.
 //  2. The plugin's stderr log lines are re-emitted through Config.Logger with
-//     the attribute plugin=<Config.Name>; its Health stream is watched.
+//     the attribute plugin=<Config.Name>; its Health stream is watched. A
+//     plugin that reports unhealthy without a break for longer than
+//     Config.UnhealthyWindow (30 s) is killed and relaunched like a crash, and
+//     counts toward quarantine; a plugin without a Health stream (gRPC
+//     Unimplemented, or a stream that ended) is undetected, never healthy.
 //  3. A process that exits unexpectedly is relaunched after 1 s, doubling to
 //     30 s while it keeps failing; after CrashLimit crashes within
 //     CrashWindow (5 in 10 minutes) it is quarantined and not relaunched.
@@ -63,7 +67,10 @@ const (
 	DefaultCrashLimit  = 5                // crashes within DefaultCrashWindow that quarantine
 	DefaultCrashWindow = 10 * time.Minute
 	DefaultCallTimeout = 30 * time.Second // deadline of a call whose ctx has none
-	stableAfter        = time.Minute      // a process up this long resets the backoff
+	// DefaultUnhealthyWindow is how long a plugin may report unhealthy
+	// without a break before it is restarted.
+	DefaultUnhealthyWindow = 30 * time.Second
+	stableAfter            = time.Minute // a process up this long resets the backoff
 )
 
 // Config says which plugin binary to launch and how. Zero values of the
@@ -103,6 +110,19 @@ type Config struct {
 	// CrashLimit never quarantines.
 	CrashLimit  int
 	CrashWindow time.Duration
+	// UnhealthyWindow is how long the plugin may report unhealthy on its
+	// Health stream without a break (every report since the first unhealthy
+	// one unhealthy) before the handle kills the process and relaunches it
+	// through the crash path: the same backoff, and the restart counts as a
+	// crash toward CrashLimit. It is measured on Now and checked at least
+	// every second (every UnhealthyWindow/10 when that is shorter). Zero means
+	// DefaultUnhealthyWindow; negative never restarts an unhealthy plugin.
+	// Undetected is not unhealthy and never restarts (docs/plugins.md section 2).
+	UnhealthyWindow time.Duration
+	// Now is the clock of the crash window, the unhealthy window and the
+	// backoff reset; nil means time.Now. Tests give a manual clock
+	// (internal/clocktest). Relaunch waits use real timers.
+	Now func() time.Time
 }
 
 // State is where a handle's plugin process is in its life.
@@ -128,9 +148,15 @@ type Status struct {
 	PID        int            `json:"pid,omitempty"` // zero while down
 	Launches   int            `json:"launches"`      // successful launches, the first included
 	// Crashes is how many crashes fell within the crash window.
-	Crashes           int                   `json:"crashes"`
+	Crashes int `json:"crashes"`
+	// Health is the latest report of the plugin's Health stream: healthy,
+	// unhealthy, or undetected when the plugin offers no stream (or its
+	// stream ended); empty until the first report.
 	Health            pluginapi.HealthState `json:"health,omitempty"`
 	HealthDescription string                `json:"health_description,omitempty"`
+	// UnhealthySince is when the current unbroken run of unhealthy reports
+	// began (on Config.Now), nil while the plugin is not unhealthy.
+	UnhealthySince *time.Time `json:"unhealthy_since,omitempty"`
 	// Degraded reports whether the plugin broke its contract in a way that
 	// does not stop it (a provider whose Apply differed from its Plan).
 	Degraded       bool   `json:"degraded"`
@@ -191,6 +217,10 @@ type supervisor struct {
 	impl    any              // current plugin, nil while down; mu must be held
 	status  Status           // mu must be held
 	crashes []time.Time      // within the crash window; mu must be held
+	// restartCause, when set, is why the host killed the current process
+	// itself (an unhealthy window that ran out); supervise records it as the
+	// crash's cause. mu must be held.
+	restartCause error
 }
 
 func newSupervisor(cfg Config, spec kindSpec) (*supervisor, error) {
@@ -215,11 +245,17 @@ func newSupervisor(cfg Config, spec kindSpec) (*supervisor, error) {
 	if cfg.CrashWindow <= 0 {
 		cfg.CrashWindow = DefaultCrashWindow
 	}
+	if cfg.UnhealthyWindow == 0 {
+		cfg.UnhealthyWindow = DefaultUnhealthyWindow
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	s := &supervisor{
 		cfg:  cfg,
 		spec: spec,
 		log:  cfg.Logger.With("plugin", cfg.Name),
-		now:  time.Now,
+		now:  cfg.Now,
 	}
 	s.status = Status{Name: cfg.Name, Kind: spec.kind, Path: cfg.Path, State: StateRestarting}
 	if cfg.SHA256 != "" {
@@ -283,20 +319,44 @@ func (s *supervisor) install(client *goplugin.Client, impl any) bool {
 }
 
 // watchHealth follows the plugin's Health stream until the process exits or
-// the handle closes. A plugin without the stream counts as healthy.
+// the handle closes, and restarts a plugin that stays unhealthy for longer
+// than the unhealthy window. A plugin without the stream is undetected: the
+// host cannot tell, so it claims nothing.
 func (s *supervisor) watchHealth(impl any) {
 	defer s.wg.Done()
 	hr, ok := impl.(pluginapi.HealthReporter)
 	if !ok {
+		s.setHealth(impl, pluginapi.HealthReport{State: pluginapi.Undetected, Description: "the plugin offers no health stream"})
 		return
 	}
 	ch, err := hr.Health(s.life)
 	if err != nil {
-		s.setHealth(impl, pluginapi.HealthReport{State: pluginapi.Healthy, Description: "no health stream: " + err.Error()})
+		s.setHealth(impl, pluginapi.HealthReport{State: pluginapi.Undetected, Description: "no health stream: " + err.Error()})
 		return
 	}
-	for r := range ch {
-		s.setHealth(impl, r)
+	var tick <-chan time.Time
+	if s.cfg.UnhealthyWindow > 0 {
+		t := time.NewTicker(max(min(s.cfg.UnhealthyWindow/10, time.Second), 10*time.Millisecond))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				select {
+				case <-impl.(dispensed).Done(): // the process exited: supervise takes over
+				default:
+					// A plugin whose Health is Unimplemented ends the stream before any
+					// report: it offers none, which is not "healthy".
+					s.setHealth(impl, pluginapi.HealthReport{State: pluginapi.Undetected, Description: "the plugin offers no health stream (Health unimplemented or its stream ended)"})
+				}
+				return
+			}
+			s.setHealth(impl, r)
+		case <-tick:
+		}
+		s.checkUnhealthy(impl)
 	}
 }
 
@@ -309,7 +369,33 @@ func (s *supervisor) setHealth(impl any, r pluginapi.HealthReport) {
 	if s.status.Health != r.State || s.status.HealthDescription != r.Description {
 		s.log.Info("plugin health", "health", string(r.State), "description", r.Description)
 	}
+	switch {
+	case r.State != pluginapi.Unhealthy:
+		s.status.UnhealthySince = nil
+	case s.status.UnhealthySince == nil:
+		now := s.now()
+		s.status.UnhealthySince = &now
+	}
 	s.status.Health, s.status.HealthDescription = r.State, r.Description
+}
+
+// checkUnhealthy kills impl's process when it has been unhealthy for longer
+// than the unhealthy window, with the cause recorded for supervise, which
+// relaunches it as after a crash. Killing is idempotent: a second check while
+// the process dies finds the cause already set.
+func (s *supervisor) checkUnhealthy(impl any) {
+	s.mu.Lock()
+	since := s.status.UnhealthySince
+	if s.impl != impl || since == nil || s.restartCause != nil || s.cfg.UnhealthyWindow <= 0 ||
+		s.now().Sub(*since) <= s.cfg.UnhealthyWindow {
+		s.mu.Unlock()
+		return
+	}
+	s.restartCause = fmt.Errorf("unhealthy for longer than %s since %s: %s", s.cfg.UnhealthyWindow, since.UTC().Format(time.RFC3339), s.status.HealthDescription)
+	client := s.client
+	s.mu.Unlock()
+	s.log.Error("plugin unhealthy for longer than its window; restarting it", "window", s.cfg.UnhealthyWindow, "since", *since)
+	client.Kill() // supervise sees the exit and relaunches
 }
 
 func (s *supervisor) setError(err error) {
@@ -435,16 +521,22 @@ func (s *supervisor) supervise(cur dispensed, launchedAt time.Time) {
 		dead := s.client
 		s.client, s.impl = nil, nil
 		s.status.PID = 0
+		s.status.Health, s.status.HealthDescription, s.status.UnhealthySince = "", "", nil
+		cause := s.restartCause
+		s.restartCause = nil
 		s.mu.Unlock()
 		dead.Kill() // reaps and cleans up; the process is already gone
 		if s.now().Sub(launchedAt) >= stableAfter {
 			backoff = s.cfg.MinBackoff
 		}
-		if s.crashed(errors.New("plugin process exited unexpectedly")) {
+		if cause == nil {
+			cause = errors.New("plugin process exited unexpectedly")
+		}
+		if s.crashed(cause) {
 			s.quarantine()
 			return
 		}
-		s.log.Warn("plugin exited unexpectedly; relaunching", "after", backoff)
+		s.log.Warn("plugin process ended; relaunching", "cause", cause.Error(), "after", backoff)
 
 		for {
 			t := time.NewTimer(backoff)

@@ -41,7 +41,8 @@ func TestMain(m *testing.M) {
 	cmd := exec.Command("go", "build", "-o", dir+"/",
 		"github.com/berthhq/berth/cmd/berth-plugin-process",
 		"github.com/berthhq/berth/cmd/berth-plugin-gateway",
-		"github.com/berthhq/berth/examples/provider-lying")
+		"github.com/berthhq/berth/examples/provider-lying",
+		"github.com/berthhq/berth/host/plugin/testdata/provider-health")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "build plugins: %v\n", err)
