@@ -53,6 +53,7 @@ type fixture struct {
 	clock *fakeClock
 	blobs string
 	reg   *nodes.Registry
+	api   *Server
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
@@ -100,12 +101,14 @@ func newFixtureWith(t *testing.T, change func(*Config)) *fixture {
 	s := New(cfg)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, st: st, srv: srv, admin: admin, clock: clock, blobs: blobDir, reg: reg}
+	return &fixture{t: t, st: st, srv: srv, admin: admin, clock: clock, blobs: blobDir, reg: reg, api: s}
 }
 
 type req struct {
 	method, path, ctype, token string
 	body                       []byte
+	// key, when not empty, is sent as the Idempotency-Key header.
+	key string
 }
 
 func (f *fixture) do(r req) (int, map[string]any) {
@@ -119,6 +122,9 @@ func (f *fixture) do(r req) (int, map[string]any) {
 	}
 	if r.token != "" {
 		hr.Header.Set("Authorization", "Bearer "+r.token)
+	}
+	if r.key != "" {
+		hr.Header.Set("Idempotency-Key", r.key)
 	}
 	resp, err := http.DefaultClient.Do(hr)
 	if err != nil {
@@ -134,7 +140,11 @@ func (f *fixture) do(r req) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
+// json sends body as JSON; a nil body sends no body at all.
 func (f *fixture) json(method, path string, body any) (int, map[string]any) {
+	if body == nil {
+		return f.do(req{method: method, path: path, token: f.admin})
+	}
 	raw, _ := json.Marshal(body)
 	return f.do(req{method: method, path: path, ctype: "application/json", token: f.admin, body: raw})
 }

@@ -19,13 +19,15 @@ import (
 )
 
 // bind decodes a required JSON body into v: Content-Type must be
-// application/json, the body at most MaxBodyBytes, one JSON value with no
-// unknown fields and the right types.
+// application/json, the body at most MaxBodyBytes, one JSON object (not null,
+// an array, a string or a number) with no unknown fields and the right types
+// (docs/api.md section 1.1).
 func (s *Server) bind(c echo.Context, v any) error {
 	return s.decode(c, v, false)
 }
 
-// bindOptional is bind, but an empty body leaves v as it is.
+// bindOptional is bind, but an empty body leaves v as it is. A body that is
+// not empty must still be a JSON object.
 func (s *Server) bindOptional(c echo.Context, v any) error {
 	return s.decode(c, v, true)
 }
@@ -45,6 +47,19 @@ func (s *Server) decode(c echo.Context, v any, optional bool) error {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		return problem(abierrors.UnsupportedMedia, "request body must be application/json")
+	}
+	return decodeObject(raw, v)
+}
+
+// decodeObject decodes raw, which must hold exactly one JSON object, into v with no unknown
+// fields. Every other JSON value (null, an array, a string, a number, a boolean) is refused
+// before decoding, since encoding/json would take null as "leave v unchanged".
+func decodeObject(raw []byte, v any) error {
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		if len(t) == 0 {
+			return problem(abierrors.BadRequest, "request body is empty; a JSON object is required")
+		}
+		return problem(abierrors.BadRequest, "request body must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

@@ -332,8 +332,11 @@ func (s *Server) getOperation(c echo.Context) error {
 
 // rollbackPlacement enqueues the provider rollback of the project's exact current generation
 // under the project lease (docs/runner-protocol.md section 6.3). The runner derives the
-// confirmation itself; nothing of the request body is used.
+// confirmation itself; the body is empty or the empty object {}.
 func (s *Server) rollbackPlacement(c echo.Context) error {
+	if err := s.bindOptional(c, &struct{}{}); err != nil {
+		return err
+	}
 	p, err := s.project(c, false)
 	if err != nil {
 		return err
