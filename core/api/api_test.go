@@ -274,6 +274,15 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"label key with a dot", put("web", svc(func(m map[string]any) { m["labels"] = map[string]string{"team.name": "x"} })), 422, "validation_failed"},
 		{"enroll label key with a dot", req{method: "POST", path: "/api/v1/nodes/enroll", ctype: "application/json", body: mustJSON(func() map[string]any { m := enroll(expiring); m["labels"] = map[string]string{"zone.a": "1"}; return m }())}, 422, "validation_failed"},
 		{"bad domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"not a host"} })), 422, "validation_failed"},
+		{"IPv4 literal as a domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"127.0.0.1"} })), 422, "validation_failed"},
+		{"IPv4 literal with a trailing dot", put("web", svc(func(m map[string]any) { m["domains"] = []string{"10.0.0.1."} })), 422, "validation_failed"},
+		{"short IPv4 form as a domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"127.1"} })), 422, "validation_failed"},
+		{"IPv6 literal as a domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"::1"} })), 422, "validation_failed"},
+		{"bracketed IPv6 literal as a domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"[2001:db8::1]"} })), 422, "validation_failed"},
+		{"env value of 1000 KiB", put("web", svc(func(m map[string]any) { m["env"] = map[string]string{"BIG": strings.Repeat("x", 1000<<10)} })), 422, "validation_failed"},
+		{"env over the total", put("web", svc(func(m map[string]any) {
+			m["env"] = map[string]string{"A": strings.Repeat("x", 100<<10), "B": strings.Repeat("x", 100<<10), "C": strings.Repeat("x", 100<<10)}
+		})), 422, "validation_failed"},
 		{"unknown bundle", put("web", svc(func(m map[string]any) { m["bundle"] = "ghost" })), 404, "bundle_not_found"},
 		{"unknown runtime", put("web", svc(func(m map[string]any) { m["runtime"] = "vm" })), 422, "validation_failed"},
 		{"image on the process runtime", put("web", svc(func(m map[string]any) {
@@ -307,12 +316,24 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"unknown node", req{method: "GET", path: "/api/v1/nodes/nod_nope", token: f.admin}, 404, "node_not_found"},
 		{"join token ttl out of range", req{method: "POST", path: "/api/v1/nodes/join-tokens", ctype: "application/json", token: f.admin, body: []byte(`{"ttl_seconds": -5}`)}, 422, "validation_failed"},
 	}
+	details := map[string]string{ // a part the problem's detail must hold
+		"IPv4 literal as a domain":           "127.0.0.1",
+		"IPv4 literal with a trailing dot":   "IP address",
+		"short IPv4 form as a domain":        "IP address",
+		"IPv6 literal as a domain":           "IP address",
+		"bracketed IPv6 literal as a domain": "IP address",
+		"env value of 1000 KiB":              `"BIG"`,
+		"env over the total":                 `"C"`,
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := f.snapshot()
 			status, out := f.do(tt.req)
 			if status != tt.status || out["code"] != tt.code {
 				t.Fatalf("got %d %v, want %d %s", status, out, tt.status, tt.code)
+			}
+			if d, _ := out["detail"].(string); !strings.Contains(d, details[tt.name]) {
+				t.Fatalf("detail %q does not say %s", d, details[tt.name])
 			}
 			if out["detail"] == nil || out["title"] == nil {
 				t.Fatalf("problem without title or detail: %v", out)
@@ -347,5 +368,36 @@ func TestEnrollAfterKeyRotationPinsCurrentKey(t *testing.T) {
 	}
 	if got := out["cluster_public_key"]; got != base64.StdEncoding.EncodeToString(rotated) {
 		t.Fatalf("enroll answered cluster_public_key %v, want the rotated key", got)
+	}
+}
+
+// TestEnvLimitsAtTheBoundary: a variable of exactly services.MaxEnvEntryBytes (KEY=VALUE and its
+// NUL) and an environment of exactly services.MaxEnvBytes apply; one byte more is refused with
+// 422 validation_failed naming the variable, and the refused apply changes nothing.
+func TestEnvLimitsAtTheBoundary(t *testing.T) {
+	f := newFixture(t)
+	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
+	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/default/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {
+		t.Fatalf("push bundle: %d %v", code, out)
+	}
+	full := strings.Repeat("v", services.MaxEnvEntryBytes-len("A=")-1)
+	apply := func(env map[string]string) (int, map[string]any) {
+		return f.json("PUT", "/api/v1/projects/default/services/web", map[string]any{"bundle": "app", "command": []string{"./app"}, "env": env})
+	}
+	if code, out := apply(map[string]string{"A": full}); code != 201 {
+		t.Fatalf("one variable of exactly %d bytes: %d %v", services.MaxEnvEntryBytes, code, out["detail"])
+	}
+	if code, out := apply(map[string]string{"A": full + "v"}); code != 422 || out["code"] != "validation_failed" || !strings.Contains(out["detail"].(string), `"A"`) {
+		t.Fatalf("one variable a byte over: %d %v", code, out)
+	}
+	if code, out := apply(map[string]string{"A": full, "B": full}); code != 200 {
+		t.Fatalf("an environment of exactly %d bytes: %d %v", services.MaxEnvBytes, code, out["detail"])
+	}
+	before := f.snapshot()
+	if code, out := apply(map[string]string{"A": full, "B": full, "C": ""}); code != 422 || out["code"] != "validation_failed" || !strings.Contains(out["detail"].(string), `"C"`) {
+		t.Fatalf("an environment over the total: %d %v", code, out)
+	}
+	if after := f.snapshot(); after != before {
+		t.Fatalf("a refused apply changed the store")
 	}
 }

@@ -49,6 +49,25 @@ const (
 	PlacementStateful = "stateful"
 )
 
+// Environment limits of a service (docs/api.md section 4, "Limits"). The node runtime passes
+// each variable to execve as one "KEY=VALUE" string with a terminating NUL; Linux refuses a
+// string longer than MAX_ARG_STRLEN (131072 bytes) and the whole argument and environment
+// block over ARG_MAX with "argument list too long", after which the workload never starts.
+// The API refuses such a spec at apply instead.
+const (
+	// MaxEnvEntryBytes bounds one variable: len(KEY) + 1 + len(VALUE) + 1 (the '=' and the
+	// NUL), which is Linux's MAX_ARG_STRLEN.
+	MaxEnvEntryBytes = 128 << 10
+	// MaxEnvBytes bounds the sum of every variable's len(KEY) + 1 + len(VALUE) + 1. It is well
+	// under the smallest ARG_MAX Linux allows (a quarter of an 8 MiB stack, 2 MiB) so that the
+	// command's arguments and the variables the node agent adds (PORT, HOST, BERTH_*) fit too.
+	MaxEnvBytes = 256 << 10
+)
+
+// EnvEntryBytes is what one variable occupies in a process's environment block: KEY=VALUE and
+// its NUL, in bytes.
+func EnvEntryBytes(key, value string) int { return len(key) + 1 + len(value) + 1 }
+
 var labelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // ValidName reports whether s is a DNS label: 1 to 63 of [a-z0-9-], not starting
