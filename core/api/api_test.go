@@ -401,3 +401,50 @@ func TestEnvLimitsAtTheBoundary(t *testing.T) {
 		t.Fatalf("a refused apply changed the store")
 	}
 }
+
+// TestUnchangedApplyWritesNothing: re-applying exactly what is stored answers 200 with the
+// current revision and "changed": false and writes nothing (no revision bump, no change-log
+// entry); expected_revision still applies; any difference is a write with "changed": true.
+func TestUnchangedApplyWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
+	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/default/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {
+		t.Fatalf("push bundle: %d %v", code, out)
+	}
+	spec := func(mut func(m map[string]any)) map[string]any {
+		m := map[string]any{"bundle": "app", "command": []string{"./app", "-v"}, "env": map[string]string{"A": "1"},
+			"domains": []string{"Web.Example.com."}, "replicas": 2, "labels": map[string]string{}}
+		if mut != nil {
+			mut(m)
+		}
+		return m
+	}
+	const path = "/api/v1/projects/default/services/web"
+	code, out := f.json("PUT", path, spec(nil))
+	if code != 201 || out["changed"] != true || out["revision"] != float64(1) {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	before := f.snapshot()
+	code, out = f.json("PUT", path, spec(nil))
+	if code != 200 || out["changed"] != false || out["revision"] != float64(1) {
+		t.Fatalf("identical apply: %d changed=%v revision=%v", code, out["changed"], out["revision"])
+	}
+	code, out = f.json("PUT", path, spec(func(m map[string]any) { m["expected_revision"] = 1; delete(m, "labels") }))
+	if code != 200 || out["changed"] != false || out["revision"] != float64(1) {
+		t.Fatalf("identical apply at the current expected_revision: %d changed=%v revision=%v", code, out["changed"], out["revision"])
+	}
+	if after := f.snapshot(); after != before {
+		t.Fatalf("an unchanged apply wrote to the store:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if code, out = f.json("PUT", path, spec(func(m map[string]any) { m["expected_revision"] = 0 })); code != 409 || out["code"] != "revision_conflict" {
+		t.Fatalf("identical apply with a stale expected_revision: %d %v", code, out)
+	}
+	code, out = f.json("PUT", path, spec(func(m map[string]any) { m["env"] = map[string]string{"A": "2"} }))
+	if code != 200 || out["changed"] != true || out["revision"] != float64(2) {
+		t.Fatalf("changed apply: %d changed=%v revision=%v", code, out["changed"], out["revision"])
+	}
+	code, out = f.json("GET", path, nil)
+	if _, has := out["changed"]; code != 200 || has {
+		t.Fatalf("GET answers changed: %d %v", code, out)
+	}
+}
