@@ -95,6 +95,8 @@ type Config struct {
 	// Runtime holds runtime specs, slots and verdicts (docs/reconciliation.md); nil opens one
 	// over the Catalog's store.
 	Runtime *rollout.Store
+	// Now is the clock of Idempotency-Key records; nil means time.Now.
+	Now func() time.Time
 	// Guard checks fenced shared-storage writes (bundle uploads with the fencing headers); nil
 	// refuses such writes as unavailable.
 	Guard *fencing.Guard
@@ -367,7 +369,8 @@ func (s *Server) auth(scope identity.Scope) echo.MiddlewareFunc {
 				return problem(abierrors.Forbidden, fmt.Sprintf("this token lacks the scope %q", want))
 			}
 			c.Set(principalKey, p)
-			return next(c)
+			// Every mutating route behind a token honours Idempotency-Key (idempotency.go).
+			return s.idempotent(tok, next)(c)
 		}
 	}
 }
