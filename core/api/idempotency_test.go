@@ -86,7 +86,7 @@ type idemCase struct {
 // exemptFromIdempotency lists the mutating routes that do not take Idempotency-Key, and why
 // (docs/api.md section 1.7).
 func exemptFromIdempotency() map[string]string {
-	runner := "runner transport: its own exactly-once rules by lease token (docs/runner-protocol.md)"
+	runner := "runner transport: a repeated call is settled by its lease token (docs/runner-protocol.md section 6)"
 	return map[string]string{
 		"POST /api/v1/nodes/enroll":    "unauthenticated: the single-use join token makes enrollment happen once",
 		"POST /api/runner/v1/register": runner, "POST /api/runner/v1/heartbeat": runner, "POST /api/runner/v1/claim": runner,
