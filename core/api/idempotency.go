@@ -175,6 +175,9 @@ func (s *Server) digestRequest(c echo.Context) (string, func(), error) {
 	nop := func() {}
 	if routeBody(c) == bodyUpload {
 		limit := s.uploadLimit(c)
+		if limit <= 0 {
+			return hex.EncodeToString(h.Sum(nil)), nop, nil // refused before the body is read
+		}
 		f, err := os.CreateTemp("", "berth-idempotent-upload-*")
 		if err != nil {
 			return "", nop, fmt.Errorf("spool upload: %w", err)
@@ -208,7 +211,8 @@ func (s *Server) digestRequest(c echo.Context) (string, func(), error) {
 	return hex.EncodeToString(h.Sum(nil)), nop, nil
 }
 
-// uploadLimit is the largest upload the route of c accepts.
+// uploadLimit is the largest upload the route of c accepts; zero when the route serves none
+// (modules without a policy engine refuse before reading).
 func (s *Server) uploadLimit(c echo.Context) int64 {
 	if c.Path() == "/api/v1/modules" {
 		if s.cfg.Policy != nil {
