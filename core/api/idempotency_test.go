@@ -22,6 +22,7 @@ import (
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/internal/wasmtest"
+	"github.com/berthhq/berth/sdk/client"
 )
 
 // answer is one raw HTTP answer.
@@ -422,5 +423,43 @@ func TestIdempotencyConcurrentArrivals(t *testing.T) {
 	}
 	if len(tokens) != 1 {
 		t.Fatalf("%d different join tokens were created under one key", len(tokens))
+	}
+}
+
+// TestClientIdempotencyKey: the Go client's WithIdempotencyKey makes a repeated apply answer the
+// first apply's result (the same revision, not a second write), and the key with another spec
+// fails with idempotency_key_reused.
+func TestClientIdempotencyKey(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	c, err := client.New(f.srv.URL, client.WithToken(f.admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PushBundle(ctx, "default", "app", bytes.NewReader(tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755}))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ApplyService(ctx, "default", "web", client.ServiceSpec{Bundle: "app", Command: []string{"./app"}}); err != nil {
+		t.Fatal(err)
+	}
+	keyed := c.WithIdempotencyKey("deploy-2")
+	spec := client.ServiceSpec{Bundle: "app", Command: []string{"./app", "-v"}}
+	first, err := keyed.ApplyService(ctx, "default", "web", spec)
+	if err != nil || first.Revision != 2 || first.Changed == nil || !*first.Changed {
+		t.Fatalf("first keyed apply: %+v %v", first, err)
+	}
+	// Meanwhile another change lands; the repeat still answers what the first call did.
+	if _, err := c.ApplyService(ctx, "default", "web", client.ServiceSpec{Bundle: "app", Command: []string{"./app", "-q"}}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := keyed.ApplyService(ctx, "default", "web", spec)
+	if err != nil || again.Revision != 2 || again.Changed == nil || !*again.Changed {
+		t.Fatalf("repeated keyed apply: %+v %v", again, err)
+	}
+	if got, _ := c.GetService(ctx, "default", "web"); got.Revision != 3 {
+		t.Fatalf("the repeat wrote: revision %d, want 3", got.Revision)
+	}
+	if _, err := keyed.ApplyService(ctx, "default", "web", client.ServiceSpec{Bundle: "app", Command: []string{"./app", "-x"}}); !client.IsCode(err, "idempotency_key_reused") {
+		t.Fatalf("the key with another spec: %v", err)
 	}
 }
