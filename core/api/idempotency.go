@@ -122,8 +122,8 @@ func validIdempotencyKey(k string) bool {
 //     content type and body and Idempotency-Replayed: true. An expired record, or a claim older
 //     than IdempotencyClaimTimeout, is taken over by a compare-and-set on its claim.
 //  3. next runs once; a 2xx answer is recorded (compare-and-set on the claim). Any other answer
-//     changed nothing by the API's rules, so the claim is deleted (compare-and-set on the claim)
-//     and a retry runs again; a 5xx too, so that a retry after a fault can succeed.
+//     is a refusal or a fault: the claim is deleted (compare-and-set on the claim), so that a
+//     refused request leaves no trace and a retry after a fault runs again and can succeed.
 func (s *Server) idempotent(bearer string, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
