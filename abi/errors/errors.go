@@ -32,9 +32,12 @@ const (
 	DigestMismatch       Code = "digest_mismatch"        // uploaded content does not hash to the claimed digest
 	BundleInvalid        Code = "bundle_invalid"         // not a gzip tar, or a path or link escaping its root
 	IdempotencyKeyReused Code = "idempotency_key_reused" // same Idempotency-Key with another body
-	MethodNotAllowed     Code = "method_not_allowed"
-	Internal             Code = "internal"    // details only in the server log
-	Unavailable          Code = "unavailable" // a dependency (store, plugin) is not ready
+	// IdempotencyKeyInFlight: the first request with this Idempotency-Key is still running; retry
+	// after it answers (409, with Retry-After).
+	IdempotencyKeyInFlight Code = "idempotency_key_in_flight"
+	MethodNotAllowed       Code = "method_not_allowed"
+	Internal               Code = "internal"    // details only in the server log
+	Unavailable            Code = "unavailable" // a dependency (store, plugin) is not ready
 )
 
 // Gateway codes: the edge gateway's own answers (docs/plugins.md section 4).
@@ -176,6 +179,7 @@ var statuses = map[Code]int{
 	NodeDraining:           http.StatusConflict,
 	NodeOffline:            http.StatusConflict,
 	IdempotencyKeyRequired: http.StatusBadRequest,
+	IdempotencyKeyInFlight: http.StatusConflict,
 }
 
 // HTTPStatus reports the HTTP status that carries c; 500 for a code without one.

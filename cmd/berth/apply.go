@@ -155,7 +155,11 @@ An unknown field is an error.`,
 				}
 				applied = append(applied, *svc)
 				if a.output == outputTable {
-					fmt.Fprintf(a.stdout, "service %s/%s applied (revision %d)\n", project, d.Name, svc.Revision)
+					verb := "applied"
+					if svc.Changed != nil && !*svc.Changed {
+						verb = "unchanged" // the server already held exactly this; nothing was written
+					}
+					fmt.Fprintf(a.stdout, "service %s/%s %s (revision %d)\n", project, d.Name, verb, svc.Revision)
 				}
 			}
 			if a.output == outputJSON {

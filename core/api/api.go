@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
+	abirunner "github.com/berthhq/berth/abi/runner"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
@@ -93,6 +95,8 @@ type Config struct {
 	// Runtime holds runtime specs, slots and verdicts (docs/reconciliation.md); nil opens one
 	// over the Catalog's store.
 	Runtime *rollout.Store
+	// Now is the clock of Idempotency-Key records; nil means time.Now.
+	Now func() time.Time
 	// Guard checks fenced shared-storage writes (bundle uploads with the fencing headers); nil
 	// refuses such writes as unavailable.
 	Guard *fencing.Guard
@@ -131,6 +135,7 @@ func New(cfg Config) *Server {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.observe)
+	e.Use(s.refuseUnreadBody)
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{})))
@@ -183,6 +188,69 @@ func New(cfg Config) *Server {
 	})
 	s.e = e
 	return s
+}
+
+// bodyKind says what request body a route reads (docs/api.md section 1.1).
+type bodyKind int
+
+const (
+	// bodyNone: the route reads no body and refuses a non-empty one with 400 bad_request.
+	bodyNone bodyKind = iota
+	// bodyJSON: the handler decodes one JSON object (bind, bindOptional, runnerBind), which
+	// refuses every other JSON value.
+	bodyJSON
+	// bodyUpload: the handler streams a binary upload (a bundle or a WebAssembly module).
+	bodyUpload
+)
+
+// routeBody is the body kind of the route c matched, by method and echo's route pattern. Every
+// route not listed reads no body; a route added without a case refuses bodies, which its first
+// test shows at once.
+func routeBody(c echo.Context) bodyKind {
+	if strings.HasPrefix(c.Path(), abirunner.Prefix+"/") {
+		return bodyJSON // every runner transport call is one JSON object (docs/runner-protocol.md)
+	}
+	switch c.Request().Method + " " + c.Path() {
+	case "POST /api/v1/nodes/enroll",
+		"POST /api/v1/nodes/join-tokens",
+		"POST /api/v1/nodes/:id/fence-ack",
+		"POST /api/v1/nodes/:id/retire",
+		"POST /api/v1/cluster/signing-key/rotate",
+		"PUT /api/v1/projects/:project",
+		"PUT /api/v1/projects/:project/services/:name",
+		"PUT /api/v1/projects/:project/services/:name/spec",
+		"POST /api/v1/projects/:project/services/:name/rollout/undo",
+		"POST /api/v1/policy-bindings",
+		"POST /api/v1/runners/enrollment-tokens",
+		"PUT /api/v1/projects/:project/placement",
+		"POST /api/v1/projects/:project/placement/rollback",
+		"POST /api/v1/projects/:project/operations":
+		return bodyJSON
+	case "POST /api/v1/projects/:project/bundles",
+		"POST /api/v1/modules":
+		return bodyUpload
+	}
+	return bodyNone
+}
+
+// refuseUnreadBody answers 400 bad_request to a request carrying a body the route does not read
+// (every GET and DELETE, POST /nodes/{id}/lost), so that nothing a client sent is silently
+// dropped. A body of unknown length is probed by one byte.
+func (s *Server) refuseUnreadBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if c.Path() == "/*" || routeBody(c) != bodyNone || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+			return next(c)
+		}
+		if r.ContentLength < 0 {
+			var one [1]byte
+			n, _ := io.ReadFull(r.Body, one[:])
+			if n == 0 {
+				return next(c)
+			}
+		}
+		return problem(abierrors.BadRequest, fmt.Sprintf("%s %s takes no request body", r.Method, c.Path()))
+	}
 }
 
 // ServeHTTP serves the API.
@@ -301,7 +369,8 @@ func (s *Server) auth(scope identity.Scope) echo.MiddlewareFunc {
 				return problem(abierrors.Forbidden, fmt.Sprintf("this token lacks the scope %q", want))
 			}
 			c.Set(principalKey, p)
-			return next(c)
+			// Every mutating route behind a token honours Idempotency-Key (idempotency.go).
+			return s.idempotent(tok, next)(c)
 		}
 	}
 }

@@ -53,6 +53,7 @@ type fixture struct {
 	clock *fakeClock
 	blobs string
 	reg   *nodes.Registry
+	api   *Server
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
@@ -93,19 +94,21 @@ func newFixtureWith(t *testing.T, change func(*Config)) *fixture {
 	}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	cfg := Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
-		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil)}
+		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil), Now: clock.now}
 	if change != nil {
 		change(&cfg)
 	}
 	s := New(cfg)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, st: st, srv: srv, admin: admin, clock: clock, blobs: blobDir, reg: reg}
+	return &fixture{t: t, st: st, srv: srv, admin: admin, clock: clock, blobs: blobDir, reg: reg, api: s}
 }
 
 type req struct {
 	method, path, ctype, token string
 	body                       []byte
+	// key, when not empty, is sent as the Idempotency-Key header.
+	key string
 }
 
 func (f *fixture) do(r req) (int, map[string]any) {
@@ -119,6 +122,9 @@ func (f *fixture) do(r req) (int, map[string]any) {
 	}
 	if r.token != "" {
 		hr.Header.Set("Authorization", "Bearer "+r.token)
+	}
+	if r.key != "" {
+		hr.Header.Set("Idempotency-Key", r.key)
 	}
 	resp, err := http.DefaultClient.Do(hr)
 	if err != nil {
@@ -134,12 +140,16 @@ func (f *fixture) do(r req) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
+// json sends body as JSON; a nil body sends no body at all.
 func (f *fixture) json(method, path string, body any) (int, map[string]any) {
+	if body == nil {
+		return f.do(req{method: method, path: path, token: f.admin})
+	}
 	raw, _ := json.Marshal(body)
 	return f.do(req{method: method, path: path, ctype: "application/json", token: f.admin, body: raw})
 }
 
-// snapshot is every document of every collection plus the blob files.
+// snapshot is every document of every non-empty collection plus the blob files.
 func (f *fixture) snapshot() string {
 	f.t.Helper()
 	ctx := context.Background()
@@ -166,6 +176,9 @@ func (f *fixture) snapshot() string {
 			_ = json.Unmarshal(raw, &v)
 			sorted, _ := json.Marshal(v)
 			lines = append(lines, string(sorted))
+		}
+		if len(lines) == 0 {
+			continue // an empty collection holds nothing, however it came to exist
 		}
 		sort.Strings(lines)
 		fmt.Fprintf(&b, "%s: %s\n", n, strings.Join(lines, "\n  "))
@@ -264,6 +277,15 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"label key with a dot", put("web", svc(func(m map[string]any) { m["labels"] = map[string]string{"team.name": "x"} })), 422, "validation_failed"},
 		{"enroll label key with a dot", req{method: "POST", path: "/api/v1/nodes/enroll", ctype: "application/json", body: mustJSON(func() map[string]any { m := enroll(expiring); m["labels"] = map[string]string{"zone.a": "1"}; return m }())}, 422, "validation_failed"},
 		{"bad domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"not a host"} })), 422, "validation_failed"},
+		{"IPv4 literal as a domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"127.0.0.1"} })), 422, "validation_failed"},
+		{"IPv4 literal with a trailing dot", put("web", svc(func(m map[string]any) { m["domains"] = []string{"10.0.0.1."} })), 422, "validation_failed"},
+		{"short IPv4 form as a domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"127.1"} })), 422, "validation_failed"},
+		{"IPv6 literal as a domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"::1"} })), 422, "validation_failed"},
+		{"bracketed IPv6 literal as a domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"[2001:db8::1]"} })), 422, "validation_failed"},
+		{"env value of 1000 KiB", put("web", svc(func(m map[string]any) { m["env"] = map[string]string{"BIG": strings.Repeat("x", 1000<<10)} })), 422, "validation_failed"},
+		{"env over the total", put("web", svc(func(m map[string]any) {
+			m["env"] = map[string]string{"A": strings.Repeat("x", 100<<10), "B": strings.Repeat("x", 100<<10), "C": strings.Repeat("x", 100<<10)}
+		})), 422, "validation_failed"},
 		{"unknown bundle", put("web", svc(func(m map[string]any) { m["bundle"] = "ghost" })), 404, "bundle_not_found"},
 		{"unknown runtime", put("web", svc(func(m map[string]any) { m["runtime"] = "vm" })), 422, "validation_failed"},
 		{"image on the process runtime", put("web", svc(func(m map[string]any) {
@@ -297,12 +319,24 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"unknown node", req{method: "GET", path: "/api/v1/nodes/nod_nope", token: f.admin}, 404, "node_not_found"},
 		{"join token ttl out of range", req{method: "POST", path: "/api/v1/nodes/join-tokens", ctype: "application/json", token: f.admin, body: []byte(`{"ttl_seconds": -5}`)}, 422, "validation_failed"},
 	}
+	details := map[string]string{ // a part the problem's detail must hold
+		"IPv4 literal as a domain":           "127.0.0.1",
+		"IPv4 literal with a trailing dot":   "IP address",
+		"short IPv4 form as a domain":        "IP address",
+		"IPv6 literal as a domain":           "IP address",
+		"bracketed IPv6 literal as a domain": "IP address",
+		"env value of 1000 KiB":              `"BIG"`,
+		"env over the total":                 `"C"`,
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := f.snapshot()
 			status, out := f.do(tt.req)
 			if status != tt.status || out["code"] != tt.code {
 				t.Fatalf("got %d %v, want %d %s", status, out, tt.status, tt.code)
+			}
+			if d, _ := out["detail"].(string); !strings.Contains(d, details[tt.name]) {
+				t.Fatalf("detail %q does not say %s", d, details[tt.name])
 			}
 			if out["detail"] == nil || out["title"] == nil {
 				t.Fatalf("problem without title or detail: %v", out)
@@ -337,5 +371,83 @@ func TestEnrollAfterKeyRotationPinsCurrentKey(t *testing.T) {
 	}
 	if got := out["cluster_public_key"]; got != base64.StdEncoding.EncodeToString(rotated) {
 		t.Fatalf("enroll answered cluster_public_key %v, want the rotated key", got)
+	}
+}
+
+// TestEnvLimitsAtTheBoundary: a variable of exactly services.MaxEnvEntryBytes (KEY=VALUE and its
+// NUL) and an environment of exactly services.MaxEnvBytes apply; one byte more is refused with
+// 422 validation_failed naming the variable, and the refused apply changes nothing.
+func TestEnvLimitsAtTheBoundary(t *testing.T) {
+	f := newFixture(t)
+	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
+	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/default/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {
+		t.Fatalf("push bundle: %d %v", code, out)
+	}
+	full := strings.Repeat("v", services.MaxEnvEntryBytes-len("A=")-1)
+	apply := func(env map[string]string) (int, map[string]any) {
+		return f.json("PUT", "/api/v1/projects/default/services/web", map[string]any{"bundle": "app", "command": []string{"./app"}, "env": env})
+	}
+	if code, out := apply(map[string]string{"A": full}); code != 201 {
+		t.Fatalf("one variable of exactly %d bytes: %d %v", services.MaxEnvEntryBytes, code, out["detail"])
+	}
+	if code, out := apply(map[string]string{"A": full + "v"}); code != 422 || out["code"] != "validation_failed" || !strings.Contains(out["detail"].(string), `"A"`) {
+		t.Fatalf("one variable a byte over: %d %v", code, out)
+	}
+	if code, out := apply(map[string]string{"A": full, "B": full}); code != 200 {
+		t.Fatalf("an environment of exactly %d bytes: %d %v", services.MaxEnvBytes, code, out["detail"])
+	}
+	before := f.snapshot()
+	if code, out := apply(map[string]string{"A": full, "B": full, "C": ""}); code != 422 || out["code"] != "validation_failed" || !strings.Contains(out["detail"].(string), `"C"`) {
+		t.Fatalf("an environment over the total: %d %v", code, out)
+	}
+	if after := f.snapshot(); after != before {
+		t.Fatalf("a refused apply changed the store")
+	}
+}
+
+// TestUnchangedApplyWritesNothing: re-applying exactly what is stored answers 200 with the
+// current revision and "changed": false and writes nothing (no revision bump, no change-log
+// entry); expected_revision still applies; any difference is a write with "changed": true.
+func TestUnchangedApplyWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
+	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/default/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {
+		t.Fatalf("push bundle: %d %v", code, out)
+	}
+	spec := func(mut func(m map[string]any)) map[string]any {
+		m := map[string]any{"bundle": "app", "command": []string{"./app", "-v"}, "env": map[string]string{"A": "1"},
+			"domains": []string{"Web.Example.com."}, "replicas": 2, "labels": map[string]string{}}
+		if mut != nil {
+			mut(m)
+		}
+		return m
+	}
+	const path = "/api/v1/projects/default/services/web"
+	code, out := f.json("PUT", path, spec(nil))
+	if code != 201 || out["changed"] != true || out["revision"] != float64(1) {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	before := f.snapshot()
+	code, out = f.json("PUT", path, spec(nil))
+	if code != 200 || out["changed"] != false || out["revision"] != float64(1) {
+		t.Fatalf("identical apply: %d changed=%v revision=%v", code, out["changed"], out["revision"])
+	}
+	code, out = f.json("PUT", path, spec(func(m map[string]any) { m["expected_revision"] = 1; delete(m, "labels") }))
+	if code != 200 || out["changed"] != false || out["revision"] != float64(1) {
+		t.Fatalf("identical apply at the current expected_revision: %d changed=%v revision=%v", code, out["changed"], out["revision"])
+	}
+	if after := f.snapshot(); after != before {
+		t.Fatalf("an unchanged apply wrote to the store:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if code, out = f.json("PUT", path, spec(func(m map[string]any) { m["expected_revision"] = 0 })); code != 409 || out["code"] != "revision_conflict" {
+		t.Fatalf("identical apply with a stale expected_revision: %d %v", code, out)
+	}
+	code, out = f.json("PUT", path, spec(func(m map[string]any) { m["env"] = map[string]string{"A": "2"} }))
+	if code != 200 || out["changed"] != true || out["revision"] != float64(2) {
+		t.Fatalf("changed apply: %d changed=%v revision=%v", code, out["changed"], out["revision"])
+	}
+	code, out = f.json("GET", path, nil)
+	if _, has := out["changed"]; code != 200 || has {
+		t.Fatalf("GET answers changed: %d %v", code, out)
 	}
 }

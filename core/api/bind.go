@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net"
+	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -19,13 +22,15 @@ import (
 )
 
 // bind decodes a required JSON body into v: Content-Type must be
-// application/json, the body at most MaxBodyBytes, one JSON value with no
-// unknown fields and the right types.
+// application/json, the body at most MaxBodyBytes, one JSON object (not null,
+// an array, a string or a number) with no unknown fields and the right types
+// (docs/api.md section 1.1).
 func (s *Server) bind(c echo.Context, v any) error {
 	return s.decode(c, v, false)
 }
 
-// bindOptional is bind, but an empty body leaves v as it is.
+// bindOptional is bind, but an empty body leaves v as it is. A body that is
+// not empty must still be a JSON object.
 func (s *Server) bindOptional(c echo.Context, v any) error {
 	return s.decode(c, v, true)
 }
@@ -45,6 +50,19 @@ func (s *Server) decode(c echo.Context, v any, optional bool) error {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		return problem(abierrors.UnsupportedMedia, "request body must be application/json")
+	}
+	return decodeObject(raw, v)
+}
+
+// decodeObject decodes raw, which must hold exactly one JSON object, into v with no unknown
+// fields. Every other JSON value (null, an array, a string, a number, a boolean) is refused
+// before decoding, since encoding/json would take null as "leave v unchanged".
+func decodeObject(raw []byte, v any) error {
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		if len(t) == 0 {
+			return problem(abierrors.BadRequest, "request body is empty; a JSON object is required")
+		}
+		return problem(abierrors.BadRequest, "request body must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -165,12 +183,20 @@ func validateService(spec *serviceSpec) error {
 	if len(spec.Env) > maxEnv {
 		return fail("env has more than %d variables", maxEnv)
 	}
-	for k := range spec.Env {
+	total := 0
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		if !envNameRE.MatchString(k) {
 			return fail("env name %q is not a valid variable name", k)
 		}
 		if k == "PORT" || k == "HOST" || strings.HasPrefix(k, "BERTH_") {
 			return fail("env name %q is reserved: the node agent sets PORT, HOST and BERTH_*", k)
+		}
+		n := services.EnvEntryBytes(k, spec.Env[k])
+		if n > services.MaxEnvEntryBytes {
+			return fail("env %q is %d bytes as KEY=VALUE with its NUL; one variable is at most %d bytes (Linux refuses longer ones at exec)", k, n, services.MaxEnvEntryBytes)
+		}
+		if total += n; total > services.MaxEnvBytes {
+			return fail("env %q brings the environment to more than %d bytes (the sum of KEY=VALUE with a NUL for each variable)", k, services.MaxEnvBytes)
 		}
 	}
 	if len(spec.Domains) > maxDomains {
@@ -179,6 +205,9 @@ func validateService(spec *serviceSpec) error {
 	seen := map[string]bool{}
 	for i, d := range spec.Domains {
 		d = strings.ToLower(strings.TrimSuffix(d, "."))
+		if ipLiteral(d) {
+			return fail("domain %q is an IP address; a domain must be a hostname", spec.Domains[i])
+		}
 		if len(d) > 253 || !hostnameRE.MatchString(d) {
 			return fail("domain %q is not a valid hostname", spec.Domains[i])
 		}
@@ -196,6 +225,19 @@ func validateService(spec *serviceSpec) error {
 		return fail("health_check: interval_s 0..3600, timeout_s 0..300, failures 0..100")
 	}
 	return nil
+}
+
+// ipLiteral reports whether d (lower case, no trailing dot) is an IP address rather than a
+// hostname: an IPv4 or IPv6 literal, bracketed or not, or a name whose last label is all
+// digits, which resolvers read as a shortened IPv4 address ("127.1") and which no top-level
+// domain is.
+func ipLiteral(d string) bool {
+	bare := strings.TrimSuffix(strings.TrimPrefix(d, "["), "]")
+	if _, err := netip.ParseAddr(bare); err == nil {
+		return true
+	}
+	last := d[strings.LastIndexByte(d, '.')+1:]
+	return last != "" && strings.Trim(last, "0123456789") == ""
 }
 
 func validateEnroll(hostname, region, address string, labels map[string]string) error {

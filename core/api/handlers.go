@@ -211,14 +211,22 @@ func (s *Server) putService(c echo.Context) error {
 	if err := s.admitService(c, p, svc); err != nil {
 		return err
 	}
-	out, created, err := s.cfg.Catalog.PutService(ctx, p, svc, spec.ExpectedRevision)
+	out, outcome, err := s.cfg.Catalog.ApplyService(ctx, p, svc, spec.ExpectedRevision)
 	if err != nil {
 		return serviceError(err)
 	}
+	created := outcome == services.PutCreated
 	if !out.Stateful() {
+		// Also when unchanged: it writes only when the derived spec is missing, which repairs an
+		// earlier apply that stopped between its two writes.
 		if _, err := s.runtime.EnsureDerivedSpec(ctx, out); err != nil {
 			return err
 		}
+	}
+	if outcome == services.PutUnchanged {
+		// Nothing was written, so nothing is recorded in the change log and no pass is hinted.
+		s.log.Info("service unchanged", "project", p.Name, "service", name, "revision", out.Revision)
+		return c.JSON(http.StatusOK, appliedService(out, false))
 	}
 	s.log.Info("service applied", "project", p.Name, "service", name, "revision", out.Revision, "replicas", out.Replicas, "bundle", out.BundleDigest)
 	op := node.OpUpdate
@@ -231,7 +239,15 @@ func (s *Server) putService(c echo.Context) error {
 	if created {
 		status = http.StatusCreated
 	}
-	return c.JSON(status, toAPIService(out, 0))
+	return c.JSON(status, appliedService(out, true))
+}
+
+// appliedService is the answer of PUT /projects/{p}/services/{s}: the service with changed
+// saying whether the apply wrote it (docs/api.md section 4).
+func appliedService(svc *services.Service, changed bool) client.Service {
+	out := toAPIService(svc, 0)
+	out.Changed = &changed
+	return out
 }
 
 func (s *Server) getService(c echo.Context) error {

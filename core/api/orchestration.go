@@ -253,9 +253,11 @@ func (s *Server) getPlacement(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// enqueueOperation enqueues under the Idempotency-Key header: a repeat with the same key and body
-// answers the recorded operation with Idempotency-Replayed: true; the same key with another body
-// is refused idempotency_key_reused.
+// enqueueOperation enqueues under the Idempotency-Key header, which it requires. The middleware
+// (idempotency.go) replays a repeat by the same bearer as for every mutating route; the key is
+// also the operation's own idempotency key within the project, so a repeat by another bearer
+// answers the operation the first request created, with Idempotency-Replayed: true, and another
+// body under the key is refused idempotency_key_reused.
 func (s *Server) enqueueOperation(c echo.Context) error {
 	key := c.Request().Header.Get("Idempotency-Key")
 	if key == "" || len(key) > 200 {
@@ -332,8 +334,11 @@ func (s *Server) getOperation(c echo.Context) error {
 
 // rollbackPlacement enqueues the provider rollback of the project's exact current generation
 // under the project lease (docs/runner-protocol.md section 6.3). The runner derives the
-// confirmation itself; nothing of the request body is used.
+// confirmation itself; the body is empty or the empty object {}.
 func (s *Server) rollbackPlacement(c echo.Context) error {
+	if err := s.bindOptional(c, &struct{}{}); err != nil {
+		return err
+	}
 	p, err := s.project(c, false)
 	if err != nil {
 		return err

@@ -1,10 +1,8 @@
 package api
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -75,15 +73,7 @@ func runnerBind(c echo.Context, v any) error {
 	if len(raw) > abirunner.MaxRequestBytes {
 		return problem(abierrors.BodyTooLarge, fmt.Sprintf("request body is larger than %d bytes", abirunner.MaxRequestBytes))
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return problem(abierrors.BadRequest, describeJSONError(err))
-	}
-	if dec.More() {
-		return problem(abierrors.BadRequest, "request body must hold exactly one JSON value")
-	}
-	return nil
+	return decodeObject(raw, v)
 }
 
 // runnerNode authenticates the node credential of the request for nodeID; every failure is the

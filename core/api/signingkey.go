@@ -32,7 +32,11 @@ type NodeKeyRotated struct {
 }
 
 // rotateSigningKey serves POST /api/v1/cluster/signing-key/rotate (scope admin).
+// The body is empty or the empty object {}.
 func (s *Server) rotateSigningKey(c echo.Context) error {
+	if err := s.bindOptional(c, &struct{}{}); err != nil {
+		return err
+	}
 	out, err := s.cfg.KeyRotator.RotateSigningKey(c.Request().Context())
 	if err != nil {
 		return err

@@ -281,6 +281,8 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { defer close(recDone); rec.Run(rctx) }()
 	orchDone := make(chan struct{})
 	go func() { defer close(orchDone); orch.run(rctx) }()
+	idemDone := make(chan struct{})
+	go func() { defer close(idemDone); handler.RunIdempotencySweep(rctx, 0) }()
 
 	serveErr := make(chan error, 1)
 	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{servTLS.Certificate}}
@@ -296,6 +298,7 @@ func Run(ctx context.Context, cfg Config) error {
 		stopRec()
 		<-recDone
 		<-orchDone
+		<-idemDone
 		return fmt.Errorf("api server: %w", err)
 	}
 	log.Info("berthd shutting down")
@@ -308,5 +311,6 @@ func Run(ctx context.Context, cfg Config) error {
 	stopRec()
 	<-recDone
 	<-orchDone
+	<-idemDone
 	return nil
 }

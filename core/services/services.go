@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"time"
 
@@ -48,6 +49,25 @@ const (
 	// (docs/node-protocol.md section 8); they have at most one replica.
 	PlacementStateful = "stateful"
 )
+
+// Environment limits of a service (docs/api.md section 4, "Limits"). The node runtime passes
+// each variable to execve as one "KEY=VALUE" string with a terminating NUL; Linux refuses a
+// string longer than MAX_ARG_STRLEN (131072 bytes) and the whole argument and environment
+// block over ARG_MAX with "argument list too long", after which the workload never starts.
+// The API refuses such a spec at apply instead.
+const (
+	// MaxEnvEntryBytes bounds one variable: len(KEY) + 1 + len(VALUE) + 1 (the '=' and the
+	// NUL), which is Linux's MAX_ARG_STRLEN.
+	MaxEnvEntryBytes = 128 << 10
+	// MaxEnvBytes bounds the sum of every variable's len(KEY) + 1 + len(VALUE) + 1. It is well
+	// under the smallest ARG_MAX Linux allows (a quarter of an 8 MiB stack, 2 MiB) so that the
+	// command's arguments and the variables the node agent adds (PORT, HOST, BERTH_*) fit too.
+	MaxEnvBytes = 256 << 10
+)
+
+// EnvEntryBytes is what one variable occupies in a process's environment block: KEY=VALUE and
+// its NUL, in bytes.
+func EnvEntryBytes(key, value string) int { return len(key) + 1 + len(value) + 1 }
 
 var labelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
@@ -327,40 +347,65 @@ func (c *Catalog) ListProjects(ctx context.Context) ([]Project, error) {
 	return findAll[Project](ctx, c.projects, bson.M{}, bson.D{{Key: "name", Value: 1}})
 }
 
-// PutService creates or replaces a service. expected, when not nil, is the
-// revision the caller read (0: must not exist). The write is one
-// compare-and-set on the service document. Errors: ErrRevisionConflict,
-// ErrDomainTaken.
+// PutService is [Catalog.ApplyService] that reports only whether it created the service.
 func (c *Catalog) PutService(ctx context.Context, p *Project, s *Service, expected *int64) (*Service, bool, error) {
+	out, outcome, err := c.ApplyService(ctx, p, s, expected)
+	return out, outcome == PutCreated, err
+}
+
+// PutOutcome says what [Catalog.ApplyService] did.
+type PutOutcome int
+
+// Outcomes of [Catalog.ApplyService].
+const (
+	// PutCreated: the service did not exist and was inserted at revision 1.
+	PutCreated PutOutcome = iota + 1
+	// PutUpdated: the stored service differed and was replaced at the next revision.
+	PutUpdated
+	// PutUnchanged: the stored service already declares exactly s; nothing was written and the
+	// stored service (at its current revision) is returned.
+	PutUnchanged
+)
+
+// ApplyService creates or replaces a service. expected, when not nil, is the revision the
+// caller read (0: must not exist); it is checked also when nothing would change, so a stale
+// expected revision is a conflict either way. A service identical to the stored one in
+// everything the operator declares ([SameDeclaration]) is not written (PutUnchanged). A write
+// is one compare-and-set on the service document. Errors: ErrRevisionConflict, ErrDomainTaken,
+// ErrServiceDeleting, ErrPlacementModeImmutable.
+func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expected *int64) (*Service, PutOutcome, error) {
 	if err := c.checkDomains(ctx, p, s); err != nil {
-		return nil, false, err
+		return nil, 0, err
 	}
 	now := c.now().UTC()
 	cur, err := c.GetService(ctx, p, s.Name)
 	switch {
 	case errors.Is(err, ErrServiceNotFound):
 		if expected != nil && *expected != 0 {
-			return nil, false, fmt.Errorf("%w: service %s/%s does not exist (expected revision %d)", ErrRevisionConflict, p.Name, s.Name, *expected)
+			return nil, 0, fmt.Errorf("%w: service %s/%s does not exist (expected revision %d)", ErrRevisionConflict, p.Name, s.Name, *expected)
 		}
 		s.ID, s.ProjectID, s.Project, s.Revision, s.CreatedAt, s.UpdatedAt = identity.NewID("svc_"), p.ID, p.Name, 1, now, now
 		if _, err := c.services.InsertOne(ctx, s); err != nil {
 			if store.IsDuplicateKey(err) {
-				return nil, false, fmt.Errorf("%w: service %s/%s was created concurrently", ErrRevisionConflict, p.Name, s.Name)
+				return nil, 0, fmt.Errorf("%w: service %s/%s was created concurrently", ErrRevisionConflict, p.Name, s.Name)
 			}
-			return nil, false, fmt.Errorf("create service: %w", err)
+			return nil, 0, fmt.Errorf("create service: %w", err)
 		}
-		return s, true, nil
+		return s, PutCreated, nil
 	case err != nil:
-		return nil, false, err
+		return nil, 0, err
 	}
 	if expected != nil && *expected != cur.Revision {
-		return nil, false, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, s.Name, cur.Revision, *expected)
+		return nil, 0, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, s.Name, cur.Revision, *expected)
 	}
 	if cur.Deleting {
-		return nil, false, fmt.Errorf("%w: %s/%s", ErrServiceDeleting, p.Name, s.Name)
+		return nil, 0, fmt.Errorf("%w: %s/%s", ErrServiceDeleting, p.Name, s.Name)
 	}
 	if cur.Stateful() != s.Stateful() {
-		return nil, false, fmt.Errorf("%w: service %s/%s is %s", ErrPlacementModeImmutable, p.Name, s.Name, placementOf(cur))
+		return nil, 0, fmt.Errorf("%w: service %s/%s is %s", ErrPlacementModeImmutable, p.Name, s.Name, placementOf(cur))
+	}
+	if SameDeclaration(cur, s) {
+		return cur, PutUnchanged, nil
 	}
 	s.Previous = cur.Previous
 	if was := InvocationOf(cur); !was.same(InvocationOf(s)) {
@@ -369,12 +414,41 @@ func (c *Catalog) PutService(ctx context.Context, p *Project, s *Service, expect
 	s.ID, s.ProjectID, s.Project, s.Revision, s.CreatedAt, s.UpdatedAt = cur.ID, p.ID, p.Name, cur.Revision+1, cur.CreatedAt, now
 	res, err := c.services.ReplaceOne(ctx, bson.M{"_id": cur.ID, "revision": cur.Revision}, s)
 	if err != nil {
-		return nil, false, fmt.Errorf("update service: %w", err)
+		return nil, 0, fmt.Errorf("update service: %w", err)
 	}
 	if res.MatchedCount == 0 {
-		return nil, false, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, s.Name)
+		return nil, 0, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, s.Name)
 	}
-	return s, false, nil
+	return s, PutUpdated, nil
+}
+
+// SameDeclaration reports whether a and b declare the same service: equal in every field the
+// operator sets through an apply (release, command, environment, port, domains, replicas, health
+// check, labels, capacity, placement, lease, container fields), ignoring identity, revision,
+// timestamps, the deletion mark and Previous. Nil and empty maps and lists are equal.
+func SameDeclaration(a, b *Service) bool {
+	norm := func(s *Service) Service {
+		n := *s
+		n.ID, n.ProjectID, n.Project, n.Revision = "", "", "", 0
+		n.CreatedAt, n.UpdatedAt, n.Deleting, n.Previous = time.Time{}, time.Time{}, false, nil
+		if len(n.Env) == 0 {
+			n.Env = nil
+		}
+		if len(n.Labels) == 0 {
+			n.Labels = nil
+		}
+		if len(n.Command) == 0 {
+			n.Command = nil
+		}
+		if len(n.Domains) == 0 {
+			n.Domains = nil
+		}
+		if n.PlacementMode == "" {
+			n.PlacementMode = PlacementPortable
+		}
+		return n
+	}
+	return reflect.DeepEqual(norm(a), norm(b))
 }
 
 func placementOf(s *Service) string {

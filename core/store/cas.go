@@ -183,3 +183,40 @@ func sameValue(stored, want any) bool {
 func isInt(k reflect.Kind) bool {
 	return k == reflect.Int || k == reflect.Int8 || k == reflect.Int16 || k == reflect.Int32 || k == reflect.Int64
 }
+
+// DeleteIf deletes the document {_id: id} only when every field of cond equals its value in the
+// stored document (as in [Store.UpdateIf]), as one compare-and-set. It reports whether a
+// document was deleted; no document, or one that does not match, is a miss, not an error.
+//
+// On MongoDB it is one DeleteOne with the filter {_id, cond...}. On FerretDB it reads by _id,
+// compares and deletes by _id under the lock every UpdateIf shares, for the reason UpdateIf
+// gives.
+func (s *Store) DeleteIf(ctx context.Context, coll *mongo.Collection, id any, cond bson.D) (bool, error) {
+	if !s.ferret {
+		res, err := coll.DeleteOne(ctx, append(bson.D{{Key: "_id", Value: id}}, cond...))
+		if err != nil {
+			return false, fmt.Errorf("store: delete %s %v: %w", coll.Name(), id, err)
+		}
+		return res.DeletedCount == 1, nil
+	}
+	s.casMu.Lock()
+	defer s.casMu.Unlock()
+	var cur bson.M
+	err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&cur)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store: read %s %v: %w", coll.Name(), id, err)
+	}
+	for _, e := range cond {
+		if !sameValue(cur[e.Key], e.Value) {
+			return false, nil
+		}
+	}
+	res, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
+	if err != nil {
+		return false, fmt.Errorf("store: delete %s %v: %w", coll.Name(), id, err)
+	}
+	return res.DeletedCount == 1, nil
+}

@@ -49,7 +49,7 @@ func (c *Client) DownloadBundle(ctx context.Context, digest string, w io.Writer)
 // ListBundles lists a project's bundles, newest first (GET /projects/{project}/bundles).
 func (c *Client) ListBundles(ctx context.Context, project string) ([]Bundle, error) {
 	var out List[Bundle]
-	if err := c.doJSON(ctx, http.MethodGet, "/projects/"+pathEscape(project)+"/bundles", nil, true, &out); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/projects/"+pathEscape(project)+"/bundles", nil, nil, "", true, &out); err != nil {
 		return nil, err
 	}
 	return nonNil(out.Items), nil

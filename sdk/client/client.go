@@ -33,6 +33,29 @@ type Client struct {
 	hc        *http.Client
 	userAgent string
 	optErr    error // the first error of an Option, returned by New
+	// idemKey, when not empty, is sent as Idempotency-Key on every mutating call.
+	idemKey string
+}
+
+// HeaderIdempotencyKey names the request header that makes a mutating call replayable
+// (docs/api.md section 1.7); HeaderIdempotencyReplayed is "true" on an answer replayed from the
+// server's record.
+const (
+	HeaderIdempotencyKey      = "Idempotency-Key"
+	HeaderIdempotencyReplayed = "Idempotency-Replayed"
+)
+
+// WithIdempotencyKey returns a copy of c that sends key (1 to 200 printable ASCII characters) as
+// the Idempotency-Key header of every mutating call (POST, PUT, DELETE); c is unchanged. Repeating
+// a call through the copy with the same arguments within 24 hours answers what the first
+// successful one answered and changes nothing again; the same key with other arguments fails
+// with code "idempotency_key_reused", and a repeat while the first call still runs with
+// "idempotency_key_in_flight" (retry shortly). Use one key per logical change, e.g. to retry a
+// call whose answer was lost. A refused or failed call records nothing: retrying it runs again.
+func (c *Client) WithIdempotencyKey(key string) *Client {
+	cp := *c
+	cp.idemKey = key
+	return &cp
 }
 
 // New returns a client of the Berth server at server, an http or https URL
@@ -128,6 +151,9 @@ func (c *Client) sendWith(ctx context.Context, method, path string, query url.Va
 	}
 	req.Header.Set("Accept", accept+", application/problem+json")
 	req.Header.Set("User-Agent", c.userAgent)
+	if c.idemKey != "" && (method == http.MethodPost || method == http.MethodPut || method == http.MethodDelete) {
+		req.Header.Set(HeaderIdempotencyKey, c.idemKey)
+	}
 	for k, v := range hdr {
 		req.Header[http.CanonicalHeaderKey(k)] = v
 	}

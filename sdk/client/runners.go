@@ -165,7 +165,7 @@ func (c *Client) EnqueueOperation(ctx context.Context, project, idempotencyKey s
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json, application/problem+json")
 	hreq.Header.Set("User-Agent", c.userAgent)
-	hreq.Header.Set("Idempotency-Key", idempotencyKey)
+	hreq.Header.Set(HeaderIdempotencyKey, idempotencyKey)
 	if c.token != "" {
 		hreq.Header.Set("Authorization", "Bearer "+c.token)
 	}
@@ -181,7 +181,7 @@ func (c *Client) EnqueueOperation(ctx context.Context, project, idempotencyKey s
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswer)).Decode(&out); err != nil {
 		return nil, false, fmt.Errorf("POST %s: decode answer: %w", path, err)
 	}
-	return &out, resp.Header.Get("Idempotency-Replayed") == "true", nil
+	return &out, resp.Header.Get(HeaderIdempotencyReplayed) == "true", nil
 }
 
 // ListOperations lists project's operations, oldest first (GET /projects/{project}/operations).

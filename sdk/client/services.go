@@ -10,7 +10,9 @@ import (
 // ApplyService creates or replaces the service name of project
 // (PUT /projects/{project}/services/{name}) and returns it with its new
 // revision. With spec.ExpectedRevision set the write is a compare-and-set and
-// a stale revision fails with code "revision_conflict".
+// a stale revision fails with code "revision_conflict". A spec identical to the
+// stored service writes nothing: the answer carries the current revision and
+// Changed false (docs/api.md section 4).
 func (c *Client) ApplyService(ctx context.Context, project, name string, spec ServiceSpec) (*Service, error) {
 	var out Service
 	if err := c.doJSON(ctx, http.MethodPut, servicePath(project, name), spec, true, &out); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 	t.Run("StoreCompareAndSetOneWinner", func(t *testing.T) { testCompareAndSet(t, open, true) })
 	t.Run("CompareAndSetErrors", func(t *testing.T) { testCompareAndSetErrors(t, open) })
 	t.Run("UpdateIfOneWinner", func(t *testing.T) { testUpdateIf(t, open) })
+	t.Run("DeleteIfOneWinner", func(t *testing.T) { testDeleteIf(t, open) })
 	t.Run("IncExact", func(t *testing.T) { testInc(t, open) })
 	t.Run("NextSequenceNoGaps", func(t *testing.T) { testNextSequence(t, open) })
 	t.Run("UniqueIndex", func(t *testing.T) { testUniqueIndex(t, open) })
@@ -206,6 +208,51 @@ func testUpdateIf(t *testing.T, open func(t *testing.T) *store.Store) {
 	}
 	if ok, _ := s.UpdateIf(ctx, c, "ctr", bson.D{{Key: "owner", Value: "someone"}}, bson.M{"$set": bson.M{"n": 0}}); ok {
 		t.Fatal("UpdateIf matched a document whose condition field differs")
+	}
+}
+
+// testDeleteIf: [store.Store.DeleteIf] misses a missing document and one whose condition
+// differs, and of Workers goroutines deleting one document under the same condition exactly one
+// deletes it.
+func testDeleteIf(t *testing.T, open func(t *testing.T) *store.Store) {
+	ctx := testContext(t)
+	s := open(t)
+	c := freshCollection(ctx, t, s, "storetest_deleteif")
+	if _, err := c.InsertOne(ctx, bson.M{"_id": "doc", "claim": "a", "n": int32(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.DeleteIf(ctx, c, "missing", bson.D{{Key: "claim", Value: "a"}}); ok || err != nil {
+		t.Fatalf("DeleteIf on a missing document: deleted %v, err %v; want a miss", ok, err)
+	}
+	if ok, err := s.DeleteIf(ctx, c, "doc", bson.D{{Key: "claim", Value: "b"}}); ok || err != nil {
+		t.Fatalf("DeleteIf with another condition: deleted %v, err %v; want a miss", ok, err)
+	}
+	var wg sync.WaitGroup
+	var wins atomic.Int32
+	errs := make(chan error, Workers)
+	for range Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := s.DeleteIf(ctx, c, "doc", bson.D{{Key: "claim", Value: "a"}, {Key: "n", Value: int64(1)}})
+			if err != nil {
+				errs <- err
+			}
+			if ok {
+				wins.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if wins.Load() != 1 {
+		t.Fatalf("%d deleters won, want 1", wins.Load())
+	}
+	if err := store.FindByID(ctx, c, "doc", &bson.M{}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after DeleteIf: %v, want not found", err)
 	}
 }
 
