@@ -71,7 +71,7 @@ func RunProvider(t *testing.T, cfg ProviderConfig) {
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	runTesting(t, providerCases(cfg))
+	runTesting(t, cfg.cases())
 }
 
 // CheckProvider runs the provider suite on cfg outside `go test` and
@@ -80,7 +80,22 @@ func CheckProvider(ctx context.Context, cfg ProviderConfig) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return runReport(ctx, "provider", cfg.Binary, providerCases(cfg)), nil
+	return runReport(ctx, "provider", cfg.Binary, cfg.cases()), nil
+}
+
+// cases are the suite's cases for cfg: on a binary, the launch case first
+// (docs/plugins.md section 6).
+func (cfg ProviderConfig) cases() []testCase {
+	if cfg.Binary == "" {
+		return providerCases(cfg)
+	}
+	return gated(func(t T) error {
+		var args []string
+		if cfg.Args != nil {
+			args = cfg.Args(t.TempDir())
+		}
+		return probe(t, cfg.Binary, args, providerKind, cfg.Stderr)
+	}, providerCases(cfg))
 }
 
 // ProviderCaseNames lists the provider suite's cases in order.

@@ -98,7 +98,7 @@ func RunRuntimeDriver(t *testing.T, cfg RuntimeConfig) {
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	runTesting(t, runtimeCases(cfg))
+	runTesting(t, cfg.cases())
 }
 
 // CheckRuntimeDriver runs the runtime-driver suite outside `go test` and
@@ -107,7 +107,22 @@ func CheckRuntimeDriver(ctx context.Context, cfg RuntimeConfig) (*Report, error)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return runReport(ctx, "runtime", cfg.Binary, runtimeCases(cfg)), nil
+	return runReport(ctx, "runtime", cfg.Binary, cfg.cases()), nil
+}
+
+// cases are the suite's cases for cfg: on a binary, the launch case first
+// (docs/plugins.md section 6).
+func (cfg RuntimeConfig) cases() []testCase {
+	if cfg.Binary == "" {
+		return runtimeCases(cfg)
+	}
+	return gated(func(t T) error {
+		var args []string
+		if cfg.Args != nil {
+			args = cfg.Args(t.TempDir())
+		}
+		return probe(t, cfg.Binary, args, runtimeKind, cfg.Stderr)
+	}, runtimeCases(cfg))
 }
 
 // RuntimeCaseNames lists the runtime-driver suite's cases in order.
