@@ -33,9 +33,13 @@ type ProviderConfig struct {
 	// durability) are skipped.
 	Factory func(stateDir string) (provider.Provider, error)
 	// PluginConfig is given to ValidateConfig and Configure; nil means {}.
+	// Case validate_config expects it to be accepted.
 	PluginConfig json.RawMessage
 	// Samples are two desired states of one resource (same type and id,
-	// different attributes) of a type the plugin advertises. Required.
+	// different attributes) of a type the plugin advertises. Zero with a
+	// Binary means the launch case takes them from Describe: the first
+	// resource type that declares two examples (ExampleID and
+	// ExampleAttributes), and says so; otherwise required.
 	Samples [2]provider.Resource
 	// Stderr receives the plugin's stderr in subprocess mode; nil discards it.
 	Stderr io.Writer
@@ -45,7 +49,19 @@ func (c ProviderConfig) validate() error {
 	if (c.Binary == "") == (c.Factory == nil) {
 		return errors.New("conformance: set exactly one of Binary and Factory")
 	}
-	a, b := c.Samples[0], c.Samples[1]
+	if c.Binary != "" && c.noSamples() {
+		return nil // from Describe, in the launch case
+	}
+	return checkSamples(c.Samples)
+}
+
+// noSamples reports whether c gives no samples at all.
+func (c ProviderConfig) noSamples() bool {
+	return c.Samples[0].Type == "" && c.Samples[0].ID == "" && c.Samples[1].Type == "" && c.Samples[1].ID == ""
+}
+
+func checkSamples(s [2]provider.Resource) error {
+	a, b := s[0], s[1]
 	if a.Type == "" || a.ID == "" || a.Type != b.Type || a.ID != b.ID || a.Equal(b) {
 		return errors.New("conformance: Samples must be two different states of one resource (same type and id)")
 	}
@@ -84,24 +100,55 @@ func CheckProvider(ctx context.Context, cfg ProviderConfig) (*Report, error) {
 }
 
 // cases are the suite's cases for cfg: on a binary, the launch case first
-// (docs/plugins.md section 6).
+// (docs/plugins.md section 6), which also takes the samples from Describe
+// when cfg has none.
 func (cfg ProviderConfig) cases() []testCase {
+	pc := &cfg
 	if cfg.Binary == "" {
-		return providerCases(cfg)
+		return providerCases(pc)
 	}
 	return gated(func(t T) error {
 		var args []string
 		if cfg.Args != nil {
 			args = cfg.Args(t.TempDir())
 		}
-		return probe(t, cfg.Binary, args, providerKind, cfg.Stderr)
-	}, providerCases(cfg))
+		in, err := startBinary(t, cfg.Binary, args, providerKind, providerKind.cookie, cfg.Stderr)
+		if err != nil {
+			return err
+		}
+		defer in.client.Kill()
+		if !pc.noSamples() {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		d, err := in.raw.(*provider.Client).Describe(ctx)
+		if err != nil {
+			return fmt.Errorf("no samples were given, so the suite asked Describe for examples: %w", err)
+		}
+		for _, rt := range d.Capabilities.ResourceTypes {
+			smp, ok := rt.Examples()
+			if !ok {
+				continue
+			}
+			if err := checkSamples(smp); err != nil {
+				return fmt.Errorf("the examples Describe declares for %s: %w", rt.Name, err)
+			}
+			pc.Samples = smp
+			t.Logf("no samples were given: the suite uses the first two examples Describe declares for %s (id %s):\n  %s\n  %s",
+				rt.Name, rt.ExampleID, smp[0].Attributes, smp[1].Attributes)
+			return nil
+		}
+		return fmt.Errorf("no samples were given, and Describe declares no resource type with two examples " +
+			"(ResourceType.ExampleID and ExampleAttributes); declare them, or pass two states of one resource " +
+			"(--samples FILE, or ProviderConfig.Samples)")
+	}, providerCases(pc))
 }
 
 // ProviderCaseNames lists the provider suite's cases in order.
 func ProviderCaseNames() []string {
 	var out []string
-	for _, c := range providerCases(ProviderConfig{}) {
+	for _, c := range providerCases(&ProviderConfig{}) {
 		out = append(out, c.name)
 	}
 	return out
@@ -209,14 +256,16 @@ func show(r provider.Resource) string { return fmt.Sprintf("%s/%s %s", r.Type, r
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
-func providerCases(cfg ProviderConfig) []testCase {
-	a, b := cfg.Samples[0], cfg.Samples[1]
+func providerCases(cfg *ProviderConfig) []testCase {
+	// The samples are read when each case starts: the launch case may have
+	// taken them from Describe.
+	var a, b provider.Resource
 	needProcess := func(t T) {
 		if cfg.Factory != nil {
 			t.Skipf("needs a plugin process; run the suite on the binary")
 		}
 	}
-	return []testCase{
+	cases := []testCase{
 		{"handshake", func(t T) {
 			needProcess(t)
 			s := cfg.launch(t, t.TempDir())
@@ -249,9 +298,20 @@ func providerCases(cfg ProviderConfig) []testCase {
 		{"health", func(t T) { checkHealth(t, cfg.launch(t, t.TempDir()).p) }},
 		{"validate_config", func(t T) {
 			s := cfg.launch(t, t.TempDir())
-			v, err := s.p.ValidateConfig(s.ctx(t), &provider.ConfigRequest{Config: json.RawMessage(`[1,2]`), APIVersion: s.in.negotiated})
+			valid := cfg.PluginConfig
+			if len(valid) == 0 {
+				valid = json.RawMessage("{}")
+			}
+			v, err := s.p.ValidateConfig(s.ctx(t), &provider.ConfigRequest{Config: valid, APIVersion: s.in.negotiated})
+			switch {
+			case err != nil:
+				t.Errorf("did: ValidateConfig with the given configuration %s; want: no problems; got: error %v", valid, err)
+			case len(v.Problems) > 0:
+				t.Errorf("did: ValidateConfig with the given configuration %s; want: no problems; got: problems %q", valid, v.Problems)
+			}
+			v, err = s.p.ValidateConfig(s.ctx(t), &provider.ConfigRequest{Config: json.RawMessage(`[1,2]`), APIVersion: s.in.negotiated})
 			if err == nil && len(v.Problems) == 0 {
-				t.Errorf("ValidateConfig accepted a configuration that is not a JSON object")
+				t.Errorf("did: ValidateConfig with [1,2], not a JSON object; want: problems or an error; got: accepted")
 			}
 		}},
 		{"plan_equals_apply", func(t T) {
@@ -401,6 +461,14 @@ func providerCases(cfg ProviderConfig) []testCase {
 			}
 		}},
 	}
+	for i := range cases {
+		run := cases[i].run
+		cases[i].run = func(t T) {
+			a, b = cfg.Samples[0], cfg.Samples[1]
+			run(t)
+		}
+	}
+	return cases
 }
 
 // checkHealth expects a first valid report at once.

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,5 +52,49 @@ func TestConformancePluginLaunchFailure(t *testing.T) {
 	}
 	if len(lines) > 3*len(conformance.ProviderCaseNames())+10 {
 		t.Errorf("the report has %d lines; a failed launch should be short:\n%s", len(lines), out)
+	}
+}
+
+// TestConformancePluginConfigAndExamples runs `berth conformance plugin
+// --config` on provider-hello without --samples: the suite takes the samples
+// from the plugin's Describe, says so, and passes; a configuration the
+// plugin's Configure makes too strict for those samples fails, which shows
+// the file reaches ValidateConfig and Configure.
+func TestConformancePluginConfigAndExamples(t *testing.T) {
+	t.Parallel()
+	bin := conformance.BuildPlugin(t, "github.com/berthhq/berth/examples/provider-hello")
+	dir := t.TempDir()
+	junit := filepath.Join(dir, "report.xml")
+	out, errOut, code := newCLI(t).run("", "conformance", "plugin", bin, "--arg=--state-dir", "--arg={state}",
+		"--config", "../../examples/provider-hello/config.json", "--junit", junit)
+	if code != 0 {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "no samples were given: the suite uses the first two examples Describe declares for hello.greeting (id world)") {
+		t.Errorf("the report does not say where the samples came from:\n%s", out)
+	}
+	if !strings.Contains(out, fmt.Sprintf("%d passed, 0 failed, 0 skipped", len(conformance.ProviderCaseNames())+1)) {
+		t.Errorf("not every case passed:\n%s", out)
+	}
+	if raw, err := os.ReadFile(junit); err != nil || !strings.Contains(string(raw), `<testcase name="validate_config"`) {
+		t.Errorf("JUnit report: %v\n%s", err, raw)
+	}
+
+	strict := filepath.Join(dir, "strict.json")
+	if err := os.WriteFile(strict, []byte(`{"max_message_bytes": 5}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = newCLI(t).run("", "conformance", "plugin", bin, "--arg", "--state-dir", "--arg", "{state}", "--config", strict)
+	if code != 1 || !strings.Contains(out, "message: want 1 to 5 bytes") {
+		t.Errorf("with max_message_bytes 5: exit %d, want 1 and the plugin's refusal of the samples:\n%s", code, out)
+	}
+
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"colour": "red"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = newCLI(t).run("", "conformance", "plugin", bin, "--arg=--state-dir", "--arg={state}", "--config", bad)
+	if code != 1 || !strings.Contains(out, `unknown field \"colour\"`) && !strings.Contains(out, `unknown field "colour"`) {
+		t.Errorf("with an unknown config field: exit %d, want 1 and the plugin's problem:\n%s", code, out)
 	}
 }
