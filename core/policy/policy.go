@@ -436,6 +436,7 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 	if err := cur.All(ctx, &bs); err != nil {
 		return Verdict{}, fmt.Errorf("read policy bindings: %w", err)
 	}
+	in.SchemaVersion = abiwasm.InputSchemaVersion
 	v := Verdict{Allowed: true}
 	for _, b := range bs {
 		if b.Project != "" && b.Project != project {
