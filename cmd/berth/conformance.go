@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -30,8 +33,8 @@ berthd against the node session protocol (docs/node-protocol.md).`,
 }
 
 func newConformancePluginCmd(a *app) *cobra.Command {
-	var kind, junit, samples, config string
-	var args []string
+	var kind, junit, samples, config, subnet string
+	var args, teardownArgs []string
 	var image, imageArchive string
 	cmd := &cobra.Command{
 		Use:   "plugin PATH",
@@ -41,8 +44,10 @@ func newConformancePluginCmd(a *app) *cobra.Command {
 provider or runtime-driver contract: Describe, the health stream, Plan equals
 Apply, idempotent replays, refusal of stale fencing tokens, Delete then Read,
 deadlines, crashes mid-call, and the cases of each advertised capability
-(docs/plugins.md section 6). It prints one line per case and exits 1 when a
-case failed.
+(docs/plugins.md section 6), or, with --kind network, against the node-network
+contract (Setup, Attach, Detach, List, fencing, durable allocations; section
+7; needs the privileges the plugin needs). It prints one line per case and
+exits 1 when a case failed.
 
 --arg gives one argument of the binary, and is repeated for each: write
 --arg=--state-dir --arg={state}, or --arg --state-dir --arg {state}. "{state}"
@@ -61,6 +66,7 @@ id, different attributes). Without it the suite takes the first two examples
 the plugin declares for a resource type in Describe (ExampleID and
 ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
 		Example: `  berth conformance plugin bin/berth-plugin-process --kind runtime
+  berth conformance plugin bin/berth-plugin-nftables --kind network --arg=--state-dir --arg={state} --teardown-arg=teardown --teardown-arg=--state-dir --teardown-arg={state} --teardown-arg=--subnet --teardown-arg=10.213.0.0/24
   berth conformance plugin bin/berth-plugin-gateway --arg=--listen --arg=127.0.0.1:0
   berth conformance plugin ./provider-hello --arg=--state-dir --arg={state} --config examples/provider-hello/config.json --junit report.xml
   berth conformance plugin ./provider-hello --arg=--state-dir --arg={state} --samples examples/provider-hello/samples.json`,
@@ -96,8 +102,25 @@ ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
 					return cerr
 				}
 				report, err = conformance.CheckProvider(cmd.Context(), conformance.ProviderConfig{Binary: pos[0], Args: argsFor, Samples: s, PluginConfig: pc})
+			case "network":
+				nc := conformance.NetworkConfig{Binary: pos[0], Args: argsFor, Subnet: subnet}
+				if len(teardownArgs) > 0 {
+					nc.Teardown = func(state string) error {
+						ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+						defer cancel()
+						targs := make([]string, len(teardownArgs))
+						for i, s := range teardownArgs {
+							targs[i] = strings.ReplaceAll(s, "{state}", state)
+						}
+						if out, err := exec.CommandContext(ctx, pos[0], targs...).CombinedOutput(); err != nil {
+							return fmt.Errorf("%s %s: %w: %s", pos[0], strings.Join(targs, " "), err, out)
+						}
+						return nil
+					}
+				}
+				report, err = conformance.CheckNetwork(cmd.Context(), nc)
 			default:
-				return fmt.Errorf("--kind %q: want provider or runtime", kind)
+				return fmt.Errorf("--kind %q: want provider, runtime or network", kind)
 			}
 			if err != nil {
 				return err
@@ -125,7 +148,9 @@ ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kind, "kind", "provider", "plugin kind: provider or runtime")
+	f.StringVar(&kind, "kind", "provider", "plugin kind: provider, runtime or network")
+	f.StringVar(&subnet, "subnet", "", "network plugins: the pool every case sets up (default "+conformance.DefaultNetworkSubnet+"); must be unused on this node")
+	f.StringArrayVar(&teardownArgs, "teardown-arg", nil, `network plugins: argument (repeatable) of the same binary run after each case to remove what the plugin keeps; "{state}" becomes the case's state directory`)
 	f.StringVar(&junit, "junit", "", "also write the report as JUnit XML to this file")
 	f.StringArrayVar(&args, "arg", nil, `argument for the plugin binary (repeatable); "{state}" becomes a per-case state directory`)
 	f.StringVar(&samples, "samples", "", "JSON file with two states of one resource (providers; default: the examples the plugin declares in Describe)")
