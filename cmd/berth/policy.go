@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -81,7 +82,11 @@ exact input the module saw.`,
 			w := newTable(a.stdout)
 			row(w, "AGE", "SEQ", "HOOK", "PROJECT", "RESULT", "MODULE", "INPUT", "WHY")
 			for _, d := range ds {
-				why := joinOrDash(d.Reasons)
+				why := "-"
+				if len(d.Reasons) > 0 {
+					// A reason may hold commas; "; " keeps reasons apart.
+					why = strings.Join(d.Reasons, "; ")
+				}
 				if d.Error != "" {
 					why = d.Error
 				}
