@@ -18,6 +18,8 @@ import (
 // every service with domains passes its own cases with `berth policy test`,
 // and, bound on a live berthd, refuses exactly the services without one:
 // berthd sends the service's health_check (docs/wasm-abi.md section 5.2).
+// `berth policy test --record` then turns the live decisions into exact
+// cases that pass, once each.
 func TestHealthCheckPolicy(t *testing.T) {
 	cl := newCluster(t)
 	wasm := wasmtest.BuildGo(t, "examples/policies/require-health-check")
@@ -69,6 +71,35 @@ func TestHealthCheckPolicy(t *testing.T) {
 		if !ok && (!strings.Contains(stderr, "policy_denied") || !strings.Contains(stderr, "default/"+c.name+" serves")) {
 			t.Errorf("apply %s was refused without the policy's reason: %s", c.name, stderr)
 		}
+	}
+
+	// The live decisions become cases.
+	dir := filepath.Join(cl.dir, "recorded")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	orig, err := os.ReadFile(filepath.Join(root, "examples/policies/require-health-check/policy_test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policy_test.yaml"), orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := cl.cli(t, "policy", "test", dir, "--module", path, "--record"); !strings.Contains(out, fmt.Sprintf("recorded %d new case(s)", len(cases))) {
+		t.Fatalf("policy test --record:\n%s", out)
+	}
+	if out := cl.cli(t, "policy", "test", dir, "--module", path, "--record"); !strings.Contains(out, "recorded 0 new case(s)") {
+		t.Errorf("a second --record added cases again:\n%s", out)
+	}
+	if out := cl.cli(t, "policy", "test", dir, "--module", path); !strings.Contains(out, fmt.Sprintf("%d cases passed", 5+len(cases))) {
+		t.Fatalf("policy test of the recorded cases:\n%s", out)
+	}
+	rec, err := os.ReadFile(filepath.Join(dir, "policy_test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(rec), "exact: true") || !strings.Contains(string(rec), "timing.localhost") || !strings.Contains(string(rec), "# Run: berth policy test") {
+		t.Errorf("the recorded file lost its content or lacks the recorded inputs:\n%s", rec)
 	}
 }
 

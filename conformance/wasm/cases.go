@@ -40,6 +40,13 @@ type Case struct {
 	Input  map[string]any `yaml:"input"`
 	Config any            `yaml:"config"`
 	Expect Expect         `yaml:"expect"`
+	// Exact holds this case's input to every field berthd sends, as
+	// Suite.Exact does for all; recorded cases set it.
+	Exact bool `yaml:"exact"`
+	// Recorded is the input's SHA-256 when the case was recorded from a
+	// berthd's decision (`berth policy test --record`); a decision already
+	// recorded is not added again.
+	Recorded string `yaml:"recorded"`
 }
 
 // Expect is what a case expects. Decision is "allow" or "deny"; each of
@@ -115,11 +122,12 @@ func (s *Suite) runCase(ctx context.Context, m *hostwasm.Module, schema *InputSc
 	if err != nil {
 		return fmt.Errorf("encode input: %w", err)
 	}
-	if c.Expect.Error == "" || s.Exact {
+	exact := s.Exact || c.Exact
+	if c.Expect.Error == "" || exact {
 		// A case expecting the error convention may feed the module what
 		// berthd never would (an unknown hook); every other input must be
 		// one berthd could send.
-		if err := schema.Validate(raw, !s.Exact); err != nil {
+		if err := schema.Validate(raw, !exact); err != nil {
 			return fmt.Errorf("input: %w", err)
 		}
 	}

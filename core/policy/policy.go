@@ -161,6 +161,8 @@ type Engine struct {
 
 	mu   sync.Mutex
 	memo map[string]memoEntry // by binding id + input hash; mu must be held
+
+	recent inputRing // the newest inputs, for RecordedInput
 }
 
 type memoEntry struct {
@@ -452,6 +454,7 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 		}
 		sum := sha256.Sum256(raw)
 		inputHash := hex.EncodeToString(sum[:])
+		e.recent.put(inputHash, raw)
 		out, evalErr, cached := e.evaluate(ctx, b, raw, inputHash)
 		d := Decision{ID: identity.NewID("pdc_"), Hook: in.Hook, BindingID: b.ID, ModuleDigest: b.ModuleDigest,
 			InputSHA256: inputHash, Project: project, At: e.cfg.Now().UTC()}
