@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/berthhq/berth/conformance"
+	"github.com/berthhq/berth/internal/wasmtest"
 )
 
 // TestConformancePluginLaunchFailure runs `berth conformance plugin` on a
@@ -96,5 +97,32 @@ func TestConformancePluginConfigAndExamples(t *testing.T) {
 	out, _, code = newCLI(t).run("", "conformance", "plugin", bin, "--arg=--state-dir", "--arg={state}", "--config", bad)
 	if code != 1 || !strings.Contains(out, `unknown field \"colour\"`) && !strings.Contains(out, `unknown field "colour"`) {
 		t.Errorf("with an unknown config field: exit %d, want 1 and the plugin's problem:\n%s", code, out)
+	}
+}
+
+// TestPolicyTestUnknownField: `berth policy test` fails a case whose input
+// holds a field the server never sends, naming the field and its path, even
+// though the module would have allowed it.
+func TestPolicyTestUnknownField(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "policy.wasm"), wasmtest.Policy(wasmtest.PolicyOptions{Name: "allow-all"}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := `cases:
+  - name: known fields
+    input: {hook: service.apply, object: {name: web, health_check: {path: /healthz}}}
+    expect: {decision: allow}
+  - name: a misspelt field
+    input: {hook: service.apply, object: {name: web, health: {path: /healthz}}}
+    expect: {decision: allow}
+`
+	if err := os.WriteFile(filepath.Join(dir, "policy_test.yaml"), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := newCLI(t).run("", "policy", "test", dir)
+	if code != 1 || !strings.Contains(out, "ok    known fields") ||
+		!strings.Contains(out, `FAIL  a misspelt field: input: the input does not follow schema/policy_input.json 1.1: at /object: unknown field "health"`) {
+		t.Errorf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }
