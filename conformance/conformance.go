@@ -1,12 +1,16 @@
-// Package conformance is the suite that validates a provider plugin or a
-// runtime driver against its contract in abi/ (docs/plugins.md section 6).
+// Package conformance is the suite that validates a provider plugin, a
+// runtime driver or a node-network plugin against its contract in abi/
+// (docs/plugins.md sections 6 and 7.7).
 //
-// A vendor calls [RunProvider] or [RunRuntimeDriver] from `go test`; the CLI
-// `berth conformance plugin PATH` calls [CheckProvider] or
-// [CheckRuntimeDriver] on a built binary and prints (or writes as JUnit) the
-// [Report]. Each case is a named subtest. Cases that need a capability the
-// plugin does not advertise, or a subprocess when the plugin is given as a
-// factory, are skipped and say why.
+// A vendor calls [RunProvider], [RunRuntimeDriver] or [RunNetwork] from `go
+// test`; the CLI `berth conformance plugin PATH` calls [CheckProvider],
+// [CheckRuntimeDriver] or [CheckNetwork] on a built binary and prints (or
+// writes as JUnit) the [Report]. Each case is a named subtest; on a binary
+// the first is "launch", and when the binary does not start every other
+// case is skipped with one line. Cases that need a capability the plugin
+// does not advertise, or a subprocess when the plugin is given as a factory,
+// are skipped and say why. A failure says what the suite did, what it
+// expected and what it got.
 package conformance
 
 import (
@@ -65,7 +69,7 @@ type Result struct {
 
 // Report is the outcome of a whole run.
 type Report struct {
-	Suite   string // "provider" or "runtime"
+	Suite   string // "provider", "runtime" or "network"
 	Plugin  string // the binary's path
 	Results []Result
 }

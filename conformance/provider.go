@@ -33,9 +33,13 @@ type ProviderConfig struct {
 	// durability) are skipped.
 	Factory func(stateDir string) (provider.Provider, error)
 	// PluginConfig is given to ValidateConfig and Configure; nil means {}.
+	// Case validate_config expects it to be accepted.
 	PluginConfig json.RawMessage
 	// Samples are two desired states of one resource (same type and id,
-	// different attributes) of a type the plugin advertises. Required.
+	// different attributes) of a type the plugin advertises. Zero with a
+	// Binary means the launch case takes them from Describe: the first
+	// resource type that declares two examples (ExampleID and
+	// ExampleAttributes), and says so; otherwise required.
 	Samples [2]provider.Resource
 	// Stderr receives the plugin's stderr in subprocess mode; nil discards it.
 	Stderr io.Writer
@@ -45,7 +49,19 @@ func (c ProviderConfig) validate() error {
 	if (c.Binary == "") == (c.Factory == nil) {
 		return errors.New("conformance: set exactly one of Binary and Factory")
 	}
-	a, b := c.Samples[0], c.Samples[1]
+	if c.Binary != "" && c.noSamples() {
+		return nil // from Describe, in the launch case
+	}
+	return checkSamples(c.Samples)
+}
+
+// noSamples reports whether c gives no samples at all.
+func (c ProviderConfig) noSamples() bool {
+	return c.Samples[0].Type == "" && c.Samples[0].ID == "" && c.Samples[1].Type == "" && c.Samples[1].ID == ""
+}
+
+func checkSamples(s [2]provider.Resource) error {
+	a, b := s[0], s[1]
 	if a.Type == "" || a.ID == "" || a.Type != b.Type || a.ID != b.ID || a.Equal(b) {
 		return errors.New("conformance: Samples must be two different states of one resource (same type and id)")
 	}
@@ -71,7 +87,7 @@ func RunProvider(t *testing.T, cfg ProviderConfig) {
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	runTesting(t, providerCases(cfg))
+	runTesting(t, cfg.cases())
 }
 
 // CheckProvider runs the provider suite on cfg outside `go test` and
@@ -80,13 +96,59 @@ func CheckProvider(ctx context.Context, cfg ProviderConfig) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return runReport(ctx, "provider", cfg.Binary, providerCases(cfg)), nil
+	return runReport(ctx, "provider", cfg.Binary, cfg.cases()), nil
+}
+
+// cases are the suite's cases for cfg: on a binary, the launch case first
+// (docs/plugins.md section 6), which also takes the samples from Describe
+// when cfg has none.
+func (cfg ProviderConfig) cases() []testCase {
+	pc := &cfg
+	if cfg.Binary == "" {
+		return providerCases(pc)
+	}
+	return gated(func(t T) error {
+		var args []string
+		if cfg.Args != nil {
+			args = cfg.Args(t.TempDir())
+		}
+		in, err := startBinary(t, cfg.Binary, args, providerKind, providerKind.cookie, cfg.Stderr)
+		if err != nil {
+			return err
+		}
+		defer in.client.Kill()
+		if !pc.noSamples() {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		d, err := in.raw.(*provider.Client).Describe(ctx)
+		if err != nil {
+			return fmt.Errorf("no samples were given, so the suite asked Describe for examples: %w", err)
+		}
+		for _, rt := range d.Capabilities.ResourceTypes {
+			smp, ok := rt.Examples()
+			if !ok {
+				continue
+			}
+			if err := checkSamples(smp); err != nil {
+				return fmt.Errorf("the examples Describe declares for %s: %w", rt.Name, err)
+			}
+			pc.Samples = smp
+			t.Logf("no samples were given: the suite uses the first two examples Describe declares for %s (id %s):\n  %s\n  %s",
+				rt.Name, rt.ExampleID, smp[0].Attributes, smp[1].Attributes)
+			return nil
+		}
+		return fmt.Errorf("no samples were given, and Describe declares no resource type with two examples " +
+			"(ResourceType.ExampleID and ExampleAttributes); declare them, or pass two states of one resource " +
+			"(--samples FILE, or ProviderConfig.Samples)")
+	}, providerCases(pc))
 }
 
 // ProviderCaseNames lists the provider suite's cases in order.
 func ProviderCaseNames() []string {
 	var out []string
-	for _, c := range providerCases(ProviderConfig{}) {
+	for _, c := range providerCases(&ProviderConfig{}) {
 		out = append(out, c.name)
 	}
 	return out
@@ -134,13 +196,13 @@ func (cfg ProviderConfig) launch(t T, stateDir string) *provSession {
 	}
 	v, err := s.p.ValidateConfig(ctx, conf)
 	if err != nil {
-		t.Fatalf("ValidateConfig: %v", err)
+		t.Fatalf("%s", failure("ValidateConfig with the configuration, at launch", "no problems", gotErr(err)))
 	}
 	if len(v.Problems) > 0 {
-		t.Fatalf("ValidateConfig refused the configuration: %v", v.Problems)
+		t.Fatalf("%s", failure("ValidateConfig with the configuration "+string(conf.Config)+", at launch", "no problems", fmt.Sprintf("problems %q", v.Problems)))
 	}
 	if err := s.p.Configure(ctx, conf); err != nil {
-		t.Fatalf("Configure: %v", err)
+		t.Fatalf("%s", failure("Configure with the configuration "+string(conf.Config)+", at launch", "success", gotErr(err)))
 	}
 	return s
 }
@@ -163,7 +225,7 @@ func (s *provSession) apply(t T, desired provider.Resource, current *provider.Re
 	t.Helper()
 	plan, err := s.p.Plan(s.ctx(t), &provider.PlanRequest{Desired: desired, Current: current})
 	if err != nil {
-		t.Fatalf("Plan %s/%s: %v", desired.Type, desired.ID, err)
+		t.Fatalf("%s", failure("Plan "+show(desired), "a plan", gotErr(err)))
 	}
 	r, err := s.p.Apply(s.ctx(t), &provider.ApplyRequest{Planned: plan.Planned, Mutation: pluginapi.Mutation{IdempotencyKey: key, FencingToken: token}})
 	if err != nil {
@@ -176,7 +238,7 @@ func (s *provSession) mustApply(t T, desired provider.Resource, current *provide
 	t.Helper()
 	_, st, err := s.apply(t, desired, current, key, token)
 	if err != nil {
-		t.Fatalf("Apply: %v", err)
+		t.Fatalf("%s", failure(fmt.Sprintf("Apply the plan of %s (fencing token %d)", show(desired), token), "success", gotErr(err)))
 	}
 	return st
 }
@@ -192,75 +254,104 @@ func (s *provSession) read(t T, r provider.Resource) (provider.Resource, error) 
 
 func show(r provider.Resource) string { return fmt.Sprintf("%s/%s %s", r.Type, r.ID, r.Attributes) }
 
+// readGot describes what a Read returned.
+func readGot(r provider.Resource, err error) string {
+	if err != nil {
+		return gotErr(err)
+	}
+	return show(r)
+}
+
+func typeNames(ts []provider.ResourceType) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
-func providerCases(cfg ProviderConfig) []testCase {
-	a, b := cfg.Samples[0], cfg.Samples[1]
+func providerCases(cfg *ProviderConfig) []testCase {
+	// The samples are read when each case starts: the launch case may have
+	// taken them from Describe.
+	var a, b provider.Resource
 	needProcess := func(t T) {
 		if cfg.Factory != nil {
 			t.Skipf("needs a plugin process; run the suite on the binary")
 		}
 	}
-	return []testCase{
+	cases := []testCase{
 		{"handshake", func(t T) {
 			needProcess(t)
 			s := cfg.launch(t, t.TempDir())
 			if s.in.negotiated != provider.APIVersion {
-				t.Errorf("negotiated API version %d, want %d", s.in.negotiated, provider.APIVersion)
+				t.Errorf("%s", failure("the go-plugin handshake", fmt.Sprintf("API version %d negotiated", provider.APIVersion), fmt.Sprintf("version %d", s.in.negotiated)))
 			}
 			if _, err := startBinary(t, cfg.Binary, nil, providerKind, pluginapi.RuntimeCookieValue, nil); err == nil {
-				t.Errorf("the plugin completed a handshake as a runtime driver; it must refuse another kind's cookie")
+				t.Errorf("%s", failure("a handshake with the runtime drivers' cookie", "the plugin refuses another kind's cookie", "the handshake completed"))
 			}
 		}},
 		{"describe", func(t T) {
 			s := cfg.launch(t, t.TempDir())
 			d, err := s.p.Describe(s.ctx(t))
 			if err != nil {
-				t.Fatalf("Describe: %v", err)
+				t.Fatalf("%s", failure("Describe", "a description", gotErr(err)))
 			}
 			if !dnsLabel.MatchString(d.Name) {
-				t.Errorf("Describe name %q is not a DNS label", d.Name)
+				t.Errorf("%s", failure("Describe", "a name that is a DNS label", fmt.Sprintf("name %q", d.Name)))
 			}
 			if d.Version == "" {
-				t.Errorf("Describe gives no version")
+				t.Errorf("%s", failure("Describe", "a version", "none"))
 			}
 			if !slices.Contains(d.APIVersions, s.in.negotiated) {
-				t.Errorf("Describe lists API versions %v without the negotiated %d", d.APIVersions, s.in.negotiated)
+				t.Errorf("%s", failure("Describe", fmt.Sprintf("API versions listing the negotiated %d", s.in.negotiated), fmt.Sprintf("%v", d.APIVersions)))
 			}
 			if !slices.ContainsFunc(d.Capabilities.ResourceTypes, func(rt provider.ResourceType) bool { return rt.Name == a.Type }) {
-				t.Errorf("Describe does not advertise the samples' resource type %q (advertised: %+v)", a.Type, d.Capabilities.ResourceTypes)
+				t.Errorf("%s", failure("Describe", fmt.Sprintf("the samples' resource type %q among the advertised ones", a.Type), fmt.Sprintf("%v", typeNames(d.Capabilities.ResourceTypes))))
 			}
 		}},
 		{"health", func(t T) { checkHealth(t, cfg.launch(t, t.TempDir()).p) }},
 		{"validate_config", func(t T) {
 			s := cfg.launch(t, t.TempDir())
-			v, err := s.p.ValidateConfig(s.ctx(t), &provider.ConfigRequest{Config: json.RawMessage(`[1,2]`), APIVersion: s.in.negotiated})
+			valid := cfg.PluginConfig
+			if len(valid) == 0 {
+				valid = json.RawMessage("{}")
+			}
+			v, err := s.p.ValidateConfig(s.ctx(t), &provider.ConfigRequest{Config: valid, APIVersion: s.in.negotiated})
+			switch {
+			case err != nil:
+				t.Errorf("%s", failure("ValidateConfig with the given configuration "+string(valid), "no problems", gotErr(err)))
+			case len(v.Problems) > 0:
+				t.Errorf("%s", failure("ValidateConfig with the given configuration "+string(valid), "no problems", fmt.Sprintf("problems %q", v.Problems)))
+			}
+			v, err = s.p.ValidateConfig(s.ctx(t), &provider.ConfigRequest{Config: json.RawMessage(`[1,2]`), APIVersion: s.in.negotiated})
 			if err == nil && len(v.Problems) == 0 {
-				t.Errorf("ValidateConfig accepted a configuration that is not a JSON object")
+				t.Errorf("%s", failure("ValidateConfig with [1,2], not a JSON object", "problems, or an error", "accepted"))
 			}
 		}},
 		{"plan_equals_apply", func(t T) {
 			s := cfg.launch(t, t.TempDir())
 			plan, err := s.p.Plan(s.ctx(t), &provider.PlanRequest{Desired: a})
 			if err != nil {
-				t.Fatalf("Plan: %v", err)
+				t.Fatalf("%s", failure("Plan "+show(a)+", which does not exist", "a plan", gotErr(err)))
 			}
 			if !plan.Changes {
-				t.Errorf("Plan of a resource that does not exist reports no changes")
+				t.Errorf("%s", failure("Plan "+show(a)+", which does not exist", "changes", "no changes"))
 			}
 			r, err := s.p.Apply(s.ctx(t), &provider.ApplyRequest{Planned: plan.Planned, Mutation: pluginapi.Mutation{IdempotencyKey: s.key("a"), FencingToken: 1}})
 			if err != nil {
-				t.Fatalf("Apply: %v", err)
+				t.Fatalf("%s", failure("Apply the plan "+show(plan.Planned), "success", gotErr(err)))
 			}
 			if !r.State.Equal(plan.Planned) {
-				t.Errorf("Apply returned a state other than the plan:\n planned %s\n applied %s", show(plan.Planned), show(r.State))
+				t.Errorf("%s", failure("Apply the plan "+show(plan.Planned), "the planned state", show(r.State)))
 			}
 			got, err := s.read(t, a)
 			if err != nil {
-				t.Fatalf("Read after Apply: %v", err)
+				t.Fatalf("%s", failure("Read "+a.Type+"/"+a.ID+" after Apply", show(r.State), gotErr(err)))
 			}
 			if !got.Equal(r.State) {
-				t.Errorf("Read after Apply differs:\n applied %s\n read    %s", show(r.State), show(got))
+				t.Errorf("%s", failure("Read "+a.Type+"/"+a.ID+" after Apply", show(r.State), show(got)))
 			}
 		}},
 		{"repeated_plan_no_changes", func(t T) {
@@ -268,10 +359,10 @@ func providerCases(cfg ProviderConfig) []testCase {
 			st := s.mustApply(t, a, nil, s.key("a"), 1)
 			plan, err := s.p.Plan(s.ctx(t), &provider.PlanRequest{Desired: a, Current: &st})
 			if err != nil {
-				t.Fatalf("second Plan: %v", err)
+				t.Fatalf("%s", failure("Plan "+show(a)+" again over its applied state", "a plan", gotErr(err)))
 			}
 			if plan.Changes || !plan.Planned.Equal(st) {
-				t.Errorf("planning the applied state again reports changes=%v:\n applied %s\n planned %s", plan.Changes, show(st), show(plan.Planned))
+				t.Errorf("%s", failure("Plan "+show(a)+" again over its applied state", "no changes, planned "+show(st), fmt.Sprintf("changes=%v, planned %s", plan.Changes, show(plan.Planned))))
 			}
 		}},
 		{"idempotent_apply", func(t T) {
@@ -279,31 +370,31 @@ func providerCases(cfg ProviderConfig) []testCase {
 			key := s.key("a")
 			plan, first, err := s.apply(t, a, nil, key, 1)
 			if err != nil {
-				t.Fatalf("Apply: %v", err)
+				t.Fatalf("%s", failure("Apply "+show(a), "success", gotErr(err)))
 			}
 			again, err := s.p.Apply(s.ctx(t), &provider.ApplyRequest{Planned: plan, Mutation: pluginapi.Mutation{IdempotencyKey: key, FencingToken: 1}})
 			if err != nil {
-				t.Fatalf("repeated Apply with the same idempotency key: %v", err)
+				t.Fatalf("%s", failure("Apply again with the same idempotency key", "the recorded result "+show(first), gotErr(err)))
 			}
 			if !again.State.Equal(first) {
-				t.Errorf("repeated Apply returned another result:\n first  %s\n repeat %s", show(first), show(again.State))
+				t.Errorf("%s", failure("Apply again with the same idempotency key", "the recorded result "+show(first), show(again.State)))
 			}
 			stB := s.mustApply(t, b, &first, s.key("b"), 1)
 			// A late replay of the first call must return its recorded
 			// result and leave the newer state alone.
 			late, err := s.p.Apply(s.ctx(t), &provider.ApplyRequest{Planned: plan, Mutation: pluginapi.Mutation{IdempotencyKey: key, FencingToken: 1}})
 			if err != nil {
-				t.Fatalf("late replay of the first Apply: %v", err)
+				t.Fatalf("%s", failure("replay the first Apply after a newer one", "the recorded result "+show(first), gotErr(err)))
 			}
 			if !late.State.Equal(first) {
-				t.Errorf("late replay returned another result than the recorded one:\n recorded %s\n replay   %s", show(first), show(late.State))
+				t.Errorf("%s", failure("replay the first Apply after a newer one", "the recorded result "+show(first), show(late.State)))
 			}
 			got, err := s.read(t, a)
 			if err != nil {
-				t.Fatalf("Read: %v", err)
+				t.Fatalf("%s", failure("Read after the late replay", "the newer state "+show(stB), gotErr(err)))
 			}
 			if !got.Equal(stB) {
-				t.Errorf("a replayed Apply changed the state:\n before replay %s\n after replay  %s", show(stB), show(got))
+				t.Errorf("%s", failure("Read after the late replay", "the newer state "+show(stB), show(got)))
 			}
 		}},
 		{"stale_fencing_token", func(t T) {
@@ -311,35 +402,35 @@ func providerCases(cfg ProviderConfig) []testCase {
 			stA := s.mustApply(t, a, nil, s.key("a"), 10)
 			_, _, err := s.apply(t, b, &stA, s.key("b"), 5)
 			if err == nil {
-				t.Errorf("Apply with fencing token 5 after 10 succeeded; it must be refused")
+				t.Errorf("%s", failure("Apply "+show(b)+" with fencing token 5 after 10", "a refusal of code stale_fencing_token", "success"))
 			} else if !errors.Is(err, pluginapi.ErrStaleFencingToken) {
-				t.Errorf("Apply with a stale token failed with code %q, want %q: %v", abierrors.CodeOf(err), abierrors.StaleFencingToken, err)
+				t.Errorf("%s", failure("Apply "+show(b)+" with fencing token 5 after 10", "a refusal of code "+string(abierrors.StaleFencingToken), gotErr(err)))
 			}
 			_, err = s.p.Delete(s.ctx(t), &provider.DeleteRequest{Type: a.Type, ID: a.ID, Mutation: pluginapi.Mutation{IdempotencyKey: s.key("d"), FencingToken: 4}})
 			if err == nil {
-				t.Errorf("Delete with fencing token 4 after 10 succeeded; it must be refused")
+				t.Errorf("%s", failure("Delete "+a.Type+"/"+a.ID+" with fencing token 4 after 10", "a refusal of code stale_fencing_token", "success"))
 			} else if !errors.Is(err, pluginapi.ErrStaleFencingToken) {
-				t.Errorf("Delete with a stale token failed with code %q, want %q: %v", abierrors.CodeOf(err), abierrors.StaleFencingToken, err)
+				t.Errorf("%s", failure("Delete "+a.Type+"/"+a.ID+" with fencing token 4 after 10", "a refusal of code "+string(abierrors.StaleFencingToken), gotErr(err)))
 			}
 			got, err := s.read(t, a)
 			if err != nil {
-				t.Fatalf("Read after the refused calls: %v", err)
+				t.Fatalf("%s", failure("Read "+a.Type+"/"+a.ID+" after the refused Apply and Delete", "the state applied with token 10, "+show(stA), gotErr(err)))
 			}
 			if !got.Equal(stA) {
-				t.Errorf("a refused call changed the state:\n want %s\n got  %s", show(stA), show(got))
+				t.Errorf("%s", failure("Read "+a.Type+"/"+a.ID+" after the refused Apply and Delete", "the state applied with token 10, "+show(stA), show(got)))
 			}
 		}},
 		{"delete_then_read", func(t T) {
 			s := cfg.launch(t, t.TempDir())
 			s.mustApply(t, a, nil, s.key("a"), 1)
 			if _, err := s.p.Delete(s.ctx(t), &provider.DeleteRequest{Type: a.Type, ID: a.ID, Mutation: pluginapi.Mutation{IdempotencyKey: s.key("d"), FencingToken: 2}}); err != nil {
-				t.Fatalf("Delete: %v", err)
+				t.Fatalf("%s", failure("Delete "+a.Type+"/"+a.ID, "success", gotErr(err)))
 			}
 			if got, err := s.read(t, a); !errors.Is(err, provider.ErrNotFound) {
-				t.Errorf("Read after Delete = %s, %v; want an error of code not_found", show(got), err)
+				t.Errorf("%s", failure("Read "+a.Type+"/"+a.ID+" after Delete", "an error of code not_found", readGot(got, err)))
 			}
 			if _, err := s.p.Delete(s.ctx(t), &provider.DeleteRequest{Type: a.Type, ID: a.ID, Mutation: pluginapi.Mutation{IdempotencyKey: s.key("d"), FencingToken: 2}}); err != nil {
-				t.Errorf("Delete of an absent resource: %v; want success", err)
+				t.Errorf("%s", failure("Delete "+a.Type+"/"+a.ID+" again, now absent", "success", gotErr(err)))
 			}
 		}},
 		{"deadline", func(t T) {
@@ -376,16 +467,24 @@ func providerCases(cfg ProviderConfig) []testCase {
 			s2 := cfg.launch(t, dir)
 			got, err := s2.read(t, a)
 			if err != nil {
-				t.Fatalf("Read after a restart: %v", err)
+				t.Fatalf("%s", failure("Read "+a.Type+"/"+a.ID+" after a kill and relaunch", show(stA), gotErr(err)))
 			}
 			if !got.Equal(stA) {
-				t.Errorf("state lost in a restart:\n before %s\n after  %s", show(stA), show(got))
+				t.Errorf("%s", failure("Read "+a.Type+"/"+a.ID+" after a kill and relaunch", show(stA), show(got)))
 			}
 			if _, _, err := s2.apply(t, b, &stA, s2.key("b"), 6); !errors.Is(err, pluginapi.ErrStaleFencingToken) {
-				t.Errorf("after a restart, Apply with fencing token 6 after 7: %v; want code stale_fencing_token", err)
+				t.Errorf("%s", failure("after a relaunch, Apply "+show(b)+" with fencing token 6 after 7", "a refusal of code stale_fencing_token", gotErr(err)))
 			}
 		}},
 	}
+	for i := range cases {
+		run := cases[i].run
+		cases[i].run = func(t T) {
+			a, b = cfg.Samples[0], cfg.Samples[1]
+			run(t)
+		}
+	}
+	return cases
 }
 
 // checkHealth expects a first valid report at once.

@@ -98,7 +98,7 @@ func RunRuntimeDriver(t *testing.T, cfg RuntimeConfig) {
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	runTesting(t, runtimeCases(cfg))
+	runTesting(t, cfg.cases())
 }
 
 // CheckRuntimeDriver runs the runtime-driver suite outside `go test` and
@@ -107,7 +107,22 @@ func CheckRuntimeDriver(ctx context.Context, cfg RuntimeConfig) (*Report, error)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return runReport(ctx, "runtime", cfg.Binary, runtimeCases(cfg)), nil
+	return runReport(ctx, "runtime", cfg.Binary, cfg.cases()), nil
+}
+
+// cases are the suite's cases for cfg: on a binary, the launch case first
+// (docs/plugins.md section 6).
+func (cfg RuntimeConfig) cases() []testCase {
+	if cfg.Binary == "" {
+		return runtimeCases(cfg)
+	}
+	return gated(func(t T) error {
+		var args []string
+		if cfg.Args != nil {
+			args = cfg.Args(t.TempDir())
+		}
+		return probe(t, cfg.Binary, args, runtimeKind, cfg.Stderr)
+	}, runtimeCases(cfg))
 }
 
 // RuntimeCaseNames lists the runtime-driver suite's cases in order.
@@ -154,7 +169,7 @@ func (cfg RuntimeConfig) launch(t T, stateDir string) *rtSession {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if s.desc, err = s.d.Describe(ctx); err != nil {
-		t.Fatalf("Describe: %v", err)
+		t.Fatalf("%s", failure("Describe after launch", "a description", gotErr(err)))
 	}
 	return s
 }
@@ -180,10 +195,10 @@ func (s *rtSession) start(t T, id string, token uint64) *runtime.WorkloadState {
 		Mutation: pluginapi.Mutation{IdempotencyKey: s.key("start"), FencingToken: token},
 	}))
 	if err != nil {
-		t.Fatalf("Start %s: %v", id, err)
+		t.Fatalf("%s", failure(fmt.Sprintf("Start %s (fencing token %d)", id, token), "a running workload", gotErr(err)))
 	}
 	if r.State == nil {
-		t.Fatalf("Start %s returned no state", id)
+		t.Fatalf("%s", failure("Start "+id, "a state", "none"))
 	}
 	s.cleanupWorkload(t, id, r.State.PID)
 	return r.State
@@ -231,26 +246,26 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 			needProcess(t)
 			s := cfg.launch(t, t.TempDir())
 			if s.in.negotiated != runtime.APIVersion {
-				t.Errorf("negotiated API version %d, want %d", s.in.negotiated, runtime.APIVersion)
+				t.Errorf("%s", failure("the go-plugin handshake", fmt.Sprintf("API version %d negotiated", runtime.APIVersion), fmt.Sprintf("version %d", s.in.negotiated)))
 			}
 			if _, err := startBinary(t, cfg.Binary, nil, runtimeKind, pluginapi.ProviderCookieValue, nil); err == nil {
-				t.Errorf("the driver completed a handshake as a provider; it must refuse another kind's cookie")
+				t.Errorf("%s", failure("a handshake with the providers' cookie", "the driver refuses another kind's cookie", "the handshake completed"))
 			}
 		}},
 		{"describe", func(t T) {
 			s := cfg.launch(t, t.TempDir())
 			d := s.desc
 			if !dnsLabel.MatchString(d.Name) {
-				t.Errorf("Describe name %q is not a DNS label", d.Name)
+				t.Errorf("%s", failure("Describe", "a name that is a DNS label", fmt.Sprintf("name %q", d.Name)))
 			}
 			if d.Version == "" {
-				t.Errorf("Describe gives no version")
+				t.Errorf("%s", failure("Describe", "a version", "none"))
 			}
 			if !slices.Contains(d.APIVersions, s.in.negotiated) {
-				t.Errorf("Describe lists API versions %v without the negotiated %d", d.APIVersions, s.in.negotiated)
+				t.Errorf("%s", failure("Describe", fmt.Sprintf("API versions listing the negotiated %d", s.in.negotiated), fmt.Sprintf("%v", d.APIVersions)))
 			}
 			if len(d.Capabilities.IsolationModes) == 0 {
-				t.Errorf("Describe lists no isolation mode")
+				t.Errorf("%s", failure("Describe", "at least one isolation mode", "none"))
 			}
 		}},
 		{"health", func(t T) { checkHealth(t, cfg.launch(t, t.TempDir()).d) }},
@@ -266,13 +281,13 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 			}
 			list, err := s.d.List(s.ctx(t))
 			if err != nil {
-				t.Fatalf("List: %v", err)
+				t.Fatalf("%s", failure("List", "the workloads", gotErr(err)))
 			}
 			if !slices.ContainsFunc(list, func(w *runtime.WorkloadState) bool { return w.WorkloadID == "wl_conf_a" }) {
-				t.Errorf("List does not include the started workload")
+				t.Errorf("%s", failure("List after Start", "the started workload among them", "not listed"))
 			}
 			if _, err := s.d.Inspect(s.ctx(t), &runtime.InspectRequest{WorkloadID: "wl_conf_unknown"}); !errors.Is(err, runtime.ErrNotFound) {
-				t.Errorf("Inspect of an unknown workload: %v; want code not_found", err)
+				t.Errorf("%s", failure("Inspect a workload never started", "an error of code not_found", gotErr(err)))
 			}
 		}},
 		{"start_idempotent", func(t T) {
@@ -282,12 +297,12 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 				LogPath: filepath.Join(work, "out.log"), Mutation: pluginapi.Mutation{IdempotencyKey: "conformance-start-b", FencingToken: 1}})
 			r1, err := s.d.Start(s.ctx(t), req)
 			if err != nil {
-				t.Fatalf("Start: %v", err)
+				t.Fatalf("%s", failure("Start", "a running workload", gotErr(err)))
 			}
 			s.cleanupWorkload(t, "wl_conf_b", r1.State.PID)
 			r2, err := s.d.Start(s.ctx(t), req)
 			if err != nil {
-				t.Fatalf("repeated Start with the same idempotency key: %v", err)
+				t.Fatalf("%s", failure("Start again with the same idempotency key", "the recorded result", gotErr(err)))
 			}
 			if r2.State.PID != r1.State.PID || r2.State.StartedAt != r1.State.StartedAt {
 				t.Errorf("repeated Start returned another workload:\n first  %s\n repeat %s", showState(r1.State), showState(r2.State))
@@ -303,9 +318,9 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 			s.start(t, "wl_conf_c", 10)
 			_, err := s.stop(t, "wl_conf_c", runtime.StopForced, 5)
 			if err == nil {
-				t.Errorf("Stop with fencing token 5 after 10 succeeded; it must be refused")
+				t.Errorf("%s", failure("Stop with fencing token 5 after 10", "a refusal of code stale_fencing_token", "success"))
 			} else if !errors.Is(err, pluginapi.ErrStaleFencingToken) {
-				t.Errorf("Stop with a stale token failed with code %q, want %q: %v", abierrors.CodeOf(err), abierrors.StaleFencingToken, err)
+				t.Errorf("%s", failure("Stop with fencing token 5 after 10", "a refusal of code "+string(abierrors.StaleFencingToken), gotErr(err)))
 			}
 			in, err := s.d.Inspect(s.ctx(t), &runtime.InspectRequest{WorkloadID: "wl_conf_c"})
 			if err != nil || in.State != runtime.StateRunning {
@@ -317,16 +332,16 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 			s.start(t, "wl_conf_d", 1)
 			st, err := s.stop(t, "wl_conf_d", runtime.StopGraceful, 1)
 			if err != nil {
-				t.Fatalf("graceful Stop: %v", err)
+				t.Fatalf("%s", failure("Stop, graceful", "an exited workload", gotErr(err)))
 			}
 			if st == nil || st.State != runtime.StateExited {
 				t.Errorf("Stop returned %s; want exited", showState(st))
 			}
 			if _, err := s.d.Inspect(s.ctx(t), &runtime.InspectRequest{WorkloadID: "wl_conf_d"}); !errors.Is(err, runtime.ErrNotFound) {
-				t.Errorf("Inspect after Stop: %v; want code not_found", err)
+				t.Errorf("%s", failure("Inspect after Stop", "an error of code not_found", gotErr(err)))
 			}
 			if _, err := s.stop(t, "wl_conf_d", runtime.StopGraceful, 1); !errors.Is(err, runtime.ErrNotFound) {
-				t.Errorf("Stop of a stopped workload: %v; want code not_found", err)
+				t.Errorf("%s", failure("Stop a stopped workload", "an error of code not_found", gotErr(err)))
 			}
 			s.start(t, "wl_conf_e", 1)
 			if st, err := s.stop(t, "wl_conf_e", runtime.StopForced, 1); err != nil || st == nil || st.State != runtime.StateExited {
@@ -342,7 +357,7 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 			}
 			_, err = s.d.Recover(s.ctx(t), &runtime.RecoverRequest{WorkloadID: "wl_conf_unknown", Handle: runtime.Handle{Version: 1 << 20, Data: []byte("?")}})
 			if err == nil {
-				t.Errorf("Recover with a handle of an unknown version succeeded")
+				t.Errorf("%s", failure("Recover with a handle of an unknown version", "a refusal", "success"))
 			}
 		}},
 		{"deadline", func(t T) {
@@ -391,7 +406,7 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 			defer cancel()
 			w := &markerWriter{want: []byte(Marker), found: cancel}
 			if err := s.d.Logs(ctx, &runtime.LogsRequest{WorkloadID: "wl_conf_h", Follow: true}, w); err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("Logs: %v", err)
+				t.Errorf("%s", failure("Logs of the workload", "its output", gotErr(err)))
 			}
 			if !w.ok() {
 				t.Errorf("Logs did not carry the workload's output %q within 10 s (got %q)", Marker, w.String())
@@ -405,7 +420,7 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 			s.start(t, "wl_conf_i", 1)
 			st, err := s.d.Stats(s.ctx(t), &runtime.StatsRequest{WorkloadID: "wl_conf_i"})
 			if err != nil {
-				t.Fatalf("Stats: %v", err)
+				t.Fatalf("%s", failure("Stats of the workload", "its statistics", gotErr(err)))
 			}
 			if st.At.IsZero() || st.MemoryBytes <= 0 || st.CPUSeconds < 0 {
 				t.Errorf("Stats = %+v; want a time, memory > 0 and CPU >= 0", st)

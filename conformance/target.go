@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/berthhq/berth/abi/pluginapi"
+	hostplugin "github.com/berthhq/berth/host/plugin"
 )
 
 // instance is one running plugin as the suite sees it.
@@ -68,20 +69,28 @@ func startBinary(t T, path string, args []string, k kind, cookie string, stderr 
 	if stderr == nil {
 		stderr = io.Discard
 	}
+	tail := &hostplugin.StderrTail{}
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  goplugin.HandshakeConfig{MagicCookieKey: pluginapi.MagicCookieKey, MagicCookieValue: cookie},
 		VersionedPlugins: map[int]goplugin.PluginSet{k.version: {k.name: &glue{k: k}}},
 		Cmd:              cmd,
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		Logger:           hclog.NewNullLogger(),
+		Stderr:           io.MultiWriter(tail, stderr),
 		SyncStdout:       io.Discard,
 		SyncStderr:       stderr,
 	})
 	t.Cleanup(client.Kill)
 	rpc, err := client.Client()
 	if err != nil {
+		// Kill waits for go-plugin's goroutines, among them the one that
+		// waited for the process: ProcessState is set once it returns.
 		client.Kill()
-		return nil, fmt.Errorf("handshake: %w", err)
+		le := &hostplugin.LaunchError{Binary: path, Args: args, Stderr: tail.Lines(), Err: err}
+		if ps := cmd.ProcessState; ps != nil {
+			le.Exit = ps.String()
+		}
+		return nil, le
 	}
 	raw, err := rpc.Dispense(k.name)
 	if err != nil {

@@ -66,6 +66,9 @@ const (
 	ModuleInvalid   Code = "module_invalid"    // an uploaded module does not implement the WebAssembly ABI (422)
 	ModuleNotFound  Code = "module_not_found"  // no module with that digest (404)
 	BindingNotFound Code = "binding_not_found" // no policy binding with that id (404)
+	// InputNotRecorded: this berthd keeps no input with that digest: it was
+	// decided by another replica, before a restart, or too long ago (404).
+	InputNotRecorded Code = "input_not_recorded"
 )
 
 // Node-session codes (docs/node-protocol.md section "error").
@@ -162,6 +165,7 @@ var statuses = map[Code]int{
 	ModuleInvalid:        http.StatusUnprocessableEntity,
 	ModuleNotFound:       http.StatusNotFound,
 	BindingNotFound:      http.StatusNotFound,
+	InputNotRecorded:     http.StatusNotFound,
 	StaleFencingToken:    http.StatusConflict,
 	FenceAckMismatch:     http.StatusConflict,
 	Unimplemented:        http.StatusNotImplemented,

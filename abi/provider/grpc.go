@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 
 	"google.golang.org/grpc"
 
@@ -35,7 +36,11 @@ func (s *server) Describe(ctx context.Context, _ *pluginv1.DescribeRequest) (*pr
 		out.ApiVersions = append(out.ApiVersions, int32(v))
 	}
 	for _, t := range r.Capabilities.ResourceTypes {
-		out.Capabilities.ResourceTypes = append(out.Capabilities.ResourceTypes, &providerv1.ResourceType{Name: t.Name, Variants: t.Variants})
+		rt := &providerv1.ResourceType{Name: t.Name, Variants: t.Variants, ExampleId: t.ExampleID}
+		for _, a := range t.ExampleAttributes {
+			rt.ExampleAttributes = append(rt.ExampleAttributes, a)
+		}
+		out.Capabilities.ResourceTypes = append(out.Capabilities.ResourceTypes, rt)
 	}
 	return out, nil
 }
@@ -153,7 +158,11 @@ func (c *Client) Describe(ctx context.Context) (*DescribeResponse, error) {
 	if cp := r.GetCapabilities(); cp != nil {
 		out.Capabilities.DurableState = cp.GetDurableState()
 		for _, t := range cp.GetResourceTypes() {
-			out.Capabilities.ResourceTypes = append(out.Capabilities.ResourceTypes, ResourceType{Name: t.GetName(), Variants: t.GetVariants()})
+			rt := ResourceType{Name: t.GetName(), Variants: t.GetVariants(), ExampleID: t.GetExampleId()}
+			for _, a := range t.GetExampleAttributes() {
+				rt.ExampleAttributes = append(rt.ExampleAttributes, json.RawMessage(a))
+			}
+			out.Capabilities.ResourceTypes = append(out.Capabilities.ResourceTypes, rt)
 		}
 	}
 	return out, nil

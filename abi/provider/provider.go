@@ -107,6 +107,26 @@ type Capabilities struct {
 type ResourceType struct {
 	Name     string   // e.g. "gateway.route_table", "dns.record"
 	Variants []string // kinds within the type, e.g. a DNS provider's record types ("A", "TXT")
+	// ExampleID and ExampleAttributes, optional, declare valid desired
+	// states of one resource of this type: its id, and at least two
+	// different attribute objects. `berth conformance plugin` without
+	// --samples uses the first two as the suite's samples
+	// (docs/plugins.md section 6.1). Both empty means no examples.
+	ExampleID         string
+	ExampleAttributes []json.RawMessage
+}
+
+// Examples returns the first two declared example states as resources, and
+// reports whether t declares two.
+func (t ResourceType) Examples() ([2]Resource, bool) {
+	var out [2]Resource
+	if t.ExampleID == "" || len(t.ExampleAttributes) < 2 {
+		return out, false
+	}
+	for i := range out {
+		out[i] = Resource{Type: t.Name, ID: t.ExampleID, Attributes: t.ExampleAttributes[i]}
+	}
+	return out, true
 }
 
 // Resource is one managed object. Attributes is a JSON object; nil means {}.

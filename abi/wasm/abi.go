@@ -20,14 +20,16 @@ package wasm
 
 import "fmt"
 
-// Version 1.0 of the ABI.
+// Version 1.1 of the ABI.
 //
 // Changelog (a new major is a breaking change; a new minor only adds optional
 // fields or exports):
+//   - 1.1 (2026-12): the policy input carries schema_version and the whole
+//     service ([InputSchemaVersion] "1.1").
 //   - 1.0 (2025-11): first version: policy_evaluate and routes_compile.
 const (
 	Major = 1
-	Minor = 0
+	Minor = 1
 )
 
 // Version packs a major and minor ABI version the way berth_abi_version

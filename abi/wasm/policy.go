@@ -37,16 +37,29 @@ func (h Hook) Valid() bool {
 	return false
 }
 
+// InputSchemaVersion names the shape of [PolicyInput] that berthd sends,
+// schema/policy_input.json; every input carries it in SchemaVersion
+// (docs/wasm-abi.md section 5.2).
+//
+// Changelog:
+//   - "1.1" (ABI 1.1, 2026-12): the service object carries every field the
+//     API accepts: health_check, placement_mode, lease, runtime, image,
+//     user, memory_mb, cpu_millis; every object is closed (no other field).
+//   - "1.0" (ABI 1.0): no schema_version field; the service without those.
+const InputSchemaVersion = "1.1"
+
 // PolicyInput is what policy_evaluate receives (schema/policy_input.json).
-// Config is the binding's configuration, passed unchanged (null when the
-// binding has none), so one module can serve several bindings.
+// SchemaVersion is [InputSchemaVersion]. Config is the binding's
+// configuration, passed unchanged (null when the binding has none), so one
+// module can serve several bindings.
 type PolicyInput struct {
-	Hook      Hook            `json:"hook"`
-	Actor     Actor           `json:"actor"`
-	Project   *Project        `json:"project,omitempty"`
-	Object    json.RawMessage `json:"object"`
-	OldObject json.RawMessage `json:"old_object"`
-	Config    json.RawMessage `json:"config"`
+	SchemaVersion string          `json:"schema_version"`
+	Hook          Hook            `json:"hook"`
+	Actor         Actor           `json:"actor"`
+	Project       *Project        `json:"project,omitempty"`
+	Object        json.RawMessage `json:"object"`
+	OldObject     json.RawMessage `json:"old_object"`
+	Config        json.RawMessage `json:"config"`
 }
 
 // Actor is who asked: Kind "token" (an API token, ID its id), "node" (a node
@@ -66,9 +79,15 @@ type Project struct {
 	CapacityUnits int    `json:"capacity_units"`
 }
 
-// Service is a service as a policy sees it. Bundle is what the operator wrote
-// (a name or "sha256:<hex>"); BundleDigest is what it was pinned to. Image is
-// an OCI reference, empty for bundle services. CapacityUnits is per replica.
+// Service is a service as a policy sees it: every field of the service the
+// API accepts (docs/api.md), under [InputSchemaVersion]. Bundle is what the
+// operator wrote (a name or "sha256:<hex>"); BundleDigest is what it was
+// pinned to. Image is an OCI reference, empty for bundle services.
+// CapacityUnits is per replica. PlacementMode is "portable" or "stateful";
+// Lease is set for stateful services only. Runtime is "process" or
+// "containerd"; User, MemoryMB (mebibytes, 0 no limit) and CPUMillis
+// (thousandths of a CPU, 0 no limit) are the container fields. HealthCheck's
+// Path is "" when the service has no HTTP health check.
 type Service struct {
 	Project       string            `json:"project"`
 	Name          string            `json:"name"`
@@ -83,6 +102,30 @@ type Service struct {
 	Replicas      int               `json:"replicas"`
 	CapacityUnits int               `json:"capacity_units"`
 	Labels        map[string]string `json:"labels"`
+	HealthCheck   HealthCheck       `json:"health_check"`
+	PlacementMode string            `json:"placement_mode"`
+	Lease         *Lease            `json:"lease,omitempty"`
+	Runtime       string            `json:"runtime"`
+	User          string            `json:"user,omitempty"`
+	MemoryMB      int64             `json:"memory_mb"`
+	CPUMillis     int64             `json:"cpu_millis"`
+}
+
+// HealthCheck is a service's HTTP health check: Path ("" for none), the
+// interval and timeout in seconds and the failures in a row that make a
+// workload unhealthy (0 each: the agent's defaults).
+type HealthCheck struct {
+	Path      string `json:"path"`
+	IntervalS int    `json:"interval_s"`
+	TimeoutS  int    `json:"timeout_s"`
+	Failures  int    `json:"failures"`
+}
+
+// Lease is a stateful service's lease: Mode "local" or "expiring", and for
+// expiring leases DurationMS (milliseconds; 0 the default).
+type Lease struct {
+	Mode       string `json:"mode"`
+	DurationMS int64  `json:"duration_ms"`
 }
 
 // Node is a node as a policy sees it.

@@ -71,6 +71,8 @@ func TestSchemasMatchTypes(t *testing.T) {
 		{"policy_input.service", pin.Defs["service"], Service{}},
 		{"policy_input.node", pin.Defs["node"], Node{}},
 		{"policy_input.placement", pin.Defs["placement"], Placement{}},
+		{"policy_input.health_check", pin.Defs["health_check"], HealthCheck{}},
+		{"policy_input.lease", pin.Defs["lease"], Lease{}},
 		{"policy_output", loadSchema(t, "policy_output.json"), PolicyOutput{}},
 		{"policy_output.error", loadSchema(t, "policy_output.json").Defs["error"], GuestError{}},
 		{"routes_input", rin, RoutesInput{}},

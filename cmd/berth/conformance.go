@@ -1,16 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/berthhq/berth/abi/provider"
-	"github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/conformance"
 )
@@ -31,8 +33,8 @@ berthd against the node session protocol (docs/node-protocol.md).`,
 }
 
 func newConformancePluginCmd(a *app) *cobra.Command {
-	var kind, junit, samples string
-	var args []string
+	var kind, junit, samples, config, subnet string
+	var args, teardownArgs []string
 	var image, imageArchive string
 	cmd := &cobra.Command{
 		Use:   "plugin PATH",
@@ -42,19 +44,32 @@ func newConformancePluginCmd(a *app) *cobra.Command {
 provider or runtime-driver contract: Describe, the health stream, Plan equals
 Apply, idempotent replays, refusal of stale fencing tokens, Delete then Read,
 deadlines, crashes mid-call, and the cases of each advertised capability
-(docs/plugins.md section 6). It prints one line per case and exits 1 when a
-case failed.
+(docs/plugins.md section 6), or, with --kind network, against the node-network
+contract (Setup, Attach, Detach, List, fencing, durable allocations; section
+7; needs the privileges the plugin needs). It prints one line per case and
+exits 1 when a case failed.
 
---arg gives the binary's arguments, one per flag; "{state}" in an argument is
-replaced by a fresh state directory per case. Without --arg a runtime driver
-gets "--state-dir {state}" and a provider nothing.
+--arg gives one argument of the binary, and is repeated for each: write
+--arg=--state-dir --arg={state}, or --arg --state-dir --arg {state}. "{state}"
+anywhere in an argument becomes a fresh, empty state directory of the case,
+so state never leaks from one case to the next. Without --arg a runtime
+driver gets "--state-dir {state}" and a provider no argument.
+
+--config names a JSON file holding the plugin's configuration (an object, as
+in its plugins.json entry): every case gives it to ValidateConfig and
+Configure, and case validate_config expects it to be accepted. Without it the
+configuration is {}.
 
 --samples names a JSON file holding two states of one resource the provider
-manages, [{"type": ..., "id": ..., "attributes": {...}}, {...}]; without it
-the suite uses two route tables (gateway.route_table), which suits gateways.`,
+manages, [{"type": ..., "id": ..., "attributes": {...}}, {...}] (same type and
+id, different attributes). Without it the suite takes the first two examples
+the plugin declares for a resource type in Describe (ExampleID and
+ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
 		Example: `  berth conformance plugin bin/berth-plugin-process --kind runtime
+  berth conformance plugin bin/berth-plugin-nftables --kind network --arg=--state-dir --arg={state} --teardown-arg=teardown --teardown-arg=--state-dir --teardown-arg={state} --teardown-arg=--subnet --teardown-arg=10.213.0.0/24
   berth conformance plugin bin/berth-plugin-gateway --arg=--listen --arg=127.0.0.1:0
-  berth conformance plugin ./provider-hello --arg=--state-dir --arg={state} --samples hello.json --junit report.xml`,
+  berth conformance plugin ./provider-hello --arg=--state-dir --arg={state} --config examples/provider-hello/config.json --junit report.xml
+  berth conformance plugin ./provider-hello --arg=--state-dir --arg={state} --samples examples/provider-hello/samples.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			argsFor := func(state string) []string {
@@ -82,9 +97,30 @@ the suite uses two route tables (gateway.route_table), which suits gateways.`,
 				if serr != nil {
 					return serr
 				}
-				report, err = conformance.CheckProvider(cmd.Context(), conformance.ProviderConfig{Binary: pos[0], Args: argsFor, Samples: s})
+				pc, cerr := loadPluginConfig(config)
+				if cerr != nil {
+					return cerr
+				}
+				report, err = conformance.CheckProvider(cmd.Context(), conformance.ProviderConfig{Binary: pos[0], Args: argsFor, Samples: s, PluginConfig: pc})
+			case "network":
+				nc := conformance.NetworkConfig{Binary: pos[0], Args: argsFor, Subnet: subnet}
+				if len(teardownArgs) > 0 {
+					nc.Teardown = func(state string) error {
+						ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+						defer cancel()
+						targs := make([]string, len(teardownArgs))
+						for i, s := range teardownArgs {
+							targs[i] = strings.ReplaceAll(s, "{state}", state)
+						}
+						if out, err := exec.CommandContext(ctx, pos[0], targs...).CombinedOutput(); err != nil {
+							return fmt.Errorf("%s %s: %w: %s", pos[0], strings.Join(targs, " "), err, out)
+						}
+						return nil
+					}
+				}
+				report, err = conformance.CheckNetwork(cmd.Context(), nc)
 			default:
-				return fmt.Errorf("--kind %q: want provider or runtime", kind)
+				return fmt.Errorf("--kind %q: want provider, runtime or network", kind)
 			}
 			if err != nil {
 				return err
@@ -112,26 +148,39 @@ the suite uses two route tables (gateway.route_table), which suits gateways.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kind, "kind", "provider", "plugin kind: provider or runtime")
+	f.StringVar(&kind, "kind", "provider", "plugin kind: provider, runtime or network")
+	f.StringVar(&subnet, "subnet", "", "network plugins: the pool every case sets up (default "+conformance.DefaultNetworkSubnet+"); must be unused on this node")
+	f.StringArrayVar(&teardownArgs, "teardown-arg", nil, `network plugins: argument (repeatable) of the same binary run after each case to remove what the plugin keeps; "{state}" becomes the case's state directory`)
 	f.StringVar(&junit, "junit", "", "also write the report as JUnit XML to this file")
 	f.StringArrayVar(&args, "arg", nil, `argument for the plugin binary (repeatable); "{state}" becomes a per-case state directory`)
-	f.StringVar(&samples, "samples", "", "JSON file with two states of one resource (providers)")
+	f.StringVar(&samples, "samples", "", "JSON file with two states of one resource (providers; default: the examples the plugin declares in Describe)")
+	f.StringVar(&config, "config", "", "JSON file with the plugin's configuration, an object (providers; default {})")
 	f.StringVar(&image, "image", "", "runtime drivers of containers: the image (with /bin/sh) every workload of the suite runs in, pinned by digest")
 	f.StringVar(&imageArchive, "image-archive", "", "with --image sha256:...: the OCI image layout tar holding it")
 	return cmd
 }
 
-// loadSamples reads the provider samples file, or returns two route tables.
+// loadPluginConfig reads the --config file: one JSON object; nil when path is "".
+func loadPluginConfig(path string) (json.RawMessage, error) {
+	if path == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return nil, fmt.Errorf("--config %s: want one JSON object, the plugin's configuration", path)
+	}
+	return json.RawMessage(raw), nil
+}
+
+// loadSamples reads the provider samples file; none when path is "" (the
+// suite then takes the plugin's declared examples).
 func loadSamples(path string) ([2]provider.Resource, error) {
 	var out [2]provider.Resource
 	if path == "" {
-		for i, addr := range []string{"127.0.0.1:9", "127.0.0.1:10"} {
-			raw, _ := json.Marshal(routes.Table{Revision: int64(i + 1), Routes: []routes.Route{{ // plain structs: cannot fail
-				Hostname: "conformance.test", Project: "prj_conformance", Service: "web",
-				Upstreams: []routes.Upstream{{WorkloadID: "wl_conformance", Address: addr, Healthy: true}},
-			}}})
-			out[i] = provider.Resource{Type: routes.ResourceType, ID: routes.ResourceID, Attributes: raw}
-		}
 		return out, nil
 	}
 	raw, err := os.ReadFile(path)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -72,23 +73,30 @@ compiler to routes.compile, where it replaces the embedded default.`,
 	}
 	var hook, project, failure, config string
 	bind := &cobra.Command{
-		Use:   "bind DIGEST --hook HOOK [--project P] [--failure-policy fail|ignore] [--config JSON|@FILE]",
+		Use:   "bind DIGEST --hook HOOK [--scope-project P] [--failure-policy fail|ignore] [--config JSON|@FILE]",
 		Short: "Bind a policy to a hook, or a route compiler to routes.compile",
-		Long: `bind makes a policy module decide a hook, for every project or one.
-A module that fails (trap, deadline, error answer) refuses the request under
+		Long: `bind makes a policy module decide a hook, for every project, or with
+--scope-project P for project P only. The scope is the binding's own: the
+global --project and BERTH_PROJECT (the project you work in) do not set it,
+and bind refuses --project to keep the two apart. A module that fails (trap, deadline, error answer) refuses the request under
 --failure-policy fail (the default) and only warns under ignore. --config is
 JSON handed to the module with every request.
 
 With --hook routes.compile, a route-compiler module compiles the gateway's
 route table from the next reconcile pass on, in place of the embedded default;
-it replaces any earlier routes.compile binding. It takes no --project or
+it replaces any earlier routes.compile binding. It takes no --scope-project or
 --config. When it fails, the last good table stays in force and 'berth routes'
 shows the failure. Unbinding it returns to the default.`,
 		Example: `  berth module bind sha256:4f1c... --hook service.apply
   berth module bind sha256:9a2b... --hook service.apply --config '{"labels":["team"]}'
+  berth module bind sha256:9a2b... --hook deploy --scope-project shop
   berth module bind sha256:77e0... --hook routes.compile`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("project") {
+				return errors.New("module bind: --project is the project you work in, not the projects a binding covers; " +
+					"use --scope-project P to bind for project P only (without it the binding covers every project)")
+			}
 			c, _, err := a.apiClient(cmd)
 			if err != nil {
 				return err
@@ -125,7 +133,7 @@ shows the failure. Unbinding it returns to the default.`,
 		},
 	}
 	bind.Flags().StringVar(&hook, "hook", "", "service.apply, service.delete, node.enroll, deploy or routes.compile (required)")
-	bind.Flags().StringVar(&project, "project", "", "bind for this project only (default: every project)")
+	bind.Flags().StringVar(&project, "scope-project", "", "the one project the binding covers (default: every project); not set by --project or BERTH_PROJECT")
 	bind.Flags().StringVar(&failure, "failure-policy", "fail", "fail or ignore: what a failing module means")
 	bind.Flags().StringVar(&config, "config", "", "JSON configuration, or @FILE")
 	_ = bind.MarkFlagRequired("hook")

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	wasmconf "github.com/berthhq/berth/conformance/wasm"
 	hostwasm "github.com/berthhq/berth/host/wasm"
+	"github.com/berthhq/berth/sdk/client"
 )
 
 func newPolicyCmd(a *app) *cobra.Command {
@@ -18,17 +21,29 @@ func newPolicyCmd(a *app) *cobra.Command {
 		Short: "Test admission policies and read their decisions",
 		RunE:  groupRunE,
 	}
-	var module string
+	var module, recordHook string
+	var record bool
+	var recordLimit int
 	test := &cobra.Command{
-		Use:   "test DIR [--module FILE.wasm]",
+		Use:   "test DIR [--module FILE.wasm] [--record [--limit N] [--hook H]]",
 		Short: "Run a policy's declarative test cases (DIR/policy_test.yaml)",
 		Long: `test runs the cases of DIR/policy_test.yaml against a policy module, locally,
 with the same runtime and limits as the server. The module is --module, else
 the file's module field (relative to DIR), else DIR/policy.wasm. Each case
-gives an input and the decision expected (docs/wasm-abi.md section 8). It exits
-1 when a case fails.`,
+gives an input and the decision expected (docs/wasm-abi.md section 8). Each
+input is first checked against the policy input schema: a field the server
+never sends fails its case, naming the field's path. It exits 1 when a case
+fails.
+
+With --record, nothing is run: the newest decisions of the server (--limit,
+default 50; --hook to keep one hook) made by this module (same digest) are
+added to DIR/policy_test.yaml as exact cases expecting what the module
+answered, with the input the server really sent. The server keeps the inputs
+of its newest decisions in memory only; decisions it no longer keeps are
+counted and left out.`,
 		Example: `  berth policy test examples/policies/require-digest-as
-  berth policy test examples/policies/require-labels --module build/wasm/require-labels.wasm`,
+  berth policy test examples/policies/require-labels --module build/wasm/require-labels.wasm
+  berth policy test examples/policies/require-health-check --module build/wasm/require-health-check.wasm --record --limit 20`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -41,6 +56,9 @@ gives an input and the decision expected (docs/wasm-abi.md section 8). It exits
 				return err
 			}
 			defer closeRT()
+			if record {
+				return a.recordCases(cmd, args[0], m.Digest(), recordHook, recordLimit)
+			}
 			failed := 0
 			for _, r := range suite.Run(ctx, m) {
 				if r.Err != nil {
@@ -58,6 +76,9 @@ gives an input and the decision expected (docs/wasm-abi.md section 8). It exits
 		},
 	}
 	test.Flags().StringVar(&module, "module", "", "the module to test (default: from policy_test.yaml, else DIR/policy.wasm)")
+	test.Flags().BoolVar(&record, "record", false, "add the server's recent decisions by this module as cases, instead of running the cases")
+	test.Flags().IntVar(&recordLimit, "limit", 50, "with --record: how many of the newest decisions to look at, 1 to 1000")
+	test.Flags().StringVar(&recordHook, "hook", "", "with --record: only decisions of this hook")
 	var limit int
 	decisions := &cobra.Command{
 		Use:   "decisions [--limit N]",
@@ -81,7 +102,11 @@ exact input the module saw.`,
 			w := newTable(a.stdout)
 			row(w, "AGE", "SEQ", "HOOK", "PROJECT", "RESULT", "MODULE", "INPUT", "WHY")
 			for _, d := range ds {
-				why := joinOrDash(d.Reasons)
+				why := "-"
+				if len(d.Reasons) > 0 {
+					// A reason may hold commas; "; " keeps reasons apart.
+					why = strings.Join(d.Reasons, "; ")
+				}
 				if d.Error != "" {
 					why = d.Error
 				}
@@ -97,6 +122,43 @@ exact input the module saw.`,
 	decisions.Flags().IntVar(&limit, "limit", 20, "how many, 1 to 1000")
 	cmd.AddCommand(test, decisions)
 	return cmd
+}
+
+// recordCases adds the newest decisions of module (a digest) to dir's cases.
+func (a *app) recordCases(cmd *cobra.Command, dir, module, hook string, limit int) error {
+	ctx := cmd.Context()
+	c, _, err := a.apiClient(cmd)
+	if err != nil {
+		return err
+	}
+	ds, err := c.PolicyDecisions(ctx, limit)
+	if err != nil {
+		return fmt.Errorf("policy test --record: %w", err)
+	}
+	var recs []wasmconf.Recording
+	gone, other := 0, 0
+	for _, d := range ds {
+		if d.ModuleDigest != module || (hook != "" && d.Hook != hook) || (d.Result != "allow" && d.Result != "deny") {
+			other++
+			continue
+		}
+		raw, err := c.PolicyInput(ctx, d.InputSHA256)
+		if client.IsCode(err, "input_not_recorded") {
+			gone++
+			continue
+		} else if err != nil {
+			return fmt.Errorf("policy test --record: input of %s: %w", d.ID, err)
+		}
+		name := fmt.Sprintf("recorded %s %s (%s, %s)", d.Hook, orDash(d.Project), d.Result, d.ID)
+		recs = append(recs, wasmconf.Recording{Name: name, Input: raw, SHA256: d.InputSHA256, Decision: d.Result, Reasons: d.Reasons})
+	}
+	n, err := wasmconf.AppendRecorded(dir, recs)
+	if err != nil {
+		return fmt.Errorf("policy test --record: %w", err)
+	}
+	fmt.Fprintf(a.stdout, "recorded %d new case(s) in %s (%d already there, %d no longer kept by the server, %d of other modules, hooks or errors)\n",
+		n, filepath.Join(dir, wasmconf.CasesFile), len(recs)-n, gone, other)
+	return nil
 }
 
 // loadModule loads a module file into a fresh runtime with the server's

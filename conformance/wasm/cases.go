@@ -24,16 +24,29 @@ type Suite struct {
 	Module string `yaml:"module"`
 	Config any    `yaml:"config"`
 	Cases  []Case `yaml:"cases"`
+	// Exact, when set, makes every case's input hold every field berthd
+	// sends (as recorded inputs do); otherwise fields may be left out. In
+	// both modes a field berthd never sends fails the case, naming its path.
+	Exact bool `yaml:"exact"`
 }
 
 // Case is one recorded request and the decision expected for it. Input is a
-// PolicyInput written in YAML; its actor defaults to {kind: token}, its config
-// to the case's or the suite's Config.
+// PolicyInput written in YAML; its schema_version defaults to
+// abiwasm.InputSchemaVersion, its actor to {kind: token}, its config to the
+// case's or the suite's Config. Before the module sees it, the input is
+// validated against schema/policy_input.json ([InputSchema]).
 type Case struct {
 	Name   string         `yaml:"name"`
 	Input  map[string]any `yaml:"input"`
 	Config any            `yaml:"config"`
 	Expect Expect         `yaml:"expect"`
+	// Exact holds this case's input to every field berthd sends, as
+	// Suite.Exact does for all; recorded cases set it.
+	Exact bool `yaml:"exact"`
+	// Recorded is the input's SHA-256 when the case was recorded from a
+	// berthd's decision (`berth policy test --record`); a decision already
+	// recorded is not added again.
+	Recorded string `yaml:"recorded"`
 }
 
 // Expect is what a case expects. Decision is "allow" or "deny"; each of
@@ -77,21 +90,28 @@ func LoadSuite(dir, moduleOverride string) (*Suite, string, error) {
 	return &s, mod, nil
 }
 
-// Run evaluates every case against m.
+// Run evaluates every case against m. A case whose input does not follow
+// the schema fails without being evaluated (its error wraps ErrInputSchema).
 func (s *Suite) Run(ctx context.Context, m *hostwasm.Module) []CaseResult {
+	schema, err := NewInputSchema()
 	var out []CaseResult
 	for i, c := range s.Cases {
 		name := c.Name
 		if name == "" {
 			name = fmt.Sprintf("case %d", i+1)
 		}
-		out = append(out, CaseResult{Name: name, Err: s.runCase(ctx, m, c)})
+		if err != nil {
+			out = append(out, CaseResult{Name: name, Err: err})
+			continue
+		}
+		out = append(out, CaseResult{Name: name, Err: s.runCase(ctx, m, schema, c)})
 	}
 	return out
 }
 
-func (s *Suite) runCase(ctx context.Context, m *hostwasm.Module, c Case) error {
-	in := map[string]any{"actor": map[string]any{"kind": "token"}, "object": nil, "old_object": nil, "config": s.Config}
+func (s *Suite) runCase(ctx context.Context, m *hostwasm.Module, schema *InputSchema, c Case) error {
+	in := map[string]any{"schema_version": abiwasm.InputSchemaVersion, "actor": map[string]any{"kind": "token"},
+		"object": nil, "old_object": nil, "config": s.Config}
 	if c.Config != nil {
 		in["config"] = c.Config
 	}
@@ -101,6 +121,15 @@ func (s *Suite) runCase(ctx context.Context, m *hostwasm.Module, c Case) error {
 	raw, err := json.Marshal(in)
 	if err != nil {
 		return fmt.Errorf("encode input: %w", err)
+	}
+	exact := s.Exact || c.Exact
+	if c.Expect.Error == "" || exact {
+		// A case expecting the error convention may feed the module what
+		// berthd never would (an unknown hook); every other input must be
+		// one berthd could send.
+		if err := schema.Validate(raw, !exact); err != nil {
+			return fmt.Errorf("input: %w", err)
+		}
 	}
 	out, err := m.EvaluateJSON(ctx, raw)
 	if c.Expect.Error != "" {

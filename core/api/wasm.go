@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -34,6 +35,7 @@ func (s *Server) registerWasm(v1 *echo.Group) {
 	v1.GET("/policy-bindings", s.listBindings, s.auth(identity.ScopeAdmin))
 	v1.DELETE("/policy-bindings/:id", s.unbindPolicy, s.auth(identity.ScopeAdmin))
 	v1.GET("/policy-decisions", s.listDecisions, s.auth(identity.ScopeAdmin))
+	v1.GET("/policy-inputs/:sha256", s.recordedInput, s.auth(identity.ScopeAdmin))
 }
 
 // addReasons puts a policy denial's reasons into a problem body.
@@ -188,6 +190,25 @@ func (s *Server) listDecisions(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"items": ds})
+}
+
+// recordedInput answers GET /policy-inputs/{sha256}: the exact input of a
+// recent decision on this berthd (docs/wasm-abi.md section 8), or 404
+// input_not_recorded.
+func (s *Server) recordedInput(c echo.Context) error {
+	e, err := s.policyEngine()
+	if err != nil {
+		return err
+	}
+	sum := c.Param("sha256")
+	if len(sum) != 64 || strings.Trim(sum, "0123456789abcdef") != "" {
+		return problem(abierrors.BadRequest, "the digest is 64 lower-case hex digits (a decision's input_sha256)")
+	}
+	raw, err := e.RecordedInput(sum)
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, raw)
 }
 
 // admit runs the bindings of hook for project and turns a denial into

@@ -10,10 +10,28 @@ import (
 	"github.com/berthhq/berth/core/services"
 )
 
-// ServiceObject is s as policies see it (abiwasm.Service).
+// ServiceObject is s as policies see it (abiwasm.Service): every field the
+// API accepts, with defaults spelled out ("portable", "process", "local"), so
+// a policy never has to guess what an absent field means (docs/wasm-abi.md
+// section 5.2).
 func ServiceObject(s *services.Service) abiwasm.Service {
 	o := abiwasm.Service{Project: s.Project, Name: s.Name, Revision: s.Revision, Bundle: s.Bundle, BundleDigest: s.BundleDigest,
-		Command: s.Command, Env: s.Env, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas, CapacityUnits: s.CapacityUnits, Labels: s.Labels}
+		Image: s.Image, Command: s.Command, Env: s.Env, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas,
+		CapacityUnits: s.CapacityUnits, Labels: s.Labels,
+		HealthCheck: abiwasm.HealthCheck{Path: s.HealthCheck.Path, IntervalS: s.HealthCheck.IntervalS,
+			TimeoutS: s.HealthCheck.TimeoutS, Failures: s.HealthCheck.Failures},
+		PlacementMode: services.PlacementPortable, Runtime: "process",
+		User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis}
+	if s.Runtime != "" {
+		o.Runtime = s.Runtime
+	}
+	if s.Stateful() {
+		o.PlacementMode = services.PlacementStateful
+		o.Lease = &abiwasm.Lease{Mode: "local", DurationMS: s.LeaseDurationMS}
+		if s.LeaseMode != "" {
+			o.Lease.Mode = s.LeaseMode
+		}
+	}
 	if o.Command == nil {
 		o.Command = []string{}
 	}

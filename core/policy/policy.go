@@ -161,6 +161,8 @@ type Engine struct {
 
 	mu   sync.Mutex
 	memo map[string]memoEntry // by binding id + input hash; mu must be held
+
+	recent inputRing // the newest inputs, for RecordedInput
 }
 
 type memoEntry struct {
@@ -436,6 +438,7 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 	if err := cur.All(ctx, &bs); err != nil {
 		return Verdict{}, fmt.Errorf("read policy bindings: %w", err)
 	}
+	in.SchemaVersion = abiwasm.InputSchemaVersion
 	v := Verdict{Allowed: true}
 	for _, b := range bs {
 		if b.Project != "" && b.Project != project {
@@ -451,6 +454,7 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 		}
 		sum := sha256.Sum256(raw)
 		inputHash := hex.EncodeToString(sum[:])
+		e.recent.put(inputHash, raw)
 		out, evalErr, cached := e.evaluate(ctx, b, raw, inputHash)
 		d := Decision{ID: identity.NewID("pdc_"), Hook: in.Hook, BindingID: b.ID, ModuleDigest: b.ModuleDigest,
 			InputSHA256: inputHash, Project: project, At: e.cfg.Now().UTC()}

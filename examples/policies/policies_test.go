@@ -6,7 +6,9 @@ package policies
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	wasmconf "github.com/berthhq/berth/conformance/wasm"
@@ -14,7 +16,7 @@ import (
 	"github.com/berthhq/berth/internal/wasmtest"
 )
 
-var goExamples = []string{"require-digest", "require-labels", "cap-replicas", "domain-zones"}
+var goExamples = []string{"require-digest", "require-labels", "cap-replicas", "domain-zones", "require-health-check"}
 
 func TestExamples(t *testing.T) {
 	ctx := context.Background()
@@ -60,5 +62,33 @@ func TestExamples(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUnknownFieldFailsCase: a case whose input holds a field berthd never
+// sends (here "health" for health_check) fails naming the field and its
+// path, instead of passing against a shape the live policy never sees.
+func TestUnknownFieldFailsCase(t *testing.T) {
+	ctx := context.Background()
+	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	m, err := rt.Load(ctx, wasmtest.BuildGo(t, "examples/policies/require-health-check"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	suite := &wasmconf.Suite{Cases: []wasmconf.Case{{
+		Name:   "a misspelt field",
+		Input:  map[string]any{"hook": "service.apply", "object": map[string]any{"name": "web", "domains": []any{"web.localhost"}, "health": map[string]any{"path": "/"}}},
+		Expect: wasmconf.Expect{Decision: "allow"},
+	}}}
+	rs := suite.Run(ctx, m)
+	if len(rs) != 1 || rs[0].Err == nil {
+		t.Fatalf("results %+v; want the case to fail", rs)
+	}
+	if !errors.Is(rs[0].Err, wasmconf.ErrInputSchema) || !strings.Contains(rs[0].Err.Error(), `at /object: unknown field "health"`) {
+		t.Errorf("error %v; want the unknown field named with its path", rs[0].Err)
 	}
 }

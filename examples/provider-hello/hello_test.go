@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/berthhq/berth/conformance"
@@ -61,5 +62,20 @@ func TestBrokenTwinFails(t *testing.T) {
 	}
 	if got := r.Skipped(); len(got) != 0 {
 		t.Errorf("skipped cases = %v, want none", got)
+	}
+	// Each failure says once what the suite did, expected and got.
+	for _, c := range r.Results {
+		if c.Status != conformance.Failed {
+			continue
+		}
+		for _, m := range c.Messages {
+			lines := strings.Split(m, "\n")
+			if len(lines) != 3 || !strings.HasPrefix(lines[0], "did:  ") || !strings.HasPrefix(lines[1], "want: ") || !strings.HasPrefix(lines[2], "got:  ") {
+				t.Errorf("%s: failure %q is not did/want/got", c.Name, m)
+			}
+			if strings.Count(m, "not_found: ") > 1 {
+				t.Errorf("%s: failure %q repeats itself", c.Name, m)
+			}
+		}
 	}
 }

@@ -1,6 +1,8 @@
 // Command provider-hello is the example provider plugin: a thin main around
 // package hello. Build it, list it in plugins.json, and check it with
-// `berth conformance plugin ./provider-hello --kind provider --args --state-dir,DIR`.
+//
+//	go build -o provider-hello ./examples/provider-hello
+//	berth conformance plugin ./provider-hello --arg=--state-dir --arg={state} --config examples/provider-hello/config.json
 package main
 
 import (

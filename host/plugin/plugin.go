@@ -440,6 +440,8 @@ func (s *supervisor) launch(ctx context.Context) (*goplugin.Client, any, error) 
 		SyncStdout:       &lineLogger{l: s.log, stream: "stdout"},
 		SyncStderr:       &lineLogger{l: s.log, stream: "stderr"},
 	}
+	tail := &StderrTail{}
+	cc.Stderr = tail
 	if dl, ok := ctx.Deadline(); ok {
 		cc.StartTimeout = time.Until(dl)
 	}
@@ -453,7 +455,14 @@ func (s *supervisor) launch(ctx context.Context) (*goplugin.Client, any, error) 
 	}
 	rpc, err := client.Client()
 	if err != nil {
-		return fail("start", err)
+		// Kill waits for go-plugin's goroutines, among them the one that
+		// waited for the process, so ProcessState is set once it returns.
+		client.Kill()
+		le := &LaunchError{Binary: s.cfg.Path, Args: s.cfg.Args, Stderr: tail.Lines(), Err: err}
+		if ps := cmd.ProcessState; ps != nil {
+			le.Exit = ps.String()
+		}
+		return fail("start", le)
 	}
 	raw, err := rpc.Dispense(s.spec.name)
 	if err != nil {

@@ -507,3 +507,36 @@ func TestGatewayListenFailure(t *testing.T) {
 		return strings.Contains(logs.String(), "cannot listen on "+ln.Addr().String())
 	})
 }
+
+// TestLaunchErrorCarriesStderr: a plugin that exits at start is reported
+// with its own message and exit status, not go-plugin's guess.
+func TestLaunchErrorCarriesStderr(t *testing.T) {
+	t.Parallel()
+	logger, _ := testLogger(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = plugin.LaunchProvider(ctx, plugin.Config{
+		Name:   "gateway",
+		Path:   filepath.Join(binDir, "berth-plugin-gateway"),
+		Args:   []string{"--listen", ln.Addr().String()},
+		Logger: logger,
+	})
+	var le *plugin.LaunchError
+	if !errors.As(err, &le) {
+		t.Fatalf("LaunchProvider on a busy port: %v; want a *plugin.LaunchError", err)
+	}
+	if !strings.HasPrefix(le.Exit, "exit status ") {
+		t.Errorf("Exit = %q, want the process's exit status", le.Exit)
+	}
+	if !strings.Contains(err.Error(), "cannot listen on "+ln.Addr().String()) {
+		t.Errorf("the error does not carry the plugin's stderr: %v", err)
+	}
+	if strings.Contains(err.Error(), "architecture") || strings.Contains(err.Error(), "Unrecognized remote plugin message") {
+		t.Errorf("the error repeats go-plugin's guess: %v", err)
+	}
+}

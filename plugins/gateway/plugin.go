@@ -46,9 +46,26 @@ func (p *Plugin) Describe(context.Context) (*provider.DescribeResponse, error) {
 		Version:     Version,
 		APIVersions: []int{provider.APIVersion},
 		Capabilities: provider.Capabilities{
-			ResourceTypes: []provider.ResourceType{{Name: routes.ResourceType, Variants: []string{"http"}}},
+			ResourceTypes: []provider.ResourceType{{
+				Name: routes.ResourceType, Variants: []string{"http"},
+				ExampleID: routes.ResourceID, ExampleAttributes: exampleTables(),
+			}},
 		},
 	}, nil
+}
+
+// exampleTables are two valid route tables (one route to a discard port, at
+// two revisions), the states authors' tools check when given none.
+func exampleTables() []json.RawMessage {
+	var out []json.RawMessage
+	for i, addr := range []string{"127.0.0.1:9", "127.0.0.1:10"} {
+		raw, _ := json.Marshal(routes.Table{Revision: int64(i + 1), Routes: []routes.Route{{ // plain structs: cannot fail
+			Hostname: "conformance.test", Project: "prj_conformance", Service: "web",
+			Upstreams: []routes.Upstream{{WorkloadID: "wl_conformance", Address: addr, Healthy: true}},
+		}}})
+		out = append(out, raw)
+	}
+	return out
 }
 
 // ValidateConfig implements provider.Provider. The gateway takes its listen

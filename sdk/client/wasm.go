@@ -136,6 +136,17 @@ func (c *Client) PolicyDecisions(ctx context.Context, limit int) ([]PolicyDecisi
 	return out.Items, nil
 }
 
+// PolicyInput returns the exact input of a recent decision by its
+// InputSHA256 (GET /policy-inputs/{sha256}), as berthd keeps it in memory;
+// an input it no longer keeps is an error of code input_not_recorded.
+func (c *Client) PolicyInput(ctx context.Context, sha256 string) (json.RawMessage, error) {
+	var out json.RawMessage
+	if err := c.do(ctx, http.MethodGet, "/policy-inputs/"+pathEscape(sha256), nil, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // Routes returns the route table in force (GET /routes).
 func (c *Client) Routes(ctx context.Context) (*RouteStatus, error) {
 	var out RouteStatus

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/sdk/guard"
@@ -31,15 +32,25 @@ const Version = "1.0.0"
 
 // Greeting is the attributes of a hello.greeting resource.
 type Greeting struct {
-	Message string `json:"message"`        // required, at most 200 bytes
+	Message string `json:"message"`        // required, at most Config.MaxMessageBytes
 	Loud    bool   `json:"loud,omitempty"` // reports whether Message is stored in upper case
 }
+
+// Config is the plugin's configuration (its catalog entry's "config").
+// MaxMessageBytes bounds a greeting's message, 1 to 200; zero means 200.
+type Config struct {
+	MaxMessageBytes int `json:"max_message_bytes,omitempty"`
+}
+
+// maxMessage is the largest message a greeting may hold.
+const maxMessage = 200
 
 // Provider keeps greetings as files under its state directory. Safe for
 // concurrent use; every mutation runs under sdk/guard.Mutate.
 type Provider struct {
-	dir    string
-	guards *guard.Guards
+	dir      string
+	guards   *guard.Guards
+	maxBytes atomic.Int64 // set by Configure; 0 means maxMessage
 	// trimOnApply is the deliberate fault of [WithTrimOnApply].
 	trimOnApply bool
 }
@@ -57,7 +68,10 @@ type Option func(*Provider)
 // host catch such a plugin; a real provider never uses it.
 func WithTrimOnApply() Option { return func(p *Provider) { p.trimOnApply = true } }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider   = (*Provider)(nil)
+	_ provider.Configurer = (*Provider)(nil)
+)
 
 // New returns a provider keeping its greetings and its fencing and
 // idempotency records under stateDir (created 0700).
@@ -85,30 +99,68 @@ func (p *Provider) Describe(context.Context) (*provider.DescribeResponse, error)
 	return &provider.DescribeResponse{
 		Name: "hello", Version: Version, APIVersions: []int{provider.APIVersion},
 		Capabilities: provider.Capabilities{
-			ResourceTypes: []provider.ResourceType{{Name: ResourceType}},
-			DurableState:  true,
+			ResourceTypes: []provider.ResourceType{{
+				Name: ResourceType,
+				// Two valid states of one greeting: what `berth conformance
+				// plugin` checks when it is given no --samples.
+				ExampleID: "world",
+				ExampleAttributes: []json.RawMessage{
+					json.RawMessage(`{"message":"hello, world"}`),
+					json.RawMessage(`{"message":"goodbye","loud":true}`),
+				},
+			}},
+			DurableState: true,
 		},
 	}, nil
 }
 
-// ValidateConfig implements provider.Provider: the configuration must be an
-// empty JSON object.
+// ValidateConfig implements provider.Provider: the configuration must be a
+// JSON object of [Config], with no other field.
 func (p *Provider) ValidateConfig(_ context.Context, req *provider.ConfigRequest) (*provider.ValidateConfigResponse, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(req.Config, &obj); err != nil {
-		return &provider.ValidateConfigResponse{Problems: []string{"config must be a JSON object"}}, nil
+	if _, err := parseConfig(req.Config); err != nil {
+		return &provider.ValidateConfigResponse{Problems: []string{err.Error()}}, nil
 	}
-	var problems []string
-	for k := range obj {
-		problems = append(problems, fmt.Sprintf("unknown config field %q", k))
+	return &provider.ValidateConfigResponse{}, nil
+}
+
+// Configure implements provider.Configurer: it takes the configuration
+// ValidateConfig accepted.
+func (p *Provider) Configure(_ context.Context, req *provider.ConfigRequest) error {
+	c, err := parseConfig(req.Config)
+	if err != nil {
+		return abierrors.Wrap(abierrors.ValidationFailed, "configure", err)
 	}
-	return &provider.ValidateConfigResponse{Problems: problems}, nil
+	p.maxBytes.Store(int64(c.MaxMessageBytes))
+	return nil
+}
+
+func parseConfig(raw json.RawMessage) (Config, error) {
+	var c Config
+	if len(bytes.TrimSpace(raw)) == 0 || bytes.TrimSpace(raw)[0] != '{' {
+		return c, errors.New("config must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	if c.MaxMessageBytes < 0 || c.MaxMessageBytes > maxMessage {
+		return c, fmt.Errorf("config: max_message_bytes must be 1 to %d (0 for %d)", maxMessage, maxMessage)
+	}
+	return c, nil
+}
+
+func (p *Provider) limit() int {
+	if n := p.maxBytes.Load(); n > 0 {
+		return int(n)
+	}
+	return maxMessage
 }
 
 var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // canonical checks r and returns it as Apply will store it.
-func canonical(r provider.Resource) (provider.Resource, error) {
+func (p *Provider) canonical(r provider.Resource) (provider.Resource, error) {
 	if r.Type != ResourceType {
 		return provider.Resource{}, abierrors.New(abierrors.ValidationFailed, "hello manages only "+ResourceType)
 	}
@@ -121,8 +173,8 @@ func canonical(r provider.Resource) (provider.Resource, error) {
 	if err := dec.Decode(&g); err != nil {
 		return provider.Resource{}, abierrors.Wrap(abierrors.ValidationFailed, "attributes do not decode", err)
 	}
-	if g.Message == "" || len(g.Message) > 200 {
-		return provider.Resource{}, abierrors.New(abierrors.ValidationFailed, "message: want 1 to 200 bytes")
+	if g.Message == "" || len(g.Message) > p.limit() {
+		return provider.Resource{}, abierrors.New(abierrors.ValidationFailed, fmt.Sprintf("message: want 1 to %d bytes", p.limit()))
 	}
 	if g.Loud {
 		g.Message = strings.ToUpper(g.Message)
@@ -133,7 +185,7 @@ func canonical(r provider.Resource) (provider.Resource, error) {
 
 // Plan implements provider.Provider.
 func (p *Provider) Plan(_ context.Context, req *provider.PlanRequest) (*provider.PlanResponse, error) {
-	planned, err := canonical(req.Desired)
+	planned, err := p.canonical(req.Desired)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +238,7 @@ func (p *Provider) Delete(ctx context.Context, req *provider.DeleteRequest) (*pr
 // Put stores a planned greeting (the effect of Apply, without the guards)
 // and returns the stored state.
 func (p *Provider) Put(planned provider.Resource) (provider.Resource, error) {
-	state, err := canonical(planned)
+	state, err := p.canonical(planned)
 	if err != nil {
 		return provider.Resource{}, err
 	}

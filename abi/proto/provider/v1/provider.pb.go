@@ -152,9 +152,16 @@ type ResourceType struct {
 	// e.g. "gateway.route_table", "dns.record".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Kinds within the type, e.g. a DNS provider's record types ("A", "TXT").
-	Variants      []string `protobuf:"bytes,2,rep,name=variants,proto3" json:"variants,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Variants []string `protobuf:"bytes,2,rep,name=variants,proto3" json:"variants,omitempty"`
+	// An id of a resource of this type that example_attributes fit; empty when
+	// the type declares no examples.
+	ExampleId string `protobuf:"bytes,3,opt,name=example_id,json=exampleId,proto3" json:"example_id,omitempty"`
+	// Attributes (each a JSON object) of valid desired states of the resource
+	// example_id, all different; at least two when given. Authors' tools
+	// (`berth conformance plugin` without --samples) use the first two.
+	ExampleAttributes [][]byte `protobuf:"bytes,4,rep,name=example_attributes,json=exampleAttributes,proto3" json:"example_attributes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ResourceType) Reset() {
@@ -197,6 +204,20 @@ func (x *ResourceType) GetName() string {
 func (x *ResourceType) GetVariants() []string {
 	if x != nil {
 		return x.Variants
+	}
+	return nil
+}
+
+func (x *ResourceType) GetExampleId() string {
+	if x != nil {
+		return x.ExampleId
+	}
+	return ""
+}
+
+func (x *ResourceType) GetExampleAttributes() [][]byte {
+	if x != nil {
+		return x.ExampleAttributes
 	}
 	return nil
 }
@@ -669,10 +690,13 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\fcapabilities\x18\x04 \x01(\v2\x1f.berth.provider.v1.CapabilitiesR\fcapabilities\"{\n" +
 	"\fCapabilities\x12F\n" +
 	"\x0eresource_types\x18\x01 \x03(\v2\x1f.berth.provider.v1.ResourceTypeR\rresourceTypes\x12#\n" +
-	"\rdurable_state\x18\x02 \x01(\bR\fdurableState\">\n" +
+	"\rdurable_state\x18\x02 \x01(\bR\fdurableState\"\x8c\x01\n" +
 	"\fResourceType\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
-	"\bvariants\x18\x02 \x03(\tR\bvariants\"N\n" +
+	"\bvariants\x18\x02 \x03(\tR\bvariants\x12\x1d\n" +
+	"\n" +
+	"example_id\x18\x03 \x01(\tR\texampleId\x12-\n" +
+	"\x12example_attributes\x18\x04 \x03(\fR\x11exampleAttributes\"N\n" +
 	"\bResource\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1e\n" +

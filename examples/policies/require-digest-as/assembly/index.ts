@@ -4,7 +4,7 @@
 // or image is not named by its digest.
 
 const ABI_MAJOR: i32 = 1;
-const ABI_MINOR: i32 = 0;
+const ABI_MINOR: i32 = 1;
 
 // ---- ABI exports (docs/wasm-abi.md section 2) ----
 
@@ -21,7 +21,7 @@ export function deallocate(ptr: i32, size: i32): void {
 }
 
 export function berth_metadata(): i64 {
-  return answer('{"kind":"policy","abi_major":1,"abi_minor":0,"name":"require-digest-as","version":"1.0.0"}');
+  return answer('{"kind":"policy","abi_major":1,"abi_minor":1,"name":"require-digest-as","version":"1.0.0"}');
 }
 
 export function policy_evaluate(ptr: i32, len: i32): i64 {
@@ -34,17 +34,18 @@ export function policy_evaluate(ptr: i32, len: i32): i64 {
   const hook = input.str("hook");
   let svc: Value | null = null;
   if (hook == "service.apply") {
-    svc = input.get("object");
+    const a = serviceApplyInput(input);
+    if (a != null) svc = a.service;
   } else if (hook == "deploy") {
-    const placement = input.get("object");
-    if (placement != null) svc = placement.get("service");
+    const d = deployInput(input);
+    if (d != null) svc = d.service;
   } else if (hook == "service.delete" || hook == "node.enroll") {
     return answer('{"decision":"allow"}');
   } else {
     return answer('{"error":{"code":"unsupported","message":"unknown hook ' + escape(hook) + '"}}');
   }
-  if (svc == null || svc.kind != OBJ) {
-    return answer('{"error":{"code":"bad_input","message":"object is not a service"}}');
+  if (svc == null) {
+    return answer('{"error":{"code":"bad_input","message":"the input of hook ' + escape(hook) + ' carries no service"}}');
   }
   const reasons = new Array<string>();
   const bundle = svc.str("bundle");
@@ -62,6 +63,71 @@ export function policy_evaluate(ptr: i32, len: i32): i64 {
     out += '"' + escape(reasons[i]) + '"';
   }
   return answer(out + "]}");
+}
+
+// ---- typed helpers for every hook (docs/wasm-abi.md section 5.1), as sdk/wasm has for Go ----
+// Each returns null when the input is of another hook or lacks the objects
+// its hook always carries.
+
+// ServiceApply is a service.apply input: the service as it would be stored,
+// and the stored one (null for a new service).
+class ServiceApply {
+  service: Value;
+  old: Value | null;
+  constructor(service: Value, old: Value | null) {
+    this.service = service;
+    this.old = old;
+  }
+}
+
+// Placement is a deploy input: the service, the slot about to start and the
+// chosen node.
+class Placement {
+  service: Value;
+  slot: i32;
+  node: Value;
+  constructor(service: Value, slot: i32, node: Value) {
+    this.service = service;
+    this.slot = slot;
+    this.node = node;
+  }
+}
+
+function objectAt(v: Value | null, key: string): Value | null {
+  if (v == null) return null;
+  const o = v.get(key);
+  if (o == null || o.kind != OBJ) return null;
+  return o;
+}
+
+function serviceApplyInput(input: Value): ServiceApply | null {
+  if (input.str("hook") != "service.apply") return null;
+  const svc = objectAt(input, "object");
+  if (svc == null) return null;
+  return new ServiceApply(svc, objectAt(input, "old_object"));
+}
+
+// serviceDeleteInput returns the stored service about to be deleted.
+function serviceDeleteInput(input: Value): Value | null {
+  if (input.str("hook") != "service.delete") return null;
+  return objectAt(input, "old_object");
+}
+
+// nodeEnrollInput returns the enrolling node.
+function nodeEnrollInput(input: Value): Value | null {
+  if (input.str("hook") != "node.enroll") return null;
+  return objectAt(input, "object");
+}
+
+function deployInput(input: Value): Placement | null {
+  if (input.str("hook") != "deploy") return null;
+  const p = objectAt(input, "object");
+  const svc = objectAt(p, "service");
+  const node = objectAt(p, "node");
+  if (p == null || svc == null || node == null) return null;
+  const slot = p.get("slot");
+  if (slot == null || slot.kind != SCALAR) return null;
+  return new Placement(svc, <i32>parseInt(slot.text, 10), node);
 }
 
 // answer copies s as UTF-8 into memory the host gives back with deallocate,

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/berthhq/berth/conformance"
+	"github.com/berthhq/berth/internal/wasmtest"
+)
+
+// TestConformancePluginLaunchFailure runs `berth conformance plugin` on a
+// provider that exits at start (provider-hello without its --state-dir) and
+// expects the plugin's own message and exit status once, then one skip line
+// per case, and none of go-plugin's guesses.
+func TestConformancePluginLaunchFailure(t *testing.T) {
+	t.Parallel()
+	bin := conformance.BuildPlugin(t, "github.com/berthhq/berth/examples/provider-hello")
+	out, errOut, code := newCLI(t).run("", "conformance", "plugin", bin,
+		"--samples", "../../examples/provider-hello/samples.json")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	const said = "provider-hello: hello: a state directory is required"
+	if n := strings.Count(out, said); n != 1 {
+		t.Errorf("the plugin's message %q appears %d times, want once:\n%s", said, n, out)
+	}
+	if n := strings.Count(out, "exit status 1"); n != 1 {
+		t.Errorf("the exit status appears %d times, want once:\n%s", n, out)
+	}
+	if strings.Contains(out, "Unrecognized remote plugin message") || strings.Contains(out, "architecture") {
+		t.Errorf("go-plugin's diagnosis is shown:\n%s", out)
+	}
+	if !strings.Contains(out, "FAIL launch") {
+		t.Errorf("no failed launch case:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	skips := 0
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "SKIP ") {
+			continue
+		}
+		skips++
+		if i+1 >= len(lines) || !strings.Contains(lines[i+1], "the plugin did not start") ||
+			(i+2 < len(lines) && strings.HasPrefix(lines[i+2], "    ")) {
+			t.Errorf("case %q is not skipped with exactly one line:\n%s", l, out)
+		}
+	}
+	if want := len(conformance.ProviderCaseNames()); skips != want {
+		t.Errorf("%d cases skipped, want %d (every case after launch):\n%s", skips, want, out)
+	}
+	if len(lines) > 3*len(conformance.ProviderCaseNames())+10 {
+		t.Errorf("the report has %d lines; a failed launch should be short:\n%s", len(lines), out)
+	}
+}
+
+// TestConformancePluginConfigAndExamples runs `berth conformance plugin
+// --config` on provider-hello without --samples: the suite takes the samples
+// from the plugin's Describe, says so, and passes; a configuration the
+// plugin's Configure makes too strict for those samples fails, which shows
+// the file reaches ValidateConfig and Configure.
+func TestConformancePluginConfigAndExamples(t *testing.T) {
+	t.Parallel()
+	bin := conformance.BuildPlugin(t, "github.com/berthhq/berth/examples/provider-hello")
+	dir := t.TempDir()
+	junit := filepath.Join(dir, "report.xml")
+	out, errOut, code := newCLI(t).run("", "conformance", "plugin", bin, "--arg=--state-dir", "--arg={state}",
+		"--config", "../../examples/provider-hello/config.json", "--junit", junit)
+	if code != 0 {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "no samples were given: the suite uses the first two examples Describe declares for hello.greeting (id world)") {
+		t.Errorf("the report does not say where the samples came from:\n%s", out)
+	}
+	if !strings.Contains(out, fmt.Sprintf("%d passed, 0 failed, 0 skipped", len(conformance.ProviderCaseNames())+1)) {
+		t.Errorf("not every case passed:\n%s", out)
+	}
+	if raw, err := os.ReadFile(junit); err != nil || !strings.Contains(string(raw), `<testcase name="validate_config"`) {
+		t.Errorf("JUnit report: %v\n%s", err, raw)
+	}
+
+	strict := filepath.Join(dir, "strict.json")
+	if err := os.WriteFile(strict, []byte(`{"max_message_bytes": 5}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = newCLI(t).run("", "conformance", "plugin", bin, "--arg", "--state-dir", "--arg", "{state}", "--config", strict)
+	if code != 1 || !strings.Contains(out, "message: want 1 to 5 bytes") {
+		t.Errorf("with max_message_bytes 5: exit %d, want 1 and the plugin's refusal of the samples:\n%s", code, out)
+	}
+
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"colour": "red"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = newCLI(t).run("", "conformance", "plugin", bin, "--arg=--state-dir", "--arg={state}", "--config", bad)
+	if code != 1 || !strings.Contains(out, `unknown field \"colour\"`) && !strings.Contains(out, `unknown field "colour"`) {
+		t.Errorf("with an unknown config field: exit %d, want 1 and the plugin's problem:\n%s", code, out)
+	}
+}
+
+// TestPolicyTestUnknownField: `berth policy test` fails a case whose input
+// holds a field the server never sends, naming the field and its path, even
+// though the module would have allowed it.
+func TestPolicyTestUnknownField(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "policy.wasm"), wasmtest.Policy(wasmtest.PolicyOptions{Name: "allow-all"}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := `cases:
+  - name: known fields
+    input: {hook: service.apply, object: {name: web, health_check: {path: /healthz}}}
+    expect: {decision: allow}
+  - name: a misspelt field
+    input: {hook: service.apply, object: {name: web, health: {path: /healthz}}}
+    expect: {decision: allow}
+`
+	if err := os.WriteFile(filepath.Join(dir, "policy_test.yaml"), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := newCLI(t).run("", "policy", "test", dir)
+	if code != 1 || !strings.Contains(out, "ok    known fields") ||
+		!strings.Contains(out, `FAIL  a misspelt field: input: the input does not follow schema/policy_input.json 1.1: at /object: unknown field "health"`) {
+		t.Errorf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
