@@ -24,6 +24,12 @@
 // workload and deduplicated by idempotency key through sdk/guard, with their
 // records under StateDir/fence and StateDir/idempotency.
 //
+// Process groups: Stop signals the workload's whole process group (its
+// leader's pid, persisted in the record and the handle), and a workload counts
+// as stopped only when no live member of the group is left, so children a
+// killed leader left behind are ended too. A Start that replaces an exited
+// run first kills what is left of the old group (group.go).
+//
 // Stop is also how the agent forgets a workload: once the workload has exited,
 // Stop removes its record and returns the final state; a later Stop or Inspect
 // of that id returns ErrNotFound, which callers treat as success. A workload
@@ -203,7 +209,8 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 
 // Start implements runtime.Driver. A running workload with the same id is
 // returned as it is (the request is not compared); an exited one is replaced by
-// a new process. Errors wrap ErrInvalidRequest for a request that cannot run.
+// a new process once nothing of its process group is left (an old group that
+// outlives SIGKILL fails the Start). Errors wrap ErrInvalidRequest for a request that cannot run.
 func (d *Driver) Start(ctx context.Context, req *runtime.StartRequest) (*runtime.StartResponse, error) {
 	if req == nil {
 		return nil, fmt.Errorf("start workload: no request: %w", ErrInvalidRequest)
@@ -235,7 +242,18 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		maxBytes = DefaultLogMaxBytes
 	}
 
+	// A restart in place first makes sure nothing of the previous run is
+	// left: its leader has exited, but children it left in its group would
+	// otherwise run beside the new process.
 	d.mu.Lock()
+	if w, ok := d.workloads[id]; ok && !d.refreshLocked(w) {
+		pgid, ticks := w.rec.pgid(), w.rec.StartTicks
+		d.mu.Unlock()
+		if err := killGroup(ctx, pgid, ticks); err != nil {
+			return nil, fmt.Errorf("start workload %s: clear the previous run's process group %d: %w", id, pgid, err)
+		}
+		d.mu.Lock()
+	}
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, fmt.Errorf("start workload %s: %w", id, errClosed)
@@ -294,6 +312,7 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 			Version:     recordVersion,
 			WorkloadID:  id,
 			PID:         pid,
+			PGID:        pid, // Setsid: the leader's pid is the group's id
 			StartTicks:  st.StartTicks,
 			Command:     slices.Clone(req.Command),
 			StartedAt:   time.Now().UTC(),
@@ -391,10 +410,12 @@ func (d *Driver) List(ctx context.Context) ([]*runtime.WorkloadState, error) {
 }
 
 // Stop implements runtime.Driver: SIGTERM to the workload's process group, up
-// to Timeout (zero means DefaultStopTimeout) for the process to exit, then
-// SIGKILL to the group; StopForced sends SIGKILL at once. Once the process has exited
-// any remaining members of its group are killed, the record is removed and the
-// final state returned. An unknown id returns an error wrapping
+// to Timeout (zero means DefaultStopTimeout) for every member of the group to
+// exit, then SIGKILL to the group; StopForced sends SIGKILL at once. This
+// holds also when the leader has already exited and only its children are
+// left. A group that outlives SIGKILL for 5 s fails the Stop and keeps the
+// record. Once the group is empty the record is removed and the final state
+// returned. An unknown id returns an error wrapping
 // runtime.ErrNotFound. If ctx ends first the workload keeps its record and
 // ctx's error is returned.
 func (d *Driver) Stop(ctx context.Context, req *runtime.StopRequest) (*runtime.StopResponse, error) {
@@ -414,31 +435,26 @@ func (d *Driver) stopWorkload(ctx context.Context, req *runtime.StopRequest) (*r
 		d.mu.Unlock()
 		return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, runtime.ErrNotFound)
 	}
-	running := d.refreshLocked(w)
-	pid, ticks := w.rec.PID, w.rec.StartTicks
+	d.refreshLocked(w)
+	pid, pgid, ticks := w.rec.PID, w.rec.pgid(), w.rec.StartTicks
 	d.mu.Unlock()
 
-	if running {
+	// The whole group is stopped, not only its leader: a leader that died
+	// (or was killed -9) leaves its children behind in the group.
+	if groupAlive(pgid, ticks) {
 		timeout := req.Timeout
 		if timeout <= 0 {
 			timeout = DefaultStopTimeout
 		}
 		if req.Mode != runtime.StopForced {
-			signalGroup(pid, ticks, syscall.SIGTERM)
-			if err := waitExit(ctx, w, pid, ticks, timeout); err != nil && ctx.Err() != nil {
+			signalWorkloadGroup(pgid, ticks, syscall.SIGTERM)
+			if err := waitGroupGone(ctx, pgid, ticks, timeout); err != nil && ctx.Err() != nil {
 				return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, err)
 			}
 		}
-		if alive(pid, ticks) {
-			signalGroup(pid, ticks, syscall.SIGKILL)
-			if err := waitExit(ctx, w, pid, ticks, killWait); err != nil {
-				return nil, fmt.Errorf("stop workload %s: process %d survived SIGKILL: %w", req.WorkloadID, pid, err)
-			}
+		if err := killGroup(ctx, pgid, ticks); err != nil {
+			return nil, fmt.Errorf("stop workload %s: process group %d: %w", req.WorkloadID, pgid, err)
 		}
-		// The leader has just exited; its process group id cannot have been
-		// reused while members remain, so this only reaches the workload's
-		// own leftovers.
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	d.awaitReap(ctx, w)
 
@@ -455,39 +471,6 @@ func (d *Driver) stopWorkload(ctx context.Context, req *runtime.StopRequest) (*r
 	}
 	d.log.Info("stopped workload", "workload", req.WorkloadID, "pid", pid, "exit_code", st.ExitCode)
 	return &runtime.StopResponse{State: st}, nil
-}
-
-// signalGroup signals the process group of pid after checking that pid is still
-// the workload's process (not a reused pid).
-func signalGroup(pid int, ticks uint64, sig syscall.Signal) {
-	if alive(pid, ticks) {
-		_ = syscall.Kill(-pid, sig)
-	}
-}
-
-// waitExit waits until the workload's process has exited, watching /proc (and
-// the reaper when the driver owns the process), for at most timeout.
-func waitExit(ctx context.Context, w *workload, pid int, ticks uint64, timeout time.Duration) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(procPollInterval)
-	defer tick.Stop()
-	var done <-chan struct{}
-	if w.done != nil {
-		done = w.done
-	}
-	for alive(pid, ticks) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("process %d still running after %s", pid, timeout)
-		case <-done:
-			return nil
-		case <-tick.C:
-		}
-	}
-	return nil
 }
 
 // awaitReap waits briefly for this driver's reaper to record the exit code of

@@ -1,0 +1,129 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// A workload is started with Setsid, so its leader's pid is also the id of
+// its process group and session, and every child it forks stays in that
+// group unless it leaves on purpose. The driver stops a workload by
+// signalling the group, never only the leader, and counts the workload as
+// gone only when no live member of the group remains.
+//
+// Pid reuse. The kernel never hands out a pid that is still in use as a
+// process group id, so while any member of the old group lives, its pgid
+// cannot name anybody else's group. Once the group is empty the number may
+// be reused; the driver tells that apart by the leader's start time: when
+// /proc/<pgid> exists with another start time, the old group is gone (its
+// number was free to be reused) and nothing is signalled.
+
+// groupMaybeOurs reports whether pgid may still name the workload's group:
+// its leader is alive with the recorded start time, or no process has that
+// pid at all (the leader exited and the number was not reused).
+func groupMaybeOurs(pgid int, leaderTicks uint64) bool {
+	if pgid <= 1 {
+		return false
+	}
+	st, err := readProcStat(pgid)
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	return st.StartTicks == leaderTicks
+}
+
+// groupMembers returns the live (not zombie) processes whose process group
+// is pgid, read from /proc/<pid>/stat field 5.
+func groupMembers(pgid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(raw)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		// f[0] is field 3 (state), f[2] is field 5 (pgrp).
+		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// groupAlive reports whether the workload's group (pgid, led by a process
+// started at leaderTicks) still has a live member.
+func groupAlive(pgid int, leaderTicks uint64) bool {
+	return groupMaybeOurs(pgid, leaderTicks) && len(groupMembers(pgid)) > 0
+}
+
+// signalWorkloadGroup sends sig to the workload's whole process group when
+// the group is still the workload's (see groupMaybeOurs).
+func signalWorkloadGroup(pgid int, leaderTicks uint64, sig syscall.Signal) {
+	if groupMaybeOurs(pgid, leaderTicks) {
+		_ = syscall.Kill(-pgid, sig) // ESRCH: the group is already empty
+	}
+}
+
+// errGroupSurvived is returned (wrapped) when members of a workload's group
+// outlive SIGKILL for killWait.
+var errGroupSurvived = errors.New("process driver: process group survived SIGKILL")
+
+// waitGroupGone waits until the workload's group has no live member,
+// looking every procPollInterval, for at most timeout. It returns ctx's
+// error when ctx ends first, and an error naming the remaining members
+// after timeout.
+func waitGroupGone(ctx context.Context, pgid int, leaderTicks uint64, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(procPollInterval)
+	defer tick.Stop()
+	for groupAlive(pgid, leaderTicks) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("process group %d still has members %v after %s", pgid, groupMembers(pgid), timeout)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// killGroup ends what is left of a workload's group: SIGKILL to the group,
+// then a bounded wait (killWait) until no live member remains. A group that
+// is already empty, or whose number was reused, is success.
+func killGroup(ctx context.Context, pgid int, leaderTicks uint64) error {
+	if !groupAlive(pgid, leaderTicks) {
+		return nil
+	}
+	signalWorkloadGroup(pgid, leaderTicks, syscall.SIGKILL)
+	if err := waitGroupGone(ctx, pgid, leaderTicks, killWait); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errGroupSurvived, err)
+	}
+	return nil
+}

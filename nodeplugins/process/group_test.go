@@ -1,0 +1,148 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berthhq/berth/sdk/runtime"
+)
+
+// orphanScript is a workload whose shell leaves a grandchild that ignores
+// SIGTERM (an ignored signal stays ignored across exec) in its group.
+const orphanScript = `trap "" TERM; sleep 3600 & echo started; wait`
+
+// startOrphaning starts orphanScript as id, kills its shell with SIGKILL and
+// returns the workload's process group id once only the grandchild is left.
+func (f *fixture) startOrphaning(d *Driver, id string) int {
+	f.t.Helper()
+	r, err := d.Start(context.Background(), &runtime.StartRequest{
+		WorkloadID: id,
+		Command:    []string{"/bin/sh", "-c", orphanScript},
+		Env:        map[string]string{"PATH": "/usr/bin:/bin"},
+		WorkDir:    f.dir,
+		LogPath:    f.logPath(id),
+	})
+	if err != nil {
+		f.t.Fatalf("Start %s: %v", id, err)
+	}
+	pgid := r.State.PID
+	f.t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	f.waitLog(id, "started")
+	waitFor(f.t, 10*time.Second, "the grandchild in the group", func() bool { return len(groupMembers(pgid)) >= 2 })
+	if err := syscall.Kill(pgid, syscall.SIGKILL); err != nil {
+		f.t.Fatal(err)
+	}
+	waitFor(f.t, 10*time.Second, "the shell gone, its grandchild left", func() bool {
+		m := groupMembers(pgid)
+		return len(m) == 1 && !slices.Contains(m, pgid)
+	})
+	return pgid
+}
+
+// assertGroupGone fails unless no live process of group pgid remains.
+func assertGroupGone(t *testing.T, pgid int) {
+	t.Helper()
+	if m := groupMembers(pgid); len(m) != 0 {
+		t.Fatalf("process group %d still has members %v", pgid, m)
+	}
+}
+
+func TestStopKillsOrphanedGroup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	d := f.driver()
+	pgid := f.startOrphaning(d, "wl_orphan")
+	if st := inspect(t, d, "wl_orphan"); st.State != runtime.StateExited {
+		t.Fatalf("state after the shell died = %s, want exited", st.State)
+	}
+	if _, err := d.Stop(context.Background(), &runtime.StopRequest{WorkloadID: "wl_orphan", Timeout: 200 * time.Millisecond}); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	assertGroupGone(t, pgid)
+}
+
+func TestRestartInPlaceKillsOldGroup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	d := f.driver()
+	pgid := f.startOrphaning(d, "wl_again")
+	r, err := d.Start(context.Background(), &runtime.StartRequest{
+		WorkloadID: "wl_again",
+		Command:    []string{"/bin/sh", "-c", orphanScript},
+		Env:        map[string]string{"PATH": "/usr/bin:/bin"},
+		WorkDir:    f.dir,
+		LogPath:    f.logPath("wl_again"),
+	})
+	if err != nil {
+		t.Fatalf("Start again: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-r.State.PID, syscall.SIGKILL) })
+	if r.State.PID == pgid {
+		t.Fatalf("Start again returned the old run (pid %d)", pgid)
+	}
+	assertGroupGone(t, pgid)
+	if _, err := d.Stop(context.Background(), &runtime.StopRequest{WorkloadID: "wl_again", Timeout: 200 * time.Millisecond}); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	assertGroupGone(t, r.State.PID)
+}
+
+func TestStopAfterDriverRestartKillsOrphanedGroup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	d1 := f.driver()
+	pgid := f.startOrphaning(d1, "wl_left")
+	d1.Close()
+	d2 := f.driver()
+	if _, err := d2.Stop(context.Background(), &runtime.StopRequest{WorkloadID: "wl_left", Timeout: 200 * time.Millisecond}); err != nil {
+		t.Fatalf("Stop on a restarted driver: %v", err)
+	}
+	assertGroupGone(t, pgid)
+}
+
+func TestRecoverAdoptsOrphanedGroup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	d1 := f.driver()
+	pgid := f.startOrphaning(d1, "wl_lost")
+	st := inspect(t, d1, "wl_lost")
+	d1.Close()
+	// A driver on a new state directory knows the workload only by the
+	// handle the agent persisted.
+	f.state = f.state + "-new"
+	d2 := f.driver()
+	got, err := d2.Recover(context.Background(), &runtime.RecoverRequest{WorkloadID: "wl_lost", Handle: st.Handle})
+	if err != nil {
+		t.Fatalf("Recover of a workload whose leader died and whose child lives: %v", err)
+	}
+	if got.State != runtime.StateExited {
+		t.Fatalf("recovered state = %s, want exited", got.State)
+	}
+	if _, err := d2.Stop(context.Background(), &runtime.StopRequest{WorkloadID: "wl_lost", Timeout: 200 * time.Millisecond}); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	assertGroupGone(t, pgid)
+	if _, err := d2.Recover(context.Background(), &runtime.RecoverRequest{WorkloadID: "wl_lost", Handle: st.Handle}); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("Recover after the group is gone = %v, want not found", err)
+	}
+}
+
+func TestGroupMaybeOursRefusesReusedPID(t *testing.T) {
+	t.Parallel()
+	self := syscall.Getpid()
+	st, err := readProcStat(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !groupMaybeOurs(self, st.StartTicks) {
+		t.Fatalf("own pid with its start time not taken as the group's")
+	}
+	if groupMaybeOurs(self, st.StartTicks+1) {
+		t.Fatalf("pid %s with another start time taken as the old group's", strconv.Itoa(self))
+	}
+}
