@@ -3,12 +3,14 @@ package process
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/berthhq/berth/abi/pluginapi"
 	"github.com/berthhq/berth/sdk/runtime"
 )
 
@@ -144,5 +146,36 @@ func TestGroupMaybeOursRefusesReusedPID(t *testing.T) {
 	}
 	if groupMaybeOurs(self, st.StartTicks+1) {
 		t.Fatalf("pid %s with another start time taken as the old group's", strconv.Itoa(self))
+	}
+}
+
+// TestLeaseFenceSurvivesRestart: the process driver keeps the highest token
+// per fence resource across its own restart: a start of another workload
+// under the same lease with a lower token is refused and starts nothing.
+func TestLeaseFenceSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(id string, token uint64) *runtime.StartRequest {
+		return &runtime.StartRequest{WorkloadID: id, Command: []string{exe}, Env: map[string]string{modeEnv: "sleep"},
+			WorkDir: f.dir, LogPath: f.logPath(id), FenceResource: runtime.FenceLease("lse_1"),
+			Mutation: pluginapi.Mutation{IdempotencyKey: "start/" + id + "/1", FencingToken: token}}
+	}
+	d1 := f.driver()
+	r, err := d1.Start(context.Background(), req("wl_new", 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-r.State.PID, syscall.SIGKILL) })
+	d1.Close()
+	d2 := f.driver()
+	if _, err := d2.Start(context.Background(), req("wl_old", 4)); !errors.Is(err, pluginapi.ErrStaleFencingToken) {
+		t.Fatalf("start under a lower lease token after restart = %v; want stale_fencing_token", err)
+	}
+	if _, err := d2.Inspect(context.Background(), &runtime.InspectRequest{WorkloadID: "wl_old"}); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("the refused start left wl_old: %v", err)
 	}
 }
