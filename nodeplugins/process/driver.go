@@ -28,7 +28,10 @@
 // leader's pid, persisted in the record and the handle), and a workload counts
 // as stopped only when no live member of the group is left, so children a
 // killed leader left behind are ended too. A Start that replaces an exited
-// run first kills what is left of the old group (group.go).
+// run first kills what is left of the old group (group.go). As root with a
+// cgroup v2 hierarchy each workload also gets its own cgroup, which catches
+// children that left the group, and is killed through cgroup.kill
+// (cgroup.go); without one the process group alone decides.
 //
 // Stop is also how the agent forgets a workload: once the workload has exited,
 // Stop removes its record and returns the final state; a later Stop or Inspect
@@ -101,6 +104,9 @@ type Driver struct {
 
 	trimmers sync.WaitGroup // running log trimmers
 	guards   *guard.Guards
+	// cgroupParent is the directory of the workloads' cgroups (cgroup.go);
+	// "" when the driver cannot use cgroups and relies on process groups.
+	cgroupParent string
 
 	mu        sync.Mutex
 	closed    bool                 // mu must be held
@@ -145,6 +151,12 @@ func New(cfg Config) (*Driver, error) {
 	if _, err := d.guards.Idempotency.Prune(time.Now().Add(-idempotencyKept)); err != nil {
 		d.log.Warn("could not prune idempotency records", "error", err)
 	}
+	if parent, err := findCgroupParent(cfg.StateDir); err != nil {
+		d.log.Info("cgroup v2 not usable: workloads are stopped by their process group only", "reason", err.Error())
+	} else {
+		d.cgroupParent = parent
+		d.log.Info("each workload gets its own cgroup", "parent", parent)
+	}
 	recs, err := d.loadRecords()
 	if err != nil {
 		stop()
@@ -173,6 +185,17 @@ func (d *Driver) Close() error {
 	d.mu.Unlock()
 	d.stop()
 	d.trimmers.Wait()
+	if d.cgroupParent != "" {
+		// Empty cgroups go (a later Start makes its cgroup again); those of
+		// running workloads stay, and with them the parent.
+		entries, _ := os.ReadDir(d.cgroupParent)
+		for _, e := range entries {
+			if p := filepath.Join(d.cgroupParent, e.Name()); e.IsDir() && !cgroupPopulated(p) {
+				_ = os.Remove(p)
+			}
+		}
+		_ = os.Remove(d.cgroupParent)
+	}
 	return nil
 }
 
@@ -247,10 +270,10 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 	// otherwise run beside the new process.
 	d.mu.Lock()
 	if w, ok := d.workloads[id]; ok && !d.refreshLocked(w) {
-		pgid, ticks := w.rec.pgid(), w.rec.StartTicks
+		old := w.rec.procs()
 		d.mu.Unlock()
-		if err := killGroup(ctx, pgid, ticks); err != nil {
-			return nil, fmt.Errorf("start workload %s: clear the previous run's process group %d: %w", id, pgid, err)
+		if err := old.kill(ctx); err != nil {
+			return nil, fmt.Errorf("start workload %s: clear the previous run's process group %d: %w", id, old.pgid, err)
 		}
 		d.mu.Lock()
 	}
@@ -283,6 +306,18 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 	}
 	defer devnull.Close()
 
+	attr := &syscall.SysProcAttr{Setsid: true}
+	cgroup := ""
+	if d.cgroupParent != "" {
+		cg, dir, err := makeCgroup(d.cgroupParent, id)
+		if err != nil {
+			d.log.Warn("workload runs without its own cgroup", "workload", id, "error", err)
+		} else {
+			defer dir.Close()
+			cgroup = cg
+			attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
+		}
+	}
 	cmd := &exec.Cmd{
 		Path:   path,
 		Args:   slices.Clone(req.Command),
@@ -293,10 +328,19 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		Stderr: logf,
 		// Own session and process group: no controlling terminal, no signal
 		// from the driver's group, and Stop can signal the whole group.
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		SysProcAttr: attr,
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start workload %s: %w", id, err)
+		if cgroup == "" {
+			return nil, fmt.Errorf("start workload %s: %w", id, err)
+		}
+		// The kernel refused the cgroup (e.g. no clone3): start without.
+		d.log.Warn("workload runs without its own cgroup", "workload", id, "cgroup", cgroup, "error", err)
+		cgroup, attr.UseCgroupFD, attr.CgroupFD = "", false, 0
+		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdin: devnull, Stdout: logf, Stderr: logf, SysProcAttr: attr}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("start workload %s: %w", id, err)
+		}
 	}
 	pid := cmd.Process.Pid
 	// The child cannot be reaped before cmd.Wait, so its /proc entry exists
@@ -313,6 +357,7 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 			WorkloadID:  id,
 			PID:         pid,
 			PGID:        pid, // Setsid: the leader's pid is the group's id
+			Cgroup:      cgroup,
 			StartTicks:  st.StartTicks,
 			Command:     slices.Clone(req.Command),
 			StartedAt:   time.Now().UTC(),
@@ -436,24 +481,24 @@ func (d *Driver) stopWorkload(ctx context.Context, req *runtime.StopRequest) (*r
 		return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, runtime.ErrNotFound)
 	}
 	d.refreshLocked(w)
-	pid, pgid, ticks := w.rec.PID, w.rec.pgid(), w.rec.StartTicks
+	pid, procs := w.rec.PID, w.rec.procs()
 	d.mu.Unlock()
 
-	// The whole group is stopped, not only its leader: a leader that died
-	// (or was killed -9) leaves its children behind in the group.
-	if groupAlive(pgid, ticks) {
+	// The whole group (and cgroup) is stopped, not only its leader: a
+	// leader that died (or was killed -9) leaves its children behind.
+	if procs.alive() {
 		timeout := req.Timeout
 		if timeout <= 0 {
 			timeout = DefaultStopTimeout
 		}
 		if req.Mode != runtime.StopForced {
-			signalWorkloadGroup(pgid, ticks, syscall.SIGTERM)
-			if err := waitGroupGone(ctx, pgid, ticks, timeout); err != nil && ctx.Err() != nil {
+			procs.signal(syscall.SIGTERM)
+			if err := procs.waitGone(ctx, timeout); err != nil && ctx.Err() != nil {
 				return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, err)
 			}
 		}
-		if err := killGroup(ctx, pgid, ticks); err != nil {
-			return nil, fmt.Errorf("stop workload %s: process group %d: %w", req.WorkloadID, pgid, err)
+		if err := procs.kill(ctx); err != nil {
+			return nil, fmt.Errorf("stop workload %s: process group %d: %w", req.WorkloadID, procs.pgid, err)
 		}
 	}
 	d.awaitReap(ctx, w)
@@ -468,6 +513,9 @@ func (d *Driver) stopWorkload(ctx context.Context, req *runtime.StopRequest) (*r
 		}
 		delete(d.workloads, req.WorkloadID)
 		w.stopTrimmer()
+		if err := removeCgroup(ctx, procs.cgroup); err != nil {
+			d.log.Warn("could not remove the workload's cgroup", "workload", req.WorkloadID, "error", err)
+		}
 	}
 	d.log.Info("stopped workload", "workload", req.WorkloadID, "pid", pid, "exit_code", st.ExitCode)
 	return &runtime.StopResponse{State: st}, nil

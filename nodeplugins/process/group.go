@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -86,40 +87,76 @@ func signalWorkloadGroup(pgid int, leaderTicks uint64, sig syscall.Signal) {
 	}
 }
 
-// errGroupSurvived is returned (wrapped) when members of a workload's group
-// outlive SIGKILL for killWait.
-var errGroupSurvived = errors.New("process driver: process group survived SIGKILL")
+// procSet is everything of one run of a workload that a stop must end: its
+// process group and, when it has one, its cgroup.
+type procSet struct {
+	pgid   int
+	ticks  uint64 // the leader's start time
+	cgroup string // "" when the run has no cgroup
+}
 
-// waitGroupGone waits until the workload's group has no live member,
-// looking every procPollInterval, for at most timeout. It returns ctx's
-// error when ctx ends first, and an error naming the remaining members
-// after timeout.
-func waitGroupGone(ctx context.Context, pgid int, leaderTicks uint64, timeout time.Duration) error {
+func (r *record) procs() procSet {
+	return procSet{pgid: r.pgid(), ticks: r.StartTicks, cgroup: r.Cgroup}
+}
+
+// alive reports whether anything of the run is left: a live member of its
+// process group or a process in its cgroup.
+func (p procSet) alive() bool { return groupAlive(p.pgid, p.ticks) || cgroupPopulated(p.cgroup) }
+
+// signal sends sig to the process group and to every process of the cgroup
+// (also those that left the group).
+func (p procSet) signal(sig syscall.Signal) {
+	signalWorkloadGroup(p.pgid, p.ticks, sig)
+	if p.cgroup == "" {
+		return
+	}
+	if sig == syscall.SIGKILL {
+		_ = killCgroup(p.cgroup) // a failed write leaves the per-pid kill below
+	}
+	raw, err := os.ReadFile(filepath.Join(p.cgroup, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(raw)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+}
+
+// errGroupSurvived is returned (wrapped) when processes of a workload
+// outlive SIGKILL for killWait.
+var errGroupSurvived = errors.New("process driver: workload processes survived SIGKILL")
+
+// waitGone waits until nothing of the run is left, looking every
+// procPollInterval, for at most timeout. It returns ctx's error when ctx
+// ends first, and an error naming the remaining group members after timeout.
+func (p procSet) waitGone(ctx context.Context, timeout time.Duration) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(procPollInterval)
 	defer tick.Stop()
-	for groupAlive(pgid, leaderTicks) {
+	for p.alive() {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
-			return fmt.Errorf("process group %d still has members %v after %s", pgid, groupMembers(pgid), timeout)
+			return fmt.Errorf("process group %d (members %v, cgroup %q) still running after %s", p.pgid, groupMembers(p.pgid), p.cgroup, timeout)
 		case <-tick.C:
 		}
 	}
 	return nil
 }
 
-// killGroup ends what is left of a workload's group: SIGKILL to the group,
-// then a bounded wait (killWait) until no live member remains. A group that
-// is already empty, or whose number was reused, is success.
-func killGroup(ctx context.Context, pgid int, leaderTicks uint64) error {
-	if !groupAlive(pgid, leaderTicks) {
+// kill ends what is left of the run: SIGKILL to the group and the cgroup,
+// then a bounded wait (killWait) until nothing is left. A run of which
+// nothing is left, or whose group number was reused, is success.
+func (p procSet) kill(ctx context.Context) error {
+	if !p.alive() {
 		return nil
 	}
-	signalWorkloadGroup(pgid, leaderTicks, syscall.SIGKILL)
-	if err := waitGroupGone(ctx, pgid, leaderTicks, killWait); err != nil {
+	p.signal(syscall.SIGKILL)
+	if err := p.waitGone(ctx, killWait); err != nil {
 		if ctx.Err() != nil {
 			return err
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -177,5 +179,55 @@ func TestLeaseFenceSurvivesRestart(t *testing.T) {
 	}
 	if _, err := d2.Inspect(context.Background(), &runtime.InspectRequest{WorkloadID: "wl_old"}); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("the refused start left wl_old: %v", err)
+	}
+}
+
+// TestStopKillsChildThatLeftTheGroup: as root with cgroup v2, a workload's
+// child that made itself a session of its own (and so left the process
+// group) is still in the workload's cgroup, and Stop ends it.
+func TestStopKillsChildThatLeftTheGroup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	d := f.driver()
+	if d.cgroupParent == "" {
+		_, err := findCgroupParent(f.state)
+		t.Fatalf("this test needs root and a cgroup v2 hierarchy: %v", err)
+	}
+	r, err := d.Start(context.Background(), &runtime.StartRequest{
+		WorkloadID: "wl_escape",
+		Command:    []string{"/bin/sh", "-c", `trap "" TERM; setsid sleep 3600 & echo started; wait`},
+		Env:        map[string]string{"PATH": "/usr/bin:/bin"},
+		WorkDir:    f.dir,
+		LogPath:    f.logPath("wl_escape"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := filepath.Join(d.cgroupParent, "wl_escape")
+	var escaped int
+	waitFor(t, 10*time.Second, "a child in its own session", func() bool {
+		raw, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+		for _, fld := range strings.Fields(string(raw)) {
+			pid, _ := strconv.Atoi(fld)
+			if pid > 0 && pid != r.State.PID && !slices.Contains(groupMembers(r.State.PID), pid) {
+				escaped = pid
+				return true
+			}
+		}
+		return false
+	})
+	t.Cleanup(func() { _ = syscall.Kill(escaped, syscall.SIGKILL) })
+	st, err := readProcStat(escaped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Stop(context.Background(), &runtime.StopRequest{WorkloadID: "wl_escape", Timeout: 200 * time.Millisecond}); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if alive(escaped, st.StartTicks) {
+		t.Fatalf("child %d that left the group survived Stop", escaped)
+	}
+	if _, err := os.Stat(cg); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("cgroup %s left after Stop: %v", cg, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -24,7 +25,8 @@ const handleVersion = 1
 // workload without its record.
 type handleV1 struct {
 	PID         int       `json:"pid"`
-	PGID        int       `json:"pgid,omitempty"` // 0 in handles of older drivers means PID
+	PGID        int       `json:"pgid,omitempty"`   // 0 in handles of older drivers means PID
+	Cgroup      string    `json:"cgroup,omitempty"` // "" when the run has no cgroup
 	StartTicks  uint64    `json:"start_ticks"`
 	StartedAt   time.Time `json:"started_at"`
 	LogPath     string    `json:"log_path"`
@@ -33,7 +35,7 @@ type handleV1 struct {
 }
 
 func encodeHandle(r record) runtime.Handle {
-	raw, _ := json.Marshal(handleV1{PID: r.PID, PGID: r.pgid(), StartTicks: r.StartTicks, StartedAt: r.StartedAt,
+	raw, _ := json.Marshal(handleV1{PID: r.PID, PGID: r.pgid(), Cgroup: r.Cgroup, StartTicks: r.StartTicks, StartedAt: r.StartedAt,
 		LogPath: r.LogPath, LogMaxBytes: r.LogMaxBytes, Command: r.Command}) // plain struct: cannot fail
 	return runtime.Handle{Version: handleVersion, Data: raw}
 }
@@ -66,12 +68,17 @@ func (d *Driver) Recover(ctx context.Context, req *runtime.RecoverRequest) (*run
 	if err := json.Unmarshal(req.Handle.Data, &h); err != nil {
 		return nil, abierrors.Wrap(abierrors.ValidationFailed, "recover workload "+req.WorkloadID+": handle does not decode", err)
 	}
+	if h.Cgroup != "" && (d.cgroupParent == "" || filepath.Dir(h.Cgroup) != d.cgroupParent) {
+		// Only a cgroup of this driver's own is ever killed.
+		d.log.Warn("ignoring a handle's cgroup outside the driver's", "workload", req.WorkloadID, "cgroup", h.Cgroup)
+		h.Cgroup = ""
+	}
 	pgid := h.PGID
 	if pgid <= 0 {
 		pgid = h.PID
 	}
 	leader := alive(h.PID, h.StartTicks)
-	if !leader && !groupAlive(pgid, h.StartTicks) {
+	if !leader && !(procSet{pgid: pgid, ticks: h.StartTicks, cgroup: h.Cgroup}).alive() {
 		return nil, fmt.Errorf("recover workload %s: process %d is gone: %w", req.WorkloadID, h.PID, runtime.ErrNotFound)
 	}
 	d.mu.Lock()
@@ -84,7 +91,7 @@ func (d *Driver) Recover(ctx context.Context, req *runtime.RecoverRequest) (*run
 		return w.state(), nil
 	}
 	w := &workload{rec: record{
-		Version: recordVersion, WorkloadID: req.WorkloadID, PID: h.PID, PGID: h.PGID, StartTicks: h.StartTicks,
+		Version: recordVersion, WorkloadID: req.WorkloadID, PID: h.PID, PGID: h.PGID, Cgroup: h.Cgroup, StartTicks: h.StartTicks,
 		Command: h.Command, StartedAt: h.StartedAt, LogPath: h.LogPath, LogMaxBytes: h.LogMaxBytes, ExitCode: -1,
 	}}
 	if !leader {

@@ -21,8 +21,9 @@ type record struct {
 	Version     int       `json:"version"`
 	WorkloadID  string    `json:"workload_id"`
 	PID         int       `json:"pid"`
-	PGID        int       `json:"pgid,omitempty"` // process group (and session) id; 0 in older records means PID
-	StartTicks  uint64    `json:"start_ticks"`    // /proc/<pid>/stat field 22, clock ticks since boot
+	PGID        int       `json:"pgid,omitempty"`   // process group (and session) id; 0 in older records means PID
+	Cgroup      string    `json:"cgroup,omitempty"` // the run's cgroup directory; "" when it has none
+	StartTicks  uint64    `json:"start_ticks"`      // /proc/<pid>/stat field 22, clock ticks since boot
 	Command     []string  `json:"command"`
 	StartedAt   time.Time `json:"started_at"`
 	LogPath     string    `json:"log_path"`
