@@ -34,7 +34,11 @@
 // or in Config.FailForcedStop fails with code unavailable and leaves the
 // workload running. A graceful stop of such a workload is ignored by the
 // workload, as SIGTERM would be, for its Timeout (or until ctx ends), and
-// then fails the same way, like a driver whose SIGKILL did not take.
+// then fails the same way, like a driver whose SIGKILL did not take. A
+// Start of a workload listed in StateDir/hold-after-start succeeds, logs
+// "held <id>" and then does not answer until the file stops listing it (or
+// the call's ctx ends): the agent can be killed between the driver's start
+// and its record of it.
 package fake
 
 import (
@@ -68,6 +72,7 @@ const Version = "0.1.0"
 // Files in the state directory.
 const (
 	FailForcedStopFile = "fail-forced-stop" // workload ids (or "*") whose forced stop fails
+	HoldAfterStartFile = "hold-after-start" // workload ids (or "*") whose Start blocks after it succeeded
 	LogFile            = "driver.log"       // the default start/stop log
 	stateFile          = "workloads.json"
 )
@@ -75,6 +80,9 @@ const (
 // EnvFailForcedStop is read by cmd/berth-plugin-fake into
 // Config.FailForcedStop: a comma-separated list of workload ids, or "*".
 const EnvFailForcedStop = "BERTH_FAKE_FAIL_FORCED_STOP"
+
+// holdPollInterval is how often a held Start looks at its fault file.
+const holdPollInterval = 50 * time.Millisecond
 
 // DefaultStopTimeout is the graceful stop's timeout when the request gives none.
 const DefaultStopTimeout = 10 * time.Second
@@ -222,6 +230,38 @@ func (d *Driver) Start(ctx context.Context, req *runtime.StartRequest) (*runtime
 	if req == nil || !validID.MatchString(req.WorkloadID) {
 		return nil, fmt.Errorf("start workload: bad workload id: %w", ErrInvalidRequest)
 	}
+	resp, err := d.start(ctx, req)
+	if err == nil {
+		d.holdAfterStart(ctx, req.WorkloadID)
+	}
+	return resp, err
+}
+
+// holdAfterStart blocks a successful Start of a workload listed in the file
+// StateDir/hold-after-start (one id per line, or "*") until the file no
+// longer lists it or ctx ends, after logging "held <id>". The start itself,
+// its state and its idempotency record are durable by then: it stands for a
+// driver whose answer never reaches the agent.
+func (d *Driver) holdAfterStart(ctx context.Context, id string) {
+	path := filepath.Join(d.cfg.StateDir, HoldAfterStartFile)
+	if !listed(path, id) {
+		return
+	}
+	if err := d.logLine("held", id, ""); err != nil {
+		d.log.Warn("driver log", "error", err)
+	}
+	t := time.NewTicker(holdPollInterval)
+	defer t.Stop()
+	for listed(path, id) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime.StartResponse, error) {
 	return guard.MutateFenced(ctx, d.guards, runtime.FenceWorkload(req.WorkloadID), runtime.FenceOf(req.WorkloadID, req.FenceResource), req.Mutation, req, func() (*runtime.StartResponse, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -410,7 +450,13 @@ func (d *Driver) failsForcedStop(id string) bool {
 	if slices.Contains(d.cfg.FailForcedStop, "*") || slices.Contains(d.cfg.FailForcedStop, id) {
 		return true
 	}
-	f, err := os.Open(filepath.Join(d.cfg.StateDir, FailForcedStopFile))
+	return listed(filepath.Join(d.cfg.StateDir, FailForcedStopFile), id)
+}
+
+// listed reports whether the fault file at path lists id (or "*"); a
+// missing file lists nothing.
+func listed(path, id string) bool {
+	f, err := os.Open(path)
 	if err != nil {
 		return false
 	}
