@@ -564,7 +564,7 @@ func (mg *Manager) fence(ctx context.Context, run *fenceRun) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stopped[i] = mg.stopOne(ctx, id, o.Token, grace, force)
+			stopped[i] = mg.stopOne(ctx, id, grace, force)
 		}()
 	}
 	wg.Wait()
@@ -655,10 +655,13 @@ func (mg *Manager) boundWorkloads(ctx context.Context, leaseID string) ([]string
 
 // stopOne stops one workload gracefully within grace, then forced within
 // force, and reports whether it is confirmed stopped or gone. Its calls
-// carry the mutation fields of [StopMutation]; token is the lease's, the
-// fence of a workload the agent has no record of.
-func (mg *Manager) stopOne(ctx context.Context, id string, token int64, grace, force time.Duration) bool {
+// carry the mutation fields of [StopMutation].
+func (mg *Manager) stopOne(ctx context.Context, id string, grace, force time.Duration) bool {
 	var rec *localstore.Workload
+	rev, _, err := mg.cfg.Store.LatestSnapshot(ctx)
+	if err != nil {
+		mg.log.Warn("read the desired-state revision for a fence stop", "workload_id", id, "error", err)
+	}
 	if recs, err := mg.cfg.Store.Workloads(ctx); err == nil {
 		for i := range recs {
 			if recs[i].WorkloadID == id {
@@ -667,8 +670,8 @@ func (mg *Manager) stopOne(ctx context.Context, id string, token int64, grace, f
 		}
 	}
 	gctx, cancel := context.WithTimeout(ctx, grace)
-	_, err := mg.cfg.Driver.Stop(gctx, &runtime.StopRequest{WorkloadID: id, Mode: runtime.StopGraceful, Timeout: grace,
-		Mutation: StopMutation("fence-stop", id, rec, token)})
+	_, err = mg.cfg.Driver.Stop(gctx, &runtime.StopRequest{WorkloadID: id, Mode: runtime.StopGraceful, Timeout: grace,
+		Mutation: StopMutation("fence-stop", id, rec, rev)})
 	cancel()
 	if err == nil || errors.Is(err, runtime.ErrNotFound) {
 		return true
@@ -676,7 +679,7 @@ func (mg *Manager) stopOne(ctx context.Context, id string, token int64, grace, f
 	mg.log.Warn("graceful stop did not end the workload in time; forcing", "workload_id", id, "error", err)
 	fctx, cancel := context.WithTimeout(ctx, force)
 	_, err = mg.cfg.Driver.Stop(fctx, &runtime.StopRequest{WorkloadID: id, Mode: runtime.StopForced,
-		Mutation: StopMutation("fence-kill", id, rec, token)})
+		Mutation: StopMutation("fence-kill", id, rec, rev)})
 	cancel()
 	if err == nil || errors.Is(err, runtime.ErrNotFound) {
 		return true
@@ -731,21 +734,22 @@ func (mg *Manager) emit(ctx context.Context, typ, leaseID string, data node.Fenc
 // StopMutation returns the mutation fields of a stop of workload id (verb
 // "stop" from the reconcile loop, "fence-stop" and "fence-kill" from a
 // self-fence, "detach" for its network), whose record is rec (nil when the
-// agent has none); rev is the token to fall back on without a record: the
-// desired-state revision for the loop, the lease's token for a fence
-// (docs/plugins.md section 3.4):
+// agent has none); rev is the newest stored desired-state revision, the
+// token without a record (docs/plugins.md section 3.4):
 //
 //   - with a record, the key is [pluginapi.CallKey](verb, id, rec.StartAttempt)
-//     and the token rec.FenceToken, the token its start was sent with, so
-//     that a stop of one attempt is the same request each time it is retried
-//     and never fenced out by the start it ends;
-//   - without one, the key is derived from rev and the token is rev, which
-//     is at least every token the agent sent for the workload before.
+//     and the token rec.StartRev, the revision its attempt began at, so that
+//     a stop of one attempt is the same request each time it is retried and
+//     never fenced out by the start it ends;
+//   - without one, the key is derived from rev and the token is rev.
 //
-// Stops are fenced on the workload itself (StopRequest.FenceResource empty).
+// Stops are fenced on the workload itself (StopRequest.FenceResource empty),
+// whose tokens are only ever desired-state revisions (a stateful start is
+// fenced by its lease instead), and revisions only increase: a stop is never
+// refused as stale by a start the agent made before it.
 func StopMutation(verb, id string, rec *localstore.Workload, rev int64) pluginapi.Mutation {
 	if rec == nil {
 		return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey(verb+"-unrecorded", id, rev), FencingToken: uint64(max(rev, 0))}
 	}
-	return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey(verb, id, rec.StartAttempt), FencingToken: uint64(max(rec.FenceToken, 0))}
+	return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey(verb, id, rec.StartAttempt), FencingToken: uint64(max(rec.StartRev, 0))}
 }

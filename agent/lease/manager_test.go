@@ -152,7 +152,7 @@ func (n *testNode) bind(ctx context.Context, id, leaseID string) {
 	}
 	if err := n.store.PutWorkload(ctx, localstore.Workload{WorkloadID: id, Driver: "fake", Phase: "running",
 		LeaseID: leaseID, DriverHandle: localstore.DriverHandle{Version: r.State.Handle.Version, Data: r.State.Handle.Data},
-		StartAttempt: 1, FenceToken: token}); err != nil {
+		StartAttempt: 1, FenceToken: token, StartRev: 1}); err != nil {
 		n.t.Fatal(err)
 	}
 }
@@ -264,8 +264,8 @@ func TestRevokeFencesLocalLease(t *testing.T) {
 	if ok, _ := admits(n.mg, "lse_a", 3); ok {
 		t.Errorf("Admit after the revoke")
 	}
-	if !strings.Contains(driverLog(t, n.dir), " stop wl_s mode=graceful key=fence-stop/wl_s/1 fence=workload/wl_s@3") {
-		t.Errorf("driver log has no graceful stop of wl_s with the fence's derived key and the start's token:\n%s", driverLog(t, n.dir))
+	if !strings.Contains(driverLog(t, n.dir), " stop wl_s mode=graceful key=fence-stop/wl_s/1 fence=workload/wl_s@1") {
+		t.Errorf("driver log has no graceful stop of wl_s with the fence's derived key and the attempt's revision:\n%s", driverLog(t, n.dir))
 	}
 	if l, _ := n.mg.Lease("lse_a"); l.State != node.LeaseRevoked || l.Fence != FenceDone {
 		t.Errorf("lease = %+v; want revoked and fenced", l)

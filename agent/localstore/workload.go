@@ -37,10 +37,14 @@ type Workload struct {
 	// with the same attempt, so the driver replays it (docs/plugins.md
 	// section 3.4). Zero before the first start.
 	StartAttempt int64
-	// FenceToken is the fencing token the current attempt was sent with:
-	// the lease's token for a stateful workload, the desired-state revision
-	// otherwise. A retried attempt sends it again.
+	// FenceToken is the fencing token the current attempt's start was sent
+	// with: the lease's token for a stateful workload, StartRev otherwise. A
+	// retried attempt sends it again.
 	FenceToken int64
+	// StartRev is the desired-state revision the current attempt began at:
+	// the token of the workload's own fence (its stops, its network calls,
+	// and its start when it has no lease).
+	StartRev int64
 }
 
 // DriverHandle is a runtime driver's handle as the agent stores it: a
@@ -75,7 +79,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// migrateAttempts adds the start attempt and fence token columns that
+// migrateAttempts adds the start attempt, fence token and start revision columns that
 // stores made by an older agent lack.
 func migrateAttempts(ctx context.Context, db *sql.DB) error {
 	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info('workloads')`)
@@ -95,7 +99,7 @@ func migrateAttempts(ctx context.Context, db *sql.DB) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("migrate store: %w", err)
 	}
-	for _, col := range []string{"start_attempt", "fence_token"} {
+	for _, col := range []string{"start_attempt", "fence_token", "start_rev"} {
 		if have[col] {
 			continue
 		}
@@ -130,10 +134,10 @@ func (s *Store) PutWorkload(ctx context.Context, w Workload) error {
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO workloads (workload_id, driver, phase, port,
 		spec_hash, restart_generation, restart_count, last_exit_code, backoff_step, next_start_at,
-		started_at, message, driver_handle, lease_id, start_attempt, fence_token) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		started_at, message, driver_handle, lease_id, start_attempt, fence_token, start_rev) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		w.WorkloadID, w.Driver, w.Phase, w.Port, w.SpecHash, w.RestartGeneration, w.RestartCount, exit,
 		w.BackoffStep, formatTime(w.NextStartAt), formatTime(w.StartedAt), w.Message, encodeHandle(w.DriverHandle), w.LeaseID,
-		w.StartAttempt, w.FenceToken)
+		w.StartAttempt, w.FenceToken, w.StartRev)
 	if err != nil {
 		return fmt.Errorf("put workload %s: %w", w.WorkloadID, err)
 	}
@@ -152,7 +156,7 @@ func (s *Store) DeleteWorkload(ctx context.Context, id string) error {
 func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT workload_id, driver, phase, port, spec_hash,
 		restart_generation, restart_count, last_exit_code, backoff_step, next_start_at, started_at, message, driver_handle, lease_id,
-		start_attempt, fence_token FROM workloads ORDER BY workload_id`)
+		start_attempt, fence_token, start_rev FROM workloads ORDER BY workload_id`)
 	if err != nil {
 		return nil, fmt.Errorf("list workloads: %w", err)
 	}
@@ -164,7 +168,7 @@ func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 		var next, started, handle string
 		if err := rows.Scan(&w.WorkloadID, &w.Driver, &w.Phase, &w.Port, &w.SpecHash, &w.RestartGeneration,
 			&w.RestartCount, &exit, &w.BackoffStep, &next, &started, &w.Message, &handle, &w.LeaseID,
-			&w.StartAttempt, &w.FenceToken); err != nil {
+			&w.StartAttempt, &w.FenceToken, &w.StartRev); err != nil {
 			return nil, fmt.Errorf("list workloads: %w", err)
 		}
 		if exit.Valid {

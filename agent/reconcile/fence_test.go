@@ -189,6 +189,21 @@ func TestDriverCallsCarryFenceAndDerivedKeys(t *testing.T) {
 	if r, _ := h.record("wl_p"); Phase(r.Phase) != PhaseRunning {
 		t.Fatalf("wl_p record after the second start = %+v", r)
 	}
+
+	// The stateful workload's removal: a stop of its attempt 1, fenced on the
+	// workload with that attempt's revision (2), not on the lease.
+	h.desire(spec("wl_p"))
+	if err := h.pass(l); err != nil {
+		t.Fatal(err)
+	}
+	_, stops = h.rec.calls()
+	last2 := stops[len(stops)-1]
+	if last2.WorkloadID != "wl_s" || last2.IdempotencyKey != "stop/wl_s/1" || last2.FencingToken != 2 || last2.FenceResource != "" {
+		t.Fatalf("stop of wl_s = %+v; want key stop/wl_s/1, token 2 on the workload", last2)
+	}
+	if _, ok := h.record("wl_s"); ok {
+		t.Fatalf("wl_s record left after its removal")
+	}
 }
 
 // TestStaleLeaseTokenRefusedByDriver: a start under a lease token lower

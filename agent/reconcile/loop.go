@@ -365,6 +365,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	replay := Replays(&rec, st)
 	if !replay {
 		rec.StartAttempt++
+		rec.StartRev = rev
 		rec.FenceToken = rev
 		if spec.Stateful {
 			rec.FenceToken = spec.FencingToken
@@ -408,12 +409,12 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	if st != nil && !replay {
 		// The driver still knows an exited run of this id: clear it first,
 		// as the stop of the attempt it belongs to.
-		prev := rec
-		prev.StartAttempt--
+		var prev *localstore.Workload
 		if a.Record != nil {
-			prev = *a.Record
+			r := *a.Record
+			prev = &r
 		}
-		if err := l.stop(ctx, spec.WorkloadID, &prev, rev); err != nil {
+		if err := l.stop(ctx, spec.WorkloadID, prev, rev); err != nil {
 			return l.failStart(ctx, rec, err, now)
 		}
 	}
@@ -426,7 +427,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	env["BERTH_PROJECT"] = spec.Project
 	mut := StartMutation(spec, &rec)
 	netns, err := l.attachNetwork(ctx, spec, port, env, pluginapi.Mutation{
-		IdempotencyKey: pluginapi.CallKey("attach", spec.WorkloadID, rec.StartAttempt), FencingToken: mut.FencingToken})
+		IdempotencyKey: pluginapi.CallKey("attach", spec.WorkloadID, rec.StartAttempt), FencingToken: uint64(max(rec.StartRev, 0))})
 	if err != nil {
 		return l.failStart(ctx, rec, err, now)
 	}
@@ -499,8 +500,8 @@ func Replays(rec *localstore.Workload, st *runtime.WorkloadState) bool {
 // StartMutation returns the mutation fields of the start of spec as the
 // attempt recorded in rec: key [pluginapi.CallKey]("start", id,
 // rec.StartAttempt) and token rec.FenceToken (the lease's token for a
-// stateful workload, the desired-state revision otherwise; docs/plugins.md
-// section 3.4).
+// stateful workload, fenced by [StartFence]; the attempt's desired-state
+// revision otherwise; docs/plugins.md section 3.4).
 func StartMutation(spec *node.WorkloadSpec, rec *localstore.Workload) pluginapi.Mutation {
 	return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey("start", spec.WorkloadID, rec.StartAttempt),
 		FencingToken: uint64(max(rec.FenceToken, 0))}
