@@ -737,11 +737,13 @@ func (mg *Manager) emit(ctx context.Context, typ, leaseID string, data node.Fenc
 // agent has none); rev is the newest stored desired-state revision, the
 // token without a record (docs/plugins.md section 3.4):
 //
-//   - with a record, the key is [pluginapi.CallKey](verb, id, rec.StartAttempt)
-//     and the token rec.StartRev, the revision its attempt began at, so that
+//   - with a record, the key is [pluginapi.CallKey](verb, id, rec.StartRev,
+//     rec.StartAttempt) and the token rec.StartRev, the revision its attempt
+//     began at, so that
 //     a stop of one attempt is the same request each time it is retried and
 //     never fenced out by the start it ends;
-//   - without one, the key is derived from rev and the token is rev.
+//   - without one, the key is [pluginapi.CallKey](verb+"-unrecorded", id,
+//     rev, 0) and the token rev.
 //
 // Stops are fenced on the workload itself (StopRequest.FenceResource empty),
 // whose tokens are only ever desired-state revisions (a stateful start is
@@ -749,7 +751,7 @@ func (mg *Manager) emit(ctx context.Context, typ, leaseID string, data node.Fenc
 // refused as stale by a start the agent made before it.
 func StopMutation(verb, id string, rec *localstore.Workload, rev int64) pluginapi.Mutation {
 	if rec == nil {
-		return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey(verb+"-unrecorded", id, rev), FencingToken: uint64(max(rev, 0))}
+		return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey(verb+"-unrecorded", id, rev, 0), FencingToken: uint64(max(rev, 0))}
 	}
-	return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey(verb, id, rec.StartAttempt), FencingToken: uint64(max(rec.StartRev, 0))}
+	return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey(verb, id, rec.StartRev, rec.StartAttempt), FencingToken: uint64(max(rec.StartRev, 0))}
 }

@@ -146,7 +146,7 @@ func (n *testNode) bind(ctx context.Context, id, leaseID string) {
 	}
 	r, err := n.drv.Start(ctx, &runtime.StartRequest{WorkloadID: id, Command: []string{"app"}, WorkDir: n.dir,
 		LogPath: filepath.Join(n.dir, id+".log"), FenceResource: fence,
-		Mutation: pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey("start", id, 1), FencingToken: uint64(token)}})
+		Mutation: pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey("start", id, 1, 1), FencingToken: uint64(token)}})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestRevokeFencesLocalLease(t *testing.T) {
 	if ok, _ := admits(n.mg, "lse_a", 3); ok {
 		t.Errorf("Admit after the revoke")
 	}
-	if !strings.Contains(driverLog(t, n.dir), " stop wl_s mode=graceful key=fence-stop/wl_s/1 fence=workload/wl_s@1") {
+	if !strings.Contains(driverLog(t, n.dir), " stop wl_s mode=graceful key=fence-stop/wl_s/1.1 fence=workload/wl_s@1") {
 		t.Errorf("driver log has no graceful stop of wl_s with the fence's derived key and the attempt's revision:\n%s", driverLog(t, n.dir))
 	}
 	if l, _ := n.mg.Lease("lse_a"); l.State != node.LeaseRevoked || l.Fence != FenceDone {

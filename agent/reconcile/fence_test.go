@@ -150,8 +150,8 @@ func TestDriverCallsCarryFenceAndDerivedKeys(t *testing.T) {
 		key, fence string
 		token      uint64
 	}{
-		"wl_p": {"start/wl_p/1", "", 2},
-		"wl_s": {"start/wl_s/1", "lease/lse_a", 7},
+		"wl_p": {"start/wl_p/2.1", "", 2},
+		"wl_s": {"start/wl_s/2.1", "lease/lse_a", 7},
 	}
 	for id, w := range want {
 		s, ok := got[id]
@@ -171,8 +171,8 @@ func TestDriverCallsCarryFenceAndDerivedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, stops := h.rec.calls()
-	if len(stops) != 1 || stops[0].WorkloadID != "wl_p" || stops[0].IdempotencyKey != "stop/wl_p/1" || stops[0].FencingToken != 2 {
-		t.Fatalf("stops = %+v; want one of wl_p with key stop/wl_p/1, token 2", stops)
+	if len(stops) != 1 || stops[0].WorkloadID != "wl_p" || stops[0].IdempotencyKey != "stop/wl_p/2.1" || stops[0].FencingToken != 2 {
+		t.Fatalf("stops = %+v; want one of wl_p with key stop/wl_p/2.1, token 2", stops)
 	}
 	h.desire(spec("wl_p"), spec("wl_s", stateful(7)))
 	if err := h.pass(l); err != nil {
@@ -180,8 +180,8 @@ func TestDriverCallsCarryFenceAndDerivedKeys(t *testing.T) {
 	}
 	starts, _ = h.rec.calls()
 	last := starts[len(starts)-1]
-	if last.WorkloadID != "wl_p" || last.IdempotencyKey != "start/wl_p/2" || last.FencingToken != 4 {
-		t.Fatalf("start after stop: %s key %q token %d; want wl_p start/wl_p/2 4", last.WorkloadID, last.IdempotencyKey, last.FencingToken)
+	if last.WorkloadID != "wl_p" || last.IdempotencyKey != "start/wl_p/4.2" || last.FencingToken != 4 {
+		t.Fatalf("start after stop: %s key %q token %d; want wl_p start/wl_p/4.2 4", last.WorkloadID, last.IdempotencyKey, last.FencingToken)
 	}
 	if n := len(h.driverLines("start", "wl_p")); n != 2 {
 		t.Fatalf("driver started wl_p %d times; want 2 (the start after a stop is a new one)", n)
@@ -198,8 +198,8 @@ func TestDriverCallsCarryFenceAndDerivedKeys(t *testing.T) {
 	}
 	_, stops = h.rec.calls()
 	last2 := stops[len(stops)-1]
-	if last2.WorkloadID != "wl_s" || last2.IdempotencyKey != "stop/wl_s/1" || last2.FencingToken != 2 || last2.FenceResource != "" {
-		t.Fatalf("stop of wl_s = %+v; want key stop/wl_s/1, token 2 on the workload", last2)
+	if last2.WorkloadID != "wl_s" || last2.IdempotencyKey != "stop/wl_s/2.1" || last2.FencingToken != 2 || last2.FenceResource != "" {
+		t.Fatalf("stop of wl_s = %+v; want key stop/wl_s/2.1, token 2 on the workload", last2)
 	}
 	if _, ok := h.record("wl_s"); ok {
 		t.Fatalf("wl_s record left after its removal")
@@ -283,8 +283,8 @@ func TestStartInterruptedAfterDriverReplays(t *testing.T) {
 	}
 
 	starts, _ := h.rec.calls()
-	if len(starts) != 1 || starts[0].IdempotencyKey != "start/wl_a/1" {
-		t.Fatalf("starts after the restart = %+v; want one retry with key start/wl_a/1", starts)
+	if len(starts) != 1 || starts[0].IdempotencyKey != "start/wl_a/1.1" {
+		t.Fatalf("starts after the restart = %+v; want one retry with key start/wl_a/1.1", starts)
 	}
 	if n := len(h.driverLines("start", "wl_a")); n != 1 {
 		t.Fatalf("driver started wl_a %d times; want 1 (the retry replays)", n)
@@ -295,5 +295,36 @@ func TestStartInterruptedAfterDriverReplays(t *testing.T) {
 	}
 	if string(r.DriverHandle.Data) != string(first.State.Handle.Data) || r.DriverHandle.Version != first.State.Handle.Version {
 		t.Fatalf("recorded handle %+v; want the first start's %+v", r.DriverHandle, first.State.Handle)
+	}
+}
+
+// TestRecreatedWorkloadStartsAgain: a workload removed from the node (its
+// record deleted) and desired again later under the same id is really
+// started again, not replayed from the driver's record of its first start:
+// the key carries the revision the attempt began at.
+func TestRecreatedWorkloadStartsAgain(t *testing.T) {
+	t.Parallel()
+	h := newFenceHarness(t)
+	l := h.newLoop()
+	h.desire(spec("wl_r"))
+	if err := h.pass(l); err != nil {
+		t.Fatal(err)
+	}
+	h.desire()
+	if err := h.pass(l); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.record("wl_r"); ok {
+		t.Fatal("record of the removed workload is still there")
+	}
+	h.desire(spec("wl_r"))
+	if err := h.pass(l); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.driverLines("start", "wl_r")); n != 2 {
+		t.Fatalf("driver started wl_r %d times; want 2", n)
+	}
+	if _, err := h.fake.Inspect(context.Background(), &runtime.InspectRequest{WorkloadID: "wl_r"}); err != nil {
+		t.Fatalf("wl_r after it was desired again: %v", err)
 	}
 }

@@ -427,7 +427,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	env["BERTH_PROJECT"] = spec.Project
 	mut := StartMutation(spec, &rec)
 	netns, err := l.attachNetwork(ctx, spec, port, env, pluginapi.Mutation{
-		IdempotencyKey: pluginapi.CallKey("attach", spec.WorkloadID, rec.StartAttempt), FencingToken: uint64(max(rec.StartRev, 0))})
+		IdempotencyKey: pluginapi.CallKey("attach", spec.WorkloadID, rec.StartRev, rec.StartAttempt), FencingToken: uint64(max(rec.StartRev, 0))})
 	if err != nil {
 		return l.failStart(ctx, rec, err, now)
 	}
@@ -499,11 +499,11 @@ func Replays(rec *localstore.Workload, st *runtime.WorkloadState) bool {
 
 // StartMutation returns the mutation fields of the start of spec as the
 // attempt recorded in rec: key [pluginapi.CallKey]("start", id,
-// rec.StartAttempt) and token rec.FenceToken (the lease's token for a
+// rec.StartRev, rec.StartAttempt) and token rec.FenceToken (the lease's token for a
 // stateful workload, fenced by [StartFence]; the attempt's desired-state
 // revision otherwise; docs/plugins.md section 3.4).
 func StartMutation(spec *node.WorkloadSpec, rec *localstore.Workload) pluginapi.Mutation {
-	return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey("start", spec.WorkloadID, rec.StartAttempt),
+	return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey("start", spec.WorkloadID, rec.StartRev, rec.StartAttempt),
 		FencingToken: uint64(max(rec.FenceToken, 0))}
 }
 
