@@ -46,8 +46,10 @@ const APIVersion = 1
 // Every method is idempotent. Start of a running workload returns its state;
 // Stop, Inspect and Recover of an unknown workload return an error wrapping
 // [ErrNotFound] (callers of Stop treat that as success). Mutating requests
-// embed [pluginapi.Mutation]: a stale fencing token is refused and a repeated
-// idempotency key returns the recorded result.
+// embed [pluginapi.Mutation]: a fencing token lower than the highest seen
+// for the request's FenceResource (the workload itself when empty) is
+// refused, and a repeated idempotency key returns the recorded result
+// (docs/plugins.md section 3.4).
 //
 // Optional interfaces: [pluginapi.HealthReporter], [LogStreamer],
 // [StatsReporter]. A driver advertises Logs and Stats in its capabilities
