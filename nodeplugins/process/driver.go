@@ -231,9 +231,10 @@ func (d *Driver) Describe(context.Context) (*runtime.DescribeResponse, error) {
 var validID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 
 // Start implements runtime.Driver. A running workload with the same id is
-// returned as it is (the request is not compared); an exited one is replaced by
-// a new process once nothing of its process group is left (an old group that
-// outlives SIGKILL fails the Start). Errors wrap ErrInvalidRequest for a request that cannot run.
+// returned as it is (the request is not compared); an exited one is replaced
+// by a new process once nothing of its process group is left (an old group
+// that outlives SIGKILL fails the Start with ErrGroupSurvived). Errors wrap
+// ErrInvalidRequest for a request that cannot run.
 func (d *Driver) Start(ctx context.Context, req *runtime.StartRequest) (*runtime.StartResponse, error) {
 	if req == nil {
 		return nil, fmt.Errorf("start workload: no request: %w", ErrInvalidRequest)
@@ -458,8 +459,8 @@ func (d *Driver) List(ctx context.Context) ([]*runtime.WorkloadState, error) {
 // to Timeout (zero means DefaultStopTimeout) for every member of the group to
 // exit, then SIGKILL to the group; StopForced sends SIGKILL at once. This
 // holds also when the leader has already exited and only its children are
-// left. A group that outlives SIGKILL for 5 s fails the Stop and keeps the
-// record. Once the group is empty the record is removed and the final state
+// left. A group that outlives SIGKILL for 5 s fails the Stop with
+// ErrGroupSurvived and keeps the record. Once the group is empty the record is removed and the final state
 // returned. An unknown id returns an error wrapping
 // runtime.ErrNotFound. If ctx ends first the workload keeps its record and
 // ctx's error is returned.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
 )
 
 // A workload is started with Setsid, so its leader's pid is also the id of
@@ -75,7 +77,12 @@ func groupMembers(pgid int) []int {
 
 // groupAlive reports whether the workload's group (pgid, led by a process
 // started at leaderTicks) still has a live member.
+// A live leader answers at once; only a group whose leader is gone is
+// looked for in all of /proc.
 func groupAlive(pgid int, leaderTicks uint64) bool {
+	if alive(pgid, leaderTicks) {
+		return true
+	}
 	return groupMaybeOurs(pgid, leaderTicks) && len(groupMembers(pgid)) > 0
 }
 
@@ -124,9 +131,11 @@ func (p procSet) signal(sig syscall.Signal) {
 	}
 }
 
-// errGroupSurvived is returned (wrapped) when processes of a workload
-// outlive SIGKILL for killWait.
-var errGroupSurvived = errors.New("process driver: workload processes survived SIGKILL")
+// ErrGroupSurvived is returned (wrapped) by Stop and Start when processes
+// of a workload (its process group or its cgroup) outlive SIGKILL for 5 s,
+// e.g. stuck in uninterruptible sleep. It carries code unavailable: the
+// call may be retried.
+var ErrGroupSurvived = abierrors.New(abierrors.Unavailable, "workload processes survived SIGKILL")
 
 // waitGone waits until nothing of the run is left, looking every
 // procPollInterval, for at most timeout. It returns ctx's error when ctx
@@ -160,7 +169,7 @@ func (p procSet) kill(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %w", errGroupSurvived, err)
+		return fmt.Errorf("%w: %w", ErrGroupSurvived, err)
 	}
 	return nil
 }
