@@ -203,7 +203,10 @@ func TestStopKillsChildThatLeftTheGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	leader := r.State.PID
+	t.Cleanup(func() { _ = syscall.Kill(-leader, syscall.SIGKILL) })
 	cg := filepath.Join(d.cgroupParent, "wl_escape")
+	t.Cleanup(func() { _ = killCgroup(cg) })
 	var escaped int
 	waitFor(t, 10*time.Second, "a child in its own session", func() bool {
 		raw, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
