@@ -9,6 +9,7 @@ package pluginapi
 import (
 	"context"
 	"errors"
+	"strconv"
 )
 
 // MagicCookieKey is the environment variable a host sets when it launches a
@@ -101,4 +102,20 @@ func Join(ctx, life context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(life, func() { cancel(ErrPluginExited) })
 	return ctx, func() { stop(); cancel(context.Canceled) }
+}
+
+// CallKey is the idempotency key of one mutating call a host makes of a
+// plugin, derived from what the call means and nothing random, so that the
+// host retrying the same call after a crash sends the same key and the
+// plugin replays instead of acting twice: "<verb>/<subject>/<rev>.<attempt>",
+// e.g. "start/wl_01J.../42.3". verb names the call ("start", "stop",
+// "fence-stop", "attach"), subject what it acts on (a workload id), and rev
+// and attempt tell apart calls meant to act again on the same subject: for
+// a workload, the desired-state revision its start attempt began at and the
+// attempt's number in the agent's record (docs/plugins.md section 3.4). The
+// revision keeps keys unique when a record is deleted and the same id comes
+// back later, at a newer revision, counting attempts from 1 again. The host
+// must use a new attempt for a call whose request differs.
+func CallKey(verb, subject string, rev, attempt int64) string {
+	return verb + "/" + subject + "/" + strconv.FormatInt(rev, 10) + "." + strconv.FormatInt(attempt, 10)
 }

@@ -67,6 +67,7 @@ func (s *server) Start(ctx context.Context, req *runtimev1.StartRequest) (*runti
 		CPUMillis:        req.GetCpuMillis(),
 		NetworkNamespace: req.GetNetworkNamespace(),
 		Cwd:              req.GetCwd(),
+		FenceResource:    req.GetFenceResource(),
 	})
 	if err != nil {
 		return nil, pluginapi.ToStatus(err)
@@ -78,7 +79,8 @@ func (s *server) Start(ctx context.Context, req *runtimev1.StartRequest) (*runti
 }
 
 func (s *server) Stop(ctx context.Context, req *runtimev1.StopRequest) (*runtimev1.StopResponse, error) {
-	in := &StopRequest{WorkloadID: req.GetWorkloadId(), Mode: StopMode(req.GetMode()), Mutation: MutationFromProto(req.GetMutation())}
+	in := &StopRequest{WorkloadID: req.GetWorkloadId(), Mode: StopMode(req.GetMode()), Mutation: MutationFromProto(req.GetMutation()),
+		FenceResource: req.GetFenceResource()}
 	if req.GetTimeout() != nil {
 		in.Timeout = req.GetTimeout().AsDuration()
 	}
@@ -247,6 +249,7 @@ func (c *Client) Start(ctx context.Context, req *StartRequest) (*StartResponse, 
 		CpuMillis:        req.CPUMillis,
 		NetworkNamespace: req.NetworkNamespace,
 		Cwd:              req.Cwd,
+		FenceResource:    req.FenceResource,
 	})
 	if err != nil {
 		return nil, pluginapi.FromStatus(ctx, errPrefix+"start workload "+req.WorkloadID, err)
@@ -258,7 +261,8 @@ func (c *Client) Start(ctx context.Context, req *StartRequest) (*StartResponse, 
 func (c *Client) Stop(ctx context.Context, req *StopRequest) (*StopResponse, error) {
 	ctx, cancel := pluginapi.Join(ctx, c.life)
 	defer cancel()
-	in := &runtimev1.StopRequest{WorkloadId: req.WorkloadID, Mode: string(req.Mode), Mutation: MutationToProto(req.Mutation)}
+	in := &runtimev1.StopRequest{WorkloadId: req.WorkloadID, Mode: string(req.Mode), Mutation: MutationToProto(req.Mutation),
+		FenceResource: req.FenceResource}
 	if req.Timeout != 0 {
 		in.Timeout = durationpb.New(req.Timeout)
 	}

@@ -24,6 +24,8 @@ import (
 //     mutation fields on Start and Stop.
 //   - 1 (2026-12-13, additive) container fields on Start: image, image
 //     archive, user, memory and CPU limits, network namespace, cwd.
+//   - 1 (2026-12-20, additive) fence_resource on Start and Stop: the lease a
+//     stateful workload's fencing token is about.
 const APIVersion = 1
 
 // Driver runs workloads on one node. The agent calls it; implementations
@@ -44,8 +46,10 @@ const APIVersion = 1
 // Every method is idempotent. Start of a running workload returns its state;
 // Stop, Inspect and Recover of an unknown workload return an error wrapping
 // [ErrNotFound] (callers of Stop treat that as success). Mutating requests
-// embed [pluginapi.Mutation]: a stale fencing token is refused and a repeated
-// idempotency key returns the recorded result.
+// embed [pluginapi.Mutation]: a fencing token lower than the highest seen
+// for the request's FenceResource (the workload itself when empty) is
+// refused, and a repeated idempotency key returns the recorded result
+// (docs/plugins.md section 3.4).
 //
 // Optional interfaces: [pluginapi.HealthReporter], [LogStreamer],
 // [StatsReporter]. A driver advertises Logs and Stats in its capabilities
@@ -168,7 +172,22 @@ type StartRequest struct {
 	CPUMillis        int64
 	NetworkNamespace string
 	Cwd              string
+
+	// FenceResource is what Mutation.FencingToken is about: [FenceLease] of
+	// the lease for a stateful workload; empty means the workload itself
+	// ([FenceWorkload]). A driver keeps the highest token per fence resource
+	// and refuses a lower one with code stale_fencing_token
+	// (docs/plugins.md section 3.4).
+	FenceResource string
 }
+
+// FenceWorkload is the fence resource of a workload without a lease: the
+// agent sends its node's desired-state revision as the token.
+func FenceWorkload(workloadID string) string { return "workload/" + workloadID }
+
+// FenceLease is the fence resource of a stateful workload's lease: the
+// agent sends the lease's fencing token.
+func FenceLease(leaseID string) string { return "lease/" + leaseID }
 
 // StartResponse carries the started workload's state, handle included.
 type StartResponse struct {
@@ -194,6 +213,8 @@ type StopRequest struct {
 	Mode       StopMode
 	Timeout    time.Duration
 	pluginapi.Mutation
+	// FenceResource is as in [StartRequest].
+	FenceResource string
 }
 
 // StopResponse carries the final state of a stopped workload.

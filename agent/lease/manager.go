@@ -2,8 +2,6 @@ package lease
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -656,11 +654,24 @@ func (mg *Manager) boundWorkloads(ctx context.Context, leaseID string) ([]string
 }
 
 // stopOne stops one workload gracefully within grace, then forced within
-// force, and reports whether it is confirmed stopped or gone.
+// force, and reports whether it is confirmed stopped or gone. Its calls
+// carry the mutation fields of [StopMutation].
 func (mg *Manager) stopOne(ctx context.Context, id string, grace, force time.Duration) bool {
+	var rec *localstore.Workload
+	rev, _, err := mg.cfg.Store.LatestSnapshot(ctx)
+	if err != nil {
+		mg.log.Warn("read the desired-state revision for a fence stop", "workload_id", id, "error", err)
+	}
+	if recs, err := mg.cfg.Store.Workloads(ctx); err == nil {
+		for i := range recs {
+			if recs[i].WorkloadID == id {
+				rec = &recs[i]
+			}
+		}
+	}
 	gctx, cancel := context.WithTimeout(ctx, grace)
-	_, err := mg.cfg.Driver.Stop(gctx, &runtime.StopRequest{WorkloadID: id, Mode: runtime.StopGraceful, Timeout: grace,
-		Mutation: pluginapi.Mutation{IdempotencyKey: callKey("fence-stop", id)}})
+	_, err = mg.cfg.Driver.Stop(gctx, &runtime.StopRequest{WorkloadID: id, Mode: runtime.StopGraceful, Timeout: grace,
+		Mutation: StopMutation("fence-stop", id, rec, rev)})
 	cancel()
 	if err == nil || errors.Is(err, runtime.ErrNotFound) {
 		return true
@@ -668,7 +679,7 @@ func (mg *Manager) stopOne(ctx context.Context, id string, grace, force time.Dur
 	mg.log.Warn("graceful stop did not end the workload in time; forcing", "workload_id", id, "error", err)
 	fctx, cancel := context.WithTimeout(ctx, force)
 	_, err = mg.cfg.Driver.Stop(fctx, &runtime.StopRequest{WorkloadID: id, Mode: runtime.StopForced,
-		Mutation: pluginapi.Mutation{IdempotencyKey: callKey("fence-kill", id)}})
+		Mutation: StopMutation("fence-kill", id, rec, rev)})
 	cancel()
 	if err == nil || errors.Is(err, runtime.ErrNotFound) {
 		return true
@@ -720,9 +731,27 @@ func (mg *Manager) emit(ctx context.Context, typ, leaseID string, data node.Fenc
 	}
 }
 
-// callKey returns a fresh idempotency key for one driver call.
-func callKey(op, id string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // never fails
-	return op + "/" + id + "/" + hex.EncodeToString(b[:])
+// StopMutation returns the mutation fields of a stop of workload id (verb
+// "stop" from the reconcile loop, "fence-stop" and "fence-kill" from a
+// self-fence, "detach" for its network), whose record is rec (nil when the
+// agent has none); rev is the newest stored desired-state revision, the
+// token without a record (docs/plugins.md section 3.4):
+//
+//   - with a record, the key is [pluginapi.CallKey](verb, id, rec.StartRev,
+//     rec.StartAttempt) and the token rec.StartRev, the revision its attempt
+//     began at, so that
+//     a stop of one attempt is the same request each time it is retried and
+//     never fenced out by the start it ends;
+//   - without one, the key is [pluginapi.CallKey](verb+"-unrecorded", id,
+//     rev, 0) and the token rev.
+//
+// Stops are fenced on the workload itself (StopRequest.FenceResource empty),
+// whose tokens are only ever desired-state revisions (a stateful start is
+// fenced by its lease instead), and revisions only increase: a stop is never
+// refused as stale by a start the agent made before it.
+func StopMutation(verb, id string, rec *localstore.Workload, rev int64) pluginapi.Mutation {
+	if rec == nil {
+		return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey(verb+"-unrecorded", id, rev, 0), FencingToken: uint64(max(rev, 0))}
+	}
+	return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey(verb, id, rec.StartRev, rec.StartAttempt), FencingToken: uint64(max(rec.StartRev, 0))}
 }

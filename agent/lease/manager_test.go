@@ -138,13 +138,21 @@ func (n *testNode) stop() {
 // as the reconcile loop does for a stateful workload.
 func (n *testNode) bind(ctx context.Context, id, leaseID string) {
 	n.t.Helper()
+	// As the reconcile loop does: attempt 1, fenced by the lease's token.
+	var token int64
+	fence := ""
+	if l, ok := n.mg.Lease(leaseID); ok {
+		token, fence = l.Token, runtime.FenceLease(leaseID)
+	}
 	r, err := n.drv.Start(ctx, &runtime.StartRequest{WorkloadID: id, Command: []string{"app"}, WorkDir: n.dir,
-		LogPath: filepath.Join(n.dir, id+".log"), Mutation: pluginapi.Mutation{IdempotencyKey: "start-" + id}})
+		LogPath: filepath.Join(n.dir, id+".log"), FenceResource: fence,
+		Mutation: pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey("start", id, 1, 1), FencingToken: uint64(token)}})
 	if err != nil {
 		n.t.Fatal(err)
 	}
 	if err := n.store.PutWorkload(ctx, localstore.Workload{WorkloadID: id, Driver: "fake", Phase: "running",
-		LeaseID: leaseID, DriverHandle: localstore.DriverHandle{Version: r.State.Handle.Version, Data: r.State.Handle.Data}}); err != nil {
+		LeaseID: leaseID, DriverHandle: localstore.DriverHandle{Version: r.State.Handle.Version, Data: r.State.Handle.Data},
+		StartAttempt: 1, FenceToken: token, StartRev: 1}); err != nil {
 		n.t.Fatal(err)
 	}
 }
@@ -256,8 +264,8 @@ func TestRevokeFencesLocalLease(t *testing.T) {
 	if ok, _ := admits(n.mg, "lse_a", 3); ok {
 		t.Errorf("Admit after the revoke")
 	}
-	if !strings.Contains(driverLog(t, n.dir), " stop wl_s mode=graceful") {
-		t.Errorf("driver log has no graceful stop of wl_s:\n%s", driverLog(t, n.dir))
+	if !strings.Contains(driverLog(t, n.dir), " stop wl_s mode=graceful key=fence-stop/wl_s/1.1 fence=workload/wl_s@1") {
+		t.Errorf("driver log has no graceful stop of wl_s with the fence's derived key and the attempt's revision:\n%s", driverLog(t, n.dir))
 	}
 	if l, _ := n.mg.Lease("lse_a"); l.State != node.LeaseRevoked || l.Fence != FenceDone {
 		t.Errorf("lease = %+v; want revoked and fenced", l)

@@ -31,6 +31,20 @@ type Workload struct {
 	// a workload that is not stateful. The self-fence of that lease stops it
 	// (docs/node-protocol.md section 8.5).
 	LeaseID string
+	// StartAttempt counts the driver starts the agent began for this
+	// workload; the start's idempotency key is derived from it, and a start
+	// interrupted before its result was recorded (phase starting) is retried
+	// with the same attempt, so the driver replays it (docs/plugins.md
+	// section 3.4). Zero before the first start.
+	StartAttempt int64
+	// FenceToken is the fencing token the current attempt's start was sent
+	// with: the lease's token for a stateful workload, StartRev otherwise. A
+	// retried attempt sends it again.
+	FenceToken int64
+	// StartRev is the desired-state revision the current attempt began at:
+	// the token of the workload's own fence (its stops, its network calls,
+	// and its start when it has no lease).
+	StartRev int64
 }
 
 // DriverHandle is a runtime driver's handle as the agent stores it: a
@@ -65,6 +79,37 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
+// migrateAttempts adds the start attempt, fence token and start revision columns that
+// stores made by an older agent lack.
+func migrateAttempts(ctx context.Context, db *sql.DB) error {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info('workloads')`)
+	if err != nil {
+		return fmt.Errorf("migrate store: %w", err)
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			_ = rows.Close()
+			return fmt.Errorf("migrate store: %w", err)
+		}
+		have[name] = true
+	}
+	_ = rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("migrate store: %w", err)
+	}
+	for _, col := range []string{"start_attempt", "fence_token", "start_rev"} {
+		if have[col] {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, `ALTER TABLE workloads ADD COLUMN `+col+` INTEGER NOT NULL DEFAULT 0`); err != nil {
+			return fmt.Errorf("migrate store: add %s: %w", col, err)
+		}
+	}
+	return nil
+}
+
 func encodeHandle(h DriverHandle) string {
 	if h.Version == 0 && len(h.Data) == 0 {
 		return ""
@@ -89,9 +134,10 @@ func (s *Store) PutWorkload(ctx context.Context, w Workload) error {
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO workloads (workload_id, driver, phase, port,
 		spec_hash, restart_generation, restart_count, last_exit_code, backoff_step, next_start_at,
-		started_at, message, driver_handle, lease_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		started_at, message, driver_handle, lease_id, start_attempt, fence_token, start_rev) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		w.WorkloadID, w.Driver, w.Phase, w.Port, w.SpecHash, w.RestartGeneration, w.RestartCount, exit,
-		w.BackoffStep, formatTime(w.NextStartAt), formatTime(w.StartedAt), w.Message, encodeHandle(w.DriverHandle), w.LeaseID)
+		w.BackoffStep, formatTime(w.NextStartAt), formatTime(w.StartedAt), w.Message, encodeHandle(w.DriverHandle), w.LeaseID,
+		w.StartAttempt, w.FenceToken, w.StartRev)
 	if err != nil {
 		return fmt.Errorf("put workload %s: %w", w.WorkloadID, err)
 	}
@@ -109,8 +155,8 @@ func (s *Store) DeleteWorkload(ctx context.Context, id string) error {
 // Workloads returns every workload record, ordered by id.
 func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT workload_id, driver, phase, port, spec_hash,
-		restart_generation, restart_count, last_exit_code, backoff_step, next_start_at, started_at, message, driver_handle, lease_id
-		FROM workloads ORDER BY workload_id`)
+		restart_generation, restart_count, last_exit_code, backoff_step, next_start_at, started_at, message, driver_handle, lease_id,
+		start_attempt, fence_token, start_rev FROM workloads ORDER BY workload_id`)
 	if err != nil {
 		return nil, fmt.Errorf("list workloads: %w", err)
 	}
@@ -121,7 +167,8 @@ func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 		var exit sql.NullInt64
 		var next, started, handle string
 		if err := rows.Scan(&w.WorkloadID, &w.Driver, &w.Phase, &w.Port, &w.SpecHash, &w.RestartGeneration,
-			&w.RestartCount, &exit, &w.BackoffStep, &next, &started, &w.Message, &handle, &w.LeaseID); err != nil {
+			&w.RestartCount, &exit, &w.BackoffStep, &next, &started, &w.Message, &handle, &w.LeaseID,
+			&w.StartAttempt, &w.FenceToken, &w.StartRev); err != nil {
 			return nil, fmt.Errorf("list workloads: %w", err)
 		}
 		if exit.Valid {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/abi/pluginapi"
 	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/localstore"
 	"github.com/berthhq/berth/conformance"
@@ -234,13 +235,15 @@ func TestContainerSurvivesAgentRestart(t *testing.T) {
 // nftNetwork adapts the nftables network as cmd/berth-agent does.
 type nftNetwork struct{ n *nftables.Network }
 
-func (a nftNetwork) Attach(ctx context.Context, id, group string, port int) (string, error) {
+func (a nftNetwork) Attach(ctx context.Context, id, group string, port int, _ pluginapi.Mutation) (string, error) {
 	at, err := a.n.Attach(ctx, nftables.AttachRequest{WorkloadID: id, Group: group,
 		Ports: []nftables.Port{{HostPort: uint16(port), ContainerPort: uint16(port)}}})
 	return at.NetNSPath(), err
 }
 
-func (a nftNetwork) Detach(ctx context.Context, id string) error { return a.n.Detach(ctx, id) }
+func (a nftNetwork) Detach(ctx context.Context, id string, _ pluginapi.Mutation) error {
+	return a.n.Detach(ctx, id)
+}
 
 // TestContainerOnNodeNetwork: with the node network, a container gets its own
 // namespace and answers on the node's address and its port (published), and

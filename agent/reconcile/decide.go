@@ -103,8 +103,15 @@ func Decide(in Input) Decision {
 		if r, ok := in.Records[spec.WorkloadID]; ok {
 			rec = &r
 		}
-		act, at := decideOne(spec, rec, in.Driver[spec.WorkloadID], in.Now)
-		if act != nil && spec.Stateful && (act.Kind == ActStart || act.Kind == ActRestart) {
+		st := in.Driver[spec.WorkloadID]
+		act, at := decideOne(spec, rec, st, in.Now)
+		if act != nil && spec.Stateful && act.Reason == reasonReplay {
+			if ok, _ := StatefulAllowed(spec, in); !ok {
+				// Its lease may not start anything now: only adopt the
+				// running workload, as a running one is never stopped here.
+				act = adopt(rec, st)
+			}
+		} else if act != nil && spec.Stateful && (act.Kind == ActStart || act.Kind == ActRestart) {
 			act = gateStateful(spec, rec, act, in)
 		}
 		if act != nil {
@@ -216,14 +223,13 @@ func decideOne(spec *node.WorkloadSpec, rec *localstore.Workload, st *runtime.Wo
 			return &Action{Kind: ActRestart, WorkloadID: id, Reason: "spec or restart_generation changed", Spec: spec, Record: rec}, time.Time{}
 		}
 		switch {
+		case Replays(rec, st):
+			// The driver acted on a start whose result was never recorded:
+			// retry it as the same attempt, which the driver replays, so the
+			// record gets the start's answer (its handle) without a second start.
+			return &Action{Kind: ActStart, WorkloadID: id, Reason: reasonReplay, Spec: spec, Record: rec}, time.Time{}
 		case phase != PhaseRunning:
-			r := *rec
-			r.Phase = string(PhaseRunning)
-			r.Message = ""
-			if !st.StartedAt.IsZero() {
-				r.StartedAt = st.StartedAt
-			}
-			return &Action{Kind: ActRecord, WorkloadID: id, Reason: "adopt running workload", Record: &r}, time.Time{}
+			return adopt(rec, st), time.Time{}
 		case rec.BackoffStep > 0:
 			resetAt := rec.StartedAt.Add(BackoffReset)
 			if !now.Before(resetAt) {
@@ -253,6 +259,20 @@ func decideOne(spec *node.WorkloadSpec, rec *localstore.Workload, st *runtime.Wo
 	default: // starting (interrupted start) or stopped (desired running again)
 		return &Action{Kind: ActStart, WorkloadID: id, Reason: "not running", Spec: spec, Record: rec}, time.Time{}
 	}
+}
+
+// reasonReplay is the reason of a start that retries an interrupted attempt.
+const reasonReplay = "retry interrupted start"
+
+// adopt records a running workload the record does not say is running.
+func adopt(rec *localstore.Workload, st *runtime.WorkloadState) *Action {
+	r := *rec
+	r.Phase = string(PhaseRunning)
+	r.Message = ""
+	if !st.StartedAt.IsZero() {
+		r.StartedAt = st.StartedAt
+	}
+	return &Action{Kind: ActRecord, WorkloadID: r.WorkloadID, Reason: "adopt running workload", Record: &r}
 }
 
 // Crash returns rec after an unasked exit observed at now: phase crashed,

@@ -49,6 +49,8 @@ func TestDecideStateful(t *testing.T) {
 		{"desired stopped while the lease is gone: stopped", spec("wl_a", stateful(7), func(s *node.WorkloadSpec) { s.DesiredStatus = node.DesiredStopped }),
 			ptr(rec("wl_a", PhaseRunning)), true, nil, false, ActStop, ""},
 		{"not stateful: unaffected by a failed node", spec("wl_a"), nil, false, nil, true, ActStart, ""},
+		{"interrupted attempt running, lease held: the same attempt again", spec("wl_a", stateful(7)),
+			ptr(rec("wl_a", PhaseStarting, func(r *localstore.Workload) { r.StartAttempt = 1 })), true, held, false, ActStart, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,5 +82,21 @@ func TestDecideStateful(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDecideInterruptedStatefulAttemptWithoutLease: a stateful start the
+// driver ran but the agent never recorded is not retried while the lease
+// may not start anything; the running workload is only adopted (it is never
+// stopped here, section 6.4).
+func TestDecideInterruptedStatefulAttemptWithoutLease(t *testing.T) {
+	t.Parallel()
+	uncertain := map[string]lease.Status{"lse_a": {State: node.LeaseUncertain, Token: 7}}
+	s := spec("wl_a", stateful(7))
+	r := rec("wl_a", PhaseStarting, func(r *localstore.Workload) { r.StartAttempt = 1 })
+	d := Decide(Input{Snapshot: snap(s), Records: map[string]localstore.Workload{"wl_a": r}, Now: t0, Leases: uncertain,
+		Driver: map[string]*runtime.WorkloadState{"wl_a": running("wl_a")}})
+	if len(d.Actions) != 1 || d.Actions[0].Kind != ActRecord || Phase(d.Actions[0].Record.Phase) != PhaseRunning {
+		t.Fatalf("actions = %+v; want the running workload adopted", d.Actions)
 	}
 }

@@ -4,8 +4,6 @@ package reconcile
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -199,10 +197,14 @@ func (l *Loop) Pass(ctx context.Context) (time.Time, error) {
 		in.Leases, in.NodeFailed = l.cfg.Leases.Statuses()
 	}
 	dec := Decide(in)
+	var rev int64
+	if snap != nil {
+		rev = snap.Rev
+	}
 	var errs []error
 	for _, a := range dec.Actions {
 		l.log.Info("reconcile action", "action", string(a.Kind), "workload_id", a.WorkloadID, "reason", a.Reason)
-		if err := l.act(ctx, a, driver[a.WorkloadID], recs, now); err != nil {
+		if err := l.act(ctx, a, driver[a.WorkloadID], recs, now, rev); err != nil {
 			errs = append(errs, err)
 			l.log.Warn("reconcile action failed", "action", string(a.Kind), "workload_id", a.WorkloadID, "error", err)
 		}
@@ -273,7 +275,9 @@ func (l *Loop) nodeAddress() string {
 	return l.address
 }
 
-func (l *Loop) act(ctx context.Context, a Action, st *runtime.WorkloadState, recs map[string]localstore.Workload, now time.Time) error {
+// act runs a; rev is the desired-state revision the pass decided on, the
+// fence of the starts it makes of workloads without a lease.
+func (l *Loop) act(ctx context.Context, a Action, st *runtime.WorkloadState, recs map[string]localstore.Workload, now time.Time, rev int64) error {
 	switch a.Kind {
 	case ActRecord:
 		if Phase(a.Record.Phase) == PhaseCrashed {
@@ -282,7 +286,7 @@ func (l *Loop) act(ctx context.Context, a Action, st *runtime.WorkloadState, rec
 		}
 		return l.cfg.Store.PutWorkload(ctx, *a.Record)
 	case ActStop:
-		if err := l.stop(ctx, a.WorkloadID); err != nil {
+		if err := l.stop(ctx, a.WorkloadID, a.Record, rev); err != nil {
 			return err
 		}
 		l.cfg.Prober.Remove(a.WorkloadID)
@@ -293,33 +297,35 @@ func (l *Loop) act(ctx context.Context, a Action, st *runtime.WorkloadState, rec
 		r.Phase = string(PhaseStopped)
 		return l.cfg.Store.PutWorkload(ctx, r)
 	case ActRemove:
-		return l.remove(ctx, a.WorkloadID)
+		return l.remove(ctx, a.WorkloadID, a.Record, rev)
 	case ActRestart:
-		if err := l.stop(ctx, a.WorkloadID); err != nil {
+		if err := l.stop(ctx, a.WorkloadID, a.Record, rev); err != nil {
 			return err
 		}
-		return l.start(ctx, a, nil, recs, now)
+		return l.start(ctx, a, nil, recs, now, rev)
 	case ActStart:
-		return l.start(ctx, a, st, recs, now)
+		return l.start(ctx, a, st, recs, now, rev)
 	}
 	return fmt.Errorf("unknown action %q", a.Kind)
 }
 
-func (l *Loop) stop(ctx context.Context, id string) error {
+// stop stops workload id. rec is its record (nil when it has none) and rev
+// the revision of the pass; see [lease.StopMutation] for the mutation fields.
+func (l *Loop) stop(ctx context.Context, id string, rec *localstore.Workload, rev int64) error {
 	_, err := l.cfg.Driver.Stop(ctx, &runtime.StopRequest{WorkloadID: id, Timeout: l.cfg.StopTimeout,
-		Mutation: pluginapi.Mutation{IdempotencyKey: callKey("stop", id)}})
+		Mutation: lease.StopMutation("stop", id, rec, rev)})
 	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return fmt.Errorf("stop workload %s: %w", id, err)
 	}
 	return nil
 }
 
-func (l *Loop) remove(ctx context.Context, id string) error {
-	if err := l.stop(ctx, id); err != nil {
+func (l *Loop) remove(ctx context.Context, id string, rec *localstore.Workload, rev int64) error {
+	if err := l.stop(ctx, id, rec, rev); err != nil {
 		return err
 	}
 	l.cfg.Prober.Remove(id)
-	if err := l.detachNetwork(ctx, id); err != nil {
+	if err := l.detachNetwork(ctx, id, lease.StopMutation("detach", id, rec, rev)); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(l.workloadDir(id)); err != nil {
@@ -342,11 +348,28 @@ func (l *Loop) workloadDir(id string) string { return filepath.Join(l.cfg.DataDi
 // start brings a.Spec up: record first (so an agent crash mid-start finds it),
 // then port, bundle, working directory, and the driver's Start. A failure is
 // recorded as phase failed with a backoff and returned.
-func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, recs map[string]localstore.Workload, now time.Time) error {
+//
+// Each start is one attempt, counted in the record and persisted before the
+// driver is called; its idempotency key and fencing token derive from it
+// (docs/plugins.md section 3.4). A start interrupted after the driver acted
+// but before its result was recorded (the record still says starting and
+// the driver reports the workload running) is retried as the same attempt,
+// with the same port, key and token, so the driver replays its first answer,
+// handle included, instead of acting again.
+func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, recs map[string]localstore.Workload, now time.Time, rev int64) error {
 	spec := a.Spec
 	rec := localstore.Workload{WorkloadID: spec.WorkloadID}
 	if a.Record != nil {
 		rec = *a.Record
+	}
+	replay := Replays(&rec, st)
+	if !replay {
+		rec.StartAttempt++
+		rec.StartRev = rev
+		rec.FenceToken = rev
+		if spec.Stateful {
+			rec.FenceToken = spec.FencingToken
+		}
 	}
 	rec.Driver = spec.Driver
 	rec.LeaseID = ""
@@ -363,9 +386,12 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 			used[r.Port] = true
 		}
 	}
-	port, err := pickPort(addr, rec.Port, used)
-	if err != nil {
-		return l.failStart(ctx, rec, fmt.Errorf("allocate port for workload %s: %w", spec.WorkloadID, err), now)
+	port := rec.Port // a replayed start keeps the port its workload holds
+	if !replay {
+		var err error
+		if port, err = pickPort(addr, rec.Port, used); err != nil {
+			return l.failStart(ctx, rec, fmt.Errorf("allocate port for workload %s: %w", spec.WorkloadID, err), now)
+		}
 	}
 	rec.Port = port
 	rec.Phase = string(PhaseStarting)
@@ -375,12 +401,20 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 
 	dir := l.workloadDir(spec.WorkloadID)
 	appDir := filepath.Join(dir, "app")
-	if err := l.prepareWorkDir(ctx, spec, dir, appDir); err != nil {
-		return l.failStart(ctx, rec, err, now)
+	if !replay { // a replayed start's workload runs in its directory
+		if err := l.prepareWorkDir(ctx, spec, dir, appDir); err != nil {
+			return l.failStart(ctx, rec, err, now)
+		}
 	}
-	if st != nil {
-		// The driver still knows an exited run of this id: clear it first.
-		if err := l.stop(ctx, spec.WorkloadID); err != nil {
+	if st != nil && !replay {
+		// The driver still knows an exited run of this id: clear it first,
+		// as the stop of the attempt it belongs to.
+		var prev *localstore.Workload
+		if a.Record != nil {
+			r := *a.Record
+			prev = &r
+		}
+		if err := l.stop(ctx, spec.WorkloadID, prev, rev); err != nil {
 			return l.failStart(ctx, rec, err, now)
 		}
 	}
@@ -391,7 +425,9 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	env["BERTH_WORKLOAD_ID"] = spec.WorkloadID
 	env["BERTH_SERVICE"] = spec.Service
 	env["BERTH_PROJECT"] = spec.Project
-	netns, err := l.attachNetwork(ctx, spec, port, env)
+	mut := StartMutation(spec, &rec)
+	netns, err := l.attachNetwork(ctx, spec, port, env, pluginapi.Mutation{
+		IdempotencyKey: pluginapi.CallKey("attach", spec.WorkloadID, rec.StartRev, rec.StartAttempt), FencingToken: uint64(max(rec.StartRev, 0))})
 	if err != nil {
 		return l.failStart(ctx, rec, err, now)
 	}
@@ -433,7 +469,8 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 		WorkDir:          appDir,
 		LogPath:          filepath.Join(dir, "output.log"),
 		LogMaxBytes:      DefaultLogMaxBytes,
-		Mutation:         pluginapi.Mutation{IdempotencyKey: callKey("start", spec.WorkloadID)},
+		Mutation:         mut,
+		FenceResource:    StartFence(spec),
 	})
 	if err != nil {
 		return l.failStart(ctx, rec, fmt.Errorf("start workload %s: %w", spec.WorkloadID, err), now)
@@ -451,14 +488,32 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	return l.cfg.Store.PutWorkload(ctx, rec)
 }
 
-// callKey returns a fresh idempotency key for one driver call. The agent
-// never repeats a call on purpose (Start and Stop are idempotent by workload
-// id), so each call gets its own key; the key dedupes only a transport retry.
-// Fencing tokens stay zero until stateful services bring leases.
-func callKey(op, id string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // never fails
-	return op + "/" + id + "/" + hex.EncodeToString(b[:])
+// Replays reports whether a start from record rec, with the driver
+// reporting st, retries the record's interrupted attempt rather than making a
+// new one: the record says starting, has an attempt, and the driver reports
+// the workload running (so the first call got through).
+func Replays(rec *localstore.Workload, st *runtime.WorkloadState) bool {
+	return rec != nil && Phase(rec.Phase) == PhaseStarting && rec.StartAttempt > 0 &&
+		st != nil && st.State == runtime.StateRunning
+}
+
+// StartMutation returns the mutation fields of the start of spec as the
+// attempt recorded in rec: key [pluginapi.CallKey]("start", id,
+// rec.StartRev, rec.StartAttempt) and token rec.FenceToken (the lease's token for a
+// stateful workload, fenced by [StartFence]; the attempt's desired-state
+// revision otherwise; docs/plugins.md section 3.4).
+func StartMutation(spec *node.WorkloadSpec, rec *localstore.Workload) pluginapi.Mutation {
+	return pluginapi.Mutation{IdempotencyKey: pluginapi.CallKey("start", spec.WorkloadID, rec.StartRev, rec.StartAttempt),
+		FencingToken: uint64(max(rec.FenceToken, 0))}
+}
+
+// StartFence is the fence resource of spec's start: its lease for a stateful
+// workload, "" (the workload itself) otherwise.
+func StartFence(spec *node.WorkloadSpec) string {
+	if spec.Stateful && spec.LeaseID != "" {
+		return runtime.FenceLease(spec.LeaseID)
+	}
+	return ""
 }
 
 func (l *Loop) failStart(ctx context.Context, rec localstore.Workload, cause error, now time.Time) error {

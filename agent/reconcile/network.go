@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/abi/pluginapi"
 )
 
 // Network is the node network of container workloads, as the loop needs it
@@ -14,11 +15,13 @@ type Network interface {
 	// Attach gives a workload its network namespace and address, in
 	// isolation group group, with hostPort on the node's addresses forwarded
 	// to the same port of the workload. Idempotent by workload id; it
-	// returns the path of the namespace.
-	Attach(ctx context.Context, workloadID, group string, hostPort int) (netnsPath string, err error)
+	// returns the path of the namespace. m carries the call's idempotency
+	// key and fencing token, derived from the workload's start attempt
+	// (docs/plugins.md section 3.4).
+	Attach(ctx context.Context, workloadID, group string, hostPort int, m pluginapi.Mutation) (netnsPath string, err error)
 	// Detach removes a workload's rules, namespace and veth; an unknown
-	// workload is success.
-	Detach(ctx context.Context, workloadID string) error
+	// workload is success. m is as for Attach.
+	Detach(ctx context.Context, workloadID string, m pluginapi.Mutation) error
 }
 
 // attachNetwork attaches a container workload when the loop has a network
@@ -26,7 +29,7 @@ type Network interface {
 // node's). The workload then listens on all addresses of its namespace, and
 // the node's address and port reach it through the published port, so the
 // health probe and the routes stay HOST:PORT of the node.
-func (l *Loop) attachNetwork(ctx context.Context, spec *node.WorkloadSpec, port int, env map[string]string) (string, error) {
+func (l *Loop) attachNetwork(ctx context.Context, spec *node.WorkloadSpec, port int, env map[string]string, m pluginapi.Mutation) (string, error) {
 	if l.cfg.Network == nil || spec.Driver != "containerd" {
 		return "", nil
 	}
@@ -34,7 +37,7 @@ func (l *Loop) attachNetwork(ctx context.Context, spec *node.WorkloadSpec, port 
 	if group == "" {
 		group = spec.Project
 	}
-	ns, err := l.cfg.Network.Attach(ctx, spec.WorkloadID, group, port)
+	ns, err := l.cfg.Network.Attach(ctx, spec.WorkloadID, group, port, m)
 	if err != nil {
 		return "", fmt.Errorf("attach workload %s to the node network: %w", spec.WorkloadID, err)
 	}
@@ -43,11 +46,11 @@ func (l *Loop) attachNetwork(ctx context.Context, spec *node.WorkloadSpec, port 
 }
 
 // detachNetwork removes a workload's network, when the loop has one.
-func (l *Loop) detachNetwork(ctx context.Context, id string) error {
+func (l *Loop) detachNetwork(ctx context.Context, id string, m pluginapi.Mutation) error {
 	if l.cfg.Network == nil {
 		return nil
 	}
-	if err := l.cfg.Network.Detach(ctx, id); err != nil {
+	if err := l.cfg.Network.Detach(ctx, id, m); err != nil {
 		return fmt.Errorf("detach workload %s from the node network: %w", id, err)
 	}
 	return nil

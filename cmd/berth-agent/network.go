@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -63,24 +61,19 @@ func (n *networkFlags) open(ctx context.Context, log *slog.Logger, dataDir, plug
 // published TCP port per workload, the same on the node and in the workload.
 type loopNetwork struct{ n network.Network }
 
-func (l loopNetwork) Attach(ctx context.Context, id, group string, port int) (string, error) {
+// Attach implements reconcile.Network; m is derived from the workload's
+// start attempt by the loop.
+func (l loopNetwork) Attach(ctx context.Context, id, group string, port int, m pluginapi.Mutation) (string, error) {
 	a, err := l.n.Attach(ctx, &network.AttachRequest{WorkloadID: id, Group: group,
 		Ports:    []network.Port{{HostPort: uint16(port), ContainerPort: uint16(port)}},
-		Mutation: pluginapi.Mutation{IdempotencyKey: callKey("attach", id)}})
+		Mutation: m})
 	if err != nil {
 		return "", err
 	}
 	return a.NetNSPath, nil
 }
 
-func (l loopNetwork) Detach(ctx context.Context, id string) error {
-	return l.n.Detach(ctx, &network.DetachRequest{WorkloadID: id, Mutation: pluginapi.Mutation{IdempotencyKey: callKey("detach", id)}})
-}
-
-// callKey is a fresh idempotency key: the loop never repeats a call on
-// purpose (Attach and Detach are idempotent by workload id).
-func callKey(op, id string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return op + "/" + id + "/" + hex.EncodeToString(b[:])
+// Detach implements reconcile.Network.
+func (l loopNetwork) Detach(ctx context.Context, id string, m pluginapi.Mutation) error {
+	return l.n.Detach(ctx, &network.DetachRequest{WorkloadID: id, Mutation: m})
 }

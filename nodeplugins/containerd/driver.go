@@ -277,7 +277,7 @@ func (d *Driver) Start(ctx context.Context, req *runtime.StartRequest) (*runtime
 	if req == nil {
 		return nil, fmt.Errorf("start workload: no request: %w", ErrInvalidRequest)
 	}
-	return guard.Mutate(ctx, d.guards, "workload/"+req.WorkloadID, req.Mutation, req, func() (*runtime.StartResponse, error) {
+	return guard.MutateFenced(ctx, d.guards, runtime.FenceWorkload(req.WorkloadID), runtime.FenceOf(req.WorkloadID, req.FenceResource), req.Mutation, req, func() (*runtime.StartResponse, error) {
 		return d.start(ctx, req)
 	})
 }
@@ -543,7 +543,7 @@ func (d *Driver) List(ctx context.Context) ([]*runtime.WorkloadState, error) {
 // runtime.ErrNotFound. If ctx ends first the workload keeps running and
 // ctx's error is returned.
 func (d *Driver) Stop(ctx context.Context, req *runtime.StopRequest) (*runtime.StopResponse, error) {
-	return guard.Mutate(ctx, d.guards, "workload/"+req.WorkloadID, req.Mutation, req, func() (*runtime.StopResponse, error) {
+	return guard.MutateFenced(ctx, d.guards, runtime.FenceWorkload(req.WorkloadID), runtime.FenceOf(req.WorkloadID, req.FenceResource), req.Mutation, req, func() (*runtime.StopResponse, error) {
 		return d.stop(ctx, req)
 	})
 }

@@ -13,20 +13,32 @@
 // Driver log. Every transition appends one line to Config.LogPath (default
 // StateDir/driver.log), fsynced before the call returns:
 //
-//	2026-11-29T12:00:00.123456789Z start wl_x
-//	2026-11-29T12:00:05.000000001Z stop wl_x mode=graceful
+//	2026-11-29T12:00:00.123456789Z start wl_x key=start/wl_x/1 fence=workload/wl_x@7
+//	2026-11-29T12:00:05.000000001Z stop wl_x mode=graceful key=stop/wl_x/1 fence=workload/wl_x@8
 //	2026-11-29T12:00:06.000000002Z stop-failed wl_x mode=forced
 //
 // The time is the wall clock in RFC 3339 with nanoseconds, UTC. Between a
 // start line and the next stop line of an id the workload counts as running;
-// a stop-failed line leaves it running.
+// a stop-failed line leaves it running. key= is the call's idempotency key
+// (absent when it has none) and fence= the fence resource and token it was
+// admitted with. A call replayed from its idempotency key writes no line, so
+// the start lines of one key count how often it really acted.
+//
+// Fencing and replay go through sdk/guard, durably under StateDir: a Start
+// or Stop whose token is lower than the highest seen for its fence resource
+// (StartRequest.FenceResource, or the workload) is refused with code
+// stale_fencing_token, also after a restart of the driver.
 //
 // Faults. A forced stop of a workload listed in the file StateDir/fail-forced-stop
 // (read on every Stop; one workload id per line, or "*" for every workload)
 // or in Config.FailForcedStop fails with code unavailable and leaves the
 // workload running. A graceful stop of such a workload is ignored by the
 // workload, as SIGTERM would be, for its Timeout (or until ctx ends), and
-// then fails the same way, like a driver whose SIGKILL did not take.
+// then fails the same way, like a driver whose SIGKILL did not take. A
+// Start of a workload listed in StateDir/hold-after-start succeeds, logs
+// "held <id>" and then does not answer until the file stops listing it (or
+// the call's ctx ends): the agent can be killed between the driver's start
+// and its record of it.
 package fake
 
 import (
@@ -44,6 +56,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -59,6 +72,7 @@ const Version = "0.1.0"
 // Files in the state directory.
 const (
 	FailForcedStopFile = "fail-forced-stop" // workload ids (or "*") whose forced stop fails
+	HoldAfterStartFile = "hold-after-start" // workload ids (or "*") whose Start blocks after it succeeded
 	LogFile            = "driver.log"       // the default start/stop log
 	stateFile          = "workloads.json"
 )
@@ -66,6 +80,9 @@ const (
 // EnvFailForcedStop is read by cmd/berth-plugin-fake into
 // Config.FailForcedStop: a comma-separated list of workload ids, or "*".
 const EnvFailForcedStop = "BERTH_FAKE_FAIL_FORCED_STOP"
+
+// holdPollInterval is how often a held Start looks at its fault file.
+const holdPollInterval = 50 * time.Millisecond
 
 // DefaultStopTimeout is the graceful stop's timeout when the request gives none.
 const DefaultStopTimeout = 10 * time.Second
@@ -213,7 +230,39 @@ func (d *Driver) Start(ctx context.Context, req *runtime.StartRequest) (*runtime
 	if req == nil || !validID.MatchString(req.WorkloadID) {
 		return nil, fmt.Errorf("start workload: bad workload id: %w", ErrInvalidRequest)
 	}
-	return guard.Mutate(ctx, d.guards, "workload/"+req.WorkloadID, req.Mutation, req, func() (*runtime.StartResponse, error) {
+	resp, err := d.start(ctx, req)
+	if err == nil {
+		d.holdAfterStart(ctx, req.WorkloadID)
+	}
+	return resp, err
+}
+
+// holdAfterStart blocks a successful Start of a workload listed in the file
+// StateDir/hold-after-start (one id per line, or "*") until the file no
+// longer lists it or ctx ends, after logging "held <id>". The start itself,
+// its state and its idempotency record are durable by then: it stands for a
+// driver whose answer never reaches the agent.
+func (d *Driver) holdAfterStart(ctx context.Context, id string) {
+	path := filepath.Join(d.cfg.StateDir, HoldAfterStartFile)
+	if !listed(path, id) {
+		return
+	}
+	if err := d.logLine("held", id, ""); err != nil {
+		d.log.Warn("driver log", "error", err)
+	}
+	t := time.NewTicker(holdPollInterval)
+	defer t.Stop()
+	for listed(path, id) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime.StartResponse, error) {
+	return guard.MutateFenced(ctx, d.guards, runtime.FenceWorkload(req.WorkloadID), runtime.FenceOf(req.WorkloadID, req.FenceResource), req.Mutation, req, func() (*runtime.StartResponse, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -241,7 +290,7 @@ func (d *Driver) Start(ctx context.Context, req *runtime.StartRequest) (*runtime
 			delete(d.workloads, req.WorkloadID)
 			return nil, fmt.Errorf("start workload %s: %w", req.WorkloadID, err)
 		}
-		if err := d.logLine("start", req.WorkloadID, ""); err != nil {
+		if err := d.logLine("start", req.WorkloadID, mutationFields(req.Mutation, runtime.FenceOf(req.WorkloadID, req.FenceResource))); err != nil {
 			return nil, fmt.Errorf("start workload %s: %w", req.WorkloadID, err)
 		}
 		d.serve(w)
@@ -254,7 +303,7 @@ func (d *Driver) Start(ctx context.Context, req *runtime.StartRequest) (*runtime
 // runtime.ErrNotFound. A workload listed to fail forced stops is not
 // stopped: see the package doc.
 func (d *Driver) Stop(ctx context.Context, req *runtime.StopRequest) (*runtime.StopResponse, error) {
-	return guard.Mutate(ctx, d.guards, "workload/"+req.WorkloadID, req.Mutation, req, func() (*runtime.StopResponse, error) {
+	return guard.MutateFenced(ctx, d.guards, runtime.FenceWorkload(req.WorkloadID), runtime.FenceOf(req.WorkloadID, req.FenceResource), req.Mutation, req, func() (*runtime.StopResponse, error) {
 		mode := req.Mode
 		if mode == "" {
 			mode = runtime.StopGraceful
@@ -303,7 +352,7 @@ func (d *Driver) Stop(ctx context.Context, req *runtime.StopRequest) (*runtime.S
 			return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, err)
 		}
 		d.unserve(w)
-		if err := d.logLine("stop", req.WorkloadID, "mode="+string(mode)); err != nil {
+		if err := d.logLine("stop", req.WorkloadID, "mode="+string(mode)+" "+mutationFields(req.Mutation, runtime.FenceOf(req.WorkloadID, req.FenceResource))); err != nil {
 			return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, err)
 		}
 		st := w.state()
@@ -401,7 +450,13 @@ func (d *Driver) failsForcedStop(id string) bool {
 	if slices.Contains(d.cfg.FailForcedStop, "*") || slices.Contains(d.cfg.FailForcedStop, id) {
 		return true
 	}
-	f, err := os.Open(filepath.Join(d.cfg.StateDir, FailForcedStopFile))
+	return listed(filepath.Join(d.cfg.StateDir, FailForcedStopFile), id)
+}
+
+// listed reports whether the fault file at path lists id (or "*"); a
+// missing file lists nothing.
+func listed(path, id string) bool {
+	f, err := os.Open(path)
 	if err != nil {
 		return false
 	}
@@ -422,6 +477,17 @@ func ParseFailForcedStop(v string) []string {
 		if p = strings.TrimSpace(p); p != "" {
 			out = append(out, p)
 		}
+	}
+	return out
+}
+
+// mutationFields is how the driver log shows a call's mutation fields:
+// "key=<idempotency key> fence=<resource>@<token>" (key= is left out when
+// the call has no key).
+func mutationFields(m runtime.Mutation, fence string) string {
+	out := "fence=" + fence + "@" + strconv.FormatUint(m.FencingToken, 10)
+	if m.IdempotencyKey != "" {
+		out = "key=" + m.IdempotencyKey + " " + out
 	}
 	return out
 }

@@ -1,8 +1,10 @@
 package process_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/berthhq/berth/conformance"
@@ -14,10 +16,27 @@ import (
 // process (over real gRPC) and as the built binary.
 func TestConformance(t *testing.T) {
 	t.Parallel()
+	// Runs after every case ended its workloads: drop the cgroups the
+	// drivers made for them.
+	var mu sync.Mutex
+	var dirs []string
+	used := func(dir string) string {
+		mu.Lock()
+		dirs = append(dirs, dir)
+		mu.Unlock()
+		return dir
+	}
+	t.Cleanup(func() {
+		for _, d := range dirs {
+			if err := process.RemoveCgroups(context.Background(), d); err != nil {
+				t.Errorf("remove cgroups of %s: %v", d, err)
+			}
+		}
+	})
 	t.Run("in-process", func(t *testing.T) {
 		conformance.RunRuntimeDriver(t, conformance.RuntimeConfig{
 			// The suite closes the driver at the end of each case.
-			Factory: func(dir string) (runtime.Driver, error) { return process.New(process.Config{StateDir: dir}) },
+			Factory: func(dir string) (runtime.Driver, error) { return process.New(process.Config{StateDir: used(dir)}) },
 		})
 	})
 	t.Run("binary", func(t *testing.T) {
@@ -27,7 +46,7 @@ func TestConformance(t *testing.T) {
 		}
 		conformance.RunRuntimeDriver(t, conformance.RuntimeConfig{
 			Binary: bin,
-			Args:   func(dir string) []string { return []string{"--state-dir", dir} },
+			Args:   func(dir string) []string { return []string{"--state-dir", used(dir)} },
 		})
 	})
 }

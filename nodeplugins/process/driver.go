@@ -24,6 +24,15 @@
 // workload and deduplicated by idempotency key through sdk/guard, with their
 // records under StateDir/fence and StateDir/idempotency.
 //
+// Process groups: Stop signals the workload's whole process group (its
+// leader's pid, persisted in the record and the handle), and a workload counts
+// as stopped only when no live member of the group is left, so children a
+// killed leader left behind are ended too. A Start that replaces an exited
+// run first kills what is left of the old group (group.go). As root with a
+// cgroup v2 hierarchy each workload also gets its own cgroup, which catches
+// children that left the group, and is killed through cgroup.kill
+// (cgroup.go); without one the process group alone decides.
+//
 // Stop is also how the agent forgets a workload: once the workload has exited,
 // Stop removes its record and returns the final state; a later Stop or Inspect
 // of that id returns ErrNotFound, which callers treat as success. A workload
@@ -95,6 +104,9 @@ type Driver struct {
 
 	trimmers sync.WaitGroup // running log trimmers
 	guards   *guard.Guards
+	// cgroupParent is the directory of the workloads' cgroups (cgroup.go);
+	// "" when the driver cannot use cgroups and relies on process groups.
+	cgroupParent string
 
 	mu        sync.Mutex
 	closed    bool                 // mu must be held
@@ -139,6 +151,12 @@ func New(cfg Config) (*Driver, error) {
 	if _, err := d.guards.Idempotency.Prune(time.Now().Add(-idempotencyKept)); err != nil {
 		d.log.Warn("could not prune idempotency records", "error", err)
 	}
+	if parent, err := findCgroupParent(cfg.StateDir); err != nil {
+		d.log.Info("cgroup v2 not usable: workloads are stopped by their process group only", "reason", err.Error())
+	} else {
+		d.cgroupParent = parent
+		d.log.Info("each workload gets its own cgroup", "parent", parent)
+	}
 	recs, err := d.loadRecords()
 	if err != nil {
 		stop()
@@ -167,6 +185,17 @@ func (d *Driver) Close() error {
 	d.mu.Unlock()
 	d.stop()
 	d.trimmers.Wait()
+	if d.cgroupParent != "" {
+		// Empty cgroups go (a later Start makes its cgroup again); those of
+		// running workloads stay, and with them the parent.
+		entries, _ := os.ReadDir(d.cgroupParent)
+		for _, e := range entries {
+			if p := filepath.Join(d.cgroupParent, e.Name()); e.IsDir() && !cgroupPopulated(p) {
+				_ = os.Remove(p)
+			}
+		}
+		_ = os.Remove(d.cgroupParent)
+	}
 	return nil
 }
 
@@ -202,13 +231,15 @@ func (d *Driver) Describe(context.Context) (*runtime.DescribeResponse, error) {
 var validID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 
 // Start implements runtime.Driver. A running workload with the same id is
-// returned as it is (the request is not compared); an exited one is replaced by
-// a new process. Errors wrap ErrInvalidRequest for a request that cannot run.
+// returned as it is (the request is not compared); an exited one is replaced
+// by a new process once nothing of its process group is left (an old group
+// that outlives SIGKILL fails the Start with ErrGroupSurvived). Errors wrap
+// ErrInvalidRequest for a request that cannot run.
 func (d *Driver) Start(ctx context.Context, req *runtime.StartRequest) (*runtime.StartResponse, error) {
 	if req == nil {
 		return nil, fmt.Errorf("start workload: no request: %w", ErrInvalidRequest)
 	}
-	return guard.Mutate(ctx, d.guards, "workload/"+req.WorkloadID, req.Mutation, req, func() (*runtime.StartResponse, error) {
+	return guard.MutateFenced(ctx, d.guards, runtime.FenceWorkload(req.WorkloadID), runtime.FenceOf(req.WorkloadID, req.FenceResource), req.Mutation, req, func() (*runtime.StartResponse, error) {
 		return d.start(ctx, req)
 	})
 }
@@ -235,7 +266,18 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		maxBytes = DefaultLogMaxBytes
 	}
 
+	// A restart in place first makes sure nothing of the previous run is
+	// left: its leader has exited, but children it left in its group would
+	// otherwise run beside the new process.
 	d.mu.Lock()
+	if w, ok := d.workloads[id]; ok && !d.refreshLocked(w) {
+		old := w.rec.procs()
+		d.mu.Unlock()
+		if err := old.kill(ctx); err != nil {
+			return nil, fmt.Errorf("start workload %s: clear the previous run's process group %d: %w", id, old.pgid, err)
+		}
+		d.mu.Lock()
+	}
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, fmt.Errorf("start workload %s: %w", id, errClosed)
@@ -265,6 +307,18 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 	}
 	defer devnull.Close()
 
+	attr := &syscall.SysProcAttr{Setsid: true}
+	cgroup := ""
+	if d.cgroupParent != "" {
+		cg, dir, err := makeCgroup(d.cgroupParent, id)
+		if err != nil {
+			d.log.Warn("workload runs without its own cgroup", "workload", id, "error", err)
+		} else {
+			defer dir.Close()
+			cgroup = cg
+			attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
+		}
+	}
 	cmd := &exec.Cmd{
 		Path:   path,
 		Args:   slices.Clone(req.Command),
@@ -275,10 +329,19 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		Stderr: logf,
 		// Own session and process group: no controlling terminal, no signal
 		// from the driver's group, and Stop can signal the whole group.
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		SysProcAttr: attr,
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start workload %s: %w", id, err)
+		if cgroup == "" {
+			return nil, fmt.Errorf("start workload %s: %w", id, err)
+		}
+		// The kernel refused the cgroup (e.g. no clone3): start without.
+		d.log.Warn("workload runs without its own cgroup", "workload", id, "cgroup", cgroup, "error", err)
+		cgroup, attr.UseCgroupFD, attr.CgroupFD = "", false, 0
+		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdin: devnull, Stdout: logf, Stderr: logf, SysProcAttr: attr}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("start workload %s: %w", id, err)
+		}
 	}
 	pid := cmd.Process.Pid
 	// The child cannot be reaped before cmd.Wait, so its /proc entry exists
@@ -294,6 +357,8 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 			Version:     recordVersion,
 			WorkloadID:  id,
 			PID:         pid,
+			PGID:        pid, // Setsid: the leader's pid is the group's id
+			Cgroup:      cgroup,
 			StartTicks:  st.StartTicks,
 			Command:     slices.Clone(req.Command),
 			StartedAt:   time.Now().UTC(),
@@ -391,14 +456,16 @@ func (d *Driver) List(ctx context.Context) ([]*runtime.WorkloadState, error) {
 }
 
 // Stop implements runtime.Driver: SIGTERM to the workload's process group, up
-// to Timeout (zero means DefaultStopTimeout) for the process to exit, then
-// SIGKILL to the group; StopForced sends SIGKILL at once. Once the process has exited
-// any remaining members of its group are killed, the record is removed and the
-// final state returned. An unknown id returns an error wrapping
+// to Timeout (zero means DefaultStopTimeout) for every member of the group to
+// exit, then SIGKILL to the group; StopForced sends SIGKILL at once. This
+// holds also when the leader has already exited and only its children are
+// left. A group that outlives SIGKILL for 5 s fails the Stop with
+// ErrGroupSurvived and keeps the record. Once the group is empty the record is removed and the final state
+// returned. An unknown id returns an error wrapping
 // runtime.ErrNotFound. If ctx ends first the workload keeps its record and
 // ctx's error is returned.
 func (d *Driver) Stop(ctx context.Context, req *runtime.StopRequest) (*runtime.StopResponse, error) {
-	return guard.Mutate(ctx, d.guards, "workload/"+req.WorkloadID, req.Mutation, req, func() (*runtime.StopResponse, error) {
+	return guard.MutateFenced(ctx, d.guards, runtime.FenceWorkload(req.WorkloadID), runtime.FenceOf(req.WorkloadID, req.FenceResource), req.Mutation, req, func() (*runtime.StopResponse, error) {
 		return d.stopWorkload(ctx, req)
 	})
 }
@@ -414,31 +481,26 @@ func (d *Driver) stopWorkload(ctx context.Context, req *runtime.StopRequest) (*r
 		d.mu.Unlock()
 		return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, runtime.ErrNotFound)
 	}
-	running := d.refreshLocked(w)
-	pid, ticks := w.rec.PID, w.rec.StartTicks
+	d.refreshLocked(w)
+	pid, procs := w.rec.PID, w.rec.procs()
 	d.mu.Unlock()
 
-	if running {
+	// The whole group (and cgroup) is stopped, not only its leader: a
+	// leader that died (or was killed -9) leaves its children behind.
+	if procs.alive() {
 		timeout := req.Timeout
 		if timeout <= 0 {
 			timeout = DefaultStopTimeout
 		}
 		if req.Mode != runtime.StopForced {
-			signalGroup(pid, ticks, syscall.SIGTERM)
-			if err := waitExit(ctx, w, pid, ticks, timeout); err != nil && ctx.Err() != nil {
+			procs.signal(syscall.SIGTERM)
+			if err := procs.waitGone(ctx, timeout); err != nil && ctx.Err() != nil {
 				return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, err)
 			}
 		}
-		if alive(pid, ticks) {
-			signalGroup(pid, ticks, syscall.SIGKILL)
-			if err := waitExit(ctx, w, pid, ticks, killWait); err != nil {
-				return nil, fmt.Errorf("stop workload %s: process %d survived SIGKILL: %w", req.WorkloadID, pid, err)
-			}
+		if err := procs.kill(ctx); err != nil {
+			return nil, fmt.Errorf("stop workload %s: process group %d: %w", req.WorkloadID, procs.pgid, err)
 		}
-		// The leader has just exited; its process group id cannot have been
-		// reused while members remain, so this only reaches the workload's
-		// own leftovers.
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	d.awaitReap(ctx, w)
 
@@ -452,42 +514,12 @@ func (d *Driver) stopWorkload(ctx context.Context, req *runtime.StopRequest) (*r
 		}
 		delete(d.workloads, req.WorkloadID)
 		w.stopTrimmer()
+		if err := removeCgroup(ctx, procs.cgroup); err != nil {
+			d.log.Warn("could not remove the workload's cgroup", "workload", req.WorkloadID, "error", err)
+		}
 	}
 	d.log.Info("stopped workload", "workload", req.WorkloadID, "pid", pid, "exit_code", st.ExitCode)
 	return &runtime.StopResponse{State: st}, nil
-}
-
-// signalGroup signals the process group of pid after checking that pid is still
-// the workload's process (not a reused pid).
-func signalGroup(pid int, ticks uint64, sig syscall.Signal) {
-	if alive(pid, ticks) {
-		_ = syscall.Kill(-pid, sig)
-	}
-}
-
-// waitExit waits until the workload's process has exited, watching /proc (and
-// the reaper when the driver owns the process), for at most timeout.
-func waitExit(ctx context.Context, w *workload, pid int, ticks uint64, timeout time.Duration) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(procPollInterval)
-	defer tick.Stop()
-	var done <-chan struct{}
-	if w.done != nil {
-		done = w.done
-	}
-	for alive(pid, ticks) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("process %d still running after %s", pid, timeout)
-		case <-done:
-			return nil
-		case <-tick.C:
-		}
-	}
-	return nil
 }
 
 // awaitReap waits briefly for this driver's reaper to record the exit code of

@@ -65,7 +65,26 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	return &fixture{t: t, state: filepath.Join(dir, "state"), dir: dir}
+	f := &fixture{t: t, state: filepath.Join(dir, "state"), dir: dir}
+	first := f.state
+	// Registered first, so it runs last, after the tests' kills: remove the
+	// cgroups the drivers of this fixture made (their processes are dead).
+	t.Cleanup(func() {
+		for _, st := range []string{first, f.state} {
+			parent, err := findCgroupParent(st)
+			if err != nil {
+				continue
+			}
+			entries, _ := os.ReadDir(parent)
+			for _, e := range entries {
+				if e.IsDir() {
+					_ = removeCgroup(context.Background(), filepath.Join(parent, e.Name()))
+				}
+			}
+			_ = os.Remove(parent)
+		}
+	})
+	return f
 }
 
 func (f *fixture) driver() *Driver {

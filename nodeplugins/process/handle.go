@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,8 @@ const handleVersion = 1
 // workload without its record.
 type handleV1 struct {
 	PID         int       `json:"pid"`
+	PGID        int       `json:"pgid,omitempty"`   // 0 in handles of older drivers means PID
+	Cgroup      string    `json:"cgroup,omitempty"` // "" when the run has no cgroup
 	StartTicks  uint64    `json:"start_ticks"`
 	StartedAt   time.Time `json:"started_at"`
 	LogPath     string    `json:"log_path"`
@@ -32,7 +35,7 @@ type handleV1 struct {
 }
 
 func encodeHandle(r record) runtime.Handle {
-	raw, _ := json.Marshal(handleV1{PID: r.PID, StartTicks: r.StartTicks, StartedAt: r.StartedAt,
+	raw, _ := json.Marshal(handleV1{PID: r.PID, PGID: r.pgid(), Cgroup: r.Cgroup, StartTicks: r.StartTicks, StartedAt: r.StartedAt,
 		LogPath: r.LogPath, LogMaxBytes: r.LogMaxBytes, Command: r.Command}) // plain struct: cannot fail
 	return runtime.Handle{Version: handleVersion, Data: raw}
 }
@@ -41,7 +44,9 @@ func encodeHandle(r record) runtime.Handle {
 // reported as Inspect would. Otherwise the handle is decoded: when its
 // process is still alive (same pid and start time) the workload is adopted
 // (a record is written and its log trimmer started) and reported running;
-// when it is gone, ErrNotFound. A handle of another version is refused with
+// when the leader is gone but members of its process group live on, it is
+// adopted as exited so that Stop ends them; when nothing of it is left,
+// ErrNotFound. A handle of another version is refused with
 // code validation_failed.
 func (d *Driver) Recover(ctx context.Context, req *runtime.RecoverRequest) (*runtime.WorkloadState, error) {
 	if err := ctx.Err(); err != nil {
@@ -63,7 +68,17 @@ func (d *Driver) Recover(ctx context.Context, req *runtime.RecoverRequest) (*run
 	if err := json.Unmarshal(req.Handle.Data, &h); err != nil {
 		return nil, abierrors.Wrap(abierrors.ValidationFailed, "recover workload "+req.WorkloadID+": handle does not decode", err)
 	}
-	if !alive(h.PID, h.StartTicks) {
+	if h.Cgroup != "" && (d.cgroupParent == "" || filepath.Dir(h.Cgroup) != d.cgroupParent) {
+		// Only a cgroup of this driver's own is ever killed.
+		d.log.Warn("ignoring a handle's cgroup outside the driver's", "workload", req.WorkloadID, "cgroup", h.Cgroup)
+		h.Cgroup = ""
+	}
+	pgid := h.PGID
+	if pgid <= 0 {
+		pgid = h.PID
+	}
+	leader := alive(h.PID, h.StartTicks)
+	if !leader && !(procSet{pgid: pgid, ticks: h.StartTicks, cgroup: h.Cgroup}).alive() {
 		return nil, fmt.Errorf("recover workload %s: process %d is gone: %w", req.WorkloadID, h.PID, runtime.ErrNotFound)
 	}
 	d.mu.Lock()
@@ -76,14 +91,20 @@ func (d *Driver) Recover(ctx context.Context, req *runtime.RecoverRequest) (*run
 		return w.state(), nil
 	}
 	w := &workload{rec: record{
-		Version: recordVersion, WorkloadID: req.WorkloadID, PID: h.PID, StartTicks: h.StartTicks,
+		Version: recordVersion, WorkloadID: req.WorkloadID, PID: h.PID, PGID: h.PGID, Cgroup: h.Cgroup, StartTicks: h.StartTicks,
 		Command: h.Command, StartedAt: h.StartedAt, LogPath: h.LogPath, LogMaxBytes: h.LogMaxBytes, ExitCode: -1,
 	}}
+	if !leader {
+		// The leader is gone but children it left in its group live on:
+		// adopt the workload as exited, so that Stop (or a new Start)
+		// ends what is left of the group.
+		w.rec.Exited, w.rec.ExitedAt = true, time.Now().UTC()
+	}
 	if err := d.writeRecord(&w.rec); err != nil {
 		return nil, fmt.Errorf("recover workload %s: %w", req.WorkloadID, err)
 	}
 	d.workloads[req.WorkloadID] = w
-	if w.rec.LogPath != "" && w.rec.LogMaxBytes > 0 {
+	if leader && w.rec.LogPath != "" && w.rec.LogMaxBytes > 0 {
 		w.stopTrim = d.startTrimmer(w.rec)
 	}
 	d.log.Info("recovered workload from its handle", "workload", req.WorkloadID, "pid", h.PID)

@@ -21,7 +21,9 @@ type record struct {
 	Version     int       `json:"version"`
 	WorkloadID  string    `json:"workload_id"`
 	PID         int       `json:"pid"`
-	StartTicks  uint64    `json:"start_ticks"` // /proc/<pid>/stat field 22, clock ticks since boot
+	PGID        int       `json:"pgid,omitempty"`   // process group (and session) id; 0 in older records means PID
+	Cgroup      string    `json:"cgroup,omitempty"` // the run's cgroup directory; "" when it has none
+	StartTicks  uint64    `json:"start_ticks"`      // /proc/<pid>/stat field 22, clock ticks since boot
 	Command     []string  `json:"command"`
 	StartedAt   time.Time `json:"started_at"`
 	LogPath     string    `json:"log_path"`
@@ -29,6 +31,15 @@ type record struct {
 	Exited      bool      `json:"exited,omitempty"`
 	ExitedAt    time.Time `json:"exited_at,omitzero"`
 	ExitCode    int       `json:"exit_code"` // -1 when unknown
+}
+
+// pgid is the workload's process group id: the leader's pid, since the
+// driver starts every workload with Setsid.
+func (r *record) pgid() int {
+	if r.PGID > 0 {
+		return r.PGID
+	}
+	return r.PID
 }
 
 func (d *Driver) recordDir() string { return filepath.Join(d.cfg.StateDir, "workloads") }

@@ -93,10 +93,26 @@ func (g *Guards) Lock(resource string) (unlock func()) {
 // request is what identifies the call for step 2 (JSON-encoded and hashed);
 // pass the whole request. T must survive a JSON round trip.
 func Mutate[T any](ctx context.Context, g *Guards, resource string, m pluginapi.Mutation, request any, fn func() (T, error)) (T, error) {
+	return MutateFenced(ctx, g, resource, "", m, request, fn)
+}
+
+// MutateFenced is [Mutate] for a call whose fencing token is about another
+// resource than the one it changes, e.g. a runtime driver's Start of a
+// stateful workload, fenced by the workload's lease (docs/plugins.md section
+// 3.4). fence names that resource; empty means resource itself. The lock of
+// fence is taken before the lock of resource, so that the fencing check and
+// every mutation it admits are atomic across all resources under one fence.
+func MutateFenced[T any](ctx context.Context, g *Guards, resource, fence string, m pluginapi.Mutation, request any, fn func() (T, error)) (T, error) {
+	if fence == "" || fence == resource {
+		fence = resource
+	} else {
+		unlockFence := g.Lock(fence)
+		defer unlockFence()
+	}
 	unlock := g.Lock(resource)
 	defer unlock()
 	var zero T
-	if err := g.Fence.Admit(resource, m.FencingToken); err != nil {
+	if err := g.Fence.Admit(fence, m.FencingToken); err != nil {
 		return zero, err
 	}
 	if m.IdempotencyKey == "" {
@@ -196,7 +212,8 @@ func fileName(key string) string {
 	return hex.EncodeToString(sum[:16]) + ".json"
 }
 
-// writeFileAtomic writes raw to path: temp file, fsync, rename (0600).
+// writeFileAtomic writes raw to path: temp file, fsync, rename (0600),
+// fsync of the directory.
 func writeFileAtomic(path string, raw []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
@@ -215,5 +232,15 @@ func writeFileAtomic(path string, raw []byte) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	// The rename is durable only once the directory is synced: a token
+	// that rose must not fall back after a crash.
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

@@ -88,3 +88,43 @@ func BenchmarkMutate(b *testing.B) {
 		})
 	}
 }
+
+// TestMutateFencedByAnotherResource: calls on two resources fenced by one
+// shared resource (a lease over two workloads) share its highest token,
+// durably: a lower token is refused for either resource, also after reopen,
+// and the resources' own fences stay untouched.
+func TestMutateFencedByAnotherResource(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	g, err := guard.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	do := func(g *guard.Guards, res string, token uint64) error {
+		_, err := guard.MutateFenced(ctx, g, res, "lease/1", pluginapi.Mutation{FencingToken: token}, res, func() (int32, error) {
+			return runs.Add(1), nil
+		})
+		return err
+	}
+	if err := do(g, "workload/a", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(g, "workload/b", 4); !errors.Is(err, pluginapi.ErrStaleFencingToken) || runs.Load() != 1 {
+		t.Fatalf("lower token on another resource under the same fence = %v (runs %d)", err, runs.Load())
+	}
+	g2, err := guard.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := do(g2, "workload/b", 4); !errors.Is(err, pluginapi.ErrStaleFencingToken) {
+		t.Fatalf("after reopen = %v; want stale", err)
+	}
+	if err := do(g2, "workload/b", 5); err != nil {
+		t.Fatalf("equal token after reopen: %v", err)
+	}
+	if h, err := g2.Fence.Highest("workload/a"); err != nil || h != 0 {
+		t.Fatalf("the workload's own fence = %d, %v; want untouched", h, err)
+	}
+}

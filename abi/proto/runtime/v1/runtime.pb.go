@@ -251,7 +251,10 @@ type StartRequest struct {
 	// network plugin); empty means the node's own network namespace.
 	NetworkNamespace string `protobuf:"bytes,14,opt,name=network_namespace,json=networkNamespace,proto3" json:"network_namespace,omitempty"`
 	// Working directory inside the container; empty means the image's.
-	Cwd           string `protobuf:"bytes,15,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	Cwd string `protobuf:"bytes,15,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The resource mutation.fencing_token is about: "lease/<lease id>" for a
+	// stateful workload; empty means the workload itself.
+	FenceResource string `protobuf:"bytes,16,opt,name=fence_resource,json=fenceResource,proto3" json:"fence_resource,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +394,13 @@ func (x *StartRequest) GetCwd() string {
 	return ""
 }
 
+func (x *StartRequest) GetFenceResource() string {
+	if x != nil {
+		return x.FenceResource
+	}
+	return ""
+}
+
 type StartResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	State         *WorkloadState         `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
@@ -441,8 +451,10 @@ type StopRequest struct {
 	// "graceful" (the default) or "forced".
 	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
 	// Graceful mode only; zero or absent means 10 s.
-	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	Mutation      *v1.Mutation         `protobuf:"bytes,4,opt,name=mutation,proto3" json:"mutation,omitempty"`
+	Timeout  *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Mutation *v1.Mutation         `protobuf:"bytes,4,opt,name=mutation,proto3" json:"mutation,omitempty"`
+	// As in StartRequest.
+	FenceResource string `protobuf:"bytes,5,opt,name=fence_resource,json=fenceResource,proto3" json:"fence_resource,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,6 +515,13 @@ func (x *StopRequest) GetMutation() *v1.Mutation {
 		return x.Mutation
 	}
 	return nil
+}
+
+func (x *StopRequest) GetFenceResource() string {
+	if x != nil {
+		return x.FenceResource
+	}
+	return ""
 }
 
 type StopResponse struct {
@@ -1136,7 +1155,7 @@ const file_runtime_v1_runtime_proto_rawDesc = "" +
 	"\x05stats\x18\x04 \x01(\bR\x05stats\"6\n" +
 	"\x06Handle\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xbb\x04\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xe2\x04\n" +
 	"\fStartRequest\x12\x1f\n" +
 	"\vworkload_id\x18\x01 \x01(\tR\n" +
 	"workloadId\x12\x18\n" +
@@ -1155,18 +1174,20 @@ const file_runtime_v1_runtime_proto_rawDesc = "" +
 	"\n" +
 	"cpu_millis\x18\r \x01(\x03R\tcpuMillis\x12+\n" +
 	"\x11network_namespace\x18\x0e \x01(\tR\x10networkNamespace\x12\x10\n" +
-	"\x03cwd\x18\x0f \x01(\tR\x03cwd\x1a6\n" +
+	"\x03cwd\x18\x0f \x01(\tR\x03cwd\x12%\n" +
+	"\x0efence_resource\x18\x10 \x01(\tR\rfenceResource\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
 	"\rStartResponse\x125\n" +
-	"\x05state\x18\x01 \x01(\v2\x1f.berth.runtime.v1.WorkloadStateR\x05state\"\xae\x01\n" +
+	"\x05state\x18\x01 \x01(\v2\x1f.berth.runtime.v1.WorkloadStateR\x05state\"\xd5\x01\n" +
 	"\vStopRequest\x12\x1f\n" +
 	"\vworkload_id\x18\x01 \x01(\tR\n" +
 	"workloadId\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x123\n" +
 	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x125\n" +
-	"\bmutation\x18\x04 \x01(\v2\x19.berth.plugin.v1.MutationR\bmutation\"E\n" +
+	"\bmutation\x18\x04 \x01(\v2\x19.berth.plugin.v1.MutationR\bmutation\x12%\n" +
+	"\x0efence_resource\x18\x05 \x01(\tR\rfenceResource\"E\n" +
 	"\fStopResponse\x125\n" +
 	"\x05state\x18\x01 \x01(\v2\x1f.berth.runtime.v1.WorkloadStateR\x05state\"1\n" +
 	"\x0eInspectRequest\x12\x1f\n" +
