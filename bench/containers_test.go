@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/abi/pluginapi"
 	"github.com/berthhq/berth/agent/localstore"
 	"github.com/berthhq/berth/agent/reconcile"
 	"github.com/berthhq/berth/nodeplugins/containerd"
@@ -221,10 +222,12 @@ func (s benchBundle) DownloadBundle(_ context.Context, digest string, w io.Write
 // benchLoopNetwork adapts the nftables network as cmd/berth-agent does.
 type benchLoopNetwork struct{ n *nftables.Network }
 
-func (a benchLoopNetwork) Attach(ctx context.Context, id, group string, port int) (string, error) {
+func (a benchLoopNetwork) Attach(ctx context.Context, id, group string, port int, _ pluginapi.Mutation) (string, error) {
 	at, err := a.n.Attach(ctx, nftables.AttachRequest{WorkloadID: id, Group: group,
 		Ports: []nftables.Port{{HostPort: uint16(port), ContainerPort: uint16(port)}}})
 	return at.NetNSPath(), err
 }
 
-func (a benchLoopNetwork) Detach(ctx context.Context, id string) error { return a.n.Detach(ctx, id) }
+func (a benchLoopNetwork) Detach(ctx context.Context, id string, _ pluginapi.Mutation) error {
+	return a.n.Detach(ctx, id)
+}
