@@ -1,0 +1,439 @@
+package changelog
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/berthhq/berth/abi/node"
+)
+
+// maxBatch bounds how many queued changes one insert appends.
+const maxBatch = 256
+
+// batchTimeout bounds one batch's store work; the batch runs on a context
+// detached from the caller's, so a caller that leaves does not stop it.
+const batchTimeout = 30 * time.Second
+
+// flushRetries is how often a failed batch is tried again before its
+// changes wait for [Log.Run]'s next round (outbox changes) or fail
+// (changes without an outbox).
+const flushRetries = 3
+
+// RunInterval is how often [Log.Run] appends changes a failed batch left
+// queued.
+const RunInterval = 5 * time.Second
+
+// Ref names the document whose outbox ([OutboxField]) holds a pending
+// change; the zero Ref is a change held nowhere but in memory.
+type Ref struct {
+	Collection string
+	ID         any // the document's _id
+}
+
+// item is one queued change and what its waiter learns.
+type item struct {
+	p    Pending
+	ref  Ref
+	done chan struct{} // closed once entry or err is set
+	// entry and err are written by the appending goroutine before done
+	// is closed.
+	entry node.LogEntry
+	err   error
+}
+
+func (it *item) finish(e node.LogEntry, err error) {
+	it.entry, it.err = e, err
+	close(it.done)
+}
+
+// WithLogger sets where the log reports what it only logs (an outbox it
+// could not clear, a batch it will retry) and returns l.
+func (l *Log) WithLogger(log *slog.Logger) *Log {
+	if log != nil {
+		l.log = log
+	}
+	return l
+}
+
+// TrackOutbox names a collection whose documents carry outboxes, and the
+// field of each that is set to the entry's seq once appended ("" for none).
+// [Log.Recover] looks for pending changes only in tracked collections.
+func (l *Log) TrackOutbox(collection, seqField string) {
+	l.qmu.Lock()
+	l.outboxes[collection] = seqField
+	l.qmu.Unlock()
+}
+
+// Append adds ch as an entry and returns it: [Prepare] then [Log.Record]
+// with no outbox. Errors: those of Prepare; ctx's error when ctx ends first
+// (the entry is still appended); [ErrContention] and store errors.
+func (l *Log) Append(ctx context.Context, ch Change) (node.LogEntry, error) {
+	p, err := Prepare(ch)
+	if err != nil {
+		return node.LogEntry{}, err
+	}
+	return l.Record(ctx, Ref{}, p)
+}
+
+// Record queues p, already stored in ref's outbox in the same write as its
+// change (or held only in memory for the zero Ref), and returns its entry
+// once appended. The append runs on a context detached from ctx: when ctx
+// ends first, Record returns ctx's error and the entry is appended anyway.
+// An outbox change whose batch keeps failing stays queued for [Log.Run]; a
+// change without an outbox fails with the batch's error.
+func (l *Log) Record(ctx context.Context, ref Ref, p Pending) (node.LogEntry, error) {
+	it := &item{p: p, ref: ref, done: make(chan struct{})}
+	l.qmu.Lock()
+	l.queue = append(l.queue, it)
+	lead := !l.flushing
+	l.flushing = l.flushing || lead
+	l.qmu.Unlock()
+	if lead {
+		l.flush(context.WithoutCancel(ctx))
+	}
+	select {
+	case <-it.done:
+		return it.entry, it.err
+	case <-ctx.Done():
+		return node.LogEntry{}, fmt.Errorf("changelog: wait for the entry of %s %s: %w", p.EntityType, p.EntityID, ctx.Err())
+	}
+}
+
+// Pending returns how many changes wait for their entry in this berthd.
+func (l *Log) Pending() int {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	return len(l.queue) + l.inflight
+}
+
+// Run appends, every [RunInterval] until ctx ends, changes that failed
+// batches left queued.
+func (l *Log) Run(ctx context.Context) {
+	t := time.NewTicker(RunInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.qmu.Lock()
+		lead := !l.flushing && len(l.queue) > 0
+		l.flushing = l.flushing || lead
+		l.qmu.Unlock()
+		if lead {
+			l.flush(ctx)
+		}
+	}
+}
+
+// flush appends everything queued, batch by batch, until the queue is empty
+// or a batch failed flushRetries times. The caller set l.flushing.
+func (l *Log) flush(ctx context.Context) {
+	var since int64 // after a failed insert: the first seq it may have stored
+	failures := 0
+	for {
+		l.qmu.Lock()
+		n := min(len(l.queue), maxBatch)
+		batch := slices.Clone(l.queue[:n])
+		l.queue = l.queue[n:]
+		l.inflight = n
+		if n == 0 {
+			l.flushing = false
+			l.qmu.Unlock()
+			return
+		}
+		l.qmu.Unlock()
+
+		bctx, cancel := context.WithTimeout(ctx, batchTimeout)
+		rest, from, err := l.appendBatch(bctx, batch, since)
+		cancel()
+		since = from
+		if err == nil {
+			failures = 0
+			l.qmu.Lock()
+			l.inflight = 0
+			l.qmu.Unlock()
+			continue
+		}
+		failures++
+		l.log.Warn("append to the change log; will retry", "changes", len(rest), "attempt", failures, "err", err)
+		keep := rest
+		if failures >= flushRetries || ctx.Err() != nil {
+			keep = keep[:0]
+			for _, it := range rest {
+				if it.ref.Collection == "" {
+					it.finish(node.LogEntry{}, err) // held nowhere else: its caller learns
+				} else {
+					keep = append(keep, it) // durable in its outbox: retried by Run
+				}
+			}
+		}
+		l.qmu.Lock()
+		l.queue = append(keep, l.queue...)
+		l.inflight = 0
+		stop := failures >= flushRetries || ctx.Err() != nil
+		if stop {
+			l.flushing = false
+		}
+		l.qmu.Unlock()
+		if stop {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(failures) * 100 * time.Millisecond):
+		}
+	}
+}
+
+// appendBatch appends batch as consecutive entries and clears their
+// outboxes. since > 0 says an earlier insert from seq since may have stored
+// some of them: those found there are not appended again. It returns the
+// changes not appended and, on error, the first seq its failed insert
+// attempted (or since).
+func (l *Log) appendBatch(ctx context.Context, batch []*item, since int64) ([]*item, int64, error) {
+	for range maxAppendAttempts {
+		if since > 0 {
+			var err error
+			if batch, err = l.dropLanded(ctx, batch, since); err != nil {
+				return batch, since, err
+			}
+			if len(batch) == 0 {
+				return nil, 0, nil
+			}
+		}
+		seq, prev, err := l.appendHead(ctx, since > 0)
+		if err != nil {
+			return batch, since, err
+		}
+		if prev == "" {
+			prev = node.ZeroHash
+		}
+		entries := make([]node.LogEntry, len(batch))
+		docs := make([]any, len(batch))
+		at := l.now().UTC()
+		for i, it := range batch {
+			e := it.p.entry(seq+1+int64(i), l.term, at, prev)
+			if e.Hash, err = e.ComputeHash(); err != nil {
+				return batch, since, fmt.Errorf("changelog: %w", err)
+			}
+			body, err := json.Marshal(e)
+			if err != nil {
+				return batch, since, fmt.Errorf("changelog: encode entry: %w", err)
+			}
+			entries[i], docs[i], prev = e, doc{Seq: e.Seq, Hash: e.Hash, Body: string(body), ChangeID: it.p.ID}, e.Hash
+		}
+		_, err = l.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(true))
+		if err != nil {
+			// Some prefix may be stored (another replica took a seq, or
+			// the store failed mid-way): find what landed, then retry the
+			// rest on the new head.
+			since = seq + 1
+			if ctx.Err() != nil {
+				return batch, since, fmt.Errorf("changelog: store entries from %d: %w", seq+1, err)
+			}
+			continue
+		}
+		l.stored(ctx, seq, batch, entries)
+		return nil, 0, nil
+	}
+	return batch, since, ErrContention
+}
+
+// appendHead returns the seq and hash to append after: this Log's own head
+// when it knows one (it is the only appender of its berthd, and an insert
+// that finds the seq taken says otherwise), else the stored hint; after a
+// failed insert (lagging), the head rolled forward over the stored entries.
+// The embedded store looks up the string-keyed hint by index but scans for
+// integer-keyed entries, so the common append reads nothing.
+func (l *Log) appendHead(ctx context.Context, lagging bool) (int64, string, error) {
+	if lagging {
+		return l.Head(ctx)
+	}
+	l.mu.Lock()
+	e, ok := l.tail[l.head]
+	l.mu.Unlock()
+	if ok {
+		return e.Seq, e.Hash, nil
+	}
+	h, err := l.hint(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	return h.Seq, h.Hash, nil
+}
+
+// stored finishes a batch whose entries are in the log: moves the head hint
+// from prev, keeps the entries in the tail, wakes followers and waiters, and
+// clears each change from its outbox.
+func (l *Log) stored(ctx context.Context, prev int64, batch []*item, entries []node.LogEntry) {
+	if len(entries) == 0 {
+		return
+	}
+	l.advanceHead(ctx, prev, entries[len(entries)-1])
+	for _, e := range entries {
+		l.remember(e)
+	}
+	l.sawHead(entries[len(entries)-1].Seq)
+	l.notify()
+	for i, it := range batch {
+		l.clearOutbox(ctx, it.ref, it.p, entries[i].Seq)
+		it.finish(entries[i], nil)
+	}
+}
+
+// clearOutbox removes change id from ref's outbox and sets the tracked seq
+// field. A failure only leaves the change there: it is in the log, which
+// [Log.Recover] finds before appending anything.
+func (l *Log) clearOutbox(ctx context.Context, ref Ref, p Pending, seq int64) {
+	if ref.Collection == "" {
+		return
+	}
+	// The embedded store's $pull matches whole values only (a condition
+	// such as {"id": ...} removes nothing), so the item is named in full:
+	// Pending holds times at millisecond precision, as stored.
+	id := p.ID
+	update := bson.M{"$pull": bson.M{OutboxField: p}}
+	l.qmu.Lock()
+	field := l.outboxes[ref.Collection]
+	l.qmu.Unlock()
+	if field != "" {
+		update["$set"] = bson.M{field: seq}
+	}
+	if _, err := l.st.Collection(ref.Collection).UpdateOne(ctx, bson.M{"_id": ref.ID}, update); err != nil {
+		l.log.Warn("clear a change from its outbox; it stays until the next start", "collection", ref.Collection, "id", ref.ID, "change_id", id, "err", err)
+	}
+}
+
+// dropLanded finishes the items of batch whose entries are stored from seq
+// since on, and returns the others.
+func (l *Log) dropLanded(ctx context.Context, batch []*item, since int64) ([]*item, error) {
+	byID := make(map[string]*item, len(batch))
+	for _, it := range batch {
+		byID[it.p.ID] = it
+	}
+	cur, err := l.coll.Find(ctx, bson.M{"_id": bson.M{"$gte": since}}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return batch, fmt.Errorf("changelog: read entries from %d: %w", since, err)
+	}
+	var docs []doc
+	if err := cur.All(ctx, &docs); err != nil {
+		return batch, fmt.Errorf("changelog: read entries from %d: %w", since, err)
+	}
+	for _, d := range docs {
+		it, ok := byID[d.ChangeID]
+		if !ok || d.ChangeID == "" {
+			continue
+		}
+		var e node.LogEntry
+		if err := json.Unmarshal([]byte(d.Body), &e); err != nil {
+			return batch, fmt.Errorf("changelog: decode entry %d: %w", d.Seq, err)
+		}
+		l.remember(e)
+		l.clearOutbox(ctx, it.ref, it.p, e.Seq)
+		it.finish(e, nil)
+		delete(byID, d.ChangeID)
+	}
+	if len(docs) > 0 {
+		l.notify()
+	}
+	rest := batch[:0:0]
+	for _, it := range batch {
+		if _, ok := byID[it.p.ID]; ok {
+			rest = append(rest, it)
+		}
+	}
+	return rest, nil
+}
+
+// outboxDoc is what [Log.Recover] reads of a document with an outbox.
+type outboxDoc struct {
+	ID     any       `bson:"_id"`
+	Outbox []Pending `bson:"log_outbox"`
+}
+
+// Recover completes what a berthd that stopped (or died) between a write and
+// its entry left: every change still in a tracked outbox is appended, once.
+// It reads each tracked collection's documents that carry an outbox (one
+// query each, at start), and finds which of their changes are already in
+// the log (one query over the log, only when any are pending); those are
+// only cleared. Call it before serving writes. Returns how many entries it
+// appended.
+func (l *Log) Recover(ctx context.Context) (int, error) {
+	l.qmu.Lock()
+	colls := make(map[string]string, len(l.outboxes))
+	for c, f := range l.outboxes {
+		colls[c] = f
+	}
+	l.qmu.Unlock()
+	var items []*item
+	for c := range colls {
+		cur, err := l.st.Collection(c).Find(ctx, bson.M{OutboxField: bson.M{"$exists": true}},
+			options.Find().SetProjection(bson.M{OutboxField: 1}))
+		if err != nil {
+			return 0, fmt.Errorf("changelog: find outboxes in %s: %w", c, err)
+		}
+		var docs []outboxDoc
+		if err := cur.All(ctx, &docs); err != nil {
+			return 0, fmt.Errorf("changelog: find outboxes in %s: %w", c, err)
+		}
+		for _, d := range docs {
+			for _, p := range d.Outbox {
+				items = append(items, &item{p: p, ref: Ref{Collection: c, ID: d.ID}, done: make(chan struct{})})
+			}
+		}
+	}
+	if len(items) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, 0, len(items))
+	for _, it := range items {
+		ids = append(ids, it.p.ID)
+	}
+	cur, err := l.coll.Find(ctx, bson.M{"change_id": bson.M{"$in": ids}})
+	if err != nil {
+		return 0, fmt.Errorf("changelog: find recovered changes in the log: %w", err)
+	}
+	var landed []doc
+	if err := cur.All(ctx, &landed); err != nil {
+		return 0, fmt.Errorf("changelog: find recovered changes in the log: %w", err)
+	}
+	seqOf := make(map[string]int64, len(landed))
+	for _, d := range landed {
+		seqOf[d.ChangeID] = d.Seq
+	}
+	todo := items[:0]
+	seen := map[string]bool{}
+	for _, it := range items {
+		if seq, ok := seqOf[it.p.ID]; ok {
+			l.clearOutbox(ctx, it.ref, it.p, seq)
+			continue
+		}
+		if seen[it.p.ID] { // the same change in two documents' outboxes: append once
+			continue
+		}
+		seen[it.p.ID] = true
+		todo = append(todo, it)
+	}
+	slices.SortStableFunc(todo, func(a, b *item) int { return cmp.Compare(a.p.ID, b.p.ID) }) // ULIDs: creation order
+	for len(todo) > 0 {
+		n := min(len(todo), maxBatch)
+		rest, _, err := l.appendBatch(ctx, todo[:n], 0)
+		if err != nil {
+			return 0, fmt.Errorf("changelog: append %d recovered changes: %w", len(rest), err)
+		}
+		todo = todo[n:]
+	}
+	appended := len(seen)
+	l.log.Info("appended changes a previous run left pending", "entries", appended, "already_in_log", len(seqOf))
+	return appended, nil
+}
