@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -11,10 +13,48 @@ import (
 	"github.com/berthhq/berth/core/nodes"
 )
 
+// changeTimeout bounds how long a request waits for the entry of its change
+// once the write committed; the entry is appended whether or not it waits.
+const changeTimeout = 10 * time.Second
+
+// changeCtx returns the request's context carrying its principal as the
+// change-log actor, so a store that records its writes puts the change in
+// the written document's outbox, in the same write (docs/node-protocol.md
+// section 7.2). Without a change log it is the plain request context.
+func (s *Server) changeCtx(c echo.Context) context.Context {
+	ctx := c.Request().Context()
+	if s.cfg.Changelog == nil {
+		return ctx
+	}
+	a := changelog.Actor{Type: "system", ID: "berthd"}
+	if p := principal(c); p != nil {
+		a = changelog.Actor{Type: string(p.Kind), ID: p.ID}
+	}
+	return changelog.WithActor(ctx, a)
+}
+
+// awaitChange hands the newest change of the document id in collection coll
+// (the last of its outbox after the write) to the change log and waits, at
+// most changeTimeout and not past the request, for its entry. The change is
+// durable in the document already: a failure or a timeout here is logged,
+// and the log appends it anyway (now, on its next round, or at the next start).
+func (s *Server) awaitChange(c echo.Context, coll string, id any, outbox []changelog.Pending) {
+	if s.cfg.Changelog == nil || len(outbox) == 0 {
+		return
+	}
+	p := outbox[len(outbox)-1]
+	ctx, cancel := context.WithTimeout(c.Request().Context(), changeTimeout)
+	defer cancel()
+	if _, err := s.cfg.Changelog.Record(ctx, changelog.Ref{Collection: coll, ID: id}, p); err != nil {
+		s.log.Warn("change stored; its change-log entry follows", "entity_type", p.EntityType, "entity_id", p.EntityID, "change_id", p.ID, "err", err)
+	}
+}
+
 // recordChange appends a change made by the request's principal to the change
-// log (docs/node-protocol.md section 7). The change is already stored, so a
-// failure here is logged, not returned: the next change still chains on the
-// current head.
+// log (docs/node-protocol.md section 7), for writes whose documents have no
+// outbox yet. The change is already stored; the append runs on a context
+// detached from the request, so a client that leaves does not cancel it, and
+// a failure is logged, not returned.
 func (s *Server) recordChange(c echo.Context, entityType, entityID, op string, payload any) {
 	actorType, actorID := "system", "berthd"
 	if p := principal(c); p != nil {
@@ -30,7 +70,9 @@ func (s *Server) recordChangeAs(c echo.Context, actorType, actorID, entityType, 
 	if s.cfg.Changelog == nil {
 		return
 	}
-	if _, err := s.cfg.Changelog.Append(c.Request().Context(), changelog.Change{
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), changeTimeout)
+	defer cancel()
+	if _, err := s.cfg.Changelog.Append(ctx, changelog.Change{
 		ActorType: actorType, ActorID: actorID, EntityType: entityType, EntityID: entityID, Op: op, Payload: payload,
 	}); err != nil {
 		s.log.Error("append to the change log", "entity_type", entityType, "entity_id", entityID, "err", err)

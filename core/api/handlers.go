@@ -13,6 +13,7 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/rollout"
@@ -133,6 +134,8 @@ func serviceError(err error) error {
 		return abierrors.Wrap(abierrors.PlacementModeImmutable, trimSentinel(err), nil)
 	case errors.Is(err, services.ErrServiceDeleting):
 		return abierrors.Wrap(abierrors.ServiceDeleting, trimSentinel(err), nil)
+	case errors.Is(err, changelog.ErrEntryTooLarge):
+		return abierrors.Wrap(abierrors.ChangeTooLarge, trimSentinel(err)+"; make the service smaller (env values, command)", nil)
 	}
 	return err
 }
@@ -211,7 +214,7 @@ func (s *Server) putService(c echo.Context) error {
 	if err := s.admitService(c, p, svc); err != nil {
 		return err
 	}
-	out, created, err := s.cfg.Catalog.PutService(ctx, p, svc, spec.ExpectedRevision)
+	out, created, err := s.cfg.Catalog.PutService(s.changeCtx(c), p, svc, spec.ExpectedRevision)
 	if err != nil {
 		return serviceError(err)
 	}
@@ -221,11 +224,7 @@ func (s *Server) putService(c echo.Context) error {
 		}
 	}
 	s.log.Info("service applied", "project", p.Name, "service", name, "revision", out.Revision, "replicas", out.Replicas, "bundle", out.BundleDigest)
-	op := node.OpUpdate
-	if created {
-		op = node.OpCreate
-	}
-	s.recordChange(c, "service", out.ID, op, out)
+	s.awaitChange(c, "services", out.ID, out.LogOutbox)
 	s.cfg.Hinter.Hint("service.applied")
 	status := http.StatusOK
 	if created {
@@ -314,12 +313,12 @@ func (s *Server) deleteService(c echo.Context) error {
 	if err := s.admitDelete(c, p, c.Param("name")); err != nil {
 		return err
 	}
-	gone, err := s.cfg.Catalog.MarkDeleting(c.Request().Context(), p, c.Param("name"), expected)
+	gone, err := s.cfg.Catalog.MarkDeleting(s.changeCtx(c), p, c.Param("name"), expected)
 	if err != nil {
 		return serviceError(err)
 	}
 	s.log.Info("service deleting: its routes are withdrawn and its slots settle before it is removed", "project", p.Name, "service", c.Param("name"))
-	s.recordChange(c, "service", gone.ID, node.OpDelete, nil)
+	s.awaitChange(c, "services", gone.ID, gone.LogOutbox)
 	s.cfg.Hinter.Hint("service.deleted")
 	return c.JSON(http.StatusAccepted, toAPIService(gone, 0))
 }

@@ -198,14 +198,14 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.cfg.Catalog.UndoRelease(c.Request().Context(), p, svc.Name)
+	out, err := s.cfg.Catalog.UndoRelease(s.changeCtx(c), p, svc.Name)
 	if errors.Is(err, services.ErrNoPreviousRelease) {
 		return problem(abierrors.NoPreviousRelease, fmt.Sprintf("service %s/%s never ran another release or configuration: nothing to go back to", p.Name, svc.Name))
 	} else if err != nil {
 		return serviceError(err)
 	}
 	s.log.Info("rollout undone", "project", p.Name, "service", svc.Name, "release", out.Release().Digest(), "revision", out.Revision)
-	s.recordChange(c, "service", out.ID, node.OpUpdate, out)
+	s.awaitChange(c, "services", out.ID, out.LogOutbox)
 	s.cfg.Hinter.Hint("rollout.undo")
 	return c.JSON(http.StatusOK, toAPIService(out, 0))
 }

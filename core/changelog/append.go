@@ -15,6 +15,10 @@ import (
 	"github.com/berthhq/berth/abi/node"
 )
 
+// recentSize is how many appended change ids a Log remembers, so that
+// recording one of them again returns its entry instead of a second one.
+const recentSize = 4096
+
 // maxBatch bounds how many queued changes one insert appends.
 const maxBatch = 256
 
@@ -36,6 +40,9 @@ const RunInterval = 5 * time.Second
 type Ref struct {
 	Collection string
 	ID         any // the document's _id
+	// SeqField, when not empty, is the document's field set to the
+	// entry's seq once appended.
+	SeqField string
 }
 
 // item is one queued change and what its waiter learns.
@@ -49,8 +56,21 @@ type item struct {
 	err   error
 }
 
-func (it *item) finish(e node.LogEntry, err error) {
+// finish records it's outcome, forgets it as queued and, once appended,
+// remembers its seq among the recent ones.
+func (l *Log) finish(it *item, e node.LogEntry, err error) {
 	it.entry, it.err = e, err
+	l.qmu.Lock()
+	delete(l.queued, it.p.ID)
+	if err == nil {
+		l.recent[it.p.ID] = e.Seq
+		l.recentIDs = append(l.recentIDs, it.p.ID)
+		if len(l.recentIDs) > recentSize {
+			delete(l.recent, l.recentIDs[0])
+			l.recentIDs = l.recentIDs[1:]
+		}
+	}
+	l.qmu.Unlock()
 	close(it.done)
 }
 
@@ -89,9 +109,22 @@ func (l *Log) Append(ctx context.Context, ch Change) (node.LogEntry, error) {
 // ends first, Record returns ctx's error and the entry is appended anyway.
 // An outbox change whose batch keeps failing stays queued for [Log.Run]; a
 // change without an outbox fails with the batch's error.
+// Recording the same change (by id) again while it is queued, or soon after
+// its entry was appended by this Log, waits for or returns that one entry.
 func (l *Log) Record(ctx context.Context, ref Ref, p Pending) (node.LogEntry, error) {
-	it := &item{p: p, ref: ref, done: make(chan struct{})}
 	l.qmu.Lock()
+	if seq, ok := l.recent[p.ID]; ok {
+		l.qmu.Unlock()
+		e, _, err := l.entry(ctx, seq)
+		return e, err
+	}
+	it, ok := l.queued[p.ID]
+	if ok {
+		l.qmu.Unlock()
+		return l.wait(ctx, it)
+	}
+	it = &item{p: p, ref: ref, done: make(chan struct{})}
+	l.queued[p.ID] = it
 	l.queue = append(l.queue, it)
 	lead := !l.flushing
 	l.flushing = l.flushing || lead
@@ -99,11 +132,21 @@ func (l *Log) Record(ctx context.Context, ref Ref, p Pending) (node.LogEntry, er
 	if lead {
 		l.flush(context.WithoutCancel(ctx))
 	}
+	return l.wait(ctx, it)
+}
+
+// wait returns it's entry once appended, or ctx's error.
+func (l *Log) wait(ctx context.Context, it *item) (node.LogEntry, error) {
+	select {
+	case <-it.done: // done wins over a ctx that ended meanwhile
+		return it.entry, it.err
+	default:
+	}
 	select {
 	case <-it.done:
 		return it.entry, it.err
 	case <-ctx.Done():
-		return node.LogEntry{}, fmt.Errorf("changelog: wait for the entry of %s %s: %w", p.EntityType, p.EntityID, ctx.Err())
+		return node.LogEntry{}, fmt.Errorf("changelog: wait for the entry of %s %s: %w", it.p.EntityType, it.p.EntityID, ctx.Err())
 	}
 }
 
@@ -171,7 +214,7 @@ func (l *Log) flush(ctx context.Context) {
 			keep = keep[:0]
 			for _, it := range rest {
 				if it.ref.Collection == "" {
-					it.finish(node.LogEntry{}, err) // held nowhere else: its caller learns
+					l.finish(it, node.LogEntry{}, err) // held nowhere else: its caller learns
 				} else {
 					keep = append(keep, it) // durable in its outbox: retried by Run
 				}
@@ -287,7 +330,7 @@ func (l *Log) stored(ctx context.Context, prev int64, batch []*item, entries []n
 	l.notify()
 	for i, it := range batch {
 		l.clearOutbox(ctx, it.ref, it.p, entries[i].Seq)
-		it.finish(entries[i], nil)
+		l.finish(it, entries[i], nil)
 	}
 }
 
@@ -303,11 +346,8 @@ func (l *Log) clearOutbox(ctx context.Context, ref Ref, p Pending, seq int64) {
 	// Pending holds times at millisecond precision, as stored.
 	id := p.ID
 	update := bson.M{"$pull": bson.M{OutboxField: p}}
-	l.qmu.Lock()
-	field := l.outboxes[ref.Collection]
-	l.qmu.Unlock()
-	if field != "" {
-		update["$set"] = bson.M{field: seq}
+	if ref.SeqField != "" {
+		update["$set"] = bson.M{ref.SeqField: seq}
 	}
 	if _, err := l.st.Collection(ref.Collection).UpdateOne(ctx, bson.M{"_id": ref.ID}, update); err != nil {
 		l.log.Warn("clear a change from its outbox; it stays until the next start", "collection", ref.Collection, "id", ref.ID, "change_id", id, "err", err)
@@ -340,7 +380,7 @@ func (l *Log) dropLanded(ctx context.Context, batch []*item, since int64) ([]*it
 		}
 		l.remember(e)
 		l.clearOutbox(ctx, it.ref, it.p, e.Seq)
-		it.finish(e, nil)
+		l.finish(it, e, nil)
 		delete(byID, d.ChangeID)
 	}
 	if len(docs) > 0 {
@@ -376,7 +416,7 @@ func (l *Log) Recover(ctx context.Context) (int, error) {
 	}
 	l.qmu.Unlock()
 	var items []*item
-	for c := range colls {
+	for c, field := range colls {
 		cur, err := l.st.Collection(c).Find(ctx, bson.M{OutboxField: bson.M{"$exists": true}},
 			options.Find().SetProjection(bson.M{OutboxField: 1}))
 		if err != nil {
@@ -388,7 +428,7 @@ func (l *Log) Recover(ctx context.Context) (int, error) {
 		}
 		for _, d := range docs {
 			for _, p := range d.Outbox {
-				items = append(items, &item{p: p, ref: Ref{Collection: c, ID: d.ID}, done: make(chan struct{})})
+				items = append(items, &item{p: p, ref: Ref{Collection: c, ID: d.ID, SeqField: field}, done: make(chan struct{})})
 			}
 		}
 	}

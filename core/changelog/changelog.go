@@ -93,6 +93,10 @@ type Log struct {
 	flushing bool              // one goroutine appends at a time; qmu guards it
 	inflight int               // items taken by that goroutine; qmu guards it
 	outboxes map[string]string // tracked outbox collections to their seq field; qmu guards it
+	queued   map[string]*item  // queued or in-flight items by change id; qmu guards it
+	recent   map[string]int64  // seq of the newest recentSize appended change ids; qmu guards it
+	// recentIDs orders recent, oldest first; qmu guards it.
+	recentIDs []string
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced after every append; mu guards it
@@ -115,7 +119,8 @@ func New(s *store.Store, term int64, now func() time.Time) *Log {
 		term = 1
 	}
 	return &Log{st: s, coll: s.Collection(Collection), heads: s.Collection(HeadCollection), term: term, now: now,
-		log: slog.New(slog.DiscardHandler), changed: make(chan struct{}), tail: make(map[int64]node.LogEntry), outboxes: map[string]string{}}
+		log: slog.New(slog.DiscardHandler), changed: make(chan struct{}), tail: make(map[int64]node.LogEntry), outboxes: map[string]string{},
+		queued: map[string]*item{}, recent: map[string]int64{}}
 }
 
 // Changed returns a channel that is closed after the next entry appended

@@ -195,7 +195,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := reg.MarkAllDisconnected(ctx); err != nil {
 		return err
 	}
-	clog := changelog.New(st, 1, nil)
+	clog := changelog.New(st, 1, nil).WithLogger(log)
+	// Writes that record their change in the written document's outbox
+	// (docs/node-protocol.md section 7.2); what a stopped berthd left there
+	// is appended before this one serves a write.
+	clog.TrackOutbox("services", "")
+	clog.TrackOutbox(policy.DecisionsCollection, "seq")
+	if _, err := clog.Recover(ctx); err != nil {
+		return err
+	}
 	evlog := events.New(st, nil)
 	if err := evlog.EnsureIndexes(ctx); err != nil {
 		return err
@@ -281,6 +289,8 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { defer close(recDone); rec.Run(rctx) }()
 	orchDone := make(chan struct{})
 	go func() { defer close(orchDone); orch.run(rctx) }()
+	clogDone := make(chan struct{})
+	go func() { defer close(clogDone); clog.Run(rctx) }()
 
 	serveErr := make(chan error, 1)
 	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{servTLS.Certificate}}
@@ -296,6 +306,7 @@ func Run(ctx context.Context, cfg Config) error {
 		stopRec()
 		<-recDone
 		<-orchDone
+		<-clogDone
 		return fmt.Errorf("api server: %w", err)
 	}
 	log.Info("berthd shutting down")
@@ -308,5 +319,6 @@ func Run(ctx context.Context, cfg Config) error {
 	stopRec()
 	<-recDone
 	<-orchDone
+	<-clogDone
 	return nil
 }
