@@ -10,27 +10,34 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
-	"github.com/berthhq/berth/core/nodes"
 )
 
 // changeTimeout bounds how long a request waits for the entry of its change
 // once the write committed; the entry is appended whether or not it waits.
 const changeTimeout = 10 * time.Second
 
-// changeCtx returns the request's context carrying its principal as the
-// change-log actor, so a store that records its writes puts the change in
-// the written document's outbox, in the same write (docs/node-protocol.md
-// section 7.2). Without a change log it is the plain request context.
-func (s *Server) changeCtx(c echo.Context) context.Context {
-	ctx := c.Request().Context()
+// writeTimeout bounds a write that runs detached from its request.
+const writeTimeout = 30 * time.Second
+
+// changeCtx returns the context for a write that records its change: the
+// request's values carrying its principal as the change-log actor, so a
+// store that records its writes puts the change in the written document's
+// outbox, in the same write (docs/node-protocol.md section 7.2). It is
+// detached from the request's cancellation (bounded by writeTimeout): a
+// client that leaves mid-write does not leave a write that committed
+// unseen by the handler that hands its change to the log. Without a change
+// log it is the plain request context. Call cancel when the write is done.
+func (s *Server) changeCtx(c echo.Context) (ctx context.Context, cancel context.CancelFunc) {
+	ctx = c.Request().Context()
 	if s.cfg.Changelog == nil {
-		return ctx
+		return ctx, func() {}
 	}
 	a := changelog.Actor{Type: "system", ID: "berthd"}
 	if p := principal(c); p != nil {
 		a = changelog.Actor{Type: string(p.Kind), ID: p.ID}
 	}
-	return changelog.WithActor(ctx, a)
+	ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	return changelog.WithActor(ctx, a), cancel
 }
 
 // awaitChange hands the newest change of the document id in collection coll
@@ -105,15 +112,4 @@ func (s *Server) listChangelog(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"entries": entries, "head_seq": head})
-}
-
-// nodeLogPayload is a node as the change log records it: what the cluster
-// decided about the node, never its credential digest, and none of its
-// session state (status, last seen, applied revision), which is observation,
-// not a change of desired state (docs/node-protocol.md section 7.1).
-func nodeLogPayload(n *nodes.Node) map[string]any {
-	return map[string]any{
-		"id": n.ID, "hostname": n.Hostname, "region": n.Region, "labels": n.Labels, "address": n.Address,
-		"cpus": n.CPUs, "memory_mb": n.MemoryMB, "public_key": n.PublicKey, "enrolled_at": n.EnrolledAt.UTC(),
-	}
 }

@@ -62,10 +62,12 @@ func (s *Server) project(c echo.Context, create bool) (*services.Project, error)
 	}
 	ctx := c.Request().Context()
 	if create && principal(c).Has(identity.ScopeAdmin) {
-		p, created, err := s.cfg.Catalog.EnsureProject(ctx, name)
+		wctx, done := s.changeCtx(c)
+		p, created, err := s.cfg.Catalog.EnsureProject(wctx, name)
+		done()
 		if created {
 			s.log.Info("project created on first use", "project", name, "project_id", p.ID)
-			s.recordChange(c, "project", p.ID, node.OpCreate, apiProject(p))
+			s.awaitChange(c, "projects", p.ID, p.LogOutbox)
 		}
 		return p, err
 	}
@@ -89,7 +91,9 @@ func (s *Server) putProject(c echo.Context) error {
 	if err := checkName("project", name); err != nil {
 		return err
 	}
-	p, created, err := s.cfg.Catalog.EnsureProject(c.Request().Context(), name)
+	wctx, done := s.changeCtx(c)
+	p, created, err := s.cfg.Catalog.EnsureProject(wctx, name)
+	done()
 	if err != nil {
 		return err
 	}
@@ -97,7 +101,7 @@ func (s *Server) putProject(c echo.Context) error {
 	if created {
 		status = http.StatusCreated
 		s.log.Info("project created", "project", name, "project_id", p.ID)
-		s.recordChange(c, "project", p.ID, node.OpCreate, apiProject(p))
+		s.awaitChange(c, "projects", p.ID, p.LogOutbox)
 	}
 	return c.JSON(status, apiProject(p))
 }
@@ -214,7 +218,9 @@ func (s *Server) putService(c echo.Context) error {
 	if err := s.admitService(c, p, svc); err != nil {
 		return err
 	}
-	out, created, err := s.cfg.Catalog.PutService(s.changeCtx(c), p, svc, spec.ExpectedRevision)
+	wctx, done := s.changeCtx(c)
+	out, created, err := s.cfg.Catalog.PutService(wctx, p, svc, spec.ExpectedRevision)
+	done()
 	if err != nil {
 		return serviceError(err)
 	}
@@ -313,7 +319,9 @@ func (s *Server) deleteService(c echo.Context) error {
 	if err := s.admitDelete(c, p, c.Param("name")); err != nil {
 		return err
 	}
-	gone, err := s.cfg.Catalog.MarkDeleting(s.changeCtx(c), p, c.Param("name"), expected)
+	wctx, done := s.changeCtx(c)
+	gone, err := s.cfg.Catalog.MarkDeleting(wctx, p, c.Param("name"), expected)
+	done()
 	if err != nil {
 		return serviceError(err)
 	}
@@ -443,7 +451,9 @@ func (s *Server) pushBundle(c echo.Context) error {
 		return err
 	}
 	body := http.MaxBytesReader(c.Response(), c.Request().Body, s.cfg.Bundles.MaxBytes())
-	m, err := s.cfg.Bundles.Put(c.Request().Context(), p.ID, p.Name, name, want, body)
+	wctx, done := s.changeCtx(c)
+	m, err := s.cfg.Bundles.Put(wctx, p.ID, p.Name, name, want, body)
+	done()
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe), errors.Is(err, bundles.ErrTooLarge):
@@ -457,7 +467,7 @@ func (s *Server) pushBundle(c echo.Context) error {
 	}
 	s.log.Info("bundle pushed", "project", p.Name, "digest", m.Digest, "size", m.Size, "name", m.Name)
 	out := client.Bundle{Digest: m.Digest, Size: m.Size, Name: m.Name, Project: m.Project, CreatedAt: m.CreatedAt}
-	s.recordChange(c, "bundle", p.ID+"/"+m.Digest, node.OpCreate, out)
+	s.awaitChange(c, "bundles", m.ID, m.LogOutbox)
 	return c.JSON(http.StatusCreated, out)
 }
 

@@ -198,7 +198,9 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.cfg.Catalog.UndoRelease(s.changeCtx(c), p, svc.Name)
+	wctx, done := s.changeCtx(c)
+	out, err := s.cfg.Catalog.UndoRelease(wctx, p, svc.Name)
+	done()
 	if errors.Is(err, services.ErrNoPreviousRelease) {
 		return problem(abierrors.NoPreviousRelease, fmt.Sprintf("service %s/%s never ran another release or configuration: nothing to go back to", p.Name, svc.Name))
 	} else if err != nil {
@@ -219,7 +221,9 @@ func (s *Server) retireNode(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	n, err := s.cfg.Nodes.Retire(ctx, c.Param("id"), req.Disposition)
+	wctx, done := s.changeCtx(c)
+	n, err := s.cfg.Nodes.Retire(wctx, c.Param("id"), req.Disposition)
+	done()
 	switch {
 	case errors.Is(err, nodes.ErrNotFound):
 		return problem(abierrors.NodeNotFound, fmt.Sprintf("no node %q", c.Param("id")))
@@ -233,7 +237,7 @@ func (s *Server) retireNode(c echo.Context) error {
 		return err
 	}
 	s.log.Info("node retiring", "node_id", n.ID, "disposition", n.Retirement.Disposition)
-	s.recordChange(c, "node", n.ID, node.OpUpdate, n.Retirement)
+	s.awaitChange(c, "nodes", n.ID, n.LogOutbox)
 	s.cfg.Hinter.Hint("node.retiring")
 	wait, count, err := s.views().RetirementWait(ctx, n)
 	if err != nil {

@@ -31,6 +31,11 @@ const batchTimeout = 30 * time.Second
 // (changes without an outbox).
 const flushRetries = 3
 
+// RecoverInterval is how often [Log.Run] looks for changes left in
+// outboxes; each look reads every tracked collection's documents that hold
+// one, which the embedded store answers with a scan.
+const RecoverInterval = 2 * time.Minute
+
 // RunInterval is how often [Log.Run] appends changes a failed batch left
 // queued.
 const RunInterval = 5 * time.Second
@@ -158,15 +163,24 @@ func (l *Log) Pending() int {
 }
 
 // Run appends, every [RunInterval] until ctx ends, changes that failed
-// batches left queued.
+// batches left queued, and every [RecoverInterval] runs [Log.Recover] for
+// changes stored by writes whose callers never handed them over (a write
+// that committed although its caller saw an error).
 func (l *Log) Run(ctx context.Context) {
 	t := time.NewTicker(RunInterval)
 	defer t.Stop()
+	lastRecover := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if time.Since(lastRecover) >= RecoverInterval {
+			lastRecover = time.Now()
+			if _, err := l.Recover(ctx); err != nil && ctx.Err() == nil {
+				l.log.Warn("recover pending changes; will retry", "err", err)
+			}
 		}
 		l.qmu.Lock()
 		lead := !l.flushing && len(l.queue) > 0
@@ -465,15 +479,41 @@ func (l *Log) Recover(ctx context.Context) (int, error) {
 		todo = append(todo, it)
 	}
 	slices.SortStableFunc(todo, func(a, b *item) int { return cmp.Compare(a.p.ID, b.p.ID) }) // ULIDs: creation order
-	for len(todo) > 0 {
-		n := min(len(todo), maxBatch)
-		rest, _, err := l.appendBatch(ctx, todo[:n], 0)
-		if err != nil {
-			return 0, fmt.Errorf("changelog: append %d recovered changes: %w", len(rest), err)
+	// Queue them like any change: one this berthd queued or appended
+	// meanwhile (a write that committed since the query) is not queued twice.
+	var mine []*item
+	var done []*item
+	l.qmu.Lock()
+	for _, it := range todo {
+		if seq, ok := l.recent[it.p.ID]; ok {
+			it.entry.Seq = seq
+			done = append(done, it)
+			continue
 		}
-		todo = todo[n:]
+		if _, ok := l.queued[it.p.ID]; ok {
+			continue
+		}
+		l.queued[it.p.ID] = it
+		l.queue = append(l.queue, it)
+		mine = append(mine, it)
 	}
-	appended := len(seen)
-	l.log.Info("appended changes a previous run left pending", "entries", appended, "already_in_log", len(seqOf))
-	return appended, nil
+	lead := !l.flushing && len(l.queue) > 0
+	l.flushing = l.flushing || lead
+	l.qmu.Unlock()
+	for _, it := range done {
+		l.clearOutbox(ctx, it.ref, it.p, it.entry.Seq)
+	}
+	if lead {
+		l.flush(ctx)
+	}
+	for _, it := range mine {
+		if _, err := l.wait(ctx, it); err != nil {
+			return 0, fmt.Errorf("changelog: append recovered changes: %w", err)
+		}
+	}
+	if len(mine) == 0 {
+		return 0, nil
+	}
+	l.log.Info("appended changes a previous run left pending", "entries", len(mine), "already_in_log", len(seqOf)+len(done))
+	return len(mine), nil
 }

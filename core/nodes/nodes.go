@@ -14,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
 )
@@ -49,21 +51,24 @@ const (
 
 // Node is a node document in collection "nodes".
 type Node struct {
-	ID               string            `bson:"_id"`
-	Hostname         string            `bson:"hostname"`
-	Region           string            `bson:"region,omitempty"`
-	Labels           map[string]string `bson:"labels,omitempty"`
-	Address          string            `bson:"address"`
-	CPUs             int               `bson:"cpus"`
-	MemoryMB         int64             `bson:"memory_mb"`
-	PublicKey        string            `bson:"public_key"`
-	CredentialDigest string            `bson:"credential_digest"`
-	Status           string            `bson:"status"`
-	Drivers          []string          `bson:"drivers,omitempty"`
-	AgentVersion     string            `bson:"agent_version,omitempty"`
-	EnrolledAt       time.Time         `bson:"enrolled_at"`
-	LastSeenAt       *time.Time        `bson:"last_seen_at,omitempty"`
-	SessionID        string            `bson:"session_id,omitempty"`
+	// LogOutbox holds the node's changes not yet in the change log,
+	// written with the change (docs/node-protocol.md section 7.2).
+	LogOutbox        []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
+	ID               string              `bson:"_id"`
+	Hostname         string              `bson:"hostname"`
+	Region           string              `bson:"region,omitempty"`
+	Labels           map[string]string   `bson:"labels,omitempty"`
+	Address          string              `bson:"address"`
+	CPUs             int                 `bson:"cpus"`
+	MemoryMB         int64               `bson:"memory_mb"`
+	PublicKey        string              `bson:"public_key"`
+	CredentialDigest string              `bson:"credential_digest"`
+	Status           string              `bson:"status"`
+	Drivers          []string            `bson:"drivers,omitempty"`
+	AgentVersion     string              `bson:"agent_version,omitempty"`
+	EnrolledAt       time.Time           `bson:"enrolled_at"`
+	LastSeenAt       *time.Time          `bson:"last_seen_at,omitempty"`
+	SessionID        string              `bson:"session_id,omitempty"`
 	// DesiredRev is the revision of DesiredSpec; it only increases.
 	DesiredRev  int64  `bson:"desired_rev"`
 	DesiredHash string `bson:"desired_hash,omitempty"`
@@ -221,6 +226,15 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 	if _, err := r.creds.InsertOne(ctx, credentialDoc{Digest: credDigest, NodeID: nodeID}); err != nil {
 		return nil, "", fmt.Errorf("index node credential: %w", err)
 	}
+	if _, ok := changelog.ActorFrom(ctx); ok {
+		// Enrollment is recorded with the new node as its actor: the join
+		// token, not a principal, is the proof.
+		p, err := changelog.Prepare(changelog.Change{ActorType: "node", ActorID: n.ID, EntityType: "node", EntityID: n.ID, Op: node.OpCreate, Payload: n.LogPayload()})
+		if err != nil {
+			return nil, "", fmt.Errorf("record node: %w", err)
+		}
+		n.LogOutbox = []changelog.Pending{p}
+	}
 	if _, err := r.nodes.InsertOne(ctx, n); err != nil {
 		return nil, "", fmt.Errorf("record node: %w", err)
 	}
@@ -228,6 +242,31 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 }
 
 var errBadKey = errors.New("not a base64 Ed25519 public key")
+
+// LogPayload is n as the change log records it: what the cluster decided
+// about the node, never its credential digest, and none of its session
+// state (status, last seen, applied revision), which is observation, not a
+// change of desired state (docs/node-protocol.md section 7.6).
+func (n *Node) LogPayload() map[string]any {
+	return map[string]any{
+		"id": n.ID, "hostname": n.Hostname, "region": n.Region, "labels": n.Labels, "address": n.Address,
+		"cpus": n.CPUs, "memory_mb": n.MemoryMB, "public_key": n.PublicKey, "enrolled_at": n.EnrolledAt.UTC(),
+	}
+}
+
+// logChange prepares the change-log item of a change to node id when ctx
+// carries the actor (changelog.WithActor); ok is false when it carries none.
+func logChange(ctx context.Context, id, op string, payload any) (p changelog.Pending, ok bool, err error) {
+	a, ok := changelog.ActorFrom(ctx)
+	if !ok {
+		return changelog.Pending{}, false, nil
+	}
+	p, err = changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "node", EntityID: id, Op: op, Payload: payload})
+	if err != nil {
+		return changelog.Pending{}, false, fmt.Errorf("node %s: %w", id, err)
+	}
+	return p, true, nil
+}
 
 // IsBadKey reports whether err is Enroll's refusal of a malformed public key.
 func IsBadKey(err error) bool { return errors.Is(err, errBadKey) }

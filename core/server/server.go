@@ -199,9 +199,15 @@ func Run(ctx context.Context, cfg Config) error {
 	// Writes that record their change in the written document's outbox
 	// (docs/node-protocol.md section 7.2); what a stopped berthd left there
 	// is appended before this one serves a write.
+	clog.TrackOutbox("projects", "")
+	clog.TrackOutbox("bundles", "")
 	clog.TrackOutbox("services", "")
+	clog.TrackOutbox("nodes", "")
 	clog.TrackOutbox(policy.DecisionsCollection, "seq")
-	if _, err := clog.Recover(ctx); err != nil {
+	rcctx, rccancel := context.WithTimeout(ctx, 2*time.Minute)
+	_, err = clog.Recover(rcctx)
+	rccancel()
+	if err != nil {
 		return err
 	}
 	evlog := events.New(st, nil)

@@ -21,6 +21,7 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/sdk/client"
 )
 
 // Errors of [Catalog] methods.
@@ -63,6 +64,9 @@ type Project struct {
 	ID        string    `bson:"_id"`
 	Name      string    `bson:"name"`
 	CreatedAt time.Time `bson:"created_at"`
+	// LogOutbox holds the project's change not yet in the change log,
+	// written with the project (docs/node-protocol.md section 7.2).
+	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
 }
 
 // HealthCheck is a service's HTTP probe.
@@ -325,6 +329,15 @@ func (c *Catalog) EnsureProject(ctx context.Context, name string) (*Project, boo
 		return nil, false, err
 	}
 	p := &Project{ID: identity.NewID("prj_"), Name: name, CreatedAt: c.now().UTC()}
+	if a, ok := changelog.ActorFrom(ctx); ok {
+		// The payload is the project as the API shows it.
+		pend, err := changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "project", EntityID: p.ID, Op: node.OpCreate,
+			Payload: client.Project{ID: p.ID, Name: p.Name, CreatedAt: p.CreatedAt}})
+		if err != nil {
+			return nil, false, fmt.Errorf("create project %s: %w", name, err)
+		}
+		p.LogOutbox = []changelog.Pending{pend}
+	}
 	if _, err := c.projects.InsertOne(ctx, p); err != nil {
 		if store.IsDuplicateKey(err) {
 			p, err := c.GetProject(ctx, name)
