@@ -47,7 +47,11 @@ func BenchmarkChangelog(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
 	})
 	// 64 writers at once, as 64 concurrent API writes: changes queue and
-	// are appended in batches by one goroutine at a time.
+	// are appended in batches by the Log's Run goroutine, as in berthd.
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); l.Run(rctx) }()
+	defer func() { stop(); <-ran }()
 	b.Run("append_64_writers", func(b *testing.B) {
 		var n atomic.Int64
 		b.SetParallelism(max(1, changelogWriters/runtime.GOMAXPROCS(0)))

@@ -131,10 +131,19 @@ func (l *Log) Record(ctx context.Context, ref Ref, p Pending) (node.LogEntry, er
 	it = &item{p: p, ref: ref, done: make(chan struct{})}
 	l.queued[p.ID] = it
 	l.queue = append(l.queue, it)
-	lead := !l.flushing
+	// With Run active, its goroutine appends; else the first caller that
+	// finds no append under way appends for everyone queued.
+	lead := !l.running && !l.flushing
 	l.flushing = l.flushing || lead
+	running := l.running
 	l.qmu.Unlock()
-	if lead {
+	switch {
+	case running:
+		select {
+		case l.kick <- struct{}{}:
+		default: // a kick is pending already
+		}
+	case lead:
 		l.flush(context.WithoutCancel(ctx))
 	}
 	return l.wait(ctx, it)
@@ -162,19 +171,39 @@ func (l *Log) Pending() int {
 	return len(l.queue) + l.inflight
 }
 
-// Run appends, every [RunInterval] until ctx ends, changes that failed
-// batches left queued, and every [RecoverInterval] runs [Log.Recover] for
-// changes stored by writes whose callers never handed them over (a write
-// that committed although its caller saw an error).
+// Run is the Log's appender until ctx ends: while it runs, its goroutine
+// appends what [Log.Record] queues (so no caller's request waits for other
+// callers' batches), retries every [RunInterval] what failed batches left
+// queued, and every [RecoverInterval] runs [Log.Recover] for changes stored
+// by writes whose callers never handed them over (a write that committed
+// although its caller saw an error). Without Run, callers append in turn.
 func (l *Log) Run(ctx context.Context) {
 	t := time.NewTicker(RunInterval)
 	defer t.Stop()
+	l.qmu.Lock()
+	l.running = true
+	l.qmu.Unlock()
+	defer func() {
+		// Callers append in turn again; what is queued now is appended
+		// (bounded) before Run returns.
+		l.qmu.Lock()
+		l.running = false
+		lead := !l.flushing && len(l.queue) > 0
+		l.flushing = l.flushing || lead
+		l.qmu.Unlock()
+		if lead {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+			defer cancel()
+			l.flush(fctx)
+		}
+	}()
 	lastRecover := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-l.kick:
 		}
 		if time.Since(lastRecover) >= RecoverInterval {
 			lastRecover = time.Now()

@@ -91,6 +91,8 @@ type Log struct {
 	qmu      sync.Mutex
 	queue    []*item
 	flushing bool              // one goroutine appends at a time; qmu guards it
+	running  bool              // Run is the appender; qmu guards it
+	kick     chan struct{}     // wakes Run when a change is queued
 	inflight int               // items taken by that goroutine; qmu guards it
 	outboxes map[string]string // tracked outbox collections to their seq field; qmu guards it
 	queued   map[string]*item  // queued or in-flight items by change id; qmu guards it
@@ -120,7 +122,7 @@ func New(s *store.Store, term int64, now func() time.Time) *Log {
 	}
 	return &Log{st: s, coll: s.Collection(Collection), heads: s.Collection(HeadCollection), term: term, now: now,
 		log: slog.New(slog.DiscardHandler), changed: make(chan struct{}), tail: make(map[int64]node.LogEntry), outboxes: map[string]string{},
-		queued: map[string]*item{}, recent: map[string]int64{}}
+		queued: map[string]*item{}, recent: map[string]int64{}, kick: make(chan struct{}, 1)}
 }
 
 // Changed returns a channel that is closed after the next entry appended

@@ -35,13 +35,18 @@ func prepare(t *testing.T, id string, n int) Pending {
 
 // TestConcurrentWritersEveryChangeOnce: 64 writers, half of them through a
 // second Log over the same store (a second berthd replica), each record a
-// change; every one gets exactly one entry and the chain verifies. Before
-// changes were queued, writers raced for each seq and gave up with
+// change; every one gets exactly one entry and the chain verifies. The first
+// Log appends from its Run goroutine, the second from its callers in turn.
+// Before changes were queued, writers raced for each seq and gave up with
 // ErrContention.
 func TestConcurrentWritersEveryChangeOnce(t *testing.T) {
 	st := storetest.Open(t)
 	logs := []*Log{New(st, 1, nil), New(st, 1, nil)}
 	ctx := context.Background()
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); logs[0].Run(rctx) }()
+	defer func() { stop(); <-ran }()
 	const n = 64
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
