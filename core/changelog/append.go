@@ -36,6 +36,10 @@ const flushRetries = 3
 // one, which the embedded store answers with a scan.
 const RecoverInterval = 2 * time.Minute
 
+// RecoverAge is how old a pending change must be before [Log.Run]'s
+// recovery takes it: far longer than a live change waits for its entry.
+const RecoverAge = time.Minute
+
 // RunInterval is how often [Log.Run] appends changes a failed batch left
 // queued.
 const RunInterval = 5 * time.Second
@@ -207,7 +211,7 @@ func (l *Log) Run(ctx context.Context) {
 		}
 		if time.Since(lastRecover) >= RecoverInterval {
 			lastRecover = time.Now()
-			if _, err := l.Recover(ctx); err != nil && ctx.Err() == nil {
+			if _, err := l.RecoverOlderThan(ctx, RecoverAge); err != nil && ctx.Err() == nil {
 				l.log.Warn("recover pending changes; will retry", "err", err)
 			}
 		}
@@ -451,7 +455,19 @@ type outboxDoc struct {
 // the log (one query over the log, only when any are pending); those are
 // only cleared. Call it before serving writes. Returns how many entries it
 // appended.
+//
+// Recover takes every pending change, also one another berthd replica is
+// appending right now: with several replicas, use [Log.RecoverOlderThan].
 func (l *Log) Recover(ctx context.Context) (int, error) {
+	return l.RecoverOlderThan(ctx, 0)
+}
+
+// RecoverOlderThan is [Log.Recover] for changes made at least age ago: a
+// change younger than that may still be on its way through another
+// replica's queue, and two replicas appending one change would record it
+// twice. [Log.Run] uses [RecoverAge].
+func (l *Log) RecoverOlderThan(ctx context.Context, age time.Duration) (int, error) {
+	cutoff := l.now().UTC().Add(-age)
 	l.qmu.Lock()
 	colls := make(map[string]string, len(l.outboxes))
 	for c, f := range l.outboxes {
@@ -471,6 +487,9 @@ func (l *Log) Recover(ctx context.Context) (int, error) {
 		}
 		for _, d := range docs {
 			for _, p := range d.Outbox {
+				if age > 0 && p.At.After(cutoff) {
+					continue
+				}
 				items = append(items, &item{p: p, ref: Ref{Collection: c, ID: d.ID, SeqField: field}, done: make(chan struct{})})
 			}
 		}

@@ -204,8 +204,15 @@ func Run(ctx context.Context, cfg Config) error {
 	clog.TrackOutbox("services", "")
 	clog.TrackOutbox("nodes", "")
 	clog.TrackOutbox(policy.DecisionsCollection, "seq")
+	// An embedded store has this one process (it holds the data directory's
+	// lock): everything pending is a leftover. Against a shared MongoDB,
+	// another replica may be appending its young changes right now.
+	var recoverAge time.Duration
+	if !st.Embedded() {
+		recoverAge = changelog.RecoverAge
+	}
 	rcctx, rccancel := context.WithTimeout(ctx, 2*time.Minute)
-	_, err = clog.Recover(rcctx)
+	_, err = clog.RecoverOlderThan(rcctx, recoverAge)
 	rccancel()
 	if err != nil {
 		return err
