@@ -245,3 +245,23 @@ func frameSize(t *testing.T, entries []node.LogEntry) int {
 	}
 	return len(frame)
 }
+
+// TestRecordTwiceOneEntry: recording the same change again (a handler that
+// hands over a change twice, or recovery meeting a change this Log just
+// appended) returns its one entry instead of appending a second.
+func TestRecordTwiceOneEntry(t *testing.T) {
+	l := New(storetest.Open(t), 1, nil)
+	ctx := context.Background()
+	p := prepare(t, "thing_1", 1)
+	first, err := l.Record(ctx, Ref{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := l.Record(ctx, Ref{}, p)
+	if err != nil || again.Seq != first.Seq || again.Hash != first.Hash {
+		t.Fatalf("second record: seq %d, %v; want the first entry %d", again.Seq, err, first.Seq)
+	}
+	if entries, err := l.Range(ctx, 1, 0); err != nil || len(entries) != 1 {
+		t.Fatalf("%d entries, %v; want 1", len(entries), err)
+	}
+}
