@@ -11,7 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
-	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/rollout"
@@ -132,12 +131,14 @@ func (s *Server) putRuntimeSpec(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	d, err := s.runtime.PutSpec(ctx, svc, slots.SpecWrite{Spec: sp, ExpectedRevision: w.ExpectedRevision}, members)
+	wctx, done := s.changeCtx(c)
+	d, err := s.runtime.PutSpec(wctx, svc, slots.SpecWrite{Spec: sp, ExpectedRevision: w.ExpectedRevision}, members)
+	done()
 	if err != nil {
 		return refusalError(err)
 	}
 	s.log.Info("runtime spec written", "project", svc.Project, "service", svc.Name, "revision", d.Revision)
-	s.recordChange(c, "runtime_spec", svc.ID, node.OpUpdate, d.Spec)
+	s.awaitChange(c, "runtime_specs", d.ServiceID, d.LogOutbox)
 	s.cfg.Hinter.Hint("spec.written")
 	out, err := toSpecDoc(svc, d)
 	if err != nil {

@@ -51,24 +51,21 @@ const (
 
 // Node is a node document in collection "nodes".
 type Node struct {
-	// LogOutbox holds the node's changes not yet in the change log,
-	// written with the change (docs/node-protocol.md section 7.2).
-	LogOutbox        []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
-	ID               string              `bson:"_id"`
-	Hostname         string              `bson:"hostname"`
-	Region           string              `bson:"region,omitempty"`
-	Labels           map[string]string   `bson:"labels,omitempty"`
-	Address          string              `bson:"address"`
-	CPUs             int                 `bson:"cpus"`
-	MemoryMB         int64               `bson:"memory_mb"`
-	PublicKey        string              `bson:"public_key"`
-	CredentialDigest string              `bson:"credential_digest"`
-	Status           string              `bson:"status"`
-	Drivers          []string            `bson:"drivers,omitempty"`
-	AgentVersion     string              `bson:"agent_version,omitempty"`
-	EnrolledAt       time.Time           `bson:"enrolled_at"`
-	LastSeenAt       *time.Time          `bson:"last_seen_at,omitempty"`
-	SessionID        string              `bson:"session_id,omitempty"`
+	ID               string            `bson:"_id"`
+	Hostname         string            `bson:"hostname"`
+	Region           string            `bson:"region,omitempty"`
+	Labels           map[string]string `bson:"labels,omitempty"`
+	Address          string            `bson:"address"`
+	CPUs             int               `bson:"cpus"`
+	MemoryMB         int64             `bson:"memory_mb"`
+	PublicKey        string            `bson:"public_key"`
+	CredentialDigest string            `bson:"credential_digest"`
+	Status           string            `bson:"status"`
+	Drivers          []string          `bson:"drivers,omitempty"`
+	AgentVersion     string            `bson:"agent_version,omitempty"`
+	EnrolledAt       time.Time         `bson:"enrolled_at"`
+	LastSeenAt       *time.Time        `bson:"last_seen_at,omitempty"`
+	SessionID        string            `bson:"session_id,omitempty"`
 	// DesiredRev is the revision of DesiredSpec; it only increases.
 	DesiredRev  int64  `bson:"desired_rev"`
 	DesiredHash string `bson:"desired_hash,omitempty"`
@@ -93,6 +90,10 @@ type Node struct {
 	// RetirementDisposition mirrors Retirement.Disposition as a top-level field, the
 	// compare-and-set guard of retirement writes.
 	RetirementDisposition string `bson:"retirement_disposition,omitempty"`
+
+	// LogOutbox holds the node's changes not yet in the change log,
+	// written with the change (docs/node-protocol.md section 7.2).
+	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
 }
 
 // Member reports whether n takes part in placement: enrolled, not removed and not retiring.

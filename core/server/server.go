@@ -203,6 +203,7 @@ func Run(ctx context.Context, cfg Config) error {
 	clog.TrackOutbox("bundles", "")
 	clog.TrackOutbox("services", "")
 	clog.TrackOutbox("nodes", "")
+	clog.TrackOutbox("runtime_specs", "")
 	clog.TrackOutbox(policy.DecisionsCollection, "seq")
 	// An embedded store has this one process (it holds the data directory's
 	// lock): everything pending is a leftover. Against a shared MongoDB,
