@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -55,6 +57,20 @@ func (s *Server) awaitChange(c echo.Context, coll string, id any, outbox []chang
 	if _, err := s.cfg.Changelog.Record(ctx, changelog.Ref{Collection: coll, ID: id}, p); err != nil {
 		s.log.Warn("change stored; its change-log entry follows", "entity_type", p.EntityType, "entity_id", p.EntityID, "change_id", p.ID, "err", err)
 	}
+}
+
+// refuseLargeChange answers 413 change_too_large when a change of entityType
+// with payload could not fit in one change-log entry (docs/node-protocol.md
+// section 7.8), for writes without an outbox that must be refused before
+// they are stored. payload is a provisional form of what the write records,
+// with ids and names at their widest, so it is at least as large.
+func refuseLargeChange(entityType string, payload any) error {
+	wide := strings.Repeat("x", 64)
+	_, err := changelog.Prepare(changelog.Change{ActorType: wide, ActorID: wide, EntityType: entityType, EntityID: wide, Op: node.OpCreate, Payload: payload})
+	if errors.Is(err, changelog.ErrEntryTooLarge) {
+		return abierrors.Wrap(abierrors.ChangeTooLarge, trimSentinel(err), nil)
+	}
+	return err
 }
 
 // recordChange appends a change made by the request's principal to the change

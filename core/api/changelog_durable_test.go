@@ -13,6 +13,7 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/internal/wasmtest"
 )
 
 // changelogEntries reads the whole change log through GET /api/v1/changelog
@@ -166,5 +167,27 @@ func TestChangelogRefusesChangeLargerThanAFrame(t *testing.T) {
 	frame, _ := json.Marshal(node.Envelope{V: node.Version, Type: node.TypeLogEntries, ID: "msg_" + strings.Repeat("Z", 26), Body: frameBody})
 	if len(frame) > node.MaxMessageBytes {
 		t.Fatalf("largest accepted change makes a %d-byte frame, limit %d", len(frame), node.MaxMessageBytes)
+	}
+}
+
+// TestPolicyBindingLargerThanAFrameRefused: a binding whose config makes a
+// change-log entry too large for one frame is refused with 413
+// change_too_large before it is stored. Before, it was stored and its entry
+// failed to append.
+func TestPolicyBindingLargerThanAFrameRefused(t *testing.T) {
+	f := newPolicyFixture(t)
+	code, out := f.do(req{method: "POST", path: "/api/v1/modules", ctype: "application/wasm", token: f.admin, body: wasmtest.BuildGo(t, "examples/policies/require-digest")})
+	if code != 201 {
+		t.Fatalf("push module: %d %v", code, out)
+	}
+	// '<' is one byte in the body and six in the entry (\u003c), twice over
+	// for a config held as a JSON string.
+	body := `{"hook":"service.apply","module":"` + out["digest"].(string) + `","config":{"v":"` + strings.Repeat("<", 200_000) + `"}}`
+	code, out = f.do(req{method: "POST", path: "/api/v1/policy-bindings", ctype: "application/json", token: f.admin, body: []byte(body)})
+	if code != 413 || out["code"] != "change_too_large" {
+		t.Fatalf("oversized binding: %d %v, want 413 change_too_large", code, out)
+	}
+	if code, out := f.json("GET", "/api/v1/policy-bindings", nil); code != 200 || len(out["items"].([]any)) != 0 {
+		t.Fatalf("bindings after the refusal: %d %v, want none", code, out)
 	}
 }
