@@ -42,11 +42,13 @@ func (s *Server) changeCtx(c echo.Context) (ctx context.Context, cancel context.
 	return changelog.WithActor(ctx, a), cancel
 }
 
-// awaitChange hands the newest change of the document id in collection coll
-// (the last of its outbox after the write) to the change log and waits, at
-// most changeTimeout and not past the request, for its entry. The change is
-// durable in the document already: a failure or a timeout here is logged,
-// and the log appends it anyway (now, on its next round, or at the next start).
+// awaitChange hands the changes in the outbox of the document id in
+// collection coll, as the write left it (its own change last, after any
+// earlier write's still pending), to the change log and waits, at most
+// changeTimeout and not past the request, for the entry of its own. The
+// change is durable in the document already: a failure or a timeout here is
+// logged, and the log appends it anyway (now, on its next round, or at the
+// next start).
 func (s *Server) awaitChange(c echo.Context, coll string, id any, outbox []changelog.Pending) {
 	if s.cfg.Changelog == nil || len(outbox) == 0 {
 		return
@@ -54,7 +56,7 @@ func (s *Server) awaitChange(c echo.Context, coll string, id any, outbox []chang
 	p := outbox[len(outbox)-1]
 	ctx, cancel := context.WithTimeout(c.Request().Context(), changeTimeout)
 	defer cancel()
-	if _, err := s.cfg.Changelog.Record(ctx, changelog.Ref{Collection: coll, ID: id}, p); err != nil {
+	if _, err := s.cfg.Changelog.RecordOutbox(ctx, changelog.Ref{Collection: coll, ID: id}, outbox); err != nil {
 		s.log.Warn("change stored; its change-log entry follows", "entity_type", p.EntityType, "entity_id", p.EntityID, "change_id", p.ID, "err", err)
 	}
 }

@@ -122,22 +122,105 @@ func (l *Log) Append(ctx context.Context, ch Change) (node.LogEntry, error) {
 // its entry was appended by this Log, waits for or returns that one entry.
 func (l *Log) Record(ctx context.Context, ref Ref, p Pending) (node.LogEntry, error) {
 	l.qmu.Lock()
-	if seq, ok := l.recent[p.ID]; ok {
-		l.qmu.Unlock()
+	it, seq, appended := l.enqueueLocked(ref, p)
+	l.qmu.Unlock()
+	if appended {
 		e, _, err := l.entry(ctx, seq)
 		return e, err
 	}
-	it, ok := l.queued[p.ID]
-	if ok {
-		l.qmu.Unlock()
-		return l.wait(ctx, it)
+	l.start(ctx)
+	return l.wait(ctx, it)
+}
+
+// RecordOutbox hands every change of a document's outbox, as its write
+// left it, to the log in order, and returns the entry of the last one (the
+// write's own) like [Log.Record]. The earlier ones are changes of earlier
+// writes of the same document that are still pending: queuing them first
+// keeps the entries of one document in the order of its writes, even when
+// the handler of an earlier write hands its change over late. An earlier
+// change this Log has neither queued nor recently appended is looked up in
+// the log by id first (a query that the embedded store answers with a scan,
+// paid only when writes of one document overlap), so none is appended twice.
+func (l *Log) RecordOutbox(ctx context.Context, ref Ref, outbox []Pending) (node.LogEntry, error) {
+	if len(outbox) == 0 {
+		return node.LogEntry{}, nil
+	}
+	last := outbox[len(outbox)-1]
+	earlier := outbox[:len(outbox)-1]
+	var unknown []string
+	l.qmu.Lock()
+	for _, p := range earlier {
+		_, queued := l.queued[p.ID]
+		_, recent := l.recent[p.ID]
+		if !queued && !recent {
+			unknown = append(unknown, p.ID)
+		}
+	}
+	l.qmu.Unlock()
+	var landed map[string]int64
+	if len(unknown) > 0 {
+		var err error
+		if landed, err = l.landedIDs(ctx, unknown); err != nil {
+			// Leave the earlier ones to their own handlers and to Recover,
+			// which decides by the same lookup.
+			l.log.Warn("look up earlier pending changes in the change log", "collection", ref.Collection, "id", ref.ID, "err", err)
+			earlier = nil
+		}
+	}
+	l.qmu.Lock()
+	for _, p := range earlier {
+		if _, ok := landed[p.ID]; !ok {
+			l.enqueueLocked(ref, p)
+		}
+	}
+	l.qmu.Unlock()
+	for _, p := range earlier {
+		if seq, ok := landed[p.ID]; ok {
+			l.clearOutbox(ctx, ref, p, seq)
+		}
+	}
+	return l.Record(ctx, ref, last)
+}
+
+// landedIDs returns the seq of each of ids that has an entry.
+func (l *Log) landedIDs(ctx context.Context, ids []string) (map[string]int64, error) {
+	cur, err := l.coll.Find(ctx, bson.M{"change_id": bson.M{"$in": ids}}, options.Find().SetProjection(bson.M{"change_id": 1}))
+	if err != nil {
+		return nil, fmt.Errorf("changelog: find changes in the log: %w", err)
+	}
+	var docs []doc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("changelog: find changes in the log: %w", err)
+	}
+	out := make(map[string]int64, len(docs))
+	for _, d := range docs {
+		out[d.ChangeID] = d.Seq
+	}
+	return out, nil
+}
+
+// enqueueLocked queues p for ref unless this Log queued it already (it
+// returns that item) or appended it recently (appended, with its seq).
+// qmu must be held.
+func (l *Log) enqueueLocked(ref Ref, p Pending) (it *item, seq int64, appended bool) {
+	if seq, ok := l.recent[p.ID]; ok {
+		return nil, seq, true
+	}
+	if it, ok := l.queued[p.ID]; ok {
+		return it, 0, false
 	}
 	it = &item{p: p, ref: ref, done: make(chan struct{})}
 	l.queued[p.ID] = it
 	l.queue = append(l.queue, it)
-	// With Run active, its goroutine appends; else the first caller that
-	// finds no append under way appends for everyone queued.
-	lead := !l.running && !l.flushing
+	return it, 0, false
+}
+
+// start gets what is queued appended: with Run active, its goroutine is
+// woken; else the first caller that finds no append under way appends for
+// everyone queued, on a context detached from ctx.
+func (l *Log) start(ctx context.Context) {
+	l.qmu.Lock()
+	lead := !l.running && !l.flushing && len(l.queue) > 0
 	l.flushing = l.flushing || lead
 	running := l.running
 	l.qmu.Unlock()
@@ -150,7 +233,6 @@ func (l *Log) Record(ctx context.Context, ref Ref, p Pending) (node.LogEntry, er
 	case lead:
 		l.flush(context.WithoutCancel(ctx))
 	}
-	return l.wait(ctx, it)
 }
 
 // wait returns it's entry once appended, or ctx's error.

@@ -265,3 +265,51 @@ func TestRecordTwiceOneEntry(t *testing.T) {
 		t.Fatalf("%d entries, %v; want 1", len(entries), err)
 	}
 }
+
+// TestRecordOutboxKeepsWriteOrder: a document's outbox holds the change of
+// an earlier write whose handler has not handed it over yet, then the
+// change of the latest write. Handing over the latest appends the earlier
+// first, so the document's entries follow the order of its writes; one
+// already in the log (appended through another Log) is only cleared; the
+// late handler then gets the entry already appended.
+func TestRecordOutboxKeepsWriteOrder(t *testing.T) {
+	st := storetest.Open(t)
+	ctx := context.Background()
+	done, x, y := prepare(t, "thing_1", 1), prepare(t, "thing_1", 2), prepare(t, "thing_1", 3)
+	if _, err := New(st, 1, nil).Record(ctx, Ref{}, done); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Collection("things").InsertOne(ctx, thing{ID: "thing_1", N: 3, Outbox: []Pending{done, x, y}}); err != nil {
+		t.Fatal(err)
+	}
+	l := New(st, 1, nil)
+	ref := Ref{Collection: "things", ID: "thing_1", SeqField: "seq"}
+	ey, err := l.RecordOutbox(ctx, ref, []Pending{done, x, y})
+	if err != nil || ey.Seq != 3 {
+		t.Fatalf("record outbox: seq %d, %v; want 3", ey.Seq, err)
+	}
+	entries, err := l.Range(ctx, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, e := range entries {
+		order = append(order, string(e.Payload))
+	}
+	if fmt.Sprint(order) != `[{"n":1} {"n":2} {"n":3}]` {
+		t.Fatalf("entries %v, want n 1, 2, 3 once each", order)
+	}
+	if ex, err := l.Record(ctx, ref, x); err != nil || ex.Seq != 2 {
+		t.Fatalf("late hand-over of the earlier change: seq %d, %v; want 2", ex.Seq, err)
+	}
+	var got thing
+	if err := st.Collection("things").FindOne(ctx, bson.M{"_id": "thing_1"}).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Outbox) != 0 || got.Seq != 3 {
+		t.Fatalf("document: outbox %d, seq %d; want empty, 3", len(got.Outbox), got.Seq)
+	}
+	if entries, _ := l.Range(ctx, 1, 0); len(entries) != 3 {
+		t.Fatalf("%d entries after the late hand-over, want 3", len(entries))
+	}
+}
