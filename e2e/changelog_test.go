@@ -59,8 +59,8 @@ func (cl *cluster) changelogEntries(t *testing.T) []node.LogEntry {
 // after a random number of successful writes and restarted on the same data
 // directory. Then the chain verifies from seq 1, every stored service has
 // exactly one entry per committed write (one create at revision 1, one
-// update for each later revision), and no entry names a service that is
-// not stored. Before, the entry was appended after the commit on the
+// update for each later revision, in revision order), and no entry names a
+// service that is not stored. Before, the entry was appended after the commit on the
 // request's context, so writes committed just before the kill (or whose
 // append lost a race) had none.
 func TestChangelogSurvivesKill9UnderWriters(t *testing.T) {
@@ -120,6 +120,7 @@ func TestChangelogSurvivesKill9UnderWriters(t *testing.T) {
 		rev int64
 	}
 	seen := map[key]int{}
+	lastRev := map[string]int64{}
 	for _, e := range entries {
 		if e.EntityType != "service" {
 			continue
@@ -137,6 +138,10 @@ func TestChangelogSurvivesKill9UnderWriters(t *testing.T) {
 			t.Errorf("entry %d: %s of %s at revision %d, want update", e.Seq, e.Op, e.EntityID, p.Revision)
 		}
 		seen[key{e.EntityID, p.Revision}]++
+		if p.Revision <= lastRev[e.EntityID] {
+			t.Errorf("entry %d: %s at revision %d after revision %d: entries out of write order", e.Seq, e.EntityID, p.Revision, lastRev[e.EntityID])
+		}
+		lastRev[e.EntityID] = p.Revision
 	}
 	stored := map[string]bool{}
 	total := 0
