@@ -15,6 +15,11 @@ import (
 	"github.com/berthhq/berth/abi/node"
 )
 
+// freshChange is how old the last change of an outbox handed over by
+// [Log.RecordOutbox] may be and still be taken as the write's own (made
+// moments ago, so certainly not in the log yet).
+const freshChange = 5 * time.Second
+
 // recentSize is how many appended change ids a Log remembers, so that
 // recording one of them again returns its entry instead of a second one.
 const recentSize = 4096
@@ -147,6 +152,11 @@ func (l *Log) RecordOutbox(ctx context.Context, ref Ref, outbox []Pending) (node
 	}
 	last := outbox[len(outbox)-1]
 	earlier := outbox[:len(outbox)-1]
+	if l.now().Sub(last.At) > freshChange {
+		// Not this write's own change (a write that changed nothing and
+		// returned the outbox as it found it): check it like the others.
+		earlier, last = outbox, Pending{}
+	}
 	var unknown []string
 	l.qmu.Lock()
 	for _, p := range earlier {
@@ -174,10 +184,16 @@ func (l *Log) RecordOutbox(ctx context.Context, ref Ref, outbox []Pending) (node
 		}
 	}
 	l.qmu.Unlock()
+	var e node.LogEntry
 	for _, p := range earlier {
 		if seq, ok := landed[p.ID]; ok {
 			l.clearOutbox(ctx, ref, p, seq)
+			e.Seq = seq
 		}
+	}
+	if last.ID == "" {
+		l.start(ctx)
+		return e, nil
 	}
 	return l.Record(ctx, ref, last)
 }

@@ -313,3 +313,31 @@ func TestRecordOutboxKeepsWriteOrder(t *testing.T) {
 		t.Fatalf("%d entries after the late hand-over, want 3", len(entries))
 	}
 }
+
+// TestRecordOutboxOfUnchangedWrite: a write that changed nothing may hand
+// over the outbox as it found it, whose last change is old and already in
+// the log (appended by another Log, not cleared): it is cleared, not
+// appended again.
+func TestRecordOutboxOfUnchangedWrite(t *testing.T) {
+	st := storetest.Open(t)
+	ctx := context.Background()
+	old := prepare(t, "thing_1", 1)
+	old.At = old.At.Add(-time.Minute)
+	if _, err := New(st, 1, nil).Record(ctx, Ref{}, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Collection("things").InsertOne(ctx, thing{ID: "thing_1", N: 1, Outbox: []Pending{old}}); err != nil {
+		t.Fatal(err)
+	}
+	l := New(st, 1, nil)
+	if _, err := l.RecordOutbox(ctx, Ref{Collection: "things", ID: "thing_1"}, []Pending{old}); err != nil {
+		t.Fatal(err)
+	}
+	if entries, err := l.Range(ctx, 1, 0); err != nil || len(entries) != 1 {
+		t.Fatalf("%d entries, %v; want the one", len(entries), err)
+	}
+	var got thing
+	if err := st.Collection("things").FindOne(ctx, bson.M{"_id": "thing_1"}).Decode(&got); err != nil || len(got.Outbox) != 0 {
+		t.Fatalf("outbox %d, %v; want cleared", len(got.Outbox), err)
+	}
+}
