@@ -118,6 +118,11 @@ const (
 	NodeStillReporting            Code = "node_still_reporting"             // a lost retirement of a node that still reports (409)
 )
 
+// Change-log codes (docs/node-protocol.md section 7.8).
+const (
+	ChangeTooLarge Code = "change_too_large" // a write whose change-log entry would not fit in one node-session frame (413)
+)
+
 var statuses = map[Code]int{
 	Conflict:                      http.StatusConflict,
 	ServiceDeleting:               http.StatusConflict,
@@ -133,6 +138,7 @@ var statuses = map[Code]int{
 	SpecNetworkInvalid:            http.StatusUnprocessableEntity,
 	NodeAlreadyRetired:            http.StatusConflict,
 	NodeStillReporting:            http.StatusConflict,
+	ChangeTooLarge:                http.StatusRequestEntityTooLarge,
 
 	BadRequest:           http.StatusBadRequest,
 	UnsupportedMedia:     http.StatusUnsupportedMediaType,

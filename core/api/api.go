@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
-	"github.com/berthhq/berth/abi/node"
 	abirunner "github.com/berthhq/berth/abi/runner"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
@@ -435,7 +434,9 @@ func (s *Server) enroll(c echo.Context) error {
 	if err := validateEnroll(req.Hostname, req.Region, req.Address, req.Labels); err != nil {
 		return err
 	}
-	n, cred, err := s.cfg.Nodes.Enroll(c.Request().Context(), nodes.EnrollRequest{
+	wctx, done := s.changeCtx(c)
+	defer done()
+	n, cred, err := s.cfg.Nodes.Enroll(wctx, nodes.EnrollRequest{
 		JoinToken: req.JoinToken, PublicKey: req.PublicKey, Hostname: req.Hostname, Region: req.Region,
 		Labels: req.Labels, Address: req.Address, CPUs: req.Capacity.CPUs, MemoryMB: req.Capacity.MemoryMB,
 		Admit: s.enrollAdmitter(c),
@@ -451,7 +452,7 @@ func (s *Server) enroll(c echo.Context) error {
 		return err
 	}
 	s.log.Info("node enrolled", "node_id", n.ID, "hostname", n.Hostname, "address", n.Address, "region", n.Region)
-	s.recordChangeAs(c, "node", n.ID, "node", n.ID, node.OpCreate, nodeLogPayload(n))
+	s.awaitChange(c, "nodes", n.ID, n.LogOutbox)
 	s.cfg.Hinter.Hint("node.enrolled")
 	return c.JSON(http.StatusCreated, map[string]any{
 		"node_id":            n.ID,

@@ -1,20 +1,85 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
-	"github.com/berthhq/berth/core/nodes"
 )
 
+// changeTimeout bounds how long a request waits for the entry of its change
+// once the write committed; the entry is appended whether or not it waits.
+const changeTimeout = 10 * time.Second
+
+// writeTimeout bounds a write that runs detached from its request.
+const writeTimeout = 30 * time.Second
+
+// changeCtx returns the context for a write that records its change: the
+// request's values carrying its principal as the change-log actor, so a
+// store that records its writes puts the change in the written document's
+// outbox, in the same write (docs/node-protocol.md section 7.2). It is
+// detached from the request's cancellation (bounded by writeTimeout): a
+// client that leaves mid-write does not leave a write that committed
+// unseen by the handler that hands its change to the log. Without a change
+// log it is the plain request context. Call cancel when the write is done.
+func (s *Server) changeCtx(c echo.Context) (ctx context.Context, cancel context.CancelFunc) {
+	ctx = c.Request().Context()
+	if s.cfg.Changelog == nil {
+		return ctx, func() {}
+	}
+	a := changelog.Actor{Type: "system", ID: "berthd"}
+	if p := principal(c); p != nil {
+		a = changelog.Actor{Type: string(p.Kind), ID: p.ID}
+	}
+	ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	return changelog.WithActor(ctx, a), cancel
+}
+
+// awaitChange hands the changes in the outbox of the document id in
+// collection coll, as the write left it (its own change last, after any
+// earlier write's still pending), to the change log and waits, at most
+// changeTimeout and not past the request, for the entry of its own. The
+// change is durable in the document already: a failure or a timeout here is
+// logged, and the log appends it anyway (now, on its next round, or at the
+// next start).
+func (s *Server) awaitChange(c echo.Context, coll string, id any, outbox []changelog.Pending) {
+	if s.cfg.Changelog == nil || len(outbox) == 0 {
+		return
+	}
+	p := outbox[len(outbox)-1]
+	ctx, cancel := context.WithTimeout(c.Request().Context(), changeTimeout)
+	defer cancel()
+	if _, err := s.cfg.Changelog.RecordOutbox(ctx, changelog.Ref{Collection: coll, ID: id}, outbox); err != nil {
+		s.log.Warn("change stored; its change-log entry follows", "entity_type", p.EntityType, "entity_id", p.EntityID, "change_id", p.ID, "err", err)
+	}
+}
+
+// refuseLargeChange answers 413 change_too_large when a change of entityType
+// with payload could not fit in one change-log entry (docs/node-protocol.md
+// section 7.8), for writes without an outbox that must be refused before
+// they are stored. payload is a provisional form of what the write records,
+// with ids and names at their widest, so it is at least as large.
+func refuseLargeChange(entityType string, payload any) error {
+	wide := strings.Repeat("x", 64)
+	_, err := changelog.Prepare(changelog.Change{ActorType: wide, ActorID: wide, EntityType: entityType, EntityID: wide, Op: node.OpCreate, Payload: payload})
+	if errors.Is(err, changelog.ErrEntryTooLarge) {
+		return abierrors.Wrap(abierrors.ChangeTooLarge, trimSentinel(err), nil)
+	}
+	return err
+}
+
 // recordChange appends a change made by the request's principal to the change
-// log (docs/node-protocol.md section 7). The change is already stored, so a
-// failure here is logged, not returned: the next change still chains on the
-// current head.
+// log (docs/node-protocol.md section 7), for writes whose documents have no
+// outbox yet. The change is already stored; the append runs on a context
+// detached from the request, so a client that leaves does not cancel it, and
+// a failure is logged, not returned.
 func (s *Server) recordChange(c echo.Context, entityType, entityID, op string, payload any) {
 	actorType, actorID := "system", "berthd"
 	if p := principal(c); p != nil {
@@ -30,7 +95,9 @@ func (s *Server) recordChangeAs(c echo.Context, actorType, actorID, entityType, 
 	if s.cfg.Changelog == nil {
 		return
 	}
-	if _, err := s.cfg.Changelog.Append(c.Request().Context(), changelog.Change{
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), changeTimeout)
+	defer cancel()
+	if _, err := s.cfg.Changelog.Append(ctx, changelog.Change{
 		ActorType: actorType, ActorID: actorID, EntityType: entityType, EntityID: entityID, Op: op, Payload: payload,
 	}); err != nil {
 		s.log.Error("append to the change log", "entity_type", entityType, "entity_id", entityID, "err", err)
@@ -63,15 +130,4 @@ func (s *Server) listChangelog(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"entries": entries, "head_seq": head})
-}
-
-// nodeLogPayload is a node as the change log records it: what the cluster
-// decided about the node, never its credential digest, and none of its
-// session state (status, last seen, applied revision), which is observation,
-// not a change of desired state (docs/node-protocol.md section 7.1).
-func nodeLogPayload(n *nodes.Node) map[string]any {
-	return map[string]any{
-		"id": n.ID, "hostname": n.Hostname, "region": n.Region, "labels": n.Labels, "address": n.Address,
-		"cpus": n.CPUs, "memory_mb": n.MemoryMB, "public_key": n.PublicKey, "enrolled_at": n.EnrolledAt.UTC(),
-	}
 }

@@ -13,6 +13,7 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/rollout"
@@ -61,10 +62,12 @@ func (s *Server) project(c echo.Context, create bool) (*services.Project, error)
 	}
 	ctx := c.Request().Context()
 	if create && principal(c).Has(identity.ScopeAdmin) {
-		p, created, err := s.cfg.Catalog.EnsureProject(ctx, name)
+		wctx, done := s.changeCtx(c)
+		p, created, err := s.cfg.Catalog.EnsureProject(wctx, name)
+		done()
 		if created {
 			s.log.Info("project created on first use", "project", name, "project_id", p.ID)
-			s.recordChange(c, "project", p.ID, node.OpCreate, apiProject(p))
+			s.awaitChange(c, "projects", p.ID, p.LogOutbox)
 		}
 		return p, err
 	}
@@ -88,7 +91,9 @@ func (s *Server) putProject(c echo.Context) error {
 	if err := checkName("project", name); err != nil {
 		return err
 	}
-	p, created, err := s.cfg.Catalog.EnsureProject(c.Request().Context(), name)
+	wctx, done := s.changeCtx(c)
+	p, created, err := s.cfg.Catalog.EnsureProject(wctx, name)
+	done()
 	if err != nil {
 		return err
 	}
@@ -96,7 +101,7 @@ func (s *Server) putProject(c echo.Context) error {
 	if created {
 		status = http.StatusCreated
 		s.log.Info("project created", "project", name, "project_id", p.ID)
-		s.recordChange(c, "project", p.ID, node.OpCreate, apiProject(p))
+		s.awaitChange(c, "projects", p.ID, p.LogOutbox)
 	}
 	return c.JSON(status, apiProject(p))
 }
@@ -133,6 +138,8 @@ func serviceError(err error) error {
 		return abierrors.Wrap(abierrors.PlacementModeImmutable, trimSentinel(err), nil)
 	case errors.Is(err, services.ErrServiceDeleting):
 		return abierrors.Wrap(abierrors.ServiceDeleting, trimSentinel(err), nil)
+	case errors.Is(err, changelog.ErrEntryTooLarge):
+		return abierrors.Wrap(abierrors.ChangeTooLarge, trimSentinel(err)+"; make the service smaller (env values, command)", nil)
 	}
 	return err
 }
@@ -211,7 +218,9 @@ func (s *Server) putService(c echo.Context) error {
 	if err := s.admitService(c, p, svc); err != nil {
 		return err
 	}
-	out, outcome, err := s.cfg.Catalog.ApplyService(ctx, p, svc, spec.ExpectedRevision)
+	wctx, done := s.changeCtx(c)
+	out, outcome, err := s.cfg.Catalog.ApplyService(wctx, p, svc, spec.ExpectedRevision)
+	done()
 	if err != nil {
 		return serviceError(err)
 	}
@@ -229,11 +238,7 @@ func (s *Server) putService(c echo.Context) error {
 		return c.JSON(http.StatusOK, appliedService(out, false))
 	}
 	s.log.Info("service applied", "project", p.Name, "service", name, "revision", out.Revision, "replicas", out.Replicas, "bundle", out.BundleDigest)
-	op := node.OpUpdate
-	if created {
-		op = node.OpCreate
-	}
-	s.recordChange(c, "service", out.ID, op, out)
+	s.awaitChange(c, "services", out.ID, out.LogOutbox)
 	s.cfg.Hinter.Hint("service.applied")
 	status := http.StatusOK
 	if created {
@@ -330,12 +335,14 @@ func (s *Server) deleteService(c echo.Context) error {
 	if err := s.admitDelete(c, p, c.Param("name")); err != nil {
 		return err
 	}
-	gone, err := s.cfg.Catalog.MarkDeleting(c.Request().Context(), p, c.Param("name"), expected)
+	wctx, done := s.changeCtx(c)
+	gone, err := s.cfg.Catalog.MarkDeleting(wctx, p, c.Param("name"), expected)
+	done()
 	if err != nil {
 		return serviceError(err)
 	}
 	s.log.Info("service deleting: its routes are withdrawn and its slots settle before it is removed", "project", p.Name, "service", c.Param("name"))
-	s.recordChange(c, "service", gone.ID, node.OpDelete, nil)
+	s.awaitChange(c, "services", gone.ID, gone.LogOutbox)
 	s.cfg.Hinter.Hint("service.deleted")
 	return c.JSON(http.StatusAccepted, toAPIService(gone, 0))
 }
@@ -460,7 +467,9 @@ func (s *Server) pushBundle(c echo.Context) error {
 		return err
 	}
 	body := http.MaxBytesReader(c.Response(), c.Request().Body, s.cfg.Bundles.MaxBytes())
-	m, err := s.cfg.Bundles.Put(c.Request().Context(), p.ID, p.Name, name, want, body)
+	wctx, done := s.changeCtx(c)
+	m, err := s.cfg.Bundles.Put(wctx, p.ID, p.Name, name, want, body)
+	done()
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe), errors.Is(err, bundles.ErrTooLarge):
@@ -474,7 +483,7 @@ func (s *Server) pushBundle(c echo.Context) error {
 	}
 	s.log.Info("bundle pushed", "project", p.Name, "digest", m.Digest, "size", m.Size, "name", m.Name)
 	out := client.Bundle{Digest: m.Digest, Size: m.Size, Name: m.Name, Project: m.Project, CreatedAt: m.CreatedAt}
-	s.recordChange(c, "bundle", p.ID+"/"+m.Digest, node.OpCreate, out)
+	s.awaitChange(c, "bundles", m.ID, m.LogOutbox)
 	return c.JSON(http.StatusCreated, out)
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
-	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/nodes"
 )
 
@@ -37,7 +36,9 @@ func (s *Server) removeNode(c echo.Context) error {
 	if err := s.revokeForRemoval(ctx, c.Param("id")); err != nil {
 		return err
 	}
-	n, changed, err := s.cfg.Nodes.Remove(ctx, c.Param("id"))
+	wctx, done := s.changeCtx(c)
+	n, changed, err := s.cfg.Nodes.Remove(wctx, c.Param("id"))
+	done()
 	if errors.Is(err, nodes.ErrNotFound) {
 		return problem(abierrors.NodeNotFound, fmt.Sprintf("no node %q", c.Param("id")))
 	} else if err != nil {
@@ -48,7 +49,7 @@ func (s *Server) removeNode(c echo.Context) error {
 	}
 	if changed {
 		s.log.Info("node removed", "node_id", n.ID, "hostname", n.Hostname)
-		s.recordChange(c, "node", n.ID, node.OpDelete, nil)
+		s.awaitChange(c, "nodes", n.ID, n.LogOutbox)
 		s.cfg.Hinter.Hint("node.removed")
 	}
 	return c.NoContent(http.StatusNoContent)

@@ -11,7 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
-	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/rollout"
@@ -132,12 +131,14 @@ func (s *Server) putRuntimeSpec(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	d, err := s.runtime.PutSpec(ctx, svc, slots.SpecWrite{Spec: sp, ExpectedRevision: w.ExpectedRevision}, members)
+	wctx, done := s.changeCtx(c)
+	d, err := s.runtime.PutSpec(wctx, svc, slots.SpecWrite{Spec: sp, ExpectedRevision: w.ExpectedRevision}, members)
+	done()
 	if err != nil {
 		return refusalError(err)
 	}
 	s.log.Info("runtime spec written", "project", svc.Project, "service", svc.Name, "revision", d.Revision)
-	s.recordChange(c, "runtime_spec", svc.ID, node.OpUpdate, d.Spec)
+	s.awaitChange(c, "runtime_specs", d.ServiceID, d.LogOutbox)
 	s.cfg.Hinter.Hint("spec.written")
 	out, err := toSpecDoc(svc, d)
 	if err != nil {
@@ -198,14 +199,16 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.cfg.Catalog.UndoRelease(c.Request().Context(), p, svc.Name)
+	wctx, done := s.changeCtx(c)
+	out, err := s.cfg.Catalog.UndoRelease(wctx, p, svc.Name)
+	done()
 	if errors.Is(err, services.ErrNoPreviousRelease) {
 		return problem(abierrors.NoPreviousRelease, fmt.Sprintf("service %s/%s never ran another release or configuration: nothing to go back to", p.Name, svc.Name))
 	} else if err != nil {
 		return serviceError(err)
 	}
 	s.log.Info("rollout undone", "project", p.Name, "service", svc.Name, "release", out.Release().Digest(), "revision", out.Revision)
-	s.recordChange(c, "service", out.ID, node.OpUpdate, out)
+	s.awaitChange(c, "services", out.ID, out.LogOutbox)
 	s.cfg.Hinter.Hint("rollout.undo")
 	return c.JSON(http.StatusOK, toAPIService(out, 0))
 }
@@ -219,7 +222,9 @@ func (s *Server) retireNode(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	n, err := s.cfg.Nodes.Retire(ctx, c.Param("id"), req.Disposition)
+	wctx, done := s.changeCtx(c)
+	n, err := s.cfg.Nodes.Retire(wctx, c.Param("id"), req.Disposition)
+	done()
 	switch {
 	case errors.Is(err, nodes.ErrNotFound):
 		return problem(abierrors.NodeNotFound, fmt.Sprintf("no node %q", c.Param("id")))
@@ -233,7 +238,7 @@ func (s *Server) retireNode(c echo.Context) error {
 		return err
 	}
 	s.log.Info("node retiring", "node_id", n.ID, "disposition", n.Retirement.Disposition)
-	s.recordChange(c, "node", n.ID, node.OpUpdate, n.Retirement)
+	s.awaitChange(c, "nodes", n.ID, n.LogOutbox)
 	s.cfg.Hinter.Hint("node.retiring")
 	wait, count, err := s.views().RetirementWait(ctx, n)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -120,6 +121,11 @@ func (s *Server) bindPolicy(c echo.Context) error {
 	b := policy.Binding{Hook: req.Hook, ModuleDigest: req.Module, Project: req.Project, FailurePolicy: req.FailurePolicy}
 	if len(req.Config) > 0 && string(req.Config) != "null" {
 		b.Config = string(req.Config)
+	}
+	probe := b // as recorded: an id, the module's name and a time added
+	probe.ID, probe.Module, probe.CreatedAt = strings.Repeat("x", 64), strings.Repeat("x", 256), time.Now().UTC()
+	if err := refuseLargeChange(policy.BindingEntityType, probe); err != nil {
+		return err
 	}
 	out, err := e.Bind(c.Request().Context(), b)
 	switch {

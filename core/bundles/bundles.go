@@ -19,7 +19,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/sdk/bundle"
+	"github.com/berthhq/berth/sdk/client"
 )
 
 // DefaultMaxBytes is the default limit on a bundle's compressed size: 512 MiB.
@@ -47,6 +50,9 @@ type Meta struct {
 	Size      int64     `bson:"size"`
 	Name      string    `bson:"name,omitempty"`
 	CreatedAt time.Time `bson:"created_at"`
+	// LogOutbox holds this push's changes not yet in the change log,
+	// written with the catalog entry (docs/node-protocol.md section 7.2).
+	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
 }
 
 // Store holds blobs under Dir/sha256/<hex> and the catalog in collection "bundles".
@@ -115,7 +121,23 @@ func (s *Store) Put(ctx context.Context, projectID, project, name, want string, 
 		return nil, fmt.Errorf("store bundle: %w", err)
 	}
 	m := &Meta{ID: projectID + "/" + digest, ProjectID: projectID, Project: project, Digest: digest, Size: n, Name: name, CreatedAt: time.Now().UTC()}
-	if _, err := s.coll.ReplaceOne(ctx, bson.M{"_id": m.ID}, m, options.Replace().SetUpsert(true)); err != nil {
+	update := bson.M{"$set": bson.M{"project_id": m.ProjectID, "project": m.Project, "digest": m.Digest, "size": m.Size, "name": m.Name, "created_at": m.CreatedAt}}
+	if m.Name == "" {
+		update["$unset"] = bson.M{"name": ""}
+		delete(update["$set"].(bson.M), "name")
+	}
+	if a, ok := changelog.ActorFrom(ctx); ok {
+		// The payload is the bundle as the API shows it; a change still
+		// pending from an earlier push of the same bytes stays queued.
+		pend, err := changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "bundle", EntityID: m.ID, Op: node.OpCreate,
+			Payload: client.Bundle{Digest: m.Digest, Size: m.Size, Name: m.Name, Project: m.Project, CreatedAt: m.CreatedAt}})
+		if err != nil {
+			return nil, fmt.Errorf("record bundle: %w", err)
+		}
+		update["$push"] = bson.M{changelog.OutboxField: pend}
+		m.LogOutbox = []changelog.Pending{pend}
+	}
+	if _, err := s.coll.UpdateOne(ctx, bson.M{"_id": m.ID}, update, options.UpdateOne().SetUpsert(true)); err != nil {
 		return nil, fmt.Errorf("record bundle: %w", err)
 	}
 	return m, nil

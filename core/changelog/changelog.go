@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -39,8 +40,8 @@ const maxAppendAttempts = 32
 // them without touching the store.
 const tailSize = 2048
 
-// ErrContention is returned by [Log.Append] when other writers took the next
-// seq maxAppendAttempts times in a row; retryable.
+// ErrContention is returned by [Log.Append] when other berthd replicas took
+// the next seq maxAppendAttempts times in a row; retryable.
 var ErrContention = errors.New("berth: change log is contended; retry")
 
 // Change is what a caller appends; the log fills seq, term, time and hashes.
@@ -59,6 +60,9 @@ type doc struct {
 	Seq  int64  `bson:"_id"`
 	Hash string `bson:"hash"`
 	Body string `bson:"body"`
+	// ChangeID is the [Pending] id the entry was appended for: it makes
+	// the append of a change found pending twice happen once.
+	ChangeID string `bson:"change_id,omitempty"`
 }
 
 // headDoc is the one document of HeadCollection.
@@ -68,15 +72,33 @@ type headDoc struct {
 	Hash string `bson:"hash"`
 }
 
-// Log appends and reads entries. Appends from any number of goroutines or
-// berthd replicas stay gap-free: each claims seq = head + 1 by inserting the
-// document keyed by it, and the loser of a race retries on the new head.
-// Every store access is by _id, so the embedded store never scans the log.
+// Log appends and reads entries. Within one berthd, changes queue and one
+// goroutine at a time (the first caller that finds no append under way)
+// appends everything queued as consecutive entries, so writers do not race
+// each other for seqs. Appends from several berthd replicas stay gap-free:
+// each batch claims seq = head + 1 onwards by inserting the documents keyed
+// by them, and the loser of a race retries on the new head. Every hot-path
+// store access is by _id, so the embedded store never scans the log.
 type Log struct {
+	st    *store.Store
 	coll  *mongo.Collection
 	heads *mongo.Collection
 	term  int64
 	now   func() time.Time
+	log   *slog.Logger
+
+	// qmu guards the queue of changes waiting for their entry.
+	qmu      sync.Mutex
+	queue    []*item
+	flushing bool              // one goroutine appends at a time; qmu guards it
+	running  bool              // Run is the appender; qmu guards it
+	kick     chan struct{}     // wakes Run when a change is queued
+	inflight int               // items taken by that goroutine; qmu guards it
+	outboxes map[string]string // tracked outbox collections to their seq field; qmu guards it
+	queued   map[string]*item  // queued or in-flight items by change id; qmu guards it
+	recent   map[string]int64  // seq of the newest recentSize appended change ids; qmu guards it
+	// recentIDs orders recent, oldest first; qmu guards it.
+	recentIDs []string
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced after every append; mu guards it
@@ -98,8 +120,9 @@ func New(s *store.Store, term int64, now func() time.Time) *Log {
 	if term <= 0 {
 		term = 1
 	}
-	return &Log{coll: s.Collection(Collection), heads: s.Collection(HeadCollection), term: term, now: now,
-		changed: make(chan struct{}), tail: make(map[int64]node.LogEntry)}
+	return &Log{st: s, coll: s.Collection(Collection), heads: s.Collection(HeadCollection), term: term, now: now,
+		log: slog.New(slog.DiscardHandler), changed: make(chan struct{}), tail: make(map[int64]node.LogEntry), outboxes: map[string]string{},
+		queued: map[string]*item{}, recent: map[string]int64{}, kick: make(chan struct{}, 1)}
 }
 
 // Changed returns a channel that is closed after the next entry appended
@@ -224,69 +247,6 @@ func (l *Log) remember(e node.LogEntry) {
 			delete(l.tail, seq) // only the entries this move pushed out
 		}
 	}
-}
-
-// Append adds ch as the next entry and returns it. Errors: a payload that
-// does not encode; [ErrContention] after repeated lost races; store errors.
-func (l *Log) Append(ctx context.Context, ch Change) (node.LogEntry, error) {
-	payload := json.RawMessage("{}")
-	if ch.Payload != nil && ch.Op != node.OpDelete {
-		raw, err := json.Marshal(ch.Payload)
-		if err != nil {
-			return node.LogEntry{}, fmt.Errorf("changelog: encode payload of %s %s: %w", ch.EntityType, ch.EntityID, err)
-		}
-		payload = raw
-	}
-	// The hint is read by a string _id, which the embedded store looks up
-	// by index; entries are keyed by integer seq, which it scans for. So
-	// the common append reads only the hint, and only a lost race (the hint
-	// lagged) pays for rolling it forward.
-	lagging := false
-	for range maxAppendAttempts {
-		var seq int64
-		var prev string
-		var err error
-		if lagging {
-			if seq, prev, err = l.Head(ctx); err != nil {
-				return node.LogEntry{}, err
-			}
-		} else {
-			h, herr := l.hint(ctx)
-			if herr != nil {
-				return node.LogEntry{}, herr
-			}
-			seq, prev = h.Seq, h.Hash
-		}
-		if prev == "" {
-			prev = node.ZeroHash
-		}
-		e := node.LogEntry{
-			Seq: seq + 1, Term: l.term, Time: l.now().UTC(),
-			ActorType: ch.ActorType, ActorID: ch.ActorID, EntityType: ch.EntityType, EntityID: ch.EntityID,
-			Op: ch.Op, Payload: payload, PrevHash: prev,
-		}
-		if e.Hash, err = e.ComputeHash(); err != nil {
-			return node.LogEntry{}, fmt.Errorf("changelog: %w", err)
-		}
-		body, err := json.Marshal(e)
-		if err != nil {
-			return node.LogEntry{}, fmt.Errorf("changelog: encode entry: %w", err)
-		}
-		_, err = l.coll.InsertOne(ctx, doc{Seq: e.Seq, Hash: e.Hash, Body: string(body)})
-		if store.IsDuplicateKey(err) {
-			lagging = true // another writer took this seq; Head rolls past it
-			continue
-		}
-		if err != nil {
-			return node.LogEntry{}, fmt.Errorf("changelog: store entry %d: %w", e.Seq, err)
-		}
-		l.advanceHead(ctx, seq, e)
-		l.remember(e)
-		l.sawHead(e.Seq)
-		l.notify()
-		return e, nil
-	}
-	return node.LogEntry{}, ErrContention
 }
 
 // Range returns up to limit entries from fromSeq (at least 1) in order;

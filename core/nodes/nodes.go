@@ -14,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
 )
@@ -88,6 +90,10 @@ type Node struct {
 	// RetirementDisposition mirrors Retirement.Disposition as a top-level field, the
 	// compare-and-set guard of retirement writes.
 	RetirementDisposition string `bson:"retirement_disposition,omitempty"`
+
+	// LogOutbox holds the node's changes not yet in the change log,
+	// written with the change (docs/node-protocol.md section 7.2).
+	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
 }
 
 // Member reports whether n takes part in placement: enrolled, not removed and not retiring.
@@ -221,6 +227,15 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 	if _, err := r.creds.InsertOne(ctx, credentialDoc{Digest: credDigest, NodeID: nodeID}); err != nil {
 		return nil, "", fmt.Errorf("index node credential: %w", err)
 	}
+	if _, ok := changelog.ActorFrom(ctx); ok {
+		// Enrollment is recorded with the new node as its actor: the join
+		// token, not a principal, is the proof.
+		p, err := changelog.Prepare(changelog.Change{ActorType: "node", ActorID: n.ID, EntityType: "node", EntityID: n.ID, Op: node.OpCreate, Payload: n.LogPayload()})
+		if err != nil {
+			return nil, "", fmt.Errorf("record node: %w", err)
+		}
+		n.LogOutbox = []changelog.Pending{p}
+	}
 	if _, err := r.nodes.InsertOne(ctx, n); err != nil {
 		return nil, "", fmt.Errorf("record node: %w", err)
 	}
@@ -228,6 +243,31 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 }
 
 var errBadKey = errors.New("not a base64 Ed25519 public key")
+
+// LogPayload is n as the change log records it: what the cluster decided
+// about the node, never its credential digest, and none of its session
+// state (status, last seen, applied revision), which is observation, not a
+// change of desired state (docs/node-protocol.md section 7.6).
+func (n *Node) LogPayload() map[string]any {
+	return map[string]any{
+		"id": n.ID, "hostname": n.Hostname, "region": n.Region, "labels": n.Labels, "address": n.Address,
+		"cpus": n.CPUs, "memory_mb": n.MemoryMB, "public_key": n.PublicKey, "enrolled_at": n.EnrolledAt.UTC(),
+	}
+}
+
+// logChange prepares the change-log item of a change to node id when ctx
+// carries the actor (changelog.WithActor); ok is false when it carries none.
+func logChange(ctx context.Context, id, op string, payload any) (p changelog.Pending, ok bool, err error) {
+	a, ok := changelog.ActorFrom(ctx)
+	if !ok {
+		return changelog.Pending{}, false, nil
+	}
+	p, err = changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "node", EntityID: id, Op: op, Payload: payload})
+	if err != nil {
+		return changelog.Pending{}, false, fmt.Errorf("node %s: %w", id, err)
+	}
+	return p, true, nil
+}
 
 // IsBadKey reports whether err is Enroll's refusal of a malformed public key.
 func IsBadKey(err error) bool { return errors.Is(err, errBadKey) }

@@ -7,6 +7,9 @@ import (
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/berthhq/berth/core/identity"
@@ -20,14 +23,26 @@ import (
 // Its workloads are not touched here: the reconciler moves them. ErrNotFound
 // when no such node exists. Idempotent.
 func (r *Registry) Remove(ctx context.Context, id string) (*Node, bool, error) {
-	res, err := r.nodes.UpdateOne(ctx, bson.M{"_id": id, "status": bson.M{"$ne": StatusRemoved}},
-		bson.M{"$set": bson.M{"status": StatusRemoved, "session_id": ""}})
+	update := bson.M{"$set": bson.M{"status": StatusRemoved, "session_id": ""}}
+	pend, logged, err := logChange(ctx, id, node.OpDelete, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	if logged {
+		update["$push"] = bson.M{changelog.OutboxField: pend}
+	}
+	res, err := r.nodes.UpdateOne(ctx, bson.M{"_id": id, "status": bson.M{"$ne": StatusRemoved}}, update)
 	if err != nil {
 		return nil, false, fmt.Errorf("remove node %s: %w", id, err)
 	}
 	n, err := r.Get(ctx, id)
 	if err != nil {
 		return nil, false, err
+	}
+	// Only this call's change is the caller's to hand to the log.
+	n.LogOutbox = nil
+	if res.ModifiedCount > 0 && logged {
+		n.LogOutbox = []changelog.Pending{pend}
 	}
 	return n, res.ModifiedCount > 0, nil
 }

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 )
 
 // Retirement dispositions and states (docs/reconciliation.md section 10).
@@ -75,8 +78,15 @@ func (r *Registry) Retire(ctx context.Context, id, disposition string) (*Node, e
 	if n.Retirement != nil {
 		ret.CreatedAt = n.Retirement.CreatedAt
 	}
-	ok, err := r.st.UpdateIf(ctx, r.nodes, id, bson.D{{Key: "retirement_disposition", Value: cond}},
-		bson.M{"$set": bson.M{"retirement": ret, "retirement_disposition": disposition}})
+	update := bson.M{"$set": bson.M{"retirement": ret, "retirement_disposition": disposition}}
+	pend, logged, err := logChange(ctx, id, node.OpUpdate, ret)
+	if err != nil {
+		return nil, err
+	}
+	if logged {
+		update["$push"] = bson.M{changelog.OutboxField: pend}
+	}
+	ok, err := r.st.UpdateIf(ctx, r.nodes, id, bson.D{{Key: "retirement_disposition", Value: cond}}, update)
 	if err != nil {
 		return nil, fmt.Errorf("retire node %s: %w", id, err)
 	}
@@ -84,6 +94,10 @@ func (r *Registry) Retire(ctx context.Context, id, disposition string) (*Node, e
 		return nil, fmt.Errorf("retire node %s: %w", id, errRetirementMoved)
 	}
 	n.Retirement, n.RetirementDisposition = ret, disposition
+	n.LogOutbox = nil
+	if logged {
+		n.LogOutbox = []changelog.Pending{pend}
+	}
 	return n, nil
 }
 

@@ -132,9 +132,15 @@ func (e *DeniedError) Error() string {
 }
 
 // ChangeAppender appends to the cluster change log; *changelog.Log is one.
+// Record appends a change already stored in a document's outbox
+// (docs/node-protocol.md section 7.2).
 type ChangeAppender interface {
-	Append(ctx context.Context, ch changelog.Change) (node.LogEntry, error)
+	Record(ctx context.Context, ref changelog.Ref, p changelog.Pending) (node.LogEntry, error)
 }
+
+// DecisionsCollection holds one document per policy decision; each carries
+// its change-log entry in its outbox until appended, then its seq.
+const DecisionsCollection = "policy_decisions"
 
 // Config wires an Engine. Store, Blobs and Runtime are required.
 type Config struct {
@@ -188,7 +194,7 @@ func New(cfg Config) *Engine {
 		cfg: cfg, log: cfg.Logger.With("component", "policy"),
 		modules:   cfg.Store.Collection("wasm_modules"),
 		bindings:  cfg.Store.Collection("policy_bindings"),
-		decisions: cfg.Store.Collection("policy_decisions"),
+		decisions: cfg.Store.Collection(DecisionsCollection),
 		memo:      map[string]memoEntry{},
 	}
 }
@@ -485,27 +491,49 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 	return v, nil
 }
 
-// record appends d to the change log, then indexes it with the entry's seq.
-// The decision stands either way: losing its record is logged, not fatal, as
-// for every other change-log append (core/api).
+// record stores d in the decision index with its change-log entry in the
+// same document's outbox, then hands it to the change log, which sets the
+// document's seq once appended. A decision that is stored reaches the log,
+// also when ctx ends first or berthd stops (changelog.Log.Recover). The
+// decision stands either way: failing to store its record is logged.
 func (e *Engine) record(ctx context.Context, actor abiwasm.Actor, d *Decision) {
 	if actor.Kind == "system" && actor.ID == "" {
 		actor.ID = "berthd" // as core/api records changes without a principal
 	}
+	doc := decisionDoc{Decision: *d}
 	if e.cfg.Changelog != nil {
-		entry, err := e.cfg.Changelog.Append(ctx, changelog.Change{
+		p, err := changelog.Prepare(changelog.Change{
 			ActorType: actor.Kind, ActorID: actor.ID, EntityType: DecisionEntityType, EntityID: d.ID,
 			Op: node.OpCreate, Payload: d,
 		})
 		if err != nil {
-			e.log.Error("append policy decision to the change log", "hook", d.Hook, "decision_id", d.ID, "err", err)
+			e.log.Error("policy decision too large for the change log; indexed only", "hook", d.Hook, "decision_id", d.ID, "err", err)
 		} else {
-			d.Seq = entry.Seq
+			doc.Outbox = []changelog.Pending{p}
 		}
 	}
-	if _, err := e.decisions.InsertOne(ctx, d); err != nil {
+	// The index write must not depend on a caller that may leave: the
+	// decision was made.
+	wctx := context.WithoutCancel(ctx)
+	if _, err := e.decisions.InsertOne(wctx, doc); err != nil {
 		e.log.Warn("index policy decision", "hook", d.Hook, "decision_id", d.ID, "err", err)
+		return
 	}
+	if len(doc.Outbox) == 0 {
+		return
+	}
+	entry, err := e.cfg.Changelog.Record(ctx, changelog.Ref{Collection: DecisionsCollection, ID: d.ID, SeqField: "seq"}, doc.Outbox[0])
+	if err != nil {
+		e.log.Warn("policy decision stored; its change-log entry follows", "hook", d.Hook, "decision_id", d.ID, "err", err)
+		return
+	}
+	d.Seq = entry.Seq
+}
+
+// decisionDoc is a Decision as stored: with its outbox until appended.
+type decisionDoc struct {
+	Decision `bson:",inline"`
+	Outbox   []changelog.Pending `bson:"log_outbox,omitempty"`
 }
 
 // evaluate answers from the memo or the module.

@@ -9,6 +9,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/core/store"
@@ -32,6 +34,9 @@ type SpecDoc struct {
 	Source    string     `bson:"source"`
 	Spec      slots.Spec `bson:"spec"`
 	UpdatedAt time.Time  `bson:"updated_at"`
+	// LogOutbox holds the operator writes of this spec not yet in the
+	// change log, written with them (docs/node-protocol.md section 7.2).
+	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
 }
 
 // AttemptRow is one attempt of a slot as stored.
@@ -228,6 +233,17 @@ func (s *Store) PutSpec(ctx context.Context, svc *services.Service, w slots.Spec
 // it when cur is nil. A lost race is a conflict refusal.
 func (s *Store) writeSpec(ctx context.Context, serviceID string, cur *SpecDoc, next slots.Spec, source string) (*SpecDoc, error) {
 	d := &SpecDoc{ServiceID: serviceID, Revision: next.Revision, Source: source, Spec: next, UpdatedAt: s.now().UTC()}
+	// An operator's write is a change of desired state; a spec derived
+	// from the service is not (the service's own entry records it).
+	var pend *changelog.Pending
+	if a, ok := changelog.ActorFrom(ctx); ok && source == SourceOperator {
+		p, err := changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "runtime_spec", EntityID: serviceID, Op: node.OpUpdate, Payload: next})
+		if err != nil {
+			return nil, fmt.Errorf("store runtime spec of %s: %w", serviceID, err)
+		}
+		pend = &p
+		d.LogOutbox = []changelog.Pending{p}
+	}
 	if cur == nil {
 		if _, err := s.specs.InsertOne(ctx, d); err != nil {
 			if store.IsDuplicateKey(err) {
@@ -237,7 +253,11 @@ func (s *Store) writeSpec(ctx context.Context, serviceID string, cur *SpecDoc, n
 		}
 		return d, nil
 	}
-	_, err := s.st.UpdateIfRevision(ctx, s.specs, serviceID, cur.Revision, bson.M{"$set": bson.M{"source": source, "spec": next, "updated_at": d.UpdatedAt}})
+	update := bson.M{"$set": bson.M{"source": source, "spec": next, "updated_at": d.UpdatedAt}}
+	if pend != nil {
+		update["$push"] = bson.M{changelog.OutboxField: *pend}
+	}
+	_, err := s.st.UpdateIfRevision(ctx, s.specs, serviceID, cur.Revision, update)
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		return nil, &slots.Refusal{Reason: slots.ReasonConflict, Detail: "the spec changed concurrently"}
 	}

@@ -195,7 +195,29 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := reg.MarkAllDisconnected(ctx); err != nil {
 		return err
 	}
-	clog := changelog.New(st, 1, nil)
+	clog := changelog.New(st, 1, nil).WithLogger(log)
+	// Writes that record their change in the written document's outbox
+	// (docs/node-protocol.md section 7.2); what a stopped berthd left there
+	// is appended before this one serves a write.
+	clog.TrackOutbox("projects", "")
+	clog.TrackOutbox("bundles", "")
+	clog.TrackOutbox("services", "")
+	clog.TrackOutbox("nodes", "")
+	clog.TrackOutbox("runtime_specs", "")
+	clog.TrackOutbox(policy.DecisionsCollection, "seq")
+	// An embedded store has this one process (it holds the data directory's
+	// lock): everything pending is a leftover. Against a shared MongoDB,
+	// another replica may be appending its young changes right now.
+	var recoverAge time.Duration
+	if !st.Embedded() {
+		recoverAge = changelog.RecoverAge
+	}
+	rcctx, rccancel := context.WithTimeout(ctx, 2*time.Minute)
+	_, err = clog.RecoverOlderThan(rcctx, recoverAge)
+	rccancel()
+	if err != nil {
+		return err
+	}
 	evlog := events.New(st, nil)
 	if err := evlog.EnsureIndexes(ctx); err != nil {
 		return err
@@ -283,6 +305,8 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { defer close(orchDone); orch.run(rctx) }()
 	idemDone := make(chan struct{})
 	go func() { defer close(idemDone); handler.RunIdempotencySweep(rctx, 0) }()
+	clogDone := make(chan struct{})
+	go func() { defer close(clogDone); clog.Run(rctx) }()
 
 	serveErr := make(chan error, 1)
 	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{servTLS.Certificate}}
@@ -299,6 +323,7 @@ func Run(ctx context.Context, cfg Config) error {
 		<-recDone
 		<-orchDone
 		<-idemDone
+		<-clogDone
 		return fmt.Errorf("api server: %w", err)
 	}
 	log.Info("berthd shutting down")
@@ -312,5 +337,6 @@ func Run(ctx context.Context, cfg Config) error {
 	<-recDone
 	<-orchDone
 	<-idemDone
+	<-clogDone
 	return nil
 }

@@ -11,14 +11,18 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/sdk/client"
 )
 
 // Errors of [Catalog] methods.
@@ -80,6 +84,9 @@ type Project struct {
 	ID        string    `bson:"_id"`
 	Name      string    `bson:"name"`
 	CreatedAt time.Time `bson:"created_at"`
+	// LogOutbox holds the project's change not yet in the change log,
+	// written with the project (docs/node-protocol.md section 7.2).
+	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
 }
 
 // HealthCheck is a service's HTTP probe.
@@ -135,6 +142,29 @@ type Service struct {
 	User      string `bson:"user,omitempty"`
 	MemoryMB  int64  `bson:"memory_mb,omitempty"`
 	CPUMillis int64  `bson:"cpu_millis,omitempty"`
+
+	// LogOutbox holds this service's changes not yet in the change log,
+	// oldest first, written in the same compare-and-set as the change
+	// (docs/node-protocol.md section 7.2); not part of the service.
+	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
+}
+
+// logChange prepares the change-log item of a write of s (nil payload for
+// a delete) when ctx carries the actor (changelog.WithActor); ok is false
+// when it carries none. Errors: changelog.ErrEntryTooLarge, wrapped.
+func logChange(ctx context.Context, id, op string, s *Service) (p changelog.Pending, ok bool, err error) {
+	a, ok := changelog.ActorFrom(ctx)
+	if !ok {
+		return changelog.Pending{}, false, nil
+	}
+	ch := changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "service", EntityID: id, Op: op}
+	if s != nil {
+		ch.Payload = s
+	}
+	if p, err = changelog.Prepare(ch); err != nil {
+		return changelog.Pending{}, false, fmt.Errorf("service %s: %w", id, err)
+	}
+	return p, true, nil
 }
 
 // Release names what a service runs: a release bundle (Bundle as written, BundleDigest pinned)
@@ -319,6 +349,15 @@ func (c *Catalog) EnsureProject(ctx context.Context, name string) (*Project, boo
 		return nil, false, err
 	}
 	p := &Project{ID: identity.NewID("prj_"), Name: name, CreatedAt: c.now().UTC()}
+	if a, ok := changelog.ActorFrom(ctx); ok {
+		// The payload is the project as the API shows it.
+		pend, err := changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "project", EntityID: p.ID, Op: node.OpCreate,
+			Payload: client.Project{ID: p.ID, Name: p.Name, CreatedAt: p.CreatedAt}})
+		if err != nil {
+			return nil, false, fmt.Errorf("create project %s: %w", name, err)
+		}
+		p.LogOutbox = []changelog.Pending{pend}
+	}
 	if _, err := c.projects.InsertOne(ctx, p); err != nil {
 		if store.IsDuplicateKey(err) {
 			p, err := c.GetProject(ctx, name)
@@ -385,6 +424,12 @@ func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expe
 			return nil, 0, fmt.Errorf("%w: service %s/%s does not exist (expected revision %d)", ErrRevisionConflict, p.Name, s.Name, *expected)
 		}
 		s.ID, s.ProjectID, s.Project, s.Revision, s.CreatedAt, s.UpdatedAt = identity.NewID("svc_"), p.ID, p.Name, 1, now, now
+		s.LogOutbox = nil
+		if pend, ok, err := logChange(ctx, s.ID, node.OpCreate, s); err != nil {
+			return nil, 0, err
+		} else if ok {
+			s.LogOutbox = []changelog.Pending{pend}
+		}
 		if _, err := c.services.InsertOne(ctx, s); err != nil {
 			if store.IsDuplicateKey(err) {
 				return nil, 0, fmt.Errorf("%w: service %s/%s was created concurrently", ErrRevisionConflict, p.Name, s.Name)
@@ -412,6 +457,14 @@ func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expe
 		s.Previous = was
 	}
 	s.ID, s.ProjectID, s.Project, s.Revision, s.CreatedAt, s.UpdatedAt = cur.ID, p.ID, p.Name, cur.Revision+1, cur.CreatedAt, now
+	// Changes still pending in the outbox stay there: the appender clears
+	// each by value once it is in the log.
+	s.LogOutbox = cur.LogOutbox
+	if pend, ok, err := logChange(ctx, s.ID, node.OpUpdate, s); err != nil {
+		return nil, 0, err
+	} else if ok {
+		s.LogOutbox = append(slices.Clip(s.LogOutbox), pend)
+	}
 	res, err := c.services.ReplaceOne(ctx, bson.M{"_id": cur.ID, "revision": cur.Revision}, s)
 	if err != nil {
 		return nil, 0, fmt.Errorf("update service: %w", err)
@@ -430,7 +483,7 @@ func SameDeclaration(a, b *Service) bool {
 	norm := func(s *Service) Service {
 		n := *s
 		n.ID, n.ProjectID, n.Project, n.Revision = "", "", "", 0
-		n.CreatedAt, n.UpdatedAt, n.Deleting, n.Previous = time.Time{}, time.Time{}, false, nil
+		n.CreatedAt, n.UpdatedAt, n.Deleting, n.Previous, n.LogOutbox = time.Time{}, time.Time{}, false, nil, nil
 		if len(n.Env) == 0 {
 			n.Env = nil
 		}
@@ -498,19 +551,31 @@ func (c *Catalog) MarkDeleting(ctx context.Context, p *Project, name string, exp
 		return nil, err
 	}
 	if cur.Deleting {
+		cur.LogOutbox = nil // nothing written, nothing to log
 		return cur, nil
 	}
 	if expected != nil && *expected != cur.Revision {
 		return nil, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, name, cur.Revision, *expected)
 	}
 	now := c.now().UTC()
-	if _, err := c.st.UpdateIfRevision(ctx, c.services, cur.ID, cur.Revision, bson.M{"$set": bson.M{"deleting": true, "updated_at": now}}); err != nil {
+	update := bson.M{"$set": bson.M{"deleting": true, "updated_at": now}}
+	pend, logged, err := logChange(ctx, cur.ID, node.OpDelete, nil)
+	if err != nil {
+		return nil, err
+	}
+	if logged {
+		update["$push"] = bson.M{changelog.OutboxField: pend}
+	}
+	if _, err := c.st.UpdateIfRevision(ctx, c.services, cur.ID, cur.Revision, update); err != nil {
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, name)
 		}
 		return nil, fmt.Errorf("mark service deleting: %w", err)
 	}
 	cur.Deleting, cur.Revision, cur.UpdatedAt = true, cur.Revision+1, now
+	if logged {
+		cur.LogOutbox = append(cur.LogOutbox, pend)
+	}
 	return cur, nil
 }
 
@@ -532,21 +597,30 @@ func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Se
 	}
 	back, now := *cur.Previous, InvocationOf(cur)
 	t := c.now().UTC()
-	_, err = c.st.UpdateIfRevision(ctx, c.services, cur.ID, cur.Revision, bson.M{"$set": bson.M{
+	next := *cur
+	next.Runtime, next.Bundle, next.BundleDigest, next.Image = back.Runtime, back.Bundle, back.BundleDigest, back.Image
+	next.Command, next.Env, next.Port, next.User = back.Command, back.Env, back.Port, back.User
+	next.MemoryMB, next.CPUMillis, next.HealthCheck, next.Previous = back.MemoryMB, back.CPUMillis, back.HealthCheck, now
+	next.Revision, next.UpdatedAt = cur.Revision+1, t
+	update := bson.M{"$set": bson.M{
 		"runtime": back.Runtime, "bundle": back.Bundle, "bundle_digest": back.BundleDigest, "image": back.Image,
 		"command": back.Command, "env": back.Env, "port": back.Port, "user": back.User, "memory_mb": back.MemoryMB,
-		"cpu_millis": back.CPUMillis, "health_check": back.HealthCheck, "previous": now, "updated_at": t}})
+		"cpu_millis": back.CPUMillis, "health_check": back.HealthCheck, "previous": now, "updated_at": t}}
+	pend, logged, err := logChange(ctx, cur.ID, node.OpUpdate, &next)
 	if err != nil {
+		return nil, err
+	}
+	if logged {
+		update["$push"] = bson.M{changelog.OutboxField: pend}
+		next.LogOutbox = append(slices.Clip(next.LogOutbox), pend)
+	}
+	if _, err = c.st.UpdateIfRevision(ctx, c.services, cur.ID, cur.Revision, update); err != nil {
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, name)
 		}
 		return nil, fmt.Errorf("undo release: %w", err)
 	}
-	cur.Runtime, cur.Bundle, cur.BundleDigest, cur.Image = back.Runtime, back.Bundle, back.BundleDigest, back.Image
-	cur.Command, cur.Env, cur.Port, cur.User = back.Command, back.Env, back.Port, back.User
-	cur.MemoryMB, cur.CPUMillis, cur.HealthCheck, cur.Previous = back.MemoryMB, back.CPUMillis, back.HealthCheck, now
-	cur.Revision, cur.UpdatedAt = cur.Revision+1, t
-	return cur, nil
+	return &next, nil
 }
 
 // DeleteServiceByID removes the service document with id; a missing one is not an error. Only

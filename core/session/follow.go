@@ -8,6 +8,7 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 )
 
 // ChangeLog is what a session needs of the cluster's change log to let a node
@@ -95,6 +96,7 @@ func (s *Server) runFollow(ctx context.Context, c *conn, f *follow) {
 				}
 				s.log.Warn("read change log for a follower", "node_id", c.nodeID, "from_seq", from, "err", err)
 			} else if len(entries) > 0 {
+				entries = s.fitFrame(c, entries)
 				f.mu.Lock()
 				f.sent = entries[len(entries)-1].Seq
 				f.mu.Unlock()
@@ -113,6 +115,36 @@ func (s *Server) runFollow(ctx context.Context, c *conn, f *follow) {
 		case <-changed:
 		}
 	}
+}
+
+// fitFrame returns the longest prefix of entries whose log_entries frame
+// stays within node.MaxMessageBytes (docs/node-protocol.md sections 3.2 and
+// 7.4): the entries' encoded sizes, with their separators, stay within
+// changelog.MaxEntryBytes, which leaves changelog.FrameOverheadBytes for the
+// envelope. The log refuses larger entries when they are written, so the
+// first entry always fits; one stored before that rule is sent alone, and
+// its size is logged as the reason the node cannot take it.
+func (s *Server) fitFrame(c *conn, entries []node.LogEntry) []node.LogEntry {
+	total := 0
+	for i, e := range entries {
+		n, err := changelog.EntrySize(e)
+		if err != nil {
+			s.log.Error("size a change-log entry for a follower", "node_id", c.nodeID, "seq", e.Seq, "err", err)
+			return entries[:max(i, 1)]
+		}
+		if i > 0 {
+			n++ // the comma before it
+		}
+		if total+n > changelog.MaxEntryBytes {
+			if i == 0 {
+				s.log.Error("a change-log entry is larger than one frame; the node cannot take it", "node_id", c.nodeID, "seq", e.Seq, "bytes", n, "limit", changelog.MaxEntryBytes)
+				return entries[:1]
+			}
+			return entries[:i]
+		}
+		total += n
+	}
+	return entries
 }
 
 // onLogAck records a node's acknowledgement. An ack is taken only when it

@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -212,5 +214,60 @@ func TestRemovedNodeGetsFatalNodeRemoved(t *testing.T) {
 	}
 	if _, err := f.reg.Authenticate(ctx, f.cred); err == nil {
 		t.Fatal("a removed node still authenticates")
+	}
+}
+
+// TestLogFollowCutsBatchesToTheFrameLimit: entries that are legal one by one
+// (each under changelog.MaxEntryBytes) but together larger than a frame go
+// out in several log_entries frames, each within node.MaxMessageBytes, and
+// all of them reach the node. Before batches were cut by size, the three
+// went out as one frame over the limit, which every agent refused.
+func TestLogFollowCutsBatchesToTheFrameLimit(t *testing.T) {
+	f := newFixture(t)
+	const n = 3
+	big := strings.Repeat("<", changelog.MaxEntryBytes/6-200) // '<' encodes as six bytes
+	for i := range n {
+		if _, err := f.clog.Append(context.Background(), changelog.Change{ActorType: "token", ActorID: "tok_t",
+			EntityType: "service", EntityID: fmt.Sprintf("svc_%d", i), Op: node.OpCreate, Payload: map[string]string{"env": big}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, _, err := f.dial(t, f.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handshake(t, p)
+	var seq int64
+	var hash string
+	for frames := 0; seq < n; frames++ {
+		if frames == n+2 {
+			t.Fatalf("%d frames delivered only %d entries", frames, seq)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, raw, err := p.ws.Read(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		var env node.Envelope
+		if err := json.Unmarshal(raw, &env); err != nil {
+			t.Fatal(err)
+		}
+		if env.Type != node.TypeLogEntries {
+			continue
+		}
+		if len(raw) > node.MaxMessageBytes {
+			t.Fatalf("log_entries frame of %d bytes, limit %d", len(raw), node.MaxMessageBytes)
+		}
+		var b node.LogEntries
+		if err := json.Unmarshal(env.Body, &b); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := node.VerifyChain(seq, hash, b.Entries); err != nil || got != len(b.Entries) || got == 0 {
+			t.Fatalf("batch after %d: verified %d of %d: %v", seq, got, len(b.Entries), err)
+		}
+		last := b.Entries[len(b.Entries)-1]
+		seq, hash = last.Seq, last.Hash
+		p.send(1, node.TypeLogAck, node.LogAck{Seq: seq, Hash: hash})
 	}
 }

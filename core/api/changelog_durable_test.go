@@ -1,0 +1,193 @@
+package api
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/internal/wasmtest"
+)
+
+// changelogEntries reads the whole change log through GET /api/v1/changelog
+// and checks that the chain verifies.
+func (f *fixture) changelogEntries() []node.LogEntry {
+	f.t.Helper()
+	var all []node.LogEntry
+	for from := 1; ; {
+		code, out := f.json("GET", fmt.Sprintf("/api/v1/changelog?from_seq=%d", from), nil)
+		if code != 200 {
+			f.t.Fatalf("changelog: %d %v", code, out)
+		}
+		raw, _ := json.Marshal(out["entries"])
+		var page []node.LogEntry
+		if err := json.Unmarshal(raw, &page); err != nil {
+			f.t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		all = append(all, page...)
+		from += len(page)
+	}
+	if n, err := node.VerifyChain(0, "", all); err != nil || n != len(all) {
+		f.t.Fatalf("chain verified %d of %d: %v", n, len(all), err)
+	}
+	return all
+}
+
+func (f *fixture) pushApp() {
+	f.t.Helper()
+	good := tarGz(f.t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
+	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/default/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {
+		f.t.Fatalf("push bundle: %d %v", code, out)
+	}
+}
+
+// TestChangelogEveryConcurrentWrite: 64 concurrent PUTs of distinct services
+// each leave exactly one create entry, and no service keeps a pending change
+// in its outbox. Before, writers raced for each seq: most gave up
+// ("change log is contended") and their committed writes had no entry.
+func TestChangelogEveryConcurrentWrite(t *testing.T) {
+	f := newFixture(t)
+	f.pushApp()
+	const n = 64
+	var wg sync.WaitGroup
+	codes := make(chan int, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, _ := f.json("PUT", fmt.Sprintf("/api/v1/projects/default/services/w%d", i), map[string]any{"bundle": "app", "command": []string{"./app"}})
+			codes <- code
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		if code != 201 {
+			t.Fatalf("PUT answered %d, want 201", code)
+		}
+	}
+	var svcs []struct {
+		ID     string              `bson:"_id"`
+		Outbox []changelog.Pending `bson:"log_outbox"`
+	}
+	cur, err := f.st.Collection("services").Find(context.Background(), bson.M{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cur.All(context.Background(), &svcs); err != nil {
+		t.Fatal(err)
+	}
+	if len(svcs) != n {
+		t.Fatalf("%d services stored, want %d", len(svcs), n)
+	}
+	creates := map[string]int{}
+	for _, e := range f.changelogEntries() {
+		if e.EntityType == "service" {
+			creates[e.EntityID+" "+e.Op]++
+		}
+	}
+	for _, s := range svcs {
+		if c := creates[s.ID+" create"]; c != 1 {
+			t.Errorf("service %s has %d create entries, want 1", s.ID, c)
+		}
+		if len(s.Outbox) != 0 {
+			t.Errorf("service %s keeps %d pending changes", s.ID, len(s.Outbox))
+		}
+	}
+	if len(creates) != n {
+		t.Errorf("%d services named by entries, want %d", len(creates), n)
+	}
+}
+
+// TestChangelogRefusesChangeLargerThanAFrame: a service whose change-log
+// entry would not fit in one log_entries frame is refused with 413
+// change_too_large and nothing is stored, although its body is within the
+// API's cap; the largest that is accepted makes an entry that fits in a
+// frame. Before, such a service was stored and its entry stalled every
+// node's follow.
+func TestChangelogRefusesChangeLargerThanAFrame(t *testing.T) {
+	f := newFixture(t)
+	f.pushApp()
+	// Env values under 128 KiB each; '<' is one byte in the body and six in
+	// the entry's JSON (\u003c).
+	body := func(c byte, total int) []byte {
+		env := map[string]string{}
+		for i := 0; total > 0; i++ {
+			k := min(total, 100_000)
+			env[fmt.Sprintf("V%d", i)] = strings.Repeat(string(c), k)
+			total -= k
+		}
+		raw, _ := json.Marshal(map[string]any{"bundle": "app", "command": []string{"./app"}, "env": env})
+		return []byte(strings.ReplaceAll(string(raw), `\u003c`, "<"))
+	}
+	big := body('<', 200_000)
+	if len(big) > DefaultMaxBodyBytes {
+		t.Fatalf("test body %d bytes is over the API cap", len(big))
+	}
+	code, out := f.do(req{method: "PUT", path: "/api/v1/projects/default/services/big", ctype: "application/json", token: f.admin, body: big})
+	if code != 413 || out["code"] != "change_too_large" {
+		t.Fatalf("oversized change: %d %v, want 413 change_too_large", code, out)
+	}
+	if code, _ := f.json("GET", "/api/v1/projects/default/services/big", nil); code != 404 {
+		t.Fatalf("refused service is stored: GET answered %d", code)
+	}
+	// A body at the API cap, plain bytes: its entry would be over the
+	// entry limit too, so the entry limit is what binds.
+	if code, out := f.do(req{method: "PUT", path: "/api/v1/projects/default/services/cap", ctype: "application/json", token: f.admin, body: body('a', DefaultMaxBodyBytes-200)}); code != 413 || out["code"] != "change_too_large" {
+		t.Fatalf("body at the cap: %d %v, want 413 change_too_large", code, out)
+	}
+	// The largest accepted change: grow until refused.
+	size, step := changelog.MaxEntryBytes-4096, 512
+	for size+step < changelog.MaxEntryBytes {
+		code, _ := f.do(req{method: "PUT", path: "/api/v1/projects/default/services/edge", ctype: "application/json", token: f.admin, body: body('a', size+step)})
+		if code == 413 {
+			break
+		}
+		if code != 201 && code != 200 {
+			t.Fatalf("PUT of %d env bytes answered %d", size+step, code)
+		}
+		size += step
+	}
+	entries := f.changelogEntries()
+	last := entries[len(entries)-1]
+	if last.EntityType != "service" {
+		t.Fatalf("newest entry is %s, want the service", last.EntityType)
+	}
+	frameBody, _ := json.Marshal(node.LogEntries{FromSeq: last.Seq, Entries: []node.LogEntry{last}})
+	frame, _ := json.Marshal(node.Envelope{V: node.Version, Type: node.TypeLogEntries, ID: "msg_" + strings.Repeat("Z", 26), Body: frameBody})
+	if len(frame) > node.MaxMessageBytes {
+		t.Fatalf("largest accepted change makes a %d-byte frame, limit %d", len(frame), node.MaxMessageBytes)
+	}
+}
+
+// TestPolicyBindingLargerThanAFrameRefused: a binding whose config makes a
+// change-log entry too large for one frame is refused with 413
+// change_too_large before it is stored. Before, it was stored and its entry
+// failed to append.
+func TestPolicyBindingLargerThanAFrameRefused(t *testing.T) {
+	f := newPolicyFixture(t)
+	code, out := f.do(req{method: "POST", path: "/api/v1/modules", ctype: "application/wasm", token: f.admin, body: wasmtest.BuildGo(t, "examples/policies/require-digest")})
+	if code != 201 {
+		t.Fatalf("push module: %d %v", code, out)
+	}
+	// '<' is one byte in the body and six in the entry (\u003c), twice over
+	// for a config held as a JSON string.
+	body := `{"hook":"service.apply","module":"` + out["digest"].(string) + `","config":{"v":"` + strings.Repeat("<", 200_000) + `"}}`
+	code, out = f.do(req{method: "POST", path: "/api/v1/policy-bindings", ctype: "application/json", token: f.admin, body: []byte(body)})
+	if code != 413 || out["code"] != "change_too_large" {
+		t.Fatalf("oversized binding: %d %v, want 413 change_too_large", code, out)
+	}
+	if code, out := f.json("GET", "/api/v1/policy-bindings", nil); code != 200 || len(out["items"].([]any)) != 0 {
+		t.Fatalf("bindings after the refusal: %d %v, want none", code, out)
+	}
+}
