@@ -16,10 +16,7 @@ import (
 // failure here is logged, not returned: the next change still chains on the
 // current head.
 func (s *Server) recordChange(c echo.Context, entityType, entityID, op string, payload any) {
-	actorType, actorID := "system", "berthd"
-	if p := principal(c); p != nil {
-		actorType, actorID = string(p.Kind), p.ID
-	}
+	actorType, actorID := actorOf(principal(c))
 	s.recordChangeAs(c, actorType, actorID, entityType, entityID, op, payload)
 }
 

@@ -14,10 +14,11 @@ import (
 
 // Bearer prefixes tell the kinds of bearer apart at a glance and in logs of refusals.
 const (
-	PrefixToken  = "brt_" // admin and machine API tokens
-	PrefixNode   = "brn_" // node credentials, issued at enrollment
-	PrefixJoin   = "brj_" // node join tokens
-	PrefixRunner = "bre_" // runner enrollment tokens
+	PrefixToken   = "brt_" // admin and machine API tokens
+	PrefixSession = "brs_" // human session tokens, issued by login
+	PrefixNode    = "brn_" // node credentials, issued at enrollment
+	PrefixJoin    = "brj_" // node join tokens
+	PrefixRunner  = "bre_" // runner enrollment tokens
 
 	tokenRawBytes = 32
 	tokenBodyLen  = 43 // base64url without padding of 32 bytes
