@@ -119,6 +119,9 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newPlacementCmd(a),
 		newOperationCmd(a),
 		newLogsCmd(a),
+		newTokenCmd(a),
+		newUserCmd(a),
+		newAuditCmd(a),
 	)
 	return root
 }

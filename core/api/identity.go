@@ -331,3 +331,18 @@ func actorOf(p *identity.Principal) (actorType, actorID string) {
 func (s *Server) audit(c echo.Context, entityType, entityID, action string) {
 	s.recordChange(c, entityType, entityID, "update", map[string]string{"action": action})
 }
+
+// streamRecheck is how often a long-lived answer (a followed log) checks its bearer again.
+const streamRecheck = time.Second
+
+// bearerStillValid reports whether the request's bearer still authenticates, for answers that
+// outlive one check: a token revoked or rotated, or a session whose generation moved, ends the
+// stream at the next recheck. A store failure keeps the stream (it is no proof of revocation).
+func (s *Server) bearerStillValid(c echo.Context) bool {
+	tok := bearer(c)
+	if strings.HasPrefix(tok, identity.PrefixNode) {
+		return true
+	}
+	_, err := s.cfg.Tokens.Authenticate(c.Request().Context(), tok)
+	return !errors.Is(err, identity.ErrUnauthenticated)
+}
