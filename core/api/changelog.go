@@ -29,6 +29,7 @@ func (s *Server) recordChangeAs(c echo.Context, actorType, actorID, entityType, 
 	}
 	if _, err := s.cfg.Changelog.Append(c.Request().Context(), changelog.Change{
 		ActorType: actorType, ActorID: actorID, EntityType: entityType, EntityID: entityID, Op: op, Payload: payload,
+		IdempotencyKey: idempotencyKey(c),
 	}); err != nil {
 		s.log.Error("append to the change log", "entity_type", entityType, "entity_id", entityID, "err", err)
 	}

@@ -346,3 +346,18 @@ func (s *Server) bearerStillValid(c echo.Context) bool {
 	_, err := s.cfg.Tokens.Authenticate(c.Request().Context(), tok)
 	return !errors.Is(err, identity.ErrUnauthenticated)
 }
+
+// idempotencyKey is the request's Idempotency-Key for the change log, when it is a plausible
+// one (1 to 255 printable ASCII characters); anything else is left off the entry.
+func idempotencyKey(c echo.Context) string {
+	k := c.Request().Header.Get("Idempotency-Key")
+	if len(k) == 0 || len(k) > 255 {
+		return ""
+	}
+	for _, r := range k {
+		if r < 0x21 || r > 0x7e {
+			return ""
+		}
+	}
+	return k
+}

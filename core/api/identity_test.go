@@ -3,6 +3,7 @@ package api
 import (
 	"archive/tar"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -232,5 +233,50 @@ func TestIdentityAttacks(t *testing.T) {
 	raw, _ := json.Marshal(out)
 	if code != 200 || !strings.Contains(string(raw), `"name":"bootstrap"`) {
 		t.Fatalf("token list lacks bootstrap: %d %s", code, raw)
+	}
+}
+
+// TestChangeLogActorAndIdempotencyKey: a change made with a machine token carries the token's
+// name as actor and the request's Idempotency-Key on its change-log entry; identity operations
+// are audited without their secrets.
+func TestChangeLogActorAndIdempotencyKey(t *testing.T) {
+	f := identityFixture(t)
+	code, out := f.as(f.admin, "POST", "/api/v1/tokens", map[string]any{"name": "ci", "scopes": []string{"services:write"}})
+	if code != 201 {
+		t.Fatalf("create token: %d %v", code, out)
+	}
+	ci, _ := out["token"].(string)
+	hr, _ := http.NewRequest("PUT", f.srv.URL+"/api/v1/projects/shop", nil)
+	hr.Header.Set("Authorization", "Bearer "+ci)
+	hr.Header.Set("Idempotency-Key", "key-0001")
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("create project: %d", resp.StatusCode)
+	}
+	code, out = f.as(f.admin, "GET", "/api/v1/changelog", nil)
+	if code != 200 {
+		t.Fatalf("changelog: %d %v", code, out)
+	}
+	entries, _ := out["entries"].([]any)
+	var project, token map[string]any
+	for _, e := range entries {
+		m, _ := e.(map[string]any)
+		switch m["entity_type"] {
+		case "project":
+			project = m
+		case "token":
+			token = m
+		}
+	}
+	if project == nil || project["actor_id"] != "token:ci" || project["idempotency_key"] != "key-0001" {
+		t.Fatalf("project entry %v: want actor token:ci and idempotency_key key-0001", project)
+	}
+	raw, _ := json.Marshal(token)
+	if token == nil || token["actor_id"] != "token:bootstrap" || strings.Contains(string(raw), ci) || strings.Contains(string(raw), identity.Digest(ci)) {
+		t.Fatalf("token entry %s: want actor token:bootstrap and no secret", raw)
 	}
 }

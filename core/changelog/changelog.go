@@ -49,8 +49,10 @@ var ErrContention = errors.New("berth: change log is contended; retry")
 type Change struct {
 	ActorType, ActorID   string
 	EntityType, EntityID string
-	Op                   string // node.OpCreate, node.OpUpdate or node.OpDelete
-	Payload              any
+	// IdempotencyKey is the Idempotency-Key of the request that made the change; may be empty.
+	IdempotencyKey string
+	Op             string // node.OpCreate, node.OpUpdate or node.OpDelete
+	Payload        any
 }
 
 // doc stores the entry's exact JSON, so its hash recomputes byte for byte
@@ -263,7 +265,7 @@ func (l *Log) Append(ctx context.Context, ch Change) (node.LogEntry, error) {
 		e := node.LogEntry{
 			Seq: seq + 1, Term: l.term, Time: l.now().UTC(),
 			ActorType: ch.ActorType, ActorID: ch.ActorID, EntityType: ch.EntityType, EntityID: ch.EntityID,
-			Op: ch.Op, Payload: payload, PrevHash: prev,
+			Op: ch.Op, Payload: payload, IdempotencyKey: ch.IdempotencyKey, PrevHash: prev,
 		}
 		if e.Hash, err = e.ComputeHash(); err != nil {
 			return node.LogEntry{}, fmt.Errorf("changelog: %w", err)
