@@ -63,3 +63,12 @@ func Equal(a, b string) bool {
 func VerifyToken(token, digest string) bool {
 	return Equal(Digest(token), digest)
 }
+
+// CheckBearer is the one check of a presented bearer against a stored digest, for every
+// credential kind (API tokens, sessions, node credentials, join and runner enrollment
+// tokens): it reports whether presented has the given prefix and shape and hashes to
+// storedDigest, comparing in constant time. Callers answer every false with
+// [ErrUnauthenticated] and nothing more specific.
+func CheckBearer(presented, prefix, storedDigest string) bool {
+	return WellFormed(presented, prefix) && Equal(Digest(presented), storedDigest)
+}

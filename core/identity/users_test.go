@@ -425,3 +425,25 @@ func TestRolesAndGrants(t *testing.T) {
 		t.Errorf("taken name: %v", err)
 	}
 }
+
+func TestCheckBearer(t *testing.T) {
+	node, digest, err := identity.NewToken(identity.PrefixNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !identity.CheckBearer(node, identity.PrefixNode, digest) {
+		t.Fatalf("a node credential does not check against its digest")
+	}
+	other, otherDigest, _ := identity.NewToken(identity.PrefixNode)
+	for name, c := range map[string][2]string{
+		"other digest": {node, otherDigest},
+		"wrong prefix": {"brt_" + strings.TrimPrefix(node, "brn_"), identity.Digest("brt_" + strings.TrimPrefix(node, "brn_"))},
+		"malformed":    {"brn_short", identity.Digest("brn_short")},
+		"empty":        {"", identity.Digest("")},
+		"swapped":      {other, digest},
+	} {
+		if identity.CheckBearer(c[0], identity.PrefixNode, c[1]) {
+			t.Errorf("%s: CheckBearer accepted", name)
+		}
+	}
+}

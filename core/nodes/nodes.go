@@ -33,7 +33,8 @@ var (
 	// ErrNotFound is returned for a node id that does not exist.
 	ErrNotFound = errors.New("berth: node not found")
 	// ErrUnauthenticated is returned by Authenticate for every failure.
-	ErrUnauthenticated = errors.New("berth: authentication failed")
+	// It is identity.ErrUnauthenticated, the one answer to every credential failure.
+	ErrUnauthenticated = identity.ErrUnauthenticated
 	// ErrConflict is returned by SetDesired when the node's revision moved.
 	ErrConflict = errors.New("berth: node revision changed concurrently")
 )
@@ -239,7 +240,7 @@ func (r *Registry) Authenticate(ctx context.Context, cred string) (*Node, error)
 		return nil, ErrUnauthenticated
 	}
 	n, err := r.byCredential(ctx, identity.Digest(cred))
-	if err != nil || n.Status == StatusRemoved {
+	if err != nil || n.Status == StatusRemoved || !identity.CheckBearer(cred, identity.PrefixNode, n.CredentialDigest) {
 		return nil, ErrUnauthenticated
 	}
 	return n, nil
