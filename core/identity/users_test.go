@@ -447,3 +447,44 @@ func TestCheckBearer(t *testing.T) {
 		}
 	}
 }
+
+// TestBootstrapTokenIsNamed: the admin token is the machine token named bootstrap, owned by
+// the bootstrap admin; rotating it kills the file's token, and a restart does not revive it.
+func TestBootstrapTokenIsNamed(t *testing.T) {
+	ctx := t.Context()
+	dataDir := t.TempDir()
+	s := openStore(t, dataDir)
+	tokens := identity.NewTokens(s, identity.WithArgon2Params(cheap))
+	_, tok, err := tokens.EnsureAdmin(ctx, dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.BootstrapAdmin(ctx, "root", goodPassword); err != nil {
+		t.Fatal(err)
+	}
+	list, err := tokens.ListMachineTokens(ctx, "root")
+	if err != nil || len(list) != 1 || list[0].Name != identity.BootstrapTokenName || list[0].Kind != identity.KindAdmin {
+		t.Fatalf("tokens of root = %+v, %v; want the bootstrap token", list, err)
+	}
+	next, _, err := tokens.RotateMachine(ctx, identity.BootstrapTokenName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.Authenticate(ctx, tok); err != identity.ErrUnauthenticated {
+		t.Fatalf("the file's token after rotation: %v", err)
+	}
+	p, err := tokens.Authenticate(ctx, next)
+	if err != nil || !p.Has(identity.ScopeNodeEnroll) {
+		t.Fatalf("the rotated bootstrap token = %+v, %v; want the admin principal", p, err)
+	}
+	created, again, err := tokens.EnsureAdmin(ctx, dataDir)
+	if err != nil || created || again != "" {
+		t.Fatalf("EnsureAdmin after rotation = %v, %q, %v; want nothing new", created, again, err)
+	}
+	if err := tokens.RevokeMachine(ctx, identity.BootstrapTokenName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.Authenticate(ctx, next); err != identity.ErrUnauthenticated {
+		t.Fatalf("the revoked bootstrap token: %v", err)
+	}
+}
