@@ -33,9 +33,9 @@ type Argon2Params struct {
 	SaltLen uint32
 }
 
-// DefaultArgon2Params are 64 MiB, 2 passes, 1 lane: one verification takes one core
-// (BenchmarkIdentity/verify in bench/identity_test.go measures it; 252 ms p50 on a 2-core
-// machine running at a load average near 19, so well under that on an idle core).
+// DefaultArgon2Params are 64 MiB, 2 passes, 1 lane. BenchmarkIdentity/verify
+// (bench/identity_test.go) measured about 116 ms of CPU per verification on this project's
+// machine; its wall-clock p50 depends on what else runs.
 var DefaultArgon2Params = Argon2Params{Memory: 64 * 1024, Time: 2, Threads: 1, KeyLen: 32, SaltLen: 16}
 
 // CheckPassword returns an error wrapping [ErrPasswordPolicy] unless pw is valid UTF-8 of at
