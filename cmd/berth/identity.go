@@ -157,6 +157,19 @@ printed once, at create and rotate.`,
 	return cmd
 }
 
+// parseGrants reads PROJECT=ROLE flags.
+func parseGrants(flags []string) ([]client.Grant, error) {
+	var out []client.Grant
+	for _, g := range flags {
+		p, r, ok := strings.Cut(g, "=")
+		if !ok || p == "" || r == "" {
+			return nil, fmt.Errorf("--grant %q: want PROJECT=ROLE", g)
+		}
+		out = append(out, client.Grant{Project: p, Role: r})
+	}
+	return out, nil
+}
+
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -173,7 +186,7 @@ func fmtTime(t *time.Time) string {
 
 func newUserCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "user create|list|passwd|revoke-sessions|revoke-password",
+		Use:   "user create|list|passwd|set-roles|revoke-sessions|revoke-password",
 		Short: "Manage users and their credentials",
 		Long: `user manages people and machine users (docs/api.md section 9.1). Roles are
 admin, operator and viewer, globally (--role) or for one project
@@ -199,14 +212,11 @@ login within the last 5 minutes.`,
 			if err != nil {
 				return err
 			}
-			u := client.NewUser{Name: args[0], Kind: kind, Roles: roles}
-			for _, g := range grants {
-				p, r, ok := strings.Cut(g, "=")
-				if !ok {
-					return fmt.Errorf("--grant %q: want PROJECT=ROLE", g)
-				}
-				u.Grants = append(u.Grants, client.Grant{Project: p, Role: r})
+			gs, err := parseGrants(grants)
+			if err != nil {
+				return err
 			}
+			u := client.NewUser{Name: args[0], Kind: kind, Roles: roles, Grants: gs}
 			if kind != "machine" {
 				pw, err := a.readPassword(pwStdin, fmt.Sprintf("Password for %s: ", args[0]))
 				if err != nil {
@@ -304,7 +314,35 @@ login within the last 5 minutes.`,
 			},
 		}
 	}
-	cmd.AddCommand(create, list, passwd,
+	var setRoles, setGrants []string
+	roleCmd := &cobra.Command{
+		Use:     "set-roles NAME [--role ROLE]... [--grant PROJECT=ROLE]...",
+		Short:   "Replace a user's roles and per-project grants (effective on its next request)",
+		Example: `  berth user set-roles bob --role viewer --grant shop=operator`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			gs, err := parseGrants(setGrants)
+			if err != nil {
+				return err
+			}
+			u, err := c.SetRoles(cmd.Context(), args[0], setRoles, gs)
+			if err != nil {
+				return fmt.Errorf("set roles of %s: %w", args[0], err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, u)
+			}
+			fmt.Fprintf(a.stdout, "roles of %s set\n", u.Name)
+			return nil
+		},
+	}
+	roleCmd.Flags().StringSliceVar(&setRoles, "role", nil, "global role (repeatable): admin, operator, viewer")
+	roleCmd.Flags().StringSliceVar(&setGrants, "grant", nil, "role within one project (repeatable): PROJECT=ROLE")
+	cmd.AddCommand(create, list, passwd, roleCmd,
 		credOp("revoke-sessions", "revoke_sessions", "End every session of a user (the password stays)", "sessions ended"),
 		credOp("revoke-password", "revoke_password", "Turn password login off for a user and end its sessions", "password login turned off"))
 	return cmd

@@ -28,6 +28,7 @@ func (s *Server) registerIdentity(v1 *echo.Group) {
 	v1.POST("/users", s.createUser, s.auth(identity.ScopeAdmin, reauth))
 	v1.GET("/users/:user", s.getUser, s.auth(scopeAuthenticated))
 	v1.POST("/users/:user/credential", s.changeCredential, s.auth(scopeAuthenticated, reauth))
+	v1.PUT("/users/:user/roles", s.setRoles, s.auth(identity.ScopeAdmin, reauth))
 	v1.GET("/tokens", s.listTokens, s.auth(identity.ScopeTokensWrite))
 	v1.POST("/tokens", s.createToken, s.auth(identity.ScopeTokensWrite))
 	v1.DELETE("/tokens/:token", s.revokeToken, s.auth(identity.ScopeTokensWrite))
@@ -164,6 +165,29 @@ func (s *Server) changeCredential(c echo.Context) error {
 		return identityError(err, abierrors.UserNotFound)
 	}
 	s.audit(c, "user", name, "credential "+string(req.Op))
+	return c.JSON(http.StatusOK, u)
+}
+
+// setRoles serves PUT /users/{user}/roles: {"roles": [...], "grants": [{"project", "role"}]}
+// replaces the user's roles and grants; they hold from the user's next request.
+func (s *Server) setRoles(c echo.Context) error {
+	var req struct {
+		Roles  []identity.Role  `json:"roles"`
+		Grants []identity.Grant `json:"grants"`
+	}
+	if err := s.bind(c, &req); err != nil {
+		return err
+	}
+	for _, g := range req.Grants {
+		if err := checkName("project", g.Project); err != nil {
+			return err
+		}
+	}
+	u, err := s.cfg.Tokens.SetRoles(c.Request().Context(), c.Param("user"), req.Roles, req.Grants)
+	if err != nil {
+		return identityError(err, abierrors.UserNotFound)
+	}
+	s.audit(c, "user", u.Name, "set roles")
 	return c.JSON(http.StatusOK, u)
 }
 

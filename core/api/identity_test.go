@@ -228,6 +228,26 @@ func TestIdentityAttacks(t *testing.T) {
 	code, out = f.as(ann3, "GET", "/api/v1/projects", nil)
 	wantCode(t, "session after logout", code, out, 401, "unauthenticated")
 
+	// Roles change on the next request: a viewer cannot write, then an operator grant on one
+	// project lets it write there only.
+	if code, out := f.as(f.admin, "POST", "/api/v1/users", map[string]any{"name": "vera", "roles": []string{"viewer"}, "password": testPassword}); code != 201 {
+		t.Fatalf("create vera: %d %v", code, out)
+	}
+	vera := f.login("vera", testPassword)
+	code, out = f.as(vera, "PUT", "/api/v1/projects/shop", nil)
+	wantCode(t, "viewer writing", code, out, 403, "forbidden")
+	code, out = f.as(f.admin, "PUT", "/api/v1/users/vera/roles", map[string]any{"roles": []string{"viewer"}, "grants": []map[string]string{{"project": "shop", "role": "operator"}}})
+	if code != 200 {
+		t.Fatalf("set roles: %d %v", code, out)
+	}
+	if code, out := f.as(vera, "PUT", "/api/v1/projects/shop", nil); code != 201 {
+		t.Fatalf("operator grant on shop: %d %v", code, out)
+	}
+	code, out = f.as(vera, "PUT", "/api/v1/projects/other", nil)
+	wantCode(t, "operator grant outside its project", code, out, 403, "forbidden")
+	code, out = f.as(f.admin, "PUT", "/api/v1/users/vera/roles", map[string]any{"roles": []string{"root"}})
+	wantCode(t, "unknown role", code, out, 422, "validation_failed")
+
 	// The bootstrap token is the token named bootstrap.
 	code, out = f.as(f.admin, "GET", "/api/v1/tokens", nil)
 	raw, _ := json.Marshal(out)

@@ -421,3 +421,37 @@ func (t *Tokens) Fresh(p *Principal) bool {
 	}
 	return t.now().Sub(p.AuthAt) <= ReauthWindow
 }
+
+// SetRoles replaces the global roles and per-project grants of the user name, in one
+// compare-and-set on the user's record. They take effect on the user's next request (sessions
+// read roles on every request); the generation does not move. Errors: wrapping
+// [store.ErrNotFound] for an unknown user, [ErrInvalid] for an unknown role or a grant without
+// a project, [store.ErrConflict] when the record changed meanwhile.
+func (t *Tokens) SetRoles(ctx context.Context, name string, roles []Role, grants []Grant) (User, error) {
+	for _, r := range roles {
+		if !r.Valid() {
+			return User{}, fmt.Errorf("identity: user %s: unknown role %q: %w", name, r, ErrInvalid)
+		}
+	}
+	for _, g := range grants {
+		if !g.Role.Valid() || g.Project == "" {
+			return User{}, fmt.Errorf("identity: user %s: a grant needs a project and a known role: %w", name, ErrInvalid)
+		}
+	}
+	if roles == nil {
+		roles = []Role{}
+	}
+	u, err := t.user(ctx, name)
+	if err != nil {
+		return User{}, err
+	}
+	if _, err := t.st.UpdateIfRevision(ctx, t.users, name, u.Revision, bson.M{"$set": bson.M{
+		"roles": roles, "grants": grants, "updated_at": t.now().UTC()}}); err != nil {
+		return User{}, fmt.Errorf("identity: set roles of %s: %w", name, err)
+	}
+	u, err = t.user(ctx, name)
+	if err != nil {
+		return User{}, err
+	}
+	return u.public(), nil
+}

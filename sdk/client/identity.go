@@ -186,3 +186,16 @@ func (c *Client) Changelog(ctx context.Context, fromSeq int64, limit int) ([]nod
 	}
 	return out.Entries, out.HeadSeq, nil
 }
+
+// SetRoles replaces a user's roles and grants (PUT /users/{user}/roles; admin, recent login).
+func (c *Client) SetRoles(ctx context.Context, user string, roles []string, grants []Grant) (*User, error) {
+	var out User
+	if roles == nil {
+		roles = []string{}
+	}
+	in := map[string]any{"roles": roles, "grants": grants}
+	if err := c.doJSON(ctx, http.MethodPut, "/users/"+url.PathEscape(user)+"/roles", in, true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
