@@ -257,6 +257,16 @@ func (s *Server) createToken(c echo.Context) error {
 			return problem(abierrors.Forbidden, "forbidden")
 		}
 	}
+	// A machine token hands out nothing that outlives it.
+	if p.Kind == identity.KindMachine && p.ExpiresAt != nil {
+		ttl := time.Duration(req.ExpiresInSeconds) * time.Second
+		if ttl == 0 {
+			ttl = identity.DefaultMachineTokenTTL
+		}
+		if s.cfg.Tokens.Now().Add(ttl).After(*p.ExpiresAt) {
+			return problem(abierrors.ValidationFailed, "a token cannot outlive the machine token that creates it")
+		}
+	}
 	tok, info, err := s.cfg.Tokens.CreateMachine(c.Request().Context(), identity.MachineTokenRequest{
 		Name: req.Name, Owner: req.Owner, Scopes: req.Scopes, Project: req.Project, Service: req.Service,
 		TTL: time.Duration(req.ExpiresInSeconds) * time.Second})

@@ -93,6 +93,17 @@ func TestIdentityDeployTokenBounds(t *testing.T) {
 	code, out = f.as(ops, "POST", "/api/v1/tokens", map[string]any{"name": "long", "scopes": []string{"service:deploy"}, "project": "shop", "expires_in_seconds": 366 * 86400})
 	wantCode(t, "token for 366 days", code, out, 422, "validation_failed")
 
+	// A machine token cannot create one that outlives it.
+	code, out = f.as(f.admin, "POST", "/api/v1/tokens", map[string]any{"name": "minter", "scopes": []string{"services:read", "tokens:write"}, "expires_in_seconds": 3600})
+	if code != 201 {
+		t.Fatalf("create minter: %d %v", code, out)
+	}
+	minter, _ := out["token"].(string)
+	code, out = f.as(minter, "POST", "/api/v1/tokens", map[string]any{"name": "child", "scopes": []string{"services:read"}, "expires_in_seconds": 7200})
+	wantCode(t, "a child outliving its machine creator", code, out, 422, "validation_failed")
+	if code, out := f.as(minter, "POST", "/api/v1/tokens", map[string]any{"name": "child", "scopes": []string{"services:read"}, "expires_in_seconds": 600}); code != 201 {
+		t.Fatalf("a shorter child: %d %v", code, out)
+	}
 	code, out = f.as(ops, "POST", "/api/v1/tokens", map[string]any{"name": "ci-deploy", "scopes": []string{"service:deploy"}, "project": "shop", "service": "web", "expires_in_seconds": 90 * 86400})
 	if code != 201 {
 		t.Fatalf("create deploy token: %d %v", code, out)

@@ -137,6 +137,8 @@ type Principal struct {
 	Grants map[string][]Scope
 	// AuthAt is when a human session's password was verified; zero for other kinds.
 	AuthAt time.Time
+	// ExpiresAt is when the bearer stops working; nil when it does not expire.
+	ExpiresAt *time.Time
 }
 
 // Has reports whether p holds scope s everywhere: directly or through [ScopeAdmin], and without

@@ -220,7 +220,7 @@ func (t *Tokens) Authenticate(ctx context.Context, token string) (*Principal, er
 		return nil, ErrUnauthenticated
 	}
 	p := &Principal{Kind: rec.Kind, ID: rec.ID, Name: rec.Name, Owner: rec.Owner, Scopes: rec.Scopes,
-		Project: rec.Project, Service: rec.Service}
+		Project: rec.Project, Service: rec.Service, ExpiresAt: rec.ExpiresAt}
 	if session {
 		u, err := t.user(ctx, rec.Owner)
 		if errors.Is(err, store.ErrNotFound) {

@@ -455,3 +455,6 @@ func (t *Tokens) SetRoles(ctx context.Context, name string, roles []Role, grants
 	}
 	return u.public(), nil
 }
+
+// Now returns the identity store's clock reading (see [WithClock]).
+func (t *Tokens) Now() time.Time { return t.now() }
