@@ -177,4 +177,25 @@ func TestIdentityHumanAndDeployToken(t *testing.T) {
 	if out := cl.berthOK(t, "", "an entirely new long password\n", "login", "--user", "alice", "--password-stdin"); !strings.Contains(out, "session for alice") {
 		t.Fatalf("login with the new password: %s", out)
 	}
+
+	// A restart that states the bootstrap admin again (here through the environment, with
+	// another password) changes nothing: the current password still logs in, the stated one
+	// does not, and no second admin appears.
+	cl.berthd.Stop()
+	cmd = exec.Command(filepath.Join(env.bin, "berthd"), "--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api,
+		"--gateway-listen", cl.gateway, "--log-level", "debug", "--sweep-floor", "1s")
+	cmd.Env = append(os.Environ(), "BERTH_BOOTSTRAP_ADMIN=mallory:a different long enough password")
+	cl.berthd = proctest.StartCmd(t, filepath.Join(cl.dir, "berthd.log"), cmd)
+	proctest.WaitBerthdReady(t, cl.berthd, filepath.Join(cl.dir, "berthd"), cl.url, 60*time.Second)
+	if _, errOut, code := cl.berth(t, "", "a different long enough password\n", "login", "--user", "mallory", "--password-stdin"); code == 0 || !strings.Contains(errOut, "unauthenticated") {
+		t.Fatalf("a second bootstrap admin logs in: exit %d %s", code, errOut)
+	}
+	cl.berthOK(t, "", "an entirely new long password\n", "login", "--user", "alice", "--password-stdin")
+	if out := cl.berthOK(t, "", "", "user", "list"); strings.Contains(out, "mallory") || !strings.Contains(out, "alice") {
+		t.Fatalf("users after the restart:\n%s", out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cl.dir, "berthd.log")); !bytes.Contains(b, []byte(`msg="bootstrap admin exists already; nothing changed" user=mallory`)) ||
+		bytes.Contains(b, []byte("a different long enough password")) {
+		t.Fatalf("berthd did not read BERTH_BOOTSTRAP_ADMIN, or logged its password")
+	}
 }
