@@ -1,5 +1,8 @@
-// Package identity owns who may call Berth: bearer tokens (stored only as SHA-256 digests),
-// scopes and principals, the cluster's signing key and id, and typed object ids (DESIGN.md section 5).
+// Package identity owns who may call Berth: users with roles and argon2id password verifiers,
+// human sessions with credential generations, named machine tokens bounded by project and
+// service, the one check of every bearer (stored only as SHA-256 digests), scopes and
+// principals, the cluster's signing key and id, and typed object ids (DESIGN.md section 5,
+// docs/api.md section 9).
 package identity
 
 import (
