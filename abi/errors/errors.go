@@ -123,6 +123,16 @@ const (
 	ChangeTooLarge Code = "change_too_large" // a write whose change-log entry would not fit in one node-session frame (413)
 )
 
+// Identity codes (docs/api.md section "Identity").
+const (
+	ReauthenticationRequired Code = "reauthentication_required" // a sensitive action by a human whose login is older than 5 minutes (401)
+	ScopeHumanOnly           Code = "scope_human_only"          // a machine token asked for a human-only scope (422)
+	PasswordPolicy           Code = "password_policy"           // a new password outside 20 characters to 1,024 bytes of UTF-8 (422)
+	UserNotFound             Code = "user_not_found"            // no user with that name (404)
+	TokenNotFound            Code = "token_not_found"           // no machine token with that name (404)
+	CredentialInURL          Code = "credential_in_url"         // a bearer or password in the URL query (400); the request is not served
+)
+
 var statuses = map[Code]int{
 	Conflict:                      http.StatusConflict,
 	ServiceDeleting:               http.StatusConflict,
@@ -139,6 +149,13 @@ var statuses = map[Code]int{
 	NodeAlreadyRetired:            http.StatusConflict,
 	NodeStillReporting:            http.StatusConflict,
 	ChangeTooLarge:                http.StatusRequestEntityTooLarge,
+
+	ReauthenticationRequired: http.StatusUnauthorized,
+	ScopeHumanOnly:           http.StatusUnprocessableEntity,
+	PasswordPolicy:           http.StatusUnprocessableEntity,
+	UserNotFound:             http.StatusNotFound,
+	TokenNotFound:            http.StatusNotFound,
+	CredentialInURL:          http.StatusBadRequest,
 
 	BadRequest:           http.StatusBadRequest,
 	UnsupportedMedia:     http.StatusUnsupportedMediaType,

@@ -46,8 +46,11 @@ type LogEntry struct {
 	EntityID   string          `json:"entity_id"`
 	Op         string          `json:"op"`
 	Payload    json.RawMessage `json:"payload"`
-	PrevHash   string          `json:"prev_hash"`
-	Hash       string          `json:"hash,omitempty"`
+	// IdempotencyKey is the Idempotency-Key of the API request that made the change, when it
+	// carried one; absent otherwise, so entries without one hash as before (section 7).
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	PrevHash       string `json:"prev_hash"`
+	Hash           string `json:"hash,omitempty"`
 }
 
 // LogEntries carries up to [MaxLogBatch] consecutive entries from FromSeq.

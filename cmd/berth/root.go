@@ -53,7 +53,11 @@ func run(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "error: %s\n", err)
 		if client.IsCode(err, "unauthenticated") {
 			fmt.Fprintln(a.stderr, "hint: the server refused the token. It is taken from --token, else $BERTH_TOKEN, else the"+
-				" config file written by 'berth login'; berthd keeps its admin token in <data-dir>/admin-token.")
+				" config file written by 'berth login'; berthd keeps its admin token in <data-dir>/admin-token."+
+				" A revoked or rotated token, or a session ended by a password change, fails at once: run 'berth login' again.")
+		}
+		if client.IsCode(err, "reauthentication_required") {
+			fmt.Fprintln(a.stderr, "hint: this action needs a login within the last 5 minutes: run 'berth login --user NAME' and try again.")
 		}
 		return 1
 	}
@@ -119,6 +123,9 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newPlacementCmd(a),
 		newOperationCmd(a),
 		newLogsCmd(a),
+		newTokenCmd(a),
+		newUserCmd(a),
+		newAuditCmd(a),
 	)
 	return root
 }

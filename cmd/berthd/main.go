@@ -3,12 +3,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -38,7 +41,14 @@ under DIR/tls) and its SHA-256 fingerprint written to DIR/server-fingerprint;
 join commands carry it, and the CLI pins it (berth login --fingerprint). The edge gateway plugin serves
 HTTP on --gateway-listen and routes by Host to healthy workloads.
 
+With --bootstrap-admin NAME, berthd reads a password (20 characters to 1024
+bytes) from stdin and creates NAME as the first human admin, once per cluster:
+a later start never creates another or overwrites a password. Log in with
+berth login --user NAME.
+
 Environment:
+  BERTH_BOOTSTRAP_ADMIN            name:password of the first human admin, for scripts (instead
+                                   of --bootstrap-admin); removed from the environment at start
   BERTH_RUNNER_REGISTRATION_TOKEN  legacy shared runner registration secret (off when unset):
                                    it can rotate any named runner node; prefer one-time
                                    enrollment tokens (berth runner enroll-token create)
@@ -64,6 +74,8 @@ Flags:
 	fs.DurationVar(&cfg.Sweep.Period, "sweep-period", slots.DefaultPeriod, "reconcile at the latest this long after the last pass")
 	fs.DurationVar(&cfg.Sweep.Floor, "sweep-floor", slots.DefaultFloor, "never start a scheduled pass sooner than this after the last one; each rollout step takes at least one pass")
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	var bootstrapAdmin string
+	fs.StringVar(&bootstrapAdmin, "bootstrap-admin", "", "create this first human admin once, reading the password from stdin")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -83,6 +95,23 @@ Flags:
 	// which process listings show) and is removed from it so no child process inherits it.
 	cfg.RunnerRegistrationSecret = os.Getenv("BERTH_RUNNER_REGISTRATION_TOKEN")
 	_ = os.Unsetenv("BERTH_RUNNER_REGISTRATION_TOKEN")
+	if env := os.Getenv("BERTH_BOOTSTRAP_ADMIN"); env != "" && bootstrapAdmin == "" {
+		name, pw, ok := strings.Cut(env, ":")
+		if !ok {
+			fmt.Fprintln(os.Stderr, "berthd: BERTH_BOOTSTRAP_ADMIN must be name:password")
+			return 2
+		}
+		cfg.BootstrapAdmin, cfg.BootstrapPassword = name, pw
+	}
+	_ = os.Unsetenv("BERTH_BOOTSTRAP_ADMIN")
+	if bootstrapAdmin != "" {
+		pw, err := readPassword(os.Stdin)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "berthd: --bootstrap-admin: read the password from stdin: %v\n", err)
+			return 2
+		}
+		cfg.BootstrapAdmin, cfg.BootstrapPassword = bootstrapAdmin, pw
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -91,4 +120,17 @@ Flags:
 		return 1
 	}
 	return 0
+}
+
+// readPassword reads one line (at most 1024 bytes and its newline) from r.
+func readPassword(r io.Reader) (string, error) {
+	line, err := bufio.NewReaderSize(io.LimitReader(r, 1026), 1026).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", errors.New("no password on stdin")
+	}
+	return line, nil
 }

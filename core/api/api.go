@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,6 +136,7 @@ func New(cfg Config) *Server {
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.observe)
 	e.Use(s.refuseUnreadBody)
+	e.Use(refuseCredentialsInURL)
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{})))
@@ -149,15 +151,15 @@ func New(cfg Config) *Server {
 	v1.POST("/nodes/join-tokens", s.createJoinToken, s.auth(identity.ScopeNodeEnroll))
 	v1.GET("/nodes", s.listNodes, s.auth(identity.ScopeNodesRead))
 	v1.GET("/nodes/:id", s.getNode, s.auth(identity.ScopeNodesRead))
-	v1.DELETE("/nodes/:id", s.removeNode, s.auth(identity.ScopeNodeRemove))
+	v1.DELETE("/nodes/:id", s.removeNode, s.auth(identity.ScopeNodeRemove, reauth))
 	if cfg.Leases != nil {
 		v1.GET("/leases", s.listLeases, s.auth(identity.ScopeNodesRead))
 		v1.GET("/nodes/:id/fence", s.nodeFence, s.auth(identity.ScopeNodesRead))
-		v1.POST("/nodes/:id/lost", s.nodeLost, s.auth(identity.ScopeNodeRemove))
-		v1.POST("/nodes/:id/fence-ack", s.fenceAck, s.auth(identity.ScopeNodeFenceAck))
+		v1.POST("/nodes/:id/lost", s.nodeLost, s.auth(identity.ScopeNodeRemove, reauth))
+		v1.POST("/nodes/:id/fence-ack", s.fenceAck, s.auth(identity.ScopeNodeFenceAck, reauth))
 	}
 	if cfg.KeyRotator != nil {
-		v1.POST("/cluster/signing-key/rotate", s.rotateSigningKey, s.auth(identity.ScopeAdmin))
+		v1.POST("/cluster/signing-key/rotate", s.rotateSigningKey, s.auth(identity.ScopeAdmin, reauth))
 	}
 	v1.GET("/plugins", s.listPlugins, s.auth(identity.ScopeNodesRead))
 	if cfg.Events != nil {
@@ -170,14 +172,15 @@ func New(cfg Config) *Server {
 	v1.PUT("/projects/:project", s.putProject, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project", s.getProject, s.auth(identity.ScopeServicesRead))
 	v1.GET("/projects/:project/services", s.listServices, s.auth(identity.ScopeServicesRead))
-	v1.PUT("/projects/:project/services/:name", s.putService, s.auth(identity.ScopeServicesWrite))
+	v1.PUT("/projects/:project/services/:name", s.putService, s.auth(identity.ScopeServiceDeploy))
 	v1.GET("/projects/:project/services/:name", s.getService, s.auth(identity.ScopeServicesRead))
 	v1.DELETE("/projects/:project/services/:name", s.deleteService, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	s.registerRollout(v1)
 	v1.GET("/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
-	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServicesWrite))
+	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServiceDeploy, anyService))
 	v1.GET("/projects/:project/bundles", s.listBundles, s.auth(identity.ScopeServicesRead))
+	s.registerIdentity(v1)
 	s.registerWasm(v1)
 	s.registerNodeOps(v1)
 	s.registerOrchestration(v1)
@@ -335,9 +338,23 @@ const principalKey = "berth.principal"
 
 const scopeNodeOrRead identity.Scope = "berth.internal:node-or-read"
 
-// auth authenticates the bearer and checks scope. Failures are one generic 401.
-// A node credential is accepted only where scope is scopeNodeOrRead.
-func (s *Server) auth(scope identity.Scope) echo.MiddlewareFunc {
+// authOpt changes what [Server.auth] checks.
+type authOpt int
+
+const (
+	// anyService lets a service-bound token use a project route that names no service
+	// (bundle uploads).
+	anyService authOpt = iota + 1
+	// reauth makes a human session need a login within the last 5 minutes.
+	reauth
+)
+
+// auth authenticates the bearer and checks scope against the route's project and service
+// (docs/api.md section "Identity"). Credential failures are one generic 401; a valid bearer
+// without the scope, or outside its project or service bounds, is one generic 403. A node
+// credential is accepted only where scope is scopeNodeOrRead. Nothing is cached: a revoked
+// token or an outdated session fails on its next request.
+func (s *Server) auth(scope identity.Scope, opts ...authOpt) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			tok, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
@@ -345,7 +362,7 @@ func (s *Server) auth(scope identity.Scope) echo.MiddlewareFunc {
 				return problem(abierrors.Unauthenticated, "authentication failed")
 			}
 			ctx := c.Request().Context()
-			if strings.HasPrefix(tok, "brn_") {
+			if strings.HasPrefix(tok, identity.PrefixNode) {
 				if scope != scopeNodeOrRead {
 					return problem(abierrors.Unauthenticated, "authentication failed")
 				}
@@ -357,15 +374,27 @@ func (s *Server) auth(scope identity.Scope) echo.MiddlewareFunc {
 				return next(c)
 			}
 			p, err := s.cfg.Tokens.Authenticate(ctx, tok)
-			if err != nil {
+			if errors.Is(err, identity.ErrUnauthenticated) {
 				return problem(abierrors.Unauthenticated, "authentication failed")
+			}
+			if err != nil {
+				return abierrors.Wrap(abierrors.Unavailable, "the identity store is unavailable", err)
 			}
 			want := scope
 			if scope == scopeNodeOrRead {
 				want = identity.ScopeServicesRead
 			}
-			if !p.Has(want) {
-				return problem(abierrors.Forbidden, fmt.Sprintf("this token lacks the scope %q", want))
+			if want != scopeAuthenticated {
+				service := ""
+				if strings.Contains(c.Path(), "/services/:name") {
+					service = c.Param("name")
+				}
+				if !p.Allows(want, c.Param("project"), service, slices.Contains(opts, anyService)) {
+					return problem(abierrors.Forbidden, "forbidden")
+				}
+			}
+			if slices.Contains(opts, reauth) && !s.cfg.Tokens.Fresh(p) {
+				return problem(abierrors.ReauthenticationRequired, "log in again: this needs a login within the last 5 minutes")
 			}
 			c.Set(principalKey, p)
 			// Every mutating route behind a token honours Idempotency-Key (idempotency.go).

@@ -34,9 +34,9 @@ func (s *Server) changeCtx(c echo.Context) (ctx context.Context, cancel context.
 	if s.cfg.Changelog == nil {
 		return ctx, func() {}
 	}
-	a := changelog.Actor{Type: "system", ID: "berthd"}
+	a := changelog.Actor{Type: "system", ID: "berthd", IdempotencyKey: idempotencyKey(c)}
 	if p := principal(c); p != nil {
-		a = changelog.Actor{Type: string(p.Kind), ID: p.ID}
+		a.Type, a.ID = actorOf(p)
 	}
 	ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	return changelog.WithActor(ctx, a), cancel
@@ -81,10 +81,7 @@ func refuseLargeChange(entityType string, payload any) error {
 // detached from the request, so a client that leaves does not cancel it, and
 // a failure is logged, not returned.
 func (s *Server) recordChange(c echo.Context, entityType, entityID, op string, payload any) {
-	actorType, actorID := "system", "berthd"
-	if p := principal(c); p != nil {
-		actorType, actorID = string(p.Kind), p.ID
-	}
+	actorType, actorID := actorOf(principal(c))
 	s.recordChangeAs(c, actorType, actorID, entityType, entityID, op, payload)
 }
 
@@ -99,6 +96,7 @@ func (s *Server) recordChangeAs(c echo.Context, actorType, actorID, entityType, 
 	defer cancel()
 	if _, err := s.cfg.Changelog.Append(ctx, changelog.Change{
 		ActorType: actorType, ActorID: actorID, EntityType: entityType, EntityID: entityID, Op: op, Payload: payload,
+		IdempotencyKey: idempotencyKey(c),
 	}); err != nil {
 		s.log.Error("append to the change log", "entity_type", entityType, "entity_id", entityID, "err", err)
 	}

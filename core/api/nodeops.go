@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -125,10 +126,16 @@ func (s *Server) logs(c echo.Context, nodeID, workloadID string) error {
 	w.WriteHeader(http.StatusOK)
 	w.Flush()
 	enc := json.NewEncoder(w)
+	recheck := time.NewTicker(streamRecheck)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-recheck.C:
+			if !s.bearerStillValid(c) {
+				return nil // revoked, rotated or outdated: the stream ends (docs/api.md section 9)
+			}
 		case d, ok := <-st.Data:
 			if !ok {
 				if end := st.End(); end.Reason == node.StreamError {

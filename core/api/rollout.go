@@ -23,11 +23,11 @@ import (
 // (docs/reconciliation.md sections 1, 7, 10 and 11).
 func (s *Server) registerRollout(v1 *echo.Group) {
 	v1.GET("/projects/:project/services/:name/spec", s.getRuntimeSpec, s.auth(identity.ScopeServicesRead))
-	v1.PUT("/projects/:project/services/:name/spec", s.putRuntimeSpec, s.auth(identity.ScopeServicesWrite))
+	v1.PUT("/projects/:project/services/:name/spec", s.putRuntimeSpec, s.auth(identity.ScopeServiceDeploy))
 	v1.GET("/projects/:project/services/:name/workloads", s.serviceSlots, s.auth(identity.ScopeServicesRead))
 	v1.GET("/projects/:project/services/:name/rollout", s.getRollout, s.auth(identity.ScopeServicesRead))
-	v1.POST("/projects/:project/services/:name/rollout/undo", s.rolloutUndo, s.auth(identity.ScopeServicesWrite))
-	v1.POST("/nodes/:id/retire", s.retireNode, s.auth(identity.ScopeNodeRemove))
+	v1.POST("/projects/:project/services/:name/rollout/undo", s.rolloutUndo, s.auth(identity.ScopeServiceDeploy))
+	v1.POST("/nodes/:id/retire", s.retireNode, s.auth(identity.ScopeNodeRemove, reauth))
 }
 
 func (s *Server) views() rollout.Views {

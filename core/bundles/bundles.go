@@ -129,7 +129,7 @@ func (s *Store) Put(ctx context.Context, projectID, project, name, want string, 
 	if a, ok := changelog.ActorFrom(ctx); ok {
 		// The payload is the bundle as the API shows it; a change still
 		// pending from an earlier push of the same bytes stays queued.
-		pend, err := changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "bundle", EntityID: m.ID, Op: node.OpCreate,
+		pend, err := changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, IdempotencyKey: a.IdempotencyKey, EntityType: "bundle", EntityID: m.ID, Op: node.OpCreate,
 			Payload: client.Bundle{Digest: m.Digest, Size: m.Size, Name: m.Name, Project: m.Project, CreatedAt: m.CreatedAt}})
 		if err != nil {
 			return nil, fmt.Errorf("record bundle: %w", err)

@@ -50,8 +50,10 @@ var ErrContention = errors.New("berth: change log is contended; retry")
 type Change struct {
 	ActorType, ActorID   string
 	EntityType, EntityID string
-	Op                   string // node.OpCreate, node.OpUpdate or node.OpDelete
-	Payload              any
+	// IdempotencyKey is the Idempotency-Key of the request that made the change; may be empty.
+	IdempotencyKey string
+	Op             string // node.OpCreate, node.OpUpdate or node.OpDelete
+	Payload        any
 }
 
 // doc stores the entry's exact JSON, so its hash recomputes byte for byte

@@ -37,9 +37,11 @@ const MaxEntryBytes = node.MaxMessageBytes - FrameOverheadBytes
 // The API answers it with code change_too_large (413).
 var ErrEntryTooLarge = errors.New("berth: change is too large for one change-log entry")
 
-// Actor is who made a change: the principal's kind and id.
+// Actor is who made a change: the principal's kind and id, and the
+// Idempotency-Key of the request that made it (empty when it had none).
 type Actor struct {
-	Type, ID string
+	Type, ID       string
+	IdempotencyKey string
 }
 
 type actorKey struct{}
@@ -70,6 +72,9 @@ type Pending struct {
 	Op         string    `bson:"op"`
 	Payload    string    `bson:"payload"` // JSON; "{}" for delete
 	At         time.Time `bson:"at"`
+	// IdempotencyKey is the Idempotency-Key of the request that made the
+	// change; empty when it had none (and then absent from the entry).
+	IdempotencyKey string `bson:"idempotency_key,omitempty"`
 }
 
 // Prepare encodes ch as a Pending change with a new id. Errors: a payload
@@ -87,6 +92,7 @@ func Prepare(ch Change) (Pending, error) {
 	p := Pending{
 		ID: "chg_" + ulid.Make().String(), ActorType: ch.ActorType, ActorID: ch.ActorID,
 		EntityType: ch.EntityType, EntityID: ch.EntityID, Op: ch.Op, Payload: payload, At: time.Now().UTC().Truncate(time.Millisecond),
+		IdempotencyKey: ch.IdempotencyKey,
 	}
 	n, err := p.entrySize()
 	if err != nil {
@@ -114,7 +120,8 @@ func (p Pending) entrySize() (int, error) {
 func (p Pending) entry(seq, term int64, at time.Time, prev string) node.LogEntry {
 	return node.LogEntry{
 		Seq: seq, Term: term, Time: at, ActorType: p.ActorType, ActorID: p.ActorID,
-		EntityType: p.EntityType, EntityID: p.EntityID, Op: p.Op, Payload: json.RawMessage(p.Payload), PrevHash: prev,
+		EntityType: p.EntityType, EntityID: p.EntityID, Op: p.Op, Payload: json.RawMessage(p.Payload),
+		IdempotencyKey: p.IdempotencyKey, PrevHash: prev,
 	}
 }
 

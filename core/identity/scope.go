@@ -1,12 +1,17 @@
 package identity
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
-// Scope names one permission carried by a bearer.
+// Scope names one permission carried by a bearer (docs/api.md section "Identity", the route
+// table maps every route to one).
 type Scope string
 
 // Scopes. ScopeAdmin grants every scope, except that human-only scopes are never granted to a
-// machine or node principal, whatever it holds.
+// machine or node principal, whatever it holds. ScopeServicesWrite implies ScopeServiceDeploy,
+// which implies ScopeServicesRead.
 const (
 	ScopeAdmin         Scope = "admin"
 	ScopeNodeEnroll    Scope = "node:enroll"    // human-only: issue join tokens, accept nodes
@@ -14,7 +19,9 @@ const (
 	ScopeNodeFenceAck  Scope = "node:fence_ack" // human-only: acknowledge a failed self-fence
 	ScopeServicesRead  Scope = "services:read"
 	ScopeServicesWrite Scope = "services:write"
+	ScopeServiceDeploy Scope = "service:deploy" // apply one service, push its bundles, undo its rollout
 	ScopeNodesRead     Scope = "nodes:read"
+	ScopeTokensWrite   Scope = "tokens:write" // create, rotate and revoke one's own machine tokens
 )
 
 // HumanOnly reports whether s may only be held by a human or the admin principal, never by a
@@ -31,10 +38,61 @@ func HumanOnly(s Scope) bool {
 func Known(s Scope) bool {
 	switch s {
 	case ScopeAdmin, ScopeNodeEnroll, ScopeNodeRemove, ScopeNodeFenceAck,
-		ScopeServicesRead, ScopeServicesWrite, ScopeNodesRead:
+		ScopeServicesRead, ScopeServicesWrite, ScopeServiceDeploy, ScopeNodesRead, ScopeTokensWrite:
 		return true
 	}
 	return false
+}
+
+// implies reports whether holding held satisfies a need for want, before human-only rules.
+func implies(held, want Scope) bool {
+	switch {
+	case held == want, held == ScopeAdmin:
+		return true
+	case held == ScopeServicesWrite:
+		return want == ScopeServiceDeploy || want == ScopeServicesRead
+	case held == ScopeServiceDeploy:
+		return want == ScopeServicesRead
+	}
+	return false
+}
+
+// Role is a named set of scopes given to a user, globally or for one project.
+type Role string
+
+// Roles (docs/api.md section "Identity"): admin holds everything; operator deploys and operates
+// in every project and, when held by a human, the human-only node scopes, but administers no
+// identities; viewer reads.
+const (
+	RoleAdmin    Role = "admin"
+	RoleOperator Role = "operator"
+	RoleViewer   Role = "viewer"
+)
+
+// Valid reports whether r is one of the defined roles.
+func (r Role) Valid() bool { return r == RoleAdmin || r == RoleOperator || r == RoleViewer }
+
+// Scopes returns the scopes role r gives a user of kind k (human-only ones only to humans).
+func (r Role) Scopes(k Kind) []Scope {
+	switch r {
+	case RoleAdmin:
+		return []Scope{ScopeAdmin}
+	case RoleOperator:
+		s := []Scope{ScopeServicesRead, ScopeServicesWrite, ScopeNodesRead, ScopeTokensWrite}
+		if k == KindHuman {
+			s = append(s, ScopeNodeEnroll, ScopeNodeRemove, ScopeNodeFenceAck)
+		}
+		return s
+	case RoleViewer:
+		return []Scope{ScopeServicesRead, ScopeNodesRead}
+	}
+	return nil
+}
+
+// Grant gives a role within one project only.
+type Grant struct {
+	Project string `bson:"project" json:"project"`
+	Role    Role   `bson:"role" json:"role"`
 }
 
 // Kind is what a principal is.
@@ -65,19 +123,70 @@ type Principal struct {
 	Kind Kind
 	// ID identifies the bearer without revealing it: a token id (tok_...) or a node id (nod_...).
 	ID string
-	// Name is the human-readable label given at creation; may be empty.
-	Name   string
+	// Name is the human-readable label given at creation: a machine token's name, or the user
+	// name of a human session; may be empty.
+	Name string
+	// Owner is the user a token or session belongs to; empty for nodes and legacy tokens.
+	Owner string
+	// Scopes hold everywhere, within Project and Service when those are set.
 	Scopes []Scope
+	// Project and Service bound a machine token: when Project is set the principal acts in that
+	// project only, and when Service is also set on that service only.
+	Project, Service string
+	// Grants are scopes within one project each (per-project roles), keyed by project name.
+	Grants map[string][]Scope
+	// AuthAt is when a human session's password was verified; zero for other kinds.
+	AuthAt time.Time
+	// ExpiresAt is when the bearer stops working; nil when it does not expire.
+	ExpiresAt *time.Time
 }
 
-// Has reports whether p holds scope s, directly or through [ScopeAdmin]. A human-only scope is
-// never held by a machine or node principal, even with ScopeAdmin. A nil p holds nothing.
+// Has reports whether p holds scope s everywhere: directly or through [ScopeAdmin], and without
+// a project bound. A human-only scope is never held by a machine or node principal, even with
+// ScopeAdmin. A nil p holds nothing.
 func (p *Principal) Has(s Scope) bool {
-	if p == nil {
+	if p == nil || p.Project != "" {
 		return false
 	}
+	return p.holds(p.Scopes, s)
+}
+
+func (p *Principal) holds(held []Scope, s Scope) bool {
 	if HumanOnly(s) && !p.Kind.mayHoldHumanOnly() {
 		return false
 	}
-	return slices.Contains(p.Scopes, s) || slices.Contains(p.Scopes, ScopeAdmin)
+	return slices.ContainsFunc(held, func(h Scope) bool { return implies(h, s) })
+}
+
+// Allows reports whether p may use scope s on project and service (empty when the route names
+// none). A bounded principal is allowed only on its own project (and service, when bound); a
+// route without a service refuses a service-bound principal unless anyService is set (bundle
+// uploads, which belong to the project and name no service). Per-project grants count on
+// their own project only.
+func (p *Principal) Allows(s Scope, project, service string, anyService bool) bool {
+	if p == nil {
+		return false
+	}
+	if p.Project != "" {
+		if project != p.Project {
+			return false
+		}
+		if p.Service != "" && service != p.Service && !(service == "" && anyService) {
+			return false
+		}
+		return p.holds(p.Scopes, s)
+	}
+	if p.holds(p.Scopes, s) {
+		return true
+	}
+	return project != "" && p.holds(p.Grants[project], s)
+}
+
+// Covers reports whether p may hand out scope s bounded to project and service: a token can
+// never carry more than its creator holds.
+func (p *Principal) Covers(s Scope, project, service string) bool {
+	if project == "" {
+		return p.Has(s)
+	}
+	return p.Allows(s, project, service, false)
 }

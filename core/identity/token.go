@@ -1,5 +1,8 @@
-// Package identity owns who may call Berth: bearer tokens (stored only as SHA-256 digests),
-// scopes and principals, the cluster's signing key and id, and typed object ids (DESIGN.md section 5).
+// Package identity owns who may call Berth: users with roles and argon2id password verifiers,
+// human sessions with credential generations, named machine tokens bounded by project and
+// service, the one check of every bearer (stored only as SHA-256 digests), scopes and
+// principals, the cluster's signing key and id, and typed object ids (DESIGN.md section 5,
+// docs/api.md section 9).
 package identity
 
 import (
@@ -14,10 +17,11 @@ import (
 
 // Bearer prefixes tell the kinds of bearer apart at a glance and in logs of refusals.
 const (
-	PrefixToken  = "brt_" // admin and machine API tokens
-	PrefixNode   = "brn_" // node credentials, issued at enrollment
-	PrefixJoin   = "brj_" // node join tokens
-	PrefixRunner = "bre_" // runner enrollment tokens
+	PrefixToken   = "brt_" // admin and machine API tokens
+	PrefixSession = "brs_" // human session tokens, issued by login
+	PrefixNode    = "brn_" // node credentials, issued at enrollment
+	PrefixJoin    = "brj_" // node join tokens
+	PrefixRunner  = "bre_" // runner enrollment tokens
 
 	tokenRawBytes = 32
 	tokenBodyLen  = 43 // base64url without padding of 32 bytes
@@ -61,4 +65,13 @@ func Equal(a, b string) bool {
 // VerifyToken reports whether token hashes to the stored digest, comparing in constant time.
 func VerifyToken(token, digest string) bool {
 	return Equal(Digest(token), digest)
+}
+
+// CheckBearer is the one check of a presented bearer against a stored digest, for every
+// credential kind (API tokens, sessions, node credentials, join and runner enrollment
+// tokens): it reports whether presented has the given prefix and shape and hashes to
+// storedDigest, comparing in constant time. Callers answer every false with
+// [ErrUnauthenticated] and nothing more specific.
+func CheckBearer(presented, prefix, storedDigest string) bool {
+	return WellFormed(presented, prefix) && Equal(Digest(presented), storedDigest)
 }

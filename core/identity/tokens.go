@@ -7,48 +7,88 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/internal/securefile"
 )
 
-// TokensCollection holds one record per API token, keyed by the token's digest.
-const TokensCollection = "tokens"
+// Collections of the identity package. Every lookup on a request's path is by _id: tokens by
+// digest, users and token names by name.
+const (
+	TokensCollection     = "tokens"      // one record per bearer (machine token or session), _id = digest
+	TokenNamesCollection = "token_names" // one record per named machine token, _id = name
+	UsersCollection      = "users"       // one record per user, _id = name
+	MetaCollection       = "identity_meta"
+)
 
 // AdminTokenFile is the file under the data directory where [Tokens.EnsureAdmin] keeps the
 // bootstrap admin token (0600).
 const AdminTokenFile = "admin-token"
 
+// BootstrapTokenName is the name of the bootstrap admin token in token lists.
+const BootstrapTokenName = "bootstrap"
+
+// LastUsedEvery is how often at most the last use of one token is written to the store.
+const LastUsedEvery = time.Minute
+
 var (
-	// ErrUnauthenticated is returned by [Tokens.Authenticate] for every credential failure
-	// (malformed, unknown, expired, revoked), with no hint which one; details stay server-side.
+	// ErrUnauthenticated is returned by [Tokens.Authenticate] and [Tokens.Login] for every
+	// credential failure (malformed, unknown, expired, revoked, wrong password, stale
+	// generation), with no hint which one; details stay server-side.
 	ErrUnauthenticated = errors.New("berth: unauthenticated")
 	// ErrHumanOnlyScope is returned (wrapped) by [Tokens.Create] when a machine or node token is
 	// asked to hold a human-only scope.
 	ErrHumanOnlyScope = errors.New("berth: scope may only be held by a human")
+	// ErrInvalid is returned (wrapped) for a refused value: a bad name, role, scope, bound or
+	// lifetime. The message says which.
+	ErrInvalid = errors.New("berth: invalid identity request")
+	// ErrExists is returned (wrapped) when a user or token name is taken.
+	ErrExists = errors.New("berth: name taken")
 )
 
-// tokenRecord is the stored form of a token. The token itself is never stored.
+// tokenRecord is the stored form of a bearer. The bearer itself is never stored.
 type tokenRecord struct {
 	Digest    string     `bson:"_id"`
 	ID        string     `bson:"id"` // tok_<ULID>; safe to show and log
 	Kind      Kind       `bson:"kind"`
 	Name      string     `bson:"name"`
+	Owner     string     `bson:"owner,omitempty"`
 	Scopes    []Scope    `bson:"scopes"`
+	Project   string     `bson:"project,omitempty"`
+	Service   string     `bson:"service,omitempty"`
 	CreatedAt time.Time  `bson:"created_at"`
 	ExpiresAt *time.Time `bson:"expires_at,omitempty"`
 	RevokedAt *time.Time `bson:"revoked_at,omitempty"`
+	LastUsed  *time.Time `bson:"last_used_at,omitempty"`
+	// Session holds only for human sessions (prefix brs_): the user's credential generation
+	// when the session was opened, and when the password was verified.
+	Session    bool      `bson:"session,omitempty"`
+	Generation int64     `bson:"generation,omitempty"`
+	AuthAt     time.Time `bson:"auth_at,omitzero"`
 }
 
-// Tokens creates and authenticates API tokens (prefix brt_) stored as digests in the
-// "tokens" collection. Safe for concurrent use.
+// Tokens is Berth's identity store: users, their human sessions and machine tokens, all
+// stored as digests or verifiers, and the one place every API bearer is checked. Safe for
+// concurrent use.
 type Tokens struct {
-	coll *mongo.Collection
-	now  func() time.Time
+	st     *store.Store
+	coll   *mongo.Collection
+	names  *mongo.Collection
+	users  *mongo.Collection
+	meta   *mongo.Collection
+	now    func() time.Time
+	sleep  func(ctx context.Context, d time.Duration) error
+	argon  Argon2Params
+	dummy  string // a verifier checked for unknown users, so both answers cost the same
+	mu     sync.Mutex
+	used   map[string]time.Time   // digest -> last write of last_used_at; mu
+	failed map[string][]time.Time // user name -> failed logins in the last minute; mu
 }
 
 // TokensOption configures [NewTokens].
@@ -59,55 +99,67 @@ func WithClock(now func() time.Time) TokensOption {
 	return func(t *Tokens) { t.now = now }
 }
 
-// NewTokens returns a Tokens over s's "tokens" collection. It does no I/O.
+// WithArgon2Params replaces [DefaultArgon2Params] for new verifiers (tests use cheap ones).
+func WithArgon2Params(p Argon2Params) TokensOption {
+	return func(t *Tokens) { t.argon = p }
+}
+
+// WithSleepForTest replaces the wait of the login backoff, so a test can see the delays asked
+// for without waiting them out.
+func WithSleepForTest(sleep func(ctx context.Context, d time.Duration) error) TokensOption {
+	return func(t *Tokens) { t.sleep = sleep }
+}
+
+// NewTokens returns a Tokens over s's identity collections. It does no I/O apart from hashing
+// one dummy password.
 func NewTokens(s *store.Store, opts ...TokensOption) *Tokens {
-	t := &Tokens{coll: s.Collection(TokensCollection), now: time.Now}
+	t := &Tokens{
+		st: s, coll: s.Collection(TokensCollection), names: s.Collection(TokenNamesCollection),
+		users: s.Collection(UsersCollection), meta: s.Collection(MetaCollection),
+		now: time.Now, sleep: sleepCtx, argon: DefaultArgon2Params,
+		used: map[string]time.Time{}, failed: map[string][]time.Time{},
+	}
 	for _, o := range opts {
 		o(t)
 	}
+	t.dummy, _ = HashPassword("berth dummy password for unknown users", t.argon)
 	return t
 }
 
-// Create makes a new token of the given kind (KindAdmin, KindMachine or KindHuman), stores its
-// digest and returns the token, which cannot be recovered later. ttl > 0 sets an expiry; 0
-// means none; negative is refused.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// Create makes a new unnamed token of the given kind (KindAdmin, KindMachine or KindHuman),
+// stores its digest and returns the token, which cannot be recovered later. ttl > 0 sets an
+// expiry; 0 means none; negative is refused. Named, bounded machine tokens are made with
+// [Tokens.CreateMachine].
 //
 // Errors: wrapping [ErrHumanOnlyScope] when kind is KindMachine and scopes hold a human-only
-// scope; an error for an unknown scope, a KindNode (node credentials live with node records),
-// or a store failure.
+// scope; wrapping [ErrInvalid] for an unknown scope, a KindNode (node credentials live with
+// node records) or a negative ttl; a store failure.
 func (t *Tokens) Create(ctx context.Context, kind Kind, name string, scopes []Scope, ttl time.Duration) (token string, err error) {
 	switch kind {
 	case KindAdmin, KindMachine, KindHuman:
 	default:
-		return "", fmt.Errorf("identity: create token %q: kind %q cannot hold an API token", name, kind)
+		return "", fmt.Errorf("identity: create token %q: kind %q cannot hold an API token: %w", name, kind, ErrInvalid)
 	}
 	if ttl < 0 {
-		return "", fmt.Errorf("identity: create token %q: negative ttl %v", name, ttl)
+		return "", fmt.Errorf("identity: create token %q: negative ttl %v: %w", name, ttl, ErrInvalid)
 	}
-	for _, s := range scopes {
-		if !Known(s) {
-			return "", fmt.Errorf("identity: create token %q: unknown scope %q", name, s)
-		}
-		if HumanOnly(s) && !kind.mayHoldHumanOnly() {
-			return "", fmt.Errorf("identity: create %s token %q with scope %q: %w", kind, name, s, ErrHumanOnlyScope)
-		}
+	if err := checkScopes(kind, scopes); err != nil {
+		return "", fmt.Errorf("identity: create token %q: %w", name, err)
 	}
-	token, digest, err := NewToken(PrefixToken)
+	rec, token, err := t.newRecord(PrefixToken, kind, name, scopes, ttl)
 	if err != nil {
 		return "", err
-	}
-	now := t.now().UTC()
-	rec := tokenRecord{
-		Digest:    digest,
-		ID:        NewID(IDPrefixToken),
-		Kind:      kind,
-		Name:      name,
-		Scopes:    append([]Scope{}, scopes...),
-		CreatedAt: now,
-	}
-	if ttl > 0 {
-		exp := now.Add(ttl)
-		rec.ExpiresAt = &exp
 	}
 	if _, err := t.coll.InsertOne(ctx, rec); err != nil {
 		return "", fmt.Errorf("identity: store token %s: %w", rec.ID, err)
@@ -115,24 +167,100 @@ func (t *Tokens) Create(ctx context.Context, kind Kind, name string, scopes []Sc
 	return token, nil
 }
 
-// Authenticate returns the principal of an API token. Every credential failure (malformed,
-// unknown, expired, revoked) returns exactly [ErrUnauthenticated]; a store failure returns a
-// wrapped store error (never containing the token), which callers report as unavailable.
+func checkScopes(kind Kind, scopes []Scope) error {
+	for _, s := range scopes {
+		if !Known(s) {
+			return fmt.Errorf("unknown scope %q: %w", s, ErrInvalid)
+		}
+		if HumanOnly(s) && !kind.mayHoldHumanOnly() {
+			return fmt.Errorf("%s token with scope %q: %w", kind, s, ErrHumanOnlyScope)
+		}
+	}
+	return nil
+}
+
+func (t *Tokens) newRecord(prefix string, kind Kind, name string, scopes []Scope, ttl time.Duration) (tokenRecord, string, error) {
+	token, digest, err := NewToken(prefix)
+	if err != nil {
+		return tokenRecord{}, "", err
+	}
+	now := t.now().UTC()
+	rec := tokenRecord{
+		Digest: digest, ID: NewID(IDPrefixToken), Kind: kind, Name: name,
+		Scopes: append([]Scope{}, scopes...), CreatedAt: now,
+	}
+	if ttl > 0 {
+		exp := now.Add(ttl)
+		rec.ExpiresAt = &exp
+	}
+	return rec, token, nil
+}
+
+// Authenticate returns the principal of an API bearer: a machine or admin token (brt_) or a
+// human session (brs_). Every credential failure (malformed, unknown, expired, revoked, a
+// session of an older credential generation or of a removed user) returns exactly
+// [ErrUnauthenticated]; a store failure returns a wrapped store error (never containing the
+// token), which callers report as unavailable. Nothing is cached: the token record, and for a
+// session the user record, are read on every call (by _id). The last use is written at most
+// once per [LastUsedEvery] per token.
 func (t *Tokens) Authenticate(ctx context.Context, token string) (*Principal, error) {
-	if !WellFormed(token, PrefixToken) {
+	session := WellFormed(token, PrefixSession)
+	if !session && !WellFormed(token, PrefixToken) {
 		return nil, ErrUnauthenticated
 	}
-	rec, err := t.find(ctx, Digest(token))
+	digest := Digest(token)
+	rec, err := t.find(ctx, digest)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrUnauthenticated
 	}
 	if err != nil {
 		return nil, fmt.Errorf("identity: authenticate: %w", err)
 	}
-	if !t.usable(rec) {
+	if !Equal(rec.Digest, digest) || !t.usable(rec) || rec.Session != session {
 		return nil, ErrUnauthenticated
 	}
-	return &Principal{Kind: rec.Kind, ID: rec.ID, Name: rec.Name, Scopes: rec.Scopes}, nil
+	p := &Principal{Kind: rec.Kind, ID: rec.ID, Name: rec.Name, Owner: rec.Owner, Scopes: rec.Scopes,
+		Project: rec.Project, Service: rec.Service, ExpiresAt: rec.ExpiresAt}
+	if session {
+		u, err := t.user(ctx, rec.Owner)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, ErrUnauthenticated
+		}
+		if err != nil {
+			return nil, fmt.Errorf("identity: authenticate: %w", err)
+		}
+		if u.Kind != KindHuman || u.Generation != rec.Generation {
+			return nil, ErrUnauthenticated
+		}
+		p.Kind, p.AuthAt = KindHuman, rec.AuthAt
+		p.Scopes, p.Grants = u.scopes()
+	}
+	t.touch(ctx, rec.Digest)
+	return p, nil
+}
+
+// touch records the last use of the token with this digest, at most once per LastUsedEvery;
+// a failed write is retried on a later use and never fails the request.
+func (t *Tokens) touch(ctx context.Context, digest string) {
+	now := t.now().UTC()
+	t.mu.Lock()
+	last, ok := t.used[digest]
+	due := !ok || now.Sub(last) >= LastUsedEvery
+	if due {
+		if len(t.used) > 100_000 {
+			clear(t.used)
+		}
+		t.used[digest] = now
+	}
+	t.mu.Unlock()
+	if !due {
+		return
+	}
+	if _, err := t.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: digest}}, bson.M{"$max": bson.M{"last_used_at": now}}); err != nil {
+		t.mu.Lock()
+		delete(t.used, digest)
+		t.mu.Unlock()
+	}
 }
 
 func (t *Tokens) find(ctx context.Context, digest string) (tokenRecord, error) {
@@ -151,7 +279,7 @@ func (t *Tokens) usable(rec tokenRecord) bool {
 
 // Revoke marks the token with the given id (tok_...) revoked; Authenticate refuses it from then
 // on. Revoking a revoked token is a no-op. Returns an error wrapping [store.ErrNotFound] when
-// there is no such token.
+// there is no such token. It scans the tokens collection (an administrative path only).
 func (t *Tokens) Revoke(ctx context.Context, id string) error {
 	res, err := t.coll.UpdateOne(ctx,
 		bson.M{"id": id},
@@ -166,15 +294,29 @@ func (t *Tokens) Revoke(ctx context.Context, id string) error {
 	return nil
 }
 
-// EnsureAdmin makes sure an admin token exists for this data directory, at startup.
+// revokeDigest marks the record with this digest revoked (idempotent; absent is no error).
+func (t *Tokens) revokeDigest(ctx context.Context, digest string) error {
+	if _, err := t.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: digest}},
+		bson.M{"$min": bson.M{"revoked_at": t.now().UTC()}}); err != nil {
+		return fmt.Errorf("identity: revoke token: %w", err)
+	}
+	return nil
+}
+
+// EnsureAdmin makes sure the bootstrap admin token exists for this data directory, at startup.
+// It is a KindAdmin token named [BootstrapTokenName], owned by the bootstrap admin user when
+// one was created ([Tokens.BootstrapAdmin]), and listed, rotated and revoked by name like every
+// machine token.
 //
 //  1. When dataDir/admin-token is missing, or holds a token whose digest is not in the store
-//     (a new or reset database), it creates a KindAdmin token with [ScopeAdmin], writes it to
-//     the file with [securefile.WriteFile] (0600; the file is written before the record, so a
-//     failure never leaves an unknown admin credential behind) and returns created=true.
+//     (a new or reset database), it creates the token, writes it to the file with
+//     [securefile.WriteFile] (0600; the file is written before the record, so a failure never
+//     leaves an unknown admin credential behind), points the name "bootstrap" at it (revoking
+//     the token the name pointed at before) and returns created=true.
 //  2. When the file's token is in the store and usable, it returns it with created=false.
-//  3. When the file's token was revoked or has expired, it returns created=false and an empty
-//     token: revocation survives restarts. Deleting the file mints a new token at next start.
+//  3. When the file's token was revoked, rotated or has expired, it returns created=false and
+//     an empty token: revocation survives restarts. Deleting the file mints a new token at the
+//     next start.
 //
 // An insecure file (symlink, not regular, group/world bits) is an error wrapping
 // [securefile.ErrInsecure]. The caller holds the data directory lock ([store.LockDir]).
@@ -197,23 +339,29 @@ func (t *Tokens) EnsureAdmin(ctx context.Context, dataDir string) (created bool,
 		return false, "", fmt.Errorf("identity: ensure admin token: %w", err)
 	}
 
-	token, digest, err := NewToken(PrefixToken)
+	rec, token, err := t.newRecord(PrefixToken, KindAdmin, BootstrapTokenName, []Scope{ScopeAdmin}, 0)
 	if err != nil {
 		return false, "", err
 	}
+	rec.Owner, _ = t.bootstrapName(ctx)
 	if err := securefile.WriteFile(path, []byte(token+"\n")); err != nil {
 		return false, "", fmt.Errorf("identity: ensure admin token: %w", err)
 	}
-	rec := tokenRecord{
-		Digest:    digest,
-		ID:        NewID(IDPrefixToken),
-		Kind:      KindAdmin,
-		Name:      "bootstrap admin",
-		Scopes:    []Scope{ScopeAdmin},
-		CreatedAt: t.now().UTC(),
-	}
 	if _, err := t.coll.InsertOne(ctx, rec); err != nil {
 		return false, "", fmt.Errorf("identity: ensure admin token: store %s: %w", rec.ID, err)
+	}
+	// Point the name at the new token; a token the name held before (the file was deleted) is
+	// revoked, so one name never stands for two live tokens.
+	var prev nameRecord
+	if err := store.FindByID(ctx, t.names, BootstrapTokenName, &prev); err == nil && prev.Digest != rec.Digest {
+		if err := t.revokeDigest(ctx, prev.Digest); err != nil {
+			return false, "", fmt.Errorf("identity: ensure admin token: %w", err)
+		}
+	}
+	if _, err := t.names.ReplaceOne(ctx, bson.D{{Key: "_id", Value: BootstrapTokenName}},
+		nameRecord{Name: BootstrapTokenName, Digest: rec.Digest, TokenID: rec.ID, Owner: rec.Owner, Revision: prev.Revision + 1},
+		options.Replace().SetUpsert(true)); err != nil {
+		return false, "", fmt.Errorf("identity: ensure admin token: name it: %w", err)
 	}
 	return true, token, nil
 }

@@ -35,7 +35,8 @@ var (
 	// ErrNotFound is returned for a node id that does not exist.
 	ErrNotFound = errors.New("berth: node not found")
 	// ErrUnauthenticated is returned by Authenticate for every failure.
-	ErrUnauthenticated = errors.New("berth: authentication failed")
+	// It is identity.ErrUnauthenticated, the one answer to every credential failure.
+	ErrUnauthenticated = identity.ErrUnauthenticated
 	// ErrConflict is returned by SetDesired when the node's revision moved.
 	ErrConflict = errors.New("berth: node revision changed concurrently")
 )
@@ -262,7 +263,7 @@ func logChange(ctx context.Context, id, op string, payload any) (p changelog.Pen
 	if !ok {
 		return changelog.Pending{}, false, nil
 	}
-	p, err = changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "node", EntityID: id, Op: op, Payload: payload})
+	p, err = changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, IdempotencyKey: a.IdempotencyKey, EntityType: "node", EntityID: id, Op: op, Payload: payload})
 	if err != nil {
 		return changelog.Pending{}, false, fmt.Errorf("node %s: %w", id, err)
 	}
@@ -279,7 +280,7 @@ func (r *Registry) Authenticate(ctx context.Context, cred string) (*Node, error)
 		return nil, ErrUnauthenticated
 	}
 	n, err := r.byCredential(ctx, identity.Digest(cred))
-	if err != nil || n.Status == StatusRemoved {
+	if err != nil || n.Status == StatusRemoved || !identity.CheckBearer(cred, identity.PrefixNode, n.CredentialDigest) {
 		return nil, ErrUnauthenticated
 	}
 	return n, nil

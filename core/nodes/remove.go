@@ -2,7 +2,6 @@ package nodes
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 
@@ -96,7 +95,7 @@ func (r *Registry) byCredential(ctx context.Context, digest string) (*Node, erro
 	if err != nil {
 		return nil, fmt.Errorf("authenticate node: %w", err)
 	}
-	if subtle.ConstantTimeCompare([]byte(n.CredentialDigest), []byte(digest)) != 1 {
+	if !identity.Equal(n.CredentialDigest, digest) {
 		return nil, ErrUnauthenticated // an index entry left from a credential the node no longer has
 	}
 	return n, nil

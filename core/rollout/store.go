@@ -237,7 +237,7 @@ func (s *Store) writeSpec(ctx context.Context, serviceID string, cur *SpecDoc, n
 	// from the service is not (the service's own entry records it).
 	var pend *changelog.Pending
 	if a, ok := changelog.ActorFrom(ctx); ok && source == SourceOperator {
-		p, err := changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "runtime_spec", EntityID: serviceID, Op: node.OpUpdate, Payload: next})
+		p, err := changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, IdempotencyKey: a.IdempotencyKey, EntityType: "runtime_spec", EntityID: serviceID, Op: node.OpUpdate, Payload: next})
 		if err != nil {
 			return nil, fmt.Errorf("store runtime spec of %s: %w", serviceID, err)
 		}

@@ -10,13 +10,14 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/scheduler"
 )
 
 // Errors of the ledger decider and of [Registry].
 var (
 	// ErrUnauthenticated is returned for every node authentication failure, with no detail.
-	ErrUnauthenticated = errors.New("berth: authentication failed")
+	ErrUnauthenticated = identity.ErrUnauthenticated
 	// ErrEnrollmentInvalid is returned by [Registry.Register] for an enrollment token that is
 	// unknown, used, expired, or bound to another node id or region.
 	ErrEnrollmentInvalid = errors.New("berth: enrollment token invalid")

@@ -216,7 +216,7 @@ func (r *Registry) Authenticate(ctx context.Context, nodeID, cred string) (*Node
 	if err != nil {
 		return nil, err
 	}
-	if n.Revoked || !identity.VerifyToken(cred, n.CredentialDigest) {
+	if n.Revoked || !identity.CheckBearer(cred, identity.PrefixNode, n.CredentialDigest) {
 		return nil, ErrUnauthenticated
 	}
 	return n, nil

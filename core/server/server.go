@@ -39,6 +39,9 @@ import (
 type Config struct {
 	// DataDir holds keys, the admin token, the embedded store and blobs. Required.
 	DataDir string
+	// BootstrapAdmin and BootstrapPassword, when set, create the first human admin once per
+	// cluster ([identity.Tokens.BootstrapAdmin]); never logged.
+	BootstrapAdmin, BootstrapPassword string
 	// Listen is the API address; default "127.0.0.1:7070".
 	Listen string
 	// GatewayListen is where the gateway plugin serves HTTP; default
@@ -175,6 +178,17 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 
 	tokens := identity.NewTokens(st)
+	if cfg.BootstrapAdmin != "" {
+		created, err := tokens.BootstrapAdmin(ctx, cfg.BootstrapAdmin, cfg.BootstrapPassword)
+		if err != nil {
+			return fmt.Errorf("bootstrap admin: %w", err)
+		}
+		if created {
+			log.Info("bootstrap admin created", "user", cfg.BootstrapAdmin)
+		} else {
+			log.Info("bootstrap admin exists already; nothing changed", "user", cfg.BootstrapAdmin)
+		}
+	}
 	adminCreated, adminToken, err := tokens.EnsureAdmin(ctx, cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("admin token: %w", err)

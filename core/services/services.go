@@ -157,7 +157,7 @@ func logChange(ctx context.Context, id, op string, s *Service) (p changelog.Pend
 	if !ok {
 		return changelog.Pending{}, false, nil
 	}
-	ch := changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "service", EntityID: id, Op: op}
+	ch := changelog.Change{ActorType: a.Type, ActorID: a.ID, IdempotencyKey: a.IdempotencyKey, EntityType: "service", EntityID: id, Op: op}
 	if s != nil {
 		ch.Payload = s
 	}
@@ -351,7 +351,7 @@ func (c *Catalog) EnsureProject(ctx context.Context, name string) (*Project, boo
 	p := &Project{ID: identity.NewID("prj_"), Name: name, CreatedAt: c.now().UTC()}
 	if a, ok := changelog.ActorFrom(ctx); ok {
 		// The payload is the project as the API shows it.
-		pend, err := changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: "project", EntityID: p.ID, Op: node.OpCreate,
+		pend, err := changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, IdempotencyKey: a.IdempotencyKey, EntityType: "project", EntityID: p.ID, Op: node.OpCreate,
 			Payload: client.Project{ID: p.ID, Name: p.Name, CreatedAt: p.CreatedAt}})
 		if err != nil {
 			return nil, false, fmt.Errorf("create project %s: %w", name, err)
