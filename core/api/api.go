@@ -226,7 +226,12 @@ func routeBody(c echo.Context) bodyKind {
 		"POST /api/v1/runners/enrollment-tokens",
 		"PUT /api/v1/projects/:project/placement",
 		"POST /api/v1/projects/:project/placement/rollback",
-		"POST /api/v1/projects/:project/operations":
+		"POST /api/v1/projects/:project/operations",
+		"POST /api/v1/login",
+		"POST /api/v1/users",
+		"POST /api/v1/users/:user/credential",
+		"PUT /api/v1/users/:user/roles",
+		"POST /api/v1/tokens":
 		return bodyJSON
 	case "POST /api/v1/projects/:project/bundles",
 		"POST /api/v1/modules":

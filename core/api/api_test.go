@@ -286,6 +286,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"env over the total", put("web", svc(func(m map[string]any) {
 			m["env"] = map[string]string{"A": strings.Repeat("x", 100<<10), "B": strings.Repeat("x", 100<<10), "C": strings.Repeat("x", 100<<10)}
 		})), 422, "validation_failed"},
+		{"command argument of 200 KiB", put("web", svc(func(m map[string]any) { m["command"] = []string{"./app", strings.Repeat("x", 200<<10)} })), 422, "validation_failed"},
+		{"command over the total", put("web", svc(func(m map[string]any) {
+			m["command"] = []string{"./app", strings.Repeat("x", 100<<10), strings.Repeat("x", 100<<10), strings.Repeat("x", 100<<10)}
+		})), 422, "validation_failed"},
 		{"unknown bundle", put("web", svc(func(m map[string]any) { m["bundle"] = "ghost" })), 404, "bundle_not_found"},
 		{"unknown runtime", put("web", svc(func(m map[string]any) { m["runtime"] = "vm" })), 422, "validation_failed"},
 		{"image on the process runtime", put("web", svc(func(m map[string]any) {

@@ -137,6 +137,16 @@ func validateService(spec *serviceSpec) error {
 	if len(spec.Command) > maxCommand {
 		return fail("command has more than %d arguments", maxCommand)
 	}
+	argv := 0
+	for i, a := range spec.Command {
+		n := len(a) + 1
+		if n > services.MaxArgBytes {
+			return fail("command argument %d is %d bytes with its NUL; one argument is at most %d bytes (Linux refuses longer ones at exec)", i, n, services.MaxArgBytes)
+		}
+		if argv += n; argv > services.MaxArgsBytes {
+			return fail("command argument %d brings the arguments to more than %d bytes (the sum of each with a NUL)", i, services.MaxArgsBytes)
+		}
+	}
 	if spec.Replicas != nil && (*spec.Replicas < 0 || *spec.Replicas > maxReplicas) {
 		return fail("replicas must be between 0 and %d", maxReplicas)
 	}

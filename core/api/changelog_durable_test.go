@@ -141,22 +141,28 @@ func TestChangelogRefusesChangeLargerThanAFrame(t *testing.T) {
 	if code, _ := f.json("GET", "/api/v1/projects/default/services/big", nil); code != 404 {
 		t.Fatalf("refused service is stored: GET answered %d", code)
 	}
-	// A body at the API cap, plain bytes: its entry would be over the
-	// entry limit too, so the entry limit is what binds.
-	if code, out := f.do(req{method: "PUT", path: "/api/v1/projects/default/services/cap", ctype: "application/json", token: f.admin, body: body('a', DefaultMaxBodyBytes-200)}); code != 413 || out["code"] != "change_too_large" {
-		t.Fatalf("body at the cap: %d %v, want 413 change_too_large", code, out)
+	// A body at the API cap, plain bytes: the environment limits refuse it
+	// before any entry is prepared, and it is not stored either.
+	if code, out := f.do(req{method: "PUT", path: "/api/v1/projects/default/services/cap", ctype: "application/json", token: f.admin, body: body('a', DefaultMaxBodyBytes-200)}); code != 422 || out["code"] != "validation_failed" {
+		t.Fatalf("body at the cap: %d %v, want 422 validation_failed", code, out)
 	}
-	// The largest accepted change: grow until refused.
-	size, step := changelog.MaxEntryBytes-4096, 512
-	for size+step < changelog.MaxEntryBytes {
-		code, _ := f.do(req{method: "PUT", path: "/api/v1/projects/default/services/edge", ctype: "application/json", token: f.admin, body: body('a', size+step)})
+	// The largest accepted change: grow until refused. Each '<' takes six
+	// bytes of the entry, so the environment stays under its limits while
+	// the entry reaches its own.
+	size, step := (changelog.MaxEntryBytes-4096)/6, 512/6
+	grown := false
+	for size+step < changelog.MaxEntryBytes/6 {
+		code, out := f.do(req{method: "PUT", path: "/api/v1/projects/default/services/edge", ctype: "application/json", token: f.admin, body: body('<', size+step)})
 		if code == 413 {
 			break
 		}
 		if code != 201 && code != 200 {
-			t.Fatalf("PUT of %d env bytes answered %d", size+step, code)
+			t.Fatalf("PUT of %d env bytes answered %d %v", size+step, code, out)
 		}
-		size += step
+		size, grown = size+step, true
+	}
+	if !grown {
+		t.Fatalf("no change near the entry limit was accepted")
 	}
 	entries := f.changelogEntries()
 	last := entries[len(entries)-1]

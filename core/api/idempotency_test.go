@@ -90,6 +90,7 @@ func exemptFromIdempotency() map[string]string {
 	runner := "runner transport: a repeated call is settled by its lease token (docs/runner-protocol.md section 6)"
 	return map[string]string{
 		"POST /api/v1/nodes/enroll":    "unauthenticated: the single-use join token makes enrollment happen once",
+		"POST /api/v1/login":           "unauthenticated: every login is a new session, never a replayed one",
 		"POST /api/runner/v1/register": runner, "POST /api/runner/v1/heartbeat": runner, "POST /api/runner/v1/claim": runner,
 		"POST /api/runner/v1/renew": runner, "POST /api/runner/v1/complete": runner, "POST /api/runner/v1/fail": runner,
 		"POST /api/runner/v1/observe": runner, "POST /api/runner/v1/artifact": runner, "POST /api/runner/v1/runtime": runner,
@@ -202,6 +203,11 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 	// claimedOnly are keyed routes this table cannot drive to a success.
 	claimedOnly := map[string]string{
 		"POST /api/v1/projects/:project/placement/rollback": "needs a provider placement with a runner",
+		// Identity routes: their success paths are driven in identity_test.go; here it is shown
+		// that each passes through the middleware.
+		"POST /api/v1/logout": "identity", "POST /api/v1/users": "identity", "PUT /api/v1/users/:user/roles": "identity",
+		"POST /api/v1/users/:user/credential": "identity", "POST /api/v1/tokens": "identity",
+		"DELETE /api/v1/tokens/:token": "identity", "POST /api/v1/tokens/:token/rotate": "identity",
 	}
 
 	driven := map[string]bool{}

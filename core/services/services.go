@@ -67,6 +67,11 @@ const (
 	// under the smallest ARG_MAX Linux allows (a quarter of an 8 MiB stack, 2 MiB) so that the
 	// command's arguments and the variables the node agent adds (PORT, HOST, BERTH_*) fit too.
 	MaxEnvBytes = 256 << 10
+	// MaxArgBytes bounds one command argument with its NUL: Linux's MAX_ARG_STRLEN again.
+	MaxArgBytes = 128 << 10
+	// MaxArgsBytes bounds the sum of every command argument's length plus its NUL; with
+	// MaxEnvBytes it keeps argv and the environment together under the smallest ARG_MAX.
+	MaxArgsBytes = 256 << 10
 )
 
 // EnvEntryBytes is what one variable occupies in a process's environment block: KEY=VALUE and
