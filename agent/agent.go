@@ -21,11 +21,9 @@ import (
 	"github.com/berthhq/berth/agent/metrics"
 	"github.com/berthhq/berth/agent/reconcile"
 	"github.com/berthhq/berth/agent/session"
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/client"
 )
-
-// Version is the agent version sent in hello when Config.AgentVersion is empty.
-const Version = "0.1.0"
 
 // ErrRemoved is returned by [Agent.Run] when the node was removed from the
 // cluster (docs/node-protocol.md section 10): the core ended the session with
@@ -38,7 +36,8 @@ type Config struct {
 	DataDir string         // the enrolled data directory
 	Driver  runtime.Driver // the runtime driver; the Agent never closes it
 	Logger  *slog.Logger   // nil means slog.Default()
-	// AgentVersion is reported in hello; empty means [Version].
+	// AgentVersion is reported in hello; empty means the version stamped
+	// into this build (internal/version).
 	AgentVersion string
 	// HTTPClient carries the session and bundle downloads; nil means a client
 	// that pins the certificate fingerprint stored at enrollment (or trusts the
@@ -85,7 +84,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.AgentVersion == "" {
-		cfg.AgentVersion = Version
+		cfg.AgentVersion = version.Version
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -21,6 +21,7 @@ import (
 	"github.com/berthhq/berth/agent/localstore"
 	"github.com/berthhq/berth/host/plugin"
 	"github.com/berthhq/berth/internal/dirlock"
+	"github.com/berthhq/berth/internal/version"
 )
 
 func main() {
@@ -67,6 +68,8 @@ agent stops; a restarted agent adopts them without restarting them.`,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = version.Version
+	root.SetVersionTemplate(version.Line("berth-agent") + "\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError{err} })
 	root.AddCommand(newEnrollCmd(stdout, stderr), newRunCmd(stderr), newInstallCmd(stdout))
 	return root

@@ -15,6 +15,7 @@ import (
 
 	"github.com/berthhq/berth/core/server"
 	"github.com/berthhq/berth/core/slots"
+	"github.com/berthhq/berth/internal/version"
 )
 
 func main() {
@@ -64,11 +65,16 @@ Flags:
 	fs.DurationVar(&cfg.Sweep.Period, "sweep-period", slots.DefaultPeriod, "reconcile at the latest this long after the last pass")
 	fs.DurationVar(&cfg.Sweep.Floor, "sweep-floor", slots.DefaultFloor, "never start a scheduled pass sooner than this after the last one; each rollout step takes at least one pass")
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if *showVersion {
+		_ = version.Print(os.Stdout, "berthd")
+		return 0
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
