@@ -58,6 +58,7 @@ Flags:
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate chain to serve (default: self-signed, generated under --data-dir)")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&cfg.PluginDir, "plugin-dir", "", "directory of berth-plugin-* binaries (default: beside berthd)")
+	fs.StringVar(&cfg.ReleaseDir, "release-dir", "", "directory of Berth binaries offered to nodes by berth node upgrade, named <program>-<version>-<os>-<arch> (default: none)")
 	fs.Int64Var(&cfg.MaxBundleBytes, "max-bundle-bytes", 512<<20, "largest release bundle accepted, in bytes")
 	fs.BoolVar(&cfg.RunnerTransport, "runner-transport", false, "serve the runner transport /api/runner/v1 (off: 404 on the whole prefix)")
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "loopback address serving Go runtime profiles at /debug/pprof/ (default: none)")
