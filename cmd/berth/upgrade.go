@@ -95,6 +95,11 @@ node's (agent_downgrade) or outside the version skew berthd accepts
 				}
 			}
 			if failed > 0 {
+				for _, o := range out {
+					if o.Err != nil {
+						fmt.Fprintf(a.stderr, "node %s: %v\n", o.NodeID, o.Err)
+					}
+				}
 				return fmt.Errorf("%d of %d node upgrade(s) failed", failed, len(out))
 			}
 			return nil

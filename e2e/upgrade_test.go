@@ -1,0 +1,261 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthhq/berth/internal/proctest"
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// buildAt builds pkg into out with the release version v stamped, as
+// `make build VERSION=v` does.
+func buildAt(t *testing.T, out, v, pkg string) {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/berthhq/berth/internal/version.Version="+v, "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s at %s: %v\n%s", pkg, v, err, b)
+	}
+}
+
+func fileSum(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+func copyExec(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// agentAt enrolls a node named name and runs the agent binary bin (a copy
+// only this node uses, since an upgrade replaces it) with the process driver.
+func agentAt(t *testing.T, cl *cluster, name, bin string, extra ...string) *proctest.Proc {
+	t.Helper()
+	jt, err := cl.c.CreateJoinToken(context.Background(), client.JoinTokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(cl.dir, "agent-"+name)
+	logPath := filepath.Join(cl.dir, "agent-"+name+".log")
+	enroll := proctest.Start(t, logPath, bin, "enroll", "--server", cl.url, "--join-token", jt.Token,
+		"--fingerprint", cl.fingerprint, "--data-dir", dir, "--label", "name="+name)
+	<-enroll.Done()
+	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("enroll %s exited %d:\n%s", name, code, readFile(t, logPath))
+	}
+	p := proctest.Start(t, logPath, bin, append([]string{"run", "--data-dir", dir, "--plugin-dir", env.bin}, extra...)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b := readFile(t, logPath)
+			if len(b) > 12000 {
+				b = b[len(b)-12000:]
+			}
+			t.Logf("---- agent %s (tail) ----\n%s", name, b)
+		}
+	})
+	return p
+}
+
+func (cl *cluster) nodeNamed(t *testing.T, name string) client.Node {
+	t.Helper()
+	ns, err := cl.c.ListNodes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns {
+		if n.Labels["name"] == name {
+			return n
+		}
+	}
+	return client.Node{}
+}
+
+// TestAgentUpgradeSkewAndRollback runs real binaries built at several
+// versions (docs/upgrades.md): berthd 0.4.0 accepts an agent 0.3.0 (one minor
+// behind) and refuses one at 0.2.0 with agent_version_skew; `berth node
+// upgrade` takes the 0.3.0 agent to 0.4.0 in place without restarting its
+// workload; a downgrade is refused; a release whose file no longer matches
+// its SHA-256 is refused and nothing is replaced; a forced upgrade to 0.5.0,
+// which this core refuses, is rolled back to 0.4.0 by the agent itself.
+func TestAgentUpgradeSkewAndRollback(t *testing.T) {
+	builds := t.TempDir()
+	rel := filepath.Join(builds, "releases")
+	if err := os.MkdirAll(rel, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	berthd := filepath.Join(builds, "berthd-0.4.0")
+	buildAt(t, berthd, "0.4.0", "./cmd/berthd")
+	agents := map[string]string{}
+	platform := goruntime.GOOS + "-" + goruntime.GOARCH
+	for _, v := range []string{"0.2.0", "0.3.0", "0.4.0", "0.5.0"} {
+		agents[v] = filepath.Join(builds, "berth-agent-"+v)
+		buildAt(t, agents[v], v, "./cmd/berth-agent")
+	}
+	for _, v := range []string{"0.4.0", "0.5.0"} {
+		copyExec(t, agents[v], filepath.Join(rel, "berth-agent-"+v+"-"+platform))
+	}
+
+	cl := &cluster{dir: t.TempDir(), api: proctest.FreeAddr(t), gateway: proctest.FreeAddr(t)}
+	t.Cleanup(func() { cl.killWorkloads(t) })
+	cl.berthd = proctest.Start(t, filepath.Join(cl.dir, "berthd.log"), berthd,
+		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway,
+		"--plugin-dir", env.bin, "--release-dir", rel, "--log-level", "debug", "--sweep-floor", "1s")
+	cl.url = "https://" + cl.api
+	d := proctest.WaitBerthdReady(t, cl.berthd, filepath.Join(cl.dir, "berthd"), cl.url, 60*time.Second)
+	cl.fingerprint, cl.token = d.Fingerprint, d.Token
+	var err error
+	if cl.c, err = client.New(cl.url, client.WithToken(cl.token), client.WithFingerprint(cl.fingerprint)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			b := readFile(t, filepath.Join(cl.dir, "berthd.log"))
+			if len(b) > 12000 {
+				b = b[len(b)-12000:]
+			}
+			t.Logf("---- berthd (tail) ----\n%s", b)
+		}
+	})
+	if out := cl.cli(t, "--version"); !strings.HasPrefix(out, "berth ") {
+		t.Fatalf("berth --version: %q", out)
+	}
+
+	// An agent one minor behind the core is welcomed.
+	nodeBin := filepath.Join(cl.dir, "node-bin")
+	if err := os.MkdirAll(nodeBin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(nodeBin, "berth-agent")
+	copyExec(t, agents["0.3.0"], exe)
+	agentAt(t, cl, "old", exe, "--upgrade-confirm-window", "5s")
+	waitFor(t, converge, "agent 0.3.0 connected", func() (bool, string) {
+		n := cl.nodeNamed(t, "old")
+		return n.Status == "connected" && n.AgentVersion == "0.3.0", fmt.Sprintf("%+v", n)
+	})
+	id := cl.nodeNamed(t, "old").ID
+
+	// An agent two minors behind is refused, fatally.
+	tooOld := agentAt(t, cl, "ancient", agents["0.2.0"])
+	waitFor(t, converge, "agent 0.2.0 refused", func() (bool, string) {
+		log := string(readFile(t, tooOld.LogPath()))
+		return strings.Contains(log, "agent_version_skew"), log
+	})
+	if n := cl.nodeNamed(t, "ancient"); n.Status == "connected" {
+		t.Fatalf("agent 0.2.0 connected to berthd 0.4.0: %+v", n)
+	}
+
+	// A workload that must outlive every agent restart below.
+	cl.pushBundle(t, env.helloDir, "hello")
+	spec := filepath.Join(cl.dir, "hello.yaml")
+	writeSpec(t, spec, 1)
+	cl.cli(t, "apply", "-f", spec)
+	ids := cl.waitReplicas(t, "hello", 1)
+	before := fmt.Sprint(cl.workloadPIDs(t))
+
+	// The upgrade to 0.4.0.
+	var res []struct {
+		NodeID, From, To, State, Error string
+		DurationMS                     int64 `json:"duration_ms"`
+	}
+	if err := json.Unmarshal([]byte(cl.cli(t, "node", "upgrade", id, "--version", "0.4.0", "-o", "json")), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].State != "upgraded" || res[0].From != "0.3.0" || res[0].To != "0.4.0" {
+		t.Fatalf("upgrade answer %+v", res)
+	}
+	t.Logf("agent upgrade 0.3.0 -> 0.4.0 took %d ms", res[0].DurationMS)
+	if n := cl.nodeNamed(t, "old"); n.AgentVersion != "0.4.0" || n.Status != "connected" {
+		t.Fatalf("node after the upgrade: %+v", n)
+	}
+	if got, want := fileSum(t, exe), fileSum(t, agents["0.4.0"]); got != want {
+		t.Fatalf("binary after the upgrade is %s, want the 0.4.0 release %s", got, want)
+	}
+	if got, want := fileSum(t, exe+".prev"), fileSum(t, agents["0.3.0"]); got != want {
+		t.Fatalf(".prev is %s, want the 0.3.0 binary %s", got, want)
+	}
+	if after := fmt.Sprint(cl.workloadPIDs(t)); after != before {
+		t.Fatalf("the upgrade restarted workloads: before %s, after %s", before, after)
+	}
+	// Repeating it changes nothing.
+	if out := cl.cli(t, "node", "upgrade", id, "--version", "0.4.0"); !strings.Contains(out, "unchanged") {
+		t.Fatalf("repeated upgrade:\n%s", out)
+	}
+
+	// A downgrade is refused unless forced.
+	if out := cl.cliFails(t, "node", "upgrade", id, "--version", "0.3.0"); !strings.Contains(out, "agent_downgrade") {
+		t.Fatalf("downgrade: %s", out)
+	}
+	// An upgrade ahead of the core is refused unless forced.
+	if out := cl.cliFails(t, "node", "upgrade", id, "--version", "0.5.0"); !strings.Contains(out, "agent_version_skew") {
+		t.Fatalf("upgrade ahead of the core: %s", out)
+	}
+
+	// The 0.5.0 file is altered after berthd hashed it (same size and
+	// modification time): the agent refuses it and keeps its binary.
+	relFile := filepath.Join(rel, "berth-agent-0.5.0-"+platform)
+	orig, err := os.ReadFile(relFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := os.Stat(relFile)
+	tampered := append([]byte(nil), orig...)
+	tampered[len(tampered)/2] ^= 0xff
+	if err := os.WriteFile(relFile, tampered, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chtimes(relFile, info.ModTime(), info.ModTime())
+	if out := cl.cliFails(t, "node", "upgrade", id, "--version", "0.5.0", "--force"); !strings.Contains(out, "digest_mismatch") {
+		t.Fatalf("tampered release: %s", out)
+	}
+	if got, want := fileSum(t, exe), fileSum(t, agents["0.4.0"]); got != want {
+		t.Fatal("a tampered release replaced the binary")
+	}
+	if err := os.WriteFile(relFile, orig, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chtimes(relFile, info.ModTime(), info.ModTime())
+
+	// Forced to 0.5.0, which berthd 0.4.0 refuses: the agent is never
+	// welcomed, rolls back to .prev within its window and comes back at 0.4.0.
+	if out := cl.cliFails(t, "node", "upgrade", id, "--version", "0.5.0", "--force"); !strings.Contains(out, "upgrade_failed") {
+		t.Fatalf("forced upgrade to a refused version: %s", out)
+	}
+	if n := cl.nodeNamed(t, "old"); n.AgentVersion != "0.4.0" || n.Status != "connected" {
+		t.Fatalf("node after the rollback: %+v", n)
+	}
+	if got, want := fileSum(t, exe), fileSum(t, agents["0.4.0"]); got != want {
+		t.Fatalf("binary after the rollback is %s, want the 0.4.0 one", got)
+	}
+	if after := fmt.Sprint(cl.workloadPIDs(t)); after != before {
+		t.Fatalf("the rollback restarted workloads: before %s, after %s", before, after)
+	}
+	cl.waitAnswering(t, "hello.localhost", ids)
+}
