@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -258,4 +260,128 @@ func TestAgentUpgradeSkewAndRollback(t *testing.T) {
 		t.Fatalf("the rollback restarted workloads: before %s, after %s", before, after)
 	}
 	cl.waitAnswering(t, "hello.localhost", ids)
+}
+
+// coreEvent is the part of a GET /api/v1/events item the fleet test reads.
+type coreEvent struct {
+	Seq   int64 `json:"seq"`
+	Event struct {
+		Type    string `json:"type"`
+		Subject struct {
+			ID string `json:"id"`
+		} `json:"subject"`
+	} `json:"event"`
+}
+
+// TestFleetUpgradeMaxParallel upgrades ten real agents with `berth node
+// upgrade --all --max-parallel 2` and checks, in berthd's own event log
+// (ordered by seq), that no more than two of them were away at once: each
+// node.disconnected opens a node's restart and its next node.connected
+// closes it.
+func TestFleetUpgradeMaxParallel(t *testing.T) {
+	const nodes = 10
+	builds := t.TempDir()
+	rel := filepath.Join(builds, "releases")
+	if err := os.MkdirAll(rel, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	platform := goruntime.GOOS + "-" + goruntime.GOARCH
+	old := filepath.Join(builds, "berth-agent-0.3.0")
+	buildAt(t, old, "0.3.0", "./cmd/berth-agent")
+	buildAt(t, filepath.Join(rel, "berth-agent-0.4.0-"+platform), "0.4.0", "./cmd/berth-agent")
+
+	cl := &cluster{dir: t.TempDir(), api: proctest.FreeAddr(t), gateway: proctest.FreeAddr(t)}
+	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd",
+		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", "off",
+		"--release-dir", rel, "--log-level", "info")
+	cl.url = "https://" + cl.api
+	d := proctest.WaitBerthdReady(t, cl.berthd, filepath.Join(cl.dir, "berthd"), cl.url, 60*time.Second)
+	cl.fingerprint, cl.token = d.Fingerprint, d.Token
+	var err error
+	if cl.c, err = client.New(cl.url, client.WithToken(cl.token), client.WithFingerprint(cl.fingerprint)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range nodes {
+		dir := filepath.Join(cl.dir, fmt.Sprintf("node-bin-%d", i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		exe := filepath.Join(dir, "berth-agent")
+		copyExec(t, old, exe)
+		agentAt(t, cl, fmt.Sprintf("n%d", i), exe, "--driver", "fake")
+	}
+	waitFor(t, 2*converge, "ten agents 0.3.0 connected", func() (bool, string) {
+		ns, err := cl.c.ListNodes(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		n := 0
+		for _, nd := range ns {
+			if nd.Status == "connected" && nd.AgentVersion == "0.3.0" {
+				n++
+			}
+		}
+		return n == nodes, fmt.Sprintf("%d connected", n)
+	})
+	events := func() []coreEvent {
+		var out struct {
+			Items []coreEvent `json:"items"`
+		}
+		req, _ := http.NewRequest(http.MethodGet, cl.url+"/api/v1/events?limit=1000", nil)
+		req.Header.Set("Authorization", "Bearer "+cl.token)
+		resp, err := d.HTTP.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out.Items
+	}
+	mark := int64(0)
+	for _, e := range events() {
+		mark = max(mark, e.Seq)
+	}
+
+	var res []struct {
+		NodeID, State, Error string
+	}
+	if err := json.Unmarshal([]byte(cl.cli(t, "node", "upgrade", "--all", "--max-parallel", "2", "--version", "0.4.0", "-o", "json")), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != nodes {
+		t.Fatalf("%d results, want %d: %+v", len(res), nodes, res)
+	}
+	for _, r := range res {
+		if r.State != "upgraded" {
+			t.Fatalf("node %s: %s %s", r.NodeID, r.State, r.Error)
+		}
+	}
+	away, most, restarts := map[string]bool{}, 0, 0
+	evs := events()
+	sort.Slice(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
+	for _, e := range evs {
+		if e.Seq <= mark {
+			continue
+		}
+		switch e.Event.Type {
+		case "node.disconnected":
+			away[e.Event.Subject.ID] = true
+			restarts++
+		case "node.connected":
+			delete(away, e.Event.Subject.ID)
+		}
+		most = max(most, len(away))
+	}
+	if most > 2 || most == 0 {
+		t.Fatalf("at most %d agents were away at once during the upgrade (%d restarts seen), want 1 or 2", most, restarts)
+	}
+	t.Logf("%d restarts seen, at most %d agents away at once", restarts, most)
+	ns, _ := cl.c.ListNodes(context.Background())
+	for _, n := range ns {
+		if n.AgentVersion != "0.4.0" || n.Status != "connected" {
+			t.Fatalf("node after the fleet upgrade: %+v", n)
+		}
+	}
 }
