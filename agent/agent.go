@@ -72,11 +72,15 @@ type Config struct {
 	SelfUpgrade *SelfUpgrade
 }
 
-// SelfUpgrade says which binary an agent replaces when upgraded.
+// SelfUpgrade says which binaries an agent replaces when upgraded.
 type SelfUpgrade struct {
 	// Path is the absolute path of the running agent binary, resolved
 	// before anything could replace it.
 	Path string
+	// DriverPath, when not empty, is the absolute path of the runtime
+	// driver plugin's binary: agent_upgrade of "berth-plugin-<driver>"
+	// replaces it, and the agent restarts to relaunch it.
+	DriverPath string
 	// ConfirmWindow is how long a new version has to be welcomed by the core
 	// before it rolls back to the previous binary; zero means
 	// upgrade.DefaultConfirmWindow.
@@ -212,7 +216,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: bundle client: %w", err)
 	}
 
-	var up *upgrade.Manager
+	var up, pluginUp *upgrade.Manager
 	if su := a.cfg.SelfUpgrade; su != nil {
 		up, err = upgrade.New(upgrade.Config{
 			Path: su.Path, DataDir: a.cfg.DataDir, Program: "berth-agent", Version: a.cfg.AgentVersion,
@@ -236,6 +240,31 @@ func (a *Agent) Run(ctx context.Context) error {
 				}
 			})
 			defer t.Stop()
+		}
+		if su.DriverPath != "" {
+			pluginUp, err = upgrade.New(upgrade.Config{
+				Path: su.DriverPath, DataDir: a.cfg.DataDir, Program: "berth-plugin-" + desc.Name, Version: desc.Version,
+				Fetch: bundles.OpenRelease, ConfirmWindow: su.ConfirmWindow, Now: a.cfg.Now,
+				Logger: a.log.With("component", "upgrade", "program", "berth-plugin-"+desc.Name),
+			})
+			if err != nil {
+				return fmt.Errorf("agent: %w", err)
+			}
+			act, err := pluginUp.Resume()
+			if err != nil {
+				a.log.Error("settle the driver plugin's upgrade record", "error", err)
+			}
+			switch act {
+			case upgrade.Restart:
+				return ErrRestart
+			case upgrade.AwaitConfirm:
+				t := time.AfterFunc(pluginUp.ConfirmWindow(), func() {
+					if _, err := pluginUp.RollBack(); err != nil {
+						a.log.Error("roll back the unconfirmed driver plugin upgrade", "error", err)
+					}
+				})
+				defer t.Stop()
+			}
 		}
 	}
 
@@ -335,16 +364,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		},
 		OnStored: func(int64) { loop.Wake() },
 		OnWelcome: func() {
-			if up != nil {
-				if err := up.Confirm(); err != nil {
-					a.log.Error("confirm the upgraded version", "error", err)
+			for _, m := range []*upgrade.Manager{up, pluginUp} {
+				if m != nil {
+					if err := m.Confirm(); err != nil {
+						a.log.Error("confirm the upgraded version", "error", err)
+					}
 				}
 			}
 		},
-		Events:     a.store,
-		Log:        a.store,
-		Keys:       a.store,
-		Commands:   &commands{driver: a.cfg.Driver, ring: ring, now: a.cfg.Now, leases: leases, upgrade: up},
+		Events: a.store,
+		Log:    a.store,
+		Keys:   a.store,
+		Commands: &commands{driver: a.cfg.Driver, ring: ring, now: a.cfg.Now, leases: leases,
+			upgrade: up, plugin: pluginUp, pluginName: "berth-plugin-" + desc.Name},
 		Leases:     leases,
 		HTTPClient: a.cfg.HTTPClient,
 		Logger:     a.log.With("component", "session"),
@@ -357,11 +389,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	var restarting atomic.Bool
-	if up != nil {
+	for _, m := range []*upgrade.Manager{up, pluginUp} {
+		if m == nil {
+			continue
+		}
 		go func() {
 			select {
 			case <-ctx.Done():
-			case <-up.RestartRequested():
+			case <-m.RestartRequested():
 				restarting.Store(true)
 				stopAll()
 			}

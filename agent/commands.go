@@ -30,8 +30,10 @@ type commands struct {
 	ring   *metrics.Ring
 	now    func() time.Time
 	leases *lease.Manager // nil refuses fence_ack
-	// upgrade serves agent_upgrade (docs/upgrades.md section 3); nil refuses it.
-	upgrade *upgrade.Manager
+	// upgrade serves agent_upgrade of the agent binary, plugin that of the
+	// runtime driver plugin (docs/upgrades.md section 3); nil refuses it.
+	upgrade, plugin *upgrade.Manager
+	pluginName      string // "berth-plugin-<driver>"
 }
 
 var _ session.Commands = (*commands)(nil)
@@ -106,10 +108,19 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 		if err := json.Unmarshal(cmd.Params, &p); err != nil || p.Version == "" {
 			return errorResult(berrors.BadMessage, "agent_upgrade needs version and releases")
 		}
-		if c.upgrade == nil {
-			return errorResult(berrors.Unimplemented, "this agent was started without self-upgrade")
+		switch {
+		case p.Program == "" || p.Program == "berth-agent":
+			if c.upgrade == nil {
+				return errorResult(berrors.Unimplemented, "this agent was started without self-upgrade")
+			}
+			return c.upgrade.Upgrade(ctx, p)
+		case p.Program == c.pluginName && c.plugin != nil:
+			return c.plugin.Upgrade(ctx, p)
+		case p.Program == c.pluginName:
+			return errorResult(berrors.Unimplemented, p.Program+" is pinned by a plugin catalog on this node; update the catalog and restart the agent instead")
+		default:
+			return errorResult(berrors.ReleaseNotFound, fmt.Sprintf("this node runs no %s to upgrade (it runs %s)", p.Program, c.pluginName))
 		}
-		return c.upgrade.Upgrade(ctx, p)
 	default:
 		return errorResult(berrors.BadMessage, fmt.Sprintf("unknown command kind %q", cmd.Kind))
 	}

@@ -385,3 +385,69 @@ func TestFleetUpgradeMaxParallel(t *testing.T) {
 		}
 	}
 }
+
+// TestDriverPluginUpgrade replaces a node's process driver plugin, built at
+// 0.4.0 and 0.4.1, with `berth node upgrade --program berth-plugin-process`:
+// the agent swaps the plugin's file, restarts to relaunch it, and the new
+// plugin recovers the running workload instead of restarting it.
+func TestDriverPluginUpgrade(t *testing.T) {
+	builds := t.TempDir()
+	rel := filepath.Join(builds, "releases")
+	plugins := filepath.Join(builds, "plugins")
+	for _, d := range []string{rel, plugins} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	platform := goruntime.GOOS + "-" + goruntime.GOARCH
+	plug := filepath.Join(plugins, "berth-plugin-process")
+	buildAt(t, plug, "0.4.0", "./cmd/berth-plugin-process")
+	newPlug := filepath.Join(rel, "berth-plugin-process-0.4.1-"+platform)
+	buildAt(t, newPlug, "0.4.1", "./cmd/berth-plugin-process")
+
+	cl := &cluster{dir: t.TempDir(), api: proctest.FreeAddr(t), gateway: proctest.FreeAddr(t)}
+	t.Cleanup(func() { cl.killWorkloads(t) })
+	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd",
+		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway,
+		"--release-dir", rel, "--log-level", "info", "--sweep-floor", "1s")
+	cl.url = "https://" + cl.api
+	d := proctest.WaitBerthdReady(t, cl.berthd, filepath.Join(cl.dir, "berthd"), cl.url, 60*time.Second)
+	cl.fingerprint, cl.token = d.Fingerprint, d.Token
+	var err error
+	if cl.c, err = client.New(cl.url, client.WithToken(cl.token), client.WithFingerprint(cl.fingerprint)); err != nil {
+		t.Fatal(err)
+	}
+	agentAt(t, cl, "p", filepath.Join(env.bin, "berth-agent"), "--plugin-dir", plugins)
+	waitFor(t, converge, "node connected", func() (bool, string) {
+		n := cl.nodeNamed(t, "p")
+		return n.Status == "connected", fmt.Sprintf("%+v", n)
+	})
+	id := cl.nodeNamed(t, "p").ID
+	cl.pushBundle(t, env.helloDir, "hello")
+	spec := filepath.Join(cl.dir, "hello.yaml")
+	writeSpec(t, spec, 1)
+	cl.cli(t, "apply", "-f", spec)
+	ids := cl.waitReplicas(t, "hello", 1)
+	before := fmt.Sprint(cl.workloadPIDs(t))
+
+	var res []struct{ NodeID, From, To, State, Error string }
+	if err := json.Unmarshal([]byte(cl.cli(t, "node", "upgrade", id, "--program", "berth-plugin-process", "--version", "0.4.1", "-o", "json")), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].State != "upgraded" || res[0].From != "0.4.0" || res[0].To != "0.4.1" {
+		t.Fatalf("plugin upgrade answer %+v", res)
+	}
+	if got, want := fileSum(t, plug), fileSum(t, newPlug); got != want {
+		t.Fatalf("plugin binary is %s after the upgrade, want the 0.4.1 release %s", got, want)
+	}
+	if after := fmt.Sprint(cl.workloadPIDs(t)); after != before {
+		t.Fatalf("the plugin upgrade restarted workloads: before %s, after %s", before, after)
+	}
+	cl.waitAnswering(t, "hello.localhost", ids)
+	if out := cl.cli(t, "node", "upgrade", id, "--program", "berth-plugin-process", "--version", "0.4.1"); !strings.Contains(out, "unchanged") {
+		t.Fatalf("repeated plugin upgrade:\n%s", out)
+	}
+	if out := cl.cliFails(t, "node", "upgrade", id, "--program", "berth-plugin-process", "--version", "0.4.0"); !strings.Contains(out, "agent_downgrade") {
+		t.Fatalf("plugin downgrade: %s", out)
+	}
+}

@@ -8,11 +8,15 @@ package node
 // release_not_found, upgrade_in_progress, upgrade_failed.
 const CommandAgentUpgrade = "agent_upgrade"
 
-// AgentUpgrade is the params of agent_upgrade. Version is the target
-// ("0.4.0"); Releases are the core's binaries of that version, one per
-// platform, and the agent takes the one of its own OS and architecture;
+// AgentUpgrade is the params of agent_upgrade. Program is the binary to
+// replace: "berth-agent" (or empty) for the agent itself, or
+// "berth-plugin-<driver>" for the node's runtime driver plugin, which the
+// agent relaunches by restarting, its workloads recovered. Version is the
+// target ("0.4.0"); Releases are the core's binaries of that version, one
+// per platform, and the agent takes the one of its own OS and architecture;
 // Force allows a downgrade.
 type AgentUpgrade struct {
+	Program  string        `json:"program,omitempty"`
 	Version  string        `json:"version"`
 	Releases []ReleaseFile `json:"releases"`
 	Force    bool          `json:"force,omitempty"`

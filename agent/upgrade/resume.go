@@ -3,6 +3,7 @@ package upgrade
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,13 +28,13 @@ const (
 // uses the data directory (docs/upgrades.md section 3.3):
 //
 //   - no record: Continue;
-//   - a record of an upgrade to the running version, first start: count
-//     the start and AwaitConfirm;
+//   - a record whose new binary is at Path (by SHA-256), first start:
+//     count the start and AwaitConfirm;
 //   - the same, started again without having been confirmed (the new
 //     binary died, or was killed, before the core welcomed it): restore
 //     Path+".prev" and Restart;
-//   - a record of an upgrade from the running version (the swap never
-//     happened, or was rolled back): remove it and Continue.
+//   - a record whose new binary is not at Path (the swap never happened,
+//     or was rolled back): remove it and Continue.
 //
 // Leftover staging files beside Path are removed. Errors come from the
 // file system; the caller should log them and Continue.
@@ -47,7 +48,7 @@ func (m *Manager) Resume() (Action, error) {
 		m.log.Warn("upgrade record is about another binary; removing it", "path", mk.Path, "program", mk.Program)
 		return Continue, m.removeMarker()
 	}
-	if mk.To == m.cfg.Version && mk.State == StateSwapped {
+	if mk.State == StateSwapped && m.inPlace(mk) {
 		mk.Starts++
 		if mk.Starts > 1 {
 			m.log.Error("the new version started before and was never confirmed; rolling back", "from", mk.From, "to", mk.To, "starts", mk.Starts)
@@ -81,7 +82,7 @@ func (m *Manager) Confirm() error {
 	}
 	m.pending = false
 	mk, err := m.readMarker()
-	if err != nil || mk == nil || mk.To != m.cfg.Version {
+	if err != nil || mk == nil {
 		return err
 	}
 	m.log.Info("new version confirmed", "from", mk.From, "to", mk.To)
@@ -129,6 +130,24 @@ func (m *Manager) rollBackLocked(mk *Marker) (Action, error) {
 		return Restart, err
 	}
 	return Restart, nil
+}
+
+// RollBackUnconfirmed puts Path+".prev" back when program's upgrade record
+// says its new binary is at path and unconfirmed: the caller could not even
+// start it (a node plugin that does not launch). It reports whether it rolled
+// back; the caller then starts the previous binary.
+func RollBackUnconfirmed(dataDir, program, path string, log *slog.Logger) (bool, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	m := &Manager{cfg: Config{Path: path, DataDir: dataDir, Program: program}, log: log, restart: make(chan struct{})}
+	mk, err := m.readMarker()
+	if err != nil || mk == nil || mk.State != StateSwapped || !m.inPlace(mk) {
+		return false, err
+	}
+	log.Error("the new version does not start; rolling back", "program", program, "from", mk.From, "to", mk.To)
+	act, err := m.rollBackLocked(mk)
+	return act == Restart, err
 }
 
 // removeStaged deletes staging files a killed upgrade left beside Path.

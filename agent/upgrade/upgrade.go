@@ -29,10 +29,20 @@ import (
 	"github.com/berthhq/berth/internal/version"
 )
 
-// MarkerFile is the upgrade record in the agent's data directory. It exists
-// from just before the swap until the new binary is confirmed (welcomed by
-// the core) or the old one runs again.
+// MarkerFile is the upgrade record of the agent binary in the agent's data
+// directory; a node plugin's is [MarkerName] of its program. It exists from
+// just before the swap until the new binary is confirmed (the core welcomed
+// the agent after the restart) or the old one is back.
 const MarkerFile = "upgrade.json"
+
+// MarkerName is the name of program's upgrade record in the data directory:
+// [MarkerFile] for berth-agent, "upgrade-<program>.json" for a plugin.
+func MarkerName(program string) string {
+	if program == "berth-agent" {
+		return MarkerFile
+	}
+	return "upgrade-" + program + ".json"
+}
 
 // Defaults of [Config].
 const (
@@ -65,11 +75,13 @@ type Config struct {
 	// Path is the absolute path of the running binary, resolved at start
 	// (before any swap); the swap replaces it and keeps Path+".prev".
 	Path string
-	// DataDir holds [MarkerFile].
+	// DataDir holds the upgrade record ([MarkerName]).
 	DataDir string
-	// Program is the name the binary prints first for --version ("berth-agent").
+	// Program is the name the binary prints first for --version
+	// ("berth-agent", "berth-plugin-process").
 	Program string
-	// Version is the running version (internal/version.Version).
+	// Version is the running version: internal/version.Version for the
+	// agent, the Describe answer for a plugin.
 	Version string
 	// Fetch opens the release whose SHA-256 is sum (GET /api/v1/releases/{sum}).
 	Fetch func(ctx context.Context, sum string) (io.ReadCloser, error)
@@ -133,7 +145,29 @@ func (m *Manager) requestRestart(after time.Duration) {
 // ConfirmWindow is the configured window of an unconfirmed new version.
 func (m *Manager) ConfirmWindow() time.Duration { return m.cfg.ConfirmWindow }
 
-func (m *Manager) markerPath() string { return filepath.Join(m.cfg.DataDir, MarkerFile) }
+func (m *Manager) markerPath() string {
+	return filepath.Join(m.cfg.DataDir, MarkerName(m.cfg.Program))
+}
+
+// inPlace reports whether the binary at Path is the one mk installs.
+func (m *Manager) inPlace(mk *Marker) bool {
+	sum, _, err := hashFile(m.cfg.Path)
+	return err == nil && sum == mk.SHA256
+}
+
+func hashFile(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
 
 func (m *Manager) readMarker() (*Marker, error) {
 	raw, err := securefile.ReadFile(m.markerPath())

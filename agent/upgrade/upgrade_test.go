@@ -414,3 +414,43 @@ func TestHelperUpgrade(t *testing.T) {
 		{Name: "berth-agent", Version: "0.4.0", OS: goruntime.GOOS, Arch: goruntime.GOARCH, SHA256: os.Getenv("UPGRADE_SUM"), Size: size}}})
 	t.Fatalf("helper was not killed: %+v", res)
 }
+
+// TestRollBackUnconfirmedPlugin: a driver plugin swapped in that does not
+// launch is put back before the agent starts it; the record is then
+// settled, so a second failure does not loop.
+func TestRollBackUnconfirmedPlugin(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "berth-plugin-process")
+	data := filepath.Join(dir, "data")
+	_ = os.MkdirAll(data, 0o700)
+	old := script("berth-plugin-process", "0.4.0")
+	if err := os.WriteFile(path, old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	newBin := script("berth-plugin-process", "0.4.1")
+	m, err := New(Config{Path: path, DataDir: data, Program: "berth-plugin-process", Version: "0.4.0", RestartGrace: time.Millisecond,
+		Fetch: func(context.Context, string) (io.ReadCloser, error) {
+			return io.NopCloser(bytes.NewReader(newBin)), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := m.Upgrade(context.Background(), node.AgentUpgrade{Program: "berth-plugin-process", Version: "0.4.1", Releases: []node.ReleaseFile{
+		{Name: "berth-plugin-process", Version: "0.4.1", OS: goruntime.GOOS, Arch: goruntime.GOARCH, SHA256: sum(newBin), Size: int64(len(newBin))}}})
+	if res.Status != "ok" {
+		t.Fatalf("plugin upgrade: %+v %+v", res, res.Error)
+	}
+	if _, err := os.Stat(filepath.Join(data, "upgrade-berth-plugin-process.json")); err != nil {
+		t.Fatalf("plugin upgrade record: %v", err)
+	}
+	back, err := RollBackUnconfirmed(data, "berth-plugin-process", path, nil)
+	if err != nil || !back {
+		t.Fatalf("RollBackUnconfirmed = %v, %v; want a rollback", back, err)
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, old) {
+		t.Fatalf("plugin after the rollback: %q", got)
+	}
+	if back, err := RollBackUnconfirmed(data, "berth-plugin-process", path, nil); err != nil || back {
+		t.Fatalf("second RollBackUnconfirmed = %v, %v; want nothing to do", back, err)
+	}
+}

@@ -210,19 +210,36 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver strin
 	if err != nil {
 		return configError{fmt.Errorf("%s driver: %w", driver, err)}
 	}
+	// A driver plugin pinned by a plugin catalog is upgraded by updating the
+	// catalog; one resolved by its file alone can be upgraded in place.
+	driverPath := ""
+	if _, err := plugin.LoadCatalog(pluginDir); errors.Is(err, plugin.ErrNoCatalog) {
+		if driverPath, err = filepath.Abs(entry.Path); err != nil {
+			return fmt.Errorf("driver plugin path: %w", err)
+		}
+	}
 	drv, err := plugin.LaunchDriver(ctx, entry.Apply(plugin.Config{
 		Args:   []string{"--state-dir", stateDir},
 		PidDir: filepath.Join(dataDir, "plugins"),
 		Logger: log,
 	}))
 	if err != nil {
+		// A new driver plugin that does not even launch goes back to the
+		// previous one, which the restarted agent launches.
+		if driverPath != "" {
+			if back, rerr := upgrade.RollBackUnconfirmed(dataDir, "berth-plugin-"+driver, driverPath, log); rerr != nil {
+				log.Error("roll back the driver plugin", "error", rerr)
+			} else if back {
+				return restartError{path: exe}
+			}
+		}
 		return fmt.Errorf("launch %s driver: %w", driver, err)
 	}
 	// Closing the plugin leaves workloads running (the process driver's
 	// workloads outlive it).
 	defer func() { _ = drv.Close() }()
 	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: network,
-		SelfUpgrade: &agent.SelfUpgrade{Path: exe, ConfirmWindow: confirmWindow}})
+		SelfUpgrade: &agent.SelfUpgrade{Path: exe, DriverPath: driverPath, ConfirmWindow: confirmWindow}})
 	if err != nil {
 		return err
 	}

@@ -13,10 +13,10 @@ import (
 func newNodeUpgradeCmd(a *app) *cobra.Command {
 	var all, force bool
 	var maxParallel int
-	var ver string
+	var ver, program string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "upgrade ID...|--all [--version V] [--max-parallel N] [--force]",
+		Use:   "upgrade ID...|--all [--program P] [--version V] [--max-parallel N] [--force]",
 		Short: "Upgrade node agents in place to a release berthd serves",
 		Long: `upgrade replaces the berth-agent binary of nodes with a release from berthd's
 --release-dir (docs/upgrades.md): berthd offers the release over the node's
@@ -58,7 +58,7 @@ node's (agent_downgrade) or outside the version skew berthd accepts
 					}
 				}
 			}
-			req := client.UpgradeRequest{Version: ver, Force: force, TimeoutS: int(timeout / time.Second)}
+			req := client.UpgradeRequest{Program: program, Version: ver, Force: force, TimeoutS: int(timeout / time.Second)}
 			out := c.UpgradeNodes(cmd.Context(), ids, req, maxParallel)
 			failed := 0
 			type result struct {
@@ -108,7 +108,8 @@ node's (agent_downgrade) or outside the version skew berthd accepts
 	f := cmd.Flags()
 	f.BoolVar(&all, "all", false, "upgrade every node that is not removed or retired")
 	f.IntVar(&maxParallel, "max-parallel", 1, "most nodes upgrading (restarting) at once")
-	f.StringVar(&ver, "version", "", "berth-agent version to install (default: the newest berthd serves)")
+	f.StringVar(&ver, "version", "", "version to install (default: the newest berthd serves)")
+	f.StringVar(&program, "program", "berth-agent", "binary to upgrade: berth-agent, or the node's runtime driver plugin berth-plugin-<driver> (restarted with the agent; its workloads are recovered, not restarted)")
 	f.BoolVar(&force, "force", false, "allow a downgrade or a version outside the supported skew")
 	f.DurationVar(&timeout, "timeout", 0, "how long each node may take to come back (default: berthd's, 2m)")
 	return cmd

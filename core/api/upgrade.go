@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -89,10 +91,21 @@ func (s *Server) upgradeNode(c echo.Context) error {
 	} else if err != nil {
 		return err
 	}
+	program := req.Program
+	if program == "" {
+		program = agentProgram
+	}
+	driver, isPlugin := strings.CutPrefix(program, "berth-plugin-")
+	if program != agentProgram && (!isPlugin || !slices.Contains(n.Drivers, driver)) {
+		return problem(abierrors.ValidationFailed, fmt.Sprintf("program %q: want berth-agent or the driver plugin of node %s (drivers %v)", program, id, n.Drivers))
+	}
+	if s.cfg.NodeOps == nil && isPlugin {
+		return problem(abierrors.Unavailable, "this core reaches no node sessions")
+	}
 	target := req.Version
 	if target == "" {
-		if target, err = s.cfg.Releases.Latest(agentProgram); errors.Is(err, releases.ErrNotFound) {
-			return problem(abierrors.ReleaseNotFound, "this core serves no berth-agent release (see --release-dir)")
+		if target, err = s.cfg.Releases.Latest(program); errors.Is(err, releases.ErrNotFound) {
+			return problem(abierrors.ReleaseNotFound, "this core serves no "+program+" release (see --release-dir)")
 		} else if err != nil {
 			return err
 		}
@@ -101,27 +114,33 @@ func (s *Server) upgradeNode(c echo.Context) error {
 		return problem(abierrors.ValidationFailed, "version: "+trimSentinel(err))
 	}
 	from := n.AgentVersion
+	if isPlugin {
+		// berthd learns a plugin's version from the node: ask it.
+		if from, err = s.driverVersion(ctx, id, driver); err != nil {
+			return err
+		}
+	}
 	if cmp, err := version.Compare(target, from); err == nil {
 		switch {
 		case cmp == 0:
-			return c.JSON(http.StatusOK, client.UpgradeResult{NodeID: id, From: from, To: target, State: "unchanged"})
+			return c.JSON(http.StatusOK, client.UpgradeResult{NodeID: id, Program: program, From: from, To: target, State: "unchanged"})
 		case cmp < 0 && !req.Force:
-			return problem(abierrors.AgentDowngrade, fmt.Sprintf("node %s runs berth-agent %s; %s is older (pass force to downgrade)", id, from, target))
+			return problem(abierrors.AgentDowngrade, fmt.Sprintf("node %s runs %s %s; %s is older (pass force to downgrade)", id, program, from, target))
 		}
 	}
 	if err := version.CheckSkew(s.coreVersion(), target); err != nil && !req.Force {
-		return problem(abierrors.AgentVersionSkew, "berth-agent "+trimSentinel(err))
+		return problem(abierrors.AgentVersionSkew, program+" "+trimSentinel(err))
 	}
-	files, err := s.cfg.Releases.Find(agentProgram, target)
+	files, err := s.cfg.Releases.Find(program, target)
 	if errors.Is(err, releases.ErrNotFound) {
-		return problem(abierrors.ReleaseNotFound, fmt.Sprintf("this core serves no berth-agent %s release", target))
+		return problem(abierrors.ReleaseNotFound, fmt.Sprintf("this core serves no %s %s release", program, target))
 	} else if err != nil {
 		return err
 	}
 	if s.cfg.NodeOps == nil {
 		return problem(abierrors.Unavailable, "this core reaches no node sessions")
 	}
-	params, err := json.Marshal(node.AgentUpgrade{Version: target, Releases: files, Force: req.Force})
+	params, err := json.Marshal(node.AgentUpgrade{Program: program, Version: target, Releases: files, Force: req.Force})
 	if err != nil {
 		return err
 	}
@@ -169,13 +188,39 @@ func (s *Server) upgradeNode(c echo.Context) error {
 		}
 		return problem(abierrors.UpgradeFailed, fmt.Sprintf("node %s did not come back within %s; check its agent's log", id, timeout))
 	}
-	out := client.UpgradeResult{NodeID: id, From: from, To: back.AgentVersion, State: "upgraded", DurationMS: time.Since(start).Milliseconds()}
-	if cmp, err := version.Compare(back.AgentVersion, target); err != nil || cmp != 0 {
-		s.log.Warn("node came back at another version: the upgrade rolled back", "node_id", id, "want", target, "got", back.AgentVersion)
-		return problem(abierrors.UpgradeFailed, fmt.Sprintf("node %s came back at berth-agent %s, not %s: the new version did not start and was rolled back", id, back.AgentVersion, target))
+	now := back.AgentVersion
+	if isPlugin {
+		if now, err = s.driverVersion(ctx, id, driver); err != nil {
+			return err
+		}
+	}
+	out := client.UpgradeResult{NodeID: id, Program: program, From: from, To: now, State: "upgraded", DurationMS: time.Since(start).Milliseconds()}
+	if cmp, err := version.Compare(now, target); err != nil || cmp != 0 {
+		s.log.Warn("node came back at another version: the upgrade rolled back", "node_id", id, "program", program, "want", target, "got", now)
+		return problem(abierrors.UpgradeFailed, fmt.Sprintf("node %s came back with %s %s, not %s: the new version did not start and was rolled back", id, program, now, target))
 	}
 	s.log.Info("node upgraded", "node_id", id, "from", from, "to", target, "duration_ms", out.DurationMS)
 	return c.JSON(http.StatusOK, out)
+}
+
+// driverVersion asks the node for its runtime driver's Describe answer
+// (command probe) and returns the version of driver.
+func (s *Server) driverVersion(ctx context.Context, id, driver string) (string, error) {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := s.cfg.NodeOps.Command(pctx, id, node.Command{Kind: node.CommandProbe})
+	if err != nil {
+		return "", nodeOpError(err)
+	}
+	if res.Status != "ok" || res.Probe == nil {
+		return "", nodeRefusal(res)
+	}
+	for _, d := range res.Probe.Drivers {
+		if d.Name == driver {
+			return d.Version, nil
+		}
+	}
+	return "", problem(abierrors.Unavailable, fmt.Sprintf("node %s does not report a %s driver", id, driver))
 }
 
 // awaitNodeBack polls the node's document (by id) every 200 ms until it is

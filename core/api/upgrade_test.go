@@ -61,6 +61,8 @@ func TestUpgradeRefusals(t *testing.T) {
 		{"negative timeout", path, map[string]any{"timeout_s": -1}, 422, "validation_failed"},
 		{"timeout too long", path, map[string]any{"timeout_s": 601}, 422, "validation_failed"},
 		{"not a version", path, map[string]any{"version": "latest"}, 422, "validation_failed"},
+		{"another program", path, map[string]any{"program": "berth-relay"}, 422, "validation_failed"},
+		{"a driver the node does not run", path, map[string]any{"program": "berth-plugin-containerd"}, 422, "validation_failed"},
 		{"unknown field", path, map[string]any{"versoin": "0.4.2"}, 400, "bad_request"},
 		{"downgrade", path, map[string]any{"version": "0.3.0"}, 409, "agent_downgrade"},
 		{"ahead of the core", path, map[string]any{"version": "0.5.0"}, 409, "agent_version_skew"},

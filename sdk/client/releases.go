@@ -42,21 +42,26 @@ func (c *Client) OpenRelease(ctx context.Context, sum string) (io.ReadCloser, er
 	return resp.Body, nil
 }
 
-// UpgradeRequest is the body of POST /nodes/{id}/upgrade. Version empty
-// means the newest berth-agent release berthd serves; Force allows a
-// downgrade and a version outside the skew; TimeoutS bounds the wait for the
-// node to come back (0: the server's default of 120 s).
+// UpgradeRequest is the body of POST /nodes/{id}/upgrade. Program is the
+// binary to replace: "berth-agent" (empty) or the node's runtime driver
+// plugin "berth-plugin-<driver>". Version empty means the newest release of
+// Program berthd serves; Force allows a downgrade and a version outside the
+// skew; TimeoutS bounds the wait for the node to come back (0: the server's
+// default of 120 s).
 type UpgradeRequest struct {
+	Program  string `json:"program,omitempty"`
 	Version  string `json:"version,omitempty"`
 	Force    bool   `json:"force,omitempty"`
 	TimeoutS int    `json:"timeout_s,omitempty"`
 }
 
-// UpgradeResult is the answer of POST /nodes/{id}/upgrade: State is
+// UpgradeResult is the answer of POST /nodes/{id}/upgrade (From is empty
+// for a plugin, whose version berthd learns only from the node): State is
 // "upgraded" (the node came back at To) or "unchanged" (it already ran To);
 // DurationMS is from the command to the node's new session.
 type UpgradeResult struct {
 	NodeID     string `json:"node_id"`
+	Program    string `json:"program"`
 	From       string `json:"from"`
 	To         string `json:"to"`
 	State      string `json:"state"`
