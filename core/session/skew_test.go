@@ -8,28 +8,31 @@ import (
 	"github.com/berthhq/berth/abi/node"
 )
 
-// TestSessionVersionSkew: berthd 0.4.0 welcomes agents 0.4.x and 0.3.x and
-// refuses, with a fatal agent_version_skew before the close, an agent two
-// minors behind and one ahead of it; a refused agent is not recorded as
-// connected (docs/upgrades.md section 2).
+// TestSessionVersionSkew: berthd 0.4.0 welcomes agents and driver plugins
+// 0.4.x and 0.3.x and refuses, with a fatal agent_version_skew before the
+// close, an agent or plugin two minors behind and one ahead of it; a refused
+// agent is not recorded as connected (docs/upgrades.md section 2).
 func TestSessionVersionSkew(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.CoreVersion = "0.4.0" })
 	for _, tc := range []struct {
-		agent string
-		ok    bool
+		agent, driver string
+		ok            bool
 	}{
-		{"0.4.1", true},
-		{"0.3.0", true},
-		{"0.2.9", false},
-		{"0.5.0", false},
-		{"1.4.0", false},
+		{"0.4.1", "0.4.0", true},
+		{"0.3.0", "0.3.2", true},
+		{"0.2.9", "0.4.0", false},
+		{"0.5.0", "0.4.0", false},
+		{"1.4.0", "0.4.0", false},
+		{"0.4.0", "0.2.0", false}, // the driver plugin is too old
+		{"0.4.0", "conformance", true},
 	} {
-		t.Run(tc.agent, func(t *testing.T) {
+		t.Run(tc.agent+"/"+tc.driver, func(t *testing.T) {
 			p, _, err := f.dial(t, f.cred)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.send(1, node.TypeHello, node.Hello{NodeID: f.node.ID, AgentVersion: tc.agent})
+			p.send(1, node.TypeHello, node.Hello{NodeID: f.node.ID, AgentVersion: tc.agent, Drivers: []string{"process"},
+				DriverVersions: map[string]string{"process": tc.driver}})
 			if !tc.ok {
 				p.expectError("agent_version_skew", true)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
