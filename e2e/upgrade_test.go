@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/internal/proctest"
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -449,5 +450,39 @@ func TestDriverPluginUpgrade(t *testing.T) {
 	}
 	if out := cl.cliFails(t, "node", "upgrade", id, "--program", "berth-plugin-process", "--version", "0.4.0"); !strings.Contains(out, "agent_downgrade") {
 		t.Fatalf("plugin downgrade: %s", out)
+	}
+}
+
+// TestEveryBinaryPrintsItsVersion: each binary of the build answers
+// --version with "<program> <semantic version> <go version> <os>/<arch>"
+// and exits 0 (docs/upgrades.md section 1).
+func TestEveryBinaryPrintsItsVersion(t *testing.T) {
+	ents, err := os.ReadDir(env.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, "berth") || strings.Contains(name, ".") || e.IsDir() {
+			continue
+		}
+		seen++
+		out, err := exec.Command(filepath.Join(env.bin, name), "--version").Output()
+		if err != nil {
+			t.Errorf("%s --version: %v", name, err)
+			continue
+		}
+		f := strings.Fields(string(out))
+		if len(f) != 4 || f[0] != name || !strings.HasPrefix(f[2], "go") || f[3] != goruntime.GOOS+"/"+goruntime.GOARCH {
+			t.Errorf("%s --version printed %q", name, out)
+			continue
+		}
+		if _, err := version.Parse(f[1]); err != nil {
+			t.Errorf("%s --version: %v", name, err)
+		}
+	}
+	if seen < 8 {
+		t.Fatalf("found %d berth binaries in %s, want berthd, berth, berth-agent and the five plugins", seen, env.bin)
 	}
 }
