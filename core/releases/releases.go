@@ -145,9 +145,11 @@ func (c *Catalog) Latest(program string) (string, error) {
 }
 
 // Open opens the release file whose SHA-256 is sum (64 lower-case hex) and
-// returns it with its size. The content is hashed again while it is
-// served by the caller's reader only if the caller checks it: the agent
-// always does. The error wraps [ErrNotFound] when no file has that hash.
+// returns it with its description. The hash is the one taken when the file
+// was last listed: a file altered in place without a change of size or
+// modification time is served as it is now, so the reader must check the
+// hash (the agent always does). The error wraps [ErrNotFound] when no file
+// has that hash.
 func (c *Catalog) Open(sum string) (*os.File, node.ReleaseFile, error) {
 	all, err := c.List()
 	if err != nil {
