@@ -1,5 +1,9 @@
 # Berth: make build | run | test | bench | generate | lint
 GO      ?= go
+# VERSION is stamped into every binary (internal/version, --version, the
+# plugins' Describe); release builds pass VERSION=MAJOR.MINOR.PATCH.
+VERSION ?= 0.0.0-dev
+LDFLAGS := -X github.com/berthhq/berth/internal/version.Version=$(VERSION)
 BIN     := $(CURDIR)/bin
 HTTPBIN := github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin
 
@@ -26,7 +30,7 @@ $(AS_WASM): $(wildcard examples/policies/require-digest-as/assembly/*.ts) exampl
 ## build: every binary into ./bin
 build: modules
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 ## bundles: the example apps as bundle directories under ./build/bundles
 bundles:

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	berrors "github.com/berthhq/berth/abi/errors"
@@ -21,11 +22,16 @@ import (
 	"github.com/berthhq/berth/agent/metrics"
 	"github.com/berthhq/berth/agent/reconcile"
 	"github.com/berthhq/berth/agent/session"
+	"github.com/berthhq/berth/agent/upgrade"
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/client"
 )
 
-// Version is the agent version sent in hello when Config.AgentVersion is empty.
-const Version = "0.1.0"
+// ErrRestart is returned by [Agent.Run] when the agent stopped to restart
+// itself: its binary was upgraded, or an unconfirmed upgrade was rolled back
+// (docs/upgrades.md section 3). The caller releases everything and
+// re-executes the binary at the same path.
+var ErrRestart = errors.New("berth: the agent stops to restart itself after an upgrade or a rollback")
 
 // ErrRemoved is returned by [Agent.Run] when the node was removed from the
 // cluster (docs/node-protocol.md section 10): the core ended the session with
@@ -38,7 +44,8 @@ type Config struct {
 	DataDir string         // the enrolled data directory
 	Driver  runtime.Driver // the runtime driver; the Agent never closes it
 	Logger  *slog.Logger   // nil means slog.Default()
-	// AgentVersion is reported in hello; empty means [Version].
+	// AgentVersion is reported in hello; empty means the version stamped
+	// into this build (internal/version).
 	AgentVersion string
 	// HTTPClient carries the session and bundle downloads; nil means a client
 	// that pins the certificate fingerprint stored at enrollment (or trusts the
@@ -59,6 +66,25 @@ type Config struct {
 	// lease.DefaultLocalForce. Expiring leases always use M/2 each
 	// (docs/node-protocol.md section 8.5).
 	FenceGrace, FenceForce time.Duration
+	// SelfUpgrade, when not nil, lets the core upgrade this agent's binary
+	// in place with agent_upgrade (docs/upgrades.md section 3); nil refuses
+	// it with unimplemented.
+	SelfUpgrade *SelfUpgrade
+}
+
+// SelfUpgrade says which binaries an agent replaces when upgraded.
+type SelfUpgrade struct {
+	// Path is the absolute path of the running agent binary, resolved
+	// before anything could replace it.
+	Path string
+	// DriverPath, when not empty, is the absolute path of the runtime
+	// driver plugin's binary: agent_upgrade of "berth-plugin-<driver>"
+	// replaces it, and the agent restarts to relaunch it.
+	DriverPath string
+	// ConfirmWindow is how long a new version has to be welcomed by the core
+	// before it rolls back to the previous binary; zero means
+	// upgrade.DefaultConfirmWindow.
+	ConfirmWindow time.Duration
 }
 
 // Agent runs one enrolled node. Create it with [New], run it with [Agent.Run],
@@ -85,7 +111,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.AgentVersion == "" {
-		cfg.AgentVersion = Version
+		cfg.AgentVersion = version.Version
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -190,6 +216,58 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: bundle client: %w", err)
 	}
 
+	var up, pluginUp *upgrade.Manager
+	if su := a.cfg.SelfUpgrade; su != nil {
+		up, err = upgrade.New(upgrade.Config{
+			Path: su.Path, DataDir: a.cfg.DataDir, Program: "berth-agent", Version: a.cfg.AgentVersion,
+			Fetch: bundles.OpenRelease, ConfirmWindow: su.ConfirmWindow, Now: a.cfg.Now,
+			Logger: a.log.With("component", "upgrade"),
+		})
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		act, err := up.Resume()
+		if err != nil {
+			a.log.Error("settle the upgrade record", "error", err)
+		}
+		switch act {
+		case upgrade.Restart:
+			return ErrRestart
+		case upgrade.AwaitConfirm:
+			t := time.AfterFunc(up.ConfirmWindow(), func() {
+				if _, err := up.RollBack(); err != nil {
+					a.log.Error("roll back the unconfirmed upgrade", "error", err)
+				}
+			})
+			defer t.Stop()
+		}
+		if su.DriverPath != "" {
+			pluginUp, err = upgrade.New(upgrade.Config{
+				Path: su.DriverPath, DataDir: a.cfg.DataDir, Program: "berth-plugin-" + desc.Name, Version: desc.Version,
+				Fetch: bundles.OpenRelease, ConfirmWindow: su.ConfirmWindow, Now: a.cfg.Now,
+				Logger: a.log.With("component", "upgrade", "program", "berth-plugin-"+desc.Name),
+			})
+			if err != nil {
+				return fmt.Errorf("agent: %w", err)
+			}
+			act, err := pluginUp.Resume()
+			if err != nil {
+				a.log.Error("settle the driver plugin's upgrade record", "error", err)
+			}
+			switch act {
+			case upgrade.Restart:
+				return ErrRestart
+			case upgrade.AwaitConfirm:
+				t := time.AfterFunc(pluginUp.ConfirmWindow(), func() {
+					if _, err := pluginUp.RollBack(); err != nil {
+						a.log.Error("roll back the unconfirmed driver plugin upgrade", "error", err)
+					}
+				})
+				defer t.Stop()
+			}
+		}
+	}
+
 	// The metrics ring lives in memory only (docs/node-protocol.md section 5.17).
 	ring := metrics.New(metrics.Config{Workloads: workloadStats(a.cfg.Driver), Now: a.cfg.Now})
 	var sess *session.Client
@@ -284,11 +362,21 @@ func (a *Agent) Run(ctx context.Context) error {
 			rep.DiskFreeGB = diskFreeGB(a.cfg.DataDir)
 			return rep, err
 		},
-		OnStored:   func(int64) { loop.Wake() },
-		Events:     a.store,
-		Log:        a.store,
-		Keys:       a.store,
-		Commands:   &commands{driver: a.cfg.Driver, ring: ring, now: a.cfg.Now, leases: leases},
+		OnStored: func(int64) { loop.Wake() },
+		OnWelcome: func() {
+			for _, m := range []*upgrade.Manager{up, pluginUp} {
+				if m != nil {
+					if err := m.Confirm(); err != nil {
+						a.log.Error("confirm the upgraded version", "error", err)
+					}
+				}
+			}
+		},
+		Events: a.store,
+		Log:    a.store,
+		Keys:   a.store,
+		Commands: &commands{driver: a.cfg.Driver, ring: ring, now: a.cfg.Now, leases: leases,
+			upgrade: up, plugin: pluginUp, pluginName: "berth-plugin-" + desc.Name},
 		Leases:     leases,
 		HTTPClient: a.cfg.HTTPClient,
 		Logger:     a.log.With("component", "session"),
@@ -300,6 +388,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 
+	var restarting atomic.Bool
+	for _, m := range []*upgrade.Manager{up, pluginUp} {
+		if m == nil {
+			continue
+		}
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-m.RestartRequested():
+				restarting.Store(true)
+				stopAll()
+			}
+		}()
+	}
 	var wg sync.WaitGroup
 	wg.Add(5)
 	go func() {
@@ -337,7 +439,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}()
 	wg.Wait()
-	return removedErr
+	if removedErr != nil {
+		return removedErr
+	}
+	if restarting.Load() {
+		return ErrRestart
+	}
+	return nil
 }
 
 // recoverWorkloads gives the driver back the handle of every workload the

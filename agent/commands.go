@@ -16,6 +16,7 @@ import (
 	"github.com/berthhq/berth/agent/lease"
 	"github.com/berthhq/berth/agent/metrics"
 	"github.com/berthhq/berth/agent/session"
+	"github.com/berthhq/berth/agent/upgrade"
 )
 
 // answerBudget is how many bytes of log lines a logs_query answer carries at
@@ -29,6 +30,10 @@ type commands struct {
 	ring   *metrics.Ring
 	now    func() time.Time
 	leases *lease.Manager // nil refuses fence_ack
+	// upgrade serves agent_upgrade of the agent binary, plugin that of the
+	// runtime driver plugin (docs/upgrades.md section 3); nil refuses it.
+	upgrade, plugin *upgrade.Manager
+	pluginName      string // "berth-plugin-<driver>"
 }
 
 var _ session.Commands = (*commands)(nil)
@@ -37,8 +42,8 @@ func errorResult(code berrors.Code, msg string) node.CommandResult {
 	return node.CommandResult{Status: "error", Detail: msg, Error: &node.ErrorBody{Code: string(code), Message: msg}}
 }
 
-// Command answers logs_query, probe, metrics_query and fence_ack; any
-// other kind with bad_message.
+// Command answers logs_query, probe, metrics_query, fence_ack and
+// agent_upgrade; any other kind with bad_message.
 func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandResult {
 	switch cmd.Kind {
 	case node.CommandProbe:
@@ -98,6 +103,24 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 			return errorResult(berrors.Unimplemented, "this agent holds no leases")
 		}
 		return c.leases.Ack(ctx, p.LeaseIDs)
+	case node.CommandAgentUpgrade:
+		var p node.AgentUpgrade
+		if err := json.Unmarshal(cmd.Params, &p); err != nil || p.Version == "" {
+			return errorResult(berrors.BadMessage, "agent_upgrade needs version and releases")
+		}
+		switch {
+		case p.Program == "" || p.Program == "berth-agent":
+			if c.upgrade == nil {
+				return errorResult(berrors.Unimplemented, "this agent was started without self-upgrade")
+			}
+			return c.upgrade.Upgrade(ctx, p)
+		case p.Program == c.pluginName && c.plugin != nil:
+			return c.plugin.Upgrade(ctx, p)
+		case p.Program == c.pluginName:
+			return errorResult(berrors.Unimplemented, p.Program+" is pinned by a plugin catalog on this node; update the catalog and restart the agent instead")
+		default:
+			return errorResult(berrors.ReleaseNotFound, fmt.Sprintf("this node runs no %s to upgrade (it runs %s)", p.Program, c.pluginName))
+		}
 	default:
 		return errorResult(berrors.BadMessage, fmt.Sprintf("unknown command kind %q", cmd.Kind))
 	}

@@ -133,7 +133,22 @@ const (
 	CredentialInURL          Code = "credential_in_url"         // a bearer or password in the URL query (400); the request is not served
 )
 
+// Upgrade codes (docs/upgrades.md): version skew, agent and node-plugin upgrades.
+const (
+	AgentVersionSkew  Code = "agent_version_skew"  // an agent or plugin version outside the skew berthd accepts; fatal on the node session (409)
+	AgentDowngrade    Code = "agent_downgrade"     // an upgrade to an older version than the one running, without force (409)
+	ReleaseNotFound   Code = "release_not_found"   // no release binary with that name, version or SHA-256 on this core (404)
+	UpgradeInProgress Code = "upgrade_in_progress" // the node is already upgrading (409)
+	UpgradeFailed     Code = "upgrade_failed"      // the node did not come back at the new version and runs the previous one (409)
+)
+
 var statuses = map[Code]int{
+	AgentVersionSkew:  http.StatusConflict,
+	AgentDowngrade:    http.StatusConflict,
+	ReleaseNotFound:   http.StatusNotFound,
+	UpgradeInProgress: http.StatusConflict,
+	UpgradeFailed:     http.StatusConflict,
+
 	Conflict:                      http.StatusConflict,
 	ServiceDeleting:               http.StatusConflict,
 	NoPreviousRelease:             http.StatusConflict,

@@ -99,6 +99,10 @@ type Config struct {
 	Keys KeyStore
 	// OnStored is called after a newer snapshot was persisted and acknowledged; nil means none.
 	OnStored func(rev int64)
+	// OnWelcome is called after each session's welcome, on the read loop (it
+	// must not block); nil means none. An upgraded agent confirms its new
+	// version here (docs/upgrades.md section 3.3).
+	OnWelcome func()
 	// HTTPClient dials the WebSocket; nil means http.DefaultClient. Its Timeout must be zero.
 	HTTPClient *http.Client
 	Logger     *slog.Logger     // nil means slog.Default()
@@ -637,6 +641,9 @@ func (s *conn) readLoop(ctx context.Context, welcomed chan struct{}) error {
 			if !gotWelcome {
 				gotWelcome = true
 				close(welcomed)
+				if c.cfg.OnWelcome != nil {
+					c.cfg.OnWelcome()
+				}
 			}
 			c.log.Info("node session welcomed", "cluster_id", w.ClusterID, "term", w.Term,
 				"heartbeat_interval_ms", w.HeartbeatIntervalMS)

@@ -13,22 +13,40 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/berthhq/berth/agent"
 	"github.com/berthhq/berth/agent/hostsetup"
 	"github.com/berthhq/berth/agent/localstore"
+	"github.com/berthhq/berth/agent/upgrade"
 	"github.com/berthhq/berth/host/plugin"
 	"github.com/berthhq/berth/internal/dirlock"
+	"github.com/berthhq/berth/internal/version"
 )
 
 func main() {
-	if err := newRootCmd(os.Stdout, os.Stderr).Execute(); err != nil {
+	err := newRootCmd(os.Stdout, os.Stderr).Execute()
+	var re restartError
+	if errors.As(err, &re) {
+		// Everything run held (the data directory lock, the driver plugin,
+		// the local store) is released by now; the binary at re.path is a
+		// complete one, old or new (docs/upgrades.md section 3).
+		err = syscall.Exec(re.path, os.Args, os.Environ())
+		err = fmt.Errorf("restart %s: %w", re.path, err)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "berth-agent:", err)
 		os.Exit(exitCode(err))
 	}
 }
+
+// restartError asks main to re-execute the agent binary at path once run
+// has released everything (after an upgrade or a rollback).
+type restartError struct{ path string }
+
+func (e restartError) Error() string { return "restart " + e.path }
 
 // configError marks an error a restart cannot fix: the process exits with
 // hostsetup.ExitConfig (78), which the systemd unit does not restart.
@@ -67,6 +85,8 @@ agent stops; a restarted agent adopts them without restarting them.`,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = version.Version
+	root.SetVersionTemplate(version.Line("berth-agent") + "\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError{err} })
 	root.AddCommand(newEnrollCmd(stdout, stderr), newRunCmd(stderr), newInstallCmd(stdout))
 	return root
@@ -123,6 +143,7 @@ func newEnrollCmd(stdout, stderr io.Writer) *cobra.Command {
 
 func newRunCmd(stderr io.Writer) *cobra.Command {
 	var dataDir, pluginDir, driver string
+	var confirmWindow time.Duration
 	var network networkFlags
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -132,27 +153,33 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 			log := newLogger(stderr)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return run(ctx, log, dataDir, pluginDir, driver, network)
+			return run(ctx, log, dataDir, pluginDir, driver, confirmWindow, network)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data-dir", defaultDataDir, "agent data directory")
 	f.StringVar(&pluginDir, "plugin-dir", "", "directory holding berth-plugin-<driver> (default: the directory of this executable)")
 	network.register(f)
+	f.DurationVar(&confirmWindow, "upgrade-confirm-window", upgrade.DefaultConfirmWindow, "after an upgrade, how long the new version has to be welcomed by berthd before the previous binary is put back")
 	f.StringVar(&driver, "driver", "process", "runtime driver plugin to run workloads with (berth-plugin-<driver>, launched with --state-dir DIR/driver/<driver>); \"fake\" is the deterministic test driver")
 	return cmd
 }
 
-func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver string, netFlags networkFlags) error {
+func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver string, confirmWindow time.Duration, netFlags networkFlags) error {
 	dataDir, err := filepath.Abs(dataDir)
 	if err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	// The path of this binary, resolved before an upgrade could replace it
+	// (afterwards /proc/self/exe names a deleted file).
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		return fmt.Errorf("locate the agent binary: %w", err)
+	}
 	if pluginDir == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("locate plugin directory: %w", err)
-		}
 		pluginDir = filepath.Dir(exe)
 	}
 	// Check enrollment before anything is created in the directory.
@@ -183,23 +210,44 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver strin
 	if err != nil {
 		return configError{fmt.Errorf("%s driver: %w", driver, err)}
 	}
+	// A driver plugin pinned by a plugin catalog is upgraded by updating the
+	// catalog; one resolved by its file alone can be upgraded in place.
+	driverPath := ""
+	if _, err := plugin.LoadCatalog(pluginDir); errors.Is(err, plugin.ErrNoCatalog) {
+		if driverPath, err = filepath.Abs(entry.Path); err != nil {
+			return fmt.Errorf("driver plugin path: %w", err)
+		}
+	}
 	drv, err := plugin.LaunchDriver(ctx, entry.Apply(plugin.Config{
 		Args:   []string{"--state-dir", stateDir},
 		PidDir: filepath.Join(dataDir, "plugins"),
 		Logger: log,
 	}))
 	if err != nil {
+		// A new driver plugin that does not even launch goes back to the
+		// previous one, which the restarted agent launches.
+		if driverPath != "" {
+			if back, rerr := upgrade.RollBackUnconfirmed(dataDir, "berth-plugin-"+driver, driverPath, log); rerr != nil {
+				log.Error("roll back the driver plugin", "error", rerr)
+			} else if back {
+				return restartError{path: exe}
+			}
+		}
 		return fmt.Errorf("launch %s driver: %w", driver, err)
 	}
 	// Closing the plugin leaves workloads running (the process driver's
 	// workloads outlive it).
 	defer func() { _ = drv.Close() }()
-	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: network})
+	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: network,
+		SelfUpgrade: &agent.SelfUpgrade{Path: exe, DriverPath: driverPath, ConfirmWindow: confirmWindow}})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = a.Close() }()
-	if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := a.Run(ctx); errors.Is(err, agent.ErrRestart) {
+		log.Info("berth-agent restarting itself; workloads keep running", "binary", exe)
+		return restartError{path: exe}
+	} else if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	log.Info("berth-agent stopped; workloads keep running")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/nodeplugins/containerd"
 	"github.com/berthhq/berth/sdk/runtime"
 )
@@ -20,7 +21,12 @@ func main() {
 	namespace := flag.String("namespace", envOr("BERTH_CONTAINERD_NAMESPACE", containerd.DefaultNamespace), "containerd namespace of Berth's workloads (env BERTH_CONTAINERD_NAMESPACE)")
 	snapshotter := flag.String("snapshotter", "", "containerd snapshotter (default: the daemon's)")
 	plainHTTP := flag.String("plain-http-registries", "", "comma-separated registry hosts pulled over plain HTTP (loopback always is)")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		_ = version.Print(os.Stdout, "berth-plugin-containerd")
+		return
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	var hosts []string

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/nodeplugins/fake"
 	"github.com/berthhq/berth/sdk/runtime"
 )
@@ -14,7 +15,12 @@ import (
 func main() {
 	stateDir := flag.String("state-dir", "", "directory of the driver's records, log and fault file (required)")
 	logPath := flag.String("log", "", "start/stop log (default: STATE_DIR/driver.log)")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		_ = version.Print(os.Stdout, "berth-plugin-fake")
+		return
+	}
 
 	d, err := fake.New(fake.Config{StateDir: *stateDir, LogPath: *logPath,
 		FailForcedStop: fake.ParseFailForcedStop(os.Getenv(fake.EnvFailForcedStop)),

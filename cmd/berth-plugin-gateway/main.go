@@ -11,13 +11,19 @@ import (
 	"os"
 	"time"
 
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/plugins/gateway"
 	"github.com/berthhq/berth/sdk/provider"
 )
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address the HTTP proxy listens on (host:port)")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		_ = version.Print(os.Stdout, "berth-plugin-gateway")
+		return
+	}
 
 	logger := provider.NewLogger(os.Stderr)
 	// The previous gateway may still be exiting after a crash of berthd.

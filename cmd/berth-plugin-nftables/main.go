@@ -16,6 +16,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/nodeplugins/nftables"
 	"github.com/berthhq/berth/sdk/network"
 )
@@ -31,7 +32,12 @@ func main() {
 	bridge := fs.String("bridge", nftables.DefaultBridge, "bridge of the workload network")
 	tables := fs.String("table-prefix", nftables.DefaultTablePrefix, "name prefix of the nftables tables")
 	subnet := fs.String("subnet", "", "teardown: the workload subnet the network was set up with")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	_ = fs.Parse(args)
+	if *showVersion {
+		_ = version.Print(os.Stdout, "berth-plugin-nftables")
+		return
+	}
 
 	if teardown {
 		if err := runTeardown(*stateDir, *bridge, *tables, *subnet); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -94,6 +95,8 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = version.Version
+	root.SetVersionTemplate(version.Line("berth") + "\n")
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.server, "server", "", "Berth server URL (env BERTH_SERVER)")
 	pf.StringVar(&a.token, "token", "", "API token (env BERTH_TOKEN)")

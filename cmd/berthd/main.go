@@ -18,6 +18,7 @@ import (
 
 	"github.com/berthhq/berth/core/server"
 	"github.com/berthhq/berth/core/slots"
+	"github.com/berthhq/berth/internal/version"
 )
 
 func main() {
@@ -67,6 +68,7 @@ Flags:
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate chain to serve (default: self-signed, generated under --data-dir)")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&cfg.PluginDir, "plugin-dir", "", "directory of berth-plugin-* binaries (default: beside berthd)")
+	fs.StringVar(&cfg.ReleaseDir, "release-dir", "", "directory of Berth binaries offered to nodes by berth node upgrade, named <program>-<version>-<os>-<arch> (default: none)")
 	fs.Int64Var(&cfg.MaxBundleBytes, "max-bundle-bytes", 512<<20, "largest release bundle accepted, in bytes")
 	fs.BoolVar(&cfg.RunnerTransport, "runner-transport", false, "serve the runner transport /api/runner/v1 (off: 404 on the whole prefix)")
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "loopback address serving Go runtime profiles at /debug/pprof/ (default: none)")
@@ -76,11 +78,16 @@ Flags:
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	var bootstrapAdmin string
 	fs.StringVar(&bootstrapAdmin, "bootstrap-admin", "", "create this first human admin once, reading the password from stdin")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if *showVersion {
+		_ = version.Print(os.Stdout, "berthd")
+		return 0
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {

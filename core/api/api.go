@@ -28,6 +28,7 @@ import (
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
+	"github.com/berthhq/berth/core/releases"
 	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/services"
 )
@@ -97,6 +98,13 @@ type Config struct {
 	Runtime *rollout.Store
 	// Now is the clock of Idempotency-Key records; nil means time.Now.
 	Now func() time.Time
+	// Releases serves /releases and the binaries POST /nodes/{id}/upgrade
+	// offers (upgrade.go, docs/upgrades.md); nil serves none and refuses
+	// upgrades with release_not_found.
+	Releases *releases.Catalog
+	// CoreVersion is the version upgrade targets are checked against by the
+	// skew rule; empty means internal/version.Version.
+	CoreVersion string
 	// Guard checks fenced shared-storage writes (bundle uploads with the fencing headers); nil
 	// refuses such writes as unavailable.
 	Guard *fencing.Guard
@@ -162,6 +170,9 @@ func New(cfg Config) *Server {
 		v1.POST("/cluster/signing-key/rotate", s.rotateSigningKey, s.auth(identity.ScopeAdmin, reauth))
 	}
 	v1.GET("/plugins", s.listPlugins, s.auth(identity.ScopeNodesRead))
+	v1.GET("/releases", s.listReleases, s.auth(identity.ScopeNodesRead))
+	v1.GET("/releases/:sha256", s.downloadRelease, s.auth(scopeNodeOrRead))
+	v1.POST("/nodes/:id/upgrade", s.upgradeNode, s.auth(identity.ScopeAdmin))
 	if cfg.Events != nil {
 		v1.GET("/events", s.listEvents, s.auth(identity.ScopeNodesRead))
 	}

@@ -401,6 +401,7 @@ func (s *Server) apiNode(n *nodes.Node, workloads int) client.Node {
 		ID: n.ID, Hostname: n.Hostname, Region: n.Region, Labels: n.Labels, Address: n.Address,
 		Capacity: client.Capacity{CPUs: n.CPUs, MemoryMB: n.MemoryMB}, Status: n.Status,
 		DesiredRev: n.DesiredRev, AppliedRev: n.AppliedRev, Workloads: workloads, EnrolledAt: n.EnrolledAt, LastSeenAt: n.LastSeenAt,
+		AgentVersion: n.AgentVersion,
 	}
 	if r := n.Retirement; r != nil {
 		out.Retirement = r.Disposition + "/" + r.State

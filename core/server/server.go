@@ -28,6 +28,7 @@ import (
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/reconciler"
+	"github.com/berthhq/berth/core/releases"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/session"
 	"github.com/berthhq/berth/core/slots"
@@ -59,6 +60,10 @@ type Config struct {
 	// leaf first) and its key; both empty means a self-signed certificate
 	// generated at first start under DataDir/tls (docs/node-protocol.md section 2.2).
 	TLSCertFile, TLSKeyFile string
+	// ReleaseDir holds the Berth binaries offered to nodes by `berth node
+	// upgrade`, named <program>-<version>-<os>-<arch> (docs/upgrades.md
+	// section 3); empty offers none.
+	ReleaseDir string
 	// MaxBundleBytes bounds a release bundle; zero means 512 MiB.
 	MaxBundleBytes int64
 	// Sweep is the reconcile pass timing (docs/reconciliation.md section 6); zero fields take
@@ -299,6 +304,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Ready:  func(ctx context.Context) error { return st.Ping(ctx) },
 		Policy: ext.policy, Routes: rec, KeyRotator: keyRotator{dataDir: cfg.DataDir, sessions: sessions},
 		Orchestration: orch.api, Leases: leases, Guard: fencing.NewGuard(st, nil),
+		Releases: releases.New(cfg.ReleaseDir),
 		Plugins: func() []plugin.Status {
 			if gwHandle == nil {
 				return nil

@@ -28,6 +28,7 @@ import (
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/internal/version"
 )
 
 // drainLimit bounds how much of an oversized frame is read and discarded
@@ -64,6 +65,9 @@ type Config struct {
 	// after welcome, lease_renew is answered, and fence events are recorded (leases.go,
 	// docs/node-protocol.md section 8). Nil refuses lease_renew and revokes nothing.
 	Leases *fencing.Authority
+	// CoreVersion is the version agents are judged against by the skew
+	// rule (docs/upgrades.md section 2); empty means internal/version.Version.
+	CoreVersion string
 }
 
 // Server accepts node sessions; one per node, the newest wins.
@@ -93,6 +97,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = node.DefaultSessionTimeout
+	}
+	if cfg.CoreVersion == "" {
+		cfg.CoreVersion = version.Version
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "session"), sessions: map[string]*conn{}}
 	s.keys.current = cfg.SigningKey
@@ -359,6 +366,9 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 	var hello node.Hello
 	if err := json.Unmarshal(env.Body, &hello); err != nil || (hello.NodeID != "" && hello.NodeID != c.nodeID) {
 		return s.refuseFirst(ctx, c, env.ID, "hello body is malformed or names another node")
+	}
+	if done := s.refuseSkew(ctx, c, env.ID, &hello); done != "" {
+		return done
 	}
 	if err := s.cfg.Nodes.SessionStarted(ctx, c.nodeID, c.id, hello.AgentVersion, hello.Drivers); err != nil {
 		s.log.Error("record session start", "node_id", c.nodeID, "err", err)

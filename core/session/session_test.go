@@ -37,7 +37,7 @@ type fixture struct {
 	st      *store.Store
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, opts ...func(*Config)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	st := storetest.Open(t)
@@ -58,8 +58,12 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f := &fixture{reg: reg, cat: cat, pub: pub, node: n, cred: cred, changes: make(chan string, 64), events: events.New(st, nil),
 		clog: changelog.New(st, 1, nil), st: st}
-	s := New(Config{Nodes: reg, Catalog: cat, SigningKey: priv, ClusterID: "cls_test", Events: f.events, Changelog: f.clog,
-		OnChange: func(r string) { f.changes <- r }, SessionTimeout: 3 * time.Second})
+	cfg := Config{Nodes: reg, Catalog: cat, SigningKey: priv, ClusterID: "cls_test", Events: f.events, Changelog: f.clog,
+		OnChange: func(r string) { f.changes <- r }, SessionTimeout: 3 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := New(cfg)
 	f.srv = httptest.NewServer(s)
 	t.Cleanup(func() { s.Close(); f.srv.Close() })
 	return f

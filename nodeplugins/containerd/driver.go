@@ -43,12 +43,10 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/runtime"
 )
-
-// Version is the driver's own version, reported by Describe.
-const Version = "0.1.0"
 
 // Defaults applied when a Config or request field is zero.
 const (
@@ -250,7 +248,7 @@ var errClosed = errors.New("containerd driver: closed")
 func (d *Driver) Describe(context.Context) (*runtime.DescribeResponse, error) {
 	return &runtime.DescribeResponse{
 		Name:        "containerd",
-		Version:     Version,
+		Version:     version.Version,
 		APIVersions: []int{runtime.APIVersion},
 		Capabilities: runtime.Capabilities{
 			OutlivesDriver: true,

@@ -62,12 +62,10 @@ import (
 	"time"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/runtime"
 )
-
-// Version is the driver's own version, reported by Describe.
-const Version = "0.1.0"
 
 // Files in the state directory.
 const (
@@ -217,7 +215,7 @@ var errClosed = errors.New("fake driver: closed")
 
 // Describe implements runtime.Driver.
 func (d *Driver) Describe(context.Context) (*runtime.DescribeResponse, error) {
-	return &runtime.DescribeResponse{Name: "fake", Version: Version, APIVersions: []int{runtime.APIVersion},
+	return &runtime.DescribeResponse{Name: "fake", Version: version.Version, APIVersions: []int{runtime.APIVersion},
 		Capabilities: runtime.Capabilities{OutlivesDriver: true, IsolationModes: []string{"none"}}}, nil
 }
 

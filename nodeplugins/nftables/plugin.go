@@ -12,12 +12,10 @@ import (
 	"time"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/network"
 )
-
-// Version is the plugin's own version, reported by Describe.
-const Version = "0.1.0"
 
 // idempotencyKept is how long Attach and Detach records are kept.
 const idempotencyKept = 24 * time.Hour
@@ -68,7 +66,7 @@ func NewPlugin(cfg PluginConfig) (*Plugin, error) {
 
 // Describe implements network.Network.
 func (p *Plugin) Describe(context.Context) (*network.DescribeResponse, error) {
-	return &network.DescribeResponse{Name: "nftables", Version: Version, APIVersions: []int{network.APIVersion}}, nil
+	return &network.DescribeResponse{Name: "nftables", Version: version.Version, APIVersions: []int{network.APIVersion}}, nil
 }
 
 // Setup implements network.Network: the guard first, then the bridge and

@@ -58,12 +58,10 @@ import (
 	"time"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/runtime"
 )
-
-// Version is the driver's own version, reported by Describe.
-const Version = "0.1.0"
 
 // Defaults applied when a request leaves a field zero.
 const (
@@ -217,7 +215,7 @@ func (d *Driver) persistExitLocked(w *workload) {
 func (d *Driver) Describe(context.Context) (*runtime.DescribeResponse, error) {
 	return &runtime.DescribeResponse{
 		Name:        "process",
-		Version:     Version,
+		Version:     version.Version,
 		APIVersions: []int{runtime.APIVersion},
 		Capabilities: runtime.Capabilities{
 			OutlivesDriver: true,

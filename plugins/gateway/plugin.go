@@ -10,12 +10,10 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/provider"
 )
-
-// Version is the gateway plugin's own version, reported by Describe.
-const Version = "0.2.0"
 
 // Plugin is the gateway as a provider (docs/plugins.md section 5): it manages
 // one resource, the route table (type routes.ResourceType, id
@@ -43,7 +41,7 @@ func NewPlugin(proxy *Proxy) *Plugin {
 func (p *Plugin) Describe(context.Context) (*provider.DescribeResponse, error) {
 	return &provider.DescribeResponse{
 		Name:        "gateway",
-		Version:     Version,
+		Version:     version.Version,
 		APIVersions: []int{provider.APIVersion},
 		Capabilities: provider.Capabilities{
 			ResourceTypes: []provider.ResourceType{{

@@ -82,6 +82,9 @@ type Node struct {
 	Workloads  int               `json:"workloads"`
 	EnrolledAt time.Time         `json:"enrolled_at"`
 	LastSeenAt *time.Time        `json:"last_seen_at,omitempty"`
+	// AgentVersion is the berth-agent version of the node's newest hello
+	// ("" before its first session).
+	AgentVersion string `json:"agent_version,omitempty"`
 	// Retirement is "<disposition>/<state>" ("withdrawn/retiring", "lost/retired") once the node
 	// was retired (docs/reconciliation.md section 10), "" otherwise.
 	Retirement string `json:"retirement,omitempty"`
