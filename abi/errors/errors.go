@@ -112,6 +112,14 @@ const (
 	NodeStillReporting            Code = "node_still_reporting"             // a lost retirement of a node that still reports (409)
 )
 
+// Operator codes: berthd's own configuration, backup and restore (docs/operating.md
+// sections 3 and 5). They reach an operator's terminal, not the API.
+const (
+	ConfigInvalid   Code = "config_invalid"    // a configuration file with an unknown key or a bad value; the message names file, line and key
+	BackupInvalid   Code = "backup_invalid"    // a backup archive that is truncated, tampered with or not a Berth backup; nothing was restored
+	RestoreNotEmpty Code = "restore_not_empty" // restore into a data directory that already holds something; nothing was written
+)
+
 var statuses = map[Code]int{
 	Conflict:                      http.StatusConflict,
 	ServiceDeleting:               http.StatusConflict,
