@@ -34,6 +34,7 @@ type KeyError struct {
 	Err  error
 }
 
+// Error reports "FILE:LINE: key \"KEY\": cause".
 func (e *KeyError) Error() string {
 	switch {
 	case e.Key != "":
@@ -44,6 +45,7 @@ func (e *KeyError) Error() string {
 	return fmt.Sprintf("%s: %v", e.File, e.Err)
 }
 
+// Unwrap returns the cause.
 func (e *KeyError) Unwrap() error { return e.Err }
 
 // ErrUnknownKey is the cause of a [KeyError] for a key that names no flag.

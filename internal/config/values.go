@@ -12,6 +12,7 @@ import (
 // anything else, so a file names the line of a bad level.
 type LevelValue struct{ L *slog.Level }
 
+// String returns the level's name.
 func (v LevelValue) String() string {
 	if v.L == nil {
 		return "info"
@@ -40,6 +41,7 @@ type AddrValue struct {
 	Off string
 }
 
+// String returns the address.
 func (v AddrValue) String() string {
 	if v.S == nil {
 		return ""
