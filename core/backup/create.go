@@ -100,7 +100,7 @@ func Create(ctx context.Context, w io.Writer, opt Options) (*Manifest, error) {
 	// 1. The store, first: every file copied after it is at least as new.
 	if opt.MongoURI != "" {
 		m.Store, m.Database = StoreMongo, opt.Database
-		if srcs, err = exportMongo(ctx, opt.MongoURI, opt.Database, tmp); err != nil {
+		if srcs, err = exportMongo(ctx, opt.MongoURI, opt.Database, tmp, log); err != nil {
 			return nil, err
 		}
 	} else {

@@ -3,8 +3,10 @@ package backup
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,7 +31,7 @@ const maxDocLine = 64 << 20
 // share one snapshot session, so the export is one point in time; a server
 // without snapshot reads (a standalone server, FerretDB) is read collection by
 // collection, and each is consistent only on its own.
-func exportMongo(ctx context.Context, uri, db, tmp string) ([]source, error) {
+func exportMongo(ctx context.Context, uri, db, tmp string, log *slog.Logger) ([]source, error) {
 	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName("berthd-backup"))
 	if err != nil {
 		return nil, fmt.Errorf("backup: connect to MongoDB: %w", err)
@@ -46,9 +48,14 @@ func exportMongo(ctx context.Context, uri, db, tmp string) ([]source, error) {
 		defer sess.EndSession(context.WithoutCancel(ctx))
 		sctx := mongo.NewSessionContext(ctx, sess)
 		// A first read tells whether the server serves snapshot reads at all.
-		if len(names) > 0 && d.Collection(names[0]).FindOne(sctx, bson.D{}).Err() == nil {
-			rctx = sctx
+		if len(names) > 0 {
+			if err := d.Collection(names[0]).FindOne(sctx, bson.D{}).Err(); err == nil || errors.Is(err, mongo.ErrNoDocuments) {
+				rctx = sctx
+			}
 		}
+	}
+	if rctx == ctx && len(names) > 0 {
+		log.Warn("backup: the MongoDB server serves no snapshot reads; each collection is exported consistent on its own, not all at one instant")
 	}
 	var out []source
 	for _, name := range names {
