@@ -67,6 +67,14 @@ Flags (the server flags are read only for --data-dir and --mongo-uri):
 		fmt.Fprintf(stderr, "berthd backup: %s: only a local file or - is supported; copy the archive to object storage afterwards (docs/operating.md section 5)\n", to)
 		return server.ExitConfig
 	}
+	if to != "-" {
+		absTo, err1 := filepath.Abs(to)
+		absData, err2 := filepath.Abs(cfg.DataDir)
+		if err1 != nil || err2 != nil || strings.HasPrefix(absTo, absData+string(filepath.Separator)) {
+			fmt.Fprintf(stderr, "berthd backup: --to %s: write the archive outside the data directory\n", to)
+			return server.ExitConfig
+		}
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

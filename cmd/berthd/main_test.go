@@ -71,3 +71,17 @@ func TestInstallPrintsUnitAndNextSteps(t *testing.T) {
 		t.Errorf("install with data dir /: exit %d, want 78", code)
 	}
 }
+
+func TestBackupRefusesArchiveInsideDataDir(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	if code := run([]string{"backup", "--data-dir", dir, "--to", filepath.Join(dir, "x.backup")}, &out, &errb); code != 78 || !strings.Contains(errb.String(), "outside the data directory") {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if code := run([]string{"backup", "--data-dir", dir, "--to", "s3://bucket/x"}, &out, &errb); code != 78 {
+		t.Fatalf("s3 destination: exit %d", code)
+	}
+	if code := run([]string{"restore", filepath.Join(dir, "absent"), "--data-dir", filepath.Join(dir, "new")}, &out, &errb); code != 1 {
+		t.Fatalf("restore of a missing archive: exit %d", code)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // the embedded store's SQLite files, opened beside the running berthd
@@ -162,10 +163,15 @@ func vacuumInto(ctx context.Context, src, dst string) error {
 	if err != nil {
 		return fmt.Errorf("backup: open %s: %w", src, err)
 	}
-	defer db.Close()
 	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", dst); err != nil {
+	_, err = db.ExecContext(ctx, "VACUUM INTO ?", dst)
+	errC := db.Close()
+	keepOwner(src)
+	if err != nil {
 		return fmt.Errorf("backup: snapshot %s: %w", src, err)
+	}
+	if errC != nil {
+		return fmt.Errorf("backup: close %s: %w", src, errC)
 	}
 	var ok string
 	check, err := sql.Open("sqlite", "file:"+dst+"?mode=ro")
@@ -177,6 +183,28 @@ func vacuumInto(ctx context.Context, src, dst string) error {
 		return fmt.Errorf("backup: snapshot of %s fails its integrity check (%q): %w", src, ok, err)
 	}
 	return nil
+}
+
+// keepOwner gives src's -wal and -shm files, if this process created them (a
+// backup run as root while berthd is stopped), back to the owner of src, so
+// berthd running as its own user can still open its store.
+func keepOwner(src string) {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		p := src + suffix
+		if f, err := os.Lstat(p); err == nil {
+			if ws, ok := f.Sys().(*syscall.Stat_t); ok && (ws.Uid != st.Uid || ws.Gid != st.Gid) {
+				_ = os.Lchown(p, int(st.Uid), int(st.Gid))
+			}
+		}
+	}
 }
 
 // walkDataDir lists every file of dir to back up, hashed.
