@@ -52,7 +52,7 @@ Flags (the server flags are read only for --data-dir and --mongo-uri):
 	if file == "" {
 		file = os.Getenv(config.EnvName("config"))
 	}
-	if _, err := config.Apply(fs, config.Options{File: file, Getenv: os.Getenv, Skip: []string{"config", "to", "blobs"}}); err != nil {
+	if _, err := config.Apply(fs, config.Options{File: file, Getenv: os.Getenv, Skip: []string{"config", "version", "to", "blobs"}}); err != nil {
 		fmt.Fprintf(stderr, "berthd backup: %v\n", err)
 		return server.ExitConfig
 	}

@@ -80,7 +80,7 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 		var file string
 		var level slog.Level
 		fs := serveFlags(&cfg, &level, &file)
-		if err := config.Sample(stdout, fs, "config"); err != nil {
+		if err := config.Sample(stdout, fs, "config", "version"); err != nil {
 			fmt.Fprintf(stderr, "berthd config sample: %v\n", err)
 			return 1
 		}

@@ -119,7 +119,7 @@ func loadServe(args []string, stderr io.Writer) (cfg server.Config, level slog.L
 	if file == "" {
 		file = os.Getenv(config.EnvName("config"))
 	}
-	src, err = config.Apply(fs, config.Options{File: file, Getenv: os.Getenv, Skip: []string{"config"}})
+	src, err = config.Apply(fs, config.Options{File: file, Getenv: os.Getenv, Skip: []string{"config", "version"}})
 	if err != nil {
 		return
 	}
