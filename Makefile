@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := $(CURDIR)/bin
 HTTPBIN := github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin
 
-.PHONY: build run test test-containers bench generate lint bundles clean wasm modules
+.PHONY: build run test test-containers bench generate lint bundles clean wasm modules dist
 
 # The container tests: real containerd (started by scripts/containerd-test.sh,
 # installed from Debian when missing), network namespaces and nftables.
@@ -27,6 +27,13 @@ $(AS_WASM): $(wildcard examples/policies/require-digest-as/assembly/*.ts) exampl
 build: modules
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+## dist: release artifacts under ./dist (docs/operating.md section 8): every binary for
+## linux/amd64 and linux/arm64, static and reproducible, VERSION stamped, one tar.gz per
+## platform and SHA256SUMS
+VERSION ?= 0.0.0-dev
+dist: modules
+	VERSION=$(VERSION) GO=$(GO) ./scripts/dist.sh
 
 ## bundles: the example apps as bundle directories under ./build/bundles
 bundles:
@@ -72,4 +79,4 @@ lint: modules
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 clean:
-	rm -rf bin build .berth-run $(ROUTES_WASM) $(AS_WASM)
+	rm -rf bin build dist .berth-run $(ROUTES_WASM) $(AS_WASM)
