@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 )
 
 // LevelValue is a pflag.Value holding a log level ("debug", "info", "warn",
@@ -17,7 +18,7 @@ func (v LevelValue) String() string {
 	if v.L == nil {
 		return "info"
 	}
-	return v.L.String()
+	return strings.ToLower(v.L.String())
 }
 
 // Set parses s as a level.
