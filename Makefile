@@ -47,9 +47,14 @@ RUNTIME ?= process
 run: build bundles
 	BERTH_RUNTIME=$(RUNTIME) ./scripts/run-local.sh
 
+# The S3 server the backup tests upload to (a real S3 API with signature checks).
+VERSITYGW := $(shell $(GO) env GOPATH)/bin/versitygw
+$(VERSITYGW):
+	$(GO) install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+
 ## test: everything CI runs (builds the binaries the end-to-end tests start;
 ## starts a private containerd for the container tests and stops it after)
-test: build
+test: build $(VERSITYGW)
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 15m ./...
 
 ## test-containers: only the container tests (containerd driver, nftables network)

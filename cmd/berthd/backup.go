@@ -30,6 +30,10 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.StringVar(&to, "to", "", "archive to write (0600, replaced atomically); - writes to stdout")
 	fs.StringVar(&blobs, "blobs", string(backup.BlobsCopy), "copy blobs into the archive, or reference them (list sizes and hashes only)")
+	var s3 backup.S3Config
+	fs.StringVar(&s3.Endpoint, "s3-endpoint", "", "S3 API host[:port] for an s3://BUCKET/KEY destination (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
+	fs.StringVar(&s3.Region, "s3-region", "", "S3 region (default: the store's)")
+	fs.BoolVar(&s3.Insecure, "s3-insecure", false, "speak plain HTTP to the S3 endpoint (loopback test servers only)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `berthd backup writes a consistent snapshot of the data directory and the store
 to one archive (docs/operating.md section 5). It runs beside a running berthd
@@ -37,7 +41,8 @@ or with none, reads --data-dir and --mongo-uri like berthd does (flags,
 BERTH_* variables, --config), and changes nothing.
 
 Usage:
-  berthd backup --to FILE [--config FILE] [--data-dir DIR] [--mongo-uri URI] [--blobs copy|reference]
+  berthd backup --to FILE|s3://BUCKET/KEY [--config FILE] [--data-dir DIR] [--mongo-uri URI] [--blobs copy|reference]
+                [--s3-endpoint HOST:PORT]
 
 Flags (the server flags are read only for --data-dir and --mongo-uri):
 `)
@@ -52,7 +57,7 @@ Flags (the server flags are read only for --data-dir and --mongo-uri):
 	if file == "" {
 		file = os.Getenv(config.EnvName("config"))
 	}
-	if _, err := config.Apply(fs, config.Options{File: file, Getenv: os.Getenv, Skip: []string{"config", "version", "to", "blobs"}}); err != nil {
+	if _, err := config.Apply(fs, config.Options{File: file, Getenv: os.Getenv, Skip: []string{"config", "version", "to", "blobs", "s3-endpoint", "s3-region", "s3-insecure"}}); err != nil {
 		fmt.Fprintf(stderr, "berthd backup: %v\n", err)
 		return server.ExitConfig
 	}
@@ -63,11 +68,20 @@ Flags (the server flags are read only for --data-dir and --mongo-uri):
 	case to == "":
 		fmt.Fprintln(stderr, "berthd backup: --to FILE is required")
 		return server.ExitConfig
-	case strings.Contains(to, "://"):
-		fmt.Fprintf(stderr, "berthd backup: %s: only a local file or - is supported; copy the archive to object storage afterwards (docs/operating.md section 5)\n", to)
-		return server.ExitConfig
 	}
-	if to != "-" {
+	var bucket, key string
+	if strings.Contains(to, "://") {
+		var err error
+		if bucket, key, err = backup.ParseS3URL(to); err != nil {
+			fmt.Fprintf(stderr, "berthd backup: --to: %v\n", err)
+			return server.ExitConfig
+		}
+		if s3.Endpoint == "" {
+			fmt.Fprintln(stderr, "berthd backup: an s3:// destination needs --s3-endpoint")
+			return server.ExitConfig
+		}
+	}
+	if to != "-" && bucket == "" {
 		absTo, err1 := filepath.Abs(to)
 		absData, err2 := filepath.Abs(cfg.DataDir)
 		if err1 != nil || err2 != nil || strings.HasPrefix(absTo, absData+string(filepath.Separator)) {
@@ -88,6 +102,8 @@ Flags (the server flags are read only for --data-dir and --mongo-uri):
 		m, err = backup.Create(ctx, io.MultiWriter(stdout, h), opt)
 		sum = hex.EncodeToString(h.Sum(nil))
 		stdout = stderr
+	} else if bucket != "" {
+		m, sum, err = backupToS3(ctx, s3, bucket, key, opt)
 	} else {
 		m, sum, err = backupToFile(ctx, to, opt)
 	}
@@ -123,6 +139,24 @@ func backupToFile(ctx context.Context, path string, opt backup.Options) (*backup
 		return nil, "", err
 	}
 	return m, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// backupToS3 writes the archive to a temporary file, uploads it and removes the file.
+func backupToS3(ctx context.Context, s3 backup.S3Config, bucket, key string, opt backup.Options) (*backup.Manifest, string, error) {
+	dir, err := os.MkdirTemp("", "berthd-backup-")
+	if err != nil {
+		return nil, "", err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "archive")
+	m, sum, err := backupToFile(ctx, path, opt)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := backup.UploadS3(ctx, s3, path, bucket, key); err != nil {
+		return nil, "", err
+	}
+	return m, sum, nil
 }
 
 func runRestore(args []string, stdout, stderr io.Writer) int {

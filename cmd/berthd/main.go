@@ -48,7 +48,7 @@ Usage:
   berthd install [--data-dir DIR] [--config FILE] [--user NAME] [--unit-dir DIR]
   berthd config check [--config FILE] [flags]
   berthd config sample
-  berthd backup --data-dir DIR --to FILE [--mongo-uri URI] [--blobs copy|reference]
+  berthd backup --data-dir DIR --to FILE|s3://BUCKET/KEY [--mongo-uri URI] [--blobs copy|reference]
   berthd restore FILE --data-dir DIR [--mongo-uri URI]
 
 With no --mongo-uri, berthd runs an embedded store (FerretDB over SQLite) under
