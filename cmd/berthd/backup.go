@@ -166,6 +166,10 @@ func runRestore(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opt.DataDir, "data-dir", "", "data directory to create (must not exist, or be empty); required")
 	fs.StringVar(&opt.MongoURI, "mongo-uri", "", "MongoDB to import a MongoDB export into (its database must be empty)")
 	fs.StringVar(&opt.BlobsFrom, "blobs-from", "", "directory laid out like DATA/blobs holding the blobs of a --blobs reference archive")
+	var s3 backup.S3Config
+	fs.StringVar(&s3.Endpoint, "s3-endpoint", "", "S3 API host[:port] when FILE is s3://BUCKET/KEY (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
+	fs.StringVar(&s3.Region, "s3-region", "", "S3 region (default: the store's)")
+	fs.BoolVar(&s3.Insecure, "s3-insecure", false, "speak plain HTTP to the S3 endpoint (loopback test servers only)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `berthd restore checks a whole archive (every SHA-256, nothing missing, nothing
 extra) and only then writes it into a new data directory. The restored berthd has
@@ -173,7 +177,7 @@ the same cluster id, signing key and TLS certificate, so nodes reconnect without
 enrolling again (docs/operating.md section 5.2).
 
 Usage:
-  berthd restore FILE --data-dir DIR [--mongo-uri URI] [--blobs-from DIR]
+  berthd restore FILE|s3://BUCKET/KEY --data-dir DIR [--mongo-uri URI] [--blobs-from DIR] [--s3-endpoint HOST:PORT]
 
 Flags:
 `)
@@ -193,7 +197,26 @@ Flags:
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	m, err := backup.Restore(ctx, fs.Arg(0), opt)
+	archive := fs.Arg(0)
+	if strings.Contains(archive, "://") {
+		bucket, key, err := backup.ParseS3URL(archive)
+		if err != nil {
+			fmt.Fprintf(stderr, "berthd restore: %v\n", err)
+			return server.ExitConfig
+		}
+		tmp, err := os.MkdirTemp("", "berthd-restore-")
+		if err != nil {
+			fmt.Fprintf(stderr, "berthd restore: %v\n", err)
+			return 1
+		}
+		defer os.RemoveAll(tmp)
+		archive = filepath.Join(tmp, "archive")
+		if err := backup.DownloadS3(ctx, s3, bucket, key, archive); err != nil {
+			fmt.Fprintf(stderr, "berthd restore: %v\n", err)
+			return 1
+		}
+	}
+	m, err := backup.Restore(ctx, archive, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "berthd restore: %v\n", err)
 		return 1

@@ -49,7 +49,7 @@ Usage:
   berthd config check [--config FILE] [flags]
   berthd config sample
   berthd backup --data-dir DIR --to FILE|s3://BUCKET/KEY [--mongo-uri URI] [--blobs copy|reference]
-  berthd restore FILE --data-dir DIR [--mongo-uri URI]
+  berthd restore FILE|s3://BUCKET/KEY --data-dir DIR [--mongo-uri URI] [--blobs-from DIR]
 
 With no --mongo-uri, berthd runs an embedded store (FerretDB over SQLite) under
 the data directory and takes an exclusive lock on it. At first start it creates

@@ -94,6 +94,18 @@ func TestBackupUploadedToS3RoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Downloaded again, it restores.
+	dl := filepath.Join(t.TempDir(), "downloaded.backup")
+	if err := DownloadS3(ctx, cfg, "backups", "core/2026-12-01.backup", dl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(ctx, dl, RestoreOptions{DataDir: filepath.Join(t.TempDir(), "restored")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := DownloadS3(ctx, cfg, "backups", "core/absent", filepath.Join(t.TempDir(), "x")); err == nil {
+		t.Error("a download of a missing object succeeded")
+	}
+
 	if err := UploadS3(ctx, cfg, path, "no-such-bucket", "x"); err == nil {
 		t.Error("an upload to a missing bucket succeeded")
 	}
