@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/berthhq/berth/internal/version.Version=$(VERSION)
 BIN     := $(CURDIR)/bin
 HTTPBIN := github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin
 
-.PHONY: build run test test-containers bench generate lint bundles clean wasm modules
+.PHONY: build run test test-containers bench generate lint bundles clean wasm modules dist
 
 # The container tests: real containerd (started by scripts/containerd-test.sh,
 # installed from Debian when missing), network namespaces and nftables.
@@ -32,6 +32,12 @@ build: modules
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
+## dist: release artifacts under ./dist (docs/operating.md section 8): every binary for
+## linux/amd64 and linux/arm64, static and reproducible, VERSION stamped, one tar.gz per
+## platform and SHA256SUMS
+dist: modules
+	VERSION=$(VERSION) GO=$(GO) ./scripts/dist.sh
+
 ## bundles: the example apps as bundle directories under ./build/bundles
 bundles:
 	@mkdir -p build/bundles/hello build/bundles/httpbin
@@ -44,9 +50,14 @@ RUNTIME ?= process
 run: build bundles
 	BERTH_RUNTIME=$(RUNTIME) ./scripts/run-local.sh
 
+# The S3 server the backup tests upload to (a real S3 API with signature checks).
+VERSITYGW := $(shell $(GO) env GOPATH)/bin/versitygw
+$(VERSITYGW):
+	$(GO) install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+
 ## test: everything CI runs (builds the binaries the end-to-end tests start;
 ## starts a private containerd for the container tests and stops it after)
-test: build
+test: build $(VERSITYGW)
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 15m ./...
 
 ## test-containers: only the container tests (containerd driver, nftables network)
@@ -76,4 +87,4 @@ lint: modules
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 clean:
-	rm -rf bin build .berth-run $(ROUTES_WASM) $(AS_WASM)
+	rm -rf bin build dist .berth-run $(ROUTES_WASM) $(AS_WASM)

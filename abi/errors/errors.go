@@ -142,6 +142,14 @@ const (
 	UpgradeFailed     Code = "upgrade_failed"      // the node did not come back at the new version and runs the previous one (409)
 )
 
+// Operator codes: berthd's own configuration, backup and restore (docs/operating.md
+// sections 3 and 5). They reach an operator's terminal, not the API.
+const (
+	ConfigInvalid   Code = "config_invalid"    // a configuration file with an unknown key or a bad value; the message names file, line and key
+	BackupInvalid   Code = "backup_invalid"    // a backup archive that is truncated, tampered with or not a Berth backup; nothing was restored
+	RestoreNotEmpty Code = "restore_not_empty" // restore into a data directory that already holds something; nothing was written
+)
+
 var statuses = map[Code]int{
 	AgentVersionSkew:  http.StatusConflict,
 	AgentDowngrade:    http.StatusConflict,

@@ -1,5 +1,7 @@
 // Command berthd is Berth's control plane: the API, node sessions, the
 // scheduler and the gateway plugin, on one MongoDB (or the embedded store).
+// Its subcommands install it as a service, check its configuration file, and
+// back up and restore its data directory (docs/operating.md).
 package main
 
 import (
@@ -18,20 +20,39 @@ import (
 
 	"github.com/berthhq/berth/core/server"
 	"github.com/berthhq/berth/core/slots"
+	"github.com/berthhq/berth/internal/config"
 	"github.com/berthhq/berth/internal/version"
 )
 
 func main() {
-	os.Exit(run())
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run() int {
-	fs := pflag.NewFlagSet("berthd", pflag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `berthd runs Berth's control plane.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "install":
+			return runInstall(args[1:], stdout, stderr)
+		case "config":
+			return runConfig(args[1:], stdout, stderr)
+		case "backup":
+			return runBackup(args[1:], stdout, stderr)
+		case "restore":
+			return runRestore(args[1:], stdout, stderr)
+		}
+	}
+	return runServe(args, stderr)
+}
+
+const usage = `berthd runs Berth's control plane.
 
 Usage:
-  berthd --data-dir DIR [--listen HOST:PORT] [--gateway-listen HOST:PORT] [--mongo-uri URI]
+  berthd [--config FILE] --data-dir DIR [--listen HOST:PORT] [--gateway-listen HOST:PORT] [--mongo-uri URI]
+  berthd install [--data-dir DIR] [--config FILE] [--user NAME] [--unit-dir DIR]
+  berthd config check [--config FILE] [flags]
+  berthd config sample
+  berthd backup --data-dir DIR --to FILE|s3://BUCKET/KEY [--mongo-uri URI] [--blobs copy|reference]
+  berthd restore FILE|s3://BUCKET/KEY --data-dir DIR [--mongo-uri URI] [--blobs-from DIR]
 
 With no --mongo-uri, berthd runs an embedded store (FerretDB over SQLite) under
 the data directory and takes an exclusive lock on it. At first start it creates
@@ -41,6 +62,12 @@ no --tls-cert, a self-signed certificate is generated at first start (key 0600
 under DIR/tls) and its SHA-256 fingerprint written to DIR/server-fingerprint;
 join commands carry it, and the CLI pins it (berth login --fingerprint). The edge gateway plugin serves
 HTTP on --gateway-listen and routes by Host to healthy workloads.
+
+Configuration: --config FILE is a YAML mapping of these flag names to values
+(unknown keys and bad values are refused with the file, line and key). A flag
+on the command line wins over its BERTH_* variable (--data-dir is
+BERTH_DATA_DIR), which wins over the file. berthd exits 78 on a configuration
+error, which its systemd unit does not restart.
 
 With --bootstrap-admin NAME, berthd reads a password (20 characters to 1024
 bytes) from stdin and creates NAME as the first human admin, once per cluster:
@@ -55,14 +82,17 @@ Environment:
                                    enrollment tokens (berth runner enroll-token create)
 
 Flags:
-`)
-		fmt.Fprint(fs.Output(), fs.FlagUsages())
-	}
-	var cfg server.Config
-	var level string
+`
+
+// serveFlags defines every flag of berthd's server on a new flag set.
+func serveFlags(cfg *server.Config, level *slog.Level, configFile *string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("berthd", pflag.ContinueOnError)
+	fs.SortFlags = false
+	cfg.Listen, cfg.GatewayListen = "127.0.0.1:7070", "127.0.0.1:8080"
+	fs.StringVar(configFile, "config", "", "YAML file of flag values (flags and BERTH_* variables override it)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "data directory (keys, admin token, embedded store, bundles); required")
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "API listen address")
-	fs.StringVar(&cfg.GatewayListen, "gateway-listen", "127.0.0.1:8080", `edge gateway listen address ("off" runs no gateway)`)
+	fs.Var(config.AddrValue{S: &cfg.Listen}, "listen", "API listen address")
+	fs.Var(config.AddrValue{S: &cfg.GatewayListen, Off: "off"}, "gateway-listen", `edge gateway listen address ("off" runs no gateway)`)
 	fs.StringVar(&cfg.MongoURI, "mongo-uri", "", "MongoDB connection string (default: embedded store under --data-dir)")
 	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL nodes and the CLI use to reach the API (default https://<listen>)")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate chain to serve (default: self-signed, generated under --data-dir)")
@@ -75,51 +105,88 @@ Flags:
 	fs.DurationVar(&cfg.Sweep.Quiet, "sweep-quiet", slots.DefaultQuiet, "reconcile once hints have been quiet this long")
 	fs.DurationVar(&cfg.Sweep.Period, "sweep-period", slots.DefaultPeriod, "reconcile at the latest this long after the last pass")
 	fs.DurationVar(&cfg.Sweep.Floor, "sweep-floor", slots.DefaultFloor, "never start a scheduled pass sooner than this after the last one; each rollout step takes at least one pass")
-	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
-	var bootstrapAdmin string
-	fs.StringVar(&bootstrapAdmin, "bootstrap-admin", "", "create this first human admin once, reading the password from stdin")
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	*level = slog.LevelInfo
+	fs.Var(config.LevelValue{L: level}, "log-level", "log level: debug, info, warn, error")
+	fs.StringVar(&cfg.BootstrapAdmin, "bootstrap-admin", "", "create this first human admin once, reading the password from stdin")
+	fs.Bool("version", false, "print the version and exit")
+	return fs
+}
+
+// errShowVersion is what loadServe returns for --version: print it and exit 0.
+var errShowVersion = errors.New("berthd: --version")
+
+// loadServe parses args and applies the configuration file and BERTH_*
+// variables; it returns the server configuration and where each value came from.
+func loadServe(args []string, stderr io.Writer) (cfg server.Config, level slog.Level, src map[string]config.Source, fs *pflag.FlagSet, err error) {
+	var file string
+	fs = serveFlags(&cfg, &level, &file)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fmt.Fprint(fs.Output(), fs.FlagUsages())
 	}
-	if *showVersion {
+	if err = fs.Parse(args); err != nil {
+		return
+	}
+	if v, _ := fs.GetBool("version"); v {
+		err = errShowVersion
+		return
+	}
+	if fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+		return
+	}
+	if file == "" {
+		file = os.Getenv(config.EnvName("config"))
+	}
+	src, err = config.Apply(fs, config.Options{File: file, Getenv: os.Getenv, Skip: []string{"config", "version", "bootstrap-admin"}})
+	if err != nil {
+		return
+	}
+	if cfg.DataDir == "" {
+		err = errors.New("--data-dir is required (flag, BERTH_DATA_DIR or data-dir in --config; see --help)")
+		return
+	}
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+		err = errors.New("--tls-cert and --tls-key go together")
+	}
+	return
+}
+
+func runServe(args []string, stderr io.Writer) int {
+	cfg, level, _, _, err := loadServe(args, stderr)
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errShowVersion) {
 		_ = version.Print(os.Stdout, "berthd")
 		return 0
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		fmt.Fprintf(os.Stderr, "berthd: --log-level: %v\n", err)
-		return 2
-	}
-	if cfg.DataDir == "" {
-		fmt.Fprintln(os.Stderr, "berthd: --data-dir is required (see --help)")
-		return 2
+	if err != nil {
+		fmt.Fprintf(stderr, "berthd: %v\n", err)
+		return server.ExitConfig
 	}
 	// The legacy shared runner registration secret comes only from the environment (never a flag,
 	// which process listings show) and is removed from it so no child process inherits it.
 	cfg.RunnerRegistrationSecret = os.Getenv("BERTH_RUNNER_REGISTRATION_TOKEN")
 	_ = os.Unsetenv("BERTH_RUNNER_REGISTRATION_TOKEN")
-	if env := os.Getenv("BERTH_BOOTSTRAP_ADMIN"); env != "" && bootstrapAdmin == "" {
+	if env := os.Getenv("BERTH_BOOTSTRAP_ADMIN"); env != "" && cfg.BootstrapAdmin == "" {
 		name, pw, ok := strings.Cut(env, ":")
 		if !ok {
-			fmt.Fprintln(os.Stderr, "berthd: BERTH_BOOTSTRAP_ADMIN must be name:password")
-			return 2
+			fmt.Fprintln(stderr, "berthd: BERTH_BOOTSTRAP_ADMIN must be name:password")
+			return server.ExitConfig
 		}
 		cfg.BootstrapAdmin, cfg.BootstrapPassword = name, pw
-	}
-	_ = os.Unsetenv("BERTH_BOOTSTRAP_ADMIN")
-	if bootstrapAdmin != "" {
+	} else if cfg.BootstrapAdmin != "" {
 		pw, err := readPassword(os.Stdin)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "berthd: --bootstrap-admin: read the password from stdin: %v\n", err)
-			return 2
+			fmt.Fprintf(stderr, "berthd: --bootstrap-admin: read the password from stdin: %v\n", err)
+			return server.ExitConfig
 		}
-		cfg.BootstrapAdmin, cfg.BootstrapPassword = bootstrapAdmin, pw
+		cfg.BootstrapPassword = pw
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	_ = os.Unsetenv("BERTH_BOOTSTRAP_ADMIN")
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := server.Run(ctx, cfg); err != nil {

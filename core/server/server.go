@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/berthhq/berth/core/api"
+	"github.com/berthhq/berth/core/backup"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
@@ -138,6 +139,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("lock data directory %s (is another berthd using it?): %w", cfg.DataDir, err)
 	}
 	defer unlock()
+	if _, err := os.Lstat(filepath.Join(cfg.DataDir, backup.IncompleteMarker)); err == nil {
+		return fmt.Errorf("data directory %s holds %s: a restore into it did not finish; empty the directory and run berthd restore again (docs/operating.md section 5.2)", cfg.DataDir, backup.IncompleteMarker)
+	}
 
 	key, created, err := identity.LoadOrCreateSigningKey(cfg.DataDir)
 	if err != nil {
