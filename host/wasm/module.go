@@ -15,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
+	"github.com/berthhq/berth/host/wasm/interrupt"
 )
 
 // Module is a loaded module: its compiled code, metadata and a pool of
@@ -89,6 +90,7 @@ func (m *Module) check(ctx context.Context) error {
 		switch {
 		case mod == "wasi_snapshot_preview1":
 		case mod == abiwasm.HostModule && name == abiwasm.HostLog:
+		case mod == interrupt.ImportModule && name == interrupt.ImportName: // added by Load
 		default:
 			return m.errf(ErrBadModule, "imports %s.%s, which the host does not provide (docs/wasm-abi.md section 3)", mod, name)
 		}
@@ -197,6 +199,12 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 
 // callError classifies a failed call: the deadline, an exit, or a trap.
 func (m *Module) callError(in *instance, fn string, err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return m.errf(ErrDeadline, "%s ran past %s", fn, m.rt.cfg.Timeout)
+	case errors.Is(err, context.Canceled):
+		return m.errf(ErrDeadline, "%s: the caller gave up", fn)
+	}
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
 		switch exit.ExitCode() {

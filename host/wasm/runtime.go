@@ -24,6 +24,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
+	"github.com/berthhq/berth/host/wasm/interrupt"
 )
 
 // Defaults of [Config].
@@ -135,9 +136,13 @@ type Runtime struct {
 // system access) and the berth host module.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	cfg.defaults()
+	// No WithCloseOnContextDone: it leaves compiled code for Go at every
+	// loop iteration (wazero issue 2466). Load instruments every module with
+	// package interrupt instead: the module calls refillFuel once every
+	// FuelPerRefill loop iterations and calls, which ends the call when its
+	// ctx is done (docs/wasm-abi.md section 3).
 	rc := wazero.NewRuntimeConfig().
-		WithMemoryLimitPages(cfg.MemoryLimitPages).
-		WithCloseOnContextDone(true)
+		WithMemoryLimitPages(cfg.MemoryLimitPages)
 	var cache wazero.CompilationCache
 	if cfg.CacheDir != "" {
 		if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
@@ -160,11 +165,34 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(r.hostLog),
 		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, nil).
 		Export(abiwasm.HostLog).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(refillFuel), nil, []api.ValueType{api.ValueTypeI32}).
+		Export(interrupt.ImportName).
 		Instantiate(ctx); err != nil {
 		_ = rt.Close(ctx)
 		return nil, fmt.Errorf("instantiate host module: %w", err)
 	}
 	return r, nil
+}
+
+// FuelPerRefill is how many loop iterations and function calls an
+// instrumented module runs between two visits to the host (package
+// interrupt). A visit costs about as much as one iteration did under
+// WithCloseOnContextDone, so the check is 1/FuelPerRefill of that cost; at
+// about a nanosecond per iteration a call learns of its deadline, and the Go
+// runtime gets to stop its goroutine, within tens of microseconds.
+const FuelPerRefill = 1 << 15
+
+// errStopped is the trap refillFuel raises when the call's ctx is done; it
+// wraps the ctx's error, which [Module.callError] classifies.
+var errStopped = errors.New("berth: call stopped")
+
+// refillFuel implements berth.fuel() -> i32 for instrumented modules: the
+// next stretch of fuel, or a trap when the call must stop.
+func refillFuel(ctx context.Context, _ api.Module, stack []uint64) {
+	if err := ctx.Err(); err != nil {
+		panic(fmt.Errorf("%w: %w", errStopped, err))
+	}
+	stack[0] = FuelPerRefill
 }
 
 // Close closes every module and frees compiled code. Calls in flight fail.
@@ -196,7 +224,11 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	r.mu.Unlock()
 
-	compiled, err := r.rt.CompileModule(ctx, wasm)
+	metered, err := interrupt.Instrument(wasm)
+	if err != nil {
+		return nil, fmt.Errorf("module %s: compile: %w: %w", digest, ErrBadModule, err)
+	}
+	compiled, err := r.rt.CompileModule(ctx, metered)
 	if err != nil {
 		return nil, fmt.Errorf("module %s: compile: %w: %w", digest, ErrBadModule, err)
 	}
