@@ -27,6 +27,7 @@ $(AS_WASM): $(wildcard examples/policies/require-digest-as/assembly/*.ts) exampl
 build: modules
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
+	./scripts/install-opa.sh $(BIN)
 
 ## bundles: the example apps as bundle directories under ./build/bundles
 bundles:

@@ -227,7 +227,7 @@ func (e *Engine) PutModule(ctx context.Context, r io.Reader) (*Module, error) {
 	}
 	meta := m.Metadata()
 	rec := &Module{Digest: digest, Size: n, Kind: meta.Kind, Name: meta.Name, Version: meta.Version,
-		ABI: fmt.Sprintf("%d.%d", meta.ABIMajor, meta.ABIMinor), CreatedAt: e.cfg.Now().UTC()}
+		ABI: m.ABI(), CreatedAt: e.cfg.Now().UTC()}
 	var existing Module
 	if err := e.modules.FindOne(ctx, bson.M{"_id": digest}).Decode(&existing); err == nil {
 		return &existing, nil

@@ -27,6 +27,7 @@ type Module struct {
 	digest   string
 	meta     abiwasm.Metadata
 	entry    string
+	opa      *opaModule // set for OPA-compiled modules (docs/wasm-abi.md section 11)
 
 	idle  chan *instance // instances ready for a call
 	slots chan struct{}  // one token per live instance, bounding them
@@ -41,12 +42,24 @@ type instance struct {
 	dealloc api.Function
 	entry   api.Function
 	stderr  *capped
+	opa     *opaInstance // OPA-compiled modules only
 }
 
 // Digest is the module's id: "sha256:<hex>" of its bytes.
 func (m *Module) Digest() string { return m.digest }
 
-// Metadata is what the module's berth_metadata returned at load.
+// ABI names the module's binary interface: "1.0" style for Berth's own ABI
+// (docs/wasm-abi.md section 1), "opa 1.x" for OPA-compiled modules (section
+// 11).
+func (m *Module) ABI() string {
+	if m.opa != nil {
+		return "opa 1.x"
+	}
+	return fmt.Sprintf("%d.%d", m.meta.ABIMajor, m.meta.ABIMinor)
+}
+
+// Metadata is what the module's berth_metadata returned at load; for an
+// OPA-compiled module, what its berth.opa section says, with the kind policy.
 func (m *Module) Metadata() abiwasm.Metadata { return m.meta }
 
 // Close closes every instance and the compiled code. Calls in flight fail.
@@ -84,7 +97,10 @@ func sameTypes(a, b []api.ValueType) bool { return bytes.Equal(a, b) }
 
 // check verifies imports and exports, then instantiates the first instance to
 // read the ABI version and metadata.
-func (m *Module) check(ctx context.Context) error {
+func (m *Module) check(ctx context.Context, raw []byte) error {
+	if m.opa != nil {
+		return m.checkOPA(ctx, raw)
+	}
 	for _, imp := range m.compiled.ImportedFunctions() {
 		mod, name, _ := imp.Import()
 		switch {
@@ -125,7 +141,7 @@ func (m *Module) check(ctx context.Context) error {
 		_ = in.mod.Close(ctx)
 		return m.callError(in, abiwasm.ExportMetadata, err)
 	}
-	raw, err := m.readOutput(cctx, in, res[0])
+	raw, err = m.readOutput(cctx, in, res[0])
 	if err != nil {
 		_ = in.mod.Close(ctx)
 		return err
@@ -193,6 +209,12 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 	}
 	if m.entry != "" {
 		in.entry = mod.ExportedFunction(m.entry)
+	}
+	if m.opa != nil {
+		if err := m.instantiateOPA(cctx, in); err != nil {
+			_ = mod.Close(ctx)
+			return nil, err
+		}
 	}
 	return in, nil
 }
@@ -267,8 +289,13 @@ func (m *Module) Call(ctx context.Context, input []byte) ([]byte, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
 	defer cancel()
-	cctx = withLogBudget(cctx, m)
-	out, err := m.call(cctx, in, input)
+	cctx = withLogBudget(cctx, m, in)
+	var out []byte
+	if m.opa != nil {
+		out, err = m.callOPA(cctx, in, input)
+	} else {
+		out, err = m.call(cctx, in, input)
+	}
 	m.release(ctx, in, err != nil)
 	return out, err
 }
@@ -356,12 +383,13 @@ type logBudgetKey struct{}
 // logBudget counts what one call may still log.
 type logBudget struct {
 	m       *Module
+	in      *instance
 	left    int
 	dropped int
 }
 
-func withLogBudget(ctx context.Context, m *Module) context.Context {
-	return context.WithValue(ctx, logBudgetKey{}, &logBudget{m: m, left: m.rt.cfg.LogLines})
+func withLogBudget(ctx context.Context, m *Module, in *instance) context.Context {
+	return context.WithValue(ctx, logBudgetKey{}, &logBudget{m: m, in: in, left: m.rt.cfg.LogLines})
 }
 
 // hostLog implements berth.log(level, ptr, len).

@@ -171,6 +171,20 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		_ = rt.Close(ctx)
 		return nil, fmt.Errorf("instantiate host module: %w", err)
 	}
+	env := rt.NewHostModuleBuilder(opaEnv).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(opaAbortFn), []api.ValueType{api.ValueTypeI32}, nil).Export(opaAbort).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(r.opaPrintlnFn), []api.ValueType{api.ValueTypeI32}, nil).Export(opaPrintln)
+	for n := 0; n <= 4; n++ {
+		params := make([]api.ValueType, 2+n)
+		for i := range params {
+			params[i] = api.ValueTypeI32
+		}
+		env = env.NewFunctionBuilder().WithGoModuleFunction(opaBuiltinFn(n), params, []api.ValueType{api.ValueTypeI32}).Export(fmt.Sprintf("%s%d", opaBuiltin, n))
+	}
+	if _, err := env.Instantiate(ctx); err != nil {
+		_ = rt.Close(ctx)
+		return nil, fmt.Errorf("instantiate the OPA host module: %w", err)
+	}
 	return r, nil
 }
 
@@ -224,7 +238,8 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	r.mu.Unlock()
 
-	metered, err := interrupt.Instrument(wasm)
+	opa := isOPA(wasm)
+	metered, err := interrupt.InstrumentWith(wasm, interrupt.Options{DefineImportedMemory: opa})
 	if err != nil {
 		return nil, fmt.Errorf("module %s: compile: %w: %w", digest, ErrBadModule, err)
 	}
@@ -234,7 +249,10 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	m := &Module{rt: r, compiled: compiled, digest: digest, idle: make(chan *instance, r.cfg.MaxInstances), slots: make(chan struct{}, r.cfg.MaxInstances)}
 	m.meta.Name = "unnamed"
-	if err := m.check(ctx); err != nil {
+	if opa {
+		m.opa = &opaModule{}
+	}
+	if err := m.check(ctx, wasm); err != nil {
 		_ = compiled.Close(ctx)
 		return nil, err
 	}

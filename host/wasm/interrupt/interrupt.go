@@ -106,7 +106,19 @@ func (w *rewriter) fn(i uint32) uint32 {
 // validates nothing beyond what it reads: wazero still compiles and
 // validates the result. Errors wrap [ErrMalformed]. Instrument is
 // deterministic and does not retain wasm.
-func Instrument(wasm []byte) ([]byte, error) {
+func Instrument(wasm []byte) ([]byte, error) { return InstrumentWith(wasm, Options{}) }
+
+// Options change what [InstrumentWith] does besides the fuel check.
+type Options struct {
+	// DefineImportedMemory turns the module's one imported memory into a
+	// memory of its own with the same limits, for modules (OPA's) that
+	// expect the host to provide their memory: wazero's host modules cannot
+	// export one. The module must not also define a memory.
+	DefineImportedMemory bool
+}
+
+// InstrumentWith is [Instrument] with options.
+func InstrumentWith(wasm []byte, opts Options) ([]byte, error) {
 	if len(wasm) < 8 || !bytes.Equal(wasm[:4], []byte("\x00asm")) {
 		return nil, fmt.Errorf("%w: no WebAssembly header", ErrMalformed)
 	}
@@ -173,10 +185,24 @@ func Instrument(wasm []byte) ([]byte, error) {
 		out.Write(uleb(uint32(len(body))))
 		out.Write(body)
 	}
+	var memory []byte // limits of the imported memory, when it becomes the module's own
+	if opts.DefineImportedMemory {
+		for _, s := range secs {
+			switch s.id {
+			case secMemory:
+				return nil, fmt.Errorf("%w: the module both imports and defines memory", ErrMalformed)
+			}
+		}
+	}
 	// The type, import and global sections are written even when the module
-	// has none, each where it belongs.
+	// has none, each where it belongs, and so is the memory section when the
+	// imported memory became the module's own.
 	have := map[byte]bool{}
 	addMissing := func(next int) {
+		if memory != nil && !have[secMemory] && next > order[secMemory] {
+			have[secMemory] = true
+			emit(secMemory, cat(uleb(1), memory))
+		}
 		for _, id := range []byte{secType, secImport, secGlobal} {
 			if !have[id] && next > order[id] {
 				have[id] = true
@@ -209,8 +235,14 @@ func Instrument(wasm []byte) ([]byte, error) {
 		case secType:
 			body, err = withCount(s.body, func(rest []byte, n uint32) ([]byte, error) { return appendType(rest, n), nil })
 		case secImport:
-			if err = checkImportFree(s.body); err == nil {
-				body, err = withCount(s.body, func(rest []byte, n uint32) ([]byte, error) { return appendImport(rest, n, types), nil })
+			src := s.body
+			if opts.DefineImportedMemory {
+				if src, memory, err = takeMemoryImport(src); err != nil {
+					return nil, err
+				}
+			}
+			if err = checkImportFree(src); err == nil {
+				body, err = withCount(src, func(rest []byte, n uint32) ([]byte, error) { return appendImport(rest, n, types), nil })
 			}
 		case secGlobal:
 			body, err = w.rewriteGlobals(s.body)
@@ -420,6 +452,44 @@ func (w *rewriter) rewriteExpr(out []byte, r *reader) ([]byte, error) {
 		}
 		out = append(out, r.b[start:r.off]...)
 	}
+}
+
+// takeMemoryImport removes the one memory import from an import section and
+// returns the section without it and the memory's limits.
+func takeMemoryImport(body []byte) (rest, limits []byte, err error) {
+	r := &reader{b: body}
+	n, err := r.u32()
+	if err != nil {
+		return nil, nil, err
+	}
+	var entries []byte
+	kept := uint32(0)
+	for i := uint32(0); i < n; i++ {
+		start := r.off
+		if _, err := r.name(); err != nil {
+			return nil, nil, err
+		}
+		if _, err := r.name(); err != nil {
+			return nil, nil, err
+		}
+		kindAt := r.off
+		if err := r.importDesc(nil, nil); err != nil {
+			return nil, nil, err
+		}
+		if body[kindAt] == 0x02 {
+			if limits != nil {
+				return nil, nil, fmt.Errorf("%w: the module imports more than one memory", ErrMalformed)
+			}
+			limits = body[kindAt+1 : r.off]
+			continue
+		}
+		kept++
+		entries = append(entries, body[start:r.off]...)
+	}
+	if limits == nil {
+		return nil, nil, fmt.Errorf("%w: the module imports no memory", ErrMalformed)
+	}
+	return cat(uleb(kept), entries), limits, nil
 }
 
 func checkImportFree(body []byte) error {
@@ -906,4 +976,90 @@ func uleb(v uint32) []byte {
 		}
 		return append(b, c)
 	}
+}
+
+// Imports returns the module and name of every import of wasm, in order.
+// Errors wrap [ErrMalformed].
+func Imports(wasm []byte) ([][2]string, error) {
+	secs, err := sections(wasm)
+	if err != nil {
+		return nil, err
+	}
+	var out [][2]string
+	for _, s := range secs {
+		if s.id != secImport {
+			continue
+		}
+		r := &reader{b: s.body}
+		n, err := r.u32()
+		if err != nil {
+			return nil, err
+		}
+		for i := uint32(0); i < n; i++ {
+			mod, err := r.name()
+			if err != nil {
+				return nil, err
+			}
+			name, err := r.name()
+			if err != nil {
+				return nil, err
+			}
+			if err := r.importDesc(nil, nil); err != nil {
+				return nil, err
+			}
+			out = append(out, [2]string{mod, name})
+		}
+	}
+	return out, nil
+}
+
+// CustomSection returns the payload of the first custom section of wasm
+// named name, and whether there is one.
+func CustomSection(wasm []byte, name string) ([]byte, bool) {
+	secs, err := sections(wasm)
+	if err != nil {
+		return nil, false
+	}
+	for _, s := range secs {
+		if s.id != secCustom {
+			continue
+		}
+		r := &reader{b: s.body}
+		if n, err := r.name(); err == nil && n == name {
+			return s.body[r.off:], true
+		}
+	}
+	return nil, false
+}
+
+// AppendCustomSection returns wasm with a custom section name holding
+// payload appended (custom sections may come anywhere).
+func AppendCustomSection(wasm []byte, name string, payload []byte) []byte {
+	body := cat(uleb(uint32(len(name))), []byte(name), payload)
+	return cat(wasm, []byte{secCustom}, uleb(uint32(len(body))), body)
+}
+
+// sections splits wasm into its sections without looking inside them.
+func sections(wasm []byte) ([]section, error) {
+	if len(wasm) < 8 || !bytes.Equal(wasm[:4], []byte("\x00asm")) {
+		return nil, fmt.Errorf("%w: no WebAssembly header", ErrMalformed)
+	}
+	r := &reader{b: wasm, off: 8}
+	var secs []section
+	for r.off < len(r.b) {
+		id, err := r.byte()
+		if err != nil {
+			return nil, err
+		}
+		n, err := r.u32()
+		if err != nil {
+			return nil, err
+		}
+		body, err := r.bytes(int(n))
+		if err != nil {
+			return nil, err
+		}
+		secs = append(secs, section{id: id, body: body})
+	}
+	return secs, nil
 }
