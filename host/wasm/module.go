@@ -126,6 +126,7 @@ func (m *Module) check(ctx context.Context, raw []byte) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
 	defer cancel()
+	cctx = withFuel(cctx, m.rt.cfg.Fuel)
 	res, err := in.mod.ExportedFunction(abiwasm.ExportABIVersion).Call(cctx)
 	if err != nil {
 		_ = in.mod.Close(ctx)
@@ -198,6 +199,7 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").WithStderr(stderr)
 	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
 	defer cancel()
+	cctx = withFuel(cctx, m.rt.cfg.Fuel)
 	mod, err := m.rt.rt.InstantiateModule(cctx, m.compiled, cfg)
 	if err != nil {
 		return nil, m.callError(&instance{stderr: stderr}, "_initialize", err)
@@ -222,6 +224,8 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 // callError classifies a failed call: the deadline, an exit, or a trap.
 func (m *Module) callError(in *instance, fn string, err error) error {
 	switch {
+	case errors.Is(err, errNoFuel):
+		return m.errf(ErrDeadline, "%s used all its fuel (%d units of work)", fn, m.rt.cfg.Fuel)
 	case errors.Is(err, context.DeadlineExceeded):
 		return m.errf(ErrDeadline, "%s ran past %s", fn, m.rt.cfg.Timeout)
 	case errors.Is(err, context.Canceled):
@@ -289,7 +293,7 @@ func (m *Module) Call(ctx context.Context, input []byte) ([]byte, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
 	defer cancel()
-	cctx = withLogBudget(cctx, m, in)
+	cctx = withFuel(withLogBudget(cctx, m, in), m.rt.cfg.Fuel)
 	var out []byte
 	if m.opa != nil {
 		out, err = m.callOPA(cctx, in, input)

@@ -175,6 +175,7 @@ func (m *Module) checkOPA(ctx context.Context, raw []byte) error {
 
 	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
 	defer cancel()
+	cctx = withFuel(cctx, m.rt.cfg.Fuel)
 	in, err := m.instantiate(cctx)
 	if err != nil {
 		return err

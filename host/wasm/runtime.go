@@ -30,7 +30,8 @@ import (
 // Defaults of [Config].
 const (
 	DefaultMemoryLimitPages = 1024 // 64 MiB
-	DefaultTimeout          = time.Second
+	DefaultTimeout          = 10 * time.Second
+	DefaultFuel             = 1 << 30 // about a second of a tight loop on one core
 	DefaultMaxInputBytes    = 4 << 20
 	DefaultMaxOutputBytes   = 4 << 20
 	DefaultLogLines         = 16
@@ -48,8 +49,17 @@ type Config struct {
 	// means DefaultMemoryLimitPages. A module declaring more fails to load; a
 	// module growing past it gets a failed memory.grow.
 	MemoryLimitPages uint32
-	// Timeout bounds one call (allocate, entry point, deallocate); zero means
-	// DefaultTimeout. A call still running then is stopped and fails with
+	// Fuel bounds the work of one call (allocate, entry point, deallocate,
+	// or an instance's _initialize) in units of one loop iteration or
+	// function call (package interrupt); zero means DefaultFuel. A call that
+	// uses it up is stopped and fails with ErrDeadline. Fuel, not the wall
+	// clock, is what bounds a module's time: it does not run out faster when
+	// the machine is busy, so a legal input is not refused under load, and
+	// the same input always gets the same answer (docs/wasm-abi.md 3.3).
+	Fuel uint64
+	// Timeout bounds one call's wall-clock time, a backstop for a host that
+	// cannot run the call at all; zero means DefaultTimeout (10 s). A call
+	// still running then, or whose ctx ends, is stopped and fails with
 	// ErrDeadline, and its instance is discarded.
 	Timeout time.Duration
 	// MaxInstances bounds the instances of one module, and so its concurrent
@@ -74,6 +84,9 @@ func (c *Config) defaults() {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.Fuel == 0 {
+		c.Fuel = DefaultFuel
 	}
 	if c.MaxInstances <= 0 {
 		c.MaxInstances = runtime.GOMAXPROCS(0)
@@ -197,14 +210,33 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 const FuelPerRefill = 1 << 15
 
 // errStopped is the trap refillFuel raises when the call's ctx is done; it
-// wraps the ctx's error, which [Module.callError] classifies.
-var errStopped = errors.New("berth: call stopped")
+// wraps the ctx's error, which [Module.callError] classifies. errNoFuel is
+// the trap when the call's fuel is used up.
+var (
+	errStopped = errors.New("berth: call stopped")
+	errNoFuel  = errors.New("berth: call used all its fuel")
+)
+
+type fuelKey struct{}
+
+// withFuel gives a call its budget of fuel units.
+func withFuel(ctx context.Context, units uint64) context.Context {
+	left := int64(min(units, 1<<62))
+	return context.WithValue(ctx, fuelKey{}, &left)
+}
 
 // refillFuel implements berth.fuel() -> i32 for instrumented modules: the
-// next stretch of fuel, or a trap when the call must stop.
+// next stretch of fuel, or a trap when the call must stop. A call runs on
+// one goroutine, so its budget needs no lock.
 func refillFuel(ctx context.Context, _ api.Module, stack []uint64) {
 	if err := ctx.Err(); err != nil {
 		panic(fmt.Errorf("%w: %w", errStopped, err))
+	}
+	if left, ok := ctx.Value(fuelKey{}).(*int64); ok {
+		if *left <= 0 {
+			panic(errNoFuel)
+		}
+		*left -= FuelPerRefill
 	}
 	stack[0] = FuelPerRefill
 }

@@ -115,6 +115,10 @@ type Options struct {
 	// expect the host to provide their memory: wazero's host modules cannot
 	// export one. The module must not also define a memory.
 	DefineImportedMemory bool
+	// NoFuel leaves the code as it is (no check, no import, no global):
+	// benchmarks use it to measure a module without the check. A host
+	// must not run untrusted code so: nothing could stop it.
+	NoFuel bool
 }
 
 // InstrumentWith is [Instrument] with options.
@@ -197,6 +201,9 @@ func InstrumentWith(wasm []byte, opts Options) ([]byte, error) {
 	// The type, import and global sections are written even when the module
 	// has none, each where it belongs, and so is the memory section when the
 	// imported memory became the module's own.
+	if opts.NoFuel {
+		return defineMemoryOnly(wasm, secs, opts)
+	}
 	have := map[byte]bool{}
 	addMissing := func(next int) {
 		if memory != nil && !have[secMemory] && next > order[secMemory] {
@@ -1062,4 +1069,38 @@ func sections(wasm []byte) ([]section, error) {
 		secs = append(secs, section{id: id, body: body})
 	}
 	return secs, nil
+}
+
+// defineMemoryOnly is InstrumentWith for NoFuel: only the imported memory
+// becomes the module's own, when asked.
+func defineMemoryOnly(wasm []byte, secs []section, opts Options) ([]byte, error) {
+	out := bytes.NewBuffer(make([]byte, 0, len(wasm)))
+	out.Write(wasm[:8])
+	emit := func(id byte, body []byte) {
+		out.WriteByte(id)
+		out.Write(uleb(uint32(len(body))))
+		out.Write(body)
+	}
+	var memory []byte
+	done := false
+	for _, s := range secs {
+		if memory != nil && !done && s.id != secCustom && order[s.id] > order[secMemory] {
+			emit(secMemory, cat(uleb(1), memory))
+			done = true
+		}
+		if s.id == secImport && opts.DefineImportedMemory {
+			rest, limits, err := takeMemoryImport(s.body)
+			if err != nil {
+				return nil, err
+			}
+			memory = limits
+			emit(s.id, rest)
+			continue
+		}
+		emit(s.id, s.body)
+	}
+	if memory != nil && !done {
+		emit(secMemory, cat(uleb(1), memory))
+	}
+	return out.Bytes(), nil
 }
