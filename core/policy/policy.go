@@ -254,6 +254,9 @@ func (e *Engine) Modules(ctx context.Context) ([]Module, error) {
 // module returns the loaded module of digest, loading it from the blob store
 // on first use after a restart.
 func (e *Engine) module(ctx context.Context, digest string) (*hostwasm.Module, error) {
+	if m, ok := e.cfg.Runtime.Loaded(digest); ok { // no blob read and hash per evaluation
+		return m, nil
+	}
 	raw, err := e.ModuleBytes(digest)
 	if err != nil {
 		return nil, err

@@ -291,6 +291,12 @@ func (m *Module) Call(ctx context.Context, input []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The fuel check reaches the host only once per FuelPerRefill units, so
+	// a short call would not notice a caller that has already given up.
+	if ctx.Err() != nil {
+		m.release(ctx, in, false)
+		return nil, m.callError(in, m.entry, ctx.Err())
+	}
 	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
 	defer cancel()
 	cctx = withFuel(withLogBudget(cctx, m, in), m.rt.cfg.Fuel)

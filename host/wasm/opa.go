@@ -267,7 +267,15 @@ func chooseEntrypoint(want string, entries map[string]uint32) (string, error) {
 
 // callOPA evaluates input with opa_eval: the input goes at the heap pointer
 // after the data document, so every evaluation starts from the same heap.
+//
+// OPA's opa_eval reads input that is not JSON as no input at all, so the
+// host checks it first and answers as a Berth module would: ErrGuest
+// wrapping the guest error bad_input (docs/wasm-abi.md section 4).
 func (m *Module) callOPA(ctx context.Context, in *instance, input []byte) ([]byte, error) {
+	if !json.Valid(input) {
+		ge := &abiwasm.GuestError{Code: abiwasm.ErrCodeBadInput, Message: "the input is not JSON"}
+		return nil, fmt.Errorf("module %s (%s): %w: %w", m.meta.Name, m.digest, ErrGuest, ge)
+	}
 	o := in.opa
 	end := uint64(o.heap) + uint64(len(input))
 	if size := uint64(in.mem.Size()); end+64<<10 > size {

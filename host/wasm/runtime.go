@@ -298,6 +298,15 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	return m, nil
 }
 
+// Loaded returns the module of digest when it is loaded, without reading or
+// hashing its bytes again: callers that know the digest use it before Load.
+func (r *Runtime) Loaded(digest string) (*Module, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.modules[digest]
+	return m, ok
+}
+
 // Unload closes the module of digest and forgets it; unknown digests are
 // ignored.
 func (r *Runtime) Unload(ctx context.Context, digest string) {
