@@ -124,7 +124,7 @@ func (m *Module) check(ctx context.Context, raw []byte) error {
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
+	cctx, cancel := m.rt.withDeadline(ctx)
 	defer cancel()
 	cctx = withFuel(cctx, m.rt.cfg.Fuel)
 	res, err := in.mod.ExportedFunction(abiwasm.ExportABIVersion).Call(cctx)
@@ -197,7 +197,7 @@ func typeNames(ts []api.ValueType) string {
 func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 	stderr := &capped{max: 4096}
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").WithStderr(stderr)
-	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
+	cctx, cancel := m.rt.withDeadline(ctx)
 	defer cancel()
 	cctx = withFuel(cctx, m.rt.cfg.Fuel)
 	mod, err := m.rt.rt.InstantiateModule(cctx, m.compiled, cfg)
@@ -226,8 +226,10 @@ func (m *Module) callError(in *instance, fn string, err error) error {
 	switch {
 	case errors.Is(err, errNoFuel):
 		return m.errf(ErrDeadline, "%s used all its fuel (%d units of work)", fn, m.rt.cfg.Fuel)
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded) && m.rt.cfg.Timeout > 0:
 		return m.errf(ErrDeadline, "%s ran past %s", fn, m.rt.cfg.Timeout)
+	case errors.Is(err, context.DeadlineExceeded):
+		return m.errf(ErrDeadline, "%s: the caller's deadline passed", fn)
 	case errors.Is(err, context.Canceled):
 		return m.errf(ErrDeadline, "%s: the caller gave up", fn)
 	}
@@ -297,7 +299,7 @@ func (m *Module) Call(ctx context.Context, input []byte) ([]byte, error) {
 		m.release(ctx, in, false)
 		return nil, m.callError(in, m.entry, ctx.Err())
 	}
-	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
+	cctx, cancel := m.rt.withDeadline(ctx)
 	defer cancel()
 	cctx = withFuel(withLogBudget(cctx, m, in), m.rt.cfg.Fuel)
 	var out []byte

@@ -173,7 +173,7 @@ func (m *Module) checkOPA(ctx context.Context, raw []byte) error {
 	}
 	m.opa = &opaModule{cfg: cfg}
 
-	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
+	cctx, cancel := m.rt.withDeadline(ctx)
 	defer cancel()
 	cctx = withFuel(cctx, m.rt.cfg.Fuel)
 	in, err := m.instantiate(cctx)
