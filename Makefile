@@ -31,6 +31,7 @@ $(AS_WASM): $(wildcard examples/policies/require-digest-as/assembly/*.ts) exampl
 build: modules
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	./scripts/install-opa.sh $(BIN)
 
 ## dist: release artifacts under ./dist (docs/operating.md section 8): every binary for
 ## linux/amd64 and linux/arm64, static and reproducible, VERSION stamped, one tar.gz per
@@ -65,9 +66,11 @@ test-containers: build
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 10m $(CONTAINER_PKGS)
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 10m -run Container ./agent/reconcile/
 
-## bench: benchmarks, one figure per line
+## bench: benchmarks, one figure per line (bench/opa, its own Go module so
+## OPA stays out of go.mod, compares Berth's modules with OPA side by side)
 bench: build
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./... | ./scripts/bench-figures.sh
+	cd bench/opa && BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -count=1 -timeout 30m . | ../../scripts/bench-figures.sh
 
 ## generate: protobuf code (committed)
 generate:

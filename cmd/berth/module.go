@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,22 +22,36 @@ to the hooks service.apply, service.delete, node.enroll and deploy, and a route
 compiler to routes.compile, where it replaces the embedded default.`,
 		RunE: groupRunE,
 	}
+	var kind, entrypoint, opaName, opaVersion string
 	push := &cobra.Command{
-		Use:     "push FILE.wasm",
-		Short:   "Upload a module; the server checks it against the ABI",
-		Example: `  berth module push build/wasm/require-digest.wasm`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "push FILE.wasm | --kind opa BUNDLE.tar.gz",
+		Short: "Upload a module; the server checks it against the ABI",
+		Long: `push uploads a module. With --kind opa the file is an OPA bundle built with
+opa build -t wasm: its policy.wasm is uploaded with the bundle's data.json,
+the deciding entrypoint (--entrypoint, else the one named deny or allow) and
+--name and --version in a berth.opa section (docs/wasm-abi.md section 11).`,
+		Example: `  berth module push build/wasm/require-digest.wasm
+  opa build -t wasm -e berth/deny policy.rego && berth module push --kind opa bundle.tar.gz`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			raw, err := os.ReadFile(args[0])
+			if err != nil {
+				return fmt.Errorf("module push: %w", err)
+			}
+			switch kind {
+			case "", "berth":
+			case "opa":
+				if raw, err = opaBundleModule(raw, entrypoint, opaName, opaVersion); err != nil {
+					return fmt.Errorf("module push %s: %w", args[0], err)
+				}
+			default:
+				return fmt.Errorf("module push: --kind %q is neither berth nor opa", kind)
+			}
 			c, _, err := a.apiClient(cmd)
 			if err != nil {
 				return err
 			}
-			f, err := os.Open(args[0])
-			if err != nil {
-				return fmt.Errorf("module push: %w", err)
-			}
-			defer f.Close()
-			m, err := c.PushModule(cmd.Context(), f)
+			m, err := c.PushModule(cmd.Context(), bytes.NewReader(raw))
 			if err != nil {
 				return fmt.Errorf("module push %s: %w", args[0], err)
 			}
@@ -47,6 +62,10 @@ compiler to routes.compile, where it replaces the embedded default.`,
 			return nil
 		},
 	}
+	push.Flags().StringVar(&kind, "kind", "berth", "module kind: berth (a .wasm of Berth's ABI) or opa (an OPA wasm bundle)")
+	push.Flags().StringVar(&entrypoint, "entrypoint", "", "--kind opa: the entrypoint that decides (default: the one named deny, else allow)")
+	push.Flags().StringVar(&opaName, "name", "", "--kind opa: the module's name (default opa:<entrypoint>)")
+	push.Flags().StringVar(&opaVersion, "module-version", "", "--kind opa: the module's version (default the bundle's revision)")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List uploaded modules",

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
@@ -71,8 +72,13 @@ func Check(ctx context.Context, module []byte, opts Options) ([]Result, error) {
 		sample = SampleInput(m.Metadata().Kind)
 	}
 
+	// OPA-compiled modules (docs/wasm-abi.md section 11) answer an OPA
+	// result set; their decision is read by the host.
+	isOPA := strings.HasPrefix(m.ABI(), "opa")
 	first, err := m.Call(ctx, sample)
-	if err == nil {
+	if err == nil && isOPA {
+		_, err = m.EvaluateJSON(ctx, sample)
+	} else if err == nil {
 		err = validOutput(m.Metadata().Kind, first)
 	}
 	add("sample", err)
@@ -102,6 +108,19 @@ func Check(ctx context.Context, module []byte, opts Options) ([]Result, error) {
 	}())
 
 	add("malformed-input", func() error {
+		if isOPA {
+			// Any JSON value is a Rego input; what is not JSON must fail
+			// the call, not the module.
+			for _, in := range [][]byte{[]byte(`{"hook":`), []byte("\xff\xfe"), {}} {
+				if _, err := m.EvaluateJSON(ctx, in); err == nil {
+					return fmt.Errorf("input %q is not JSON and was decided", in)
+				}
+				if _, err := m.EvaluateJSON(ctx, sample); err != nil {
+					return fmt.Errorf("after input %q: %w", in, err)
+				}
+			}
+			return nil
+		}
 		for _, in := range [][]byte{[]byte(`{"hook":`), []byte(`[1,2]`), []byte("\xff\xfe"), {}} {
 			out, err := m.Call(ctx, in)
 			if err != nil {

@@ -40,3 +40,33 @@ func TestSuiteFailsBrokenModules(t *testing.T) {
 		}
 	}
 }
+
+// TestSuiteOPAModules: an OPA-compiled policy passes every check, and one
+// that refuses to decide (opa_abort on a Rego runtime error) fails sample.
+func TestSuiteOPAModules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, good := wasmtest.BuildRego(t, "package berth\n\nimport rego.v1\n\ndeny contains msg if {\n\tinput.object.replicas > 10\n\tmsg := sprintf(\"%d replicas\", [input.object.replicas])\n}\n", "berth/deny")
+	// A conflict of a complete rule's values is a runtime error.
+	_, broken := wasmtest.BuildRego(t, "package berth\n\nimport rego.v1\n\nallow := true if input.hook\nallow := false if input.hook\n", "berth/allow")
+	for name, c := range map[string]struct {
+		module []byte
+		failed string
+	}{"good": {good, ""}, "conflicting rule": {broken, "sample"}} {
+		results, err := Check(ctx, c.module, Options{Timeout: 5 * time.Second, CacheDir: wasmtest.CacheDir(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := ""
+		for _, r := range results {
+			if r.Err != nil {
+				first = r.Name
+				t.Logf("%s: %s: %v", name, r.Name, r.Err)
+				break
+			}
+		}
+		if first != c.failed || len(results) != 6 {
+			t.Errorf("%s: first failing check %q of %d, want %q of 6", name, first, len(results), c.failed)
+		}
+	}
+}

@@ -235,7 +235,7 @@ func (e *Engine) PutModule(ctx context.Context, r io.Reader) (*Module, error) {
 	}
 	meta := m.Metadata()
 	rec := &Module{Digest: digest, Size: n, Kind: meta.Kind, Name: meta.Name, Version: meta.Version,
-		ABI: fmt.Sprintf("%d.%d", meta.ABIMajor, meta.ABIMinor), CreatedAt: e.cfg.Now().UTC()}
+		ABI: m.ABI(), CreatedAt: e.cfg.Now().UTC()}
 	var existing Module
 	if err := e.modules.FindOne(ctx, bson.M{"_id": digest}).Decode(&existing); err == nil {
 		return &existing, nil
@@ -262,6 +262,9 @@ func (e *Engine) Modules(ctx context.Context) ([]Module, error) {
 // module returns the loaded module of digest, loading it from the blob store
 // on first use after a restart.
 func (e *Engine) module(ctx context.Context, digest string) (*hostwasm.Module, error) {
+	if m, ok := e.cfg.Runtime.Loaded(digest); ok { // no blob read and hash per evaluation
+		return m, nil
+	}
 	raw, err := e.ModuleBytes(digest)
 	if err != nil {
 		return nil, err
@@ -445,23 +448,47 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 		return Verdict{}, fmt.Errorf("read policy bindings: %w", err)
 	}
 	in.SchemaVersion = abiwasm.InputSchemaVersion
-	v := Verdict{Allowed: true}
+	// The bindings are independent: each sees the same input with its own
+	// config, and none sees another's answer. So they run concurrently, each
+	// on an instance of its own module, and are combined in binding order.
+	type answer struct {
+		b         Binding
+		inputHash string
+		out       abiwasm.PolicyOutput
+		evalErr   string
+		cached    bool
+	}
+	var answers []*answer
 	for _, b := range bs {
-		if b.Project != "" && b.Project != project {
-			continue
+		if b.Project == "" || b.Project == project {
+			answers = append(answers, &answer{b: b})
 		}
+	}
+	var wg sync.WaitGroup
+	for _, a := range answers {
+		in := in // each binding gets its own config
 		in.Config = nil
-		if b.Config != "" {
-			in.Config = json.RawMessage(b.Config)
+		if a.b.Config != "" {
+			in.Config = json.RawMessage(a.b.Config)
 		}
 		raw, err := json.Marshal(in)
 		if err != nil {
+			wg.Wait()
 			return Verdict{}, fmt.Errorf("encode policy input: %w", err)
 		}
 		sum := sha256.Sum256(raw)
-		inputHash := hex.EncodeToString(sum[:])
-		e.recent.put(inputHash, raw)
-		out, evalErr, cached := e.evaluate(ctx, b, raw, inputHash)
+		a.inputHash = hex.EncodeToString(sum[:])
+		e.recent.put(a.inputHash, raw)
+		if len(answers) == 1 {
+			a.out, a.evalErr, a.cached = e.evaluate(ctx, a.b, raw, a.inputHash)
+			break
+		}
+		wg.Go(func() { a.out, a.evalErr, a.cached = e.evaluate(ctx, a.b, raw, a.inputHash) })
+	}
+	wg.Wait()
+	v := Verdict{Allowed: true}
+	for _, a := range answers {
+		b, inputHash, out, evalErr, cached := a.b, a.inputHash, a.out, a.evalErr, a.cached
 		d := Decision{ID: identity.NewID("pdc_"), Hook: in.Hook, BindingID: b.ID, ModuleDigest: b.ModuleDigest,
 			InputSHA256: inputHash, Project: project, At: e.cfg.Now().UTC()}
 		switch {

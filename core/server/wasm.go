@@ -31,7 +31,7 @@ type extensions struct {
 func startExtensions(ctx context.Context, dataDir string, st *store.Store, blobs *bundles.Store, clog *changelog.Log, log *slog.Logger) (*extensions, error) {
 	// Route compilation reads every service and workload; it gets a longer
 	// deadline than an admission decision.
-	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: filepath.Join(dataDir, "wasm-cache"), Logger: log, Timeout: RouteCompileTimeout})
+	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: filepath.Join(dataDir, "wasm-cache"), Logger: log, Timeout: RouteCompileTimeout, Fuel: RouteCompileFuel})
 	if err != nil {
 		return nil, fmt.Errorf("start WebAssembly runtime: %w", err)
 	}
@@ -81,3 +81,8 @@ func (e *extensions) close() {
 
 // RouteCompileTimeout bounds one run of the route compiler.
 const RouteCompileTimeout = 30 * time.Second
+
+// RouteCompileFuel bounds the work of one run of the route compiler, in the
+// units of hostwasm.Config.Fuel: 64 times a policy's, for tables of
+// thousands of services.
+const RouteCompileFuel = 64 * hostwasm.DefaultFuel

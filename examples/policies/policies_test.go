@@ -1,7 +1,8 @@
 // Package policies holds the example admission policies, one directory each,
 // and this test: every example passes its own policy_test.yaml and the
-// conformance suite (one Go guest and the AssemblyScript guest). Go guests are
-// built here from source; the AssemblyScript module is built by `make modules`.
+// conformance suite (one Go guest, the AssemblyScript guest and the Rego
+// policy compiled by opa). Go guests and the Rego policy are built here from
+// source; the AssemblyScript module is built by `make modules`.
 package policies
 
 import (
@@ -34,6 +35,11 @@ func TestExamples(t *testing.T) {
 		t.Fatalf("the AssemblyScript example is built by `make modules` (needs Node.js and npm): %v", err)
 	}
 	modules["require-digest-as"] = as
+	rego, err := os.ReadFile("require-digest-rego/policy.rego")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, modules["require-digest-rego"] = wasmtest.BuildRego(t, string(rego), "berth/deny")
 	for name, wasm := range modules {
 		t.Run(name, func(t *testing.T) {
 			suite, _, err := wasmconf.LoadSuite(name, "")
@@ -49,8 +55,8 @@ func TestExamples(t *testing.T) {
 					t.Errorf("%s: %v", r.Name, r.Err)
 				}
 			}
-			if name != "require-digest" && name != "require-digest-as" {
-				return // the conformance suite needs one Go guest and the AssemblyScript one
+			if name != "require-digest" && name != "require-digest-as" && name != "require-digest-rego" {
+				return // the conformance suite: one Go guest, the AssemblyScript one and the OPA one
 			}
 			results, err := wasmconf.Check(ctx, wasm, wasmconf.Options{CacheDir: wasmtest.CacheDir(t), MemoryLimitPages: 256})
 			if err != nil {

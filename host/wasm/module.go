@@ -15,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
+	"github.com/berthhq/berth/host/wasm/interrupt"
 )
 
 // Module is a loaded module: its compiled code, metadata and a pool of
@@ -26,6 +27,7 @@ type Module struct {
 	digest   string
 	meta     abiwasm.Metadata
 	entry    string
+	opa      *opaModule // set for OPA-compiled modules (docs/wasm-abi.md section 11)
 
 	idle  chan *instance // instances ready for a call
 	slots chan struct{}  // one token per live instance, bounding them
@@ -40,12 +42,24 @@ type instance struct {
 	dealloc api.Function
 	entry   api.Function
 	stderr  *capped
+	opa     *opaInstance // OPA-compiled modules only
 }
 
 // Digest is the module's id: "sha256:<hex>" of its bytes.
 func (m *Module) Digest() string { return m.digest }
 
-// Metadata is what the module's berth_metadata returned at load.
+// ABI names the module's binary interface: "1.0" style for Berth's own ABI
+// (docs/wasm-abi.md section 1), "opa 1.x" for OPA-compiled modules (section
+// 11).
+func (m *Module) ABI() string {
+	if m.opa != nil {
+		return "opa 1.x"
+	}
+	return fmt.Sprintf("%d.%d", m.meta.ABIMajor, m.meta.ABIMinor)
+}
+
+// Metadata is what the module's berth_metadata returned at load; for an
+// OPA-compiled module, what its berth.opa section says, with the kind policy.
 func (m *Module) Metadata() abiwasm.Metadata { return m.meta }
 
 // Close closes every instance and the compiled code. Calls in flight fail.
@@ -83,12 +97,16 @@ func sameTypes(a, b []api.ValueType) bool { return bytes.Equal(a, b) }
 
 // check verifies imports and exports, then instantiates the first instance to
 // read the ABI version and metadata.
-func (m *Module) check(ctx context.Context) error {
+func (m *Module) check(ctx context.Context, raw []byte) error {
+	if m.opa != nil {
+		return m.checkOPA(ctx, raw)
+	}
 	for _, imp := range m.compiled.ImportedFunctions() {
 		mod, name, _ := imp.Import()
 		switch {
 		case mod == "wasi_snapshot_preview1":
 		case mod == abiwasm.HostModule && name == abiwasm.HostLog:
+		case mod == interrupt.ImportModule && name == interrupt.ImportName: // added by Load
 		default:
 			return m.errf(ErrBadModule, "imports %s.%s, which the host does not provide (docs/wasm-abi.md section 3)", mod, name)
 		}
@@ -106,8 +124,9 @@ func (m *Module) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
+	cctx, cancel := m.rt.withDeadline(ctx)
 	defer cancel()
+	cctx = withFuel(cctx, m.rt.cfg.Fuel)
 	res, err := in.mod.ExportedFunction(abiwasm.ExportABIVersion).Call(cctx)
 	if err != nil {
 		_ = in.mod.Close(ctx)
@@ -123,7 +142,7 @@ func (m *Module) check(ctx context.Context) error {
 		_ = in.mod.Close(ctx)
 		return m.callError(in, abiwasm.ExportMetadata, err)
 	}
-	raw, err := m.readOutput(cctx, in, res[0])
+	raw, err = m.readOutput(cctx, in, res[0])
 	if err != nil {
 		_ = in.mod.Close(ctx)
 		return err
@@ -178,8 +197,9 @@ func typeNames(ts []api.ValueType) string {
 func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 	stderr := &capped{max: 4096}
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").WithStderr(stderr)
-	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
+	cctx, cancel := m.rt.withDeadline(ctx)
 	defer cancel()
+	cctx = withFuel(cctx, m.rt.cfg.Fuel)
 	mod, err := m.rt.rt.InstantiateModule(cctx, m.compiled, cfg)
 	if err != nil {
 		return nil, m.callError(&instance{stderr: stderr}, "_initialize", err)
@@ -192,11 +212,27 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 	if m.entry != "" {
 		in.entry = mod.ExportedFunction(m.entry)
 	}
+	if m.opa != nil {
+		if err := m.instantiateOPA(cctx, in); err != nil {
+			_ = mod.Close(ctx)
+			return nil, err
+		}
+	}
 	return in, nil
 }
 
 // callError classifies a failed call: the deadline, an exit, or a trap.
 func (m *Module) callError(in *instance, fn string, err error) error {
+	switch {
+	case errors.Is(err, errNoFuel):
+		return m.errf(ErrDeadline, "%s used all its fuel (%d units of work)", fn, m.rt.cfg.Fuel)
+	case errors.Is(err, context.DeadlineExceeded) && m.rt.cfg.Timeout > 0:
+		return m.errf(ErrDeadline, "%s ran past %s", fn, m.rt.cfg.Timeout)
+	case errors.Is(err, context.DeadlineExceeded):
+		return m.errf(ErrDeadline, "%s: the caller's deadline passed", fn)
+	case errors.Is(err, context.Canceled):
+		return m.errf(ErrDeadline, "%s: the caller gave up", fn)
+	}
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
 		switch exit.ExitCode() {
@@ -257,10 +293,21 @@ func (m *Module) Call(ctx context.Context, input []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, m.rt.cfg.Timeout)
+	// The fuel check reaches the host only once per FuelPerRefill units, so
+	// a short call would not notice a caller that has already given up.
+	if ctx.Err() != nil {
+		m.release(ctx, in, false)
+		return nil, m.callError(in, m.entry, ctx.Err())
+	}
+	cctx, cancel := m.rt.withDeadline(ctx)
 	defer cancel()
-	cctx = withLogBudget(cctx, m)
-	out, err := m.call(cctx, in, input)
+	cctx = withFuel(withLogBudget(cctx, m, in), m.rt.cfg.Fuel)
+	var out []byte
+	if m.opa != nil {
+		out, err = m.callOPA(cctx, in, input)
+	} else {
+		out, err = m.call(cctx, in, input)
+	}
 	m.release(ctx, in, err != nil)
 	return out, err
 }
@@ -348,12 +395,13 @@ type logBudgetKey struct{}
 // logBudget counts what one call may still log.
 type logBudget struct {
 	m       *Module
+	in      *instance
 	left    int
 	dropped int
 }
 
-func withLogBudget(ctx context.Context, m *Module) context.Context {
-	return context.WithValue(ctx, logBudgetKey{}, &logBudget{m: m, left: m.rt.cfg.LogLines})
+func withLogBudget(ctx context.Context, m *Module, in *instance) context.Context {
+	return context.WithValue(ctx, logBudgetKey{}, &logBudget{m: m, in: in, left: m.rt.cfg.LogLines})
 }
 
 // hostLog implements berth.log(level, ptr, len).

@@ -24,12 +24,13 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
+	"github.com/berthhq/berth/host/wasm/interrupt"
 )
 
 // Defaults of [Config].
 const (
-	DefaultMemoryLimitPages = 1024 // 64 MiB
-	DefaultTimeout          = time.Second
+	DefaultMemoryLimitPages = 1024    // 64 MiB
+	DefaultFuel             = 1 << 30 // about a second of a tight loop on one core
 	DefaultMaxInputBytes    = 4 << 20
 	DefaultMaxOutputBytes   = 4 << 20
 	DefaultLogLines         = 16
@@ -47,9 +48,21 @@ type Config struct {
 	// means DefaultMemoryLimitPages. A module declaring more fails to load; a
 	// module growing past it gets a failed memory.grow.
 	MemoryLimitPages uint32
-	// Timeout bounds one call (allocate, entry point, deallocate); zero means
-	// DefaultTimeout. A call still running then is stopped and fails with
-	// ErrDeadline, and its instance is discarded.
+	// Fuel bounds the work of one call (allocate, entry point, deallocate,
+	// or an instance's _initialize) in units of one loop iteration or
+	// function call (package interrupt); zero means DefaultFuel. A call that
+	// uses it up is stopped and fails with ErrDeadline. Fuel, not the wall
+	// clock, is what bounds a module's time: it does not run out faster when
+	// the machine is busy, so a legal input is not refused under load, and
+	// the same input always gets the same answer (docs/wasm-abi.md 3.3).
+	Fuel uint64
+	// Timeout, when positive, also bounds one call's wall-clock time; zero
+	// or negative means no wall-clock limit: fuel and the caller's ctx bound
+	// the call. A wall clock refuses legal calls on a busy machine (64
+	// concurrent applies of 0.9 MiB were refused at 1 s and, under the race
+	// detector, some at 10 s), so policies run without one. A call past it,
+	// or whose ctx ends, is stopped and fails with ErrDeadline, and its
+	// instance is discarded.
 	Timeout time.Duration
 	// MaxInstances bounds the instances of one module, and so its concurrent
 	// calls; zero or negative means GOMAXPROCS. Callers beyond it wait.
@@ -71,8 +84,8 @@ func (c *Config) defaults() {
 	if c.MemoryLimitPages == 0 {
 		c.MemoryLimitPages = DefaultMemoryLimitPages
 	}
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
+	if c.Fuel == 0 {
+		c.Fuel = DefaultFuel
 	}
 	if c.MaxInstances <= 0 {
 		c.MaxInstances = runtime.GOMAXPROCS(0)
@@ -135,9 +148,13 @@ type Runtime struct {
 // system access) and the berth host module.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	cfg.defaults()
+	// No WithCloseOnContextDone: it leaves compiled code for Go at every
+	// loop iteration (wazero issue 2466). Load instruments every module with
+	// package interrupt instead: the module calls refillFuel once every
+	// FuelPerRefill loop iterations and calls, which ends the call when its
+	// ctx is done (docs/wasm-abi.md section 3).
 	rc := wazero.NewRuntimeConfig().
-		WithMemoryLimitPages(cfg.MemoryLimitPages).
-		WithCloseOnContextDone(true)
+		WithMemoryLimitPages(cfg.MemoryLimitPages)
 	var cache wazero.CompilationCache
 	if cfg.CacheDir != "" {
 		if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
@@ -160,11 +177,75 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(r.hostLog),
 		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, nil).
 		Export(abiwasm.HostLog).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(refillFuel), nil, []api.ValueType{api.ValueTypeI32}).
+		Export(interrupt.ImportName).
 		Instantiate(ctx); err != nil {
 		_ = rt.Close(ctx)
 		return nil, fmt.Errorf("instantiate host module: %w", err)
 	}
+	env := rt.NewHostModuleBuilder(opaEnv).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(opaAbortFn), []api.ValueType{api.ValueTypeI32}, nil).Export(opaAbort).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(r.opaPrintlnFn), []api.ValueType{api.ValueTypeI32}, nil).Export(opaPrintln)
+	for n := 0; n <= 4; n++ {
+		params := make([]api.ValueType, 2+n)
+		for i := range params {
+			params[i] = api.ValueTypeI32
+		}
+		env = env.NewFunctionBuilder().WithGoModuleFunction(opaBuiltinFn(n), params, []api.ValueType{api.ValueTypeI32}).Export(fmt.Sprintf("%s%d", opaBuiltin, n))
+	}
+	if _, err := env.Instantiate(ctx); err != nil {
+		_ = rt.Close(ctx)
+		return nil, fmt.Errorf("instantiate the OPA host module: %w", err)
+	}
 	return r, nil
+}
+
+// withDeadline bounds ctx by Config.Timeout when there is one.
+func (r *Runtime) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if r.cfg.Timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, r.cfg.Timeout)
+}
+
+// FuelPerRefill is how many loop iterations and function calls an
+// instrumented module runs between two visits to the host (package
+// interrupt). A visit costs about as much as one iteration did under
+// WithCloseOnContextDone, so the check is 1/FuelPerRefill of that cost; at
+// about a nanosecond per iteration a call learns of its deadline, and the Go
+// runtime gets to stop its goroutine, within tens of microseconds.
+const FuelPerRefill = 1 << 15
+
+// errStopped is the trap refillFuel raises when the call's ctx is done; it
+// wraps the ctx's error, which [Module.callError] classifies. errNoFuel is
+// the trap when the call's fuel is used up.
+var (
+	errStopped = errors.New("berth: call stopped")
+	errNoFuel  = errors.New("berth: call used all its fuel")
+)
+
+type fuelKey struct{}
+
+// withFuel gives a call its budget of fuel units.
+func withFuel(ctx context.Context, units uint64) context.Context {
+	left := int64(min(units, 1<<62))
+	return context.WithValue(ctx, fuelKey{}, &left)
+}
+
+// refillFuel implements berth.fuel() -> i32 for instrumented modules: the
+// next stretch of fuel, or a trap when the call must stop. A call runs on
+// one goroutine, so its budget needs no lock.
+func refillFuel(ctx context.Context, _ api.Module, stack []uint64) {
+	if err := ctx.Err(); err != nil {
+		panic(fmt.Errorf("%w: %w", errStopped, err))
+	}
+	if left, ok := ctx.Value(fuelKey{}).(*int64); ok {
+		if *left <= 0 {
+			panic(errNoFuel)
+		}
+		*left -= FuelPerRefill
+	}
+	stack[0] = FuelPerRefill
 }
 
 // Close closes every module and frees compiled code. Calls in flight fail.
@@ -196,13 +277,21 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	r.mu.Unlock()
 
-	compiled, err := r.rt.CompileModule(ctx, wasm)
+	opa := isOPA(wasm)
+	metered, err := interrupt.InstrumentWith(wasm, interrupt.Options{DefineImportedMemory: opa})
+	if err != nil {
+		return nil, fmt.Errorf("module %s: compile: %w: %w", digest, ErrBadModule, err)
+	}
+	compiled, err := r.rt.CompileModule(ctx, metered)
 	if err != nil {
 		return nil, fmt.Errorf("module %s: compile: %w: %w", digest, ErrBadModule, err)
 	}
 	m := &Module{rt: r, compiled: compiled, digest: digest, idle: make(chan *instance, r.cfg.MaxInstances), slots: make(chan struct{}, r.cfg.MaxInstances)}
 	m.meta.Name = "unnamed"
-	if err := m.check(ctx); err != nil {
+	if opa {
+		m.opa = &opaModule{}
+	}
+	if err := m.check(ctx, wasm); err != nil {
 		_ = compiled.Close(ctx)
 		return nil, err
 	}
@@ -214,6 +303,15 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	r.modules[digest] = m
 	return m, nil
+}
+
+// Loaded returns the module of digest when it is loaded, without reading or
+// hashing its bytes again: callers that know the digest use it before Load.
+func (r *Runtime) Loaded(digest string) (*Module, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.modules[digest]
+	return m, ok
 }
 
 // Unload closes the module of digest and forgets it; unknown digests are

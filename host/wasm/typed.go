@@ -31,6 +31,13 @@ func (m *Module) EvaluateJSON(ctx context.Context, input []byte) (abiwasm.Policy
 	if err != nil {
 		return abiwasm.PolicyOutput{}, err
 	}
+	if m.opa != nil {
+		out, err := m.opaDecision(raw)
+		if err == nil && out.Decision == abiwasm.Deny && len(out.Reasons) == 0 {
+			out.Reasons = []string{"denied by policy " + m.meta.Name}
+		}
+		return out, err
+	}
 	var out abiwasm.PolicyOutput
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return out, m.errf(ErrBadOutput, "policy output is not JSON: %s", err)

@@ -213,3 +213,22 @@ func TestCompileRoutesChecksTheTable(t *testing.T) {
 		}
 	}
 }
+
+// TestEndlessLoopStoppedByFuel: without any wall-clock limit, an endless
+// loop ends when its fuel is spent, and the next call gets a fresh
+// instance.
+func TestEndlessLoopStoppedByFuel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRuntime(t, wasm.Config{Fuel: 1 << 24, MaxInstances: 1})
+	m, err := r.Load(ctx, wasmtest.Policy(wasmtest.PolicyOptions{Evaluate: wasmtest.Loop}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		_, err := m.Call(ctx, []byte(`{}`))
+		if !errors.Is(err, wasm.ErrDeadline) || !strings.Contains(err.Error(), "fuel") {
+			t.Fatalf("call %d: %v, want ErrDeadline for fuel", i, err)
+		}
+	}
+}

@@ -21,14 +21,25 @@ import (
 // Makefile (make generate): reproducible bytes for the same source and Go.
 var goBuildFlags = []string{"build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid="}
 
-// RepoRoot returns the repository's root directory (where go.mod is).
+// RepoRoot returns the repository's root directory (where the go.mod of
+// module github.com/berthhq/berth is), also from a nested module such as
+// bench/opa.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		t.Fatalf("go env GOMOD: %v", err)
 	}
-	return filepath.Dir(strings.TrimSpace(string(out)))
+	dir := filepath.Dir(strings.TrimSpace(string(out)))
+	for range 8 {
+		mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(mod), "module github.com/berthhq/berth\n") {
+			return dir
+		}
+		dir = filepath.Dir(dir)
+	}
+	t.Fatalf("no go.mod of github.com/berthhq/berth above %s", strings.TrimSpace(string(out)))
+	return ""
 }
 
 // BuildGo builds the Go guest in pkgDir (relative to the repository root, for

@@ -59,6 +59,12 @@ func Object[T any](raw json.RawMessage) (v T, ok bool, err error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return v, false, nil
 	}
+	if s, fast := any(&v).(*abiwasm.Service); fast { // the fast path of fastjson.go
+		if err := decodeService(raw, s); err != nil {
+			return v, false, fmt.Errorf("decode object: %w", err)
+		}
+		return v, true, nil
+	}
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return v, false, fmt.Errorf("decode object: %w", err)
 	}
@@ -82,8 +88,8 @@ func Config[T any](in abiwasm.PolicyInput) (T, error) {
 // encodes its answer. Malformed input and an invalid answer become the error
 // convention's output, never a trap.
 func HandlePolicy(input []byte, fn PolicyFunc) []byte {
-	var in abiwasm.PolicyInput
-	if err := json.Unmarshal(input, &in); err != nil {
+	in, err := decodePolicyInput(input) // the fast path of fastjson.go
+	if err != nil {
 		return mustJSON(Fail(abiwasm.ErrCodeBadInput, "decode policy input: %s", err))
 	}
 	if !in.Hook.Valid() {

@@ -1,0 +1,250 @@
+package interrupt_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/berthhq/berth/host/wasm/interrupt"
+	"github.com/berthhq/berth/internal/wasmtest"
+)
+
+// host is a runtime with the refill import: each refill hands out fuel
+// units and counts itself; once stop is closed it traps.
+type host struct {
+	rt      wazero.Runtime
+	fuel    uint32
+	refills atomic.Int64
+	stop    chan struct{}
+}
+
+var errStop = errors.New("stopped by the test")
+
+func newHost(t *testing.T, fuel uint32) *host {
+	t.Helper()
+	ctx := context.Background()
+	h := &host{rt: wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig()), fuel: fuel, stop: make(chan struct{})}
+	t.Cleanup(func() { _ = h.rt.Close(ctx) })
+	_, err := h.rt.NewHostModuleBuilder(interrupt.ImportModule).NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
+			h.refills.Add(1)
+			select {
+			case <-h.stop:
+				panic(errStop)
+			default:
+			}
+			stack[0] = uint64(h.fuel)
+		}), nil, []api.ValueType{api.ValueTypeI32}).Export(interrupt.ImportName).Instantiate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *host) instantiate(t *testing.T, wasm []byte) api.Module {
+	t.Helper()
+	ctx := context.Background()
+	out, err := interrupt.Instrument(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := h.rt.InstantiateWithConfig(ctx, out, wazero.NewModuleConfig().WithName(""))
+	if err != nil {
+		t.Fatalf("instantiate the instrumented module: %v", err)
+	}
+	t.Cleanup(func() { _ = mod.Close(ctx) })
+	return mod
+}
+
+// sumTo returns 0+1+...+(n-1) with a loop: the instrumented module must
+// compute the same as the original.
+var sumTo = wasmtest.Func{Name: "sum", Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32},
+	Body: wasmtest.Cat(
+		[]byte{0x02, 0x40, 0x03, 0x40},                                      // block loop
+		[]byte{0x20, 0x00, 0x45, 0x0d, 0x01},                                // local.get 0; i32.eqz; br_if 1
+		[]byte{0x20, 0x00}, wasmtest.I32Const(-1), []byte{0x6a, 0x21, 0x00}, // n--
+		[]byte{0x23, 0x00}, []byte{0x20, 0x00, 0x6a, 0x24, 0x00}, // acc += n
+		[]byte{0x0c, 0x00, 0x0b, 0x0b}, // br 0; end; end
+		[]byte{0x23, 0x00},             // global.get 0
+	)}
+
+// moduleWithGlobal is an assembled module plus one mutable i32 global (the
+// accumulator of sumTo), so the added global must get index 1.
+func moduleWithGlobal(funcs ...wasmtest.Func) []byte {
+	base := wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: funcs})
+	// Insert a global section (id 6) before the export section (id 7).
+	global := []byte{0x06, 0x06, 0x01, 0x7f, 0x01, 0x41, 0x00, 0x0b}
+	i := sectionOffset(base, 7)
+	return append(append(append([]byte{}, base[:i]...), global...), base[i:]...)
+}
+
+func sectionOffset(b []byte, id byte) int {
+	off := 8
+	for off < len(b) {
+		if b[off] == id {
+			return off
+		}
+		n, k := uvarint(b[off+1:])
+		off += 1 + k + int(n)
+	}
+	return off
+}
+
+func uvarint(b []byte) (uint64, int) {
+	var v uint64
+	for i, c := range b {
+		v |= uint64(c&0x7f) << (7 * i)
+		if c&0x80 == 0 {
+			return v, i + 1
+		}
+	}
+	return 0, 0
+}
+
+func TestInstrumentedModuleComputesTheSame(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	wasm := moduleWithGlobal(sumTo)
+	plain, err := wazero.NewRuntime(ctx).Instantiate(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close(ctx)
+	h := newHost(t, 100)
+	mod := h.instantiate(t, wasm)
+	for _, n := range []uint64{0, 1, 10, 1000, 5000} {
+		want, err := plain.ExportedFunction("sum").Call(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := mod.ExportedFunction("sum").Call(ctx, n)
+		if err != nil {
+			t.Fatalf("sum(%d): %v", n, err)
+		}
+		if got[0] != want[0] {
+			t.Fatalf("sum(%d) = %d instrumented, %d plain", n, got[0], want[0])
+		}
+	}
+	// 6011 loop iterations and 5 calls at 100 fuel a refill: at least 60
+	// refills, at most one per 100 sites plus one per call.
+	if r := h.refills.Load(); r < 60 || r > 70 {
+		t.Fatalf("%d refills for 6016 checks at 100 fuel each", r)
+	}
+}
+
+func TestStopEndsEndlessLoop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHost(t, 1000)
+	loop := wasmtest.Func{Name: "spin", Body: []byte{0x03, 0x40, 0x0c, 0x00, 0x0b}} // loop br 0 end
+	mod := h.instantiate(t, wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: []wasmtest.Func{loop}}))
+	done := make(chan error, 1)
+	go func() { _, err := mod.ExportedFunction("spin").Call(ctx); done <- err }()
+	// Stop only after the loop has been refilled a few times: only the check
+	// inside it can end the call.
+	deadline := time.Now().Add(30 * time.Second)
+	for h.refills.Load() < 3 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	close(h.stop)
+	select {
+	case err := <-done:
+		if !errors.Is(err, errStop) {
+			t.Fatalf("spin = %v, want the refill's trap", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stop did not end the loop")
+	}
+}
+
+func TestStopEndsRecursionWithoutLoops(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHost(t, 10)
+	// rec calls itself: only the check at function entry sees it.
+	rec := wasmtest.Func{Name: "rec", Body: []byte{0x10, 0x00}}
+	mod := h.instantiate(t, wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: []wasmtest.Func{rec}}))
+	close(h.stop)
+	if _, err := mod.ExportedFunction("rec").Call(ctx); !errors.Is(err, errStop) {
+		t.Fatalf("rec = %v, want the refill's trap", err)
+	}
+}
+
+func TestInstrumentsRealGuests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	wasm := wasmtest.BuildGo(t, "examples/policies/require-digest")
+	out, err := interrupt.Instrument(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := interrupt.Instrument(wasm)
+	if err != nil || !bytes.Equal(out, again) {
+		t.Fatalf("Instrument is not deterministic (err %v)", err)
+	}
+	compiled, err := newHost(t, 1).rt.CompileModule(ctx, out)
+	if err != nil {
+		t.Fatalf("compile the instrumented Go guest: %v", err)
+	}
+	imported := false
+	for _, f := range compiled.ImportedFunctions() {
+		if mod, name, _ := f.Import(); mod == interrupt.ImportModule && name == interrupt.ImportName {
+			imported = true
+		}
+	}
+	if !imported {
+		t.Fatalf("no import of %s.%s", interrupt.ImportModule, interrupt.ImportName)
+	}
+	if _, err := interrupt.Instrument(out); !errors.Is(err, interrupt.ErrMalformed) {
+		t.Fatalf("instrumenting twice = %v, want ErrMalformed", err)
+	}
+}
+
+func TestRefusesMalformed(t *testing.T) {
+	t.Parallel()
+	good := moduleWithGlobal(sumTo)
+	for name, b := range map[string][]byte{
+		"empty":          nil,
+		"not wasm":       []byte("\x7fELF\x01\x00\x00\x00"),
+		"version 2":      []byte("\x00asm\x02\x00\x00\x00"),
+		"truncated":      good[:sectionOffset(good, 10)+4],
+		"unknown opcode": wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: []wasmtest.Func{{Name: "f", Body: []byte{0xff}}}}),
+		"bad section":    append(append([]byte{}, good...), 0x42, 0x00),
+	} {
+		if _, err := interrupt.Instrument(b); !errors.Is(err, interrupt.ErrMalformed) {
+			t.Errorf("%s: Instrument = %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+// FuzzInstrument feeds arbitrary bytes: Instrument never panics, and what it
+// accepts from a module wazero compiles, wazero compiles too.
+func FuzzInstrument(f *testing.F) {
+	f.Add(moduleWithGlobal(sumTo))
+	f.Add(wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: []wasmtest.Func{{Name: "spin", Body: []byte{0x03, 0x40, 0x0c, 0x00, 0x0b}}}}))
+	f.Add(wasmtest.Policy(wasmtest.PolicyOptions{Evaluate: wasmtest.Loop}))
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	f.Cleanup(func() { _ = rt.Close(ctx) })
+	f.Fuzz(func(t *testing.T, b []byte) {
+		out, err := interrupt.Instrument(b)
+		if err != nil {
+			return
+		}
+		if c, cerr := rt.CompileModule(ctx, b); cerr == nil {
+			_ = c.Close(ctx)
+			c2, err := rt.CompileModule(ctx, out)
+			if err != nil {
+				t.Fatalf("the module compiles, its instrumented copy does not: %v", err)
+			}
+			_ = c2.Close(ctx)
+		}
+	})
+}

@@ -1,0 +1,264 @@
+package wasm
+
+import (
+	"encoding/json"
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/valyala/fastjson"
+
+	abiwasm "github.com/berthhq/berth/abi/wasm"
+)
+
+// The guest's fast path: encoding/json decodes by reflection, which is slow
+// inside a GOOS=wasip1 guest, so the policy input and the service object,
+// which every policy reads, are decoded with fastjson (no reflection). The
+// result equals json.Unmarshal's for every field the types have (a test
+// checks each field); unknown fields are ignored, as there.
+
+// foldKey folds an object key the way encoding/json matches field names
+// (case-insensitively, by Unicode simple folding): each rune becomes the
+// smallest rune of its folding orbit, and ASCII letters lower case.
+func foldKey(k []byte) string {
+	ascii := true
+	for _, c := range k {
+		if c >= 0x80 {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		b := make([]byte, len(k))
+		for i, c := range k {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			b[i] = c
+		}
+		return string(b)
+	}
+	var out []rune
+	for _, r := range string(k) {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		if 'A' <= least && least <= 'Z' {
+			least += 'a' - 'A'
+		}
+		out = append(out, least)
+	}
+	return string(out)
+}
+
+// decodePolicyInput is json.Unmarshal into an [abiwasm.PolicyInput].
+func decodePolicyInput(input []byte) (abiwasm.PolicyInput, error) {
+	var in abiwasm.PolicyInput
+	var p fastjson.Parser
+	v, err := p.ParseBytes(input)
+	if err != nil {
+		return in, err
+	}
+	o, err := v.Object()
+	if err != nil {
+		return in, fmt.Errorf("policy input: %w", err)
+	}
+	var ferr error
+	o.Visit(func(key []byte, f *fastjson.Value) {
+		if ferr != nil {
+			return
+		}
+		switch foldKey(key) {
+		case "hook":
+			var s string
+			s, ferr = str(f, "hook")
+			in.Hook = abiwasm.Hook(s)
+		case "actor":
+			in.Actor, ferr = decodeActor(f)
+		case "project":
+			if f.Type() != fastjson.TypeNull {
+				in.Project, ferr = decodeProject(f)
+			} else {
+				in.Project = nil
+			}
+		case "object":
+			in.Object = raw(f)
+		case "old_object":
+			in.OldObject = raw(f)
+		case "config":
+			in.Config = raw(f)
+		}
+	})
+	return in, ferr
+}
+
+func raw(v *fastjson.Value) json.RawMessage { return json.RawMessage(v.MarshalTo(nil)) }
+
+func str(v *fastjson.Value, field string) (string, error) {
+	switch v.Type() {
+	case fastjson.TypeNull:
+		return "", nil
+	case fastjson.TypeString:
+		b, _ := v.StringBytes()
+		if !utf8.Valid(b) { // as encoding/json: one U+FFFD per invalid byte
+			return string([]rune(string(b))), nil
+		}
+		return string(b), nil
+	}
+	return "", fmt.Errorf("field %s: %s is not a string", field, v.Type())
+}
+
+func integer(v *fastjson.Value, field string) (int64, error) {
+	if v.Type() == fastjson.TypeNull {
+		return 0, nil
+	}
+	n, err := v.Int64()
+	if err != nil {
+		return 0, fmt.Errorf("field %s: %w", field, err)
+	}
+	return n, nil
+}
+
+func strings1(v *fastjson.Value, field string) ([]string, error) {
+	if v.Type() == fastjson.TypeNull {
+		return nil, nil
+	}
+	a, err := v.Array()
+	if err != nil {
+		return nil, fmt.Errorf("field %s: %w", field, err)
+	}
+	out := make([]string, len(a))
+	for i, e := range a {
+		if out[i], err = str(e, field); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func stringMap(v *fastjson.Value, field string) (map[string]string, error) {
+	if v.Type() == fastjson.TypeNull {
+		return nil, nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		return nil, fmt.Errorf("field %s: %w", field, err)
+	}
+	out := make(map[string]string, o.Len())
+	o.Visit(func(k []byte, e *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		var s string
+		s, err = str(e, field)
+		key := string(k)
+		if !utf8.ValidString(key) {
+			key = string([]rune(key))
+		}
+		out[key] = s
+	})
+	return out, err
+}
+
+func decodeActor(v *fastjson.Value) (abiwasm.Actor, error) {
+	var a abiwasm.Actor
+	if v.Type() == fastjson.TypeNull {
+		return a, nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		return a, fmt.Errorf("field actor: %w", err)
+	}
+	o.Visit(func(k []byte, f *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		switch foldKey(k) {
+		case "kind":
+			a.Kind, err = str(f, "actor.kind")
+		case "id":
+			a.ID, err = str(f, "actor.id")
+		}
+	})
+	return a, err
+}
+
+func decodeProject(v *fastjson.Value) (*abiwasm.Project, error) {
+	p := &abiwasm.Project{}
+	o, err := v.Object()
+	if err != nil {
+		return nil, fmt.Errorf("field project: %w", err)
+	}
+	o.Visit(func(k []byte, f *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		var n int64
+		switch foldKey(k) {
+		case "name":
+			p.Name, err = str(f, "project.name")
+		case "services":
+			n, err = integer(f, "project.services")
+			p.Services = int(n)
+		case "replicas":
+			n, err = integer(f, "project.replicas")
+			p.Replicas = int(n)
+		case "capacity_units":
+			n, err = integer(f, "project.capacity_units")
+			p.CapacityUnits = int(n)
+		}
+	})
+	return p, err
+}
+
+// decodeService is json.Unmarshal into an [abiwasm.Service].
+func decodeService(data []byte, s *abiwasm.Service) error {
+	var p fastjson.Parser
+	v, err := p.ParseBytes(data)
+	if err != nil {
+		return err
+	}
+	o, err := v.Object()
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	o.Visit(func(k []byte, f *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		var n int64
+		switch foldKey(k) {
+		case "project":
+			s.Project, err = str(f, "project")
+		case "name":
+			s.Name, err = str(f, "name")
+		case "revision":
+			s.Revision, err = integer(f, "revision")
+		case "bundle":
+			s.Bundle, err = str(f, "bundle")
+		case "bundle_digest":
+			s.BundleDigest, err = str(f, "bundle_digest")
+		case "image":
+			s.Image, err = str(f, "image")
+		case "command":
+			s.Command, err = strings1(f, "command")
+		case "env":
+			s.Env, err = stringMap(f, "env")
+		case "port":
+			n, err = integer(f, "port")
+			s.Port = int(n)
+		case "domains":
+			s.Domains, err = strings1(f, "domains")
+		case "replicas":
+			n, err = integer(f, "replicas")
+			s.Replicas = int(n)
+		case "capacity_units":
+			n, err = integer(f, "capacity_units")
+			s.CapacityUnits = int(n)
+		case "labels":
+			s.Labels, err = stringMap(f, "labels")
+		}
+	})
+	return err
+}
