@@ -149,9 +149,12 @@ func TestIdentityHumanAndDeployToken(t *testing.T) {
 	}
 	cl.berthOK(t, "", "", "token", "revoke", "reader")
 	select {
-	case <-ended:
+	case err := <-ended:
 		if fctx.Err() != nil {
 			t.Fatalf("the followed log ran until the test's deadline")
+		}
+		if !client.IsCode(err, "unauthenticated") {
+			t.Fatalf("the followed log ended with %v, want unauthenticated (its trailer says why)", err)
 		}
 	case <-time.After(converge):
 		t.Fatalf("the followed log did not end within %s of the revocation", converge)

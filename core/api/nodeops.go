@@ -123,6 +123,7 @@ func (s *Server) logs(c echo.Context, nodeID, workloadID string) error {
 	w := c.Response()
 	w.Header().Set(echo.HeaderContentType, "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Trailer", HeaderStreamEnd)
 	w.WriteHeader(http.StatusOK)
 	w.Flush()
 	enc := json.NewEncoder(w)
@@ -134,13 +135,17 @@ func (s *Server) logs(c echo.Context, nodeID, workloadID string) error {
 			return nil
 		case <-recheck.C:
 			if !s.bearerStillValid(c) {
-				return nil // revoked, rotated or outdated: the stream ends (docs/api.md section 9)
+				// Revoked, rotated or outdated: the stream ends, and its trailer says why
+				// (docs/api.md section 9).
+				w.Header().Set(HeaderStreamEnd, string(abierrors.Unauthenticated))
+				return nil
 			}
 		case d, ok := <-st.Data:
 			if !ok {
 				if end := st.End(); end.Reason == node.StreamError {
 					s.log.Info("log stream ended by the node", "node_id", nodeID, "workload_id", workloadID, "detail", end.Detail)
 				}
+				w.Header().Set(HeaderStreamEnd, "end")
 				return nil
 			}
 			for _, l := range d.Lines {
@@ -152,6 +157,11 @@ func (s *Server) logs(c echo.Context, nodeID, workloadID string) error {
 		}
 	}
 }
+
+// HeaderStreamEnd is the HTTP trailer a followed log stream ends with: "end" when the node
+// ended it, "unauthenticated" when the request's bearer stopped being valid (revoked, rotated,
+// or of an older credential generation); absent when the server went away mid-stream.
+const HeaderStreamEnd = "Berth-Stream-End"
 
 // nodeMetrics serves GET /api/v1/nodes/{id}/metrics[?workload=wl_...]: the
 // node's metrics ring (metrics_query) for the node itself and the named

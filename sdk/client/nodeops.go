@@ -41,7 +41,8 @@ func (c *Client) WorkloadLogs(ctx context.Context, workloadID string, tail int) 
 // (0: the node's default of 100), then new lines as they come, calling fn for
 // each until ctx ends, the stream ends, or fn returns an error (returned).
 // Errors also carry the API's code: stream_limit when the node's session
-// already carries its limit of streams.
+// already carries its limit of streams, and unauthenticated when the stream
+// ended because the client's bearer stopped being valid (revoked, rotated).
 func (c *Client) FollowWorkloadLogs(ctx context.Context, workloadID string, tail int, fn func(node.LogLine) error) error {
 	return c.followLogs(ctx, "/workloads/"+url.PathEscape(workloadID)+"/logs", url.Values{}, tail, fn)
 }
@@ -78,6 +79,11 @@ func (c *Client) followLogs(ctx context.Context, path string, q url.Values, tail
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	// The server's trailer says why the stream ended (docs/api.md section 9).
+	if resp.Trailer.Get("Berth-Stream-End") == "unauthenticated" {
+		return &APIError{Status: http.StatusUnauthorized, Problem: Problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
+			Detail: "the log stream ended: the token was revoked, rotated or outdated"}}
 	}
 	return nil
 }

@@ -258,7 +258,79 @@ func decodeService(data []byte, s *abiwasm.Service) error {
 			s.CapacityUnits = int(n)
 		case "labels":
 			s.Labels, err = stringMap(f, "labels")
+		case "health_check":
+			err = decodeHealthCheck(f, &s.HealthCheck)
+		case "placement_mode":
+			s.PlacementMode, err = str(f, "placement_mode")
+		case "lease":
+			s.Lease, err = decodeLease(f, s.Lease)
+		case "runtime":
+			s.Runtime, err = str(f, "runtime")
+		case "user":
+			s.User, err = str(f, "user")
+		case "memory_mb":
+			s.MemoryMB, err = integer(f, "memory_mb")
+		case "cpu_millis":
+			s.CPUMillis, err = integer(f, "cpu_millis")
 		}
 	})
 	return err
+}
+
+// decodeHealthCheck is json.Unmarshal of v into h: null leaves h as it is.
+func decodeHealthCheck(v *fastjson.Value, h *abiwasm.HealthCheck) error {
+	if v.Type() == fastjson.TypeNull {
+		return nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		return fmt.Errorf("field health_check: %w", err)
+	}
+	o.Visit(func(k []byte, f *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		var n int64
+		switch foldKey(k) {
+		case "path":
+			h.Path, err = str(f, "health_check.path")
+		case "interval_s":
+			n, err = integer(f, "health_check.interval_s")
+			h.IntervalS = int(n)
+		case "timeout_s":
+			n, err = integer(f, "health_check.timeout_s")
+			h.TimeoutS = int(n)
+		case "failures":
+			n, err = integer(f, "health_check.failures")
+			h.Failures = int(n)
+		}
+	})
+	return err
+}
+
+// decodeLease is json.Unmarshal of v into a *Lease holding cur: null is nil,
+// an object fills cur (a new Lease when cur is nil).
+func decodeLease(v *fastjson.Value, cur *abiwasm.Lease) (*abiwasm.Lease, error) {
+	if v.Type() == fastjson.TypeNull {
+		return nil, nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		return cur, fmt.Errorf("field lease: %w", err)
+	}
+	if cur == nil {
+		cur = &abiwasm.Lease{}
+	}
+	o.Visit(func(k []byte, f *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		switch foldKey(k) {
+		case "mode":
+			cur.Mode, err = str(f, "lease.mode")
+		case "duration_ms":
+			cur.DurationMS, err = integer(f, "lease.duration_ms")
+		}
+	})
+	return cur, err
 }
