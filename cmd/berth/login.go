@@ -106,7 +106,7 @@ login within the last 5 minutes: run login again before them.`,
 				sess, err := anon.Login(cmd.Context(), user, pw, sessionTTL)
 				if err != nil {
 					if client.IsCode(err, "unauthenticated") {
-						return fmt.Errorf("login to %s as %s: the server refused the name or password: %w", anon.Server(), user, err)
+						return fmt.Errorf("login to %s as %s: the server refused the name or password: %w", anon.Server(), user, passwordRefused{err})
 					}
 					return fmt.Errorf("login to %s as %s: %w", anon.Server(), user, err)
 				}
@@ -171,3 +171,10 @@ func (a *app) readPassword(fromStdin bool, prompt string) (string, error) {
 	}
 	return strings.TrimRight(line, "\r\n"), nil
 }
+
+// passwordRefused marks a login whose name or password the server refused, so the token hint
+// of an unauthenticated answer is not printed for it.
+type passwordRefused struct{ err error }
+
+func (e passwordRefused) Error() string { return e.err.Error() }
+func (e passwordRefused) Unwrap() error { return e.err }

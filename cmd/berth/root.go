@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,7 +53,11 @@ func run(ctx context.Context, a *app, args []string) int {
 	root.SetErr(a.stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(a.stderr, "error: %s\n", err)
-		if client.IsCode(err, "unauthenticated") {
+		var refused passwordRefused
+		switch {
+		case errors.As(err, &refused):
+			fmt.Fprintln(a.stderr, "hint: check the user name and password; after 10 failed logins in a minute further attempts for that user are slowed.")
+		case client.IsCode(err, "unauthenticated"):
 			fmt.Fprintln(a.stderr, "hint: the server refused the token. It is taken from --token, else $BERTH_TOKEN, else the"+
 				" config file written by 'berth login'; berthd keeps its admin token in <data-dir>/admin-token."+
 				" A revoked or rotated token, or a session ended by a password change, fails at once: run 'berth login' again.")
