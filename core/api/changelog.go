@@ -50,13 +50,20 @@ func (s *Server) changeCtx(c echo.Context) (ctx context.Context, cancel context.
 // logged, and the log appends it anyway (now, on its next round, or at the
 // next start).
 func (s *Server) awaitChange(c echo.Context, coll string, id any, outbox []changelog.Pending) {
+	s.awaitRemoval(c, coll, id, "", outbox)
+}
+
+// awaitRemoval is awaitChange for a document deleted in two steps
+// (changelog.RemoveOnField): removeOn is the id of its deletion change,
+// whose append removes the document ("" for a document that stays).
+func (s *Server) awaitRemoval(c echo.Context, coll string, id any, removeOn string, outbox []changelog.Pending) {
 	if s.cfg.Changelog == nil || len(outbox) == 0 {
 		return
 	}
 	p := outbox[len(outbox)-1]
 	ctx, cancel := context.WithTimeout(c.Request().Context(), changeTimeout)
 	defer cancel()
-	if _, err := s.cfg.Changelog.RecordOutbox(ctx, changelog.Ref{Collection: coll, ID: id}, outbox); err != nil {
+	if _, err := s.cfg.Changelog.RecordOutbox(ctx, changelog.Ref{Collection: coll, ID: id, RemoveOn: removeOn}, outbox); err != nil {
 		s.log.Warn("change stored; its change-log entry follows", "entity_type", p.EntityType, "entity_id", p.EntityID, "change_id", p.ID, "err", err)
 	}
 }
@@ -73,33 +80,6 @@ func refuseLargeChange(entityType string, payload any) error {
 		return abierrors.Wrap(abierrors.ChangeTooLarge, trimSentinel(err), nil)
 	}
 	return err
-}
-
-// recordChange appends a change made by the request's principal to the change
-// log (docs/node-protocol.md section 7), for writes whose documents have no
-// outbox yet. The change is already stored; the append runs on a context
-// detached from the request, so a client that leaves does not cancel it, and
-// a failure is logged, not returned.
-func (s *Server) recordChange(c echo.Context, entityType, entityID, op string, payload any) {
-	actorType, actorID := actorOf(principal(c))
-	s.recordChangeAs(c, actorType, actorID, entityType, entityID, op, payload)
-}
-
-// recordChangeAs is recordChange with an explicit actor, for requests that
-// carry no principal (enrollment, where the join token is the proof and the
-// new node is the actor).
-func (s *Server) recordChangeAs(c echo.Context, actorType, actorID, entityType, entityID, op string, payload any) {
-	if s.cfg.Changelog == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), changeTimeout)
-	defer cancel()
-	if _, err := s.cfg.Changelog.Append(ctx, changelog.Change{
-		ActorType: actorType, ActorID: actorID, EntityType: entityType, EntityID: entityID, Op: op, Payload: payload,
-		IdempotencyKey: idempotencyKey(c),
-	}); err != nil {
-		s.log.Error("append to the change log", "entity_type", entityType, "entity_id", entityID, "err", err)
-	}
 }
 
 // listChangelog serves GET /api/v1/changelog?from_seq=N&limit=L for auditors:

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
 )
@@ -363,7 +365,18 @@ func actorOf(p *identity.Principal) (actorType, actorID string) {
 // audit records an identity operation on the change log: who did what to which user or
 // token, never a password, token or digest.
 func (s *Server) audit(c echo.Context, entityType, entityID, action string) {
-	s.recordChange(c, entityType, entityID, "update", map[string]string{"action": action})
+	if s.cfg.Changelog == nil {
+		return
+	}
+	actorType, actorID := actorOf(principal(c))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), changeTimeout)
+	defer cancel()
+	if _, err := s.cfg.Changelog.Append(ctx, changelog.Change{
+		ActorType: actorType, ActorID: actorID, EntityType: entityType, EntityID: entityID, Op: "update",
+		Payload: map[string]string{"action": action}, IdempotencyKey: idempotencyKey(c),
+	}); err != nil {
+		s.log.Error("append to the change log", "entity_type", entityType, "entity_id", entityID, "err", err)
+	}
 }
 
 // streamRecheck is how often a long-lived answer (a followed log) checks its bearer again.

@@ -95,7 +95,13 @@ func (s *Server) nodeLost(c echo.Context) error {
 	} else if err != nil {
 		return err
 	}
-	changed, err := s.cfg.Leases.Lost(ctx, n.ID)
+	// Each lease's change goes into its outbox, in the compare-and-set that supersedes it.
+	wctx, done := s.changeCtx(c)
+	changed, err := s.cfg.Leases.Lost(wctx, n.ID)
+	done()
+	for i := range changed {
+		s.awaitChange(c, fencing.Collection, changed[i].ID, changed[i].LogOutbox)
+	}
 	if err != nil {
 		return err
 	}
@@ -107,7 +113,6 @@ func (s *Server) nodeLost(c echo.Context) error {
 	out := client.LeaseChange{NodeID: n.ID, Leases: apiLeases(changed)}
 	if len(changed) > 0 {
 		s.log.Warn("node declared lost; its leases were superseded", "node_id", n.ID, "leases", len(changed))
-		s.recordChange(c, "node_lost", n.ID, node.OpUpdate, out)
 		s.cfg.Hinter.Hint("node.lost")
 	}
 	return c.JSON(http.StatusOK, out)
@@ -126,7 +131,10 @@ func (s *Server) fenceAck(c echo.Context) error {
 		return problem(abierrors.ValidationFailed, "lease_ids must list the node's outstanding failed fences")
 	}
 	ctx := c.Request().Context()
-	acked, err := s.cfg.Leases.FenceAck(ctx, c.Param("id"), req.LeaseIDs)
+	// The acknowledgement's change goes into the node's outbox, in its commit point.
+	wctx, done := s.changeCtx(c)
+	acked, err := s.cfg.Leases.FenceAck(wctx, c.Param("id"), req.LeaseIDs)
+	done()
 	switch {
 	case errors.Is(err, fencing.ErrNodeNotFound):
 		return problem(abierrors.NodeNotFound, fmt.Sprintf("no node %q", c.Param("id")))
@@ -137,7 +145,12 @@ func (s *Server) fenceAck(c echo.Context) error {
 	}
 	out := client.LeaseChange{NodeID: c.Param("id"), Leases: apiLeases(acked)}
 	s.log.Warn("failed fences acknowledged by an operator", "node_id", out.NodeID, "lease_ids", req.LeaseIDs)
-	s.recordChange(c, "node_fence_ack", out.NodeID, node.OpUpdate, out)
+	if n, err := s.cfg.Nodes.Get(ctx, out.NodeID); err != nil {
+		// The change is durable in the node's outbox: the log appends it at its next round.
+		s.log.Warn("read the node's outbox after a fence acknowledgement", "node_id", out.NodeID, "err", err)
+	} else {
+		s.awaitChange(c, "nodes", n.ID, n.LogOutbox)
+	}
 	s.cfg.Hinter.Hint("node.fence_ack")
 	if ls, ok := s.cfg.Sessions.(LeaseSessions); ok {
 		go func() {

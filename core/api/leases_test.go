@@ -7,13 +7,16 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
@@ -28,6 +31,7 @@ type leaseAPI struct {
 	admin   *client.Client
 	machine *client.Client
 	n1      string
+	clog    *changelog.Log
 }
 
 func newLeaseAPI(t *testing.T) *leaseAPI {
@@ -50,7 +54,8 @@ func newLeaseAPI(t *testing.T) *leaseAPI {
 	}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	auth := fencing.New(st, fencing.Config{})
-	s := New(Config{Catalog: services.NewCatalog(st, nil), Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
+	clog := changelog.New(st, 1, nil)
+	s := New(Config{Changelog: clog, Catalog: services.NewCatalog(st, nil), Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Leases: auth, Guard: fencing.NewGuard(st, nil)})
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
@@ -65,7 +70,7 @@ func newLeaseAPI(t *testing.T) *leaseAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &leaseAPI{auth: auth, reg: reg, admin: a, machine: m, n1: n.ID}
+	return &leaseAPI{auth: auth, reg: reg, admin: a, machine: m, n1: n.ID, clog: clog}
 }
 
 func (f *leaseAPI) grant(t *testing.T, svc string) *fencing.Lease {
@@ -186,5 +191,57 @@ func TestStatefulServiceValidation(t *testing.T) {
 	}
 	if _, err := f.admin.ApplyService(ctx, "p", "db", spec(func(s *client.ServiceSpec) { s.PlacementMode = "portable" })); !client.IsCode(err, "placement_mode_immutable") {
 		t.Fatalf("changing the placement mode: %v", err)
+	}
+}
+
+// TestNodeLostAndFenceAckLogged: through the API, declaring a node lost
+// appends one node_lost entry per superseded lease (none for a repeat), an
+// exact fence acknowledgement one node_fence_ack entry (none for a refused
+// one), and every outbox is cleared by the request's handover, by the
+// principal that made the change.
+func TestNodeLostAndFenceAckLogged(t *testing.T) {
+	f := newLeaseAPI(t)
+	ctx := context.Background()
+	a, b := f.grant(t, "svc_A"), f.grant(t, "svc_B")
+	for range 2 {
+		if _, err := f.admin.NodeLost(ctx, f.n1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := f.grant(t, "svc_C")
+	if err := f.auth.RecordFenceFailure(ctx, f.n1, nodes.FenceFailure{LeaseID: c.ID, FencingToken: c.FencingToken}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.FenceAck(ctx, f.n1, []string{a.ID}); !client.IsCode(err, "fence_ack_mismatch") {
+		t.Fatalf("mismatched ack: %v", err)
+	}
+	if _, err := f.admin.FenceAck(ctx, f.n1, []string{c.ID}); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := f.clog.Range(ctx, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		if e.EntityType == "node" {
+			continue // the enrollment
+		}
+		if e.ActorType != "admin" || !strings.HasPrefix(e.ActorID, "tok_") {
+			t.Errorf("entry %d by %s %s; want the admin token", e.Seq, e.ActorType, e.ActorID)
+		}
+		got = append(got, e.EntityType+" "+e.EntityID)
+	}
+	want := []string{fencing.LostEntityType + " " + f.n1, fencing.LostEntityType + " " + f.n1, fencing.FenceAckEntityType + " " + f.n1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("entries %v; want %v", got, want)
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		if l, err := f.auth.Get(ctx, id); err != nil || len(l.LogOutbox) != 0 {
+			t.Fatalf("lease %s outbox after the request: %v, %v; want empty", id, l, err)
+		}
+	}
+	if n, err := f.reg.Get(ctx, f.n1); err != nil || len(n.LogOutbox) != 0 {
+		t.Fatalf("node outbox after the request: %v; want empty", err)
 	}
 }

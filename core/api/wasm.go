@@ -13,7 +13,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
-	"github.com/berthhq/berth/abi/node"
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/identity"
@@ -127,7 +126,9 @@ func (s *Server) bindPolicy(c echo.Context) error {
 	if err := refuseLargeChange(policy.BindingEntityType, probe); err != nil {
 		return err
 	}
-	out, err := e.Bind(c.Request().Context(), b)
+	wctx, done := s.changeCtx(c)
+	out, err := e.Bind(wctx, b)
+	done()
 	switch {
 	case errors.Is(err, policy.ErrModuleNotFound):
 		return problem(abierrors.ModuleNotFound, fmt.Sprintf("no module %q; push it with 'berth module push'", req.Module))
@@ -137,10 +138,10 @@ func (s *Server) bindPolicy(c echo.Context) error {
 		return err
 	}
 	s.log.Info("module bound", "binding_id", out.ID, "hook", out.Hook, "module", out.Module, "project", out.Project, "failure_policy", out.FailurePolicy)
-	for _, id := range out.Replaced {
-		s.recordChange(c, policy.BindingEntityType, id, node.OpDelete, nil)
+	s.awaitChange(c, policy.BindingsCollection, out.ID, out.LogOutbox)
+	for _, r := range out.ReplacedLog {
+		s.awaitRemoval(c, policy.BindingsCollection, r.ID, r.RemoveOn, r.LogOutbox)
 	}
-	s.recordChange(c, policy.BindingEntityType, out.ID, node.OpCreate, out)
 	if out.Hook == abiwasm.HookRoutesCompile {
 		s.cfg.Hinter.Hint("routes.compile.bound")
 	}
@@ -164,14 +165,16 @@ func (s *Server) unbindPolicy(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	gone, err := e.Unbind(c.Request().Context(), c.Param("id"))
+	wctx, done := s.changeCtx(c)
+	gone, err := e.Unbind(wctx, c.Param("id"))
+	done()
 	if errors.Is(err, policy.ErrBindingNotFound) {
 		return problem(abierrors.BindingNotFound, fmt.Sprintf("no binding %q", c.Param("id")))
 	} else if err != nil {
 		return err
 	}
 	s.log.Info("module unbound", "binding_id", gone.ID, "hook", gone.Hook, "module", gone.Module)
-	s.recordChange(c, policy.BindingEntityType, gone.ID, node.OpDelete, nil)
+	s.awaitRemoval(c, policy.BindingsCollection, gone.ID, gone.RemoveOn, gone.LogOutbox)
 	if gone.Hook == abiwasm.HookRoutesCompile {
 		s.cfg.Hinter.Hint("routes.compile.unbound")
 	}

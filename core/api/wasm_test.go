@@ -269,8 +269,10 @@ func TestBindRouteCompiler(t *testing.T) {
 	for _, e := range f.changelog() {
 		got = append(got, e.EntityType+" "+e.EntityID+" "+e.Op)
 	}
-	want := fmt.Sprint([]string{"policy_binding " + firstID + " create", "policy_binding " + firstID + " delete",
-		"policy_binding " + secondID + " create", "policy_binding " + secondID + " delete"})
+	// In the order the store committed them: the second binding is stored
+	// before it replaces the first (each write carries its own entry).
+	want := fmt.Sprint([]string{"policy_binding " + firstID + " create", "policy_binding " + secondID + " create",
+		"policy_binding " + firstID + " delete", "policy_binding " + secondID + " delete"})
 	if fmt.Sprint(got) != want {
 		t.Fatalf("entries %v\nwant %s", got, want)
 	}

@@ -57,7 +57,18 @@ type Ref struct {
 	// SeqField, when not empty, is the document's field set to the
 	// entry's seq once appended.
 	SeqField string
+	// RemoveOn, when not empty, is the id of the change whose append
+	// removes the document (a delete committed as a mark plus its change in
+	// the outbox; the document's [RemoveOnField] holds the same id).
+	RemoveOn string
 }
+
+// RemoveOnField is the field of a document deleted in two steps: a delete
+// commits as one write that sets this field to its change's id and puts the
+// change in the outbox ([OutboxField]); readers treat the document as gone
+// from then on, and the log removes it once that change is appended
+// (docs/node-protocol.md section 7.2).
+const RemoveOnField = "log_remove_on"
 
 // item is one queued change and what its waiter learns.
 type item struct {
@@ -486,6 +497,13 @@ func (l *Log) clearOutbox(ctx context.Context, ref Ref, p Pending, seq int64) {
 	if ref.Collection == "" {
 		return
 	}
+	if ref.RemoveOn != "" && ref.RemoveOn == p.ID {
+		// The document was deleted by this change: now it may go.
+		if _, err := l.st.Collection(ref.Collection).DeleteOne(ctx, bson.M{"_id": ref.ID, RemoveOnField: p.ID}); err != nil {
+			l.log.Warn("remove a deleted document after its change-log entry; it stays until the next start", "collection", ref.Collection, "id", ref.ID, "change_id", p.ID, "err", err)
+		}
+		return
+	}
 	// The embedded store's $pull matches whole values only (a condition
 	// such as {"id": ...} removes nothing), so the item is named in full:
 	// Pending holds times at millisecond precision, as stored.
@@ -542,8 +560,9 @@ func (l *Log) dropLanded(ctx context.Context, batch []*item, since int64) ([]*it
 
 // outboxDoc is what [Log.Recover] reads of a document with an outbox.
 type outboxDoc struct {
-	ID     any       `bson:"_id"`
-	Outbox []Pending `bson:"log_outbox"`
+	ID       any       `bson:"_id"`
+	Outbox   []Pending `bson:"log_outbox"`
+	RemoveOn string    `bson:"log_remove_on"`
 }
 
 // Recover completes what a berthd that stopped (or died) between a write and
@@ -575,7 +594,7 @@ func (l *Log) RecoverOlderThan(ctx context.Context, age time.Duration) (int, err
 	var items []*item
 	for c, field := range colls {
 		cur, err := l.st.Collection(c).Find(ctx, bson.M{OutboxField: bson.M{"$exists": true}},
-			options.Find().SetProjection(bson.M{OutboxField: 1}))
+			options.Find().SetProjection(bson.M{OutboxField: 1, RemoveOnField: 1}))
 		if err != nil {
 			return 0, fmt.Errorf("changelog: find outboxes in %s: %w", c, err)
 		}
@@ -588,7 +607,7 @@ func (l *Log) RecoverOlderThan(ctx context.Context, age time.Duration) (int, err
 				if age > 0 && p.At.After(cutoff) {
 					continue
 				}
-				items = append(items, &item{p: p, ref: Ref{Collection: c, ID: d.ID, SeqField: field}, done: make(chan struct{})})
+				items = append(items, &item{p: p, ref: Ref{Collection: c, ID: d.ID, SeqField: field, RemoveOn: d.RemoveOn}, done: make(chan struct{})})
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/store"
 )
 
@@ -39,6 +40,23 @@ type Lease struct {
 	FenceFailed []string  `bson:"fence_failed" json:"fence_failed,omitempty"`
 	Deleted     bool      `bson:"deleted" json:"deleted,omitempty"`
 	Revision    int64     `bson:"revision" json:"revision"`
+
+	// LogOutbox holds the lease's changes not yet in the change log,
+	// written with the change (docs/node-protocol.md section 7.2): a
+	// holding superseded by [Authority.Lost].
+	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
+}
+
+// LostEntityType is the change-log entity type of a node declared lost:
+// one entry per lease superseded, entity id the node id, op update, payload
+// [LostChange] (docs/node-protocol.md section 7.6).
+const LostEntityType = "node_lost"
+
+// LostChange is the payload of a [LostEntityType] entry: the node and the
+// one lease freed from it, as written.
+type LostChange struct {
+	NodeID string  `json:"node_id"`
+	Leases []Lease `json:"leases"`
 }
 
 // State returns l as the decider sees it.
@@ -160,6 +178,16 @@ func (a *Authority) HeldBy(ctx context.Context, nodeID string) ([]Lease, error) 
 // (at most casAttempts times). decide returns changed=false to write nothing. It returns the lease
 // as written (or as read when unchanged) and decide's error, unwrapped.
 func (a *Authority) apply(ctx context.Context, id, resType, resID string, create bool, decide func(State, time.Time) (State, bool, error)) (*Lease, error) {
+	return a.applyLogged(ctx, id, resType, resID, create, decide, nil)
+}
+
+// applyLogged is [Authority.apply] that records the change in the lease's
+// outbox, in the same compare-and-set, when logged is not nil and ctx
+// carries the actor (changelog.WithActor): logged returns the change of the
+// lease as it is about to be written. The lease returned carries its outbox
+// as that write left it.
+func (a *Authority) applyLogged(ctx context.Context, id, resType, resID string, create bool, decide func(State, time.Time) (State, bool, error), logged func(*Lease) changelog.Change) (*Lease, error) {
+	actor, withActor := changelog.ActorFrom(ctx)
 	var lastErr error
 	for attempt := 0; attempt < casAttempts; attempt++ {
 		var l Lease
@@ -182,14 +210,36 @@ func (a *Authority) apply(ctx context.Context, id, resType, resID string, create
 		}
 		prev := l.Revision
 		l.set(next)
+		var push *changelog.Pending
+		if logged != nil && withActor {
+			written := l
+			written.Revision, written.LogOutbox = prev+1, nil
+			ch := logged(&written)
+			ch.ActorType, ch.ActorID = actor.Type, actor.ID
+			p, err := changelog.Prepare(ch)
+			if err != nil {
+				return nil, fmt.Errorf("fencing: lease %s: %w", id, err)
+			}
+			push = &p
+		}
 		if !exists {
 			l.Revision = 1
+			if push != nil {
+				l.LogOutbox = []changelog.Pending{*push}
+			}
 			_, err = a.leases.InsertOne(ctx, l)
 		} else {
-			l.Revision, err = a.st.UpdateIfRevision(ctx, a.leases, id, prev, bson.M{"$set": bson.M{
+			update := bson.M{"$set": bson.M{
 				"holder": l.Holder, "fencing_token": l.FencingToken, "mode": l.Mode, "duration_ms": l.DurationMS,
 				"granted_at": l.GrantedAt, "gate_at": l.GateAt, "fence_failed": l.FenceFailed, "deleted": l.Deleted,
-			}})
+			}}
+			if push != nil {
+				update["$push"] = bson.M{changelog.OutboxField: *push}
+			}
+			l.Revision, err = a.st.UpdateIfRevision(ctx, a.leases, id, prev, update)
+			if err == nil && push != nil {
+				l.LogOutbox = append(l.LogOutbox, *push)
+			}
 		}
 		if err == nil {
 			return &l, nil
@@ -249,8 +299,11 @@ func (a *Authority) Release(ctx context.Context, id, nodeID string, token int64)
 }
 
 // Lost declares nodeID lost (POST /api/v1/nodes/{id}/lost): every lease it holds gets a higher
-// token and is free at once, each by one compare-and-set. It returns the leases changed.
-// Idempotent: a second call changes nothing.
+// token and is free at once, each by one compare-and-set. It returns the leases changed. When ctx
+// carries the actor (changelog.WithActor), each compare-and-set also puts a [LostEntityType]
+// change in that lease's outbox (Lease.LogOutbox), so the change reaches the log exactly once
+// whatever happens after the write (docs/node-protocol.md section 7.2). Idempotent: a second call
+// changes nothing and records nothing.
 func (a *Authority) Lost(ctx context.Context, nodeID string) ([]Lease, error) {
 	held, err := a.HeldBy(ctx, nodeID)
 	if err != nil {
@@ -259,10 +312,13 @@ func (a *Authority) Lost(ctx context.Context, nodeID string) ([]Lease, error) {
 	var out []Lease
 	for _, h := range held {
 		var changed bool
-		l, err := a.apply(ctx, h.ID, "", "", false, func(s State, now time.Time) (State, bool, error) {
+		l, err := a.applyLogged(ctx, h.ID, "", "", false, func(s State, now time.Time) (State, bool, error) {
 			next, c := Lost(s, nodeID, now)
 			changed = c
 			return next, c, nil
+		}, func(l *Lease) changelog.Change {
+			return changelog.Change{EntityType: LostEntityType, EntityID: nodeID, Op: node.OpUpdate,
+				Payload: LostChange{NodeID: nodeID, Leases: []Lease{*l}}}
 		})
 		if err != nil {
 			return out, err

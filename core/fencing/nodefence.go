@@ -11,6 +11,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/store"
 )
@@ -22,6 +24,18 @@ const nodesCollection = "nodes"
 // ErrAckMismatch is returned by [Authority.FenceAck] when the lease ids given are not exactly the
 // node's outstanding failed fences; the API answers it as fence_ack_mismatch and nothing changes.
 var ErrAckMismatch = errors.New("berth: the acknowledged leases are not exactly the node's outstanding failed fences")
+
+// FenceAckEntityType is the change-log entity type of an operator's acknowledgement of a node's
+// failed fences: entity id the node id, op update, payload [FenceAckChange]
+// (docs/node-protocol.md section 7.6).
+const FenceAckEntityType = "node_fence_ack"
+
+// FenceAckChange is the payload of a [FenceAckEntityType] entry: the node and the lease ids
+// acknowledged, sorted. Each of those leases is then freed under a higher token.
+type FenceAckChange struct {
+	NodeID   string   `json:"node_id"`
+	LeaseIDs []string `json:"lease_ids"`
+}
 
 // ErrNodeNotFound is returned by the node fence methods for an unknown node id.
 var ErrNodeNotFound = errors.New("berth: node not found")
@@ -38,15 +52,20 @@ func (a *Authority) readNode(ctx context.Context, nodeID string) (*nodes.Node, e
 	return &n, nil
 }
 
-// casNode writes set to node n's fence fields with one compare-and-set on fence_rev; it reports
-// false when another writer moved fence_rev first.
-func (a *Authority) casNode(ctx context.Context, n *nodes.Node, set bson.M) (bool, error) {
+// casNode writes set to node n's fence fields with one compare-and-set on fence_rev, and push
+// (when not nil) into its change-log outbox in the same write; it reports false when another
+// writer moved fence_rev first.
+func (a *Authority) casNode(ctx context.Context, n *nodes.Node, set bson.M, push *changelog.Pending) (bool, error) {
 	filter := bson.M{"_id": n.ID, "fence_rev": n.FenceRev}
 	if n.FenceRev == 0 {
 		filter = bson.M{"_id": n.ID, "$or": bson.A{bson.M{"fence_rev": int64(0)}, bson.M{"fence_rev": bson.M{"$exists": false}}}}
 	}
 	set["fence_rev"] = n.FenceRev + 1
-	res, err := a.nodes.UpdateOne(ctx, filter, bson.M{"$set": set})
+	update := bson.M{"$set": set}
+	if push != nil {
+		update["$push"] = bson.M{changelog.OutboxField: *push}
+	}
+	res, err := a.nodes.UpdateOne(ctx, filter, update)
 	if err != nil {
 		return false, fmt.Errorf("fencing: update fence state of node %s: %w", n.ID, err)
 	}
@@ -56,6 +75,14 @@ func (a *Authority) casNode(ctx context.Context, n *nodes.Node, set bson.M) (boo
 // updateNode re-reads node nodeID and applies change to it with [Authority.casNode] until it
 // wins (at most casAttempts times). change returns nil to write nothing.
 func (a *Authority) updateNode(ctx context.Context, nodeID string, change func(n *nodes.Node) (bson.M, error)) (*nodes.Node, error) {
+	return a.updateNodeLogged(ctx, nodeID, change, nil)
+}
+
+// updateNodeLogged is [Authority.updateNode] that also puts the change logged returns (when
+// logged is not nil and ctx carries the actor, changelog.WithActor) into the node's outbox, in
+// the compare-and-set that writes set. The node returned is as read before that write.
+func (a *Authority) updateNodeLogged(ctx context.Context, nodeID string, change func(n *nodes.Node) (bson.M, error), logged func(n *nodes.Node) changelog.Change) (*nodes.Node, error) {
+	actor, withActor := changelog.ActorFrom(ctx)
 	for attempt := 0; attempt < casAttempts; attempt++ {
 		n, err := a.readNode(ctx, nodeID)
 		if err != nil {
@@ -65,7 +92,17 @@ func (a *Authority) updateNode(ctx context.Context, nodeID string, change func(n
 		if err != nil || set == nil {
 			return n, err
 		}
-		ok, err := a.casNode(ctx, n, set)
+		var push *changelog.Pending
+		if logged != nil && withActor {
+			ch := logged(n)
+			ch.ActorType, ch.ActorID = actor.Type, actor.ID
+			p, err := changelog.Prepare(ch)
+			if err != nil {
+				return nil, fmt.Errorf("fencing: node %s: %w", nodeID, err)
+			}
+			push = &p
+		}
+		ok, err := a.casNode(ctx, n, set, push)
 		if err != nil {
 			return nil, err
 		}
@@ -127,10 +164,14 @@ func (a *Authority) RecordFenceFailure(ctx context.Context, nodeID string, f nod
 //  3. the ids leave fence_acked.
 //
 // A crash after step 1 is completed by [Authority.Sweep]; until then the leases stay blocked.
+// Step 1 is the acknowledgement's commit point: when ctx carries the actor
+// (changelog.WithActor), it also puts a [FenceAckEntityType] change in the node's outbox
+// (nodes.Node.LogOutbox), so the acknowledgement reaches the log exactly once whatever happens
+// after it (docs/node-protocol.md section 7.2); a refused acknowledgement records nothing.
 // It returns the leases as acknowledged.
 func (a *Authority) FenceAck(ctx context.Context, nodeID string, leaseIDs []string) ([]Lease, error) {
 	want := uniqSorted(leaseIDs)
-	_, err := a.updateNode(ctx, nodeID, func(n *nodes.Node) (bson.M, error) {
+	_, err := a.updateNodeLogged(ctx, nodeID, func(n *nodes.Node) (bson.M, error) {
 		have := make([]string, 0, len(n.FenceFailure))
 		for _, f := range n.FenceFailure {
 			have = append(have, f.LeaseID)
@@ -144,6 +185,9 @@ func (a *Authority) FenceAck(ctx context.Context, nodeID string, leaseIDs []stri
 			"fence_ack_pending": uniqSorted(append(slices.Clone(n.FenceAckPending), want...)),
 			"fence_acked":       uniqSorted(append(slices.Clone(n.FenceAcked), want...)),
 		}, nil
+	}, func(n *nodes.Node) changelog.Change {
+		return changelog.Change{EntityType: FenceAckEntityType, EntityID: n.ID, Op: node.OpUpdate,
+			Payload: FenceAckChange{NodeID: n.ID, LeaseIDs: want}}
 	})
 	if err != nil {
 		return nil, err

@@ -86,6 +86,30 @@ type Binding struct {
 	Config        string        `bson:"config,omitempty" json:"config,omitempty"`
 	CreatedAt     time.Time     `bson:"created_at" json:"created_at"`
 	Replaced      []string      `bson:"-" json:"replaced,omitempty"`
+
+	// LogOutbox holds the binding's changes not yet in the change log,
+	// written with the change (docs/node-protocol.md section 7.2): its
+	// creation, and its deletion once unbound or replaced.
+	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
+	// RemoveOn is the id of the deletion change of a binding that is
+	// unbound or replaced ([changelog.RemoveOnField]): such a binding is
+	// gone for every reader, and its document is removed once that change
+	// is in the log. Empty for a binding in force.
+	RemoveOn string `bson:"log_remove_on,omitempty" json:"-"`
+	// ReplacedLog is, in Bind's answer, each replaced binding as its
+	// deletion left it (for handing its outbox to the log).
+	ReplacedLog []Binding `bson:"-" json:"-"`
+}
+
+// BindingsCollection holds one document per binding; each carries its
+// change-log entries in its outbox until appended.
+const BindingsCollection = "policy_bindings"
+
+// live selects the bindings in force: not deleted by a change still on its
+// way to the log.
+func live(filter bson.M) bson.M {
+	filter[changelog.RemoveOnField] = bson.M{"$exists": false}
+	return filter
 }
 
 // DecisionEntityType is the change-log entity type of a policy decision
@@ -193,7 +217,7 @@ func New(cfg Config) *Engine {
 	return &Engine{
 		cfg: cfg, log: cfg.Logger.With("component", "policy"),
 		modules:   cfg.Store.Collection("wasm_modules"),
-		bindings:  cfg.Store.Collection("policy_bindings"),
+		bindings:  cfg.Store.Collection(BindingsCollection),
 		decisions: cfg.Store.Collection(DecisionsCollection),
 		memo:      map[string]memoEntry{},
 	}
@@ -318,6 +342,14 @@ func (e *Engine) Bind(ctx context.Context, b Binding) (*Binding, error) {
 	// Milliseconds, as the store keeps them: the order of routes.compile
 	// bindings compares stored times with this one.
 	b.ID, b.Module, b.CreatedAt, b.Replaced = identity.NewID("pbn_"), m.Name, e.cfg.Now().UTC().Truncate(time.Millisecond), nil
+	b.LogOutbox, b.RemoveOn, b.ReplacedLog = nil, "", nil
+	// The creation's change goes into the binding's outbox, in the insert
+	// that commits it (docs/node-protocol.md section 7.2).
+	if p, ok, err := logChange(ctx, b.ID, node.OpCreate, b); err != nil {
+		return nil, err
+	} else if ok {
+		b.LogOutbox = []changelog.Pending{p}
+	}
 	if _, err := e.bindings.InsertOne(ctx, &b); err != nil {
 		return nil, fmt.Errorf("record binding: %w", err)
 	}
@@ -326,7 +358,52 @@ func (e *Engine) Bind(ctx context.Context, b Binding) (*Binding, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.Replaced = replaced
+		for _, o := range replaced {
+			b.Replaced = append(b.Replaced, o.ID)
+		}
+		b.ReplacedLog = replaced
+	}
+	return &b, nil
+}
+
+// logChange prepares the change-log item of a change to binding id when
+// ctx carries the actor (changelog.WithActor); ok is false when it carries
+// none, and the write records nothing.
+func logChange(ctx context.Context, id, op string, payload any) (p changelog.Pending, ok bool, err error) {
+	a, ok := changelog.ActorFrom(ctx)
+	if !ok {
+		return changelog.Pending{}, false, nil
+	}
+	p, err = changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: BindingEntityType, EntityID: id, Op: op, Payload: payload})
+	if err != nil {
+		return changelog.Pending{}, false, fmt.Errorf("binding %s: %w", id, err)
+	}
+	return p, true, nil
+}
+
+// remove deletes binding id, once: without an actor in ctx, by deleting
+// its document; with one, by one update that marks it removed
+// ([changelog.RemoveOnField]) and puts its deletion change in its outbox,
+// the commit point of the delete, after which the change log removes the
+// document. It returns the binding as that write left it, or
+// ErrBindingNotFound when there is none in force (another removal won).
+func (e *Engine) remove(ctx context.Context, id string) (*Binding, error) {
+	p, ok, err := logChange(ctx, id, node.OpDelete, nil)
+	if err != nil {
+		return nil, err
+	}
+	var b Binding
+	if !ok {
+		err = e.bindings.FindOneAndDelete(ctx, live(bson.M{"_id": id})).Decode(&b)
+	} else {
+		err = e.bindings.FindOneAndUpdate(ctx, live(bson.M{"_id": id}),
+			bson.M{"$set": bson.M{changelog.RemoveOnField: p.ID}, "$push": bson.M{changelog.OutboxField: p}},
+			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&b)
+	}
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, fmt.Errorf("%w: %s", ErrBindingNotFound, id)
+	} else if err != nil {
+		return nil, fmt.Errorf("remove binding %s: %w", id, err)
 	}
 	return &b, nil
 }
@@ -335,9 +412,10 @@ func (e *Engine) Bind(ctx context.Context, b Binding) (*Binding, error) {
 var newestFirst = bson.D{{Key: "created_at", Value: -1}, {Key: "_id", Value: -1}}
 
 // dropOlderRouteCompilers removes the routes.compile bindings older than b
-// and returns their ids. Two binds racing both keep only the newer binding.
-func (e *Engine) dropOlderRouteCompilers(ctx context.Context, b *Binding) ([]string, error) {
-	cur, err := e.bindings.Find(ctx, bson.M{"hook": abiwasm.HookRoutesCompile}, options.Find().SetSort(newestFirst))
+// (each as [Engine.remove] does) and returns them as removed. Two binds
+// racing both keep only the newer binding.
+func (e *Engine) dropOlderRouteCompilers(ctx context.Context, b *Binding) ([]Binding, error) {
+	cur, err := e.bindings.Find(ctx, live(bson.M{"hook": abiwasm.HookRoutesCompile}), options.Find().SetSort(newestFirst))
 	if err != nil {
 		return nil, fmt.Errorf("read route compiler bindings: %w", err)
 	}
@@ -345,7 +423,7 @@ func (e *Engine) dropOlderRouteCompilers(ctx context.Context, b *Binding) ([]str
 	if err := cur.All(ctx, &bs); err != nil {
 		return nil, fmt.Errorf("read route compiler bindings: %w", err)
 	}
-	var gone []string
+	var gone []Binding
 	for _, o := range bs {
 		if o.ID == b.ID {
 			continue
@@ -354,13 +432,14 @@ func (e *Engine) dropOlderRouteCompilers(ctx context.Context, b *Binding) ([]str
 		if !older {
 			continue
 		}
-		res, err := e.bindings.DeleteOne(ctx, bson.M{"_id": o.ID})
+		r, err := e.remove(ctx, o.ID)
+		if errors.Is(err, ErrBindingNotFound) {
+			continue // removed by a racing bind or unbind
+		}
 		if err != nil {
 			return gone, fmt.Errorf("replace route compiler binding %s: %w", o.ID, err)
 		}
-		if res.DeletedCount == 1 {
-			gone = append(gone, o.ID)
-		}
+		gone = append(gone, *r)
 	}
 	return gone, nil
 }
@@ -370,7 +449,7 @@ func (e *Engine) dropOlderRouteCompilers(ctx context.Context, b *Binding) ([]str
 // the reconciler on every pass: one indexed read.
 func (e *Engine) RouteCompiler(ctx context.Context) (*Binding, error) {
 	var b Binding
-	err := e.bindings.FindOne(ctx, bson.M{"hook": abiwasm.HookRoutesCompile}, options.FindOne().SetSort(newestFirst)).Decode(&b)
+	err := e.bindings.FindOne(ctx, live(bson.M{"hook": abiwasm.HookRoutesCompile}), options.FindOne().SetSort(newestFirst)).Decode(&b)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
@@ -392,21 +471,17 @@ func (e *Engine) ModuleBytes(digest string) ([]byte, error) {
 	return raw, nil
 }
 
-// Unbind removes a binding and returns it. Errors: ErrBindingNotFound.
+// Unbind removes a binding and returns it as removed: with an actor in ctx
+// (changelog.WithActor) its deletion change is in its outbox
+// (Binding.LogOutbox, last) and Binding.RemoveOn names it. A second Unbind
+// of the same binding finds none. Errors: ErrBindingNotFound, store errors.
 func (e *Engine) Unbind(ctx context.Context, id string) (*Binding, error) {
-	var b Binding
-	err := e.bindings.FindOneAndDelete(ctx, bson.M{"_id": id}).Decode(&b)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, fmt.Errorf("%w: %s", ErrBindingNotFound, id)
-	} else if err != nil {
-		return nil, fmt.Errorf("remove binding: %w", err)
-	}
-	return &b, nil
+	return e.remove(ctx, id)
 }
 
 // Bindings lists every binding by hook, then creation.
 func (e *Engine) Bindings(ctx context.Context) ([]Binding, error) {
-	cur, err := e.bindings.Find(ctx, bson.M{}, options.Find().SetSort(bson.D{{Key: "hook", Value: 1}, {Key: "created_at", Value: 1}}))
+	cur, err := e.bindings.Find(ctx, live(bson.M{}), options.Find().SetSort(bson.D{{Key: "hook", Value: 1}, {Key: "created_at", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("list bindings: %w", err)
 	}
@@ -439,7 +514,7 @@ func (e *Engine) Decisions(ctx context.Context, limit int64) ([]Decision, error)
 // and input give the same answer. An error means the bindings could not be
 // read; callers fail closed on it.
 func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInput) (Verdict, error) {
-	cur, err := e.bindings.Find(ctx, bson.M{"hook": in.Hook}, options.Find().SetSort(bson.D{{Key: "created_at", Value: 1}}))
+	cur, err := e.bindings.Find(ctx, live(bson.M{"hook": in.Hook}), options.Find().SetSort(bson.D{{Key: "created_at", Value: 1}}))
 	if err != nil {
 		return Verdict{}, fmt.Errorf("read policy bindings: %w", err)
 	}

@@ -228,6 +228,8 @@ func Run(ctx context.Context, cfg Config) error {
 	clog.TrackOutbox("nodes", "")
 	clog.TrackOutbox("runtime_specs", "")
 	clog.TrackOutbox(policy.DecisionsCollection, "seq")
+	clog.TrackOutbox(policy.BindingsCollection, "")
+	clog.TrackOutbox(fencing.Collection, "")
 	// An embedded store has this one process (it holds the data directory's
 	// lock): everything pending is a leftover. Against a shared MongoDB,
 	// another replica may be appending its young changes right now.
