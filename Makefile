@@ -59,7 +59,7 @@ $(VERSITYGW):
 ## test: everything CI runs (builds the binaries the end-to-end tests start;
 ## starts a private containerd for the container tests and stops it after)
 test: build $(VERSITYGW)
-	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 15m ./...
+	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 25m ./...
 
 ## test-containers: only the container tests (containerd driver, nftables network)
 test-containers: build
