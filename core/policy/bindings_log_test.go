@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/berthhq/berth/abi/node"
-	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
-	"github.com/berthhq/berth/core/store/storetest"
-	hostwasm "github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/internal/wasmtest"
 )
 
@@ -26,16 +22,7 @@ import (
 // appended only after the write, so a kill in between lost them.
 func TestBindingChangesSurviveDeathBeforeAppend(t *testing.T) {
 	ctx := context.Background()
-	st := storetest.Open(t)
-	blobs, err := bundles.New(filepath.Join(t.TempDir(), "blobs"), st.Collection("bundles"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	st, blobs, rt := newTestDeps(t)
 	// The engine of the berthd that dies has a log it never hands anything to.
 	e := New(Config{Store: st, Blobs: blobs, Runtime: rt, Changelog: changelog.New(st, 1, nil)})
 	if err := e.EnsureIndexes(ctx); err != nil {

@@ -7,17 +7,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	wasmconf "github.com/berthhq/berth/conformance/wasm"
-	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
-	"github.com/berthhq/berth/core/store/storetest"
-	hostwasm "github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/internal/wasmtest"
 )
 
@@ -28,16 +24,7 @@ import (
 // exact mode (every field present, nothing else).
 func TestInputsFollowSchema(t *testing.T) {
 	ctx := context.Background()
-	st := storetest.Open(t)
-	blobs, err := bundles.New(filepath.Join(t.TempDir(), "blobs"), st.Collection("bundles"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	st, blobs, rt := newTestDeps(t)
 	e := New(Config{Store: st, Blobs: blobs, Runtime: rt})
 	if err := e.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)

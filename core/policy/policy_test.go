@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 
 	"github.com/berthhq/berth/abi/node"
-	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
-	"github.com/berthhq/berth/core/store/storetest"
-	hostwasm "github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/internal/wasmtest"
 )
 
@@ -23,16 +19,7 @@ import (
 // entries (docs/wasm-abi.md section 5.5).
 func TestDeployDecisionsInChangelog(t *testing.T) {
 	ctx := context.Background()
-	st := storetest.Open(t)
-	blobs, err := bundles.New(filepath.Join(t.TempDir(), "blobs"), st.Collection("bundles"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	st, blobs, rt := newTestDeps(t)
 	clog := changelog.New(st, 1, nil)
 	e := New(Config{Store: st, Blobs: blobs, Runtime: rt, Changelog: clog})
 	if err := e.EnsureIndexes(ctx); err != nil {
