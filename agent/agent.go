@@ -15,6 +15,7 @@ import (
 	"time"
 
 	berrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/network"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/lease"
@@ -81,10 +82,25 @@ type SelfUpgrade struct {
 	// driver plugin's binary: agent_upgrade of "berth-plugin-<driver>"
 	// replaces it, and the agent restarts to relaunch it.
 	DriverPath string
+	// NetworkPath, when not empty, is the absolute path of the node-network
+	// plugin's binary (Config.Network must then name its plugin, see
+	// [NetworkDescriber]): agent_upgrade of "berth-plugin-<network>"
+	// replaces it, and the agent restarts to relaunch it, whose Setup
+	// restores the node network (docs/upgrades.md section 3.5).
+	NetworkPath string
 	// ConfirmWindow is how long a new version has to be welcomed by the core
 	// before it rolls back to the previous binary; zero means
 	// upgrade.DefaultConfirmWindow.
 	ConfirmWindow time.Duration
+}
+
+// NetworkDescriber is the optional interface of a [Config.Network] backed by
+// a node-network plugin: Describe returns the plugin's name and version,
+// which the agent reports in hello (network_versions) and probe, and under
+// which it offers the plugin's in-place upgrade (docs/upgrades.md section
+// 3.5). A Network without it is reported as no network plugin.
+type NetworkDescriber interface {
+	Describe(ctx context.Context) (*network.DescribeResponse, error)
 }
 
 // Agent runs one enrolled node. Create it with [New], run it with [Agent.Run],
@@ -193,6 +209,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("agent: describe driver: %w", err)
 	}
+	var netDesc *network.DescribeResponse
+	if nd, ok := a.cfg.Network.(NetworkDescriber); ok {
+		if netDesc, err = nd.Describe(ctx); err != nil {
+			return fmt.Errorf("agent: describe the network plugin: %w", err)
+		}
+	}
 	a.recoverWorkloads(ctx, desc.Name)
 	existing, err := a.cfg.Driver.List(ctx)
 	if err != nil {
@@ -216,7 +238,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: bundle client: %w", err)
 	}
 
-	var up, pluginUp *upgrade.Manager
+	var up, pluginUp, netUp *upgrade.Manager
 	if su := a.cfg.SelfUpgrade; su != nil {
 		up, err = upgrade.New(upgrade.Config{
 			Path: su.Path, DataDir: a.cfg.DataDir, Program: "berth-agent", Version: a.cfg.AgentVersion,
@@ -241,30 +263,18 @@ func (a *Agent) Run(ctx context.Context) error {
 			})
 			defer t.Stop()
 		}
+		var stop func()
 		if su.DriverPath != "" {
-			pluginUp, err = upgrade.New(upgrade.Config{
-				Path: su.DriverPath, DataDir: a.cfg.DataDir, Program: "berth-plugin-" + desc.Name, Version: desc.Version,
-				Fetch: bundles.OpenRelease, ConfirmWindow: su.ConfirmWindow, Now: a.cfg.Now,
-				Logger: a.log.With("component", "upgrade", "program", "berth-plugin-"+desc.Name),
-			})
-			if err != nil {
-				return fmt.Errorf("agent: %w", err)
+			if pluginUp, stop, err = a.pluginUpgrade(su, su.DriverPath, "berth-plugin-"+desc.Name, desc.Version, bundles); err != nil {
+				return err
 			}
-			act, err := pluginUp.Resume()
-			if err != nil {
-				a.log.Error("settle the driver plugin's upgrade record", "error", err)
+			defer stop()
+		}
+		if su.NetworkPath != "" && netDesc != nil {
+			if netUp, stop, err = a.pluginUpgrade(su, su.NetworkPath, "berth-plugin-"+netDesc.Name, netDesc.Version, bundles); err != nil {
+				return err
 			}
-			switch act {
-			case upgrade.Restart:
-				return ErrRestart
-			case upgrade.AwaitConfirm:
-				t := time.AfterFunc(pluginUp.ConfirmWindow(), func() {
-					if _, err := pluginUp.RollBack(); err != nil {
-						a.log.Error("roll back the unconfirmed driver plugin upgrade", "error", err)
-					}
-				})
-				defer t.Stop()
-			}
+			defer stop()
 		}
 	}
 
@@ -349,12 +359,16 @@ func (a *Agent) Run(ctx context.Context) error {
 			if err != nil {
 				return node.Hello{}, err
 			}
-			return node.Hello{
+			h := node.Hello{
 				NodeID: a.id.NodeID, AgentVersion: a.cfg.AgentVersion, BootID: bootID(),
 				StoredRev: stored, AppliedRev: applied, Capacity: a.capacity, Drivers: []string{desc.Name},
 				DriverVersions: map[string]string{desc.Name: desc.Version}, DroppedEvents: dropped,
 				LogSeq: logSeq, LogHash: logHash, Leases: leases.Hello(),
-			}, nil
+			}
+			if netDesc != nil {
+				h.NetworkVersions = map[string]string{netDesc.Name: netDesc.Version}
+			}
+			return h, nil
 		},
 		Status: func(ctx context.Context) (node.StatusReport, error) {
 			rep, err := loop.Status(ctx)
@@ -364,7 +378,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		},
 		OnStored: func(int64) { loop.Wake() },
 		OnWelcome: func() {
-			for _, m := range []*upgrade.Manager{up, pluginUp} {
+			for _, m := range []*upgrade.Manager{up, pluginUp, netUp} {
 				if m != nil {
 					if err := m.Confirm(); err != nil {
 						a.log.Error("confirm the upgraded version", "error", err)
@@ -376,7 +390,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		Log:    a.store,
 		Keys:   a.store,
 		Commands: &commands{driver: a.cfg.Driver, ring: ring, now: a.cfg.Now, leases: leases,
-			upgrade: up, plugin: pluginUp, pluginName: "berth-plugin-" + desc.Name},
+			upgrade: up, plugin: pluginUp, pluginName: "berth-plugin-" + desc.Name,
+			network: netDesc, netPlugin: netUp},
 		Leases:     leases,
 		HTTPClient: a.cfg.HTTPClient,
 		Logger:     a.log.With("component", "session"),
@@ -389,7 +404,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	var restarting atomic.Bool
-	for _, m := range []*upgrade.Manager{up, pluginUp} {
+	for _, m := range []*upgrade.Manager{up, pluginUp, netUp} {
 		if m == nil {
 			continue
 		}
@@ -507,4 +522,36 @@ func (a *Agent) watchObserved(ctx context.Context, loop *reconcile.Loop, changed
 			sess.EventsPending()
 		}
 	}
+}
+
+// pluginUpgrade makes the upgrade manager of the node plugin binary at path
+// (docs/upgrades.md section 3.5), running version, and settles its record:
+// it returns ErrRestart when the record asks for a restart (a rollback was
+// done), and otherwise the manager with the stop of its confirm-window
+// timer (a no-op when no upgrade awaits confirmation).
+func (a *Agent) pluginUpgrade(su *SelfUpgrade, path, program, version string, bundles *client.Client) (*upgrade.Manager, func(), error) {
+	m, err := upgrade.New(upgrade.Config{
+		Path: path, DataDir: a.cfg.DataDir, Program: program, Version: version,
+		Fetch: bundles.OpenRelease, ConfirmWindow: su.ConfirmWindow, Now: a.cfg.Now,
+		Logger: a.log.With("component", "upgrade", "program", program),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent: %w", err)
+	}
+	act, err := m.Resume()
+	if err != nil {
+		a.log.Error("settle the plugin's upgrade record", "program", program, "error", err)
+	}
+	switch act {
+	case upgrade.Restart:
+		return nil, nil, ErrRestart
+	case upgrade.AwaitConfirm:
+		t := time.AfterFunc(m.ConfirmWindow(), func() {
+			if _, err := m.RollBack(); err != nil {
+				a.log.Error("roll back the unconfirmed plugin upgrade", "program", program, "error", err)
+			}
+		})
+		return m, func() { t.Stop() }, nil
+	}
+	return m, func() {}, nil
 }

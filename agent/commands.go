@@ -11,6 +11,7 @@ import (
 	"time"
 
 	berrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/network"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/lease"
@@ -31,9 +32,13 @@ type commands struct {
 	now    func() time.Time
 	leases *lease.Manager // nil refuses fence_ack
 	// upgrade serves agent_upgrade of the agent binary, plugin that of the
-	// runtime driver plugin (docs/upgrades.md section 3); nil refuses it.
-	upgrade, plugin *upgrade.Manager
-	pluginName      string // "berth-plugin-<driver>"
+	// runtime driver plugin and netPlugin that of the network plugin
+	// (docs/upgrades.md sections 3 and 3.5); nil refuses it.
+	upgrade, plugin, netPlugin *upgrade.Manager
+	pluginName                 string // "berth-plugin-<driver>"
+	// network is the node-network plugin's Describe answer, reported in
+	// probe; nil when the node runs none.
+	network *network.DescribeResponse
 }
 
 var _ session.Commands = (*commands)(nil)
@@ -61,7 +66,13 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 		if d.Capabilities.Stats {
 			p.Capabilities = append(p.Capabilities, "stats")
 		}
-		return node.CommandResult{Status: "ok", Detail: fmt.Sprintf("driver %s %s", d.Name, d.Version), Probe: &node.Probe{Drivers: []node.DriverProbe{p}}}
+		probe := &node.Probe{Drivers: []node.DriverProbe{p}}
+		detail := fmt.Sprintf("driver %s %s", d.Name, d.Version)
+		if n := c.network; n != nil {
+			probe.Networks = []node.DriverProbe{{Name: n.Name, Version: n.Version, APIVersions: n.APIVersions}}
+			detail += fmt.Sprintf(", network %s %s", n.Name, n.Version)
+		}
+		return node.CommandResult{Status: "ok", Detail: detail, Probe: probe}
 	case node.CommandMetricsQuery:
 		var q node.MetricsQuery
 		if err := json.Unmarshal(cmd.Params, &q); err != nil || (!q.Node && len(q.WorkloadIDs) == 0) {
@@ -116,14 +127,29 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 			return c.upgrade.Upgrade(ctx, p)
 		case p.Program == c.pluginName && c.plugin != nil:
 			return c.plugin.Upgrade(ctx, p)
-		case p.Program == c.pluginName:
+		case p.Program == c.netPluginName() && c.netPlugin != nil:
+			return c.netPlugin.Upgrade(ctx, p)
+		case p.Program == c.pluginName || p.Program == c.netPluginName():
 			return errorResult(berrors.Unimplemented, p.Program+" is pinned by a plugin catalog on this node; update the catalog and restart the agent instead")
 		default:
-			return errorResult(berrors.ReleaseNotFound, fmt.Sprintf("this node runs no %s to upgrade (it runs %s)", p.Program, c.pluginName))
+			runs := c.pluginName
+			if n := c.netPluginName(); n != "" {
+				runs += " and " + n
+			}
+			return errorResult(berrors.ReleaseNotFound, fmt.Sprintf("this node runs no %s to upgrade (it runs %s)", p.Program, runs))
 		}
 	default:
 		return errorResult(berrors.BadMessage, fmt.Sprintf("unknown command kind %q", cmd.Kind))
 	}
+}
+
+// netPluginName returns "berth-plugin-<network>" for the node's network
+// plugin, or "" when it runs none.
+func (c *commands) netPluginName() string {
+	if c.network == nil {
+		return ""
+	}
+	return "berth-plugin-" + c.network.Name
 }
 
 // queryLogs reads the newest output of a workload and keeps the newest lines

@@ -107,12 +107,15 @@ type WorkloadSample struct {
 }
 
 // Probe is the answer of the probe command in CommandResult.Probe: each
-// runtime driver's Describe answer.
+// runtime driver's Describe answer, and each node-network plugin's (absent
+// when the node runs none).
 type Probe struct {
-	Drivers []DriverProbe `json:"drivers"`
+	Drivers  []DriverProbe `json:"drivers"`
+	Networks []DriverProbe `json:"networks,omitempty"`
 }
 
-// DriverProbe is one runtime driver's Describe answer.
+// DriverProbe is one runtime driver's, or one network plugin's, Describe
+// answer (a network plugin reports no capabilities).
 type DriverProbe struct {
 	Name         string   `json:"name"`
 	Version      string   `json:"version"`

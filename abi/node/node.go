@@ -68,6 +68,12 @@ type Hello struct {
 	// DriverVersions maps each runtime driver's name to the version its
 	// Describe answered (the seed's engine_version).
 	DriverVersions map[string]string `json:"driver_versions,omitempty"`
+	// NetworkVersions maps each node-network plugin the node runs
+	// (docs/plugins.md section 7; e.g. "nftables") to the version its
+	// Describe answered; absent when the node runs none. berthd judges them
+	// by the skew rule and offers their in-place upgrade
+	// (docs/upgrades.md sections 2 and 3.5).
+	NetworkVersions map[string]string `json:"network_versions,omitempty"`
 	// LogSeq and LogHash are the newest change-log entry the node verified
 	// and stored (0 and "" when none; section 7).
 	LogSeq  int64  `json:"log_seq"`

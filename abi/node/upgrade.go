@@ -10,8 +10,9 @@ const CommandAgentUpgrade = "agent_upgrade"
 
 // AgentUpgrade is the params of agent_upgrade. Program is the binary to
 // replace: "berth-agent" (or empty) for the agent itself, or
-// "berth-plugin-<driver>" for the node's runtime driver plugin, which the
-// agent relaunches by restarting, its workloads recovered. Version is the
+// "berth-plugin-<name>" for the node's runtime driver plugin or its network
+// plugin, which the agent relaunches by restarting, its workloads recovered
+// and their network restored (docs/upgrades.md section 3.5). Version is the
 // target ("0.4.0"); Releases are the core's binaries of that version, one
 // per platform, and the agent takes the one of its own OS and architecture;
 // Force allows a downgrade.

@@ -454,3 +454,133 @@ func TestRollBackUnconfirmedPlugin(t *testing.T) {
 		t.Fatalf("second RollBackUnconfirmed = %v, %v; want nothing to do", back, err)
 	}
 }
+
+// TestNetworkPluginSwapAndRollBack: the node's network plugin is upgraded in
+// place beside its runtime driver plugin, in one plugin and one data
+// directory (docs/upgrades.md section 3.5): its binary is swapped with its
+// own .prev and record, the driver's is left alone, and each way the new
+// network plugin can fail (it does not launch; it is not welcomed within the
+// window) puts the previous binary back.
+func TestNetworkPluginSwapAndRollBack(t *testing.T) {
+	const nft, drv = "berth-plugin-nftables", "berth-plugin-process"
+	newBin := script(nft, "0.4.1")
+	type plugins struct{ dir, data, nftPath, drvPath string }
+	manager := func(t *testing.T, p plugins, program, path, running string) *Manager {
+		t.Helper()
+		m, err := New(Config{Path: path, DataDir: p.data, Program: program, Version: running, RestartGrace: time.Millisecond,
+			Fetch: func(_ context.Context, s string) (io.ReadCloser, error) {
+				if s != sum(newBin) {
+					return nil, errors.New("no such release")
+				}
+				return io.NopCloser(bytes.NewReader(newBin)), nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	swapped := func(t *testing.T) plugins {
+		t.Helper()
+		dir := t.TempDir()
+		p := plugins{dir: dir, data: filepath.Join(dir, "data"), nftPath: filepath.Join(dir, nft), drvPath: filepath.Join(dir, drv)}
+		if err := os.MkdirAll(p.data, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for path, b := range map[string][]byte{p.nftPath: script(nft, "0.4.0"), p.drvPath: script(drv, "0.4.0")} {
+			if err := os.WriteFile(path, b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m := manager(t, p, nft, p.nftPath, "0.4.0")
+		res := m.Upgrade(context.Background(), node.AgentUpgrade{Program: nft, Version: "0.4.1", Releases: []node.ReleaseFile{
+			{Name: nft, Version: "0.4.1", OS: goruntime.GOOS, Arch: goruntime.GOARCH, SHA256: sum(newBin), Size: int64(len(newBin))}}})
+		if res.Status != "ok" {
+			t.Fatalf("network plugin upgrade: %+v %+v", res, res.Error)
+		}
+		if !restarted(m) {
+			t.Fatal("no restart requested after the network plugin's swap")
+		}
+		if got, _ := os.ReadFile(p.nftPath); !bytes.Equal(got, newBin) {
+			t.Fatalf("network plugin after the swap: %q", got)
+		}
+		if got, _ := os.ReadFile(p.nftPath + ".prev"); !bytes.Equal(got, script(nft, "0.4.0")) {
+			t.Fatalf("network plugin .prev: %q", got)
+		}
+		if _, err := os.Stat(filepath.Join(p.data, "upgrade-"+nft+".json")); err != nil {
+			t.Fatalf("network plugin record: %v", err)
+		}
+		// The driver plugin's manager, settling its own record at the
+		// restart, neither sees nor touches the network plugin's.
+		if act, err := manager(t, p, drv, p.drvPath, "0.4.0").Resume(); act != Continue || err != nil {
+			t.Fatalf("driver plugin Resume beside a network upgrade: %v %v", act, err)
+		}
+		if _, err := os.Stat(filepath.Join(p.data, "upgrade-"+nft+".json")); err != nil {
+			t.Fatalf("network plugin record after the driver's Resume: %v", err)
+		}
+		return p
+	}
+	driverUntouched := func(t *testing.T, p plugins) {
+		t.Helper()
+		if got, _ := os.ReadFile(p.drvPath); !bytes.Equal(got, script(drv, "0.4.0")) {
+			t.Fatalf("driver plugin replaced: %q", got)
+		}
+		if _, err := os.Stat(p.drvPath + ".prev"); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("driver plugin .prev: %v", err)
+		}
+	}
+	oldBack := func(t *testing.T, p plugins) {
+		t.Helper()
+		if got, _ := os.ReadFile(p.nftPath); !bytes.Equal(got, script(nft, "0.4.0")) {
+			t.Fatalf("network plugin after the rollback: %q", got)
+		}
+		driverUntouched(t, p)
+	}
+
+	t.Run("confirmed", func(t *testing.T) {
+		p := swapped(t)
+		m := manager(t, p, nft, p.nftPath, "0.4.1")
+		if act, err := m.Resume(); act != AwaitConfirm || err != nil {
+			t.Fatalf("first start of the new network plugin: %v %v", act, err)
+		}
+		if err := m.Confirm(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(p.data, "upgrade-"+nft+".json")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("record kept after the confirmation: %v", err)
+		}
+		if got, _ := os.ReadFile(p.nftPath); !bytes.Equal(got, newBin) {
+			t.Fatal("confirmed network plugin replaced")
+		}
+		driverUntouched(t, p)
+	})
+	t.Run("does not launch", func(t *testing.T) {
+		p := swapped(t)
+		if back, err := RollBackUnconfirmed(p.data, drv, p.drvPath, nil); err != nil || back {
+			t.Fatalf("driver RollBackUnconfirmed = %v, %v; want nothing to do", back, err)
+		}
+		if back, err := RollBackUnconfirmed(p.data, nft, p.nftPath, nil); err != nil || !back {
+			t.Fatalf("RollBackUnconfirmed = %v, %v; want a rollback", back, err)
+		}
+		oldBack(t, p)
+		if back, err := RollBackUnconfirmed(p.data, nft, p.nftPath, nil); err != nil || back {
+			t.Fatalf("second RollBackUnconfirmed = %v, %v; want nothing to do", back, err)
+		}
+	})
+	t.Run("window passed", func(t *testing.T) {
+		p := swapped(t)
+		m := manager(t, p, nft, p.nftPath, "0.4.1")
+		if act, _ := m.Resume(); act != AwaitConfirm {
+			t.Fatalf("first start: %v", act)
+		}
+		if act, err := m.RollBack(); act != Restart || err != nil {
+			t.Fatalf("rollback: %v %v", act, err)
+		}
+		if !restarted(m) {
+			t.Fatal("no restart after the rollback")
+		}
+		oldBack(t, p)
+		if act, err := manager(t, p, nft, p.nftPath, "0.4.0").Resume(); act != Continue || err != nil {
+			t.Fatalf("start of the previous network plugin: %v %v", act, err)
+		}
+	})
+}

@@ -197,11 +197,11 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver strin
 		return configError{fmt.Errorf("--driver %q: want a driver name such as process", driver)}
 	}
 	// The guard and the node network come back before anything can start a workload.
-	network, closeNetwork, err := netFlags.open(ctx, log, dataDir, pluginDir)
+	nw, err := netFlags.open(ctx, log, dataDir, pluginDir, exe)
 	if err != nil {
 		return err
 	}
-	defer closeNetwork()
+	defer nw.Close()
 	stateDir := filepath.Join(dataDir, "driver", driver)
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return fmt.Errorf("create driver state directory: %w", err)
@@ -238,8 +238,8 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver strin
 	// Closing the plugin leaves workloads running (the process driver's
 	// workloads outlive it).
 	defer func() { _ = drv.Close() }()
-	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: network,
-		SelfUpgrade: &agent.SelfUpgrade{Path: exe, DriverPath: driverPath, ConfirmWindow: confirmWindow}})
+	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: nw.Network,
+		SelfUpgrade: &agent.SelfUpgrade{Path: exe, DriverPath: driverPath, NetworkPath: nw.Path, ConfirmWindow: confirmWindow}})
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 	"github.com/berthhq/berth/abi/network"
 	"github.com/berthhq/berth/abi/pluginapi"
 	"github.com/berthhq/berth/agent/reconcile"
+	"github.com/berthhq/berth/agent/upgrade"
 	"github.com/berthhq/berth/host/plugin"
 )
 
@@ -27,24 +29,43 @@ func (n *networkFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&n.bridge, "workload-bridge", "berth0", "bridge of the workload network")
 }
 
+// openedNetwork is the launched network plugin: Network for the reconcile
+// loop, Path its binary when it may be upgraded in place ("" when a plugin
+// catalog pins it), Close to stop it (the network stays in the kernel).
+type openedNetwork struct {
+	Network reconcile.Network
+	Path    string
+	Close   func()
+}
+
 // open launches the network plugin, whose Setup restores the guard and the
-// node network before any workload starts, and returns it for the reconcile
-// loop with its Close; nil without --workload-subnet.
-func (n *networkFlags) open(ctx context.Context, log *slog.Logger, dataDir, pluginDir string) (reconcile.Network, func(), error) {
+// node network before any workload starts; without --workload-subnet it
+// returns no Network. A newly upgraded plugin that does not launch is put
+// back (docs/upgrades.md section 3.5) and open returns a restartError.
+func (n *networkFlags) open(ctx context.Context, log *slog.Logger, dataDir, pluginDir, exe string) (openedNetwork, error) {
+	none := openedNetwork{Close: func() {}}
 	if n.subnet == "" {
-		return nil, func() {}, nil
+		return none, nil
 	}
 	if _, err := netip.ParsePrefix(n.subnet); err != nil {
-		return nil, nil, configError{fmt.Errorf("--workload-subnet: %w", err)}
+		return none, configError{fmt.Errorf("--workload-subnet: %w", err)}
 	}
 	if n.gateway != "" {
 		if _, err := netip.ParseAddr(n.gateway); err != nil {
-			return nil, nil, configError{fmt.Errorf("--workload-gateway: %w", err)}
+			return none, configError{fmt.Errorf("--workload-gateway: %w", err)}
 		}
 	}
 	entry, err := plugin.ResolveNetwork(pluginDir, "nftables")
 	if err != nil {
-		return nil, nil, configError{fmt.Errorf("network plugin: %w", err)}
+		return none, configError{fmt.Errorf("network plugin: %w", err)}
+	}
+	// Like the driver plugin, one pinned by a plugin catalog is upgraded by
+	// updating the catalog; one resolved by its file alone in place.
+	path := ""
+	if _, err := plugin.LoadCatalog(pluginDir); errors.Is(err, plugin.ErrNoCatalog) {
+		if path, err = filepath.Abs(entry.Path); err != nil {
+			return none, fmt.Errorf("network plugin path: %w", err)
+		}
 	}
 	nw, err := plugin.LaunchNetwork(ctx, entry.Apply(plugin.Config{
 		Args:   []string{"--state-dir", filepath.Join(dataDir, "network"), "--bridge", n.bridge},
@@ -52,14 +73,26 @@ func (n *networkFlags) open(ctx context.Context, log *slog.Logger, dataDir, plug
 		Logger: log,
 	}), network.SetupRequest{Subnet: n.subnet, Gateway: n.gateway})
 	if err != nil {
-		return nil, nil, fmt.Errorf("launch the network plugin: %w", err)
+		if path != "" {
+			if back, rerr := upgrade.RollBackUnconfirmed(dataDir, "berth-plugin-nftables", path, log); rerr != nil {
+				log.Error("roll back the network plugin", "error", rerr)
+			} else if back {
+				return none, restartError{path: exe}
+			}
+		}
+		return none, fmt.Errorf("launch the network plugin: %w", err)
 	}
-	return loopNetwork{nw}, func() { _ = nw.Close() }, nil
+	return openedNetwork{Network: loopNetwork{nw}, Path: path, Close: func() { _ = nw.Close() }}, nil
 }
 
 // loopNetwork adapts the network plugin to the reconcile loop: one
 // published TCP port per workload, the same on the node and in the workload.
 type loopNetwork struct{ n network.Network }
+
+// Describe implements agent.NetworkDescriber.
+func (l loopNetwork) Describe(ctx context.Context) (*network.DescribeResponse, error) {
+	return l.n.Describe(ctx)
+}
 
 // Attach implements reconcile.Network; m is derived from the workload's
 // start attempt by the loop.

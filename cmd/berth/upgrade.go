@@ -109,7 +109,7 @@ node's (agent_downgrade) or outside the version skew berthd accepts
 	f.BoolVar(&all, "all", false, "upgrade every node that is not removed or retired")
 	f.IntVar(&maxParallel, "max-parallel", 1, "most nodes upgrading (restarting) at once")
 	f.StringVar(&ver, "version", "", "version to install (default: the newest berthd serves)")
-	f.StringVar(&program, "program", "berth-agent", "binary to upgrade: berth-agent, or the node's runtime driver plugin berth-plugin-<driver> (restarted with the agent; its workloads are recovered, not restarted)")
+	f.StringVar(&program, "program", "berth-agent", "binary to upgrade: berth-agent, the node's runtime driver plugin berth-plugin-<driver>, or its network plugin berth-plugin-nftables (a plugin restarts with the agent; its workloads are recovered, and their network restored, not restarted)")
 	f.BoolVar(&force, "force", false, "allow a downgrade or a version outside the supported skew")
 	f.DurationVar(&timeout, "timeout", 0, "how long each node may take to come back (default: berthd's, 2m)")
 	return cmd

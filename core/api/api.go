@@ -228,6 +228,7 @@ func routeBody(c echo.Context) bodyKind {
 		"POST /api/v1/nodes/join-tokens",
 		"POST /api/v1/nodes/:id/fence-ack",
 		"POST /api/v1/nodes/:id/retire",
+		"POST /api/v1/nodes/:id/upgrade",
 		"POST /api/v1/cluster/signing-key/rotate",
 		"PUT /api/v1/projects/:project",
 		"PUT /api/v1/projects/:project/services/:name",

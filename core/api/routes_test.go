@@ -87,6 +87,7 @@ func everyRoute() map[string]routeRow {
 		"POST /api/v1/nodes/join-tokens": obj, "GET /api/v1/nodes": none, "GET /api/v1/nodes/:id": none,
 		"DELETE /api/v1/nodes/:id": none, "GET /api/v1/leases": none, "GET /api/v1/nodes/:id/fence": none,
 		"POST /api/v1/nodes/:id/lost": none, "POST /api/v1/nodes/:id/fence-ack": obj,
+		"POST /api/v1/nodes/:id/upgrade": obj, "GET /api/v1/releases": none, "GET /api/v1/releases/:sha256": none,
 		"POST /api/v1/cluster/signing-key/rotate": obj, "GET /api/v1/plugins": none, "GET /api/v1/events": none,
 		"GET /api/v1/changelog": none, "GET /api/v1/projects": none, "PUT /api/v1/projects/:project": obj,
 		"GET /api/v1/projects/:project": none, "GET /api/v1/projects/:project/services": none,

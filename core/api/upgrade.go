@@ -95,10 +95,11 @@ func (s *Server) upgradeNode(c echo.Context) error {
 	if program == "" {
 		program = agentProgram
 	}
-	driver, isPlugin := strings.CutPrefix(program, "berth-plugin-")
-	if program != agentProgram && (!isPlugin || !slices.Contains(n.Drivers, driver)) {
-		return problem(abierrors.ValidationFailed, fmt.Sprintf("program %q: want berth-agent or the driver plugin of node %s (drivers %v)", program, id, n.Drivers))
+	kind, plugin, err := upgradeProgram(n, program)
+	if err != nil {
+		return err
 	}
+	isPlugin := kind != programAgent
 	if s.cfg.NodeOps == nil && isPlugin {
 		return problem(abierrors.Unavailable, "this core reaches no node sessions")
 	}
@@ -116,7 +117,7 @@ func (s *Server) upgradeNode(c echo.Context) error {
 	from := n.AgentVersion
 	if isPlugin {
 		// berthd learns a plugin's version from the node: ask it.
-		if from, err = s.driverVersion(ctx, id, driver); err != nil {
+		if from, err = s.pluginVersion(ctx, id, kind, plugin); err != nil {
 			return err
 		}
 	}
@@ -190,7 +191,7 @@ func (s *Server) upgradeNode(c echo.Context) error {
 	}
 	now := back.AgentVersion
 	if isPlugin {
-		if now, err = s.driverVersion(ctx, id, driver); err != nil {
+		if now, err = s.pluginVersion(ctx, id, kind, plugin); err != nil {
 			return err
 		}
 	}
@@ -203,9 +204,38 @@ func (s *Server) upgradeNode(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// driverVersion asks the node for its runtime driver's Describe answer
-// (command probe) and returns the version of driver.
-func (s *Server) driverVersion(ctx context.Context, id, driver string) (string, error) {
+// programKind says what an upgraded program is on its node.
+type programKind string
+
+// Program kinds (docs/upgrades.md sections 3 and 3.5).
+const (
+	programAgent   programKind = "agent"
+	programDriver  programKind = "runtime driver"
+	programNetwork programKind = "network"
+)
+
+// upgradeProgram decides whether program may be upgraded on node n
+// (docs/upgrades.md section 3.5): berth-agent always; berth-plugin-<name>
+// only when <name> is a runtime driver (drivers) or a network plugin
+// (network_versions) of the node's last hello. It returns the kind and the
+// plugin's name ("" for the agent), or a validation_failed problem.
+func upgradeProgram(n *nodes.Node, program string) (programKind, string, error) {
+	if program == agentProgram {
+		return programAgent, "", nil
+	}
+	name, ok := strings.CutPrefix(program, "berth-plugin-")
+	switch {
+	case ok && slices.Contains(n.Drivers, name):
+		return programDriver, name, nil
+	case ok && slices.Contains(n.Networks, name):
+		return programNetwork, name, nil
+	}
+	return "", "", problem(abierrors.ValidationFailed, fmt.Sprintf("program %q: want berth-agent, the driver plugin or the network plugin of node %s (drivers %v, network plugins %v)", program, n.ID, n.Drivers, n.Networks))
+}
+
+// pluginVersion asks the node for its plugins' Describe answers (command
+// probe) and returns the version of the plugin name of kind.
+func (s *Server) pluginVersion(ctx context.Context, id string, kind programKind, name string) (string, error) {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	res, err := s.cfg.NodeOps.Command(pctx, id, node.Command{Kind: node.CommandProbe})
@@ -215,12 +245,16 @@ func (s *Server) driverVersion(ctx context.Context, id, driver string) (string, 
 	if res.Status != "ok" || res.Probe == nil {
 		return "", nodeRefusal(res)
 	}
-	for _, d := range res.Probe.Drivers {
-		if d.Name == driver {
+	probes := res.Probe.Drivers
+	if kind == programNetwork {
+		probes = res.Probe.Networks
+	}
+	for _, d := range probes {
+		if d.Name == name {
 			return d.Version, nil
 		}
 	}
-	return "", problem(abierrors.Unavailable, fmt.Sprintf("node %s does not report a %s driver", id, driver))
+	return "", problem(abierrors.Unavailable, fmt.Sprintf("node %s does not report a %s plugin %s", id, kind, name))
 }
 
 // awaitNodeBack polls the node's document (by id) every 200 ms until it is

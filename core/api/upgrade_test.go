@@ -14,6 +14,7 @@ import (
 	goruntime "runtime"
 	"testing"
 
+	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/releases"
 )
@@ -46,7 +47,7 @@ func TestUpgradeRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.reg.SessionStarted(ctx, n.ID, "ses_test", "0.4.0", nil); err != nil {
+	if err := f.reg.SessionStarted(ctx, n.ID, "ses_test", "0.4.0", nil, "nftables"); err != nil {
 		t.Fatal(err)
 	}
 	path := "/api/v1/nodes/" + n.ID + "/upgrade"
@@ -63,6 +64,8 @@ func TestUpgradeRefusals(t *testing.T) {
 		{"not a version", path, map[string]any{"version": "latest"}, 422, "validation_failed"},
 		{"another program", path, map[string]any{"program": "berth-relay"}, 422, "validation_failed"},
 		{"a driver the node does not run", path, map[string]any{"program": "berth-plugin-containerd"}, 422, "validation_failed"},
+		{"a network plugin the node does not run", path, map[string]any{"program": "berth-plugin-bridge"}, 422, "validation_failed"},
+		{"the node's network plugin reaches for the node", path, map[string]any{"program": "berth-plugin-nftables", "version": "0.4.2"}, 503, "unavailable"},
 		{"unknown field", path, map[string]any{"versoin": "0.4.2"}, 400, "bad_request"},
 		{"downgrade", path, map[string]any{"version": "0.3.0"}, 409, "agent_downgrade"},
 		{"ahead of the core", path, map[string]any{"version": "0.5.0"}, 409, "agent_version_skew"},
@@ -110,5 +113,41 @@ func TestUpgradeRefusals(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || string(body) != "agent 0.4.0" {
 		t.Fatalf("GET /releases/{sum}: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestUpgradeProgram: berth-plugin-<name> is an upgradable program of a node
+// only when <name> is a runtime driver or a network plugin its hello
+// reported (docs/upgrades.md section 3.5); anything else is refused with
+// validation_failed.
+func TestUpgradeProgram(t *testing.T) {
+	n := &nodes.Node{ID: "nod_1", Drivers: []string{"containerd"}, Networks: []string{"nftables"}}
+	bare := &nodes.Node{ID: "nod_2", Drivers: []string{"process"}}
+	for _, tc := range []struct {
+		node    *nodes.Node
+		program string
+		kind    programKind
+		name    string
+	}{
+		{n, "berth-agent", programAgent, ""},
+		{n, "berth-plugin-containerd", programDriver, "containerd"},
+		{n, "berth-plugin-nftables", programNetwork, "nftables"},
+		{bare, "berth-plugin-nftables", "", ""},
+		{bare, "berth-plugin-process", programDriver, "process"},
+		{n, "berth-plugin-process", "", ""},
+		{n, "nftables", "", ""},
+		{n, "berth-plugin-", "", ""},
+		{n, "berth-relay", "", ""},
+	} {
+		kind, name, err := upgradeProgram(tc.node, tc.program)
+		if tc.kind == "" {
+			if abierrors.CodeOf(err) != abierrors.ValidationFailed {
+				t.Errorf("%s on %v: %q %q %v, want validation_failed", tc.program, tc.node.Networks, kind, name, err)
+			}
+			continue
+		}
+		if err != nil || kind != tc.kind || name != tc.name {
+			t.Errorf("%s on %v: %q %q %v, want %q %q", tc.program, tc.node.Networks, kind, name, err, tc.kind, tc.name)
+		}
 	}
 }

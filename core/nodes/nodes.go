@@ -91,6 +91,9 @@ type Node struct {
 	// RetirementDisposition mirrors Retirement.Disposition as a top-level field, the
 	// compare-and-set guard of retirement writes.
 	RetirementDisposition string `bson:"retirement_disposition,omitempty"`
+	// Networks names the node-network plugins its last hello reported
+	// (network_versions, e.g. ["nftables"]), sorted; empty when it runs none.
+	Networks []string `bson:"networks,omitempty"`
 
 	// LogOutbox holds the node's changes not yet in the change log,
 	// written with the change (docs/node-protocol.md section 7.2).
@@ -313,10 +316,11 @@ func (r *Registry) List(ctx context.Context) ([]Node, error) {
 }
 
 // SessionStarted marks the node connected under sessionID (the newest session
-// wins) and records what its hello said.
-func (r *Registry) SessionStarted(ctx context.Context, nodeID, sessionID, agentVersion string, drivers []string) error {
+// wins) and records what its hello said: its agent version, its runtime
+// drivers and the node-network plugins it runs (networks; none when absent).
+func (r *Registry) SessionStarted(ctx context.Context, nodeID, sessionID, agentVersion string, drivers []string, networks ...string) error {
 	now := r.now().UTC()
-	set := bson.M{"$set": bson.M{"status": StatusConnected, "session_id": sessionID, "last_seen_at": now, "agent_version": agentVersion, "drivers": drivers}}
+	set := bson.M{"$set": bson.M{"status": StatusConnected, "session_id": sessionID, "last_seen_at": now, "agent_version": agentVersion, "drivers": drivers, "networks": networks}}
 	for range maxStatusAttempts {
 		n, err := r.Get(ctx, nodeID)
 		if errors.Is(err, ErrNotFound) {

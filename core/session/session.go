@@ -370,7 +370,7 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 	if done := s.refuseSkew(ctx, c, env.ID, &hello); done != "" {
 		return done
 	}
-	if err := s.cfg.Nodes.SessionStarted(ctx, c.nodeID, c.id, hello.AgentVersion, hello.Drivers); err != nil {
+	if err := s.cfg.Nodes.SessionStarted(ctx, c.nodeID, c.id, hello.AgentVersion, hello.Drivers, sortedKeys(hello.NetworkVersions)...); err != nil {
 		s.log.Error("record session start", "node_id", c.nodeID, "err", err)
 		return "store_error"
 	}

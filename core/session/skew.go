@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 
 	"github.com/coder/websocket"
@@ -13,8 +14,8 @@ import (
 )
 
 // refuseSkew applies the skew rule (docs/upgrades.md section 2) to a
-// session's hello: an agent, or a runtime driver plugin of its
-// driver_versions, whose version berthd does not accept gets a fatal
+// session's hello: an agent, a runtime driver plugin of its driver_versions
+// or a network plugin of its network_versions, whose version berthd does not accept gets a fatal
 // agent_version_skew error naming both versions, then the close, and nothing
 // about it is recorded as connected. It returns the end reason, or "" to go on.
 // A version that is not a semantic version (test harnesses) and development
@@ -33,13 +34,11 @@ func (s *Server) refuseSkew(ctx context.Context, c *conn, re string, hello *node
 		}
 	}
 	check("agent", hello.AgentVersion)
-	drivers := make([]string, 0, len(hello.DriverVersions))
-	for name := range hello.DriverVersions {
-		drivers = append(drivers, name)
-	}
-	slices.Sort(drivers)
-	for _, name := range drivers {
+	for _, name := range sortedKeys(hello.DriverVersions) {
 		check("runtime driver plugin "+name, hello.DriverVersions[name])
+	}
+	for _, name := range sortedKeys(hello.NetworkVersions) {
+		check("network plugin "+name, hello.NetworkVersions[name])
 	}
 	if msg == "" {
 		return ""
@@ -49,3 +48,6 @@ func (s *Server) refuseSkew(ctx context.Context, c *conn, re string, hello *node
 	_ = c.ws.Close(websocket.StatusPolicyViolation, "agent version outside the supported skew")
 	return "version_skew"
 }
+
+// sortedKeys returns m's keys in order; nil for an empty m.
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

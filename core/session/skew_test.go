@@ -55,3 +55,46 @@ func TestSessionVersionSkew(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionNetworkPlugin: a hello's network_versions are judged by the
+// skew rule like driver_versions, and a welcomed one records the node's
+// network plugins, which decide whether berth-plugin-<name> may be upgraded
+// on it (docs/upgrades.md sections 2 and 3.5).
+func TestSessionNetworkPlugin(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.CoreVersion = "0.4.0" })
+	hello := func(nft string) node.Hello {
+		return node.Hello{NodeID: f.node.ID, AgentVersion: "0.4.0", Drivers: []string{"process"},
+			DriverVersions: map[string]string{"process": "0.4.0"}, NetworkVersions: map[string]string{"nftables": nft}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	p, _, err := f.dial(t, f.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.send(1, node.TypeHello, hello("0.2.0"))
+	p.expectError("agent_version_skew", true)
+	if _, _, err := p.ws.Read(ctx); err == nil {
+		t.Fatal("session still open after a fatal agent_version_skew")
+	}
+	if n, err := f.reg.Get(ctx, f.node.ID); err != nil || len(n.Networks) != 0 {
+		t.Fatalf("refused hello recorded network plugins: %v %v", n.Networks, err)
+	}
+
+	p, _, err = f.dial(t, f.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.send(1, node.TypeHello, hello("0.4.1"))
+	if env := p.next(); env.Type != node.TypeWelcome {
+		t.Fatalf("first answer %s %s, want welcome", env.Type, env.Body)
+	}
+	n, err := f.reg.Get(ctx, f.node.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n.Networks) != 1 || n.Networks[0] != "nftables" {
+		t.Fatalf("node's network plugins %v, want [nftables]", n.Networks)
+	}
+}

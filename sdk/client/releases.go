@@ -43,8 +43,9 @@ func (c *Client) OpenRelease(ctx context.Context, sum string) (io.ReadCloser, er
 }
 
 // UpgradeRequest is the body of POST /nodes/{id}/upgrade. Program is the
-// binary to replace: "berth-agent" (empty) or the node's runtime driver
-// plugin "berth-plugin-<driver>". Version empty means the newest release of
+// binary to replace: "berth-agent" (empty), the node's runtime driver
+// plugin "berth-plugin-<driver>" or its network plugin
+// "berth-plugin-<network>" (docs/upgrades.md section 3.5). Version empty means the newest release of
 // Program berthd serves; Force allows a downgrade and a version outside the
 // skew; TimeoutS bounds the wait for the node to come back (0: the server's
 // default of 120 s).
