@@ -243,8 +243,7 @@ func routeBody(c echo.Context) bodyKind {
 		"POST /api/v1/users",
 		"POST /api/v1/users/:user/credential",
 		"PUT /api/v1/users/:user/roles",
-		"POST /api/v1/tokens",
-		"POST /api/v1/nodes/:id/upgrade":
+		"POST /api/v1/tokens":
 		return bodyJSON
 	case "POST /api/v1/projects/:project/bundles",
 		"POST /api/v1/modules":
