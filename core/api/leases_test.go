@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -227,7 +226,7 @@ func TestNodeLostAndFenceAckLogged(t *testing.T) {
 		if e.EntityType == "node" {
 			continue // the enrollment
 		}
-		if e.ActorType != "admin" || !strings.HasPrefix(e.ActorID, "tok_") {
+		if e.ActorType != "admin" || e.ActorID != "token:bootstrap" {
 			t.Errorf("entry %d by %s %s; want the admin token", e.Seq, e.ActorType, e.ActorID)
 		}
 		got = append(got, e.EntityType+" "+e.EntityID)

@@ -374,7 +374,7 @@ func logChange(ctx context.Context, id, op string, payload any) (p changelog.Pen
 	if !ok {
 		return changelog.Pending{}, false, nil
 	}
-	p, err = changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, EntityType: BindingEntityType, EntityID: id, Op: op, Payload: payload})
+	p, err = changelog.Prepare(changelog.Change{ActorType: a.Type, ActorID: a.ID, IdempotencyKey: a.IdempotencyKey, EntityType: BindingEntityType, EntityID: id, Op: op, Payload: payload})
 	if err != nil {
 		return changelog.Pending{}, false, fmt.Errorf("binding %s: %w", id, err)
 	}
