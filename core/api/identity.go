@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
-	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
 )
@@ -123,12 +121,14 @@ func (s *Server) createUser(c echo.Context) error {
 	if req.Kind == "" {
 		req.Kind = identity.KindHuman
 	}
-	u, err := s.cfg.Tokens.CreateUser(c.Request().Context(), identity.NewUserRequest{
+	ctx, cancel := s.changeCtx(c)
+	defer cancel()
+	u, err := s.cfg.Tokens.CreateUser(ctx, identity.NewUserRequest{
 		Name: req.Name, Kind: req.Kind, Roles: req.Roles, Grants: req.Grants, Password: req.Password})
 	if err != nil {
 		return identityError(err, abierrors.UserNotFound)
 	}
-	s.audit(c, "user", u.Name, "create user")
+	s.awaitIdentity(c, u.Change)
 	return c.JSON(http.StatusCreated, u)
 }
 
@@ -162,11 +162,13 @@ func (s *Server) changeCredential(c echo.Context) error {
 	if err := s.bind(c, &req); err != nil {
 		return err
 	}
-	u, err := s.cfg.Tokens.ChangeCredential(c.Request().Context(), name, req.ExpectedGeneration, req.Op, req.Password)
+	ctx, cancel := s.changeCtx(c)
+	defer cancel()
+	u, err := s.cfg.Tokens.ChangeCredential(ctx, name, req.ExpectedGeneration, req.Op, req.Password)
 	if err != nil {
 		return identityError(err, abierrors.UserNotFound)
 	}
-	s.audit(c, "user", name, "credential "+string(req.Op))
+	s.awaitIdentity(c, u.Change)
 	return c.JSON(http.StatusOK, u)
 }
 
@@ -185,11 +187,13 @@ func (s *Server) setRoles(c echo.Context) error {
 			return err
 		}
 	}
-	u, err := s.cfg.Tokens.SetRoles(c.Request().Context(), c.Param("user"), req.Roles, req.Grants)
+	ctx, cancel := s.changeCtx(c)
+	defer cancel()
+	u, err := s.cfg.Tokens.SetRoles(ctx, c.Param("user"), req.Roles, req.Grants)
 	if err != nil {
 		return identityError(err, abierrors.UserNotFound)
 	}
-	s.audit(c, "user", u.Name, "set roles")
+	s.awaitIdentity(c, u.Change)
 	return c.JSON(http.StatusOK, u)
 }
 
@@ -269,13 +273,15 @@ func (s *Server) createToken(c echo.Context) error {
 			return problem(abierrors.ValidationFailed, "a token cannot outlive the machine token that creates it")
 		}
 	}
-	tok, info, err := s.cfg.Tokens.CreateMachine(c.Request().Context(), identity.MachineTokenRequest{
+	ctx, cancel := s.changeCtx(c)
+	defer cancel()
+	tok, info, err := s.cfg.Tokens.CreateMachine(ctx, identity.MachineTokenRequest{
 		Name: req.Name, Owner: req.Owner, Scopes: req.Scopes, Project: req.Project, Service: req.Service,
 		TTL: time.Duration(req.ExpiresInSeconds) * time.Second})
 	if err != nil {
 		return identityError(err, abierrors.TokenNotFound)
 	}
-	s.audit(c, "token", info.Name, "create token")
+	s.awaitIdentity(c, info.Change)
 	return c.JSON(http.StatusCreated, map[string]any{"token": tok, "info": info})
 }
 
@@ -299,10 +305,14 @@ func (s *Server) revokeToken(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.cfg.Tokens.RevokeMachine(c.Request().Context(), info.Name); err != nil {
+	ctx, cancel := s.changeCtx(c)
+	defer cancel()
+	ch, err := s.cfg.Tokens.RevokeMachine(ctx, info.Name)
+	// A revoke that cut the token off but failed to free its name still recorded its change.
+	s.awaitIdentity(c, ch)
+	if err != nil {
 		return identityError(err, abierrors.TokenNotFound)
 	}
-	s.audit(c, "token", info.Name, "revoke token")
 	return c.NoContent(http.StatusNoContent)
 }
 
@@ -311,11 +321,13 @@ func (s *Server) rotateToken(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	tok, next, err := s.cfg.Tokens.RotateMachine(c.Request().Context(), info.Name)
+	ctx, cancel := s.changeCtx(c)
+	defer cancel()
+	tok, next, err := s.cfg.Tokens.RotateMachine(ctx, info.Name)
 	if err != nil {
 		return identityError(err, abierrors.TokenNotFound)
 	}
-	s.audit(c, "token", info.Name, "rotate token")
+	s.awaitIdentity(c, next.Change)
 	return c.JSON(http.StatusOK, map[string]any{"token": tok, "info": next})
 }
 
@@ -362,21 +374,11 @@ func actorOf(p *identity.Principal) (actorType, actorID string) {
 	return string(p.Kind), p.ID
 }
 
-// audit records an identity operation on the change log: who did what to which user or
-// token, never a password, token or digest.
-func (s *Server) audit(c echo.Context, entityType, entityID, action string) {
-	if s.cfg.Changelog == nil {
-		return
-	}
-	actorType, actorID := actorOf(principal(c))
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), changeTimeout)
-	defer cancel()
-	if _, err := s.cfg.Changelog.Append(ctx, changelog.Change{
-		ActorType: actorType, ActorID: actorID, EntityType: entityType, EntityID: entityID, Op: "update",
-		Payload: map[string]string{"action": action}, IdempotencyKey: idempotencyKey(c),
-	}); err != nil {
-		s.log.Error("append to the change log", "entity_type", entityType, "entity_id", entityID, "err", err)
-	}
+// awaitIdentity hands the change an identity write left in the outbox of
+// the document it wrote (users, machine tokens or their names) to the change
+// log, as [Server.awaitChange] does; a zero ch (no actor) hands over nothing.
+func (s *Server) awaitIdentity(c echo.Context, ch identity.Change) {
+	s.awaitChange(c, ch.Collection, ch.ID, ch.Outbox)
 }
 
 // streamRecheck is how often a long-lived answer (a followed log) checks its bearer again.

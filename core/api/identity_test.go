@@ -2,11 +2,16 @@ package api
 
 import (
 	"archive/tar"
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/berthhq/berth/core/identity"
 )
@@ -309,5 +314,95 @@ func TestChangeLogActorAndIdempotencyKey(t *testing.T) {
 	raw, _ := json.Marshal(token)
 	if token == nil || token["actor_id"] != "token:bootstrap" || strings.Contains(string(raw), ci) || strings.Contains(string(raw), identity.Digest(ci)) {
 		t.Fatalf("token entry %s: want actor token:bootstrap and no secret", raw)
+	}
+}
+
+// TestIdentityChangesHandedOverOnce: every identity operation made through the API has exactly
+// one change-log entry once it answers, in the order made, by its caller, with the request's
+// Idempotency-Key and the action only; a refused operation has none, and no written document
+// keeps a pending change.
+func TestIdentityChangesHandedOverOnce(t *testing.T) {
+	f := identityFixture(t)
+	steps := []struct {
+		method, path string
+		body         any
+		status       int
+	}{
+		{"POST", "/api/v1/users", map[string]any{"name": "dora", "password": "correct horse battery staple"}, 201},
+		{"POST", "/api/v1/users", map[string]any{"name": "dora"}, 409}, // refused: name taken
+		{"PUT", "/api/v1/users/dora/roles", map[string]any{"roles": []string{"operator"}}, 200},
+		{"POST", "/api/v1/users/dora/credential", map[string]any{"op": "revoke_sessions", "expected_generation": 7}, 409}, // refused: stale
+		{"POST", "/api/v1/users/dora/credential", map[string]any{"op": "revoke_sessions"}, 200},
+		{"POST", "/api/v1/tokens", map[string]any{"name": "ci", "scopes": []string{"services:read"}}, 201},
+		{"POST", "/api/v1/tokens/ci/rotate", nil, 200},
+		{"DELETE", "/api/v1/tokens/ci", nil, 204},
+		{"DELETE", "/api/v1/tokens/ci", nil, 404}, // refused: gone
+	}
+	var secrets []string
+	for i, st := range steps {
+		var raw []byte
+		if st.body != nil {
+			raw, _ = json.Marshal(st.body)
+		}
+		hr, _ := http.NewRequest(st.method, f.srv.URL+st.path, strings.NewReader(string(raw)))
+		hr.Header.Set("Authorization", "Bearer "+f.admin)
+		hr.Header.Set("Content-Type", "application/json")
+		hr.Header.Set("Idempotency-Key", fmt.Sprintf("key-%04d", i))
+		resp, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if resp.StatusCode != st.status {
+			t.Fatalf("%s %s: %d %v; want %d", st.method, st.path, resp.StatusCode, out, st.status)
+		}
+		if tok, ok := out["token"].(string); ok {
+			secrets = append(secrets, tok, identity.Digest(tok))
+		}
+	}
+	code, out := f.as(f.admin, "GET", "/api/v1/changelog", nil)
+	if code != 200 {
+		t.Fatalf("changelog: %d %v", code, out)
+	}
+	type seen struct{ entityType, entityID, op, action, key string }
+	want := []seen{
+		{"user", "dora", "create", "create user", "key-0000"},
+		{"user", "dora", "update", "set roles", "key-0002"},
+		{"user", "dora", "update", "credential revoke_sessions", "key-0004"},
+		{"token", "ci", "create", "create token", "key-0005"},
+		{"token", "ci", "update", "rotate token", "key-0006"},
+		{"token", "ci", "update", "revoke token", "key-0007"},
+	}
+	var got []seen
+	entries, _ := out["entries"].([]any)
+	for _, e := range entries {
+		m, _ := e.(map[string]any)
+		if m["entity_type"] != "user" && m["entity_type"] != "token" {
+			continue
+		}
+		raw, _ := json.Marshal(m)
+		for _, sec := range append(secrets, "correct horse battery staple") {
+			if strings.Contains(string(raw), sec) {
+				t.Fatalf("entry %s holds a secret", raw)
+			}
+		}
+		if m["actor_id"] != "token:bootstrap" {
+			t.Fatalf("entry %s: want actor token:bootstrap", raw)
+		}
+		p, _ := m["payload"].(map[string]any)
+		a, _ := p["action"].(string)
+		k, _ := m["idempotency_key"].(string)
+		got = append(got, seen{m["entity_type"].(string), m["entity_id"].(string), m["op"].(string), a, k})
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("identity entries %v; want %v", got, want)
+	}
+	for _, coll := range []string{identity.UsersCollection, identity.TokensCollection, identity.TokenNamesCollection} {
+		n, err := f.st.Collection(coll).CountDocuments(context.Background(), bson.M{"log_outbox.0": bson.M{"$exists": true}})
+		if err != nil || n != 0 {
+			t.Fatalf("%s documents with a pending change: %d, %v; want none", coll, n, err)
+		}
 	}
 }

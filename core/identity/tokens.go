@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/internal/securefile"
 )
@@ -71,6 +72,10 @@ type tokenRecord struct {
 	Session    bool      `bson:"session,omitempty"`
 	Generation int64     `bson:"generation,omitempty"`
 	AuthAt     time.Time `bson:"auth_at,omitzero"`
+	// LogOutbox holds the changes of a named machine token's creation and
+	// revocation not yet in the change log, written in the same write as
+	// each (docs/node-protocol.md section 7.2).
+	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty"`
 }
 
 // Tokens is Berth's identity store: users, their human sessions and machine tokens, all
@@ -359,7 +364,8 @@ func (t *Tokens) EnsureAdmin(ctx context.Context, dataDir string) (created bool,
 		}
 	}
 	if _, err := t.names.ReplaceOne(ctx, bson.D{{Key: "_id", Value: BootstrapTokenName}},
-		nameRecord{Name: BootstrapTokenName, Digest: rec.Digest, TokenID: rec.ID, Owner: rec.Owner, Revision: prev.Revision + 1},
+		nameRecord{Name: BootstrapTokenName, Digest: rec.Digest, TokenID: rec.ID, Owner: rec.Owner, Revision: prev.Revision + 1,
+			LogOutbox: prev.LogOutbox}, // a rotation's change still pending stays for the log
 		options.Replace().SetUpsert(true)); err != nil {
 		return false, "", fmt.Errorf("identity: ensure admin token: name it: %w", err)
 	}

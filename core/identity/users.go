@@ -11,6 +11,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/store"
 )
 
@@ -45,6 +47,10 @@ type userRecord struct {
 	CreatedAt  time.Time `bson:"created_at"`
 	UpdatedAt  time.Time `bson:"updated_at"`
 	Revision   int64     `bson:"revision"`
+	// LogOutbox holds the user's identity changes not yet in the change log,
+	// written in the same write as each change (docs/node-protocol.md
+	// section 7.2).
+	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty"`
 }
 
 // User is what the API shows of a user: never a password or verifier.
@@ -58,6 +64,9 @@ type User struct {
 	PasswordEnabled bool      `json:"password_enabled"`
 	CreatedAt       time.Time `json:"created_at"`
 	UpdatedAt       time.Time `json:"updated_at"`
+	// Change is where the write that returned this user left its change-log
+	// item (zero for reads and for writes whose ctx carried no actor).
+	Change Change `json:"-"`
 }
 
 func (u userRecord) public() User {
@@ -104,7 +113,9 @@ type NewUserRequest struct {
 	Password string // humans only; empty leaves password login off
 }
 
-// CreateUser stores a new user in one insert keyed by name. Errors: wrapping [ErrInvalid] for
+// CreateUser stores a new user in one insert keyed by name; when ctx carries a change-log actor
+// ([changelog.WithActor]) the insert carries its "create user" change (returned in
+// [User.Change]). Errors: wrapping [ErrInvalid] for
 // a bad name, kind, role or grant, [ErrPasswordPolicy] for a bad password (or any password on a
 // machine user), [ErrExists] when the name is taken; a store failure.
 func (t *Tokens) CreateUser(ctx context.Context, req NewUserRequest) (User, error) {
@@ -143,13 +154,24 @@ func (t *Tokens) CreateUser(ctx context.Context, req NewUserRequest) (User, erro
 		}
 		rec.Verifier = v
 	}
+	p, logged, err := logChange(ctx, EntityUser, req.Name, node.OpCreate, "create user")
+	if err != nil {
+		return User{}, err
+	}
+	if logged {
+		rec.LogOutbox = []changelog.Pending{p}
+	}
 	if _, err := t.users.InsertOne(ctx, rec); err != nil {
 		if store.IsDuplicateKey(err) {
 			return User{}, fmt.Errorf("identity: user %s: %w", req.Name, ErrExists)
 		}
 		return User{}, fmt.Errorf("identity: create user %s: %w", req.Name, err)
 	}
-	return rec.public(), nil
+	out := rec.public()
+	if logged {
+		out.Change = Change{Collection: UsersCollection, ID: rec.Name, Outbox: rec.LogOutbox}
+	}
+	return out, nil
 }
 
 // bootstrapRecord names the one bootstrap admin of a cluster (MetaCollection, _id "bootstrap").
@@ -369,7 +391,8 @@ const (
 // generation by one: every session of an older generation fails its next request. It returns
 // the user as changed. Errors: wrapping [store.ErrNotFound] for an unknown user,
 // [store.ErrConflict] when the generation or record moved, [ErrPasswordPolicy] for a bad new
-// password, [ErrInvalid] for an unknown op or a machine user.
+// password, [ErrInvalid] for an unknown op or a machine user. When ctx carries a change-log
+// actor the compare-and-set carries its "credential <op>" change (in [User.Change]).
 func (t *Tokens) ChangeCredential(ctx context.Context, name string, expectedGeneration int64, op CredentialOp, newPassword string) (User, error) {
 	u, err := t.user(ctx, name)
 	if err != nil {
@@ -398,14 +421,32 @@ func (t *Tokens) ChangeCredential(ctx context.Context, name string, expectedGene
 	default:
 		return User{}, fmt.Errorf("identity: unknown credential operation %q: %w", op, ErrInvalid)
 	}
-	if _, err := t.st.UpdateIfRevision(ctx, t.users, name, u.Revision, bson.M{"$set": set}); err != nil {
-		return User{}, fmt.Errorf("identity: %s of %s: %w", op, name, err)
-	}
-	u, err = t.user(ctx, name)
+	return t.updateUser(ctx, u, bson.M{"$set": set}, "credential "+string(op))
+}
+
+// updateUser applies update to u's record in one compare-and-set on its revision, with the
+// change of action in the same write when ctx carries an actor, and returns the user as
+// changed. Errors: those of [store.Store.UpdateIfRevision], wrapped; a store failure.
+func (t *Tokens) updateUser(ctx context.Context, u userRecord, update bson.M, action string) (User, error) {
+	p, logged, err := logChange(ctx, EntityUser, u.Name, node.OpUpdate, action)
 	if err != nil {
 		return User{}, err
 	}
-	return u.public(), nil
+	if logged {
+		update["$push"] = bson.M{changelog.OutboxField: p}
+	}
+	if _, err := t.st.UpdateIfRevision(ctx, t.users, u.Name, u.Revision, update); err != nil {
+		return User{}, fmt.Errorf("identity: %s of %s: %w", action, u.Name, err)
+	}
+	u, err = t.user(ctx, u.Name)
+	if err != nil {
+		return User{}, err
+	}
+	out := u.public()
+	if logged {
+		out.Change = Change{Collection: UsersCollection, ID: u.Name, Outbox: upTo(u.LogOutbox, p.ID)}
+	}
+	return out, nil
 }
 
 // Fresh reports whether p may take a sensitive action now: a human session whose password
@@ -426,7 +467,8 @@ func (t *Tokens) Fresh(p *Principal) bool {
 // compare-and-set on the user's record. They take effect on the user's next request (sessions
 // read roles on every request); the generation does not move. Errors: wrapping
 // [store.ErrNotFound] for an unknown user, [ErrInvalid] for an unknown role or a grant without
-// a project, [store.ErrConflict] when the record changed meanwhile.
+// a project, [store.ErrConflict] when the record changed meanwhile. When ctx carries a
+// change-log actor the compare-and-set carries its "set roles" change (in [User.Change]).
 func (t *Tokens) SetRoles(ctx context.Context, name string, roles []Role, grants []Grant) (User, error) {
 	for _, r := range roles {
 		if !r.Valid() {
@@ -445,15 +487,8 @@ func (t *Tokens) SetRoles(ctx context.Context, name string, roles []Role, grants
 	if err != nil {
 		return User{}, err
 	}
-	if _, err := t.st.UpdateIfRevision(ctx, t.users, name, u.Revision, bson.M{"$set": bson.M{
-		"roles": roles, "grants": grants, "updated_at": t.now().UTC()}}); err != nil {
-		return User{}, fmt.Errorf("identity: set roles of %s: %w", name, err)
-	}
-	u, err = t.user(ctx, name)
-	if err != nil {
-		return User{}, err
-	}
-	return u.public(), nil
+	return t.updateUser(ctx, u, bson.M{"$set": bson.M{
+		"roles": roles, "grants": grants, "updated_at": t.now().UTC()}}, "set roles")
 }
 
 // Now returns the identity store's clock reading (see [WithClock]).

@@ -340,13 +340,13 @@ func TestMachineTokens(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Name != "ci-deploy" || list[0].ID != info2.ID {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
-	if err := tokens.RevokeMachine(ctx, "ci-deploy"); err != nil {
+	if _, err := tokens.RevokeMachine(ctx, "ci-deploy"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tokens.Authenticate(ctx, tok2); err != identity.ErrUnauthenticated {
 		t.Fatalf("the revoked token: %v", err)
 	}
-	if err := tokens.RevokeMachine(ctx, "ci-deploy"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := tokens.RevokeMachine(ctx, "ci-deploy"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("revoke of a freed name: %v", err)
 	}
 	// Expiry.
@@ -481,7 +481,7 @@ func TestBootstrapTokenIsNamed(t *testing.T) {
 	if err != nil || created || again != "" {
 		t.Fatalf("EnsureAdmin after rotation = %v, %q, %v; want nothing new", created, again, err)
 	}
-	if err := tokens.RevokeMachine(ctx, identity.BootstrapTokenName); err != nil {
+	if _, err := tokens.RevokeMachine(ctx, identity.BootstrapTokenName); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tokens.Authenticate(ctx, next); err != identity.ErrUnauthenticated {

@@ -230,6 +230,9 @@ func Run(ctx context.Context, cfg Config) error {
 	clog.TrackOutbox(policy.DecisionsCollection, "seq")
 	clog.TrackOutbox(policy.BindingsCollection, "")
 	clog.TrackOutbox(fencing.Collection, "")
+	clog.TrackOutbox(identity.UsersCollection, "")
+	clog.TrackOutbox(identity.TokensCollection, "")
+	clog.TrackOutbox(identity.TokenNamesCollection, "")
 	// An embedded store has this one process (it holds the data directory's
 	// lock): everything pending is a leftover. Against a shared MongoDB,
 	// another replica may be appending its young changes right now.
