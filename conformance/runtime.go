@@ -418,12 +418,22 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 				t.Skipf("capability stats not advertised")
 			}
 			s.start(t, "wl_conf_i", 1)
-			st, err := s.d.Stats(s.ctx(t), &runtime.StatsRequest{WorkloadID: "wl_conf_i"})
-			if err != nil {
-				t.Fatalf("%s", failure("Stats of the workload", "its statistics", gotErr(err)))
-			}
-			if st.At.IsZero() || st.MemoryBytes <= 0 || st.CPUSeconds < 0 {
-				t.Errorf("Stats = %+v; want a time, memory > 0 and CPU >= 0", st)
+			// A process that was just started may not have run yet (its resident set is
+			// still empty on a loaded machine): ask again until it has, for at most 10 s.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				st, err := s.d.Stats(s.ctx(t), &runtime.StatsRequest{WorkloadID: "wl_conf_i"})
+				if err != nil {
+					t.Fatalf("%s", failure("Stats of the workload", "its statistics", gotErr(err)))
+				}
+				if !st.At.IsZero() && st.MemoryBytes > 0 && st.CPUSeconds >= 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("Stats = %+v for 10 s; want a time, memory > 0 and CPU >= 0", st)
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 		}},
 	}
