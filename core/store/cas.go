@@ -137,6 +137,19 @@ func (s *Store) UpdateIf(ctx context.Context, coll *mongo.Collection, id any, co
 	}
 	s.casMu.Lock()
 	defer s.casMu.Unlock()
+	if ok, err := s.matchesLocked(ctx, coll, id, cond); !ok || err != nil {
+		return false, err
+	}
+	res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
+	if err != nil {
+		return false, fmt.Errorf("store: update %s %v: %w", coll.Name(), id, err)
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// matchesLocked reports whether the document {_id: id} exists and every field of cond equals
+// its stored value (read by _id, compared with [sameValue]). casMu must be held.
+func (s *Store) matchesLocked(ctx context.Context, coll *mongo.Collection, id any, cond bson.D) (bool, error) {
 	var cur bson.M
 	err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&cur)
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -150,11 +163,7 @@ func (s *Store) UpdateIf(ctx context.Context, coll *mongo.Collection, id any, co
 			return false, nil
 		}
 	}
-	res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
-	if err != nil {
-		return false, fmt.Errorf("store: update %s %v: %w", coll.Name(), id, err)
-	}
-	return res.MatchedCount == 1, nil
+	return true, nil
 }
 
 // sameValue compares a stored value with a condition value the way a
@@ -201,18 +210,8 @@ func (s *Store) DeleteIf(ctx context.Context, coll *mongo.Collection, id any, co
 	}
 	s.casMu.Lock()
 	defer s.casMu.Unlock()
-	var cur bson.M
-	err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&cur)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("store: read %s %v: %w", coll.Name(), id, err)
-	}
-	for _, e := range cond {
-		if !sameValue(cur[e.Key], e.Value) {
-			return false, nil
-		}
+	if ok, err := s.matchesLocked(ctx, coll, id, cond); !ok || err != nil {
+		return false, err
 	}
 	res, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
 	if err != nil {
