@@ -104,20 +104,22 @@ type cluster struct {
 	berthd            *proctest.Proc
 	token             string
 	c                 *client.Client
+	hc                *http.Client // pinned to fingerprint
+	extra             []string     // berthd flags after the defaults (later flags win)
 }
 
 func startBerthd(t *testing.T, cl *cluster) {
 	t.Helper()
-	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd",
-		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug",
+	args := []string{"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug",
 		"--runner-transport",
 		// Passes at least 1 s apart instead of the default 5 s: these tests check what the
 		// passes do, not their schedule (core/slots tests the schedule, make run uses the
 		// defaults), and every rollout step takes a pass.
-		"--sweep-floor", "1s")
+		"--sweep-floor", "1s"}
+	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd", append(args, cl.extra...)...)
 	cl.url = "https://" + cl.api
 	d := proctest.WaitBerthdReady(t, cl.berthd, filepath.Join(cl.dir, "berthd"), cl.url, 60*time.Second)
-	cl.fingerprint, cl.token = d.Fingerprint, d.Token
+	cl.fingerprint, cl.token, cl.hc = d.Fingerprint, d.Token, d.HTTP
 	var err error
 	cl.c, err = client.New(cl.url, client.WithToken(cl.token), client.WithFingerprint(cl.fingerprint))
 	if err != nil {
@@ -132,18 +134,22 @@ func newCluster(t *testing.T) *cluster {
 	// design, and a test must leave no process behind.
 	t.Cleanup(func() { cl.killWorkloads(t) })
 	startBerthd(t, cl)
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, f := range []string{"berthd.log", "agent.log"} {
-				b, _ := os.ReadFile(filepath.Join(cl.dir, f))
-				if len(b) > 20000 {
-					b = b[len(b)-20000:]
-				}
-				t.Logf("---- %s (tail) ----\n%s", f, b)
-			}
-		}
-	})
+	t.Cleanup(func() { cl.dumpLogs(t) })
 	return cl
+}
+
+// dumpLogs logs the tails of berthd's and the agent's logs when t failed.
+func (cl *cluster) dumpLogs(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	for _, f := range []string{"berthd.log", "agent.log"} {
+		b, _ := os.ReadFile(filepath.Join(cl.dir, f))
+		if len(b) > 20000 {
+			b = b[len(b)-20000:]
+		}
+		t.Logf("---- %s (tail) ----\n%s", f, b)
+	}
 }
 
 // cli runs the berth CLI against the cluster and returns its stdout.

@@ -238,8 +238,9 @@ func (s *Server) putService(c echo.Context) error {
 		return c.JSON(http.StatusOK, appliedService(out, false))
 	}
 	s.log.Info("service applied", "project", p.Name, "service", name, "revision", out.Revision, "replicas", out.Replicas, "bundle", out.BundleDigest)
+	// The write is committed: its work starts while the change log records it.
+	s.hintService("service.applied", out.ID)
 	s.awaitChange(c, "services", out.ID, out.LogOutbox)
-	s.cfg.Hinter.Hint("service.applied")
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -342,8 +343,8 @@ func (s *Server) deleteService(c echo.Context) error {
 		return serviceError(err)
 	}
 	s.log.Info("service deleting: its routes are withdrawn and its slots settle before it is removed", "project", p.Name, "service", c.Param("name"))
+	s.hintService("service.deleted", gone.ID)
 	s.awaitChange(c, "services", gone.ID, gone.LogOutbox)
-	s.cfg.Hinter.Hint("service.deleted")
 	return c.JSON(http.StatusAccepted, toAPIService(gone, 0))
 }
 

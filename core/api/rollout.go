@@ -138,8 +138,8 @@ func (s *Server) putRuntimeSpec(c echo.Context) error {
 		return refusalError(err)
 	}
 	s.log.Info("runtime spec written", "project", svc.Project, "service", svc.Name, "revision", d.Revision)
+	s.hintService("spec.written", d.ServiceID)
 	s.awaitChange(c, "runtime_specs", d.ServiceID, d.LogOutbox)
-	s.cfg.Hinter.Hint("spec.written")
 	out, err := toSpecDoc(svc, d)
 	if err != nil {
 		return err
@@ -208,8 +208,8 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 		return serviceError(err)
 	}
 	s.log.Info("rollout undone", "project", p.Name, "service", svc.Name, "release", out.Release().Digest(), "revision", out.Revision)
+	s.hintService("rollout.undo", out.ID)
 	s.awaitChange(c, "services", out.ID, out.LogOutbox)
-	s.cfg.Hinter.Hint("rollout.undo")
 	return c.JSON(http.StatusOK, toAPIService(out, 0))
 }
 

@@ -1,7 +1,9 @@
 // Package reconciler converges the cluster on the declared services: it places
 // slots with core/scheduler, writes each node's desired state, and pushes the
-// route table to the gateway. It is level-triggered: every pass recomputes
-// everything from the store, so a missed hint only delays convergence.
+// route table to the gateway. Events wake the work they affect at once (a
+// service's or a node's key on a deduplicating [Queue]); a slow full pass,
+// level-triggered over everything in the store, is the safety net, so a
+// missed event only delays convergence.
 package reconciler
 
 import (
@@ -12,9 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
@@ -33,6 +37,17 @@ import (
 type Pusher interface {
 	Push(ctx context.Context, nodeID string)
 }
+
+// SpecPusher is the optional extension of a [Pusher] (*session.Server implements it) that is
+// handed the revision and spec just stored, so the push neither reads the node back from the
+// store nor decodes its spec again. A push of a revision the session was already sent does
+// nothing.
+type SpecPusher interface {
+	PushSpec(ctx context.Context, nodeID string, rev int64, spec node.Spec)
+}
+
+// DefaultPushWorkers is how many nodes' desired states one pass writes and pushes at once.
+const DefaultPushWorkers = 16
 
 // LeaseSender delivers lease messages on live node sessions (*session.Server implements it).
 // Both calls return at once; a node without a live session is skipped (it learns at its next
@@ -72,10 +87,17 @@ type Config struct {
 	// nil builds one over the Catalog's store with the Admit policy.
 	Rollout *rollout.Producer
 	Logger  *slog.Logger
-	// Sweep sets the pass timing (docs/reconciliation.md section 6): quiet 1 s after the last
-	// hint, at the latest 30 s after the last pass, never sooner than 5 s after it (zero fields
-	// take these defaults).
+	// Sweep sets the timing of full passes (docs/reconciliation.md section 6): quiet 1 s after
+	// the last unkeyed hint, at the latest 30 s after the last pass, never sooner than 5 s after
+	// it (zero fields take these defaults). Keyed hints ([Reconciler.HintService],
+	// [Reconciler.HintNode]) do not wait for it.
 	Sweep slots.SweepConfig
+	// QueueLimit bounds each work queue (services, nodes) in distinct keys; zero means
+	// [DefaultQueueLimit]. Keys beyond it are dropped and a full pass runs instead.
+	QueueLimit int
+	// PushWorkers is how many nodes' desired states a pass writes and pushes concurrently; zero
+	// means [DefaultPushWorkers], negative one at a time.
+	PushWorkers int
 }
 
 // DeployAdmitter decides whether slot of service s may start on node n.
@@ -84,12 +106,19 @@ type DeployAdmitter interface {
 	AdmitDeploy(ctx context.Context, s *services.Service, slot int, n *nodes.Node) (allowed bool, reasons []string, err error)
 }
 
-// Reconciler runs passes one at a time, scheduled by a [slots.Sweeper]: after hints went quiet,
-// at the latest a period after the last pass, and when a failure backoff ends.
+// Reconciler runs passes one at a time, on one goroutine ([Reconciler.Run]). A focused pass
+// runs as soon as a service or node key is queued and does the work of exactly those keys; a
+// full pass over everything is scheduled by a [slots.Sweeper]: after unkeyed hints went quiet, at
+// the latest a period after the last pass, when a failure backoff ends, and when a work queue
+// overflowed.
 type Reconciler struct {
 	cfg   Config
 	log   *slog.Logger
 	hints chan struct{}
+	// svcQ and nodeQ hold the keys that events woke (docs/reconciliation.md section 6).
+	svcQ, nodeQ *Queue[string]
+	// fullPasses and focusedPasses count the passes run, for [Reconciler.Stats].
+	fullPasses, focusedPasses atomic.Int64
 	// gateHint is the pending timer that hints a pass when the earliest gate of an expiring
 	// lease held by a silent node opens, so the lease moves then and not at the next tick.
 	gateHint *time.Timer
@@ -118,11 +147,45 @@ func New(cfg Config) *Reconciler {
 		}
 		cfg.Rollout = rollout.NewProducer(rc)
 	}
-	return &Reconciler{cfg: cfg, log: cfg.Logger.With("component", "reconciler"), hints: make(chan struct{}, 1)}
+	if cfg.PushWorkers == 0 {
+		cfg.PushWorkers = DefaultPushWorkers
+	}
+	cfg.PushWorkers = max(cfg.PushWorkers, 1)
+	return &Reconciler{cfg: cfg, log: cfg.Logger.With("component", "reconciler"), hints: make(chan struct{}, 1),
+		svcQ: NewQueue[string](cfg.QueueLimit), nodeQ: NewQueue[string](cfg.QueueLimit)}
 }
 
-// Hint records a committed change and asks for a pass once hints are quiet. It never blocks;
-// hints during a pass earn exactly one follow-up pass.
+// HintService records a committed change of service serviceID's desired state (an apply, a
+// delete, an undo, a spec write, a lease change) and wakes a focused pass for it at once,
+// without the sweep's waits. It never blocks; a service hinted again before its pass ran is
+// done once, and one hinted during its pass is done once more after it.
+func (r *Reconciler) HintService(reason, serviceID string) {
+	r.svcQ.Add(serviceID)
+	r.log.Debug("reconcile hinted", "reason", reason, "service_id", serviceID)
+}
+
+// HintNode records a committed change about node nodeID (an accepted status report, a health
+// transition of its workloads, a session start or end) and wakes a focused pass for the node
+// and every service with a workload on it. It never blocks; deduplicated as HintService.
+func (r *Reconciler) HintNode(reason, nodeID string) {
+	r.nodeQ.Add(nodeID)
+	r.log.Debug("reconcile hinted", "reason", reason, "node_id", nodeID)
+}
+
+// PassStats counts the passes a Reconciler ran since New.
+type PassStats struct {
+	Full    int64 // full passes (the sweep's)
+	Focused int64 // focused passes (woken by keyed hints)
+}
+
+// Stats returns the passes run so far; safe for concurrent use.
+func (r *Reconciler) Stats() PassStats {
+	return PassStats{Full: r.fullPasses.Load(), Focused: r.focusedPasses.Load()}
+}
+
+// Hint records a committed change whose scope is not one service or node (an enrollment, a
+// retirement, a route compiler binding) and asks for a full pass once hints are quiet, under
+// the sweep's floor. It never blocks; hints during a pass earn exactly one follow-up pass.
 func (r *Reconciler) Hint(reason string) {
 	select {
 	case r.hints <- struct{}{}:
@@ -131,8 +194,10 @@ func (r *Reconciler) Hint(reason string) {
 	}
 }
 
-// Run passes until ctx ends, the first at once, then as the [slots.Sweeper] schedules them and
-// when a failure backoff a pass reported ends. A failed pass is logged and retried by the next.
+// Run passes until ctx ends: the first full pass at once; a focused pass whenever keys are
+// queued; further full passes as the [slots.Sweeper] schedules them, when a failure backoff a
+// pass reported ends, and at once when a work queue overflowed. A failed pass is logged and
+// retried by the next.
 func (r *Reconciler) Run(ctx context.Context) {
 	sw := slots.NewSweeper(r.cfg.Sweep, time.Now())
 	timer := time.NewTimer(0)
@@ -146,12 +211,19 @@ func (r *Reconciler) Run(ctx context.Context) {
 		case <-r.hints:
 			sw.Hint(time.Now())
 			continue
+		case <-r.svcQ.Ready():
+			r.runFocused(ctx, sw)
+			continue
+		case <-r.nodeQ.Ready():
+			r.runFocused(ctx, sw)
+			continue
 		case <-timer.C:
 		}
 		if !sw.Start(time.Now()) {
 			continue
 		}
-		out, err := r.pass(ctx)
+		r.fullPasses.Add(1)
+		out, err := r.pass(ctx, nil)
 		if err != nil && ctx.Err() == nil {
 			r.log.Error("reconcile pass failed", "err", err)
 		}
@@ -163,6 +235,40 @@ func (r *Reconciler) Run(ctx context.Context) {
 		sw.Finish(time.Now())
 		sw.Wake(out.WakeAt)
 	}
+}
+
+// runFocused takes every queued key and runs one focused pass over them; an overflow of either
+// queue forces a full pass instead (the keys taken are covered by it).
+func (r *Reconciler) runFocused(ctx context.Context, sw *slots.Sweeper) {
+	svcKeys, svcOver := r.svcQ.Take(0)
+	nodeKeys, nodeOver := r.nodeQ.Take(0)
+	defer func() {
+		for _, k := range svcKeys {
+			r.svcQ.Done(k)
+		}
+		for _, k := range nodeKeys {
+			r.nodeQ.Done(k)
+		}
+	}()
+	if svcOver || nodeOver {
+		r.log.Warn("reconcile work queue overflowed: running a full pass", "limit", r.cfg.QueueLimit)
+		sw.Force(time.Now())
+		return
+	}
+	if len(svcKeys) == 0 && len(nodeKeys) == 0 {
+		return
+	}
+	r.focusedPasses.Add(1)
+	out, err := r.pass(ctx, &scope{services: svcKeys, nodes: nodeKeys})
+	if err != nil && ctx.Err() == nil {
+		r.log.Error("focused reconcile pass failed", "services", len(svcKeys), "nodes", len(nodeKeys), "err", err)
+	}
+	sw.Wake(out.WakeAt)
+}
+
+// scope is the work of a focused pass: the keys that events woke.
+type scope struct {
+	services, nodes []string
 }
 
 // Table returns the last route table computed.
@@ -204,13 +310,24 @@ func describe(c routes.Compiler) string {
 // of portable services (core/rollout), then routes, then node desired states, then the lease
 // grants decided.
 func (r *Reconciler) Pass(ctx context.Context) error {
-	_, err := r.pass(ctx)
+	_, err := r.pass(ctx, nil)
 	return err
 }
 
-func (r *Reconciler) pass(ctx context.Context) (rollout.Outcome, error) {
+// PassFor runs one focused pass over the given services and nodes (what [Reconciler.Run] does
+// when they are hinted): the node keys add every service with a workload on the node; the
+// services are placed and rolled out, the routes recompiled, and the desired state of every node
+// that holds (before or after) a workload of those services, or was named, is written and pushed.
+// Leases are not swept and node retirements not finished: the full pass does those.
+func (r *Reconciler) PassFor(ctx context.Context, serviceIDs, nodeIDs []string) error {
+	_, err := r.pass(ctx, &scope{services: serviceIDs, nodes: nodeIDs})
+	return err
+}
+
+// pass runs a full pass (sc nil) or a focused one over sc.
+func (r *Reconciler) pass(ctx context.Context, sc *scope) (rollout.Outcome, error) {
 	var out rollout.Outcome
-	if r.cfg.Leases != nil {
+	if r.cfg.Leases != nil && sc == nil {
 		if err := r.cfg.Leases.Sweep(ctx); err != nil {
 			return out, err
 		}
@@ -227,7 +344,37 @@ func (r *Reconciler) pass(ctx context.Context) (rollout.Outcome, error) {
 	if err != nil {
 		return out, err
 	}
-	granted, err := r.place(ctx, svcs, ns, wls)
+	// only (nil in a full pass) is the services a focused pass works on; touched the nodes whose
+	// desired state it rewrites: the named ones and those of the services' workloads, before and
+	// after the pass.
+	var only, touched map[string]bool
+	if sc != nil {
+		only, touched = map[string]bool{}, map[string]bool{}
+		for _, id := range sc.services {
+			only[id] = true
+		}
+		for _, id := range sc.nodes {
+			touched[id] = true
+		}
+		for _, w := range wls {
+			if touched[w.NodeID] {
+				only[w.ServiceID] = true
+			}
+		}
+		for _, w := range wls {
+			if only[w.ServiceID] {
+				touched[w.NodeID] = true
+			}
+		}
+		for i := range ns {
+			// A retirement finishes in the full pass (it counts every service's slots on the
+			// node): news from a retiring node asks for one.
+			if rt := ns[i].Retirement; rt != nil && rt.State == nodes.RetirementRetiring && slices.Contains(sc.nodes, ns[i].ID) {
+				r.Hint("node.retiring")
+			}
+		}
+	}
+	granted, err := r.place(ctx, svcs, ns, wls, only)
 	if err != nil {
 		return out, err
 	}
@@ -239,12 +386,20 @@ func (r *Reconciler) pass(ctx context.Context) (rollout.Outcome, error) {
 	}
 	var errs []error
 	var portable []services.Service
+	var ids []string
 	for i := range svcs {
 		if !svcs[i].Stateful() || r.cfg.Leases == nil {
 			portable = append(portable, svcs[i])
+			if only[svcs[i].ID] {
+				ids = append(ids, svcs[i].ID)
+			}
 		}
 	}
-	out, err = r.cfg.Rollout.Sweep(ctx, portable, ns, load)
+	if only == nil {
+		out, err = r.cfg.Rollout.Sweep(ctx, portable, ns, load)
+	} else {
+		out, err = r.cfg.Rollout.SweepServices(ctx, ids, portable, ns, load)
+	}
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -260,6 +415,16 @@ func (r *Reconciler) pass(ctx context.Context) (rollout.Outcome, error) {
 	if wls, err = r.cfg.Catalog.ListWorkloads(ctx, nil); err != nil {
 		return out, err
 	}
+	if touched != nil {
+		for _, w := range wls {
+			if only[w.ServiceID] {
+				touched[w.NodeID] = true
+			}
+		}
+		for i := range granted {
+			touched[granted[i].Holder] = true
+		}
+	}
 	leases, err := r.leases(ctx)
 	if err != nil {
 		return out, err
@@ -268,7 +433,7 @@ func (r *Reconciler) pass(ctx context.Context) (rollout.Outcome, error) {
 	if err := r.route(ctx, svcs, ns, wls); err != nil {
 		errs = append(errs, err)
 	}
-	if err := r.desire(ctx, svcs, ns, wls, leases); err != nil {
+	if err := r.desire(ctx, svcs, ns, wls, leases, touched); err != nil {
 		errs = append(errs, err)
 	}
 	// Grants go out after the desired state naming their token: the node starts the workload
@@ -299,8 +464,10 @@ func (r *Reconciler) leases(ctx context.Context) (map[string]*fencing.Lease, err
 
 // place converges the workloads of stateful services under their leases (portable services
 // are core/rollout's), removes the workloads of deleted services and those an earlier version
-// placed without a slot, and returns the leases it granted.
-func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload) ([]fencing.Lease, error) {
+// placed without a slot, and returns the leases it granted. only, when not nil, limits all of it
+// to those services (a focused pass), and the leases of services that are gone are then left
+// to the full pass.
+func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload, only map[string]bool) ([]fencing.Lease, error) {
 	var granted []fencing.Lease
 	load := map[string]int{}
 	bySvc := map[string][]scheduler.Workload{}
@@ -323,6 +490,9 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 		s := &svcs[i]
 		if !s.Stateful() || r.cfg.Leases == nil {
 			portable[s.ID] = true
+			continue
+		}
+		if only != nil && !only[s.ID] {
 			continue
 		}
 		if s.Deleting {
@@ -376,12 +546,18 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 	// Workloads of deleted stateful services, and of portable services that no slot names (an
 	// earlier version placed them; their slots replace them).
 	for _, w := range wls {
+		if only != nil && !only[w.ServiceID] {
+			continue
+		}
 		if !live[w.ServiceID] && !(portable[w.ServiceID] && w.Replica != "") {
 			if err := r.cfg.Catalog.RemoveWorkload(ctx, w.ID); err != nil {
 				return granted, err
 			}
 			r.log.Info("workload removed", "service", w.Project+"/"+w.Service, "reason", "service deleted", "workload_id", w.ID)
 		}
+	}
+	if only != nil {
+		return granted, nil
 	}
 	return granted, r.deleteLeases(ctx, live)
 }
@@ -526,7 +702,11 @@ func (r *Reconciler) admit(ctx context.Context, s *services.Service, slot int, n
 	return ok, nil
 }
 
-func (r *Reconciler) desire(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload, leases map[string]*fencing.Lease) error {
+// desire writes and pushes the desired state of every node (only those in touched, when not
+// nil), [Config.PushWorkers] nodes at a time: each node's spec is built, encoded, stored with one
+// compare-and-set on the node document and pushed on the node's session (signed there, once per
+// node) by one worker, so no node waits for another's store write or socket.
+func (r *Reconciler) desire(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload, leases map[string]*fencing.Lease, touched map[string]bool) error {
 	byID := map[string]*services.Service{}
 	for i := range svcs {
 		byID[svcs[i].ID] = &svcs[i]
@@ -535,38 +715,79 @@ func (r *Reconciler) desire(ctx context.Context, svcs []services.Service, ns []n
 	for _, w := range wls {
 		perNode[w.NodeID] = append(perNode[w.NodeID], w)
 	}
-	var errs []error
+	var todo []*nodes.Node
 	for i := range ns {
 		n := &ns[i]
-		if n.Status == nodes.StatusRemoved {
+		if n.Status == nodes.StatusRemoved || (touched != nil && !touched[n.ID]) {
 			continue
 		}
-		spec := BuildSpec(n, perNode[n.ID], byID, leases)
-		raw, err := json.Marshal(spec)
-		if err != nil {
-			return fmt.Errorf("marshal desired state: %w", err)
-		}
-		sum := sha256.Sum256(raw)
-		rev, changed, err := r.cfg.Nodes.SetDesired(ctx, n, hex.EncodeToString(sum[:]), string(raw))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if changed {
-			r.log.Info("desired state updated", "node_id", n.ID, "rev", rev, "workloads", len(spec.Workloads))
-		}
-		// rev carries every slot workload's desired status: once the node applied it, that
-		// status is acknowledged (the receipts of docs/reconciliation.md section 3).
-		for _, w := range perNode[n.ID] {
-			if w.Replica != "" && w.StatusRev == 0 {
-				if err := r.cfg.Catalog.RecordStatusRev(ctx, w.ID, w.DesiredStatus, rev); err != nil {
+		todo = append(todo, n)
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	next := make(chan *nodes.Node)
+	for range min(r.cfg.PushWorkers, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range next {
+				if err := r.desireNode(ctx, n, perNode[n.ID], byID, leases); err != nil {
+					mu.Lock()
 					errs = append(errs, err)
+					mu.Unlock()
 				}
 			}
+		}()
+	}
+	for _, n := range todo {
+		if ctx.Err() != nil {
+			break
 		}
-		if r.cfg.Pusher != nil {
-			r.cfg.Pusher.Push(ctx, n.ID)
+		next <- n
+	}
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// desireNode writes node n's desired state from its workloads wls, records the revision on its
+// slot workloads, and pushes it. Safe to run for different nodes at once.
+func (r *Reconciler) desireNode(ctx context.Context, n *nodes.Node, wls []services.Workload, byID map[string]*services.Service, leases map[string]*fencing.Lease) error {
+	spec := BuildSpec(n, wls, byID, leases)
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("marshal desired state: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	rev, changed, err := r.cfg.Nodes.SetDesired(ctx, n, hex.EncodeToString(sum[:]), string(raw))
+	if err != nil {
+		return err
+	}
+	if changed {
+		r.log.Info("desired state updated", "node_id", n.ID, "rev", rev, "workloads", len(spec.Workloads))
+	}
+	var errs []error
+	// rev carries every slot workload's desired status: once the node applied it, that
+	// status is acknowledged (the receipts of docs/reconciliation.md section 3).
+	for _, w := range wls {
+		if w.Replica != "" && w.StatusRev == 0 {
+			if err := r.cfg.Catalog.RecordStatusRev(ctx, w.ID, w.DesiredStatus, rev); err != nil {
+				errs = append(errs, err)
+			}
 		}
+	}
+	switch p := r.cfg.Pusher.(type) {
+	case nil:
+	case SpecPusher:
+		p.PushSpec(ctx, n.ID, rev, spec)
+	default:
+		p.Push(ctx, n.ID)
 	}
 	return errors.Join(errs...)
 }

@@ -84,8 +84,7 @@ type Outcome struct {
 // a slot set, decides its slots and commits the steps. ns are every node, load the number of workloads
 // per node id (it is updated as runs are placed). A failure of one service is logged and the
 // sweep goes on; the error returned joins them.
-func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []nodes.Node, load map[string]int) (Outcome, error) {
-	var out Outcome
+func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []nodes.Node, load map[string]int) (out Outcome, err error) {
 	byID := map[string]*services.Service{}
 	for i := range svcs {
 		byID[svcs[i].ID] = &svcs[i]
@@ -105,6 +104,35 @@ func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []node
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
+	out, err = p.visit(ctx, ids, byID, ns, load)
+	if rerr := p.retirements(ctx, ns); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return out, err
+}
+
+// SweepServices is [Producer.Sweep] limited to the services ids (the work an event woke:
+// docs/reconciliation.md section 6): it visits, once each and in id order, the ids that svcs
+// holds (a deleting service is still in svcs, so its slots settle); an id svcs lacks, and node
+// retirements, are left to the full sweep. svcs, ns and load are as for Sweep.
+func (p *Producer) SweepServices(ctx context.Context, ids []string, svcs []services.Service, ns []nodes.Node, load map[string]int) (Outcome, error) {
+	byID := map[string]*services.Service{}
+	for i := range svcs {
+		byID[svcs[i].ID] = &svcs[i]
+	}
+	var visit []string
+	for _, id := range ids {
+		if byID[id] != nil {
+			visit = append(visit, id)
+		}
+	}
+	slices.Sort(visit)
+	return p.visit(ctx, slices.Compact(visit), byID, ns, load)
+}
+
+// visit decides and commits each service of the sorted ids, page by page.
+func (p *Producer) visit(ctx context.Context, ids []string, byID map[string]*services.Service, ns []nodes.Node, load map[string]int) (Outcome, error) {
+	var out Outcome
 	nodeByID := make(map[string]*nodes.Node, len(ns))
 	for i := range ns {
 		nodeByID[ns[i].ID] = &ns[i]
@@ -133,9 +161,6 @@ func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []node
 			break
 		}
 		cursor = next
-	}
-	if err := p.retirements(ctx, ns); err != nil {
-		errs = append(errs, err)
 	}
 	return out, errors.Join(errs...)
 }

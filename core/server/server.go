@@ -298,13 +298,30 @@ func Run(ctx context.Context, cfg Config) error {
 	leases := fencing.New(st, fencing.Config{Logger: log})
 	sessions := session.New(session.Config{
 		Leases: leases, Nodes: reg, Catalog: cat, SigningKey: key, RetiredKeys: retired, ClusterID: clusterID, Logger: log, Events: evlog, Changelog: clog,
-		OnChange: func(reason string) { rec.Hint(reason) },
+		OnChange: func(reason string) {
+			// A session's start or end changes which nodes are schedulable: every service's
+			// placement may move, so the full pass is hinted too.
+			if reason != "status_report" {
+				rec.Hint(reason)
+			}
+		},
+		OnNodeChange: func(reason, nodeID string) { rec.HintNode(reason, nodeID) },
 	})
 	rec = reconciler.New(reconciler.Config{
 		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: ext.compiler,
 		Admit: policy.Deploy{Engine: ext.policy}, Logger: log, Sweep: cfg.Sweep,
 		Leases: leases, LeaseSender: sessions,
 	})
+
+	for kind, count := range map[string]func() int64{
+		"full":    func() int64 { return rec.Stats().Full },
+		"focused": func() int64 { return rec.Stats().Focused },
+	} {
+		metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "berth_reconcile_passes_total", ConstLabels: prometheus.Labels{"kind": kind},
+			Help: "Reconcile passes run: full (the sweep) or focused (woken by a service's or node's change).",
+		}, func() float64 { return float64(count()) }))
+	}
 
 	handler := api.New(api.Config{
 		Catalog: cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, NodeOps: sessions, Events: evlog, Changelog: clog,

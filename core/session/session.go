@@ -54,6 +54,10 @@ type Config struct {
 	// reconciler depends on changed: a node connected or disconnected, or a
 	// status report changed a workload. reason is for logs. Nil means no-op.
 	OnChange func(reason string)
+	// OnNodeChange, when not nil, is called beside OnChange with the node the change is about,
+	// so the reconciler wakes that node's work at once (docs/reconciliation.md section 6). It
+	// must not block for long.
+	OnNodeChange func(reason, nodeID string)
 	// Changelog, when not nil, is delivered to every node after its desired
 	// state (log_entries, section 7.4); nil means nodes follow no log.
 	Changelog ChangeLog
@@ -91,6 +95,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.OnChange == nil {
 		cfg.OnChange = func(string) {}
+	}
+	if cfg.OnNodeChange == nil {
+		cfg.OnNodeChange = func(string, string) {}
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = node.DefaultHeartbeatInterval
@@ -231,6 +238,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.emit(uctx, events.Core(events.TypeNodeDisconnected, c.nodeID, map[string]any{"reason": why, "detail": reason}, time.Now()))
 	}
 	s.cfg.OnChange("node.disconnected")
+	s.cfg.OnNodeChange("node.disconnected", c.nodeID)
 }
 
 // refuseRemoved answers a removed node's hello with fatal node_removed and
@@ -333,6 +341,29 @@ func (s *Server) Push(ctx context.Context, nodeID string) {
 	}
 }
 
+// PushSpec sends rev with spec, the desired state just stored for nodeID, on its live session,
+// when it has one that completed its hello and was sent an older revision; it signs and encodes
+// once, under this session's own lock only, and reads nothing from the store. Safe to call from
+// any goroutine and for many nodes at once; a failed write ends the session and is logged.
+// It implements reconciler.SpecPusher.
+func (s *Server) PushSpec(ctx context.Context, nodeID string, rev int64, spec node.Spec) {
+	s.mu.Lock()
+	c := s.sessions[nodeID]
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.handshook || rev <= c.sentRev {
+		return
+	}
+	if err := s.sendSpecLocked(ctx, c, rev, spec); err != nil {
+		s.log.Info("push desired state", "node_id", nodeID, "err", err)
+		c.cancel()
+	}
+}
+
 // Close ends every session and waits for their handlers to return.
 func (s *Server) Close() {
 	s.mu.Lock()
@@ -415,6 +446,7 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 	}
 	s.emit(ctx, events.Core(events.TypeNodeConnected, c.nodeID, data, time.Now()))
 	s.cfg.OnChange("node.connected")
+	s.cfg.OnNodeChange("node.connected", c.nodeID)
 	for {
 		env, err := s.read(ctx, c)
 		if errors.Is(err, errTooLarge) {
@@ -592,6 +624,7 @@ func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {
 	s.seen(ctx, c, &applied)
 	if changed {
 		s.cfg.OnChange("status_report")
+		s.cfg.OnNodeChange("status_report", c.nodeID)
 	}
 }
 
@@ -610,12 +643,19 @@ func (s *Server) sendDesired(ctx context.Context, c *conn, force bool) error {
 	if !force && n.DesiredRev <= c.sentRev {
 		return nil
 	}
-	ds := node.DesiredState{Rev: n.DesiredRev, IssuedAt: time.Now().UTC(), Term: 1}
+	var spec node.Spec
 	if n.DesiredSpec != "" {
-		if err := json.Unmarshal([]byte(n.DesiredSpec), &ds.Spec); err != nil {
+		if err := json.Unmarshal([]byte(n.DesiredSpec), &spec); err != nil {
 			return fmt.Errorf("decode stored desired state of %s: %w", n.ID, err)
 		}
 	}
+	return s.sendSpecLocked(ctx, c, n.DesiredRev, spec)
+}
+
+// sendSpecLocked signs and sends rev with spec to c and records what was sent. c.mu must be
+// held.
+func (s *Server) sendSpecLocked(ctx context.Context, c *conn, rev int64, spec node.Spec) error {
+	ds := node.DesiredState{Rev: rev, IssuedAt: time.Now().UTC(), Term: 1, Spec: spec}
 	if ds.Spec.Workloads == nil {
 		ds.Spec.Workloads = []node.WorkloadSpec{}
 	}
@@ -631,13 +671,13 @@ func (s *Server) sendDesired(ctx context.Context, c *conn, force bool) error {
 	if err := s.write(ctx, c, node.TypeDesiredState, "", ds); err != nil {
 		return err
 	}
-	c.sentRev = n.DesiredRev
+	c.sentRev = rev
 	c.handshook = true
 	c.sentIDs = make([]string, 0, len(ds.Spec.Workloads))
 	for _, w := range ds.Spec.Workloads {
 		c.sentIDs = append(c.sentIDs, w.WorkloadID)
 	}
-	s.log.Debug("desired state sent", "node_id", c.nodeID, "rev", n.DesiredRev, "workloads", len(ds.Spec.Workloads))
+	s.log.Debug("desired state sent", "node_id", c.nodeID, "rev", rev, "workloads", len(ds.Spec.Workloads))
 	return nil
 }
 
