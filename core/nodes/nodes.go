@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -130,6 +131,11 @@ type Registry struct {
 	creds  *mongo.Collection // credentialDoc by digest
 	tokens *mongo.Collection
 	now    func() time.Time
+	// tokMu serialises join-token consumption on the embedded store, whose one process is this
+	// one: the consumption reads and updates by _id under it, instead of a filtered update
+	// that scans the collection (DESIGN section 4) or the store's lock shared by every
+	// compare-and-set.
+	tokMu sync.Mutex
 }
 
 // NewRegistry returns a Registry over s. now may be nil (time.Now).
@@ -199,18 +205,8 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 	now := r.now().UTC()
 	digest := identity.Digest(req.JoinToken)
 	nodeID := identity.NewID("nod_")
-	res := r.tokens.FindOneAndUpdate(ctx,
-		bson.M{"_id": digest, "used_at": bson.M{"$exists": false}, "expires_at": bson.M{"$gt": now}},
-		bson.M{"$set": bson.M{"used_at": now, "node_id": nodeID}})
-	if err := res.Err(); errors.Is(err, mongo.ErrNoDocuments) {
-		var jt joinToken
-		err := r.tokens.FindOne(ctx, bson.M{"_id": digest}).Decode(&jt)
-		if err == nil && jt.UsedAt != nil {
-			return nil, "", ErrJoinTokenUsed
-		}
-		return nil, "", ErrJoinTokenExpired
-	} else if err != nil {
-		return nil, "", fmt.Errorf("consume join token: %w", err)
+	if err := r.consumeJoinToken(ctx, digest, nodeID, now); err != nil {
+		return nil, "", err
 	}
 	cred, credDigest, err := identity.NewToken("brn_")
 	if err != nil {
@@ -244,6 +240,47 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 		return nil, "", fmt.Errorf("record node: %w", err)
 	}
 	return n, cred, nil
+}
+
+// consumeJoinToken marks the join token whose digest is digest used by nodeID at now, once.
+// Errors: ErrJoinTokenUsed, ErrJoinTokenExpired (also for an unknown token), or a store error.
+// On the embedded store it is a read and an update by _id under tokMu; elsewhere one
+// conditional update, atomic on the server.
+func (r *Registry) consumeJoinToken(ctx context.Context, digest, nodeID string, now time.Time) error {
+	if r.st.Embedded() {
+		r.tokMu.Lock()
+		defer r.tokMu.Unlock()
+		var jt joinToken
+		err := r.tokens.FindOne(ctx, bson.D{{Key: "_id", Value: digest}}).Decode(&jt)
+		switch {
+		case errors.Is(err, mongo.ErrNoDocuments):
+			return ErrJoinTokenExpired
+		case err != nil:
+			return fmt.Errorf("read join token: %w", err)
+		case jt.UsedAt != nil:
+			return ErrJoinTokenUsed
+		case !jt.ExpiresAt.After(now):
+			return ErrJoinTokenExpired
+		}
+		if _, err := r.tokens.UpdateOne(ctx, bson.D{{Key: "_id", Value: digest}}, bson.M{"$set": bson.M{"used_at": now, "node_id": nodeID}}); err != nil {
+			return fmt.Errorf("consume join token: %w", err)
+		}
+		return nil
+	}
+	res := r.tokens.FindOneAndUpdate(ctx,
+		bson.M{"_id": digest, "used_at": bson.M{"$exists": false}, "expires_at": bson.M{"$gt": now}},
+		bson.M{"$set": bson.M{"used_at": now, "node_id": nodeID}})
+	if err := res.Err(); errors.Is(err, mongo.ErrNoDocuments) {
+		var jt joinToken
+		err := r.tokens.FindOne(ctx, bson.M{"_id": digest}).Decode(&jt)
+		if err == nil && jt.UsedAt != nil {
+			return ErrJoinTokenUsed
+		}
+		return ErrJoinTokenExpired
+	} else if err != nil {
+		return fmt.Errorf("consume join token: %w", err)
+	}
+	return nil
 }
 
 var errBadKey = errors.New("not a base64 Ed25519 public key")
