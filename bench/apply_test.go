@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -281,4 +282,65 @@ func BenchmarkApplyToConverged(b *testing.B) {
 			got.total.Seconds(), p50.Seconds(), worst.Seconds(), got.each)
 		b.StartTimer()
 	}
+}
+
+// firstServed is the number of services BenchmarkApplyToFirst200 applies and times.
+const firstServed = 5
+
+// BenchmarkApplyToFirst200 measures, with berthd's default flags and its gateway plugin (berthd
+// on its embedded store, one berth-agent with the process driver, on loopback), the time from
+// the start of a service's apply to the first 200 answered through the gateway for its domain:
+// the whole path of an apply to serving, with examples/apps/hello already cached on the node (a
+// warm-up service of the same bundle runs first). It applies [firstServed] one-replica services
+// one after another, each timed alone, and reports their p50 and maximum. The scenario runs once
+// whatever b.N; run with -benchtime 1x.
+func BenchmarkApplyToFirst200(b *testing.B) {
+	bin := binaries(b)
+	hello := helloBundle(b)
+	gw := proctest.FreeAddr(b)
+	cl := startApplyCluster(b, bin, 1, "--gateway-listen", gw)
+	ctx := context.Background()
+	var buf bytes.Buffer
+	if _, _, err := bundle.Create(ctx, hello, &buf); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := cl.c.PushBundle(ctx, "default", "hello", &buf); err != nil {
+		b.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	serve := func(name string) time.Duration {
+		replicas := 1
+		t0 := time.Now()
+		if _, err := cl.c.ApplyService(ctx, "default", name, client.ServiceSpec{Bundle: "hello", Command: []string{"./hello"},
+			Domains: []string{name + ".localhost"}, Replicas: &replicas, HealthCheck: client.HealthCheck{Path: "/healthz", IntervalS: 1}}); err != nil {
+			b.Fatalf("apply %s: %v", name, err)
+		}
+		var took time.Duration
+		proctest.WaitForEvery(b, applyLimit, 10*time.Millisecond, name+" answering 200 through the gateway", func() (bool, string) {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+gw+"/", nil)
+			req.Host = name + ".localhost"
+			resp, err := hc.Do(req)
+			if err != nil {
+				return false, err.Error()
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return false, resp.Status
+			}
+			took = time.Since(t0)
+			return true, ""
+		})
+		return took
+	}
+	warm := serve("warm")
+	b.ResetTimer()
+	each := make([]time.Duration, firstServed)
+	for i := range each {
+		each[i] = serve(fmt.Sprintf("first-%d", i))
+	}
+	b.StopTimer()
+	slices.Sort(each)
+	b.ReportMetric(each[len(each)/2].Seconds(), "p50_s")
+	b.ReportMetric(each[len(each)-1].Seconds(), "max_s")
+	b.Logf("apply to first 200 through the gateway, default flags: warm-up (bundle fetched) %.2f s, then %v", warm.Seconds(), each)
 }
