@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -361,6 +362,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())
 	}
+	// Start-up (the store's recovery, compiling WebAssembly modules, launching plugins) peaks
+	// far above what berthd holds once running; hand that garbage back to the system now
+	// instead of over the minutes the runtime's background scavenger would take.
+	debug.FreeOSMemory()
 
 	select {
 	case <-ctx.Done():
