@@ -147,10 +147,11 @@ type simNode struct {
 	id, cred  string
 	connected atomic.Bool
 	dropped   atomic.Int64 // sessions that ended while the benchmark ran
-	gen       string       // env BENCH_GEN value to watch for
 	mu        sync.Mutex
-	sawAt     time.Time // when the node acknowledged a desired_state holding gen
-	wanted    string
+	sawAt     time.Time // when the node acknowledged a desired_state holding wanted
+	// wanted is the generation watched for: a workload with env BENCH_GEN=wanted, or a route
+	// whose hostname starts with "gen<wanted>-".
+	wanted string
 	// lastReport is the status_report answering the newest desired_state,
 	// repeated every 30 s as a real agent does.
 	lastReport node.StatusReport
@@ -301,6 +302,11 @@ func (s *simNode) session(ctx context.Context, u string, hc *http.Client, logSeq
 						s.sawAt = time.Now()
 					}
 				}
+				for _, r := range ds.Spec.Routes {
+					if strings.HasPrefix(r.Hostname, "gen"+s.wanted+"-") {
+						s.sawAt = time.Now()
+					}
+				}
 			}
 			s.mu.Unlock()
 			rep := node.StatusReport{AppliedRev: ds.Rev, Workloads: []node.WorkloadStatus{}}
@@ -396,7 +402,7 @@ const benchBudget = 9*time.Minute + 30*time.Second
 // berthd's CPU and, separately, this process's (the simulated nodes share
 // the machine). It reports the largest step held (all sessions up, none
 // dropped), berthd's and the simulated nodes' cores there, berthd's idle RSS
-// and its memory per session over idle. The whole benchmark stops at
+// and its memory per session added since the previous step. The whole benchmark stops at
 // [benchBudget] and reports the last step it finished.
 func BenchmarkSessions(b *testing.B) {
 	deadline := time.Now().Add(benchBudget)
@@ -407,23 +413,30 @@ func BenchmarkSessions(b *testing.B) {
 	time.Sleep(10 * time.Second) // let the fresh berthd settle before its idle memory is taken
 	base := d.rssBytes(b)
 	note(b, "berthd idle RSS %.1f MiB", base/(1<<20))
+	// Every node is enrolled before any session starts: each enrollment is a change-log entry
+	// that every live session is sent and acknowledges, so enrolling beside thousands of
+	// sessions measures the log's fan-out, not the sessions held.
+	sizes := steps("1000,5000")
+	all, rate := enroll(ctx, b, d, sizes[len(sizes)-1])
+	note(b, "enrolled %d nodes at %.0f nodes/s", len(all), rate)
+	seq, hash := d.logHead(ctx, b)
 	var nodes []*simNode
 	held, perSession, cores, simCores := 0, 0.0, 0.0, 0.0
-	for _, n := range steps("1000,5000") {
-		// A step needs its enrollment, up to 2 min to connect, 10 s to settle and 15 s to measure.
-		if time.Until(deadline) < 3*time.Minute {
+	prevN, prevRSS := 0, base
+	for _, n := range sizes {
+		// A step needs time to connect, 10 s to settle and 15 s to measure.
+		if time.Until(deadline) < 2*time.Minute {
 			note(b, "%d sessions: not started, %s of the budget left", n, time.Until(deadline).Round(time.Second))
 			break
 		}
-		more, rate := enroll(ctx, b, d, n-len(nodes))
-		note(b, "enrolled %d more nodes at %.0f nodes/s", len(more), rate)
-		seq, hash := d.logHead(ctx, b)
+		more := all[len(nodes):n]
 		for _, s := range more {
 			wg.Add(1)
 			go func() { defer wg.Done(); s.run(ctx, d, seq, hash) }()
 		}
 		nodes = append(nodes, more...)
-		if !waitConnected(b, nodes, min(2*time.Minute, time.Until(deadline)-30*time.Second)) {
+		// Connecting may take what the budget leaves but the settle and the measured window.
+		if !waitConnected(b, nodes, time.Until(deadline)-40*time.Second) {
 			c, _ := countConnected(nodes)
 			note(b, "%d sessions: only %d connected in time", n, c)
 			break
@@ -436,12 +449,16 @@ func BenchmarkSessions(b *testing.B) {
 		use, sim := (d.cpuSeconds(b)-cpu0)/span, (selfCPUSeconds(b)-self0)/span
 		rss := d.rssBytes(b)
 		c, dropAfter := countConnected(nodes)
-		note(b, "%d sessions: %d connected, %d dropped, berthd %.2f cores, simulated nodes %.2f cores, RSS %.0f MiB (idle %.0f MiB; %.1f KiB per session over idle)",
-			n, c, dropAfter-dropBefore, use, sim, rss/(1<<20), base/(1<<20), (rss-base)/float64(n)/1024)
+		// Per session: the slope from the previous step (the first step's over idle), since the
+		// idle figure holds heap the runtime has not returned yet, which the first sessions reuse.
+		slope := (rss - prevRSS) / float64(n-prevN)
+		note(b, "%d sessions: %d connected, %d dropped, berthd %.2f cores, simulated nodes %.2f cores, RSS %.0f MiB (idle %.0f MiB; %.1f KiB per session over idle, %.1f KiB per added session)",
+			n, c, dropAfter-dropBefore, use, sim, rss/(1<<20), base/(1<<20), (rss-base)/float64(n)/1024, slope/1024)
 		if c != n || dropAfter != dropBefore {
 			break
 		}
-		held, perSession, cores, simCores = n, (rss-base)/float64(n), use, sim
+		held, perSession, cores, simCores = n, slope, use, sim
+		prevN, prevRSS = n, rss
 	}
 	b.ReportMetric(float64(held), "sessions_held")
 	b.ReportMetric(cores, "berthd_cores_at_held")
@@ -454,9 +471,10 @@ func BenchmarkSessions(b *testing.B) {
 // and reports the enrollment rate; it places one replica on each (services of
 // at most 100 replicas, the API's cap) and measures, per node, the time from
 // the first apply's answer until the node acknowledged a desired_state holding
-// the workload (first placement on fresh nodes), then changes their
-// environment and measures the same for the new revision (a change). p50,
-// p99 and the last node of both. The whole benchmark is bounded by
+// the workload (first placement on fresh nodes), then gives every service a
+// domain and measures the same until each node's desired state carries the
+// route (a change that reaches every node without a rolling replacement).
+// p50, p99 and the last node of both, and berthd's CPU seconds for each. The whole benchmark is bounded by
 // [benchBudget]: a node that did not acknowledge by then counts at the time
 // the wait gave up, and *_acked says how many did.
 func BenchmarkFanOut(b *testing.B) {
@@ -493,6 +511,12 @@ func BenchmarkFanOut(b *testing.B) {
 	if _, err := d.c.PushBundle(ctx, "default", "app", &buf); err != nil {
 		b.Fatal(err)
 	}
+	// apply applies generation gen to every service: the first generation places them, a later
+	// one gives them the domain gen<gen>-fan<i>.localhost. A domain reaches every node holding
+	// the service's workloads as a route of its desired state without replacing the workload (it
+	// is not part of the attempt key, docs/reconciliation.md section 2), so the change measures
+	// the fan-out itself; a change of environment would be a rolling replacement, one replica
+	// at a time after the previous one is ready.
 	apply := func(gen string) time.Time {
 		for _, s := range nodes {
 			s.mu.Lock()
@@ -504,8 +528,11 @@ func BenchmarkFanOut(b *testing.B) {
 		var t0 time.Time
 		for i := 0; i*100 < n; i++ {
 			r := min(100, n-i*100)
-			if _, err := d.c.ApplyService(ctx, "default", fmt.Sprintf("fan%d", i), client.ServiceSpec{Bundle: "app", Command: []string{"./app"},
-				Env: map[string]string{"BENCH_GEN": gen}, Replicas: &r}); err != nil {
+			spec := client.ServiceSpec{Bundle: "app", Command: []string{"./app"}, Env: map[string]string{"BENCH_GEN": "1"}, Replicas: &r}
+			if gen != "1" {
+				spec.Domains = []string{fmt.Sprintf("gen%s-fan%d.localhost", gen, i)}
+			}
+			if _, err := d.c.ApplyService(ctx, "default", fmt.Sprintf("fan%d", i), spec); err != nil {
 				b.Fatal(err)
 			}
 			if t0.IsZero() {
@@ -541,16 +568,20 @@ func BenchmarkFanOut(b *testing.B) {
 		return lat[int(math.Ceil(p*float64(len(lat))))-1]
 	}
 	// The first placement may take at most half of what is left; the change the rest.
+	cpu0 := d.cpuSeconds(b)
 	t0 := apply("1")
 	first, firstAcked := wait(t0, time.Now().Add(time.Until(deadline)/2))
-	note(b, "first placement on %d nodes: %d acknowledged, p50 %s p99 %s last %s", n, firstAcked, pct(first, .5), pct(first, .99), first[n-1])
+	note(b, "first placement on %d nodes: %d acknowledged, p50 %s p99 %s last %s, berthd %.1f CPU s", n, firstAcked, pct(first, .5), pct(first, .99), first[n-1], d.cpuSeconds(b)-cpu0)
+	b.ReportMetric(d.cpuSeconds(b)-cpu0, "first_berthd_cpu_s")
 	b.ReportMetric(float64(pct(first, .5).Milliseconds()), "first_p50_ms")
 	b.ReportMetric(float64(pct(first, .99).Milliseconds()), "first_p99_ms")
 	b.ReportMetric(float64(firstAcked), "first_acked")
 	if firstAcked == n {
+		cpu0 = d.cpuSeconds(b)
 		t0 = apply("2")
 		lat, acked := wait(t0, deadline.Add(-20*time.Second))
-		note(b, "change on %d nodes: %d acknowledged, p50 %s p99 %s last %s", n, acked, pct(lat, .5), pct(lat, .99), lat[n-1])
+		note(b, "change on %d nodes: %d acknowledged, p50 %s p99 %s last %s, berthd %.1f CPU s", n, acked, pct(lat, .5), pct(lat, .99), lat[n-1], d.cpuSeconds(b)-cpu0)
+		b.ReportMetric(d.cpuSeconds(b)-cpu0, "change_berthd_cpu_s")
 		b.ReportMetric(float64(pct(lat, .5).Milliseconds()), "change_p50_ms")
 		b.ReportMetric(float64(pct(lat, .99).Milliseconds()), "change_p99_ms")
 		b.ReportMetric(float64(lat[n-1].Milliseconds()), "change_last_ms")
