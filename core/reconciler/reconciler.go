@@ -165,7 +165,7 @@ func (r *Reconciler) HintService(reason, serviceID string) {
 }
 
 // HintNode records a committed change about node nodeID (an accepted status report, a health
-// transition of its workloads, a session start or end) and wakes a focused pass for the node
+// transition of its workloads) and wakes a focused pass for the node
 // and every service with a workload on it. It never blocks; deduplicated as HintService.
 func (r *Reconciler) HintNode(reason, nodeID string) {
 	r.nodeQ.Add(nodeID)

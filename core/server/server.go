@@ -300,13 +300,21 @@ func Run(ctx context.Context, cfg Config) error {
 	sessions := session.New(session.Config{
 		Leases: leases, Nodes: reg, Catalog: cat, SigningKey: key, RetiredKeys: retired, ClusterID: clusterID, Logger: log, Events: evlog, Changelog: clog,
 		OnChange: func(reason string) {
-			// A session's start or end changes which nodes are schedulable: every service's
-			// placement may move, so the full pass is hinted too.
+			// A session's start or end changes which nodes are schedulable: any service's
+			// placement may move, which is the full pass's work.
 			if reason != "status_report" {
 				rec.Hint(reason)
 			}
 		},
-		OnNodeChange: func(reason, nodeID string) { rec.HintNode(reason, nodeID) },
+		OnNodeChange: func(reason, nodeID string) {
+			// A status report moves the node's workloads (observations, receipts): their
+			// services' work runs at once. A session's start or end changes nothing a focused
+			// pass would do (the session sends the desired state at hello itself), and a
+			// thousand nodes reconnecting must not each cost one.
+			if reason == "status_report" {
+				rec.HintNode(reason, nodeID)
+			}
+		},
 	})
 	rec = reconciler.New(reconciler.Config{
 		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: ext.compiler,
