@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/berthhq/berth/internal/version"
@@ -18,6 +20,7 @@ import (
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address the HTTP proxy listens on (host:port)")
+	stateDir := flag.String("state-dir", "", "directory keeping the applied route table across restarts (empty: memory only)")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
 	if *showVersion {
@@ -25,6 +28,11 @@ func main() {
 		return
 	}
 
+	// The gateway outlives berthd (docs/plugins.md section 5.3): once berthd
+	// is gone, writes to the stderr pipe it held fail with EPIPE, which by
+	// default would end this process with SIGPIPE. Ignored, a lost log line
+	// is all it costs.
+	signal.Ignore(syscall.SIGPIPE)
 	logger := provider.NewLogger(os.Stderr)
 	// The previous gateway may still be exiting after a crash of berthd.
 	ln, err := gateway.Listen(context.Background(), *listen, 3*time.Second)
@@ -34,6 +42,11 @@ func main() {
 		os.Exit(1)
 	}
 	proxy := gateway.NewProxy(logger)
+	plugin, err := gateway.OpenPlugin(proxy, *stateDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "[ERROR] berth-plugin-gateway: %v\n", err)
+		os.Exit(1)
+	}
 	srv := &http.Server{
 		Handler:           proxy,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -49,5 +62,5 @@ func main() {
 		}
 	}()
 	logger.Info("gateway listening", "addr", ln.Addr().String())
-	provider.Serve(gateway.NewPlugin(proxy))
+	provider.ServeDetachable(plugin)
 }
