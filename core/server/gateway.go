@@ -28,6 +28,11 @@ const (
 	// gatewayStateDir is the gateway's own state directory: its applied
 	// route table and its fencing and idempotency records.
 	gatewayStateDir = "gateway"
+	// gatewayAccessLog and gatewayMetricsSocket live in the state directory:
+	// the access log (rotated at 100 MiB, 5 kept) and the unix socket the
+	// gateway serves its metrics on (docs/plugins.md section 5.5).
+	gatewayAccessLog     = "access.log"
+	gatewayMetricsSocket = "metrics.sock"
 )
 
 // gatewaySink adapts the gateway provider to the reconciler: each route
@@ -40,6 +45,8 @@ const (
 type gatewaySink struct {
 	p   *plugin.Provider
 	gen uint64
+	// metricsSocket is where the gateway serves its metrics.
+	metricsSocket string
 }
 
 // startGateway reattaches to the gateway left running by the previous berthd
@@ -55,8 +62,11 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (gatewaySin
 	if err != nil {
 		return gatewaySink{}, err
 	}
+	state := filepath.Join(pdir, gatewayStateDir)
+	socket := filepath.Join(state, gatewayMetricsSocket)
 	h, err := plugin.LaunchProvider(ctx, entry.Apply(plugin.Config{
-		Args:         []string{"--listen", cfg.GatewayListen, "--state-dir", filepath.Join(pdir, gatewayStateDir)},
+		Args: []string{"--listen", cfg.GatewayListen, "--state-dir", state,
+			"--access-log", filepath.Join(state, gatewayAccessLog), "--metrics-socket", socket},
 		PidDir:       pdir,
 		ReattachPath: filepath.Join(pdir, gatewayReattachFile),
 		Logger:       log,
@@ -66,7 +76,7 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (gatewaySin
 	}
 	st := h.Status()
 	log.Info("gateway plugin running", "listen", cfg.GatewayListen, "pid", st.PID, "launches", st.Launches, "generation", gen)
-	return gatewaySink{p: h, gen: gen}, nil
+	return gatewaySink{p: h, gen: gen, metricsSocket: socket}, nil
 }
 
 // nextGatewayGeneration reads the generation at path, adds one and stores it

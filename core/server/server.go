@@ -267,6 +267,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ext.close()
 
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
 	var gw reconciler.RouteSink
 	var gwHandle *plugin.Provider
 	if cfg.GatewayListen != "off" {
@@ -278,10 +281,8 @@ func Run(ctx context.Context, cfg Config) error {
 		// way out berthd lets go of it, and the next start reattaches.
 		defer sink.p.Detach()
 		gw, gwHandle = sink, sink.p
+		metrics.MustRegister(newGatewayCollector(sink.metricsSocket, log))
 	}
-
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var rec *reconciler.Reconciler
 	retired, err := identity.RetiredSigningKeys(cfg.DataDir)

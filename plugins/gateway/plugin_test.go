@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/pluginapi"
@@ -147,5 +149,46 @@ func TestOpenPluginRefusesACorruptTable(t *testing.T) {
 	}
 	if _, err := gateway.OpenPlugin(gateway.NewProxy(nil), dir); err == nil {
 		t.Fatal("OpenPlugin accepted a corrupt stored table")
+	}
+}
+
+// TestWatchStateDir: removing the state directory, replacing it with
+// another one, or a second gateway marking it is reported once.
+func TestWatchStateDir(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"remove", "replace", "take over"} {
+		dir := filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		got := make(chan string, 2)
+		if err := gateway.WatchStateDir(ctx, dir, 10*time.Millisecond, func(reason string) { got <- reason }); err != nil {
+			t.Fatal(err)
+		}
+		switch how {
+		case "remove", "replace":
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			if how == "replace" {
+				if err := os.Mkdir(dir, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case "take over":
+			if err := gateway.WatchStateDir(ctx, dir, time.Hour, func(string) {}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case r := <-got:
+			if !strings.Contains(r, dir) {
+				t.Errorf("reason %q does not name the directory", r)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: the watch never reported", how)
+		}
 	}
 }
