@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -23,6 +24,9 @@ import (
 	"github.com/berthhq/berth/plugins/gateway"
 	"github.com/berthhq/berth/sdk/provider"
 )
+
+// gcPercent is the gateway's GOGC unless the environment sets one.
+const gcPercent = 400
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address the HTTP proxy listens on (host:port)")
@@ -42,6 +46,11 @@ func main() {
 	// default would end this process with SIGPIPE. Ignored, a lost log line
 	// is all it costs.
 	signal.Ignore(syscall.SIGPIPE)
+	if os.Getenv("GOGC") == "" {
+		// The proxy's heap is small and short-lived; collecting less often
+		// trades a few MiB for CPU on every request.
+		debug.SetGCPercent(gcPercent)
+	}
 	logger := provider.NewLogger(os.Stderr)
 	fail := func(err error) {
 		// "[ERROR]" makes the host log this line at error level.
