@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -220,6 +221,63 @@ health_check: {path: /healthz, interval_s: 1}
 		t.Fatalf("gateway pid changed from %d to %d", pid, got)
 	}
 	t.Logf("%d requests through the gateway, none failed, gateway pid %d throughout", ok, pid)
+
+	// berthd's /metrics carries the gateway's counts, which went on while
+	// berthd was away (docs/plugins.md section 5.5).
+	var served float64
+	waitFor(t, converge, "gateway requests on berthd's /metrics", func() (bool, string) {
+		served = gatewayRequests(t, cl, "default/hello")
+		return served >= float64(ok), fmt.Sprintf("%v of %d", served, ok)
+	})
+	// The access log has one JSON line per request, with a request id.
+	raw, err := os.ReadFile(filepath.Join(cl.dir, "berthd", "plugins", "gateway", "access.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	var line struct {
+		Host      string `json:"host"`
+		Status    int    `json:"status"`
+		RequestID string `json:"request_id"`
+		Upstream  string `json:"upstream"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &line); err != nil || line.RequestID == "" || line.Upstream == "" || line.Status == 0 {
+		t.Fatalf("last access log line %q: %+v, %v", lines[len(lines)-1], line, err)
+	}
+	if int64(len(lines)) < ok-int64(2*maxAccessLogLag) {
+		t.Fatalf("access log has %d lines for %d requests", len(lines), ok)
+	}
+}
+
+// maxAccessLogLag bounds how many lines may still sit in the gateway's
+// access log buffer (it writes out every second) when the test reads it.
+const maxAccessLogLag = 200
+
+// gatewayRequests sums berth_gateway_requests_total of service on berthd's
+// /metrics.
+func gatewayRequests(t *testing.T, cl *cluster, service string) float64 {
+	t.Helper()
+	hc, err := client.PinnedHTTPClient(cl.fingerprint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Get(cl.url + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var sum float64
+	for _, l := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(l, "berth_gateway_requests_total{") || !strings.Contains(l, `service="`+service+`"`) || !strings.Contains(l, `code_class="2xx"`) {
+			continue
+		}
+		f := strings.Fields(l)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
 }
 
 // wantGatewayPID checks that berthd runs the gateway at pid: its reattach

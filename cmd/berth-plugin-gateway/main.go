@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -112,6 +113,9 @@ func main() {
 // serveMetrics serves reg on /metrics over the unix socket at path (0600),
 // replacing a socket left by a previous gateway.
 func serveMetrics(path string, reg *prometheus.Registry) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("metrics socket: %w", err)
+	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("metrics socket: %w", err)
 	}
