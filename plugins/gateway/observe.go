@@ -103,10 +103,11 @@ func putRecorder(rec *recorder) {
 // Header implements http.ResponseWriter.
 func (rec *recorder) Header() http.Header { return rec.w.Header() }
 
-// WriteHeader implements http.ResponseWriter. The final status adds the
-// request id to the response unless the upstream set one.
+// WriteHeader implements http.ResponseWriter. The final status (or 101
+// Switching Protocols, after which the connection is the upstream's) adds
+// the request id to the response unless the upstream set one.
 func (rec *recorder) WriteHeader(code int) {
-	if code >= 200 && rec.status == 0 {
+	if (code >= 200 || code == http.StatusSwitchingProtocols) && rec.status == 0 {
 		rec.status = code
 		h := rec.w.Header()
 		if _, ok := h[RequestIDHeader]; !ok {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -275,5 +276,70 @@ func TestStreamRouteFlushesEveryWrite(t *testing.T) {
 	rest, _ := io.ReadAll(br)
 	if string(rest) != "second\n" {
 		t.Fatalf("rest %q", rest)
+	}
+}
+
+// TestUpgradeThroughRecorder: a protocol upgrade (as WebSocket does) passes
+// through the gateway's response recorder: 101, then bytes both ways, and
+// the access log records the 101.
+func TestUpgradeThroughRecorder(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "want an upgrade", http.StatusBadRequest)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		_ = brw.Flush()
+		line, err := brw.ReadString('\n')
+		if err != nil {
+			return
+		}
+		_, _ = brw.WriteString(line)
+		_ = brw.Flush()
+	}))
+	t.Cleanup(up.Close)
+	var logBuf syncbuf.Buffer
+	p := NewProxyWithConfig(Config{AccessLog: &logBuf})
+	p.SetTable(oneRoute(healthy("wl_1", addr(up))))
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+
+	conn, err := net.DialTimeout("tcp", srv.Listener.Addr().String(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: "+testHost+"\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade answer %v, %v; want 101", resp, err)
+	}
+	if _, err := io.WriteString(conn, "ping\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := br.ReadString('\n'); err != nil || got != "ping\n" {
+		t.Fatalf("echo %q, %v", got, err)
+	}
+	conn.Close()
+	// The upgraded request ends when the tunnel closes; then it is logged.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logBuf.String(), `"status":101`) {
+		if time.Now().After(deadline) {
+			p.Close()
+			t.Fatalf("access log after the upgrade: %q", logBuf.String())
+		}
+		p.Close() // flushes; later lines are written through
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -236,6 +236,16 @@ func (p *Proxy) newReverseProxy(addr string, tr http.RoundTripper, stream bool) 
 				rec.err = err
 			}
 		},
+		// A 101 is written on the hijacked connection, never through the
+		// recorder: note it for the access log and the metrics.
+		ModifyResponse: func(res *http.Response) error {
+			if res.StatusCode == http.StatusSwitchingProtocols {
+				if rec, ok := res.Request.Context().Value(upgradeKey{}).(*recorder); ok {
+					rec.status = res.StatusCode
+				}
+			}
+			return nil
+		},
 	}
 	if stream {
 		rp.FlushInterval = -1 // the route asks for every write at once
@@ -369,6 +379,9 @@ func (p *Proxy) serve(w *recorder, r *http.Request) {
 			"no healthy upstream", fmt.Sprintf("no workload of the service at host %q is healthy", host))
 		return
 	}
+	if r.Header.Get("Upgrade") != "" {
+		r = r.WithContext(context.WithValue(r.Context(), upgradeKey{}, w))
+	}
 	start := rt.next.Add(1) - 1
 	var err error
 	for i := range n {
@@ -395,6 +408,9 @@ func (p *Proxy) serve(w *recorder, r *http.Request) {
 	writeProblem(w, http.StatusBadGateway, abierrors.BadGateway, "bad-gateway",
 		"bad gateway", fmt.Sprintf("no upstream of the service at host %q could be reached", host))
 }
+
+// upgradeKey carries the *recorder of an upgrade request to ModifyResponse.
+type upgradeKey struct{}
 
 // timedOut reports whether err, a failed round trip, is a timeout of the
 // gateway's own (connect or response headers) rather than a refusal, a
