@@ -247,6 +247,10 @@ health_check: {path: /healthz, interval_s: 1}
 	if int64(len(lines)) < ok-int64(2*maxAccessLogLag) {
 		t.Fatalf("access log has %d lines for %d requests", len(lines), ok)
 	}
+	// Its own log is in its state directory too, since stderr died with the first berthd.
+	if own, err := os.ReadFile(filepath.Join(cl.dir, "berthd", "plugins", "gateway", "gateway.log")); err != nil || !strings.Contains(string(own), "gateway listening") {
+		t.Fatalf("gateway.log: %v\n%s", err, own)
+	}
 }
 
 // maxAccessLogLag bounds how many lines may still sit in the gateway's

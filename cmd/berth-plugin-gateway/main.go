@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -35,6 +36,7 @@ func main() {
 	accessLog := flag.String("access-log", "", "file receiving one JSON line per request, rotated by size (empty: none)")
 	accessLogMB := flag.Int("access-log-max-mb", 100, "size in MiB at which the access log is rotated")
 	accessLogKeep := flag.Int("access-log-keep", 5, "rotated access logs kept")
+	logFile := flag.String("log-file", "", "file receiving the gateway's own log as well as stderr, rotated by size (empty: stderr only)")
 	metricsSocket := flag.String("metrics-socket", "", "unix socket serving the gateway's Prometheus metrics on /metrics (empty: none)")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
@@ -52,7 +54,15 @@ func main() {
 		// trades a few MiB for CPU on every request.
 		debug.SetGCPercent(gcPercent)
 	}
-	logger := provider.NewLogger(os.Stderr)
+	var logOut io.Writer = os.Stderr
+	if *logFile != "" {
+		// Once berthd is gone nobody reads stderr, and a berthd that
+		// reattaches never gets it back: the file keeps the log meanwhile.
+		lf := &lumberjack.Logger{Filename: *logFile, MaxSize: 20, MaxBackups: 3}
+		defer lf.Close()
+		logOut = io.MultiWriter(bestEffort{lf}, bestEffort{os.Stderr})
+	}
+	logger := provider.NewLogger(logOut)
 	fail := func(err error) {
 		// "[ERROR]" makes the host log this line at error level.
 		fmt.Fprintf(os.Stderr, "[ERROR] berth-plugin-gateway: %v\n", err)
@@ -108,6 +118,15 @@ func main() {
 	}()
 	logger.Info("gateway listening", "addr", ln.Addr().String(), "access_log", *accessLog, "metrics_socket", *metricsSocket)
 	provider.ServeDetachable(plugin)
+}
+
+// bestEffort is a writer whose failures are dropped, so that one dead
+// destination of a tee does not silence the others.
+type bestEffort struct{ w io.Writer }
+
+func (b bestEffort) Write(p []byte) (int, error) {
+	_, _ = b.w.Write(p)
+	return len(p), nil
 }
 
 // serveMetrics serves reg on /metrics over the unix socket at path (0600),

@@ -33,6 +33,9 @@ const (
 	// gateway serves its metrics on (docs/plugins.md section 5.5).
 	gatewayAccessLog     = "access.log"
 	gatewayMetricsSocket = "metrics.sock"
+	// gatewayLog is the gateway's own log, also sent to berthd over stderr
+	// while berthd is there to read it.
+	gatewayLog = "gateway.log"
 )
 
 // gatewaySink adapts the gateway provider to the reconciler: each route
@@ -66,7 +69,8 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (gatewaySin
 	socket := filepath.Join(state, gatewayMetricsSocket)
 	h, err := plugin.LaunchProvider(ctx, entry.Apply(plugin.Config{
 		Args: []string{"--listen", cfg.GatewayListen, "--state-dir", state,
-			"--access-log", filepath.Join(state, gatewayAccessLog), "--metrics-socket", socket},
+			"--access-log", filepath.Join(state, gatewayAccessLog), "--metrics-socket", socket,
+			"--log-file", filepath.Join(state, gatewayLog)},
 		PidDir:       pdir,
 		ReattachPath: filepath.Join(pdir, gatewayReattachFile),
 		Logger:       log,

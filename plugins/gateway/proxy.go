@@ -214,6 +214,10 @@ func (p *Proxy) transportLocked(t routes.Timeouts) *http.Transport {
 	return tr
 }
 
+// bufferedFlush is the longest a written part of a response of known length
+// waits in the gateway's buffers before it is flushed to the client.
+const bufferedFlush = 100 * time.Millisecond
+
 // newReverseProxy returns the reverse proxy that forwards to addr over tr.
 // A failed round trip is recorded in the *recorder it writes to, so the
 // caller can retry or answer; nothing reaches the client then.
@@ -226,9 +230,12 @@ func (p *Proxy) newReverseProxy(addr string, tr http.RoundTripper, stream bool) 
 			pr.SetXForwarded()
 		},
 		Transport: tr,
-		// Zero: ReverseProxy flushes at once for text/event-stream and for
-		// responses of unknown length, and otherwise writes full buffers.
-		FlushInterval: 0,
+		// ReverseProxy flushes at once for text/event-stream and for
+		// responses of unknown length; others are flushed at most
+		// bufferedFlush after a write, so a small answer goes out in one
+		// write at its end and a slow one with a Content-Length still
+		// trickles.
+		FlushInterval: bufferedFlush,
 		BufferPool:    p.buffers,
 		ErrorLog:      p.errLog,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
