@@ -130,9 +130,10 @@ func startBerthd(t *testing.T, cl *cluster) {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	cl := &cluster{dir: t.TempDir(), api: proctest.FreeAddr(t), gateway: proctest.FreeAddr(t)}
-	// Registered first, so it runs last: workloads outlive the agent by
-	// design, and a test must leave no process behind.
-	t.Cleanup(func() { cl.killWorkloads(t) })
+	// Registered first, so it runs last: workloads outlive the agent and the
+	// gateway outlives berthd by design, and a test must leave no process
+	// behind.
+	t.Cleanup(func() { cl.killWorkloads(t); cl.killGateway(t) })
 	startBerthd(t, cl)
 	t.Cleanup(func() { cl.dumpLogs(t) })
 	return cl

@@ -57,7 +57,7 @@ func (cl *cluster) berthOK(t *testing.T, token, stdin string, args ...string) st
 func TestIdentityHumanAndDeployToken(t *testing.T) {
 	ctx := context.Background()
 	cl := &cluster{dir: t.TempDir(), api: proctest.FreeAddr(t), gateway: proctest.FreeAddr(t)}
-	t.Cleanup(func() { cl.killWorkloads(t) })
+	t.Cleanup(func() { cl.killWorkloads(t); cl.killGateway(t) })
 	cmd := exec.Command(filepath.Join(env.bin, "berthd"), "--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api,
 		"--gateway-listen", cl.gateway, "--log-level", "debug", "--sweep-floor", "1s", "--bootstrap-admin", "alice")
 	cmd.Stdin = strings.NewReader(alicePassword + "\n")

@@ -127,7 +127,7 @@ func TestAgentUpgradeSkewAndRollback(t *testing.T) {
 	}
 
 	cl := &cluster{dir: t.TempDir(), api: proctest.FreeAddr(t), gateway: proctest.FreeAddr(t)}
-	t.Cleanup(func() { cl.killWorkloads(t) })
+	t.Cleanup(func() { cl.killWorkloads(t); cl.killGateway(t) })
 	cl.berthd = proctest.Start(t, filepath.Join(cl.dir, "berthd.log"), berthd,
 		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway,
 		"--plugin-dir", env.bin, "--release-dir", rel, "--log-level", "debug", "--sweep-floor", "1s")
@@ -407,7 +407,7 @@ func TestDriverPluginUpgrade(t *testing.T) {
 	buildAt(t, newPlug, "0.4.1", "./cmd/berth-plugin-process")
 
 	cl := &cluster{dir: t.TempDir(), api: proctest.FreeAddr(t), gateway: proctest.FreeAddr(t)}
-	t.Cleanup(func() { cl.killWorkloads(t) })
+	t.Cleanup(func() { cl.killWorkloads(t); cl.killGateway(t) })
 	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd",
 		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway,
 		"--release-dir", rel, "--log-level", "info", "--sweep-floor", "1s")

@@ -44,7 +44,8 @@ const (
 const (
 	NoRoute           Code = "no_route"            // no service is routed at the request's host
 	NoHealthyUpstream Code = "no_healthy_upstream" // the route has no healthy upstream
-	BadGateway        Code = "bad_gateway"         // every upstream tried failed
+	BadGateway        Code = "bad_gateway"         // the upstream tried last refused the connection or broke it before answering (502)
+	GatewayTimeout    Code = "gateway_timeout"     // the upstream tried last did not accept or answer within the route's timeouts (504)
 	SourceNotAllowed  Code = "source_not_allowed"  // the client's address is outside the route's allow_sources (403)
 	TLSUnavailable    Code = "tls_unavailable"     // the route's tls_mode needs TLS the gateway does not serve (421)
 )
@@ -205,6 +206,7 @@ var statuses = map[Code]int{
 	NoRoute:              http.StatusNotFound,
 	NoHealthyUpstream:    http.StatusServiceUnavailable,
 	BadGateway:           http.StatusBadGateway,
+	GatewayTimeout:       http.StatusGatewayTimeout,
 	SourceNotAllowed:     http.StatusForbidden,
 	TLSUnavailable:       http.StatusMisdirectedRequest,
 	PolicyDenied:         http.StatusForbidden,

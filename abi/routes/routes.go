@@ -34,6 +34,45 @@ type Route struct {
 	// the TCP peer, never a forwarded header, and refuses others with 403
 	// source_not_allowed (docs/plugins.md section 5).
 	AllowSources []string `json:"allow_sources,omitempty"`
+	// Timeouts bound the gateway's exchanges with the route's upstreams;
+	// zero fields mean the gateway's defaults (docs/plugins.md section 5.4).
+	Timeouts Timeouts `json:"timeouts,omitzero"`
+	// Stream reports whether the gateway sends every write of an upstream's
+	// response on at once, whatever its type and length. Without it only
+	// text/event-stream and responses of unknown length are streamed so;
+	// others are written in full buffers (docs/plugins.md section 5.2).
+	Stream bool `json:"stream,omitempty"`
+}
+
+// MaxTimeoutMS is the largest timeout a route (and a service) may set: one
+// hour, in milliseconds.
+const MaxTimeoutMS = 3_600_000
+
+// Timeouts are a route's upstream timeouts, in milliseconds; zero means the
+// gateway's default, negative and values above MaxTimeoutMS are refused by
+// [Timeouts.Validate] (docs/plugins.md section 5.4).
+type Timeouts struct {
+	// ConnectMS bounds the TCP connect to one upstream (default 5,000).
+	ConnectMS int64 `json:"connect_ms,omitempty" bson:"connect_ms,omitempty"`
+	// ResponseHeaderMS bounds the wait for the upstream's response headers
+	// once the request is written (default 60,000).
+	ResponseHeaderMS int64 `json:"response_header_ms,omitempty" bson:"response_header_ms,omitempty"`
+	// IdleMS is how long a kept-alive upstream connection may stay unused
+	// before the gateway closes it (default 90,000).
+	IdleMS int64 `json:"idle_ms,omitempty" bson:"idle_ms,omitempty"`
+}
+
+// Validate reports the first field outside 0..MaxTimeoutMS, naming it.
+func (t Timeouts) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"connect_ms", t.ConnectMS}, {"response_header_ms", t.ResponseHeaderMS}, {"idle_ms", t.IdleMS}} {
+		if f.v < 0 || f.v > MaxTimeoutMS {
+			return fmt.Errorf("timeouts.%s is %d; want 0 (the default) to %d milliseconds", f.name, f.v, MaxTimeoutMS)
+		}
+	}
+	return nil
 }
 
 // TLS modes of a route (docs/wasm-abi.md section 6.2). A mode outside these
@@ -76,6 +115,9 @@ func (t Table) Validate() error {
 		seen[h] = true
 		if h != strings.ToLower(h) || strings.HasSuffix(h, ".") || strings.ContainsAny(h, ":/[] ") {
 			return fmt.Errorf("route %s: hostname must be lower case, without port or trailing dot", h)
+		}
+		if err := r.Timeouts.Validate(); err != nil {
+			return fmt.Errorf("route %s: %w", h, err)
 		}
 		if !KnownTLSMode(r.TLSMode) {
 			return fmt.Errorf("route %s: unknown tls_mode %q (want %q, %q or %q)", h, r.TLSMode, TLSNone, TLSACME, TLSPassthrough)

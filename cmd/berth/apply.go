@@ -29,6 +29,7 @@ type serviceFile struct {
 	Domains          []string          `json:"domains,omitempty" yaml:"domains"`
 	Replicas         *int              `json:"replicas,omitempty" yaml:"replicas"`
 	HealthCheck      healthCheckFile   `json:"health_check" yaml:"health_check"`
+	Timeouts         timeoutsFile      `json:"timeouts,omitzero" yaml:"timeouts"`
 	ExpectedRevision *int64            `json:"expected_revision,omitempty" yaml:"expected_revision"`
 
 	// The stateful fields (docs/api.md "Leases").
@@ -47,6 +48,13 @@ type serviceFile struct {
 type leaseFile struct {
 	Mode       string `json:"mode,omitempty" yaml:"mode"`
 	DurationMS int64  `json:"duration_ms,omitempty" yaml:"duration_ms"`
+}
+
+// timeoutsFile is the timeouts block of a serviceFile (docs/plugins.md section 5.4).
+type timeoutsFile struct {
+	ConnectMS        int64 `json:"connect_ms,omitempty" yaml:"connect_ms"`
+	ResponseHeaderMS int64 `json:"response_header_ms,omitempty" yaml:"response_header_ms"`
+	IdleMS           int64 `json:"idle_ms,omitempty" yaml:"idle_ms"`
 }
 
 // healthCheckFile is the health_check block of a serviceFile.
@@ -76,6 +84,8 @@ func (f serviceFile) spec() client.ServiceSpec {
 			TimeoutS:  f.HealthCheck.TimeoutS,
 			Failures:  f.HealthCheck.Failures,
 		},
+		Timeouts: client.Timeouts{ConnectMS: f.Timeouts.ConnectMS, ResponseHeaderMS: f.Timeouts.ResponseHeaderMS,
+			IdleMS: f.Timeouts.IdleMS},
 		ExpectedRevision: f.ExpectedRevision,
 		PlacementMode:    f.PlacementMode,
 		Container: client.Container{Runtime: f.Runtime, Image: f.Image, User: f.User,
@@ -102,6 +112,8 @@ JSON (one object, several objects in a row, or an array). Fields:
   domains            list of domains routed to the service
   replicas           number of replicas
   health_check       {path, interval_s, timeout_s, failures}
+  timeouts           gateway timeouts in ms {connect_ms, response_header_ms,
+                     idle_ms}; defaults 5000, 60000, 90000
   expected_revision  apply only if the stored revision is this (0: must not exist)
   placement_mode     "portable" (default) or "stateful": at most one replica, run
                      on one node at a time under a lease with a fencing token

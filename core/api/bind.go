@@ -227,6 +227,9 @@ func validateService(spec *serviceSpec) error {
 		seen[d] = true
 		spec.Domains[i] = d
 	}
+	if err := spec.Timeouts.Validate(); err != nil {
+		return fail("%s", err.Error())
+	}
 	h := spec.HealthCheck
 	if h.Path != "" && !strings.HasPrefix(h.Path, "/") {
 		return fail("health_check.path must start with '/'")

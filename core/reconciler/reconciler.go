@@ -865,12 +865,16 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 	}
 	in := routes.Input{}
 	deleting := map[string]bool{}
+	timeouts := map[[2]string]abiroutes.Timeouts{} // by project and service name
 	for _, s := range svcs {
 		if s.Deleting { // a deleting service's routes are withdrawn (docs/reconciliation.md section 9)
 			deleting[s.ID] = true
 			continue
 		}
 		in.Services = append(in.Services, routes.Service{ID: s.ID, Project: s.Project, Name: s.Name, Domains: s.Domains})
+		if s.Timeouts != (abiroutes.Timeouts{}) {
+			timeouts[[2]string{s.Project, s.Name}] = s.Timeouts
+		}
 	}
 	for _, w := range wls {
 		if deleting[w.ServiceID] || w.DesiredStatus != services.DesiredRunning {
@@ -880,6 +884,13 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 			Address: w.Address, ObservedStatus: w.ObservedStatus, Health: w.Health})
 	}
 	t, err := r.cfg.Compiler.Compile(ctx, in)
+	// A service's gateway timeouts ride on its routes whatever compiler made
+	// them (docs/plugins.md section 5.4); the digest below covers them.
+	for i := range t.Routes {
+		if to, ok := timeouts[[2]string{t.Routes[i].Project, t.Routes[i].Service}]; ok {
+			t.Routes[i].Timeouts = to
+		}
+	}
 	by := describe(r.cfg.Compiler)
 	r.mu.Lock()
 	if err != nil {

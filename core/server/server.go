@@ -268,28 +268,22 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ext.close()
 
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
 	var gw reconciler.RouteSink
 	var gwHandle *plugin.Provider
 	if cfg.GatewayListen != "off" {
-		entry, err := plugin.ResolveProvider(cfg.PluginDir, "gateway")
+		sink, err := startGateway(ctx, cfg, log)
 		if err != nil {
-			return fmt.Errorf("gateway plugin: %w", err)
+			return err
 		}
-		gwHandle, err = plugin.LaunchProvider(ctx, entry.Apply(plugin.Config{
-			Args:   []string{"--listen", cfg.GatewayListen},
-			PidDir: filepath.Join(cfg.DataDir, "plugins"),
-			Logger: log,
-		}))
-		if err != nil {
-			return fmt.Errorf("start gateway plugin: %w", err)
-		}
-		defer gwHandle.Close()
-		gw = gatewaySink{gwHandle}
-		log.Info("gateway plugin started", "listen", cfg.GatewayListen)
+		// The gateway outlives berthd (docs/plugins.md section 5.3): on the
+		// way out berthd lets go of it, and the next start reattaches.
+		defer sink.p.Detach()
+		gw, gwHandle = sink, sink.p
+		metrics.MustRegister(newGatewayCollector(sink.metricsSocket, log))
 	}
-
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var rec *reconciler.Reconciler
 	retired, err := identity.RetiredSigningKeys(cfg.DataDir)

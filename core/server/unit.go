@@ -106,6 +106,9 @@ RestartSec=5s
 # that a restart cannot fix.
 RestartPreventExitStatus=%[3]d
 TimeoutStopSec=30s
+# Stop and restart end berthd alone: the gateway outlives it and is
+# reattached by the next start (docs/plugins.md section 5.3).
+KillMode=process
 # One descriptor per node session, API client and gateway connection pair.
 LimitNOFILE=%[4]d
 %[5]sReadWritePaths=%[6]s

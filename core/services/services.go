@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
@@ -118,6 +119,11 @@ type Service struct {
 	Domains      []string          `bson:"domains"`
 	Replicas     int               `bson:"replicas"`
 	HealthCheck  HealthCheck       `bson:"health_check"`
+	// Timeouts are the gateway's timeouts towards the service's workloads,
+	// copied onto its routes (docs/plugins.md section 5.4); zero fields take
+	// the gateway's defaults. Not part of the invocation: a change reroutes
+	// without a rollout.
+	Timeouts routes.Timeouts `bson:"timeouts,omitempty"`
 	// Labels and CapacityUnits (per replica) are read by admission policies.
 	Labels        map[string]string `bson:"labels,omitempty"`
 	CapacityUnits int               `bson:"capacity_units,omitempty"`

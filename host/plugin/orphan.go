@@ -12,6 +12,9 @@ import (
 	"time"
 )
 
+// reapWait bounds the wait for a killed leftover process to be gone.
+const reapWait = 5 * time.Second
+
 // pidRecord is what a handle writes to Config.PidDir/<Name>.pid about its
 // current process: enough to find it again and to tell it from a process
 // that got the same pid later.
@@ -91,7 +94,7 @@ func (s *supervisor) reapOrphan() error {
 	if err := syscall.Kill(rec.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("kill orphan %d: %w", rec.PID, err)
 	}
-	if err := waitGone(rec.PID, rec.StartTicks, 5*time.Second); err != nil {
+	if err := waitGone(rec.PID, rec.StartTicks, reapWait); err != nil {
 		return err
 	}
 	s.removePidFile()

@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"syscall"
 	"time"
 
 	goplugin "github.com/hashicorp/go-plugin"
@@ -98,6 +99,17 @@ type Config struct {
 	// process (<Name>.pid), so that the next host start reaps a process its
 	// predecessor left behind. Empty disables the record and the reaping.
 	PidDir string
+	// ReattachPath, when set, lets the plugin process outlive this handle and
+	// the host process (docs/plugins.md section 2.8): the process is started
+	// in its own process group, a record of it (pid, start time, address,
+	// negotiated version, SHA-256 of the binary it runs, arguments) is written
+	// here (0600, atomically) after every launch, the first launch of a new
+	// handle reconnects to the recorded process instead of starting one when
+	// it is alive, runs a binary hashing to SHA256 and was started with the
+	// same Path and Args, and [Provider.Detach] leaves it running. A recorded
+	// process that fails any of these checks is killed and a new one is
+	// launched. Empty: the process lives and dies with the handle.
+	ReattachPath string
 	// Logger receives the handle's logs and the plugin's; nil discards them.
 	Logger *slog.Logger
 	// CallTimeout bounds every call whose ctx has no deadline; zero means
@@ -221,6 +233,9 @@ type supervisor struct {
 	// itself (an unhealthy window that ran out); supervise records it as the
 	// crash's cause. mu must be held.
 	restartCause error
+	// detached reports whether detach ran: the process was left running on
+	// purpose, so close must not remove its records. mu must be held.
+	detached bool
 }
 
 func newSupervisor(cfg Config, spec kindSpec) (*supervisor, error) {
@@ -271,15 +286,28 @@ func newSupervisor(cfg Config, spec kindSpec) (*supervisor, error) {
 
 // start launches the first process under ctx and starts supervising it.
 func (s *supervisor) start(ctx context.Context) error {
-	if err := s.reapOrphan(); err != nil {
-		s.log.Warn("could not reap a plugin process left by a previous host", "error", err)
+	var client *goplugin.Client
+	var impl any
+	var negotiated int
+	var err error
+	if s.cfg.ReattachPath != "" {
+		client, impl, negotiated, err = s.reattach(ctx)
+		if err != nil && !errors.Is(err, errNoRecord) {
+			s.log.Warn("could not reattach to the recorded plugin process; launching a new one", "error", err)
+		}
 	}
-	client, impl, err := s.launch(ctx)
-	if err != nil {
-		s.cancel()
-		return err
+	if client == nil {
+		if err := s.reapOrphan(); err != nil {
+			s.log.Warn("could not reap a plugin process left by a previous host", "error", err)
+		}
+		client, impl, err = s.launch(ctx)
+		if err != nil {
+			s.cancel()
+			return err
+		}
+		negotiated = client.NegotiatedVersion()
 	}
-	if !s.install(client, impl) {
+	if !s.install(client, impl, negotiated) {
 		return fmt.Errorf("launch plugin %s: closed: %w", s.cfg.Name, ErrUnavailable)
 	}
 	s.wg.Add(1)
@@ -290,7 +318,7 @@ func (s *supervisor) start(ctx context.Context) error {
 // install makes a launched plugin current, starts watching its health and
 // runs the installed hook. It reports false, after killing the process, when
 // the handle was closed.
-func (s *supervisor) install(client *goplugin.Client, impl any) bool {
+func (s *supervisor) install(client *goplugin.Client, impl any, negotiated int) bool {
 	s.mu.Lock()
 	if s.life.Err() != nil {
 		s.mu.Unlock()
@@ -301,9 +329,10 @@ func (s *supervisor) install(client *goplugin.Client, impl any) bool {
 	s.status.Launches++
 	s.status.State = StateRunning
 	s.status.PID = pidOf(client)
-	s.status.APIVersion = client.NegotiatedVersion()
+	s.status.APIVersion = negotiated
 	s.mu.Unlock()
 	s.writePidFile(pidOf(client))
+	s.writeReattach(client, negotiated)
 	s.wg.Add(1)
 	go s.watchHealth(impl)
 	if s.installed != nil {
@@ -429,6 +458,11 @@ func (s *supervisor) launch(ctx context.Context) (*goplugin.Client, any, error) 
 	}
 	cmd := exec.Command(s.cfg.Path, s.cfg.Args...)
 	cmd.Env = append(os.Environ(), s.cfg.Env...)
+	if s.cfg.ReattachPath != "" {
+		// Its own process group: a signal to the host's group (a terminal's
+		// Ctrl-C, a service manager stopping the host) does not reach it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	cc := &goplugin.ClientConfig{
 		HandshakeConfig:  goplugin.HandshakeConfig{MagicCookieKey: pluginapi.MagicCookieKey, MagicCookieValue: s.spec.cookie},
 		VersionedPlugins: sets,
@@ -570,7 +604,7 @@ func (s *supervisor) supervise(cur dispensed, launchedAt time.Time) {
 				}
 				continue
 			}
-			if !s.install(client, impl) {
+			if !s.install(client, impl, client.NegotiatedVersion()) {
 				return
 			}
 			cur, launchedAt = impl.(dispensed), s.now()
@@ -585,6 +619,7 @@ func (s *supervisor) quarantine() {
 	s.mu.Unlock()
 	s.log.Error("plugin quarantined: not relaunching it", "crashes", n, "window", s.cfg.CrashWindow)
 	s.removePidFile()
+	s.removeReattach()
 }
 
 // current returns the live plugin client, or an error wrapping ErrUnavailable.
@@ -648,6 +683,10 @@ func (s *supervisor) Status() Status {
 // close stops supervision and kills the current process, waiting until it is gone.
 func (s *supervisor) close() error {
 	s.mu.Lock()
+	if s.detached {
+		s.mu.Unlock()
+		return nil
+	}
 	s.cancel()
 	client := s.client
 	s.client, s.impl = nil, nil
@@ -658,7 +697,27 @@ func (s *supervisor) close() error {
 	}
 	s.wg.Wait()
 	s.removePidFile()
+	s.removeReattach()
 	return nil
+}
+
+// detach stops supervision and closes this host's connection to the current
+// process without stopping it, keeping its pid file and reattach record, so
+// that the next host reattaches to it. It waits for the handle's goroutines.
+func (s *supervisor) detach() {
+	s.mu.Lock()
+	if s.life.Err() == nil {
+		s.detached = true
+	}
+	s.cancel()
+	client := s.client
+	s.client, s.impl = nil, nil
+	s.status.State, s.status.PID = StateClosed, 0
+	s.mu.Unlock()
+	if client != nil {
+		detachClient(client)
+	}
+	s.wg.Wait()
 }
 
 // checkSum verifies that the file at path hashes to want.

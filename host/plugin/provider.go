@@ -117,6 +117,13 @@ func LaunchProvider(ctx context.Context, cfg Config) (*Provider, error) {
 // and stops relaunching it; it returns once the process is gone. Idempotent.
 func (p *Provider) Close() error { return p.s.close() }
 
+// Detach stops supervising the plugin process and closes this host's
+// connection to it, leaving the process running: with Config.ReattachPath the
+// next handle launched on the same record reconnects to it (docs/plugins.md
+// section 2.8). Without ReattachPath the process ends with the host. Later
+// calls fail with ErrUnavailable. Idempotent; Close after Detach does nothing.
+func (p *Provider) Detach() { p.s.detach() }
+
 // Status returns a snapshot of the handle.
 func (p *Provider) Status() Status { return p.s.Status() }
 

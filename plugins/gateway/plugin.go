@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/internal/securefile"
 	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/provider"
@@ -18,12 +23,16 @@ import (
 // Plugin is the gateway as a provider (docs/plugins.md section 5): it manages
 // one resource, the route table (type routes.ResourceType, id
 // routes.ResourceID, attributes the table's JSON form), and feeds every
-// applied table to a *Proxy. Its state lives in memory only (DurableState
-// false): the host applies the table again after a relaunch. Safe for
-// concurrent use.
+// applied table to a *Proxy. Made by [NewPlugin] its state lives in memory
+// only (DurableState false): the host applies the table again after a
+// relaunch. Made by [OpenPlugin] on a state directory, the applied table and
+// the fencing and idempotency records are kept there (DurableState true), so
+// a gateway that starts again serves its last table before any host speaks
+// to it (docs/plugins.md section 5.3). Safe for concurrent use.
 type Plugin struct {
-	proxy  *Proxy
-	guards *guard.Guards
+	proxy    *Proxy
+	guards   *guard.Guards
+	stateDir string // "" keeps everything in memory
 
 	mu    sync.Mutex
 	state *provider.Resource // the applied table; nil before the first Apply and after Delete
@@ -31,10 +40,55 @@ type Plugin struct {
 
 var _ provider.Provider = (*Plugin)(nil)
 
-// NewPlugin returns the provider that feeds proxy.
+// tableFile is the applied route table in the state directory, in the
+// canonical JSON form of the resource's attributes.
+const tableFile = "routes.json"
+
+// idempotencyKeep is how long the records of applied mutations are kept in
+// the state directory; older ones are pruned at start and on every Apply.
+const idempotencyKeep = 24 * time.Hour
+
+// NewPlugin returns the provider that feeds proxy, with its state in memory.
 func NewPlugin(proxy *Proxy) *Plugin {
 	g, _ := guard.Open("") // in memory: cannot fail
 	return &Plugin{proxy: proxy, guards: g}
+}
+
+// OpenPlugin returns the provider that feeds proxy with its state kept under
+// stateDir (created 0700): when stateDir holds an applied route table, proxy
+// gets it before OpenPlugin returns, so the first table a restarted gateway
+// serves is its last one, never an empty one. It fails when the directory
+// cannot be created or the stored table does not decode or validate (the
+// file is left for an operator to inspect).
+func OpenPlugin(proxy *Proxy, stateDir string) (*Plugin, error) {
+	if stateDir == "" {
+		return NewPlugin(proxy), nil
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("gateway state directory: %w", err)
+	}
+	g, err := guard.Open(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("gateway state directory: %w", err)
+	}
+	if _, err := g.Idempotency.Prune(time.Now().Add(-idempotencyKeep)); err != nil {
+		return nil, fmt.Errorf("gateway state directory: %w", err)
+	}
+	p := &Plugin{proxy: proxy, guards: g, stateDir: stateDir}
+	raw, err := securefile.ReadFile(filepath.Join(stateDir, tableFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return p, nil
+	case err != nil:
+		return nil, fmt.Errorf("read the stored route table: %w", err)
+	}
+	state, t, err := canonical(provider.Resource{Type: routes.ResourceType, ID: routes.ResourceID, Attributes: raw})
+	if err != nil {
+		return nil, fmt.Errorf("stored route table %s: %w", filepath.Join(stateDir, tableFile), err)
+	}
+	proxy.SetTable(t)
+	p.state = &state
+	return p, nil
 }
 
 // Describe implements provider.Provider: name "gateway", one resource type.
@@ -44,6 +98,7 @@ func (p *Plugin) Describe(context.Context) (*provider.DescribeResponse, error) {
 		Version:     version.Version,
 		APIVersions: []int{provider.APIVersion},
 		Capabilities: provider.Capabilities{
+			DurableState: p.stateDir != "",
 			ResourceTypes: []provider.ResourceType{{
 				Name: routes.ResourceType, Variants: []string{"http"},
 				ExampleID: routes.ResourceID, ExampleAttributes: exampleTables(),
@@ -132,8 +187,10 @@ func (p *Plugin) Plan(ctx context.Context, req *provider.PlanRequest) (*provider
 	return &provider.PlanResponse{Planned: planned, Changes: req.Current == nil || !req.Current.Equal(planned)}, nil
 }
 
-// Apply implements provider.Provider: the planned table replaces the proxy's
-// table atomically. Fenced and idempotent through sdk/guard.
+// Apply implements provider.Provider: the planned table is stored (with a
+// state directory: temp file, fsync, rename) and then replaces the proxy's
+// table atomically; a table that cannot be stored is refused and the proxy
+// keeps the previous one. Fenced and idempotent through sdk/guard.
 func (p *Plugin) Apply(ctx context.Context, req *provider.ApplyRequest) (*provider.ApplyResponse, error) {
 	return guard.Mutate(ctx, p.guards, routes.ResourceType+"/"+routes.ResourceID, req.Mutation, req, func() (*provider.ApplyResponse, error) {
 		if err := ctx.Err(); err != nil {
@@ -145,6 +202,14 @@ func (p *Plugin) Apply(ctx context.Context, req *provider.ApplyRequest) (*provid
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		if p.stateDir != "" {
+			if err := securefile.WriteFile(filepath.Join(p.stateDir, tableFile), state.Attributes); err != nil {
+				return nil, fmt.Errorf("apply: store the route table: %w", err)
+			}
+			if _, err := p.guards.Idempotency.Prune(time.Now().Add(-idempotencyKeep)); err != nil {
+				return nil, fmt.Errorf("apply: %w", err)
+			}
+		}
 		p.proxy.SetTable(t)
 		p.state = &state
 		return &provider.ApplyResponse{State: state}, nil
@@ -171,6 +236,11 @@ func (p *Plugin) Delete(ctx context.Context, req *provider.DeleteRequest) (*prov
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if req.Type == routes.ResourceType && req.ID == routes.ResourceID && p.state != nil {
+			if p.stateDir != "" {
+				if err := os.Remove(filepath.Join(p.stateDir, tableFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return nil, fmt.Errorf("delete the stored route table: %w", err)
+				}
+			}
 			p.proxy.SetTable(routes.Table{})
 			p.state = nil
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"net"
@@ -18,30 +19,35 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/routes"
 )
 
-// Upstream transport limits. Upstreams are workloads on the cluster network,
-// spoken to in plain HTTP/1.1.
+// Upstream transport defaults and limits (docs/plugins.md section 5.4).
+// Upstreams are workloads on the cluster network, spoken to in plain HTTP/1.1.
 const (
-	// dialTimeout bounds a TCP connect to one upstream. A workload that does
-	// not accept within it is treated like a refused connection, so an
-	// idempotent request moves on to the next upstream.
-	dialTimeout = 5 * time.Second
-	// responseHeaderTimeout bounds the wait for an upstream's response
-	// headers once the request is written (the common edge default, as
-	// nginx's proxy_read_timeout). A body may then stream for as long as it
-	// takes; requests are never retried after this timeout, since the
-	// upstream may be doing the work.
-	responseHeaderTimeout = 60 * time.Second
-	// idleConnTimeout is how long a pooled upstream connection may sit idle.
-	idleConnTimeout = 90 * time.Second
+	// DefaultConnectTimeout bounds a TCP connect to one upstream when the
+	// route sets no timeouts.connect_ms. A workload that does not accept
+	// within it is skipped like a refused one: an idempotent request moves
+	// on to the next upstream; when none is left the answer is 504.
+	DefaultConnectTimeout = 5 * time.Second
+	// DefaultResponseHeaderTimeout bounds the wait for an upstream's
+	// response headers once the request is written, when the route sets no
+	// timeouts.response_header_ms (the common edge default, as nginx's
+	// proxy_read_timeout). A body may then stream for as long as it takes;
+	// requests are never retried after this timeout, since the upstream may
+	// be doing the work. The answer is 504 gateway_timeout.
+	DefaultResponseHeaderTimeout = 60 * time.Second
+	// DefaultIdleTimeout is how long a pooled upstream connection may sit
+	// idle when the route sets no timeouts.idle_ms.
+	DefaultIdleTimeout = 90 * time.Second
 	// maxIdleConnsPerHost keeps enough warm connections to one workload for
-	// bursts without holding sockets open forever.
-	maxIdleConnsPerHost = 64
-	// maxIdleConns bounds the whole pool across all workloads.
-	maxIdleConns = 1024
+	// a few hundred concurrent clients without holding sockets forever.
+	maxIdleConnsPerHost = 256
+	// maxIdleConns bounds each transport's pool across all workloads.
+	maxIdleConns = 2048
 )
 
 // gatewayHeader marks responses the gateway wrote itself, so a client (and a
@@ -52,20 +58,24 @@ const gatewayHeader = "X-Berth-Gateway"
 // request by its Host header to one of the healthy upstreams of the matching
 // route, in turn.
 //
-// The zero value is not usable; call [NewProxy]. A Proxy serves an empty table
-// (every host answers 404) until [Proxy.SetTable] is called. All methods are
-// safe for concurrent use.
+// The zero value is not usable; call [NewProxy] or [NewProxyWithConfig]. A
+// Proxy serves an empty table (every host answers 404) until
+// [Proxy.SetTable] is called. All methods are safe for concurrent use.
 type Proxy struct {
-	logger    *slog.Logger
-	errLog    *log.Logger // ReverseProxy's own complaints, sent to logger
-	transport *http.Transport
-	buffers   *bufferPool
+	logger  *slog.Logger
+	errLog  *log.Logger // ReverseProxy's own complaints, sent to logger
+	buffers *bufferPool
+	obs     *observer
+	ids     *requestIDs
 
 	// state holds the compiled table; requests load it without locking.
 	state atomic.Pointer[compiled]
-	// mu serialises SetTable so that round-robin counters carry over from
-	// one table to the next.
+	// mu serialises SetTable so that round-robin counters and transports
+	// carry over from one table to the next.
 	mu sync.Mutex
+	// transports holds one pooled transport per distinct (resolved)
+	// timeouts of the routes in the current table. mu must be held.
+	transports map[routes.Timeouts]*http.Transport
 }
 
 // compiled is an immutable route table prepared for lookup.
@@ -77,7 +87,8 @@ type compiled struct {
 // route is one hostname's healthy upstreams and its round-robin counter.
 type route struct {
 	hostname string
-	healthy  []routes.Upstream
+	service  string // "project/service", the metrics' service label
+	healthy  []*upstream
 	// restricted reports whether allow holds the only sources let in; an
 	// empty allow list then lets no one in (every entry was invalid).
 	restricted bool
@@ -87,6 +98,13 @@ type route struct {
 	tls string
 	// next is shared with the route of the same hostname in later tables.
 	next *atomic.Uint64
+}
+
+// upstream is one healthy upstream of a route with the reverse proxy that
+// forwards to it, built once per table rather than once per request.
+type upstream struct {
+	routes.Upstream
+	rp *httputil.ReverseProxy
 }
 
 // allows reports whether a client at remoteAddr ("ip:port", as in
@@ -110,34 +128,136 @@ func (rt *route) allows(remoteAddr string) bool {
 	return false
 }
 
+// Config configures a Proxy. Its zero value works: no logs, metrics or
+// access log.
+type Config struct {
+	// Logger receives the proxy's warnings (failed upstreams, ignored
+	// routes); nil discards them.
+	Logger *slog.Logger
+	// Metrics, when not nil, gets the gateway's metric families
+	// (docs/plugins.md section 5.5); registering them twice panics.
+	Metrics prometheus.Registerer
+	// AccessLog, when not nil, receives one JSON line per request
+	// (docs/plugins.md section 5.5). The proxy writes through a buffer it
+	// flushes every second and on [Proxy.Close]; the writer need not be
+	// safe for concurrent use.
+	AccessLog io.Writer
+}
+
 // NewProxy returns a Proxy with an empty route table that logs proxy errors to
-// logger (nil discards them). Its upstream connections are pooled for the
-// Proxy's lifetime.
+// logger (nil discards them), without metrics or access log.
 func NewProxy(logger *slog.Logger) *Proxy {
+	return NewProxyWithConfig(Config{Logger: logger})
+}
+
+// NewProxyWithConfig returns a Proxy with an empty route table. Its upstream
+// connections are pooled for the Proxy's lifetime; call [Proxy.Close] to
+// flush the access log and stop its flusher.
+func NewProxyWithConfig(cfg Config) *Proxy {
+	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	p := &Proxy{
-		logger:  logger,
-		errLog:  slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		buffers: &bufferPool{},
-		transport: &http.Transport{
-			// Never route workload traffic through HTTP_PROXY.
-			Proxy:                 nil,
-			DialContext:           dialer.DialContext,
-			ResponseHeaderTimeout: responseHeaderTimeout,
-			IdleConnTimeout:       idleConnTimeout,
-			MaxIdleConns:          maxIdleConns,
-			MaxIdleConnsPerHost:   maxIdleConnsPerHost,
-			ExpectContinueTimeout: 1 * time.Second,
-			// Pass bodies through as the upstream encoded them; never let
-			// the transport add gzip and decode it behind our back.
-			DisableCompression: true,
-		},
+		logger:     logger,
+		errLog:     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		buffers:    &bufferPool{},
+		ids:        newRequestIDs(),
+		transports: map[routes.Timeouts]*http.Transport{},
 	}
+	p.obs = newObserver(cfg.Metrics, cfg.AccessLog, logger)
 	p.state.Store(&compiled{byHost: map[string]*route{}})
 	return p
+}
+
+// Close flushes the access log and stops its flusher. The Proxy still serves
+// afterwards, writing the access log synchronously. Idempotent.
+func (p *Proxy) Close() error { return p.obs.close() }
+
+// resolve fills in a route's zero timeouts with the defaults.
+func resolve(t routes.Timeouts) routes.Timeouts {
+	if t.ConnectMS == 0 {
+		t.ConnectMS = DefaultConnectTimeout.Milliseconds()
+	}
+	if t.ResponseHeaderMS == 0 {
+		t.ResponseHeaderMS = DefaultResponseHeaderTimeout.Milliseconds()
+	}
+	if t.IdleMS == 0 {
+		t.IdleMS = DefaultIdleTimeout.Milliseconds()
+	}
+	return t
+}
+
+// transportLocked returns the pooled transport for resolved timeouts t,
+// creating it on first use. mu must be held.
+func (p *Proxy) transportLocked(t routes.Timeouts) *http.Transport {
+	if tr, ok := p.transports[t]; ok {
+		return tr
+	}
+	dialer := &net.Dialer{Timeout: time.Duration(t.ConnectMS) * time.Millisecond, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		// Never route workload traffic through HTTP_PROXY.
+		Proxy:                 nil,
+		DialContext:           dialer.DialContext,
+		ResponseHeaderTimeout: time.Duration(t.ResponseHeaderMS) * time.Millisecond,
+		IdleConnTimeout:       time.Duration(t.IdleMS) * time.Millisecond,
+		MaxIdleConns:          maxIdleConns,
+		MaxIdleConnsPerHost:   maxIdleConnsPerHost,
+		ExpectContinueTimeout: 1 * time.Second,
+		// Pass bodies through as the upstream encoded them; never let
+		// the transport add gzip and decode it behind our back.
+		DisableCompression: true,
+		// Upstreams speak HTTP/1.1, whatever the client spoke.
+		ForceAttemptHTTP2: false,
+	}
+	p.transports[t] = tr
+	return tr
+}
+
+// bufferedFlush is the longest a written part of a response of known length
+// waits in the gateway's buffers before it is flushed to the client.
+const bufferedFlush = 100 * time.Millisecond
+
+// newReverseProxy returns the reverse proxy that forwards to addr over tr.
+// A failed round trip is recorded in the *recorder it writes to, so the
+// caller can retry or answer; nothing reaches the client then.
+func (p *Proxy) newReverseProxy(addr string, tr http.RoundTripper, stream bool) *httputil.ReverseProxy {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = addr
+			pr.Out.Host = pr.In.Host // the application sees the host it is served at
+			pr.SetXForwarded()
+		},
+		Transport: tr,
+		// ReverseProxy flushes at once for text/event-stream and for
+		// responses of unknown length; others are flushed at most
+		// bufferedFlush after a write, so a small answer goes out in one
+		// write at its end and a slow one with a Content-Length still
+		// trickles.
+		FlushInterval: bufferedFlush,
+		BufferPool:    p.buffers,
+		ErrorLog:      p.errLog,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			if rec, ok := w.(*recorder); ok {
+				rec.err = err
+			}
+		},
+		// A 101 is written on the hijacked connection, never through the
+		// recorder: note it for the access log and the metrics.
+		ModifyResponse: func(res *http.Response) error {
+			if res.StatusCode == http.StatusSwitchingProtocols {
+				if rec, ok := res.Request.Context().Value(upgradeKey{}).(*recorder); ok {
+					rec.status = res.StatusCode
+				}
+			}
+			return nil
+		},
+	}
+	if stream {
+		rp.FlushInterval = -1 // the route asks for every write at once
+	}
+	return rp
 }
 
 // SetTable atomically replaces the whole route table with t. Requests already
@@ -153,6 +273,7 @@ func (p *Proxy) SetTable(t routes.Table) {
 	defer p.mu.Unlock()
 	prev := p.state.Load()
 	next := &compiled{table: cloneTable(t), byHost: make(map[string]*route, len(t.Routes))}
+	used := map[routes.Timeouts]bool{}
 	for _, r := range next.table.Routes {
 		host := normalizeHost(r.Hostname)
 		if host == "" {
@@ -165,7 +286,9 @@ func (p *Proxy) SetTable(t routes.Table) {
 				"host", host, "revision", t.Revision)
 			continue
 		}
-		rt := &route{hostname: host, restricted: len(r.AllowSources) > 0}
+		rt := &route{hostname: host, service: r.Project + "/" + r.Service, restricted: len(r.AllowSources) > 0}
+		tr := p.transportLocked(resolve(r.Timeouts))
+		used[resolve(r.Timeouts)] = true
 		for _, src := range r.AllowSources {
 			pfx, err := netip.ParsePrefix(src)
 			if err != nil {
@@ -189,7 +312,7 @@ func (p *Proxy) SetTable(t routes.Table) {
 					"host", host, "workload_id", u.WorkloadID, "upstream", u.Address, "error", err)
 				continue
 			}
-			rt.healthy = append(rt.healthy, u)
+			rt.healthy = append(rt.healthy, &upstream{Upstream: u, rp: p.newReverseProxy(u.Address, tr, r.Stream)})
 		}
 		if old, ok := prev.byHost[host]; ok {
 			rt.next = old.next
@@ -199,6 +322,15 @@ func (p *Proxy) SetTable(t routes.Table) {
 		next.byHost[host] = rt
 	}
 	p.state.Store(next)
+	// Transports no route uses any more let go of their connections; the
+	// requests still running on them finish first.
+	for k, tr := range p.transports {
+		if !used[k] {
+			delete(p.transports, k)
+			tr.CloseIdleConnections()
+		}
+	}
+	p.obs.tableChanged(next)
 }
 
 // Table returns a copy of the route table last given to [Proxy.SetTable], or
@@ -212,10 +344,23 @@ func (p *Proxy) Table() routes.Table {
 // when the client's address is outside the route's allow_sources, 421
 // (tls_unavailable) when the route's TLS mode is one the gateway does not
 // serve, 503 (no_healthy_upstream) when the route has no healthy upstream,
-// and 502 (bad_gateway) when no upstream could be reached; each of these
-// carries the X-Berth-Gateway header. Anything an upstream answers, including
-// its own errors, passes through unchanged and is streamed as it arrives.
+// 504 (gateway_timeout) when the last upstream tried timed out (connect or
+// response headers), and 502 (bad_gateway) when it refused the connection or
+// broke it before answering; each of these carries the X-Berth-Gateway
+// header. Anything an upstream answers, including its own errors, passes
+// through unchanged. Every request carries an X-Request-Id to the upstream
+// and back: the client's when it sent a usable one, a new one otherwise
+// (docs/plugins.md section 5.5).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := getRecorder(w)
+	defer putRecorder(rec)
+	rec.id = p.ids.forRequest(r)
+	rec.start = time.Now()
+	p.serve(rec, r)
+	p.obs.done(rec, r)
+}
+
+func (p *Proxy) serve(w *recorder, r *http.Request) {
 	host := normalizeHost(r.Host)
 	rt, ok := p.state.Load().byHost[host]
 	if !ok {
@@ -223,6 +368,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"no route for host", fmt.Sprintf("no service is routed at host %q", host))
 		return
 	}
+	w.service = rt.service
 	if !rt.allows(r.RemoteAddr) {
 		writeProblem(w, http.StatusForbidden, abierrors.SourceNotAllowed, "source-not-allowed",
 			"source not allowed", fmt.Sprintf("the service at host %q does not accept clients from this address", host))
@@ -240,45 +386,48 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"no healthy upstream", fmt.Sprintf("no workload of the service at host %q is healthy", host))
 		return
 	}
+	if r.Header.Get("Upgrade") != "" {
+		r = r.WithContext(context.WithValue(r.Context(), upgradeKey{}, w))
+	}
 	start := rt.next.Add(1) - 1
+	var err error
 	for i := range n {
 		u := rt.healthy[(start+uint64(i))%uint64(n)]
-		err := p.forward(w, r, u.Address)
-		if err == nil {
+		w.upstream, w.err = u.Address, nil
+		u.rp.ServeHTTP(w, r)
+		if err = w.err; err == nil {
 			return
 		}
+		w.upstreamErrors++
+		p.obs.upstreamError(rt.service, u.Address, err)
 		retry := i+1 < n && retryable(r, err)
-		p.logError(r, host, u, err, retry)
+		p.logError(r, host, u.Upstream, err, retry)
 		if !retry {
 			break
 		}
+		w.retries++
+	}
+	if timedOut(err) {
+		writeProblem(w, http.StatusGatewayTimeout, abierrors.GatewayTimeout, "gateway-timeout",
+			"gateway timeout", fmt.Sprintf("the upstream of the service at host %q did not answer in time", host))
+		return
 	}
 	writeProblem(w, http.StatusBadGateway, abierrors.BadGateway, "bad-gateway",
 		"bad gateway", fmt.Sprintf("no upstream of the service at host %q could be reached", host))
 }
 
-// forward proxies r to the upstream at addr. It returns the error of the
-// round trip when no response came back, in which case nothing has been
-// written to w but possibly a 1xx informational response.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, addr string) error {
-	var failed error
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = addr
-			pr.Out.Host = pr.In.Host // the application sees the host it is served at
-			pr.SetXForwarded()
-		},
-		Transport:     p.transport,
-		FlushInterval: -1, // stream every write of the upstream as it arrives
-		BufferPool:    p.buffers,
-		ErrorLog:      p.errLog,
-		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
-			failed = err
-		},
+// upgradeKey carries the *recorder of an upgrade request to ModifyResponse.
+type upgradeKey struct{}
+
+// timedOut reports whether err, a failed round trip, is a timeout of the
+// gateway's own (connect or response headers) rather than a refusal, a
+// broken connection or the client going away.
+func timedOut(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
 	}
-	rp.ServeHTTP(w, r)
-	return failed
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // logError logs one failed attempt at an upstream: the host, the upstream and
@@ -316,7 +465,7 @@ func retryable(r *http.Request, err error) bool {
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		return true
+		return true // refused, unreachable, or the connect timed out: never sent
 	}
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }

@@ -2,7 +2,11 @@
 // its requests and answers (docs/api.md).
 package client
 
-import "time"
+import (
+	"time"
+
+	"github.com/berthhq/berth/abi/routes"
+)
 
 // Problem is an application/problem+json error answer. Code is stable
 // (abi/errors); Detail is for humans.
@@ -106,6 +110,10 @@ type HealthCheck struct {
 	Failures  int    `json:"failures,omitempty"`
 }
 
+// Timeouts are a service's gateway timeouts in milliseconds
+// (docs/plugins.md section 5.4); it is the route table's own type.
+type Timeouts = routes.Timeouts
+
 // ServiceSpec is the body of PUT /api/v1/projects/{project}/services/{name}.
 // Bundle is a digest ("sha256:<hex>") or the name of a bundle pushed with a name,
 // resolved to its digest at apply time. ExpectedRevision, when set, makes the
@@ -118,6 +126,11 @@ type ServiceSpec struct {
 	Domains     []string          `json:"domains,omitempty"`
 	Replicas    *int              `json:"replicas,omitempty"`
 	HealthCheck HealthCheck       `json:"health_check,omitempty"`
+	// Timeouts bound the gateway's exchanges with the service's workloads
+	// (connect_ms, response_header_ms, idle_ms; zero fields take the
+	// defaults 5,000, 60,000 and 90,000; each at most 3,600,000). A change
+	// reroutes without restarting workloads (docs/plugins.md section 5.4).
+	Timeouts Timeouts `json:"timeouts,omitzero"`
 	// Labels are free key/value pairs that admission policies may require.
 	Labels map[string]string `json:"labels,omitempty"`
 	// CapacityUnits is what one replica uses, in the operator's own units;
@@ -171,6 +184,8 @@ type Service struct {
 	Domains      []string          `json:"domains"`
 	Replicas     int               `json:"replicas"`
 	HealthCheck  HealthCheck       `json:"health_check"`
+	// Timeouts is as in ServiceSpec.
+	Timeouts Timeouts `json:"timeouts,omitzero"`
 	// Labels and CapacityUnits are as in ServiceSpec.
 	Labels        map[string]string `json:"labels,omitempty"`
 	CapacityUnits int               `json:"capacity_units,omitempty"`

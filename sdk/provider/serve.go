@@ -60,3 +60,14 @@ func PluginSets(p Provider) map[int]plugin.PluginSet {
 func Serve(p Provider) {
 	serve.Serve(pluginapi.ProviderCookieValue, PluginSets(p))
 }
+
+// ServeDetachable is [Serve] for a provider that outlives its host: the
+// process keeps running (and serving whatever it serves on its own) when the
+// host dies or lets it go, and the next host reattaches to it
+// (docs/plugins.md section 2.8). The plugin must then ignore SIGPIPE, since
+// the stderr pipe it logs to ends with the host, and stop by itself only
+// when told to (go-plugin's shutdown, or a signal). The host must launch it
+// with host/plugin Config.ReattachPath.
+func ServeDetachable(p Provider) {
+	serve.ServeDetachable(pluginapi.ProviderCookieValue, PluginSets(p))
+}

@@ -25,6 +25,13 @@ func Handshake(cookie string) plugin.HandshakeConfig {
 // the process when its parent changes.
 func Serve(cookie string, sets map[int]plugin.PluginSet) {
 	orphan.Watch(context.Background(), nil)
+	ServeDetachable(cookie, sets)
+}
+
+// ServeDetachable is Serve without the orphan watch, for a plugin that keeps
+// running when its host dies and is reattached by the next host
+// (docs/plugins.md section 2.8).
+func ServeDetachable(cookie string, sets map[int]plugin.PluginSet) {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  Handshake(cookie),
 		VersionedPlugins: sets,

@@ -1,0 +1,416 @@
+package gateway
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// RequestIDHeader carries a request's id to the upstream and back to the
+// client (docs/plugins.md section 5.5).
+const RequestIDHeader = "X-Request-Id"
+
+// maxRequestIDLen is the longest client-sent request id the gateway keeps;
+// a longer one, or one with bytes outside printable ASCII, is replaced.
+const maxRequestIDLen = 128
+
+// requestIDs makes request ids: a random per-process prefix and a counter,
+// 32 hex digits, unique without a random read per request.
+type requestIDs struct {
+	prefix [8]byte
+	n      atomic.Uint64
+}
+
+func newRequestIDs() *requestIDs {
+	ids := &requestIDs{}
+	_, _ = rand.Read(ids.prefix[:]) // never fails (crypto/rand)
+	return ids
+}
+
+// forRequest returns r's request id, keeping the client's when usable and
+// otherwise making one; r then carries exactly that one id.
+func (ids *requestIDs) forRequest(r *http.Request) string {
+	if vs := r.Header[RequestIDHeader]; len(vs) == 1 && usableRequestID(vs[0]) {
+		return vs[0]
+	}
+	var buf [32]byte
+	hex.Encode(buf[:16], ids.prefix[:])
+	n := ids.n.Add(1)
+	var c [8]byte
+	for i := range c {
+		c[7-i] = byte(n >> (8 * i))
+	}
+	hex.Encode(buf[16:], c[:])
+	id := string(buf[:])
+	r.Header[RequestIDHeader] = []string{id}
+	return id
+}
+
+func usableRequestID(s string) bool {
+	if s == "" || len(s) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// recorder is the ResponseWriter a request is served through: it notes what
+// the access log and the metrics need, and collects the error of a failed
+// attempt at an upstream (set by the reverse proxy's ErrorHandler).
+type recorder struct {
+	w     http.ResponseWriter
+	id    string
+	start time.Time
+	// service ("project/service") and upstream (address) of the route
+	// and the last upstream tried; empty when there was none.
+	service, upstream string
+	status            int // final status; 0 while none was written
+	bytes             int64
+	err               error // of the attempt under way
+	upstreamErrors    int
+	retries           int
+}
+
+var recorders = sync.Pool{New: func() any { return new(recorder) }}
+
+func getRecorder(w http.ResponseWriter) *recorder {
+	rec := recorders.Get().(*recorder)
+	*rec = recorder{w: w}
+	return rec
+}
+
+func putRecorder(rec *recorder) {
+	*rec = recorder{}
+	recorders.Put(rec)
+}
+
+// Header implements http.ResponseWriter.
+func (rec *recorder) Header() http.Header { return rec.w.Header() }
+
+// WriteHeader implements http.ResponseWriter. The final status (or 101
+// Switching Protocols, after which the connection is the upstream's) adds
+// the request id to the response unless the upstream set one.
+func (rec *recorder) WriteHeader(code int) {
+	if (code >= 200 || code == http.StatusSwitchingProtocols) && rec.status == 0 {
+		rec.status = code
+		h := rec.w.Header()
+		if _, ok := h[RequestIDHeader]; !ok {
+			h[RequestIDHeader] = []string{rec.id}
+		}
+	}
+	rec.w.WriteHeader(code)
+}
+
+// Write implements http.ResponseWriter.
+func (rec *recorder) Write(b []byte) (int, error) {
+	if rec.status == 0 {
+		rec.WriteHeader(http.StatusOK)
+	}
+	n, err := rec.w.Write(b)
+	rec.bytes += int64(n)
+	return n, err
+}
+
+// Flush implements http.Flusher.
+func (rec *recorder) Flush() { _ = http.NewResponseController(rec.w).Flush() }
+
+// Unwrap lets http.ResponseController reach the connection's writer
+// (flushes, hijacking for upgraded connections, deadlines).
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
+
+// codeClass is the bounded status label: 1xx to 5xx, or "none" when no
+// status was written (the client went away first).
+func codeClass(status int) string {
+	switch {
+	case status >= 100 && status < 200:
+		return "1xx"
+	case status < 300 && status >= 200:
+		return "2xx"
+	case status < 400 && status >= 300:
+		return "3xx"
+	case status < 500 && status >= 400:
+		return "4xx"
+	case status < 600 && status >= 500:
+		return "5xx"
+	}
+	return "none"
+}
+
+// Label values for requests that matched no route or reached no upstream.
+const (
+	noService  = "-"
+	noUpstream = "-"
+)
+
+// observer counts requests and writes the access log. Its label sets are
+// bounded by the route table: services and upstreams are taken from it
+// (never from a client's Host header), and the series of those that leave
+// the table are deleted (docs/plugins.md section 5.5).
+type observer struct {
+	requests       *prometheus.CounterVec   // service, code_class, upstream
+	duration       *prometheus.HistogramVec // service, code_class
+	upstreamErrors *prometheus.CounterVec   // service, upstream, kind
+	retries        *prometheus.CounterVec   // service
+	log            *accessLog               // nil: no access log
+
+	mu    sync.Mutex
+	known map[[2]string]bool // (service, upstream) pairs of the current table; mu must be held
+}
+
+func newObserver(reg prometheus.Registerer, access io.Writer, logger *slog.Logger) *observer {
+	o := &observer{known: map[[2]string]bool{}}
+	if access != nil {
+		o.log = newAccessLog(access, logger)
+	}
+	if reg == nil {
+		return o
+	}
+	o.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_gateway_requests_total",
+		Help: "Requests the gateway answered, by service (project/name, '-' without a route), status class and upstream address ('-' when none answered).",
+	}, []string{"service", "code_class", "upstream"})
+	o.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "berth_gateway_request_duration_seconds",
+		Help:    "Time from a request's arrival to the end of its response, by service and status class.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12), // 0.5 ms to about 12 s
+	}, []string{"service", "code_class"})
+	o.upstreamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_gateway_upstream_errors_total",
+		Help: "Failed attempts at an upstream, by service, upstream address and kind (timeout, refused, other).",
+	}, []string{"service", "upstream", "kind"})
+	o.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_gateway_upstream_retries_total",
+		Help: "Requests sent again to another upstream after a failed attempt, by service.",
+	}, []string{"service"})
+	reg.MustRegister(o.requests, o.duration, o.upstreamErrors, o.retries)
+	return o
+}
+
+// done records one finished request.
+func (o *observer) done(rec *recorder, r *http.Request) {
+	elapsed := time.Since(rec.start)
+	if o.requests != nil {
+		svc, up := rec.service, rec.upstream
+		if svc == "" {
+			svc = noService
+		}
+		if up == "" || rec.err != nil {
+			up = noUpstream
+		}
+		class := codeClass(rec.status)
+		o.requests.WithLabelValues(svc, class, up).Inc()
+		o.duration.WithLabelValues(svc, class).Observe(elapsed.Seconds())
+		if rec.retries > 0 {
+			o.retries.WithLabelValues(svc).Add(float64(rec.retries))
+		}
+	}
+	if o.log != nil {
+		o.log.write(rec, r, elapsed)
+	}
+}
+
+// refused reports whether err is a refused connection.
+func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// upstreamError counts one failed attempt at upstream.
+func (o *observer) upstreamError(service, upstream string, err error) {
+	if o.upstreamErrors == nil {
+		return
+	}
+	kind := "other"
+	switch {
+	case timedOut(err):
+		kind = "timeout"
+	case refused(err):
+		kind = "refused"
+	}
+	o.upstreamErrors.WithLabelValues(service, upstream, kind).Inc()
+}
+
+// tableChanged deletes the series of services and upstreams that left the
+// table, so that label sets stay bounded by the table in force.
+func (o *observer) tableChanged(c *compiled) {
+	if o.requests == nil {
+		return
+	}
+	now := map[[2]string]bool{}
+	services := map[string]bool{}
+	for _, rt := range c.byHost {
+		services[rt.service] = true
+		for _, u := range rt.healthy {
+			now[[2]string{rt.service, u.Address}] = true
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k := range o.known {
+		if now[k] {
+			continue
+		}
+		o.requests.DeletePartialMatch(prometheus.Labels{"service": k[0], "upstream": k[1]})
+		o.upstreamErrors.DeletePartialMatch(prometheus.Labels{"service": k[0], "upstream": k[1]})
+		if !services[k[0]] {
+			o.requests.DeletePartialMatch(prometheus.Labels{"service": k[0]})
+			o.duration.DeletePartialMatch(prometheus.Labels{"service": k[0]})
+			o.retries.DeletePartialMatch(prometheus.Labels{"service": k[0]})
+		}
+	}
+	o.known = now
+}
+
+func (o *observer) close() error {
+	if o.log == nil {
+		return nil
+	}
+	return o.log.close()
+}
+
+// accessLog writes one JSON line per request through a buffer that a
+// background goroutine flushes every accessLogFlush; a crash loses at most
+// that much of the log.
+type accessLog struct {
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	buf    *bufio.Writer // mu must be held
+	line   []byte        // reused line buffer; mu must be held
+	failed bool          // a write failed and was logged; mu must be held
+	closed bool          // close ran: write through; mu must be held
+	stop   chan struct{} // closed by close
+	done   chan struct{}
+}
+
+// accessLogFlush is how often the access log's buffer is written out.
+const accessLogFlush = time.Second
+
+func newAccessLog(w io.Writer, logger *slog.Logger) *accessLog {
+	l := &accessLog{logger: logger, buf: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{})}
+	go l.flusher()
+	return l
+}
+
+func (l *accessLog) flusher() {
+	defer close(l.done)
+	t := time.NewTicker(accessLogFlush)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		l.flushLocked()
+		l.mu.Unlock()
+	}
+}
+
+// flushLocked writes the buffer out. mu must be held.
+func (l *accessLog) flushLocked() {
+	if err := l.buf.Flush(); err != nil && !l.failed {
+		l.failed = true
+		l.logger.Error("gateway: access log write failed; later failures are not logged", "error", err)
+	}
+}
+
+func (l *accessLog) write(rec *recorder, r *http.Request, elapsed time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.line[:0]
+	b = append(b, `{"time":"`...)
+	b = rec.start.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","host":`...)
+	b = appendJSONString(b, r.Host)
+	b = append(b, `,"method":`...)
+	b = appendJSONString(b, r.Method)
+	b = append(b, `,"path":`...)
+	b = appendJSONString(b, r.URL.Path) // never the query: it may carry credentials
+	b = append(b, `,"proto":`...)
+	b = appendJSONString(b, r.Proto)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(rec.status), 10)
+	b = append(b, `,"bytes":`...)
+	b = strconv.AppendInt(b, rec.bytes, 10)
+	b = append(b, `,"duration_ms":`...)
+	b = strconv.AppendFloat(b, float64(elapsed.Microseconds())/1000, 'f', 3, 64)
+	b = append(b, `,"service":`...)
+	b = appendJSONString(b, rec.service)
+	b = append(b, `,"upstream":`...)
+	b = appendJSONString(b, rec.upstream)
+	b = append(b, `,"request_id":`...)
+	b = appendJSONString(b, rec.id)
+	b = append(b, `,"remote_addr":`...)
+	b = appendJSONString(b, r.RemoteAddr)
+	b = append(b, "}\n"...)
+	l.line = b
+	if l.closed { // write through
+		_, _ = l.buf.Write(b)
+		l.flushLocked()
+		return
+	}
+	if _, err := l.buf.Write(b); err != nil && !l.failed {
+		l.failed = true
+		l.logger.Error("gateway: access log write failed; later failures are not logged", "error", err)
+	}
+}
+
+func (l *accessLog) close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.stop)
+	l.mu.Unlock()
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Flush()
+}
+
+// appendJSONString appends s as a JSON string: quotes, backslashes and
+// control characters escaped, invalid UTF-8 replaced by U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}
