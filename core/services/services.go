@@ -21,6 +21,7 @@ import (
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -114,10 +115,15 @@ type Service struct {
 	BundleDigest string            `bson:"bundle_digest"`
 	Command      []string          `bson:"command"`
 	Env          map[string]string `bson:"env,omitempty"`
-	Port         int               `bson:"port"`
-	Domains      []string          `bson:"domains"`
-	Replicas     int               `bson:"replicas"`
-	HealthCheck  HealthCheck       `bson:"health_check"`
+	// Secrets maps environment variables (or secret file names) to the project's secrets, and
+	// SecretSets attaches secret sets; names and versions only, never values (docs/api.md
+	// section 10). They are part of what the workloads run.
+	Secrets     map[string]secrets.Ref `bson:"secrets,omitempty"`
+	SecretSets  []string               `bson:"secret_sets,omitempty"`
+	Port        int                    `bson:"port"`
+	Domains     []string               `bson:"domains"`
+	Replicas    int                    `bson:"replicas"`
+	HealthCheck HealthCheck            `bson:"health_check"`
 	// Labels and CapacityUnits (per replica) are read by admission policies.
 	Labels        map[string]string `bson:"labels,omitempty"`
 	CapacityUnits int               `bson:"capacity_units,omitempty"`
@@ -222,7 +228,10 @@ func (s *Service) SpecHash() string {
 		U string `json:",omitempty"`
 		M int64  `json:",omitempty"`
 		L int64  `json:",omitempty"`
-	}{s.BundleDigest, s.Command, s.Env, s.Port, s.HealthCheck, s.Runtime, s.Image, s.User, s.MemoryMB, s.CPUMillis})
+		// Secret references: absent when none, so a service without secrets keeps its hash.
+		S  map[string]secrets.Ref `json:",omitempty"`
+		SS []string               `json:",omitempty"`
+	}{s.BundleDigest, s.Command, s.Env, s.Port, s.HealthCheck, s.Runtime, s.Image, s.User, s.MemoryMB, s.CPUMillis, s.Secrets, s.SecretSets})
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:])
 }
@@ -281,17 +290,20 @@ type Invocation struct {
 	Image        string            `bson:"image,omitempty"`
 	Command      []string          `bson:"command,omitempty"`
 	Env          map[string]string `bson:"env,omitempty"`
-	Port         int               `bson:"port"`
-	User         string            `bson:"user,omitempty"`
-	MemoryMB     int64             `bson:"memory_mb,omitempty"`
-	CPUMillis    int64             `bson:"cpu_millis,omitempty"`
-	HealthCheck  HealthCheck       `bson:"health_check"`
+	// Secrets and SecretSets are the service's secret references ([Service.Secrets]).
+	Secrets     map[string]secrets.Ref `bson:"secrets,omitempty" json:",omitempty"`
+	SecretSets  []string               `bson:"secret_sets,omitempty" json:",omitempty"`
+	Port        int                    `bson:"port"`
+	User        string                 `bson:"user,omitempty"`
+	MemoryMB    int64                  `bson:"memory_mb,omitempty"`
+	CPUMillis   int64                  `bson:"cpu_millis,omitempty"`
+	HealthCheck HealthCheck            `bson:"health_check"`
 }
 
 // InvocationOf returns what s's workloads run now.
 func InvocationOf(s *Service) *Invocation {
 	return &Invocation{Runtime: s.Runtime, Bundle: s.Bundle, BundleDigest: s.BundleDigest, Image: s.Image, Command: s.Command, Env: s.Env,
-		Port: s.Port, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis, HealthCheck: s.HealthCheck}
+		Secrets: s.Secrets, SecretSets: s.SecretSets, Port: s.Port, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis, HealthCheck: s.HealthCheck}
 }
 
 // Release returns the release of inv.
@@ -492,6 +504,12 @@ func SameDeclaration(a, b *Service) bool {
 		if len(n.Env) == 0 {
 			n.Env = nil
 		}
+		if len(n.Secrets) == 0 {
+			n.Secrets = nil
+		}
+		if len(n.SecretSets) == 0 {
+			n.SecretSets = nil
+		}
 		if len(n.Labels) == 0 {
 			n.Labels = nil
 		}
@@ -605,11 +623,12 @@ func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Se
 	next := *cur
 	next.Runtime, next.Bundle, next.BundleDigest, next.Image = back.Runtime, back.Bundle, back.BundleDigest, back.Image
 	next.Command, next.Env, next.Port, next.User = back.Command, back.Env, back.Port, back.User
+	next.Secrets, next.SecretSets = back.Secrets, back.SecretSets
 	next.MemoryMB, next.CPUMillis, next.HealthCheck, next.Previous = back.MemoryMB, back.CPUMillis, back.HealthCheck, now
 	next.Revision, next.UpdatedAt = cur.Revision+1, t
 	update := bson.M{"$set": bson.M{
 		"runtime": back.Runtime, "bundle": back.Bundle, "bundle_digest": back.BundleDigest, "image": back.Image,
-		"command": back.Command, "env": back.Env, "port": back.Port, "user": back.User, "memory_mb": back.MemoryMB,
+		"command": back.Command, "env": back.Env, "secrets": back.Secrets, "secret_sets": back.SecretSets, "port": back.Port, "user": back.User, "memory_mb": back.MemoryMB,
 		"cpu_millis": back.CPUMillis, "health_check": back.HealthCheck, "previous": now, "updated_at": t}}
 	pend, logged, err := logChange(ctx, cur.ID, node.OpUpdate, &next)
 	if err != nil {

@@ -35,13 +35,16 @@ type JoinToken struct {
 // PublicKey is the node's Ed25519 public key, base64 std encoding. Address is the
 // host address the node's workloads are reachable on (default "127.0.0.1").
 type EnrollRequest struct {
-	JoinToken string            `json:"join_token"`
-	PublicKey string            `json:"public_key"`
-	Hostname  string            `json:"hostname"`
-	Region    string            `json:"region,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	Address   string            `json:"address,omitempty"`
-	Capacity  Capacity          `json:"capacity"`
+	JoinToken string `json:"join_token"`
+	PublicKey string `json:"public_key"`
+	// BoxPublicKey is the node's X25519 public key (base64, 32 bytes) that workload secrets are
+	// sealed to (docs/node-protocol.md section 6.6); empty for an agent that receives none.
+	BoxPublicKey string            `json:"box_public_key,omitempty"`
+	Hostname     string            `json:"hostname"`
+	Region       string            `json:"region,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Address      string            `json:"address,omitempty"`
+	Capacity     Capacity          `json:"capacity"`
 }
 
 // Capacity of a node.
@@ -111,13 +114,18 @@ type HealthCheck struct {
 // resolved to its digest at apply time. ExpectedRevision, when set, makes the
 // write a compare-and-set: 0 means "must not exist yet".
 type ServiceSpec struct {
-	Bundle      string            `json:"bundle"`
-	Command     []string          `json:"command"`
-	Env         map[string]string `json:"env,omitempty"`
-	Port        int               `json:"port,omitempty"`
-	Domains     []string          `json:"domains,omitempty"`
-	Replicas    *int              `json:"replicas,omitempty"`
-	HealthCheck HealthCheck       `json:"health_check,omitempty"`
+	Bundle  string            `json:"bundle"`
+	Command []string          `json:"command"`
+	Env     map[string]string `json:"env,omitempty"`
+	// Secrets maps environment variables (or, with as: file, file names) to secrets of the
+	// project; SecretSets attaches sets of them (docs/api.md section 10). Changing either is a
+	// change of what the service runs: a rollout, like an env change.
+	Secrets     map[string]SecretRef `json:"secrets,omitempty"`
+	SecretSets  []string             `json:"secret_sets,omitempty"`
+	Port        int                  `json:"port,omitempty"`
+	Domains     []string             `json:"domains,omitempty"`
+	Replicas    *int                 `json:"replicas,omitempty"`
+	HealthCheck HealthCheck          `json:"health_check,omitempty"`
 	// Labels are free key/value pairs that admission policies may require.
 	Labels map[string]string `json:"labels,omitempty"`
 	// CapacityUnits is what one replica uses, in the operator's own units;
@@ -167,10 +175,13 @@ type Service struct {
 	BundleDigest string            `json:"bundle_digest"`
 	Command      []string          `json:"command"`
 	Env          map[string]string `json:"env,omitempty"`
-	Port         int               `json:"port"`
-	Domains      []string          `json:"domains"`
-	Replicas     int               `json:"replicas"`
-	HealthCheck  HealthCheck       `json:"health_check"`
+	// Secrets and SecretSets are as in ServiceSpec: names and versions, never values.
+	Secrets     map[string]SecretRef `json:"secrets,omitempty"`
+	SecretSets  []string             `json:"secret_sets,omitempty"`
+	Port        int                  `json:"port"`
+	Domains     []string             `json:"domains"`
+	Replicas    int                  `json:"replicas"`
+	HealthCheck HealthCheck          `json:"health_check"`
 	// Labels and CapacityUnits are as in ServiceSpec.
 	Labels        map[string]string `json:"labels,omitempty"`
 	CapacityUnits int               `json:"capacity_units,omitempty"`
