@@ -104,17 +104,19 @@ type cluster struct {
 	berthd            *proctest.Proc
 	token             string
 	c                 *client.Client
+	// berthdArgs are added to berthd's flags at every start.
+	berthdArgs []string
 }
 
 func startBerthd(t *testing.T, cl *cluster) {
 	t.Helper()
-	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd",
-		"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug",
+	args := []string{"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug",
 		"--runner-transport",
 		// Passes at least 1 s apart instead of the default 5 s: these tests check what the
 		// passes do, not their schedule (core/slots tests the schedule, make run uses the
 		// defaults), and every rollout step takes a pass.
-		"--sweep-floor", "1s")
+		"--sweep-floor", "1s"}
+	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd", append(args, cl.berthdArgs...)...)
 	cl.url = "https://" + cl.api
 	d := proctest.WaitBerthdReady(t, cl.berthd, filepath.Join(cl.dir, "berthd"), cl.url, 60*time.Second)
 	cl.fingerprint, cl.token = d.Fingerprint, d.Token
