@@ -121,6 +121,9 @@ func (a *app) describeService(svc *client.Service) {
 		for i, k := range keys {
 			r := svc.Secrets[k]
 			v := r.Secret + "@current"
+			if got, ok := svc.ResolvedSecrets[k]; ok && r.Version == 0 {
+				v = fmt.Sprintf("%s@current (%d)", r.Secret, got.Version)
+			}
 			if r.Version > 0 {
 				v = fmt.Sprintf("%s@%d", r.Secret, r.Version)
 			}

@@ -43,6 +43,12 @@ func toAPIService(s *services.Service, ready int) client.Service {
 			out.Secrets[k] = client.SecretRef(r)
 		}
 	}
+	if len(s.ResolvedSecrets) > 0 {
+		out.ResolvedSecrets = map[string]client.SecretRef{}
+		for k, r := range s.ResolvedSecrets {
+			out.ResolvedSecrets[k] = client.SecretRef(r)
+		}
+	}
 	if s.Stateful() {
 		out.PlacementMode = services.PlacementStateful
 		out.Lease = &client.LeaseSpec{Mode: s.LeaseMode, DurationMS: s.LeaseDurationMS}
@@ -195,8 +201,12 @@ func (s *Server) putService(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	resolved, err := s.resolveSecrets(ctx, p.ID, refs, spec.SecretSets)
+	if err != nil {
+		return err
+	}
 	svc := &services.Service{
-		Secrets: refs, SecretSets: spec.SecretSets,
+		Secrets: refs, SecretSets: spec.SecretSets, ResolvedSecrets: resolved,
 		Runtime: spec.Runtime, Image: spec.Image, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),

@@ -204,6 +204,7 @@ func (s *Server) putSecret(c echo.Context) error {
 	s.log.Info("secret version written", "project", p.Name, "secret", name, "version", ver.Version)
 	s.awaitChange(c, secrets.Collection, sec.ID, sec.LogOutbox)
 	s.cfg.Hinter.Hint("secret.written")
+	s.rollSecretUsers(c, p, name, "")
 	bySecret, _, err := s.uses(c.Request().Context(), p)
 	if err != nil {
 		return err
@@ -344,6 +345,7 @@ func (s *Server) putSecretSet(c echo.Context) error {
 		s.log.Info("secret set written", "project", p.Name, "set", name, "revision", set.Revision)
 		s.awaitChange(c, secrets.SetsCollection, set.ID, set.LogOutbox)
 		s.cfg.Hinter.Hint("secret_set.written")
+		s.rollSecretUsers(c, p, "", name)
 	}
 	_, bySet, err := s.uses(c.Request().Context(), p)
 	if err != nil {
@@ -543,4 +545,93 @@ func (s *Server) checkServiceSecrets(ctx context.Context, p *services.Project, s
 		}
 	}
 	return refs, nil
+}
+
+// resolveSecrets returns every secret a service with refs and sets receives, keyed by variable,
+// each with a concrete version (the current one where refs leave it unpinned). Errors: a
+// secret, version or set gone (422 secret_unknown), store failures.
+func (s *Server) resolveSecrets(ctx context.Context, projectID string, refs map[string]secrets.Ref, sets []string) (map[string]secrets.Ref, error) {
+	if len(refs) == 0 && len(sets) == 0 {
+		return nil, nil
+	}
+	all := maps.Clone(refs)
+	if all == nil {
+		all = map[string]secrets.Ref{}
+	}
+	for _, name := range sets {
+		set, err := s.secretStore().GetSet(ctx, projectID, name)
+		if err != nil {
+			return nil, refError(err)
+		}
+		for k, r := range set.Secrets {
+			if _, dup := all[k]; !dup {
+				all[k] = r
+			}
+		}
+	}
+	out := make(map[string]secrets.Ref, len(all))
+	for k, r := range all {
+		_, v, err := s.secretStore().Resolve(ctx, projectID, r.Secret, r.Version)
+		if err != nil {
+			return nil, refError(fmt.Errorf("%s: %w", k, err))
+		}
+		r.Version = v.Version
+		out[k] = r
+	}
+	return out, nil
+}
+
+// rollSecretUsers re-resolves the secrets of every service of p that receives secret (or, with
+// a set name, set) and updates those whose resolved versions moved, one compare-and-set each
+// (retried on a concurrent write), so a new version of an unpinned reference rolls out like any
+// change of what the service runs. The secret write is durable already: a failure here is logged
+// and the services stay on what they run until their next apply or the secret's next version.
+func (s *Server) rollSecretUsers(c echo.Context, p *services.Project, secret, set string) {
+	ctx := c.Request().Context()
+	bySecret, bySet, err := s.uses(ctx, p)
+	if err != nil {
+		s.log.Warn("services using a changed secret not updated", "project", p.Name, "err", err)
+		return
+	}
+	users := bySecret[secret]
+	if set != "" {
+		users = bySet[set]
+	}
+	done := map[string]bool{}
+	for _, u := range users {
+		if done[u.Service] {
+			continue
+		}
+		done[u.Service] = true
+		for range 3 {
+			cur, err := s.cfg.Catalog.GetService(ctx, p, u.Service)
+			if err != nil || cur.Deleting {
+				break
+			}
+			res, err := s.resolveSecrets(ctx, p.ID, cur.Secrets, cur.SecretSets)
+			if err != nil {
+				s.log.Warn("service keeps its secret versions", "project", p.Name, "service", u.Service, "err", err)
+				break
+			}
+			if maps.Equal(res, cur.ResolvedSecrets) {
+				break
+			}
+			next := *cur
+			next.ResolvedSecrets, next.LogOutbox = res, nil
+			wctx, doneCtx := s.changeCtx(c)
+			out, _, err := s.cfg.Catalog.ApplyService(wctx, p, &next, &cur.Revision)
+			doneCtx()
+			if errors.Is(err, services.ErrRevisionConflict) {
+				continue
+			}
+			if err != nil {
+				s.log.Warn("service keeps its secret versions", "project", p.Name, "service", u.Service, "err", err)
+				break
+			}
+			s.log.Info("service rolls to new secret versions", "project", p.Name, "service", u.Service, "revision", out.Revision)
+			s.awaitChange(c, "services", out.ID, out.LogOutbox)
+			s.cfg.Hinter.Hint("service.secrets")
+			break
+		}
+	}
 }

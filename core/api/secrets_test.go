@@ -150,6 +150,30 @@ func TestServiceSecretReferences(t *testing.T) {
 	if code != 200 || fmt.Sprint(out["used_by"]) != "[map[keys:[STRIPE_KEY] service:api via:payments]]" {
 		t.Fatalf("used_by: %d %v", code, out["used_by"])
 	}
+	code, out = f.json("GET", "/api/v1/projects/shop/services/api", nil)
+	if fmt.Sprint(out["resolved_secrets"]) != "map[DB_FILE:map[as:file secret:db version:3] DB_URL:map[secret:db version:3] STRIPE_KEY:map[secret:stripe-key version:3]]" {
+		t.Fatalf("resolved secrets: %v", out["resolved_secrets"])
+	}
+	rev = out["revision"]
+	// A new version of a secret the service uses unpinned (through the set) is a new revision of
+	// what it runs, so it rolls out; a pinned one would not move.
+	if code, out := f.json("PUT", "/api/v1/projects/shop/secrets/stripe-key", map[string]any{"value": "new"}); code != 200 {
+		t.Fatalf("new version: %d %v", code, out)
+	}
+	code, out = f.json("GET", "/api/v1/projects/shop/services/api", nil)
+	if out["revision"] == rev || fmt.Sprint(out["resolved_secrets"].(map[string]any)["STRIPE_KEY"]) != "map[secret:stripe-key version:4]" {
+		t.Fatalf("after a new version: revision %v (was %v), resolved %v", out["revision"], rev, out["resolved_secrets"])
+	}
+	rev = out["revision"]
+	if code, out := f.json("PUT", "/api/v1/projects/shop/secrets/db", map[string]any{"value": "pinned-stays"}); code != 200 {
+		t.Fatalf("new db version: %d %v", code, out)
+	}
+	// DB_FILE is unpinned and moves; DB_URL is pinned at 3 and stays.
+	code, out = f.json("GET", "/api/v1/projects/shop/services/api", nil)
+	res := out["resolved_secrets"].(map[string]any)
+	if fmt.Sprint(res["DB_URL"]) != "map[secret:db version:3]" || fmt.Sprint(res["DB_FILE"]) != "map[as:file secret:db version:4]" || out["revision"] == rev {
+		t.Fatalf("after a db version: %v", res)
+	}
 	for _, p := range []string{"/api/v1/projects/shop/secrets/db", "/api/v1/projects/shop/secrets/stripe-key", "/api/v1/projects/shop/secret-sets/payments"} {
 		if code, out := f.json("DELETE", p, nil); code != 409 || out["code"] != "secret_in_use" || !strings.Contains(fmt.Sprint(out["detail"]), "api") {
 			t.Fatalf("delete %s in use: %d %v", p, code, out)

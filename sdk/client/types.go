@@ -175,6 +175,9 @@ type Service struct {
 	BundleDigest string            `json:"bundle_digest"`
 	Command      []string          `json:"command"`
 	Env          map[string]string `json:"env,omitempty"`
+	// ResolvedSecrets is every secret the workloads receive (Secrets and the sets' entries) with
+	// the version it resolved to when the service last changed; read-only.
+	ResolvedSecrets map[string]SecretRef `json:"resolved_secrets,omitempty"`
 	// Secrets and SecretSets are as in ServiceSpec: names and versions, never values.
 	Secrets     map[string]SecretRef `json:"secrets,omitempty"`
 	SecretSets  []string             `json:"secret_sets,omitempty"`

@@ -68,7 +68,17 @@ func (s *Sealer) Resolve(ctx context.Context, n *nodes.Node, spec *node.Spec, wl
 		if run == nil {
 			run = services.InvocationOf(svc)
 		}
-		if len(run.Secrets) == 0 && len(run.SecretSets) == 0 {
+		if len(run.Secrets) == 0 && len(run.SecretSets) == 0 && len(run.ResolvedSecrets) == 0 {
+			continue
+		}
+		if len(run.ResolvedSecrets) > 0 {
+			// What the attempt was admitted with, versions resolved at the service's change: a
+			// new version reaches this workload only through a rollout.
+			out, err := s.resolved(ctx, svc.ProjectID, run.ResolvedSecrets, recipient)
+			if err != nil {
+				return err
+			}
+			ws.Secrets = out
 			continue
 		}
 		refs := maps.Clone(run.Secrets)
@@ -112,6 +122,27 @@ func (s *Sealer) Resolve(ctx context.Context, n *nodes.Node, spec *node.Spec, wl
 		ws.Secrets = append(out, missing...)
 	}
 	return nil
+}
+
+// resolved turns refs with concrete versions into entries, leaving Version 0 (refused by the
+// agent) for a version that no longer exists.
+func (s *Sealer) resolved(ctx context.Context, projectID string, refs map[string]secrets.Ref, recipient string) ([]node.WorkloadSecret, error) {
+	out := []node.WorkloadSecret{}
+	for _, key := range slices.Sorted(maps.Keys(refs)) {
+		r := refs[key]
+		as := r.As
+		if as == "" {
+			as = node.SecretAsEnv
+		}
+		e := node.WorkloadSecret{Key: key, As: as, Secret: r.Secret, RecipientKey: recipient, Version: r.Version}
+		if _, _, err := s.Secrets.Resolve(ctx, projectID, r.Secret, r.Version); errors.Is(err, secrets.ErrNotFound) || errors.Is(err, secrets.ErrVersionNotFound) {
+			e.Version, e.RecipientKey = 0, ""
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // Seal seals the value of every resolved secret of spec to n's X25519 key (the entries

@@ -88,6 +88,16 @@ func TestResolveAndSeal(t *testing.T) {
 	if e := c.Workloads[0].Secrets[2]; e.Key != "STRIPE" || e.Sealed != nil {
 		t.Fatalf("tampered entry %+v was sealed", e)
 	}
+	// A workload admitted with resolved versions gets those, whatever is current now.
+	pinned := &services.Workload{ID: "wl_1", ServiceID: "svc_1", Run: &services.Invocation{
+		ResolvedSecrets: map[string]secrets.Ref{"DB_URL": {Secret: "db", Version: 1}, "GONE": {Secret: "db", Version: 9}}}}
+	e := spec()
+	if err := s.Resolve(ctx, n, &e, map[string]*services.Workload{"wl_1": pinned}, map[string]*services.Service{"svc_1": svc}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Workloads[0].Secrets; len(got) != 2 || got[0].Key != "DB_URL" || got[0].Version != 1 || got[1].Version != 0 || got[1].RecipientKey != "" {
+		t.Fatalf("resolved from the attempt: %+v", got)
+	}
 	// A node without a key gets entries without recipient, which its agent refuses.
 	d := spec()
 	if err := s.Resolve(ctx, &nodes.Node{ID: "nod_2"}, &d, map[string]*services.Workload{"wl_1": wl}, map[string]*services.Service{"svc_1": svc}); err != nil {
