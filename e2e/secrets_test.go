@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -144,6 +145,36 @@ func TestSecretsNeverLeak(t *testing.T) {
 		ns, _ := cl.c.ListNodes(ctx)
 		return len(ns) == 1 && ns[0].Status == "connected" && ns[0].AppliedRev == ns[0].DesiredRev, fmt.Sprint(ns)
 	})
+	greets("hello.localhost", greet2, 2)
+	greets("other.localhost", greetSet, 2)
+
+	// A new node key: the values are resealed to it, and a restarted replica opens them with it.
+	ns, err := cl.c.ListNodes(ctx)
+	if err != nil || len(ns) != 1 {
+		t.Fatal(ns, err)
+	}
+	keep(cl.cli(t, "node", "rotate-key", ns[0].ID))
+	if _, err := os.Stat(filepath.Join(agentDir, "secrets.key.prev")); err != nil {
+		t.Fatalf("the node should keep its previous key: %v", err)
+	}
+	waitFor(t, converge, "resealed desired state applied", func() (bool, string) {
+		ns, _ := cl.c.ListNodes(ctx)
+		return len(ns) == 1 && ns[0].AppliedRev == ns[0].DesiredRev && ns[0].DesiredRev > 0, fmt.Sprint(ns)
+	})
+	if err := os.Remove(filepath.Join(agentDir, "secrets.key.prev")); err != nil {
+		t.Fatal(err)
+	}
+	victim := cl.workloadPIDs(t)
+	for id, pids := range victim {
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, converge, "killed replica restarted with the new key", func() (bool, string) {
+			now := cl.workloadPIDs(t)[id]
+			return len(now) == 1 && now[0] != pids[0], fmt.Sprint(now)
+		})
+		break
+	}
 	greets("hello.localhost", greet2, 2)
 	greets("other.localhost", greetSet, 2)
 

@@ -197,6 +197,8 @@ type CommandResult struct {
 	Lines   []LogLine  `json:"lines,omitempty"`
 	Metrics *Metrics   `json:"metrics,omitempty"`
 	Probe   *Probe     `json:"probe,omitempty"`
+	// SecretKey answers secret_key_rotate: the node's new X25519 public key, base64.
+	SecretKey string `json:"secret_key,omitempty"`
 }
 
 // ErrorBody is the body of an error message, and the error of a CommandResult (section 5.18).

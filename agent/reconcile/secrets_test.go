@@ -96,6 +96,25 @@ func TestOpenSecrets(t *testing.T) {
 			t.Fatalf("openSecrets with another key = %v", err)
 		}
 	})
+	t.Run("rotation keeps the previous key", func(t *testing.T) {
+		rdir := t.TempDir()
+		old := nodeKey(t, rdir)
+		e := sealFor(t, old, id, node.WorkloadSecret{Key: "A", As: "env", Secret: "a", Version: 1}, "value-old")
+		next, err := RotateSecretKey(rdir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := sealFor(t, next, id, node.WorkloadSecret{Key: "B", As: "env", Secret: "b", Version: 1}, "value-new")
+		if env, _, err := openSecrets(rdir, &node.WorkloadSpec{WorkloadID: id, Secrets: []node.WorkloadSecret{e, n}}); err != nil || string(env["A"]) != "value-old" || string(env["B"]) != "value-new" {
+			t.Fatalf("after one rotation both keys open: %v", err)
+		}
+		if _, err := RotateSecretKey(rdir); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := openSecrets(rdir, &node.WorkloadSpec{WorkloadID: id, Secrets: []node.WorkloadSecret{e}}); !errors.Is(err, ErrSecretOpen) {
+			t.Fatalf("a value sealed two keys ago = %v, want ErrSecretOpen", err)
+		}
+	})
 	t.Run("files", func(t *testing.T) {
 		sd := filepath.Join(t.TempDir(), "secrets")
 		if err := writeSecretFiles(sd, files); err != nil {

@@ -282,3 +282,31 @@ func printKeyring(a *app, st *client.KeyringStatus) error {
 	}
 	return tw.Flush()
 }
+
+func newNodeRotateKeyCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rotate-key NODE_ID",
+		Short: "Give a node a new key for the secrets sealed to it",
+		Long: `rotate-key asks the node, over its session, for a new X25519 key for the
+workload secrets sealed to it (docs/node-protocol.md section 6.6), records it
+and reseals the node's values to it; the node keeps its previous key until the
+next rotation. The node must be connected. Needs admin and a recent login.`,
+		Example: "  berth node rotate-key nod_01JC9Y2M4Q7V8B1N6T3R5K9XZP",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			out, err := c.RotateNodeSecretKey(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("rotate the secret key of node %s: %w", args[0], err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, out)
+			}
+			fmt.Fprintf(a.stdout, "Node %s has a new secret key; its workloads' secrets are sealed to it at the next pass.\n", out.NodeID)
+			return nil
+		},
+	}
+}

@@ -237,6 +237,7 @@ func routeBody(c echo.Context) bodyKind {
 		"PUT /api/v1/projects/:project/secrets/:secret",
 		"PUT /api/v1/projects/:project/secret-sets/:set",
 		"POST /api/v1/secrets/keyring/rotate",
+		"POST /api/v1/nodes/:id/secret-key/rotate",
 		"PUT /api/v1/projects/:project",
 		"PUT /api/v1/projects/:project/services/:name",
 		"PUT /api/v1/projects/:project/services/:name/spec",

@@ -217,6 +217,8 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 		"POST /api/v1/projects/:project/placement/rollback": "needs a provider placement with a runner",
 		// Its success needs a live agent that restarts; e2e.TestAgentUpgradeSkewAndRollback drives it.
 		"POST /api/v1/nodes/:id/upgrade": "needs a node that upgrades and comes back",
+		// Its success needs a live agent answering secret_key_rotate; e2e.TestSecretsNeverLeak drives it.
+		"POST /api/v1/nodes/:id/secret-key/rotate": "needs a node with a live session",
 		// Identity routes: their success paths are driven in identity_test.go; here it is shown
 		// that each passes through the middleware.
 		"POST /api/v1/logout": "identity", "POST /api/v1/users": "identity", "PUT /api/v1/users/:user/roles": "identity",

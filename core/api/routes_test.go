@@ -121,7 +121,7 @@ func everyRoute() map[string]routeRow {
 		"GET /api/v1/projects/:project/secrets/:secret": none, "DELETE /api/v1/projects/:project/secrets/:secret": none,
 		"GET /api/v1/projects/:project/secret-sets": none, "PUT /api/v1/projects/:project/secret-sets/:set": obj,
 		"GET /api/v1/projects/:project/secret-sets/:set": none, "DELETE /api/v1/projects/:project/secret-sets/:set": none,
-		"GET /api/v1/secrets/keyring": none, "POST /api/v1/secrets/keyring/rotate": obj,
+		"GET /api/v1/secrets/keyring": none, "POST /api/v1/secrets/keyring/rotate": obj, "POST /api/v1/nodes/:id/secret-key/rotate": obj,
 		"POST /api/runner/v1/observe": runner, "POST /api/runner/v1/artifact": runner, "POST /api/runner/v1/runtime": runner,
 	}
 }

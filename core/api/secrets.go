@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/secrets"
@@ -44,6 +45,47 @@ func (s *Server) registerSecrets(v1 *echo.Group) {
 	v1.DELETE("/projects/:project/secret-sets/:set", s.deleteSecretSet, s.auth(identity.ScopeSecretWrite))
 	v1.GET("/secrets/keyring", s.keyringStatus, s.auth(identity.ScopeAdmin))
 	v1.POST("/secrets/keyring/rotate", s.rotateKeyring, s.auth(identity.ScopeAdmin, reauth))
+	if s.cfg.NodeOps != nil {
+		v1.POST("/nodes/:id/secret-key/rotate", s.rotateNodeSecretKey, s.auth(identity.ScopeAdmin, reauth))
+	}
+}
+
+// rotateNodeSecretKey asks the node over its session for a new X25519 key (secret_key_rotate,
+// docs/node-protocol.md section 6.6), records it on the node with one conditional write, and
+// hints a pass: the next desired state reseals every value of the node's workloads to the new
+// key, which restarts them one node-local step at a time. The node keeps its previous key, so
+// values sealed before the core learnt the new one still open.
+func (s *Server) rotateNodeSecretKey(c echo.Context) error {
+	var body struct{}
+	if err := s.bindOptional(c, &body); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	id := c.Param("id")
+	if err := s.knownNode(ctx, id); err != nil {
+		return err
+	}
+	n, err := s.cfg.Nodes.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	res, err := s.cfg.NodeOps.Command(ctx, id, node.Command{Kind: node.CommandSecretKeyRotate})
+	if err != nil {
+		return nodeOpError(err)
+	}
+	if res.Status != "ok" {
+		return nodeRefusal(res)
+	}
+	wctx, done := s.changeCtx(c)
+	n, err = s.cfg.Nodes.SetBoxKey(wctx, id, n.BoxPublicKey, res.SecretKey)
+	done()
+	if err != nil {
+		return err
+	}
+	s.log.Info("node secret key rotated", "node_id", id)
+	s.awaitChange(c, "nodes", id, n.LogOutbox)
+	s.cfg.Hinter.Hint("node.secret_key")
+	return c.JSON(http.StatusOK, map[string]any{"node_id": id, "secret_key": res.SecretKey})
 }
 
 func (s *Server) secretStore() *secrets.Store { return s.cfg.Secrets.Store }

@@ -228,3 +228,19 @@ func (c *Client) RotateKeyring(ctx context.Context, retireOld bool) (*KeyringSta
 	}
 	return &out, nil
 }
+
+// NodeSecretKey answers POST /nodes/{id}/secret-key/rotate: the node's new X25519 public key.
+type NodeSecretKey struct {
+	NodeID    string `json:"node_id"`
+	SecretKey string `json:"secret_key"`
+}
+
+// RotateNodeSecretKey asks node id for a new key for the secrets sealed to it (POST
+// /nodes/{id}/secret-key/rotate); 503 unavailable when the node has no live session.
+func (c *Client) RotateNodeSecretKey(ctx context.Context, id string) (*NodeSecretKey, error) {
+	var out NodeSecretKey
+	if err := c.doJSON(ctx, http.MethodPost, "/nodes/"+pathEscape(id)+"/secret-key/rotate", struct{}{}, true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
