@@ -389,7 +389,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Events: a.store,
 		Log:    a.store,
 		Keys:   a.store,
-		Commands: &commands{driver: a.cfg.Driver, ring: ring, now: a.cfg.Now, leases: leases,
+		Commands: &commands{driver: a.cfg.Driver, ring: ring, now: a.cfg.Now, leases: leases, dataDir: a.cfg.DataDir,
 			upgrade: up, plugin: pluginUp, pluginName: "berth-plugin-" + desc.Name,
 			network: netDesc, netPlugin: netUp},
 		Leases:     leases,

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/lease"
 	"github.com/berthhq/berth/agent/metrics"
+	"github.com/berthhq/berth/agent/reconcile"
 	"github.com/berthhq/berth/agent/session"
 	"github.com/berthhq/berth/agent/upgrade"
 )
@@ -39,6 +41,8 @@ type commands struct {
 	// network is the node-network plugin's Describe answer, reported in
 	// probe; nil when the node runs none.
 	network *network.DescribeResponse
+	// dataDir holds the node's secret key; empty refuses secret_key_rotate.
+	dataDir string
 }
 
 var _ session.Commands = (*commands)(nil)
@@ -138,6 +142,15 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 			}
 			return errorResult(berrors.ReleaseNotFound, fmt.Sprintf("this node runs no %s to upgrade (it runs %s)", p.Program, runs))
 		}
+	case node.CommandSecretKeyRotate:
+		if c.dataDir == "" {
+			return errorResult(berrors.Unimplemented, "this agent keeps no secret key")
+		}
+		pub, err := reconcile.RotateSecretKey(c.dataDir)
+		if err != nil {
+			return errorResult(berrors.Internal, "rotate the node secret key: "+err.Error())
+		}
+		return node.CommandResult{Status: "ok", Detail: "new secret key", SecretKey: base64.StdEncoding.EncodeToString(pub[:])}
 	default:
 		return errorResult(berrors.BadMessage, fmt.Sprintf("unknown command kind %q", cmd.Kind))
 	}

@@ -15,9 +15,16 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/crypto/nacl/box"
+
 	"github.com/berthhq/berth/agent/localstore"
 	"github.com/berthhq/berth/sdk/client"
 )
+
+// SecretKeyFileName is the node's X25519 private key (32 raw bytes, 0600) in the data directory:
+// the key workload secrets are sealed to (docs/node-protocol.md section 6.6). A copy of the data
+// directory without it opens no secret.
+const SecretKeyFileName = "secrets.key"
 
 // KeyFileName is the node's Ed25519 private key (PKCS#8 PEM, 0600) in the data directory.
 const KeyFileName = "node.key"
@@ -100,6 +107,16 @@ func Enroll(ctx context.Context, cfg EnrollConfig) (string, error) {
 		return "", fmt.Errorf("enroll: write node key: %w", err)
 	}
 
+	boxPub, boxPriv, err := box.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", fmt.Errorf("enroll: generate node secret key: %w", err)
+	}
+	err = writePrivateFile(filepath.Join(dir, SecretKeyFileName), boxPriv[:])
+	clear(boxPriv[:])
+	if err != nil {
+		return "", fmt.Errorf("enroll: write node secret key: %w", err)
+	}
+
 	pin := ""
 	if cfg.Fingerprint != "" {
 		if pin, err = client.ParseFingerprint(cfg.Fingerprint); err != nil {
@@ -116,13 +133,14 @@ func Enroll(ctx context.Context, cfg EnrollConfig) (string, error) {
 	}
 	capacity := DetectCapacity()
 	resp, err := cl.Enroll(ctx, client.EnrollRequest{
-		JoinToken: cfg.JoinToken,
-		PublicKey: base64.StdEncoding.EncodeToString(pub),
-		Hostname:  cfg.Hostname,
-		Region:    cfg.Region,
-		Labels:    cfg.Labels,
-		Address:   cfg.Address,
-		Capacity:  client.Capacity{CPUs: capacity.CPUs, MemoryMB: capacity.MemoryMB},
+		JoinToken:    cfg.JoinToken,
+		PublicKey:    base64.StdEncoding.EncodeToString(pub),
+		BoxPublicKey: base64.StdEncoding.EncodeToString(boxPub[:]),
+		Hostname:     cfg.Hostname,
+		Region:       cfg.Region,
+		Labels:       cfg.Labels,
+		Address:      cfg.Address,
+		Capacity:     client.Capacity{CPUs: capacity.CPUs, MemoryMB: capacity.MemoryMB},
 	})
 	if err != nil {
 		return "", fmt.Errorf("enroll: %w", err)

@@ -143,6 +143,20 @@ const (
 	UpgradeFailed     Code = "upgrade_failed"      // the node did not come back at the new version and runs the previous one (409)
 )
 
+// Secret codes (docs/api.md section 10). No code, message or problem detail ever carries a
+// secret value.
+const (
+	SecretNotFound         Code = "secret_not_found"         // no secret (or version) with that name in the project (404)
+	SecretSetNotFound      Code = "secret_set_not_found"     // no secret set with that name in the project (404)
+	SecretInUse            Code = "secret_in_use"            // delete of a secret or set a service still references; the detail names the services (409)
+	SecretUnknown          Code = "secret_unknown"           // a service or set references a secret, version or set that does not exist (422)
+	SecretTooLarge         Code = "secret_too_large"         // a value over the 64 KiB limit (413)
+	SecretVersionsFull     Code = "secret_versions_full"     // a secret that holds its 64 versions; delete it and set it again (409)
+	KeyringRotationRunning Code = "keyring_rotation_running" // a keyring rotation while the previous one still re-wraps (409)
+	KeyringInvalid         Code = "keyring_invalid"          // the keyring file is missing, unsafe or malformed, or no longer the one berthd loaded
+	SecretOpenFailed       Code = "secret_open_failed"       // a sealed value did not open: tampered, moved, or under a key not held; nothing was started with it
+)
+
 // Operator codes: berthd's own configuration, backup and restore (docs/operating.md
 // sections 3 and 5). They reach an operator's terminal, not the API.
 const (
@@ -152,6 +166,16 @@ const (
 )
 
 var statuses = map[Code]int{
+	SecretNotFound:         http.StatusNotFound,
+	SecretSetNotFound:      http.StatusNotFound,
+	SecretInUse:            http.StatusConflict,
+	SecretUnknown:          http.StatusUnprocessableEntity,
+	SecretTooLarge:         http.StatusRequestEntityTooLarge,
+	SecretVersionsFull:     http.StatusConflict,
+	KeyringRotationRunning: http.StatusConflict,
+	KeyringInvalid:         http.StatusServiceUnavailable,
+	SecretOpenFailed:       http.StatusUnprocessableEntity,
+
 	AgentVersionSkew:  http.StatusConflict,
 	AgentDowngrade:    http.StatusConflict,
 	ReleaseNotFound:   http.StatusNotFound,

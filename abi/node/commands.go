@@ -21,6 +21,9 @@ const (
 	CommandLogsQuery    = "logs_query"
 	CommandProbe        = "probe"
 	CommandMetricsQuery = "metrics_query"
+	// CommandSecretKeyRotate asks the node for a new X25519 key for workload secrets
+	// (section 6.6); the answer's SecretKey is its public key.
+	CommandSecretKeyRotate = "secret_key_rotate"
 )
 
 // Stream kinds (section 5.15). v1 serves app_logs only.

@@ -4,6 +4,7 @@ package node
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -196,6 +197,8 @@ type CommandResult struct {
 	Lines   []LogLine  `json:"lines,omitempty"`
 	Metrics *Metrics   `json:"metrics,omitempty"`
 	Probe   *Probe     `json:"probe,omitempty"`
+	// SecretKey answers secret_key_rotate: the node's new X25519 public key, base64.
+	SecretKey string `json:"secret_key,omitempty"`
 }
 
 // ErrorBody is the body of an error message, and the error of a CommandResult (section 5.18).
@@ -272,6 +275,54 @@ type WorkloadSpec struct {
 	User        string `json:"user,omitempty"`
 	MemoryBytes int64  `json:"memory_bytes,omitempty"`
 	CPUMillis   int64  `json:"cpu_millis,omitempty"`
+	// Secrets are the workload's secret values, each sealed to this node's
+	// X25519 key (section 6.6); empty when the service references none.
+	Secrets []WorkloadSecret `json:"secrets,omitempty"`
+}
+
+// Secret delivery modes of a [WorkloadSecret].
+const (
+	SecretAsEnv  = "env"  // an environment variable named Key
+	SecretAsFile = "file" // a file named Key in the directory $BERTH_SECRETS_DIR
+)
+
+// WorkloadSecret is one secret value of a workload, sealed to the node that runs it
+// (docs/node-protocol.md section 6.6). Secret and Version name what it is; the value travels
+// only in Sealed: nacl/box anonymous sealing (X25519, XSalsa20-Poly1305) to the node key
+// RecipientKey names, of [SealedSecretPlaintext]. The agent opens it only to start the workload,
+// and refuses a plaintext bound to another workload, key, secret or version.
+type WorkloadSecret struct {
+	Key     string `json:"key"`
+	As      string `json:"as"`
+	Secret  string `json:"secret"`
+	Version int    `json:"version"`
+	// RecipientKey is the hex SHA-256 of the node's X25519 public key the value is sealed to.
+	RecipientKey string `json:"recipient_key"`
+	Sealed       []byte `json:"sealed,omitempty"`
+}
+
+// SealedSecretPlaintext is what [WorkloadSecret.Sealed] seals: a binding prefix naming the
+// workload, key, secret and version, each preceded by its length, then the value.
+func SealedSecretPlaintext(workloadID string, s WorkloadSecret, value []byte) []byte {
+	out := []byte("berth.secret.delivery.v1")
+	for _, p := range []string{workloadID, s.Key, s.Secret, strconv.Itoa(s.Version)} {
+		out = append(out, ':')
+		out = append(out, strconv.Itoa(len(p))...)
+		out = append(out, ':')
+		out = append(out, p...)
+	}
+	out = append(out, '\n')
+	return append(out, value...)
+}
+
+// OpenedSecretValue checks that plain is [SealedSecretPlaintext] of workloadID and s and returns
+// the value; ok is false for any other binding.
+func OpenedSecretValue(workloadID string, s WorkloadSecret, plain []byte) (value []byte, ok bool) {
+	prefix := SealedSecretPlaintext(workloadID, s, nil)
+	if len(plain) < len(prefix) || string(plain[:len(prefix)]) != string(prefix) {
+		return nil, false
+	}
+	return plain[len(prefix):], true
 }
 
 // HealthCheck is an HTTP GET probe; zero fields take the defaults of section 6.3

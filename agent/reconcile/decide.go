@@ -316,9 +316,22 @@ func Backoff(step int) time.Duration {
 	return d
 }
 
+// secretRef is what of a workload secret SpecHash covers: which secret and version reaches
+// which key, not the sealed bytes (random per sealing).
+type secretRef struct {
+	Key     string `json:"k"`
+	As      string `json:"a"`
+	Secret  string `json:"s"`
+	Version int    `json:"v"`
+}
+
 // SpecHash is the hex SHA-256 of the spec fields whose change needs the
-// workload restarted: driver, bundle, command, env and port.
+// workload restarted: driver, bundle, command, env, secrets and port.
 func SpecHash(spec *node.WorkloadSpec) string {
+	var refs []secretRef
+	for _, s := range spec.Secrets {
+		refs = append(refs, secretRef{s.Key, s.As, s.Secret, s.Version})
+	}
 	b, _ := json.Marshal(struct {
 		Driver  string            `json:"driver"`
 		Bundle  string            `json:"bundle"`
@@ -330,7 +343,9 @@ func SpecHash(spec *node.WorkloadSpec) string {
 		User      string `json:"user,omitempty"`
 		Memory    int64  `json:"memory_bytes,omitempty"`
 		CPUMillis int64  `json:"cpu_millis,omitempty"`
-	}{spec.Driver, spec.BundleDigest, spec.Command, spec.Env, spec.Port, spec.Image, spec.User, spec.MemoryBytes, spec.CPUMillis})
+		// Secrets: absent when none, so a workload without secrets keeps its hash.
+		Secrets []secretRef `json:"secrets,omitempty"`
+	}{spec.Driver, spec.BundleDigest, spec.Command, spec.Env, spec.Port, spec.Image, spec.User, spec.MemoryBytes, spec.CPUMillis, refs})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -418,8 +418,26 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 			return l.failStart(ctx, rec, err, now)
 		}
 	}
-	env := make(map[string]string, len(spec.Env)+5)
+	secretEnv, secretFiles, err := openSecrets(l.cfg.DataDir, spec)
+	if err != nil {
+		return l.failStart(ctx, rec, err, now)
+	}
+	secretDir := filepath.Join(dir, "secrets")
+	if err := writeSecretFiles(secretDir, secretFiles); err != nil {
+		return l.failStart(ctx, rec, err, now)
+	}
+	for _, v := range secretFiles {
+		clear(v)
+	}
+	env := make(map[string]string, len(spec.Env)+len(secretEnv)+6)
 	maps.Copy(env, spec.Env)
+	for k, v := range secretEnv {
+		env[k] = string(v)
+		clear(v)
+	}
+	if len(secretFiles) > 0 {
+		env[SecretsDirEnv] = secretDir
+	}
 	env["PORT"] = strconv.Itoa(port)
 	env["HOST"] = addr
 	env["BERTH_WORKLOAD_ID"] = spec.WorkloadID

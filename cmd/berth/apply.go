@@ -20,17 +20,20 @@ import (
 
 // serviceFile is one service in a file given to "berth apply".
 type serviceFile struct {
-	Name             string            `json:"name" yaml:"name"`
-	Project          string            `json:"project,omitempty" yaml:"project"`
-	Bundle           string            `json:"bundle" yaml:"bundle"`
-	Command          []string          `json:"command" yaml:"command"`
-	Env              map[string]string `json:"env,omitempty" yaml:"env"`
-	Port             int               `json:"port,omitempty" yaml:"port"`
-	Domains          []string          `json:"domains,omitempty" yaml:"domains"`
-	Replicas         *int              `json:"replicas,omitempty" yaml:"replicas"`
-	HealthCheck      healthCheckFile   `json:"health_check" yaml:"health_check"`
-	Timeouts         timeoutsFile      `json:"timeouts,omitzero" yaml:"timeouts"`
-	ExpectedRevision *int64            `json:"expected_revision,omitempty" yaml:"expected_revision"`
+	Name    string            `json:"name" yaml:"name"`
+	Project string            `json:"project,omitempty" yaml:"project"`
+	Bundle  string            `json:"bundle" yaml:"bundle"`
+	Command []string          `json:"command" yaml:"command"`
+	Env     map[string]string `json:"env,omitempty" yaml:"env"`
+	// Secrets and SecretSets reference the project's secrets (docs/api.md section 10.2).
+	Secrets          map[string]secretRefFile `json:"secrets,omitempty" yaml:"secrets"`
+	SecretSets       []string                 `json:"secret_sets,omitempty" yaml:"secret_sets"`
+	Port             int                      `json:"port,omitempty" yaml:"port"`
+	Domains          []string                 `json:"domains,omitempty" yaml:"domains"`
+	Replicas         *int                     `json:"replicas,omitempty" yaml:"replicas"`
+	HealthCheck      healthCheckFile          `json:"health_check" yaml:"health_check"`
+	Timeouts         timeoutsFile             `json:"timeouts,omitzero" yaml:"timeouts"`
+	ExpectedRevision *int64                   `json:"expected_revision,omitempty" yaml:"expected_revision"`
 
 	// The stateful fields (docs/api.md "Leases").
 	PlacementMode string     `json:"placement_mode,omitempty" yaml:"placement_mode"`
@@ -42,6 +45,38 @@ type serviceFile struct {
 	User      string `json:"user,omitempty" yaml:"user"`
 	MemoryMB  int64  `json:"memory_mb,omitempty" yaml:"memory_mb"`
 	CPUMillis int64  `json:"cpu_millis,omitempty" yaml:"cpu_millis"`
+}
+
+// secretRefFile is one entry of a serviceFile's secrets: a secret's name, or
+// {secret, version, as}.
+type secretRefFile struct{ client.SecretRef }
+
+// UnmarshalYAML accepts a scalar (the name) or a mapping with only secret, version and as.
+func (r *secretRefFile) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		r.SecretRef = client.SecretRef{Secret: n.Value}
+		return nil
+	}
+	var m struct {
+		Secret  string `yaml:"secret"`
+		Version int    `yaml:"version"`
+		As      string `yaml:"as"`
+	}
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: a secret reference is a name or {secret, version, as}", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch k := n.Content[i].Value; k {
+		case "secret", "version", "as":
+		default:
+			return fmt.Errorf("line %d: unknown field %q in a secret reference (want secret, version, as)", n.Content[i].Line, k)
+		}
+	}
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	r.SecretRef = client.SecretRef{Secret: m.Secret, Version: m.Version, As: m.As}
+	return nil
 }
 
 // leaseFile is the lease block of a stateful serviceFile.
@@ -70,14 +105,23 @@ func (f serviceFile) spec() client.ServiceSpec {
 	if f.Lease != nil {
 		lease = &client.LeaseSpec{Mode: f.Lease.Mode, DurationMS: f.Lease.DurationMS}
 	}
+	var refs map[string]client.SecretRef
+	if len(f.Secrets) > 0 {
+		refs = map[string]client.SecretRef{}
+		for k, r := range f.Secrets {
+			refs[k] = r.SecretRef
+		}
+	}
 	return client.ServiceSpec{
-		Lease:    lease,
-		Bundle:   f.Bundle,
-		Command:  f.Command,
-		Env:      f.Env,
-		Port:     f.Port,
-		Domains:  f.Domains,
-		Replicas: f.Replicas,
+		Secrets:    refs,
+		SecretSets: f.SecretSets,
+		Lease:      lease,
+		Bundle:     f.Bundle,
+		Command:    f.Command,
+		Env:        f.Env,
+		Port:       f.Port,
+		Domains:    f.Domains,
+		Replicas:   f.Replicas,
 		HealthCheck: client.HealthCheck{
 			Path:      f.HealthCheck.Path,
 			IntervalS: f.HealthCheck.IntervalS,
@@ -107,6 +151,10 @@ JSON (one object, several objects in a row, or an array). Fields:
   bundle             bundle digest ("sha256:...") or the name it was pushed with
   command            argument list, e.g. ["./server", "--port", "8080"]
   env                map of environment variables
+  secrets            map of environment variables to secrets of the project:
+                     NAME: secret, or NAME: {secret, version, as: env|file};
+                     values never appear in the file (berth secret set)
+  secret_sets        list of secret sets whose entries the service receives
   port               the app's port in runtimes with their own network (default
                      8080); process workloads always get a free port in $PORT
   domains            list of domains routed to the service

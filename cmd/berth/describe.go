@@ -109,6 +109,35 @@ func (a *app) describeService(svc *client.Service) {
 			fmt.Fprintf(tw, "\t%s=%s\n", k, svc.Env[k])
 		}
 	}
+	// Secrets: names and versions only; no answer carries a value.
+	if len(svc.Secrets) == 0 {
+		field("Secrets", "-")
+	} else {
+		keys := make([]string, 0, len(svc.Secrets))
+		for k := range svc.Secrets {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i, k := range keys {
+			r := svc.Secrets[k]
+			v := r.Secret + "@current"
+			if got, ok := svc.ResolvedSecrets[k]; ok && r.Version == 0 {
+				v = fmt.Sprintf("%s@current (%d)", r.Secret, got.Version)
+			}
+			if r.Version > 0 {
+				v = fmt.Sprintf("%s@%d", r.Secret, r.Version)
+			}
+			if r.As == "file" {
+				v += " (file)"
+			}
+			if i == 0 {
+				field("Secrets", k+" <- "+v)
+			} else {
+				fmt.Fprintf(tw, "\t%s <- %s\n", k, v)
+			}
+		}
+	}
+	field("Secret sets", orDash(strings.Join(svc.SecretSets, ", ")))
 	field("Created", fmt.Sprintf("%s (%s ago)", svc.CreatedAt.UTC().Format("2006-01-02 15:04:05Z"), a.since(svc.CreatedAt)))
 	field("Updated", fmt.Sprintf("%s (%s ago)", svc.UpdatedAt.UTC().Format("2006-01-02 15:04:05Z"), a.since(svc.UpdatedAt)))
 	_ = tw.Flush()

@@ -134,6 +134,8 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newTokenCmd(a),
 		newUserCmd(a),
 		newAuditCmd(a),
+		newSecretCmd(a),
+		newSecretsCmd(a),
 	)
 	return root
 }

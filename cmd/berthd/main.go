@@ -97,6 +97,8 @@ func serveFlags(cfg *server.Config, level *slog.Level, configFile *string) *pfla
 	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL nodes and the CLI use to reach the API (default https://<listen>)")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate chain to serve (default: self-signed, generated under --data-dir)")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&cfg.Keyring, "keyring", "", "secrets keyring file, 0600 (default: keys/secrets.keyring under --data-dir, generated at first start)")
+	fs.IntVar(&cfg.RewrapPerSecond, "secrets-rewrap-rate", 100, "secrets a keyring rotation re-wraps per second (negative: no bound)")
 	fs.StringVar(&cfg.PluginDir, "plugin-dir", "", "directory of berth-plugin-* binaries (default: beside berthd)")
 	fs.StringVar(&cfg.ReleaseDir, "release-dir", "", "directory of Berth binaries offered to nodes by berth node upgrade, named <program>-<version>-<os>-<arch> (default: none)")
 	fs.Int64Var(&cfg.MaxBundleBytes, "max-bundle-bytes", 512<<20, "largest release bundle accepted, in bytes")

@@ -122,6 +122,9 @@ type Config struct {
 	// CoreVersion is the version upgrade targets are checked against by the
 	// skew rule; empty means internal/version.Version.
 	CoreVersion string
+	// Secrets serves the secret routes and checks services' secret references (secrets.go,
+	// docs/api.md section 10); nil leaves the routes out and refuses references.
+	Secrets *SecretsConfig
 	// Guard checks fenced shared-storage writes (bundle uploads with the fencing headers); nil
 	// refuses such writes as unavailable.
 	Guard *fencing.Guard
@@ -208,6 +211,7 @@ func New(cfg Config) *Server {
 	v1.GET("/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServiceDeploy, anyService))
 	v1.GET("/projects/:project/bundles", s.listBundles, s.auth(identity.ScopeServicesRead))
+	s.registerSecrets(v1)
 	s.registerIdentity(v1)
 	s.registerWasm(v1)
 	s.registerNodeOps(v1)
@@ -247,6 +251,10 @@ func routeBody(c echo.Context) bodyKind {
 		"POST /api/v1/nodes/:id/retire",
 		"POST /api/v1/nodes/:id/upgrade",
 		"POST /api/v1/cluster/signing-key/rotate",
+		"PUT /api/v1/projects/:project/secrets/:secret",
+		"PUT /api/v1/projects/:project/secret-sets/:set",
+		"POST /api/v1/secrets/keyring/rotate",
+		"POST /api/v1/nodes/:id/secret-key/rotate",
 		"PUT /api/v1/projects/:project",
 		"PUT /api/v1/projects/:project/services/:name",
 		"PUT /api/v1/projects/:project/services/:name/spec",
@@ -474,13 +482,14 @@ func (s *Server) createJoinToken(c echo.Context) error {
 
 func (s *Server) enroll(c echo.Context) error {
 	var req struct {
-		JoinToken string            `json:"join_token"`
-		PublicKey string            `json:"public_key"`
-		Hostname  string            `json:"hostname"`
-		Region    string            `json:"region"`
-		Labels    map[string]string `json:"labels"`
-		Address   string            `json:"address"`
-		Capacity  struct {
+		JoinToken    string            `json:"join_token"`
+		PublicKey    string            `json:"public_key"`
+		BoxPublicKey string            `json:"box_public_key"`
+		Hostname     string            `json:"hostname"`
+		Region       string            `json:"region"`
+		Labels       map[string]string `json:"labels"`
+		Address      string            `json:"address"`
+		Capacity     struct {
 			CPUs     int   `json:"cpus"`
 			MemoryMB int64 `json:"memory_mb"`
 		} `json:"capacity"`
@@ -500,7 +509,7 @@ func (s *Server) enroll(c echo.Context) error {
 	wctx, done := s.changeCtx(c)
 	defer done()
 	n, cred, err := s.cfg.Nodes.Enroll(wctx, nodes.EnrollRequest{
-		JoinToken: req.JoinToken, PublicKey: req.PublicKey, Hostname: req.Hostname, Region: req.Region,
+		JoinToken: req.JoinToken, PublicKey: req.PublicKey, BoxPublicKey: req.BoxPublicKey, Hostname: req.Hostname, Region: req.Region,
 		Labels: req.Labels, Address: req.Address, CPUs: req.Capacity.CPUs, MemoryMB: req.Capacity.MemoryMB,
 		Admit: s.enrollAdmitter(c),
 	})
@@ -510,7 +519,7 @@ func (s *Server) enroll(c echo.Context) error {
 	case errors.Is(err, nodes.ErrJoinTokenExpired):
 		return problem(abierrors.JoinTokenExpired, "this join token is expired or unknown; create a new one")
 	case nodes.IsBadKey(err):
-		return problem(abierrors.ValidationFailed, "public_key must be a base64-encoded Ed25519 public key")
+		return problem(abierrors.ValidationFailed, "public_key must be a base64-encoded Ed25519 public key, box_public_key (when given) a base64-encoded X25519 one")
 	case err != nil:
 		return err
 	}

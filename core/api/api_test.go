@@ -28,6 +28,7 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store"
 )
@@ -93,8 +94,13 @@ func newFixtureWith(t *testing.T, change func(*Config)) *fixture {
 		t.Fatal(err)
 	}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	kr, _, err := secrets.LoadOrCreateKeyring(filepath.Join(dir, secrets.KeyringFile), true)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
-		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil), Now: clock.now}
+		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil), Now: clock.now,
+		Secrets: &SecretsConfig{Store: secrets.NewStore(st, kr, nil)}}
 	if change != nil {
 		change(&cfg)
 	}

@@ -31,11 +31,23 @@ const defaultLeaseDurationMS = 15000
 func toAPIService(s *services.Service, ready int) client.Service {
 	out := client.Service{
 		ID: s.ID, Project: s.Project, Name: s.Name, Revision: s.Revision, Bundle: s.Bundle, BundleDigest: s.BundleDigest,
-		Command: s.Command, Env: s.Env, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas,
+		Command: s.Command, Env: s.Env, SecretSets: s.SecretSets, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas,
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
 		Labels: s.Labels, CapacityUnits: s.CapacityUnits, PlacementMode: services.PlacementPortable,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis},
 		Deleting:  s.Deleting, Timeouts: s.Timeouts,
+	}
+	if len(s.Secrets) > 0 {
+		out.Secrets = map[string]client.SecretRef{}
+		for k, r := range s.Secrets {
+			out.Secrets[k] = client.SecretRef(r)
+		}
+	}
+	if len(s.ResolvedSecrets) > 0 {
+		out.ResolvedSecrets = map[string]client.SecretRef{}
+		for k, r := range s.ResolvedSecrets {
+			out.ResolvedSecrets[k] = client.SecretRef(r)
+		}
 	}
 	if s.Stateful() {
 		out.PlacementMode = services.PlacementStateful
@@ -185,7 +197,16 @@ func (s *Server) putService(c echo.Context) error {
 		}
 		bundleDigest = b.Digest
 	}
+	refs, err := s.checkServiceSecrets(ctx, p, &spec)
+	if err != nil {
+		return err
+	}
+	resolved, err := s.resolveSecrets(ctx, p.ID, refs, spec.SecretSets)
+	if err != nil {
+		return err
+	}
 	svc := &services.Service{
+		Secrets: refs, SecretSets: spec.SecretSets, ResolvedSecrets: resolved,
 		Runtime: spec.Runtime, Image: spec.Image, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),

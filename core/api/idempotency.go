@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -67,8 +68,8 @@ type idemRecord struct {
 	// write of the record is a compare-and-set on it.
 	Claim string `bson:"claim"`
 	State string `bson:"state"`
-	// Request is the digest of what the request asked: method, path, query, content type and
-	// body. Another digest under the same _id is idempotency_key_reused.
+	// Request is the keyed digest of what the request asked: method, path, query, content type
+	// and body. Another digest under the same _id is idempotency_key_reused.
 	Request     string    `bson:"request"`
 	Status      int       `bson:"status,omitempty"`
 	ContentType string    `bson:"content_type,omitempty"`
@@ -134,13 +135,13 @@ func (s *Server) idempotent(bearer string, next echo.HandlerFunc) echo.HandlerFu
 		if !validIdempotencyKey(key) {
 			return problem(abierrors.BadRequest, fmt.Sprintf("%s must be 1 to %d printable ASCII characters", HeaderIdempotencyKey, MaxIdempotencyKeyBytes))
 		}
-		digest, cleanup, err := s.digestRequest(c)
+		seal := sha256.Sum256([]byte("berth.idempotency.seal.v1\x00" + bearer + "\x00" + key))
+		digest, cleanup, err := s.digestRequest(c, seal[:])
 		if err != nil {
 			return err
 		}
 		defer cleanup()
 		id := idempotencyID(bearer, r.Method, c.Path(), key)
-		seal := sha256.Sum256([]byte("berth.idempotency.seal.v1\x00" + bearer + "\x00" + key))
 
 		claim, err := s.claimKey(c, id, digest, seal[:])
 		if err != nil || claim == "" {
@@ -164,10 +165,12 @@ func idempotencyID(bearer, method, route, key string) string {
 }
 
 // digestRequest reads the request body, puts an equal one back for the handler and returns the
-// digest of the request. cleanup removes a spooled upload.
-func (s *Server) digestRequest(c echo.Context) (string, func(), error) {
+// digest of the request: HMAC-SHA-256 under key (derived from the bearer and the
+// Idempotency-Key, neither stored), so that the stored digest of a body holding a secret value
+// cannot be checked against guesses of the value. cleanup removes a spooled upload.
+func (s *Server) digestRequest(c echo.Context, key []byte) (string, func(), error) {
 	r := c.Request()
-	h := sha256.New()
+	h := hmac.New(sha256.New, key)
 	for _, p := range []string{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type")} {
 		_, _ = io.WriteString(h, p)
 		_, _ = h.Write([]byte{0})

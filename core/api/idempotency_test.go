@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -199,12 +200,25 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 			other: js("POST", "/api/v1/projects/default/operations", map[string]any{"kind": "restore"})},
 		{route: "DELETE /api/v1/projects/:project/placement", first: js("DELETE", "/api/v1/projects/default/placement", nil),
 			other: js("DELETE", "/api/v1/projects/shop/placement", nil)},
+		{route: "PUT /api/v1/projects/:project/secrets/:secret", first: js("PUT", "/api/v1/projects/default/secrets/db-url", map[string]any{"value": "one"}),
+			other: js("PUT", "/api/v1/projects/default/secrets/db-url", map[string]any{"value": "two"})},
+		{route: "PUT /api/v1/projects/:project/secret-sets/:set",
+			first: js("PUT", "/api/v1/projects/default/secret-sets/payments", map[string]any{"secrets": map[string]any{"DB_URL": "db-url"}}),
+			other: js("PUT", "/api/v1/projects/default/secret-sets/payments", map[string]any{"secrets": map[string]any{"DB": "db-url"}})},
+		{route: "DELETE /api/v1/projects/:project/secret-sets/:set", first: js("DELETE", "/api/v1/projects/default/secret-sets/payments", nil),
+			other: js("DELETE", "/api/v1/projects/default/secret-sets/payments?expected_revision=1", nil)},
+		{route: "DELETE /api/v1/projects/:project/secrets/:secret", first: js("DELETE", "/api/v1/projects/default/secrets/db-url", nil),
+			other: js("DELETE", "/api/v1/projects/default/secrets/db-url?expected_revision=1", nil)},
+		{route: "POST /api/v1/secrets/keyring/rotate", first: js("POST", "/api/v1/secrets/keyring/rotate", nil),
+			other: js("POST", "/api/v1/secrets/keyring/rotate", map[string]any{"retire_old": true})},
 	}
 	// claimedOnly are keyed routes this table cannot drive to a success.
 	claimedOnly := map[string]string{
 		"POST /api/v1/projects/:project/placement/rollback": "needs a provider placement with a runner",
 		// Its success needs a live agent that restarts; e2e.TestAgentUpgradeSkewAndRollback drives it.
 		"POST /api/v1/nodes/:id/upgrade": "needs a node that upgrades and comes back",
+		// Its success needs a live agent answering secret_key_rotate; e2e.TestSecretsNeverLeak drives it.
+		"POST /api/v1/nodes/:id/secret-key/rotate": "needs a node with a live session",
 		// Identity routes: their success paths are driven in identity_test.go; here it is shown
 		// that each passes through the middleware.
 		"POST /api/v1/logout": "identity", "POST /api/v1/users": "identity", "PUT /api/v1/users/:user/roles": "identity",
@@ -293,8 +307,9 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 }
 
 // requestDigest is the digest the middleware computes for a request with a JSON body.
-func requestDigest(method, path, query, ctype string, body []byte) string {
-	h := sha256.New()
+func requestDigest(bearer, key, method, path, query, ctype string, body []byte) string {
+	seal := sha256.Sum256([]byte("berth.idempotency.seal.v1\x00" + bearer + "\x00" + key))
+	h := hmac.New(sha256.New, seal[:])
 	for _, p := range []string{method, path, query, ctype} {
 		h.Write([]byte(p))
 		h.Write([]byte{0})
@@ -329,7 +344,7 @@ func TestIdempotencyInFlightFailedAndExpired(t *testing.T) {
 	now := f.clock.now().UTC()
 	id := idempotencyID(f.admin, "POST", path, "k1")
 	if _, err := f.api.idemColl().InsertOne(ctx, idemRecord{ID: id, Claim: "other", State: idemPending,
-		Request: requestDigest("POST", path, "", "", nil), ClaimedAt: now, ExpiresAt: now.Add(IdempotencyTTL)}); err != nil {
+		Request: requestDigest(f.admin, "k1", "POST", path, "", "", nil), ClaimedAt: now, ExpiresAt: now.Add(IdempotencyTTL)}); err != nil {
 		t.Fatal(err)
 	}
 	if a := rotate("k1"); a.status != 409 || a.code() != "idempotency_key_in_flight" || a.header.Get("Retry-After") == "" {

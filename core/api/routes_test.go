@@ -117,6 +117,11 @@ func everyRoute() map[string]routeRow {
 		"GET /api/v1/operations/:id":   none,
 		"POST /api/runner/v1/register": runner, "POST /api/runner/v1/heartbeat": runner, "POST /api/runner/v1/claim": runner,
 		"POST /api/runner/v1/renew": runner, "POST /api/runner/v1/complete": runner, "POST /api/runner/v1/fail": runner,
+		"GET /api/v1/projects/:project/secrets": none, "PUT /api/v1/projects/:project/secrets/:secret": obj,
+		"GET /api/v1/projects/:project/secrets/:secret": none, "DELETE /api/v1/projects/:project/secrets/:secret": none,
+		"GET /api/v1/projects/:project/secret-sets": none, "PUT /api/v1/projects/:project/secret-sets/:set": obj,
+		"GET /api/v1/projects/:project/secret-sets/:set": none, "DELETE /api/v1/projects/:project/secret-sets/:set": none,
+		"GET /api/v1/secrets/keyring": none, "POST /api/v1/secrets/keyring/rotate": obj, "POST /api/v1/nodes/:id/secret-key/rotate": obj,
 		"POST /api/runner/v1/observe": runner, "POST /api/runner/v1/artifact": runner, "POST /api/runner/v1/runtime": runner,
 	}
 }
@@ -124,7 +129,7 @@ func everyRoute() map[string]routeRow {
 // concretePath fills the route pattern's parameters: project "default", service "web", and
 // nodeID for every :id (an unknown id where the route means another kind of object).
 func concretePath(pattern, nodeID string) string {
-	r := strings.NewReplacer(":project", "default", ":name", "web", ":id", nodeID,
+	r := strings.NewReplacer(":project", "default", ":name", "web", ":id", nodeID, ":secret", "db-url", ":set", "payments",
 		":digest", "sha256:"+strings.Repeat("0", 64))
 	return r.Replace(pattern)
 }

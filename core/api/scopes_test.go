@@ -19,6 +19,7 @@ import (
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/session"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -46,7 +47,11 @@ func fullServer(t *testing.T) *Server {
 		t.Fatal(err)
 	}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	return New(Config{Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
+	kr, _, err := secrets.LoadOrCreateKeyring(filepath.Join(t.TempDir(), secrets.KeyringFile), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Config{Secrets: &SecretsConfig{Store: secrets.NewStore(st, kr, nil)}, Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
 		Tokens: identity.NewTokens(st), Hinter: nopHinter{}, Events: events.New(st, nil), Changelog: changelog.New(st, 1, nil),
 		Sessions: http.NotFoundHandler(), NodeOps: stubCommander{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
 		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{},

@@ -11,7 +11,7 @@ type Scope string
 
 // Scopes. ScopeAdmin grants every scope, except that human-only scopes are never granted to a
 // machine or node principal, whatever it holds. ScopeServicesWrite implies ScopeServiceDeploy,
-// which implies ScopeServicesRead.
+// which implies ScopeServicesRead; ScopeSecretWrite implies ScopeSecretRead.
 const (
 	ScopeAdmin         Scope = "admin"
 	ScopeNodeEnroll    Scope = "node:enroll"    // human-only: issue join tokens, accept nodes
@@ -22,6 +22,12 @@ const (
 	ScopeServiceDeploy Scope = "service:deploy" // apply one service, push its bundles, undo its rollout
 	ScopeNodesRead     Scope = "nodes:read"
 	ScopeTokensWrite   Scope = "tokens:write" // create, rotate and revoke one's own machine tokens
+	// ScopeSecretRead lists and reads secrets and secret sets: names, versions, digests, never a
+	// value (no scope reads a value).
+	ScopeSecretRead Scope = "secret:read"
+	// ScopeSecretWrite writes new secret versions and sets and deletes them; implies
+	// ScopeSecretRead.
+	ScopeSecretWrite Scope = "secret:write"
 )
 
 // HumanOnly reports whether s may only be held by a human or the admin principal, never by a
@@ -38,7 +44,8 @@ func HumanOnly(s Scope) bool {
 func Known(s Scope) bool {
 	switch s {
 	case ScopeAdmin, ScopeNodeEnroll, ScopeNodeRemove, ScopeNodeFenceAck,
-		ScopeServicesRead, ScopeServicesWrite, ScopeServiceDeploy, ScopeNodesRead, ScopeTokensWrite:
+		ScopeServicesRead, ScopeServicesWrite, ScopeServiceDeploy, ScopeNodesRead, ScopeTokensWrite,
+		ScopeSecretRead, ScopeSecretWrite:
 		return true
 	}
 	return false
@@ -53,6 +60,8 @@ func implies(held, want Scope) bool {
 		return want == ScopeServiceDeploy || want == ScopeServicesRead
 	case held == ScopeServiceDeploy:
 		return want == ScopeServicesRead
+	case held == ScopeSecretWrite:
+		return want == ScopeSecretRead
 	}
 	return false
 }
@@ -61,8 +70,8 @@ func implies(held, want Scope) bool {
 type Role string
 
 // Roles (docs/api.md section "Identity"): admin holds everything; operator deploys and operates
-// in every project and, when held by a human, the human-only node scopes, but administers no
-// identities; viewer reads.
+// in every project (secrets included) and, when held by a human, the human-only node scopes, but
+// administers no identities; viewer reads (secret metadata included, never a value).
 const (
 	RoleAdmin    Role = "admin"
 	RoleOperator Role = "operator"
@@ -78,13 +87,13 @@ func (r Role) Scopes(k Kind) []Scope {
 	case RoleAdmin:
 		return []Scope{ScopeAdmin}
 	case RoleOperator:
-		s := []Scope{ScopeServicesRead, ScopeServicesWrite, ScopeNodesRead, ScopeTokensWrite}
+		s := []Scope{ScopeServicesRead, ScopeServicesWrite, ScopeNodesRead, ScopeTokensWrite, ScopeSecretWrite}
 		if k == KindHuman {
 			s = append(s, ScopeNodeEnroll, ScopeNodeRemove, ScopeNodeFenceAck)
 		}
 		return s
 	case RoleViewer:
-		return []Scope{ScopeServicesRead, ScopeNodesRead}
+		return []Scope{ScopeServicesRead, ScopeNodesRead, ScopeSecretRead}
 	}
 	return nil
 }

@@ -53,21 +53,24 @@ const (
 
 // Node is a node document in collection "nodes".
 type Node struct {
-	ID               string            `bson:"_id"`
-	Hostname         string            `bson:"hostname"`
-	Region           string            `bson:"region,omitempty"`
-	Labels           map[string]string `bson:"labels,omitempty"`
-	Address          string            `bson:"address"`
-	CPUs             int               `bson:"cpus"`
-	MemoryMB         int64             `bson:"memory_mb"`
-	PublicKey        string            `bson:"public_key"`
-	CredentialDigest string            `bson:"credential_digest"`
-	Status           string            `bson:"status"`
-	Drivers          []string          `bson:"drivers,omitempty"`
-	AgentVersion     string            `bson:"agent_version,omitempty"`
-	EnrolledAt       time.Time         `bson:"enrolled_at"`
-	LastSeenAt       *time.Time        `bson:"last_seen_at,omitempty"`
-	SessionID        string            `bson:"session_id,omitempty"`
+	ID        string            `bson:"_id"`
+	Hostname  string            `bson:"hostname"`
+	Region    string            `bson:"region,omitempty"`
+	Labels    map[string]string `bson:"labels,omitempty"`
+	Address   string            `bson:"address"`
+	CPUs      int               `bson:"cpus"`
+	MemoryMB  int64             `bson:"memory_mb"`
+	PublicKey string            `bson:"public_key"`
+	// BoxPublicKey is the node's X25519 public key (base64) workload secrets are sealed to
+	// (docs/node-protocol.md section 6.6); empty when the agent registered none.
+	BoxPublicKey     string     `bson:"box_public_key,omitempty"`
+	CredentialDigest string     `bson:"credential_digest"`
+	Status           string     `bson:"status"`
+	Drivers          []string   `bson:"drivers,omitempty"`
+	AgentVersion     string     `bson:"agent_version,omitempty"`
+	EnrolledAt       time.Time  `bson:"enrolled_at"`
+	LastSeenAt       *time.Time `bson:"last_seen_at,omitempty"`
+	SessionID        string     `bson:"session_id,omitempty"`
 	// DesiredRev is the revision of DesiredSpec; it only increases.
 	DesiredRev  int64  `bson:"desired_rev"`
 	DesiredHash string `bson:"desired_hash,omitempty"`
@@ -180,12 +183,14 @@ func (r *Registry) CreateJoinToken(ctx context.Context, ttl time.Duration) (toke
 type EnrollRequest struct {
 	JoinToken string
 	PublicKey string // base64 std Ed25519 public key
-	Hostname  string
-	Region    string
-	Labels    map[string]string
-	Address   string
-	CPUs      int
-	MemoryMB  int64
+	// BoxPublicKey is the base64 X25519 key secrets are sealed to; empty or 32 bytes.
+	BoxPublicKey string
+	Hostname     string
+	Region       string
+	Labels       map[string]string
+	Address      string
+	CPUs         int
+	MemoryMB     int64
 	// Admit, when not nil, is asked after the join token was consumed and
 	// before the node is recorded (the node.enroll policy hook); its error is
 	// returned as is and nothing is recorded. A refused enrollment uses up
@@ -202,6 +207,11 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 	if pk, err := base64.StdEncoding.DecodeString(req.PublicKey); err != nil || len(pk) != ed25519.PublicKeySize {
 		return nil, "", fmt.Errorf("public_key: %w", errBadKey)
 	}
+	if req.BoxPublicKey != "" {
+		if bk, err := base64.StdEncoding.DecodeString(req.BoxPublicKey); err != nil || len(bk) != 32 {
+			return nil, "", fmt.Errorf("box_public_key: %w", errBadKey)
+		}
+	}
 	now := r.now().UTC()
 	digest := identity.Digest(req.JoinToken)
 	nodeID := identity.NewID("nod_")
@@ -214,7 +224,7 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 	}
 	n := &Node{
 		ID: nodeID, Hostname: req.Hostname, Region: req.Region, Labels: req.Labels,
-		Address: req.Address, CPUs: req.CPUs, MemoryMB: req.MemoryMB, PublicKey: req.PublicKey,
+		Address: req.Address, CPUs: req.CPUs, MemoryMB: req.MemoryMB, PublicKey: req.PublicKey, BoxPublicKey: req.BoxPublicKey,
 		CredentialDigest: credDigest, Status: StatusPending, EnrolledAt: now,
 	}
 	if req.Admit != nil {
@@ -292,7 +302,7 @@ var errBadKey = errors.New("not a base64 Ed25519 public key")
 func (n *Node) LogPayload() map[string]any {
 	return map[string]any{
 		"id": n.ID, "hostname": n.Hostname, "region": n.Region, "labels": n.Labels, "address": n.Address,
-		"cpus": n.CPUs, "memory_mb": n.MemoryMB, "public_key": n.PublicKey, "enrolled_at": n.EnrolledAt.UTC(),
+		"cpus": n.CPUs, "memory_mb": n.MemoryMB, "public_key": n.PublicKey, "box_public_key": n.BoxPublicKey, "enrolled_at": n.EnrolledAt.UTC(),
 	}
 }
 

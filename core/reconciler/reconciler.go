@@ -67,6 +67,9 @@ type RouteSink interface {
 
 // Config wires a Reconciler. Catalog, Nodes and Compiler are required.
 type Config struct {
+	// Secrets, when not nil, resolves and seals the workloads' secret values into each node's
+	// desired state (docs/node-protocol.md section 6.6); nil delivers none.
+	Secrets  SecretSealer
 	Catalog  *services.Catalog
 	Nodes    *nodes.Registry
 	Pusher   Pusher    // nil: desired state is stored, not pushed
@@ -760,12 +763,28 @@ func (r *Reconciler) desire(ctx context.Context, svcs []services.Service, ns []n
 // slot workloads, and pushes it. Safe to run for different nodes at once.
 func (r *Reconciler) desireNode(ctx context.Context, n *nodes.Node, wls []services.Workload, byID map[string]*services.Service, leases map[string]*fencing.Lease) error {
 	spec := BuildSpec(n, wls, byID, leases)
+	if r.cfg.Secrets != nil {
+		if err := r.cfg.Secrets.Resolve(ctx, n, &spec, workloadsByID(wls), byID); err != nil {
+			return err
+		}
+	}
 	raw, err := json.Marshal(spec)
 	if err != nil {
 		return fmt.Errorf("marshal desired state: %w", err)
 	}
+	// The hash covers the secrets as resolved (names, versions, node key) but not their
+	// sealed values, which are random per sealing: they are sealed only when it changed.
 	sum := sha256.Sum256(raw)
-	rev, changed, err := r.cfg.Nodes.SetDesired(ctx, n, hex.EncodeToString(sum[:]), string(raw))
+	hash := hex.EncodeToString(sum[:])
+	if r.cfg.Secrets != nil && hash != n.DesiredHash && hasSecrets(&spec) {
+		if err := r.cfg.Secrets.Seal(ctx, n, &spec); err != nil {
+			r.log.Error("workload secrets not sealed; those workloads are refused by the node", "node_id", n.ID, "err", err)
+		}
+		if raw, err = json.Marshal(spec); err != nil {
+			return fmt.Errorf("marshal desired state: %w", err)
+		}
+	}
+	rev, changed, err := r.cfg.Nodes.SetDesired(ctx, n, hash, string(raw))
 	if err != nil {
 		return err
 	}
@@ -790,6 +809,30 @@ func (r *Reconciler) desireNode(ctx context.Context, n *nodes.Node, wls []servic
 		p.Push(ctx, n.ID)
 	}
 	return errors.Join(errs...)
+}
+
+// SecretSealer resolves a node's workload secrets into its desired spec and seals their values
+// to the node (core/secrets/delivery.Sealer).
+type SecretSealer interface {
+	Resolve(ctx context.Context, n *nodes.Node, spec *node.Spec, wls map[string]*services.Workload, svcs map[string]*services.Service) error
+	Seal(ctx context.Context, n *nodes.Node, spec *node.Spec) error
+}
+
+func workloadsByID(wls []services.Workload) map[string]*services.Workload {
+	out := make(map[string]*services.Workload, len(wls))
+	for i := range wls {
+		out[wls[i].ID] = &wls[i]
+	}
+	return out
+}
+
+func hasSecrets(spec *node.Spec) bool {
+	for i := range spec.Workloads {
+		if len(spec.Workloads[i].Secrets) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // BuildSpec returns the desired spec of node n holding workloads wls, whose

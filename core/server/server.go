@@ -31,6 +31,8 @@ import (
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/releases"
+	"github.com/berthhq/berth/core/secrets"
+	"github.com/berthhq/berth/core/secrets/delivery"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/session"
 	"github.com/berthhq/berth/core/slots"
@@ -83,6 +85,12 @@ type Config struct {
 	// OrchestrationInterval is the period of the placement pass and operation sweep; zero means
 	// DefaultOrchestrationInterval.
 	OrchestrationInterval time.Duration
+	// Keyring is the secrets keyring file (docs/secrets.md section 2); empty means
+	// DataDir/keys/secrets.keyring, generated at first start while the store holds no secret.
+	Keyring string
+	// RewrapPerSecond bounds how many secrets a keyring rotation re-wraps per second; zero means
+	// 100, negative no bound.
+	RewrapPerSecond int
 	// DebugListen, when set, serves Go runtime profiles (/debug/pprof/) on
 	// this loopback address; empty serves none.
 	DebugListen string
@@ -234,6 +242,8 @@ func Run(ctx context.Context, cfg Config) error {
 	clog.TrackOutbox(identity.UsersCollection, "")
 	clog.TrackOutbox(identity.TokensCollection, "")
 	clog.TrackOutbox(identity.TokenNamesCollection, "")
+	clog.TrackOutbox(secrets.Collection, "")
+	clog.TrackOutbox(secrets.SetsCollection, "")
 	// An embedded store has this one process (it holds the data directory's
 	// lock): everything pending is a leftover. Against a shared MongoDB,
 	// another replica may be appending its young changes right now.
@@ -290,6 +300,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	sec, err := openSecrets(ctx, cfg, st, log)
+	if err != nil {
+		return err
+	}
+	rewrapCtx, stopRewrap := context.WithCancel(ctx)
+	defer stopRewrap()
+	rewrapper := newRewrapper(rewrapCtx, sec, cfg.RewrapPerSecond, log)
+	rewrapper.Kick() // resumes a rotation an earlier berthd did not finish
+
 	leases := fencing.New(st, fencing.Config{Logger: log})
 	sessions := session.New(session.Config{
 		Leases: leases, Nodes: reg, Catalog: cat, SigningKey: key, RetiredKeys: retired, ClusterID: clusterID, Logger: log, Events: evlog, Changelog: clog,
@@ -313,7 +332,7 @@ func Run(ctx context.Context, cfg Config) error {
 	rec = reconciler.New(reconciler.Config{
 		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: ext.compiler,
 		Admit: policy.Deploy{Engine: ext.policy}, Logger: log, Sweep: cfg.Sweep,
-		Leases: leases, LeaseSender: sessions,
+		Leases: leases, LeaseSender: sessions, Secrets: &delivery.Sealer{Secrets: sec},
 	})
 
 	for kind, count := range map[string]func() int64{
@@ -327,6 +346,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	handler := api.New(api.Config{
+		Secrets: &api.SecretsConfig{Store: sec, Rewrap: rewrapper.Kick},
 		Catalog: cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, NodeOps: sessions, Events: evlog, Changelog: clog,
 		PublicURL: cfg.PublicURL, ServerFingerprint: servTLS.Fingerprint, ClusterID: clusterID, ClusterPublicKey: key.Public().(ed25519.PublicKey), CurrentPublicKey: sessions.PublicKey,
 		Logger: log, Metrics: metrics,

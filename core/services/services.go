@@ -22,6 +22,7 @@ import (
 	"github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -115,10 +116,19 @@ type Service struct {
 	BundleDigest string            `bson:"bundle_digest"`
 	Command      []string          `bson:"command"`
 	Env          map[string]string `bson:"env,omitempty"`
-	Port         int               `bson:"port"`
-	Domains      []string          `bson:"domains"`
-	Replicas     int               `bson:"replicas"`
-	HealthCheck  HealthCheck       `bson:"health_check"`
+	// Secrets maps environment variables (or secret file names) to the project's secrets, and
+	// SecretSets attaches secret sets; names and versions only, never values (docs/api.md
+	// section 10). They are part of what the workloads run.
+	Secrets    map[string]secrets.Ref `bson:"secrets,omitempty"`
+	SecretSets []string               `bson:"secret_sets,omitempty"`
+	// ResolvedSecrets is every secret the workloads receive (Secrets and the sets' entries), each
+	// with the version it resolved to when the service last changed: what a rollout delivers. A
+	// new version of a secret a reference leaves unpinned is rolled out by updating it.
+	ResolvedSecrets map[string]secrets.Ref `bson:"resolved_secrets,omitempty"`
+	Port            int                    `bson:"port"`
+	Domains         []string               `bson:"domains"`
+	Replicas        int                    `bson:"replicas"`
+	HealthCheck     HealthCheck            `bson:"health_check"`
 	// Timeouts are the gateway's timeouts towards the service's workloads,
 	// copied onto its routes (docs/plugins.md section 5.4); zero fields take
 	// the gateway's defaults. Not part of the invocation: a change reroutes
@@ -228,7 +238,11 @@ func (s *Service) SpecHash() string {
 		U string `json:",omitempty"`
 		M int64  `json:",omitempty"`
 		L int64  `json:",omitempty"`
-	}{s.BundleDigest, s.Command, s.Env, s.Port, s.HealthCheck, s.Runtime, s.Image, s.User, s.MemoryMB, s.CPUMillis})
+		// Secret references: absent when none, so a service without secrets keeps its hash.
+		S  map[string]secrets.Ref `json:",omitempty"`
+		SS []string               `json:",omitempty"`
+		SR map[string]secrets.Ref `json:",omitempty"`
+	}{s.BundleDigest, s.Command, s.Env, s.Port, s.HealthCheck, s.Runtime, s.Image, s.User, s.MemoryMB, s.CPUMillis, s.Secrets, s.SecretSets, s.ResolvedSecrets})
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:])
 }
@@ -287,17 +301,22 @@ type Invocation struct {
 	Image        string            `bson:"image,omitempty"`
 	Command      []string          `bson:"command,omitempty"`
 	Env          map[string]string `bson:"env,omitempty"`
-	Port         int               `bson:"port"`
-	User         string            `bson:"user,omitempty"`
-	MemoryMB     int64             `bson:"memory_mb,omitempty"`
-	CPUMillis    int64             `bson:"cpu_millis,omitempty"`
-	HealthCheck  HealthCheck       `bson:"health_check"`
+	// Secrets and SecretSets are the service's secret references ([Service.Secrets]).
+	Secrets    map[string]secrets.Ref `bson:"secrets,omitempty" json:",omitempty"`
+	SecretSets []string               `bson:"secret_sets,omitempty" json:",omitempty"`
+	// ResolvedSecrets is [Service.ResolvedSecrets] when the attempt was admitted.
+	ResolvedSecrets map[string]secrets.Ref `bson:"resolved_secrets,omitempty" json:",omitempty"`
+	Port            int                    `bson:"port"`
+	User            string                 `bson:"user,omitempty"`
+	MemoryMB        int64                  `bson:"memory_mb,omitempty"`
+	CPUMillis       int64                  `bson:"cpu_millis,omitempty"`
+	HealthCheck     HealthCheck            `bson:"health_check"`
 }
 
 // InvocationOf returns what s's workloads run now.
 func InvocationOf(s *Service) *Invocation {
 	return &Invocation{Runtime: s.Runtime, Bundle: s.Bundle, BundleDigest: s.BundleDigest, Image: s.Image, Command: s.Command, Env: s.Env,
-		Port: s.Port, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis, HealthCheck: s.HealthCheck}
+		Secrets: s.Secrets, SecretSets: s.SecretSets, ResolvedSecrets: s.ResolvedSecrets, Port: s.Port, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis, HealthCheck: s.HealthCheck}
 }
 
 // Release returns the release of inv.
@@ -498,6 +517,15 @@ func SameDeclaration(a, b *Service) bool {
 		if len(n.Env) == 0 {
 			n.Env = nil
 		}
+		if len(n.Secrets) == 0 {
+			n.Secrets = nil
+		}
+		if len(n.SecretSets) == 0 {
+			n.SecretSets = nil
+		}
+		if len(n.ResolvedSecrets) == 0 {
+			n.ResolvedSecrets = nil
+		}
 		if len(n.Labels) == 0 {
 			n.Labels = nil
 		}
@@ -611,11 +639,12 @@ func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Se
 	next := *cur
 	next.Runtime, next.Bundle, next.BundleDigest, next.Image = back.Runtime, back.Bundle, back.BundleDigest, back.Image
 	next.Command, next.Env, next.Port, next.User = back.Command, back.Env, back.Port, back.User
+	next.Secrets, next.SecretSets, next.ResolvedSecrets = back.Secrets, back.SecretSets, back.ResolvedSecrets
 	next.MemoryMB, next.CPUMillis, next.HealthCheck, next.Previous = back.MemoryMB, back.CPUMillis, back.HealthCheck, now
 	next.Revision, next.UpdatedAt = cur.Revision+1, t
 	update := bson.M{"$set": bson.M{
 		"runtime": back.Runtime, "bundle": back.Bundle, "bundle_digest": back.BundleDigest, "image": back.Image,
-		"command": back.Command, "env": back.Env, "port": back.Port, "user": back.User, "memory_mb": back.MemoryMB,
+		"command": back.Command, "env": back.Env, "secrets": back.Secrets, "secret_sets": back.SecretSets, "resolved_secrets": back.ResolvedSecrets, "port": back.Port, "user": back.User, "memory_mb": back.MemoryMB,
 		"cpu_millis": back.CPUMillis, "health_check": back.HealthCheck, "previous": now, "updated_at": t}}
 	pend, logged, err := logChange(ctx, cur.ID, node.OpUpdate, &next)
 	if err != nil {

@@ -39,13 +39,16 @@ type JoinToken struct {
 // PublicKey is the node's Ed25519 public key, base64 std encoding. Address is the
 // host address the node's workloads are reachable on (default "127.0.0.1").
 type EnrollRequest struct {
-	JoinToken string            `json:"join_token"`
-	PublicKey string            `json:"public_key"`
-	Hostname  string            `json:"hostname"`
-	Region    string            `json:"region,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	Address   string            `json:"address,omitempty"`
-	Capacity  Capacity          `json:"capacity"`
+	JoinToken string `json:"join_token"`
+	PublicKey string `json:"public_key"`
+	// BoxPublicKey is the node's X25519 public key (base64, 32 bytes) that workload secrets are
+	// sealed to (docs/node-protocol.md section 6.6); empty for an agent that receives none.
+	BoxPublicKey string            `json:"box_public_key,omitempty"`
+	Hostname     string            `json:"hostname"`
+	Region       string            `json:"region,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Address      string            `json:"address,omitempty"`
+	Capacity     Capacity          `json:"capacity"`
 }
 
 // Capacity of a node.
@@ -119,13 +122,18 @@ type Timeouts = routes.Timeouts
 // resolved to its digest at apply time. ExpectedRevision, when set, makes the
 // write a compare-and-set: 0 means "must not exist yet".
 type ServiceSpec struct {
-	Bundle      string            `json:"bundle"`
-	Command     []string          `json:"command"`
-	Env         map[string]string `json:"env,omitempty"`
-	Port        int               `json:"port,omitempty"`
-	Domains     []string          `json:"domains,omitempty"`
-	Replicas    *int              `json:"replicas,omitempty"`
-	HealthCheck HealthCheck       `json:"health_check,omitempty"`
+	Bundle  string            `json:"bundle"`
+	Command []string          `json:"command"`
+	Env     map[string]string `json:"env,omitempty"`
+	// Secrets maps environment variables (or, with as: file, file names) to secrets of the
+	// project; SecretSets attaches sets of them (docs/api.md section 10). Changing either is a
+	// change of what the service runs: a rollout, like an env change.
+	Secrets     map[string]SecretRef `json:"secrets,omitempty"`
+	SecretSets  []string             `json:"secret_sets,omitempty"`
+	Port        int                  `json:"port,omitempty"`
+	Domains     []string             `json:"domains,omitempty"`
+	Replicas    *int                 `json:"replicas,omitempty"`
+	HealthCheck HealthCheck          `json:"health_check,omitempty"`
 	// Timeouts bound the gateway's exchanges with the service's workloads
 	// (connect_ms, response_header_ms, idle_ms; zero fields take the
 	// defaults 5,000, 60,000 and 90,000; each at most 3,600,000). A change
@@ -180,10 +188,16 @@ type Service struct {
 	BundleDigest string            `json:"bundle_digest"`
 	Command      []string          `json:"command"`
 	Env          map[string]string `json:"env,omitempty"`
-	Port         int               `json:"port"`
-	Domains      []string          `json:"domains"`
-	Replicas     int               `json:"replicas"`
-	HealthCheck  HealthCheck       `json:"health_check"`
+	// ResolvedSecrets is every secret the workloads receive (Secrets and the sets' entries) with
+	// the version it resolved to when the service last changed; read-only.
+	ResolvedSecrets map[string]SecretRef `json:"resolved_secrets,omitempty"`
+	// Secrets and SecretSets are as in ServiceSpec: names and versions, never values.
+	Secrets     map[string]SecretRef `json:"secrets,omitempty"`
+	SecretSets  []string             `json:"secret_sets,omitempty"`
+	Port        int                  `json:"port"`
+	Domains     []string             `json:"domains"`
+	Replicas    int                  `json:"replicas"`
+	HealthCheck HealthCheck          `json:"health_check"`
 	// Timeouts is as in ServiceSpec.
 	Timeouts Timeouts `json:"timeouts,omitzero"`
 	// Labels and CapacityUnits are as in ServiceSpec.

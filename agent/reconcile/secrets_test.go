@@ -1,0 +1,139 @@
+package reconcile
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/crypto/nacl/box"
+
+	"github.com/berthhq/berth/abi/node"
+)
+
+// sealFor seals value for workload id and entry e to pub, as the core does.
+func sealFor(t *testing.T, pub *[32]byte, id string, e node.WorkloadSecret, value string) node.WorkloadSecret {
+	t.Helper()
+	sum := sha256.Sum256(pub[:])
+	e.RecipientKey = hex.EncodeToString(sum[:])
+	s, err := box.SealAnonymous(nil, node.SealedSecretPlaintext(id, e, []byte(value)), pub, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Sealed = s
+	return e
+}
+
+func nodeKey(t *testing.T, dir string) *[32]byte {
+	t.Helper()
+	pub, priv, err := box.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, SecretKeyFile), priv[:], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+// TestOpenSecrets opens well-sealed values and refuses, naming key, secret and version but no
+// value, every value sealed wrong: to another node, tampered, bound to another workload or key,
+// unresolved by the core, and on a node whose data directory lacks the private key.
+func TestOpenSecrets(t *testing.T) {
+	dir := t.TempDir()
+	pub := nodeKey(t, dir)
+	const id = "wl_1"
+	good := []node.WorkloadSecret{
+		sealFor(t, pub, id, node.WorkloadSecret{Key: "DB_URL", As: node.SecretAsEnv, Secret: "db", Version: 3}, "pg://value-one"),
+		sealFor(t, pub, id, node.WorkloadSecret{Key: "TLS_KEY", As: node.SecretAsFile, Secret: "tls", Version: 1}, "value-two"),
+	}
+	env, files, err := openSecrets(dir, &node.WorkloadSpec{WorkloadID: id, Secrets: good})
+	if err != nil || string(env["DB_URL"]) != "pg://value-one" || string(files["TLS_KEY"]) != "value-two" || len(env) != 1 || len(files) != 1 {
+		t.Fatalf("openSecrets = %q %q %v", env, files, err)
+	}
+
+	otherPub, _, _ := box.GenerateKey(rand.Reader)
+	flipped := good[0]
+	flipped.Sealed = bytes.Clone(flipped.Sealed)
+	flipped.Sealed[len(flipped.Sealed)-1] ^= 1
+	swapped := good[0]
+	swapped.Sealed = good[1].Sealed // another key's value under this entry
+	otherVersion := good[0]
+	otherVersion.Version = 2
+	bad := map[string]node.WorkloadSecret{
+		"another node's key": sealFor(t, otherPub, id, node.WorkloadSecret{Key: "DB_URL", As: "env", Secret: "db", Version: 3}, "pg://value-one"),
+		"flipped byte":       flipped,
+		"swapped values":     swapped,
+		"another version":    otherVersion,
+		"another workload":   sealFor(t, pub, "wl_2", node.WorkloadSecret{Key: "DB_URL", As: "env", Secret: "db", Version: 3}, "pg://value-one"),
+		"unresolved":         {Key: "DB_URL", As: "env", Secret: "db"},
+		"not sealed":         {Key: "DB_URL", As: "env", Secret: "db", Version: 3, RecipientKey: good[0].RecipientKey},
+	}
+	for name, e := range bad {
+		t.Run(name, func(t *testing.T) {
+			env, files, err := openSecrets(dir, &node.WorkloadSpec{WorkloadID: id, Secrets: []node.WorkloadSecret{good[1], e}})
+			if !errors.Is(err, ErrSecretOpen) || env != nil || files != nil {
+				t.Fatalf("openSecrets = %q %q %v; want nothing and ErrSecretOpen", env, files, err)
+			}
+			if !strings.Contains(err.Error(), "DB_URL") || strings.Contains(err.Error(), "value-") {
+				t.Fatalf("error %q should name the key and carry no value", err)
+			}
+		})
+	}
+	t.Run("data directory copied without its key", func(t *testing.T) {
+		copyDir := t.TempDir() // everything but secrets.key
+		if _, _, err := openSecrets(copyDir, &node.WorkloadSpec{WorkloadID: id, Secrets: good}); !errors.Is(err, ErrSecretOpen) {
+			t.Fatalf("openSecrets without the key = %v", err)
+		}
+		// Another node's key in its place opens nothing either.
+		nodeKey(t, copyDir)
+		if _, _, err := openSecrets(copyDir, &node.WorkloadSpec{WorkloadID: id, Secrets: good}); !errors.Is(err, ErrSecretOpen) {
+			t.Fatalf("openSecrets with another key = %v", err)
+		}
+	})
+	t.Run("rotation keeps the previous key", func(t *testing.T) {
+		rdir := t.TempDir()
+		old := nodeKey(t, rdir)
+		e := sealFor(t, old, id, node.WorkloadSecret{Key: "A", As: "env", Secret: "a", Version: 1}, "value-old")
+		next, err := RotateSecretKey(rdir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := sealFor(t, next, id, node.WorkloadSecret{Key: "B", As: "env", Secret: "b", Version: 1}, "value-new")
+		if env, _, err := openSecrets(rdir, &node.WorkloadSpec{WorkloadID: id, Secrets: []node.WorkloadSecret{e, n}}); err != nil || string(env["A"]) != "value-old" || string(env["B"]) != "value-new" {
+			t.Fatalf("after one rotation both keys open: %v", err)
+		}
+		if _, err := RotateSecretKey(rdir); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := openSecrets(rdir, &node.WorkloadSpec{WorkloadID: id, Secrets: []node.WorkloadSecret{e}}); !errors.Is(err, ErrSecretOpen) {
+			t.Fatalf("a value sealed two keys ago = %v, want ErrSecretOpen", err)
+		}
+	})
+	t.Run("files", func(t *testing.T) {
+		sd := filepath.Join(t.TempDir(), "secrets")
+		if err := writeSecretFiles(sd, files); err != nil {
+			t.Fatal(err)
+		}
+		di, err := os.Stat(sd)
+		if err != nil || di.Mode().Perm() != 0o700 {
+			t.Fatalf("secret dir mode %v %v", di.Mode().Perm(), err)
+		}
+		fi, err := os.Stat(filepath.Join(sd, "TLS_KEY"))
+		got, _ := os.ReadFile(filepath.Join(sd, "TLS_KEY"))
+		if err != nil || fi.Mode().Perm() != 0o600 || string(got) != "value-two" {
+			t.Fatalf("secret file mode %v content ok %v err %v", fi.Mode().Perm(), string(got) == "value-two", err)
+		}
+		if err := writeSecretFiles(sd, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(sd); !os.IsNotExist(err) {
+			t.Fatalf("secret dir left after the workload dropped its files: %v", err)
+		}
+	})
+}

@@ -1,0 +1,679 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/secrets"
+	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// SecretsConfig serves the secret routes (docs/api.md section 10).
+type SecretsConfig struct {
+	Store *secrets.Store
+	// Rewrap starts the background re-wrap of a rotation [secrets.Store.StartRotation] began;
+	// it must return at once. nil runs nothing (the next berthd start resumes it).
+	Rewrap func()
+}
+
+// registerSecrets adds the secret routes when secrets are configured.
+func (s *Server) registerSecrets(v1 *echo.Group) {
+	if s.cfg.Secrets == nil {
+		return
+	}
+	v1.GET("/projects/:project/secrets", s.listSecrets, s.auth(identity.ScopeSecretRead))
+	v1.PUT("/projects/:project/secrets/:secret", s.putSecret, s.auth(identity.ScopeSecretWrite))
+	v1.GET("/projects/:project/secrets/:secret", s.getSecret, s.auth(identity.ScopeSecretRead))
+	v1.DELETE("/projects/:project/secrets/:secret", s.deleteSecret, s.auth(identity.ScopeSecretWrite))
+	v1.GET("/projects/:project/secret-sets", s.listSecretSets, s.auth(identity.ScopeSecretRead))
+	v1.PUT("/projects/:project/secret-sets/:set", s.putSecretSet, s.auth(identity.ScopeSecretWrite))
+	v1.GET("/projects/:project/secret-sets/:set", s.getSecretSet, s.auth(identity.ScopeSecretRead))
+	v1.DELETE("/projects/:project/secret-sets/:set", s.deleteSecretSet, s.auth(identity.ScopeSecretWrite))
+	v1.GET("/secrets/keyring", s.keyringStatus, s.auth(identity.ScopeAdmin))
+	v1.POST("/secrets/keyring/rotate", s.rotateKeyring, s.auth(identity.ScopeAdmin, reauth))
+	if s.cfg.NodeOps != nil {
+		v1.POST("/nodes/:id/secret-key/rotate", s.rotateNodeSecretKey, s.auth(identity.ScopeAdmin, reauth))
+	}
+}
+
+// rotateNodeSecretKey asks the node over its session for a new X25519 key (secret_key_rotate,
+// docs/node-protocol.md section 6.6), records it on the node with one conditional write, and
+// hints a pass: the next desired state reseals every value of the node's workloads to the new
+// key, which restarts them one node-local step at a time. The node keeps its previous key, so
+// values sealed before the core learnt the new one still open.
+func (s *Server) rotateNodeSecretKey(c echo.Context) error {
+	var body struct{}
+	if err := s.bindOptional(c, &body); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	id := c.Param("id")
+	if err := s.knownNode(ctx, id); err != nil {
+		return err
+	}
+	n, err := s.cfg.Nodes.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	res, err := s.cfg.NodeOps.Command(ctx, id, node.Command{Kind: node.CommandSecretKeyRotate})
+	if err != nil {
+		return nodeOpError(err)
+	}
+	if res.Status != "ok" {
+		return nodeRefusal(res)
+	}
+	wctx, done := s.changeCtx(c)
+	n, err = s.cfg.Nodes.SetBoxKey(wctx, id, n.BoxPublicKey, res.SecretKey)
+	done()
+	if err != nil {
+		return err
+	}
+	s.log.Info("node secret key rotated", "node_id", id)
+	s.awaitChange(c, "nodes", id, n.LogOutbox)
+	s.cfg.Hinter.Hint("node.secret_key")
+	return c.JSON(http.StatusOK, map[string]any{"node_id": id, "secret_key": res.SecretKey})
+}
+
+func (s *Server) secretStore() *secrets.Store { return s.cfg.Secrets.Store }
+
+// secretError maps the errors of core/secrets to problems; none carries a value.
+func secretError(err error) error {
+	switch {
+	case errors.Is(err, secrets.ErrNotFound), errors.Is(err, secrets.ErrVersionNotFound):
+		return abierrors.Wrap(abierrors.SecretNotFound, trimSentinel(err), nil)
+	case errors.Is(err, secrets.ErrSetNotFound):
+		return abierrors.Wrap(abierrors.SecretSetNotFound, trimSentinel(err), nil)
+	case errors.Is(err, secrets.ErrConflict):
+		return abierrors.Wrap(abierrors.RevisionConflict, trimSentinel(err), nil)
+	case errors.Is(err, secrets.ErrTooManyVersions):
+		return abierrors.Wrap(abierrors.SecretVersionsFull, trimSentinel(err), nil)
+	case errors.Is(err, secrets.ErrInvalid):
+		return abierrors.Wrap(abierrors.ValidationFailed, trimSentinel(err), nil)
+	case errors.Is(err, secrets.ErrRotationRunning):
+		return abierrors.Wrap(abierrors.KeyringRotationRunning, trimSentinel(err), nil)
+	case errors.Is(err, changelog.ErrEntryTooLarge):
+		return abierrors.Wrap(abierrors.ChangeTooLarge, trimSentinel(err), nil)
+	}
+	return err
+}
+
+// refError answers a service or set reference to a missing secret, version or set: 422
+// secret_unknown naming it.
+func refError(err error) error {
+	if errors.Is(err, secrets.ErrNotFound) || errors.Is(err, secrets.ErrVersionNotFound) || errors.Is(err, secrets.ErrSetNotFound) {
+		return abierrors.Wrap(abierrors.SecretUnknown, trimSentinel(err), nil)
+	}
+	return secretError(err)
+}
+
+func checkSecretName(kind, name string) error {
+	if !secrets.ValidName(name) {
+		return problem(abierrors.InvalidName, fmt.Sprintf("%s name %q must be a DNS label: 1 to 63 characters of a-z, 0-9 and '-', not starting or ending with '-'", kind, name))
+	}
+	return nil
+}
+
+func author(c echo.Context) string {
+	t, id := actorOf(principal(c))
+	return t + ":" + id
+}
+
+// uses returns, per secret name and per set name, which services of project p reference it.
+func (s *Server) uses(ctx context.Context, p *services.Project) (bySecret, bySet map[string][]client.SecretUse, err error) {
+	svcs, err := s.cfg.Catalog.ListServices(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	sets := map[string]*secrets.Set{}
+	bySecret, bySet = map[string][]client.SecretUse{}, map[string][]client.SecretUse{}
+	for i := range svcs {
+		svc := &svcs[i]
+		direct := map[string][]string{}
+		for _, key := range slices.Sorted(maps.Keys(svc.Secrets)) {
+			r := svc.Secrets[key]
+			direct[r.Secret] = append(direct[r.Secret], key)
+		}
+		for _, name := range slices.Sorted(maps.Keys(direct)) {
+			bySecret[name] = append(bySecret[name], client.SecretUse{Service: svc.Name, Keys: direct[name]})
+		}
+		for _, setName := range svc.SecretSets {
+			bySet[setName] = append(bySet[setName], client.SecretUse{Service: svc.Name, Keys: []string{}})
+			set, ok := sets[setName]
+			if !ok {
+				set, err = s.secretStore().GetSet(ctx, p.ID, setName)
+				if errors.Is(err, secrets.ErrSetNotFound) {
+					sets[setName] = nil
+					continue
+				} else if err != nil {
+					return nil, nil, err
+				}
+				sets[setName] = set
+			}
+			if set == nil {
+				continue
+			}
+			via := map[string][]string{}
+			for _, key := range slices.Sorted(maps.Keys(set.Secrets)) {
+				via[set.Secrets[key].Secret] = append(via[set.Secrets[key].Secret], key)
+			}
+			for _, name := range slices.Sorted(maps.Keys(via)) {
+				bySecret[name] = append(bySecret[name], client.SecretUse{Service: svc.Name, Keys: via[name], Via: setName})
+			}
+		}
+	}
+	return bySecret, bySet, nil
+}
+
+func toAPISecret(sec *secrets.Secret, used []client.SecretUse) client.Secret {
+	out := client.Secret{Project: sec.Project, Name: sec.Name, Revision: sec.Revision, CreatedAt: sec.CreatedAt, UpdatedAt: sec.UpdatedAt,
+		Versions: []client.SecretVersion{}, UsedBy: used}
+	if out.UsedBy == nil {
+		out.UsedBy = []client.SecretUse{}
+	}
+	if cur := sec.Current(); cur != nil {
+		out.Current = cur.Version
+	}
+	for _, v := range sec.Versions {
+		out.Versions = append(out.Versions, client.SecretVersion{Version: v.Version, CreatedAt: v.CreatedAt, Author: v.Author, Digest: v.Digest})
+	}
+	return out
+}
+
+func toAPISet(set *secrets.Set, used []client.SecretUse) client.SecretSet {
+	out := client.SecretSet{Project: set.Project, Name: set.Name, Revision: set.Revision, CreatedAt: set.CreatedAt, UpdatedAt: set.UpdatedAt,
+		Secrets: map[string]client.SecretRef{}, UsedBy: used}
+	if out.UsedBy == nil {
+		out.UsedBy = []client.SecretUse{}
+	}
+	for k, r := range set.Secrets {
+		out.Secrets[k] = client.SecretRef(r)
+	}
+	return out
+}
+
+// putSecret writes a new version (docs/api.md section 10.1). The body is {"value": "..."}; the
+// value is never logged, and the answer (the one an Idempotency-Key record keeps) carries only
+// names, versions and digests.
+func (s *Server) putSecret(c echo.Context) error {
+	name := c.Param("secret")
+	if err := checkName("project", c.Param("project")); err != nil {
+		return err
+	}
+	if err := checkSecretName("secret", name); err != nil {
+		return err
+	}
+	var req struct {
+		Value *string `json:"value"`
+	}
+	if err := s.bind(c, &req); err != nil {
+		return err
+	}
+	if req.Value == nil {
+		return problem(abierrors.ValidationFailed, "value is required")
+	}
+	value := []byte(*req.Value)
+	defer clear(value)
+	if len(value) > secrets.MaxValueBytes {
+		return problem(abierrors.SecretTooLarge, fmt.Sprintf("a secret value is at most %d bytes", secrets.MaxValueBytes))
+	}
+	if !utf8.Valid(value) {
+		return problem(abierrors.ValidationFailed, "value must be UTF-8 text")
+	}
+	p, err := s.project(c, true)
+	if err != nil {
+		return err
+	}
+	wctx, done := s.changeCtx(c)
+	sec, ver, err := s.secretStore().Put(wctx, p.ID, p.Name, name, value, author(c))
+	done()
+	if err != nil {
+		return secretError(err)
+	}
+	s.log.Info("secret version written", "project", p.Name, "secret", name, "version", ver.Version)
+	s.awaitChange(c, secrets.Collection, sec.ID, sec.LogOutbox)
+	s.cfg.Hinter.Hint("secret.written")
+	s.rollSecretUsers(c, p, name, "")
+	bySecret, _, err := s.uses(c.Request().Context(), p)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if len(sec.Versions) == 1 {
+		status = http.StatusCreated
+	}
+	return c.JSON(status, toAPISecret(sec, bySecret[name]))
+}
+
+func (s *Server) getSecret(c echo.Context) error {
+	name := c.Param("secret")
+	if err := checkSecretName("secret", name); err != nil {
+		return err
+	}
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	sec, err := s.secretStore().Get(ctx, p.ID, name)
+	if err != nil {
+		return secretError(err)
+	}
+	bySecret, _, err := s.uses(ctx, p)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toAPISecret(sec, bySecret[name]))
+}
+
+func (s *Server) listSecrets(c echo.Context) error {
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	list, err := s.secretStore().List(ctx, p.ID)
+	if err != nil {
+		return err
+	}
+	bySecret, _, err := s.uses(ctx, p)
+	if err != nil {
+		return err
+	}
+	out := client.List[client.Secret]{Items: []client.Secret{}}
+	for i := range list {
+		out.Items = append(out.Items, toAPISecret(&list[i], bySecret[list[i].Name]))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func expectedRevision(c echo.Context) (*int64, error) {
+	v := c.QueryParam("expected_revision")
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return nil, problem(abierrors.BadRequest, "expected_revision must be a non-negative integer")
+	}
+	return &n, nil
+}
+
+func inUse(kind, name string, used []client.SecretUse) error {
+	names := []string{}
+	for _, u := range used {
+		if !slices.Contains(names, u.Service) {
+			names = append(names, u.Service)
+		}
+	}
+	return problem(abierrors.SecretInUse, fmt.Sprintf("%s %s is used by services %s; change them first", kind, name, strings.Join(names, ", ")))
+}
+
+// deleteSecret deletes a secret that no service references (directly or through a set): 409
+// secret_in_use naming the services otherwise. The check and the delete are two reads and one
+// write: an apply racing the delete can still reference it, and is then refused at its next
+// delivery (the secret is gone) rather than run with a value.
+func (s *Server) deleteSecret(c echo.Context) error {
+	name := c.Param("secret")
+	if err := checkSecretName("secret", name); err != nil {
+		return err
+	}
+	expected, err := expectedRevision(c)
+	if err != nil {
+		return err
+	}
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	bySecret, _, err := s.uses(c.Request().Context(), p)
+	if err != nil {
+		return err
+	}
+	if used := bySecret[name]; len(used) > 0 {
+		return inUse("secret", name, used)
+	}
+	wctx, done := s.changeCtx(c)
+	sec, err := s.secretStore().Delete(wctx, p.ID, name, expected)
+	done()
+	if err != nil {
+		return secretError(err)
+	}
+	s.log.Info("secret deleted", "project", p.Name, "secret", name)
+	s.awaitChange(c, secrets.Collection, sec.ID, sec.LogOutbox)
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) putSecretSet(c echo.Context) error {
+	name := c.Param("set")
+	if err := checkName("project", c.Param("project")); err != nil {
+		return err
+	}
+	if err := checkSecretName("secret set", name); err != nil {
+		return err
+	}
+	var spec client.SecretSetSpec
+	if err := s.bind(c, &spec); err != nil {
+		return err
+	}
+	p, err := s.project(c, true)
+	if err != nil {
+		return err
+	}
+	refs := map[string]secrets.Ref{}
+	for k, r := range spec.Secrets {
+		refs[k] = secrets.Ref(r)
+	}
+	wctx, done := s.changeCtx(c)
+	set, created, err := s.secretStore().PutSet(wctx, p.ID, p.Name, name, refs, spec.ExpectedRevision)
+	done()
+	if err != nil {
+		return refError(err)
+	}
+	if len(set.LogOutbox) > 0 {
+		s.log.Info("secret set written", "project", p.Name, "set", name, "revision", set.Revision)
+		s.awaitChange(c, secrets.SetsCollection, set.ID, set.LogOutbox)
+		s.cfg.Hinter.Hint("secret_set.written")
+		s.rollSecretUsers(c, p, "", name)
+	}
+	_, bySet, err := s.uses(c.Request().Context(), p)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	return c.JSON(status, toAPISet(set, bySet[name]))
+}
+
+func (s *Server) getSecretSet(c echo.Context) error {
+	name := c.Param("set")
+	if err := checkSecretName("secret set", name); err != nil {
+		return err
+	}
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	set, err := s.secretStore().GetSet(ctx, p.ID, name)
+	if err != nil {
+		return secretError(err)
+	}
+	_, bySet, err := s.uses(ctx, p)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toAPISet(set, bySet[name]))
+}
+
+func (s *Server) listSecretSets(c echo.Context) error {
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	list, err := s.secretStore().ListSets(ctx, p.ID)
+	if err != nil {
+		return err
+	}
+	_, bySet, err := s.uses(ctx, p)
+	if err != nil {
+		return err
+	}
+	out := client.List[client.SecretSet]{Items: []client.SecretSet{}}
+	for i := range list {
+		out.Items = append(out.Items, toAPISet(&list[i], bySet[list[i].Name]))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) deleteSecretSet(c echo.Context) error {
+	name := c.Param("set")
+	if err := checkSecretName("secret set", name); err != nil {
+		return err
+	}
+	expected, err := expectedRevision(c)
+	if err != nil {
+		return err
+	}
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	_, bySet, err := s.uses(c.Request().Context(), p)
+	if err != nil {
+		return err
+	}
+	if used := bySet[name]; len(used) > 0 {
+		return inUse("secret set", name, used)
+	}
+	wctx, done := s.changeCtx(c)
+	set, err := s.secretStore().DeleteSet(wctx, p.ID, name, expected)
+	done()
+	if err != nil {
+		return secretError(err)
+	}
+	s.log.Info("secret set deleted", "project", p.Name, "set", name)
+	s.awaitChange(c, secrets.SetsCollection, set.ID, set.LogOutbox)
+	return c.NoContent(http.StatusNoContent)
+}
+
+// keyringStatus checks the keyring file again and reports its KEKs (how many versions each
+// wraps) and the latest rotation (docs/api.md section 10.3).
+func (s *Server) keyringStatus(c echo.Context) error {
+	out, err := s.keyringReport(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) keyringReport(ctx context.Context) (*client.KeyringStatus, error) {
+	st := s.secretStore()
+	kr := st.Keyring()
+	out := &client.KeyringStatus{Path: kr.Path(), OK: true, ActiveKEK: kr.ActiveKEK(), KEKs: []client.KEKStatus{}}
+	if err := kr.Check(); err != nil {
+		out.OK, out.Problem = false, err.Error()
+	}
+	counts, err := st.WrappedBy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range kr.KEKs() {
+		out.KEKs = append(out.KEKs, client.KEKStatus{ID: k.ID, CreatedAt: k.CreatedAt, Active: k.Active, Wraps: counts[k.ID]})
+	}
+	r, err := st.RotationStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if r != nil {
+		out.Rotation = &client.KeyringRotation{State: r.State, TargetKEK: r.TargetKEK, RetireOld: r.RetireOld, Secrets: r.Secrets,
+			Rewrapped: r.Rewrapped, Retired: r.Retired, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
+	}
+	return out, nil
+}
+
+// rotateKeyring adds a KEK, makes it active and starts the background re-wrap: 202 with the
+// keyring's status; 409 keyring_rotation_running while the previous one runs.
+func (s *Server) rotateKeyring(c echo.Context) error {
+	var req struct {
+		RetireOld bool `json:"retire_old"`
+	}
+	if err := s.bindOptional(c, &req); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	r, err := s.secretStore().StartRotation(ctx, req.RetireOld)
+	if err != nil {
+		return secretError(err)
+	}
+	s.log.Info("keyring rotation started", "kek_id", r.TargetKEK, "retire_old", r.RetireOld)
+	if s.cfg.Secrets.Rewrap != nil {
+		s.cfg.Secrets.Rewrap()
+	}
+	out, err := s.keyringReport(ctx)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, out)
+}
+
+// checkServiceSecrets validates a service spec's secret references (docs/api.md section 10.2):
+// well-formed keys, no key also in env or given twice, and every secret, pinned version and set
+// existing in project p (422 secret_unknown naming the first that does not).
+func (s *Server) checkServiceSecrets(ctx context.Context, p *services.Project, spec *serviceSpec) (map[string]secrets.Ref, error) {
+	if len(spec.Secrets) == 0 && len(spec.SecretSets) == 0 {
+		return nil, nil
+	}
+	if s.cfg.Secrets == nil {
+		return nil, problem(abierrors.Unavailable, "this berthd serves no secrets")
+	}
+	refs := map[string]secrets.Ref{}
+	for k, r := range spec.Secrets {
+		ref := secrets.Ref(r)
+		if err := ref.Validate(k); err != nil {
+			return nil, secretError(err)
+		}
+		if _, dup := spec.Env[k]; dup {
+			return nil, problem(abierrors.ValidationFailed, fmt.Sprintf("%s is both in env and in secrets", k))
+		}
+		refs[k] = ref
+	}
+	if err := s.secretStore().ValidateRefs(ctx, p.ID, refs); err != nil {
+		return nil, refError(err)
+	}
+	if len(spec.SecretSets) > 16 {
+		return nil, problem(abierrors.ValidationFailed, "a service attaches at most 16 secret sets")
+	}
+	from := map[string]string{}
+	for _, name := range spec.SecretSets {
+		if err := checkSecretName("secret set", name); err != nil {
+			return nil, err
+		}
+		if _, dup := from["set:"+name]; dup {
+			return nil, problem(abierrors.ValidationFailed, fmt.Sprintf("secret set %s is attached twice", name))
+		}
+		from["set:"+name] = name
+		set, err := s.secretStore().GetSet(ctx, p.ID, name)
+		if err != nil {
+			return nil, refError(err)
+		}
+		for k := range set.Secrets {
+			_, inEnv := spec.Env[k]
+			_, direct := refs[k]
+			if other, again := from[k]; inEnv || direct || again {
+				where := "env or secrets"
+				if again {
+					where = "secret set " + other
+				}
+				return nil, problem(abierrors.ValidationFailed, fmt.Sprintf("%s of secret set %s is also given by %s", k, name, where))
+			}
+			from[k] = name
+		}
+	}
+	return refs, nil
+}
+
+// resolveSecrets returns every secret a service with refs and sets receives, keyed by variable,
+// each with a concrete version (the current one where refs leave it unpinned). Errors: a
+// secret, version or set gone (422 secret_unknown), store failures.
+func (s *Server) resolveSecrets(ctx context.Context, projectID string, refs map[string]secrets.Ref, sets []string) (map[string]secrets.Ref, error) {
+	if len(refs) == 0 && len(sets) == 0 {
+		return nil, nil
+	}
+	all := maps.Clone(refs)
+	if all == nil {
+		all = map[string]secrets.Ref{}
+	}
+	for _, name := range sets {
+		set, err := s.secretStore().GetSet(ctx, projectID, name)
+		if err != nil {
+			return nil, refError(err)
+		}
+		for k, r := range set.Secrets {
+			if _, dup := all[k]; !dup {
+				all[k] = r
+			}
+		}
+	}
+	out := make(map[string]secrets.Ref, len(all))
+	for k, r := range all {
+		_, v, err := s.secretStore().Resolve(ctx, projectID, r.Secret, r.Version)
+		if err != nil {
+			return nil, refError(fmt.Errorf("%s: %w", k, err))
+		}
+		r.Version = v.Version
+		out[k] = r
+	}
+	return out, nil
+}
+
+// rollSecretUsers re-resolves the secrets of every service of p that receives secret (or, with
+// a set name, set) and updates those whose resolved versions moved, one compare-and-set each
+// (retried on a concurrent write), so a new version of an unpinned reference rolls out like any
+// change of what the service runs. The secret write is durable already: a failure here is logged
+// and the services stay on what they run until their next apply or the secret's next version.
+func (s *Server) rollSecretUsers(c echo.Context, p *services.Project, secret, set string) {
+	ctx := c.Request().Context()
+	bySecret, bySet, err := s.uses(ctx, p)
+	if err != nil {
+		s.log.Warn("services using a changed secret not updated", "project", p.Name, "err", err)
+		return
+	}
+	users := bySecret[secret]
+	if set != "" {
+		users = bySet[set]
+	}
+	done := map[string]bool{}
+	for _, u := range users {
+		if done[u.Service] {
+			continue
+		}
+		done[u.Service] = true
+		for range 3 {
+			cur, err := s.cfg.Catalog.GetService(ctx, p, u.Service)
+			if err != nil || cur.Deleting {
+				break
+			}
+			res, err := s.resolveSecrets(ctx, p.ID, cur.Secrets, cur.SecretSets)
+			if err != nil {
+				s.log.Warn("service keeps its secret versions", "project", p.Name, "service", u.Service, "err", err)
+				break
+			}
+			if maps.Equal(res, cur.ResolvedSecrets) {
+				break
+			}
+			next := *cur
+			next.ResolvedSecrets, next.LogOutbox = res, nil
+			wctx, doneCtx := s.changeCtx(c)
+			out, _, err := s.cfg.Catalog.ApplyService(wctx, p, &next, &cur.Revision)
+			doneCtx()
+			if errors.Is(err, services.ErrRevisionConflict) {
+				continue
+			}
+			if err != nil {
+				s.log.Warn("service keeps its secret versions", "project", p.Name, "service", u.Service, "err", err)
+				break
+			}
+			s.log.Info("service rolls to new secret versions", "project", p.Name, "service", u.Service, "revision", out.Revision)
+			s.awaitChange(c, "services", out.ID, out.LogOutbox)
+			s.cfg.Hinter.Hint("service.secrets")
+			break
+		}
+	}
+}
