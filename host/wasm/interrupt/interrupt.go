@@ -15,8 +15,9 @@
 //
 // The instrumented module imports one function, [ImportModule].[ImportName]
 // of type () -> i32, placed after the module's own imports, and gets one
-// private mutable i32 global, the fuel, starting at zero. Every function body
-// and every loop starts with
+// private mutable i32 global, the fuel, starting at zero. Every loop, and
+// every function body that calls (call, call_indirect, call_ref or their
+// tail-call forms), starts with
 //
 //	global.get $fuel
 //	i32.eqz
@@ -29,7 +30,13 @@
 //	i32.sub
 //	global.set $fuel
 //
-// so the host runs once every refill's worth of loop iterations and calls:
+// A body without loops or calls runs a bounded number of instructions and
+// returns, so it needs no check of its own: whoever called it was counted.
+// Leaving the check out of such leaves (getters, small helpers, most of what
+// OPA's and AssemblyScript's compilers emit) saves its cost on every call
+// without letting any endless loop or recursion escape the counter.
+//
+// So the host runs once every refill's worth of loop iterations and calls:
 // often enough to end a call at its deadline within microseconds and to let
 // the Go runtime stop the goroutine, rarely enough to cost nothing measurable.
 // The guest cannot name the global, so the fuel is the host's alone.
@@ -41,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // The function an instrumented module imports: refill() -> i32 returns the
@@ -100,7 +108,7 @@ func (w *rewriter) fn(i uint32) uint32 {
 }
 
 // Instrument returns a copy of wasm with the fuel check at the start of every
-// function body and every loop, the refill import, the fuel global, and every
+// loop and of every function body that calls another function, the refill import, the fuel global, and every
 // function index renumbered for the import. The "name" custom section is
 // dropped (its indices would be stale); other custom sections are kept. It
 // validates nothing beyond what it reads: wazero still compiles and
@@ -631,7 +639,8 @@ func (w *rewriter) rewriteFunc(out, code []byte) ([]byte, error) {
 		}
 	}
 	out = append(out, code[:r.off]...)
-	out = append(out, w.check...)
+	entry := len(out) // where the entry check goes, if the body calls
+	calls := false
 	start := r.off
 	for r.off < len(r.b) {
 		op, err := r.byte()
@@ -639,7 +648,12 @@ func (w *rewriter) rewriteFunc(out, code []byte) ([]byte, error) {
 			return nil, err
 		}
 		switch op {
+		case 0x11, 0x13, 0x14, 0x15: // call_indirect, return_call_indirect, call_ref, return_call_ref
+			calls = true
+		}
+		switch op {
 		case 0x10, 0x12, 0xd2: // call, return_call, ref.func
+			calls = calls || op != 0xd2
 			out = append(out, code[start:r.off]...)
 			f, err := r.u32()
 			if err != nil {
@@ -658,7 +672,11 @@ func (w *rewriter) rewriteFunc(out, code []byte) ([]byte, error) {
 			start = r.off
 		}
 	}
-	return append(out, code[start:]...), nil
+	out = append(out, code[start:]...)
+	if calls {
+		out = slices.Insert(out, entry, w.check...)
+	}
+	return out, nil
 }
 
 func cat(parts ...[]byte) []byte {

@@ -177,6 +177,46 @@ func TestStopEndsRecursionWithoutLoops(t *testing.T) {
 	}
 }
 
+func TestStopEndsMutualRecursion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHost(t, 10)
+	// ping calls pong calls ping: each body calls, so each has the check.
+	ping := wasmtest.Func{Name: "ping", Body: []byte{0x10, 0x01}}
+	pong := wasmtest.Func{Name: "pong", Body: []byte{0x10, 0x00}}
+	mod := h.instantiate(t, wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: []wasmtest.Func{ping, pong}}))
+	close(h.stop)
+	if _, err := mod.ExportedFunction("ping").Call(ctx); !errors.Is(err, errStop) {
+		t.Fatalf("ping = %v, want the refill's trap", err)
+	}
+}
+
+func TestLeafWithoutLoopsOrCallsIsNotCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHost(t, 1)
+	// leaf adds one to its argument: no loop, no call, so no check; caller
+	// calls it and so is counted.
+	leaf := wasmtest.Func{Name: "leaf", Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32},
+		Body: wasmtest.Cat([]byte{0x20, 0x00}, wasmtest.I32Const(1), []byte{0x6a})}
+	caller := wasmtest.Func{Name: "caller", Results: []byte{wasmtest.I32},
+		Body: wasmtest.Cat(wasmtest.I32Const(41), []byte{0x10, 0x00})}
+	mod := h.instantiate(t, wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: []wasmtest.Func{leaf, caller}}))
+	close(h.stop)
+	for range 3 {
+		res, err := mod.ExportedFunction("leaf").Call(ctx, 1)
+		if err != nil || res[0] != 2 {
+			t.Fatalf("leaf(1) = %v, %v; want 2 without a visit to the host", res, err)
+		}
+	}
+	if n := h.refills.Load(); n != 0 {
+		t.Fatalf("the leaf visited the host %d times, want 0", n)
+	}
+	if _, err := mod.ExportedFunction("caller").Call(ctx); !errors.Is(err, errStop) {
+		t.Fatalf("caller = %v, want the refill's trap", err)
+	}
+}
+
 func TestInstrumentsRealGuests(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
