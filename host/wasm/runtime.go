@@ -51,7 +51,8 @@ type Config struct {
 	MemoryLimitPages uint32
 	// Fuel bounds the work of one call (allocate, entry point, deallocate,
 	// or an instance's _initialize) in units of one loop iteration or
-	// function call (package interrupt); zero means DefaultFuel. A call that
+	// call of a function that is counted (package interrupt: small helpers
+	// on no cycle of calls are not); zero means DefaultFuel. A call that
 	// uses it up is stopped and fails with ErrDeadline. Fuel, not the wall
 	// clock, is what bounds a module's time: it does not run out faster when
 	// the machine is busy, so a legal input is not refused under load, and
