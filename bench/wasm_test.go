@@ -17,6 +17,7 @@ import (
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/routes"
 	hostwasm "github.com/berthhq/berth/host/wasm"
@@ -201,7 +202,8 @@ func BenchmarkRoutes(b *testing.B) {
 }
 
 // BenchmarkAdmission64 measures admission as the API runs it
-// (policy.Engine.Admit with the embedded store, decisions recorded) with
+// (policy.Engine.Admit with the embedded store, decisions recorded in the
+// index and the change log) with
 // the example cap-replicas and require-digest policies bound: rounds of 64
 // concurrent applies of small (~1 KB) inputs. It reports the p99 latency of
 // one admission and how many were refused for time (the goal is 0).
@@ -212,7 +214,8 @@ func BenchmarkAdmission64(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := policy.New(policy.Config{Store: st, Blobs: blobs, Runtime: newRuntime(b)})
+	clog := changelog.New(st, 1, nil) // as berthd runs it: every decision is an entry
+	e := policy.New(policy.Config{Store: st, Blobs: blobs, Runtime: newRuntime(b), Changelog: clog})
 	if err := e.EnsureIndexes(ctx); err != nil {
 		b.Fatal(err)
 	}
