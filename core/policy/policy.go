@@ -193,6 +193,15 @@ type Engine struct {
 	memo map[string]memoEntry // by binding id + input hash; mu must be held
 
 	recent inputRing // the newest inputs, for RecordedInput
+
+	liveBindings group[struct{}, bindingsRead] // every live binding, read once per burst
+	storeRecords group[[]decisionDoc, []bool]  // decisions, written once per burst
+}
+
+// bindingsRead is one read of every live binding, oldest first.
+type bindingsRead struct {
+	bs  []Binding
+	err error
 }
 
 type memoEntry struct {
@@ -214,13 +223,56 @@ func New(cfg Config) *Engine {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Engine{
+	e := &Engine{
 		cfg: cfg, log: cfg.Logger.With("component", "policy"),
 		modules:   cfg.Store.Collection("wasm_modules"),
 		bindings:  cfg.Store.Collection(BindingsCollection),
 		decisions: cfg.Store.Collection(DecisionsCollection),
 		memo:      map[string]memoEntry{},
 	}
+	e.liveBindings.run = e.readBindings
+	e.storeRecords.run = e.insertRecords
+	e.storeRecords.max = maxRecordBatch
+	return e
+}
+
+// maxRecordBatch bounds the admissions whose decisions one InsertMany
+// writes.
+const maxRecordBatch = 256
+
+// readBindings reads every live binding, oldest first, for each caller of
+// one burst of admissions.
+func (e *Engine) readBindings(ctx context.Context, items []struct{}) []bindingsRead {
+	var r bindingsRead
+	cur, err := e.bindings.Find(ctx, live(bson.M{}), options.Find().SetSort(bson.D{{Key: "created_at", Value: 1}}))
+	if err == nil {
+		err = cur.All(ctx, &r.bs)
+	}
+	r.err = err
+	out := make([]bindingsRead, len(items))
+	for i := range out {
+		out[i] = r
+	}
+	return out
+}
+
+// bindingsFor returns the live bindings of hook, oldest first, read after
+// the call began (group.do joins only a read that starts later).
+func (e *Engine) bindingsFor(ctx context.Context, hook abiwasm.Hook) ([]Binding, error) {
+	r, err := e.liveBindings.do(ctx, struct{}{})
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Binding
+	for _, b := range r.bs {
+		if b.Hook == hook {
+			out = append(out, b)
+		}
+	}
+	return out, nil
 }
 
 // MaxModuleBytes is the upload limit in bytes.
@@ -514,12 +566,8 @@ func (e *Engine) Decisions(ctx context.Context, limit int64) ([]Decision, error)
 // and input give the same answer. An error means the bindings could not be
 // read; callers fail closed on it.
 func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInput) (Verdict, error) {
-	cur, err := e.bindings.Find(ctx, live(bson.M{"hook": in.Hook}), options.Find().SetSort(bson.D{{Key: "created_at", Value: 1}}))
+	bs, err := e.bindingsFor(ctx, in.Hook)
 	if err != nil {
-		return Verdict{}, fmt.Errorf("read policy bindings: %w", err)
-	}
-	var bs []Binding
-	if err := cur.All(ctx, &bs); err != nil {
 		return Verdict{}, fmt.Errorf("read policy bindings: %w", err)
 	}
 	in.SchemaVersion = abiwasm.InputSchemaVersion
@@ -562,6 +610,7 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 	}
 	wg.Wait()
 	v := Verdict{Allowed: true}
+	var records []*Decision
 	for _, a := range answers {
 		b, inputHash, out, evalErr, cached := a.b, a.inputHash, a.out, a.evalErr, a.cached
 		d := Decision{ID: identity.NewID("pdc_"), Hook: in.Hook, BindingID: b.ID, ModuleDigest: b.ModuleDigest,
@@ -588,48 +637,100 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 		if cached && in.Hook == abiwasm.HookDeploy {
 			continue
 		}
-		e.record(ctx, in.Actor, &d)
+		records = append(records, &d)
 	}
+	e.record(ctx, in.Actor, records)
 	return v, nil
 }
 
-// record stores d in the decision index with its change-log entry in the
-// same document's outbox, then hands it to the change log, which sets the
-// document's seq once appended. A decision that is stored reaches the log,
-// also when ctx ends first or berthd stops (changelog.Log.Recover). The
-// decision stands either way: failing to store its record is logged.
-func (e *Engine) record(ctx context.Context, actor abiwasm.Actor, d *Decision) {
+// record stores one admission's decisions in the decision index, each
+// with its change-log entry in its own document's outbox, then hands them
+// to the change log, which sets each document's seq once appended. The
+// documents of every admission that asks meanwhile go in one ordered
+// InsertMany (one round trip and one transaction on the embedded store,
+// instead of one per binding and admission; each document is as durable
+// as before), and their entries are awaited together, so the appender
+// takes them in one batch. A decision that is stored reaches the log, also when ctx ends
+// first or berthd stops (changelog.Log.Recover). The decisions stand
+// either way: failing to store a record is logged.
+func (e *Engine) record(ctx context.Context, actor abiwasm.Actor, ds []*Decision) {
+	if len(ds) == 0 {
+		return
+	}
 	if actor.Kind == "system" && actor.ID == "" {
 		actor.ID = "berthd" // as core/api records changes without a principal
 	}
-	doc := decisionDoc{Decision: *d}
-	if e.cfg.Changelog != nil {
+	docs := make([]decisionDoc, len(ds))
+	for i, d := range ds {
+		docs[i] = decisionDoc{Decision: *d}
+		if e.cfg.Changelog == nil {
+			continue
+		}
 		p, err := changelog.Prepare(changelog.Change{
 			ActorType: actor.Kind, ActorID: actor.ID, EntityType: DecisionEntityType, EntityID: d.ID,
 			Op: node.OpCreate, Payload: d,
 		})
 		if err != nil {
 			e.log.Error("policy decision too large for the change log; indexed only", "hook", d.Hook, "decision_id", d.ID, "err", err)
-		} else {
-			doc.Outbox = []changelog.Pending{p}
+			continue
 		}
+		docs[i].Outbox = []changelog.Pending{p}
 	}
 	// The index write must not depend on a caller that may leave: the
-	// decision was made.
-	wctx := context.WithoutCancel(ctx)
-	if _, err := e.decisions.InsertOne(wctx, doc); err != nil {
-		e.log.Warn("index policy decision", "hook", d.Hook, "decision_id", d.ID, "err", err)
+	// decisions were made.
+	stored, err := e.storeRecords.do(context.WithoutCancel(ctx), docs)
+	if err != nil || len(stored) != len(ds) { // not with a ctx that cannot end
 		return
 	}
-	if len(doc.Outbox) == 0 {
-		return
+	var wg sync.WaitGroup
+	for i, d := range ds {
+		if !stored[i] || len(docs[i].Outbox) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			entry, err := e.cfg.Changelog.Record(ctx, changelog.Ref{Collection: DecisionsCollection, ID: d.ID, SeqField: "seq"}, docs[i].Outbox[0])
+			if err != nil {
+				e.log.Warn("policy decision stored; its change-log entry follows", "hook", d.Hook, "decision_id", d.ID, "err", err)
+				return
+			}
+			d.Seq = entry.Seq
+		})
 	}
-	entry, err := e.cfg.Changelog.Record(ctx, changelog.Ref{Collection: DecisionsCollection, ID: d.ID, SeqField: "seq"}, doc.Outbox[0])
-	if err != nil {
-		e.log.Warn("policy decision stored; its change-log entry follows", "hook", d.Hook, "decision_id", d.ID, "err", err)
-		return
+	wg.Wait()
+}
+
+// insertRecords writes the decisions of a burst of admissions in one
+// ordered InsertMany and reports, per admission and decision, which are
+// stored. When it fails, some may be in (those before the one that
+// failed): each is written again alone, and one already in (same _id)
+// counts as stored.
+func (e *Engine) insertRecords(ctx context.Context, batches [][]decisionDoc) [][]bool {
+	out := make([][]bool, len(batches))
+	var all []any
+	for i, docs := range batches {
+		out[i] = make([]bool, len(docs))
+		for _, d := range docs {
+			all = append(all, d)
+		}
 	}
-	d.Seq = entry.Seq
+	if len(all) == 0 {
+		return out
+	}
+	_, err := e.decisions.InsertMany(ctx, all, options.InsertMany().SetOrdered(true))
+	for i, docs := range batches {
+		for j, d := range docs {
+			if err == nil {
+				out[i][j] = true
+				continue
+			}
+			if _, err := e.decisions.InsertOne(ctx, d); err != nil && !mongo.IsDuplicateKeyError(err) {
+				e.log.Warn("index policy decision", "hook", d.Hook, "decision_id", d.ID, "err", err)
+				continue
+			}
+			out[i][j] = true
+		}
+	}
+	return out
 }
 
 // decisionDoc is a Decision as stored: with its outbox until appended.

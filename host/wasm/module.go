@@ -43,6 +43,8 @@ type instance struct {
 	entry   api.Function
 	stderr  *capped
 	opa     *opaInstance // OPA-compiled modules only
+	state   callState    // the current call's; reused
+	stack   [8]uint64    // arguments and results of CallWithStack; reused
 }
 
 // Digest is the module's id: "sha256:<hex>" of its bytes.
@@ -301,7 +303,8 @@ func (m *Module) Call(ctx context.Context, input []byte) ([]byte, error) {
 	}
 	cctx, cancel := m.rt.withDeadline(ctx)
 	defer cancel()
-	cctx = withFuel(withLogBudget(cctx, m, in), m.rt.cfg.Fuel)
+	in.state = callState{fuel: int64(min(m.rt.cfg.Fuel, 1<<62)), m: m, in: in, logLeft: m.rt.cfg.LogLines}
+	cctx = context.WithValue(cctx, callKey{}, &in.state)
 	var out []byte
 	if m.opa != nil {
 		out, err = m.callOPA(cctx, in, input)
@@ -314,26 +317,28 @@ func (m *Module) Call(ctx context.Context, input []byte) ([]byte, error) {
 
 func (m *Module) call(ctx context.Context, in *instance, input []byte) ([]byte, error) {
 	size := uint64(len(input))
-	res, err := in.alloc.Call(ctx, size)
-	if err != nil {
+	st := in.stack[:]
+	st[0] = size
+	if err := in.alloc.CallWithStack(ctx, st); err != nil {
 		return nil, m.callError(in, abiwasm.ExportAllocate, err)
 	}
-	ptr := uint32(res[0])
+	ptr := uint32(st[0])
 	if ptr == 0 {
 		return nil, m.errf(ErrMemory, "allocate(%d) returned 0", size)
 	}
 	if !in.mem.Write(ptr, input) {
 		return nil, m.errf(ErrBadOutput, "allocate(%d) returned %#x, outside memory of %d bytes", size, ptr, in.mem.Size())
 	}
-	res, err = in.entry.Call(ctx, uint64(ptr), size)
-	if err != nil {
+	st[0], st[1] = uint64(ptr), size
+	if err := in.entry.CallWithStack(ctx, st); err != nil {
 		return nil, m.callError(in, m.entry, err)
 	}
-	out, err := m.readOutput(ctx, in, res[0])
+	out, err := m.readOutput(ctx, in, st[0])
 	if err != nil {
 		return nil, err
 	}
-	if _, err := in.dealloc.Call(ctx, uint64(ptr), size); err != nil {
+	st[0], st[1] = uint64(ptr), size
+	if err := in.dealloc.CallWithStack(ctx, st); err != nil {
 		return nil, m.callError(in, abiwasm.ExportDeallocate, err)
 	}
 	return out, nil
@@ -351,7 +356,9 @@ func (m *Module) readOutput(ctx context.Context, in *instance, packed uint64) ([
 	}
 	out := bytes.Clone(raw)
 	if ptr != 0 {
-		if _, err := in.dealloc.Call(ctx, uint64(ptr), uint64(n)); err != nil {
+		st := in.stack[:]
+		st[0], st[1] = uint64(ptr), uint64(n)
+		if err := in.dealloc.CallWithStack(ctx, st); err != nil {
 			return nil, m.callError(in, abiwasm.ExportDeallocate, err)
 		}
 	}
@@ -390,31 +397,17 @@ func (c *capped) suffix() string {
 	return " (stderr: " + s + ")"
 }
 
-type logBudgetKey struct{}
-
-// logBudget counts what one call may still log.
-type logBudget struct {
-	m       *Module
-	in      *instance
-	left    int
-	dropped int
-}
-
-func withLogBudget(ctx context.Context, m *Module, in *instance) context.Context {
-	return context.WithValue(ctx, logBudgetKey{}, &logBudget{m: m, in: in, left: m.rt.cfg.LogLines})
-}
-
 // hostLog implements berth.log(level, ptr, len).
 func (r *Runtime) hostLog(ctx context.Context, mod api.Module, stack []uint64) {
-	b, _ := ctx.Value(logBudgetKey{}).(*logBudget)
-	if b == nil { // during load or _initialize: no budget, nothing logged
+	b, _ := ctx.Value(callKey{}).(*callState)
+	if b == nil || b.m == nil { // during load or _initialize: no budget, nothing logged
 		return
 	}
-	if b.left <= 0 {
+	if b.logLeft <= 0 {
 		b.dropped++
 		return
 	}
-	b.left--
+	b.logLeft--
 	level, ptr, n := int32(stack[0]), uint32(stack[1]), uint32(stack[2])
 	if int(n) > r.cfg.LogLineBytes {
 		n = uint32(r.cfg.LogLineBytes)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/tetratelabs/wazero/api"
+	"github.com/valyala/fastjson"
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/host/wasm/interrupt"
@@ -272,7 +273,7 @@ func chooseEntrypoint(want string, entries map[string]uint32) (string, error) {
 // host checks it first and answers as a Berth module would: ErrGuest
 // wrapping the guest error bad_input (docs/wasm-abi.md section 4).
 func (m *Module) callOPA(ctx context.Context, in *instance, input []byte) ([]byte, error) {
-	if !json.Valid(input) {
+	if fastjson.ValidateBytes(input) != nil {
 		ge := &abiwasm.GuestError{Code: abiwasm.ErrCodeBadInput, Message: "the input is not JSON"}
 		return nil, fmt.Errorf("module %s (%s): %w: %w", m.meta.Name, m.digest, ErrGuest, ge)
 	}
@@ -287,14 +288,15 @@ func (m *Module) callOPA(ctx context.Context, in *instance, input []byte) ([]byt
 	if !in.mem.Write(o.heap, input) {
 		return nil, m.errf(ErrMemory, "no room for an input of %d bytes", len(input))
 	}
-	res, err := o.eval.Call(ctx, 0, uint64(m.opa.entry), uint64(o.data), uint64(o.heap), uint64(len(input)), end, 0)
-	if err != nil {
+	st := in.stack[:]
+	st[0], st[1], st[2], st[3], st[4], st[5], st[6] = 0, uint64(m.opa.entry), uint64(o.data), uint64(o.heap), uint64(len(input)), end, 0
+	if err := o.eval.CallWithStack(ctx, st); err != nil {
 		return nil, m.callError(in, "opa_eval", err)
 	}
-	if res[0] == 0 {
+	if st[0] == 0 {
 		return nil, m.errf(ErrBadOutput, "opa_eval returned no result")
 	}
-	out, err := cString(in.mem, uint32(res[0]), m.rt.cfg.MaxOutputBytes)
+	out, err := cString(in.mem, uint32(st[0]), m.rt.cfg.MaxOutputBytes)
 	if err != nil {
 		return nil, m.errf(ErrTooLarge, "opa_eval result: %s", err)
 	}
@@ -309,13 +311,29 @@ func (m *Module) callOPA(ctx context.Context, in *instance, input []byte) ([]byt
 //   - an object with "allow" (boolean), "deny" and "warn" (sets of
 //     messages): deny when allow is false or deny is not empty.
 func (m *Module) opaDecision(raw []byte) (abiwasm.PolicyOutput, error) {
+	allow := abiwasm.PolicyOutput{Decision: abiwasm.Allow}
+	p := m.rt.parsers.Get()
+	r, ok := fastOPAResult(p, raw)
+	m.rt.parsers.Put(p)
+	switch {
+	case !ok: // not a common shape: encoding/json below
+	case r.undefined && m.opa.denyStyle:
+		return allow, nil
+	case r.undefined:
+		return abiwasm.PolicyOutput{Decision: abiwasm.Deny, Reasons: []string{"policy " + m.meta.Name + " is undefined for this input"}}, nil
+	case r.isBool && r.b, !r.isBool && len(r.messages) == 0:
+		return allow, nil
+	case r.isBool:
+		return abiwasm.PolicyOutput{Decision: abiwasm.Deny}, nil
+	default:
+		return abiwasm.PolicyOutput{Decision: abiwasm.Deny, Reasons: r.messages}, nil
+	}
 	var set []struct {
 		Result json.RawMessage `json:"result"`
 	}
 	if err := json.Unmarshal(raw, &set); err != nil {
 		return abiwasm.PolicyOutput{}, m.errf(ErrBadOutput, "OPA result set is not JSON: %s", err)
 	}
-	allow := abiwasm.PolicyOutput{Decision: abiwasm.Allow}
 	if len(set) == 0 || len(set[0].Result) == 0 {
 		if m.opa.denyStyle {
 			return allow, nil
@@ -386,14 +404,14 @@ func opaAbortFn(ctx context.Context, mod api.Module, stack []uint64) {
 
 // opaPrintlnFn implements env.opa_println(addr) as one bounded log line.
 func (r *Runtime) opaPrintlnFn(ctx context.Context, mod api.Module, stack []uint64) {
-	b, _ := ctx.Value(logBudgetKey{}).(*logBudget)
-	if b == nil || b.left <= 0 {
+	b, _ := ctx.Value(callKey{}).(*callState)
+	if b == nil || b.m == nil || b.logLeft <= 0 {
 		if b != nil {
 			b.dropped++
 		}
 		return
 	}
-	b.left--
+	b.logLeft--
 	msg, err := cString(mod.Memory(), uint32(stack[0]), r.cfg.LogLineBytes)
 	if err != nil {
 		return
@@ -407,7 +425,7 @@ func (r *Runtime) opaPrintlnFn(ctx context.Context, mod api.Module, stack []uint
 // undefined (address 0), as in OPA without strict builtin errors.
 func opaBuiltinFn(nargs int) api.GoModuleFunc {
 	return func(ctx context.Context, mod api.Module, stack []uint64) {
-		b, _ := ctx.Value(logBudgetKey{}).(*logBudget)
+		b, _ := ctx.Value(callKey{}).(*callState)
 		if b == nil || b.m.opa == nil || b.in == nil {
 			panic(fmt.Errorf("opa builtin called outside an evaluation"))
 		}

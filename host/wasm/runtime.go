@@ -22,6 +22,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/valyala/fastjson"
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/host/wasm/interrupt"
@@ -50,7 +51,8 @@ type Config struct {
 	MemoryLimitPages uint32
 	// Fuel bounds the work of one call (allocate, entry point, deallocate,
 	// or an instance's _initialize) in units of one loop iteration or
-	// function call (package interrupt); zero means DefaultFuel. A call that
+	// call of a function that is counted (package interrupt: small helpers
+	// on no cycle of calls are not); zero means DefaultFuel. A call that
 	// uses it up is stopped and fails with ErrDeadline. Fuel, not the wall
 	// clock, is what bounds a module's time: it does not run out faster when
 	// the machine is busy, so a legal input is not refused under load, and
@@ -140,6 +142,8 @@ type Runtime struct {
 	rt    wazero.Runtime
 	cache wazero.CompilationCache
 
+	parsers fastjson.ParserPool // for the answers every evaluation decodes
+
 	mu      sync.Mutex
 	modules map[string]*Module // by digest; mu must be held
 }
@@ -200,10 +204,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	return r, nil
 }
 
-// withDeadline bounds ctx by Config.Timeout when there is one.
+// withDeadline bounds ctx by Config.Timeout when there is one; without one
+// it returns ctx itself (the caller's ctx and the fuel bound the call).
 func (r *Runtime) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	if r.cfg.Timeout <= 0 {
-		return context.WithCancel(ctx)
+		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, r.cfg.Timeout)
 }
@@ -224,26 +229,37 @@ var (
 	errNoFuel  = errors.New("berth: call used all its fuel")
 )
 
-type fuelKey struct{}
+type callKey struct{}
 
-// withFuel gives a call its budget of fuel units.
+// callState is what one call's host functions share through its ctx: its
+// fuel and, for calls of an entry point, the module, the instance and the
+// log budget. A call runs on one goroutine, so it needs no lock. Each
+// instance keeps one and reuses it for every call it serves.
+type callState struct {
+	fuel    int64
+	m       *Module   // nil during load and _initialize: nothing is logged
+	in      *instance // nil with m
+	logLeft int
+	dropped int
+}
+
+// withFuel gives a call outside an entry point (load, _initialize) its
+// budget of fuel units.
 func withFuel(ctx context.Context, units uint64) context.Context {
-	left := int64(min(units, 1<<62))
-	return context.WithValue(ctx, fuelKey{}, &left)
+	return context.WithValue(ctx, callKey{}, &callState{fuel: int64(min(units, 1<<62))})
 }
 
 // refillFuel implements berth.fuel() -> i32 for instrumented modules: the
-// next stretch of fuel, or a trap when the call must stop. A call runs on
-// one goroutine, so its budget needs no lock.
+// next stretch of fuel, or a trap when the call must stop.
 func refillFuel(ctx context.Context, _ api.Module, stack []uint64) {
 	if err := ctx.Err(); err != nil {
 		panic(fmt.Errorf("%w: %w", errStopped, err))
 	}
-	if left, ok := ctx.Value(fuelKey{}).(*int64); ok {
-		if *left <= 0 {
+	if st, ok := ctx.Value(callKey{}).(*callState); ok {
+		if st.fuel <= 0 {
 			panic(errNoFuel)
 		}
-		*left -= FuelPerRefill
+		st.fuel -= FuelPerRefill
 	}
 	stack[0] = FuelPerRefill
 }

@@ -38,9 +38,14 @@ func (m *Module) EvaluateJSON(ctx context.Context, input []byte) (abiwasm.Policy
 		}
 		return out, err
 	}
-	var out abiwasm.PolicyOutput
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return out, m.errf(ErrBadOutput, "policy output is not JSON: %s", err)
+	p := m.rt.parsers.Get()
+	out, ok := fastPolicyOutput(p, raw)
+	m.rt.parsers.Put(p)
+	if !ok {
+		out = abiwasm.PolicyOutput{}
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return out, m.errf(ErrBadOutput, "policy output is not JSON: %s", err)
+		}
 	}
 	if out.Error != nil {
 		return out, fmt.Errorf("module %s (%s): %w: %w", m.meta.Name, m.digest, ErrGuest, out.Error)

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")"
 [ -d node_modules/assemblyscript ] || npm ci --no-audit --no-fund --silent
 npx --no-install asc assembly/index.ts --outFile "${1:-policy.wasm}" \
-  --optimizeLevel 3 --shrinkLevel 1 --runtime incremental --noAssert --use abort=
+  --optimizeLevel 3 --shrinkLevel 1 --runtime stub --noAssert --use abort=

@@ -15,8 +15,9 @@
 //
 // The instrumented module imports one function, [ImportModule].[ImportName]
 // of type () -> i32, placed after the module's own imports, and gets one
-// private mutable i32 global, the fuel, starting at zero. Every function body
-// and every loop starts with
+// private mutable i32 global, the fuel, starting at zero. Every loop, and
+// every function body that could otherwise take part in a long or endless
+// run of calls (see entryChecks), starts with
 //
 //	global.get $fuel
 //	i32.eqz
@@ -29,7 +30,15 @@
 //	i32.sub
 //	global.set $fuel
 //
-// so the host runs once every refill's worth of loop iterations and calls:
+// A small body that is on no cycle of calls and calls nothing indirectly
+// runs a bounded number of instructions (its loops are counted at their
+// headers) and returns, so it needs no check at entry: whoever called it
+// was counted. Leaving the check out of such functions (getters, small
+// helpers, most of what OPA's and AssemblyScript's compilers emit) saves
+// its cost on every call without letting any endless loop or recursion
+// escape the counter.
+//
+// So the host runs once every refill's worth of loop iterations and calls:
 // often enough to end a call at its deadline within microseconds and to let
 // the Go runtime stop the goroutine, rarely enough to cost nothing measurable.
 // The guest cannot name the global, so the fuel is the host's alone.
@@ -89,6 +98,7 @@ type rewriter struct {
 	refill        uint32 // function index of the added import
 	fuel          uint32 // global index of the fuel
 	check         []byte // the code inserted at every site
+	checked       []bool // by function body: starts with the check (entryChecks)
 }
 
 // fn maps an original function index to the instrumented one.
@@ -100,7 +110,7 @@ func (w *rewriter) fn(i uint32) uint32 {
 }
 
 // Instrument returns a copy of wasm with the fuel check at the start of every
-// function body and every loop, the refill import, the fuel global, and every
+// loop and of every function body that needs one (entryChecks), the refill import, the fuel global, and every
 // function index renumbered for the import. The "name" custom section is
 // dropped (its indices would be stale); other custom sections are kept. It
 // validates nothing beyond what it reads: wazero still compiles and
@@ -586,6 +596,11 @@ func (r *reader) importDesc(funcs, globals *uint32) error {
 // locals and after every loop's block type, and its function references
 // renumbered.
 func (w *rewriter) rewriteCode(body []byte) ([]byte, error) {
+	checked, err := entryChecks(body, w.importedFuncs)
+	if err != nil {
+		return nil, err
+	}
+	w.checked = checked
 	r := &reader{b: body}
 	n, err := r.u32()
 	if err != nil {
@@ -603,7 +618,7 @@ func (w *rewriter) rewriteCode(body []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		fn, err = w.rewriteFunc(fn[:0], code)
+		fn, err = w.rewriteFunc(fn[:0], code, w.checked[i])
 		if err != nil {
 			return nil, fmt.Errorf("function body %d: %w", i, err)
 		}
@@ -616,7 +631,7 @@ func (w *rewriter) rewriteCode(body []byte) ([]byte, error) {
 	return out, nil
 }
 
-func (w *rewriter) rewriteFunc(out, code []byte) ([]byte, error) {
+func (w *rewriter) rewriteFunc(out, code []byte, checked bool) ([]byte, error) {
 	r := &reader{b: code}
 	groups, err := r.u32()
 	if err != nil {
@@ -631,7 +646,9 @@ func (w *rewriter) rewriteFunc(out, code []byte) ([]byte, error) {
 		}
 	}
 	out = append(out, code[:r.off]...)
-	out = append(out, w.check...)
+	if checked {
+		out = append(out, w.check...)
+	}
 	start := r.off
 	for r.off < len(r.b) {
 		op, err := r.byte()
@@ -659,6 +676,139 @@ func (w *rewriter) rewriteFunc(out, code []byte) ([]byte, error) {
 		}
 	}
 	return append(out, code[start:]...), nil
+}
+
+// MaxUncheckedCost bounds, in bytes of code, what a function without an
+// entry check may run before it returns: its own body plus, at every call
+// site, the cost of a callee that has no check either (see entryChecks).
+const MaxUncheckedCost = 4096
+
+// entryChecks decides, for each function body in the code section body,
+// whether it starts with the fuel check. Loops always have their own
+// check, so what a check at entry adds is a count of calls: it is needed
+// only where calls alone could run without end or for long.
+//
+// A body needs it when it calls indirectly (call_indirect, call_ref and
+// their tail forms: any function could be the callee), when it is the
+// target of a back edge of a depth-first walk of the direct calls (every
+// cycle of calls, so every recursion, has one, and so passes a check), or
+// when its cost is over MaxUncheckedCost, where its cost is its length
+// plus the cost of every callee without a check, per call site. Without
+// that bound a chain of small functions each calling the next twice would
+// run 2^n calls between two checks. Calls to imports cost nothing here:
+// the host bounds its own functions.
+func entryChecks(body []byte, imported uint32) ([]bool, error) {
+	r := &reader{b: body}
+	n, err := r.u32()
+	if err != nil {
+		return nil, err
+	}
+	if uint64(n) > uint64(len(body)) {
+		return nil, fmt.Errorf("%w: %d function bodies in %d bytes", ErrMalformed, n, len(body))
+	}
+	size := make([]int, n)
+	indirect := make([]bool, n)
+	callees := make([][]uint32, n) // defined functions, by body index, once per call site
+	for i := uint32(0); i < n; i++ {
+		sz, err := r.u32()
+		if err != nil {
+			return nil, err
+		}
+		code, err := r.bytes(int(sz))
+		if err != nil {
+			return nil, err
+		}
+		size[i] = len(code)
+		fr := &reader{b: code}
+		groups, err := fr.u32()
+		if err != nil {
+			return nil, err
+		}
+		for j := uint32(0); j < groups; j++ {
+			if _, err := fr.u32(); err != nil {
+				return nil, err
+			}
+			if err := fr.valType(); err != nil {
+				return nil, err
+			}
+		}
+		for fr.off < len(fr.b) {
+			op, err := fr.byte()
+			if err != nil {
+				return nil, err
+			}
+			switch op {
+			case 0x11, 0x13, 0x14, 0x15: // call_indirect, return_call_indirect, call_ref, return_call_ref
+				indirect[i] = true
+			case 0x10, 0x12: // call, return_call
+				f, err := fr.u32()
+				if err != nil {
+					return nil, err
+				}
+				if f >= imported && f-imported < n {
+					callees[i] = append(callees[i], f-imported)
+				}
+				continue
+			}
+			if err := fr.skipImmediates(op); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	const (
+		unseen = iota
+		walking
+		done
+	)
+	state := make([]byte, n)
+	checked := make([]bool, n)
+	cost := make([]int, n)
+	// The walk is iterative: a chain of calls as long as the module has
+	// functions must not grow the Go stack without bound.
+	type frame struct {
+		f    uint32
+		next int // index into callees[f]
+	}
+	for root := uint32(0); root < n; root++ {
+		if state[root] != unseen {
+			continue
+		}
+		stack := []frame{{f: root}}
+		state[root] = walking
+		for len(stack) > 0 {
+			top := &stack[len(stack)-1]
+			if top.next < len(callees[top.f]) {
+				c := callees[top.f][top.next]
+				top.next++
+				switch state[c] {
+				case unseen:
+					state[c] = walking
+					stack = append(stack, frame{f: c})
+				case walking: // a back edge: c is on a cycle of calls
+					checked[c] = true
+				}
+				continue
+			}
+			f := top.f
+			stack = stack[:len(stack)-1]
+			c := size[f]
+			for _, callee := range callees[f] {
+				if !checked[callee] {
+					c += cost[callee]
+				}
+				if c > MaxUncheckedCost {
+					break
+				}
+			}
+			cost[f] = c
+			if indirect[f] || c > MaxUncheckedCost {
+				checked[f] = true
+			}
+			state[f] = done
+		}
+	}
+	return checked, nil
 }
 
 func cat(parts ...[]byte) []byte {

@@ -3,7 +3,9 @@ package interrupt_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -174,6 +176,72 @@ func TestStopEndsRecursionWithoutLoops(t *testing.T) {
 	close(h.stop)
 	if _, err := mod.ExportedFunction("rec").Call(ctx); !errors.Is(err, errStop) {
 		t.Fatalf("rec = %v, want the refill's trap", err)
+	}
+}
+
+func TestStopEndsMutualRecursion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHost(t, 10)
+	// ping calls pong calls ping: each body calls, so each has the check.
+	ping := wasmtest.Func{Name: "ping", Body: []byte{0x10, 0x01}}
+	pong := wasmtest.Func{Name: "pong", Body: []byte{0x10, 0x00}}
+	mod := h.instantiate(t, wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: []wasmtest.Func{ping, pong}}))
+	close(h.stop)
+	if _, err := mod.ExportedFunction("ping").Call(ctx); !errors.Is(err, errStop) {
+		t.Fatalf("ping = %v, want the refill's trap", err)
+	}
+}
+
+func TestSmallFunctionsOffCyclesAreNotCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHost(t, 1)
+	// leaf adds one to its argument; caller calls it: both are small and on
+	// no cycle of calls, so neither needs a check of its own.
+	leaf := wasmtest.Func{Name: "leaf", Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32},
+		Body: wasmtest.Cat([]byte{0x20, 0x00}, wasmtest.I32Const(1), []byte{0x6a})}
+	caller := wasmtest.Func{Name: "caller", Results: []byte{wasmtest.I32},
+		Body: wasmtest.Cat(wasmtest.I32Const(41), []byte{0x10, 0x00})}
+	mod := h.instantiate(t, wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: []wasmtest.Func{leaf, caller}}))
+	close(h.stop)
+	for range 3 {
+		if res, err := mod.ExportedFunction("leaf").Call(ctx, 1); err != nil || res[0] != 2 {
+			t.Fatalf("leaf(1) = %v, %v; want 2 without a visit to the host", res, err)
+		}
+		if res, err := mod.ExportedFunction("caller").Call(ctx); err != nil || res[0] != 42 {
+			t.Fatalf("caller() = %v, %v; want 42 without a visit to the host", res, err)
+		}
+	}
+	if n := h.refills.Load(); n != 0 {
+		t.Fatalf("small functions visited the host %d times, want 0", n)
+	}
+}
+
+func TestChainOfDoublingCallsIsCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHost(t, 1)
+	// f0 is empty, and each f(k) calls f(k-1) twice: no loop, no cycle, but
+	// f40 would make 2^40 calls. Past MaxUncheckedCost the chain must be
+	// counted, so the stopped host ends the call.
+	const depth = 40
+	funcs := []wasmtest.Func{{Name: "f0"}}
+	for k := 1; k <= depth; k++ {
+		prev := binary.AppendUvarint(nil, uint64(k-1))
+		funcs = append(funcs, wasmtest.Func{Name: fmt.Sprintf("f%d", k), Body: wasmtest.Cat([]byte{0x10}, prev, []byte{0x10}, prev)})
+	}
+	mod := h.instantiate(t, wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: funcs}))
+	close(h.stop)
+	done := make(chan error, 1)
+	go func() { _, err := mod.ExportedFunction(fmt.Sprintf("f%d", depth)).Call(ctx); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errStop) {
+			t.Fatalf("f%d = %v, want the refill's trap", depth, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the chain of calls was never counted")
 	}
 }
 
