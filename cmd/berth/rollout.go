@@ -204,6 +204,12 @@ func rolloutLine(st *client.RolloutStatus) string {
 	if st.Deleting {
 		b.WriteString(", deleting")
 	}
+	if w := st.WaitingOn; w != nil {
+		fmt.Fprintf(&b, "; slot %s on %s: %s", w.Replica, orDash(w.NodeID), w.Reason)
+		if w.LastFailure != nil && !strings.Contains(w.Reason, w.LastFailure.String()) {
+			fmt.Fprintf(&b, ", last failure %s", w.LastFailure)
+		}
+	}
 	return b.String()
 }
 

@@ -411,20 +411,22 @@ func TestGetSlots(t *testing.T) {
 	t.Parallel()
 	api, c := newReconAPI(t)
 	seen := testNow().Add(-90 * time.Second)
+	exit2 := 2
 	api.set(func() {
 		api.slots["hello"] = []client.SlotView{
 			{ServiceID: "svc_1", Replica: "0", NodeID: "nod_1", WorkloadID: "wl_1", AttemptID: "att_1", Current: true,
 				Disposition: "run", Observation: client.SlotObservation{Phase: "running", Ready: true, ObservedAt: &seen}, Delivery: "delivered"},
 			{ServiceID: "svc_1", Replica: "1", NodeID: "nod_2", WorkloadID: "wl_2", AttemptID: "att_2", Disposition: "stop",
-				TerminalReceipts: 1, Observation: client.SlotObservation{Phase: "stopped", ObservedAt: &seen}, Delivery: "delivered"},
+				TerminalReceipts: 1, Observation: client.SlotObservation{Phase: "stopped", ObservedAt: &seen}, Delivery: "delivered",
+				LastFailure: &client.Failure{Kind: "exit", ExitCode: &exit2, At: seen, Count: 3}},
 			{ServiceID: "svc_1", Replica: "2", AttemptID: "att_3", Current: true, Disposition: "run", Delivery: "undelivered"},
 		}
 	})
 	out := c.ok("", "get", "slots", "hello")
-	want := "REPLICA   NODE    WORKLOAD   DISPOSITION   RECEIPTS   PHASE     READY   CURRENT   DELIVERY      AGE\n" +
-		"0         nod_1   wl_1       run           0/2        running   yes     yes       delivered     1m\n" +
-		"1         nod_2   wl_2       stop          1/2        stopped   no      no        delivered     1m\n" +
-		"2         -       -          run           0/2        -         no      yes       undelivered   -\n"
+	want := "REPLICA   NODE    WORKLOAD   DISPOSITION   RECEIPTS   PHASE     READY   CURRENT   DELIVERY      AGE   LAST FAILURE\n" +
+		"0         nod_1   wl_1       run           0/2        running   yes     yes       delivered     1m    -\n" +
+		"1         nod_2   wl_2       stop          1/2        stopped   no      no        delivered     1m    exit 2 (x3, 1m ago)\n" +
+		"2         -       -          run           0/2        -         no      yes       undelivered   -     -\n"
 	if out != want {
 		t.Errorf("get slots:\n%s\nwant:\n%s", out, want)
 	}

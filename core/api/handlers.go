@@ -49,6 +49,7 @@ func toAPIWorkload(w *services.Workload) client.Workload {
 		ID: w.ID, Project: w.Project, Service: w.Service, Slot: w.Slot, NodeID: w.NodeID,
 		DesiredStatus: w.DesiredStatus, ObservedStatus: w.ObservedStatus, Health: w.Health,
 		Address: w.Address, RestartCount: w.RestartCount, Message: w.Message, CreatedAt: w.CreatedAt, ObservedAt: w.ObservedAt,
+		LastFailure: rollout.APIFailure(w.LastFailure),
 	}
 }
 

@@ -441,8 +441,19 @@ func slotOf(row SlotRow, w *services.Workload, spec *SpecDoc) slots.Slot {
 	}
 	if w != nil {
 		s.Observed = observation(w, spec)
+		s.Observed.Unhealthy = w.Health == "failing"
+		s.Observed.Failure = decisionFailure(ownFailure(row, w))
 	}
+	s.Carried, s.CarriedKey = decisionFailure(row.LastFailure), row.FailureKey
 	return s
+}
+
+// decisionFailure reduces a stored failure (nil: none) to what a verdict names.
+func decisionFailure(f *services.Failure) *slots.Failure {
+	if f == nil {
+		return nil
+	}
+	return &slots.Failure{Kind: f.Kind, ExitCode: f.ExitCode, Signal: f.Signal, ProbeURL: f.ProbeURL, ProbeStatus: f.ProbeStatus}
 }
 
 // observation maps a workload's reported status onto the decision's phases: an attempt that
@@ -530,6 +541,7 @@ func (p *Producer) commit(ctx context.Context, id string, made slots.SlotPlan, n
 		if idx >= 0 {
 			old := rows[idx]
 			settled = old.WorkloadID
+			row.LastFailure, row.FailureKey = carry(old, v.workloads[old.WorkloadID])
 			row.Ancestors = append([]AttemptRow{old.Attempt}, old.Ancestors...)
 			row.Ancestors = row.Ancestors[:min(len(row.Ancestors), slots.MaxAncestors)]
 			rows[idx] = row
@@ -622,11 +634,17 @@ func desiredStatus(gen int) string {
 }
 
 // workloadFor returns the workload document of row's attempt.
+// It starts with the slot's carried failure, so the slot's last failure shows across attempts.
 func (p *Producer) workloadFor(svc *services.Service, row SlotRow) *services.Workload {
-	return &services.Workload{ID: row.WorkloadID, ProjectID: svc.ProjectID, Project: svc.Project, ServiceID: svc.ID, Service: svc.Name,
+	w := &services.Workload{ID: row.WorkloadID, ProjectID: svc.ProjectID, Project: svc.Project, ServiceID: svc.ID, Service: svc.Name,
 		Slot: replicaIndex(row.Replica), Replica: row.Replica, AttemptID: row.Attempt.ID, NodeID: row.NodeID, SpecHash: row.Attempt.Key,
 		Run:           services.InvocationOf(svc),
 		DesiredStatus: services.DesiredRunning, ObservedStatus: "creating", Health: "unknown", CreatedAt: p.cfg.Now().UTC()}
+	if f := row.LastFailure; f != nil {
+		c := *f
+		w.LastFailure, w.FailureBase = &c, f.Count
+	}
+	return w
 }
 
 // workloadID derives the workload id of an attempt, so a repeated commit or repair creates the

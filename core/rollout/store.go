@@ -59,6 +59,32 @@ type SlotRow struct {
 	// Ancestors are the attempts before Attempt, newest first, at most slots.MaxAncestors.
 	Ancestors   []AttemptRow `bson:"ancestors,omitempty"`
 	CommittedAt time.Time    `bson:"committed_at"`
+	// LastFailure is the newest failure of the slot's earlier attempts, carried from attempt to
+	// attempt when a successor is committed (its Count sums theirs), and FailureKey the attempt
+	// key that failed; nil when none of them failed. The current attempt's own failure is on its
+	// workload.
+	LastFailure *services.Failure `bson:"last_failure,omitempty"`
+	FailureKey  string            `bson:"failure_key,omitempty"`
+}
+
+// carry returns the failure a successor of row inherits, with w the workload of row's attempt
+// (nil when gone): w's own failure when it reported one (its count already includes the earlier
+// attempts', [services.Workload.FailureBase]), otherwise row's carried failure.
+func carry(row SlotRow, w *services.Workload) (*services.Failure, string) {
+	if f := ownFailure(row, w); f != nil {
+		return f, row.Attempt.Key
+	}
+	return row.LastFailure, row.FailureKey
+}
+
+// ownFailure returns the failure the node reported of w, row's current attempt, and nil while
+// w shows only the failure it inherited from the earlier attempts.
+func ownFailure(row SlotRow, w *services.Workload) *services.Failure {
+	if w == nil || w.LastFailure == nil || w.LastFailure.Equal(row.LastFailure) {
+		return nil
+	}
+	f := *w.LastFailure
+	return &f
 }
 
 // SlotSet is a document of collection "slots": every slot of one service (_id the service id).
@@ -385,4 +411,12 @@ func (s *Store) forget(ctx context.Context, serviceID string) error {
 		}
 	}
 	return nil
+}
+
+// SlotFailure returns the newest failure of a slot with row and its current workload w (nil
+// when gone), as the views show it: the workload's own (counted across attempts) or the one the
+// slot carries. nil when no attempt of the slot failed.
+func SlotFailure(row SlotRow, w *services.Workload) *services.Failure {
+	f, _ := carry(row, w)
+	return f
 }

@@ -52,6 +52,7 @@ func (v Views) Slots(ctx context.Context, svc *services.Service) ([]client.SlotV
 			if o.Phase == slots.PhaseFailed {
 				sv.Observation.Message = w.Message
 			}
+			sv.LastFailure = APIFailure(SlotFailure(row, w))
 			rev, ok := applied[row.NodeID]
 			if !ok {
 				if n, err := v.Nodes.Get(ctx, row.NodeID); err == nil {
@@ -62,8 +63,11 @@ func (v Views) Slots(ctx context.Context, svc *services.Service) ([]client.SlotV
 			if w.StatusRev > 0 && rev >= w.StatusRev {
 				sv.Delivery = "delivered"
 			}
-		} else if row.Acked == row.Generation {
-			sv.Delivery = "delivered"
+		} else {
+			sv.LastFailure = APIFailure(row.LastFailure)
+			if row.Acked == row.Generation {
+				sv.Delivery = "delivered"
+			}
 		}
 		out = append(out, sv)
 	}
@@ -107,6 +111,9 @@ func (v Views) Rollout(ctx context.Context, svc *services.Service) (*client.Roll
 	}
 	desired := 0
 	for _, r := range rows {
+		if out.WaitingOn == nil && !svc.Deleting {
+			out.WaitingOn = waitOf(r, out.Verdict)
+		}
 		if r.Disposition != "run" {
 			continue
 		}
@@ -122,6 +129,42 @@ func (v Views) Rollout(ctx context.Context, svc *services.Service) (*client.Roll
 		out.Desired = desired
 	}
 	return out, nil
+}
+
+// waitOf returns what slot r waits on under verdict v, nil when r runs the current attempt
+// ready. A waiting or refused verdict's reason is the slot's when the slot failed or is not
+// ready; otherwise the slot's own state says it.
+func waitOf(r client.SlotView, v client.Verdict) *client.SlotWait {
+	if r.Disposition == "run" && r.Current && r.Observation.Ready {
+		return nil
+	}
+	w := &client.SlotWait{Replica: r.Replica, NodeID: r.NodeID, WorkloadID: r.WorkloadID, LastFailure: r.LastFailure}
+	switch {
+	case r.Disposition == "stop":
+		w.Reason = "stopping"
+	case r.Disposition == "remove":
+		w.Reason = "removing"
+	case !r.Current:
+		w.Reason = "outdated"
+	case (v.State == string(slots.Waiting) || v.State == string(slots.Refused)) && v.Reason != "":
+		w.Reason = v.Reason
+	case r.Observation.Phase == string(slots.PhaseRunning):
+		w.Reason = "not ready"
+	case r.Observation.Phase == string(slots.PhaseFailed):
+		w.Reason = "failed"
+	default:
+		w.Reason = "starting"
+	}
+	return w
+}
+
+// APIFailure returns f as the API shows it, nil for nil.
+func APIFailure(f *services.Failure) *client.Failure {
+	if f == nil {
+		return nil
+	}
+	return &client.Failure{Kind: f.Kind, ExitCode: f.ExitCode, Signal: f.Signal, ProbeURL: f.ProbeURL, ProbeStatus: f.ProbeStatus,
+		Message: f.Message, At: f.At, Count: f.Count}
 }
 
 // VerdictOf returns the verdict of svc as the API shows it, nil when none was decided. A stored

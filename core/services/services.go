@@ -269,6 +269,40 @@ type Workload struct {
 	// its own) since it was last ready; nil while it is not failed. The failure backoff counts
 	// from it.
 	FailedAt *time.Time `bson:"failed_at,omitempty"`
+	// LastFailure is the newest failure the node reported of this attempt
+	// (docs/node-protocol.md section 5.3.1); nil while it reported none.
+	LastFailure *Failure `bson:"last_failure,omitempty"`
+	// FailureBase is the failure count of the slot's earlier attempts, added to the counts the
+	// node reports of this one; a successor starts with its slot's carried failure as
+	// LastFailure, so the slot's last failure stays visible across attempts.
+	FailureBase int `bson:"failure_base,omitempty"`
+}
+
+// Failure is one failure of a workload as the core keeps it: the node's
+// report (docs/node-protocol.md section 5.3.1). Kind is exit, signal, probe,
+// start or image; ExitCode is set for exit, Signal for signal, ProbeURL and
+// ProbeStatus (0: no HTTP answer) for probe; At is the node's clock; Count
+// is how many failures of the attempt (or, on a slot, of the slot's attempts
+// so far) were reported.
+type Failure struct {
+	Kind        string    `bson:"kind" json:"kind"`
+	ExitCode    *int      `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
+	Signal      int       `bson:"signal,omitempty" json:"signal,omitempty"`
+	ProbeURL    string    `bson:"probe_url,omitempty" json:"probe_url,omitempty"`
+	ProbeStatus int       `bson:"probe_status,omitempty" json:"probe_status,omitempty"`
+	Message     string    `bson:"message,omitempty" json:"message,omitempty"`
+	At          time.Time `bson:"at" json:"at"`
+	Count       int       `bson:"count" json:"count"`
+}
+
+// Equal reports whether f and g (either may be nil) describe the same failure.
+func (f *Failure) Equal(g *Failure) bool {
+	if f == nil || g == nil {
+		return f == nil && g == nil
+	}
+	sameCode := (f.ExitCode == nil) == (g.ExitCode == nil) && (f.ExitCode == nil || *f.ExitCode == *g.ExitCode)
+	return sameCode && f.Kind == g.Kind && f.Signal == g.Signal && f.ProbeURL == g.ProbeURL &&
+		f.ProbeStatus == g.ProbeStatus && f.Message == g.Message && f.At.Equal(g.At) && f.Count == g.Count
 }
 
 // Invocation is what a workload runs: the release and everything the service says about running
@@ -774,6 +808,9 @@ type Observation struct {
 	Address        string
 	RestartCount   int
 	Message        string
+	// LastFailure is the node's newest failure of the workload; nil keeps
+	// the one stored (a failure is never forgotten by a report that omits it).
+	LastFailure *Failure
 }
 
 // Observe records a node's report of its workloads. Only workloads placed on
@@ -793,12 +830,22 @@ func (c *Catalog) Observe(ctx context.Context, nodeID string, obs []Observation)
 		if err != nil {
 			return changed, fmt.Errorf("record observation of %s: %w", o.WorkloadID, err)
 		}
+		var reported *Failure
+		if o.LastFailure != nil {
+			f := *o.LastFailure
+			f.At, f.Count = f.At.UTC().Truncate(time.Millisecond), f.Count+cur.FailureBase // as stored (BSON keeps milliseconds)
+			reported = &f
+		}
+		newFailure := reported != nil && !reported.Equal(cur.LastFailure)
 		if cur.NodeID != nodeID || (cur.ObservedStatus == o.ObservedStatus && cur.Health == o.Health &&
-			cur.Address == o.Address && cur.RestartCount == o.RestartCount && cur.Message == o.Message) {
+			cur.Address == o.Address && cur.RestartCount == o.RestartCount && cur.Message == o.Message && !newFailure) {
 			continue
 		}
 		set := bson.M{"observed_status": o.ObservedStatus, "health": o.Health, "address": o.Address,
 			"restart_count": o.RestartCount, "message": o.Message, "observed_at": now}
+		if newFailure {
+			set["last_failure"] = *reported
+		}
 		switch {
 		case o.ObservedStatus == "running" && o.Health == "passing":
 			set["ever_ready"], set["failed_at"] = true, nil

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -538,12 +539,34 @@ func (s *Server) foreignWorkload(ctx context.Context, c *conn, id string) string
 	}
 }
 
+// failureOf converts a reported failure (nil: none) into the core's record of it. A kind
+// outside the five of docs/node-protocol.md section 5.3.1 is kept as reported: it is shown,
+// never decided on.
+func failureOf(f *node.Failure) *services.Failure {
+	if f == nil || f.Kind == "" {
+		return nil
+	}
+	return &services.Failure{Kind: clip(string(f.Kind), 32), ExitCode: f.ExitCode, Signal: f.Signal, ProbeURL: clip(f.ProbeURL, 512),
+		ProbeStatus: f.ProbeStatus, Message: clip(f.Message, 1024), At: f.At, Count: f.Count}
+}
+
+// clip bounds a string a node reports to n bytes, cut at a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
 func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {
 	obs := make([]services.Observation, 0, len(rep.Workloads))
 	for _, w := range rep.Workloads {
 		obs = append(obs, services.Observation{
 			WorkloadID: w.WorkloadID, ObservedStatus: w.ObservedStatus, Health: w.Health,
-			Address: w.Address, RestartCount: w.RestartCount, Message: w.Message,
+			Address: w.Address, RestartCount: w.RestartCount, Message: w.Message, LastFailure: failureOf(w.LastFailure),
 		})
 	}
 	changed, err := s.cfg.Catalog.Observe(ctx, c.nodeID, obs)

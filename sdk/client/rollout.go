@@ -114,6 +114,20 @@ type SlotView struct {
 	// Delivery is "delivered" once the node applied a desired state carrying the disposition,
 	// "undelivered" until then.
 	Delivery string `json:"delivery"`
+	// LastFailure is the newest failure of the slot across its attempts; nil when none failed.
+	LastFailure *Failure `json:"last_failure,omitempty"`
+}
+
+// SlotWait names the slot a rollout waits on: the first slot in replica order that does not
+// yet run the current attempt ready, with why (the verdict's reason when the verdict waits on
+// it, otherwise its state: "not ready", "starting", "outdated", "stopping", "removing") and its
+// last failure.
+type SlotWait struct {
+	Replica     string   `json:"replica"`
+	NodeID      string   `json:"node_id"`
+	WorkloadID  string   `json:"workload_id"`
+	Reason      string   `json:"reason"`
+	LastFailure *Failure `json:"last_failure,omitempty"`
 }
 
 // RolloutStatus is the answer of GET .../services/{name}/rollout: how far the service is on its
@@ -134,6 +148,9 @@ type RolloutStatus struct {
 	Outdated int `json:"outdated"`
 	// Deleting reports whether the service is being deleted.
 	Deleting bool `json:"deleting"`
+	// WaitingOn is the slot the rollout waits on; nil when every desired slot runs the current
+	// attempt ready.
+	WaitingOn *SlotWait `json:"waiting_on,omitempty"`
 }
 
 // GetRuntimeSpec reads a service's runtime spec (GET /projects/{project}/services/{name}/spec).

@@ -210,6 +210,9 @@ type Workload struct {
 	Message        string     `json:"message,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	ObservedAt     *time.Time `json:"observed_at,omitempty"`
+	// LastFailure is the newest failure of the workload's slot, this attempt's or an earlier
+	// one's; nil when none failed.
+	LastFailure *Failure `json:"last_failure,omitempty"`
 }
 
 // Bundle is a stored release bundle: a tar.gz content-addressed by SHA-256.
