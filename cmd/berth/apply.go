@@ -31,6 +31,10 @@ type serviceFile struct {
 	HealthCheck      healthCheckFile   `json:"health_check" yaml:"health_check"`
 	ExpectedRevision *int64            `json:"expected_revision,omitempty" yaml:"expected_revision"`
 
+	// The rollout fields (docs/reconciliation.md section 7.2).
+	ProgressDeadlineS int  `json:"progress_deadline_s,omitempty" yaml:"progress_deadline_s"`
+	AutoRollback      bool `json:"auto_rollback,omitempty" yaml:"auto_rollback"`
+
 	// The stateful fields (docs/api.md "Leases").
 	PlacementMode string     `json:"placement_mode,omitempty" yaml:"placement_mode"`
 	Lease         *leaseFile `json:"lease,omitempty" yaml:"lease"`
@@ -76,8 +80,10 @@ func (f serviceFile) spec() client.ServiceSpec {
 			TimeoutS:  f.HealthCheck.TimeoutS,
 			Failures:  f.HealthCheck.Failures,
 		},
-		ExpectedRevision: f.ExpectedRevision,
-		PlacementMode:    f.PlacementMode,
+		ExpectedRevision:  f.ExpectedRevision,
+		PlacementMode:     f.PlacementMode,
+		ProgressDeadlineS: f.ProgressDeadlineS,
+		AutoRollback:      f.AutoRollback,
 		Container: client.Container{Runtime: f.Runtime, Image: f.Image, User: f.User,
 			MemoryMB: f.MemoryMB, CPUMillis: f.CPUMillis},
 	}
@@ -103,6 +109,10 @@ JSON (one object, several objects in a row, or an array). Fields:
   replicas           number of replicas
   health_check       {path, interval_s, timeout_s, failures}
   expected_revision  apply only if the stored revision is this (0: must not exist)
+  progress_deadline_s
+                     seconds a rollout may go without progress before it is
+                     failed as refused(progress-deadline) (default 600)
+  auto_rollback      true: a failed rollout restores the previous release
   placement_mode     "portable" (default) or "stateful": at most one replica, run
                      on one node at a time under a lease with a fencing token
   lease              stateful: {mode: local|expiring, duration_ms: >= 3000}

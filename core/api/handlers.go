@@ -34,6 +34,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		Command: s.Command, Env: s.Env, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas,
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
 		Labels: s.Labels, CapacityUnits: s.CapacityUnits, PlacementMode: services.PlacementPortable,
+		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis},
 		Deleting:  s.Deleting,
 	}
@@ -190,7 +191,7 @@ func (s *Server) putService(c echo.Context) error {
 		Runtime: spec.Runtime, Image: spec.Image, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
-		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits,
+		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
 	}
 	if spec.PlacementMode == services.PlacementStateful {
 		svc.PlacementMode, svc.LeaseMode = services.PlacementStateful, string(node.LeaseLocal)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	abiroutes "github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/rollout"
@@ -71,7 +72,10 @@ type Config struct {
 	// Rollout produces the slots and workloads of portable services (docs/reconciliation.md);
 	// nil builds one over the Catalog's store with the Admit policy.
 	Rollout *rollout.Producer
-	Logger  *slog.Logger
+	// Events, when not nil, receives the events the built Rollout emits (rollout.failed); it
+	// is not used when Rollout is given.
+	Events *events.Log
+	Logger *slog.Logger
 	// Sweep sets the pass timing (docs/reconciliation.md section 6): quiet 1 s after the last
 	// hint, at the latest 30 s after the last pass, never sooner than 5 s after it (zero fields
 	// take these defaults).
@@ -112,7 +116,7 @@ func New(cfg Config) *Reconciler {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Rollout == nil {
-		rc := rollout.Config{Store: rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil), Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger}
+		rc := rollout.Config{Store: rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil), Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger, Events: cfg.Events}
 		if cfg.Admit != nil {
 			rc.Admit = cfg.Admit
 		}

@@ -13,6 +13,9 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
@@ -45,7 +48,13 @@ type Config struct {
 	// OnRetired, when not nil, is called after a retired node was marked removed, to end its
 	// session.
 	OnRetired func(ctx context.Context, nodeID string)
+	// Events, when not nil, receives a rollout.failed event for each rollout failed by its
+	// progress deadline (docs/reconciliation.md section 7.2).
+	Events *events.Log
 }
+
+// TypeRolloutFailed is the event of a rollout that went past its progress deadline.
+const TypeRolloutFailed = "rollout.failed"
 
 // Producer turns runtime specs into slots and workloads: one [Producer.Sweep] visits every
 // service, joins receipts, decides every slot with core/slots and commits each step with one
@@ -280,7 +289,28 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 	if err != nil {
 		return res, err
 	}
-	wrote, err := p.cfg.Store.writeVerdict(ctx, id, prev, verdict, v.svc.Revision)
+	var progress *slots.Progress
+	if !v.svc.Deleting && v.spec != nil {
+		var pp *slots.Progress
+		if prev != nil {
+			pp = prev.Progress
+		}
+		next, vd, failed := slots.NextProgress(slots.ProgressInput{Prev: pp, ServiceRevision: v.svc.Revision, SpecRevision: v.spec.Revision,
+			Ready: readyCount(plan), Verdict: verdict, Deadline: time.Duration(v.svc.ProgressDeadlineS) * time.Second, Now: p.cfg.Now()})
+		if failed {
+			rolled, err := p.rolloutFailed(ctx, v.svc, verdict)
+			if err != nil {
+				return res, err
+			}
+			if rolled {
+				// The rollback wrote a new revision: the next sweep decides over it, with a new clock.
+				res.changed = true
+				return res, nil
+			}
+		}
+		progress, verdict = &next, vd
+	}
+	wrote, err := p.cfg.Store.writeVerdict(ctx, id, prev, verdict, v.svc.Revision, progress)
 	if err != nil {
 		return res, err
 	}
@@ -289,6 +319,58 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 		p.log.Info("service verdict", "service_id", id, "verdict", verdict.String(), "spec_revision", verdict.SpecRevision)
 	}
 	return res, nil
+}
+
+// readyCount counts the desired slots of plan that run their desired attempt, observed ready.
+func readyCount(plan slots.Plan) int {
+	n := 0
+	for _, sp := range plan.Slots {
+		s := sp.Input.Slot
+		if sp.Input.Desired && s.Exists && s.Generation == slots.GenRun && s.Attempt.Key == sp.Input.DesiredKey &&
+			s.Observed.Phase == slots.PhaseRunning && s.Observed.Ready {
+			n++
+		}
+	}
+	return n
+}
+
+// rolloutFailed acts on a rollout of svc that just went past its progress deadline while its
+// verdict read was: it emits rollout.failed (its id derived from the service and revision, so a
+// sweep that dies and decides again emits it once), and with auto_rollback restores the previous
+// release with one compare-and-set on the revision read, recorded in the change log as the
+// system's. A revision that is itself an automatic rollback, or has nothing to return to, is
+// not rolled back. It reports whether it rolled back.
+func (p *Producer) rolloutFailed(ctx context.Context, svc *services.Service, was slots.Verdict) (bool, error) {
+	name := svc.Project + "/" + svc.Name
+	rollback := svc.AutoRollback && svc.RollbackOf == 0 && svc.Previous != nil && svc.Previous.Release().Digest() != ""
+	p.log.Warn("rollout failed: no progress within its deadline", "service", name, "service_id", svc.ID, "revision", svc.Revision,
+		"verdict", was.String(), "auto_rollback", rollback)
+	if p.cfg.Events != nil {
+		sum := sha256.Sum256([]byte(svc.ID + "/" + strconv.FormatInt(svc.Revision, 10) + "/" + TypeRolloutFailed))
+		ev := events.Core(TypeRolloutFailed, "", map[string]any{"service": name, "revision": svc.Revision, "verdict": was.String(),
+			"auto_rollback": rollback, "release": svc.Release().Digest()}, p.cfg.Now())
+		ev.ID = "evt_" + hex.EncodeToString(sum[:13])
+		ev.Subject = node.EventRef{Type: "service", ID: svc.ID}
+		ev.ProjectID = svc.ProjectID
+		if _, _, err := p.cfg.Events.Append(ctx, ev); err != nil {
+			return false, err
+		}
+	}
+	if !rollback {
+		return false, nil
+	}
+	actx := changelog.WithActor(ctx, changelog.Actor{Type: "system", ID: "rollout"})
+	back, err := p.cfg.Catalog.RollBack(actx, svc)
+	if errors.Is(err, services.ErrRevisionConflict) || errors.Is(err, services.ErrServiceDeleting) || errors.Is(err, services.ErrNoPreviousRelease) {
+		p.log.Info("automatic rollback skipped: the service changed", "service", name, "err", err)
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("roll back %s: %w", name, err)
+	}
+	p.log.Warn("rolled back a failed rollout", "service", name, "service_id", svc.ID, "failed_revision", svc.Revision,
+		"revision", back.Revision, "release", back.Release().Digest())
+	return true, nil
 }
 
 // joinReceipts records receipts the nodes returned since the last sweep, and releases the

@@ -138,6 +138,14 @@ type Service struct {
 	// command, environment, port, limits, health check), for `rollout undo`; nil when that
 	// never changed.
 	Previous *Invocation `bson:"previous,omitempty"`
+	// ProgressDeadlineS is how long, in seconds, a rollout may go without progress before it
+	// is failed (0: the default, 600); AutoRollback says whether a failed rollout restores
+	// Previous (docs/reconciliation.md section 7.2).
+	ProgressDeadlineS int  `bson:"progress_deadline_s,omitempty"`
+	AutoRollback      bool `bson:"auto_rollback,omitempty"`
+	// RollbackOf is the revision whose failed rollout an automatic rollback undid, set on the
+	// revision that rollback wrote (0 otherwise); a rollback is never itself rolled back.
+	RollbackOf int64 `bson:"rollback_of,omitempty"`
 
 	// Runtime is the node runtime driver: "process" (also when empty) or
 	// "containerd"; Image, User, MemoryMB and CPUMillis are the container
@@ -523,6 +531,7 @@ func SameDeclaration(a, b *Service) bool {
 		n := *s
 		n.ID, n.ProjectID, n.Project, n.Revision = "", "", "", 0
 		n.CreatedAt, n.UpdatedAt, n.Deleting, n.Previous, n.LogOutbox = time.Time{}, time.Time{}, false, nil, nil
+		n.RollbackOf = 0
 		if len(n.Env) == 0 {
 			n.Env = nil
 		}
@@ -628,6 +637,20 @@ func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Se
 	if err != nil {
 		return nil, err
 	}
+	return c.undo(ctx, cur, false)
+}
+
+// RollBack is the automatic rollback of a failed rollout (docs/reconciliation.md section 7.2):
+// [Catalog.UndoRelease] of cur, the service as the sweep read it, with one compare-and-set on
+// cur's revision, so a rollback decided twice over one revision writes once (the second is
+// ErrRevisionConflict). The revision it writes records RollbackOf. Errors are UndoRelease's.
+func (c *Catalog) RollBack(ctx context.Context, cur *Service) (*Service, error) {
+	return c.undo(ctx, cur, true)
+}
+
+func (c *Catalog) undo(ctx context.Context, cur *Service, auto bool) (*Service, error) {
+	p := &Project{ID: cur.ProjectID, Name: cur.Project}
+	name := cur.Name
 	switch {
 	case cur.Deleting:
 		return nil, fmt.Errorf("%w: %s/%s", ErrServiceDeleting, p.Name, name)
@@ -640,11 +663,14 @@ func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Se
 	next.Runtime, next.Bundle, next.BundleDigest, next.Image = back.Runtime, back.Bundle, back.BundleDigest, back.Image
 	next.Command, next.Env, next.Port, next.User = back.Command, back.Env, back.Port, back.User
 	next.MemoryMB, next.CPUMillis, next.HealthCheck, next.Previous = back.MemoryMB, back.CPUMillis, back.HealthCheck, now
-	next.Revision, next.UpdatedAt = cur.Revision+1, t
+	next.Revision, next.UpdatedAt, next.RollbackOf = cur.Revision+1, t, 0
+	if auto {
+		next.RollbackOf = cur.Revision
+	}
 	update := bson.M{"$set": bson.M{
 		"runtime": back.Runtime, "bundle": back.Bundle, "bundle_digest": back.BundleDigest, "image": back.Image,
 		"command": back.Command, "env": back.Env, "port": back.Port, "user": back.User, "memory_mb": back.MemoryMB,
-		"cpu_millis": back.CPUMillis, "health_check": back.HealthCheck, "previous": now, "updated_at": t}}
+		"cpu_millis": back.CPUMillis, "health_check": back.HealthCheck, "previous": now, "updated_at": t, "rollback_of": next.RollbackOf}}
 	pend, logged, err := logChange(ctx, cur.ID, node.OpUpdate, &next)
 	if err != nil {
 		return nil, err

@@ -72,6 +72,18 @@ func TestVerdictNamesTheFailure(t *testing.T) {
 			s.Carried, s.CarriedKey = exit2, keyB
 			return s
 		}, Verdict{SpecRevision: 1, State: Converging}},
+		{"failed attempt stopping for its successor", func() Slot {
+			s := running(keyA)
+			s.Generation, s.Acked = GenStop, GenRun
+			s.Observed.Phase, s.Observed.Failure = PhaseFailed, exit2
+			return s
+		}, Verdict{SpecRevision: 1, State: Waiting, Reason: "crash-loop: exit 2"}},
+		{"drifted attempt stopping for a new release", func() Slot {
+			s := running(keyB)
+			s.Generation, s.Acked = GenStop, GenRun
+			s.Observed.Failure = exit2 // it failed once, under the old release
+			return s
+		}, Verdict{SpecRevision: 1, State: Converging}},
 		{"successor ready once", func() Slot {
 			s := running(keyA)
 			s.Attempt.Predecessor = "att_0"

@@ -252,6 +252,10 @@ func verdict(in ServiceInput, plans []SlotPlan) Verdict {
 			if stuck == "" {
 				stuck = stuckReason(p.Input.Slot)
 			}
+		case CaseStopReceiptPending, CaseRemove, CaseRemoveReceiptPending, CaseAdmitRunSuccessor:
+			if stuck == "" && p.Input.Desired {
+				stuck = replacingReason(p.Input.Slot, p.Input.DesiredKey)
+			}
 		}
 		s := p.Input.Slot
 		switch p.Decision.Case {
@@ -303,6 +307,26 @@ func stuckReason(s Slot) Reason {
 		return CrashLoopReason(c)
 	}
 	return ""
+}
+
+// replacingReason returns why a desired slot that is being replaced after a failure waits: the
+// failure of its attempt when that attempt ran desiredKey, else the failure it carries from an
+// earlier attempt at desiredKey; "" for a replacement with no failure at the desired key behind
+// it (a drift to a new release).
+func replacingReason(s Slot, desiredKey string) Reason {
+	f := s.Carried
+	if s.Attempt.Key == desiredKey && s.Observed.Failure != nil {
+		f = s.Observed.Failure
+	} else if s.CarriedKey != desiredKey {
+		return ""
+	}
+	switch {
+	case f == nil:
+		return ""
+	case f.Kind == FailureProbe:
+		return UnhealthyReason(*f)
+	}
+	return CrashLoopReason(f)
 }
 
 // ReasonSlotSettlementPending is the deletion finalizer's wait while a slot is not settled.

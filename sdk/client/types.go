@@ -128,8 +128,15 @@ type ServiceSpec struct {
 	// change its mode later (docs/api.md "Leases").
 	PlacementMode string `json:"placement_mode,omitempty"`
 	// Lease configures the lease of a stateful service; nil means a local lease.
-	Lease            *LeaseSpec `json:"lease,omitempty"`
-	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
+	Lease *LeaseSpec `json:"lease,omitempty"`
+	// ProgressDeadlineS is how long, in seconds (1 to 86400), a rollout may go without a slot
+	// becoming ready on the new release before it is failed with refused(progress-deadline); 0
+	// means 600. AutoRollback restores the previous release, slot by slot, when a rollout fails
+	// so (docs/reconciliation.md section 7.2).
+	ProgressDeadlineS int  `json:"progress_deadline_s,omitempty"`
+	AutoRollback      bool `json:"auto_rollback,omitempty"`
+
+	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 	// Container is the container part of the spec (docs/api.md; docs/plugins.md section 3).
 	Container
 }
@@ -177,8 +184,13 @@ type Service struct {
 	// PlacementMode and Lease are as in ServiceSpec (Lease is set for stateful services).
 	PlacementMode string     `json:"placement_mode,omitempty"`
 	Lease         *LeaseSpec `json:"lease,omitempty"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
+	// ProgressDeadlineS and AutoRollback are as in ServiceSpec; RollbackOf is set on a revision
+	// an automatic rollback wrote: the revision whose failed rollout it undid.
+	ProgressDeadlineS int       `json:"progress_deadline_s,omitempty"`
+	AutoRollback      bool      `json:"auto_rollback,omitempty"`
+	RollbackOf        int64     `json:"rollback_of,omitempty"`
+	CreatedAt         time.Time `json:"created_at"`
+	UpdatedAt         time.Time `json:"updated_at"`
 	// Ready counts workloads that are running and healthy; filled on reads.
 	Ready int `json:"ready"`
 	// Verdict is the service's production verdict (docs/reconciliation.md section 7); nil
