@@ -633,9 +633,19 @@ func (c *Catalog) MarkDeleting(ctx context.Context, p *Project, name string, exp
 // the runtime spec are not touched. Errors: ErrServiceNotFound, ErrServiceDeleting,
 // ErrNoPreviousRelease, ErrRevisionConflict.
 func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Service, error) {
+	return c.UndoReleaseAt(ctx, p, name, nil)
+}
+
+// UndoReleaseAt is [Catalog.UndoRelease] of the service only while it is at revision expected
+// (nil: any), so an undo an operator reviewed ([UndoChanges]) changes exactly what was shown;
+// another revision is ErrRevisionConflict.
+func (c *Catalog) UndoReleaseAt(ctx context.Context, p *Project, name string, expected *int64) (*Service, error) {
 	cur, err := c.GetService(ctx, p, name)
 	if err != nil {
 		return nil, err
+	}
+	if expected != nil && *expected != cur.Revision {
+		return nil, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, name, cur.Revision, *expected)
 	}
 	return c.undo(ctx, cur, false)
 }

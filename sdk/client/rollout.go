@@ -199,8 +199,40 @@ func (c *Client) Rollout(ctx context.Context, project, name string) (*RolloutSta
 // Errors: "no_previous_release" when the service never ran another release, "revision_conflict"
 // when the service changed concurrently, "service_deleting".
 func (c *Client) RolloutUndo(ctx context.Context, project, name string) (*Service, error) {
-	var out Service
-	if err := c.doJSON(ctx, http.MethodPost, servicePath(project, name)+"/rollout/undo", struct{}{}, true, &out); err != nil {
+	r, err := c.RolloutUndoWith(ctx, project, name, UndoRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return &r.Service, nil
+}
+
+// UndoRequest is the body of POST .../rollout/undo: DryRun asks only for the changes;
+// ExpectedRevision (nil: the revision the server reads) undoes only at that revision.
+type UndoRequest struct {
+	DryRun           bool   `json:"dry_run,omitempty"`
+	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
+}
+
+// UndoChange is one field an undo changes. Env names keys only: "-K" leaves, "+K" arrives, "~K"
+// changes value.
+type UndoChange struct {
+	Field string `json:"field"`
+	From  string `json:"from"`
+	To    string `json:"to"`
+}
+
+// UndoResult answers POST .../rollout/undo: the service (before the write for a dry run, after
+// it otherwise) and the changes of the undo.
+type UndoResult struct {
+	Service
+	Changes []UndoChange `json:"changes"`
+	DryRun  bool         `json:"dry_run,omitempty"`
+}
+
+// RolloutUndoWith is RolloutUndo with a body: a dry run, or an undo at an expected revision.
+func (c *Client) RolloutUndoWith(ctx context.Context, project, name string, req UndoRequest) (*UndoResult, error) {
+	var out UndoResult
+	if err := c.doJSON(ctx, http.MethodPost, servicePath(project, name)+"/rollout/undo", req, true, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
