@@ -391,7 +391,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Keys:   a.store,
 		Commands: &commands{driver: a.cfg.Driver, ring: ring, now: a.cfg.Now, leases: leases,
 			upgrade: up, plugin: pluginUp, pluginName: "berth-plugin-" + desc.Name,
-			network: netDesc, netPlugin: netUp},
+			network: netDesc, netPlugin: netUp, dataDir: a.cfg.DataDir},
 		Leases:     leases,
 		HTTPClient: a.cfg.HTTPClient,
 		Logger:     a.log.With("component", "session"),

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/agent/lease"
 	"github.com/berthhq/berth/agent/metrics"
+	"github.com/berthhq/berth/agent/reconcile"
 	"github.com/berthhq/berth/agent/session"
 	"github.com/berthhq/berth/agent/upgrade"
 )
@@ -39,6 +42,9 @@ type commands struct {
 	// network is the node-network plugin's Describe answer, reported in
 	// probe; nil when the node runs none.
 	network *network.DescribeResponse
+	// dataDir is the agent's data directory, where the output of removed
+	// workloads is kept ([reconcile.PreviousLogPath]); "" keeps none.
+	dataDir string
 }
 
 var _ session.Commands = (*commands)(nil)
@@ -164,7 +170,12 @@ func (c *commands) queryLogs(ctx context.Context, q node.LogsQuery) ([]node.LogL
 	}
 	var buf bytes.Buffer
 	if err := ls.Logs(ctx, &runtime.LogsRequest{WorkloadID: q.WorkloadID, TailBytes: answerBudget}, &buf); err != nil {
-		return nil, false, fmt.Errorf("read logs of %s: %w", q.WorkloadID, err)
+		// A removed workload's output may be kept: the attempt a slot ran before its current one.
+		kept, kerr := c.previousLog(q.WorkloadID)
+		if !errors.Is(err, runtime.ErrNotFound) || kerr != nil {
+			return nil, false, fmt.Errorf("read logs of %s: %w", q.WorkloadID, err)
+		}
+		buf.Write(kept)
 	}
 	text := strings.TrimSuffix(buf.String(), "\n")
 	if text == "" {
@@ -192,6 +203,15 @@ func (c *commands) queryLogs(ctx context.Context, q node.LogsQuery) ([]node.LogL
 		out[i], out[j] = out[j], out[i]
 	}
 	return out, dropped, nil
+}
+
+// previousLog returns the kept output of removed workload id; an error wrapping
+// fs.ErrNotExist when none is kept.
+func (c *commands) previousLog(id string) ([]byte, error) {
+	if c.dataDir == "" || !strings.HasPrefix(id, "wl_") || strings.ContainsAny(id, "/\\.") {
+		return nil, fs.ErrNotExist
+	}
+	return os.ReadFile(reconcile.PreviousLogPath(c.dataDir, id))
 }
 
 // Stream serves app_logs: the newest params.tail lines (default 100), then

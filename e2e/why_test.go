@@ -107,6 +107,15 @@ func TestSayWhyAndAutoRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.waitSaysWhy(t, "crash", "crash-loop: exit 2", "exit 2")
+	// Its output is read by slot, now and from the attempt before (kept by the node after it
+	// removed that workload, whose id the slot no longer names).
+	if out := cl.cli(t, "logs", "crash/0"); !strings.Contains(out, "release gives up") {
+		t.Errorf("berth logs crash/0:\n%s", out)
+	}
+	waitFor(t, 2*converge, "berth logs crash --previous shows the exited attempt", func() (bool, string) {
+		out, errOut, code := cl.berth(t, cl.token, "", "logs", "crash", "--previous")
+		return code == 0 && strings.Contains(out, "release gives up"), out + errOut
+	})
 
 	// A short progress deadline with auto_rollback: the stalled rollout of web is failed, an
 	// event says so, and the previous release (health check /status/200) comes back.

@@ -328,6 +328,9 @@ func (l *Loop) remove(ctx context.Context, id string, rec *localstore.Workload, 
 	if err := l.detachNetwork(ctx, id, lease.StopMutation("detach", id, rec, rev)); err != nil {
 		return err
 	}
+	if err := KeepPreviousLog(l.cfg.DataDir, id, filepath.Join(l.workloadDir(id), "output.log")); err != nil {
+		l.log.Warn("could not keep the output of a removed workload", "workload_id", id, "error", err)
+	}
 	if err := os.RemoveAll(l.workloadDir(id)); err != nil {
 		return fmt.Errorf("remove workload %s directory: %w", id, err)
 	}

@@ -39,6 +39,9 @@ func (v Views) Slots(ctx context.Context, svc *services.Service) ([]client.SlotV
 		sv := client.SlotView{ServiceID: svc.ID, Replica: row.Replica, NodeID: row.NodeID, WorkloadID: row.WorkloadID,
 			AttemptID: row.Attempt.ID, Disposition: slots.Generation(row.Generation).String(),
 			TerminalReceipts: max(row.Acked-int(slots.GenRun), 0), Delivery: "undelivered"}
+		if len(row.Ancestors) > 0 {
+			sv.PreviousWorkloadID = workloadID(svc.ID, row.Replica, row.Ancestors[0].ID)
+		}
 		if key, ok := currentKey(svc, spec, row); ok {
 			sv.Current = key == row.Attempt.Key
 		}

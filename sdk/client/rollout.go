@@ -116,6 +116,10 @@ type SlotView struct {
 	Delivery string `json:"delivery"`
 	// LastFailure is the newest failure of the slot across its attempts; nil when none failed.
 	LastFailure *Failure `json:"last_failure,omitempty"`
+	// PreviousWorkloadID is the workload of the attempt before the current one ("" for the
+	// slot's first), whose output the node keeps for a while after removing it
+	// (GET /nodes/{node_id}/logs?workload=...).
+	PreviousWorkloadID string `json:"previous_workload_id,omitempty"`
 }
 
 // SlotWait names the slot a rollout waits on: the first slot in replica order that does not
