@@ -328,6 +328,17 @@ type WorkloadSpec struct {
 	User        string `json:"user,omitempty"`
 	MemoryBytes int64  `json:"memory_bytes,omitempty"`
 	CPUMillis   int64  `json:"cpu_millis,omitempty"`
+	// Volumes are the service's persistent directories (docs/node-protocol.md section 6.6);
+	// absent when it has none.
+	Volumes []Volume `json:"volumes,omitempty"`
+}
+
+// Volume is one persistent directory of a service: Name is a lowercase label unique within
+// the service; Path is where a container sees it (a process workload gets its directory in
+// BERTH_VOLUME_<NAME> instead).
+type Volume struct {
+	Name string `json:"name"`
+	Path string `json:"path,omitempty"`
 }
 
 // HealthCheck is an HTTP GET probe; zero fields take the defaults of section 6.3
@@ -353,4 +364,19 @@ type Network struct {
 	Address string `json:"address,omitempty"`
 	Subnet  string `json:"subnet,omitempty"`
 	Gateway string `json:"gateway,omitempty"`
+}
+
+// ValidVolumeName reports whether s names a volume: 1 to 63 of [a-z0-9-], starting with a
+// letter and not ending with '-'.
+func ValidVolumeName(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] < 'a' || s[0] > 'z' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -343,7 +343,9 @@ func SpecHash(spec *node.WorkloadSpec) string {
 		User      string `json:"user,omitempty"`
 		Memory    int64  `json:"memory_bytes,omitempty"`
 		CPUMillis int64  `json:"cpu_millis,omitempty"`
-	}{spec.Driver, spec.BundleDigest, spec.Command, spec.Env, spec.Port, spec.Image, spec.User, spec.MemoryBytes, spec.CPUMillis})
+		// Volumes: absent when none, so a workload without volumes keeps its hash.
+		Volumes []node.Volume `json:"volumes,omitempty"`
+	}{spec.Driver, spec.BundleDigest, spec.Command, spec.Env, spec.Port, spec.Image, spec.User, spec.MemoryBytes, spec.CPUMillis, spec.Volumes})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -421,8 +420,10 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 			return l.failStart(ctx, rec, node.FailureStart, err, now)
 		}
 	}
-	env := make(map[string]string, len(spec.Env)+5)
-	maps.Copy(env, spec.Env)
+	env, envErr := l.workloadEnv(spec, dir, appDir)
+	if envErr != nil {
+		return l.failStart(ctx, rec, node.FailureStart, envErr, now)
+	}
 	env["PORT"] = strconv.Itoa(port)
 	env["HOST"] = addr
 	env["BERTH_WORKLOAD_ID"] = spec.WorkloadID

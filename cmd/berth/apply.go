@@ -35,6 +35,9 @@ type serviceFile struct {
 	ProgressDeadlineS int  `json:"progress_deadline_s,omitempty" yaml:"progress_deadline_s"`
 	AutoRollback      bool `json:"auto_rollback,omitempty" yaml:"auto_rollback"`
 
+	// Volumes are the service's persistent directories (docs/node-protocol.md section 6.6).
+	Volumes []client.Volume `json:"volumes,omitempty" yaml:"volumes"`
+
 	// The stateful fields (docs/api.md "Leases").
 	PlacementMode string     `json:"placement_mode,omitempty" yaml:"placement_mode"`
 	Lease         *leaseFile `json:"lease,omitempty" yaml:"lease"`
@@ -84,6 +87,7 @@ func (f serviceFile) spec() client.ServiceSpec {
 		PlacementMode:     f.PlacementMode,
 		ProgressDeadlineS: f.ProgressDeadlineS,
 		AutoRollback:      f.AutoRollback,
+		Volumes:           f.Volumes,
 		Container: client.Container{Runtime: f.Runtime, Image: f.Image, User: f.User,
 			MemoryMB: f.MemoryMB, CPUMillis: f.CPUMillis},
 	}
@@ -113,6 +117,10 @@ JSON (one object, several objects in a row, or an array). Fields:
                      seconds a rollout may go without progress before it is
                      failed as refused(progress-deadline) (default 600)
   auto_rollback      true: a failed rollout restores the previous release
+  volumes            [{name: data, path: /data}]: persistent directories kept
+                     across rollouts and agent restarts on the node that runs
+                     the service; a process workload finds each in
+                     $BERTH_VOLUME_<NAME> (HOME is the first one)
   placement_mode     "portable" (default) or "stateful": at most one replica, run
                      on one node at a time under a lease with a fencing token
   lease              stateful: {mode: local|expiring, duration_ms: >= 3000}

@@ -101,6 +101,21 @@ func (a *app) describeService(svc *client.Service) {
 		verdict = svc.Verdict.String()
 	}
 	field("Verdict", verdict)
+	if len(svc.Volumes) > 0 {
+		var vs []string
+		for _, v := range svc.Volumes {
+			if v.Path != "" {
+				vs = append(vs, v.Name+" at "+v.Path)
+			} else {
+				vs = append(vs, v.Name)
+			}
+		}
+		where := "on the node that runs each replica; a move to another node starts it empty"
+		if svc.PlacementMode == "stateful" {
+			where = "on the lease holder's node; moving the lease to another node does not move the data"
+		}
+		field("Volumes", strings.Join(vs, ", ")+" ("+where+")")
+	}
 	hc := svc.HealthCheck
 	field("Health check", fmt.Sprintf("GET %s every %s, timeout %s, unhealthy after %s failures",
 		orDefault(hc.Path, "/"), secondsOr(hc.IntervalS, "10s"), secondsOr(hc.TimeoutS, "2s"), countOr(hc.Failures, "3")))

@@ -42,6 +42,9 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		out.PlacementMode = services.PlacementStateful
 		out.Lease = &client.LeaseSpec{Mode: s.LeaseMode, DurationMS: s.LeaseDurationMS}
 	}
+	for _, v := range s.Volumes {
+		out.Volumes = append(out.Volumes, client.Volume(v))
+	}
 	return out
 }
 
@@ -192,6 +195,9 @@ func (s *Server) putService(c echo.Context) error {
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
 		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
+	}
+	for _, v := range spec.Volumes {
+		svc.Volumes = append(svc.Volumes, services.Volume(v))
 	}
 	if spec.PlacementMode == services.PlacementStateful {
 		svc.PlacementMode, svc.LeaseMode = services.PlacementStateful, string(node.LeaseLocal)

@@ -604,6 +604,9 @@ func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services
 		if run.Runtime != "" {
 			ws.Driver = run.Runtime
 		}
+		for _, v := range s.Volumes { // owned by the service, the same for every attempt
+			ws.Volumes = append(ws.Volumes, node.Volume{Name: v.Name, Path: v.Path})
+		}
 		if s.Stateful() && leases != nil {
 			l := leases[s.ID]
 			if l == nil || l.Holder != n.ID || l.Blocked() || l.Deleted {

@@ -138,6 +138,9 @@ type Service struct {
 	// command, environment, port, limits, health check), for `rollout undo`; nil when that
 	// never changed.
 	Previous *Invocation `bson:"previous,omitempty"`
+	// Volumes are the service's persistent directories on the node that runs it, kept across
+	// rollouts and agent restarts (docs/node-protocol.md section 6.6).
+	Volumes []Volume `bson:"volumes,omitempty"`
 	// ProgressDeadlineS is how long, in seconds, a rollout may go without progress before it
 	// is failed (0: the default, 600); AutoRollback says whether a failed rollout restores
 	// Previous (docs/reconciliation.md section 7.2).
@@ -284,6 +287,13 @@ type Workload struct {
 	// node reports of this one; a successor starts with its slot's carried failure as
 	// LastFailure, so the slot's last failure stays visible across attempts.
 	FailureBase int `bson:"failure_base,omitempty"`
+}
+
+// Volume is one persistent directory of a service: a name unique within it and, for
+// containers, the path it is mounted at.
+type Volume struct {
+	Name string `bson:"name" json:"name"`
+	Path string `bson:"path,omitempty" json:"path,omitempty"`
 }
 
 // Failure is one failure of a workload as the core keeps it: the node's
@@ -537,6 +547,9 @@ func SameDeclaration(a, b *Service) bool {
 		}
 		if len(n.Labels) == 0 {
 			n.Labels = nil
+		}
+		if len(n.Volumes) == 0 {
+			n.Volumes = nil
 		}
 		if len(n.Command) == 0 {
 			n.Command = nil

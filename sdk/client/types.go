@@ -135,6 +135,11 @@ type ServiceSpec struct {
 	// so (docs/reconciliation.md section 7.2).
 	ProgressDeadlineS int  `json:"progress_deadline_s,omitempty"`
 	AutoRollback      bool `json:"auto_rollback,omitempty"`
+	// Volumes are persistent directories owned by the service, kept across rollouts and agent
+	// restarts on the node that runs it, removed only by a delete with purge_volumes. Name is
+	// 1 to 63 of [a-z0-9-]; Path (absolute) is where a container sees it, a process workload gets
+	// its directory in BERTH_VOLUME_<NAME>. At most 16.
+	Volumes []Volume `json:"volumes,omitempty"`
 
 	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 	// Container is the container part of the spec (docs/api.md; docs/plugins.md section 3).
@@ -153,6 +158,12 @@ type Container struct {
 	User      string `json:"user,omitempty"`
 	MemoryMB  int64  `json:"memory_mb,omitempty"`
 	CPUMillis int64  `json:"cpu_millis,omitempty"`
+}
+
+// Volume is one persistent directory of a service (ServiceSpec.Volumes).
+type Volume struct {
+	Name string `json:"name"`
+	Path string `json:"path,omitempty"`
 }
 
 // LeaseSpec is a stateful service's lease: Mode "local" (moves only when its node is declared
@@ -189,6 +200,7 @@ type Service struct {
 	ProgressDeadlineS int       `json:"progress_deadline_s,omitempty"`
 	AutoRollback      bool      `json:"auto_rollback,omitempty"`
 	RollbackOf        int64     `json:"rollback_of,omitempty"`
+	Volumes           []Volume  `json:"volumes,omitempty"`
 	CreatedAt         time.Time `json:"created_at"`
 	UpdatedAt         time.Time `json:"updated_at"`
 	// Ready counts workloads that are running and healthy; filled on reads.
