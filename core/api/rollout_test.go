@@ -22,8 +22,14 @@ func TestRuntimeSpecEndpoints(t *testing.T) {
 	}
 	base := "/api/v1/projects/default/services/web"
 
+	// Before any sweep decided, a new service is converging, not without a verdict.
+	code, out := f.json("GET", base, nil)
+	if v, _ := out["verdict"].(map[string]any); code != 200 || v["state"] != "converging" || v["spec_revision"].(float64) != 1 {
+		t.Fatalf("verdict right after the apply: %d %v", code, out)
+	}
+
 	// The derived spec follows the service.
-	code, out := f.json("GET", base+"/spec", nil)
+	code, out = f.json("GET", base+"/spec", nil)
 	if code != 200 || out["source"] != "service" {
 		t.Fatalf("get spec: %d %v", code, out)
 	}

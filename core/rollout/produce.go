@@ -240,7 +240,7 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 		case errors.Is(err, slots.ErrConflict):
 			res.conflicts++
 			verdict = slots.ConflictVerdict(verdict)
-			p.log.Info("slot commit aborted: conflict", "service_id", id, "replica", sp.Replica, "case", sp.Decision.Case, "err", err)
+			p.log.Info("slot commit aborted: conflict", "service", serviceName(v.svc), "service_id", id, "replica", sp.Replica, "case", sp.Decision.Case, "err", err)
 		case errors.Is(err, errNotAdmitted):
 		case err != nil:
 			return res, err
@@ -316,9 +316,17 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 	}
 	if wrote {
 		res.changed = true
-		p.log.Info("service verdict", "service_id", id, "verdict", verdict.String(), "spec_revision", verdict.SpecRevision)
+		p.log.Info("service verdict", "service", serviceName(v.svc), "service_id", id, "verdict", verdict.String(), "spec_revision", verdict.SpecRevision)
 	}
 	return res, nil
+}
+
+// serviceName is "project/name" of svc for the log, "" when the document is gone.
+func serviceName(svc *services.Service) string {
+	if svc == nil {
+		return ""
+	}
+	return svc.Project + "/" + svc.Name
 }
 
 // readyCount counts the desired slots of plan that run their desired attempt, observed ready.
@@ -382,7 +390,7 @@ func (p *Producer) joinReceipts(ctx context.Context, v *view, ns map[string]*nod
 	for _, row := range v.set.Slots {
 		n := ns[row.NodeID]
 		if n == nil || n.Status == nodes.StatusRemoved || n.Retirement != nil && n.Retirement.Disposition == nodes.DispositionLost {
-			p.log.Warn("slot released: its node is gone", "service_id", v.set.ServiceID, "replica", row.Replica, "node_id", row.NodeID, "workload_id", row.WorkloadID)
+			p.log.Warn("slot released: its node is gone", "service", serviceName(v.svc), "service_id", v.set.ServiceID, "replica", row.Replica, "node_id", row.NodeID, "workload_id", row.WorkloadID)
 			if err := p.cfg.Catalog.RemoveWorkload(ctx, row.WorkloadID); err != nil {
 				return false, err
 			}
@@ -610,7 +618,7 @@ func (p *Producer) commit(ctx context.Context, id string, made slots.SlotPlan, n
 		if p.cfg.Admit != nil {
 			ok, reasons, err := p.cfg.Admit.AdmitDeploy(ctx, v.svc, replicaIndex(made.Replica), n)
 			if err != nil || !ok {
-				p.log.Warn("run not admitted by the deploy policy", "service_id", id, "replica", made.Replica, "node_id", n.ID, "reasons", reasons, "err", err)
+				p.log.Warn("run not admitted by the deploy policy", "service", serviceName(v.svc), "service_id", id, "replica", made.Replica, "node_id", n.ID, "reasons", reasons, "err", err)
 				return errNotAdmitted
 			}
 		}
@@ -641,7 +649,7 @@ func (p *Producer) commit(ctx context.Context, id string, made slots.SlotPlan, n
 	if err := p.cfg.Store.writeSlots(ctx, v.set, rows); err != nil {
 		return err
 	}
-	p.log.Info("slot step committed", "service_id", id, "replica", made.Replica, "case", d.Case, "step", d.Step, "node_id", fresh.NodeID)
+	p.log.Info("slot step committed", "service", serviceName(v.svc), "service_id", id, "replica", made.Replica, "case", d.Case, "step", d.Step, "node_id", fresh.NodeID)
 	if w != nil {
 		if settled != "" {
 			if err := p.cfg.Catalog.RemoveWorkload(ctx, settled); err != nil {

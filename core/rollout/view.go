@@ -170,13 +170,28 @@ func APIFailure(f *services.Failure) *client.Failure {
 		Message: f.Message, At: f.At, Count: f.Count}
 }
 
-// VerdictOf returns the verdict of svc as the API shows it, nil when none was decided. A stored
+// VerdictOf returns the verdict of svc as the API shows it: converging for a portable service
+// no sweep decided yet, nil for a stateful or deleting one without a verdict. A stored
 // verdict decided over an older revision of the service (a release change, which leaves the
 // spec revision as it is) or of its spec reads as converging until the next sweep decides again.
 func (v Views) VerdictOf(ctx context.Context, svc *services.Service) (*client.Verdict, error) {
 	d, err := v.Store.Verdict(ctx, svc.ID)
-	if err != nil || d == nil {
+	if err != nil {
 		return nil, err
+	}
+	if d == nil {
+		// Right after an apply no sweep has decided yet: a portable service is on its way.
+		// Stateful services run under their lease, without a verdict.
+		if svc.Stateful() || svc.Deleting {
+			return nil, nil
+		}
+		out := &client.Verdict{State: string(slots.Converging), ChangedAt: svc.UpdatedAt}
+		if spec, err := v.Store.Spec(ctx, svc.ID); err != nil {
+			return nil, err
+		} else if spec != nil {
+			out.SpecRevision = spec.Revision
+		}
+		return out, nil
 	}
 	spec, err := v.Store.Spec(ctx, svc.ID)
 	if err != nil {
