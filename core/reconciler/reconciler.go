@@ -19,6 +19,8 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	abiroutes "github.com/berthhq/berth/abi/routes"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
@@ -75,7 +77,10 @@ type Config struct {
 	// Events, when not nil, receives the events the built Rollout emits (rollout.failed); it
 	// is not used when Rollout is given.
 	Events *events.Log
-	Logger *slog.Logger
+	// Metrics, when not nil, is where the built Rollout registers its families
+	// ([rollout.NewMetrics]); it is not used when Rollout is given.
+	Metrics prometheus.Registerer
+	Logger  *slog.Logger
 	// Sweep sets the pass timing (docs/reconciliation.md section 6): quiet 1 s after the last
 	// hint, at the latest 30 s after the last pass, never sooner than 5 s after it (zero fields
 	// take these defaults).
@@ -119,6 +124,9 @@ func New(cfg Config) *Reconciler {
 		rc := rollout.Config{Store: rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil), Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger, Events: cfg.Events}
 		if cfg.Admit != nil {
 			rc.Admit = cfg.Admit
+		}
+		if cfg.Metrics != nil {
+			rc.Metrics = rollout.NewMetrics(cfg.Metrics)
 		}
 		cfg.Rollout = rollout.NewProducer(rc)
 	}

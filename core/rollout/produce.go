@@ -48,6 +48,8 @@ type Config struct {
 	// OnRetired, when not nil, is called after a retired node was marked removed, to end its
 	// session.
 	OnRetired func(ctx context.Context, nodeID string)
+	// Metrics, when not nil, receives the producer's counts ([NewMetrics]).
+	Metrics *Metrics
 	// Events, when not nil, receives a rollout.failed event for each rollout failed by its
 	// progress deadline (docs/reconciliation.md section 7.2).
 	Events *events.Log
@@ -95,6 +97,8 @@ type Outcome struct {
 // sweep goes on; the error returned joins them.
 func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []nodes.Node, load map[string]int) (Outcome, error) {
 	var out Outcome
+	began := time.Now() // the duration is measured on the wall clock, not the core's decision clock
+	tally := p.cfg.Metrics.begin()
 	byID := map[string]*services.Service{}
 	for i := range svcs {
 		byID[svcs[i].ID] = &svcs[i]
@@ -126,7 +130,7 @@ func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []node
 				return out, ctx.Err()
 			}
 			out.Services++
-			r, err := p.service(ctx, id, byID[id], nodeByID, load)
+			r, err := p.service(ctx, id, byID[id], nodeByID, load, tally)
 			out.Commits += r.commits
 			out.Conflicts += r.conflicts
 			out.Changed = out.Changed || r.changed
@@ -145,6 +149,9 @@ func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []node
 	}
 	if err := p.retirements(ctx, ns); err != nil {
 		errs = append(errs, err)
+	}
+	if len(errs) == 0 { // a partial tally would undercount
+		p.cfg.Metrics.end(tally, time.Since(began))
 	}
 	return out, errors.Join(errs...)
 }
@@ -200,7 +207,7 @@ func (p *Producer) read(ctx context.Context, id string, svc *services.Service, f
 }
 
 // service produces one service: receipts, desire, plan, commits, repairs, verdict.
-func (p *Producer) service(ctx context.Context, id string, svc *services.Service, ns map[string]*nodes.Node, load map[string]int) (serviceResult, error) {
+func (p *Producer) service(ctx context.Context, id string, svc *services.Service, ns map[string]*nodes.Node, load map[string]int, tally *sweepTally) (serviceResult, error) {
 	var res serviceResult
 	v, err := p.read(ctx, id, svc, svc == nil)
 	if err != nil {
@@ -273,6 +280,9 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 	}
 	res.changed = res.changed || repaired || pruned
 	res.wakeAt = plan.WakeAt
+	for _, w := range v.workloads {
+		tally.workload(w)
+	}
 	if v.svc == nil {
 		return res, nil // deleted under the sweep; the next one forgets its rows
 	}
@@ -302,6 +312,7 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 			if err != nil {
 				return res, err
 			}
+			p.cfg.Metrics.failed(rolled)
 			if rolled {
 				// The rollback wrote a new revision: the next sweep decides over it, with a new clock.
 				res.changed = true
@@ -314,7 +325,9 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 	if err != nil {
 		return res, err
 	}
+	tally.verdict(verdict)
 	if wrote {
+		p.cfg.Metrics.changed(verdict)
 		res.changed = true
 		p.log.Info("service verdict", "service", serviceName(v.svc), "service_id", id, "verdict", verdict.String(), "spec_revision", verdict.SpecRevision)
 	}

@@ -303,7 +303,7 @@ func Run(ctx context.Context, cfg Config) error {
 	rec = reconciler.New(reconciler.Config{
 		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: ext.compiler,
 		Admit: policy.Deploy{Engine: ext.policy}, Logger: log, Sweep: cfg.Sweep,
-		Leases: leases, LeaseSender: sessions, Events: evlog,
+		Leases: leases, LeaseSender: sessions, Events: evlog, Metrics: metrics,
 	})
 
 	handler := api.New(api.Config{
