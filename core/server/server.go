@@ -298,7 +298,7 @@ func Run(ctx context.Context, cfg Config) error {
 	leases := fencing.New(st, fencing.Config{Logger: log})
 	sessions := session.New(session.Config{
 		Leases: leases, Nodes: reg, Catalog: cat, SigningKey: key, RetiredKeys: retired, ClusterID: clusterID, Logger: log, Events: evlog, Changelog: clog,
-		OnChange: func(reason string) { rec.Hint(reason) },
+		OnChange: func(reason string) { rec.Hint(reason) }, Metrics: metrics,
 	})
 	rec = reconciler.New(reconciler.Config{
 		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: ext.compiler,

@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
@@ -69,6 +70,9 @@ type Config struct {
 	// CoreVersion is the version agents are judged against by the skew
 	// rule (docs/upgrades.md section 2); empty means internal/version.Version.
 	CoreVersion string
+	// Metrics, when not nil, is where the server registers its families (messages by type,
+	// heartbeats, open sessions, ended sessions by reason); nil counts nothing.
+	Metrics prometheus.Registerer
 }
 
 // Server accepts node sessions; one per node, the newest wins.
@@ -82,7 +86,8 @@ type Server struct {
 	wg       sync.WaitGroup
 
 	// keys are the current signing key and the retired ones ([Server.RotateSigningKey]).
-	keys keyRing
+	keys    keyRing
+	metrics *metrics
 }
 
 // New returns a Server.
@@ -103,6 +108,7 @@ func New(cfg Config) *Server {
 		cfg.CoreVersion = version.Version
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "session"), sessions: map[string]*conn{}}
+	s.metrics = newMetrics(cfg.Metrics, s)
 	s.keys.current = cfg.SigningKey
 	s.keys.retired = map[string]ed25519.PrivateKey{}
 	for id, k := range cfg.RetiredKeys {
@@ -224,11 +230,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("node disconnected", "node_id", c.nodeID, "session", c.id, "reason", reason)
 	// A session replaced by a newer one is not a disconnection of the node.
+	switch {
+	case !current:
+		s.metrics.sessionEnded("replaced")
+	case c.removed.Load():
+		s.metrics.sessionEnded("removed")
+	}
 	if current && c.welcomed.Load() && !c.removed.Load() {
 		why := "session_closed"
 		if reason == "heartbeat_timeout" {
 			why = "heartbeat_timeout"
 		}
+		s.metrics.sessionEnded(why)
 		s.emit(uctx, events.Core(events.TypeNodeDisconnected, c.nodeID, map[string]any{"reason": why, "detail": reason}, time.Now()))
 	}
 	s.cfg.OnChange("node.disconnected")
@@ -447,6 +460,7 @@ func (s *Server) refuseFirst(ctx context.Context, c *conn, re, msg string) strin
 
 func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string {
 	s.seen(ctx, c, nil)
+	s.metrics.message(env.Type)
 	switch env.Type {
 	case node.TypeHeartbeat:
 	case node.TypeEvent:
