@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -41,7 +43,8 @@ type commands struct {
 	// network is the node-network plugin's Describe answer, reported in
 	// probe; nil when the node runs none.
 	network *network.DescribeResponse
-	// dataDir holds the node's secret key; empty refuses secret_key_rotate.
+	// dataDir is the agent's data directory: it holds the node's secret key (empty refuses
+	// secret_key_rotate) and the output of removed workloads ([reconcile.PreviousLogPath]).
 	dataDir string
 }
 
@@ -177,7 +180,12 @@ func (c *commands) queryLogs(ctx context.Context, q node.LogsQuery) ([]node.LogL
 	}
 	var buf bytes.Buffer
 	if err := ls.Logs(ctx, &runtime.LogsRequest{WorkloadID: q.WorkloadID, TailBytes: answerBudget}, &buf); err != nil {
-		return nil, false, fmt.Errorf("read logs of %s: %w", q.WorkloadID, err)
+		// A removed workload's output may be kept: the attempt a slot ran before its current one.
+		kept, kerr := c.previousLog(q.WorkloadID)
+		if !errors.Is(err, runtime.ErrNotFound) || kerr != nil {
+			return nil, false, fmt.Errorf("read logs of %s: %w", q.WorkloadID, err)
+		}
+		buf.Write(kept)
 	}
 	text := strings.TrimSuffix(buf.String(), "\n")
 	if text == "" {
@@ -205,6 +213,15 @@ func (c *commands) queryLogs(ctx context.Context, q node.LogsQuery) ([]node.LogL
 		out[i], out[j] = out[j], out[i]
 	}
 	return out, dropped, nil
+}
+
+// previousLog returns the kept output of removed workload id; an error wrapping
+// fs.ErrNotExist when none is kept.
+func (c *commands) previousLog(id string) ([]byte, error) {
+	if c.dataDir == "" || !strings.HasPrefix(id, "wl_") || strings.ContainsAny(id, "/\\.") {
+		return nil, fs.ErrNotExist
+	}
+	return os.ReadFile(reconcile.PreviousLogPath(c.dataDir, id))
 }
 
 // Stream serves app_logs: the newest params.tail lines (default 100), then

@@ -91,9 +91,9 @@ func TestRolloutCrashingReleaseUndoAndDeletion(t *testing.T) {
 	// A release that crashes on start: one slot takes it and backs off; the other keeps serving.
 	cl.pushBundle(t, crashingBundle(t, filepath.Join(cl.dir, "bad")), "hello")
 	cl.cli(t, "apply", "-f", spec)
-	waitFor(t, converge, "waiting on the failure backoff", func() (bool, string) {
+	waitFor(t, converge, "waiting on the crash loop", func() (bool, string) {
 		v := cl.verdict(t, "hello")
-		return v == "waiting(failure-backoff)", v
+		return v == "waiting(crash-loop: exit 3)", v
 	})
 	var serving []string
 	for _, w := range cl.workloads(t, "hello") {

@@ -184,6 +184,62 @@ type WorkloadStatus struct {
 	RestartCount   int    `json:"restart_count"`
 	LastExitCode   *int   `json:"last_exit_code,omitempty"`
 	Message        string `json:"message,omitempty"` // last error, e.g. a failed bundle download
+	// LastFailure is the workload's most recent failure as structured
+	// fields (section 5.3.1); nil while it has not failed. Absent from
+	// older agents.
+	LastFailure *Failure `json:"last_failure,omitempty"`
+}
+
+// FailureKind names what failed (docs/node-protocol.md section 5.3.1).
+type FailureKind string
+
+// Failure kinds.
+const (
+	// FailureExit: the process exited unasked with ExitCode.
+	FailureExit FailureKind = "exit"
+	// FailureSignal: the process was ended by Signal (a process driver
+	// reports such an exit as 128 + signal).
+	FailureSignal FailureKind = "signal"
+	// FailureProbe: the readiness probe at ProbeURL fails; ProbeStatus is
+	// the HTTP status it answered, 0 when it did not answer (Message says
+	// why).
+	FailureProbe FailureKind = "probe"
+	// FailureStart: the runtime driver could not start the workload
+	// (port, working directory, network, the driver's Start).
+	FailureStart FailureKind = "start"
+	// FailureImage: the workload's bundle or image could not be fetched or
+	// unpacked.
+	FailureImage FailureKind = "image"
+)
+
+// Failure is one failure of a workload (section 5.3.1). At is the node's
+// clock when it observed the failure; Count is how many failures the node
+// observed for this workload so far (probe failures count consecutive failed
+// probes of the current run).
+type Failure struct {
+	Kind        FailureKind `json:"kind"`
+	ExitCode    *int        `json:"exit_code,omitempty"`
+	Signal      int         `json:"signal,omitempty"`
+	ProbeURL    string      `json:"probe_url,omitempty"`
+	ProbeStatus int         `json:"probe_status,omitempty"`
+	Message     string      `json:"message,omitempty"`
+	At          time.Time   `json:"at"`
+	Count       int         `json:"count"`
+}
+
+// ExitFailure classifies an unasked exit with code (-1: unknown) observed
+// at: exit codes 129..192 are read as the signal code-128, the process
+// driver's convention for a signalled process.
+func ExitFailure(code int, at time.Time, count int) Failure {
+	f := Failure{Kind: FailureExit, At: at, Count: count}
+	switch {
+	case code > 128 && code <= 128+64:
+		f.Kind, f.Signal = FailureSignal, code-128
+	case code >= 0:
+		c := code
+		f.ExitCode = &c
+	}
+	return f
 }
 
 // CommandResult answers desired_state (meaning "stored") and commands (section 5.9).
@@ -278,6 +334,17 @@ type WorkloadSpec struct {
 	// Secrets are the workload's secret values, each sealed to this node's
 	// X25519 key (section 6.6); empty when the service references none.
 	Secrets []WorkloadSecret `json:"secrets,omitempty"`
+	// Volumes are the service's persistent directories (docs/node-protocol.md section 6.7);
+	// absent when it has none.
+	Volumes []Volume `json:"volumes,omitempty"`
+}
+
+// Volume is one persistent directory of a service: Name is a lowercase label unique within
+// the service; Path is where a container sees it (a process workload gets its directory in
+// BERTH_VOLUME_<NAME> instead).
+type Volume struct {
+	Name string `json:"name"`
+	Path string `json:"path,omitempty"`
 }
 
 // Secret delivery modes of a [WorkloadSecret].
@@ -348,4 +415,19 @@ type Network struct {
 	Address string `json:"address,omitempty"`
 	Subnet  string `json:"subnet,omitempty"`
 	Gateway string `json:"gateway,omitempty"`
+}
+
+// ValidVolumeName reports whether s names a volume: 1 to 63 of [a-z0-9-], starting with a
+// letter and not ending with '-'.
+func ValidVolumeName(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] < 'a' || s[0] > 'z' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

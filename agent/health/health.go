@@ -124,6 +124,9 @@ type probe struct {
 	cancel  context.CancelFunc
 	mu      sync.Mutex
 	tracker Tracker
+	// fail is the last failed probe (mu must be held); Kind "" while the
+	// probe has not failed since it last passed.
+	fail node.Failure
 }
 
 // New returns a Prober with no targets.
@@ -207,6 +210,28 @@ func (p *Prober) Health(workloadID string) string {
 	return pr.tracker.Health()
 }
 
+// Failure returns the failure of workloadID's probe while its health is
+// failing (docs/node-protocol.md section 5.3.1): kind probe, the URL, the
+// HTTP status it answered (0 when it did not answer, with the error as
+// message), when the current run of failed probes began, and how many times
+// the probe went failing since it was set. nil while the workload is not
+// probed or not failing.
+func (p *Prober) Failure(workloadID string) *node.Failure {
+	p.mu.Lock()
+	pr, ok := p.probes[workloadID]
+	p.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.tracker.Health() != node.HealthFailing || pr.fail.Kind == "" {
+		return nil
+	}
+	f := pr.fail
+	return &f
+}
+
 // Close stops every probe and waits for their goroutines.
 func (p *Prober) Close() {
 	p.mu.Lock()
@@ -227,13 +252,27 @@ func (p *Prober) run(ctx context.Context, id string, pr *probe) {
 			return
 		case <-timer.C:
 		}
-		err := p.check(ctx, pr.target)
+		status, err := p.check(ctx, pr.target)
 		if ctx.Err() != nil {
 			return
 		}
 		pr.mu.Lock()
 		changed := pr.tracker.Observe(err == nil)
 		h := pr.tracker.Health()
+		if err == nil {
+			pr.fail.Kind = ""
+		} else {
+			if pr.fail.Kind == "" {
+				pr.fail = node.Failure{Kind: node.FailureProbe, ProbeURL: pr.target.URL, At: time.Now().UTC(), Count: pr.fail.Count}
+			}
+			pr.fail.ProbeStatus, pr.fail.Message = status, ""
+			if status == 0 {
+				pr.fail.Message = err.Error()
+			}
+			if changed && h == node.HealthFailing {
+				pr.fail.Count++ // counts the times this run went failing, not each probe
+			}
+		}
 		next := pr.target.Interval
 		if !pr.tracker.PassedAny() {
 			next = pr.target.FastInterval
@@ -249,24 +288,26 @@ func (p *Prober) run(ctx context.Context, id string, pr *probe) {
 	}
 }
 
-func (p *Prober) check(ctx context.Context, t Target) error {
+// check probes t once: the HTTP status it answered (0 when none) and nil
+// for a 2xx or 3xx answer.
+func (p *Prober) check(ctx context.Context, t Target) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
 	if err != nil {
-		return fmt.Errorf("build probe request: %w", err)
+		return 0, fmt.Errorf("build probe request: %w", err)
 	}
 	req.Header.Set("User-Agent", "berth-agent-health")
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil {
-		return fmt.Errorf("probe %s: %w", t.URL, err)
+		return 0, fmt.Errorf("probe %s: %w", t.URL, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-		return fmt.Errorf("probe %s: status %d", t.URL, resp.StatusCode)
+		return resp.StatusCode, fmt.Errorf("probe %s: status %d", t.URL, resp.StatusCode)
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 func errText(err error) string {

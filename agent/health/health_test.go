@@ -104,10 +104,25 @@ func TestProberPassesThenFails(t *testing.T) {
 	if h := p.Health("wl_a"); h != node.HealthPassing {
 		t.Fatalf("Health after same Set = %s", h)
 	}
+	if f := p.Failure("wl_a"); f != nil {
+		t.Fatalf("Failure while passing = %+v", f)
+	}
 	healthy.Store(false)
 	await(node.HealthFailing)
+	f := p.Failure("wl_a")
+	if f == nil || f.Kind != node.FailureProbe || f.ProbeURL != target.URL || f.ProbeStatus != http.StatusServiceUnavailable || f.Count != 1 || f.At.IsZero() {
+		t.Fatalf("Failure while failing = %+v", f)
+	}
 	healthy.Store(true)
 	await(node.HealthPassing)
+	if f := p.Failure("wl_a"); f != nil {
+		t.Fatalf("Failure after passing again = %+v", f)
+	}
+	healthy.Store(false)
+	await(node.HealthFailing)
+	if f := p.Failure("wl_a"); f == nil || f.Count != 2 {
+		t.Fatalf("second Failure = %+v, want count 2", f)
+	}
 	p.Remove("wl_a")
 	if h := p.Health("wl_a"); h != node.HealthUnknown {
 		t.Fatalf("Health after Remove = %s", h)

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/berthhq/berth/abi/node"
 )
 
 // Workload is the agent's record of one workload it manages: what it started,
@@ -45,6 +47,11 @@ type Workload struct {
 	// the token of the workload's own fence (its stops, its network calls,
 	// and its start when it has no lease).
 	StartRev int64
+	// LastFailure is the workload's most recent failure (exit, signal,
+	// start, image), reported in status (docs/node-protocol.md section
+	// 5.3.1); nil when it has not failed. Probe failures are not recorded
+	// here: the prober keeps them while they last.
+	LastFailure *node.Failure
 }
 
 // DriverHandle is a runtime driver's handle as the agent stores it: a
@@ -107,7 +114,31 @@ func migrateAttempts(ctx context.Context, db *sql.DB) error {
 			return fmt.Errorf("migrate store: add %s: %w", col, err)
 		}
 	}
+	if !have["last_failure"] {
+		if _, err := db.ExecContext(ctx, `ALTER TABLE workloads ADD COLUMN last_failure TEXT NOT NULL DEFAULT ''`); err != nil {
+			return fmt.Errorf("migrate store: add last_failure: %w", err)
+		}
+	}
 	return nil
+}
+
+func encodeFailure(f *node.Failure) string {
+	if f == nil {
+		return ""
+	}
+	raw, _ := json.Marshal(f) // plain struct: cannot fail
+	return string(raw)
+}
+
+func decodeFailure(s string) *node.Failure {
+	if s == "" {
+		return nil
+	}
+	var f node.Failure
+	if json.Unmarshal([]byte(s), &f) != nil {
+		return nil // a corrupt failure reads as none: the next one replaces it
+	}
+	return &f
 }
 
 func encodeHandle(h DriverHandle) string {
@@ -134,10 +165,10 @@ func (s *Store) PutWorkload(ctx context.Context, w Workload) error {
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO workloads (workload_id, driver, phase, port,
 		spec_hash, restart_generation, restart_count, last_exit_code, backoff_step, next_start_at,
-		started_at, message, driver_handle, lease_id, start_attempt, fence_token, start_rev) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		started_at, message, driver_handle, lease_id, start_attempt, fence_token, start_rev, last_failure) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		w.WorkloadID, w.Driver, w.Phase, w.Port, w.SpecHash, w.RestartGeneration, w.RestartCount, exit,
 		w.BackoffStep, formatTime(w.NextStartAt), formatTime(w.StartedAt), w.Message, encodeHandle(w.DriverHandle), w.LeaseID,
-		w.StartAttempt, w.FenceToken, w.StartRev)
+		w.StartAttempt, w.FenceToken, w.StartRev, encodeFailure(w.LastFailure))
 	if err != nil {
 		return fmt.Errorf("put workload %s: %w", w.WorkloadID, err)
 	}
@@ -156,7 +187,7 @@ func (s *Store) DeleteWorkload(ctx context.Context, id string) error {
 func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT workload_id, driver, phase, port, spec_hash,
 		restart_generation, restart_count, last_exit_code, backoff_step, next_start_at, started_at, message, driver_handle, lease_id,
-		start_attempt, fence_token, start_rev FROM workloads ORDER BY workload_id`)
+		start_attempt, fence_token, start_rev, last_failure FROM workloads ORDER BY workload_id`)
 	if err != nil {
 		return nil, fmt.Errorf("list workloads: %w", err)
 	}
@@ -165,10 +196,10 @@ func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 	for rows.Next() {
 		var w Workload
 		var exit sql.NullInt64
-		var next, started, handle string
+		var next, started, handle, failure string
 		if err := rows.Scan(&w.WorkloadID, &w.Driver, &w.Phase, &w.Port, &w.SpecHash, &w.RestartGeneration,
 			&w.RestartCount, &exit, &w.BackoffStep, &next, &started, &w.Message, &handle, &w.LeaseID,
-			&w.StartAttempt, &w.FenceToken, &w.StartRev); err != nil {
+			&w.StartAttempt, &w.FenceToken, &w.StartRev, &failure); err != nil {
 			return nil, fmt.Errorf("list workloads: %w", err)
 		}
 		if exit.Valid {
@@ -178,6 +209,7 @@ func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 		w.NextStartAt = parseTime(next)
 		w.StartedAt = parseTime(started)
 		w.DriverHandle = decodeHandle(handle)
+		w.LastFailure = decodeFailure(failure)
 		out = append(out, w)
 	}
 	if err := rows.Err(); err != nil {

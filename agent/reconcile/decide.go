@@ -284,21 +284,34 @@ func Crash(rec localstore.Workload, st *runtime.WorkloadState, now time.Time) lo
 	rec.BackoffStep++
 	rec.NextStartAt = now.Add(Backoff(rec.BackoffStep))
 	rec.LastExitCode = nil
+	code := -1
 	if st != nil && st.ExitCode >= 0 {
 		c := st.ExitCode
 		rec.LastExitCode = &c
+		code = c
 	}
+	f := node.ExitFailure(code, now, failureCount(rec.LastFailure)+1)
+	rec.LastFailure = &f
 	return rec
 }
 
 // Fail returns rec after a start that failed at now with msg: phase failed and
-// the next attempt after the backoff. The restart count is not changed.
-func Fail(rec localstore.Workload, msg string, now time.Time) localstore.Workload {
+// the next attempt after the backoff, and a last failure of kind (start or
+// image). The restart count is not changed.
+func Fail(rec localstore.Workload, kind node.FailureKind, msg string, now time.Time) localstore.Workload {
 	rec.Phase = string(PhaseFailed)
 	rec.BackoffStep++
 	rec.NextStartAt = now.Add(Backoff(rec.BackoffStep))
 	rec.Message = msg
+	rec.LastFailure = &node.Failure{Kind: kind, Message: msg, At: now, Count: failureCount(rec.LastFailure) + 1}
 	return rec
+}
+
+func failureCount(f *node.Failure) int {
+	if f == nil {
+		return 0
+	}
+	return f.Count
 }
 
 // Backoff is the wait before attempt step (1-based): 1 s doubling, at most 5 min.
@@ -345,7 +358,9 @@ func SpecHash(spec *node.WorkloadSpec) string {
 		CPUMillis int64  `json:"cpu_millis,omitempty"`
 		// Secrets: absent when none, so a workload without secrets keeps its hash.
 		Secrets []secretRef `json:"secrets,omitempty"`
-	}{spec.Driver, spec.BundleDigest, spec.Command, spec.Env, spec.Port, spec.Image, spec.User, spec.MemoryBytes, spec.CPUMillis, refs})
+		// Volumes: absent when none, so a workload without volumes keeps its hash.
+		Volumes []node.Volume `json:"volumes,omitempty"`
+	}{spec.Driver, spec.BundleDigest, spec.Command, spec.Env, spec.Port, spec.Image, spec.User, spec.MemoryBytes, spec.CPUMillis, refs, spec.Volumes})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -54,6 +54,7 @@ func TestDecide(t *testing.T) {
 	t.Parallel()
 	crashed1 := rec("wl_a", PhaseCrashed, func(r *localstore.Workload) {
 		r.RestartCount, r.BackoffStep, r.NextStartAt, r.LastExitCode = 1, 1, t0.Add(time.Second), intp(3)
+		r.LastFailure = &node.Failure{Kind: node.FailureExit, ExitCode: intp(3), At: t0, Count: 1}
 	})
 	tests := []struct {
 		name   string
@@ -101,6 +102,7 @@ func TestDecide(t *testing.T) {
 				Records: map[string]localstore.Workload{"wl_a": rec("wl_a", PhaseRunning)}},
 			want: []want{{kind: ActRecord, id: "wl_a", record: ptr(rec("wl_a", PhaseCrashed, func(r *localstore.Workload) {
 				r.RestartCount, r.BackoffStep, r.NextStartAt = 1, 1, t0.Add(time.Second)
+				r.LastFailure = &node.Failure{Kind: node.FailureExit, At: t0, Count: 1}
 			}))}},
 			wakeAt: t0.Add(time.Second)},
 		{name: "crashed within backoff waits",
@@ -211,8 +213,20 @@ func TestBackoff(t *testing.T) {
 
 func TestFail(t *testing.T) {
 	t.Parallel()
-	r := Fail(rec("wl_a", PhaseStarting), "boom", t0)
+	r := Fail(rec("wl_a", PhaseStarting), node.FailureStart, "boom", t0)
 	if Phase(r.Phase) != PhaseFailed || r.BackoffStep != 1 || r.RestartCount != 0 || !r.NextStartAt.Equal(t0.Add(time.Second)) || r.Message != "boom" {
 		t.Fatalf("Fail = %+v", r)
+	}
+	if f := r.LastFailure; f == nil || f.Kind != node.FailureStart || f.Message != "boom" || !f.At.Equal(t0) || f.Count != 1 {
+		t.Fatalf("Fail's last failure = %+v", f)
+	}
+	// A second failure counts on; a crash after it keeps counting and says how it exited.
+	r = Fail(r, node.FailureImage, "no bundle", t0)
+	if r.LastFailure.Count != 2 || r.LastFailure.Kind != node.FailureImage {
+		t.Fatalf("second Fail's last failure = %+v", r.LastFailure)
+	}
+	r = Crash(r, &runtime.WorkloadState{State: runtime.StateExited, ExitCode: 137}, t0)
+	if f := r.LastFailure; f.Kind != node.FailureSignal || f.Signal != 9 || f.ExitCode != nil || f.Count != 3 {
+		t.Fatalf("Crash after a signal: last failure = %+v", f)
 	}
 }

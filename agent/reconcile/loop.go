@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -328,6 +327,9 @@ func (l *Loop) remove(ctx context.Context, id string, rec *localstore.Workload, 
 	if err := l.detachNetwork(ctx, id, lease.StopMutation("detach", id, rec, rev)); err != nil {
 		return err
 	}
+	if err := KeepPreviousLog(l.cfg.DataDir, id, filepath.Join(l.workloadDir(id), "output.log")); err != nil {
+		l.log.Warn("could not keep the output of a removed workload", "workload_id", id, "error", err)
+	}
 	if err := os.RemoveAll(l.workloadDir(id)); err != nil {
 		return fmt.Errorf("remove workload %s directory: %w", id, err)
 	}
@@ -390,7 +392,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	if !replay {
 		var err error
 		if port, err = pickPort(addr, rec.Port, used); err != nil {
-			return l.failStart(ctx, rec, fmt.Errorf("allocate port for workload %s: %w", spec.WorkloadID, err), now)
+			return l.failStart(ctx, rec, node.FailureStart, fmt.Errorf("allocate port for workload %s: %w", spec.WorkloadID, err), now)
 		}
 	}
 	rec.Port = port
@@ -403,7 +405,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	appDir := filepath.Join(dir, "app")
 	if !replay { // a replayed start's workload runs in its directory
 		if err := l.prepareWorkDir(ctx, spec, dir, appDir); err != nil {
-			return l.failStart(ctx, rec, err, now)
+			return l.failStart(ctx, rec, node.FailureImage, err, now)
 		}
 	}
 	if st != nil && !replay {
@@ -415,22 +417,24 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 			prev = &r
 		}
 		if err := l.stop(ctx, spec.WorkloadID, prev, rev); err != nil {
-			return l.failStart(ctx, rec, err, now)
+			return l.failStart(ctx, rec, node.FailureStart, err, now)
 		}
+	}
+	env, envErr := l.workloadEnv(spec, dir, appDir)
+	if envErr != nil {
+		return l.failStart(ctx, rec, node.FailureStart, envErr, now)
 	}
 	secretEnv, secretFiles, err := openSecrets(l.cfg.DataDir, spec)
 	if err != nil {
-		return l.failStart(ctx, rec, err, now)
+		return l.failStart(ctx, rec, node.FailureStart, err, now)
 	}
 	secretDir := filepath.Join(dir, "secrets")
 	if err := writeSecretFiles(secretDir, secretFiles); err != nil {
-		return l.failStart(ctx, rec, err, now)
+		return l.failStart(ctx, rec, node.FailureStart, err, now)
 	}
 	for _, v := range secretFiles {
 		clear(v)
 	}
-	env := make(map[string]string, len(spec.Env)+len(secretEnv)+6)
-	maps.Copy(env, spec.Env)
 	for k, v := range secretEnv {
 		env[k] = string(v)
 		clear(v)
@@ -447,7 +451,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	netns, err := l.attachNetwork(ctx, spec, port, env, pluginapi.Mutation{
 		IdempotencyKey: pluginapi.CallKey("attach", spec.WorkloadID, rec.StartRev, rec.StartAttempt), FencingToken: uint64(max(rec.StartRev, 0))})
 	if err != nil {
-		return l.failStart(ctx, rec, err, now)
+		return l.failStart(ctx, rec, node.FailureStart, err, now)
 	}
 	if spec.Stateful {
 		// The lease is checked again under its gate, so that no fence of it
@@ -471,7 +475,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	imageArchive := ""
 	if spec.Image != "" && spec.BundleDigest != "" {
 		if imageArchive, err = l.ensureBundle(ctx, spec.BundleDigest); err != nil {
-			return l.failStart(ctx, rec, err, now)
+			return l.failStart(ctx, rec, node.FailureImage, err, now)
 		}
 	}
 	resp, err := l.cfg.Driver.Start(ctx, &runtime.StartRequest{
@@ -491,7 +495,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 		FenceResource:    StartFence(spec),
 	})
 	if err != nil {
-		return l.failStart(ctx, rec, fmt.Errorf("start workload %s: %w", spec.WorkloadID, err), now)
+		return l.failStart(ctx, rec, node.FailureStart, fmt.Errorf("start workload %s: %w", spec.WorkloadID, err), now)
 	}
 	rec.Phase = string(PhaseRunning)
 	rec.Message = ""
@@ -534,8 +538,9 @@ func StartFence(spec *node.WorkloadSpec) string {
 	return ""
 }
 
-func (l *Loop) failStart(ctx context.Context, rec localstore.Workload, cause error, now time.Time) error {
-	r := Fail(rec, cause.Error(), now)
+// failStart records a start that failed with cause, as a failure of kind.
+func (l *Loop) failStart(ctx context.Context, rec localstore.Workload, kind node.FailureKind, cause error, now time.Time) error {
+	r := Fail(rec, kind, cause.Error(), now)
 	if err := l.cfg.Store.PutWorkload(ctx, r); err != nil {
 		return errors.Join(cause, err)
 	}
@@ -624,10 +629,15 @@ func (l *Loop) Status(ctx context.Context) (node.StatusReport, error) {
 				ws.RestartCount = r.RestartCount
 				ws.LastExitCode = r.LastExitCode
 				ws.Message = r.Message
+				ws.LastFailure = r.LastFailure
 				switch Phase(r.Phase) {
 				case PhaseRunning:
 					ws.ObservedStatus = node.StatusRunning
 					ws.Health = l.cfg.Prober.Health(spec.WorkloadID)
+					if f := l.cfg.Prober.Failure(spec.WorkloadID); f != nil {
+						// A failing probe is the newest failure of a running workload.
+						ws.LastFailure = f
+					}
 					if r.Port != 0 {
 						ws.Address = net.JoinHostPort(addr, strconv.Itoa(r.Port))
 					}

@@ -35,6 +35,13 @@ type serviceFile struct {
 	Timeouts         timeoutsFile             `json:"timeouts,omitzero" yaml:"timeouts"`
 	ExpectedRevision *int64                   `json:"expected_revision,omitempty" yaml:"expected_revision"`
 
+	// The rollout fields (docs/reconciliation.md section 7.2).
+	ProgressDeadlineS int  `json:"progress_deadline_s,omitempty" yaml:"progress_deadline_s"`
+	AutoRollback      bool `json:"auto_rollback,omitempty" yaml:"auto_rollback"`
+
+	// Volumes are the service's persistent directories (docs/node-protocol.md section 6.7).
+	Volumes []client.Volume `json:"volumes,omitempty" yaml:"volumes"`
+
 	// The stateful fields (docs/api.md "Leases").
 	PlacementMode string     `json:"placement_mode,omitempty" yaml:"placement_mode"`
 	Lease         *leaseFile `json:"lease,omitempty" yaml:"lease"`
@@ -130,8 +137,11 @@ func (f serviceFile) spec() client.ServiceSpec {
 		},
 		Timeouts: client.Timeouts{ConnectMS: f.Timeouts.ConnectMS, ResponseHeaderMS: f.Timeouts.ResponseHeaderMS,
 			IdleMS: f.Timeouts.IdleMS},
-		ExpectedRevision: f.ExpectedRevision,
-		PlacementMode:    f.PlacementMode,
+		ExpectedRevision:  f.ExpectedRevision,
+		PlacementMode:     f.PlacementMode,
+		ProgressDeadlineS: f.ProgressDeadlineS,
+		AutoRollback:      f.AutoRollback,
+		Volumes:           f.Volumes,
 		Container: client.Container{Runtime: f.Runtime, Image: f.Image, User: f.User,
 			MemoryMB: f.MemoryMB, CPUMillis: f.CPUMillis},
 	}
@@ -163,6 +173,14 @@ JSON (one object, several objects in a row, or an array). Fields:
   timeouts           gateway timeouts in ms {connect_ms, response_header_ms,
                      idle_ms}; defaults 5000, 60000, 90000
   expected_revision  apply only if the stored revision is this (0: must not exist)
+  progress_deadline_s
+                     seconds a rollout may go without progress before it is
+                     failed as refused(progress-deadline) (default 600)
+  auto_rollback      true: a failed rollout restores the previous release
+  volumes            [{name: data, path: /data}]: persistent directories kept
+                     across rollouts and agent restarts on the node that runs
+                     the service; a process workload finds each in
+                     $BERTH_VOLUME_<NAME> (HOME is the first one)
   placement_mode     "portable" (default) or "stateful": at most one replica, run
                      on one node at a time under a lease with a fencing token
   lease              stateful: {mode: local|expiring, duration_ms: >= 3000}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -35,10 +36,27 @@ that one.`,
 			if cmd.Flags().Changed("expected-revision") {
 				rev = &expected
 			}
+			var kept []string // read before the delete, to say which volumes stay
+			if cur, err := c.GetService(cmd.Context(), s.Project, args[0]); err == nil {
+				for _, v := range cur.Volumes {
+					kept = append(kept, v.Name)
+				}
+			}
 			if err := c.DeleteService(cmd.Context(), s.Project, args[0], rev); err != nil {
 				return fmt.Errorf("delete service %s/%s: %w", s.Project, args[0], err)
 			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, struct {
+					Project     string   `json:"project"`
+					Service     string   `json:"service"`
+					Deleting    bool     `json:"deleting"`
+					VolumesKept []string `json:"volumes_kept"`
+				}{s.Project, args[0], true, append([]string{}, kept...)})
+			}
 			fmt.Fprintf(a.stdout, "service %s/%s deleting: its workloads stop, then it is removed\n", s.Project, args[0])
+			if len(kept) > 0 {
+				fmt.Fprintf(a.stdout, "its volumes (%s) are kept on the nodes that ran it\n", strings.Join(kept, ", "))
+			}
 			return nil
 		},
 	}

@@ -62,8 +62,11 @@ workloads that run it. With -o json it prints {"service": ..., "workloads": [...
 				return err
 			}
 			for _, w := range wls {
-				if w.Message != "" {
-					fmt.Fprintf(a.stdout, "\n%s (slot %d) last error:\n  %s\n", w.ID, w.Slot, w.Message)
+				switch {
+				case w.LastFailure != nil:
+					fmt.Fprintf(a.stdout, "\nslot %d (%s) last failure: %s\n", w.Slot, w.ID, a.failureLine(w.LastFailure, 200))
+				case w.Message != "":
+					fmt.Fprintf(a.stdout, "\nslot %d (%s) last error: %s\n", w.Slot, w.ID, w.Message)
 				}
 			}
 			return nil
@@ -93,6 +96,26 @@ func (a *app) describeService(svc *client.Service) {
 	field("Port", port)
 	field("Domains", orDash(strings.Join(svc.Domains, ", ")))
 	field("Replicas", fmt.Sprintf("%d desired, %d ready", svc.Replicas, svc.Ready))
+	verdict := "-"
+	if svc.Verdict != nil {
+		verdict = svc.Verdict.String()
+	}
+	field("Verdict", verdict)
+	if len(svc.Volumes) > 0 {
+		var vs []string
+		for _, v := range svc.Volumes {
+			if v.Path != "" {
+				vs = append(vs, v.Name+" at "+v.Path)
+			} else {
+				vs = append(vs, v.Name)
+			}
+		}
+		where := "on the node that runs each replica; a move to another node starts it empty"
+		if svc.PlacementMode == "stateful" {
+			where = "on the lease holder's node; moving the lease to another node does not move the data"
+		}
+		field("Volumes", strings.Join(vs, ", ")+" ("+where+")")
+	}
 	hc := svc.HealthCheck
 	field("Health check", fmt.Sprintf("GET %s every %s, timeout %s, unhealthy after %s failures",
 		orDefault(hc.Path, "/"), secondsOr(hc.IntervalS, "10s"), secondsOr(hc.TimeoutS, "2s"), countOr(hc.Failures, "3")))

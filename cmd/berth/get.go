@@ -138,7 +138,7 @@ slot objects, with the attempt id and the node's message of a failed run.`,
 				return printJSON(a.stdout, items)
 			}
 			tw := newTable(a.stdout)
-			row(tw, "REPLICA", "NODE", "WORKLOAD", "DISPOSITION", "RECEIPTS", "PHASE", "READY", "CURRENT", "DELIVERY", "AGE")
+			row(tw, "REPLICA", "NODE", "WORKLOAD", "DISPOSITION", "RECEIPTS", "PHASE", "READY", "CURRENT", "DELIVERY", "AGE", "LAST FAILURE")
 			for _, v := range items {
 				observed := "-"
 				if v.Observation.ObservedAt != nil {
@@ -146,7 +146,7 @@ slot objects, with the attempt id and the node's message of a failed run.`,
 				}
 				row(tw, v.Replica, orDash(v.NodeID), orDash(v.WorkloadID), orDash(v.Disposition),
 					fmt.Sprintf("%d/2", v.TerminalReceipts), orDash(v.Observation.Phase), yesNo(v.Observation.Ready),
-					yesNo(v.Current), orDash(v.Delivery), observed)
+					yesNo(v.Current), orDash(v.Delivery), observed, a.failureCell(v.LastFailure, v.Observation.Message))
 			}
 			return tw.Flush()
 		},
@@ -241,16 +241,36 @@ address and restart count.`,
 // workloadTable prints workloads; withProject prefixes the service with its project.
 func (a *app) workloadTable(items []client.Workload, withProject bool) error {
 	tw := newTable(a.stdout)
-	row(tw, "ID", "SERVICE", "SLOT", "NODE", "DESIRED", "OBSERVED", "HEALTH", "ADDRESS", "RESTARTS", "MESSAGE")
+	row(tw, "ID", "SERVICE", "SLOT", "NODE", "DESIRED", "OBSERVED", "HEALTH", "ADDRESS", "RESTARTS", "LAST FAILURE")
 	for _, w := range items {
 		svc := w.Service
 		if withProject {
 			svc = w.Project + "/" + w.Service
 		}
 		row(tw, w.ID, svc, w.Slot, orDash(w.NodeID), orDash(w.DesiredStatus), orDash(w.ObservedStatus),
-			orDash(w.Health), orDash(w.Address), w.RestartCount, orDash(tail(w.Message, 60)))
+			orDash(w.Health), orDash(w.Address), w.RestartCount, a.failureCell(w.LastFailure, w.Message))
 	}
 	return tw.Flush()
+}
+
+// failureCell is a workload's last failure in one cell: "exit 2 (x3, 12s ago)", with the
+// message of a start or image failure cut to its end; message (the node's last error) when no
+// failure is known, "-" when neither is.
+func (a *app) failureCell(f *client.Failure, message string) string {
+	if f == nil {
+		return orDash(tail(message, 60))
+	}
+	return a.failureLine(f, 60)
+}
+
+// failureLine is f in one line, its words cut to their last n characters: "probe /status/404 ->
+// 404 (x2, 5s ago)".
+func (a *app) failureLine(f *client.Failure, n int) string {
+	what := tail(f.String(), n)
+	if f.Count > 1 {
+		return fmt.Sprintf("%s (x%d, %s ago)", what, f.Count, a.since(f.At))
+	}
+	return fmt.Sprintf("%s (%s ago)", what, a.since(f.At))
 }
 
 // tail shortens s to its last n characters: the end of a wrapped error is its cause.

@@ -1,67 +1,163 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/sdk/client"
 )
 
 func newLogsCmd(a *app) *cobra.Command {
 	var tail int
-	var follow bool
+	var follow, previous bool
 	cmd := &cobra.Command{
-		Use:   "logs WORKLOAD_ID",
-		Short: "Show a workload's output, read from its node",
+		Use:   "logs WORKLOAD_ID | SERVICE[/SLOT]",
+		Short: "Show a workload's or a slot's output, read from its node",
 		Long: `logs asks the node that runs the workload for its newest output
-(docs/node-protocol.md section 5.17). With --follow it keeps the stream open
-and prints new lines as they come until you press Ctrl-C. Workload ids are in
-"berth get workloads". The node must be connected; a node's session carries
-at most 32 followed streams at once.`,
-		Example: `  berth logs wl_01JC9Z8K2M4P6R8T0V2X4Z6B8D --tail 50
+(docs/node-protocol.md section 5.17). Name a workload id (from "berth get
+workloads") or a service's slot: SERVICE/SLOT, or SERVICE alone for slot 0.
+A slot is read from whatever attempt it runs now; with --follow, when the slot
+moves to a new attempt (a restart after a crash, a rollout), logs follows the
+new one and says so on stderr. --previous prints the output the node kept of
+the slot's attempt before the current one (its newest 64 KiB, while the node
+keeps it). The node must be connected; a node's session carries at most 32
+followed streams at once.`,
+		Example: `  berth logs hello --tail 50
+  berth logs hello/1 -f
+  berth logs hello --previous
   berth logs wl_01JC9Z8K2M4P6R8T0V2X4Z6B8D -f`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tail < 0 || tail > 10000 {
 				return fmt.Errorf("--tail must be from 0 to 10000")
 			}
-			c, _, err := a.apiClient(cmd)
+			c, s, err := a.apiClient(cmd)
 			if err != nil {
 				return err
 			}
+			ctx := cmd.Context()
+			target := args[0]
+			if !strings.HasPrefix(target, "wl_") {
+				service, replica, _ := strings.Cut(target, "/")
+				if replica == "" {
+					replica = "0"
+				}
+				if previous {
+					sv, err := slotOf(ctx, c, s.Project, service, replica)
+					if err != nil {
+						return err
+					}
+					if sv.PreviousWorkloadID == "" {
+						return fmt.Errorf("slot %s/%s has run only one attempt: there is no previous one", service, replica)
+					}
+					out, err := c.NodeLogs(ctx, sv.NodeID, sv.PreviousWorkloadID, tail)
+					if err != nil {
+						return fmt.Errorf("logs of the previous attempt of %s/%s (%s): %w", service, replica, sv.PreviousWorkloadID, err)
+					}
+					return a.printLogs(out)
+				}
+				if follow {
+					return a.followSlot(ctx, c, s.Project, service, replica, tail)
+				}
+				sv, err := slotOf(ctx, c, s.Project, service, replica)
+				if err != nil {
+					return err
+				}
+				target = sv.WorkloadID
+			} else if previous {
+				return fmt.Errorf("--previous needs SERVICE[/SLOT], not a workload id")
+			}
 			if follow {
-				err := c.FollowWorkloadLogs(cmd.Context(), args[0], tail, func(l node.LogLine) error {
+				err := c.FollowWorkloadLogs(ctx, target, tail, func(l node.LogLine) error {
 					return printLogLine(a.stdout, a.output, l)
 				})
 				if err != nil {
-					return fmt.Errorf("follow logs of %s: %w", args[0], err)
+					return fmt.Errorf("follow logs of %s: %w", target, err)
 				}
 				return nil
 			}
-			out, err := c.WorkloadLogs(cmd.Context(), args[0], tail)
+			out, err := c.WorkloadLogs(ctx, target, tail)
 			if err != nil {
-				return fmt.Errorf("logs of %s: %w", args[0], err)
+				return fmt.Errorf("logs of %s: %w", target, err)
 			}
-			if a.output == outputJSON {
-				return printJSON(a.stdout, out)
-			}
-			for _, l := range out.Lines {
-				if err := printLogLine(a.stdout, a.output, l); err != nil {
-					return err
-				}
-			}
-			if out.Detail != "" {
-				fmt.Fprintf(a.stderr, "(%s)\n", out.Detail)
-			}
-			return nil
+			return a.printLogs(out)
 		},
 	}
 	cmd.Flags().IntVar(&tail, "tail", 0, "newest lines to show (0: as many as fit one answer; 100 when following)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until interrupted")
+	cmd.Flags().BoolVarP(&previous, "previous", "p", false, "print the output of the slot's previous attempt")
 	return cmd
+}
+
+func (a *app) printLogs(out *client.WorkloadLogs) error {
+	if a.output == outputJSON {
+		return printJSON(a.stdout, out)
+	}
+	for _, l := range out.Lines {
+		if err := printLogLine(a.stdout, a.output, l); err != nil {
+			return err
+		}
+	}
+	if out.Detail != "" {
+		fmt.Fprintf(a.stderr, "(%s)\n", out.Detail)
+	}
+	return nil
+}
+
+// slotOf returns replica of project/service as the slots view answers it.
+func slotOf(ctx context.Context, c *client.Client, project, service, replica string) (*client.SlotView, error) {
+	items, err := c.ServiceSlots(ctx, project, service)
+	if err != nil {
+		return nil, fmt.Errorf("list slots of %s/%s: %w", project, service, err)
+	}
+	for i := range items {
+		if items[i].Replica == replica {
+			if items[i].WorkloadID == "" {
+				return nil, fmt.Errorf("slot %s/%s has no workload yet", service, replica)
+			}
+			return &items[i], nil
+		}
+	}
+	return nil, fmt.Errorf("service %s/%s has no slot %q", project, service, replica)
+}
+
+// followSlot follows the output of a slot across its attempts: it follows the workload the slot
+// runs now and, when that stream ends or the workload is gone, reads the slot again (at most
+// once a second) and follows its next attempt, until ctx ends.
+func (a *app) followSlot(ctx context.Context, c *client.Client, project, service, replica string, tail int) error {
+	current := ""
+	for ctx.Err() == nil {
+		sv, err := slotOf(ctx, c, project, service, replica)
+		if err != nil {
+			return err
+		}
+		if sv.WorkloadID != current {
+			if current != "" {
+				fmt.Fprintf(a.stderr, "(slot %s/%s now runs %s)\n", service, replica, sv.WorkloadID)
+			}
+			current = sv.WorkloadID
+			err = c.FollowWorkloadLogs(ctx, current, tail, func(l node.LogLine) error {
+				return printLogLine(a.stdout, a.output, l)
+			})
+			var ae *client.APIError
+			if err != nil && ctx.Err() == nil && !(errors.As(err, &ae) && (ae.Problem.Code == "not_found" || ae.Problem.Code == "unavailable")) {
+				return fmt.Errorf("follow logs of %s: %w", current, err)
+			}
+			tail = 0 // the next attempt's output from its start (the node's default tail)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
 }
 
 // printLogLine prints one line: its time when the node knows it, then the

@@ -204,6 +204,12 @@ func rolloutLine(st *client.RolloutStatus) string {
 	if st.Deleting {
 		b.WriteString(", deleting")
 	}
+	if w := st.WaitingOn; w != nil {
+		fmt.Fprintf(&b, "; slot %s on %s: %s", w.Replica, orDash(w.NodeID), w.Reason)
+		if w.LastFailure != nil && !strings.Contains(w.Reason, w.LastFailure.String()) {
+			fmt.Fprintf(&b, ", last failure %s", w.LastFailure)
+		}
+	}
 	return b.String()
 }
 
@@ -228,7 +234,8 @@ func isTerminal(w io.Writer) bool {
 }
 
 func newRolloutUndoCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var dryRun bool
+	cmd := &cobra.Command{
 		Use:   "undo SERVICE",
 		Short: "Return a service to what it ran before its latest change",
 		Long: `undo sets the service back to what it ran before the latest change of what it
@@ -241,10 +248,15 @@ slot: one replica is replaced at a time, each successor waited on until it is
 observed ready (docs/reconciliation.md section 5). Follow it with
 'berth rollout status SERVICE'.
 
+Before it writes, undo prints what it changes (release, runtime, command,
+environment keys, port, user, limits, health check; values of environment
+variables are never shown), and then undoes exactly that: the write is fenced
+to the revision the changes were read from. --dry-run prints only the changes.
+
 It is refused with no_previous_release when what the service runs never
 changed, revision_conflict when the service changed meanwhile (read it again
 and retry), and service_deleting while the service is being deleted.`,
-		Example: `  berth rollout undo hello
+		Example: `  berth rollout undo hello --dry-run
   berth rollout undo hello && berth rollout status hello`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -252,17 +264,48 @@ and retry), and service_deleting while the service is being deleted.`,
 			if err != nil {
 				return err
 			}
-			svc, err := c.RolloutUndo(cmd.Context(), s.Project, args[0])
+			plan, err := c.RolloutUndoWith(cmd.Context(), s.Project, args[0], client.UndoRequest{DryRun: true})
+			if err != nil {
+				return fmt.Errorf("undo rollout of %s/%s: %w", s.Project, args[0], err)
+			}
+			if dryRun {
+				if a.output == outputJSON {
+					return printJSON(a.stdout, plan)
+				}
+				a.printUndoChanges(args[0], plan, "would change")
+				return nil
+			}
+			if a.output != outputJSON {
+				a.printUndoChanges(args[0], plan, "changes")
+			}
+			rev := plan.Revision
+			done, err := c.RolloutUndoWith(cmd.Context(), s.Project, args[0], client.UndoRequest{ExpectedRevision: &rev})
 			if err != nil {
 				return fmt.Errorf("undo rollout of %s/%s: %w", s.Project, args[0], err)
 			}
 			if a.output == outputJSON {
-				return printJSON(a.stdout, svc)
+				return printJSON(a.stdout, done)
 			}
-			fmt.Fprintf(a.stdout, "%s: back to %s (revision %d)\n", args[0], serviceRelease(svc), svc.Revision)
+			fmt.Fprintf(a.stdout, "%s: back to %s (revision %d)\n", args[0], serviceRelease(&done.Service), done.Revision)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what undo would change and write nothing")
+	return cmd
+}
+
+// printUndoChanges prints the fields an undo of name changes, one per line: "  field: from -> to".
+func (a *app) printUndoChanges(name string, r *client.UndoResult, verb string) {
+	if len(r.Changes) == 0 {
+		fmt.Fprintf(a.stdout, "undo of %s (revision %d) %s only the bundle name\n", name, r.Revision, verb)
+		return
+	}
+	fmt.Fprintf(a.stdout, "undo of %s (revision %d) %s:\n", name, r.Revision, verb)
+	tw := newTable(a.stdout)
+	for _, ch := range r.Changes {
+		fmt.Fprintf(tw, "  %s:\t%s\t->\t%s\n", ch.Field, ch.From, ch.To)
+	}
+	_ = tw.Flush()
 }
 
 // serviceRelease names what a service runs: its image when it has one, else its bundle digest.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -80,8 +81,24 @@ func (f *reconAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			problem(w, 409, "no_previous_release", "service "+name+" never ran another release")
 			return
 		}
-		answer(w, 200, client.Service{ID: "svc_hello", Project: "default", Name: "hello", Revision: 8,
-			BundleDigest: "sha256:1111111111111111aaaa"})
+		var req client.UndoRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			problem(w, 400, "bad_request", err.Error())
+			return
+		}
+		changes := []client.UndoChange{{Field: "release", From: "sha256:2222", To: "sha256:1111"}, {Field: "env", From: "-DEBUG", To: "+MODE"}}
+		if req.DryRun {
+			answer(w, 200, client.UndoResult{Service: client.Service{ID: "svc_hello", Project: "default", Name: "hello", Revision: 7,
+				BundleDigest: "sha256:2222"}, Changes: changes, DryRun: true})
+			return
+		}
+		if req.ExpectedRevision == nil || *req.ExpectedRevision != 7 {
+			problem(w, 409, "revision_conflict", "the undo must name the revision its changes were read from")
+			return
+		}
+		f.bodies = append(f.bodies, string(body))
+		answer(w, 200, client.UndoResult{Service: client.Service{ID: "svc_hello", Project: "default", Name: "hello", Revision: 8,
+			BundleDigest: "sha256:1111111111111111aaaa"}, Changes: changes})
 		return
 	}
 	if name, ok := svcRoute("spec"); ok {
@@ -311,8 +328,17 @@ func (f *reconAPI) lastBody() string {
 
 func TestRolloutUndo(t *testing.T) {
 	t.Parallel()
-	_, c := newReconAPI(t)
-	if out := c.ok("", "rollout", "undo", "hello"); out != "hello: back to sha256:1111111111111111aaaa (revision 8)\n" {
+	api, c := newReconAPI(t)
+	changes := "undo of hello (revision 7) %s:\n" +
+		"  release:   sha256:2222   ->   sha256:1111\n" +
+		"  env:       -DEBUG        ->   +MODE\n"
+	if out := c.ok("", "rollout", "undo", "hello", "--dry-run"); out != fmt.Sprintf(changes, "would change") {
+		t.Errorf("undo --dry-run output %q", out)
+	}
+	if n := api.bodyCount(); n != 0 {
+		t.Fatalf("a dry run undid: %d undo bodies", n)
+	}
+	if out := c.ok("", "rollout", "undo", "hello"); out != fmt.Sprintf(changes, "changes")+"hello: back to sha256:1111111111111111aaaa (revision 8)\n" {
 		t.Errorf("undo output %q", out)
 	}
 	_, errOut, code := c.run("", "rollout", "undo", "fresh")
@@ -411,20 +437,22 @@ func TestGetSlots(t *testing.T) {
 	t.Parallel()
 	api, c := newReconAPI(t)
 	seen := testNow().Add(-90 * time.Second)
+	exit2 := 2
 	api.set(func() {
 		api.slots["hello"] = []client.SlotView{
 			{ServiceID: "svc_1", Replica: "0", NodeID: "nod_1", WorkloadID: "wl_1", AttemptID: "att_1", Current: true,
 				Disposition: "run", Observation: client.SlotObservation{Phase: "running", Ready: true, ObservedAt: &seen}, Delivery: "delivered"},
 			{ServiceID: "svc_1", Replica: "1", NodeID: "nod_2", WorkloadID: "wl_2", AttemptID: "att_2", Disposition: "stop",
-				TerminalReceipts: 1, Observation: client.SlotObservation{Phase: "stopped", ObservedAt: &seen}, Delivery: "delivered"},
+				TerminalReceipts: 1, Observation: client.SlotObservation{Phase: "stopped", ObservedAt: &seen}, Delivery: "delivered",
+				LastFailure: &client.Failure{Kind: "exit", ExitCode: &exit2, At: seen, Count: 3}},
 			{ServiceID: "svc_1", Replica: "2", AttemptID: "att_3", Current: true, Disposition: "run", Delivery: "undelivered"},
 		}
 	})
 	out := c.ok("", "get", "slots", "hello")
-	want := "REPLICA   NODE    WORKLOAD   DISPOSITION   RECEIPTS   PHASE     READY   CURRENT   DELIVERY      AGE\n" +
-		"0         nod_1   wl_1       run           0/2        running   yes     yes       delivered     1m\n" +
-		"1         nod_2   wl_2       stop          1/2        stopped   no      no        delivered     1m\n" +
-		"2         -       -          run           0/2        -         no      yes       undelivered   -\n"
+	want := "REPLICA   NODE    WORKLOAD   DISPOSITION   RECEIPTS   PHASE     READY   CURRENT   DELIVERY      AGE   LAST FAILURE\n" +
+		"0         nod_1   wl_1       run           0/2        running   yes     yes       delivered     1m    -\n" +
+		"1         nod_2   wl_2       stop          1/2        stopped   no      no        delivered     1m    exit 2 (x3, 1m ago)\n" +
+		"2         -       -          run           0/2        -         no      yes       undelivered   -     -\n"
 	if out != want {
 		t.Errorf("get slots:\n%s\nwant:\n%s", out, want)
 	}

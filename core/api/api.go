@@ -329,10 +329,21 @@ func (s *Server) readyz(c echo.Context) error {
 // problem returns an *abierrors.Error for handlers to return.
 func problem(code abierrors.Code, msg string) error { return abierrors.New(code, msg) }
 
+// statusClientClosed is the status recorded for a request its client cancelled (the
+// convention of nginx's 499); the client never reads it.
+const statusClientClosed = 499
+
 // handleError writes every error as application/problem+json with a stable code.
 // Internal causes go to the log only.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
+		return
+	}
+	if errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil {
+		// The client went away (a cancelled CLI, a closed tab): no one reads an answer, and it
+		// is no internal error.
+		s.log.Debug("client cancelled the request", "method", c.Request().Method, "path", c.Request().URL.Path)
+		c.Response().WriteHeader(statusClientClosed)
 		return
 	}
 	var ae *abierrors.Error

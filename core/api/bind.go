@@ -13,12 +13,14 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/slots"
 )
 
 // bind decodes a required JSON body into v: Content-Type must be
@@ -120,6 +122,12 @@ const (
 	maxCommand  = 64
 )
 
+// maxProgressDeadlineS bounds a service's progress_deadline_s: one day.
+const maxProgressDeadlineS = 86400
+
+// maxVolumes bounds a service's volumes.
+const maxVolumes = 16
+
 func validateService(spec *serviceSpec) error {
 	fail := func(format string, a ...any) error {
 		return problem(abierrors.ValidationFailed, fmt.Sprintf(format, a...))
@@ -149,6 +157,24 @@ func validateService(spec *serviceSpec) error {
 	}
 	if spec.Replicas != nil && (*spec.Replicas < 0 || *spec.Replicas > maxReplicas) {
 		return fail("replicas must be between 0 and %d", maxReplicas)
+	}
+	if len(spec.Volumes) > maxVolumes {
+		return fail("a service has at most %d volumes", maxVolumes)
+	}
+	volumes := map[string]bool{}
+	for _, v := range spec.Volumes {
+		switch {
+		case !node.ValidVolumeName(v.Name):
+			return fail("volume name %q must be 1 to 63 of a-z, 0-9 and '-', starting with a letter", v.Name)
+		case volumes[v.Name]:
+			return fail("volume %q is named twice", v.Name)
+		case v.Path != "" && (!strings.HasPrefix(v.Path, "/") || strings.Contains(v.Path, "..") || len(v.Path) > 256):
+			return fail("volume %q: path %q must be an absolute path without '..'", v.Name, v.Path)
+		}
+		volumes[v.Name] = true
+	}
+	if d := spec.ProgressDeadlineS; d < 0 || d > maxProgressDeadlineS {
+		return fail("progress_deadline_s must be between 1 and %d seconds (0 or absent: %d)", maxProgressDeadlineS, int(slots.DefaultProgressDeadline/time.Second))
 	}
 	switch spec.PlacementMode {
 	case "", services.PlacementPortable:

@@ -34,6 +34,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		Command: s.Command, Env: s.Env, SecretSets: s.SecretSets, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas,
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
 		Labels: s.Labels, CapacityUnits: s.CapacityUnits, PlacementMode: services.PlacementPortable,
+		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis},
 		Deleting:  s.Deleting, Timeouts: s.Timeouts,
 	}
@@ -53,6 +54,9 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		out.PlacementMode = services.PlacementStateful
 		out.Lease = &client.LeaseSpec{Mode: s.LeaseMode, DurationMS: s.LeaseDurationMS}
 	}
+	for _, v := range s.Volumes {
+		out.Volumes = append(out.Volumes, client.Volume(v))
+	}
 	return out
 }
 
@@ -61,6 +65,7 @@ func toAPIWorkload(w *services.Workload) client.Workload {
 		ID: w.ID, Project: w.Project, Service: w.Service, Slot: w.Slot, NodeID: w.NodeID,
 		DesiredStatus: w.DesiredStatus, ObservedStatus: w.ObservedStatus, Health: w.Health,
 		Address: w.Address, RestartCount: w.RestartCount, Message: w.Message, CreatedAt: w.CreatedAt, ObservedAt: w.ObservedAt,
+		LastFailure: rollout.APIFailure(w.LastFailure),
 	}
 }
 
@@ -210,7 +215,10 @@ func (s *Server) putService(c echo.Context) error {
 		Runtime: spec.Runtime, Image: spec.Image, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
-		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts,
+		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
+	}
+	for _, v := range spec.Volumes {
+		svc.Volumes = append(svc.Volumes, services.Volume(v))
 	}
 	if spec.PlacementMode == services.PlacementStateful {
 		svc.PlacementMode, svc.LeaseMode = services.PlacementStateful, string(node.LeaseLocal)

@@ -191,26 +191,62 @@ func (s *Server) getRollout(c echo.Context) error {
 
 // rolloutUndo serves POST /api/v1/projects/{p}/services/{s}/rollout/undo: the service returns to
 // its previous release with one compare-and-set, and rolls slot by slot like any release change.
+//
+// The optional body {"dry_run": bool, "expected_revision": int} asks only for what the undo would
+// change (nothing is written), or undoes only while the service is at that revision. Either way
+// the answer is the service (as it is, or after the write) with "changes" listing the fields the
+// undo changes or changed (docs/api.md section 4).
 func (s *Server) rolloutUndo(c echo.Context) error {
-	if err := s.bindOptional(c, &struct{}{}); err != nil {
+	var req struct {
+		DryRun           bool   `json:"dry_run"`
+		ExpectedRevision *int64 `json:"expected_revision"`
+	}
+	if err := s.bindOptional(c, &req); err != nil {
 		return err
 	}
 	p, svc, err := s.namedService(c)
 	if err != nil {
 		return err
 	}
+	noPrevious := func() error {
+		return problem(abierrors.NoPreviousRelease, fmt.Sprintf("service %s/%s never ran another release or configuration: nothing to go back to", p.Name, svc.Name))
+	}
+	changes, err := services.UndoChanges(svc)
+	if errors.Is(err, services.ErrNoPreviousRelease) {
+		return noPrevious()
+	} else if err != nil {
+		return err
+	}
+	if req.DryRun {
+		if req.ExpectedRevision != nil && *req.ExpectedRevision != svc.Revision {
+			return serviceError(fmt.Errorf("%w: service %s/%s is at revision %d, not %d", services.ErrRevisionConflict, p.Name, svc.Name, svc.Revision, *req.ExpectedRevision))
+		}
+		return c.JSON(http.StatusOK, client.UndoResult{Service: toAPIService(svc, 0), Changes: apiUndoChanges(changes), DryRun: true})
+	}
+	expected := req.ExpectedRevision
+	if expected == nil {
+		expected = &svc.Revision // the changes listed are those of the revision read
+	}
 	wctx, done := s.changeCtx(c)
-	out, err := s.cfg.Catalog.UndoRelease(wctx, p, svc.Name)
+	out, err := s.cfg.Catalog.UndoReleaseAt(wctx, p, svc.Name, expected)
 	done()
 	if errors.Is(err, services.ErrNoPreviousRelease) {
-		return problem(abierrors.NoPreviousRelease, fmt.Sprintf("service %s/%s never ran another release or configuration: nothing to go back to", p.Name, svc.Name))
+		return noPrevious()
 	} else if err != nil {
 		return serviceError(err)
 	}
-	s.log.Info("rollout undone", "project", p.Name, "service", svc.Name, "release", out.Release().Digest(), "revision", out.Revision)
+	s.log.Info("rollout undone", "project", p.Name, "service", svc.Name, "service_id", svc.ID, "release", out.Release().Digest(), "revision", out.Revision)
 	s.hintService("rollout.undo", out.ID)
 	s.awaitChange(c, "services", out.ID, out.LogOutbox)
-	return c.JSON(http.StatusOK, toAPIService(out, 0))
+	return c.JSON(http.StatusOK, client.UndoResult{Service: toAPIService(out, 0), Changes: apiUndoChanges(changes)})
+}
+
+func apiUndoChanges(cs []services.UndoChange) []client.UndoChange {
+	out := make([]client.UndoChange, len(cs))
+	for i, c := range cs {
+		out[i] = client.UndoChange(c)
+	}
+	return out
 }
 
 // retireNode serves POST /api/v1/nodes/{id}/retire (docs/reconciliation.md section 10).

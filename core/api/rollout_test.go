@@ -22,8 +22,14 @@ func TestRuntimeSpecEndpoints(t *testing.T) {
 	}
 	base := "/api/v1/projects/default/services/web"
 
+	// Before any sweep decided, a new service is converging, not without a verdict.
+	code, out := f.json("GET", base, nil)
+	if v, _ := out["verdict"].(map[string]any); code != 200 || v["state"] != "converging" || v["spec_revision"].(float64) != 1 {
+		t.Fatalf("verdict right after the apply: %d %v", code, out)
+	}
+
 	// The derived spec follows the service.
-	code, out := f.json("GET", base+"/spec", nil)
+	code, out = f.json("GET", base+"/spec", nil)
 	if code != 200 || out["source"] != "service" {
 		t.Fatalf("get spec: %d %v", code, out)
 	}
@@ -81,6 +87,19 @@ func TestRuntimeSpecEndpoints(t *testing.T) {
 		t.Fatalf("rollout: %d %v", code, out)
 	}
 
+	// A dry run lists what the undo changes and writes nothing; a stale expected revision is
+	// refused.
+	code, out = f.json("POST", base+"/rollout/undo", map[string]any{"dry_run": true})
+	changes, _ := out["changes"].([]any)
+	if code != 200 || out["dry_run"] != true || out["bundle"] != "app2" || len(changes) != 1 || changes[0].(map[string]any)["field"] != "release" {
+		t.Fatalf("undo dry run: %d %v", code, out)
+	}
+	if code, out := f.json("GET", base, nil); code != 200 || out["bundle"] != "app2" {
+		t.Fatalf("after the dry run: %d %v", code, out)
+	}
+	if code, out := f.json("POST", base+"/rollout/undo", map[string]any{"expected_revision": 1}); code != 409 || out["code"] != "revision_conflict" {
+		t.Fatalf("undo at a stale revision: %d %v", code, out)
+	}
 	// Undo goes back to the previous bundle; a service that never changed release has none.
 	code, out = f.json("POST", base+"/rollout/undo", nil)
 	if code != 200 || out["bundle"] != "app" {

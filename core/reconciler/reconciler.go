@@ -23,6 +23,9 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	abiroutes "github.com/berthhq/berth/abi/routes"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/rollout"
@@ -89,6 +92,12 @@ type Config struct {
 	// Rollout produces the slots and workloads of portable services (docs/reconciliation.md);
 	// nil builds one over the Catalog's store with the Admit policy.
 	Rollout *rollout.Producer
+	// Events, when not nil, receives the events the built Rollout emits (rollout.failed); it
+	// is not used when Rollout is given.
+	Events *events.Log
+	// Metrics, when not nil, is where the built Rollout registers its families
+	// ([rollout.NewMetrics]); it is not used when Rollout is given.
+	Metrics prometheus.Registerer
 	Logger  *slog.Logger
 	// Sweep sets the timing of full passes (docs/reconciliation.md section 6): quiet 1 s after
 	// the last unkeyed hint, at the latest 30 s after the last pass, never sooner than 5 s after
@@ -144,9 +153,12 @@ func New(cfg Config) *Reconciler {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Rollout == nil {
-		rc := rollout.Config{Store: rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil), Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger}
+		rc := rollout.Config{Store: rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil), Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger, Events: cfg.Events}
 		if cfg.Admit != nil {
 			rc.Admit = cfg.Admit
+		}
+		if cfg.Metrics != nil {
+			rc.Metrics = rollout.NewMetrics(cfg.Metrics)
 		}
 		cfg.Rollout = rollout.NewProducer(rc)
 	}
@@ -863,6 +875,9 @@ func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services
 		}
 		if run.Runtime != "" {
 			ws.Driver = run.Runtime
+		}
+		for _, v := range s.Volumes { // owned by the service, the same for every attempt
+			ws.Volumes = append(ws.Volumes, node.Volume{Name: v.Name, Path: v.Path})
 		}
 		if s.Stateful() && leases != nil {
 			l := leases[s.ID]

@@ -13,6 +13,9 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
@@ -45,7 +48,15 @@ type Config struct {
 	// OnRetired, when not nil, is called after a retired node was marked removed, to end its
 	// session.
 	OnRetired func(ctx context.Context, nodeID string)
+	// Metrics, when not nil, receives the producer's counts ([NewMetrics]).
+	Metrics *Metrics
+	// Events, when not nil, receives a rollout.failed event for each rollout failed by its
+	// progress deadline (docs/reconciliation.md section 7.2).
+	Events *events.Log
 }
+
+// TypeRolloutFailed is the event of a rollout that went past its progress deadline.
+const TypeRolloutFailed = "rollout.failed"
 
 // Producer turns runtime specs into slots and workloads: one [Producer.Sweep] visits every
 // service, joins receipts, decides every slot with core/slots and commits each step with one
@@ -85,6 +96,8 @@ type Outcome struct {
 // per node id (it is updated as runs are placed). A failure of one service is logged and the
 // sweep goes on; the error returned joins them.
 func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []nodes.Node, load map[string]int) (out Outcome, err error) {
+	began := time.Now() // the duration is measured on the wall clock, not the core's decision clock
+	tally := p.cfg.Metrics.begin()
 	byID := map[string]*services.Service{}
 	for i := range svcs {
 		byID[svcs[i].ID] = &svcs[i]
@@ -104,9 +117,12 @@ func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []node
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	out, err = p.visit(ctx, ids, byID, ns, load)
+	out, err = p.visit(ctx, ids, byID, ns, load, tally)
 	if rerr := p.retirements(ctx, ns); rerr != nil {
 		err = errors.Join(err, rerr)
+	}
+	if err == nil { // a partial tally would undercount
+		p.cfg.Metrics.end(tally, time.Since(began))
 	}
 	return out, err
 }
@@ -127,11 +143,12 @@ func (p *Producer) SweepServices(ctx context.Context, ids []string, svcs []servi
 		}
 	}
 	slices.Sort(visit)
-	return p.visit(ctx, slices.Compact(visit), byID, ns, load)
+	return p.visit(ctx, slices.Compact(visit), byID, ns, load, nil) // a partial tally publishes nothing
 }
 
-// visit decides and commits each service of the sorted ids, page by page.
-func (p *Producer) visit(ctx context.Context, ids []string, byID map[string]*services.Service, ns []nodes.Node, load map[string]int) (Outcome, error) {
+// visit decides and commits each service of the sorted ids, page by page, counting verdicts and
+// workloads into tally (nil counts nothing).
+func (p *Producer) visit(ctx context.Context, ids []string, byID map[string]*services.Service, ns []nodes.Node, load map[string]int, tally *sweepTally) (Outcome, error) {
 	var out Outcome
 	nodeByID := make(map[string]*nodes.Node, len(ns))
 	for i := range ns {
@@ -145,7 +162,7 @@ func (p *Producer) visit(ctx context.Context, ids []string, byID map[string]*ser
 				return out, ctx.Err()
 			}
 			out.Services++
-			r, err := p.service(ctx, id, byID[id], nodeByID, load)
+			r, err := p.service(ctx, id, byID[id], nodeByID, load, tally)
 			out.Commits += r.commits
 			out.Conflicts += r.conflicts
 			out.Changed = out.Changed || r.changed
@@ -216,7 +233,7 @@ func (p *Producer) read(ctx context.Context, id string, svc *services.Service, f
 }
 
 // service produces one service: receipts, desire, plan, commits, repairs, verdict.
-func (p *Producer) service(ctx context.Context, id string, svc *services.Service, ns map[string]*nodes.Node, load map[string]int) (serviceResult, error) {
+func (p *Producer) service(ctx context.Context, id string, svc *services.Service, ns map[string]*nodes.Node, load map[string]int, tally *sweepTally) (serviceResult, error) {
 	var res serviceResult
 	v, err := p.read(ctx, id, svc, svc == nil)
 	if err != nil {
@@ -256,7 +273,7 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 		case errors.Is(err, slots.ErrConflict):
 			res.conflicts++
 			verdict = slots.ConflictVerdict(verdict)
-			p.log.Info("slot commit aborted: conflict", "service_id", id, "replica", sp.Replica, "case", sp.Decision.Case, "err", err)
+			p.log.Info("slot commit aborted: conflict", "service", serviceName(v.svc), "service_id", id, "replica", sp.Replica, "case", sp.Decision.Case, "err", err)
 		case errors.Is(err, errNotAdmitted):
 		case err != nil:
 			return res, err
@@ -289,6 +306,9 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 	}
 	res.changed = res.changed || repaired || pruned
 	res.wakeAt = plan.WakeAt
+	for _, w := range v.workloads {
+		tally.workload(w)
+	}
 	if v.svc == nil {
 		return res, nil // deleted under the sweep; the next one forgets its rows
 	}
@@ -305,15 +325,99 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 	if err != nil {
 		return res, err
 	}
-	wrote, err := p.cfg.Store.writeVerdict(ctx, id, prev, verdict, v.svc.Revision)
+	var progress *slots.Progress
+	if !v.svc.Deleting && v.spec != nil {
+		var pp *slots.Progress
+		if prev != nil {
+			pp = prev.Progress
+		}
+		next, vd, failed := slots.NextProgress(slots.ProgressInput{Prev: pp, ServiceRevision: v.svc.Revision, SpecRevision: v.spec.Revision,
+			Ready: readyCount(plan), Verdict: verdict, Deadline: time.Duration(v.svc.ProgressDeadlineS) * time.Second, Now: p.cfg.Now()})
+		if failed {
+			rolled, err := p.rolloutFailed(ctx, v.svc, verdict)
+			if err != nil {
+				return res, err
+			}
+			p.cfg.Metrics.failed(rolled)
+			if rolled {
+				// The rollback wrote a new revision: the next sweep decides over it, with a new clock.
+				res.changed = true
+				return res, nil
+			}
+		}
+		progress, verdict = &next, vd
+	}
+	wrote, err := p.cfg.Store.writeVerdict(ctx, id, prev, verdict, v.svc.Revision, progress)
 	if err != nil {
 		return res, err
 	}
+	tally.verdict(verdict)
 	if wrote {
+		p.cfg.Metrics.changed(verdict)
 		res.changed = true
-		p.log.Info("service verdict", "service_id", id, "verdict", verdict.String(), "spec_revision", verdict.SpecRevision)
+		p.log.Info("service verdict", "service", serviceName(v.svc), "service_id", id, "verdict", verdict.String(), "spec_revision", verdict.SpecRevision)
 	}
 	return res, nil
+}
+
+// serviceName is "project/name" of svc for the log, "" when the document is gone.
+func serviceName(svc *services.Service) string {
+	if svc == nil {
+		return ""
+	}
+	return svc.Project + "/" + svc.Name
+}
+
+// readyCount counts the desired slots of plan that run their desired attempt, observed ready.
+func readyCount(plan slots.Plan) int {
+	n := 0
+	for _, sp := range plan.Slots {
+		s := sp.Input.Slot
+		if sp.Input.Desired && s.Exists && s.Generation == slots.GenRun && s.Attempt.Key == sp.Input.DesiredKey &&
+			s.Observed.Phase == slots.PhaseRunning && s.Observed.Ready {
+			n++
+		}
+	}
+	return n
+}
+
+// rolloutFailed acts on a rollout of svc that just went past its progress deadline while its
+// verdict read was: it emits rollout.failed (its id derived from the service and revision, so a
+// sweep that dies and decides again emits it once), and with auto_rollback restores the previous
+// release with one compare-and-set on the revision read, recorded in the change log as the
+// system's. A revision that is itself an automatic rollback, or has nothing to return to, is
+// not rolled back. It reports whether it rolled back.
+func (p *Producer) rolloutFailed(ctx context.Context, svc *services.Service, was slots.Verdict) (bool, error) {
+	name := svc.Project + "/" + svc.Name
+	rollback := svc.AutoRollback && svc.RollbackOf == 0 && svc.Previous != nil && svc.Previous.Release().Digest() != ""
+	p.log.Warn("rollout failed: no progress within its deadline", "service", name, "service_id", svc.ID, "revision", svc.Revision,
+		"verdict", was.String(), "auto_rollback", rollback)
+	if p.cfg.Events != nil {
+		sum := sha256.Sum256([]byte(svc.ID + "/" + strconv.FormatInt(svc.Revision, 10) + "/" + TypeRolloutFailed))
+		ev := events.Core(TypeRolloutFailed, "", map[string]any{"service": name, "revision": svc.Revision, "verdict": was.String(),
+			"auto_rollback": rollback, "release": svc.Release().Digest()}, p.cfg.Now())
+		ev.ID = "evt_" + hex.EncodeToString(sum[:13])
+		ev.Subject = node.EventRef{Type: "service", ID: svc.ID}
+		ev.ProjectID = svc.ProjectID
+		if _, _, err := p.cfg.Events.Append(ctx, ev); err != nil {
+			return false, err
+		}
+	}
+	if !rollback {
+		return false, nil
+	}
+	actx := changelog.WithActor(ctx, changelog.Actor{Type: "system", ID: "rollout"})
+	back, err := p.cfg.Catalog.RollBack(actx, svc)
+	if errors.Is(err, services.ErrRevisionConflict) || errors.Is(err, services.ErrServiceDeleting) || errors.Is(err, services.ErrNoPreviousRelease) {
+		p.log.Info("automatic rollback skipped: the service changed", "service", name, "err", err)
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("roll back %s: %w", name, err)
+	}
+	p.log.Warn("rolled back a failed rollout", "service", name, "service_id", svc.ID, "failed_revision", svc.Revision,
+		"revision", back.Revision, "release", back.Release().Digest())
+	return true, nil
 }
 
 // joinReceipts records receipts the nodes returned since the last sweep, and releases the
@@ -325,7 +429,7 @@ func (p *Producer) joinReceipts(ctx context.Context, v *view, ns map[string]*nod
 	for _, row := range v.set.Slots {
 		n := ns[row.NodeID]
 		if n == nil || n.Status == nodes.StatusRemoved || n.Retirement != nil && n.Retirement.Disposition == nodes.DispositionLost {
-			p.log.Warn("slot released: its node is gone", "service_id", v.set.ServiceID, "replica", row.Replica, "node_id", row.NodeID, "workload_id", row.WorkloadID)
+			p.log.Warn("slot released: its node is gone", "service", serviceName(v.svc), "service_id", v.set.ServiceID, "replica", row.Replica, "node_id", row.NodeID, "workload_id", row.WorkloadID)
 			if err := p.cfg.Catalog.RemoveWorkload(ctx, row.WorkloadID); err != nil {
 				return false, err
 			}
@@ -466,8 +570,19 @@ func slotOf(row SlotRow, w *services.Workload, spec *SpecDoc) slots.Slot {
 	}
 	if w != nil {
 		s.Observed = observation(w, spec)
+		s.Observed.Unhealthy = w.Health == "failing"
+		s.Observed.Failure = decisionFailure(ownFailure(row, w))
 	}
+	s.Carried, s.CarriedKey = decisionFailure(row.LastFailure), row.FailureKey
 	return s
+}
+
+// decisionFailure reduces a stored failure (nil: none) to what a verdict names.
+func decisionFailure(f *services.Failure) *slots.Failure {
+	if f == nil {
+		return nil
+	}
+	return &slots.Failure{Kind: f.Kind, ExitCode: f.ExitCode, Signal: f.Signal, ProbeURL: f.ProbeURL, ProbeStatus: f.ProbeStatus}
 }
 
 // observation maps a workload's reported status onto the decision's phases: an attempt that
@@ -542,7 +657,7 @@ func (p *Producer) commit(ctx context.Context, id string, made slots.SlotPlan, n
 		if p.cfg.Admit != nil {
 			ok, reasons, err := p.cfg.Admit.AdmitDeploy(ctx, v.svc, replicaIndex(made.Replica), n)
 			if err != nil || !ok {
-				p.log.Warn("run not admitted by the deploy policy", "service_id", id, "replica", made.Replica, "node_id", n.ID, "reasons", reasons, "err", err)
+				p.log.Warn("run not admitted by the deploy policy", "service", serviceName(v.svc), "service_id", id, "replica", made.Replica, "node_id", n.ID, "reasons", reasons, "err", err)
 				return errNotAdmitted
 			}
 		}
@@ -555,6 +670,7 @@ func (p *Producer) commit(ctx context.Context, id string, made slots.SlotPlan, n
 		if idx >= 0 {
 			old := rows[idx]
 			settled = old.WorkloadID
+			row.LastFailure, row.FailureKey = carry(old, v.workloads[old.WorkloadID])
 			row.Ancestors = append([]AttemptRow{old.Attempt}, old.Ancestors...)
 			row.Ancestors = row.Ancestors[:min(len(row.Ancestors), slots.MaxAncestors)]
 			rows[idx] = row
@@ -572,7 +688,7 @@ func (p *Producer) commit(ctx context.Context, id string, made slots.SlotPlan, n
 	if err := p.cfg.Store.writeSlots(ctx, v.set, rows); err != nil {
 		return err
 	}
-	p.log.Info("slot step committed", "service_id", id, "replica", made.Replica, "case", d.Case, "step", d.Step, "node_id", fresh.NodeID)
+	p.log.Info("slot step committed", "service", serviceName(v.svc), "service_id", id, "replica", made.Replica, "case", d.Case, "step", d.Step, "node_id", fresh.NodeID)
 	if w != nil {
 		if settled != "" {
 			if err := p.cfg.Catalog.RemoveWorkload(ctx, settled); err != nil {
@@ -647,11 +763,17 @@ func desiredStatus(gen int) string {
 }
 
 // workloadFor returns the workload document of row's attempt.
+// It starts with the slot's carried failure, so the slot's last failure shows across attempts.
 func (p *Producer) workloadFor(svc *services.Service, row SlotRow) *services.Workload {
-	return &services.Workload{ID: row.WorkloadID, ProjectID: svc.ProjectID, Project: svc.Project, ServiceID: svc.ID, Service: svc.Name,
+	w := &services.Workload{ID: row.WorkloadID, ProjectID: svc.ProjectID, Project: svc.Project, ServiceID: svc.ID, Service: svc.Name,
 		Slot: replicaIndex(row.Replica), Replica: row.Replica, AttemptID: row.Attempt.ID, NodeID: row.NodeID, SpecHash: row.Attempt.Key,
 		Run:           services.InvocationOf(svc),
 		DesiredStatus: services.DesiredRunning, ObservedStatus: "creating", Health: "unknown", CreatedAt: p.cfg.Now().UTC()}
+	if f := row.LastFailure; f != nil {
+		c := *f
+		w.LastFailure, w.FailureBase = &c, f.Count
+	}
+	return w
 }
 
 // workloadID derives the workload id of an attempt, so a repeated commit or repair creates the

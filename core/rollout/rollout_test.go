@@ -69,13 +69,19 @@ type harness struct {
 
 func newHarness(t *testing.T, nodeCount int) *harness {
 	t.Helper()
+	return newHarnessWith(t, nodeCount, nil)
+}
+
+// newHarnessWith is newHarness with the producer's metrics (nil: none).
+func newHarnessWith(t *testing.T, nodeCount int, m *rollout.Metrics) *harness {
+	t.Helper()
 	st := storetest.Open(t)
 	h := &harness{t: t, ctx: context.Background(), clk: clocktest.New(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)),
 		sink: &sink{}, down: map[string]bool{}, crash: map[string]bool{}}
 	h.reg = nodes.NewRegistry(st, h.clk.Now)
 	h.cat = services.NewCatalog(st, h.clk.Now)
 	h.rs = rollout.NewStore(st, h.cat, h.clk.Now)
-	h.prod = rollout.NewProducer(rollout.Config{Store: h.rs, Catalog: h.cat, Nodes: h.reg, Now: h.clk.Now})
+	h.prod = rollout.NewProducer(rollout.Config{Store: h.rs, Catalog: h.cat, Nodes: h.reg, Now: h.clk.Now, Metrics: m})
 	h.rec = reconciler.New(reconciler.Config{Catalog: h.cat, Nodes: h.reg, Routes: h.sink, Compiler: routes.Native{}, Rollout: h.prod})
 	for range nodeCount {
 		tok, _, err := h.reg.CreateJoinToken(h.ctx, 0)

@@ -59,6 +59,32 @@ type SlotRow struct {
 	// Ancestors are the attempts before Attempt, newest first, at most slots.MaxAncestors.
 	Ancestors   []AttemptRow `bson:"ancestors,omitempty"`
 	CommittedAt time.Time    `bson:"committed_at"`
+	// LastFailure is the newest failure of the slot's earlier attempts, carried from attempt to
+	// attempt when a successor is committed (its Count sums theirs), and FailureKey the attempt
+	// key that failed; nil when none of them failed. The current attempt's own failure is on its
+	// workload.
+	LastFailure *services.Failure `bson:"last_failure,omitempty"`
+	FailureKey  string            `bson:"failure_key,omitempty"`
+}
+
+// carry returns the failure a successor of row inherits, with w the workload of row's attempt
+// (nil when gone): w's own failure when it reported one (its count already includes the earlier
+// attempts', [services.Workload.FailureBase]), otherwise row's carried failure.
+func carry(row SlotRow, w *services.Workload) (*services.Failure, string) {
+	if f := ownFailure(row, w); f != nil {
+		return f, row.Attempt.Key
+	}
+	return row.LastFailure, row.FailureKey
+}
+
+// ownFailure returns the failure the node reported of w, row's current attempt, and nil while
+// w shows only the failure it inherited from the earlier attempts.
+func ownFailure(row SlotRow, w *services.Workload) *services.Failure {
+	if w == nil || w.LastFailure == nil || w.LastFailure.Equal(row.LastFailure) {
+		return nil
+	}
+	f := *w.LastFailure
+	return &f
 }
 
 // SlotSet is a document of collection "slots": every slot of one service (_id the service id).
@@ -81,6 +107,9 @@ type StatusDoc struct {
 	// change does not move the spec revision, so a verdict older than the service is not yet
 	// about what the service runs now.
 	ServiceRevision int64 `bson:"service_revision"`
+	// Progress is how far the current rollout came (docs/reconciliation.md section 7.2); nil
+	// before the first sweep kept one, and for a service being deleted.
+	Progress *slots.Progress `bson:"progress,omitempty"`
 }
 
 // Store reads and writes runtime specs, slot sets and verdicts.
@@ -358,16 +387,23 @@ func (s *Store) Verdict(ctx context.Context, serviceID string) (*StatusDoc, erro
 // none stored) or prev was decided over another service revision, and reports whether the
 // verdict itself changed (its changed_at moves only then). The verdict document has a single
 // writer, the sweep.
-func (s *Store) writeVerdict(ctx context.Context, serviceID string, prev *StatusDoc, v slots.Verdict, svcRev int64) (bool, error) {
+//
+// progress (nil: none) is written with it, and a change of progress alone writes too.
+func (s *Store) writeVerdict(ctx context.Context, serviceID string, prev *StatusDoc, v slots.Verdict, svcRev int64, progress *slots.Progress) (bool, error) {
 	var pv *slots.Verdict
 	if prev != nil {
 		pv = &prev.Verdict
 	}
 	changed := slots.VerdictChanged(pv, v)
-	if !changed && prev.ServiceRevision == svcRev {
+	if !changed && prev.ServiceRevision == svcRev && sameProgress(prev.Progress, progress) {
 		return false, nil
 	}
-	d := StatusDoc{ServiceID: serviceID, Verdict: v, ChangedAt: s.now().UTC(), ServiceRevision: svcRev}
+	if progress != nil {
+		p := *progress
+		p.At = p.At.UTC().Truncate(time.Millisecond) // as stored
+		progress = &p
+	}
+	d := StatusDoc{ServiceID: serviceID, Verdict: v, ChangedAt: s.now().UTC(), ServiceRevision: svcRev, Progress: progress}
 	if !changed {
 		d.ChangedAt = prev.ChangedAt
 	}
@@ -375,6 +411,17 @@ func (s *Store) writeVerdict(ctx context.Context, serviceID string, prev *Status
 		return false, fmt.Errorf("store verdict of %s: %w", serviceID, err)
 	}
 	return changed, nil
+}
+
+// sameProgress reports whether a and b (either nil) are the same progress, to the millisecond
+// the store keeps.
+func sameProgress(a, b *slots.Progress) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	x, y := *a, *b
+	x.At, y.At = x.At.UTC().Truncate(time.Millisecond), y.At.UTC().Truncate(time.Millisecond)
+	return x == y
 }
 
 // forget removes a service's spec, slot set and verdict (the end of its deletion).
@@ -385,4 +432,12 @@ func (s *Store) forget(ctx context.Context, serviceID string) error {
 		}
 	}
 	return nil
+}
+
+// SlotFailure returns the newest failure of a slot with row and its current workload w (nil
+// when gone), as the views show it: the workload's own (counted across attempts) or the one the
+// slot carries. nil when no attempt of the slot failed.
+func SlotFailure(row SlotRow, w *services.Workload) *services.Failure {
+	f, _ := carry(row, w)
+	return f
 }

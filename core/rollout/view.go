@@ -39,6 +39,9 @@ func (v Views) Slots(ctx context.Context, svc *services.Service) ([]client.SlotV
 		sv := client.SlotView{ServiceID: svc.ID, Replica: row.Replica, NodeID: row.NodeID, WorkloadID: row.WorkloadID,
 			AttemptID: row.Attempt.ID, Disposition: slots.Generation(row.Generation).String(),
 			TerminalReceipts: max(row.Acked-int(slots.GenRun), 0), Delivery: "undelivered"}
+		if len(row.Ancestors) > 0 {
+			sv.PreviousWorkloadID = workloadID(svc.ID, row.Replica, row.Ancestors[0].ID)
+		}
 		if key, ok := currentKey(svc, spec, row); ok {
 			sv.Current = key == row.Attempt.Key
 		}
@@ -52,6 +55,7 @@ func (v Views) Slots(ctx context.Context, svc *services.Service) ([]client.SlotV
 			if o.Phase == slots.PhaseFailed {
 				sv.Observation.Message = w.Message
 			}
+			sv.LastFailure = APIFailure(SlotFailure(row, w))
 			rev, ok := applied[row.NodeID]
 			if !ok {
 				if n, err := v.Nodes.Get(ctx, row.NodeID); err == nil {
@@ -62,8 +66,11 @@ func (v Views) Slots(ctx context.Context, svc *services.Service) ([]client.SlotV
 			if w.StatusRev > 0 && rev >= w.StatusRev {
 				sv.Delivery = "delivered"
 			}
-		} else if row.Acked == row.Generation {
-			sv.Delivery = "delivered"
+		} else {
+			sv.LastFailure = APIFailure(row.LastFailure)
+			if row.Acked == row.Generation {
+				sv.Delivery = "delivered"
+			}
 		}
 		out = append(out, sv)
 	}
@@ -107,6 +114,9 @@ func (v Views) Rollout(ctx context.Context, svc *services.Service) (*client.Roll
 	}
 	desired := 0
 	for _, r := range rows {
+		if out.WaitingOn == nil && !svc.Deleting {
+			out.WaitingOn = waitOf(r, out.Verdict)
+		}
 		if r.Disposition != "run" {
 			continue
 		}
@@ -124,13 +134,64 @@ func (v Views) Rollout(ctx context.Context, svc *services.Service) (*client.Roll
 	return out, nil
 }
 
-// VerdictOf returns the verdict of svc as the API shows it, nil when none was decided. A stored
+// waitOf returns what slot r waits on under verdict v, nil when r runs the current attempt
+// ready. A waiting or refused verdict's reason is the slot's when the slot failed or is not
+// ready; otherwise the slot's own state says it.
+func waitOf(r client.SlotView, v client.Verdict) *client.SlotWait {
+	if r.Disposition == "run" && r.Current && r.Observation.Ready {
+		return nil
+	}
+	w := &client.SlotWait{Replica: r.Replica, NodeID: r.NodeID, WorkloadID: r.WorkloadID, LastFailure: r.LastFailure}
+	switch {
+	case r.Disposition == "stop":
+		w.Reason = "stopping"
+	case r.Disposition == "remove":
+		w.Reason = "removing"
+	case !r.Current:
+		w.Reason = "outdated"
+	case (v.State == string(slots.Waiting) || v.State == string(slots.Refused)) && v.Reason != "":
+		w.Reason = v.Reason
+	case r.Observation.Phase == string(slots.PhaseRunning):
+		w.Reason = "not ready"
+	case r.Observation.Phase == string(slots.PhaseFailed):
+		w.Reason = "failed"
+	default:
+		w.Reason = "starting"
+	}
+	return w
+}
+
+// APIFailure returns f as the API shows it, nil for nil.
+func APIFailure(f *services.Failure) *client.Failure {
+	if f == nil {
+		return nil
+	}
+	return &client.Failure{Kind: f.Kind, ExitCode: f.ExitCode, Signal: f.Signal, ProbeURL: f.ProbeURL, ProbeStatus: f.ProbeStatus,
+		Message: f.Message, At: f.At, Count: f.Count}
+}
+
+// VerdictOf returns the verdict of svc as the API shows it: converging for a portable service
+// no sweep decided yet, nil for a stateful or deleting one without a verdict. A stored
 // verdict decided over an older revision of the service (a release change, which leaves the
 // spec revision as it is) or of its spec reads as converging until the next sweep decides again.
 func (v Views) VerdictOf(ctx context.Context, svc *services.Service) (*client.Verdict, error) {
 	d, err := v.Store.Verdict(ctx, svc.ID)
-	if err != nil || d == nil {
+	if err != nil {
 		return nil, err
+	}
+	if d == nil {
+		// Right after an apply no sweep has decided yet: a portable service is on its way.
+		// Stateful services run under their lease, without a verdict.
+		if svc.Stateful() || svc.Deleting {
+			return nil, nil
+		}
+		out := &client.Verdict{State: string(slots.Converging), ChangedAt: svc.UpdatedAt}
+		if spec, err := v.Store.Spec(ctx, svc.ID); err != nil {
+			return nil, err
+		} else if spec != nil {
+			out.SpecRevision = spec.Revision
+		}
+		return out, nil
 	}
 	spec, err := v.Store.Spec(ctx, svc.ID)
 	if err != nil {

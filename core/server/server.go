@@ -328,11 +328,12 @@ func Run(ctx context.Context, cfg Config) error {
 				rec.HintNode(reason, nodeID)
 			}
 		},
+		Metrics: metrics,
 	})
 	rec = reconciler.New(reconciler.Config{
 		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: ext.compiler,
 		Admit: policy.Deploy{Engine: ext.policy}, Logger: log, Sweep: cfg.Sweep,
-		Leases: leases, LeaseSender: sessions, Secrets: &delivery.Sealer{Secrets: sec},
+		Leases: leases, LeaseSender: sessions, Secrets: &delivery.Sealer{Secrets: sec}, Events: evlog, Metrics: metrics,
 	})
 
 	for kind, count := range map[string]func() int64{

@@ -154,6 +154,17 @@ type Service struct {
 	// command, environment, port, limits, health check), for `rollout undo`; nil when that
 	// never changed.
 	Previous *Invocation `bson:"previous,omitempty"`
+	// Volumes are the service's persistent directories on the node that runs it, kept across
+	// rollouts and agent restarts (docs/node-protocol.md section 6.6).
+	Volumes []Volume `bson:"volumes,omitempty"`
+	// ProgressDeadlineS is how long, in seconds, a rollout may go without progress before it
+	// is failed (0: the default, 600); AutoRollback says whether a failed rollout restores
+	// Previous (docs/reconciliation.md section 7.2).
+	ProgressDeadlineS int  `bson:"progress_deadline_s,omitempty"`
+	AutoRollback      bool `bson:"auto_rollback,omitempty"`
+	// RollbackOf is the revision whose failed rollout an automatic rollback undid, set on the
+	// revision that rollback wrote (0 otherwise); a rollback is never itself rolled back.
+	RollbackOf int64 `bson:"rollback_of,omitempty"`
 
 	// Runtime is the node runtime driver: "process" (also when empty) or
 	// "containerd"; Image, User, MemoryMB and CPUMillis are the container
@@ -289,6 +300,47 @@ type Workload struct {
 	// its own) since it was last ready; nil while it is not failed. The failure backoff counts
 	// from it.
 	FailedAt *time.Time `bson:"failed_at,omitempty"`
+	// LastFailure is the newest failure the node reported of this attempt
+	// (docs/node-protocol.md section 5.3.1); nil while it reported none.
+	LastFailure *Failure `bson:"last_failure,omitempty"`
+	// FailureBase is the failure count of the slot's earlier attempts, added to the counts the
+	// node reports of this one; a successor starts with its slot's carried failure as
+	// LastFailure, so the slot's last failure stays visible across attempts.
+	FailureBase int `bson:"failure_base,omitempty"`
+}
+
+// Volume is one persistent directory of a service: a name unique within it and, for
+// containers, the path it is mounted at.
+type Volume struct {
+	Name string `bson:"name" json:"name"`
+	Path string `bson:"path,omitempty" json:"path,omitempty"`
+}
+
+// Failure is one failure of a workload as the core keeps it: the node's
+// report (docs/node-protocol.md section 5.3.1). Kind is exit, signal, probe,
+// start or image; ExitCode is set for exit, Signal for signal, ProbeURL and
+// ProbeStatus (0: no HTTP answer) for probe; At is the node's clock; Count
+// is how many failures of the attempt (or, on a slot, of the slot's attempts
+// so far) were reported.
+type Failure struct {
+	Kind        string    `bson:"kind" json:"kind"`
+	ExitCode    *int      `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
+	Signal      int       `bson:"signal,omitempty" json:"signal,omitempty"`
+	ProbeURL    string    `bson:"probe_url,omitempty" json:"probe_url,omitempty"`
+	ProbeStatus int       `bson:"probe_status,omitempty" json:"probe_status,omitempty"`
+	Message     string    `bson:"message,omitempty" json:"message,omitempty"`
+	At          time.Time `bson:"at" json:"at"`
+	Count       int       `bson:"count" json:"count"`
+}
+
+// Equal reports whether f and g (either may be nil) describe the same failure.
+func (f *Failure) Equal(g *Failure) bool {
+	if f == nil || g == nil {
+		return f == nil && g == nil
+	}
+	sameCode := (f.ExitCode == nil) == (g.ExitCode == nil) && (f.ExitCode == nil || *f.ExitCode == *g.ExitCode)
+	return sameCode && f.Kind == g.Kind && f.Signal == g.Signal && f.ProbeURL == g.ProbeURL &&
+		f.ProbeStatus == g.ProbeStatus && f.Message == g.Message && f.At.Equal(g.At) && f.Count == g.Count
 }
 
 // Invocation is what a workload runs: the release and everything the service says about running
@@ -514,6 +566,7 @@ func SameDeclaration(a, b *Service) bool {
 		n := *s
 		n.ID, n.ProjectID, n.Project, n.Revision = "", "", "", 0
 		n.CreatedAt, n.UpdatedAt, n.Deleting, n.Previous, n.LogOutbox = time.Time{}, time.Time{}, false, nil, nil
+		n.RollbackOf = 0
 		if len(n.Env) == 0 {
 			n.Env = nil
 		}
@@ -528,6 +581,9 @@ func SameDeclaration(a, b *Service) bool {
 		}
 		if len(n.Labels) == 0 {
 			n.Labels = nil
+		}
+		if len(n.Volumes) == 0 {
+			n.Volumes = nil
 		}
 		if len(n.Command) == 0 {
 			n.Command = nil
@@ -624,10 +680,34 @@ func (c *Catalog) MarkDeleting(ctx context.Context, p *Project, name string, exp
 // the runtime spec are not touched. Errors: ErrServiceNotFound, ErrServiceDeleting,
 // ErrNoPreviousRelease, ErrRevisionConflict.
 func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Service, error) {
+	return c.UndoReleaseAt(ctx, p, name, nil)
+}
+
+// UndoReleaseAt is [Catalog.UndoRelease] of the service only while it is at revision expected
+// (nil: any), so an undo an operator reviewed ([UndoChanges]) changes exactly what was shown;
+// another revision is ErrRevisionConflict.
+func (c *Catalog) UndoReleaseAt(ctx context.Context, p *Project, name string, expected *int64) (*Service, error) {
 	cur, err := c.GetService(ctx, p, name)
 	if err != nil {
 		return nil, err
 	}
+	if expected != nil && *expected != cur.Revision {
+		return nil, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, name, cur.Revision, *expected)
+	}
+	return c.undo(ctx, cur, false)
+}
+
+// RollBack is the automatic rollback of a failed rollout (docs/reconciliation.md section 7.2):
+// [Catalog.UndoRelease] of cur, the service as the sweep read it, with one compare-and-set on
+// cur's revision, so a rollback decided twice over one revision writes once (the second is
+// ErrRevisionConflict). The revision it writes records RollbackOf. Errors are UndoRelease's.
+func (c *Catalog) RollBack(ctx context.Context, cur *Service) (*Service, error) {
+	return c.undo(ctx, cur, true)
+}
+
+func (c *Catalog) undo(ctx context.Context, cur *Service, auto bool) (*Service, error) {
+	p := &Project{ID: cur.ProjectID, Name: cur.Project}
+	name := cur.Name
 	switch {
 	case cur.Deleting:
 		return nil, fmt.Errorf("%w: %s/%s", ErrServiceDeleting, p.Name, name)
@@ -641,11 +721,14 @@ func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Se
 	next.Command, next.Env, next.Port, next.User = back.Command, back.Env, back.Port, back.User
 	next.Secrets, next.SecretSets, next.ResolvedSecrets = back.Secrets, back.SecretSets, back.ResolvedSecrets
 	next.MemoryMB, next.CPUMillis, next.HealthCheck, next.Previous = back.MemoryMB, back.CPUMillis, back.HealthCheck, now
-	next.Revision, next.UpdatedAt = cur.Revision+1, t
+	next.Revision, next.UpdatedAt, next.RollbackOf = cur.Revision+1, t, 0
+	if auto {
+		next.RollbackOf = cur.Revision
+	}
 	update := bson.M{"$set": bson.M{
 		"runtime": back.Runtime, "bundle": back.Bundle, "bundle_digest": back.BundleDigest, "image": back.Image,
 		"command": back.Command, "env": back.Env, "secrets": back.Secrets, "secret_sets": back.SecretSets, "resolved_secrets": back.ResolvedSecrets, "port": back.Port, "user": back.User, "memory_mb": back.MemoryMB,
-		"cpu_millis": back.CPUMillis, "health_check": back.HealthCheck, "previous": now, "updated_at": t}}
+		"cpu_millis": back.CPUMillis, "health_check": back.HealthCheck, "previous": now, "updated_at": t, "rollback_of": next.RollbackOf}}
 	pend, logged, err := logChange(ctx, cur.ID, node.OpUpdate, &next)
 	if err != nil {
 		return nil, err
@@ -809,6 +892,9 @@ type Observation struct {
 	Address        string
 	RestartCount   int
 	Message        string
+	// LastFailure is the node's newest failure of the workload; nil keeps
+	// the one stored (a failure is never forgotten by a report that omits it).
+	LastFailure *Failure
 }
 
 // Observe records a node's report of its workloads. Only workloads placed on
@@ -828,12 +914,22 @@ func (c *Catalog) Observe(ctx context.Context, nodeID string, obs []Observation)
 		if err != nil {
 			return changed, fmt.Errorf("record observation of %s: %w", o.WorkloadID, err)
 		}
+		var reported *Failure
+		if o.LastFailure != nil {
+			f := *o.LastFailure
+			f.At, f.Count = f.At.UTC().Truncate(time.Millisecond), f.Count+cur.FailureBase // as stored (BSON keeps milliseconds)
+			reported = &f
+		}
+		newFailure := reported != nil && !reported.Equal(cur.LastFailure)
 		if cur.NodeID != nodeID || (cur.ObservedStatus == o.ObservedStatus && cur.Health == o.Health &&
-			cur.Address == o.Address && cur.RestartCount == o.RestartCount && cur.Message == o.Message) {
+			cur.Address == o.Address && cur.RestartCount == o.RestartCount && cur.Message == o.Message && !newFailure) {
 			continue
 		}
 		set := bson.M{"observed_status": o.ObservedStatus, "health": o.Health, "address": o.Address,
 			"restart_count": o.RestartCount, "message": o.Message, "observed_at": now}
+		if newFailure {
+			set["last_failure"] = *reported
+		}
 		switch {
 		case o.ObservedStatus == "running" && o.Health == "passing":
 			set["ever_ready"], set["failed_at"] = true, nil

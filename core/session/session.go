@@ -17,8 +17,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
@@ -72,6 +74,9 @@ type Config struct {
 	// CoreVersion is the version agents are judged against by the skew
 	// rule (docs/upgrades.md section 2); empty means internal/version.Version.
 	CoreVersion string
+	// Metrics, when not nil, is where the server registers its families (messages by type,
+	// heartbeats, open sessions, ended sessions by reason); nil counts nothing.
+	Metrics prometheus.Registerer
 }
 
 // Server accepts node sessions; one per node, the newest wins.
@@ -85,7 +90,8 @@ type Server struct {
 	wg       sync.WaitGroup
 
 	// keys are the current signing key and the retired ones ([Server.RotateSigningKey]).
-	keys keyRing
+	keys    keyRing
+	metrics *metrics
 }
 
 // New returns a Server.
@@ -109,6 +115,7 @@ func New(cfg Config) *Server {
 		cfg.CoreVersion = version.Version
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "session"), sessions: map[string]*conn{}}
+	s.metrics = newMetrics(cfg.Metrics, s)
 	s.keys.current = cfg.SigningKey
 	s.keys.retired = map[string]ed25519.PrivateKey{}
 	for id, k := range cfg.RetiredKeys {
@@ -230,11 +237,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("node disconnected", "node_id", c.nodeID, "session", c.id, "reason", reason)
 	// A session replaced by a newer one is not a disconnection of the node.
+	switch {
+	case !current:
+		s.metrics.sessionEnded("replaced")
+	case c.removed.Load():
+		s.metrics.sessionEnded("removed")
+	}
 	if current && c.welcomed.Load() && !c.removed.Load() {
 		why := "session_closed"
 		if reason == "heartbeat_timeout" {
 			why = "heartbeat_timeout"
 		}
+		s.metrics.sessionEnded(why)
 		s.emit(uctx, events.Core(events.TypeNodeDisconnected, c.nodeID, map[string]any{"reason": why, "detail": reason}, time.Now()))
 	}
 	s.cfg.OnChange("node.disconnected")
@@ -478,6 +492,7 @@ func (s *Server) refuseFirst(ctx context.Context, c *conn, re, msg string) strin
 
 func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string {
 	s.seen(ctx, c, nil)
+	s.metrics.message(env.Type)
 	switch env.Type {
 	case node.TypeHeartbeat:
 	case node.TypeEvent:
@@ -570,12 +585,34 @@ func (s *Server) foreignWorkload(ctx context.Context, c *conn, id string) string
 	}
 }
 
+// failureOf converts a reported failure (nil: none) into the core's record of it. A kind
+// outside the five of docs/node-protocol.md section 5.3.1 is kept as reported: it is shown,
+// never decided on.
+func failureOf(f *node.Failure) *services.Failure {
+	if f == nil || f.Kind == "" {
+		return nil
+	}
+	return &services.Failure{Kind: clip(string(f.Kind), 32), ExitCode: f.ExitCode, Signal: f.Signal, ProbeURL: clip(f.ProbeURL, 512),
+		ProbeStatus: f.ProbeStatus, Message: clip(f.Message, 1024), At: f.At, Count: f.Count}
+}
+
+// clip bounds a string a node reports to n bytes, cut at a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
 func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {
 	obs := make([]services.Observation, 0, len(rep.Workloads))
 	for _, w := range rep.Workloads {
 		obs = append(obs, services.Observation{
 			WorkloadID: w.WorkloadID, ObservedStatus: w.ObservedStatus, Health: w.Health,
-			Address: w.Address, RestartCount: w.RestartCount, Message: w.Message,
+			Address: w.Address, RestartCount: w.RestartCount, Message: w.Message, LastFailure: failureOf(w.LastFailure),
 		})
 	}
 	changed, err := s.cfg.Catalog.Observe(ctx, c.nodeID, obs)

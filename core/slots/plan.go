@@ -229,15 +229,33 @@ func PlanService(in ServiceInput) Plan {
 }
 
 // verdict applies the precedence refused > waiting > converging > converged.
+//
+// A waiting verdict of a failed slot names its failure ([CrashLoopReason]); a slot whose run is
+// up at the desired key with its readiness probe failing, or whose successor has not been ready
+// since an earlier attempt at the same key failed, makes the service wait on that
+// ([UnhealthyReason], [CrashLoopReason]) instead of converging. The first slot in replica order
+// names the reason.
 func verdict(in ServiceInput, plans []SlotPlan) Verdict {
 	v := Verdict{SpecRevision: in.SpecRevision}
 	invalid, backoff, settled := false, false, true
+	var backoffReason, stuck Reason
 	for _, p := range plans {
 		switch p.Decision.Case {
 		case CaseInvalid:
 			invalid = true
 		case CaseFailedWaiting:
+			if !backoff {
+				backoffReason = CrashLoopReason(p.Input.Slot.Observed.Failure)
+			}
 			backoff = true
+		case CaseRunning:
+			if stuck == "" {
+				stuck = stuckReason(p.Input.Slot)
+			}
+		case CaseStopReceiptPending, CaseRemove, CaseRemoveReceiptPending, CaseAdmitRunSuccessor:
+			if stuck == "" && p.Input.Desired {
+				stuck = replacingReason(p.Input.Slot, p.Input.DesiredKey)
+			}
 		}
 		s := p.Input.Slot
 		switch p.Decision.Case {
@@ -260,13 +278,55 @@ func verdict(in ServiceInput, plans []SlotPlan) Verdict {
 	case in.Blocker != nil:
 		v.State, v.Reason = Waiting, in.Blocker.Reason
 	case backoff:
-		v.State, v.Reason = Waiting, ReasonFailureBackoff
+		v.State, v.Reason = Waiting, backoffReason
+	case stuck != "":
+		v.State, v.Reason = Waiting, stuck
 	case settled && in.Unplaced == 0:
 		v.State = Converged
 	default:
 		v.State = Converging
 	}
 	return v
+}
+
+// stuckReason returns why a slot the table finds running at its desired key cannot become
+// ready, "" when nothing says it cannot: its probe fails, or its attempt succeeds one that
+// failed at the same key and was not ready since.
+func stuckReason(s Slot) Reason {
+	o := s.Observed
+	if o.Phase == PhaseRunning && o.Ready {
+		return ""
+	}
+	if f := o.Failure; o.Phase == PhaseRunning && o.Unhealthy && f != nil && f.Kind == FailureProbe {
+		return UnhealthyReason(*f)
+	}
+	if c := s.Carried; c != nil && !o.EverReady && s.Attempt.Predecessor != "" && s.CarriedKey == s.Attempt.Key {
+		if c.Kind == FailureProbe {
+			return UnhealthyReason(*c)
+		}
+		return CrashLoopReason(c)
+	}
+	return ""
+}
+
+// replacingReason returns why a desired slot that is being replaced after a failure waits: the
+// failure of its attempt when that attempt ran desiredKey, else the failure it carries from an
+// earlier attempt at desiredKey; "" for a replacement with no failure at the desired key behind
+// it (a drift to a new release).
+func replacingReason(s Slot, desiredKey string) Reason {
+	f := s.Carried
+	if s.Attempt.Key == desiredKey && s.Observed.Failure != nil {
+		f = s.Observed.Failure
+	} else if s.CarriedKey != desiredKey {
+		return ""
+	}
+	switch {
+	case f == nil:
+		return ""
+	case f.Kind == FailureProbe:
+		return UnhealthyReason(*f)
+	}
+	return CrashLoopReason(f)
 }
 
 // ReasonSlotSettlementPending is the deletion finalizer's wait while a slot is not settled.

@@ -55,6 +55,11 @@ type Observation struct {
 	// AcceptedAt is the core's own clock when it accepted the report (never the node's clock): the
 	// failure backoff is measured from it. Zero when Phase is PhaseNone.
 	AcceptedAt time.Time
+	// Unhealthy reports whether the node reports the run's readiness probe failing (health
+	// failing, not merely unknown).
+	Unhealthy bool
+	// Failure is the newest failure the node reported of this attempt; nil for none.
+	Failure *Failure
 }
 
 // Attempt is one run of a slot: what it runs (Key), its id, and the attempt it succeeds.
@@ -89,6 +94,11 @@ type Slot struct {
 	// Ancestors are the attempts before Attempt, newest first, as returned by [Ancestry]; only
 	// the first eight are read.
 	Ancestors []Attempt
+	// Carried is the last failure of an earlier attempt of the slot, kept across attempts, and
+	// CarriedKey the attempt key that failed; nil when no earlier attempt failed. A successor
+	// at the same key that has not been ready yet still waits on it.
+	Carried    *Failure
+	CarriedKey string
 }
 
 // MaxAncestors is how far back the failure backoff walks a slot's attempt chain.

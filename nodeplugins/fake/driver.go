@@ -562,10 +562,12 @@ func (d *Driver) serve(w *workload) {
 	}
 	id := w.rec.WorkloadID
 	w.ln = ln
-	w.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(rw, "fake workload "+id+"\n")
 	})}
-	go func() { _ = w.srv.Serve(ln) }()
+	w.srv = srv
+	// The goroutine serves its own server: an unserve racing it clears w.srv.
+	go func() { _ = srv.Serve(ln) }()
 }
 
 func (d *Driver) unserve(w *workload) {

@@ -37,6 +37,20 @@ func (c *Client) WorkloadLogs(ctx context.Context, workloadID string, tail int) 
 	return &out, nil
 }
 
+// NodeLogs is WorkloadLogs addressed to a node, for a workload the core may no longer list,
+// such as a slot's previous attempt (GET /api/v1/nodes/{id}/logs?workload=...).
+func (c *Client) NodeLogs(ctx context.Context, nodeID, workloadID string, tail int) (*WorkloadLogs, error) {
+	q := url.Values{"workload": {workloadID}}
+	if tail > 0 {
+		q.Set("tail", strconv.Itoa(tail))
+	}
+	var out WorkloadLogs
+	if err := c.do(ctx, http.MethodGet, "/nodes/"+url.PathEscape(nodeID)+"/logs", q, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // FollowWorkloadLogs streams the workload's output: the newest tail lines
 // (0: the node's default of 100), then new lines as they come, calling fn for
 // each until ctx ends, the stream ends, or fn returns an error (returned).

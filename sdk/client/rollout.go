@@ -114,6 +114,24 @@ type SlotView struct {
 	// Delivery is "delivered" once the node applied a desired state carrying the disposition,
 	// "undelivered" until then.
 	Delivery string `json:"delivery"`
+	// LastFailure is the newest failure of the slot across its attempts; nil when none failed.
+	LastFailure *Failure `json:"last_failure,omitempty"`
+	// PreviousWorkloadID is the workload of the attempt before the current one ("" for the
+	// slot's first), whose output the node keeps for a while after removing it
+	// (GET /nodes/{node_id}/logs?workload=...).
+	PreviousWorkloadID string `json:"previous_workload_id,omitempty"`
+}
+
+// SlotWait names the slot a rollout waits on: the first slot in replica order that does not
+// yet run the current attempt ready, with why (the verdict's reason when the verdict waits on
+// it, otherwise its state: "not ready", "starting", "outdated", "stopping", "removing") and its
+// last failure.
+type SlotWait struct {
+	Replica     string   `json:"replica"`
+	NodeID      string   `json:"node_id"`
+	WorkloadID  string   `json:"workload_id"`
+	Reason      string   `json:"reason"`
+	LastFailure *Failure `json:"last_failure,omitempty"`
 }
 
 // RolloutStatus is the answer of GET .../services/{name}/rollout: how far the service is on its
@@ -134,6 +152,9 @@ type RolloutStatus struct {
 	Outdated int `json:"outdated"`
 	// Deleting reports whether the service is being deleted.
 	Deleting bool `json:"deleting"`
+	// WaitingOn is the slot the rollout waits on; nil when every desired slot runs the current
+	// attempt ready.
+	WaitingOn *SlotWait `json:"waiting_on,omitempty"`
 }
 
 // GetRuntimeSpec reads a service's runtime spec (GET /projects/{project}/services/{name}/spec).
@@ -182,8 +203,40 @@ func (c *Client) Rollout(ctx context.Context, project, name string) (*RolloutSta
 // Errors: "no_previous_release" when the service never ran another release, "revision_conflict"
 // when the service changed concurrently, "service_deleting".
 func (c *Client) RolloutUndo(ctx context.Context, project, name string) (*Service, error) {
-	var out Service
-	if err := c.doJSON(ctx, http.MethodPost, servicePath(project, name)+"/rollout/undo", struct{}{}, true, &out); err != nil {
+	r, err := c.RolloutUndoWith(ctx, project, name, UndoRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return &r.Service, nil
+}
+
+// UndoRequest is the body of POST .../rollout/undo: DryRun asks only for the changes;
+// ExpectedRevision (nil: the revision the server reads) undoes only at that revision.
+type UndoRequest struct {
+	DryRun           bool   `json:"dry_run,omitempty"`
+	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
+}
+
+// UndoChange is one field an undo changes. Env names keys only: "-K" leaves, "+K" arrives, "~K"
+// changes value.
+type UndoChange struct {
+	Field string `json:"field"`
+	From  string `json:"from"`
+	To    string `json:"to"`
+}
+
+// UndoResult answers POST .../rollout/undo: the service (before the write for a dry run, after
+// it otherwise) and the changes of the undo.
+type UndoResult struct {
+	Service
+	Changes []UndoChange `json:"changes"`
+	DryRun  bool         `json:"dry_run,omitempty"`
+}
+
+// RolloutUndoWith is RolloutUndo with a body: a dry run, or an undo at an expected revision.
+func (c *Client) RolloutUndoWith(ctx context.Context, project, name string, req UndoRequest) (*UndoResult, error) {
+	var out UndoResult
+	if err := c.doJSON(ctx, http.MethodPost, servicePath(project, name)+"/rollout/undo", req, true, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

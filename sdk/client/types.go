@@ -149,8 +149,20 @@ type ServiceSpec struct {
 	// change its mode later (docs/api.md "Leases").
 	PlacementMode string `json:"placement_mode,omitempty"`
 	// Lease configures the lease of a stateful service; nil means a local lease.
-	Lease            *LeaseSpec `json:"lease,omitempty"`
-	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
+	Lease *LeaseSpec `json:"lease,omitempty"`
+	// ProgressDeadlineS is how long, in seconds (1 to 86400), a rollout may go without a slot
+	// becoming ready on the new release before it is failed with refused(progress-deadline); 0
+	// means 600. AutoRollback restores the previous release, slot by slot, when a rollout fails
+	// so (docs/reconciliation.md section 7.2).
+	ProgressDeadlineS int  `json:"progress_deadline_s,omitempty"`
+	AutoRollback      bool `json:"auto_rollback,omitempty"`
+	// Volumes are persistent directories owned by the service, kept across rollouts and agent
+	// restarts on the node that runs it, removed only by a delete with purge_volumes. Name is
+	// 1 to 63 of [a-z0-9-]; Path (absolute) is where a container sees it, a process workload gets
+	// its directory in BERTH_VOLUME_<NAME>. At most 16.
+	Volumes []Volume `json:"volumes,omitempty"`
+
+	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 	// Container is the container part of the spec (docs/api.md; docs/plugins.md section 3).
 	Container
 }
@@ -167,6 +179,12 @@ type Container struct {
 	User      string `json:"user,omitempty"`
 	MemoryMB  int64  `json:"memory_mb,omitempty"`
 	CPUMillis int64  `json:"cpu_millis,omitempty"`
+}
+
+// Volume is one persistent directory of a service (ServiceSpec.Volumes).
+type Volume struct {
+	Name string `json:"name"`
+	Path string `json:"path,omitempty"`
 }
 
 // LeaseSpec is a stateful service's lease: Mode "local" (moves only when its node is declared
@@ -206,8 +224,14 @@ type Service struct {
 	// PlacementMode and Lease are as in ServiceSpec (Lease is set for stateful services).
 	PlacementMode string     `json:"placement_mode,omitempty"`
 	Lease         *LeaseSpec `json:"lease,omitempty"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
+	// ProgressDeadlineS and AutoRollback are as in ServiceSpec; RollbackOf is set on a revision
+	// an automatic rollback wrote: the revision whose failed rollout it undid.
+	ProgressDeadlineS int       `json:"progress_deadline_s,omitempty"`
+	AutoRollback      bool      `json:"auto_rollback,omitempty"`
+	RollbackOf        int64     `json:"rollback_of,omitempty"`
+	Volumes           []Volume  `json:"volumes,omitempty"`
+	CreatedAt         time.Time `json:"created_at"`
+	UpdatedAt         time.Time `json:"updated_at"`
 	// Ready counts workloads that are running and healthy; filled on reads.
 	Ready int `json:"ready"`
 	// Verdict is the service's production verdict (docs/reconciliation.md section 7); nil
@@ -239,6 +263,9 @@ type Workload struct {
 	Message        string     `json:"message,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	ObservedAt     *time.Time `json:"observed_at,omitempty"`
+	// LastFailure is the newest failure of the workload's slot, this attempt's or an earlier
+	// one's; nil when none failed.
+	LastFailure *Failure `json:"last_failure,omitempty"`
 }
 
 // Bundle is a stored release bundle: a tar.gz content-addressed by SHA-256.

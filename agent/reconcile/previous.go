@@ -1,0 +1,101 @@
+package reconcile
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Limits of the output kept of removed workloads (docs/node-protocol.md section 5.17).
+const (
+	PreviousLogBytes = 64 << 10 // the newest bytes of a removed workload's output that are kept
+	PreviousLogFiles = 64       // how many removed workloads' output is kept, newest first
+)
+
+// PreviousLogPath is where the output of removed workload id is kept under dataDir.
+func PreviousLogPath(dataDir, id string) string {
+	return filepath.Join(dataDir, "previous-logs", id+".log")
+}
+
+// KeepPreviousLog copies the newest [PreviousLogBytes] of logPath, the output of workload id
+// about to be removed, to [PreviousLogPath], so `berth logs SERVICE --previous` can read the
+// attempt before the one a slot runs now; it then keeps only the [PreviousLogFiles] newest such
+// files. A missing logPath keeps nothing and is no error. The copy is written to a temporary
+// file and renamed, so a reader never sees half of it.
+func KeepPreviousLog(dataDir, id, logPath string) error {
+	src, err := os.Open(logPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("keep output of %s: %w", id, err)
+	}
+	defer func() { _ = src.Close() }()
+	if st, err := src.Stat(); err == nil && st.Size() > PreviousLogBytes {
+		if _, err := src.Seek(st.Size()-PreviousLogBytes, io.SeekStart); err != nil {
+			return fmt.Errorf("keep output of %s: %w", id, err)
+		}
+	}
+	dst := PreviousLogPath(dataDir, id)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return fmt.Errorf("keep output of %s: %w", id, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".keep-*")
+	if err != nil {
+		return fmt.Errorf("keep output of %s: %w", id, err)
+	}
+	_, err = io.Copy(tmp, io.LimitReader(src, PreviousLogBytes))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("keep output of %s: %w", id, err)
+	}
+	return prunePrevious(filepath.Dir(dst))
+}
+
+// prunePrevious removes the oldest kept outputs beyond [PreviousLogFiles].
+func prunePrevious(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("prune kept outputs: %w", err)
+	}
+	type kept struct {
+		name string
+		mod  int64
+	}
+	var all []kept
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".log") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			all = append(all, kept{e.Name(), info.ModTime().UnixNano()})
+		}
+	}
+	if len(all) <= PreviousLogFiles {
+		return nil
+	}
+	slices.SortFunc(all, func(a, b kept) int {
+		if c := cmp.Compare(b.mod, a.mod); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	for _, k := range all[PreviousLogFiles:] {
+		if err := os.Remove(filepath.Join(dir, k.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("prune kept outputs: %w", err)
+		}
+	}
+	return nil
+}
