@@ -21,6 +21,7 @@ import (
 
 	"github.com/berthhq/berth/core/api"
 	"github.com/berthhq/berth/core/backup"
+	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
@@ -67,6 +68,9 @@ type Config struct {
 	ReleaseDir string
 	// MaxBundleBytes bounds a release bundle; zero means 512 MiB.
 	MaxBundleBytes int64
+	// S3 puts the blob store (bundles, registry) in an S3 bucket; an empty
+	// Endpoint keeps it on the filesystem under DataDir/blobs.
+	S3 blobs.S3Config
 	// Sweep is the reconcile pass timing (docs/reconciliation.md section 6); zero fields take
 	// the defaults: quiet 1 s, period 30 s, floor 5 s.
 	Sweep  slots.SweepConfig
@@ -107,7 +111,7 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return nil
+	return checkS3Config(c.S3)
 }
 
 // Run starts berthd and blocks until ctx is cancelled, then shuts down in
@@ -250,7 +254,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := evlog.EnsureIndexes(ctx); err != nil {
 		return err
 	}
-	blobs, err := bundles.New(filepath.Join(cfg.DataDir, "blobs"), st.Collection("bundles"), cfg.MaxBundleBytes)
+	blobStore, stopMigrate, err := openBlobs(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopMigrate()
+	blobs, err := bundles.NewWithBlobs(blobStore, filepath.Join(cfg.DataDir, "blobs", ".incoming"), st.Collection("bundles"), cfg.MaxBundleBytes)
 	if err != nil {
 		return err
 	}
