@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 
 	"github.com/berthhq/berth/core/server"
@@ -160,6 +161,9 @@ func loadServe(args []string, stderr io.Writer) (cfg server.Config, level slog.L
 }
 
 func runServe(args []string, stderr io.Writer) int {
+	// The registry library logs every request through logrus's global
+	// logger; berthd logs what matters (storage failures) itself.
+	logrus.SetOutput(io.Discard)
 	cfg, level, _, _, err := loadServe(args, stderr)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0

@@ -91,22 +91,39 @@ func NewS3(cfg S3Config) (*S3, error) {
 }
 
 func s3Credentials(cfg S3Config) (*credentials.Credentials, error) {
-	id, secret, token := cfg.AccessKeyID, cfg.SecretAccessKey, ""
+	id, secret, token, err := resolveCredentials(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewStaticV4(id, secret, token), nil
+}
+
+// ResolveCredentials returns the access key id and secret cfg names: its
+// fields, else its credentials file, else the environment (see
+// [S3Config]). Other S3 clients of the same bucket (the registry's storage
+// driver) use it so that every part of berthd reads them one way.
+func ResolveCredentials(cfg S3Config) (id, secret string, err error) {
+	id, secret, _, err = resolveCredentials(cfg)
+	return id, secret, err
+}
+
+func resolveCredentials(cfg S3Config) (id, secret, token string, err error) {
+	id, secret = cfg.AccessKeyID, cfg.SecretAccessKey
 	switch {
 	case id != "" || secret != "":
 	case cfg.CredentialsFile != "":
 		raw, err := securefile.ReadFile(cfg.CredentialsFile)
 		if err != nil {
-			return nil, fmt.Errorf("blob store: S3 credentials file: %w", err)
+			return "", "", "", fmt.Errorf("blob store: S3 credentials file: %w", err)
 		}
 		id, secret, token = parseCredentials(raw)
 	default:
 		id, secret, token = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN")
 	}
 	if id == "" || secret == "" {
-		return nil, errors.New("blob store: S3 needs credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, or a 0600 credentials file")
+		return "", "", "", errors.New("blob store: S3 needs credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, or a 0600 credentials file")
 	}
-	return credentials.NewStaticV4(id, secret, token), nil
+	return id, secret, token, nil
 }
 
 // parseCredentials reads the first profile of an AWS shared-credentials file.

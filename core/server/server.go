@@ -330,8 +330,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return []plugin.Status{gwHandle.Status()}
 		},
 	})
+	oci, err := newRegistry(ctx, cfg, tokens, reg, log)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           withRegistry(handler, oci),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
