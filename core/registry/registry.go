@@ -240,11 +240,41 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		serveError(w, http.StatusForbidden, errcode.ErrorCodeDenied.WithMessage("a node pulls only the digests of its desired state"))
 		return
 	}
+	if n.route == v2.RouteNameBlobUpload && req.Method == http.MethodPost {
+		if from := req.URL.Query().Get("from"); from != "" && validRepo(from) && req.URL.Query().Get("mount") != "" {
+			if _, asked := c.Access["repository:"+from]; !asked {
+				// Ask for the source's pull as well, as distribution's own
+				// token auth does.
+				r.challenge(w, req, n, "repository:"+from+":pull")
+				return
+			}
+		}
+		r.checkMount(req, c)
+	}
 	if n.route == v2.RouteNameManifest && req.Method == http.MethodPut {
 		r.servePush(w, req, n, c)
 		return
 	}
 	r.serveApp(w, req)
+}
+
+// checkMount drops a cross-repository mount (?mount=<digest>&from=<repo>)
+// whose source the bearer may not pull: the request then starts an
+// ordinary upload (202), as the distribution spec lets a registry do, and
+// no blob of a repository the caller cannot read is ever linked into its own.
+func (r *Registry) checkMount(req *http.Request, c claims) {
+	q := req.URL.Query()
+	from := q.Get("from")
+	if q.Get("mount") == "" && from == "" {
+		return
+	}
+	if from != "" && validRepo(from) && allows(c.Access["repository:"+from], ActionPull) {
+		return
+	}
+	q.Del("mount")
+	q.Del("from")
+	req.URL.RawQuery = q.Encode()
+	req.Form = nil
 }
 
 func allows(granted []string, action string) bool {
@@ -352,7 +382,7 @@ func (r *Registry) bearer(req *http.Request) (claims, bool) {
 }
 
 // challenge answers 401 with Docker's bearer challenge for n.
-func (r *Registry) challenge(w http.ResponseWriter, req *http.Request, n need) {
+func (r *Registry) challenge(w http.ResponseWriter, req *http.Request, n need, extra ...string) {
 	realm := realmURL(req)
 	v := fmt.Sprintf(`Bearer realm=%q,service=%q`, realm, Service)
 	if n.resource != "" {
@@ -360,7 +390,7 @@ func (r *Registry) challenge(w http.ResponseWriter, req *http.Request, n need) {
 		if n.action == ActionPush {
 			actions = "pull,push"
 		}
-		v += fmt.Sprintf(`,scope=%q`, n.resource+":"+actions)
+		v += fmt.Sprintf(`,scope=%q`, strings.Join(append([]string{n.resource + ":" + actions}, extra...), " "))
 	}
 	w.Header().Set("WWW-Authenticate", v)
 	serveError(w, http.StatusUnauthorized, errcode.ErrorCodeUnauthorized.WithMessage("authentication required"))
@@ -402,7 +432,11 @@ func (r *Registry) serveToken(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var cred string
-	scopes := req.URL.Query()["scope"]
+	var scopes []string
+	for _, v := range req.URL.Query()["scope"] {
+		// One parameter may carry several scopes, space-separated.
+		scopes = append(scopes, strings.Fields(v)...)
+	}
 	if _, pw, ok := req.BasicAuth(); ok {
 		cred = pw
 	} else if b, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer "); ok {

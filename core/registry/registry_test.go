@@ -369,3 +369,30 @@ func TestUnreachableS3AnswersUnavailable(t *testing.T) {
 		t.Fatalf("push %s, list %s %s: want 503 UNAVAILABLE", resp.Status, resp2.Status, b)
 	}
 }
+
+func TestCrossProjectMountFallsBackToUpload(t *testing.T) {
+	e := newEnv(t, blobs.S3Config{})
+	img, _ := random.Image(512, 1)
+	a := e.token(t, "alpha", "", identity.ScopeServiceDeploy)
+	if err := remote.Write(e.ref(t, "alpha/secret:v1"), img, auth(a)); err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := img.Layers()
+	d, _ := ls[0].Digest()
+	b := e.token(t, "beta", "", identity.ScopeServiceDeploy)
+	// beta asks for a token covering alpha too; it is granted nothing there.
+	tok := e.bearer(t, b, "repository:beta/app:pull,push&scope=repository:alpha/secret:pull")
+	resp, _ := do(t, "POST", e.srv.URL+"/v2/beta/app/blobs/uploads/?mount="+d.String()+"&from=alpha/secret", tok, nil)
+	if resp.StatusCode != 202 {
+		t.Fatalf("mount from another project: %s, want 202 (an ordinary upload)", resp.Status)
+	}
+	if resp, _ := do(t, "HEAD", e.srv.URL+"/v2/beta/app/blobs/"+d.String(), tok, nil); resp.StatusCode != 404 {
+		t.Fatalf("another project's blob was mounted: %s", resp.Status)
+	}
+	// Within one's own project, a mount works.
+	tok = e.bearer(t, a, "repository:alpha/other:pull,push&scope=repository:alpha/secret:pull")
+	resp, _ = do(t, "POST", e.srv.URL+"/v2/alpha/other/blobs/uploads/?mount="+d.String()+"&from=alpha/secret", tok, nil)
+	if resp.StatusCode != 201 {
+		t.Fatalf("mount within the project: %s, want 201", resp.Status)
+	}
+}
