@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -81,6 +82,9 @@ type Config struct {
 	Authorize func(ctx context.Context, p Push) error
 	// OnPush, when not nil, is called after each manifest written (2xx).
 	OnPush func(ctx context.Context, p Push)
+	// Referrers keeps the referrers index (docs/registry.md section 6);
+	// nil: a store built from RootDir or S3 like the repositories'.
+	Referrers blobs.Store
 	// UploadExpiry is how old an unfinished upload grows before it is
 	// purged; zero: 24 h.
 	UploadExpiry time.Duration
@@ -124,6 +128,21 @@ func New(ctx context.Context, cfg Config) (r *Registry, err error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Referrers == nil {
+		if cfg.S3.Endpoint != "" {
+			s3, err := blobs.NewS3(cfg.S3)
+			if err != nil {
+				return nil, err
+			}
+			cfg.Referrers = s3
+		} else {
+			fs, err := blobs.NewFS(filepath.Join(cfg.RootDir, "_berth"))
+			if err != nil {
+				return nil, err
+			}
+			cfg.Referrers = fs
+		}
 	}
 	dc, err := appConfig(cfg)
 	if err != nil {
@@ -205,6 +224,10 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.serveToken(w, req)
 		return
 	}
+	if m := referrersPath.FindStringSubmatch(req.URL.Path); m != nil {
+		r.serveReferrersAuthed(w, req, m[1], m[2])
+		return
+	}
 	n, ok, badName := classify(r.router, req)
 	if badName {
 		serveError(w, http.StatusBadRequest, errcode.ErrorCodeNameInvalid.WithMessage("repository names are <project>/<name>: lower-case letters, digits and separators, no empty or dot-only components"))
@@ -255,7 +278,12 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.servePush(w, req, n, c)
 		return
 	}
-	r.serveApp(w, req)
+	sw := r.serveApp(w, req)
+	if n.route == v2.RouteNameManifest && req.Method == http.MethodDelete && sw.status/100 == 2 && digestRE.MatchString(n.ref) {
+		if err := r.forgetReferrer(req.Context(), n.repo, n.ref); err != nil {
+			r.log.Error("registry: forget referrer", "repository", n.repo, "digest", n.ref, "err", err)
+		}
+	}
 }
 
 // checkMount drops a cross-repository mount (?mount=<digest>&from=<repo>)
@@ -275,6 +303,31 @@ func (r *Registry) checkMount(req *http.Request, c claims) {
 	q.Del("from")
 	req.URL.RawQuery = q.Encode()
 	req.Form = nil
+}
+
+// serveReferrersAuthed checks the bearer for pull on repo and serves the
+// referrers of subject.
+func (r *Registry) serveReferrersAuthed(w http.ResponseWriter, req *http.Request, repo, subject string) {
+	if !validRepo(repo) {
+		serveError(w, http.StatusBadRequest, errcode.ErrorCodeNameInvalid.WithMessage("repository names are <project>/<name>"))
+		return
+	}
+	n := need{resource: "repository:" + repo, repo: repo, action: ActionPull, ref: subject}
+	c, authed := r.bearer(req)
+	if !authed {
+		r.challenge(w, req, n)
+		return
+	}
+	granted, asked := c.Access[n.resource]
+	if !allows(granted, ActionPull) {
+		if !asked {
+			r.challenge(w, req, n)
+			return
+		}
+		serveError(w, http.StatusForbidden, errcode.ErrorCodeDenied.WithMessage("not allowed to pull "+n.resource))
+		return
+	}
+	r.serveReferrers(w, req, repo, subject)
 }
 
 func allows(granted []string, action string) bool {
@@ -318,7 +371,26 @@ func (r *Registry) servePush(w http.ResponseWriter, req *http.Request, n need, c
 			return
 		}
 	}
-	rec := r.serveApp(w, req)
+	body, ok := readManifestBody(req)
+	subject, ref, isReferrer := "", descriptor{}, false
+	if ok {
+		subject, ref, isReferrer = referrerOf(body, p.MediaType)
+	}
+	rec := &statusWriter{ResponseWriter: w, req: req, log: r.log}
+	if isReferrer {
+		rec.before = func(code int) int {
+			if code/100 != 2 {
+				return code
+			}
+			if err := r.recordReferrer(req.Context(), n.repo, subject, ref); err != nil {
+				r.log.Error("registry: record referrer", "repository", n.repo, "subject", subject, "err", err)
+				return http.StatusServiceUnavailable
+			}
+			w.Header().Set("OCI-Subject", subject)
+			return code
+		}
+	}
+	r.app.ServeHTTP(rec, req)
 	if rec.status/100 == 2 && r.cfg.OnPush != nil {
 		p.Digest = w.Header().Get("Docker-Content-Digest")
 		r.cfg.OnPush(req.Context(), p)
@@ -332,6 +404,7 @@ type statusWriter struct {
 	http.ResponseWriter
 	status  int
 	swallow bool
+	before  func(code int) int // nil, or called with the status before it is written; may change it
 	req     *http.Request
 	log     *slog.Logger
 }
@@ -339,6 +412,9 @@ type statusWriter struct {
 func (s *statusWriter) WriteHeader(code int) {
 	if s.status != 0 {
 		return
+	}
+	if s.before != nil {
+		code = s.before(code)
 	}
 	s.status = code
 	if code >= 500 {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/registry"
@@ -44,17 +45,18 @@ func loadOrCreateRegistryKey(dataDir string) ([]byte, error) {
 
 // newRegistry builds /v2 over the blob store's configuration: the
 // filesystem under DataDir/blobs/registry, or the S3 bucket.
-func newRegistry(ctx context.Context, cfg Config, tokens *identity.Tokens, reg *nodes.Registry, log *slog.Logger) (*registry.Registry, error) {
+func newRegistry(ctx context.Context, cfg Config, store blobs.Store, tokens *identity.Tokens, reg *nodes.Registry, log *slog.Logger) (*registry.Registry, error) {
 	key, err := loadOrCreateRegistryKey(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	return registry.New(ctx, registry.Config{
-		RootDir: filepath.Join(cfg.DataDir, "blobs", "registry"),
-		S3:      cfg.S3,
-		Key:     key,
-		Tokens:  tokens,
-		Logger:  log,
+		RootDir:   filepath.Join(cfg.DataDir, "blobs", "registry"),
+		S3:        cfg.S3,
+		Referrers: store,
+		Key:       key,
+		Tokens:    tokens,
+		Logger:    log,
 		Nodes: func(ctx context.Context, cred string) (string, error) {
 			n, err := reg.Authenticate(ctx, cred)
 			if err != nil {

@@ -330,7 +330,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return []plugin.Status{gwHandle.Status()}
 		},
 	})
-	oci, err := newRegistry(ctx, cfg, tokens, reg, log)
+	oci, err := newRegistry(ctx, cfg, blobStore, tokens, reg, log)
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
