@@ -126,3 +126,6 @@ func grantFor(p *identity.Principal, repo string, want []string) []string {
 	}
 	return out
 }
+
+// tagRE is the OCI tag grammar.
+var tagRE = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$`)

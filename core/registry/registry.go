@@ -80,8 +80,10 @@ type Config struct {
 	// may refuse it (reserved release tags); an error wrapping ErrDenied
 	// answers DENIED, another error UNAVAILABLE.
 	Authorize func(ctx context.Context, p Push) error
-	// OnPush, when not nil, is called after each manifest written (2xx).
-	OnPush func(ctx context.Context, p Push)
+	// OnPush, when not nil, is called for each manifest written, once the
+	// registry stored it and before the client is answered; an error
+	// answers 503 (the client retries the idempotent PUT).
+	OnPush func(ctx context.Context, p Push) error
 	// Referrers keeps the referrers index (docs/registry.md section 6);
 	// nil: a store built from RootDir or S3 like the repositories'.
 	Referrers blobs.Store
@@ -358,10 +360,16 @@ func (r *Registry) nodeMayPull(ctx context.Context, node string, n need) bool {
 	return false
 }
 
-// servePush asks Authorize, serves the manifest PUT and reports it to OnPush.
+// servePush asks Authorize, serves the manifest PUT and, before answering
+// a stored manifest, records its referrer entry and reports it to OnPush.
 func (r *Registry) servePush(w http.ResponseWriter, req *http.Request, n need, c claims) {
 	p := Push{Repository: n.repo, Reference: n.ref, Actor: c.Subject, ActorKind: identity.Kind(c.Kind), MediaType: req.Header.Get("Content-Type")}
-	if r.cfg.Authorize != nil {
+	body, ok := readManifestBody(req)
+	if ok {
+		sum := sha256.Sum256(body)
+		p.Digest = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	if r.cfg.Authorize != nil && ok {
 		if err := r.cfg.Authorize(req.Context(), p); errors.Is(err, ErrDenied) {
 			serveError(w, http.StatusForbidden, errcode.ErrorCodeDenied.WithMessage(err.Error()))
 			return
@@ -371,30 +379,34 @@ func (r *Registry) servePush(w http.ResponseWriter, req *http.Request, n need, c
 			return
 		}
 	}
-	body, ok := readManifestBody(req)
 	subject, ref, isReferrer := "", descriptor{}, false
 	if ok {
 		subject, ref, isReferrer = referrerOf(body, p.MediaType)
 	}
 	rec := &statusWriter{ResponseWriter: w, req: req, log: r.log}
-	if isReferrer {
-		rec.before = func(code int) int {
-			if code/100 != 2 {
-				return code
-			}
+	rec.before = func(code int) int {
+		if code/100 != 2 {
+			return code
+		}
+		if isReferrer {
 			if err := r.recordReferrer(req.Context(), n.repo, subject, ref); err != nil {
 				r.log.Error("registry: record referrer", "repository", n.repo, "subject", subject, "err", err)
 				return http.StatusServiceUnavailable
 			}
 			w.Header().Set("OCI-Subject", subject)
-			return code
 		}
+		if r.cfg.OnPush != nil {
+			if d := w.Header().Get("Docker-Content-Digest"); d != "" {
+				p.Digest = d
+			}
+			if err := r.cfg.OnPush(req.Context(), p); err != nil {
+				r.log.Error("registry: record push", "repository", n.repo, "reference", n.ref, "err", err)
+				return http.StatusServiceUnavailable
+			}
+		}
+		return code
 	}
 	r.app.ServeHTTP(rec, req)
-	if rec.status/100 == 2 && r.cfg.OnPush != nil {
-		p.Digest = w.Header().Get("Docker-Content-Digest")
-		r.cfg.OnPush(req.Context(), p)
-	}
 }
 
 // statusWriter records the status distribution answers, and turns its

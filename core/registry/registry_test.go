@@ -42,6 +42,7 @@ type env struct {
 	mu     sync.Mutex
 	pushes []registry.Push
 	images map[string][]string // node id -> image refs
+	rel    *registry.Releases
 }
 
 const nodeCred = "brn_testnodecredential"
@@ -50,7 +51,8 @@ func newEnv(t *testing.T, s3 blobs.S3Config) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e := &env{tokens: identity.NewTokens(storetest.Open(t)), images: map[string][]string{}}
+	st := storetest.Open(t)
+	e := &env{tokens: identity.NewTokens(st), images: map[string][]string{}, rel: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)}
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	reg, err := registry.New(ctx, registry.Config{
@@ -66,10 +68,12 @@ func newEnv(t *testing.T, s3 blobs.S3Config) *env {
 			defer e.mu.Unlock()
 			return e.images[node], nil
 		},
-		OnPush: func(ctx context.Context, p registry.Push) {
+		Authorize: e.rel.CheckPush,
+		OnPush: func(ctx context.Context, p registry.Push) error {
 			e.mu.Lock()
 			e.pushes = append(e.pushes, p)
 			e.mu.Unlock()
+			return e.rel.Record(ctx, p)
 		},
 	})
 	if err != nil {
@@ -83,12 +87,18 @@ func newEnv(t *testing.T, s3 blobs.S3Config) *env {
 
 func (e *env) token(t *testing.T, project, service string, scopes ...identity.Scope) string {
 	t.Helper()
-	tok, _, err := e.tokens.CreateMachine(context.Background(), identity.MachineTokenRequest{
+	tok, _ := e.tokenID(t, project, service, scopes...)
+	return tok
+}
+
+func (e *env) tokenID(t *testing.T, project, service string, scopes ...identity.Scope) (string, string) {
+	t.Helper()
+	tok, mt, err := e.tokens.CreateMachine(context.Background(), identity.MachineTokenRequest{
 		Name: "ci-" + project + "-" + service + "-" + hex.EncodeToString([]byte(time.Now().Format("150405.000000000"))), Scopes: scopes, Project: project, Service: service})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tok
+	return tok, mt.ID
 }
 
 func (e *env) ref(t *testing.T, s string) name.Reference {
@@ -348,7 +358,6 @@ func TestBadInputGetsRegistryErrors(t *testing.T) {
 	if resp.StatusCode != 400 || !strings.Contains(string(b), "MANIFEST_BLOB_UNKNOWN") {
 		t.Fatalf("manifest with unknown blobs: %s %s", resp.Status, b)
 	}
-	_ = v1.Hash{}
 }
 
 func TestUnreachableS3AnswersUnavailable(t *testing.T) {
@@ -394,5 +403,66 @@ func TestCrossProjectMountFallsBackToUpload(t *testing.T) {
 	resp, _ = do(t, "POST", e.srv.URL+"/v2/alpha/other/blobs/uploads/?mount="+d.String()+"&from=alpha/secret", tok, nil)
 	if resp.StatusCode != 201 {
 		t.Fatalf("mount within the project: %s, want 201", resp.Status)
+	}
+}
+
+func TestPushesRecordReleasesAndReservedTagsAreImmutable(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, blobs.S3Config{})
+	ci, ciID := e.tokenID(t, "shop", "web", identity.ScopeServiceDeploy)
+	other := e.token(t, "shop", "", identity.ScopeServicesWrite)
+	img1, _ := random.Image(256, 2)
+	img2, _ := random.Image(256, 2)
+	d1, _ := img1.Digest()
+	d2, _ := img2.Digest()
+
+	// A movable tag follows pushes and remembers where it was.
+	for _, img := range []v1.Image{img1, img2, img2} {
+		if err := remote.Write(e.ref(t, "shop/web:main"), img, auth(ci)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rel, err := e.rel.Get(ctx, "shop/web", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel.Digest != d2.String() || len(rel.History) != 1 || rel.History[0].Digest != d1.String() || rel.PushedBy != ciID {
+		t.Fatalf("release of main: %+v", rel)
+	}
+	if len(rel.LogOutbox) == 0 {
+		t.Fatal("a recorded push carries no change-log entry in its write")
+	}
+
+	// Reserved tags: once, never latest, pushed only by the reserver, once.
+	if _, err := e.rel.Reserve(ctx, "shop/web", "v1.2.3", ciID, "machine"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rel.Reserve(ctx, "shop/web", "v1.2.3", "tok_other", "machine"); !errors.Is(err, registry.ErrTagReserved) {
+		t.Fatalf("second reservation: %v", err)
+	}
+	if _, err := e.rel.Reserve(ctx, "shop/web", "main", ciID, "machine"); !errors.Is(err, registry.ErrTagReserved) {
+		t.Fatalf("reserving a pushed tag: %v", err)
+	}
+	if _, err := e.rel.Reserve(ctx, "shop/web", "latest", ciID, "machine"); !errors.Is(err, registry.ErrTagInvalid) {
+		t.Fatalf("reserving latest: %v", err)
+	}
+	if err := remote.Write(e.ref(t, "shop/web:v1.2.3"), img1, auth(other)); code(err) != "DENIED" {
+		t.Fatalf("push to a tag reserved by another actor: %v", err)
+	}
+	if err := remote.Write(e.ref(t, "shop/web:v1.2.3"), img1, auth(ci)); err != nil {
+		t.Fatalf("push by the reserver: %v", err)
+	}
+	if err := remote.Write(e.ref(t, "shop/web:v1.2.3"), img1, auth(ci)); err != nil {
+		t.Fatalf("the same push again: %v", err)
+	}
+	if err := remote.Write(e.ref(t, "shop/web:v1.2.3"), img2, auth(ci)); code(err) != "DENIED" {
+		t.Fatalf("moving a pushed release: %v", err)
+	}
+	got, err := remote.Image(e.ref(t, "shop/web:v1.2.3"), auth(ci))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := got.Digest(); d != d1 {
+		t.Fatalf("the release serves %s, want %s", d, d1)
 	}
 }

@@ -45,12 +45,15 @@ func loadOrCreateRegistryKey(dataDir string) ([]byte, error) {
 
 // newRegistry builds /v2 over the blob store's configuration: the
 // filesystem under DataDir/blobs/registry, or the S3 bucket.
-func newRegistry(ctx context.Context, cfg Config, store blobs.Store, tokens *identity.Tokens, reg *nodes.Registry, log *slog.Logger) (*registry.Registry, error) {
+// Pushes are recorded as releases in rel (reserved tags checked first).
+func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *registry.Releases, tokens *identity.Tokens, reg *nodes.Registry, log *slog.Logger) (*registry.Registry, error) {
 	key, err := loadOrCreateRegistryKey(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	return registry.New(ctx, registry.Config{
+		Authorize: rel.CheckPush,
+		OnPush:    rel.Record,
 		RootDir:   filepath.Join(cfg.DataDir, "blobs", "registry"),
 		S3:        cfg.S3,
 		Referrers: store,

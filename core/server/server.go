@@ -30,6 +30,7 @@ import (
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/reconciler"
+	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/releases"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/session"
@@ -228,6 +229,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// is appended before this one serves a write.
 	clog.TrackOutbox("projects", "")
 	clog.TrackOutbox("bundles", "")
+	clog.TrackOutbox(registry.ReleasesCollection, "")
 	clog.TrackOutbox("services", "")
 	clog.TrackOutbox("nodes", "")
 	clog.TrackOutbox("runtime_specs", "")
@@ -330,7 +332,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return []plugin.Status{gwHandle.Status()}
 		},
 	})
-	oci, err := newRegistry(ctx, cfg, blobStore, tokens, reg, log)
+	oci, err := newRegistry(ctx, cfg, blobStore, registry.NewReleases(st.Collection(registry.ReleasesCollection), nil), tokens, reg, log)
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
