@@ -142,6 +142,12 @@ const (
 	UpgradeFailed     Code = "upgrade_failed"      // the node did not come back at the new version and runs the previous one (409)
 )
 
+// Registry codes (docs/registry.md section 7).
+const (
+	ReleaseTagReserved Code = "release_tag_reserved" // a release tag that is already reserved or pushed in the repository (409)
+	ReleaseTagInvalid  Code = "release_tag_invalid"  // "latest", or a name outside the OCI tag grammar (422)
+)
+
 // Operator codes: berthd's own configuration, backup and restore (docs/operating.md
 // sections 3 and 5). They reach an operator's terminal, not the API.
 const (
@@ -151,6 +157,9 @@ const (
 )
 
 var statuses = map[Code]int{
+	ReleaseTagReserved: http.StatusConflict,
+	ReleaseTagInvalid:  http.StatusUnprocessableEntity,
+
 	AgentVersionSkew:  http.StatusConflict,
 	AgentDowngrade:    http.StatusConflict,
 	ReleaseNotFound:   http.StatusNotFound,

@@ -22,6 +22,7 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	abirunner "github.com/berthhq/berth/abi/runner"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
@@ -45,6 +46,9 @@ type Config struct {
 	Catalog *services.Catalog
 	Nodes   *nodes.Registry
 	Bundles *bundles.Store
+	// ImageReleases records and reserves registry tags (docs/registry.md
+	// section 7); nil serves no release routes.
+	ImageReleases *registry.Releases
 	Tokens  *identity.Tokens
 	Hinter  Hinter
 	// Events serves GET /api/v1/events; nil leaves the route out.
@@ -188,6 +192,7 @@ func New(cfg Config) *Server {
 	v1.DELETE("/projects/:project/services/:name", s.deleteService, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	s.registerRollout(v1)
+	s.registerReleases(v1)
 	v1.GET("/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServiceDeploy, anyService))
 	v1.GET("/projects/:project/bundles", s.listBundles, s.auth(identity.ScopeServicesRead))
@@ -234,6 +239,7 @@ func routeBody(c echo.Context) bodyKind {
 		"PUT /api/v1/projects/:project/services/:name",
 		"PUT /api/v1/projects/:project/services/:name/spec",
 		"POST /api/v1/projects/:project/services/:name/rollout/undo",
+		"POST /api/v1/projects/:project/services/:name/releases",
 		"POST /api/v1/policy-bindings",
 		"POST /api/v1/runners/enrollment-tokens",
 		"PUT /api/v1/projects/:project/placement",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -201,4 +202,27 @@ func (r *Releases) Reserve(ctx context.Context, repo, tag, actor, actorKind stri
 		return nil, fmt.Errorf("reserve release %s: %w", rel.ID, err)
 	}
 	return rel, nil
+}
+
+// List returns the releases of repo, newest push or reservation first. It
+// filters on a field, so it reads the whole collection: for listings, not
+// hot paths.
+func (r *Releases) List(ctx context.Context, repo string) ([]Release, error) {
+	cur, err := r.coll.Find(ctx, bson.M{"repository": repo})
+	if err != nil {
+		return nil, fmt.Errorf("list releases of %s: %w", repo, err)
+	}
+	var out []Release
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("list releases of %s: %w", repo, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return latest(out[i]).After(latest(out[j])) })
+	return out, nil
+}
+
+func latest(r Release) time.Time {
+	if r.PushedAt.After(r.ReservedAt) {
+		return r.PushedAt
+	}
+	return r.ReservedAt
 }

@@ -317,8 +317,10 @@ func Run(ctx context.Context, cfg Config) error {
 		Leases: leases, LeaseSender: sessions,
 	})
 
+	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
 	handler := api.New(api.Config{
-		Catalog: cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, NodeOps: sessions, Events: evlog, Changelog: clog,
+		ImageReleases: imageReleases,
+		Catalog:       cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, NodeOps: sessions, Events: evlog, Changelog: clog,
 		PublicURL: cfg.PublicURL, ServerFingerprint: servTLS.Fingerprint, ClusterID: clusterID, ClusterPublicKey: key.Public().(ed25519.PublicKey), CurrentPublicKey: sessions.PublicKey,
 		Logger: log, Metrics: metrics,
 		Ready:  func(ctx context.Context) error { return st.Ping(ctx) },
@@ -332,7 +334,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return []plugin.Status{gwHandle.Status()}
 		},
 	})
-	oci, err := newRegistry(ctx, cfg, blobStore, registry.NewReleases(st.Collection(registry.ReleasesCollection), nil), tokens, reg, log)
+	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log)
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
