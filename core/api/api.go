@@ -22,13 +22,13 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	abirunner "github.com/berthhq/berth/abi/runner"
 	"github.com/berthhq/berth/core/bundles"
-	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
+	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/releases"
 	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/services"
@@ -49,8 +49,8 @@ type Config struct {
 	// ImageReleases records and reserves registry tags (docs/registry.md
 	// section 7); nil serves no release routes.
 	ImageReleases *registry.Releases
-	Tokens  *identity.Tokens
-	Hinter  Hinter
+	Tokens        *identity.Tokens
+	Hinter        Hinter
 	// Events serves GET /api/v1/events; nil leaves the route out.
 	Events *events.Log
 	// Changelog records every change made through the API and serves GET
