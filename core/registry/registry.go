@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -447,6 +448,27 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	return s.ResponseWriter.Write(b)
+}
+
+// ReadFrom keeps the server's sendfile path for blob downloads.
+func (s *statusWriter) ReadFrom(src io.Reader) (int64, error) {
+	if s.status == 0 {
+		s.WriteHeader(http.StatusOK)
+	}
+	if s.swallow {
+		return io.Copy(io.Discard, src)
+	}
+	if rf, ok := s.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(s.ResponseWriter, src)
+}
+
+// Flush passes a flush through when the server supports it.
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // serveApp hands the request to distribution through a statusWriter.
