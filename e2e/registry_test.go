@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,6 +70,21 @@ func TestCranePushesToBerthRegistry(t *testing.T) {
 	if out, err := run("ls", cl.api+"/shop/web"); err != nil || out != "v1" {
 		t.Fatalf("crane ls: %q %v", out, err)
 	}
+	// A reserved release tag: reserved with the CLI, pushed once by the
+	// reserver, then listed with its digest.
+	if _, err := cl.c.PutProject(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	if out := cl.cli(t, "release", "reserve", "web", "v1.0.0"); !strings.Contains(out, "default/web:v1.0.0 reserved") {
+		t.Fatalf("release reserve: %q", out)
+	}
+	if out, err := run("push", tar, cl.api+"/default/web:v1.0.0"); err != nil {
+		t.Fatalf("crane push to the reserved tag: %v\n%s", err, out)
+	}
+	if out := cl.cli(t, "release", "list", "web"); !strings.Contains(out, "v1.0.0\t"+want.String()) {
+		t.Fatalf("release list: %q", out)
+	}
+
 	// A wrong token is refused.
 	if out, err := run("auth", "login", cl.api, "-u", "berth", "-p", "brt_"+strings.Repeat("x", 43)); err != nil {
 		t.Fatalf("crane auth login: %v\n%s", err, out)
