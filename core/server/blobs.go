@@ -20,6 +20,9 @@ const migrateRetry = time.Minute
 // still holds (docs/operating.md section 10). The returned stop ends that
 // pass and waits for it.
 func openBlobs(ctx context.Context, cfg Config, log *slog.Logger) (store blobs.Store, stop func(), err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	local, err := blobs.NewFS(filepath.Join(cfg.DataDir, "blobs"))
 	if err != nil {
 		return nil, nil, err
