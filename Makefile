@@ -56,9 +56,18 @@ VERSITYGW := $(shell $(GO) env GOPATH)/bin/versitygw
 $(VERSITYGW):
 	$(GO) install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 
+# The OCI distribution-spec conformance program core/registry's tests run
+# against /v2, and crane, the registry client of the image tests.
+OCI_CONFORMANCE := $(shell $(GO) env GOPATH)/bin/conformance
+$(OCI_CONFORMANCE):
+	$(GO) install github.com/opencontainers/distribution-spec/conformance@v0.0.0-20260831232431-97274622c111
+CRANE := $(shell $(GO) env GOPATH)/bin/crane
+$(CRANE):
+	$(GO) install github.com/google/go-containerregistry/cmd/crane@v0.22.1
+
 ## test: everything CI runs (builds the binaries the end-to-end tests start;
 ## starts a private containerd for the container tests and stops it after)
-test: build $(VERSITYGW)
+test: build $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE)
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 25m ./...
 
 ## test-containers: only the container tests (containerd driver, nftables network)

@@ -157,6 +157,12 @@ const (
 	SecretOpenFailed       Code = "secret_open_failed"       // a sealed value did not open: tampered, moved, or under a key not held; nothing was started with it
 )
 
+// Registry codes (docs/registry.md section 7).
+const (
+	ReleaseTagReserved Code = "release_tag_reserved" // a release tag that is already reserved or pushed in the repository (409)
+	ReleaseTagInvalid  Code = "release_tag_invalid"  // "latest", or a name outside the OCI tag grammar (422)
+)
+
 // Operator codes: berthd's own configuration, backup and restore (docs/operating.md
 // sections 3 and 5). They reach an operator's terminal, not the API.
 const (
@@ -175,6 +181,8 @@ var statuses = map[Code]int{
 	KeyringRotationRunning: http.StatusConflict,
 	KeyringInvalid:         http.StatusServiceUnavailable,
 	SecretOpenFailed:       http.StatusUnprocessableEntity,
+	ReleaseTagReserved:     http.StatusConflict,
+	ReleaseTagInvalid:      http.StatusUnprocessableEntity,
 
 	AgentVersionSkew:  http.StatusConflict,
 	AgentDowngrade:    http.StatusConflict,

@@ -122,6 +122,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newClusterCmd(a),
 		newBundleCmd(a),
 		newImageCmd(a),
+		newReleaseCmd(a),
 		newModuleCmd(a),
 		newRoutesCmd(a),
 		newPolicyCmd(a),

@@ -30,10 +30,8 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.StringVar(&to, "to", "", "archive to write (0600, replaced atomically); - writes to stdout")
 	fs.StringVar(&blobs, "blobs", string(backup.BlobsCopy), "copy blobs into the archive, or reference them (list sizes and hashes only)")
-	var s3 backup.S3Config
-	fs.StringVar(&s3.Endpoint, "s3-endpoint", "", "S3 API host[:port] for an s3://BUCKET/KEY destination (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
-	fs.StringVar(&s3.Region, "s3-region", "", "S3 region (default: the store's)")
-	fs.BoolVar(&s3.Insecure, "s3-insecure", false, "speak plain HTTP to the S3 endpoint (loopback test servers only)")
+	// --s3-endpoint, --s3-region and --s3-insecure come from serveFlags: an
+	// s3://BUCKET/KEY destination is reached like the blob store.
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `berthd backup writes a consistent snapshot of the data directory and the store
 to one archive (docs/operating.md section 5). It runs beside a running berthd
@@ -57,10 +55,11 @@ Flags (the server flags are read only for --data-dir and --mongo-uri):
 	if file == "" {
 		file = os.Getenv(config.EnvName("config"))
 	}
-	if _, err := config.Apply(fs, config.Options{File: file, Getenv: os.Getenv, Skip: []string{"config", "version", "to", "blobs", "s3-endpoint", "s3-region", "s3-insecure"}}); err != nil {
+	if _, err := config.Apply(fs, config.Options{File: file, Getenv: os.Getenv, Skip: []string{"config", "version", "to", "blobs", "s3-endpoint", "s3-region", "s3-insecure", "s3-bucket", "s3-prefix", "s3-credentials-file"}}); err != nil {
 		fmt.Fprintf(stderr, "berthd backup: %v\n", err)
 		return server.ExitConfig
 	}
+	s3 := backup.S3Config{Endpoint: cfg.S3.Endpoint, Region: cfg.S3.Region, Insecure: cfg.S3.Insecure}
 	switch {
 	case cfg.DataDir == "":
 		fmt.Fprintln(stderr, "berthd backup: --data-dir is required")

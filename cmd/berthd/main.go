@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 
 	"github.com/berthhq/berth/core/server"
@@ -102,6 +103,12 @@ func serveFlags(cfg *server.Config, level *slog.Level, configFile *string) *pfla
 	fs.StringVar(&cfg.PluginDir, "plugin-dir", "", "directory of berth-plugin-* binaries (default: beside berthd)")
 	fs.StringVar(&cfg.ReleaseDir, "release-dir", "", "directory of Berth binaries offered to nodes by berth node upgrade, named <program>-<version>-<os>-<arch> (default: none)")
 	fs.Int64Var(&cfg.MaxBundleBytes, "max-bundle-bytes", 512<<20, "largest release bundle accepted, in bytes")
+	fs.StringVar(&cfg.S3.Endpoint, "s3-endpoint", "", "S3 API host[:port] for the blob store (bundles, registry); default: the filesystem under --data-dir")
+	fs.StringVar(&cfg.S3.Bucket, "s3-bucket", "", "S3 bucket of the blob store (must exist)")
+	fs.StringVar(&cfg.S3.Region, "s3-region", "", "S3 region (default: the store's)")
+	fs.StringVar(&cfg.S3.Prefix, "s3-prefix", "", "key prefix of every blob in the bucket (default: none)")
+	fs.StringVar(&cfg.S3.CredentialsFile, "s3-credentials-file", "", "0600 file with aws_access_key_id and aws_secret_access_key (default: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+	fs.BoolVar(&cfg.S3.Insecure, "s3-insecure", false, "speak plain HTTP to the S3 endpoint (loopback test servers only)")
 	fs.BoolVar(&cfg.RunnerTransport, "runner-transport", false, "serve the runner transport /api/runner/v1 (off: 404 on the whole prefix)")
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "loopback address serving Go runtime profiles at /debug/pprof/ (default: none)")
 	fs.DurationVar(&cfg.Sweep.Quiet, "sweep-quiet", slots.DefaultQuiet, "reconcile once hints have been quiet this long")
@@ -156,6 +163,9 @@ func loadServe(args []string, stderr io.Writer) (cfg server.Config, level slog.L
 }
 
 func runServe(args []string, stderr io.Writer) int {
+	// The registry library logs every request through logrus's global
+	// logger; berthd logs what matters (storage failures) itself.
+	logrus.SetOutput(io.Discard)
 	cfg, level, _, _, err := loadServe(args, stderr)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0

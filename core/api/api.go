@@ -28,6 +28,7 @@ import (
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
+	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/releases"
 	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/services"
@@ -62,8 +63,11 @@ type Config struct {
 	Catalog *services.Catalog
 	Nodes   *nodes.Registry
 	Bundles *bundles.Store
-	Tokens  *identity.Tokens
-	Hinter  Hinter
+	// ImageReleases records and reserves registry tags (docs/registry.md
+	// section 7); nil serves no release routes.
+	ImageReleases *registry.Releases
+	Tokens        *identity.Tokens
+	Hinter        Hinter
 	// Events serves GET /api/v1/events; nil leaves the route out.
 	Events *events.Log
 	// Changelog records every change made through the API and serves GET
@@ -208,6 +212,7 @@ func New(cfg Config) *Server {
 	v1.DELETE("/projects/:project/services/:name", s.deleteService, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	s.registerRollout(v1)
+	s.registerReleases(v1)
 	v1.GET("/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServiceDeploy, anyService))
 	v1.GET("/projects/:project/bundles", s.listBundles, s.auth(identity.ScopeServicesRead))
@@ -259,6 +264,7 @@ func routeBody(c echo.Context) bodyKind {
 		"PUT /api/v1/projects/:project/services/:name",
 		"PUT /api/v1/projects/:project/services/:name/spec",
 		"POST /api/v1/projects/:project/services/:name/rollout/undo",
+		"POST /api/v1/projects/:project/services/:name/releases",
 		"POST /api/v1/policy-bindings",
 		"POST /api/v1/runners/enrollment-tokens",
 		"PUT /api/v1/projects/:project/placement",

@@ -28,6 +28,7 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store"
@@ -100,7 +101,8 @@ func newFixtureWith(t *testing.T, change func(*Config)) *fixture {
 	}
 	cfg := Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil), Now: clock.now,
-		Secrets: &SecretsConfig{Store: secrets.NewStore(st, kr, nil)}}
+		Secrets:       &SecretsConfig{Store: secrets.NewStore(st, kr, nil)},
+		ImageReleases: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)}
 	if change != nil {
 		change(&cfg)
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -539,7 +540,7 @@ func (s *Server) downloadBundle(c echo.Context) error {
 	if !bundles.ValidDigest(digest) {
 		return problem(abierrors.BadRequest, "digest must be sha256:<64 lower-case hex digits>")
 	}
-	f, size, err := s.cfg.Bundles.Open(digest)
+	f, size, err := s.cfg.Bundles.Open(c.Request().Context(), digest)
 	if errors.Is(err, bundles.ErrNotFound) {
 		return problem(abierrors.BundleNotFound, "no bundle "+digest)
 	} else if err != nil {
@@ -551,6 +552,11 @@ func (s *Server) downloadBundle(c echo.Context) error {
 	h.Set("Content-Length", strconv.FormatInt(size, 10))
 	h.Set("Docker-Content-Digest", digest)
 	h.Set("Cache-Control", "immutable, max-age=31536000")
-	http.ServeContent(c.Response(), c.Request(), "", time.Time{}, f)
+	if rs, ok := f.(io.ReadSeeker); ok {
+		http.ServeContent(c.Response(), c.Request(), "", time.Time{}, rs)
+		return nil
+	}
+	c.Response().WriteHeader(http.StatusOK)
+	_, _ = io.Copy(c.Response(), f)
 	return nil
 }

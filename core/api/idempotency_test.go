@@ -167,6 +167,9 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 				return js("POST", svc+"api/rollout/undo", nil)()
 			},
 			other: js("POST", svc+"api/rollout/undo", map[string]any{})},
+		{route: "POST /api/v1/projects/:project/services/:name/releases",
+			first: js("POST", svc+"api/releases", map[string]any{"tag": "v1.0.0"}),
+			other: js("POST", svc+"api/releases", map[string]any{"tag": "v1.0.1"})},
 		{route: "DELETE /api/v1/projects/:project/services/:name", first: js("DELETE", svc+"api", nil), other: js("DELETE", svc+"api?expected_revision=1", nil)},
 		{route: "POST /api/v1/nodes/join-tokens", first: js("POST", "/api/v1/nodes/join-tokens", map[string]any{"ttl_seconds": 60}),
 			other: js("POST", "/api/v1/nodes/join-tokens", map[string]any{"ttl_seconds": 61})},

@@ -80,7 +80,7 @@ func (b BundleArtifacts) Artifact(ctx context.Context, op operations.Operation) 
 	if err != nil {
 		return nil, "", err
 	}
-	f, _, err := b.Bundles.Open(m.Digest)
+	f, _, err := b.Bundles.Open(ctx, m.Digest)
 	if errors.Is(err, bundles.ErrNotFound) {
 		return nil, "", ErrNoArtifact
 	}

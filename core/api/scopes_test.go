@@ -19,6 +19,7 @@ import (
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/session"
@@ -55,7 +56,8 @@ func fullServer(t *testing.T) *Server {
 		Tokens: identity.NewTokens(st), Hinter: nopHinter{}, Events: events.New(st, nil), Changelog: changelog.New(st, 1, nil),
 		Sessions: http.NotFoundHandler(), NodeOps: stubCommander{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
 		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{},
-		Leases: fencing.New(st, fencing.Config{}), Guard: fencing.NewGuard(st, nil)})
+		Leases: fencing.New(st, fencing.Config{}), Guard: fencing.NewGuard(st, nil),
+		ImageReleases: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)})
 }
 
 // TestRouteScopeTable walks the router and fails on a route that docs/api.md's route table

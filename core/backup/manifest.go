@@ -152,7 +152,7 @@ func skipped(p string) bool {
 	case ".lock", IncompleteMarker, "wasm-cache", "plugins":
 		return true
 	}
-	if strings.HasPrefix(p, "blobs/tmp/") || p == "blobs/tmp" {
+	if strings.HasPrefix(p, "blobs/tmp/") || p == "blobs/tmp" || strings.HasPrefix(p, "blobs/.incoming/") || p == "blobs/.incoming" {
 		return true
 	}
 	if top == "store" {

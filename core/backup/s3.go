@@ -9,8 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/berthhq/berth/core/blobs"
 )
 
 // S3Config says how [UploadS3] reaches an S3-compatible object store
@@ -37,27 +36,34 @@ func ParseS3URL(raw string) (bucket, key string, err error) {
 	return u.Host, key, nil
 }
 
-// UploadS3 uploads the archive file at path to bucket/key and checks that the
-// stored object has the file's size. The bucket must exist. A failed upload
-// leaves no object under key: S3 makes an object visible only once complete.
+// UploadS3 uploads the archive file at path to bucket/key through the blob
+// store's S3 backend (multipart, checksums, retries) and checks that the
+// stored object has the file's size and SHA-256. The bucket must exist. A
+// failed upload leaves no object under key.
 func UploadS3(ctx context.Context, cfg S3Config, path, bucket, key string) error {
-	c, err := s3Client(cfg)
+	st, err := s3Store(cfg, bucket)
 	if err != nil {
 		return err
 	}
-	fi, err := os.Stat(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	if _, err := c.FPutObject(ctx, bucket, key, path, minio.PutObjectOptions{ContentType: "application/gzip"}); err != nil {
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	info, err := st.Put(ctx, key, f, blobs.PutOptions{Size: fi.Size(), ContentType: "application/gzip"})
+	if err != nil {
 		return fmt.Errorf("backup: upload to s3://%s/%s: %w", bucket, key, err)
 	}
-	st, err := c.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
+	got, err := st.Stat(ctx, key)
 	if err != nil {
 		return fmt.Errorf("backup: check s3://%s/%s: %w", bucket, key, err)
 	}
-	if st.Size != fi.Size() {
-		return fmt.Errorf("backup: s3://%s/%s holds %d bytes, the archive has %d", bucket, key, st.Size, fi.Size())
+	if got.Size != info.Size {
+		return fmt.Errorf("backup: s3://%s/%s holds %d bytes, the archive has %d", bucket, key, got.Size, info.Size)
 	}
 	return nil
 }
@@ -66,19 +72,15 @@ func UploadS3(ctx context.Context, cfg S3Config, path, bucket, key string) error
 // checks that it got the object's whole size. It writes nothing else; the
 // caller restores from path, which [Restore] verifies in full.
 func DownloadS3(ctx context.Context, cfg S3Config, bucket, key, path string) error {
-	c, err := s3Client(cfg)
+	st, err := s3Store(cfg, bucket)
 	if err != nil {
 		return err
 	}
-	obj, err := c.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+	obj, info, err := st.Get(ctx, key, 0, -1)
 	if err != nil {
 		return fmt.Errorf("backup: download s3://%s/%s: %w", bucket, key, err)
 	}
 	defer obj.Close()
-	st, err := obj.Stat()
-	if err != nil {
-		return fmt.Errorf("backup: download s3://%s/%s: %w", bucket, key, err)
-	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
@@ -90,8 +92,8 @@ func DownloadS3(ctx context.Context, cfg S3Config, bucket, key, path string) err
 	if errC := f.Close(); err == nil {
 		err = errC
 	}
-	if err == nil && n != st.Size {
-		err = fmt.Errorf("got %d of %d bytes", n, st.Size)
+	if err == nil && n != info.Size {
+		err = fmt.Errorf("got %d of %d bytes", n, info.Size)
 	}
 	if err != nil {
 		_ = os.Remove(path)
@@ -100,17 +102,13 @@ func DownloadS3(ctx context.Context, cfg S3Config, bucket, key, path string) err
 	return nil
 }
 
-func s3Client(cfg S3Config) (*minio.Client, error) {
+func s3Store(cfg S3Config, bucket string) (*blobs.S3, error) {
 	if cfg.Endpoint == "" {
 		return nil, errors.New("backup: an s3:// location needs the S3 endpoint")
 	}
-	creds := credentials.NewEnvAWS()
-	if v, err := creds.GetWithContext(nil); err != nil || v.AccessKeyID == "" || v.SecretAccessKey == "" {
-		return nil, errors.New("backup: an s3:// location needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment")
-	}
-	c, err := minio.New(cfg.Endpoint, &minio.Options{Creds: creds, Secure: !cfg.Insecure, Region: cfg.Region})
+	st, err := blobs.NewS3(blobs.S3Config{Endpoint: cfg.Endpoint, Bucket: bucket, Region: cfg.Region, Insecure: cfg.Insecure})
 	if err != nil {
-		return nil, fmt.Errorf("backup: S3 client: %w", err)
+		return nil, fmt.Errorf("backup: %w", err)
 	}
-	return c, nil
+	return st, nil
 }

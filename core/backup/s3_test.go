@@ -4,72 +4,27 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/berthhq/berth/internal/proctest"
+	"github.com/berthhq/berth/internal/s3test"
 )
 
-// versitygw finds the S3 server the tests run against (a real S3 API with
-// signature checks, on a POSIX directory).
-func versitygw(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p
-	}
-	out, err := exec.Command("go", "env", "GOPATH").Output()
-	if err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "versitygw")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	t.Fatal("versitygw is not installed: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 (make test does)")
-	return ""
-}
-
 func TestBackupUploadedToS3RoundTrips(t *testing.T) {
-	const access, secret = "berthtest", "berthtestsecret"
+	const access, secret = s3test.AccessKey, s3test.SecretKey
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	addr := proctest.FreeAddr(t)
-	srv := exec.Command(versitygw(t), "--access", access, "--secret", secret, "--port", addr, "posix", t.TempDir())
-	srv.Stdout, srv.Stderr = io.Discard, io.Discard
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
-	for i := 0; ; i++ {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if i == 300 || ctx.Err() != nil {
-			t.Fatalf("versitygw never listened on %s: %v", addr, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	srv := s3test.Start(t)
+	addr := srv.Addr
 	t.Setenv("AWS_ACCESS_KEY_ID", access)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
-	cl, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(access, secret, "")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.MakeBucket(ctx, "backups", minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	cl := srv.Client(t)
+	srv.Bucket(t, "backups")
 
 	c := newLiveCore(t)
 	c.insert(t, "services", "svc_a")

@@ -2,58 +2,38 @@ package bundles
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+
+	"github.com/berthhq/berth/core/blobs"
 )
 
-// PutBlob stores the bytes read from r, at most maxBytes, in the same
-// content-addressed layout as bundles (Dir/sha256/<hex>) without checking
-// their format or recording them in the bundle catalog; other stores (the
+// PutBlob stores the bytes read from r, at most maxBytes, under the same
+// content-addressed key as bundles (sha256/<hex>) without checking their
+// format or recording them in the bundle catalog; other stores (the
 // WebAssembly modules of core/policy) keep their own catalogs. It returns the
 // digest ("sha256:<hex>") and the size. Errors: ErrTooLarge,
-// ErrDigestMismatch when want is not empty and differs. Storing the same
-// bytes again is harmless.
+// ErrDigestMismatch when want is not empty and differs, blob store errors.
+// Storing the same bytes again is harmless.
 func (s *Store) PutBlob(ctx context.Context, want string, r io.Reader, maxBytes int64) (string, int64, error) {
 	if want != "" && !ValidDigest(want) {
 		return "", 0, ErrBadDigest
 	}
-	tmp, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "blob-*")
+	f, digest, n, err := s.spool(ctx, want, r, maxBytes)
 	if err != nil {
-		return "", 0, fmt.Errorf("store blob: %w", err)
+		return "", 0, err
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, maxBytes+1))
-	if err != nil {
-		return "", 0, fmt.Errorf("receive blob: %w", err)
-	}
-	if n > maxBytes {
-		return "", 0, ErrTooLarge
-	}
-	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	if want != "" && want != digest {
-		return "", 0, fmt.Errorf("%w: claimed %s, got %s", ErrDigestMismatch, want, digest)
-	}
-	if err := ctx.Err(); err != nil {
-		return "", 0, fmt.Errorf("store blob: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return "", 0, fmt.Errorf("store blob: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), s.path(digest)); err != nil {
-		return "", 0, fmt.Errorf("store blob: %w", err)
+	defer f.close()
+	if err := s.store(ctx, f, digest, n); err != nil {
+		return "", 0, err
 	}
 	return digest, n, nil
 }
 
 // ReadBlob returns the whole blob of digest. Errors: ErrBadDigest, ErrNotFound.
 func (s *Store) ReadBlob(digest string) ([]byte, error) {
-	f, _, err := s.Open(digest)
+	f, _, err := s.Open(context.Background(), digest)
 	if err != nil {
 		return nil, err
 	}
@@ -63,4 +43,17 @@ func (s *Store) ReadBlob(digest string) ([]byte, error) {
 		return nil, fmt.Errorf("read blob %s: %w", digest, err)
 	}
 	return b, nil
+}
+
+// mapBlobErr turns blob store errors into this package's.
+func mapBlobErr(err error) error {
+	switch {
+	case errors.Is(err, blobs.ErrNotFound):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case errors.Is(err, blobs.ErrDigestMismatch):
+		return fmt.Errorf("%w: %w", ErrDigestMismatch, err)
+	case errors.Is(err, blobs.ErrTooLarge):
+		return fmt.Errorf("%w: %w", ErrTooLarge, err)
+	}
+	return err
 }

@@ -20,6 +20,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/sdk/bundle"
 	"github.com/berthhq/berth/sdk/client"
@@ -55,70 +56,123 @@ type Meta struct {
 	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
 }
 
-// Store holds blobs under Dir/sha256/<hex> and the catalog in collection "bundles".
+// Store keeps bundle bytes in a [blobs.Store] under sha256/<hex> and the
+// catalog in collection "bundles". An upload is spooled to a local file
+// first: it must be hashed and validated as a whole before it is stored.
 type Store struct {
-	dir      string
+	blobs    blobs.Store
+	spoolDir string
 	coll     *mongo.Collection
 	maxBytes int64
 }
 
-// New returns a Store writing blobs under dir. maxBytes bounds a bundle's
-// compressed size; zero means DefaultMaxBytes.
+// New returns a Store keeping blobs on the filesystem under dir (the layout
+// berthd always used: dir/sha256/<hex>) and spooling uploads under
+// dir/.incoming. maxBytes bounds a bundle's compressed size; zero means
+// DefaultMaxBytes.
 func New(dir string, coll *mongo.Collection, maxBytes int64) (*Store, error) {
+	fs, err := blobs.NewFS(dir)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithBlobs(fs, filepath.Join(dir, ".incoming"), coll, maxBytes)
+}
+
+// NewWithBlobs returns a Store keeping blobs in st (filesystem or S3) and
+// spooling uploads in the local directory spoolDir (created 0700).
+// maxBytes bounds a bundle's compressed size; zero means DefaultMaxBytes.
+func NewWithBlobs(st blobs.Store, spoolDir string, coll *mongo.Collection, maxBytes int64) (*Store, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBytes
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "sha256"), 0o700); err != nil {
-		return nil, fmt.Errorf("create blob directory: %w", err)
+	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create bundle spool directory: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o700); err != nil {
-		return nil, fmt.Errorf("create blob directory: %w", err)
-	}
-	return &Store{dir: dir, coll: coll, maxBytes: maxBytes}, nil
+	return &Store{blobs: st, spoolDir: spoolDir, coll: coll, maxBytes: maxBytes}, nil
 }
+
+// Blobs is the blob store the bundles live in.
+func (s *Store) Blobs() blobs.Store { return s.blobs }
 
 // MaxBytes is the limit on a bundle's compressed size in bytes.
 func (s *Store) MaxBytes() int64 { return s.maxBytes }
+
+// Key is the blob store key of digest ("sha256:<hex>").
+func Key(digest string) string { return "sha256/" + strings.TrimPrefix(digest, "sha256:") }
+
+// spooled is an upload received into a local temporary file.
+type spooled struct{ *os.File }
+
+func (f spooled) close() { f.Close(); os.Remove(f.Name()) }
+
+// spool receives r (at most maxBytes) into a temporary file, hashing it.
+func (s *Store) spool(ctx context.Context, want string, r io.Reader, maxBytes int64) (spooled, string, int64, error) {
+	tmp, err := os.CreateTemp(s.spoolDir, "upload-*")
+	if err != nil {
+		return spooled{}, "", 0, fmt.Errorf("store bundle: %w", err)
+	}
+	f := spooled{tmp}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, maxBytes+1))
+	if err != nil {
+		f.close()
+		return spooled{}, "", 0, fmt.Errorf("receive bundle: %w", err)
+	}
+	if n > maxBytes {
+		f.close()
+		return spooled{}, "", 0, ErrTooLarge
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if want != "" && want != digest {
+		f.close()
+		return spooled{}, "", 0, fmt.Errorf("%w: claimed %s, got %s", ErrDigestMismatch, want, digest)
+	}
+	if err := ctx.Err(); err != nil {
+		f.close()
+		return spooled{}, "", 0, fmt.Errorf("store bundle: %w", err)
+	}
+	return f, digest, n, nil
+}
+
+// store copies a spooled, checked upload into the blob store, skipping the
+// copy when an object of that size is already there.
+func (s *Store) store(ctx context.Context, f spooled, digest string, n int64) error {
+	if info, err := s.blobs.Stat(ctx, Key(digest)); err == nil && info.Size == n {
+		return nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("store bundle: %w", err)
+	}
+	if _, err := s.blobs.Put(ctx, Key(digest), f, blobs.PutOptions{Size: n, SHA256: digest, ContentType: "application/gzip"}); err != nil {
+		return fmt.Errorf("store bundle: %w", mapBlobErr(err))
+	}
+	return nil
+}
 
 // Put reads a whole bundle from r, checks its size, that it is a safe gzip tar
 // (bundle.Validate), and, when want is not empty, that it hashes to want. Only
 // then is it stored and recorded for the project under name (may be empty).
 // Errors: ErrTooLarge, ErrDigestMismatch, ErrBadDigest, or one wrapping
-// bundle.ErrInvalid / bundle.ErrTooLarge. Put is idempotent: pushing the same
-// bytes again returns the same Meta with the newer name and time.
+// bundle.ErrInvalid / bundle.ErrTooLarge, or blob store errors
+// (blobs.ErrUnavailable). Put is idempotent: pushing the same bytes again
+// returns the same Meta with the newer name and time.
 func (s *Store) Put(ctx context.Context, projectID, project, name, want string, r io.Reader) (*Meta, error) {
 	if want != "" && !ValidDigest(want) {
 		return nil, ErrBadDigest
 	}
-	tmp, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "upload-*")
+	f, digest, n, err := s.spool(ctx, want, r, s.maxBytes)
 	if err != nil {
+		return nil, err
+	}
+	defer f.close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("store bundle: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, s.maxBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("receive bundle: %w", err)
-	}
-	if n > s.maxBytes {
-		return nil, ErrTooLarge
-	}
-	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	if want != "" && want != digest {
-		return nil, fmt.Errorf("%w: claimed %s, got %s", ErrDigestMismatch, want, digest)
-	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return nil, fmt.Errorf("store bundle: %w", err)
-	}
-	if err := bundle.Validate(ctx, tmp, 0); err != nil {
+	if err := bundle.Validate(ctx, f, 0); err != nil {
 		return nil, fmt.Errorf("validate bundle: %w", err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return nil, fmt.Errorf("store bundle: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), s.path(digest)); err != nil {
-		return nil, fmt.Errorf("store bundle: %w", err)
+	if err := s.store(ctx, f, digest, n); err != nil {
+		return nil, err
 	}
 	m := &Meta{ID: projectID + "/" + digest, ProjectID: projectID, Project: project, Digest: digest, Size: n, Name: name, CreatedAt: time.Now().UTC()}
 	update := bson.M{"$set": bson.M{"project_id": m.ProjectID, "project": m.Project, "digest": m.Digest, "size": m.Size, "name": m.Name, "created_at": m.CreatedAt}}
@@ -176,26 +230,16 @@ func (s *Store) List(ctx context.Context, projectID string) ([]Meta, error) {
 	return out, nil
 }
 
-// Open returns the blob of digest for reading, and its size. The caller closes it.
-func (s *Store) Open(digest string) (*os.File, int64, error) {
+// Open returns the blob of digest for reading, and its size. The caller
+// closes it; the reader is an io.ReadSeeker on both backends. Errors:
+// ErrBadDigest, ErrNotFound, blob store errors.
+func (s *Store) Open(ctx context.Context, digest string) (io.ReadCloser, int64, error) {
 	if !ValidDigest(digest) {
 		return nil, 0, ErrBadDigest
 	}
-	f, err := os.Open(s.path(digest))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, 0, ErrNotFound
-	}
+	rc, info, err := s.blobs.Get(ctx, Key(digest), 0, -1)
 	if err != nil {
-		return nil, 0, fmt.Errorf("open bundle: %w", err)
+		return nil, 0, fmt.Errorf("open bundle: %w", mapBlobErr(err))
 	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("open bundle: %w", err)
-	}
-	return f, st.Size(), nil
-}
-
-func (s *Store) path(digest string) string {
-	return filepath.Join(s.dir, "sha256", strings.TrimPrefix(digest, "sha256:"))
+	return rc, info.Size, nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/berthhq/berth/core/api"
 	"github.com/berthhq/berth/core/backup"
+	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
@@ -30,6 +31,7 @@ import (
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/reconciler"
+	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/releases"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/secrets/delivery"
@@ -70,6 +72,9 @@ type Config struct {
 	ReleaseDir string
 	// MaxBundleBytes bounds a release bundle; zero means 512 MiB.
 	MaxBundleBytes int64
+	// S3 puts the blob store (bundles, registry) in an S3 bucket; an empty
+	// Endpoint keeps it on the filesystem under DataDir/blobs.
+	S3 blobs.S3Config
 	// Sweep is the reconcile pass timing (docs/reconciliation.md section 6); zero fields take
 	// the defaults: quiet 1 s, period 30 s, floor 5 s.
 	Sweep  slots.SweepConfig
@@ -116,7 +121,7 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return nil
+	return checkS3Config(c.S3)
 }
 
 // Run starts berthd and blocks until ctx is cancelled, then shuts down in
@@ -233,6 +238,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// is appended before this one serves a write.
 	clog.TrackOutbox("projects", "")
 	clog.TrackOutbox("bundles", "")
+	clog.TrackOutbox(registry.ReleasesCollection, "")
 	clog.TrackOutbox("services", "")
 	clog.TrackOutbox("nodes", "")
 	clog.TrackOutbox("runtime_specs", "")
@@ -261,7 +267,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := evlog.EnsureIndexes(ctx); err != nil {
 		return err
 	}
-	blobs, err := bundles.New(filepath.Join(cfg.DataDir, "blobs"), st.Collection("bundles"), cfg.MaxBundleBytes)
+	blobStore, stopMigrate, err := openBlobs(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopMigrate()
+	blobs, err := bundles.NewWithBlobs(blobStore, filepath.Join(cfg.DataDir, "blobs", ".incoming"), st.Collection("bundles"), cfg.MaxBundleBytes)
 	if err != nil {
 		return err
 	}
@@ -346,9 +357,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}, func() float64 { return float64(count()) }))
 	}
 
+	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
 	handler := api.New(api.Config{
-		Secrets: &api.SecretsConfig{Store: sec, Rewrap: rewrapper.Kick},
-		Catalog: cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, NodeOps: sessions, Events: evlog, Changelog: clog,
+		ImageReleases: imageReleases,
+		Secrets:       &api.SecretsConfig{Store: sec, Rewrap: rewrapper.Kick},
+		Catalog:       cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, NodeOps: sessions, Events: evlog, Changelog: clog,
 		PublicURL: cfg.PublicURL, ServerFingerprint: servTLS.Fingerprint, ClusterID: clusterID, ClusterPublicKey: key.Public().(ed25519.PublicKey), CurrentPublicKey: sessions.PublicKey,
 		Logger: log, Metrics: metrics,
 		Ready:  func(ctx context.Context) error { return st.Ping(ctx) },
@@ -362,8 +375,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return []plugin.Status{gwHandle.Status()}
 		},
 	})
+	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           withRegistry(handler, oci),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// craneBinary finds crane (make test installs it).
+func craneBinary(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("crane"); err == nil {
+		return p
+	}
+	out, err := exec.Command("go", "env", "GOPATH").Output()
+	if err == nil {
+		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "crane")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Fatal("crane is not installed: go install github.com/google/go-containerregistry/cmd/crane@v0.22.1 (make test does)")
+	return ""
+}
+
+// TestCranePushesToBerthRegistry logs a real crane in with a Berth token,
+// pushes a multi-layer image to berthd's /v2 and reads it back by tag and by
+// digest; a wrong token is refused.
+func TestCranePushesToBerthRegistry(t *testing.T) {
+	crane := craneBinary(t)
+	cl := newCluster(t)
+	img, err := random.Image(4096, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := img.Digest()
+	tar := filepath.Join(t.TempDir(), "img.tar")
+	tag, _ := name.NewTag("shop/web:v1")
+	if err := tarball.WriteToFile(tar, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(crane, append(args, "--insecure")...)
+		cmd.Env = append(os.Environ(), "HOME="+cl.dir, "DOCKER_CONFIG="+filepath.Join(cl.dir, "docker"))
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := run("auth", "login", cl.api, "-u", "berth", "-p", cl.token); err != nil {
+		t.Fatalf("crane auth login: %v\n%s", err, out)
+	}
+	ref := cl.api + "/shop/web:v1"
+	if out, err := run("push", tar, ref); err != nil {
+		t.Fatalf("crane push: %v\n%s", err, out)
+	}
+	got, err := run("digest", ref)
+	if err != nil || got != want.String() {
+		t.Fatalf("crane digest %s = %q (%v), want %s", ref, got, err, want)
+	}
+	m, err := run("manifest", cl.api+"/shop/web@"+want.String())
+	if err != nil || strings.Count(m, `"digest"`) != 4 { // config and three layers
+		t.Fatalf("manifest by digest (%v): %s", err, m)
+	}
+	if out, err := run("ls", cl.api+"/shop/web"); err != nil || out != "v1" {
+		t.Fatalf("crane ls: %q %v", out, err)
+	}
+	// A reserved release tag: reserved with the CLI, pushed once by the
+	// reserver, then listed with its digest.
+	if _, err := cl.c.PutProject(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	if out := cl.cli(t, "release", "reserve", "web", "v1.0.0"); !strings.Contains(out, "default/web:v1.0.0 reserved") {
+		t.Fatalf("release reserve: %q", out)
+	}
+	if out, err := run("push", tar, cl.api+"/default/web:v1.0.0"); err != nil {
+		t.Fatalf("crane push to the reserved tag: %v\n%s", err, out)
+	}
+	if out := cl.cli(t, "release", "list", "web"); !strings.Contains(out, "v1.0.0\t"+want.String()) {
+		t.Fatalf("release list: %q", out)
+	}
+
+	// A wrong token is refused.
+	if out, err := run("auth", "login", cl.api, "-u", "berth", "-p", "brt_"+strings.Repeat("x", 43)); err != nil {
+		t.Fatalf("crane auth login: %v\n%s", err, out)
+	}
+	if out, err := run("digest", ref); err == nil || !strings.Contains(out, "UNAUTHORIZED") {
+		t.Fatalf("a wrong token read %s: %v %s", ref, err, out)
+	}
+}
