@@ -56,6 +56,11 @@ type Store struct {
 	// when none runs.
 	stopIndexer func()
 
+	// view is the read view (view.go); never nil.
+	view *View
+	// stopView ends the view's refresher and change stream; nil when none runs.
+	stopView func()
+
 	// casMu serialises UpdateIf on FerretDB (see [Store.UpdateIf]).
 	casMu sync.Mutex
 
@@ -90,7 +95,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		defer cancel()
 	}
 
-	s := &Store{log: log}
+	s := &Store{log: log, view: newView(cfg.Database, log)}
 	uri := cfg.URI
 	if uri == "" {
 		if cfg.DataDir == "" {
@@ -116,7 +121,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.ferret = ferret
 	}
 
-	opts := options.Client().ApplyURI(uri).SetAppName("berthd")
+	opts := options.Client().ApplyURI(uri).SetAppName("berthd").SetMonitor(s.view.monitor())
 	if s.ferret {
 		opts.SetMaxPoolSize(1)
 		reason := "FerretDB detected behind the configured URI"
@@ -149,8 +154,40 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
+	s.startView()
 	return s, nil
 }
+
+// startView turns the read view on where it can see every write: the embedded store (this
+// process is its only client) and a MongoDB replica set (change streams name other processes'
+// writes). FerretDB behind a URI and a MongoDB server without a replica set may have writers the
+// view cannot see, so reads go to the store there.
+func (s *Store) startView() {
+	s.view.db = s.db
+	replicaSet := s.majority && !s.ferret
+	if !s.embedded && !replicaSet {
+		s.log.Info("store: read view off; reads go to the store", "reason", "other writers cannot be observed on this server")
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	s.view.enabled.Store(true)
+	wg.Add(1)
+	go func() { defer wg.Done(); s.view.run(ctx) }()
+	if replicaSet {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.view.watch(ctx, s.db) }()
+	}
+	s.stopView = func() {
+		s.view.enabled.Store(false)
+		cancel()
+		wg.Wait()
+	}
+}
+
+// View returns the store's read view (view.go). With the view off, its reads go to the store, so
+// callers never branch on it. Valid until Close.
+func (s *Store) View() *View { return s.view }
 
 // startIDIndexer indexes the embedded store's existing tables for lookups by
 // _id before Open returns, and keeps indexing new ones until Close
@@ -249,10 +286,14 @@ func (s *Store) Embedded() bool { return s.embedded }
 // EmbeddedURI returns the loopback mongodb:// URI of the embedded FerretDB server, or "" when the
 // store is not embedded. Another process of the same host may connect to it while this store is
 // open (tests use it to run several control planes on one store).
+//
+// Handing the URI out turns this store's read view off for good ([View.Enabled]): writes by
+// other clients do not pass this store's command monitor.
 func (s *Store) EmbeddedURI() string {
 	if s.server == nil {
 		return ""
 	}
+	s.view.disable("the embedded store's URI was handed out; other clients may write")
 	return s.server.uri
 }
 
@@ -277,6 +318,9 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		if s.stopView != nil {
+			s.stopView()
+		}
 		if s.stopIndexer != nil {
 			s.stopIndexer()
 		}
