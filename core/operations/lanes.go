@@ -75,7 +75,7 @@ func (q *Queue) writeSlot(ctx context.Context, key, op string) (bool, error) {
 		return false, fmt.Errorf("operations: write slot %s: %w", key, err)
 	}
 	var s slot
-	if err := store.FindByID(ctx, q.lanes, key, &s); err != nil {
+	if err := q.st.View().Get(ctx, q.lanes, key, &s); err != nil {
 		return false, fmt.Errorf("operations: read slot %s: %w", key, err)
 	}
 	return s.Op == op, nil
@@ -127,13 +127,13 @@ func (q *Queue) relane(ctx context.Context, id string) error {
 // laneState reads the lane's head and the last slot taken.
 func (q *Queue) laneState(ctx context.Context, lane string) (first, last int64, err error) {
 	var h head
-	if err := store.FindByID(ctx, q.lanes, headKey(lane), &h); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := q.st.View().Get(ctx, q.lanes, headKey(lane), &h); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return 0, 0, fmt.Errorf("operations: read lane %s: %w", lane, err)
 	}
 	var seq struct {
 		Value int64 `bson:"value"`
 	}
-	if err := store.FindByID(ctx, q.st.Collection(store.SequencesCollection), laneSequence(lane), &seq); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := q.st.View().Get(ctx, q.st.Collection(store.SequencesCollection), laneSequence(lane), &seq); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return 0, 0, fmt.Errorf("operations: read lane %s: %w", lane, err)
 	}
 	return h.Head + 1, seq.Value, nil
@@ -142,12 +142,12 @@ func (q *Queue) laneState(ctx context.Context, lane string) (first, last int64, 
 // readSlot returns slot key, writing a tombstone into a slot taken but not written.
 func (q *Queue) readSlot(ctx context.Context, key string) (slot, error) {
 	var s slot
-	err := store.FindByID(ctx, q.lanes, key, &s)
+	err := q.st.View().Get(ctx, q.lanes, key, &s)
 	if errors.Is(err, store.ErrNotFound) {
 		if _, err := q.lanes.InsertOne(ctx, slot{ID: key}); err != nil && !store.IsDuplicateKey(err) {
 			return s, fmt.Errorf("operations: tombstone slot %s: %w", key, err)
 		}
-		err = store.FindByID(ctx, q.lanes, key, &s)
+		err = q.st.View().Get(ctx, q.lanes, key, &s)
 	}
 	if err != nil {
 		return s, fmt.Errorf("operations: read slot %s: %w", key, err)
@@ -333,7 +333,7 @@ func (q *Queue) repairLanes(ctx context.Context) error {
 	for i := range ops {
 		o := &ops[i]
 		var s slot
-		err := store.FindByID(ctx, q.lanes, o.Lane, &s)
+		err := q.st.View().Get(ctx, q.lanes, o.Lane, &s)
 		if errors.Is(err, store.ErrNotFound) {
 			first, _, err := q.laneState(ctx, laneOf(o.TargetNode))
 			if err != nil {

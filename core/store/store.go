@@ -60,6 +60,9 @@ type Store struct {
 	view *View
 	// stopView ends the view's refresher and change stream; nil when none runs.
 	stopView func()
+	// viewClient is the embedded store's second connection, used only by the view's re-reads so
+	// they do not queue behind writes on the one connection that writes (nil otherwise).
+	viewClient *mongo.Client
 
 	// casMu serialises UpdateIf on FerretDB (see [Store.UpdateIf]).
 	casMu sync.Mutex
@@ -154,7 +157,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	s.startView()
+	if err := s.startView(ctx, uri, cfg.Database); err != nil {
+		_ = s.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -162,12 +168,29 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 // process is its only client) and a MongoDB replica set (change streams name other processes'
 // writes). FerretDB behind a URI and a MongoDB server without a replica set may have writers the
 // view cannot see, so reads go to the store there.
-func (s *Store) startView() {
+//
+// On the embedded store the view re-reads through a second connection of its own: it only reads
+// (FerretDB's lack of atomicity concerns concurrent updates), SQLite in WAL mode serves it beside
+// the writing connection, and a write whose reply came back is committed, so a re-read issued
+// after it sees it.
+func (s *Store) startView(ctx context.Context, uri, database string) error {
 	s.view.db = s.db
 	replicaSet := s.majority && !s.ferret
 	if !s.embedded && !replicaSet {
 		s.log.Info("store: read view off; reads go to the store", "reason", "other writers cannot be observed on this server")
-		return
+		return nil
+	}
+	if s.embedded {
+		c, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName("berthd-view").SetMaxPoolSize(1))
+		if err != nil {
+			return fmt.Errorf("store: connect the read view: %w", err)
+		}
+		if err := c.Ping(ctx, nil); err != nil {
+			_ = c.Disconnect(context.WithoutCancel(ctx))
+			return fmt.Errorf("store: connect the read view: %w", err)
+		}
+		s.viewClient = c
+		s.view.db = c.Database(database)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -183,6 +206,7 @@ func (s *Store) startView() {
 		cancel()
 		wg.Wait()
 	}
+	return nil
 }
 
 // View returns the store's read view (view.go). With the view off, its reads go to the store, so
@@ -323,6 +347,11 @@ func (s *Store) Close(ctx context.Context) error {
 		}
 		if s.stopIndexer != nil {
 			s.stopIndexer()
+		}
+		if s.viewClient != nil {
+			if err := s.viewClient.Disconnect(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("store: disconnect the read view: %w", err))
+			}
 		}
 		if s.client != nil {
 			if err := s.client.Disconnect(ctx); err != nil {

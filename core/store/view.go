@@ -50,6 +50,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -491,14 +492,22 @@ func (v *View) Get(ctx context.Context, coll *mongo.Collection, id any, out any)
 // whatever their width, and a nil value matches a missing field. Cost with the view on: one pass
 // over the collection's raw documents and one decode per match.
 func (v *View) Find(ctx context.Context, coll *mongo.Collection, eq bson.D, out any) error {
+	return v.FindSorted(ctx, coll, eq, nil, out)
+}
+
+// FindSorted is [View.Find] ordered by the top-level fields of sort (1 ascending, -1
+// descending), then by _id. Values compare as numbers when both are numbers, as strings when both
+// are strings, and otherwise by BSON type number (a missing field first), which is MongoDB's
+// order for the values Berth sorts on.
+func (v *View) FindSorted(ctx context.Context, coll *mongo.Collection, eq bson.D, sort bson.D, out any) error {
 	if !v.Enabled() {
-		return findStore(ctx, coll, eq, out)
+		return findStore(ctx, coll, eq, sort, out)
 	}
 	if err := v.ready(ctx, coll.Name()); err != nil {
 		return err
 	}
 	if !v.Enabled() {
-		return findStore(ctx, coll, eq, out)
+		return findStore(ctx, coll, eq, sort, out)
 	}
 	want := make([]bson.RawValue, len(eq))
 	for i, e := range eq {
@@ -524,30 +533,39 @@ func (v *View) Find(ctx context.Context, coll *mongo.Collection, eq bson.D, out 
 	}
 	v.mu.Unlock()
 	if c == nil {
-		return findStore(ctx, coll, eq, out)
+		return findStore(ctx, coll, eq, sort, out)
 	}
-	arr := bson.A{}
-	for _, m := range matches {
-		arr = append(arr, m)
+	if len(sort) > 0 {
+		sortRaw(matches, sort)
 	}
-	// Decode through one array document: the driver's decoder fills any slice type.
-	doc, err := bson.Marshal(bson.D{{Key: "v", Value: arr}})
-	if err != nil {
-		return fmt.Errorf("store: find in %s: %w", coll.Name(), err)
+	return decodeAll(coll.Name(), matches, out)
+}
+
+// decodeAll decodes raws into out, a pointer to a slice, replacing its contents.
+func decodeAll(name string, raws []bson.Raw, out any) error {
+	pv := reflect.ValueOf(out)
+	if pv.Kind() != reflect.Pointer || pv.Elem().Kind() != reflect.Slice {
+		return fmt.Errorf("store: find in %s: out must be a pointer to a slice, got %T", name, out)
 	}
-	if err := bson.Raw(doc).Lookup("v").Unmarshal(out); err != nil {
-		return fmt.Errorf("store: decode %s: %w", coll.Name(), err)
+	sv := pv.Elem()
+	res := reflect.MakeSlice(sv.Type(), len(raws), len(raws))
+	for i, raw := range raws {
+		if err := bson.Unmarshal(raw, res.Index(i).Addr().Interface()); err != nil {
+			return fmt.Errorf("store: decode %s: %w", name, err)
+		}
 	}
+	sv.Set(res)
 	return nil
 }
 
 // findStore is [View.Find] against the store.
-func findStore(ctx context.Context, coll *mongo.Collection, eq bson.D, out any) error {
+func findStore(ctx context.Context, coll *mongo.Collection, eq bson.D, sort bson.D, out any) error {
 	filter := eq
 	if filter == nil {
 		filter = bson.D{}
 	}
-	cur, err := coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	order := append(slices.Clone(sort), bson.E{Key: "_id", Value: 1})
+	cur, err := coll.Find(ctx, filter, options.Find().SetSort(order))
 	if err != nil {
 		return fmt.Errorf("store: find in %s: %w", coll.Name(), err)
 	}
@@ -555,6 +573,49 @@ func findStore(ctx context.Context, coll *mongo.Collection, eq bson.D, out any) 
 		return fmt.Errorf("store: find in %s: %w", coll.Name(), err)
 	}
 	return nil
+}
+
+// sortRaw orders raws by the fields of sort, stably (raws come in _id order).
+func sortRaw(raws []bson.Raw, sort bson.D) {
+	slices.SortStableFunc(raws, func(a, b bson.Raw) int {
+		for _, e := range sort {
+			dir := 1
+			switch n := e.Value.(type) {
+			case int:
+				dir = cmpInt(int64(n), 0) | 1
+			case int32:
+				dir = cmpInt(int64(n), 0) | 1
+			case int64:
+				dir = cmpInt(n, 0) | 1
+			}
+			if c := compareRaw(a.Lookup(e.Key), b.Lookup(e.Key)); c != 0 {
+				return c * dir
+			}
+		}
+		return 0
+	})
+}
+
+// compareRaw orders two values (a missing one is the zero RawValue) for [sortRaw].
+func compareRaw(a, b bson.RawValue) int {
+	if fa, ok := number(a); ok {
+		if fb, ok := number(b); ok {
+			switch {
+			case fa < fb:
+				return -1
+			case fa > fb:
+				return 1
+			}
+			return 0
+		}
+	}
+	if a.Type == bson.TypeString && b.Type == bson.TypeString {
+		return strings.Compare(a.StringValue(), b.StringValue())
+	}
+	if a.Type != b.Type {
+		return int(a.Type) - int(b.Type)
+	}
+	return bytes.Compare(a.Value, b.Value)
 }
 
 // matchesRaw reports whether every field of eq equals its value in raw.
