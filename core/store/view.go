@@ -518,20 +518,25 @@ func (v *View) FindSorted(ctx context.Context, coll *mongo.Collection, eq bson.D
 		want[i] = bson.RawValue{Type: t, Value: data}
 	}
 	var matches []bson.Raw
-	v.mu.Lock() // sorting may rebuild c.sorted
+	v.mu.Lock()
 	c := v.colls[coll.Name()]
-	if c != nil {
-		if c.sorted == nil {
-			c.sorted = sortedKeys(c.docs)
+	if c != nil && c.sorted == nil {
+		c.sorted = sortedKeys(c.docs) // rebuilt after an insert or a delete
+	}
+	v.mu.Unlock()
+	v.mu.RLock()
+	if c = v.colls[coll.Name()]; c != nil {
+		keys := c.sorted
+		if keys == nil { // changed between the two locks: take this read in any order, sorted below
+			keys = sortedKeys(c.docs)
 		}
-		for _, k := range c.sorted {
-			raw := c.docs[k]
-			if matchesRaw(raw, eq, want) {
+		for _, k := range keys {
+			if raw, ok := c.docs[k]; ok && matchesRaw(raw, eq, want) {
 				matches = append(matches, raw)
 			}
 		}
 	}
-	v.mu.Unlock()
+	v.mu.RUnlock()
 	if c == nil {
 		return findStore(ctx, coll, eq, sort, out)
 	}
