@@ -237,8 +237,10 @@ func BenchmarkStoreInsert(b *testing.B) {
 	}
 }
 
-// BenchmarkStoreUpsertBatch compares 100 upserts by _id (the shape of desired-state documents
-// written for many nodes at once) sent one by one and as one unordered BulkWrite.
+// BenchmarkStoreUpsertBatch compares 100 upserts by _id of new documents (the shape of
+// desired-state documents written for many nodes at once) sent one by one and as one unordered
+// BulkWrite. Each round writes new ids: on FerretDB v1.24 a bulk write of 100 upserts that all
+// match existing documents did not finish within a minute here, so that shape is not measured.
 func BenchmarkStoreUpsertBatch(b *testing.B) {
 	const batch = 100
 	for _, mode := range []string{"one-by-one", "bulk-write"} {
@@ -252,14 +254,14 @@ func BenchmarkStoreUpsertBatch(b *testing.B) {
 				var err error
 				models := make([]mongo.WriteModel, batch)
 				for j := range models {
-					models[j] = mongo.NewUpdateOneModel().SetFilter(bson.M{"_id": fmt.Sprintf("n%03d", j)}).
+					models[j] = mongo.NewUpdateOneModel().SetFilter(bson.M{"_id": fmt.Sprintf("n%d-%03d", i, j)}).
 						SetUpdate(bson.M{"$set": bson.M{"n": int64(i)}}).SetUpsert(true)
 				}
 				if mode == "bulk-write" {
 					_, err = coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 				} else {
 					for j := 0; j < batch && err == nil; j++ {
-						_, err = coll.UpdateOne(ctx, bson.M{"_id": fmt.Sprintf("n%03d", j)}, bson.M{"$set": bson.M{"n": int64(i)}},
+						_, err = coll.UpdateOne(ctx, bson.M{"_id": fmt.Sprintf("n%d-%03d", i, j)}, bson.M{"$set": bson.M{"n": int64(i)}},
 							options.UpdateOne().SetUpsert(true))
 					}
 				}

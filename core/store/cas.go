@@ -83,7 +83,7 @@ func (s *Store) UpdateIfRevision(ctx context.Context, coll *mongo.Collection, id
 	}
 	if cur.Revision != expected {
 		// No write was sent, so the command monitor saw none: bring the view up to what won
-		// (the refresher needs no lock of ours).
+		// (marking takes no lock of ours).
 		_ = s.view.Invalidate(ctx, coll, id)
 		return 0, fmt.Errorf("store: update %s %v at revision %d: %w", coll.Name(), id, expected, ErrConflict)
 	}

@@ -1,5 +1,6 @@
-// Package store owns Berth's connection to its MongoDB-wire state store: a real MongoDB replica set
-// given by URI, or FerretDB run in-process over SQLite under the data directory (DESIGN.md section 4).
+// Package store owns Berth's connection to its MongoDB-wire state store (a MongoDB replica set given
+// by URI, or FerretDB run in-process over SQLite under the data directory; DESIGN.md section 4) and
+// the in-memory read view of it that berthd's loops read (view.go, docs/store.md).
 package store
 
 import (
@@ -58,7 +59,7 @@ type Store struct {
 
 	// view is the read view (view.go); never nil.
 	view *View
-	// stopView ends the view's refresher and change stream; nil when none runs.
+	// stopView turns the view off and ends its change stream; nil when the view is off.
 	stopView func()
 	// viewClient is the embedded store's second connection, used only by the view's re-reads so
 	// they do not queue behind writes on the one connection that writes (nil otherwise).
@@ -169,10 +170,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 // writes). FerretDB behind a URI and a MongoDB server without a replica set may have writers the
 // view cannot see, so reads go to the store there.
 //
-// On the embedded store the view re-reads through a second connection of its own: it only reads
-// (FerretDB's lack of atomicity concerns concurrent updates), SQLite in WAL mode serves it beside
-// the writing connection, and a write whose reply came back is committed, so a re-read issued
-// after it sees it.
+// On the embedded store the view re-reads through connections of its own (at most 4): they only
+// read (FerretDB's lack of atomicity concerns concurrent updates), SQLite in WAL mode serves them
+// beside the writing connection, and a write whose reply came back is committed, so a re-read
+// issued after it sees it.
 func (s *Store) startView(ctx context.Context, uri, database string) error {
 	s.view.db = s.db
 	replicaSet := s.majority && !s.ferret
@@ -181,7 +182,7 @@ func (s *Store) startView(ctx context.Context, uri, database string) error {
 		return nil
 	}
 	if s.embedded {
-		c, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName("berthd-view").SetMaxPoolSize(1))
+		c, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName("berthd-view").SetMaxPoolSize(4))
 		if err != nil {
 			return fmt.Errorf("store: connect the read view: %w", err)
 		}
@@ -195,8 +196,6 @@ func (s *Store) startView(ctx context.Context, uri, database string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	s.view.enabled.Store(true)
-	wg.Add(1)
-	go func() { defer wg.Done(); s.view.run(ctx) }()
 	if replicaSet {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.view.watch(ctx, s.db) }()

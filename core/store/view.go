@@ -1,7 +1,7 @@
 package store
 
 // The read view: an in-memory copy of the collections berthd's loops and read-only handlers read,
-// kept current from committed writes, so a read costs no round trip (docs/store.md).
+// kept current from committed writes, so most reads cost no round trip (docs/store.md).
 //
 // How a write reaches the view, and why none is missed:
 //
@@ -10,29 +10,29 @@ package store
 //     (insert, update, delete, findAndModify) is parsed when it is sent: each statement's filter
 //     names the _id it touches (an equality, $eq or $in on _id; an insert names its documents'
 //     _id). A statement whose filter names no _id, and every command the view does not know to be a
-//     read (drop, dropDatabase, renameCollection, bulkWrite, ...), marks its collection (or every
-//     collection) for a full reload instead. So the set of documents a write may have changed is
-//     always covered, whatever the caller's code path.
+//     read (drop, dropDatabase, renameCollection, bulkWrite, ...), names its collection (or every
+//     collection) whole instead. So the set of documents a write may have changed is always
+//     covered, whatever the caller's code path.
 //  2. When the command finishes, succeeded or failed (a failed or timed-out write may still have
-//     been applied), its ids are queued with a sequence number, in finish order. A failed write is
-//     queued a second time a moment later, for a server that applies it after the connection broke.
-//  3. One goroutine (the refresher) takes the queue in order and re-reads each named document by
-//     _id from the store (or reloads the marked collections) and installs what it read: the
-//     document, or its absence. It reads after the write finished, so it reads that write or a
-//     later one. Re-reads are issued one at a time by that single goroutine and installed in the
-//     order they were read, so a document's state in the view only moves forward in the store's
-//     revision order, even when the re-read of one write races a later write of the same
-//     document: the view then holds the later state at once, and the later write's own re-read
-//     installs the same or a newer one.
-//  4. A read from the view first waits until every write that finished before the read began has
-//     been re-read (the applied sequence reaches the finished sequence seen at the start), so a
-//     caller reads its own writes and never goes back in time.
+//     been applied), and before the driver returns to the writer, what it named is marked stale in
+//     the view. A failed write is marked a second time a moment later, for a server that applies
+//     it after the connection broke.
+//  3. A read that meets a stale document (or a collection marked whole) re-reads it from the
+//     store by _id (or reloads the collection) before answering. The re-read starts after the
+//     mark, so after the write finished, and sees that write or a later one; a caller therefore
+//     always reads its own writes and every write finished before its read.
+//  4. A re-read is installed only if no newer mark arrived while it was in flight (each mark
+//     bumps the document's version), so concurrent readers never install an older state over a
+//     newer one: when the re-read of one write races a later write of the same document, the later
+//     write's mark wins and the next read re-reads again. The document's state in the view only
+//     moves forward in the store's order.
 //
-// Against a MongoDB replica set other berthd processes write too: a change stream on the database
-// names the documents they change (resumed by its token after an error); the refresher re-reads
-// those the same way. When the token is lost (the oplog moved on, or the stream was invalidated)
-// the view opens a new stream first and then reloads every loaded collection, so nothing between
-// the two is missed.
+// A write thus costs nothing extra, and a read costs a round trip only for a document written
+// since it was last read. Against a MongoDB replica set other berthd processes write too: a change
+// stream on the database names the documents they change, and those are marked the same way
+// (resumed by its token after an error). When the token is lost (the oplog moved on, or the stream
+// was invalidated) the view opens a new stream first and then marks every loaded collection whole,
+// so nothing between the two is missed.
 //
 // A collection is loaded on its first read and kept current from then on. The view is off
 // (reads go to the store) when the store may have writers it cannot see: FerretDB behind a URI,
@@ -41,7 +41,8 @@ package store
 //
 // Decisions never trust the view alone: every decision is one compare-and-set on the store with
 // the revision read from the view as the expected one. A stale view costs a refused CAS; the
-// refusal re-reads the document into the view ([Store.UpdateIfRevision]) and the retry reads it.
+// refusal marks the document ([Store.UpdateIfRevision], or the monitor for a filtered update) and
+// the retry re-reads it.
 
 import (
 	"bytes"
@@ -63,12 +64,16 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// failedRecheck is how long after a failed write its documents are re-read a second time.
+// failedRecheck is how long after a failed write its documents are marked a second time.
 const failedRecheck = time.Second
 
-// refreshRetry bounds the refresher's retries of a re-read that failed before it gives up on the
-// collection (drops it from the view, so its next read loads it again).
-const refreshRetry = 3
+// readAttempts bounds how often a read retries a re-read or load that a newer mark overtook
+// before it answers from the store directly.
+const readAttempts = 3
+
+// reloadAbove is how many stale documents a filtered read re-reads one by one; with more, it
+// reloads the collection.
+const reloadAbove = 64
 
 // View is the read view of one database of a [Store]; see the comment at the top of view.go.
 // Obtain it with [Store.View]. Safe for concurrent use. Reads decode fresh values, so callers own
@@ -77,19 +82,14 @@ type View struct {
 	database string
 	log      *slog.Logger
 	enabled  atomic.Bool
-	db       *mongo.Database // set by Open once the client exists
+	db       *mongo.Database // what re-reads and loads read; set by Open once the client exists
 
 	// pending maps a started write command (connection id and request id) to what it touches.
 	pendingMu sync.Mutex
 	pending   map[string]touch
 
-	mu       sync.RWMutex
-	colls    map[string]*viewColl // loaded collections; mu must be held
-	queue    []touch              // finished writes not yet re-read; mu must be held
-	finished uint64               // sequence of the last queued write; mu must be held
-	applied  uint64               // every queued write up to this sequence is installed; mu must be held
-	changed  chan struct{}        // closed and replaced when applied or queue moves; mu must be held
-	loading  map[string]bool      // collections queued for loading; mu must be held
+	mu    sync.RWMutex
+	colls map[string]*viewColl // loaded collections; mu must be held
 
 	loads   atomic.Int64 // full loads done (tests and metrics)
 	rereads atomic.Int64 // documents re-read
@@ -97,19 +97,24 @@ type View struct {
 
 // touch is what one write may have changed: ids of one collection, or whole collections.
 type touch struct {
-	seq    uint64
 	coll   string
 	ids    []bson.RawValue
-	reload bool // reload coll
-	all    bool // reload every loaded collection
-	load   bool // a read asks to load coll
-	failed bool // the write failed: re-read again after failedRecheck
+	reload bool // the whole of coll
+	all    bool // every loaded collection
 }
 
-// viewColl is one loaded collection.
+// viewColl is one loaded collection. Every field is guarded by View.mu.
 type viewColl struct {
 	docs   map[string]bson.Raw // by idKey
 	sorted []string            // keys in _id order; nil when stale
+	// stale holds the documents to re-read before use, and ver counts each document's marks, so a
+	// re-read is installed only when no mark arrived while it was in flight.
+	stale map[string]bson.RawValue
+	ver   map[string]uint64
+	// whole reports whether the collection must be loaded again before use (never loaded, or a
+	// write named no _id); wholeGen counts those marks the same way.
+	whole    bool
+	wholeGen uint64
 }
 
 func newView(database string, log *slog.Logger) *View {
@@ -118,8 +123,6 @@ func newView(database string, log *slog.Logger) *View {
 		log:      log,
 		pending:  map[string]touch{},
 		colls:    map[string]*viewColl{},
-		loading:  map[string]bool{},
-		changed:  make(chan struct{}),
 	}
 }
 
@@ -134,7 +137,7 @@ func (v *View) disable(reason string) {
 }
 
 // Loads returns how many full collection loads the view has done (a lost feed costs one per
-// loaded collection).
+// loaded collection on its next read).
 func (v *View) Loads() int64 { return v.loads.Load() }
 
 // Rereads returns how many documents the view has re-read after writes.
@@ -152,7 +155,7 @@ func (v *View) monitor() *event.CommandMonitor {
 				return
 			}
 			v.pendingMu.Lock()
-			v.pending[e.ConnectionID+"/"+fmt.Sprint(e.RequestID)] = t
+			v.pending[pendingKey(e.ConnectionID, e.RequestID)] = t
 			v.pendingMu.Unlock()
 		},
 		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
@@ -164,9 +167,11 @@ func (v *View) monitor() *event.CommandMonitor {
 	}
 }
 
-// finish queues the touch of a finished write command.
+func pendingKey(conn string, req int64) string { return fmt.Sprintf("%s/%d", conn, req) }
+
+// finish marks what a finished write command named.
 func (v *View) finish(conn string, req int64, failed bool) {
-	key := conn + "/" + fmt.Sprint(req)
+	key := pendingKey(conn, req)
 	v.pendingMu.Lock()
 	t, ok := v.pending[key]
 	delete(v.pending, key)
@@ -174,176 +179,74 @@ func (v *View) finish(conn string, req int64, failed bool) {
 	if !ok {
 		return
 	}
-	t.failed = failed
-	v.enqueue(t)
+	v.mark(t)
 	if failed {
-		time.AfterFunc(failedRecheck, func() { t.failed = false; v.enqueue(t) })
+		time.AfterFunc(failedRecheck, func() { v.mark(t) })
 	}
 }
 
-// enqueue appends t to the refresher's queue and returns its sequence.
-func (v *View) enqueue(t touch) uint64 {
+// mark records t in the loaded collections it names (a collection not loaded has nothing to
+// mark: its first read loads it after this write finished).
+func (v *View) mark(t touch) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.finished++
-	t.seq = v.finished
-	v.queue = append(v.queue, t)
-	v.notifyLocked()
-	return t.seq
-}
-
-// notifyLocked wakes every waiter. mu must be held.
-func (v *View) notifyLocked() {
-	close(v.changed)
-	v.changed = make(chan struct{})
-}
-
-// waitApplied blocks until every write queued up to seq is installed, or ctx ends.
-func (v *View) waitApplied(ctx context.Context, seq uint64) error {
-	for {
-		v.mu.RLock()
-		done, ch := v.applied >= seq, v.changed
-		v.mu.RUnlock()
-		if done {
-			return nil
+	if t.all {
+		for _, c := range v.colls {
+			c.markWhole()
 		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("store: wait for the read view: %w", ctx.Err())
-		}
+		return
+	}
+	c := v.colls[t.coll]
+	if c == nil {
+		return
+	}
+	if t.reload {
+		c.markWhole()
+		return
+	}
+	for _, id := range t.ids {
+		k := idKey(id)
+		c.stale[k] = id
+		c.ver[k]++
 	}
 }
 
-// ready returns once collection name is loaded (loading it first when needed) and every write
-// that finished before the call is installed in it.
-func (v *View) ready(ctx context.Context, name string) error {
-	v.mu.Lock()
-	target := v.finished
-	if _, ok := v.colls[name]; !ok && !v.loading[name] {
-		v.loading[name] = true
-		v.finished++
-		target = v.finished
-		v.queue = append(v.queue, touch{seq: target, coll: name, load: true})
-		v.notifyLocked()
-	} else if v.loading[name] {
-		// A load is queued: wait for everything queued so far, which includes it.
-		target = v.finished
-	}
-	v.mu.Unlock()
-	return v.waitApplied(ctx, target)
+func (c *viewColl) markWhole() {
+	c.whole = true
+	c.wholeGen++
 }
 
-// run is the refresher: it installs queued writes in order until ctx ends.
-func (v *View) run(ctx context.Context) {
-	for {
+// ensure returns once collection name is loaded and not marked whole, loading it when needed.
+// It reports false when a load kept being overtaken by marks (the caller reads the store).
+func (v *View) ensure(ctx context.Context, name string) (bool, error) {
+	for attempt := 0; attempt < readAttempts; attempt++ {
 		v.mu.Lock()
-		batch := v.queue
-		v.queue = nil
-		ch := v.changed
+		c := v.colls[name]
+		if c == nil {
+			c = &viewColl{docs: map[string]bson.Raw{}, stale: map[string]bson.RawValue{}, ver: map[string]uint64{}, whole: true}
+			v.colls[name] = c
+		}
+		if !c.whole {
+			v.mu.Unlock()
+			return true, nil
+		}
+		gen := c.wholeGen
 		v.mu.Unlock()
-		if len(batch) == 0 {
-			select {
-			case <-ctx.Done():
-				v.mu.Lock()
-				v.applied = math.MaxUint64 // release every waiter; reads go to the store now
-				v.notifyLocked()
-				v.mu.Unlock()
-				return
-			case <-ch:
-				continue
-			}
+		docs, err := v.readAll(ctx, name)
+		if err != nil {
+			return false, err
 		}
-		v.apply(ctx, batch)
 		v.mu.Lock()
-		v.applied = batch[len(batch)-1].seq
-		v.notifyLocked()
+		if cur := v.colls[name]; cur == c && c.wholeGen == gen {
+			// Marks of single documents made while loading stay: they are re-read on use.
+			c.docs, c.sorted, c.whole = docs, nil, false
+			v.mu.Unlock()
+			v.loads.Add(1)
+			return true, nil
+		}
 		v.mu.Unlock()
 	}
-}
-
-// apply installs one batch of touches: loads and reloads first (each reads the collection as it
-// is now, which covers every earlier write to it), then one re-read per distinct document.
-func (v *View) apply(ctx context.Context, batch []touch) {
-	reload := map[string]bool{}
-	ids := map[string]map[string]bson.RawValue{}
-	var order []string
-	for _, t := range batch {
-		switch {
-		case t.all:
-			v.mu.RLock()
-			for name := range v.colls {
-				reload[name] = true
-			}
-			v.mu.RUnlock()
-		case t.load || t.reload:
-			reload[t.coll] = true
-		default:
-			m := ids[t.coll]
-			if m == nil {
-				m = map[string]bson.RawValue{}
-				ids[t.coll] = m
-			}
-			for _, id := range t.ids {
-				k := idKey(id)
-				if _, ok := m[k]; !ok {
-					order = append(order, t.coll+"\x00"+k)
-				}
-				m[k] = id
-			}
-		}
-	}
-	for name := range reload {
-		v.mu.RLock()
-		_, loaded := v.colls[name]
-		wanted := loaded || v.loading[name]
-		v.mu.RUnlock()
-		if !wanted {
-			continue
-		}
-		if err := v.load(ctx, name); err != nil {
-			v.log.Warn("store: read view could not load a collection; it is read from the store again on next use",
-				"collection", name, "err", err)
-			v.drop(name)
-		}
-	}
-	for _, ck := range order {
-		name, k, _ := strings.Cut(ck, "\x00")
-		if reload[name] {
-			continue // just loaded whole
-		}
-		v.mu.RLock()
-		_, loaded := v.colls[name]
-		v.mu.RUnlock()
-		if !loaded {
-			continue
-		}
-		if err := v.reread(ctx, name, ids[name][k]); err != nil {
-			v.log.Warn("store: read view could not re-read a document; dropping the collection from the view",
-				"collection", name, "err", err)
-			v.drop(name)
-		}
-	}
-}
-
-// load reads collection name whole and installs it.
-func (v *View) load(ctx context.Context, name string) error {
-	var docs map[string]bson.Raw
-	var err error
-	for attempt := 0; attempt < refreshRetry; attempt++ {
-		if docs, err = v.readAll(ctx, name); err == nil || ctx.Err() != nil {
-			break
-		}
-	}
-	if err != nil {
-		return err
-	}
-	v.mu.Lock()
-	v.colls[name] = &viewColl{docs: docs}
-	delete(v.loading, name)
-	v.mu.Unlock()
-	v.loads.Add(1)
-	return nil
+	return false, nil
 }
 
 func (v *View) readAll(ctx context.Context, name string) (map[string]bson.Raw, error) {
@@ -367,51 +270,72 @@ func (v *View) readAll(ctx context.Context, name string) (map[string]bson.Raw, e
 	return docs, nil
 }
 
-// reread reads one document by _id and installs it or its absence.
-func (v *View) reread(ctx context.Context, name string, id bson.RawValue) error {
-	var raw bson.Raw
-	var err error
-	for attempt := 0; attempt < refreshRetry; attempt++ {
-		raw, err = v.db.Collection(name).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
-		if err == nil || errors.Is(err, mongo.ErrNoDocuments) || ctx.Err() != nil {
-			break
+// fresh returns the current state of document k of collection name (nil: absent), re-reading it
+// when it is marked stale. It reports false when the collection must be read from the store.
+func (v *View) fresh(ctx context.Context, name, k string) (bson.Raw, bool, error) {
+	for attempt := 0; attempt < readAttempts; attempt++ {
+		if ok, err := v.ensure(ctx, name); !ok || err != nil {
+			return nil, false, err
 		}
+		v.mu.RLock()
+		c := v.colls[name]
+		id, stale := c.stale[k]
+		raw, ver, gen, whole := c.docs[k], c.ver[k], c.wholeGen, c.whole
+		v.mu.RUnlock()
+		if whole {
+			continue
+		}
+		if !stale {
+			return raw, true, nil
+		}
+		got, err := v.reread(ctx, name, id)
+		if err != nil {
+			return nil, false, err
+		}
+		v.mu.Lock()
+		if cur := v.colls[name]; cur == c && c.ver[k] == ver && c.wholeGen == gen {
+			c.install(k, got)
+		}
+		v.mu.Unlock()
+		// What was read started after every mark seen, so it is current for this caller even
+		// when a newer mark kept it out of the view.
+		return got, true, nil
 	}
-	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		return fmt.Errorf("store: re-read %s %s: %w", name, id, err)
-	}
-	v.rereads.Add(1)
-	k := idKey(id)
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	c := v.colls[name]
-	if c == nil {
-		return nil
-	}
+	return nil, false, nil
+}
+
+// install sets document k to raw (nil: absent) and clears its mark. View.mu must be held.
+func (c *viewColl) install(k string, raw bson.Raw) {
 	_, had := c.docs[k]
 	if raw == nil {
 		delete(c.docs, k)
 	} else {
-		c.docs[k] = slices.Clone(raw)
+		c.docs[k] = raw
 	}
 	if had != (raw != nil) {
 		c.sorted = nil
 	}
-	return nil
+	delete(c.stale, k)
 }
 
-// drop forgets collection name; its next read loads it again.
-func (v *View) drop(name string) {
-	v.mu.Lock()
-	delete(v.colls, name)
-	delete(v.loading, name)
-	v.mu.Unlock()
+// reread reads one document by _id from the store (nil: absent).
+func (v *View) reread(ctx context.Context, name string, id bson.RawValue) (bson.Raw, error) {
+	raw, err := v.db.Collection(name).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		v.rereads.Add(1)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: re-read %s %s: %w", name, id, err)
+	}
+	v.rereads.Add(1)
+	return slices.Clone(raw), nil
 }
 
-// Invalidate re-reads the document {_id: id} of coll into the view and returns once it is
-// installed (or ctx ends). [Store.UpdateIfRevision] calls it after a refused compare-and-set so
-// the retry reads what won. A no-op when the view is off.
-func (v *View) Invalidate(ctx context.Context, coll *mongo.Collection, id any) error {
+// Invalidate marks the document {_id: id} of coll stale, so its next read re-reads it.
+// [Store.UpdateIfRevision] calls it after a refused compare-and-set that sent no write. A no-op
+// when the view is off.
+func (v *View) Invalidate(_ context.Context, coll *mongo.Collection, id any) error {
 	if !v.Enabled() {
 		return nil
 	}
@@ -419,19 +343,19 @@ func (v *View) Invalidate(ctx context.Context, coll *mongo.Collection, id any) e
 	if err != nil {
 		return fmt.Errorf("store: invalidate %s %v: %w", coll.Name(), id, err)
 	}
-	seq := v.enqueue(touch{coll: coll.Name(), ids: []bson.RawValue{{Type: t, Value: data}}})
-	return v.waitApplied(ctx, seq)
+	v.mark(touch{coll: coll.Name(), ids: []bson.RawValue{{Type: t, Value: data}}})
+	return nil
 }
 
-// ResyncForTest forgets every loaded collection as a lost feed does, so each is loaded again on
-// its next read.
-func (v *View) ResyncForTest(ctx context.Context) error {
-	seq := v.enqueue(touch{all: true})
-	return v.waitApplied(ctx, seq)
+// ResyncForTest marks every loaded collection whole, as a lost change-stream token does, so each
+// is loaded again on its next read.
+func (v *View) ResyncForTest(context.Context) error {
+	v.mark(touch{all: true})
+	return nil
 }
 
 // CorruptForTest overwrites the view's copy of one document without touching the store (raw nil
-// removes it), so tests can make the view stale on purpose.
+// removes it) and without marking it, so tests can make the view stale on purpose.
 func (v *View) CorruptForTest(coll string, id any, raw bson.Raw) {
 	t, data, _ := bson.MarshalValue(id)
 	k := idKey(bson.RawValue{Type: t, Value: data})
@@ -450,15 +374,10 @@ func (v *View) CorruptForTest(coll string, id any, raw bson.Raw) {
 }
 
 // Get decodes the document {_id: id} of coll into out, from the view when it is on and from the
-// store otherwise. Errors: wrapping [ErrNotFound] when there is none; ctx's error when the view
-// could not catch up before ctx ended. Cost with the view on: one map lookup and one decode.
+// store otherwise. Errors: wrapping [ErrNotFound] when there is none. Cost with the view on: one
+// map lookup and one decode, plus one read by _id when the document was written since it was last
+// read (and one load of the collection on its first read).
 func (v *View) Get(ctx context.Context, coll *mongo.Collection, id any, out any) error {
-	if !v.Enabled() {
-		return FindByID(ctx, coll, id, out)
-	}
-	if err := v.ready(ctx, coll.Name()); err != nil {
-		return err
-	}
 	if !v.Enabled() {
 		return FindByID(ctx, coll, id, out)
 	}
@@ -466,15 +385,11 @@ func (v *View) Get(ctx context.Context, coll *mongo.Collection, id any, out any)
 	if err != nil {
 		return fmt.Errorf("store: find %s %v: %w", coll.Name(), id, err)
 	}
-	v.mu.RLock()
-	c := v.colls[coll.Name()]
-	var raw bson.Raw
-	if c != nil {
-		raw = c.docs[idKey(bson.RawValue{Type: t, Value: data})]
+	raw, ok, err := v.fresh(ctx, coll.Name(), idKey(bson.RawValue{Type: t, Value: data}))
+	if err != nil {
+		return err
 	}
-	v.mu.RUnlock()
-	if c == nil {
-		// Dropped meanwhile after a failed refresh: read the store.
+	if !ok || !v.Enabled() {
 		return FindByID(ctx, coll, id, out)
 	}
 	if raw == nil {
@@ -490,7 +405,8 @@ func (v *View) Get(ctx context.Context, coll *mongo.Collection, id any, out any)
 // equal the values in eq (nil or empty: every document), in _id order, from the view when it is
 // on and from the store otherwise. eq follows MongoDB equality: integers compare by value
 // whatever their width, and a nil value matches a missing field. Cost with the view on: one pass
-// over the collection's raw documents and one decode per match.
+// over the collection's raw documents and one decode per match, plus one read by _id per document
+// written since it was last read (a reload when there are more than 64).
 func (v *View) Find(ctx context.Context, coll *mongo.Collection, eq bson.D, out any) error {
 	return v.FindSorted(ctx, coll, eq, nil, out)
 }
@@ -503,12 +419,6 @@ func (v *View) FindSorted(ctx context.Context, coll *mongo.Collection, eq bson.D
 	if !v.Enabled() {
 		return findStore(ctx, coll, eq, sort, out)
 	}
-	if err := v.ready(ctx, coll.Name()); err != nil {
-		return err
-	}
-	if !v.Enabled() {
-		return findStore(ctx, coll, eq, sort, out)
-	}
 	want := make([]bson.RawValue, len(eq))
 	for i, e := range eq {
 		t, data, err := bson.MarshalValue(e.Value)
@@ -517,33 +427,96 @@ func (v *View) FindSorted(ctx context.Context, coll *mongo.Collection, eq bson.D
 		}
 		want[i] = bson.RawValue{Type: t, Value: data}
 	}
-	var matches []bson.Raw
-	v.mu.Lock()
-	c := v.colls[coll.Name()]
-	if c != nil && c.sorted == nil {
-		c.sorted = sortedKeys(c.docs) // rebuilt after an insert or a delete
+	matches, ok, err := v.scan(ctx, coll.Name(), eq, want)
+	if err != nil {
+		return err
 	}
-	v.mu.Unlock()
-	v.mu.RLock()
-	if c = v.colls[coll.Name()]; c != nil {
-		keys := c.sorted
-		if keys == nil { // changed between the two locks: take this read in any order, sorted below
-			keys = sortedKeys(c.docs)
-		}
-		for _, k := range keys {
-			if raw, ok := c.docs[k]; ok && matchesRaw(raw, eq, want) {
-				matches = append(matches, raw)
-			}
-		}
-	}
-	v.mu.RUnlock()
-	if c == nil {
+	if !ok || !v.Enabled() {
 		return findStore(ctx, coll, eq, sort, out)
 	}
 	if len(sort) > 0 {
 		sortRaw(matches, sort)
 	}
 	return decodeAll(coll.Name(), matches, out)
+}
+
+// scan returns the documents of collection name matching eq in _id order, after re-reading the
+// stale ones. It reports false when the collection must be read from the store.
+func (v *View) scan(ctx context.Context, name string, eq bson.D, want []bson.RawValue) ([]bson.Raw, bool, error) {
+	for attempt := 0; attempt < readAttempts; attempt++ {
+		if ok, err := v.ensure(ctx, name); !ok || err != nil {
+			return nil, false, err
+		}
+		v.mu.Lock()
+		c := v.colls[name]
+		if c.whole {
+			v.mu.Unlock()
+			continue
+		}
+		if len(c.stale) > reloadAbove {
+			c.markWhole()
+			v.mu.Unlock()
+			continue
+		}
+		stale := make(map[string]bson.RawValue, len(c.stale))
+		for k, id := range c.stale {
+			stale[k] = id
+		}
+		v.mu.Unlock()
+		// Re-read what was written since last read; the results overlay the view for this scan
+		// even when a newer mark keeps one out of the view.
+		overlay := make(map[string]bson.Raw, len(stale))
+		for k, id := range stale {
+			v.mu.RLock()
+			ver, gen := c.ver[k], c.wholeGen
+			v.mu.RUnlock()
+			got, err := v.reread(ctx, name, id)
+			if err != nil {
+				return nil, false, err
+			}
+			overlay[k] = got
+			v.mu.Lock()
+			if v.colls[name] == c && c.ver[k] == ver && c.wholeGen == gen {
+				c.install(k, got)
+			}
+			v.mu.Unlock()
+		}
+		v.mu.Lock()
+		if c.whole {
+			v.mu.Unlock()
+			continue
+		}
+		if c.sorted == nil {
+			c.sorted = sortedKeys(c.docs)
+		}
+		keys := c.sorted
+		var matches []bson.Raw
+		for _, k := range keys {
+			raw, ok := c.docs[k]
+			if o, over := overlay[k]; over {
+				raw, ok = o, o != nil
+			}
+			if ok && matchesRaw(raw, eq, want) {
+				matches = append(matches, raw)
+			}
+		}
+		// Overlaid documents the view does not hold yet (created since the last read).
+		var extra []string
+		for k, o := range overlay {
+			if _, in := c.docs[k]; !in && o != nil && matchesRaw(o, eq, want) {
+				extra = append(extra, k)
+			}
+		}
+		v.mu.Unlock()
+		if len(extra) > 0 {
+			for _, k := range extra {
+				matches = append(matches, overlay[k])
+			}
+			slices.SortStableFunc(matches, func(a, b bson.Raw) int { return compareRaw(a.Lookup("_id"), b.Lookup("_id")) })
+		}
+		return matches, true, nil
+	}
+	return nil, false, nil
 }
 
 // decodeAll decodes raws into out, a pointer to a slice, replacing its contents.

@@ -17,10 +17,11 @@ const streamRetry = time.Second
 const codeHistoryLost = 286
 
 // watch feeds the view from a change stream on its database until ctx ends (MongoDB replica sets
-// only): every event names a document that some process changed, and the refresher re-reads it;
-// drops, renames and invalidations reload every loaded collection. After an error the stream is
-// resumed from the last token; when the token is refused, a new stream is opened first and every
-// loaded collection is reloaded after it, so no change falls between the two.
+// only): every event names a document that some process changed, which is marked stale so its
+// next read re-reads it; drops, renames and invalidations mark every loaded collection for a
+// reload. After an error the stream is resumed from the last token; when the token is refused, a
+// new stream is opened first and every loaded collection is marked for a reload after it, so no
+// change falls between the two.
 func (v *View) watch(ctx context.Context, db *mongo.Database) {
 	var token bson.Raw
 	for ctx.Err() == nil {
@@ -44,7 +45,7 @@ func (v *View) watch(ctx context.Context, db *mongo.Database) {
 		if token == nil {
 			// A fresh stream: everything before it is covered by a reload (the first time, there
 			// is nothing loaded to reload).
-			v.enqueue(touch{all: true})
+			v.mark(touch{all: true})
 		}
 		invalidated := false
 		for !invalidated && cs.Next(ctx) {
@@ -81,14 +82,14 @@ func (v *View) event(raw bson.Raw) bool {
 	case "insert", "update", "replace", "delete":
 		id, err := raw.LookupErr("documentKey", "_id")
 		if err != nil || coll == "" {
-			v.enqueue(touch{all: true})
+			v.mark(touch{all: true})
 			return false
 		}
-		v.enqueue(touch{coll: coll, ids: []bson.RawValue{id}})
+		v.mark(touch{coll: coll, ids: []bson.RawValue{id}})
 	case "drop":
-		v.enqueue(touch{coll: coll, reload: true})
+		v.mark(touch{coll: coll, reload: true})
 	default: // rename, dropDatabase, invalidate and anything newer
-		v.enqueue(touch{all: true})
+		v.mark(touch{all: true})
 	}
 	return op == "invalidate"
 }
