@@ -22,7 +22,7 @@ package store
 //     mark, so after the write finished, and sees that write or a later one; a caller therefore
 //     always reads its own writes and every write finished before its read.
 //  4. A re-read is installed only if no newer mark arrived while it was in flight (each mark
-//     bumps the document's version), so concurrent readers never install an older state over a
+//     gives the document a new version), so concurrent readers never install an older state over a
 //     newer one: when the re-read of one write races a later write of the same document, the later
 //     write's mark wins and the next read re-reads again. The document's state in the view only
 //     moves forward in the store's order.
@@ -90,6 +90,7 @@ type View struct {
 
 	mu    sync.RWMutex
 	colls map[string]*viewColl // loaded collections; mu must be held
+	marks uint64               // counts document marks, so each mark's version is unique; mu must be held
 
 	loads   atomic.Int64 // full loads done (tests and metrics)
 	rereads atomic.Int64 // documents re-read
@@ -107,8 +108,9 @@ type touch struct {
 type viewColl struct {
 	docs   map[string]bson.Raw // by idKey
 	sorted []string            // keys in _id order; nil when stale
-	// stale holds the documents to re-read before use, and ver counts each document's marks, so a
-	// re-read is installed only when no mark arrived while it was in flight.
+	// stale holds the documents to re-read before use, and ver the version of each one's last
+	// mark (unique across the view, so forgetting it after an install cannot make an old
+	// version come back), so a re-read is installed only when no mark arrived while in flight.
 	stale map[string]bson.RawValue
 	ver   map[string]uint64
 	// whole reports whether the collection must be loaded again before use (never loaded, or a
@@ -206,8 +208,9 @@ func (v *View) mark(t touch) {
 	}
 	for _, id := range t.ids {
 		k := idKey(id)
+		v.marks++
 		c.stale[k] = id
-		c.ver[k]++
+		c.ver[k] = v.marks
 	}
 }
 
@@ -316,6 +319,7 @@ func (c *viewColl) install(k string, raw bson.Raw) {
 		c.sorted = nil
 	}
 	delete(c.stale, k)
+	delete(c.ver, k)
 }
 
 // reread reads one document by _id from the store (nil: absent).
