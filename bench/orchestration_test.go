@@ -20,7 +20,7 @@ import (
 const fleetNodes = 1000
 
 // openStore opens the embedded store in a temporary directory.
-func openStore(b *testing.B) *store.Store {
+func openStore(b testing.TB) *store.Store {
 	b.Helper()
 	dir := b.TempDir()
 	unlock, err := store.LockDir(dir)
@@ -37,7 +37,7 @@ func openStore(b *testing.B) *store.Store {
 }
 
 // seedFleet inserts fleetNodes online runner nodes in 4 regions, all holding credential cred.
-func seedFleet(b *testing.B, st *store.Store, cred string) {
+func seedFleet(b testing.TB, st *store.Store, cred string) {
 	b.Helper()
 	far := time.Now().Add(24 * time.Hour).UTC()
 	docs := map[string][]any{}

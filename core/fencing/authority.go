@@ -157,6 +157,25 @@ func (a *Authority) List(ctx context.Context, filter bson.M) ([]Lease, error) {
 	if filter == nil {
 		filter = bson.M{}
 	}
+	// An equality filter is answered by the store's read view; an operator filter by the store.
+	eq := bson.D{}
+	for k, v := range filter {
+		switch v.(type) {
+		case bson.M, bson.D, map[string]any:
+			eq = nil
+		}
+		if eq == nil {
+			break
+		}
+		eq = append(eq, bson.E{Key: k, Value: v})
+	}
+	if eq != nil {
+		out := []Lease{}
+		if err := a.st.View().Find(ctx, a.leases, eq, &out); err != nil {
+			return nil, fmt.Errorf("fencing: list leases: %w", err)
+		}
+		return out, nil
+	}
 	cur, err := a.leases.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("fencing: list leases: %w", err)

@@ -238,15 +238,15 @@ func (a *Authority) AckDelivered(ctx context.Context, nodeID string, leaseIDs []
 // yet applied to their leases, and failed fences recorded on a lease but not yet on its node. It
 // is idempotent and cheap when nothing is pending; the reconciler runs it on every pass.
 func (a *Authority) Sweep(ctx context.Context) error {
+	// From the read view: this runs on every reconciler pass and must not scan the nodes.
 	var all []nodes.Node
-	cur, err := a.nodes.Find(ctx, bson.M{"fence_rev": bson.M{"$gt": int64(0)}})
-	if err != nil {
-		return fmt.Errorf("fencing: sweep: %w", err)
-	}
-	if err := cur.All(ctx, &all); err != nil {
+	if err := a.st.View().Find(ctx, a.nodes, nil, &all); err != nil {
 		return fmt.Errorf("fencing: sweep: %w", err)
 	}
 	for _, n := range all {
+		if n.FenceRev <= 0 {
+			continue
+		}
 		if len(n.FenceAcked) == 0 {
 			continue
 		}
@@ -255,7 +255,9 @@ func (a *Authority) Sweep(ctx context.Context) error {
 			return err
 		}
 	}
-	leases, err := a.List(ctx, bson.M{"holder": bson.M{"$exists": true}})
+	// Every lease document carries holder (Lease has no omitempty on it and nothing unsets it), so
+	// the whole list, from the read view, is the set that has one.
+	leases, err := a.List(ctx, nil)
 	if err != nil {
 		return err
 	}

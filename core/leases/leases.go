@@ -49,6 +49,7 @@ type Config struct {
 // on the lease's own document (DESIGN.md section 4). Safe for concurrent use.
 type Manager struct {
 	coll *mongo.Collection
+	view *store.View // reads; every change is a compare-and-set on coll
 	cfg  Config
 }
 
@@ -63,7 +64,7 @@ func NewManager(s *store.Store, cfg Config) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{coll: s.Collection(Collection), cfg: cfg}
+	return &Manager{coll: s.Collection(Collection), view: s.View(), cfg: cfg}
 }
 
 // TTL returns the lifetime of a holding.
@@ -82,7 +83,7 @@ func (d doc) state() State { return State{Owner: d.Owner, Epoch: d.Epoch, Expire
 // load returns the lease document of key, or ok=false when there is none.
 func (m *Manager) load(ctx context.Context, key string) (doc, bool, error) {
 	var d doc
-	err := store.FindByID(ctx, m.coll, key, &d)
+	err := m.view.Get(ctx, m.coll, key, &d)
 	if errors.Is(err, store.ErrNotFound) {
 		return doc{ID: key}, false, nil
 	}

@@ -339,8 +339,8 @@ func (r *Registry) Authenticate(ctx context.Context, cred string) (*Node, error)
 // Get returns one node or ErrNotFound.
 func (r *Registry) Get(ctx context.Context, id string) (*Node, error) {
 	var n Node
-	err := r.nodes.FindOne(ctx, bson.M{"_id": id}).Decode(&n)
-	if errors.Is(err, mongo.ErrNoDocuments) {
+	err := r.st.View().Get(ctx, r.nodes, id, &n)
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
@@ -349,14 +349,10 @@ func (r *Registry) Get(ctx context.Context, id string) (*Node, error) {
 	return &n, nil
 }
 
-// List returns every node, ordered by id.
+// List returns every node, ordered by id, from the store's read view.
 func (r *Registry) List(ctx context.Context) ([]Node, error) {
-	cur, err := r.nodes.Find(ctx, bson.M{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
 	var out []Node
-	if err := cur.All(ctx, &out); err != nil {
+	if err := r.st.View().Find(ctx, r.nodes, nil, &out); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	return out, nil

@@ -72,14 +72,15 @@ func (r *Registry) byCredential(ctx context.Context, digest string) (*Node, erro
 	var cd credentialDoc
 	err := r.creds.FindOne(ctx, bson.M{"_id": digest}).Decode(&cd)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		var n Node
-		err := r.nodes.FindOne(ctx, bson.M{"credential_digest": digest}).Decode(&n)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return nil, ErrUnauthenticated
-		}
-		if err != nil {
+		// From the read view: an unknown credential must not make the store scan the nodes.
+		var found []Node
+		if err := r.st.View().Find(ctx, r.nodes, bson.D{{Key: "credential_digest", Value: digest}}, &found); err != nil {
 			return nil, fmt.Errorf("authenticate node: %w", err)
 		}
+		if len(found) == 0 {
+			return nil, ErrUnauthenticated
+		}
+		n := found[0]
 		if _, err := r.creds.InsertOne(ctx, credentialDoc{Digest: digest, NodeID: n.ID}); err != nil && !store.IsDuplicateKey(err) {
 			return nil, fmt.Errorf("index node credential: %w", err)
 		}

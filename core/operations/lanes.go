@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/berthhq/berth/core/store"
@@ -125,6 +127,9 @@ func (q *Queue) relane(ctx context.Context, id string) error {
 }
 
 // laneState reads the lane's head and the last slot taken.
+//
+// Lanes and their sequences are read from the store by _id, not from the read view: every claim
+// and enqueue writes them and reads them right back, so the view would only add a re-read.
 func (q *Queue) laneState(ctx context.Context, lane string) (first, last int64, err error) {
 	var h head
 	if err := store.FindByID(ctx, q.lanes, headKey(lane), &h); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -158,16 +163,36 @@ func (q *Queue) readSlot(ctx context.Context, key string) (slot, error) {
 // advance moves lane's head to at least n and deletes the consumed slots behind it (tombstones
 // stay, so a late writer of such a slot is refused and takes a new one).
 func (q *Queue) advance(ctx context.Context, lane string, n int64, consumed []string) error {
-	if _, err := q.lanes.UpdateOne(ctx, bson.D{{Key: "_id", Value: headKey(lane)}}, bson.M{"$max": bson.M{"head": n}},
-		options.UpdateOne().SetUpsert(true)); err != nil && !store.IsDuplicateKey(err) {
+	// One round trip for the whole decision: the head's upsert and the deletes, unordered (a
+	// delete applied before the head moves leaves a slot a reader tombstones, which is spent too).
+	models := make([]mongo.WriteModel, 0, 1+len(consumed))
+	models = append(models, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: headKey(lane)}}).
+		SetUpdate(bson.M{"$max": bson.M{"head": n}}).SetUpsert(true))
+	for _, key := range consumed {
+		models = append(models, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: key}}))
+	}
+	if _, err := q.lanes.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil && !onlyDuplicateKeys(err) {
 		return fmt.Errorf("operations: advance lane %s: %w", lane, err)
 	}
-	for _, key := range consumed {
-		if _, err := q.lanes.DeleteOne(ctx, bson.D{{Key: "_id", Value: key}}); err != nil {
-			return fmt.Errorf("operations: delete slot %s: %w", key, err)
+	return nil
+}
+
+// onlyDuplicateKeys reports whether every error of a bulk write is a duplicate key (a concurrent
+// first upsert of a lane's head, which lost to an equal or higher head).
+func onlyDuplicateKeys(err error) bool {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) {
+		return store.IsDuplicateKey(err)
+	}
+	if bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return false
+	}
+	for _, we := range bwe.WriteErrors {
+		if !store.IsDuplicateKey(we) && !(we.Code == 1 && strings.Contains(we.Message, "UNIQUE constraint failed")) {
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
 // claimLane claims up to max operations for node from one lane, appending to out.

@@ -254,7 +254,7 @@ func (q *Queue) Get(ctx context.Context, id string) (*Operation, error) {
 // getLive reads operation id from the live set only. Errors: wrapping [ErrNotFound].
 func (q *Queue) getLive(ctx context.Context, id string) (*Operation, error) {
 	var o Operation
-	err := store.FindByID(ctx, q.live.For(id), id, &o)
+	err := q.st.View().Get(ctx, q.live.For(id), id, &o)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("operations: %s: %w", id, ErrNotFound)
 	}

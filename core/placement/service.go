@@ -72,6 +72,7 @@ type LifecyclePayload struct {
 // several berthd processes on one store.
 type Service struct {
 	colls *buckets.Set
+	view  *store.View
 	nodes *runners.Registry
 	ops   *operations.Queue
 
@@ -83,7 +84,7 @@ type Service struct {
 
 // NewService returns a Service. ops may be nil (no reconcile operations are enqueued).
 func NewService(s *store.Store, nodes *runners.Registry, ops *operations.Queue) *Service {
-	return &Service{colls: Collections(s), nodes: nodes, ops: ops}
+	return &Service{colls: Collections(s), view: s.View(), nodes: nodes, ops: ops}
 }
 
 // snapshot returns the open nodes (online, unrevoked, undraining) as last read, reading them again
@@ -102,13 +103,15 @@ func (s *Service) snapshot(ctx context.Context, force bool) (nodes map[string]*r
 	}
 	s.mu.Unlock()
 	epoch := s.nodes.Changes()
-	ns, err := s.nodes.Find(ctx, bson.M{"revoked": false, "draining": false, "expires_at": bson.M{"$gt": now}})
+	ns, err := s.nodes.List(ctx) // from the read view; open nodes are chosen here
 	if err != nil {
 		return nil, false, err
 	}
 	fleet := make(map[string]*runners.Node, len(ns))
 	for i := range ns {
-		fleet[ns[i].ID] = &ns[i]
+		if n := &ns[i]; !n.Revoked && !n.Draining && n.ExpiresAt.After(now) {
+			fleet[n.ID] = n
+		}
 	}
 	s.mu.Lock()
 	s.fleet, s.at, s.epoch = fleet, now, epoch
@@ -194,7 +197,7 @@ func (s *Service) forgetFleet() {
 // Get returns a project's placement. Errors: wrapping [store.ErrNotFound].
 func (s *Service) Get(ctx context.Context, projectID string) (*Placement, error) {
 	var p Placement
-	if err := store.FindByID(ctx, s.colls.For(projectID), projectID, &p); err != nil {
+	if err := s.view.Get(ctx, s.colls.For(projectID), projectID, &p); err != nil {
 		return nil, fmt.Errorf("placement: %w", err)
 	}
 	return &p, nil

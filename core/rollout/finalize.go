@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/slots"
 )
@@ -65,12 +63,8 @@ const ReasonSlotSettlementPending = string(slots.ReasonSlotSettlementPending)
 
 // UnsettledOn counts, per node id, the slots that stand on it and have not settled.
 func (s *Store) UnsettledOn(ctx context.Context) (map[string]int, error) {
-	cur, err := s.slots.Find(ctx, bson.D{})
-	if err != nil {
-		return nil, fmt.Errorf("list slot sets: %w", err)
-	}
 	var sets []SlotSet
-	if err := cur.All(ctx, &sets); err != nil {
+	if err := s.st.View().Find(ctx, s.slots, nil, &sets); err != nil {
 		return nil, fmt.Errorf("list slot sets: %w", err)
 	}
 	out := map[string]int{}

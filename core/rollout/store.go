@@ -134,7 +134,7 @@ func NewStore(st *store.Store, catalog *services.Catalog, now func() time.Time) 
 // Spec returns the stored spec document of a service, nil when there is none.
 func (s *Store) Spec(ctx context.Context, serviceID string) (*SpecDoc, error) {
 	var d SpecDoc
-	err := store.FindByID(ctx, s.specs, serviceID, &d)
+	err := s.st.View().Get(ctx, s.specs, serviceID, &d)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
@@ -316,7 +316,7 @@ func sameSpec(a, b slots.Spec) bool {
 // Slots returns a service's slot set; a service without one gets an empty set at revision 0.
 func (s *Store) Slots(ctx context.Context, serviceID string) (*SlotSet, error) {
 	var set SlotSet
-	err := store.FindByID(ctx, s.slots, serviceID, &set)
+	err := s.st.View().Get(ctx, s.slots, serviceID, &set)
 	if errors.Is(err, store.ErrNotFound) {
 		return &SlotSet{ServiceID: serviceID}, nil
 	}
@@ -328,14 +328,10 @@ func (s *Store) Slots(ctx context.Context, serviceID string) (*SlotSet, error) {
 
 // ServicesWithSlots returns the ids of every service that has a slot set.
 func (s *Store) ServicesWithSlots(ctx context.Context) ([]string, error) {
-	cur, err := s.slots.Find(ctx, bson.D{}, findOptions().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("list slot sets: %w", err)
-	}
 	var ids []struct {
 		ID string `bson:"_id"`
 	}
-	if err := cur.All(ctx, &ids); err != nil {
+	if err := s.st.View().Find(ctx, s.slots, nil, &ids); err != nil {
 		return nil, fmt.Errorf("list slot sets: %w", err)
 	}
 	out := make([]string, len(ids))
@@ -373,7 +369,7 @@ func (s *Store) writeSlots(ctx context.Context, set *SlotSet, rows []SlotRow) er
 // Verdict returns a service's stored verdict, nil when none was written.
 func (s *Store) Verdict(ctx context.Context, serviceID string) (*StatusDoc, error) {
 	var d StatusDoc
-	err := store.FindByID(ctx, s.status, serviceID, &d)
+	err := s.st.View().Get(ctx, s.status, serviceID, &d)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}

@@ -54,6 +54,7 @@ type Config struct {
 // one compare-and-set on its document. Safe for concurrent use by several berthd processes.
 type Registry struct {
 	nodes   *buckets.Set
+	view    *store.View // the store's read view: Get and List read it
 	enroll  *mongo.Collection
 	ttl     time.Duration
 	now     func() time.Time
@@ -74,7 +75,7 @@ func NewRegistry(s *store.Store, cfg Config) *Registry {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Registry{nodes: buckets.New(s.DB(), NodesCollection, NodeBuckets), enroll: s.Collection(EnrollmentsCollection), ttl: cfg.NodeTTL, now: cfg.Now}
+	return &Registry{nodes: buckets.New(s.DB(), NodesCollection, NodeBuckets), view: s.View(), enroll: s.Collection(EnrollmentsCollection), ttl: cfg.NodeTTL, now: cfg.Now}
 }
 
 // Now returns the registry's clock reading (UTC).
@@ -222,10 +223,11 @@ func (r *Registry) Authenticate(ctx context.Context, nodeID, cred string) (*Node
 	return n, nil
 }
 
-// Get returns one node. Errors: wrapping [ErrNotFound].
+// Get returns one node, from the store's read view (a decision on it is a compare-and-set on the
+// node's revision). Errors: wrapping [ErrNotFound].
 func (r *Registry) Get(ctx context.Context, id string) (*Node, error) {
 	var n Node
-	err := store.FindByID(ctx, r.nodes.For(id), id, &n)
+	err := r.view.Get(ctx, r.nodes.For(id), id, &n)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("runners: %s: %w", id, ErrNotFound)
 	}
@@ -235,10 +237,23 @@ func (r *Registry) Get(ctx context.Context, id string) (*Node, error) {
 	return &n, nil
 }
 
-// List returns every node, ordered by id.
-func (r *Registry) List(ctx context.Context) ([]Node, error) { return r.Find(ctx, bson.M{}) }
+// List returns every node, ordered by id, from the store's read view.
+func (r *Registry) List(ctx context.Context) ([]Node, error) {
+	out := []Node{}
+	for _, c := range r.nodes.All() {
+		var part []Node
+		if err := r.view.Find(ctx, c, nil, &part); err != nil {
+			return nil, fmt.Errorf("runners: list: %w", err)
+		}
+		out = append(out, part...)
+	}
+	slices.SortFunc(out, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
 
 // Find returns the nodes matching a MongoDB filter on the node document's fields, ordered by id.
+// It queries the store (every bucket is scanned on the embedded store): hot paths use [Registry.List]
+// and filter in memory.
 func (r *Registry) Find(ctx context.Context, filter bson.M) ([]Node, error) {
 	out, err := buckets.Find[Node](ctx, r.nodes, filter)
 	if err != nil {

@@ -452,20 +452,20 @@ func (c *Catalog) EnsureProject(ctx context.Context, name string) (*Project, boo
 
 // GetProject returns the project named name or ErrProjectNotFound.
 func (c *Catalog) GetProject(ctx context.Context, name string) (*Project, error) {
-	var p Project
-	err := c.projects.FindOne(ctx, bson.M{"name": name}).Decode(&p)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, ErrProjectNotFound
-	}
+	ps, err := findAll[Project](ctx, c.st, c.projects, bson.M{"name": name}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("get project %s: %w", name, err)
 	}
+	if len(ps) == 0 {
+		return nil, ErrProjectNotFound
+	}
+	p := ps[0]
 	return &p, nil
 }
 
 // ListProjects returns every project by name.
 func (c *Catalog) ListProjects(ctx context.Context) ([]Project, error) {
-	return findAll[Project](ctx, c.projects, bson.M{}, bson.D{{Key: "name", Value: 1}})
+	return findAll[Project](ctx, c.st, c.projects, bson.M{}, bson.D{{Key: "name", Value: 1}})
 }
 
 // PutService is [Catalog.ApplyService] that reports only whether it created the service.
@@ -626,7 +626,7 @@ func (c *Catalog) checkDomains(ctx context.Context, p *Project, s *Service) erro
 // GetServiceByID returns the service with id, or an error wrapping ErrServiceNotFound.
 func (c *Catalog) GetServiceByID(ctx context.Context, id string) (*Service, error) {
 	var s Service
-	err := store.FindByID(ctx, c.services, id, &s)
+	err := c.st.View().Get(ctx, c.services, id, &s)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: no service with id %q", ErrServiceNotFound, id)
 	}
@@ -757,15 +757,14 @@ func (c *Catalog) DeleteServiceByID(ctx context.Context, id string) error {
 
 // GetService returns a service or ErrServiceNotFound.
 func (c *Catalog) GetService(ctx context.Context, p *Project, name string) (*Service, error) {
-	var s Service
-	err := c.services.FindOne(ctx, bson.M{"project_id": p.ID, "name": name}).Decode(&s)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, fmt.Errorf("%w: no service %q in project %q", ErrServiceNotFound, name, p.Name)
-	}
+	ss, err := findAll[Service](ctx, c.st, c.services, bson.M{"project_id": p.ID, "name": name}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("get service %s/%s: %w", p.Name, name, err)
 	}
-	return &s, nil
+	if len(ss) == 0 {
+		return nil, fmt.Errorf("%w: no service %q in project %q", ErrServiceNotFound, name, p.Name)
+	}
+	return &ss[0], nil
 }
 
 // ListServices returns a project's services by name, or every service when p is nil.
@@ -774,7 +773,7 @@ func (c *Catalog) ListServices(ctx context.Context, p *Project) ([]Service, erro
 	if p != nil {
 		filter["project_id"] = p.ID
 	}
-	return findAll[Service](ctx, c.services, filter, bson.D{{Key: "project", Value: 1}, {Key: "name", Value: 1}})
+	return findAll[Service](ctx, c.st, c.services, filter, bson.D{{Key: "project", Value: 1}, {Key: "name", Value: 1}})
 }
 
 // DeleteService removes a service (compare-and-set on expected when not nil).
@@ -809,7 +808,7 @@ func (c *Catalog) ListWorkloads(ctx context.Context, filter bson.M) ([]Workload,
 	if filter == nil {
 		filter = bson.M{}
 	}
-	return findAll[Workload](ctx, c.workloads, filter, bson.D{{Key: "project", Value: 1}, {Key: "service", Value: 1}, {Key: "slot", Value: 1}})
+	return findAll[Workload](ctx, c.st, c.workloads, filter, bson.D{{Key: "project", Value: 1}, {Key: "service", Value: 1}, {Key: "slot", Value: 1}})
 }
 
 // CreateWorkload records a newly placed slot.
@@ -841,7 +840,7 @@ func (c *Catalog) InsertWorkload(ctx context.Context, w *Workload) error {
 // GetWorkload reads one workload by id; errors wrap store.ErrNotFound when there is none.
 func (c *Catalog) GetWorkload(ctx context.Context, id string) (*Workload, error) {
 	var w Workload
-	if err := store.FindByID(ctx, c.workloads, id, &w); err != nil {
+	if err := c.st.View().Get(ctx, c.workloads, id, &w); err != nil {
 		return nil, err
 	}
 	return &w, nil
@@ -852,7 +851,7 @@ func (c *Catalog) GetWorkload(ctx context.Context, id string) (*Workload, error)
 // whether it wrote.
 func (c *Catalog) SetDesiredStatus(ctx context.Context, id, status string) (bool, error) {
 	var w Workload
-	if err := store.FindByID(ctx, c.workloads, id, &w); err != nil {
+	if err := c.st.View().Get(ctx, c.workloads, id, &w); err != nil {
 		return false, err
 	}
 	if w.DesiredStatus == status {
@@ -907,7 +906,7 @@ func (c *Catalog) Observe(ctx context.Context, nodeID string, obs []Observation)
 		// Read by _id first: most reports repeat what is stored, and a
 		// filter beyond _id would make the embedded store scan every workload.
 		var cur Workload
-		err := store.FindByID(ctx, c.workloads, o.WorkloadID, &cur)
+		err := c.st.View().Get(ctx, c.workloads, o.WorkloadID, &cur)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
@@ -945,7 +944,25 @@ func (c *Catalog) Observe(ctx context.Context, nodeID string, obs []Observation)
 	return changed, nil
 }
 
-func findAll[T any](ctx context.Context, coll *mongo.Collection, filter bson.M, sort bson.D) ([]T, error) {
+// findAll returns the documents of coll whose fields equal filter's values, ordered by sort, from
+// the store's read view. A filter with an operator value (a document) goes to the store.
+func findAll[T any](ctx context.Context, st *store.Store, coll *mongo.Collection, filter bson.M, sort bson.D) ([]T, error) {
+	eq := bson.D{}
+	for k, v := range filter {
+		switch v.(type) {
+		case bson.M, bson.D, map[string]any:
+			return findStore[T](ctx, coll, filter, sort)
+		}
+		eq = append(eq, bson.E{Key: k, Value: v})
+	}
+	out := []T{}
+	if err := st.View().FindSorted(ctx, coll, eq, sort, &out); err != nil {
+		return nil, fmt.Errorf("find in %s: %w", coll.Name(), err)
+	}
+	return out, nil
+}
+
+func findStore[T any](ctx context.Context, coll *mongo.Collection, filter bson.M, sort bson.D) ([]T, error) {
 	cur, err := coll.Find(ctx, filter, options.Find().SetSort(sort))
 	if err != nil {
 		return nil, fmt.Errorf("find in %s: %w", coll.Name(), err)

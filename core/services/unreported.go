@@ -25,7 +25,7 @@ func (c *Catalog) MarkUnreportedIDs(ctx context.Context, nodeID string, ids []st
 	now := c.now().UTC()
 	for _, id := range ids {
 		var w Workload
-		err := store.FindByID(ctx, c.workloads, id, &w)
+		err := c.st.View().Get(ctx, c.workloads, id, &w)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}

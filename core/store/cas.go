@@ -82,6 +82,9 @@ func (s *Store) UpdateIfRevision(ctx context.Context, coll *mongo.Collection, id
 		return 0, fmt.Errorf("store: update %s %v at revision %d: %w", coll.Name(), id, expected, err)
 	}
 	if cur.Revision != expected {
+		// No write was sent, so the command monitor saw none: bring the view up to what won
+		// (marking takes no lock of ours).
+		_ = s.view.Invalidate(ctx, coll, id)
 		return 0, fmt.Errorf("store: update %s %v at revision %d: %w", coll.Name(), id, expected, ErrConflict)
 	}
 	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, merged); err != nil {
@@ -138,6 +141,9 @@ func (s *Store) UpdateIf(ctx context.Context, coll *mongo.Collection, id any, co
 	s.casMu.Lock()
 	defer s.casMu.Unlock()
 	if ok, err := s.matchesLocked(ctx, coll, id, cond); !ok || err != nil {
+		if err == nil {
+			_ = s.view.Invalidate(ctx, coll, id) // a miss sends no write: refresh the view's copy
+		}
 		return false, err
 	}
 	res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
@@ -211,6 +217,9 @@ func (s *Store) DeleteIf(ctx context.Context, coll *mongo.Collection, id any, co
 	s.casMu.Lock()
 	defer s.casMu.Unlock()
 	if ok, err := s.matchesLocked(ctx, coll, id, cond); !ok || err != nil {
+		if err == nil {
+			_ = s.view.Invalidate(ctx, coll, id) // a miss sends no write: refresh the view's copy
+		}
 		return false, err
 	}
 	res, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})

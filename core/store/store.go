@@ -1,5 +1,6 @@
-// Package store owns Berth's connection to its MongoDB-wire state store: a real MongoDB replica set
-// given by URI, or FerretDB run in-process over SQLite under the data directory (DESIGN.md section 4).
+// Package store owns Berth's connection to its MongoDB-wire state store (a MongoDB replica set given
+// by URI, or FerretDB run in-process over SQLite under the data directory; DESIGN.md section 4) and
+// the in-memory read view of it that berthd's loops read (view.go, docs/store.md).
 package store
 
 import (
@@ -56,6 +57,14 @@ type Store struct {
 	// when none runs.
 	stopIndexer func()
 
+	// view is the read view (view.go); never nil.
+	view *View
+	// stopView turns the view off and ends its change stream; nil when the view is off.
+	stopView func()
+	// viewClient is the embedded store's second connection, used only by the view's re-reads so
+	// they do not queue behind writes on the one connection that writes (nil otherwise).
+	viewClient *mongo.Client
+
 	// casMu serialises UpdateIf on FerretDB (see [Store.UpdateIf]).
 	casMu sync.Mutex
 
@@ -90,7 +99,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		defer cancel()
 	}
 
-	s := &Store{log: log}
+	s := &Store{log: log, view: newView(cfg.Database, log)}
 	uri := cfg.URI
 	if uri == "" {
 		if cfg.DataDir == "" {
@@ -116,7 +125,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.ferret = ferret
 	}
 
-	opts := options.Client().ApplyURI(uri).SetAppName("berthd")
+	opts := options.Client().ApplyURI(uri).SetAppName("berthd").SetMonitor(s.view.monitor())
 	if s.ferret {
 		opts.SetMaxPoolSize(1)
 		reason := "FerretDB detected behind the configured URI"
@@ -149,8 +158,59 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
+	if err := s.startView(ctx, uri, cfg.Database); err != nil {
+		_ = s.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	return s, nil
 }
+
+// startView turns the read view on where it can see every write: the embedded store (this
+// process is its only client) and a MongoDB replica set (change streams name other processes'
+// writes). FerretDB behind a URI and a MongoDB server without a replica set may have writers the
+// view cannot see, so reads go to the store there.
+//
+// On the embedded store the view re-reads through connections of its own (at most 4): they only
+// read (FerretDB's lack of atomicity concerns concurrent updates), SQLite in WAL mode serves them
+// beside the writing connection, and a write whose reply came back is committed, so a re-read
+// issued after it sees it.
+func (s *Store) startView(ctx context.Context, uri, database string) error {
+	s.view.db = s.db
+	replicaSet := s.majority && !s.ferret
+	if !s.embedded && !replicaSet {
+		s.log.Info("store: read view off; reads go to the store", "reason", "other writers cannot be observed on this server")
+		return nil
+	}
+	if s.embedded {
+		c, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName("berthd-view").SetMaxPoolSize(4))
+		if err != nil {
+			return fmt.Errorf("store: connect the read view: %w", err)
+		}
+		if err := c.Ping(ctx, nil); err != nil {
+			_ = c.Disconnect(context.WithoutCancel(ctx))
+			return fmt.Errorf("store: connect the read view: %w", err)
+		}
+		s.viewClient = c
+		s.view.db = c.Database(database)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	s.view.enabled.Store(true)
+	if replicaSet {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.view.watch(ctx, s.db) }()
+	}
+	s.stopView = func() {
+		s.view.enabled.Store(false)
+		cancel()
+		wg.Wait()
+	}
+	return nil
+}
+
+// View returns the store's read view (view.go). With the view off, its reads go to the store, so
+// callers never branch on it. Valid until Close.
+func (s *Store) View() *View { return s.view }
 
 // startIDIndexer indexes the embedded store's existing tables for lookups by
 // _id before Open returns, and keeps indexing new ones until Close
@@ -249,10 +309,14 @@ func (s *Store) Embedded() bool { return s.embedded }
 // EmbeddedURI returns the loopback mongodb:// URI of the embedded FerretDB server, or "" when the
 // store is not embedded. Another process of the same host may connect to it while this store is
 // open (tests use it to run several control planes on one store).
+//
+// Handing the URI out turns this store's read view off for good ([View.Enabled]): writes by
+// other clients do not pass this store's command monitor.
 func (s *Store) EmbeddedURI() string {
 	if s.server == nil {
 		return ""
 	}
+	s.view.disable("the embedded store's URI was handed out; other clients may write")
 	return s.server.uri
 }
 
@@ -277,8 +341,16 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		if s.stopView != nil {
+			s.stopView()
+		}
 		if s.stopIndexer != nil {
 			s.stopIndexer()
+		}
+		if s.viewClient != nil {
+			if err := s.viewClient.Disconnect(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("store: disconnect the read view: %w", err))
+			}
 		}
 		if s.client != nil {
 			if err := s.client.Disconnect(ctx); err != nil {
