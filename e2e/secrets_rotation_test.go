@@ -3,15 +3,20 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/berthhq/berth/sdk/client"
 )
 
-// TestKeyringRotationSurvivesKill9 rotates the keyring under 100 secrets while writes continue,
-// kills berthd with SIGKILL part way through the re-wrap, and shows that the restarted berthd
-// resumes it from its recorded progress: every version ends wrapped by the new KEK, the old one
-// is retired, and a secret written during the rotation is wrapped by the new KEK too.
+// TestKeyringRotationSurvivesKill9 rotates the keyring under 100 secrets while writes and a
+// rollout continue, kills berthd with SIGKILL part way through the re-wrap, and shows that the
+// restarted berthd resumes it from its recorded progress: every version ends wrapped by the new
+// KEK, the old one is retired, a secret written during the rotation is wrapped by the new KEK too,
+// and the rollout started mid-rotation delivers the new version's value to both replicas.
 func TestKeyringRotationSurvivesKill9(t *testing.T) {
 	cl := newCluster(t)
 	ctx := context.Background()
@@ -20,6 +25,54 @@ func TestKeyringRotationSurvivesKill9(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A service of two replicas uses s000 unpinned: a new version of it, set mid-rotation, is a
+	// rollout that must open under whichever KEK wraps it when it is sealed.
+	jt, err := cl.c.CreateJoinToken(ctx, client.JoinTokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentDir, agentLog := filepath.Join(cl.dir, "agent"), filepath.Join(cl.dir, "agent.log")
+	enroll := start(t, agentLog, "berth-agent", "enroll", "--server", cl.url, "--join-token", jt.Token,
+		"--fingerprint", cl.fingerprint, "--data-dir", agentDir)
+	<-enroll.Done()
+	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("enroll exited %d", code)
+	}
+	start(t, agentLog, "berth-agent", "run", "--data-dir", agentDir)
+	cl.pushBundle(t, env.helloDir, "hello")
+	spec := filepath.Join(cl.dir, "hello.yaml")
+	if err := os.WriteFile(spec, []byte("name: hello\nbundle: hello\ncommand: [\"./hello\"]\ndomains: [\"hello.localhost\"]\n"+
+		"replicas: 2\nhealth_check: {path: /healthz, interval_s: 1}\nsecrets:\n  GREETING: s000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl.cli(t, "apply", "-f", spec)
+	greets := func(want string) {
+		t.Helper()
+		ids := cl.waitReplicas(t, "hello", 2)
+		waitFor(t, 2*converge, "both replicas greet with "+want, func() (bool, string) {
+			seen := map[string]bool{}
+			for range 20 {
+				resp, err := cl.get("hello.localhost", "/")
+				if err != nil {
+					return false, err.Error()
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if !strings.HasPrefix(string(b), want+" from ") {
+					return false, "answer: " + string(b)
+				}
+				seen[workloadIn(string(b))] = true
+			}
+			for _, id := range ids {
+				if !seen[id] {
+					return false, "not every replica answered yet"
+				}
+			}
+			return true, ""
+		})
+	}
+	greets("value-000")
+
 	// A slow re-wrap, so that the kill lands in its middle.
 	cl.extra = []string{"--secrets-rewrap-rate", "20"}
 	cl.berthd.Stop()
@@ -47,6 +100,9 @@ func TestKeyringRotationSurvivesKill9(t *testing.T) {
 	if _, err := cl.c.PutSecret(ctx, "default", "during", []byte("written-mid-rotation")); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := cl.c.PutSecret(ctx, "default", "s000", []byte("value-000-b")); err != nil {
+		t.Fatal(err)
+	}
 	cl.berthd.Kill9()
 	startBerthd(t, cl)
 	mid, err := cl.c.KeyringStatus(ctx)
@@ -62,15 +118,16 @@ func TestKeyringRotationSurvivesKill9(t *testing.T) {
 		done = s
 		return s.Rotation.State == "done", fmt.Sprintf("%+v", *s.Rotation)
 	})
-	if len(done.KEKs) != 1 || done.KEKs[0].ID != next || done.KEKs[0].Wraps != 101 || len(done.Rotation.Retired) != 1 || done.Rotation.Retired[0] != old {
+	if len(done.KEKs) != 1 || done.KEKs[0].ID != next || done.KEKs[0].Wraps != 102 || len(done.Rotation.Retired) != 1 || done.Rotation.Retired[0] != old {
 		t.Fatalf("after the rotation: %+v %+v", done.KEKs, *done.Rotation)
 	}
-	// A restart after the retirement loads the keyring and every secret: berthd refuses to start
-	// when a stored version names a KEK its keyring does not hold.
+	// 102 versions: s000 has two. A restart after the retirement loads the keyring and every
+	// secret: berthd refuses to start when a stored version names a KEK its keyring does not hold.
 	cl.berthd.Kill9()
 	startBerthd(t, cl)
 	list, err := cl.c.ListSecrets(ctx, "default")
 	if err != nil || len(list) != 101 {
 		t.Fatalf("secrets after the rotation: %d %v", len(list), err)
 	}
+	greets("value-000-b")
 }
