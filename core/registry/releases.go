@@ -233,8 +233,8 @@ type FollowFunc func(ctx context.Context, p Push, digest string) error
 
 // RecordAndFollow returns a push hook (Config.OnPush) that records p ([Releases.Record]) and
 // then, for a push to a tag, calls follow with the digest the tag names after the record: the
-// pushed one, or a later push's when that one won meanwhile, so a late hook never rolls a
-// service back to an older digest. follow nil only records.
+// pushed one, or a concurrent push's when that one was recorded last, so two racing hooks roll to
+// the same digest. follow nil only records.
 func (r *Releases) RecordAndFollow(follow FollowFunc) func(ctx context.Context, p Push) error {
 	return func(ctx context.Context, p Push) error {
 		if err := r.Record(ctx, p); err != nil {
