@@ -161,6 +161,12 @@ const (
 const (
 	ReleaseTagReserved Code = "release_tag_reserved" // a release tag that is already reserved or pushed in the repository (409)
 	ReleaseTagInvalid  Code = "release_tag_invalid"  // "latest", or a name outside the OCI tag grammar (422)
+	// ImageReleaseNotFound: a promotion of a tag the service's repository never had (404).
+	ImageReleaseNotFound Code = "image_release_not_found"
+	// ReleaseNotPushed: a promotion of a tag reserved but not pushed yet (409).
+	ReleaseNotPushed Code = "release_not_pushed"
+	// ServiceNotContainer: a promotion of a service whose runtime is not "containerd" (409).
+	ServiceNotContainer Code = "service_not_container"
 )
 
 // Operator codes: berthd's own configuration, backup and restore (docs/operating.md
@@ -183,6 +189,9 @@ var statuses = map[Code]int{
 	SecretOpenFailed:       http.StatusUnprocessableEntity,
 	ReleaseTagReserved:     http.StatusConflict,
 	ReleaseTagInvalid:      http.StatusUnprocessableEntity,
+	ImageReleaseNotFound:   http.StatusNotFound,
+	ReleaseNotPushed:       http.StatusConflict,
+	ServiceNotContainer:    http.StatusConflict,
 
 	AgentVersionSkew:  http.StatusConflict,
 	AgentDowngrade:    http.StatusConflict,

@@ -81,6 +81,9 @@ type Config struct {
 	// PublicURL is how nodes reach this server, e.g. "http://127.0.0.1:7070";
 	// it is written into join commands.
 	PublicURL string
+	// RegistryHost is the host (and port) of Berth's registry in the image references a
+	// promotion writes ("<host>/<project>/<service>@sha256:..."); empty: the host of PublicURL.
+	RegistryHost string
 	// ServerFingerprint is the pin of the server's TLS certificate
 	// ("sha256:<64 hex>"), written into join commands (docs/node-protocol.md
 	// section 2.2); empty leaves --fingerprint out.
@@ -265,6 +268,7 @@ func routeBody(c echo.Context) bodyKind {
 		"PUT /api/v1/projects/:project/services/:name/spec",
 		"POST /api/v1/projects/:project/services/:name/rollout/undo",
 		"POST /api/v1/projects/:project/services/:name/releases",
+		"POST /api/v1/projects/:project/services/:name/releases/:tag/promote",
 		"POST /api/v1/policy-bindings",
 		"POST /api/v1/runners/enrollment-tokens",
 		"PUT /api/v1/projects/:project/placement",

@@ -306,13 +306,29 @@ func validateEnroll(hostname, region, address string, labels map[string]string) 
 // imageDigestRE is a bare image digest.
 var imageDigestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
+// tagRefRE is the OCI tag grammar.
+var tagRefRE = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$`)
+
+// splitTagRef splits "[host/]repo/name:tag" (no digest) into "[host/]repo/name" and tag; ok is
+// false for anything else.
+func splitTagRef(image string) (name, tag string, ok bool) {
+	if strings.Contains(image, "@") || len(image) > 512 {
+		return "", "", false
+	}
+	i, j := strings.LastIndex(image, ":"), strings.LastIndex(image, "/")
+	if j <= 0 || i < j || !tagRefRE.MatchString(image[i+1:]) {
+		return "", "", false
+	}
+	return image[:i], image[i+1:], true
+}
+
 // validateContainer checks the container fields of spec (docs/plugins.md
 // section 3, "The containerd driver").
 func validateContainer(spec *serviceSpec) error {
 	switch spec.Runtime {
 	case "", "process":
-		if spec.Image != "" || spec.User != "" || spec.MemoryMB != 0 || spec.CPUMillis != 0 {
-			return errors.New(`image, user, memory_mb and cpu_millis are for runtime "containerd"`)
+		if spec.Image != "" || spec.User != "" || spec.MemoryMB != 0 || spec.CPUMillis != 0 || spec.DeployOnPush {
+			return errors.New(`image, deploy_on_push, user, memory_mb and cpu_millis are for runtime "containerd"`)
 		}
 		return nil
 	case "containerd":
@@ -320,6 +336,10 @@ func validateContainer(spec *serviceSpec) error {
 		return errors.New(`runtime must be "process" or "containerd"`)
 	}
 	switch {
+	case spec.DeployOnPush:
+		if _, _, ok := splitTagRef(spec.Image); !ok {
+			return errors.New("deploy_on_push follows a tag: image must be <project>/<repository>:<tag> (optionally after the registry host), without a digest")
+		}
 	case spec.Image == "":
 		return errors.New(`runtime "containerd" needs an image pinned by digest: "host/repo@sha256:<hex>", or "sha256:<hex>" with the bundle holding its OCI image layout`)
 	case strings.HasPrefix(spec.Image, "sha256:"):

@@ -36,8 +36,9 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
 		Labels: s.Labels, CapacityUnits: s.CapacityUnits, PlacementMode: services.PlacementPortable,
 		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
-		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis},
-		Deleting:  s.Deleting, Timeouts: s.Timeouts,
+		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis,
+			DeployOnPush: s.DeployOnPush, ImageTag: s.ImageTag},
+		Deleting: s.Deleting, Timeouts: s.Timeouts,
 	}
 	if len(s.Secrets) > 0 {
 		out.Secrets = map[string]client.SecretRef{}
@@ -203,6 +204,14 @@ func (s *Server) putService(c echo.Context) error {
 		}
 		bundleDigest = b.Digest
 	}
+	var image, imageTag string
+	if spec.DeployOnPush {
+		if image, imageTag, err = s.resolveFollowedTag(ctx, p, spec.Image); err != nil {
+			return err
+		}
+	} else {
+		image = spec.Image
+	}
 	refs, err := s.checkServiceSecrets(ctx, p, &spec)
 	if err != nil {
 		return err
@@ -213,7 +222,7 @@ func (s *Server) putService(c echo.Context) error {
 	}
 	svc := &services.Service{
 		Secrets: refs, SecretSets: spec.SecretSets, ResolvedSecrets: resolved,
-		Runtime: spec.Runtime, Image: spec.Image, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
+		Runtime: spec.Runtime, Image: image, ImageTag: imageTag, DeployOnPush: spec.DeployOnPush, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
 		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,

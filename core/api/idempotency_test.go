@@ -170,6 +170,16 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 		{route: "POST /api/v1/projects/:project/services/:name/releases",
 			first: js("POST", svc+"api/releases", map[string]any{"tag": "v1.0.0"}),
 			other: js("POST", svc+"api/releases", map[string]any{"tag": "v1.0.1"})},
+		{route: "POST /api/v1/projects/:project/services/:name/releases/:tag/promote",
+			first: func() req {
+				if code, out := f.json("PUT", svc+"box", map[string]any{"runtime": "containerd", "image": "127.0.0.1:1/default/box@sha256:" + strings.Repeat("0a", 32)}); code != 201 {
+					t.Fatalf("container service: %d %v", code, out)
+				}
+				f.recordPush("default/box", "v1", "sha256:"+strings.Repeat("1b", 32))
+				f.recordPush("default/box", "v2", "sha256:"+strings.Repeat("2c", 32))
+				return js("POST", svc+"box/releases/v1/promote", nil)()
+			},
+			other: js("POST", svc+"box/releases/v2/promote", nil)},
 		{route: "DELETE /api/v1/projects/:project/services/:name", first: js("DELETE", svc+"api", nil), other: js("DELETE", svc+"api?expected_revision=1", nil)},
 		{route: "POST /api/v1/nodes/join-tokens", first: js("POST", "/api/v1/nodes/join-tokens", map[string]any{"ttl_seconds": 60}),
 			other: js("POST", "/api/v1/nodes/join-tokens", map[string]any{"ttl_seconds": 61})},

@@ -29,6 +29,7 @@ import (
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/registry"
+	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/core/store/storetest"
 	"github.com/berthhq/berth/internal/proctest"
 	"github.com/berthhq/berth/internal/s3test"
@@ -43,6 +44,9 @@ type env struct {
 	pushes []registry.Push
 	images map[string][]string // node id -> image refs
 	rel    *registry.Releases
+	st     *store.Store
+	// follow, when set, is the deploy-on-push step of every recorded push to a tag.
+	follow registry.FollowFunc
 }
 
 const nodeCred = "brn_testnodecredential"
@@ -52,7 +56,16 @@ func newEnv(t *testing.T, s3 blobs.S3Config) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	st := storetest.Open(t)
-	e := &env{tokens: identity.NewTokens(st), images: map[string][]string{}, rel: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)}
+	e := &env{st: st, tokens: identity.NewTokens(st), images: map[string][]string{}, rel: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)}
+	record := e.rel.RecordAndFollow(func(ctx context.Context, p registry.Push, digest string) error {
+		e.mu.Lock()
+		follow := e.follow
+		e.mu.Unlock()
+		if follow == nil {
+			return nil
+		}
+		return follow(ctx, p, digest)
+	})
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	reg, err := registry.New(ctx, registry.Config{
@@ -73,7 +86,7 @@ func newEnv(t *testing.T, s3 blobs.S3Config) *env {
 			e.mu.Lock()
 			e.pushes = append(e.pushes, p)
 			e.mu.Unlock()
-			return e.rel.Record(ctx, p)
+			return record(ctx, p)
 		},
 	})
 	if err != nil {

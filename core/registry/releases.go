@@ -226,3 +226,38 @@ func latest(r Release) time.Time {
 	}
 	return r.ReservedAt
 }
+
+// FollowFunc is told, after a push p to a tag was recorded, the digest the tag names now; deploy on push rolls the services that follow the tag (docs/registry.md
+// section 8). An error answers the push 503, so the client's retry runs it again.
+type FollowFunc func(ctx context.Context, p Push, digest string) error
+
+// RecordAndFollow returns a push hook (Config.OnPush) that records p ([Releases.Record]) and
+// then, for a push to a tag, calls follow with the digest the tag names after the record: the
+// pushed one, or a concurrent push's when that one was recorded last, so two racing hooks roll to
+// the same digest. follow nil only records.
+func (r *Releases) RecordAndFollow(follow FollowFunc) func(ctx context.Context, p Push) error {
+	return func(ctx context.Context, p Push) error {
+		if err := r.Record(ctx, p); err != nil {
+			return err
+		}
+		if follow == nil || strings.HasPrefix(p.Reference, "sha256:") || p.Digest == "" {
+			return nil
+		}
+		rel, err := r.Get(ctx, p.Repository, p.Reference)
+		if err != nil {
+			return err
+		}
+		return follow(ctx, p, rel.Digest)
+	}
+}
+
+// DeployOnPush returns the FollowFunc of deploy on push (docs/registry.md section 8): it names
+// the digest as "<host>/<repo>@<digest>" and calls roll with "<repo>:<tag>" and that image, ctx
+// carrying the pusher as the actor of the change log, so each service write records who pushed.
+// roll is services.Catalog.FollowTag, with the caller's logging and hints around it.
+func DeployOnPush(host string, roll func(ctx context.Context, repoTag, image string) error) FollowFunc {
+	return func(ctx context.Context, p Push, digest string) error {
+		ctx = changelog.WithActor(ctx, changelog.Actor{Type: string(p.ActorKind), ID: p.Actor})
+		return roll(ctx, p.Repository+":"+p.Reference, host+"/"+p.Repository+"@"+digest)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 
@@ -16,7 +17,9 @@ import (
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/registry"
+	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/internal/securefile"
 )
 
@@ -46,14 +49,14 @@ func loadOrCreateRegistryKey(dataDir string) ([]byte, error) {
 // newRegistry builds /v2 over the blob store's configuration: the
 // filesystem under DataDir/blobs/registry, or the S3 bucket.
 // Pushes are recorded as releases in rel (reserved tags checked first).
-func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *registry.Releases, tokens *identity.Tokens, reg *nodes.Registry, log *slog.Logger) (*registry.Registry, error) {
+func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *registry.Releases, tokens *identity.Tokens, reg *nodes.Registry, log *slog.Logger, follow registry.FollowFunc) (*registry.Registry, error) {
 	key, err := loadOrCreateRegistryKey(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	return registry.New(ctx, registry.Config{
 		Authorize: rel.CheckPush,
-		OnPush:    rel.Record,
+		OnPush:    rel.RecordAndFollow(follow),
 		RootDir:   filepath.Join(cfg.DataDir, "blobs", "registry"),
 		S3:        cfg.S3,
 		Referrers: store,
@@ -87,6 +90,24 @@ func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *regist
 			}
 			return out, nil
 		},
+	})
+}
+
+// deployOnPush rolls the services that follow a pushed tag (deploy_on_push, docs/registry.md
+// section 8) to "<registry host>/<repo>@<digest>", the write attributed to the pusher in the
+// change log, and wakes the reconciler for each service written.
+func deployOnPush(cfg Config, cat *services.Catalog, rec *reconciler.Reconciler, log *slog.Logger) registry.FollowFunc {
+	host := ""
+	if u, err := url.Parse(cfg.PublicURL); err == nil {
+		host = u.Host
+	}
+	return registry.DeployOnPush(host, func(ctx context.Context, repoTag, image string) error {
+		out, err := cat.FollowTag(ctx, repoTag, image)
+		for _, s := range out {
+			log.Info("service follows pushed tag", "project", s.Project, "service", s.Name, "tag", repoTag, "image", s.Image, "revision", s.Revision)
+			rec.HintService("release.pushed", s.ID)
+		}
+		return err
 	})
 }
 

@@ -375,7 +375,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return []plugin.Status{gwHandle.Status()}
 		},
 	})
-	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log)
+	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log, deployOnPush(cfg, cat, rec, log))
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}

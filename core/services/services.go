@@ -174,6 +174,11 @@ type Service struct {
 	User      string `bson:"user,omitempty"`
 	MemoryMB  int64  `bson:"memory_mb,omitempty"`
 	CPUMillis int64  `bson:"cpu_millis,omitempty"`
+	// DeployOnPush says whether a push that moves ImageTag ("<project>/<repo>:<tag>") rolls the
+	// service to the new digest; Image always holds a digest, the one the tag named when the
+	// service was applied or last followed it (docs/registry.md section 8).
+	DeployOnPush bool   `bson:"deploy_on_push,omitempty"`
+	ImageTag     string `bson:"image_tag,omitempty"`
 
 	// LogOutbox holds this service's changes not yet in the change log,
 	// oldest first, written in the same compare-and-set as the change

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -41,4 +42,23 @@ func (c *Client) ListImageReleases(ctx context.Context, project, service string)
 		return nil, err
 	}
 	return out.Items, nil
+}
+
+// PromoteRequest is the optional body of POST .../releases/{tag}/promote: ExpectedRevision
+// (nil: the revision the server reads) promotes only while the service is at that revision.
+type PromoteRequest struct {
+	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
+}
+
+// PromoteRelease rolls service to the digest its repository's tag names:
+// POST .../services/{service}/releases/{tag}/promote (docs/registry.md section 8). It returns the
+// service after the write (Changed false when it already ran that digest). Errors:
+// image_release_not_found (404), release_not_pushed, service_not_container, revision_conflict
+// (409).
+func (c *Client) PromoteRelease(ctx context.Context, project, service, tag string, req PromoteRequest) (*Service, error) {
+	var out Service
+	if err := c.doJSON(ctx, http.MethodPost, servicePath(project, service)+"/releases/"+url.PathEscape(tag)+"/promote", req, true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

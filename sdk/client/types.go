@@ -179,6 +179,14 @@ type Container struct {
 	User      string `json:"user,omitempty"`
 	MemoryMB  int64  `json:"memory_mb,omitempty"`
 	CPUMillis int64  `json:"cpu_millis,omitempty"`
+	// DeployOnPush makes the service follow a tag of a Berth repository: Image then names it
+	// ("<project>/<repo>:<tag>", optionally after the registry host), the apply pins the digest
+	// the tag names, and every later push that moves the tag rolls the service to the new digest
+	// (docs/registry.md section 8). False: pushes are only recorded.
+	DeployOnPush bool `json:"deploy_on_push,omitempty"`
+	// ImageTag is, in answers, the "<project>/<repo>:<tag>" a DeployOnPush service follows
+	// while Image holds the digest it resolved to; ignored in a spec.
+	ImageTag string `json:"image_tag,omitempty"`
 }
 
 // Volume is one persistent directory of a service (ServiceSpec.Volumes).
