@@ -56,18 +56,8 @@ func (cl *cluster) killGateway(t *testing.T) {
 // enrollAgent enrolls one node and runs its agent until the test ends.
 func (cl *cluster) enrollAgent(t *testing.T) {
 	t.Helper()
-	var jt client.JoinToken
-	if err := json.Unmarshal([]byte(cl.cli(t, "join-token", "create", "-o", "json")), &jt); err != nil {
-		t.Fatal(err)
-	}
-	agentDir := filepath.Join(cl.dir, "agent")
-	enroll := start(t, filepath.Join(cl.dir, "agent.log"), "berth-agent", "enroll",
-		"--server", cl.url, "--join-token", jt.Token, "--fingerprint", cl.fingerprint, "--data-dir", agentDir)
-	<-enroll.Done()
-	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("enroll exited %d", code)
-	}
-	start(t, filepath.Join(cl.dir, "agent.log"), "berth-agent", "run", "--data-dir", agentDir)
+	agentDir, agentLog := cl.enrollNode(t)
+	start(t, agentLog, "berth-agent", "run", "--data-dir", agentDir)
 	waitFor(t, converge, "node connected", func() (bool, string) {
 		ns, err := cl.c.ListNodes(context.Background())
 		if err != nil || len(ns) != 1 {

@@ -3,10 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/berthhq/berth/sdk/client"
@@ -27,18 +25,7 @@ func TestKeyringRotationSurvivesKill9(t *testing.T) {
 	}
 	// A service of two replicas uses s000 unpinned: a new version of it, set mid-rotation, is a
 	// rollout that must open under whichever KEK wraps it when it is sealed.
-	jt, err := cl.c.CreateJoinToken(ctx, client.JoinTokenRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentDir, agentLog := filepath.Join(cl.dir, "agent"), filepath.Join(cl.dir, "agent.log")
-	enroll := start(t, agentLog, "berth-agent", "enroll", "--server", cl.url, "--join-token", jt.Token,
-		"--fingerprint", cl.fingerprint, "--data-dir", agentDir)
-	<-enroll.Done()
-	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("enroll exited %d", code)
-	}
-	start(t, agentLog, "berth-agent", "run", "--data-dir", agentDir)
+	cl.enrollAgent(t)
 	cl.pushBundle(t, env.helloDir, "hello")
 	spec := filepath.Join(cl.dir, "hello.yaml")
 	if err := os.WriteFile(spec, []byte("name: hello\nbundle: hello\ncommand: [\"./hello\"]\ndomains: [\"hello.localhost\"]\n"+
@@ -48,28 +35,7 @@ func TestKeyringRotationSurvivesKill9(t *testing.T) {
 	cl.cli(t, "apply", "-f", spec)
 	greets := func(want string) {
 		t.Helper()
-		ids := cl.waitReplicas(t, "hello", 2)
-		waitFor(t, 2*converge, "both replicas greet with "+want, func() (bool, string) {
-			seen := map[string]bool{}
-			for range 20 {
-				resp, err := cl.get("hello.localhost", "/")
-				if err != nil {
-					return false, err.Error()
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if !strings.HasPrefix(string(b), want+" from ") {
-					return false, "answer: " + string(b)
-				}
-				seen[workloadIn(string(b))] = true
-			}
-			for _, id := range ids {
-				if !seen[id] {
-					return false, "not every replica answered yet"
-				}
-			}
-			return true, ""
-		})
+		cl.waitGreeting(t, "hello.localhost", want, 2)
 	}
 	greets("value-000")
 

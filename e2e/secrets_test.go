@@ -40,17 +40,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	greet1, greet2, greetSet, fileVal := mark("g1"), mark("g2"), mark("gs"), mark("fv")
 	values := []string{greet1, greet2, greetSet, fileVal}
 
-	jt, err := cl.c.CreateJoinToken(ctx, client.JoinTokenRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentDir, agentLog := filepath.Join(cl.dir, "agent"), filepath.Join(cl.dir, "agent.log")
-	enroll := start(t, agentLog, "berth-agent", "enroll", "--server", cl.url, "--join-token", jt.Token,
-		"--fingerprint", cl.fingerprint, "--data-dir", agentDir)
-	<-enroll.Done()
-	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("enroll exited %d", code)
-	}
+	agentDir, agentLog := cl.enrollNode(t)
 	if fi, err := os.Stat(filepath.Join(agentDir, "secrets.key")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the agent's secret key: %v %v", fi, err)
 	}
@@ -89,28 +79,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	apply("other", "secret_sets: [payments]\n")
 	greets := func(host, want string, n int) {
 		t.Helper()
-		ids := cl.waitReplicas(t, strings.TrimSuffix(host, ".localhost"), n)
-		waitFor(t, converge, host+" greets with its secret", func() (bool, string) {
-			seen := map[string]bool{}
-			for range 20 {
-				resp, err := cl.get(host, "/")
-				if err != nil {
-					return false, err.Error()
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if !strings.HasPrefix(string(b), want+" from ") {
-					return false, "answer without the expected value"
-				}
-				seen[workloadIn(string(b))] = true
-			}
-			for _, id := range ids {
-				if !seen[id] {
-					return false, "not every replica answered yet"
-				}
-			}
-			return true, ""
-		})
+		cl.waitGreeting(t, host, want, n)
 	}
 	greets("hello.localhost", greet1, 2)
 	greets("other.localhost", greetSet, 2)
@@ -232,4 +201,50 @@ func TestSecretsNeverLeak(t *testing.T) {
 		t.Fatalf("scanned only %d sources", files)
 	}
 	t.Logf("scanned %d files and answers", files)
+}
+
+// enrollNode enrolls one agent with a new join token into cl.dir/agent, logging to
+// cl.dir/agent.log, and returns both paths; the caller starts "berth-agent run".
+func (cl *cluster) enrollNode(t *testing.T) (dir, logPath string) {
+	t.Helper()
+	jt, err := cl.c.CreateJoinToken(context.Background(), client.JoinTokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, logPath = filepath.Join(cl.dir, "agent"), filepath.Join(cl.dir, "agent.log")
+	enroll := start(t, logPath, "berth-agent", "enroll", "--server", cl.url, "--join-token", jt.Token,
+		"--fingerprint", cl.fingerprint, "--data-dir", dir)
+	<-enroll.Done()
+	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("enroll exited %d", code)
+	}
+	return dir, logPath
+}
+
+// waitGreeting waits until each of the n replicas of the hello service behind host answers
+// "want from <workload>": the secret value want reached every replica.
+func (cl *cluster) waitGreeting(t *testing.T, host, want string, n int) {
+	t.Helper()
+	ids := cl.waitReplicas(t, strings.TrimSuffix(host, ".localhost"), n)
+	waitFor(t, 2*converge, host+" greets with "+want, func() (bool, string) {
+		seen := map[string]bool{}
+		for range 20 {
+			resp, err := cl.get(host, "/")
+			if err != nil {
+				return false, err.Error()
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.HasPrefix(string(b), want+" from ") {
+				return false, "answer without the expected value"
+			}
+			seen[workloadIn(string(b))] = true
+		}
+		for _, id := range ids {
+			if !seen[id] {
+				return false, "not every replica answered yet"
+			}
+		}
+		return true, ""
+	})
 }
