@@ -188,7 +188,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("serving TLS", "fingerprint", servTLS.Fingerprint, "fingerprint_file", filepath.Join(cfg.DataDir, identity.FingerprintFile))
 
-	st, err := store.Open(ctx, store.Config{URI: cfg.MongoURI, DataDir: cfg.DataDir, Logger: log})
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	st, err := store.Open(ctx, store.Config{URI: cfg.MongoURI, DataDir: cfg.DataDir, Logger: log, Metrics: metrics})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -283,14 +286,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := orch.legacy(cfg.RunnerRegistrationSecret); err != nil {
 		return err
 	}
-	ext, err := startExtensions(ctx, cfg.DataDir, st, blobs, clog, log)
+	ext, err := startExtensions(ctx, cfg.DataDir, st, blobs, clog, metrics, log)
 	if err != nil {
 		return err
 	}
 	defer ext.close()
-
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var gw reconciler.RouteSink
 	var gwHandle *plugin.Provider

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -40,6 +41,11 @@ type Config struct {
 	Database string
 	// Logger receives the store's own messages and, at a quieter level, FerretDB's. Nil discards.
 	Logger *slog.Logger
+	// Metrics, when not nil, receives berth_store_operations_total and
+	// berth_store_operation_duration_seconds (docs/operating.md "Metrics"): every command the
+	// driver sends, by command name, collection and outcome. Open panics, as MustRegister does,
+	// when Metrics holds them already.
+	Metrics prometheus.Registerer
 }
 
 // Store is an open connection to the state store. It is safe for concurrent use. Close it once.
@@ -125,7 +131,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.ferret = ferret
 	}
 
-	opts := options.Client().ApplyURI(uri).SetAppName("berthd").SetMonitor(s.view.monitor())
+	var cm *commandMetrics
+	if cfg.Metrics != nil {
+		cm = newCommandMetrics(cfg.Metrics)
+	}
+	opts := options.Client().ApplyURI(uri).SetAppName("berthd").SetMonitor(joinMonitors(s.view.monitor(), cm))
 	if s.ferret {
 		opts.SetMaxPoolSize(1)
 		reason := "FerretDB detected behind the configured URI"
