@@ -357,6 +357,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}, func() float64 { return float64(count()) }))
 	}
 
+	pluginStatuses := func() []plugin.Status {
+		if gwHandle == nil {
+			return nil
+		}
+		return []plugin.Status{gwHandle.Status()}
+	}
+	metrics.MustRegister(&plugin.StatusCollector{List: pluginStatuses})
 	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
 	handler := api.New(api.Config{
 		ImageReleases: imageReleases,
@@ -368,12 +375,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Policy: ext.policy, Routes: rec, KeyRotator: keyRotator{dataDir: cfg.DataDir, sessions: sessions},
 		Orchestration: orch.api, Leases: leases, Guard: fencing.NewGuard(st, nil),
 		Releases: releases.New(cfg.ReleaseDir),
-		Plugins: func() []plugin.Status {
-			if gwHandle == nil {
-				return nil
-			}
-			return []plugin.Status{gwHandle.Status()}
-		},
+		Plugins:  pluginStatuses,
 	})
 	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log)
 	if err != nil {
