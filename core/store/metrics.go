@@ -44,6 +44,12 @@ func newCommandMetrics(reg prometheus.Registerer) *commandMetrics {
 	return m
 }
 
+// sibling returns a commandMetrics over the same families with its own table of started
+// commands, for a second client (whose connection ids may repeat the first's).
+func (m *commandMetrics) sibling() *commandMetrics {
+	return &commandMetrics{ops: m.ops, seconds: m.seconds, started: map[string][2]string{}}
+}
+
 // commandCollection is the collection a command names: its first field's string value, or the
 // "collection" field of a getMore; "" for commands that name none.
 func commandCollection(name string, cmd bson.Raw) string {
@@ -89,11 +95,18 @@ func replyOutcome(reply bson.Raw) string {
 	return "ok"
 }
 
-// joinMonitors returns a monitor that calls the view's monitor and then, when m is not nil,
-// counts the command.
+// joinMonitors returns a monitor that calls view's callbacks (when view is not nil) and then,
+// when m is not nil, counts the command; nil when both are nil.
 func joinMonitors(view *event.CommandMonitor, m *commandMetrics) *event.CommandMonitor {
 	if m == nil {
 		return view
+	}
+	if view == nil {
+		view = &event.CommandMonitor{
+			Started:   func(context.Context, *event.CommandStartedEvent) {},
+			Succeeded: func(context.Context, *event.CommandSucceededEvent) {},
+			Failed:    func(context.Context, *event.CommandFailedEvent) {},
+		}
 	}
 	return &event.CommandMonitor{
 		Started: func(ctx context.Context, e *event.CommandStartedEvent) {

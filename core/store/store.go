@@ -71,6 +71,10 @@ type Store struct {
 	// they do not queue behind writes on the one connection that writes (nil otherwise).
 	viewClient *mongo.Client
 
+	// cmdMetrics counts the commands of client (nil without Config.Metrics); the view's
+	// client counts into the same families through a sibling.
+	cmdMetrics *commandMetrics
+
 	// casMu serialises UpdateIf on FerretDB (see [Store.UpdateIf]).
 	casMu sync.Mutex
 
@@ -131,11 +135,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.ferret = ferret
 	}
 
-	var cm *commandMetrics
 	if cfg.Metrics != nil {
-		cm = newCommandMetrics(cfg.Metrics)
+		s.cmdMetrics = newCommandMetrics(cfg.Metrics)
 	}
-	opts := options.Client().ApplyURI(uri).SetAppName("berthd").SetMonitor(joinMonitors(s.view.monitor(), cm))
+	opts := options.Client().ApplyURI(uri).SetAppName("berthd").SetMonitor(joinMonitors(s.view.monitor(), s.cmdMetrics))
 	if s.ferret {
 		opts.SetMaxPoolSize(1)
 		reason := "FerretDB detected behind the configured URI"
@@ -192,7 +195,11 @@ func (s *Store) startView(ctx context.Context, uri, database string) error {
 		return nil
 	}
 	if s.embedded {
-		c, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName("berthd-view").SetMaxPoolSize(4))
+		vopts := options.Client().ApplyURI(uri).SetAppName("berthd-view").SetMaxPoolSize(4)
+		if s.cmdMetrics != nil {
+			vopts.SetMonitor(joinMonitors(nil, s.cmdMetrics.sibling()))
+		}
+		c, err := mongo.Connect(vopts)
 		if err != nil {
 			return fmt.Errorf("store: connect the read view: %w", err)
 		}
