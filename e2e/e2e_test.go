@@ -53,6 +53,9 @@ func TestDeployThroughGateway(t *testing.T) {
 		return ns[0].Status == "connected", ns[0].Status
 	})
 
+	// Every apply is evaluated by a bound policy that allows it, so its metrics move too.
+	cl.bindAllowPolicy(t)
+
 	// Apply 2 replicas with the CLI.
 	cl.pushBundle(t, env.helloDir, "hello")
 	spec := filepath.Join(cl.dir, "hello.yaml")
@@ -120,6 +123,9 @@ func TestDeployThroughGateway(t *testing.T) {
 		t.Fatalf("restart count moved from %d to %d across an agent restart", restarts, ws[0].RestartCount)
 	}
 	cl.mustAnswer(t, "hello.localhost", ids[0])
+
+	// berthd's /metrics carries every family of the operating guide, each moved by this run.
+	cl.waitMetricFamilies(t)
 
 	// kill -9 berthd and restart it: the state is intact.
 	svcBefore, err := cl.c.GetService(ctx, "default", "hello")

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -179,12 +180,17 @@ type Config struct {
 	Logger         *slog.Logger
 	// Now is the clock of recorded times; nil means time.Now.
 	Now func() time.Time
+	// Metrics, when not nil, receives berth_policy_evaluations_total and
+	// berth_policy_evaluation_duration_seconds (docs/operating.md "Metrics"). New panics, as
+	// MustRegister does, when Metrics holds them already.
+	Metrics prometheus.Registerer
 }
 
 // Engine evaluates bound policies. It is safe for concurrent use.
 type Engine struct {
 	cfg       Config
 	log       *slog.Logger
+	metrics   *metrics // nil without Config.Metrics
 	modules   *mongo.Collection
 	bindings  *mongo.Collection
 	decisions *mongo.Collection
@@ -229,6 +235,7 @@ func New(cfg Config) *Engine {
 		bindings:  cfg.Store.Collection(BindingsCollection),
 		decisions: cfg.Store.Collection(DecisionsCollection),
 		memo:      map[string]memoEntry{},
+		metrics:   newMetrics(cfg.Metrics),
 	}
 	e.liveBindings.run = e.readBindings
 	e.storeRecords.run = e.insertRecords
@@ -603,10 +610,10 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 		a.inputHash = hex.EncodeToString(sum[:])
 		e.recent.put(a.inputHash, raw)
 		if len(answers) == 1 {
-			a.out, a.evalErr, a.cached = e.evaluate(ctx, a.b, raw, a.inputHash)
+			a.out, a.evalErr, a.cached = e.evaluate(ctx, a.b, in.Hook, raw, a.inputHash)
 			break
 		}
-		wg.Go(func() { a.out, a.evalErr, a.cached = e.evaluate(ctx, a.b, raw, a.inputHash) })
+		wg.Go(func() { a.out, a.evalErr, a.cached = e.evaluate(ctx, a.b, in.Hook, raw, a.inputHash) })
 	}
 	wg.Wait()
 	v := Verdict{Allowed: true}
@@ -634,6 +641,7 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 			d.Result, d.Warnings = "allow", out.Warnings
 			v.Warnings = append(v.Warnings, out.Warnings...)
 		}
+		e.metrics.answered(b, in.Hook, d.Result, cached)
 		if cached && in.Hook == abiwasm.HookDeploy {
 			continue
 		}
@@ -740,7 +748,7 @@ type decisionDoc struct {
 }
 
 // evaluate answers from the memo or the module.
-func (e *Engine) evaluate(ctx context.Context, b Binding, raw []byte, inputHash string) (abiwasm.PolicyOutput, string, bool) {
+func (e *Engine) evaluate(ctx context.Context, b Binding, hook abiwasm.Hook, raw []byte, inputHash string) (abiwasm.PolicyOutput, string, bool) {
 	key := b.ID + "/" + inputHash
 	e.mu.Lock()
 	if m, ok := e.memo[key]; ok {
@@ -752,7 +760,9 @@ func (e *Engine) evaluate(ctx context.Context, b Binding, raw []byte, inputHash 
 	if err != nil {
 		return abiwasm.PolicyOutput{}, err.Error(), false // not memoized: may be transient
 	}
+	start := time.Now()
 	out, err := mod.EvaluateJSON(ctx, raw)
+	e.metrics.ran(b, hook, time.Since(start))
 	if err != nil {
 		if errors.Is(err, hostwasm.ErrDeadline) || ctx.Err() != nil {
 			return out, err.Error(), false // time-dependent: not memoized

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/berthhq/berth/abi/node"
@@ -78,8 +79,9 @@ func TestKeyedHintsRunWithoutTheSweep(t *testing.T) {
 	cat := services.NewCatalog(st, nil)
 	a, b := enroll(t, reg), enroll(t, reg)
 	sink := &signalling{changed: make(chan struct{}, 1)}
+	metrics := prometheus.NewRegistry()
 	r := New(Config{Catalog: cat, Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{},
-		Sweep: slots.SweepConfig{Quiet: time.Hour, Period: time.Hour, Floor: time.Hour}})
+		Sweep: slots.SweepConfig{Quiet: time.Hour, Period: time.Hour, Floor: time.Hour}, Metrics: metrics})
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -130,5 +132,25 @@ func TestKeyedHintsRunWithoutTheSweep(t *testing.T) {
 
 	if st := r.Stats(); st.Full != 1 || st.Focused < 3 {
 		t.Fatalf("passes %+v: want the first full pass only and at least 3 focused ones", st)
+	}
+	// Every pass is timed under its kind (docs/operating.md "Metrics").
+	cancel()
+	<-done
+	passes := r.Stats()
+	timed := map[string]uint64{}
+	fams, err := metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "berth_reconcile_pass_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			timed[m.GetLabel()[0].GetValue()] = m.GetHistogram().GetSampleCount()
+		}
+	}
+	if timed["full"] != uint64(passes.Full) || timed["focused"] != uint64(passes.Focused) {
+		t.Fatalf("timed passes %v, want full %d and focused %d", timed, passes.Full, passes.Focused)
 	}
 }

@@ -96,7 +96,8 @@ type Config struct {
 	// is not used when Rollout is given.
 	Events *events.Log
 	// Metrics, when not nil, is where the built Rollout registers its families
-	// ([rollout.NewMetrics]); it is not used when Rollout is given.
+	// ([rollout.NewMetrics]; not when Rollout is given) and where the Reconciler registers
+	// berth_reconcile_pass_duration_seconds{kind} (docs/operating.md "Metrics").
 	Metrics prometheus.Registerer
 	Logger  *slog.Logger
 	// Sweep sets the timing of full passes (docs/reconciliation.md section 6): quiet 1 s after
@@ -131,6 +132,9 @@ type Reconciler struct {
 	svcQ, nodeQ *Queue[string]
 	// fullPasses and focusedPasses count the passes run, for [Reconciler.Stats].
 	fullPasses, focusedPasses atomic.Int64
+	// passSeconds is berth_reconcile_pass_duration_seconds by kind (full or focused); nil
+	// without Config.Metrics.
+	passSeconds *prometheus.HistogramVec
 	// gateHint is the pending timer that hints a pass when the earliest gate of an expiring
 	// lease held by a silent node opens, so the lease moves then and not at the next tick.
 	gateHint *time.Timer
@@ -166,8 +170,22 @@ func New(cfg Config) *Reconciler {
 		cfg.PushWorkers = DefaultPushWorkers
 	}
 	cfg.PushWorkers = max(cfg.PushWorkers, 1)
-	return &Reconciler{cfg: cfg, log: cfg.Logger.With("component", "reconciler"), hints: make(chan struct{}, 1),
+	r := &Reconciler{cfg: cfg, log: cfg.Logger.With("component", "reconciler"), hints: make(chan struct{}, 1),
 		svcQ: NewQueue[string](cfg.QueueLimit), nodeQ: NewQueue[string](cfg.QueueLimit)}
+	if cfg.Metrics != nil {
+		r.passSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "berth_reconcile_pass_duration_seconds",
+			Help:    "Duration of reconcile passes: full (the sweep) or focused (woken by a service's or node's change).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"kind"})
+		cfg.Metrics.MustRegister(r.passSeconds)
+	}
+	return r
+}
+
+// observePass records the duration of a pass of kind since start; a no-op without metrics.
+func (r *Reconciler) observePass(kind string, start time.Time) {
+	if r.passSeconds != nil {
+		r.passSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	}
 }
 
 // HintService records a committed change of service serviceID's desired state (an apply, a
@@ -238,7 +256,9 @@ func (r *Reconciler) Run(ctx context.Context) {
 			continue
 		}
 		r.fullPasses.Add(1)
+		start := time.Now()
 		out, err := r.pass(ctx, nil)
+		r.observePass("full", start)
 		if err != nil && ctx.Err() == nil {
 			r.log.Error("reconcile pass failed", "err", err)
 		}
@@ -274,7 +294,9 @@ func (r *Reconciler) runFocused(ctx context.Context, sw *slots.Sweeper) {
 		return
 	}
 	r.focusedPasses.Add(1)
+	start := time.Now()
 	out, err := r.pass(ctx, &scope{services: svcKeys, nodes: nodeKeys})
+	r.observePass("focused", start)
 	if err != nil && ctx.Err() == nil {
 		r.log.Error("focused reconcile pass failed", "services", len(svcKeys), "nodes", len(nodeKeys), "err", err)
 	}

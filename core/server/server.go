@@ -188,7 +188,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("serving TLS", "fingerprint", servTLS.Fingerprint, "fingerprint_file", filepath.Join(cfg.DataDir, identity.FingerprintFile))
 
-	st, err := store.Open(ctx, store.Config{URI: cfg.MongoURI, DataDir: cfg.DataDir, Logger: log})
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	st, err := store.Open(ctx, store.Config{URI: cfg.MongoURI, DataDir: cfg.DataDir, Logger: log, Metrics: metrics})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -283,14 +286,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := orch.legacy(cfg.RunnerRegistrationSecret); err != nil {
 		return err
 	}
-	ext, err := startExtensions(ctx, cfg.DataDir, st, blobs, clog, log)
+	ext, err := startExtensions(ctx, cfg.DataDir, st, blobs, clog, metrics, log)
 	if err != nil {
 		return err
 	}
 	defer ext.close()
-
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var gw reconciler.RouteSink
 	var gwHandle *plugin.Provider
@@ -357,6 +357,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}, func() float64 { return float64(count()) }))
 	}
 
+	pluginStatuses := func() []plugin.Status {
+		if gwHandle == nil {
+			return nil
+		}
+		return []plugin.Status{gwHandle.Status()}
+	}
+	metrics.MustRegister(&plugin.StatusCollector{List: pluginStatuses})
 	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
 	handler := api.New(api.Config{
 		ImageReleases: imageReleases,
@@ -368,12 +375,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Policy: ext.policy, Routes: rec, KeyRotator: keyRotator{dataDir: cfg.DataDir, sessions: sessions},
 		Orchestration: orch.api, Leases: leases, Guard: fencing.NewGuard(st, nil),
 		Releases: releases.New(cfg.ReleaseDir),
-		Plugins: func() []plugin.Status {
-			if gwHandle == nil {
-				return nil
-			}
-			return []plugin.Status{gwHandle.Status()}
-		},
+		Plugins:  pluginStatuses,
 	})
 	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log, deployOnPush(cfg, cat, rec, log))
 	if err != nil {

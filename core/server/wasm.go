@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/policy"
@@ -28,7 +30,7 @@ type extensions struct {
 
 // startExtensions loads the embedded default route compiler and wires the
 // policy engine over the store, the blob store and the change log.
-func startExtensions(ctx context.Context, dataDir string, st *store.Store, blobs *bundles.Store, clog *changelog.Log, log *slog.Logger) (*extensions, error) {
+func startExtensions(ctx context.Context, dataDir string, st *store.Store, blobs *bundles.Store, clog *changelog.Log, metrics prometheus.Registerer, log *slog.Logger) (*extensions, error) {
 	// Route compilation reads every service and workload; it gets a longer
 	// deadline than an admission decision.
 	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: filepath.Join(dataDir, "wasm-cache"), Logger: log, Timeout: RouteCompileTimeout, Fuel: RouteCompileFuel})
@@ -47,7 +49,7 @@ func startExtensions(ctx context.Context, dataDir string, st *store.Store, blobs
 		_ = rt.Close(ctx)
 		return nil, fmt.Errorf("start WebAssembly runtime: %w", err)
 	}
-	eng := policy.New(policy.Config{Store: st, Blobs: blobs, Runtime: prt, Changelog: clog, Logger: log})
+	eng := policy.New(policy.Config{Store: st, Blobs: blobs, Runtime: prt, Changelog: clog, Logger: log, Metrics: metrics})
 	if err := eng.EnsureIndexes(ctx); err != nil {
 		_ = rt.Close(ctx)
 		_ = prt.Close(ctx)

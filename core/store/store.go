@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -40,6 +41,11 @@ type Config struct {
 	Database string
 	// Logger receives the store's own messages and, at a quieter level, FerretDB's. Nil discards.
 	Logger *slog.Logger
+	// Metrics, when not nil, receives berth_store_operations_total and
+	// berth_store_operation_duration_seconds (docs/operating.md "Metrics"): every command the
+	// driver sends, by command name, collection and outcome. Open panics, as MustRegister does,
+	// when Metrics holds them already.
+	Metrics prometheus.Registerer
 }
 
 // Store is an open connection to the state store. It is safe for concurrent use. Close it once.
@@ -64,6 +70,10 @@ type Store struct {
 	// viewClient is the embedded store's second connection, used only by the view's re-reads so
 	// they do not queue behind writes on the one connection that writes (nil otherwise).
 	viewClient *mongo.Client
+
+	// cmdMetrics counts the commands of client (nil without Config.Metrics); the view's
+	// client counts into the same families through a sibling.
+	cmdMetrics *commandMetrics
 
 	// casMu serialises UpdateIf on FerretDB (see [Store.UpdateIf]).
 	casMu sync.Mutex
@@ -125,7 +135,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.ferret = ferret
 	}
 
-	opts := options.Client().ApplyURI(uri).SetAppName("berthd").SetMonitor(s.view.monitor())
+	if cfg.Metrics != nil {
+		s.cmdMetrics = newCommandMetrics(cfg.Metrics)
+	}
+	opts := options.Client().ApplyURI(uri).SetAppName("berthd").SetMonitor(joinMonitors(s.view.monitor(), s.cmdMetrics))
 	if s.ferret {
 		opts.SetMaxPoolSize(1)
 		reason := "FerretDB detected behind the configured URI"
@@ -182,7 +195,11 @@ func (s *Store) startView(ctx context.Context, uri, database string) error {
 		return nil
 	}
 	if s.embedded {
-		c, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName("berthd-view").SetMaxPoolSize(4))
+		vopts := options.Client().ApplyURI(uri).SetAppName("berthd-view").SetMaxPoolSize(4)
+		if s.cmdMetrics != nil {
+			vopts.SetMonitor(joinMonitors(nil, s.cmdMetrics.sibling()))
+		}
+		c, err := mongo.Connect(vopts)
 		if err != nil {
 			return fmt.Errorf("store: connect the read view: %w", err)
 		}
