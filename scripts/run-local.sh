@@ -62,11 +62,15 @@ cleanup() {
       --subnet "$WORKLOAD_SUBNET" || true
     ./scripts/containerd-test.sh stop "$RUN_DIR/containerd" || true
   fi
-  # Workloads outlive the agent by design; anything still running from this run
-  # directory (the services could not be deleted) is stopped here.
+  # Workloads outlive the agent and the gateway outlives berthd by design (so
+  # that a restart of either keeps apps served); anything still running from this
+  # run directory (by working directory, or by an argument under it, as the
+  # gateway's --state-dir) is stopped here.
   for d in /proc/[0-9]*; do
     cwd=$(readlink "$d/cwd" 2>/dev/null || true)
-    case "$cwd" in "$RUN_DIR"/*) kill -KILL "${d#/proc/}" 2>/dev/null || true ;; esac
+    args=$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null || true)
+    case "$cwd" in "$RUN_DIR"/*) kill -KILL "${d#/proc/}" 2>/dev/null || true; continue ;; esac
+    case "$args" in *" $RUN_DIR"/*|*"=$RUN_DIR"/*) kill -KILL "${d#/proc/}" 2>/dev/null || true ;; esac
   done
   say "stopped; logs and state are in $RUN_DIR"
 }

@@ -55,6 +55,9 @@ func readSecretValue(stdin io.Reader, path string) ([]byte, error) {
 	if len(v) > maxSecretBytes {
 		return nil, fmt.Errorf("read secret value: more than %d bytes", maxSecretBytes)
 	}
+	if len(v) == 0 {
+		return nil, errors.New("read secret value: empty (nothing on stdin or in the file); pipe the value on stdin or use --from-file FILE")
+	}
 	return v, nil
 }
 
@@ -76,7 +79,12 @@ each secret. Values are read from a file or stdin, never from arguments.`,
 		Short: "Write a new version of a secret from a file or stdin",
 		Example: `  berth secret set shop/stripe-key --from-file ./stripe.key
   berth secret set shop/db-url < db-url.txt`,
-		Args: cobra.ExactArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return errors.New("secret set takes only [PROJECT/]NAME: a value is never read from arguments (they show in shell history and the process list); pipe it on stdin or use --from-file FILE")
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			project, name := a.secretTarget(args[0])
 			value, err := readSecretValue(cmd.InOrStdin(), fromFile)

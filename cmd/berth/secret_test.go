@@ -105,8 +105,11 @@ func TestSecretCommands(t *testing.T) {
 	if got := open("shop", "stripe-key"); got != "line1\nline2\n" {
 		t.Fatalf("set from file stored %q, want the file's exact bytes", got)
 	}
-	if _, errOut, code := c.run("", "secret", "set", "shop/stripe-key", "argv-value"); code == 0 || !strings.Contains(errOut, "accepts 1 arg") {
+	if _, errOut, code := c.run("", "secret", "set", "shop/stripe-key", "argv-value"); code == 0 || !strings.Contains(errOut, "never read from arguments") {
 		t.Fatalf("a value in argv: exit %d %q", code, errOut)
+	}
+	if _, errOut, code := c.run("", "secret", "set", "shop/empty"); code == 0 || !strings.Contains(errOut, "empty") {
+		t.Fatalf("an empty value: exit %d %q", code, errOut)
 	}
 	ok("x", "--project", "shop", "secret", "set", "db")
 	out = ok("", "--project", "shop", "secret", "ls")

@@ -125,7 +125,9 @@ func (c *Config) defaults() error {
 }
 
 // Run starts berthd and blocks until ctx is cancelled, then shuts down in
-// order: stop accepting requests, end sessions, stop the gateway, close the store.
+// order: stop accepting requests, end sessions, let go of the gateway (which keeps
+// serving its last route table for the next start to reattach: docs/plugins.md), close
+// the store.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.defaults(); err != nil {
 		return err
