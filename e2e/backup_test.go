@@ -101,6 +101,7 @@ func (cl *cluster) allRunning(want int) func() (bool, string) {
 // (no enrollment) and that their workloads are adopted, not restarted (docs/operating.md
 // section 5.4).
 func TestBackupRestoreDrill(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	dataDir := filepath.Join(cl.dir, "berthd")

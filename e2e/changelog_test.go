@@ -64,6 +64,7 @@ func (cl *cluster) changelogEntries(t *testing.T) []node.LogEntry {
 // request's context, so writes committed just before the kill (or whose
 // append lost a race) had none.
 func TestChangelogSurvivesKill9UnderWriters(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	cl.pushBundle(t, env.helloDir, "hello")
 	seed := uint64(time.Now().UnixNano())

@@ -172,6 +172,7 @@ func (pr *prober) finish() (ok, failed int64, last string) {
 // including two rotations of the cluster signing key, one live and one while
 // the node was away (section 5.21).
 func TestChaosLinkBetweenAgentAndCore(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	proxy := newChaosProxy(t, cl.api)

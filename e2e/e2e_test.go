@@ -25,6 +25,7 @@ const converge = 60 * time.Second
 // apply, traffic to every replica, scale, crash recovery, agent and core
 // restarts, deletion.
 func TestDeployThroughGateway(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 

@@ -50,6 +50,7 @@ func (cl *cluster) reconcilePasses(t *testing.T) map[string]int {
 // through the gateway, and a deletion withdraws the route and stops the workload. The pass
 // counter shows that only focused passes did it.
 func TestApplyAndDeleteWithoutSweep(t *testing.T) {
+	t.Parallel()
 	cl := newClusterWith(t, "--sweep-floor", "1h", "--sweep-period", "1h", "--sweep-quiet", "1h")
 	ctx := context.Background()
 	startProcessAgent(t, cl, "a")

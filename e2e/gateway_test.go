@@ -155,6 +155,7 @@ func (l *requestLoop) finish() (ok, failed int64, firstErr string) {
 // gateway process is the same one throughout (berthd reattaches to it), and
 // a route added after the last return is served (docs/plugins.md section 5.3).
 func TestGatewayOutlivesBerthd(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	cl.enrollAgent(t)
 	cl.pushBundle(t, env.helloDir, "hello")

@@ -19,6 +19,7 @@ import (
 // through the gateway: forwarded headers, an application's own 503, a 10 MiB
 // body and a streamed response.
 func TestThirdPartyAppThroughGateway(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	jt, err := cl.c.CreateJoinToken(ctx, client.JoinTokenRequest{})

@@ -55,6 +55,7 @@ func (cl *cluster) berthOK(t *testing.T, token, stdin string, args ...string) st
 // another service, revokes it and sees the next request fail; a followed log ends when its
 // token is revoked; a password change ends the saved session.
 func TestIdentityHumanAndDeployToken(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cl := &cluster{dir: t.TempDir(), api: proctest.FreeAddr(t), gateway: proctest.FreeAddr(t)}
 	t.Cleanup(func() { cl.killWorkloads(t); cl.killGateway(t) })

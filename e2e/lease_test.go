@@ -232,6 +232,7 @@ func waitHeldAndRunning(t *testing.T, cl *cluster, svc *client.Service, a, b *fa
 // awake, apart from the woken node's own self-fence right after it wakes (a frozen process cannot
 // stop anything; the fencing token is what protects storage in that window).
 func TestLeasePausedHolder(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	cl.pushBundle(t, env.helloDir, "hello")
@@ -334,6 +335,7 @@ func TestLeasePausedHolder(t *testing.T) {
 // nobody until an operator acknowledges it with `berth node fence-ack`, then to the other node
 // under a higher token.
 func TestLeaseFailedFence(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	cl.pushBundle(t, env.helloDir, "hello")

@@ -13,6 +13,7 @@ import (
 // scripted core (through the CLI, as an agent author runs it), and a live
 // berthd against scripted nodes (through the library, one subtest a case).
 func TestNodeConformance(t *testing.T) {
+	t.Parallel()
 	t.Run("agent", func(t *testing.T) {
 		cmd := exec.Command(filepath.Join(env.bin, "berth"), "conformance", "node", "--agent", filepath.Join(env.bin, "berth-agent"))
 		out, err := cmd.CombinedOutput()

@@ -21,6 +21,7 @@ import (
 // `berth policy test --record` then turns the live decisions into exact
 // cases that pass, once each.
 func TestHealthCheckPolicy(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	wasm := wasmtest.BuildGo(t, "examples/policies/require-health-check")
 	path := filepath.Join(cl.dir, "require-health-check.wasm")

@@ -39,6 +39,7 @@ func readProc(pid int) (procInfo, bool) {
 // group, so none of the old processes survive it, and deleting the service
 // ends the new group (docs/plugins.md section 3, "The process driver").
 func TestProcessGroupLeftoversEnd(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	cl.pushBundle(t, env.helloDir, "hello")

@@ -34,6 +34,7 @@ func craneBinary(t *testing.T) string {
 // pushes a multi-layer image to berthd's /v2 and reads it back by tag and by
 // digest; a wrong token is refused.
 func TestCranePushesToBerthRegistry(t *testing.T) {
+	t.Parallel()
 	crane := craneBinary(t)
 	cl := newCluster(t)
 	img, err := random.Image(4096, 3)

@@ -22,6 +22,7 @@ import (
 // relaunched driver replays its first answer: the workload was started
 // exactly once, runs, and is reported running (docs/plugins.md section 3.4).
 func TestAgentKilledMidStartReplays(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	cl.pushBundle(t, env.helloDir, "hello")

@@ -66,6 +66,7 @@ func (cl *cluster) verdict(t *testing.T, name string) string {
 // the old replica keeps serving; `berth rollout undo` recovers; a deletion during a rollout stops
 // everything and removes the service once the nodes acknowledged it.
 func TestRolloutCrashingReleaseUndoAndDeletion(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	startProcessAgent(t, cl, "a")

@@ -18,6 +18,7 @@ import (
 // downloads and stages the release artifact over TLS with the pinned certificate, reports the
 // observation, completes, and drains (docs/runner-protocol.md section 8).
 func TestExampleRunnerEndToEnd(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	root, err := moduleRoot()
 	if err != nil {

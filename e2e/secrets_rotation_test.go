@@ -16,6 +16,7 @@ import (
 // KEK, the old one is retired, a secret written during the rotation is wrapped by the new KEK too,
 // and the rollout started mid-rotation delivers the new version's value to both replicas.
 func TestKeyringRotationSurvivesKill9(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	for i := range 100 {

@@ -25,6 +25,7 @@ import (
 // value is found, except in each workload's own environment (read through the app) and its own
 // secret file.
 func TestSecretsNeverLeak(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	var answers bytes.Buffer

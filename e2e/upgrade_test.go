@@ -109,6 +109,7 @@ func (cl *cluster) nodeNamed(t *testing.T, name string) client.Node {
 // its SHA-256 is refused and nothing is replaced; a forced upgrade to 0.5.0,
 // which this core refuses, is rolled back to 0.4.0 by the agent itself.
 func TestAgentUpgradeSkewAndRollback(t *testing.T) {
+	t.Parallel()
 	builds := t.TempDir()
 	rel := filepath.Join(builds, "releases")
 	if err := os.MkdirAll(rel, 0o755); err != nil {
@@ -280,6 +281,7 @@ type coreEvent struct {
 // node.disconnected opens a node's restart and its next node.connected
 // closes it.
 func TestFleetUpgradeMaxParallel(t *testing.T) {
+	t.Parallel()
 	const nodes = 10
 	builds := t.TempDir()
 	rel := filepath.Join(builds, "releases")
@@ -392,6 +394,7 @@ func TestFleetUpgradeMaxParallel(t *testing.T) {
 // the agent swaps the plugin's file, restarts to relaunch it, and the new
 // plugin recovers the running workload instead of restarting it.
 func TestDriverPluginUpgrade(t *testing.T) {
+	t.Parallel()
 	builds := t.TempDir()
 	rel := filepath.Join(builds, "releases")
 	plugins := filepath.Join(builds, "plugins")
@@ -457,6 +460,7 @@ func TestDriverPluginUpgrade(t *testing.T) {
 // --version with "<program> <semantic version> <go version> <os>/<arch>"
 // and exits 0 (docs/upgrades.md section 1).
 func TestEveryBinaryPrintsItsVersion(t *testing.T) {
+	t.Parallel()
 	ents, err := os.ReadDir(env.bin)
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,7 @@ func keeperBundle(t *testing.T, dir string) string {
 // survives a rollout to a new attempt and an agent killed and started again
 // (docs/node-protocol.md section 6.7).
 func TestVolumeKeptAcrossRolloutAndAgentRestart(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	jt, err := cl.c.CreateJoinToken(ctx, client.JoinTokenRequest{})

@@ -25,6 +25,7 @@ import (
 // `berth routes`; unbinding returns to the default. No node is needed: the
 // gateway refuses a source before it looks at upstreams.
 func TestExtensionPoints(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	push := func(name string, wasm []byte) string {
 		t.Helper()

@@ -72,6 +72,7 @@ func (cl *cluster) waitSaysWhy(t *testing.T, name, reason, failure string) {
 // status name the exact reason, and that the progress deadline with auto_rollback brings the
 // previous release back (docs/reconciliation.md sections 7.1 and 7.2).
 func TestSayWhyAndAutoRollback(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := context.Background()
 	startProcessAgent(t, cl, "a")

@@ -23,7 +23,7 @@ import (
 
 // raceRounds is how many times the two control planes race for a node's last unit by default
 // (tens of milliseconds a round on the embedded store); BERTH_PLACEMENT_RACE_ROUNDS overrides it.
-const raceRounds = 1000
+const raceRounds = 250
 
 func rounds(t *testing.T) int {
 	if v := os.Getenv("BERTH_PLACEMENT_RACE_ROUNDS"); v != "" {
