@@ -32,6 +32,9 @@ import (
 
 	"github.com/berthhq/berth/abi/pluginapi"
 	"github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/conformance"
+	hostplugin "github.com/berthhq/berth/host/plugin"
+	"github.com/berthhq/berth/internal/proctest"
 	"github.com/berthhq/berth/internal/syncbuf"
 	"github.com/berthhq/berth/sdk/provider"
 )
@@ -601,4 +604,77 @@ func jsonString(t testing.TB, s string) string {
 		t.Fatal(err)
 	}
 	return strings.Trim(string(raw), `"`)
+}
+
+// TestBinaryServesTLS: berth-plugin-gateway launched through the host with
+// --tls-listen serves the certificate of the applied table over h2, its
+// plain listener redirects to the TLS listener's port, and the state the
+// host reads back holds no key.
+func TestBinaryServesTLS(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(os.Getenv("BERTH_BIN_DIR"), "berth-plugin-gateway")
+	if os.Getenv("BERTH_BIN_DIR") == "" {
+		bin = conformance.BuildPlugin(t, "github.com/berthhq/berth/cmd/berth-plugin-gateway")
+	}
+	ca := newTestCA(t)
+	cert, leaf := ca.issue(t, "*.example.test")
+	up := echoProto(t, "app")
+	r := tlsRoute("a.example.test", routes.TLSACME, up)
+	r.HTTPSRedirect = true
+	raw, err := json.Marshal(routes.Table{Revision: 1, Routes: []routes.Route{r}, Certificates: []routes.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainAddr, tlsAddr := proctest.FreeAddr(t), proctest.FreeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := hostplugin.LaunchProvider(ctx, hostplugin.Config{Name: "gateway", Path: bin,
+		Args: []string{"--listen", plainAddr, "--tls-listen", tlsAddr, "--state-dir", filepath.Join(t.TempDir(), "state")}})
+	if err != nil {
+		t.Fatalf("launch gateway: %v", err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	applied, err := g.PlanAndApply(ctx, provider.Resource{Type: routes.ResourceType, ID: routes.ResourceID, Attributes: raw},
+		pluginapi.Mutation{IdempotencyKey: "k1", FencingToken: 1})
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if bytes.Contains(applied.Attributes, []byte("PRIVATE KEY")) {
+		t.Errorf("the applied state shows the key: %s", applied.Attributes)
+	}
+	read, err := g.Read(ctx, &provider.ReadRequest{Type: routes.ResourceType, ID: routes.ResourceID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(read.State.Attributes, []byte("PRIVATE KEY")) || !bytes.Contains(read.State.Attributes, []byte(`"*.example.test"`)) {
+		t.Errorf("read state: %s", read.State.Attributes)
+	}
+
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", tlsAddr)
+		},
+		TLSClientConfig: &tls.Config{RootCAs: ca.pool}, ForceAttemptHTTP2: true,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	resp, body := get(t, &http.Client{Transport: tr, Timeout: 10 * time.Second}, "https://a.example.test/x")
+	if resp.StatusCode != http.StatusOK || body != "app https" || resp.Proto != "HTTP/2.0" || !resp.TLS.PeerCertificates[0].Equal(leaf) {
+		t.Errorf("HTTPS through the binary: %d %q %s", resp.StatusCode, body, resp.Proto)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+plainAddr+"/x?y=1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "a.example.test"
+	plain := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	pr, err := plain.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.Body.Close()
+	_, port, _ := net.SplitHostPort(tlsAddr)
+	if pr.StatusCode != http.StatusPermanentRedirect || pr.Header.Get("Location") != "https://a.example.test:"+port+"/x?y=1" {
+		t.Errorf("plain listener: %d Location %q", pr.StatusCode, pr.Header.Get("Location"))
+	}
 }
