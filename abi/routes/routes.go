@@ -36,6 +36,21 @@ type Table struct {
 	Excluded []Exclusion `json:"excluded,omitempty"`
 }
 
+// Redacted returns a copy of t whose certificates keep their names and
+// not_after but no PEM: the form for status answers and logs (an API
+// listing the table in force must use it). The gateway needs t itself.
+func (t Table) Redacted() Table {
+	c := t
+	c.Certificates = make([]Certificate, len(t.Certificates))
+	for i, cert := range t.Certificates {
+		c.Certificates[i] = Certificate{Names: append([]string(nil), cert.Names...), NotAfter: cert.NotAfter}
+	}
+	if t.Certificates == nil {
+		c.Certificates = nil
+	}
+	return c
+}
+
 // LogValue implements slog.LogValuer: a table is logged by its revision,
 // digest and counts, never whole, so that no key reaches a log through it.
 func (t Table) LogValue() slog.Value {
@@ -242,7 +257,10 @@ func ValidName(n string, wildcard bool) error {
 
 // Validate reports the first thing in t a gateway cannot route, or nil: an
 // empty, repeated or unnormalized hostname (it must be lower case, without a
-// port or trailing dot), an unknown TLS mode, an allow_sources entry that is
+// port or trailing dot; a wildcard only as the whole first label), an
+// unknown TLS mode, https_redirect or hsts_max_age_s on a route whose mode
+// does not allow them, a certificate, challenge or exclusion that breaks
+// the rules of [Certificate], [Challenge] and [Exclusion], an allow_sources entry that is
 // not a masked CIDR prefix, or an upstream without a workload id or whose
 // address is not "host:port". Route compilers' output is checked with it
 // (docs/wasm-abi.md section 6.2).
@@ -254,8 +272,8 @@ func (t Table) Validate() error {
 			return fmt.Errorf("route table has an empty or repeated hostname %q", h)
 		}
 		seen[h] = true
-		if h != strings.ToLower(h) || strings.HasSuffix(h, ".") || strings.ContainsAny(h, ":/[] ") {
-			return fmt.Errorf("route %s: hostname must be lower case, without port or trailing dot", h)
+		if err := ValidName(h, true); err != nil {
+			return fmt.Errorf("route %s: hostname %w", h, err)
 		}
 		if err := r.Timeouts.Validate(); err != nil {
 			return fmt.Errorf("route %s: %w", h, err)

@@ -27,6 +27,7 @@ func TestValidate(t *testing.T) {
 		{"upper case", Route{Hostname: "A.example.com"}, "lower case"},
 		{"trailing dot", Route{Hostname: "a.example.com."}, "trailing dot"},
 		{"port", Route{Hostname: "a.example.com:80"}, "without port"},
+		{"inner wildcard", Route{Hostname: "a.*.example.com"}, "wildcard other than"},
 		{"tls mode", Route{Hostname: "a.test", TLSMode: "https"}, `unknown tls_mode "https"`},
 		{"not a prefix", Route{Hostname: "a.test", AllowSources: []string{"10.0.0.1"}}, "not a CIDR prefix"},
 		{"host bits", Route{Hostname: "a.test", AllowSources: []string{"10.0.0.1/8"}}, "write 10.0.0.0/8"},
@@ -133,6 +134,10 @@ func TestCoversAndDigest(t *testing.T) {
 	renewed.Certificates = []Certificate{{Names: []string{"a.test"}, CertPEM: "2"}}
 	if rt.Digest() == withCert.Digest() || withCert.Digest() == renewed.Digest() {
 		t.Errorf("digest ignores certificates: %s %s %s", rt.Digest(), withCert.Digest(), renewed.Digest())
+	}
+	red := withCert.Redacted()
+	if red.Certificates[0].CertPEM != "" || red.Certificates[0].Names[0] != "a.test" || withCert.Certificates[0].CertPEM != "1" {
+		t.Errorf("Redacted: %+v, from %+v", red.Certificates, withCert.Certificates)
 	}
 	raw, _ := json.Marshal(rt.Routes)
 	sum := sha256.Sum256(raw)
