@@ -4,17 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -32,6 +26,7 @@ import (
 	"github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/host/plugin"
 	"github.com/berthhq/berth/internal/proctest"
+	"github.com/berthhq/berth/internal/tlstest"
 )
 
 // tlsBenchHost is the name the HTTPS benchmark serves: wrk and h2load send
@@ -47,49 +42,19 @@ const (
 )
 
 // benchCertificate makes a CA and a leaf for tlsBenchHost, returned as the
-// table's Certificate (the chain's PEM and the key's) and written as
-// cert.pem and key.pem under dir for nginx.
-func benchCertificate(b *testing.B, dir string) routes.Certificate {
+// table's Certificate (the chain's PEM and the key's) with the CA's pool,
+// and written as cert.pem and key.pem under dir for nginx.
+func benchCertificate(b *testing.B, dir string) (routes.Certificate, *x509.CertPool) {
 	b.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	ca := tlstest.NewCA(b)
+	leaf := ca.Issue(b, tlsBenchHost)
+	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), leaf.Chain, 0o600); err != nil {
 		b.Fatal(err)
 	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "berth bench CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "key.pem"), leaf.KeyPEM, 0o600); err != nil {
 		b.Fatal(err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		b.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: tlsBenchHost}, DNSNames: []string{tlsBenchHost},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(12 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	chain := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})...)
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8})
-	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), chain, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "key.pem"), keyPEM, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	return routes.Certificate{Names: []string{tlsBenchHost}, CertPEM: string(chain), KeyPEM: string(keyPEM), NotAfter: leaf.NotAfter}
+	return routes.Certificate{Names: []string{tlsBenchHost}, CertPEM: string(leaf.Chain), KeyPEM: string(leaf.KeyPEM), NotAfter: leaf.Cert.NotAfter}, ca.Pool
 }
 
 // startTLSGateway launches the gateway plugin through the host with its TLS
@@ -359,11 +324,7 @@ func BenchmarkGatewayTLSVsNginx(b *testing.B) {
 	go func() { _ = backend.Serve(ln) }()
 	b.Cleanup(func() { backend.Close() })
 	certDir := b.TempDir()
-	cert := benchCertificate(b, certDir)
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM([]byte(cert.CertPEM)) { // the chain ends with the CA
-		b.Fatal("bench CA does not parse")
-	}
+	cert, roots := benchCertificate(b, certDir)
 
 	b.StopTimer()
 	at := map[string]string{

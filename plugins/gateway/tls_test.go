@@ -3,18 +3,12 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,74 +29,28 @@ import (
 	hostplugin "github.com/berthhq/berth/host/plugin"
 	"github.com/berthhq/berth/internal/proctest"
 	"github.com/berthhq/berth/internal/syncbuf"
+	"github.com/berthhq/berth/internal/tlstest"
 	"github.com/berthhq/berth/sdk/provider"
 )
 
 // testCA is a certificate authority made for one test.
 type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	*tlstest.CA
 	pool *x509.CertPool
-	n    atomic.Int64
 }
 
 func newTestCA(t testing.TB) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "berth gateway test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	ca := &testCA{cert: cert, key: key, pool: pool}
-	ca.n.Store(1)
-	return ca
+	ca := tlstest.NewCA(t)
+	return &testCA{CA: ca, pool: ca.Pool}
 }
 
 // issue returns a leaf for names signed by the CA, as a table Certificate
-// and as the parsed leaf.
+// (the chain and the key) and as the parsed leaf.
 func (ca *testCA) issue(t testing.TB, names ...string) (routes.Certificate, *x509.Certificate) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(ca.n.Add(1)), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(12 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return routes.Certificate{
-		Names:    names,
-		CertPEM:  string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		KeyPEM:   string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8})),
-		NotAfter: leaf.NotAfter,
-	}, leaf
+	l := ca.Issue(t, names...)
+	return routes.Certificate{Names: names, CertPEM: string(l.Chain), KeyPEM: string(l.KeyPEM), NotAfter: l.Cert.NotAfter}, l.Cert
 }
 
 // tlsGateway is a Proxy behind a real plain listener and a real TLS
