@@ -168,12 +168,15 @@ type observer struct {
 	upstreamErrors *prometheus.CounterVec   // service, upstream, kind
 	retries        *prometheus.CounterVec   // service
 	handshakes     *prometheus.CounterVec   // reason
+	passthrough    *prometheus.CounterVec   // service, result
 	certsRefused   prometheus.Counter
 	certs          prometheus.Gauge
 	log            *accessLog // nil: no access log
 
 	mu    sync.Mutex
 	known map[[2]string]bool // (service, upstream) pairs of the current table; mu must be held
+	// passthroughSeen are the services of the current table. mu must be held.
+	passthroughSeen []string
 }
 
 func newObserver(reg prometheus.Registerer, access io.Writer, logger *slog.Logger) *observer {
@@ -208,6 +211,10 @@ func newObserver(reg prometheus.Registerer, access io.Writer, logger *slog.Logge
 	for _, r := range []string{failNoRoute, failNoCertificate, failNoSNI, failBadHello} {
 		o.handshakes.WithLabelValues(r)
 	}
+	o.passthrough = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_gateway_passthrough_connections_total",
+		Help: "TLS connections relayed by SNI without termination, by service and result (relayed, source_not_allowed, no_upstream).",
+	}, []string{"service", "result"})
 	o.certsRefused = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "berth_gateway_certificates_refused_total",
 		Help: "Certificates of route tables the gateway could not use (PEM that does not parse, a key that does not match).",
@@ -216,7 +223,7 @@ func newObserver(reg prometheus.Registerer, access io.Writer, logger *slog.Logge
 		Name: "berth_gateway_certificates",
 		Help: "Certificates in the route table in force.",
 	})
-	reg.MustRegister(o.requests, o.duration, o.upstreamErrors, o.retries, o.handshakes, o.certsRefused, o.certs)
+	reg.MustRegister(o.requests, o.duration, o.upstreamErrors, o.retries, o.handshakes, o.passthrough, o.certsRefused, o.certs)
 	return o
 }
 
@@ -224,6 +231,13 @@ func newObserver(reg prometheus.Registerer, access io.Writer, logger *slog.Logge
 func (o *observer) handshakeFailed(reason string) {
 	if o.handshakes != nil {
 		o.handshakes.WithLabelValues(reason).Inc()
+	}
+}
+
+// passthroughDone counts one passthrough connection of service by result.
+func (o *observer) passthroughDone(service, result string) {
+	if o.passthrough != nil {
+		o.passthrough.WithLabelValues(service, result).Inc()
 	}
 }
 
@@ -309,6 +323,16 @@ func (o *observer) tableChanged(c *compiled) {
 			o.duration.DeletePartialMatch(prometheus.Labels{"service": k[0]})
 			o.retries.DeletePartialMatch(prometheus.Labels{"service": k[0]})
 		}
+	}
+	// Passthrough series go with their service, healthy upstreams or not.
+	for _, svc := range o.passthroughSeen {
+		if !services[svc] {
+			o.passthrough.DeletePartialMatch(prometheus.Labels{"service": svc})
+		}
+	}
+	o.passthroughSeen = o.passthroughSeen[:0]
+	for svc := range services {
+		o.passthroughSeen = append(o.passthroughSeen, svc)
 	}
 	o.known = now
 }

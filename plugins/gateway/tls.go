@@ -395,11 +395,13 @@ func (r readOnlyConn) Write(b []byte) (int, error) { return 0, io.ErrClosedPipe 
 // must be in rt's allow_sources.
 func (p *Proxy) passthrough(c net.Conn, peeked []byte, rt *route, stop <-chan struct{}) {
 	if !rt.allows(c.RemoteAddr().String()) {
+		p.obs.passthroughDone(rt.service, "source_not_allowed")
 		p.logger.Info("gateway: passthrough refused: source not allowed", "server_name", rt.hostname, "remote_addr", c.RemoteAddr().String())
 		return
 	}
 	n := len(rt.healthy)
 	if n == 0 {
+		p.obs.passthroughDone(rt.service, "no_upstream")
 		p.logger.Warn("gateway: passthrough without a healthy upstream", "server_name", rt.hostname)
 		return
 	}
@@ -418,9 +420,11 @@ func (p *Proxy) passthrough(c net.Conn, peeked []byte, rt *route, stop <-chan st
 			"workload_id", u.WorkloadID, "retrying", i+1 < n, "error", err)
 	}
 	if up == nil {
+		p.obs.passthroughDone(rt.service, "no_upstream")
 		return
 	}
 	defer up.Close()
+	p.obs.passthroughDone(rt.service, "relayed")
 	if _, err := up.Write(peeked); err != nil {
 		p.logger.Warn("gateway: passthrough upstream failed", "server_name", rt.hostname, "upstream", up.RemoteAddr().String(), "error", err)
 		return

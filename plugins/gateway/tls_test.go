@@ -353,6 +353,9 @@ func TestPassthroughBySNI(t *testing.T) {
 			t.Fatalf("passthrough: the client saw the certificate for %v, not the upstream's", got.DNSNames)
 		}
 	}
+	if got := testutil.ToFloat64(g.p.obs.passthrough.WithLabelValues("prj_t/pass", "relayed")); got != 4 {
+		t.Errorf("passthrough connections relayed = %v, want 4", got)
+	}
 	resp, body := get(t, g.client(t, ca.pool), "https://term.example.test/")
 	if resp.StatusCode != http.StatusOK || body != "term https" || !resp.TLS.PeerCertificates[0].Equal(gwLeaf) {
 		t.Errorf("terminated beside passthrough: %d %q", resp.StatusCode, body)
