@@ -10,8 +10,8 @@ type RoutesInput struct {
 	Workloads []RouteWorkload `json:"workloads"`
 }
 
-// RouteService is a routed service. TLSMode is "none" (plain HTTP), "acme"
-// or "passthrough"; empty means "none". AllowSources lists CIDR prefixes that
+// RouteService is a routed service. TLSMode is "none" (plain HTTP), "acme",
+// "manual" or "passthrough" (abi/routes TLS modes); empty means "none". AllowSources lists CIDR prefixes that
 // may reach the service; empty means everyone.
 type RouteService struct {
 	ID           string   `json:"id"`

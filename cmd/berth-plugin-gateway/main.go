@@ -1,6 +1,7 @@
 // Command berth-plugin-gateway is the edge gateway provider plugin: it serves
-// HTTP on --listen with the gateway's reverse proxy and takes route tables from
-// berthd over go-plugin. It is launched by berthd, not by hand.
+// HTTP on --listen (and HTTPS on --tls-listen) with the gateway's reverse proxy
+// and takes route tables from berthd over go-plugin. It is launched by berthd,
+// not by hand.
 package main
 
 import (
@@ -32,6 +33,7 @@ const gcPercent = 400
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address the HTTP proxy listens on (host:port)")
+	tlsListen := flag.String("tls-listen", "", "address the HTTPS listener (certificates and passthrough by SNI) listens on (empty: none)")
 	stateDir := flag.String("state-dir", "", "directory keeping the applied route table across restarts (empty: memory only)")
 	accessLog := flag.String("access-log", "", "file receiving one JSON line per request, rotated by size (empty: none)")
 	accessLogMB := flag.Int("access-log-max-mb", 100, "size in MiB at which the access log is rotated")
@@ -74,6 +76,14 @@ func main() {
 		fail(fmt.Errorf("cannot listen on %s: %w", *listen, err))
 	}
 	cfg := gateway.Config{Logger: logger}
+	var tlsRaw net.Listener
+	if *tlsListen != "" {
+		tlsRaw, err = gateway.Listen(context.Background(), *tlsListen, 3*time.Second)
+		if err != nil {
+			fail(fmt.Errorf("cannot listen on %s: %w", *tlsListen, err))
+		}
+		cfg.HTTPSPort = tlsRaw.Addr().(*net.TCPAddr).Port
+	}
 	if *accessLog != "" {
 		if *accessLogMB <= 0 || *accessLogKeep < 0 {
 			fail(errors.New("--access-log-max-mb must be positive and --access-log-keep not negative"))
@@ -97,12 +107,20 @@ func main() {
 		fail(err)
 	}
 	srv := gateway.NewServer(proxy)
+	var tlsSrv *http.Server
+	var tlsLn *gateway.TLSListener
+	if tlsRaw != nil {
+		tlsSrv, tlsLn = proxy.NewTLSServer(), proxy.NewTLSListener(tlsRaw)
+	}
 	if *stateDir != "" {
 		err := gateway.WatchStateDir(context.Background(), *stateDir, time.Second, func(reason string) {
 			logger.Warn("gateway stopping: it no longer owns its state directory", "reason", reason)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_ = srv.Shutdown(ctx) // ends with the process either way
+			if tlsSrv != nil {
+				_ = tlsSrv.Shutdown(ctx) // closes tlsLn
+			}
 			_ = proxy.Close()
 			os.Exit(0)
 		})
@@ -116,7 +134,17 @@ func main() {
 			os.Exit(1)
 		}
 	}()
-	logger.Info("gateway listening", "addr", ln.Addr().String(), "access_log", *accessLog, "metrics_socket", *metricsSocket)
+	tlsAddr := ""
+	if tlsSrv != nil {
+		tlsAddr = tlsLn.Addr().String()
+		go func() {
+			if err := tlsSrv.Serve(tlsLn); err != nil && err != http.ErrServerClosed {
+				logger.Error("https server stopped", "error", err)
+				os.Exit(1)
+			}
+		}()
+	}
+	logger.Info("gateway listening", "addr", ln.Addr().String(), "tls_addr", tlsAddr, "access_log", *accessLog, "metrics_socket", *metricsSocket)
 	provider.ServeDetachable(plugin)
 }
 

@@ -48,7 +48,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 const usage = `berthd runs Berth's control plane.
 
 Usage:
-  berthd [--config FILE] --data-dir DIR [--listen HOST:PORT] [--gateway-listen HOST:PORT] [--mongo-uri URI]
+  berthd [--config FILE] --data-dir DIR [--listen HOST:PORT] [--gateway-listen HOST:PORT] [--gateway-tls-listen HOST:PORT] [--mongo-uri URI]
   berthd install [--data-dir DIR] [--config FILE] [--user NAME] [--unit-dir DIR]
   berthd config check [--config FILE] [flags]
   berthd config sample
@@ -94,6 +94,8 @@ func serveFlags(cfg *server.Config, level *slog.Level, configFile *string) *pfla
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "data directory (keys, admin token, embedded store, bundles); required")
 	fs.Var(config.AddrValue{S: &cfg.Listen}, "listen", "API listen address")
 	fs.Var(config.AddrValue{S: &cfg.GatewayListen, Off: "off"}, "gateway-listen", `edge gateway listen address ("off" runs no gateway)`)
+	cfg.GatewayTLSListen = "off"
+	fs.Var(config.AddrValue{S: &cfg.GatewayTLSListen, Off: "off"}, "gateway-tls-listen", `edge gateway HTTPS listen address, certificates and passthrough chosen by SNI ("off" runs no TLS listener)`)
 	fs.StringVar(&cfg.MongoURI, "mongo-uri", "", "MongoDB connection string (default: embedded store under --data-dir)")
 	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL nodes and the CLI use to reach the API (default https://<listen>)")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate chain to serve (default: self-signed, generated under --data-dir)")

@@ -67,10 +67,16 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (gatewaySin
 	}
 	state := filepath.Join(pdir, gatewayStateDir)
 	socket := filepath.Join(state, gatewayMetricsSocket)
+	args := []string{"--listen", cfg.GatewayListen, "--state-dir", state,
+		"--access-log", filepath.Join(state, gatewayAccessLog), "--metrics-socket", socket,
+		"--log-file", filepath.Join(state, gatewayLog)}
+	if cfg.GatewayTLSListen != "" && cfg.GatewayTLSListen != "off" {
+		// Appended only when set, so that a gateway launched without it
+		// is still reattached to (the recorded arguments match).
+		args = append(args, "--tls-listen", cfg.GatewayTLSListen)
+	}
 	h, err := plugin.LaunchProvider(ctx, entry.Apply(plugin.Config{
-		Args: []string{"--listen", cfg.GatewayListen, "--state-dir", state,
-			"--access-log", filepath.Join(state, gatewayAccessLog), "--metrics-socket", socket,
-			"--log-file", filepath.Join(state, gatewayLog)},
+		Args:         args,
 		PidDir:       pdir,
 		ReattachPath: filepath.Join(pdir, gatewayReattachFile),
 		Logger:       log,
@@ -79,7 +85,7 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (gatewaySin
 		return gatewaySink{}, fmt.Errorf("start gateway plugin: %w", err)
 	}
 	st := h.Status()
-	log.Info("gateway plugin running", "listen", cfg.GatewayListen, "pid", st.PID, "launches", st.Launches, "generation", gen)
+	log.Info("gateway plugin running", "listen", cfg.GatewayListen, "tls_listen", cfg.GatewayTLSListen, "pid", st.PID, "launches", st.Launches, "generation", gen)
 	return gatewaySink{p: h, gen: gen, metricsSocket: socket}, nil
 }
 

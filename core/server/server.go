@@ -54,6 +54,10 @@ type Config struct {
 	// GatewayListen is where the gateway plugin serves HTTP; default
 	// "127.0.0.1:8080". "off" runs no gateway.
 	GatewayListen string
+	// GatewayTLSListen is where the gateway plugin serves HTTPS
+	// (certificates from the route table, passthrough by SNI;
+	// docs/plugins.md section 5.6); empty or "off" runs no TLS listener.
+	GatewayTLSListen string
 	// MongoURI selects a MongoDB server; empty runs the embedded store.
 	MongoURI string
 	// PublicURL is how nodes and the CLI reach the API, used in join commands;

@@ -167,10 +167,16 @@ type observer struct {
 	duration       *prometheus.HistogramVec // service, code_class
 	upstreamErrors *prometheus.CounterVec   // service, upstream, kind
 	retries        *prometheus.CounterVec   // service
-	log            *accessLog               // nil: no access log
+	handshakes     *prometheus.CounterVec   // reason
+	passthrough    *prometheus.CounterVec   // service, result
+	certsRefused   prometheus.Counter
+	certs          prometheus.Gauge
+	log            *accessLog // nil: no access log
 
 	mu    sync.Mutex
 	known map[[2]string]bool // (service, upstream) pairs of the current table; mu must be held
+	// passthroughSeen are the services of the current table. mu must be held.
+	passthroughSeen []string
 }
 
 func newObserver(reg prometheus.Registerer, access io.Writer, logger *slog.Logger) *observer {
@@ -198,8 +204,55 @@ func newObserver(reg prometheus.Registerer, access io.Writer, logger *slog.Logge
 		Name: "berth_gateway_upstream_retries_total",
 		Help: "Requests sent again to another upstream after a failed attempt, by service.",
 	}, []string{"service"})
-	reg.MustRegister(o.requests, o.duration, o.upstreamErrors, o.retries)
+	o.handshakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_gateway_tls_handshake_failures_total",
+		Help: "TLS handshakes the gateway refused, by reason (no_route, no_certificate, no_sni, bad_hello).",
+	}, []string{"reason"})
+	for _, r := range []string{failNoRoute, failNoCertificate, failNoSNI, failBadHello} {
+		o.handshakes.WithLabelValues(r)
+	}
+	o.passthrough = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_gateway_passthrough_connections_total",
+		Help: "TLS connections relayed by SNI without termination, by service and result (relayed, source_not_allowed, no_upstream).",
+	}, []string{"service", "result"})
+	o.certsRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "berth_gateway_certificates_refused_total",
+		Help: "Certificates of route tables the gateway could not use (PEM that does not parse, a key that does not match).",
+	})
+	o.certs = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "berth_gateway_certificates",
+		Help: "Certificates in the route table in force.",
+	})
+	reg.MustRegister(o.requests, o.duration, o.upstreamErrors, o.retries, o.handshakes, o.passthrough, o.certsRefused, o.certs)
 	return o
+}
+
+// handshakeFailed counts one refused TLS handshake.
+func (o *observer) handshakeFailed(reason string) {
+	if o.handshakes != nil {
+		o.handshakes.WithLabelValues(reason).Inc()
+	}
+}
+
+// passthroughDone counts one passthrough connection of service by result.
+func (o *observer) passthroughDone(service, result string) {
+	if o.passthrough != nil {
+		o.passthrough.WithLabelValues(service, result).Inc()
+	}
+}
+
+// certificateRefused counts one certificate of a table that could not be used.
+func (o *observer) certificateRefused() {
+	if o.certsRefused != nil {
+		o.certsRefused.Inc()
+	}
+}
+
+// certificatesInForce sets the number of certificates in the table in force.
+func (o *observer) certificatesInForce(n int) {
+	if o.certs != nil {
+		o.certs.Set(float64(n))
+	}
 }
 
 // done records one finished request.
@@ -270,6 +323,16 @@ func (o *observer) tableChanged(c *compiled) {
 			o.duration.DeletePartialMatch(prometheus.Labels{"service": k[0]})
 			o.retries.DeletePartialMatch(prometheus.Labels{"service": k[0]})
 		}
+	}
+	// Passthrough series go with their service, healthy upstreams or not.
+	for _, svc := range o.passthroughSeen {
+		if !services[svc] {
+			o.passthrough.DeletePartialMatch(prometheus.Labels{"service": svc})
+		}
+	}
+	o.passthroughSeen = o.passthroughSeen[:0]
+	for svc := range services {
+		o.passthroughSeen = append(o.passthroughSeen, svc)
 	}
 	o.known = now
 }

@@ -212,18 +212,46 @@ func (p *Plugin) Apply(ctx context.Context, req *provider.ApplyRequest) (*provid
 		}
 		p.proxy.SetTable(t)
 		p.state = &state
-		return &provider.ApplyResponse{State: state}, nil
+		return &provider.ApplyResponse{State: redacted(state, t)}, nil
 	})
 }
 
 // Read implements provider.Provider: the applied table, or ErrNotFound.
+// Certificates are listed by names and not_after only: their PEM, and
+// their keys above all, never leave the gateway (docs/plugins.md section
+// 5.6).
 func (p *Plugin) Read(_ context.Context, req *provider.ReadRequest) (*provider.ReadResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if req.Type != routes.ResourceType || req.ID != routes.ResourceID || p.state == nil {
 		return nil, fmt.Errorf("read %s/%s: %w", req.Type, req.ID, provider.ErrNotFound)
 	}
-	return &provider.ReadResponse{State: *p.state}, nil
+	return &provider.ReadResponse{State: redacted(*p.state, p.proxy.Table())}, nil
+}
+
+// redacted returns state, the canonical form of t, with each certificate
+// reduced to its names and not_after. A table without certificates is
+// returned as it is.
+func redacted(state provider.Resource, t routes.Table) provider.Resource {
+	if len(t.Certificates) == 0 {
+		return state
+	}
+	type certStatus struct {
+		Names    []string  `json:"names"`
+		NotAfter time.Time `json:"not_after"`
+	}
+	out := struct {
+		routes.Table
+		Certificates []certStatus `json:"certificates"`
+	}{Table: t}
+	for _, c := range t.Certificates {
+		out.Certificates = append(out.Certificates, certStatus{Names: c.Names, NotAfter: c.NotAfter})
+	}
+	raw, err := json.Marshal(out)
+	if err != nil { // plain structs: cannot fail
+		raw = json.RawMessage(`{}`)
+	}
+	return provider.Resource{Type: state.Type, ID: state.ID, Attributes: raw}
 }
 
 // Delete implements provider.Provider: the proxy gets the empty table, so

@@ -76,12 +76,25 @@ type Proxy struct {
 	// transports holds one pooled transport per distinct (resolved)
 	// timeouts of the routes in the current table. mu must be held.
 	transports map[routes.Timeouts]*http.Transport
+	// httpsPort is the port redirects to https:// name; 443 is left out.
+	httpsPort int
+
+	// tlsLogged holds the server names whose refused handshakes were
+	// logged since the last SetTable; tlsLogFull reports whether the
+	// overflow line was. tlsLogMu must be held.
+	tlsLogMu   sync.Mutex
+	tlsLogged  map[string]struct{}
+	tlsLogFull bool
 }
 
 // compiled is an immutable route table prepared for lookup.
 type compiled struct {
 	table  routes.Table
 	byHost map[string]*route
+	// certs are the table's parsed certificates by name.
+	certs certificates
+	// challenges are the HTTP-01 answers by host and token.
+	challenges map[[2]string]string
 }
 
 // route is one hostname's healthy upstreams and its round-robin counter.
@@ -93,9 +106,14 @@ type route struct {
 	// empty allow list then lets no one in (every entry was invalid).
 	restricted bool
 	allow      []netip.Prefix
-	// tls is the route's TLS mode when the gateway cannot serve it on its
-	// plain HTTP listener; empty when it can (routes.TLSNone).
-	tls string
+	// mode is the route's TLS mode; "" for routes.TLSNone.
+	mode string
+	// redirect and hsts are the route's https_redirect and its HSTS
+	// header value ("" for none).
+	redirect bool
+	hsts     string
+	// connect bounds a passthrough dial to one upstream.
+	connect time.Duration
 	// next is shared with the route of the same hostname in later tables.
 	next *atomic.Uint64
 }
@@ -142,6 +160,10 @@ type Config struct {
 	// flushes every second and on [Proxy.Close]; the writer need not be
 	// safe for concurrent use.
 	AccessLog io.Writer
+	// HTTPSPort is the port of the gateway's TLS listener as clients reach
+	// it, named in the Location of HTTPS redirects; zero means 443, which
+	// a Location leaves out (docs/plugins.md section 5.6).
+	HTTPSPort int
 }
 
 // NewProxy returns a Proxy with an empty route table that logs proxy errors to
@@ -164,9 +186,14 @@ func NewProxyWithConfig(cfg Config) *Proxy {
 		buffers:    &bufferPool{},
 		ids:        newRequestIDs(),
 		transports: map[routes.Timeouts]*http.Transport{},
+		httpsPort:  cfg.HTTPSPort,
+		tlsLogged:  map[string]struct{}{},
 	}
 	p.obs = newObserver(cfg.Metrics, cfg.AccessLog, logger)
 	p.state.Store(&compiled{byHost: map[string]*route{}})
+	if p.httpsPort == 0 {
+		p.httpsPort = 443
+	}
 	return p
 }
 
@@ -266,13 +293,20 @@ func (p *Proxy) newReverseProxy(addr string, tr http.RoundTripper, stream bool) 
 // upstreams that are unhealthy or whose Address is not "host:port" receive no
 // traffic. A route's AllowSources restrict it to clients in those prefixes
 // (an entry that is not a prefix is dropped and never widens the route); a
-// TLSMode other than "none" is not served in plain HTTP. Both fail closed. A route's round-robin position survives the replacement. The Proxy
+// TLSMode other than "none" is not served in plain HTTP. Both fail closed.
+// The table's certificates and HTTP-01 answers are swapped with the routes,
+// so a TLS handshake sees one table or the other (docs/plugins.md section
+// 5.6). A route's round-robin position survives the replacement. The Proxy
 // keeps its own copy of t, so the caller may reuse it.
 func (p *Proxy) SetTable(t routes.Table) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	prev := p.state.Load()
-	next := &compiled{table: cloneTable(t), byHost: make(map[string]*route, len(t.Routes))}
+	next := &compiled{table: cloneTable(t), byHost: make(map[string]*route, len(t.Routes)),
+		certs: p.compileCertificates(t), challenges: make(map[[2]string]string, len(t.Challenges))}
+	for _, c := range t.Challenges {
+		next.challenges[[2]string{normalizeHost(c.Host), c.Token}] = c.KeyAuth
+	}
 	used := map[routes.Timeouts]bool{}
 	for _, r := range next.table.Routes {
 		host := normalizeHost(r.Hostname)
@@ -299,10 +333,17 @@ func (p *Proxy) SetTable(t routes.Table) {
 			rt.allow = append(rt.allow, pfx.Masked())
 		}
 		if r.TLSMode != "" && r.TLSMode != routes.TLSNone {
-			rt.tls = r.TLSMode
-			p.logger.Warn("gateway: route needs TLS, which this gateway does not serve; it answers tls_unavailable",
-				"host", host, "tls_mode", r.TLSMode, "revision", t.Revision)
+			rt.mode = r.TLSMode
+			rt.redirect = r.HTTPSRedirect
+			if r.HSTSMaxAgeS > 0 && routes.TerminatesTLS(r.TLSMode) {
+				rt.hsts = "max-age=" + strconv.FormatInt(r.HSTSMaxAgeS, 10)
+			}
+			if routes.TerminatesTLS(r.TLSMode) && next.certificate(host) == nil {
+				p.logger.Info("gateway: route has no certificate yet; TLS handshakes for it fail",
+					"host", host, "tls_mode", r.TLSMode, "revision", t.Revision)
+			}
 		}
+		rt.connect = time.Duration(resolve(r.Timeouts).ConnectMS) * time.Millisecond
 		for _, u := range r.Upstreams {
 			if !u.Healthy {
 				continue
@@ -322,6 +363,10 @@ func (p *Proxy) SetTable(t routes.Table) {
 		next.byHost[host] = rt
 	}
 	p.state.Store(next)
+	p.tlsLogMu.Lock()
+	clear(p.tlsLogged)
+	p.tlsLogFull = false
+	p.tlsLogMu.Unlock()
 	// Transports no route uses any more let go of their connections; the
 	// requests still running on them finish first.
 	for k, tr := range p.transports {
@@ -339,11 +384,14 @@ func (p *Proxy) Table() routes.Table {
 	return cloneTable(p.state.Load().table)
 }
 
-// ServeHTTP routes r to a healthy upstream of the route for its Host. It
+// ServeHTTP routes r to a healthy upstream of the route for its Host (its
+// own, else a wildcard route one label deep). On the plain listener an
+// HTTP-01 request the table answers gets its key authorization first. It
 // answers 404 (code no_route) for an unknown host, 403 (source_not_allowed)
-// when the client's address is outside the route's allow_sources, 421
-// (tls_unavailable) when the route's TLS mode is one the gateway does not
-// serve, 503 (no_healthy_upstream) when the route has no healthy upstream,
+// when the client's address is outside the route's allow_sources, 308 to
+// https:// for a route with https_redirect once it can be served so, 421
+// (tls_unavailable) for a TLS route in plain HTTP otherwise or for a
+// passthrough route over TLS, 503 (no_healthy_upstream) when the route has no healthy upstream,
 // 504 (gateway_timeout) when the last upstream tried timed out (connect or
 // response headers), and 502 (bad_gateway) when it refused the connection or
 // broke it before answering; each of these carries the X-Berth-Gateway
@@ -362,8 +410,23 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (p *Proxy) serve(w *recorder, r *http.Request) {
 	host := normalizeHost(r.Host)
-	rt, ok := p.state.Load().byHost[host]
-	if !ok {
+	st := p.state.Load()
+	if r.TLS == nil && len(st.challenges) > 0 && strings.HasPrefix(r.URL.Path, acmeChallengePath) {
+		if keyAuth, ok := st.challenges[[2]string{host, r.URL.Path[len(acmeChallengePath):]}]; ok && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			h := w.Header()
+			h.Set("Content-Type", "text/plain")
+			h.Set("Content-Length", strconv.Itoa(len(keyAuth)))
+			h.Set("Cache-Control", "no-store")
+			h.Set(gatewayHeader, "acme-challenge")
+			w.WriteHeader(http.StatusOK)
+			if r.Method == http.MethodGet {
+				_, _ = io.WriteString(w, keyAuth)
+			}
+			return
+		}
+	}
+	rt := st.lookup(host)
+	if rt == nil {
 		writeProblem(w, http.StatusNotFound, abierrors.NoRoute, "no-route",
 			"no route for host", fmt.Sprintf("no service is routed at host %q", host))
 		return
@@ -374,10 +437,25 @@ func (p *Proxy) serve(w *recorder, r *http.Request) {
 			"source not allowed", fmt.Sprintf("the service at host %q does not accept clients from this address", host))
 		return
 	}
-	if rt.tls != "" {
-		writeProblem(w, http.StatusMisdirectedRequest, abierrors.TLSUnavailable, "tls-unavailable",
-			"tls unavailable", fmt.Sprintf("the service at host %q is routed with tls_mode %q, which this gateway does not serve", host, rt.tls))
-		return
+	if rt.mode != "" {
+		switch {
+		case r.TLS == nil && rt.redirect && (rt.mode == routes.TLSPassthrough || st.certificate(host) != nil):
+			w.Header().Set("Location", p.httpsURL(host, r))
+			w.Header().Set(gatewayHeader, "https-redirect")
+			w.WriteHeader(http.StatusPermanentRedirect)
+			return
+		case r.TLS == nil:
+			writeProblem(w, http.StatusMisdirectedRequest, abierrors.TLSUnavailable, "tls-unavailable",
+				"tls unavailable", fmt.Sprintf("the service at host %q is served over HTTPS only (tls_mode %q)", host, rt.mode))
+			return
+		case rt.mode == routes.TLSPassthrough:
+			writeProblem(w, http.StatusMisdirectedRequest, abierrors.TLSUnavailable, "tls-unavailable",
+				"tls unavailable", fmt.Sprintf("the service at host %q terminates its own TLS; connect with that server name", host))
+			return
+		}
+		if rt.hsts != "" {
+			w.Header().Set("Strict-Transport-Security", rt.hsts)
+		}
 	}
 	n := len(rt.healthy)
 	if n == 0 {
@@ -414,6 +492,19 @@ func (p *Proxy) serve(w *recorder, r *http.Request) {
 	}
 	writeProblem(w, http.StatusBadGateway, abierrors.BadGateway, "bad-gateway",
 		"bad gateway", fmt.Sprintf("no upstream of the service at host %q could be reached", host))
+}
+
+// acmeChallengePath is the prefix of ACME HTTP-01 requests (RFC 8555
+// section 8.3).
+const acmeChallengePath = "/.well-known/acme-challenge/"
+
+// httpsURL is the https:// URL of r at host on the gateway's TLS port, with
+// r's path and query.
+func (p *Proxy) httpsURL(host string, r *http.Request) string {
+	if p.httpsPort != 443 {
+		host = net.JoinHostPort(host, strconv.Itoa(p.httpsPort))
+	}
+	return "https://" + host + r.URL.RequestURI()
 }
 
 // upgradeKey carries the *recorder of an upgrade request to ModifyResponse.
@@ -532,13 +623,20 @@ func normalizeHost(h string) string {
 
 // cloneTable returns a deep copy of t.
 func cloneTable(t routes.Table) routes.Table {
-	c := routes.Table{Revision: t.Revision}
+	c := routes.Table{Revision: t.Revision,
+		Challenges: append([]routes.Challenge(nil), t.Challenges...),
+		Excluded:   append([]routes.Exclusion(nil), t.Excluded...)}
+	for _, cert := range t.Certificates {
+		cert.Names = append([]string(nil), cert.Names...)
+		c.Certificates = append(c.Certificates, cert)
+	}
 	if t.Routes == nil {
 		return c
 	}
 	c.Routes = make([]routes.Route, len(t.Routes))
 	for i, r := range t.Routes {
 		r.Upstreams = append([]routes.Upstream(nil), r.Upstreams...)
+		r.AllowSources = append([]string(nil), r.AllowSources...)
 		c.Routes[i] = r
 	}
 	return c
