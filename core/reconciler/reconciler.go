@@ -315,12 +315,13 @@ func (r *Reconciler) Table() abiroutes.Table {
 	return r.table
 }
 
-// RouteStatus returns the route table in force, its SHA-256, the compiler and
+// RouteStatus returns the route table in force (redacted: certificates without
+// their PEM), its SHA-256, the compiler and
 // the last compile failure (routes.Status).
 func (r *Reconciler) RouteStatus() routes.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := routes.Status{Table: r.table, SHA256: r.table.Digest(), CompiledAt: r.compiledAt, Compiler: r.compiler}
+	st := routes.Status{Table: r.table.Redacted(), SHA256: r.table.Digest(), CompiledAt: r.compiledAt, Compiler: r.compiler}
 	if st.Table.Routes == nil {
 		st.Table.Routes = []abiroutes.Route{}
 	}
