@@ -16,8 +16,15 @@ import (
 // Table is the complete route table. Routes are sorted by Hostname; a hostname
 // appears at most once. Revision increases with every table core pushes.
 type Table struct {
-	Revision int64   `json:"revision"`
-	Routes   []Route `json:"routes"`
+	Revision int64       `json:"revision"`
+	Routes   []Route     `json:"routes"`
+	Excluded []Exclusion `json:"excluded,omitempty"` // hostnames withheld by claims (for status)
+}
+
+// Exclusion is a hostname the table does not serve and why (e.g. "claimed by shop/web and blog/www").
+type Exclusion struct {
+	Hostname string `json:"hostname"`
+	Reason   string `json:"reason"`
 }
 
 // Route sends HTTP requests for Hostname (lower case, no port) to Upstreams in turn.
