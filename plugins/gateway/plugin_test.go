@@ -75,6 +75,25 @@ func TestGatewayConformance(t *testing.T) {
 	})
 }
 
+// TestGatewayConformanceFailsAStickyGateway: a gateway that never withdraws a
+// host (internal/sticky) fails exactly gateway_swap_withdraws.
+func TestGatewayConformanceFailsAStickyGateway(t *testing.T) {
+	t.Parallel()
+	bin := conformance.BuildPlugin(t, "github.com/berthhq/berth/plugins/gateway/internal/sticky")
+	rep, err := conformance.CheckGateway(t.Context(), conformance.GatewayConfig{
+		Binary: bin,
+		Args:   func(_, listen string) []string { return []string{"--listen", listen} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Failed(); len(got) != 1 || got[0] != "gateway_swap_withdraws" {
+		var b strings.Builder
+		_ = rep.WriteText(&b)
+		t.Fatalf("failed cases %v, want exactly gateway_swap_withdraws:\n%s", got, b.String())
+	}
+}
+
 // TestPlanRefusesUnroutableTables: the gateway refuses a table it cannot
 // honour (unknown TLS mode, an allow_sources entry that is not a prefix)
 // with validation_failed, so the host keeps the table in force.
