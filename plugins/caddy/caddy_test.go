@@ -78,7 +78,9 @@ func TestGatewayConformance(t *testing.T) {
 	})
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t *testing.T) string { t.Helper(); return freeAddrB(t) }
+
+func freeAddrB(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -89,6 +91,11 @@ func freeAddr(t *testing.T) string {
 }
 
 func tableResource(t *testing.T, tb routes.Table) provider.Resource {
+	t.Helper()
+	return tableResourceB(t, tb)
+}
+
+func tableResourceB(t testing.TB, tb routes.Table) provider.Resource {
 	t.Helper()
 	raw, err := json.Marshal(tb)
 	if err != nil {
