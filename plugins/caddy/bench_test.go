@@ -13,7 +13,7 @@ import (
 )
 
 // benchRoutes is the size of the tables BenchmarkCaddyApply applies.
-var benchRoutes = 1000
+const benchRoutes = 1000
 
 // BenchmarkCaddyApply: how long putting a route table of 1,000 hostnames in
 // force in the real Caddy takes (render, POST /load, Caddy's reload), each
