@@ -210,3 +210,33 @@ func TestRouteAnswersMatchTheBuiltInGateway(t *testing.T) {
 		t.Fatalf("Read of an edited Caddy: %s, want the hand-made route", got.State.Attributes)
 	}
 }
+
+// TestHealthFollowsCaddysAdminAPI: the adapter reports healthy while Caddy's
+// admin API answers and undetected, saying why, when nothing answers there.
+func TestHealthFollowsCaddysAdminAPI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		admin string
+		want  pluginapi.HealthState
+	}{{srv.Admin, pluginapi.Healthy}, {freeAddr(t), pluginapi.Undetected}} {
+		p, err := caddy.Open(ctx, caddy.Config{Admin: c.admin, Listen: freeAddr(t), Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hctx, hcancel := context.WithCancel(ctx)
+		ch, err := p.Health(hctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-ch:
+			if r.State != c.want || (c.want != pluginapi.Healthy && !strings.Contains(r.Description, c.admin)) {
+				t.Errorf("admin %s: health %+v, want %s", c.admin, r, c.want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("admin %s: no health report", c.admin)
+		}
+		hcancel()
+	}
+}
