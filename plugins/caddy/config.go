@@ -113,7 +113,7 @@ func proxy(r routes.Route, dials []any) map[string]any {
 			"protocol":                "http",
 			"dial_timeout":            ms(r.Timeouts.ConnectMS, defaultConnectMS),
 			"response_header_timeout": ms(r.Timeouts.ResponseHeaderMS, defaultResponseHeaderMS),
-			"keep_alive":              map[string]any{"idle_timeout": ms(r.Timeouts.IdleMS, defaultIdleMS)},
+			"keep_alive":              map[string]any{"enabled": true, "idle_timeout": ms(r.Timeouts.IdleMS, defaultIdleMS)},
 		},
 	}
 	if r.Stream {
