@@ -3,7 +3,9 @@ package services
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,5 +92,56 @@ func TestRouteClaimsFirstApplyHoldsTheHostname(t *testing.T) {
 	}
 	if h := holder("shop.example.com"); h != "" {
 		t.Fatalf("claim left after the service went: %q", h)
+	}
+}
+
+// TestRouteClaimsRacingAppliesOneWins: two services applying the same new
+// hostname at once: exactly one apply succeeds and holds the claim, the
+// other is refused ErrDomainTaken, in every round.
+func TestRouteClaimsRacingAppliesOneWins(t *testing.T) {
+	st := storetest.Open(t)
+	ctx := context.Background()
+	cat := NewCatalog(st, nil)
+	p, _, _ := cat.EnsureProject(ctx, "race")
+	for round := range 10 {
+		host := fmt.Sprintf("r%d.example.com", round)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, name := range []string{fmt.Sprintf("a%d", round), fmt.Sprintf("b%d", round)} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _, errs[i] = cat.ApplyService(ctx, p, &Service{Name: name, BundleDigest: "sha256:1", Command: []string{"./web"}, Port: 8080, Replicas: 1, Domains: []string{host}}, nil)
+			}()
+		}
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && won < 0:
+				won = i
+			case err == nil:
+				t.Fatalf("round %d: both applies of %s succeeded", round, host)
+			case !errors.Is(err, ErrDomainTaken):
+				t.Fatalf("round %d: %v, want ErrDomainTaken", round, err)
+			}
+		}
+		if won < 0 {
+			t.Fatalf("round %d: neither apply succeeded: %v", round, errs)
+		}
+		cls, err := cat.ListRouteClaims(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		winner := []string{fmt.Sprintf("a%d", round), fmt.Sprintf("b%d", round)}[won]
+		found := false
+		for _, c := range cls {
+			if c.Hostname == host {
+				found = c.Service == winner
+			}
+		}
+		if !found {
+			t.Fatalf("round %d: the claim on %s is not %s's: %+v", round, host, winner, cls)
+		}
 	}
 }
