@@ -65,9 +65,14 @@ CRANE := $(shell $(GO) env GOPATH)/bin/crane
 $(CRANE):
 	$(GO) install github.com/google/go-containerregistry/cmd/crane@v0.22.1
 
+# The external proxy plugins/caddy drives in its tests (compiles slowly, once).
+CADDY := $(shell $(GO) env GOPATH)/bin/caddy
+$(CADDY):
+	$(GO) install github.com/caddyserver/caddy/v2/cmd/caddy@v2.11.9
+
 ## test: everything CI runs (builds the binaries the end-to-end tests start;
 ## starts a private containerd for the container tests and stops it after)
-test: build $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE)
+test: build $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(CADDY)
 	./scripts/install-postgres.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 25m ./...
 
@@ -78,7 +83,7 @@ test-containers: build
 
 ## bench: benchmarks, one figure per line (bench/opa, its own Go module so
 ## OPA stays out of go.mod, compares Berth's modules with OPA side by side)
-bench: build
+bench: build $(CADDY)
 	./scripts/install-bench-tools.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./... | ./scripts/bench-figures.sh
 	cd bench/opa && BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -count=1 -timeout 30m . | ../../scripts/bench-figures.sh

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +57,14 @@ anywhere in an argument becomes a fresh, empty state directory of the case,
 so state never leaks from one case to the next. Without --arg a runtime
 driver gets "--state-dir {state}" and a provider no argument.
 
+For a gateway provider (one that manages gateway.route_table), "{listen}" in
+an argument becomes a free loopback address ("127.0.0.1:PORT") each launch
+must serve HTTP on, and the gateway cases run after the provider suite: real
+HTTP through that address to upstreams the suite starts (a host routed to its
+upstream, an unknown host answered 404, a table swap withdrawing a host, a
+replayed idempotency key changing nothing, a stale fencing token refused;
+docs/plugins.md section 6.3).
+
 --config names a JSON file holding the plugin's configuration (an object, as
 in its plugins.json entry): every case gives it to ValidateConfig and
 Configure, and case validate_config expects it to be accepted. Without it the
@@ -67,17 +77,26 @@ the plugin declares for a resource type in Describe (ExampleID and
 ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
 		Example: `  berth conformance plugin bin/berth-plugin-process --kind runtime
   berth conformance plugin bin/berth-plugin-nftables --kind network --arg=--state-dir --arg={state} --teardown-arg=teardown --teardown-arg=--state-dir --teardown-arg={state} --teardown-arg=--subnet --teardown-arg=10.213.0.0/24
-  berth conformance plugin bin/berth-plugin-gateway --arg=--listen --arg=127.0.0.1:0
+  berth conformance plugin bin/berth-plugin-gateway --arg=--listen --arg={listen} --arg=--state-dir --arg={state}
   berth conformance plugin ./provider-hello --arg=--state-dir --arg={state} --config examples/provider-hello/config.json --junit report.xml
   berth conformance plugin ./provider-hello --arg=--state-dir --arg={state} --samples examples/provider-hello/samples.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, pos []string) error {
-			argsFor := func(state string) []string {
+			gatewayArgs := func(state, listen string) []string {
 				out := make([]string, len(args))
 				for i, s := range args {
-					out[i] = strings.ReplaceAll(s, "{state}", state)
+					out[i] = strings.ReplaceAll(strings.ReplaceAll(s, "{state}", state), "{listen}", listen)
 				}
 				return out
+			}
+			argsFor := func(state string) []string {
+				listen := "127.0.0.1:0"
+				if slices.ContainsFunc(args, func(s string) bool { return strings.Contains(s, "{listen}") }) {
+					if l, err := freeLoopback(); err == nil {
+						listen = l
+					}
+				}
+				return gatewayArgs(state, listen)
 			}
 			var report *conformance.Report
 			var err error
@@ -102,6 +121,13 @@ ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
 					return cerr
 				}
 				report, err = conformance.CheckProvider(cmd.Context(), conformance.ProviderConfig{Binary: pos[0], Args: argsFor, Samples: s, PluginConfig: pc})
+				if err == nil && slices.ContainsFunc(args, func(s string) bool { return strings.Contains(s, "{listen}") }) {
+					var gw *conformance.Report
+					gw, err = conformance.CheckGateway(cmd.Context(), conformance.GatewayConfig{Binary: pos[0], Args: gatewayArgs, PluginConfig: pc})
+					if err == nil {
+						report = mergeReports(report, gw)
+					}
+				}
 			case "network":
 				nc := conformance.NetworkConfig{Binary: pos[0], Args: argsFor, Subnet: subnet}
 				if len(teardownArgs) > 0 {
@@ -158,6 +184,31 @@ ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
 	f.StringVar(&image, "image", "", "runtime drivers of containers: the image (with /bin/sh) every workload of the suite runs in, pinned by digest")
 	f.StringVar(&imageArchive, "image-archive", "", "with --image sha256:...: the OCI image layout tar holding it")
 	return cmd
+}
+
+// freeLoopback returns a loopback address no listener holds right now.
+func freeLoopback() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := ln.Addr().String()
+	return addr, ln.Close()
+}
+
+// mergeReports appends the gateway cases to the provider suite's report,
+// naming the gateway's launch case gateway_launch.
+func mergeReports(prov, gw *conformance.Report) *conformance.Report {
+	out := *prov
+	out.Suite = "provider and gateway"
+	out.Results = slices.Clone(prov.Results)
+	for _, r := range gw.Results {
+		if r.Name == "launch" {
+			r.Name = "gateway_launch"
+		}
+		out.Results = append(out.Results, r)
+	}
+	return &out
 }
 
 // loadPluginConfig reads the --config file: one JSON object; nil when path is "".

@@ -126,3 +126,24 @@ func TestPolicyTestUnknownField(t *testing.T) {
 		t.Errorf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }
+
+// TestConformancePluginRunsTheGatewayCases: with {listen} in an argument,
+// `berth conformance plugin` runs the gateway cases after the provider suite
+// on the built-in gateway, and they pass; without it they do not run.
+func TestConformancePluginRunsTheGatewayCases(t *testing.T) {
+	t.Parallel()
+	bin := conformance.BuildPlugin(t, "github.com/berthhq/berth/cmd/berth-plugin-gateway")
+	out := newCLI(t).ok("", "conformance", "plugin", bin, "--arg=--listen", "--arg={listen}", "--arg=--state-dir", "--arg={state}")
+	for _, name := range append([]string{"gateway_launch"}, conformance.GatewayCaseNames()...) {
+		if !strings.Contains(out, "PASS "+name+" ") {
+			t.Errorf("no passing case %s:\n%s", name, out)
+		}
+	}
+	if !strings.Contains(out, "provider and gateway conformance") || !strings.Contains(out, "PASS durable_state ") {
+		t.Errorf("the provider suite did not run too:\n%s", out)
+	}
+	out = newCLI(t).ok("", "conformance", "plugin", bin, "--arg=--listen", "--arg=127.0.0.1:0")
+	if strings.Contains(out, "gateway_") {
+		t.Errorf("gateway cases ran without {listen}:\n%s", out)
+	}
+}

@@ -206,7 +206,10 @@ func newRoutesCmd(a *app) *cobra.Command {
 		Short: "Show the route table in force and its SHA-256",
 		Long: `routes shows the gateway's route table as the route compiler made it, the
 table's SHA-256, the compiler (a WebAssembly module by default) and the last
-compile failure, if the newest compilation failed.`,
+compile failure, if the newest compilation failed. Below the table it lists
+the hostnames route claims exclude: declared by several services, none of
+which holds the hostname's claim, so served for none of them
+(docs/routes.md section 2).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := a.apiClient(cmd)
@@ -241,6 +244,18 @@ compile failure, if the newest compilation failed.`,
 					}
 				}
 				row(w, r.Hostname, r.Project+"/"+r.Service, orDash(r.TLSMode), joinOrDash(r.AllowSources), joinOrDash(addrs), fmt.Sprintf("%d/%d", healthy, len(r.Upstreams)))
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if len(st.Table.Excluded) == 0 {
+				return nil
+			}
+			fmt.Fprintln(a.stdout, "\nexcluded (served for no service):")
+			w = newTable(a.stdout)
+			row(w, "HOSTNAME", "REASON")
+			for _, e := range st.Table.Excluded {
+				row(w, e.Hostname, e.Reason)
 			}
 			return w.Flush()
 		},

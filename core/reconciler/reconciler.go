@@ -149,6 +149,9 @@ type Reconciler struct {
 	routeErrAt  time.Time // mu must be held
 	compiler    string    // the compiler that made table; mu must be held
 	failing     string    // the compiler that made routeErr; mu must be held
+	// claimLog is what the latest pass decided about route claims, as logClaims
+	// last logged it; only route touches it.
+	claimLog map[string]string
 }
 
 // New returns a Reconciler.
@@ -964,7 +967,18 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 		in.Workloads = append(in.Workloads, routes.Workload{ID: w.ID, ServiceID: w.ServiceID, NodeID: w.NodeID, NodeAddress: nodeAddr[w.NodeID],
 			Address: w.Address, ObservedStatus: w.ObservedStatus, Health: w.Health})
 	}
+	// Route claims decide contested hostnames before any compiler sees them
+	// (docs/routes.md section 2), and the compiled table is held to them.
+	claims, err := r.claimsFor(ctx, svcs)
+	if err != nil {
+		return fmt.Errorf("read route claims (keeping the last good table): %w", err)
+	}
+	in, resolution := routes.ResolveClaims(in, claims)
 	t, err := r.cfg.Compiler.Compile(ctx, in)
+	if err == nil {
+		resolution.Enforce(&t)
+		r.logClaims(resolution)
+	}
 	// A service's gateway timeouts ride on its routes whatever compiler made
 	// them (docs/plugins.md section 5.4); the digest below covers them.
 	for i := range t.Routes {
@@ -983,7 +997,7 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 	if err != nil {
 		return fmt.Errorf("compile routes (keeping the last good table): %w", err)
 	}
-	digest := t.Digest()
+	digest := tableDigest(t)
 	r.mu.Lock()
 	same := digest == r.routeDigest
 	if !same {

@@ -46,9 +46,9 @@ type Compiler interface {
 	Compile(ctx context.Context, in Input) (abiroutes.Table, error)
 }
 
-// Native is the built-in Compiler. A domain claimed by two services (which
-// core/api refuses at apply time) is routed to the one whose project/name sorts
-// first.
+// Native is the built-in Compiler. A domain given for two services is routed
+// to the one whose project/name sorts first; berthd never gives it one, as
+// route claims decide contested hostnames first ([ResolveClaims]).
 type Native struct{}
 
 var _ Compiler = Native{}

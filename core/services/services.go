@@ -34,7 +34,8 @@ var (
 	// ErrRevisionConflict is returned when expected_revision is stale, or when a
 	// concurrent writer won the compare-and-set.
 	ErrRevisionConflict = errors.New("berth: revision conflict")
-	// ErrDomainTaken is returned by PutService for a domain another service routes.
+	// ErrDomainTaken is returned by PutService for a domain another service routes, or whose
+	// route claim another service holds (docs/routes.md section 2).
 	ErrDomainTaken = errors.New("berth: domain already routed to another service")
 	// ErrPlacementModeImmutable is returned by PutService when an update asks for another
 	// placement_mode than the service was created with.
@@ -496,11 +497,16 @@ const (
 // ApplyService creates or replaces a service. expected, when not nil, is the revision the
 // caller read (0: must not exist); it is checked also when nothing would change, so a stale
 // expected revision is a conflict either way. A service identical to the stored one in
-// everything the operator declares ([SameDeclaration]) is not written (PutUnchanged). A write
-// is one compare-and-set on the service document. Errors: ErrRevisionConflict, ErrDomainTaken,
+// everything the operator declares ([SameDeclaration]) is not written (PutUnchanged). Before
+// it, the service takes the route claim of each of its domains (one insert or compare-and-set
+// per hostname, docs/routes.md section 2). A write is one compare-and-set on the service
+// document. Errors: ErrRevisionConflict, ErrDomainTaken,
 // ErrServiceDeleting, ErrPlacementModeImmutable.
 func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expected *int64) (*Service, PutOutcome, error) {
 	if err := c.checkDomains(ctx, p, s); err != nil {
+		return nil, 0, err
+	}
+	if err := c.claimDomains(ctx, p, s); err != nil {
 		return nil, 0, err
 	}
 	now := c.now().UTC()
@@ -754,10 +760,19 @@ func (c *Catalog) undo(ctx context.Context, cur *Service, auto bool) (*Service, 
 // DeleteServiceByID removes the service document with id; a missing one is not an error. Only
 // the deletion finalizer calls it, once every slot settled.
 func (c *Catalog) DeleteServiceByID(ctx context.Context, id string) error {
+	s, err := c.GetServiceByID(ctx, id)
+	if errors.Is(err, ErrServiceNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete service %s: %w", id, err)
+	}
 	if _, err := c.services.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
 		return fmt.Errorf("delete service %s: %w", id, err)
 	}
-	return nil
+	// Its route claims go with it (docs/routes.md section 2); a claim left by
+	// a death here has lapsed anyway, as its service is gone.
+	return c.releaseClaims(ctx, s.ProjectID, s.Name)
 }
 
 // GetService returns a service or ErrServiceNotFound.
@@ -804,6 +819,9 @@ func (c *Catalog) RemoveService(ctx context.Context, p *Project, name string, ex
 	}
 	if res.DeletedCount == 0 {
 		return nil, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, name)
+	}
+	if err := c.releaseClaims(ctx, cur.ProjectID, cur.Name); err != nil {
+		return nil, err
 	}
 	return cur, nil
 }

@@ -61,6 +61,39 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestGatewayConformance runs the gateway cases (docs/plugins.md section
+// 6.3) on the built binary: real HTTP through its listener to real upstreams.
+func TestGatewayConformance(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(os.Getenv("BERTH_BIN_DIR"), "berth-plugin-gateway")
+	if os.Getenv("BERTH_BIN_DIR") == "" {
+		bin = conformance.BuildPlugin(t, "github.com/berthhq/berth/cmd/berth-plugin-gateway")
+	}
+	conformance.RunGateway(t, conformance.GatewayConfig{
+		Binary: bin,
+		Args:   func(stateDir, listen string) []string { return []string{"--listen", listen, "--state-dir", stateDir} },
+	})
+}
+
+// TestGatewayConformanceFailsAStickyGateway: a gateway that never withdraws a
+// host (internal/sticky) fails exactly gateway_swap_withdraws.
+func TestGatewayConformanceFailsAStickyGateway(t *testing.T) {
+	t.Parallel()
+	bin := conformance.BuildPlugin(t, "github.com/berthhq/berth/plugins/gateway/internal/sticky")
+	rep, err := conformance.CheckGateway(t.Context(), conformance.GatewayConfig{
+		Binary: bin,
+		Args:   func(_, listen string) []string { return []string{"--listen", listen} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Failed(); len(got) != 1 || got[0] != "gateway_swap_withdraws" {
+		var b strings.Builder
+		_ = rep.WriteText(&b)
+		t.Fatalf("failed cases %v, want exactly gateway_swap_withdraws:\n%s", got, b.String())
+	}
+}
+
 // TestPlanRefusesUnroutableTables: the gateway refuses a table it cannot
 // honour (unknown TLS mode, an allow_sources entry that is not a prefix)
 // with validation_failed, so the host keeps the table in force.
