@@ -14,9 +14,11 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/abi/pluginapi"
 	"github.com/berthhq/berth/abi/runtime"
@@ -62,6 +64,11 @@ type Config struct {
 	// Network attaches container workloads to the node network; nil runs
 	// them in the node's own network namespace.
 	Network Network
+	// Registry is the node's credential for Berth's own registry
+	// (docs/registry.md section 9): handed to the driver with every start
+	// of an image whose registry host is Registry.Host, and never logged;
+	// nil hands none (images are then pulled anonymously).
+	Registry *runtime.RegistryCredential
 }
 
 // LeaseGate is the node's leases as the loop needs them. *lease.Manager
@@ -479,23 +486,30 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 		}
 	}
 	resp, err := l.cfg.Driver.Start(ctx, &runtime.StartRequest{
-		Image:            spec.Image,
-		ImageArchive:     imageArchive,
-		User:             spec.User,
-		MemoryBytes:      spec.MemoryBytes,
-		CPUMillis:        spec.CPUMillis,
-		WorkloadID:       spec.WorkloadID,
-		NetworkNamespace: netns,
-		Command:          slices.Clone(spec.Command),
-		Env:              env,
-		WorkDir:          appDir,
-		LogPath:          filepath.Join(dir, "output.log"),
-		LogMaxBytes:      DefaultLogMaxBytes,
-		Mutation:         mut,
-		FenceResource:    StartFence(spec),
+		Image:               spec.Image,
+		ImageArchive:        imageArchive,
+		RegistryCredentials: l.registryCredentials(spec, imageArchive),
+		User:                spec.User,
+		MemoryBytes:         spec.MemoryBytes,
+		CPUMillis:           spec.CPUMillis,
+		WorkloadID:          spec.WorkloadID,
+		NetworkNamespace:    netns,
+		Command:             slices.Clone(spec.Command),
+		Env:                 env,
+		WorkDir:             appDir,
+		LogPath:             filepath.Join(dir, "output.log"),
+		LogMaxBytes:         DefaultLogMaxBytes,
+		Mutation:            mut,
+		FenceResource:       StartFence(spec),
 	})
 	if err != nil {
-		return l.failStart(ctx, rec, node.FailureStart, fmt.Errorf("start workload %s: %w", spec.WorkloadID, err), now)
+		kind := node.FailureStart
+		if errors.Is(err, errImageUnavailable) {
+			// The registry refused the pull or could not be reached: the
+			// status says image-unavailable, with the driver's reason.
+			kind = node.FailureImage
+		}
+		return l.failStart(ctx, rec, kind, fmt.Errorf("start workload %s: %w", spec.WorkloadID, err), now)
 	}
 	rec.Phase = string(PhaseRunning)
 	rec.Message = ""
@@ -508,6 +522,23 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	}
 	l.log.Info("workload started", "workload_id", spec.WorkloadID, "port", port, "restart_count", rec.RestartCount)
 	return l.cfg.Store.PutWorkload(ctx, rec)
+}
+
+// errImageUnavailable matches, by code, a driver's refusal to fetch an image.
+var errImageUnavailable = abierrors.New(abierrors.ImageUnavailable, "")
+
+// registryCredentials returns what the driver pulls spec's image with: the
+// node's credential for Berth's registry when the image is pulled (not
+// imported from a bundle) from that registry's host; none otherwise.
+func (l *Loop) registryCredentials(spec *node.WorkloadSpec, imageArchive string) []runtime.RegistryCredential {
+	c := l.cfg.Registry
+	if c == nil || spec.Image == "" || imageArchive != "" {
+		return nil
+	}
+	if host, _, ok := strings.Cut(spec.Image, "/"); !ok || host != c.Host {
+		return nil
+	}
+	return []runtime.RegistryCredential{*c}
 }
 
 // Replays reports whether a start from record rec, with the driver
