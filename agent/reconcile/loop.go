@@ -431,10 +431,15 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	if envErr != nil {
 		return l.failStart(ctx, rec, node.FailureStart, envErr, now)
 	}
-	secretEnv, secretFiles, err := openSecrets(l.cfg.DataDir, spec)
+	secretEnv, secretFiles, pullSecrets, err := openAllSecrets(l.cfg.DataDir, spec)
 	if err != nil {
 		return l.failStart(ctx, rec, node.FailureStart, err, now)
 	}
+	defer func() {
+		for _, v := range pullSecrets {
+			clear(v)
+		}
+	}()
 	secretDir := filepath.Join(dir, "secrets")
 	if err := writeSecretFiles(secretDir, secretFiles); err != nil {
 		return l.failStart(ctx, rec, node.FailureStart, err, now)
@@ -488,7 +493,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	resp, err := l.cfg.Driver.Start(ctx, &runtime.StartRequest{
 		Image:               spec.Image,
 		ImageArchive:        imageArchive,
-		RegistryCredentials: l.registryCredentials(spec, imageArchive),
+		RegistryCredentials: l.registryCredentials(spec, imageArchive, pullSecrets),
 		User:                spec.User,
 		MemoryBytes:         spec.MemoryBytes,
 		CPUMillis:           spec.CPUMillis,
@@ -527,18 +532,27 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 // errImageUnavailable matches, by code, a driver's refusal to fetch an image.
 var errImageUnavailable = abierrors.New(abierrors.ImageUnavailable, "")
 
-// registryCredentials returns what the driver pulls spec's image with: the
-// node's credential for Berth's registry when the image is pulled (not
-// imported from a bundle) from that registry's host; none otherwise.
-func (l *Loop) registryCredentials(spec *node.WorkloadSpec, imageArchive string) []runtime.RegistryCredential {
-	c := l.cfg.Registry
-	if c == nil || spec.Image == "" || imageArchive != "" {
+// registryCredentials returns what the driver pulls spec's image with, when
+// it is pulled (not imported from a bundle): the node's credential for
+// Berth's registry when the image is on that registry's host, else the
+// pull secret (as "registry", "user:password") the service holds for the
+// image's registry host (docs/registry.md section 9); none otherwise.
+func (l *Loop) registryCredentials(spec *node.WorkloadSpec, imageArchive string, pullSecrets map[string][]byte) []runtime.RegistryCredential {
+	if spec.Image == "" || imageArchive != "" {
 		return nil
 	}
-	if host, _, ok := strings.Cut(spec.Image, "/"); !ok || host != c.Host {
-		return nil
+	host, _, ok := strings.Cut(spec.Image, "/")
+	if !ok || !strings.ContainsAny(host, ".:") && host != "localhost" {
+		host = "docker.io" // a reference without a registry host names Docker Hub
 	}
-	return []runtime.RegistryCredential{*c}
+	if c := l.cfg.Registry; c != nil && host == c.Host {
+		return []runtime.RegistryCredential{*c}
+	}
+	if v, ok := pullSecrets[host]; ok {
+		user, secret, _ := strings.Cut(string(v), ":")
+		return []runtime.RegistryCredential{{Host: host, Username: user, Secret: secret}}
+	}
+	return nil
 }
 
 // Replays reports whether a start from record rec, with the driver
