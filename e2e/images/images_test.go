@@ -29,7 +29,7 @@ import (
 )
 
 // converge bounds each wait for the cluster to reach a state.
-const converge = 90 * time.Second
+const converge = 120 * time.Second
 
 // bin is the directory of the built binaries (BERTH_BIN_DIR, or built here).
 var bin string
@@ -264,7 +264,7 @@ func TestDeployOnPushAndPromoteOnContainerd(t *testing.T) {
 	d1 := cl.push(t, "main", "v1", true)
 	replicas := 2
 	_, err := cl.c.ApplyService(ctx, "default", "web", client.ServiceSpec{
-		Domains: []string{"web.localhost"}, Replicas: &replicas, ProgressDeadlineS: 30, AutoRollback: true,
+		Domains: []string{"web.localhost"}, Replicas: &replicas, ProgressDeadlineS: 60, AutoRollback: true,
 		Container: client.Container{Runtime: "containerd", Image: "default/web:main", DeployOnPush: true},
 	})
 	if err != nil {
