@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -168,6 +169,23 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{cfg: cfg, log: cfg.Logger, store: store, id: id, key: key, capacity: DetectCapacity()}, nil
 }
 
+// registryCredential returns the node's pull credential for Berth's registry
+// at the host of the server URL (docs/registry.md section 9): the node
+// credential as the secret, pinned to the certificate fingerprint stored at
+// enrollment (none: system CAs), plain HTTP only for an http:// server.
+func (a *Agent) registryCredential(ctx context.Context) (*runtime.RegistryCredential, error) {
+	u, err := url.Parse(a.id.ServerURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("server URL %q: not an absolute URL", a.id.ServerURL)
+	}
+	pin, _, err := a.store.Meta(ctx, localstore.MetaServerFingerprint)
+	if err != nil {
+		return nil, fmt.Errorf("server pin: %w", err)
+	}
+	return &runtime.RegistryCredential{Host: u.Host, Username: "node", Secret: a.id.Credential,
+		Fingerprint: pin, PlainHTTP: u.Scheme == "http"}, nil
+}
+
 // NodeID returns the enrolled node id.
 func (a *Agent) NodeID() string { return a.id.NodeID }
 
@@ -312,7 +330,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	observed := make(chan struct{}, 1)
+	registryCred, err := a.registryCredential(ctx)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	loop, err = reconcile.New(reconcile.Config{
+		Registry:     registryCred,
 		Network:      a.cfg.Network,
 		Leases:       leases,
 		Store:        a.store,

@@ -54,6 +54,9 @@ const (
 const (
 	StaleFencingToken Code = "stale_fencing_token" // a mutating call's fencing token is lower than the highest seen for the resource
 	Unimplemented     Code = "unimplemented"       // the plugin does not implement an optional call
+	// ImageUnavailable: a runtime driver could not fetch a workload's image (the registry refused or
+	// could not be reached, or its certificate did not match the pin); the message says why.
+	ImageUnavailable Code = "image_unavailable"
 )
 
 // Lease codes (docs/api.md "Leases").
@@ -256,6 +259,7 @@ var statuses = map[Code]int{
 	BindingNotFound:      http.StatusNotFound,
 	InputNotRecorded:     http.StatusNotFound,
 	StaleFencingToken:    http.StatusConflict,
+	ImageUnavailable:     http.StatusServiceUnavailable,
 	FenceAckMismatch:     http.StatusConflict,
 	Unimplemented:        http.StatusNotImplemented,
 	StreamLimit:          http.StatusTooManyRequests,

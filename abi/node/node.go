@@ -351,6 +351,10 @@ type Volume struct {
 const (
 	SecretAsEnv  = "env"  // an environment variable named Key
 	SecretAsFile = "file" // a file named Key in the directory $BERTH_SECRETS_DIR
+	// SecretAsRegistry: the pull credential ("user:password") of the image registry whose
+	// host ("host[:port]") is Key, handed to the runtime driver, never to the workload
+	// (docs/registry.md section 9).
+	SecretAsRegistry = "registry"
 )
 
 // WorkloadSecret is one secret value of a workload, sealed to the node that runs it

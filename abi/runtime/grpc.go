@@ -68,6 +68,8 @@ func (s *server) Start(ctx context.Context, req *runtimev1.StartRequest) (*runti
 		NetworkNamespace: req.GetNetworkNamespace(),
 		Cwd:              req.GetCwd(),
 		FenceResource:    req.GetFenceResource(),
+
+		RegistryCredentials: credentialsFromProto(req.GetRegistryCredentials()),
 	})
 	if err != nil {
 		return nil, pluginapi.ToStatus(err)
@@ -250,6 +252,8 @@ func (c *Client) Start(ctx context.Context, req *StartRequest) (*StartResponse, 
 		NetworkNamespace: req.NetworkNamespace,
 		Cwd:              req.Cwd,
 		FenceResource:    req.FenceResource,
+
+		RegistryCredentials: credentialsToProto(req.RegistryCredentials),
 	})
 	if err != nil {
 		return nil, pluginapi.FromStatus(ctx, errPrefix+"start workload "+req.WorkloadID, err)
@@ -406,6 +410,24 @@ func StateFromProto(s *runtimev1.WorkloadState) *WorkloadState {
 	}
 	if s.GetExitedAt() != nil {
 		out.ExitedAt = s.GetExitedAt().AsTime()
+	}
+	return out
+}
+
+func credentialsFromProto(in []*runtimev1.RegistryCredential) []RegistryCredential {
+	var out []RegistryCredential
+	for _, c := range in {
+		out = append(out, RegistryCredential{Host: c.GetHost(), Username: c.GetUsername(), Secret: c.GetSecret(),
+			Fingerprint: c.GetFingerprint(), PlainHTTP: c.GetPlainHttp()})
+	}
+	return out
+}
+
+func credentialsToProto(in []RegistryCredential) []*runtimev1.RegistryCredential {
+	var out []*runtimev1.RegistryCredential
+	for _, c := range in {
+		out = append(out, &runtimev1.RegistryCredential{Host: c.Host, Username: c.Username, Secret: c.Secret,
+			Fingerprint: c.Fingerprint, PlainHttp: c.PlainHTTP})
 	}
 	return out
 }

@@ -26,6 +26,8 @@ import (
 //     archive, user, memory and CPU limits, network namespace, cwd.
 //   - 1 (2026-12-20, additive) fence_resource on Start and Stop: the lease a
 //     stateful workload's fencing token is about.
+//   - 1 (2026-12-27, additive) registry_credentials on Start: what a
+//     container driver pulls Image with.
 const APIVersion = 1
 
 // Driver runs workloads on one node. The agent calls it; implementations
@@ -155,6 +157,8 @@ func (h Handle) IsZero() bool { return h.Version == 0 && len(h.Data) == 0 }
 //     node's network plugin made it); empty means the node's own.
 //   - Cwd is the working directory inside the container; empty means the
 //     image's. WorkDir, the host directory, is not visible in a container.
+//   - RegistryCredentials are what Image is pulled with: the one whose Host
+//     is Image's registry host is used, none means an anonymous pull.
 type StartRequest struct {
 	WorkloadID  string
 	Command     []string
@@ -172,6 +176,10 @@ type StartRequest struct {
 	CPUMillis        int64
 	NetworkNamespace string
 	Cwd              string
+	// RegistryCredentials are never part of the request's idempotency
+	// digest (json "-"): a rotated credential does not make a retried start
+	// a different request, and no digest of a secret is kept.
+	RegistryCredentials []RegistryCredential `json:"-"`
 
 	// FenceResource is what Mutation.FencingToken is about: [FenceLease] of
 	// the lease for a stateful workload; empty means the workload itself
@@ -179,6 +187,47 @@ type StartRequest struct {
 	// and refuses a lower one with code stale_fencing_token
 	// (docs/plugins.md section 3.4).
 	FenceResource string
+}
+
+// RegistryCredential is how a container driver authenticates to one image
+// registry (docs/plugins.md section 3.5). Secret is a credential: drivers
+// never log it, and String redacts it.
+type RegistryCredential struct {
+	// Host is the registry's "host[:port]" as image references name it.
+	Host string
+	// Username and Secret answer the registry's Basic or token challenge
+	// (Berth's registry ignores the user name and takes a Berth bearer, a
+	// node's brn_ credential for instance, as the secret).
+	Username string
+	Secret   string
+	// Fingerprint, "sha256:<64 hex>", pins the registry's TLS certificate in
+	// place of the system CAs and host name checks; empty means system CAs.
+	Fingerprint string
+	// PlainHTTP reports whether Host is reached over plain HTTP (tests and
+	// a berthd without TLS); false means HTTPS.
+	PlainHTTP bool
+}
+
+// String returns c with its secret redacted, so that c may be logged.
+func (c RegistryCredential) String() string {
+	secret := ""
+	if c.Secret != "" {
+		secret = "<redacted>"
+	}
+	return "{Host:" + c.Host + " Username:" + c.Username + " Secret:" + secret + " Fingerprint:" + c.Fingerprint + "}"
+}
+
+// GoString is String, so that %#v redacts the secret too.
+func (c RegistryCredential) GoString() string { return c.String() }
+
+// CredentialFor returns the credential of creds for host, or nil.
+func CredentialFor(creds []RegistryCredential, host string) *RegistryCredential {
+	for i := range creds {
+		if creds[i].Host == host {
+			return &creds[i]
+		}
+	}
+	return nil
 }
 
 // FenceWorkload is the fence resource of a workload without a lease: the

@@ -10,12 +10,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/abi/pluginapi"
@@ -25,6 +32,7 @@ import (
 	"github.com/berthhq/berth/host/plugin"
 	"github.com/berthhq/berth/nodeplugins/containerd/ctrtest"
 	"github.com/berthhq/berth/nodeplugins/nftables"
+	"github.com/berthhq/berth/sdk/client"
 )
 
 // bundleBytes stands for the core's GET /api/v1/bundles/{digest}: it serves
@@ -311,5 +319,82 @@ func TestContainerOnNodeNetwork(t *testing.T) {
 	}
 	if got := nw.Attachments(); len(got) != 0 {
 		t.Errorf("attachments after removal = %+v", got)
+	}
+}
+
+// TestContainerPullsWithTheNodeCredential: a container image named by
+// digest on the node's registry is pulled by the driver plugin with the
+// node's credential over TLS pinned to the registry's certificate. While the
+// registry refuses the digest (as berthd's refuses one outside the node's
+// desired state) the workload fails as image-unavailable with the
+// registry's reason; once it is allowed, the next attempt runs it. The
+// credential reaches neither the local store nor the driver's records.
+func TestContainerPullsWithTheNodeCredential(t *testing.T) {
+	t.Parallel()
+	h := newContainerHarness(t)
+	const secret = "brn_node-credential-of-the-test"
+	reg := ggcrregistry.New()
+	var allowed atomic.Bool
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, p, ok := r.BasicAuth(); !ok || p != secret {
+			w.Header().Set("WWW-Authenticate", `Basic realm="berth"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+			return
+		}
+		if r.Method != http.MethodPut && r.Method != http.MethodPost && r.Method != http.MethodPatch &&
+			strings.Contains(r.URL.Path, "/manifests/") && !allowed.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"errors":[{"code":"DENIED","message":"a node pulls only the digests of its desired state"}]}`)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	img := ctrtest.Image(t, ctrtest.Config{Cmd: []string{"sleep", "300"}})
+	tag, err := name.NewTag(host + "/shop/web:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img, remote.WithTransport(srv.Client().Transport),
+		remote.WithAuth(&authn.Basic{Username: "ci", Password: secret})); err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	dg, _ := img.Digest()
+	l, err := New(Config{Store: h.store, Driver: h.drv, DataDir: h.dir, Now: h.clk.Now,
+		Registry: &runtime.RegistryCredential{Host: host, Username: "node", Secret: secret, Fingerprint: client.Fingerprint(srv.Certificate().Raw)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.cfg.Prober.Close)
+	spec := h.spec("wl_pulled")
+	spec.BundleDigest, spec.Image = "", host+"/shop/web@"+dg.String()
+	h.desire(spec)
+	_ = h.pass(l) // the start fails; the record says why
+	rec, _ := h.record("wl_pulled")
+	if rec.LastFailure == nil || rec.LastFailure.Kind != node.FailureImage || !strings.Contains(rec.LastFailure.Message, "403") {
+		t.Fatalf("record after a refused pull = %+v (failure %+v); want an image failure naming the 403", rec, rec.LastFailure)
+	}
+	allowed.Store(true)
+	h.clk.Set(rec.NextStartAt)
+	if err := h.pass(l); err != nil {
+		t.Fatalf("pass once the digest is allowed: %v", err)
+	}
+	if st := h.inspect("wl_pulled"); st.State != runtime.StateRunning {
+		t.Fatalf("after the allowed pull: %+v; want running", st)
+	}
+	err = filepath.WalkDir(h.dir, func(path string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		raw, err := os.ReadFile(path)
+		if err == nil && bytes.Contains(raw, []byte(secret)) {
+			t.Errorf("%s holds the node credential", path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

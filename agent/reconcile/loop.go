@@ -14,9 +14,11 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/abi/pluginapi"
 	"github.com/berthhq/berth/abi/runtime"
@@ -62,6 +64,11 @@ type Config struct {
 	// Network attaches container workloads to the node network; nil runs
 	// them in the node's own network namespace.
 	Network Network
+	// Registry is the node's credential for Berth's own registry
+	// (docs/registry.md section 9): handed to the driver with every start
+	// of an image whose registry host is Registry.Host, and never logged;
+	// nil hands none (images are then pulled anonymously).
+	Registry *runtime.RegistryCredential
 }
 
 // LeaseGate is the node's leases as the loop needs them. *lease.Manager
@@ -424,10 +431,15 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	if envErr != nil {
 		return l.failStart(ctx, rec, node.FailureStart, envErr, now)
 	}
-	secretEnv, secretFiles, err := openSecrets(l.cfg.DataDir, spec)
+	secretEnv, secretFiles, pullSecrets, err := openAllSecrets(l.cfg.DataDir, spec)
 	if err != nil {
 		return l.failStart(ctx, rec, node.FailureStart, err, now)
 	}
+	defer func() {
+		for _, v := range pullSecrets {
+			clear(v)
+		}
+	}()
 	secretDir := filepath.Join(dir, "secrets")
 	if err := writeSecretFiles(secretDir, secretFiles); err != nil {
 		return l.failStart(ctx, rec, node.FailureStart, err, now)
@@ -479,23 +491,30 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 		}
 	}
 	resp, err := l.cfg.Driver.Start(ctx, &runtime.StartRequest{
-		Image:            spec.Image,
-		ImageArchive:     imageArchive,
-		User:             spec.User,
-		MemoryBytes:      spec.MemoryBytes,
-		CPUMillis:        spec.CPUMillis,
-		WorkloadID:       spec.WorkloadID,
-		NetworkNamespace: netns,
-		Command:          slices.Clone(spec.Command),
-		Env:              env,
-		WorkDir:          appDir,
-		LogPath:          filepath.Join(dir, "output.log"),
-		LogMaxBytes:      DefaultLogMaxBytes,
-		Mutation:         mut,
-		FenceResource:    StartFence(spec),
+		Image:               spec.Image,
+		ImageArchive:        imageArchive,
+		RegistryCredentials: l.registryCredentials(spec, imageArchive, pullSecrets),
+		User:                spec.User,
+		MemoryBytes:         spec.MemoryBytes,
+		CPUMillis:           spec.CPUMillis,
+		WorkloadID:          spec.WorkloadID,
+		NetworkNamespace:    netns,
+		Command:             slices.Clone(spec.Command),
+		Env:                 env,
+		WorkDir:             appDir,
+		LogPath:             filepath.Join(dir, "output.log"),
+		LogMaxBytes:         DefaultLogMaxBytes,
+		Mutation:            mut,
+		FenceResource:       StartFence(spec),
 	})
 	if err != nil {
-		return l.failStart(ctx, rec, node.FailureStart, fmt.Errorf("start workload %s: %w", spec.WorkloadID, err), now)
+		kind := node.FailureStart
+		if errors.Is(err, errImageUnavailable) {
+			// The registry refused the pull or could not be reached: the
+			// status says image-unavailable, with the driver's reason.
+			kind = node.FailureImage
+		}
+		return l.failStart(ctx, rec, kind, fmt.Errorf("start workload %s: %w", spec.WorkloadID, err), now)
 	}
 	rec.Phase = string(PhaseRunning)
 	rec.Message = ""
@@ -508,6 +527,32 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	}
 	l.log.Info("workload started", "workload_id", spec.WorkloadID, "port", port, "restart_count", rec.RestartCount)
 	return l.cfg.Store.PutWorkload(ctx, rec)
+}
+
+// errImageUnavailable matches, by code, a driver's refusal to fetch an image.
+var errImageUnavailable = abierrors.New(abierrors.ImageUnavailable, "")
+
+// registryCredentials returns what the driver pulls spec's image with, when
+// it is pulled (not imported from a bundle): the node's credential for
+// Berth's registry when the image is on that registry's host, else the
+// pull secret (as "registry", "user:password") the service holds for the
+// image's registry host (docs/registry.md section 9); none otherwise.
+func (l *Loop) registryCredentials(spec *node.WorkloadSpec, imageArchive string, pullSecrets map[string][]byte) []runtime.RegistryCredential {
+	if spec.Image == "" || imageArchive != "" {
+		return nil
+	}
+	host, _, ok := strings.Cut(spec.Image, "/")
+	if !ok || !strings.ContainsAny(host, ".:") && host != "localhost" {
+		host = "docker.io" // a reference without a registry host names Docker Hub
+	}
+	if c := l.cfg.Registry; c != nil && host == c.Host {
+		return []runtime.RegistryCredential{*c}
+	}
+	if v, ok := pullSecrets[host]; ok {
+		user, secret, _ := strings.Cut(string(v), ":")
+		return []runtime.RegistryCredential{{Host: host, Username: user, Secret: secret}}
+	}
+	return nil
 }
 
 // Replays reports whether a start from record rec, with the driver

@@ -90,12 +90,22 @@ const SecretsDirEnv = "BERTH_SECRETS_DIR"
 // wrap ErrSecretOpen: a node without its key, a value sealed to another key, one that does not
 // open, or one bound to another workload, key, secret or version.
 func openSecrets(dataDir string, spec *node.WorkloadSpec) (env, files map[string][]byte, err error) {
+	env, files, registry, err := openAllSecrets(dataDir, spec)
+	for _, v := range registry {
+		clear(v)
+	}
+	return env, files, err
+}
+
+// openAllSecrets is openSecrets that also returns the registry pull credentials of spec
+// (as "registry", by registry host), which go to the runtime driver, never to the workload.
+func openAllSecrets(dataDir string, spec *node.WorkloadSpec) (env, files, registry map[string][]byte, err error) {
 	if len(spec.Secrets) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	keys, err := nodeKeys(dataDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: workload %s: this node cannot read its secret key: %w", ErrSecretOpen, spec.WorkloadID, err)
+		return nil, nil, nil, fmt.Errorf("%w: workload %s: this node cannot read its secret key: %w", ErrSecretOpen, spec.WorkloadID, err)
 	}
 	defer func() {
 		for id, k := range keys {
@@ -103,53 +113,55 @@ func openSecrets(dataDir string, spec *node.WorkloadSpec) (env, files map[string
 			delete(keys, id)
 		}
 	}()
-	env, files = map[string][]byte{}, map[string][]byte{}
+	env, files, registry = map[string][]byte{}, map[string][]byte{}, map[string][]byte{}
 	fail := func(s node.WorkloadSecret, why string) error {
-		for _, v := range env {
-			clear(v)
-		}
-		for _, v := range files {
-			clear(v)
+		for _, m := range []map[string][]byte{env, files, registry} {
+			for _, v := range m {
+				clear(v)
+			}
 		}
 		return fmt.Errorf("%w: workload %s: %s (secret %s version %d): %s", ErrSecretOpen, spec.WorkloadID, s.Key, s.Secret, s.Version, why)
 	}
 	for _, s := range spec.Secrets {
 		switch {
 		case s.Version == 0:
-			return nil, nil, fail(s, "the secret, its version or its set does not exist")
+			return nil, nil, nil, fail(s, "the secret, its version or its set does not exist")
 		case s.RecipientKey == "":
-			return nil, nil, fail(s, "the node registered no secret key")
+			return nil, nil, nil, fail(s, "the node registered no secret key")
 		case len(s.Sealed) == 0:
-			return nil, nil, fail(s, "the core could not seal the value")
+			return nil, nil, nil, fail(s, "the core could not seal the value")
 		}
 		priv, held := keys[s.RecipientKey]
 		if !held {
-			return nil, nil, fail(s, "sealed to another node key")
+			return nil, nil, nil, fail(s, "sealed to another node key")
 		}
 		p, err := curve25519.X25519(priv[:], curve25519.Basepoint)
 		if err != nil {
-			return nil, nil, fail(s, "node secret key: "+err.Error())
+			return nil, nil, nil, fail(s, "node secret key: "+err.Error())
 		}
 		var pub [32]byte
 		copy(pub[:], p)
 		plain, ok := box.OpenAnonymous(nil, s.Sealed, &pub, &priv)
 		if !ok {
-			return nil, nil, fail(s, "the sealed value does not open")
+			return nil, nil, nil, fail(s, "the sealed value does not open")
 		}
 		value, ok := node.OpenedSecretValue(spec.WorkloadID, s, plain)
 		if !ok {
 			clear(plain)
-			return nil, nil, fail(s, "the sealed value belongs to another workload or secret")
+			return nil, nil, nil, fail(s, "the sealed value belongs to another workload or secret")
 		}
 		v := append([]byte(nil), value...)
 		clear(plain)
-		if s.As == node.SecretAsFile {
+		switch s.As {
+		case node.SecretAsFile:
 			files[s.Key] = v
-		} else {
+		case node.SecretAsRegistry:
+			registry[s.Key] = v
+		default:
 			env[s.Key] = v
 		}
 	}
-	return env, files, nil
+	return env, files, registry, nil
 }
 
 // writeSecretFiles replaces dir with a 0700 directory holding one 0600 file per entry of files.

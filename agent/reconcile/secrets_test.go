@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/nacl/box"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/abi/runtime"
 )
 
 // sealFor seals value for workload id and entry e to pub, as the core does.
@@ -136,4 +137,54 @@ func TestOpenSecrets(t *testing.T) {
 			t.Fatalf("secret dir left after the workload dropped its files: %v", err)
 		}
 	})
+}
+
+// TestRegistryPullSecretGoesToTheDriverOnly: a secret delivered as "registry" for the image's
+// registry host reaches the driver as that host's pull credential and not the workload's
+// environment; the node's own credential serves Berth's registry host, and an image on another
+// host gets nothing.
+func TestRegistryPullSecretGoesToTheDriverOnly(t *testing.T) {
+	h := newHarness(t)
+	pub := nodeKey(t, h.dir)
+	l, err := New(Config{Store: h.store, Driver: h.drv, DataDir: h.dir, Now: h.clk.Now,
+		Registry: &runtime.RegistryCredential{Host: "berth.example:7070", Username: "node", Secret: "brn_node"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.cfg.Prober.Close)
+	pinned := "@sha256:" + strings.Repeat("a", 64)
+	pull := sealFor(t, pub, "wl_ext", node.WorkloadSecret{Key: "ghcr.io", As: node.SecretAsRegistry, Secret: "ghcr-pull", Version: 1}, "ci:ghp_pull-value")
+	h.desire(spec("wl_ext", func(s *node.WorkloadSpec) {
+		s.Image = "ghcr.io/acme/app" + pinned
+		s.Secrets = []node.WorkloadSecret{pull}
+	}))
+	if err := h.pass(l); err != nil {
+		t.Fatal(err)
+	}
+	req := h.mem.lastStart()
+	if len(req.RegistryCredentials) != 1 || req.RegistryCredentials[0] != (runtime.RegistryCredential{Host: "ghcr.io", Username: "ci", Secret: "ghp_pull-value"}) {
+		t.Errorf("credentials of the external image = %v", req.RegistryCredentials)
+	}
+	for k, v := range req.Env {
+		if strings.Contains(v, "ghp_pull-value") || k == "ghcr.io" {
+			t.Errorf("the pull secret reached the workload's environment as %s", k)
+		}
+	}
+	for _, tc := range []struct {
+		image string
+		want  []runtime.RegistryCredential
+	}{
+		{"berth.example:7070/shop/web" + pinned, []runtime.RegistryCredential{*l.cfg.Registry}},
+		{"quay.io/acme/app" + pinned, nil},
+		{"library/busybox" + pinned, nil},
+	} {
+		s := spec("wl_x", func(s *node.WorkloadSpec) { s.Image = tc.image })
+		got := l.registryCredentials(&s, "", map[string][]byte{"ghcr.io": []byte("ci:x")})
+		if len(got) != len(tc.want) || (len(got) == 1 && got[0] != tc.want[0]) {
+			t.Errorf("credentials of %s = %v, want %v", tc.image, got, tc.want)
+		}
+	}
+	if got := l.registryCredentials(&node.WorkloadSpec{Image: "busybox" + pinned}, "", map[string][]byte{"docker.io": []byte("u:p")}); len(got) != 1 || got[0].Host != "docker.io" {
+		t.Errorf("a Docker Hub image without a host = %v; want the docker.io credential", got)
+	}
 }

@@ -27,15 +27,22 @@ const maxIndexBytes = 4 << 20
 
 func newImageCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "image push FILE|DIR",
+		Use:   "image push|ls|build",
 		RunE:  groupRunE,
 		Short: "Manage container images",
 	}
 	var name string
 	push := &cobra.Command{
-		Use:   "push FILE|DIR [--name NAME]",
-		Short: "Upload an OCI image layout as a bundle",
-		Long: `push uploads an OCI image layout (a directory, or a tar of one, gzipped or
+		Use:   "push FILE|DIR [[PROJECT/]NAME:TAG | --name NAME]",
+		Short: "Push an image to Berth's registry, or upload an OCI image layout as a bundle",
+		Long: `With a destination, push pushes the image at FILE|DIR (an OCI image layout
+directory, a tar of one, gzipped or not, or a docker save tarball) to Berth's
+registry as [PROJECT/]NAME:TAG (NAME alone means the current project's), with
+the token as the registry password, and prints the pushed reference with its
+digest (docs/registry.md). A layout holding several images is pushed as its
+index.
+
+Without one, push uploads an OCI image layout (a directory, or a tar of one, gzipped or
 not) to the project as a bundle, for services that run on the containerd runtime.
 It prints the bundle's digest and the digest of every image in the layout's
 index.json. A service runs it with:
@@ -45,9 +52,24 @@ index.json. A service runs it with:
   image: <image digest>
 
 (docs/plugins.md section 3, "The containerd driver").`,
-		Example: `  berth image push hello.tar --name hello-image`,
-		Args:    cobra.ExactArgs(1),
+		Example: `  berth image push hello.tar web:v1.2.3
+  berth image push hello.tar --name hello-image`,
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 2 {
+				if name != "" {
+					return errors.New("image push: --name names a bundle; a registry push names its destination instead")
+				}
+				ref, err := a.pushToRegistry(cmd, args[0], args[1])
+				if err != nil {
+					return fmt.Errorf("image push %s %s: %w", args[0], args[1], err)
+				}
+				if a.output == outputJSON {
+					return printJSON(a.stdout, map[string]string{"image": ref})
+				}
+				fmt.Fprintf(a.stdout, "pushed %s\n", ref)
+				return nil
+			}
 			ctx := cmd.Context()
 			c, s, err := a.apiClient(cmd)
 			if err != nil {
@@ -100,7 +122,7 @@ index.json. A service runs it with:
 		},
 	}
 	push.Flags().StringVar(&name, "name", "", "name services can use instead of the bundle digest")
-	cmd.AddCommand(push, newImageBuildCmd(a))
+	cmd.AddCommand(push, newImageLsCmd(a), newImageBuildCmd(a))
 	return cmd
 }
 

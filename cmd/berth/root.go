@@ -123,6 +123,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newBundleCmd(a),
 		newImageCmd(a),
 		newReleaseCmd(a),
+		newRegistryCmd(a),
 		newModuleCmd(a),
 		newRoutesCmd(a),
 		newPolicyCmd(a),

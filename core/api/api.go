@@ -114,6 +114,8 @@ type Config struct {
 	Orchestration *Orchestration
 	// KeyRotator serves POST /api/v1/cluster/signing-key/rotate; nil leaves the route out.
 	KeyRotator KeyRotator
+	// RegistryGC serves POST /api/v1/registry/gc (registry_gc.go); nil leaves the route out.
+	RegistryGC RegistryCollector
 	// Leases serves /leases, /nodes/{id}/lost, /nodes/{id}/fence and /nodes/{id}/fence-ack, and
 	// supersedes a removed node's leases (leases.go); nil leaves the routes out.
 	Leases *fencing.Authority
@@ -196,6 +198,9 @@ func New(cfg Config) *Server {
 	if cfg.KeyRotator != nil {
 		v1.POST("/cluster/signing-key/rotate", s.rotateSigningKey, s.auth(identity.ScopeAdmin, reauth))
 	}
+	if cfg.RegistryGC != nil {
+		v1.POST("/registry/gc", s.registryGC, s.auth(identity.ScopeAdmin))
+	}
 	v1.GET("/plugins", s.listPlugins, s.auth(identity.ScopeNodesRead))
 	v1.GET("/releases", s.listReleases, s.auth(identity.ScopeNodesRead))
 	v1.GET("/releases/:sha256", s.downloadRelease, s.auth(scopeNodeOrRead))
@@ -259,6 +264,7 @@ func routeBody(c echo.Context) bodyKind {
 		"POST /api/v1/nodes/:id/retire",
 		"POST /api/v1/nodes/:id/upgrade",
 		"POST /api/v1/cluster/signing-key/rotate",
+		"POST /api/v1/registry/gc",
 		"PUT /api/v1/projects/:project/secrets/:secret",
 		"PUT /api/v1/projects/:project/secret-sets/:set",
 		"POST /api/v1/secrets/keyring/rotate",

@@ -224,6 +224,8 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 			other: js("DELETE", "/api/v1/projects/default/secrets/db-url?expected_revision=1", nil)},
 		{route: "POST /api/v1/secrets/keyring/rotate", first: js("POST", "/api/v1/secrets/keyring/rotate", nil),
 			other: js("POST", "/api/v1/secrets/keyring/rotate", map[string]any{"retire_old": true})},
+		{route: "POST /api/v1/registry/gc", first: js("POST", "/api/v1/registry/gc", map[string]any{"dry_run": true}),
+			other: js("POST", "/api/v1/registry/gc", map[string]any{"dry_run": false})},
 	}
 	// claimedOnly are keyed routes this table cannot drive to a success.
 	claimedOnly := map[string]string{

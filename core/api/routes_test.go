@@ -15,6 +15,7 @@ import (
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/policy"
+	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/session"
 	hostwasm "github.com/berthhq/berth/host/wasm"
@@ -27,6 +28,20 @@ type keyRotatorFunc func(ctx context.Context) (KeyRotation, error)
 func (f keyRotatorFunc) RotateSigningKey(ctx context.Context) (KeyRotation, error) { return f(ctx) }
 
 var _ KeyRotator = keyRotatorFunc(nil)
+
+// registryGCFunc adapts a function to [RegistryCollector].
+type registryGCFunc func(ctx context.Context, dryRun bool) (*registry.GCReport, error)
+
+func (f registryGCFunc) Collect(ctx context.Context, dryRun bool) (*registry.GCReport, error) {
+	return f(ctx, dryRun)
+}
+
+var _ RegistryCollector = registryGCFunc(nil)
+
+// stubGC answers every pass with an empty report of its mode.
+var stubGC = registryGCFunc(func(_ context.Context, dryRun bool) (*registry.GCReport, error) {
+	return &registry.GCReport{DryRun: dryRun, Deletions: []registry.GCItem{}}, nil
+})
 
 // newFullFixture serves every route the API has: leases, key rotation, events, node sessions
 // and node operations (a real session server with no node connected), orchestration with the
@@ -60,6 +75,7 @@ func newFullFixture(t *testing.T) *fixture {
 		c.KeyRotator = keyRotatorFunc(func(context.Context) (KeyRotation, error) {
 			return KeyRotation{KeyID: "key_test", Nodes: []NodeKeyRotated{}}, nil
 		})
+		c.RegistryGC = stubGC
 		c.Orchestration = &Orchestration{Leases: leases.NewManager(st, leases.Config{Owner: "brd_test"}), Runners: reg,
 			Operations: ops, Placement: placement.NewService(st, reg, ops), Transport: true}
 	})
@@ -125,6 +141,7 @@ func everyRoute() map[string]routeRow {
 		"GET /api/v1/projects/:project/secret-sets": none, "PUT /api/v1/projects/:project/secret-sets/:set": obj,
 		"GET /api/v1/projects/:project/secret-sets/:set": none, "DELETE /api/v1/projects/:project/secret-sets/:set": none,
 		"GET /api/v1/secrets/keyring": none, "POST /api/v1/secrets/keyring/rotate": obj, "POST /api/v1/nodes/:id/secret-key/rotate": obj,
+		"POST /api/v1/registry/gc":    obj,
 		"POST /api/runner/v1/observe": runner, "POST /api/runner/v1/artifact": runner, "POST /api/runner/v1/runtime": runner,
 	}
 }

@@ -55,7 +55,7 @@ func fullServer(t *testing.T) *Server {
 	return New(Config{Secrets: &SecretsConfig{Store: secrets.NewStore(st, kr, nil)}, Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
 		Tokens: identity.NewTokens(st), Hinter: nopHinter{}, Events: events.New(st, nil), Changelog: changelog.New(st, 1, nil),
 		Sessions: http.NotFoundHandler(), NodeOps: stubCommander{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
-		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{},
+		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{}, RegistryGC: stubGC,
 		Leases: fencing.New(st, fencing.Config{}), Guard: fencing.NewGuard(st, nil),
 		ImageReleases: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)})
 }

@@ -17,13 +17,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distribution/distribution/v3"
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/distribution/distribution/v3/registry/api/errcode"
 	v2 "github.com/distribution/distribution/v3/registry/api/v2"
 	"github.com/distribution/distribution/v3/registry/handlers"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem" // the filesystem storage driver
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/s3-aws"     // the S3 storage driver
 	"github.com/gorilla/mux"
+	digest "github.com/opencontainers/go-digest"
 
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/identity"
@@ -107,6 +110,13 @@ type Registry struct {
 	app    *handlers.App
 	router *mux.Router
 	log    *slog.Logger
+
+	// The storage as the garbage collector walks it (gc.go), when it
+	// started serving, and when each digest was last named by a request.
+	drv     storagedriver.StorageDriver
+	ns      distribution.Namespace
+	started time.Time
+	used    usage
 }
 
 // New builds the registry. It does not start listening; serve it with
@@ -158,7 +168,11 @@ func New(ctx context.Context, cfg Config) (r *Registry, err error) {
 		}
 	}()
 	app := handlers.NewApp(ctx, dc)
-	return &Registry{cfg: cfg, app: app, router: v2.Router(), log: cfg.Logger}, nil
+	drv, ns, err := storageFor(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Registry{cfg: cfg, app: app, router: v2.Router(), log: cfg.Logger, drv: drv, ns: ns, started: cfg.Now()}, nil
 }
 
 // appConfig is distribution's configuration, built in code.
@@ -266,6 +280,7 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		serveError(w, http.StatusForbidden, errcode.ErrorCodeDenied.WithMessage("a node pulls only the digests of its desired state"))
 		return
 	}
+	r.touch(req, n)
 	if n.route == v2.RouteNameBlobUpload && req.Method == http.MethodPost {
 		if from := req.URL.Query().Get("from"); from != "" && validRepo(from) && req.URL.Query().Get("mount") != "" {
 			if _, asked := c.Access["repository:"+from]; !asked {
@@ -285,6 +300,18 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if n.route == v2.RouteNameManifest && req.Method == http.MethodDelete && sw.status/100 == 2 && digestRE.MatchString(n.ref) {
 		if err := r.forgetReferrer(req.Context(), n.repo, n.ref); err != nil {
 			r.log.Error("registry: forget referrer", "repository", n.repo, "digest", n.ref, "err", err)
+		}
+	}
+}
+
+// touch records the digests an authenticated request names (a manifest or
+// blob by digest, an upload's completing digest, a mount's blob), so that
+// the garbage collector keeps them for its grace period (gc.go).
+func (r *Registry) touch(req *http.Request, n need) {
+	now := r.cfg.Now()
+	for _, s := range []string{n.ref, req.URL.Query().Get("digest"), req.URL.Query().Get("mount")} {
+		if d, err := digest.Parse(s); err == nil {
+			r.used.touch(d, now)
 		}
 	}
 }
@@ -369,6 +396,9 @@ func (r *Registry) servePush(w http.ResponseWriter, req *http.Request, n need, c
 	if ok {
 		sum := sha256.Sum256(body)
 		p.Digest = "sha256:" + hex.EncodeToString(sum[:])
+		if d, err := digest.Parse(p.Digest); err == nil {
+			r.used.touch(d, r.cfg.Now())
+		}
 	}
 	if r.cfg.Authorize != nil && ok {
 		if err := r.cfg.Authorize(req.Context(), p); errors.Is(err, ErrDenied) {

@@ -44,6 +44,7 @@ type env struct {
 	pushes []registry.Push
 	images map[string][]string // node id -> image refs
 	rel    *registry.Releases
+	reg    *registry.Registry
 	st     *store.Store
 	// follow, when set, is the deploy-on-push step of every recorded push to a tag.
 	follow registry.FollowFunc
@@ -51,12 +52,15 @@ type env struct {
 
 const nodeCred = "brn_testnodecredential"
 
-func newEnv(t *testing.T, s3 blobs.S3Config) *env {
+func newEnv(t *testing.T, s3 blobs.S3Config) *env { return newEnvAt(t, s3, nil) }
+
+// newEnvAt is newEnv with the registry's and the releases' clock now (nil: time.Now).
+func newEnvAt(t *testing.T, s3 blobs.S3Config, now func() time.Time) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	st := storetest.Open(t)
-	e := &env{st: st, tokens: identity.NewTokens(st), images: map[string][]string{}, rel: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)}
+	e := &env{st: st, tokens: identity.NewTokens(st), images: map[string][]string{}, rel: registry.NewReleases(st.Collection(registry.ReleasesCollection), now)}
 	record := e.rel.RecordAndFollow(func(ctx context.Context, p registry.Push, digest string) error {
 		e.mu.Lock()
 		follow := e.follow
@@ -69,7 +73,7 @@ func newEnv(t *testing.T, s3 blobs.S3Config) *env {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	reg, err := registry.New(ctx, registry.Config{
-		RootDir: t.TempDir(), S3: s3, Key: key, Tokens: e.tokens,
+		RootDir: t.TempDir(), S3: s3, Key: key, Tokens: e.tokens, Now: now,
 		Nodes: func(ctx context.Context, cred string) (string, error) {
 			if cred != nodeCred {
 				return "", identity.ErrUnauthenticated
@@ -92,6 +96,7 @@ func newEnv(t *testing.T, s3 blobs.S3Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.reg = reg
 	e.srv = httptest.NewServer(reg)
 	t.Cleanup(e.srv.Close)
 	e.host = strings.TrimPrefix(e.srv.URL, "http://")

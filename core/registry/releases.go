@@ -220,6 +220,20 @@ func (r *Releases) List(ctx context.Context, repo string) ([]Release, error) {
 	return out, nil
 }
 
+// All returns every release of every repository (one scan of the
+// collection): for the garbage collector, not hot paths.
+func (r *Releases) All(ctx context.Context) ([]Release, error) {
+	cur, err := r.coll.Find(ctx, bson.M{})
+	if err != nil {
+		return nil, fmt.Errorf("list releases: %w", err)
+	}
+	var out []Release
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("list releases: %w", err)
+	}
+	return out, nil
+}
+
 func latest(r Release) time.Time {
 	if r.PushedAt.After(r.ReservedAt) {
 		return r.PushedAt

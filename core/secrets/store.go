@@ -157,22 +157,33 @@ type Ref struct {
 const (
 	AsEnv  = "env"
 	AsFile = "file"
+	// AsRegistry: the value ("user:password") pulls the service's image from the registry
+	// whose host the key names (docs/registry.md section 9).
+	AsRegistry = "registry"
 )
 
 // Validate checks r's fields (not that the secret exists). Errors wrap [ErrInvalid].
 func (r Ref) Validate(key string) error {
 	switch {
-	case !ValidKey(key):
+	case r.As == AsRegistry && !validRegistryHost(key):
+		return fmt.Errorf("%w: %q is not a registry host (host[:port], lower case)", ErrInvalid, key)
+	case r.As != AsRegistry && !ValidKey(key):
 		return fmt.Errorf("%w: %q is not an environment variable name (letters, digits and _, not starting with a digit or BERTH_)", ErrInvalid, key)
 	case !ValidName(r.Secret):
 		return fmt.Errorf("%w: %s names secret %q, which is not a valid name", ErrInvalid, key, r.Secret)
 	case r.Version < 0:
 		return fmt.Errorf("%w: %s: version must be 1 or more (or left out for the current one)", ErrInvalid, key)
-	case r.As != "" && r.As != AsEnv && r.As != AsFile:
-		return fmt.Errorf("%w: %s: as must be %q or %q", ErrInvalid, key, AsEnv, AsFile)
+	case r.As != "" && r.As != AsEnv && r.As != AsFile && r.As != AsRegistry:
+		return fmt.Errorf("%w: %s: as must be %q, %q or %q", ErrInvalid, key, AsEnv, AsFile, AsRegistry)
 	}
 	return nil
 }
+
+// registryHostRE is a registry host as image references name it: DNS labels or an IPv4
+// address, optionally with a port.
+var registryHostRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?$`)
+
+func validRegistryHost(h string) bool { return len(h) <= 253 && registryHostRE.MatchString(h) }
 
 // Set is a document of collection "secret_sets": a named group of references that services
 // attach as a whole (`secret_sets: [payments]`). Deleted sets stay as tombstones, like secrets.

@@ -371,7 +371,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	metrics.MustRegister(&plugin.StatusCollector{List: pluginStatuses})
 	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
+	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log, deployOnPush(cfg, cat, rec, log))
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	gc := registry.NewCollector(oci, imageReleases, imagesInUse(cat), registry.GCPolicy{})
 	handler := api.New(api.Config{
+		RegistryGC:    gc,
 		ImageReleases: imageReleases,
 		Secrets:       &api.SecretsConfig{Store: sec, Rewrap: rewrapper.Kick},
 		Catalog:       cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, NodeOps: sessions, Events: evlog, Changelog: clog,
@@ -383,10 +389,6 @@ func Run(ctx context.Context, cfg Config) error {
 		Releases: releases.New(cfg.ReleaseDir),
 		Plugins:  pluginStatuses,
 	})
-	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log, deployOnPush(cfg, cat, rec, log))
-	if err != nil {
-		return fmt.Errorf("registry: %w", err)
-	}
 	srv := &http.Server{
 		Handler:           withRegistry(handler, oci),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -402,6 +404,8 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { defer close(idemDone); handler.RunIdempotencySweep(rctx, 0) }()
 	clogDone := make(chan struct{})
 	go func() { defer close(clogDone); clog.Run(rctx) }()
+	gcDone := make(chan struct{})
+	go func() { defer close(gcDone); gc.Run(rctx) }()
 
 	serveErr := make(chan error, 1)
 	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{servTLS.Certificate}}
@@ -423,6 +427,7 @@ func Run(ctx context.Context, cfg Config) error {
 		<-orchDone
 		<-idemDone
 		<-clogDone
+		<-gcDone
 		return fmt.Errorf("api server: %w", err)
 	}
 	log.Info("berthd shutting down")
@@ -437,5 +442,6 @@ func Run(ctx context.Context, cfg Config) error {
 	<-orchDone
 	<-idemDone
 	<-clogDone
+	<-gcDone
 	return nil
 }

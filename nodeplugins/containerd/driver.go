@@ -9,7 +9,8 @@
 // are the fencing and idempotency records of sdk/guard under Config.StateDir.
 //
 // Images are pinned by digest: StartRequest.Image is "host/repo@sha256:<hex>"
-// (pulled from that registry) or "sha256:<hex>" naming a manifest or index of
+// (pulled from that registry, with the StartRequest.RegistryCredentials entry
+// of its host, if any) or "sha256:<hex>" naming a manifest or index of
 // the OCI image layout tar at StartRequest.ImageArchive (imported). Both are
 // kept in containerd's content store under the digest and unpacked into the
 // snapshotter once; later starts reuse them.
@@ -325,7 +326,7 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		return nil, fmt.Errorf("start workload %s: load container: %w", id, err)
 	}
 
-	img, err := d.ensureImage(ctx, req.Image, req.ImageArchive)
+	img, err := d.ensureImage(ctx, req.Image, req.ImageArchive, req.RegistryCredentials)
 	if err != nil {
 		return nil, fmt.Errorf("start workload %s: %w", id, err)
 	}

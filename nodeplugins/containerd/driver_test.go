@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -12,13 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/conformance"
 	"github.com/berthhq/berth/nodeplugins/containerd"
 	"github.com/berthhq/berth/nodeplugins/containerd/ctrtest"
+	"github.com/berthhq/berth/sdk/client"
 	"github.com/berthhq/berth/sdk/runtime"
 )
 
@@ -317,5 +321,75 @@ func TestRefusesDocker(t *testing.T) {
 	_, err = containerd.New(t.Context(), containerd.Config{Address: "/run/docker/containerd/containerd.sock", StateDir: t.TempDir()})
 	if !errors.Is(err, containerd.ErrDockerSocket) {
 		t.Errorf("New on Docker's socket path: %v; want ErrDockerSocket", err)
+	}
+}
+
+// TestPullWithRegistryCredential pulls by digest from a registry behind
+// HTTPS and Basic authentication, as a node pulls from berthd's /v2: without
+// the credential, with a wrong one, or with it but another certificate pin,
+// the start fails with image_unavailable and the registry's answer; with both it runs, and
+// the secret is in none of the driver's records.
+func TestPullWithRegistryCredential(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const user, secret = "node", "brn_pull-secret-for-the-test"
+	reg := registry.New()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != user || p != secret {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	img := ctrtest.Image(t, ctrtest.Config{Cmd: []string{"sleep", "300"}})
+	tag, err := name.NewTag(host + "/shop/web:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img, remote.WithTransport(srv.Client().Transport),
+		remote.WithAuth(&authn.Basic{Username: user, Password: secret})); err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	dg, _ := img.Digest()
+	ref := tag.Context().Name() + "@" + dg.String()
+	pin := client.Fingerprint(srv.Certificate().Raw)
+	start := func(id string, creds ...runtime.RegistryCredential) (*runtime.StartResponse, error) {
+		req := f.req(t, id)
+		req.Image, req.ImageArchive, req.RegistryCredentials = ref, "", creds
+		return f.d.Start(ctx(t), req)
+	}
+	unavailable := abierrors.New(abierrors.ImageUnavailable, "")
+	if _, err := start("wl_anon"); !errors.Is(err, unavailable) {
+		t.Errorf("Start without a credential: %v; want image_unavailable", err)
+	}
+	if _, err := start("wl_wrong", runtime.RegistryCredential{Host: host, Username: user, Secret: "brn_wrong", Fingerprint: pin}); !errors.Is(err, unavailable) || !strings.Contains(err.Error(), "401") {
+		t.Errorf("Start with a wrong secret: %v; want image_unavailable naming the 401", err)
+	}
+	other := "sha256:" + strings.Repeat("ab", 32)
+	if _, err := start("wl_pin", runtime.RegistryCredential{Host: host, Username: user, Secret: secret, Fingerprint: other}); !errors.Is(err, unavailable) || !strings.Contains(err.Error(), "fingerprint") {
+		t.Errorf("Start with another pin: %v; want image_unavailable naming the fingerprint", err)
+	}
+	r, err := start("wl_pull", runtime.RegistryCredential{Host: host, Username: user, Secret: secret, Fingerprint: pin})
+	if err != nil || r.State.State != runtime.StateRunning {
+		t.Fatalf("Start with the credential = %+v, %v", r, err)
+	}
+	if strings.Contains(fmt.Sprint(runtime.RegistryCredential{Secret: secret}), secret) {
+		t.Error("a credential prints its secret")
+	}
+	err = filepath.WalkDir(f.stateDir, func(path string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		raw, err := os.ReadFile(path)
+		if err == nil && bytes.Contains(raw, []byte(secret)) {
+			t.Errorf("%s holds the registry secret", path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

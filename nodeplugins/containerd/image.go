@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	ctd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/archive/compression"
@@ -15,6 +17,10 @@ import (
 	"github.com/containerd/containerd/remotes/docker"
 	"github.com/distribution/reference"
 	digest "github.com/opencontainers/go-digest"
+
+	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/runtime"
+	"github.com/berthhq/berth/sdk/client"
 )
 
 // archiveImagePrefix names images imported from an OCI image layout tar: the
@@ -22,10 +28,13 @@ import (
 const archiveImagePrefix = "berth.local/archive@"
 
 // ensureImage returns the image ref (pinned by digest) ready to run: found
-// in containerd, imported from archive, or pulled; then unpacked into the
-// snapshotter. It returns an error wrapping ErrInvalidRequest when ref is not
-// pinned by digest, or when the archive does not hold it.
-func (d *Driver) ensureImage(ctx context.Context, ref, archive string) (ctd.Image, error) {
+// in containerd, imported from archive, or pulled with the credential of
+// creds for its registry host; then unpacked into the snapshotter. It returns
+// an error wrapping ErrInvalidRequest when ref is not pinned by digest, or
+// when the archive does not hold it, and one of code image_unavailable when
+// the pull fails (the registry refused it, could not be reached, or its
+// certificate is not the pinned one).
+func (d *Driver) ensureImage(ctx context.Context, ref, archive string, creds []runtime.RegistryCredential) (ctd.Image, error) {
 	name, dgst, err := imageName(ref)
 	if err != nil {
 		return nil, err
@@ -47,8 +56,10 @@ func (d *Driver) ensureImage(ctx context.Context, ref, archive string) (ctd.Imag
 	case strings.HasPrefix(name, archiveImagePrefix):
 		return nil, fmt.Errorf("image %s: a bare digest needs an image archive: %w", ref, ErrInvalidRequest)
 	default:
-		if img, err = d.pull(ctx, name); err != nil {
-			return nil, fmt.Errorf("pull image %s: %w", ref, err)
+		if img, err = d.pull(ctx, name, creds); err != nil {
+			// The cause names the registry's answer (401, 403 with its
+			// reason, a certificate mismatch); it never holds the secret.
+			return nil, abierrors.Wrap(abierrors.ImageUnavailable, "pull image "+ref, err)
 		}
 	}
 	unpacked, err := img.IsUnpacked(ctx, d.cfg.Snapshotter)
@@ -138,13 +149,39 @@ func (d *Driver) putImage(ctx context.Context, im images.Image) (images.Image, e
 	return out, nil
 }
 
-// pull fetches name from its registry, over plain HTTP for loopback hosts
-// and Config.PlainHTTPRegistries.
-func (d *Driver) pull(ctx context.Context, name string) (ctd.Image, error) {
-	resolver := docker.NewResolver(docker.ResolverOptions{
-		Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(d.plainHTTP)),
-	})
+// pull fetches name from its registry: with the credential of creds for
+// the registry's host when there is one (over HTTPS pinned to its
+// fingerprint, or plain HTTP when it says so), else anonymously, over plain
+// HTTP for loopback hosts and Config.PlainHTTPRegistries. containerd checks
+// every fetched blob against its digest.
+func (d *Driver) pull(ctx context.Context, name string, creds []runtime.RegistryCredential) (ctd.Image, error) {
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: d.registryHosts(creds)})
 	return d.client.Pull(ctx, name, ctd.WithResolver(resolver), ctd.WithPullSnapshotter(d.cfg.Snapshotter))
+}
+
+// registryHosts configures each registry host: the one a credential of
+// creds names gets its authorizer and its TLS pin; the others the defaults.
+func (d *Driver) registryHosts(creds []runtime.RegistryCredential) docker.RegistryHosts {
+	return func(host string) ([]docker.RegistryHost, error) {
+		c := runtime.CredentialFor(creds, host)
+		if c == nil {
+			return docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(d.plainHTTP))(host)
+		}
+		tlsCfg, err := client.PinnedTLSConfig(c.Fingerprint)
+		if err != nil {
+			return nil, fmt.Errorf("registry %s: %w", host, err)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tlsCfg
+		tr.TLSHandshakeTimeout = 10 * time.Second
+		hc := &http.Client{Transport: tr}
+		user, secret := c.Username, c.Secret
+		auth := docker.NewDockerAuthorizer(docker.WithAuthClient(hc),
+			docker.WithAuthCreds(func(string) (string, string, error) { return user, secret, nil }))
+		plain := c.PlainHTTP
+		return docker.ConfigureDefaultRegistries(docker.WithClient(hc), docker.WithAuthorizer(auth),
+			docker.WithPlainHTTP(func(string) (bool, error) { return plain, nil }))(host)
+	}
 }
 
 // plainHTTP reports whether host is pulled over plain HTTP.

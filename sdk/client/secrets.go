@@ -12,8 +12,10 @@ import (
 
 // SecretRef is one reference from a service (or a secret set) to a secret (docs/api.md section
 // 10): its name, a pinned version (0: the current one, so a new version rolls the service) and
-// how the workload receives it, As "env" (an environment variable; also when empty) or "file"
-// (a file of that name in the directory $BERTH_SECRETS_DIR). In JSON it is either the secret's
+// how the workload receives it, As "env" (an environment variable; also when empty), "file"
+// (a file of that name in the directory $BERTH_SECRETS_DIR) or "registry" (the key is a registry
+// host, the value "user:password" pulls the service's image from it; the workload never sees
+// it, docs/secrets.md section 5). In JSON it is either the secret's
 // name as a string or an object {"secret", "version", "as"}.
 type SecretRef struct {
 	Secret  string `json:"secret"`

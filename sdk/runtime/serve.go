@@ -15,26 +15,27 @@ import (
 // The contract, re-exported so a driver author imports one package. See
 // [abiruntime.Driver] for the lifecycle and obligations.
 type (
-	Driver           = abiruntime.Driver
-	LogStreamer      = abiruntime.LogStreamer
-	StatsReporter    = abiruntime.StatsReporter
-	DescribeResponse = abiruntime.DescribeResponse
-	Capabilities     = abiruntime.Capabilities
-	Handle           = abiruntime.Handle
-	StartRequest     = abiruntime.StartRequest
-	StartResponse    = abiruntime.StartResponse
-	StopMode         = abiruntime.StopMode
-	StopRequest      = abiruntime.StopRequest
-	StopResponse     = abiruntime.StopResponse
-	InspectRequest   = abiruntime.InspectRequest
-	RecoverRequest   = abiruntime.RecoverRequest
-	LogsRequest      = abiruntime.LogsRequest
-	StatsRequest     = abiruntime.StatsRequest
-	Stats            = abiruntime.Stats
-	WorkloadState    = abiruntime.WorkloadState
-	Mutation         = pluginapi.Mutation
-	HealthReport     = pluginapi.HealthReport
-	HealthState      = pluginapi.HealthState
+	Driver             = abiruntime.Driver
+	LogStreamer        = abiruntime.LogStreamer
+	StatsReporter      = abiruntime.StatsReporter
+	DescribeResponse   = abiruntime.DescribeResponse
+	Capabilities       = abiruntime.Capabilities
+	Handle             = abiruntime.Handle
+	StartRequest       = abiruntime.StartRequest
+	StartResponse      = abiruntime.StartResponse
+	RegistryCredential = abiruntime.RegistryCredential
+	StopMode           = abiruntime.StopMode
+	StopRequest        = abiruntime.StopRequest
+	StopResponse       = abiruntime.StopResponse
+	InspectRequest     = abiruntime.InspectRequest
+	RecoverRequest     = abiruntime.RecoverRequest
+	LogsRequest        = abiruntime.LogsRequest
+	StatsRequest       = abiruntime.StatsRequest
+	Stats              = abiruntime.Stats
+	WorkloadState      = abiruntime.WorkloadState
+	Mutation           = pluginapi.Mutation
+	HealthReport       = pluginapi.HealthReport
+	HealthState        = pluginapi.HealthState
 )
 
 // Re-exported constants of the contract.

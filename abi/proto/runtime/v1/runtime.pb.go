@@ -255,8 +255,11 @@ type StartRequest struct {
 	// The resource mutation.fencing_token is about: "lease/<lease id>" for a
 	// stateful workload; empty means the workload itself.
 	FenceResource string `protobuf:"bytes,16,opt,name=fence_resource,json=fenceResource,proto3" json:"fence_resource,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// How image is pulled: the credential whose host is image's registry host
+	// (docs/plugins.md section 3.5). Secrets; never logged.
+	RegistryCredentials []*RegistryCredential `protobuf:"bytes,20,rep,name=registry_credentials,json=registryCredentials,proto3" json:"registry_credentials,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StartRequest) Reset() {
@@ -401,6 +404,95 @@ func (x *StartRequest) GetFenceResource() string {
 	return ""
 }
 
+func (x *StartRequest) GetRegistryCredentials() []*RegistryCredential {
+	if x != nil {
+		return x.RegistryCredentials
+	}
+	return nil
+}
+
+// RegistryCredential authenticates a pull from one image registry.
+type RegistryCredential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "host[:port]" as image references name the registry.
+	Host     string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	Username string `protobuf:"bytes,2,opt,name=username,proto3" json:"username,omitempty"`
+	// A password or bearer; never logged.
+	Secret string `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
+	// "sha256:<64 hex>" pins the registry's TLS certificate; empty means the
+	// system CAs.
+	Fingerprint string `protobuf:"bytes,4,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// Reports whether host is reached over plain HTTP.
+	PlainHttp     bool `protobuf:"varint,5,opt,name=plain_http,json=plainHttp,proto3" json:"plain_http,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegistryCredential) Reset() {
+	*x = RegistryCredential{}
+	mi := &file_runtime_v1_runtime_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistryCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistryCredential) ProtoMessage() {}
+
+func (x *RegistryCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_v1_runtime_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistryCredential.ProtoReflect.Descriptor instead.
+func (*RegistryCredential) Descriptor() ([]byte, []int) {
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RegistryCredential) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *RegistryCredential) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *RegistryCredential) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *RegistryCredential) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *RegistryCredential) GetPlainHttp() bool {
+	if x != nil {
+		return x.PlainHttp
+	}
+	return false
+}
+
 type StartResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	State         *WorkloadState         `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
@@ -410,7 +502,7 @@ type StartResponse struct {
 
 func (x *StartResponse) Reset() {
 	*x = StartResponse{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[4]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +514,7 @@ func (x *StartResponse) String() string {
 func (*StartResponse) ProtoMessage() {}
 
 func (x *StartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[4]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +527,7 @@ func (x *StartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
 func (*StartResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{4}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StartResponse) GetState() *WorkloadState {
@@ -461,7 +553,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[5]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +565,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[5]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +578,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{5}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StopRequest) GetWorkloadId() string {
@@ -533,7 +625,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[6]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +637,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[6]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +650,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{6}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StopResponse) GetState() *WorkloadState {
@@ -577,7 +669,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[7]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +681,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[7]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +694,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{7}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *InspectRequest) GetWorkloadId() string {
@@ -621,7 +713,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[8]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +725,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[8]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +738,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{8}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InspectResponse) GetState() *WorkloadState {
@@ -664,7 +756,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[9]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +768,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[9]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +781,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{9}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{10}
 }
 
 type ListResponse struct {
@@ -701,7 +793,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[10]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +805,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[10]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +818,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{10}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListResponse) GetWorkloads() []*WorkloadState {
@@ -746,7 +838,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[11]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +850,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[11]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +863,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{11}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RecoverRequest) GetWorkloadId() string {
@@ -797,7 +889,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[12]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +901,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[12]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +914,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{12}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RecoverResponse) GetState() *WorkloadState {
@@ -845,7 +937,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[13]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +949,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[13]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +962,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{13}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LogsRequest) GetWorkloadId() string {
@@ -903,7 +995,7 @@ type LogsChunk struct {
 
 func (x *LogsChunk) Reset() {
 	*x = LogsChunk{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[14]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1007,7 @@ func (x *LogsChunk) String() string {
 func (*LogsChunk) ProtoMessage() {}
 
 func (x *LogsChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[14]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1020,7 @@ func (x *LogsChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsChunk.ProtoReflect.Descriptor instead.
 func (*LogsChunk) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{14}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LogsChunk) GetData() []byte {
@@ -947,7 +1039,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[15]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1051,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[15]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1064,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{15}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatsRequest) GetWorkloadId() string {
@@ -993,7 +1085,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[16]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1097,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[16]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1110,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{16}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StatsResponse) GetCpuSeconds() float64 {
@@ -1061,7 +1153,7 @@ type WorkloadState struct {
 
 func (x *WorkloadState) Reset() {
 	*x = WorkloadState{}
-	mi := &file_runtime_v1_runtime_proto_msgTypes[17]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1165,7 @@ func (x *WorkloadState) String() string {
 func (*WorkloadState) ProtoMessage() {}
 
 func (x *WorkloadState) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_v1_runtime_proto_msgTypes[17]
+	mi := &file_runtime_v1_runtime_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1178,7 @@ func (x *WorkloadState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadState.ProtoReflect.Descriptor instead.
 func (*WorkloadState) Descriptor() ([]byte, []int) {
-	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{17}
+	return file_runtime_v1_runtime_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WorkloadState) GetWorkloadId() string {
@@ -1155,7 +1247,7 @@ const file_runtime_v1_runtime_proto_rawDesc = "" +
 	"\x05stats\x18\x04 \x01(\bR\x05stats\"6\n" +
 	"\x06Handle\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xe2\x04\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xbb\x05\n" +
 	"\fStartRequest\x12\x1f\n" +
 	"\vworkload_id\x18\x01 \x01(\tR\n" +
 	"workloadId\x12\x18\n" +
@@ -1175,10 +1267,18 @@ const file_runtime_v1_runtime_proto_rawDesc = "" +
 	"cpu_millis\x18\r \x01(\x03R\tcpuMillis\x12+\n" +
 	"\x11network_namespace\x18\x0e \x01(\tR\x10networkNamespace\x12\x10\n" +
 	"\x03cwd\x18\x0f \x01(\tR\x03cwd\x12%\n" +
-	"\x0efence_resource\x18\x10 \x01(\tR\rfenceResource\x1a6\n" +
+	"\x0efence_resource\x18\x10 \x01(\tR\rfenceResource\x12W\n" +
+	"\x14registry_credentials\x18\x14 \x03(\v2$.berth.runtime.v1.RegistryCredentialR\x13registryCredentials\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\x01\n" +
+	"\x12RegistryCredential\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1a\n" +
+	"\busername\x18\x02 \x01(\tR\busername\x12\x16\n" +
+	"\x06secret\x18\x03 \x01(\tR\x06secret\x12 \n" +
+	"\vfingerprint\x18\x04 \x01(\tR\vfingerprint\x12\x1d\n" +
+	"\n" +
+	"plain_http\x18\x05 \x01(\bR\tplainHttp\"F\n" +
 	"\rStartResponse\x125\n" +
 	"\x05state\x18\x01 \x01(\v2\x1f.berth.runtime.v1.WorkloadStateR\x05state\"\xd5\x01\n" +
 	"\vStopRequest\x12\x1f\n" +
@@ -1253,73 +1353,75 @@ func file_runtime_v1_runtime_proto_rawDescGZIP() []byte {
 	return file_runtime_v1_runtime_proto_rawDescData
 }
 
-var file_runtime_v1_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_runtime_v1_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_runtime_v1_runtime_proto_goTypes = []any{
 	(*DescribeResponse)(nil),      // 0: berth.runtime.v1.DescribeResponse
 	(*Capabilities)(nil),          // 1: berth.runtime.v1.Capabilities
 	(*Handle)(nil),                // 2: berth.runtime.v1.Handle
 	(*StartRequest)(nil),          // 3: berth.runtime.v1.StartRequest
-	(*StartResponse)(nil),         // 4: berth.runtime.v1.StartResponse
-	(*StopRequest)(nil),           // 5: berth.runtime.v1.StopRequest
-	(*StopResponse)(nil),          // 6: berth.runtime.v1.StopResponse
-	(*InspectRequest)(nil),        // 7: berth.runtime.v1.InspectRequest
-	(*InspectResponse)(nil),       // 8: berth.runtime.v1.InspectResponse
-	(*ListRequest)(nil),           // 9: berth.runtime.v1.ListRequest
-	(*ListResponse)(nil),          // 10: berth.runtime.v1.ListResponse
-	(*RecoverRequest)(nil),        // 11: berth.runtime.v1.RecoverRequest
-	(*RecoverResponse)(nil),       // 12: berth.runtime.v1.RecoverResponse
-	(*LogsRequest)(nil),           // 13: berth.runtime.v1.LogsRequest
-	(*LogsChunk)(nil),             // 14: berth.runtime.v1.LogsChunk
-	(*StatsRequest)(nil),          // 15: berth.runtime.v1.StatsRequest
-	(*StatsResponse)(nil),         // 16: berth.runtime.v1.StatsResponse
-	(*WorkloadState)(nil),         // 17: berth.runtime.v1.WorkloadState
-	nil,                           // 18: berth.runtime.v1.StartRequest.EnvEntry
-	(*v1.Mutation)(nil),           // 19: berth.plugin.v1.Mutation
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*v1.DescribeRequest)(nil),    // 22: berth.plugin.v1.DescribeRequest
-	(*v1.HealthRequest)(nil),      // 23: berth.plugin.v1.HealthRequest
-	(*v1.HealthReport)(nil),       // 24: berth.plugin.v1.HealthReport
+	(*RegistryCredential)(nil),    // 4: berth.runtime.v1.RegistryCredential
+	(*StartResponse)(nil),         // 5: berth.runtime.v1.StartResponse
+	(*StopRequest)(nil),           // 6: berth.runtime.v1.StopRequest
+	(*StopResponse)(nil),          // 7: berth.runtime.v1.StopResponse
+	(*InspectRequest)(nil),        // 8: berth.runtime.v1.InspectRequest
+	(*InspectResponse)(nil),       // 9: berth.runtime.v1.InspectResponse
+	(*ListRequest)(nil),           // 10: berth.runtime.v1.ListRequest
+	(*ListResponse)(nil),          // 11: berth.runtime.v1.ListResponse
+	(*RecoverRequest)(nil),        // 12: berth.runtime.v1.RecoverRequest
+	(*RecoverResponse)(nil),       // 13: berth.runtime.v1.RecoverResponse
+	(*LogsRequest)(nil),           // 14: berth.runtime.v1.LogsRequest
+	(*LogsChunk)(nil),             // 15: berth.runtime.v1.LogsChunk
+	(*StatsRequest)(nil),          // 16: berth.runtime.v1.StatsRequest
+	(*StatsResponse)(nil),         // 17: berth.runtime.v1.StatsResponse
+	(*WorkloadState)(nil),         // 18: berth.runtime.v1.WorkloadState
+	nil,                           // 19: berth.runtime.v1.StartRequest.EnvEntry
+	(*v1.Mutation)(nil),           // 20: berth.plugin.v1.Mutation
+	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*v1.DescribeRequest)(nil),    // 23: berth.plugin.v1.DescribeRequest
+	(*v1.HealthRequest)(nil),      // 24: berth.plugin.v1.HealthRequest
+	(*v1.HealthReport)(nil),       // 25: berth.plugin.v1.HealthReport
 }
 var file_runtime_v1_runtime_proto_depIdxs = []int32{
 	1,  // 0: berth.runtime.v1.DescribeResponse.capabilities:type_name -> berth.runtime.v1.Capabilities
-	18, // 1: berth.runtime.v1.StartRequest.env:type_name -> berth.runtime.v1.StartRequest.EnvEntry
-	19, // 2: berth.runtime.v1.StartRequest.mutation:type_name -> berth.plugin.v1.Mutation
-	17, // 3: berth.runtime.v1.StartResponse.state:type_name -> berth.runtime.v1.WorkloadState
-	20, // 4: berth.runtime.v1.StopRequest.timeout:type_name -> google.protobuf.Duration
-	19, // 5: berth.runtime.v1.StopRequest.mutation:type_name -> berth.plugin.v1.Mutation
-	17, // 6: berth.runtime.v1.StopResponse.state:type_name -> berth.runtime.v1.WorkloadState
-	17, // 7: berth.runtime.v1.InspectResponse.state:type_name -> berth.runtime.v1.WorkloadState
-	17, // 8: berth.runtime.v1.ListResponse.workloads:type_name -> berth.runtime.v1.WorkloadState
-	2,  // 9: berth.runtime.v1.RecoverRequest.handle:type_name -> berth.runtime.v1.Handle
-	17, // 10: berth.runtime.v1.RecoverResponse.state:type_name -> berth.runtime.v1.WorkloadState
-	21, // 11: berth.runtime.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
-	21, // 12: berth.runtime.v1.WorkloadState.started_at:type_name -> google.protobuf.Timestamp
-	21, // 13: berth.runtime.v1.WorkloadState.exited_at:type_name -> google.protobuf.Timestamp
-	2,  // 14: berth.runtime.v1.WorkloadState.handle:type_name -> berth.runtime.v1.Handle
-	22, // 15: berth.runtime.v1.RuntimeDriver.Describe:input_type -> berth.plugin.v1.DescribeRequest
-	23, // 16: berth.runtime.v1.RuntimeDriver.Health:input_type -> berth.plugin.v1.HealthRequest
-	3,  // 17: berth.runtime.v1.RuntimeDriver.Start:input_type -> berth.runtime.v1.StartRequest
-	5,  // 18: berth.runtime.v1.RuntimeDriver.Stop:input_type -> berth.runtime.v1.StopRequest
-	7,  // 19: berth.runtime.v1.RuntimeDriver.Inspect:input_type -> berth.runtime.v1.InspectRequest
-	9,  // 20: berth.runtime.v1.RuntimeDriver.List:input_type -> berth.runtime.v1.ListRequest
-	11, // 21: berth.runtime.v1.RuntimeDriver.Recover:input_type -> berth.runtime.v1.RecoverRequest
-	13, // 22: berth.runtime.v1.RuntimeDriver.Logs:input_type -> berth.runtime.v1.LogsRequest
-	15, // 23: berth.runtime.v1.RuntimeDriver.Stats:input_type -> berth.runtime.v1.StatsRequest
-	0,  // 24: berth.runtime.v1.RuntimeDriver.Describe:output_type -> berth.runtime.v1.DescribeResponse
-	24, // 25: berth.runtime.v1.RuntimeDriver.Health:output_type -> berth.plugin.v1.HealthReport
-	4,  // 26: berth.runtime.v1.RuntimeDriver.Start:output_type -> berth.runtime.v1.StartResponse
-	6,  // 27: berth.runtime.v1.RuntimeDriver.Stop:output_type -> berth.runtime.v1.StopResponse
-	8,  // 28: berth.runtime.v1.RuntimeDriver.Inspect:output_type -> berth.runtime.v1.InspectResponse
-	10, // 29: berth.runtime.v1.RuntimeDriver.List:output_type -> berth.runtime.v1.ListResponse
-	12, // 30: berth.runtime.v1.RuntimeDriver.Recover:output_type -> berth.runtime.v1.RecoverResponse
-	14, // 31: berth.runtime.v1.RuntimeDriver.Logs:output_type -> berth.runtime.v1.LogsChunk
-	16, // 32: berth.runtime.v1.RuntimeDriver.Stats:output_type -> berth.runtime.v1.StatsResponse
-	24, // [24:33] is the sub-list for method output_type
-	15, // [15:24] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	19, // 1: berth.runtime.v1.StartRequest.env:type_name -> berth.runtime.v1.StartRequest.EnvEntry
+	20, // 2: berth.runtime.v1.StartRequest.mutation:type_name -> berth.plugin.v1.Mutation
+	4,  // 3: berth.runtime.v1.StartRequest.registry_credentials:type_name -> berth.runtime.v1.RegistryCredential
+	18, // 4: berth.runtime.v1.StartResponse.state:type_name -> berth.runtime.v1.WorkloadState
+	21, // 5: berth.runtime.v1.StopRequest.timeout:type_name -> google.protobuf.Duration
+	20, // 6: berth.runtime.v1.StopRequest.mutation:type_name -> berth.plugin.v1.Mutation
+	18, // 7: berth.runtime.v1.StopResponse.state:type_name -> berth.runtime.v1.WorkloadState
+	18, // 8: berth.runtime.v1.InspectResponse.state:type_name -> berth.runtime.v1.WorkloadState
+	18, // 9: berth.runtime.v1.ListResponse.workloads:type_name -> berth.runtime.v1.WorkloadState
+	2,  // 10: berth.runtime.v1.RecoverRequest.handle:type_name -> berth.runtime.v1.Handle
+	18, // 11: berth.runtime.v1.RecoverResponse.state:type_name -> berth.runtime.v1.WorkloadState
+	22, // 12: berth.runtime.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
+	22, // 13: berth.runtime.v1.WorkloadState.started_at:type_name -> google.protobuf.Timestamp
+	22, // 14: berth.runtime.v1.WorkloadState.exited_at:type_name -> google.protobuf.Timestamp
+	2,  // 15: berth.runtime.v1.WorkloadState.handle:type_name -> berth.runtime.v1.Handle
+	23, // 16: berth.runtime.v1.RuntimeDriver.Describe:input_type -> berth.plugin.v1.DescribeRequest
+	24, // 17: berth.runtime.v1.RuntimeDriver.Health:input_type -> berth.plugin.v1.HealthRequest
+	3,  // 18: berth.runtime.v1.RuntimeDriver.Start:input_type -> berth.runtime.v1.StartRequest
+	6,  // 19: berth.runtime.v1.RuntimeDriver.Stop:input_type -> berth.runtime.v1.StopRequest
+	8,  // 20: berth.runtime.v1.RuntimeDriver.Inspect:input_type -> berth.runtime.v1.InspectRequest
+	10, // 21: berth.runtime.v1.RuntimeDriver.List:input_type -> berth.runtime.v1.ListRequest
+	12, // 22: berth.runtime.v1.RuntimeDriver.Recover:input_type -> berth.runtime.v1.RecoverRequest
+	14, // 23: berth.runtime.v1.RuntimeDriver.Logs:input_type -> berth.runtime.v1.LogsRequest
+	16, // 24: berth.runtime.v1.RuntimeDriver.Stats:input_type -> berth.runtime.v1.StatsRequest
+	0,  // 25: berth.runtime.v1.RuntimeDriver.Describe:output_type -> berth.runtime.v1.DescribeResponse
+	25, // 26: berth.runtime.v1.RuntimeDriver.Health:output_type -> berth.plugin.v1.HealthReport
+	5,  // 27: berth.runtime.v1.RuntimeDriver.Start:output_type -> berth.runtime.v1.StartResponse
+	7,  // 28: berth.runtime.v1.RuntimeDriver.Stop:output_type -> berth.runtime.v1.StopResponse
+	9,  // 29: berth.runtime.v1.RuntimeDriver.Inspect:output_type -> berth.runtime.v1.InspectResponse
+	11, // 30: berth.runtime.v1.RuntimeDriver.List:output_type -> berth.runtime.v1.ListResponse
+	13, // 31: berth.runtime.v1.RuntimeDriver.Recover:output_type -> berth.runtime.v1.RecoverResponse
+	15, // 32: berth.runtime.v1.RuntimeDriver.Logs:output_type -> berth.runtime.v1.LogsChunk
+	17, // 33: berth.runtime.v1.RuntimeDriver.Stats:output_type -> berth.runtime.v1.StatsResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_runtime_v1_runtime_proto_init() }
@@ -1333,7 +1435,7 @@ func file_runtime_v1_runtime_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtime_v1_runtime_proto_rawDesc), len(file_runtime_v1_runtime_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
