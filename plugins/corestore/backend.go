@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/berthhq/berth/abi/bindings"
 	abierrors "github.com/berthhq/berth/abi/errors"
 )
 
@@ -24,7 +25,7 @@ type names struct {
 type backend interface {
 	// plan fills what the server kind adds to a state: database, user,
 	// endpoint and users.
-	plan(ctx context.Context, n names) (State, error)
+	plan(ctx context.Context, n names) (bindings.State, error)
 	// ensure makes the database and the user exist with password,
 	// creating what is missing and setting the password of what exists.
 	ensure(ctx context.Context, n names, password string) error
@@ -35,7 +36,7 @@ type backend interface {
 	// list returns the names of every database the plugin made.
 	list(ctx context.Context) ([]string, error)
 	// credentials are the values a workload gets for n.
-	credentials(st State, password string) map[string]string
+	credentials(st bindings.State, password string) map[string]string
 }
 
 // errUnreachable marks a server that did not answer.
@@ -47,25 +48,6 @@ func unreachable(what string, err error) error {
 }
 
 func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
-
-// Inventory is the state of a TypeInventory resource: what one server holds
-// (docs/bindings.md section 6). An unreachable server is Reachable false
-// with the Reason, never an empty list.
-type Inventory struct {
-	Kind      string          `json:"kind"`
-	Reachable bool            `json:"reachable"`
-	Reason    string          `json:"reason,omitempty"`
-	Resources []InventoryItem `json:"resources"`
-}
-
-// InventoryItem is one database or bucket the plugin made.
-type InventoryItem struct {
-	Name string `json:"name"`         // database or bucket
-	ID   string `json:"id,omitempty"` // the binding id, when the plugin's records know it
-	// State is "bound" (a binding uses it), "released" (deleted without
-	// purge: the data is kept) or "unknown" (made by the plugin, no record).
-	State string `json:"state"`
-}
 
 func strictDecode(raw json.RawMessage, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))

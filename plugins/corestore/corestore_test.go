@@ -20,6 +20,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/berthhq/berth/abi/bindings"
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/pluginapi"
 	"github.com/berthhq/berth/abi/provider"
@@ -129,9 +130,9 @@ func config(t testing.TB) json.RawMessage {
 	return raw
 }
 
-func desired(t testing.TB, typ string, r corestore.Request) provider.Resource {
+func desired(t testing.TB, typ string, r bindings.Request) provider.Resource {
 	t.Helper()
-	attrs, err := corestore.DesiredAttributes(typ, r)
+	attrs, err := bindings.DesiredAttributes(typ, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func desired(t testing.TB, typ string, r corestore.Request) provider.Resource {
 }
 
 func samples(t testing.TB, typ, service string) [2]provider.Resource {
-	r := corestore.Request{Project: "conf", Service: service, Binding: "db", Generation: 1}
+	r := bindings.Request{Project: "conf", Service: service, Binding: "db", Generation: 1}
 	a := desired(t, typ, r)
 	r.Generation = 2
 	return [2]provider.Resource{a, desired(t, typ, r)}
@@ -154,10 +155,10 @@ func TestConformance(t *testing.T) {
 			Binary:       servers.bin,
 			Args:         func(dir string) []string { return []string{"--state-dir", dir} },
 			PluginConfig: config(t),
-			Samples:      samples(t, corestore.TypePostgres, "pg"),
+			Samples:      samples(t, bindings.TypePostgres, "pg"),
 		})
 	})
-	for _, typ := range []string{corestore.TypeMongoDB, corestore.TypeS3} {
+	for _, typ := range []string{bindings.TypeMongoDB, bindings.TypeS3} {
 		t.Run(strings.TrimPrefix(typ, "corestore."), func(t *testing.T) {
 			conformance.RunProvider(t, conformance.ProviderConfig{
 				Factory:      func(dir string) (provider.Provider, error) { return corestore.Open(dir) },
@@ -221,8 +222,8 @@ func mustApply(t *testing.T, p *corestore.Plugin, d provider.Resource, key strin
 func TestPostgresBindingIsolatedAndKept(t *testing.T) {
 	p := open(t, config(t))
 	ctx := t.Context()
-	a := mustApply(t, p, desired(t, corestore.TypePostgres, corestore.Request{Project: "shop", Service: "web", Binding: "db", Generation: 1}), "a1", 1)
-	b := mustApply(t, p, desired(t, corestore.TypePostgres, corestore.Request{Project: "shop", Service: "api", Binding: "db", Generation: 1}), "b1", 1)
+	a := mustApply(t, p, desired(t, bindings.TypePostgres, bindings.Request{Project: "shop", Service: "web", Binding: "db", Generation: 1}), "a1", 1)
+	b := mustApply(t, p, desired(t, bindings.TypePostgres, bindings.Request{Project: "shop", Service: "api", Binding: "db", Generation: 1}), "b1", 1)
 	for _, k := range []string{"URL", "HOST", "PORT", "USER", "PASSWORD", "DATABASE"} {
 		if a.creds[k] == "" {
 			t.Errorf("credential %s missing from %v", k, keys(a.creds))
@@ -246,14 +247,14 @@ func TestPostgresBindingIsolatedAndKept(t *testing.T) {
 		t.Fatalf("binding %s's role connected to %s's database", b.state.ID, a.state.ID)
 	}
 	// A replay returns the same credentials; they still work.
-	again := mustApply(t, p, desired(t, corestore.TypePostgres, corestore.Request{Project: "shop", Service: "web", Binding: "db", Generation: 1}), "a1", 1)
+	again := mustApply(t, p, desired(t, bindings.TypePostgres, bindings.Request{Project: "shop", Service: "web", Binding: "db", Generation: 1}), "a1", 1)
 	if again.creds["PASSWORD"] != a.creds["PASSWORD"] {
 		t.Errorf("a replayed apply handed out another password")
 	}
-	if _, err := p.Delete(ctx, &provider.DeleteRequest{Type: corestore.TypePostgres, ID: a.state.ID, Mutation: pluginapi.Mutation{IdempotencyKey: "a-del", FencingToken: 2}}); err != nil {
+	if _, err := p.Delete(ctx, &provider.DeleteRequest{Type: bindings.TypePostgres, ID: a.state.ID, Mutation: pluginapi.Mutation{IdempotencyKey: "a-del", FencingToken: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Read(ctx, &provider.ReadRequest{Type: corestore.TypePostgres, ID: a.state.ID}); !errors.Is(err, provider.ErrNotFound) {
+	if _, err := p.Read(ctx, &provider.ReadRequest{Type: bindings.TypePostgres, ID: a.state.ID}); !errors.Is(err, provider.ErrNotFound) {
 		t.Fatalf("read after delete: %v, want not_found", err)
 	}
 	inv := inventory(t, p, "postgres")
@@ -261,7 +262,7 @@ func TestPostgresBindingIsolatedAndKept(t *testing.T) {
 		t.Fatalf("inventory after a delete without purge: %s is %q, want released (%+v)", a.state.ID, st, inv)
 	}
 	// Bound again at a new generation: new password, the rows are there.
-	a2 := mustApply(t, p, desired(t, corestore.TypePostgres, corestore.Request{Project: "shop", Service: "web", Binding: "db", Generation: 2}), "a2", 3)
+	a2 := mustApply(t, p, desired(t, bindings.TypePostgres, bindings.Request{Project: "shop", Service: "web", Binding: "db", Generation: 2}), "a2", 3)
 	if a2.creds["PASSWORD"] == a.creds["PASSWORD"] {
 		t.Errorf("a new generation kept the old password")
 	}
@@ -279,10 +280,10 @@ func TestPostgresBindingIsolatedAndKept(t *testing.T) {
 	}
 	conn.Close(ctx)
 	// Purge needs a fencing token, then drops everything.
-	if _, err := p.Delete(ctx, &provider.DeleteRequest{Type: corestore.TypePostgres, ID: a.state.ID, Purge: true}); abierrors.CodeOf(err) != abierrors.ValidationFailed {
+	if _, err := p.Delete(ctx, &provider.DeleteRequest{Type: bindings.TypePostgres, ID: a.state.ID, Purge: true}); abierrors.CodeOf(err) != abierrors.ValidationFailed {
 		t.Fatalf("purge without a fencing token: %v, want validation_failed", err)
 	}
-	if _, err := p.Delete(ctx, &provider.DeleteRequest{Type: corestore.TypePostgres, ID: a.state.ID, Purge: true, Mutation: pluginapi.Mutation{IdempotencyKey: "a-purge", FencingToken: 4}}); err != nil {
+	if _, err := p.Delete(ctx, &provider.DeleteRequest{Type: bindings.TypePostgres, ID: a.state.ID, Purge: true, Mutation: pluginapi.Mutation{IdempotencyKey: "a-purge", FencingToken: 4}}); err != nil {
 		t.Fatal(err)
 	}
 	if st := itemState(inventory(t, p, "postgres"), a.state.ID); st != "" {
@@ -307,20 +308,20 @@ func keys(m map[string]string) []string {
 	return out
 }
 
-func inventory(t *testing.T, p *corestore.Plugin, kind string) corestore.Inventory {
+func inventory(t *testing.T, p *corestore.Plugin, kind string) bindings.Inventory {
 	t.Helper()
-	r, err := p.Read(t.Context(), &provider.ReadRequest{Type: corestore.TypeInventory, ID: kind})
+	r, err := p.Read(t.Context(), &provider.ReadRequest{Type: bindings.TypeInventory, ID: kind})
 	if err != nil {
 		t.Fatalf("inventory %s: %v", kind, err)
 	}
-	var inv corestore.Inventory
+	var inv bindings.Inventory
 	if err := json.Unmarshal(r.State.Attributes, &inv); err != nil {
 		t.Fatal(err)
 	}
 	return inv
 }
 
-func itemState(inv corestore.Inventory, id string) string {
+func itemState(inv bindings.Inventory, id string) string {
 	for _, it := range inv.Resources {
 		if it.ID == id {
 			return it.State
@@ -333,16 +334,16 @@ func itemState(inv corestore.Inventory, id string) string {
 // grant for another service: binding_not_granted, and nothing is created.
 func TestApplyNeedsAMatchingGrant(t *testing.T) {
 	p := open(t, config(t))
-	r := corestore.Request{Project: "shop", Service: "nogrant", Binding: "db", Generation: 1}
+	r := bindings.Request{Project: "shop", Service: "nogrant", Binding: "db", Generation: 1}
 	other := r
 	other.Generation = 2
-	otherGrant, _ := corestore.Digest(corestore.TypePostgres, other)
+	otherGrant, _ := bindings.Digest(bindings.TypePostgres, other)
 	svc := r
 	svc.Service = "other"
-	svcGrant, _ := corestore.Digest(corestore.TypePostgres, svc)
+	svcGrant, _ := bindings.Digest(bindings.TypePostgres, svc)
 	for name, grant := range map[string]string{"none": "", "other generation": otherGrant, "other service": svcGrant, "garbage": "sha256:00"} {
-		attrs, _ := json.Marshal(corestore.Desired{Request: r, Grant: grant})
-		d := provider.Resource{Type: corestore.TypePostgres, ID: r.ID(), Attributes: attrs}
+		attrs, _ := json.Marshal(bindings.Desired{Request: r, Grant: grant})
+		d := provider.Resource{Type: bindings.TypePostgres, ID: r.ID(), Attributes: attrs}
 		if _, err := p.Plan(t.Context(), &provider.PlanRequest{Desired: d}); abierrors.CodeOf(err) != abierrors.BindingNotGranted {
 			t.Errorf("%s: plan: %v, want binding_not_granted", name, err)
 		}
@@ -379,7 +380,7 @@ func TestUnreachableServerIsNotAnEmptyInventory(t *testing.T) {
 			t.Errorf("%s inventory of a dead server: %+v, want reachable false with a reason", kind, inv)
 		}
 	}
-	d := desired(t, corestore.TypePostgres, corestore.Request{Project: "shop", Service: "web", Binding: "db", Generation: 1})
+	d := desired(t, bindings.TypePostgres, bindings.Request{Project: "shop", Service: "web", Binding: "db", Generation: 1})
 	if _, err := apply(t, p, d, "k", 1); abierrors.CodeOf(err) != abierrors.BindingUnavailable {
 		t.Fatalf("apply on a dead server: %v, want binding_unavailable", err)
 	}
@@ -390,13 +391,13 @@ func TestUnreachableServerIsNotAnEmptyInventory(t *testing.T) {
 // CommandNotFound, so there the binding has no user of its own and says so.
 func TestMongoBinding(t *testing.T) {
 	p := open(t, config(t))
-	a := mustApply(t, p, desired(t, corestore.TypeMongoDB, corestore.Request{Project: "shop", Service: "web", Binding: "cache", Generation: 1}), "m1", 1)
-	var st corestore.State
+	a := mustApply(t, p, desired(t, bindings.TypeMongoDB, bindings.Request{Project: "shop", Service: "web", Binding: "cache", Generation: 1}), "m1", 1)
+	var st bindings.State
 	if err := json.Unmarshal(a.state.Attributes, &st); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("FerretDB users: %s", st.Users)
-	if st.Users == corestore.UsersUnsupported && (a.creds["USER"] != "" || a.creds["PASSWORD"] != "") {
+	if st.Users == bindings.UsersUnsupported && (a.creds["USER"] != "" || a.creds["PASSWORD"] != "") {
 		t.Fatalf("users unsupported but credentials carry a user: %v", keys(a.creds))
 	}
 	ctx := t.Context()
@@ -422,8 +423,8 @@ func TestMongoBinding(t *testing.T) {
 // which writes its own bucket and is refused another's.
 func TestS3BindingOwnKey(t *testing.T) {
 	p := open(t, config(t))
-	a := mustApply(t, p, desired(t, corestore.TypeS3, corestore.Request{Project: "shop", Service: "web", Binding: "files", Generation: 1}), "s1", 1)
-	b := mustApply(t, p, desired(t, corestore.TypeS3, corestore.Request{Project: "shop", Service: "api", Binding: "files", Generation: 1}), "s2", 1)
+	a := mustApply(t, p, desired(t, bindings.TypeS3, bindings.Request{Project: "shop", Service: "web", Binding: "files", Generation: 1}), "s1", 1)
+	b := mustApply(t, p, desired(t, bindings.TypeS3, bindings.Request{Project: "shop", Service: "api", Binding: "files", Generation: 1}), "s2", 1)
 	for _, k := range []string{"ENDPOINT", "BUCKET", "ACCESS_KEY", "SECRET_KEY"} {
 		if a.creds[k] == "" {
 			t.Fatalf("credential %s missing from %v", k, keys(a.creds))

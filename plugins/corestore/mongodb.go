@@ -12,6 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/berthhq/berth/abi/bindings"
 )
 
 // mongoMaxName keeps database names well under MongoDB's 64-byte limit.
@@ -29,7 +31,7 @@ type mongoDB struct {
 	cfg *ServerConfig
 
 	mu     sync.Mutex
-	users  string // "" until probed, then UsersOwn or UsersUnsupported; mu must be held
+	users  string // "" until probed, then bindings.UsersOwn or bindings.UsersUnsupported; mu must be held
 	client *mongo.Client
 }
 
@@ -87,9 +89,9 @@ func (m *mongoDB) probeUsers(ctx context.Context) (string, error) {
 	err := m.run(ctx, "admin", bson.D{{Key: "usersInfo", Value: 1}})
 	switch {
 	case err == nil:
-		u = UsersOwn
+		u = bindings.UsersOwn
 	case mongoCode(err) == 59:
-		u = UsersUnsupported
+		u = bindings.UsersUnsupported
 	default:
 		return "", fmt.Errorf("mongodb: probe usersInfo: %w", err)
 	}
@@ -99,14 +101,14 @@ func (m *mongoDB) probeUsers(ctx context.Context) (string, error) {
 	return u, nil
 }
 
-func (m *mongoDB) plan(ctx context.Context, n names) (State, error) {
+func (m *mongoDB) plan(ctx context.Context, n names) (bindings.State, error) {
 	users, err := m.probeUsers(ctx)
 	if err != nil {
-		return State{}, err
+		return bindings.State{}, err
 	}
 	host, port := m.cfg.workloadAddr()
-	st := State{Database: n.Database, Endpoint: hostPort(host, port), Users: users}
-	if users == UsersOwn {
+	st := bindings.State{Database: n.Database, Endpoint: hostPort(host, port), Users: users}
+	if users == bindings.UsersOwn {
 		st.User = n.User
 	}
 	return st, nil
@@ -127,7 +129,7 @@ func (m *mongoDB) ensure(ctx context.Context, n names, password string) error {
 		return fmt.Errorf("mongodb: database %s: %w", n.Database, err)
 	}
 	users, err := m.probeUsers(ctx)
-	if err != nil || users != UsersOwn {
+	if err != nil || users != bindings.UsersOwn {
 		return err
 	}
 	roles := bson.A{bson.D{{Key: "role", Value: "readWrite"}, {Key: "db", Value: n.Database}}}
@@ -161,7 +163,7 @@ func (m *mongoDB) purge(ctx context.Context, n names) error {
 	}
 	if users, err := m.probeUsers(ctx); err != nil {
 		return err
-	} else if users == UsersOwn {
+	} else if users == bindings.UsersOwn {
 		err := m.run(ctx, n.Database, bson.D{{Key: "dropUser", Value: n.User}})
 		if err != nil && mongoCode(err) != 11 { // UserNotFound
 			return fmt.Errorf("mongodb: drop user %s: %w", n.User, err)
@@ -197,11 +199,11 @@ func (m *mongoDB) list(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-func (m *mongoDB) credentials(st State, password string) map[string]string {
+func (m *mongoDB) credentials(st bindings.State, password string) map[string]string {
 	host, port := m.cfg.workloadAddr()
 	u := url.URL{Scheme: "mongodb", Host: hostPort(host, port), Path: "/" + st.Database}
 	out := map[string]string{"HOST": host, "PORT": strconv.Itoa(port), "DATABASE": st.Database}
-	if st.Users == UsersOwn {
+	if st.Users == bindings.UsersOwn {
 		u.User = url.UserPassword(st.User, password)
 		u.RawQuery = "authSource=" + url.QueryEscape(st.Database)
 		out["USER"], out["PASSWORD"] = st.User, password

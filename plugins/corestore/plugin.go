@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berthhq/berth/abi/bindings"
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/internal/securefile"
 	"github.com/berthhq/berth/internal/version"
@@ -110,8 +111,8 @@ func (p *Plugin) Describe(context.Context) (*provider.DescribeResponse, error) {
 		Capabilities: provider.Capabilities{
 			DurableState: p.stateDir != "",
 			ResourceTypes: []provider.ResourceType{
-				{Name: TypePostgres}, {Name: TypeMongoDB}, {Name: TypeS3},
-				{Name: TypeInventory, Variants: []string{"postgres", "mongodb", "s3"}},
+				{Name: bindings.TypePostgres}, {Name: bindings.TypeMongoDB}, {Name: bindings.TypeS3},
+				{Name: bindings.TypeInventory, Variants: []string{"postgres", "mongodb", "s3"}},
 			},
 		},
 	}, nil
@@ -143,17 +144,17 @@ func (p *Plugin) Configure(ctx context.Context, req *provider.ConfigRequest) err
 	}
 	backends := map[string]backend{}
 	if c.Postgres != nil {
-		backends[TypePostgres] = postgres{cfg: c.Postgres}
+		backends[bindings.TypePostgres] = postgres{cfg: c.Postgres}
 	}
 	if c.MongoDB != nil {
-		backends[TypeMongoDB] = &mongoDB{cfg: c.MongoDB}
+		backends[bindings.TypeMongoDB] = &mongoDB{cfg: c.MongoDB}
 	}
 	if c.S3 != nil {
 		s, err := newS3(c.S3)
 		if err != nil {
 			return abierrors.Wrap(abierrors.ValidationFailed, "configure", err)
 		}
-		backends[TypeS3] = s
+		backends[bindings.TypeS3] = s
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -216,8 +217,8 @@ func (p *Plugin) loadKey(configured string) ([]byte, error) {
 func (p *Plugin) backend(typ string) (backend, []byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := map[string]bool{TypePostgres: true, TypeMongoDB: true, TypeS3: true}[typ]; !ok {
-		return nil, nil, abierrors.New(abierrors.ValidationFailed, fmt.Sprintf("corestore manages %s, %s and %s, not %q", TypePostgres, TypeMongoDB, TypeS3, typ))
+	if _, ok := map[string]bool{bindings.TypePostgres: true, bindings.TypeMongoDB: true, bindings.TypeS3: true}[typ]; !ok {
+		return nil, nil, abierrors.New(abierrors.ValidationFailed, fmt.Sprintf("corestore manages %s, %s and %s, not %q", bindings.TypePostgres, bindings.TypeMongoDB, bindings.TypeS3, typ))
 	}
 	b := p.backends[typ]
 	if b == nil {
@@ -228,12 +229,12 @@ func (p *Plugin) backend(typ string) (backend, []byte, error) {
 
 // namesOf are the server names of a binding id of type typ.
 func namesOf(typ, id string) names {
-	if typ == TypeS3 {
+	if typ == bindings.TypeS3 {
 		n := serverName(id, '-', bucketMaxName)
 		return names{ID: id, Database: n, User: n}
 	}
 	max := pgMaxName
-	if typ == TypeMongoDB {
+	if typ == bindings.TypeMongoDB {
 		max = mongoMaxName
 	}
 	n := serverName(id, '_', max)
@@ -241,23 +242,23 @@ func namesOf(typ, id string) names {
 }
 
 // planned returns the planned state of a granted request.
-func (p *Plugin) planned(ctx context.Context, r provider.Resource) (provider.Resource, State, backend, []byte, error) {
+func (p *Plugin) planned(ctx context.Context, r provider.Resource) (provider.Resource, bindings.State, backend, []byte, error) {
 	b, key, err := p.backend(r.Type)
 	if err != nil {
-		return provider.Resource{}, State{}, nil, nil, err
+		return provider.Resource{}, bindings.State{}, nil, nil, err
 	}
 	d, err := decodeDesired(r.Type, r.ID, r.Attributes)
 	if err != nil {
-		return provider.Resource{}, State{}, nil, nil, err
+		return provider.Resource{}, bindings.State{}, nil, nil, err
 	}
 	st, err := b.plan(ctx, namesOf(r.Type, r.ID))
 	if err != nil {
-		return provider.Resource{}, State{}, nil, nil, err
+		return provider.Resource{}, bindings.State{}, nil, nil, err
 	}
 	st.Desired = d
 	raw, err := json.Marshal(st)
 	if err != nil {
-		return provider.Resource{}, State{}, nil, nil, fmt.Errorf("encode state: %w", err)
+		return provider.Resource{}, bindings.State{}, nil, nil, fmt.Errorf("encode state: %w", err)
 	}
 	return provider.Resource{Type: r.Type, ID: r.ID, Attributes: raw}, st, b, key, nil
 }
@@ -295,7 +296,7 @@ func derivePassword(key []byte, id, grant string) string {
 // (the server did not answer), stale_fencing_token.
 func (p *Plugin) Apply(ctx context.Context, req *provider.ApplyRequest) (*provider.ApplyResponse, error) {
 	r := req.Planned
-	var st State
+	var st bindings.State
 	var b backend
 	var key []byte
 	resp, err := guard.Mutate(ctx, p.guards, r.Type+"/"+r.ID, req.Mutation, req.Planned, func() (*provider.ApplyResponse, error) {
@@ -385,13 +386,13 @@ func (p *Plugin) record(typ, id string) *record {
 // the server confirms the database exists; not_found when it was never
 // applied, was deleted, or its database is gone from the server;
 // binding_unavailable with the reason when the server does not answer. For
-// TypeInventory (id "postgres", "mongodb" or "s3"): an [Inventory], which
+// bindings.TypeInventory (id "postgres", "mongodb" or "s3"): an [bindings.Inventory], which
 // for an unreachable server is Reachable false with the reason.
 func (p *Plugin) Read(ctx context.Context, req *provider.ReadRequest) (*provider.ReadResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if req.Type == TypeInventory {
+	if req.Type == bindings.TypeInventory {
 		inv, err := p.inventory(ctx, req.ID)
 		if err != nil {
 			return nil, fmt.Errorf("read %s/%s: %w", req.Type, req.ID, err)
@@ -421,8 +422,8 @@ func (p *Plugin) Read(ctx context.Context, req *provider.ReadRequest) (*provider
 }
 
 // inventory lists what the server of kind holds.
-func (p *Plugin) inventory(ctx context.Context, kind string) (*Inventory, error) {
-	typ, ok := Kinds[kind]
+func (p *Plugin) inventory(ctx context.Context, kind string) (*bindings.Inventory, error) {
+	typ, ok := bindings.Kinds[kind]
 	if !ok {
 		return nil, abierrors.New(abierrors.ValidationFailed, fmt.Sprintf("inventory of %q: want postgres, mongodb or s3", kind))
 	}
@@ -430,7 +431,7 @@ func (p *Plugin) inventory(ctx context.Context, kind string) (*Inventory, error)
 	if err != nil {
 		return nil, err
 	}
-	inv := &Inventory{Kind: kind, Resources: []InventoryItem{}}
+	inv := &bindings.Inventory{Kind: kind, Resources: []bindings.InventoryItem{}}
 	all, err := b.list(ctx)
 	if err != nil {
 		if !errors.Is(err, errUnreachable) {
@@ -449,7 +450,7 @@ func (p *Plugin) inventory(ctx context.Context, kind string) (*Inventory, error)
 	}
 	p.mu.Unlock()
 	for _, name := range all {
-		it := InventoryItem{Name: name, State: "unknown"}
+		it := bindings.InventoryItem{Name: name, State: "unknown"}
 		if r := byName[name]; r != nil {
 			it.ID, it.State = r.ID, "bound"
 			if r.Released {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/berthhq/berth/abi/bindings"
 )
 
 // pgMaxName is PostgreSQL's identifier limit (NAMEDATALEN - 1).
@@ -27,9 +29,9 @@ func (p postgres) connect(ctx context.Context) (*pgx.Conn, error) {
 	return c, nil
 }
 
-func (p postgres) plan(_ context.Context, n names) (State, error) {
+func (p postgres) plan(_ context.Context, n names) (bindings.State, error) {
 	host, port := p.cfg.workloadAddr()
-	return State{Database: n.Database, User: n.User, Endpoint: hostPort(host, port), Users: UsersOwn}, nil
+	return bindings.State{Database: n.Database, User: n.User, Endpoint: hostPort(host, port), Users: bindings.UsersOwn}, nil
 }
 
 func (p postgres) ensure(ctx context.Context, n names, password string) error {
@@ -124,7 +126,7 @@ func (p postgres) list(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-func (p postgres) credentials(st State, password string) map[string]string {
+func (p postgres) credentials(st bindings.State, password string) map[string]string {
 	host, port := p.cfg.workloadAddr()
 	u := url.URL{Scheme: "postgres", User: url.UserPassword(st.User, password), Host: hostPort(host, port),
 		Path: "/" + st.Database, RawQuery: "sslmode=" + p.sslMode()}

@@ -16,6 +16,8 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/minio/minio-go/v7/pkg/signer"
+
+	"github.com/berthhq/berth/abi/bindings"
 )
 
 // bucketMaxName is S3's bucket name limit.
@@ -55,10 +57,10 @@ func (c *S3Config) url() string {
 	return scheme + "://" + c.Endpoint
 }
 
-func (s *s3Store) plan(_ context.Context, n names) (State, error) {
-	st := State{Database: n.Database, Endpoint: s.cfg.url(), Users: UsersUnsupported}
+func (s *s3Store) plan(_ context.Context, n names) (bindings.State, error) {
+	st := bindings.State{Database: n.Database, Endpoint: s.cfg.url(), Users: bindings.UsersUnsupported}
 	if s.cfg.AdminAPI {
-		st.User, st.Users = n.User, UsersOwn
+		st.User, st.Users = n.User, bindings.UsersOwn
 	}
 	return st, nil
 }
@@ -191,10 +193,10 @@ func (s *s3Store) list(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-func (s *s3Store) credentials(st State, password string) map[string]string {
+func (s *s3Store) credentials(st bindings.State, password string) map[string]string {
 	out := map[string]string{"ENDPOINT": s.cfg.url(), "BUCKET": st.Database, "REGION": s.cfg.region()}
 	u := url.URL{Scheme: "s3", Host: s.cfg.Endpoint, Path: "/" + st.Database}
-	if st.Users == UsersOwn {
+	if st.Users == bindings.UsersOwn {
 		out["ACCESS_KEY"], out["SECRET_KEY"] = st.User, password
 		u.User = url.UserPassword(st.User, password)
 	}
