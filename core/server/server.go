@@ -96,6 +96,10 @@ type Config struct {
 	// RewrapPerSecond bounds how many secrets a keyring rotation re-wraps per second; zero means
 	// 100, negative no bound.
 	RewrapPerSecond int
+	// CorestoreConfig is the corestore plugin's configuration file (JSON, 0600; the servers it
+	// manages and their admin credentials, docs/bindings.md section 5); empty runs no corestore
+	// plugin and refuses services with bindings.
+	CorestoreConfig string
 	// DebugListen, when set, serves Go runtime profiles (/debug/pprof/) on
 	// this loopback address; empty serves none.
 	DebugListen string
@@ -365,6 +369,19 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return []plugin.Status{gwHandle.Status()}
 	}
+	binds, corestoreHandle, err := startBindings(ctx, cfg, st, sec, cat, func(reason, id string) {
+		if rec != nil {
+			rec.HintService(reason, id)
+		}
+	}, log)
+	if err != nil {
+		return err
+	}
+	if corestoreHandle != nil {
+		defer corestoreHandle.Close()
+		statuses := pluginStatuses
+		pluginStatuses = func() []plugin.Status { return append(statuses(), corestoreHandle.Status()) }
+	}
 	metrics.MustRegister(&plugin.StatusCollector{List: pluginStatuses})
 	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
 	handler := api.New(api.Config{
@@ -378,6 +395,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Orchestration: orch.api, Leases: leases, Guard: fencing.NewGuard(st, nil),
 		Releases: releases.New(cfg.ReleaseDir),
 		Plugins:  pluginStatuses,
+		Bindings: binds,
 	})
 	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log, deployOnPush(cfg, cat, rec, log))
 	if err != nil {
@@ -394,6 +412,13 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { defer close(recDone); rec.Run(rctx) }()
 	orchDone := make(chan struct{})
 	go func() { defer close(orchDone); orch.run(rctx) }()
+	bindDone := make(chan struct{})
+	go func() {
+		defer close(bindDone)
+		if binds != nil {
+			binds.Run(rctx, bindingWorkInterval)
+		}
+	}()
 	idemDone := make(chan struct{})
 	go func() { defer close(idemDone); handler.RunIdempotencySweep(rctx, 0) }()
 	clogDone := make(chan struct{})
@@ -417,6 +442,7 @@ func Run(ctx context.Context, cfg Config) error {
 		stopRec()
 		<-recDone
 		<-orchDone
+		<-bindDone
 		<-idemDone
 		<-clogDone
 		return fmt.Errorf("api server: %w", err)
@@ -431,6 +457,7 @@ func Run(ctx context.Context, cfg Config) error {
 	stopRec()
 	<-recDone
 	<-orchDone
+	<-bindDone
 	<-idemDone
 	<-clogDone
 	return nil
