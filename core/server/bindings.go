@@ -43,12 +43,13 @@ func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secret
 		return nil, nil, fmt.Errorf("corestore plugin: %w", err)
 	}
 	pdir := filepath.Join(cfg.DataDir, "plugins")
-	h, err := plugin.LaunchProvider(ctx, entry.Apply(plugin.Config{
-		Args:         []string{"--state-dir", filepath.Join(pdir, corestoreStateDir)},
-		PluginConfig: conf,
-		PidDir:       pdir,
-		Logger:       log,
-	}))
+	pc := entry.Apply(plugin.Config{
+		Args:   []string{"--state-dir", filepath.Join(pdir, corestoreStateDir)},
+		PidDir: pdir,
+		Logger: log,
+	})
+	pc.PluginConfig = conf // the file, not the catalog entry: it holds the admin credentials
+	h, err := plugin.LaunchProvider(ctx, pc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start corestore plugin: %w", err)
 	}
