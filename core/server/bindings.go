@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/berthhq/berth/core/bindings"
@@ -38,6 +40,9 @@ func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secret
 	if err != nil {
 		return nil, nil, fmt.Errorf("corestore configuration: %w", err)
 	}
+	if conf, err = resolveConfigSecrets(ctx, conf, sec, cat); err != nil {
+		return nil, nil, fmt.Errorf("corestore configuration %s: %w", cfg.CorestoreConfig, err)
+	}
 	entry, err := plugin.ResolveProvider(cfg.PluginDir, "corestore")
 	if err != nil {
 		return nil, nil, fmt.Errorf("corestore plugin: %w", err)
@@ -58,6 +63,69 @@ func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secret
 		OnReady: func(ctx context.Context, b *bindings.Binding) error { return publishBinding(ctx, cat, hint, b) },
 	})
 	return m, h, nil
+}
+
+// secretPrefix marks a configuration value taken from berthd's secrets: "secret:PROJECT/NAME"
+// is the current version of secret NAME of project PROJECT (docs/bindings.md section 5).
+const secretPrefix = "secret:"
+
+// resolveConfigSecrets replaces every string value "secret:PROJECT/NAME" of the JSON object raw
+// with the secret's current value, so admin credentials need not sit in the file. A missing
+// project or secret is an error naming it; values are never logged.
+func resolveConfigSecrets(ctx context.Context, raw []byte, sec *secrets.Store, cat *services.Catalog) ([]byte, error) {
+	var doc any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	var walk func(v any) (any, error)
+	walk = func(v any) (any, error) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				r, err := walk(e)
+				if err != nil {
+					return nil, err
+				}
+				x[k] = r
+			}
+		case []any:
+			for i, e := range x {
+				r, err := walk(e)
+				if err != nil {
+					return nil, err
+				}
+				x[i] = r
+			}
+		case string:
+			ref, ok := strings.CutPrefix(x, secretPrefix)
+			if !ok {
+				return x, nil
+			}
+			project, name, ok := strings.Cut(ref, "/")
+			if !ok {
+				return nil, fmt.Errorf("%q: want secret:PROJECT/NAME", x)
+			}
+			p, err := cat.GetProject(ctx, project)
+			if err != nil {
+				return nil, fmt.Errorf("%q: %w", x, err)
+			}
+			s, v, err := sec.Resolve(ctx, p.ID, name, 0)
+			if err != nil {
+				return nil, fmt.Errorf("%q: %w", x, err)
+			}
+			val, err := sec.Open(s, v)
+			if err != nil {
+				return nil, fmt.Errorf("%q: %w", x, err)
+			}
+			return string(val), nil
+		}
+		return v, nil
+	}
+	doc, err := walk(doc)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(doc)
 }
 
 // publishBinding adds the secret references of ready binding b to its service, with one
