@@ -60,7 +60,7 @@ func newBindingCmd(a *app) *cobra.Command {
 		Long: `delete releases binding NAME of SERVICE once the service no longer declares it:
 the database or bucket and its data are kept (berthd refuses while the service
 still declares it). With --purge the data is dropped by an operation fenced by
-the project's fence sequence; 'berth runner operation list' shows it.`,
+the project's fence sequence; 'berth get operations' shows it.`,
 		Example: `  berth binding delete web db
   berth binding delete web db --purge`,
 		Args: cobra.ExactArgs(2),
@@ -87,4 +87,41 @@ the project's fence sequence; 'berth runner operation list' shows it.`,
 	del.Flags().BoolVar(&purge, "purge", false, "drop the database or bucket and its data")
 	cmd.AddCommand(del)
 	return cmd
+}
+
+// newGetOperationsCmd is `berth get operations`: the project's durable operations, binding work
+// among them.
+func newGetOperationsCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "operations",
+		Aliases: []string{"operation", "ops"},
+		Short:   "List the project's operations (binding work, runner work)",
+		Long: `operations lists the project's durable operations, oldest first: kind (for
+bindings binding.apply, binding.release, binding.purge), state (queued, leased,
+retry, succeeded, failed), attempts, the fence of the latest claim, the claimer
+and the last error. Binding operations are claimed by berthd itself
+(core:bindings), never by a runner.`,
+		Example: `  berth get operations
+  berth get ops -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			ops, err := c.ListOperations(cmd.Context(), s.Project)
+			if err != nil {
+				return fmt.Errorf("list operations of %s: %w", s.Project, err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, ops)
+			}
+			tw := newTable(a.stdout)
+			row(tw, "ID", "KIND", "STATE", "ATTEMPTS", "FENCE", "TARGET", "LAST-ERROR")
+			for _, o := range ops {
+				row(tw, o.ID, o.Kind, o.State, o.Attempts, o.Fence, orDash(o.TargetNode), orDash(oneLine(o.LastError)))
+			}
+			return tw.Flush()
+		},
+	}
 }

@@ -24,6 +24,10 @@ func (f *bindingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			{"service": "web", "name": "cache", "kind": "mongodb", "state": "failed", "users": "unsupported",
 				"last_error": "binding_unavailable: the MongoDB server\n did not answer"},
 		}})
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/projects/shop/operations":
+		_ = json.NewEncoder(w).Encode(map[string]any{"items": []map[string]any{
+			{"id": "op_1", "kind": "binding.apply", "state": "retry", "attempts": 2, "fence": 7, "target_node": "core:bindings", "last_error": "binding_unavailable: down"},
+		}})
 	case r.Method == http.MethodDelete && r.URL.Path == "/api/v1/projects/shop/services/web/bindings/db":
 		f.mu.Lock()
 		f.deletes = append(f.deletes, r.URL.Path+"?"+r.URL.RawQuery)
@@ -48,6 +52,9 @@ func TestBindingCommands(t *testing.T) {
 	if len(lines) != 3 || !strings.Contains(lines[0], "LAST-ERROR") ||
 		!strings.Contains(lines[1], "10.0.0.5:5432") || !strings.Contains(lines[2], "binding_unavailable: the MongoDB server did not answer") {
 		t.Fatalf("get bindings:\n%s", out)
+	}
+	if out := c.ok("", "get", "operations", "--project", "shop"); !strings.Contains(out, "binding.apply") || !strings.Contains(out, "core:bindings") {
+		t.Errorf("get operations:\n%s", out)
 	}
 	if out := c.ok("", "binding", "delete", "web", "db", "--project", "shop"); !strings.Contains(out, "released; its data is kept") {
 		t.Errorf("binding delete: %q", out)
