@@ -180,7 +180,20 @@ const (
 	RestoreNotEmpty Code = "restore_not_empty" // restore into a data directory that already holds something; nothing was written
 )
 
+// Binding codes: platform resources a service binds (docs/bindings.md).
+const (
+	BindingNotGranted  Code = "binding_not_granted"  // a provider call without a grant, or with one whose digest does not cover the exact request (403)
+	BindingKindUnknown Code = "binding_kind_unknown" // a service binding of a kind no provider serves (422)
+	BindingNameClash   Code = "binding_name_clash"   // two bindings of one service with the same name, or a name that is not a DNS label (422)
+	BindingUnavailable Code = "binding_unavailable"  // the server that holds a binding's data did not answer; the reason says why (503)
+)
+
 var statuses = map[Code]int{
+	BindingNotGranted:  http.StatusForbidden,
+	BindingKindUnknown: http.StatusUnprocessableEntity,
+	BindingNameClash:   http.StatusUnprocessableEntity,
+	BindingUnavailable: http.StatusServiceUnavailable,
+
 	SecretNotFound:         http.StatusNotFound,
 	SecretSetNotFound:      http.StatusNotFound,
 	SecretInUse:            http.StatusConflict,

@@ -95,7 +95,7 @@ func (s *server) Apply(ctx context.Context, req *providerv1.ApplyRequest) (*prov
 	if r == nil {
 		return nil, pluginapi.ToStatus(abierrors.New(abierrors.Internal, "Apply returned no response"))
 	}
-	return &providerv1.ApplyResponse{State: ResourceToProto(r.State)}, nil
+	return &providerv1.ApplyResponse{State: ResourceToProto(r.State), Credentials: r.Credentials}, nil
 }
 
 func (s *server) Read(ctx context.Context, req *providerv1.ReadRequest) (*providerv1.ReadResponse, error) {
@@ -110,7 +110,7 @@ func (s *server) Read(ctx context.Context, req *providerv1.ReadRequest) (*provid
 }
 
 func (s *server) Delete(ctx context.Context, req *providerv1.DeleteRequest) (*providerv1.DeleteResponse, error) {
-	if _, err := s.impl.Delete(ctx, &DeleteRequest{Type: req.GetType(), ID: req.GetId(), Mutation: mutationFromProto(req.GetMutation())}); err != nil {
+	if _, err := s.impl.Delete(ctx, &DeleteRequest{Type: req.GetType(), ID: req.GetId(), Purge: req.GetPurge(), Mutation: mutationFromProto(req.GetMutation())}); err != nil {
 		return nil, pluginapi.ToStatus(err)
 	}
 	return &providerv1.DeleteResponse{}, nil
@@ -220,7 +220,7 @@ func (c *Client) Apply(ctx context.Context, req *ApplyRequest) (*ApplyResponse, 
 	if err != nil {
 		return nil, pluginapi.FromStatus(ctx, errPrefix+"apply "+req.Planned.Type+"/"+req.Planned.ID, err)
 	}
-	return &ApplyResponse{State: ResourceFromProto(r.GetState())}, nil
+	return &ApplyResponse{State: ResourceFromProto(r.GetState()), Credentials: r.GetCredentials()}, nil
 }
 
 // Read implements Provider.
@@ -238,7 +238,7 @@ func (c *Client) Read(ctx context.Context, req *ReadRequest) (*ReadResponse, err
 func (c *Client) Delete(ctx context.Context, req *DeleteRequest) (*DeleteResponse, error) {
 	ctx, cancel := pluginapi.Join(ctx, c.life)
 	defer cancel()
-	if _, err := c.client.Delete(ctx, &providerv1.DeleteRequest{Type: req.Type, Id: req.ID, Mutation: mutationToProto(req.Mutation)}); err != nil {
+	if _, err := c.client.Delete(ctx, &providerv1.DeleteRequest{Type: req.Type, Id: req.ID, Purge: req.Purge, Mutation: mutationToProto(req.Mutation)}); err != nil {
 		return nil, pluginapi.FromStatus(ctx, errPrefix+"delete "+req.Type+"/"+req.ID, err)
 	}
 	return &DeleteResponse{}, nil

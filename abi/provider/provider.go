@@ -195,6 +195,12 @@ type ApplyRequest struct {
 // ApplyResponse is the state after Apply.
 type ApplyResponse struct {
 	State Resource
+	// Credentials, optional, is a JSON object of credential values the
+	// apply issued (a database password, an access key), never part of
+	// State and so never compared, planned or stored by the host as it is:
+	// the host seals it into secrets (docs/plugins.md section 4.5). A
+	// replayed Apply returns the same credentials again.
+	Credentials json.RawMessage
 }
 
 // ReadRequest names a resource.
@@ -212,6 +218,11 @@ type ReadResponse struct {
 type DeleteRequest struct {
 	Type string
 	ID   string
+	// Purge asks the provider to drop the data the resource holds. Without
+	// it a provider of data (databases, buckets) only releases the
+	// resource: Read answers not found and the data stays
+	// (docs/plugins.md section 4.5).
+	Purge bool
 	pluginapi.Mutation
 }
 

@@ -52,6 +52,22 @@ workloads that run it. With -o json it prints {"service": ..., "workloads": [...
 				}{svc, wls})
 			}
 			a.describeService(svc)
+			if len(svc.Bindings) > 0 {
+				bs, err := c.ListServiceBindings(cmd.Context(), s.Project, svc.Name)
+				if err != nil {
+					return fmt.Errorf("list bindings of %s: %w", svc.Name, err)
+				}
+				fmt.Fprintln(a.stdout)
+				fmt.Fprintln(a.stdout, "Bindings:")
+				tw := newTable(a.stdout)
+				row(tw, "  NAME", "KIND", "STATE", "ENDPOINT", "USERS", "LAST-ERROR")
+				for _, b := range bs {
+					row(tw, "  "+b.Name, b.Kind, b.State, orDash(b.Endpoint), orDash(b.Users), orDash(oneLine(b.LastError)))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintln(a.stdout)
 			if len(wls) == 0 {
 				fmt.Fprintln(a.stdout, "Workloads: none")

@@ -22,7 +22,7 @@ of the API's objects.`,
   berth get workloads --all-projects
   berth get slots hello`,
 	}
-	cmd.AddCommand(newGetServicesCmd(a), newGetNodesCmd(a), newGetWorkloadsCmd(a), newGetSlotsCmd(a), newGetBundlesCmd(a), newGetLeasesCmd(a))
+	cmd.AddCommand(newGetServicesCmd(a), newGetNodesCmd(a), newGetWorkloadsCmd(a), newGetSlotsCmd(a), newGetBundlesCmd(a), newGetLeasesCmd(a), newGetBindingsCmd(a), newGetOperationsCmd(a))
 	return cmd
 }
 

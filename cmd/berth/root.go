@@ -117,6 +117,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newRolloutCmd(a),
 		newSpecCmd(a),
 		newDeleteCmd(a),
+		newBindingCmd(a),
 		newJoinTokenCmd(a),
 		newNodeCmd(a),
 		newClusterCmd(a),

@@ -113,6 +113,7 @@ func serveFlags(cfg *server.Config, level *slog.Level, configFile *string) *pfla
 	fs.BoolVar(&cfg.S3.Insecure, "s3-insecure", false, "speak plain HTTP to the S3 endpoint (loopback test servers only)")
 	fs.BoolVar(&cfg.RunnerTransport, "runner-transport", false, "serve the runner transport /api/runner/v1 (off: 404 on the whole prefix)")
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "loopback address serving Go runtime profiles at /debug/pprof/ (default: none)")
+	fs.StringVar(&cfg.CorestoreConfig, "corestore-config", "", "JSON file (0600) configuring the corestore plugin: the PostgreSQL, MongoDB and S3 servers bindings are made on; values \"secret:PROJECT/NAME\" are taken from berthd's secrets (default: no bindings; docs/bindings.md)")
 	fs.DurationVar(&cfg.Sweep.Quiet, "sweep-quiet", slots.DefaultQuiet, "reconcile once hints have been quiet this long")
 	fs.DurationVar(&cfg.Sweep.Period, "sweep-period", slots.DefaultPeriod, "reconcile at the latest this long after the last pass")
 	fs.DurationVar(&cfg.Sweep.Floor, "sweep-floor", slots.DefaultFloor, "never start a scheduled pass sooner than this after the last one; each rollout step takes at least one pass")

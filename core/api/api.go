@@ -21,6 +21,7 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	abirunner "github.com/berthhq/berth/abi/runner"
+	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
@@ -131,6 +132,9 @@ type Config struct {
 	// CoreVersion is the version upgrade targets are checked against by the
 	// skew rule; empty means internal/version.Version.
 	CoreVersion string
+	// Bindings declares service bindings at apply and serves /projects/{p}/bindings and
+	// binding deletion (bindings.go, docs/bindings.md); nil refuses services with bindings.
+	Bindings *bindings.Manager
 	// Secrets serves the secret routes and checks services' secret references (secrets.go,
 	// docs/api.md section 10); nil leaves the routes out and refuses references.
 	Secrets *SecretsConfig
@@ -225,6 +229,7 @@ func New(cfg Config) *Server {
 	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServiceDeploy, anyService))
 	v1.GET("/projects/:project/bundles", s.listBundles, s.auth(identity.ScopeServicesRead))
 	s.registerSecrets(v1)
+	s.registerBindings(v1)
 	s.registerIdentity(v1)
 	s.registerWasm(v1)
 	s.registerNodeOps(v1)

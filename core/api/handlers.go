@@ -59,6 +59,9 @@ func toAPIService(s *services.Service, ready int) client.Service {
 	for _, v := range s.Volumes {
 		out.Volumes = append(out.Volumes, client.Volume(v))
 	}
+	for _, b := range s.Bindings {
+		out.Bindings = append(out.Bindings, client.BindingSpec{Name: b.Name, Kind: b.Kind})
+	}
 	return out
 }
 
@@ -216,6 +219,13 @@ func (s *Server) putService(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	bindingSpecs, err := s.bindingSpecs(&spec)
+	if err != nil {
+		return err
+	}
+	if refs, err = s.withBindingSecrets(ctx, p.ID, name, bindingSpecs, refs); err != nil {
+		return err
+	}
 	resolved, err := s.resolveSecrets(ctx, p.ID, refs, spec.SecretSets)
 	if err != nil {
 		return err
@@ -230,6 +240,7 @@ func (s *Server) putService(c echo.Context) error {
 	for _, v := range spec.Volumes {
 		svc.Volumes = append(svc.Volumes, services.Volume(v))
 	}
+	svc.Bindings = bindingSpecs
 	if spec.PlacementMode == services.PlacementStateful {
 		svc.PlacementMode, svc.LeaseMode = services.PlacementStateful, string(node.LeaseLocal)
 		if spec.Lease != nil && spec.Lease.Mode != "" {
@@ -264,6 +275,12 @@ func (s *Server) putService(c echo.Context) error {
 		return serviceError(err)
 	}
 	created := outcome == services.PutCreated
+	if s.cfg.Bindings != nil && (len(out.Bindings) > 0 || outcome != services.PutCreated) {
+		// Also when unchanged: declaring is idempotent and repairs an apply that stopped here.
+		if err := s.cfg.Bindings.Declare(ctx, p.ID, p.Name, out.Name, out.Bindings); err != nil {
+			return err
+		}
+	}
 	if !out.Stateful() {
 		// Also when unchanged: it writes only when the derived spec is missing, which repairs an
 		// earlier apply that stopped between its two writes.

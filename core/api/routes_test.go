@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/leases"
@@ -78,6 +79,7 @@ func newFullFixture(t *testing.T) *fixture {
 		c.RegistryGC = stubGC
 		c.Orchestration = &Orchestration{Leases: leases.NewManager(st, leases.Config{Owner: "brd_test"}), Runners: reg,
 			Operations: ops, Placement: placement.NewService(st, reg, ops), Transport: true}
+		c.Bindings = bindings.New(bindings.Config{Store: st, Queue: ops, Secrets: c.Secrets.Store})
 	})
 }
 
@@ -138,6 +140,7 @@ func everyRoute() map[string]routeRow {
 		"POST /api/runner/v1/renew": runner, "POST /api/runner/v1/complete": runner, "POST /api/runner/v1/fail": runner,
 		"GET /api/v1/projects/:project/secrets": none, "PUT /api/v1/projects/:project/secrets/:secret": obj,
 		"GET /api/v1/projects/:project/secrets/:secret": none, "DELETE /api/v1/projects/:project/secrets/:secret": none,
+		"GET /api/v1/projects/:project/bindings": none, "DELETE /api/v1/projects/:project/services/:name/bindings/:binding": none,
 		"GET /api/v1/projects/:project/secret-sets": none, "PUT /api/v1/projects/:project/secret-sets/:set": obj,
 		"GET /api/v1/projects/:project/secret-sets/:set": none, "DELETE /api/v1/projects/:project/secret-sets/:set": none,
 		"GET /api/v1/secrets/keyring": none, "POST /api/v1/secrets/keyring/rotate": obj, "POST /api/v1/nodes/:id/secret-key/rotate": obj,

@@ -13,12 +13,14 @@ import (
 	"testing"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
@@ -52,12 +54,14 @@ func fullServer(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(Config{Secrets: &SecretsConfig{Store: secrets.NewStore(st, kr, nil)}, Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
+	secStore := secrets.NewStore(st, kr, nil)
+	return New(Config{Secrets: &SecretsConfig{Store: secStore}, Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
 		Tokens: identity.NewTokens(st), Hinter: nopHinter{}, Events: events.New(st, nil), Changelog: changelog.New(st, 1, nil),
 		Sessions: http.NotFoundHandler(), NodeOps: stubCommander{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
 		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{}, RegistryGC: stubGC,
 		Leases: fencing.New(st, fencing.Config{}), Guard: fencing.NewGuard(st, nil),
-		ImageReleases: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)})
+		ImageReleases: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil),
+		Bindings:      bindings.New(bindings.Config{Store: st, Queue: operations.NewQueue(st, operations.Config{}), Secrets: secStore})})
 }
 
 // TestRouteScopeTable walks the router and fails on a route that docs/api.md's route table

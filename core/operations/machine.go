@@ -170,6 +170,23 @@ func Fail(p Policy, s Status, h Holder, now time.Time, msg string, retryable boo
 	return s, nil
 }
 
+// FailAfter is [Fail] with the retry delay chosen by the caller (work whose
+// failures have their own backoff classes, such as bindings: docs/bindings.md
+// section 9): retry at now+delay while attempts remain, failed otherwise.
+func FailAfter(s Status, h Holder, now time.Time, msg string, delay time.Duration) (Status, error) {
+	if !current(s, h, now) {
+		return s, ErrLeaseLost
+	}
+	s.LastError = msg
+	s.TokenDigest, s.LeaseExpiresAt = "", time.Time{}
+	if s.Attempts >= s.MaxAttempts {
+		s.State = Failed
+		return s, nil
+	}
+	s.State, s.AvailableAt = Retry, now.Add(max(delay, 0))
+	return s, nil
+}
+
 // Expire decides what a sweep does with s at now: a leased operation whose lease expired goes to
 // retry (available at once: the crashed holder's attempt already counted) or, with its attempts
 // exhausted, to failed. changed is false when s is not an expired lease.

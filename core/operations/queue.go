@@ -472,6 +472,15 @@ func (q *Queue) Fail(ctx context.Context, id string, h Holder, msg string, retry
 	return q.casLoop(ctx, id, nil, func(s Status, now time.Time) (Status, error) { return Fail(q.policy, s, h, now, msg, retryable) })
 }
 
+// FailAfter settles a failed attempt of h on operation id to retry after delay (or failed when
+// its attempts are exhausted). msg is bounded non-secret text. Errors: wrapping [ErrLeaseLost].
+func (q *Queue) FailAfter(ctx context.Context, id string, h Holder, msg string, delay time.Duration) (*Operation, error) {
+	if len(msg) > 1024 {
+		msg = msg[:1024]
+	}
+	return q.casLoop(ctx, id, nil, func(s Status, now time.Time) (Status, error) { return FailAfter(s, h, now, msg, delay) })
+}
+
 // Sweep moves every leased operation whose lease expired to retry (queued at once), or to failed
 // when its attempts are exhausted, queues retries whose delay passed, finishes the move of settled
 // operations to the archive and repairs claim lanes an interrupted write left behind. It returns

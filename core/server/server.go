@@ -100,6 +100,10 @@ type Config struct {
 	// RewrapPerSecond bounds how many secrets a keyring rotation re-wraps per second; zero means
 	// 100, negative no bound.
 	RewrapPerSecond int
+	// CorestoreConfig is the corestore plugin's configuration file (JSON, 0600; the servers it
+	// manages and their admin credentials, docs/bindings.md section 5); empty runs no corestore
+	// plugin and refuses services with bindings.
+	CorestoreConfig string
 	// DebugListen, when set, serves Go runtime profiles (/debug/pprof/) on
 	// this loopback address; empty serves none.
 	DebugListen string
@@ -369,6 +373,19 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return []plugin.Status{gwHandle.Status()}
 	}
+	binds, corestoreHandle, err := startBindings(ctx, cfg, st, sec, cat, func(reason, id string) {
+		if rec != nil {
+			rec.HintService(reason, id)
+		}
+	}, log)
+	if err != nil {
+		return err
+	}
+	if corestoreHandle != nil {
+		defer corestoreHandle.Close()
+		statuses := pluginStatuses
+		pluginStatuses = func() []plugin.Status { return append(statuses(), corestoreHandle.Status()) }
+	}
 	metrics.MustRegister(&plugin.StatusCollector{List: pluginStatuses})
 	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
 	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log, deployOnPush(cfg, cat, rec, log))
@@ -388,6 +405,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Orchestration: orch.api, Leases: leases, Guard: fencing.NewGuard(st, nil),
 		Releases: releases.New(cfg.ReleaseDir),
 		Plugins:  pluginStatuses,
+		Bindings: binds,
 	})
 	srv := &http.Server{
 		Handler:           withRegistry(handler, oci),
@@ -400,6 +418,13 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { defer close(recDone); rec.Run(rctx) }()
 	orchDone := make(chan struct{})
 	go func() { defer close(orchDone); orch.run(rctx) }()
+	bindDone := make(chan struct{})
+	go func() {
+		defer close(bindDone)
+		if binds != nil {
+			binds.Run(rctx, bindingWorkInterval)
+		}
+	}()
 	idemDone := make(chan struct{})
 	go func() { defer close(idemDone); handler.RunIdempotencySweep(rctx, 0) }()
 	clogDone := make(chan struct{})
@@ -425,6 +450,7 @@ func Run(ctx context.Context, cfg Config) error {
 		stopRec()
 		<-recDone
 		<-orchDone
+		<-bindDone
 		<-idemDone
 		<-clogDone
 		<-gcDone
@@ -440,6 +466,7 @@ func Run(ctx context.Context, cfg Config) error {
 	stopRec()
 	<-recDone
 	<-orchDone
+	<-bindDone
 	<-idemDone
 	<-clogDone
 	<-gcDone

@@ -20,6 +20,7 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/secrets"
@@ -158,6 +159,9 @@ type Service struct {
 	// Volumes are the service's persistent directories on the node that runs it, kept across
 	// rollouts and agent restarts (docs/node-protocol.md section 6.6).
 	Volumes []Volume `bson:"volumes,omitempty"`
+	// Bindings are the platform resources the service uses (docs/bindings.md); their
+	// credentials reach it as secrets named in Secrets once each binding is ready.
+	Bindings []bindings.Spec `bson:"bindings,omitempty"`
 	// ProgressDeadlineS is how long, in seconds, a rollout may go without progress before it
 	// is failed (0: the default, 600); AutoRollback says whether a failed rollout restores
 	// Previous (docs/reconciliation.md section 7.2).
@@ -595,6 +599,9 @@ func SameDeclaration(a, b *Service) bool {
 		}
 		if len(n.Volumes) == 0 {
 			n.Volumes = nil
+		}
+		if len(n.Bindings) == 0 {
+			n.Bindings = nil
 		}
 		if len(n.Command) == 0 {
 			n.Command = nil

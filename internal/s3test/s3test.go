@@ -4,6 +4,7 @@ package s3test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -35,18 +36,27 @@ type Server struct {
 // is missing (make test installs it).
 func Binary(t testing.TB) string {
 	t.Helper()
+	p, err := BinaryPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// BinaryPath is [Binary] for TestMain: the path, or an error saying how to
+// install it.
+func BinaryPath() (string, error) {
 	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p
+		return p, nil
 	}
 	out, err := exec.Command("go", "env", "GOPATH").Output()
 	if err == nil {
 		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "versitygw")
 		if _, err := os.Stat(p); err == nil {
-			return p
+			return p, nil
 		}
 	}
-	t.Fatal("versitygw is not installed: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 (make test does)")
-	return ""
+	return "", errors.New("versitygw is not installed: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 (make test does)")
 }
 
 // Start runs versitygw on a fresh temporary directory, waits (at most 30 s)
@@ -65,7 +75,18 @@ func Start(t testing.TB) *Server {
 // StartDir runs the versitygw binary bin on addr over dir and waits (at most
 // 30 s) until it listens. The caller stops it.
 func StartDir(bin, addr, dir string) (*Server, error) {
-	cmd := exec.Command(bin, "--access", AccessKey, "--secret", SecretKey, "--port", addr, "posix", dir)
+	return StartDirIAM(bin, addr, dir, "")
+}
+
+// StartDirIAM is [StartDir] with versitygw's internal IAM kept in iamDir
+// (empty: none), which enables its admin API (create-user,
+// change-bucket-owner) for the root keys [AccessKey] and [SecretKey].
+func StartDirIAM(bin, addr, dir, iamDir string) (*Server, error) {
+	args := []string{"--access", AccessKey, "--secret", SecretKey, "--port", addr}
+	if iamDir != "" {
+		args = append(args, "--iam-dir", iamDir)
+	}
+	cmd := exec.Command(bin, append(args, "posix", dir)...)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
 		return nil, err

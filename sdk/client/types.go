@@ -161,6 +161,10 @@ type ServiceSpec struct {
 	// 1 to 63 of [a-z0-9-]; Path (absolute) is where a container sees it, a process workload gets
 	// its directory in BERTH_VOLUME_<NAME>. At most 16.
 	Volumes []Volume `json:"volumes,omitempty"`
+	// Bindings are databases and buckets the service uses, made by the Corestore provider
+	// (docs/bindings.md): Name a DNS label unique in the service, Kind postgres, mongodb or s3.
+	// Their credentials reach the workloads as BERTH_BINDING_<NAME>_* secrets once ready.
+	Bindings []BindingSpec `json:"bindings,omitempty"`
 
 	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 	// Container is the container part of the spec (docs/api.md; docs/plugins.md section 3).
@@ -187,6 +191,31 @@ type Container struct {
 	// ImageTag is, in answers, the "<project>/<repo>:<tag>" a DeployOnPush service follows
 	// while Image holds the digest it resolved to; ignored in a spec.
 	ImageTag string `json:"image_tag,omitempty"`
+}
+
+// BindingSpec is one entry of ServiceSpec.Bindings.
+type BindingSpec struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+}
+
+// ServiceBinding is a service binding as GET /projects/{p}/bindings answers it (docs/bindings.md):
+// State pending, ready, failed, released or purged; Endpoint credential-free; LastError the
+// reason of the last failure; Secrets the environment variables it provides, by secret name.
+type ServiceBinding struct {
+	Service     string            `json:"service"`
+	Name        string            `json:"name"`
+	Kind        string            `json:"kind"`
+	Generation  int64             `json:"generation"`
+	State       string            `json:"state"`
+	Endpoint    string            `json:"endpoint,omitempty"`
+	Database    string            `json:"database,omitempty"`
+	User        string            `json:"user,omitempty"`
+	Users       string            `json:"users,omitempty"`
+	LastError   string            `json:"last_error,omitempty"`
+	OperationID string            `json:"operation_id,omitempty"`
+	Secrets     map[string]string `json:"secrets,omitempty"`
+	UpdatedAt   time.Time         `json:"updated_at"`
 }
 
 // Volume is one persistent directory of a service (ServiceSpec.Volumes).
@@ -234,12 +263,13 @@ type Service struct {
 	Lease         *LeaseSpec `json:"lease,omitempty"`
 	// ProgressDeadlineS and AutoRollback are as in ServiceSpec; RollbackOf is set on a revision
 	// an automatic rollback wrote: the revision whose failed rollout it undid.
-	ProgressDeadlineS int       `json:"progress_deadline_s,omitempty"`
-	AutoRollback      bool      `json:"auto_rollback,omitempty"`
-	RollbackOf        int64     `json:"rollback_of,omitempty"`
-	Volumes           []Volume  `json:"volumes,omitempty"`
-	CreatedAt         time.Time `json:"created_at"`
-	UpdatedAt         time.Time `json:"updated_at"`
+	ProgressDeadlineS int           `json:"progress_deadline_s,omitempty"`
+	AutoRollback      bool          `json:"auto_rollback,omitempty"`
+	RollbackOf        int64         `json:"rollback_of,omitempty"`
+	Bindings          []BindingSpec `json:"bindings,omitempty"`
+	Volumes           []Volume      `json:"volumes,omitempty"`
+	CreatedAt         time.Time     `json:"created_at"`
+	UpdatedAt         time.Time     `json:"updated_at"`
 	// Ready counts workloads that are running and healthy; filled on reads.
 	Ready int `json:"ready"`
 	// Verdict is the service's production verdict (docs/reconciliation.md section 7); nil

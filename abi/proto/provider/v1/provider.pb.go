@@ -443,8 +443,12 @@ func (x *ApplyRequest) GetMutation() *v1.Mutation {
 }
 
 type ApplyResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	State         *Resource              `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	State *Resource              `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// credentials, when set, is a JSON object of credential values the apply
+	// issued (docs/plugins.md section 4.5). It is never part of state: the
+	// host seals it into secrets and keeps no plain copy.
+	Credentials   []byte `protobuf:"bytes,2,opt,name=credentials,proto3" json:"credentials,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -482,6 +486,13 @@ func (*ApplyResponse) Descriptor() ([]byte, []int) {
 func (x *ApplyResponse) GetState() *Resource {
 	if x != nil {
 		return x.State
+	}
+	return nil
+}
+
+func (x *ApplyResponse) GetCredentials() []byte {
+	if x != nil {
+		return x.Credentials
 	}
 	return nil
 }
@@ -583,10 +594,14 @@ func (x *ReadResponse) GetState() *Resource {
 }
 
 type DeleteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Mutation      *v1.Mutation           `protobuf:"bytes,3,opt,name=mutation,proto3" json:"mutation,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Type     string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Id       string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Mutation *v1.Mutation           `protobuf:"bytes,3,opt,name=mutation,proto3" json:"mutation,omitempty"`
+	// purge asks the provider to drop the data the resource holds; without it
+	// a provider that keeps data (databases, buckets) releases the resource
+	// and keeps the data (docs/plugins.md section 4.5).
+	Purge         bool `protobuf:"varint,4,opt,name=purge,proto3" json:"purge,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -640,6 +655,13 @@ func (x *DeleteRequest) GetMutation() *v1.Mutation {
 		return x.Mutation
 	}
 	return nil
+}
+
+func (x *DeleteRequest) GetPurge() bool {
+	if x != nil {
+		return x.Purge
+	}
+	return false
 }
 
 type DeleteResponse struct {
@@ -711,18 +733,20 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\achanges\x18\x02 \x01(\bR\achanges\"|\n" +
 	"\fApplyRequest\x125\n" +
 	"\aplanned\x18\x01 \x01(\v2\x1b.berth.provider.v1.ResourceR\aplanned\x125\n" +
-	"\bmutation\x18\x02 \x01(\v2\x19.berth.plugin.v1.MutationR\bmutation\"B\n" +
+	"\bmutation\x18\x02 \x01(\v2\x19.berth.plugin.v1.MutationR\bmutation\"d\n" +
 	"\rApplyResponse\x121\n" +
-	"\x05state\x18\x01 \x01(\v2\x1b.berth.provider.v1.ResourceR\x05state\"1\n" +
+	"\x05state\x18\x01 \x01(\v2\x1b.berth.provider.v1.ResourceR\x05state\x12 \n" +
+	"\vcredentials\x18\x02 \x01(\fR\vcredentials\"1\n" +
 	"\vReadRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"A\n" +
 	"\fReadResponse\x121\n" +
-	"\x05state\x18\x01 \x01(\v2\x1b.berth.provider.v1.ResourceR\x05state\"j\n" +
+	"\x05state\x18\x01 \x01(\v2\x1b.berth.provider.v1.ResourceR\x05state\"\x80\x01\n" +
 	"\rDeleteRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x125\n" +
-	"\bmutation\x18\x03 \x01(\v2\x19.berth.plugin.v1.MutationR\bmutation\"\x10\n" +
+	"\bmutation\x18\x03 \x01(\v2\x19.berth.plugin.v1.MutationR\bmutation\x12\x14\n" +
+	"\x05purge\x18\x04 \x01(\bR\x05purge\"\x10\n" +
 	"\x0eDeleteResponse2\x81\x05\n" +
 	"\bProvider\x12Q\n" +
 	"\bDescribe\x12 .berth.plugin.v1.DescribeRequest\x1a#.berth.provider.v1.DescribeResponse\x12I\n" +
