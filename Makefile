@@ -65,9 +65,18 @@ CRANE := $(shell $(GO) env GOPATH)/bin/crane
 $(CRANE):
 	$(GO) install github.com/google/go-containerregistry/cmd/crane@v0.22.1
 
+# The ACME CA the certificate tests order from (internal/pebbletest), and
+# the DNS server those tests point its -dnsserver at.
+PEBBLE := $(shell $(GO) env GOPATH)/bin/pebble
+$(PEBBLE):
+	$(GO) install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.3
+PEBBLE_CHALLTESTSRV := $(shell $(GO) env GOPATH)/bin/pebble-challtestsrv
+$(PEBBLE_CHALLTESTSRV):
+	$(GO) install github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@v2.10.3
+
 ## test: everything CI runs (builds the binaries the end-to-end tests start;
 ## starts a private containerd for the container tests and stops it after)
-test: build $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE)
+test: build $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(PEBBLE) $(PEBBLE_CHALLTESTSRV)
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 25m ./...
 
 ## test-containers: only the container tests (containerd driver, nftables network)
