@@ -11,13 +11,40 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Table is the complete route table. Routes are sorted by Hostname; a hostname
 // appears at most once. Revision increases with every table core pushes.
 type Table struct {
-	Revision int64   `json:"revision"`
-	Routes   []Route `json:"routes"`
+	Revision     int64         `json:"revision"`
+	Routes       []Route       `json:"routes"`
+	Certificates []Certificate `json:"certificates,omitempty"` // every certificate the gateway may serve
+	Challenges   []Challenge   `json:"challenges,omitempty"`   // ACME HTTP-01 answers to serve
+	Excluded     []Exclusion   `json:"excluded,omitempty"`     // hostnames withheld by claims (for status)
+}
+
+// Certificate is one PEM chain and its private key (PKCS#8 or EC/RSA PEM) for Names (exact host
+// names or "*.example.com" wildcards). The gateway picks by SNI: exact name first, then wildcard.
+type Certificate struct {
+	Names    []string  `json:"names"`
+	CertPEM  string    `json:"cert_pem"`
+	KeyPEM   string    `json:"key_pem"`
+	NotAfter time.Time `json:"not_after"`
+}
+
+// Challenge is one ACME HTTP-01 answer: GET http://Host/.well-known/acme-challenge/Token answers
+// KeyAuth (text/plain) on the plain listener, before any redirect or route.
+type Challenge struct {
+	Host    string `json:"host"`
+	Token   string `json:"token"`
+	KeyAuth string `json:"key_auth"`
+}
+
+// Exclusion is a hostname the table does not serve and why (e.g. "claimed by shop/web and blog/www").
+type Exclusion struct {
+	Hostname string `json:"hostname"`
+	Reason   string `json:"reason"`
 }
 
 // Route sends HTTP requests for Hostname (lower case, no port) to Upstreams in turn.

@@ -20,8 +20,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/berthhq/berth/internal/proctest"
 )
 
 // Module is the pebble module whose binaries, test configuration and
@@ -62,57 +60,85 @@ type Server struct {
 	// HTTPPort is the port pebble validates HTTP-01 answers on.
 	HTTPPort int
 	mgmt     string
-	proc     *proctest.Proc
+	proc     *proc
 }
 
 // Binary returns the path of the named binary of [Module] ("pebble" or
-// "pebble-challtestsrv"), from PATH or GOPATH/bin, and fails t when it is
-// not installed.
-func Binary(t testing.TB, name string) string {
-	t.Helper()
+// "pebble-challtestsrv"), from PATH or GOPATH/bin; an error says how to
+// install it when it is missing.
+func Binary(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
-		return p
+		return p, nil
 	}
 	out, err := exec.Command("go", "env", "GOPATH").Output()
 	if err == nil {
 		p := filepath.Join(strings.TrimSpace(string(out)), "bin", name)
 		if _, err := os.Stat(p); err == nil {
-			return p
+			return p, nil
 		}
 	}
-	t.Fatalf("%s is not installed: go install github.com/letsencrypt/pebble/v2/cmd/%s@v2.10.3 (make test does)", name, name)
-	return ""
+	return "", fmt.Errorf("pebbletest: %s is not installed: go install github.com/letsencrypt/pebble/v2/cmd/%s@v2.10.3 (make test does)", name, name)
 }
 
 // ModuleDir returns the directory of [Module] in the module cache
 // (downloading it if needed), which holds pebble's test certificates.
-func ModuleDir(t testing.TB) string {
-	t.Helper()
+func ModuleDir() (string, error) {
 	out, err := exec.Command("go", "mod", "download", "-json", Module).Output()
 	if err != nil {
-		t.Fatalf("locate %s: %v", Module, err)
+		return "", fmt.Errorf("pebbletest: locate %s: %w", Module, err)
 	}
 	var m struct{ Dir string }
 	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
-		t.Fatalf("locate %s: no directory in %q (%v)", Module, out, err)
+		return "", fmt.Errorf("pebbletest: locate %s: no directory in %q (%v)", Module, out, err)
 	}
-	return m.Dir
+	return m.Dir, nil
 }
 
-// Start runs pebble with cfg on loopback ports (PEBBLE_VA_NOSLEEP=1, no nonce
-// rejections, no authorization reuse), waits until its directory answers and
-// stops it when t ends. Its log goes to a file in t's temporary directory.
+// Start is [New] in t's temporary directory, failing t on error and
+// stopping pebble when t ends.
 func Start(t testing.TB, cfg Config) *Server {
 	t.Helper()
+	s, err := New(cfg, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// New runs pebble with cfg on loopback ports (PEBBLE_VA_NOSLEEP=1, no nonce
+// rejections, no authorization reuse), its configuration and log
+// (pebble.log) in dir, and waits until its directory answers. The caller
+// stops it with [Server.Stop] (TestMain may share one across a package).
+func New(cfg Config, dir string) (*Server, error) {
 	if cfg.DNSServer == "" {
-		t.Fatal("pebbletest: Config.DNSServer is required")
+		return nil, errors.New("pebbletest: Config.DNSServer is required")
 	}
-	mod := ModuleDir(t)
+	mod, err := ModuleDir()
+	if err != nil {
+		return nil, err
+	}
+	bin, err := Binary("pebble")
+	if err != nil {
+		return nil, err
+	}
 	if cfg.HTTPPort == 0 {
-		cfg.HTTPPort = freePort(t)
+		if cfg.HTTPPort, err = freePort(); err != nil {
+			return nil, err
+		}
 	}
-	dir := t.TempDir()
-	listen, mgmt := proctest.FreeAddr(t), proctest.FreeAddr(t)
+	tlsPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	listen, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	mgmt, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	validity := cfg.ValidityS
 	if validity == 0 {
 		validity = 7776000
@@ -123,7 +149,7 @@ func Start(t testing.TB, cfg Config) *Server {
 		"certificate":             filepath.Join(mod, "test/certs/localhost/cert.pem"),
 		"privateKey":              filepath.Join(mod, "test/certs/localhost/key.pem"),
 		"httpPort":                cfg.HTTPPort,
-		"tlsPort":                 freePort(t),
+		"tlsPort":                 tlsPort,
 		"domainBlocklist":         append([]string{}, cfg.Blocklist...),
 		"retryAfter":              map[string]int{"authz": 1, "order": 1},
 		"keyAlgorithm":            "ecdsa",
@@ -133,11 +159,14 @@ func Start(t testing.TB, cfg Config) *Server {
 	raw, _ := json.Marshal(conf) // plain maps: cannot fail
 	confPath := filepath.Join(dir, "pebble-config.json")
 	if err := os.WriteFile(confPath, raw, 0o600); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("pebbletest: %w", err)
 	}
-	cmd := exec.Command(Binary(t, "pebble"), "-config", confPath, "-dnsserver", cfg.DNSServer, "-strict")
+	cmd := exec.Command(bin, "-config", confPath, "-dnsserver", cfg.DNSServer, "-strict")
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0")
-	p := proctest.StartCmd(t, filepath.Join(dir, "pebble.log"), cmd)
+	p, err := startProc(cmd, filepath.Join(dir, "pebble.log"))
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		Directory:  "https://" + listen + "/dir",
 		CARootFile: filepath.Join(mod, "test/certs/pebble.minica.pem"),
@@ -145,22 +174,15 @@ func Start(t testing.TB, cfg Config) *Server {
 		mgmt:       mgmt,
 		proc:       p,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	for {
-		_, err := s.get(ctx, s.Directory)
-		if err == nil {
-			return s
-		}
-		if ctx.Err() != nil || p.Exited() {
-			t.Fatalf("pebble did not answer at %s: %v (log %s)", s.Directory, err, p.LogPath())
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := p.await(func(ctx context.Context) error { _, err := s.get(ctx, s.Directory); return err }); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("pebbletest: pebble did not answer at %s: %w", s.Directory, err)
 	}
+	return s, nil
 }
+
+// Stop ends pebble (SIGKILL: it keeps nothing) and waits for it.
+func (s *Server) Stop() { s.proc.stop() }
 
 // HTTPClient returns a client that trusts [Server.CARootFile] only.
 func (s *Server) HTTPClient() (*http.Client, error) {
@@ -220,35 +242,55 @@ type ChallSrv struct {
 	// DNSAddr is the DNS server's "127.0.0.1:port" (UDP and TCP).
 	DNSAddr string
 	mgmt    string
+	proc    *proc
 }
 
-// StartChallSrv runs pebble-challtestsrv on loopback ports with only its DNS
-// server and management API on, waits until the management API answers and
-// stops it when t ends.
+// StartChallSrv is [NewChallSrv] in t's temporary directory, failing t on
+// error and stopping the server when t ends.
 func StartChallSrv(t testing.TB) *ChallSrv {
 	t.Helper()
-	dnsAddr := proctest.FreeAddr(t)
-	mgmt := proctest.FreeAddr(t)
-	p := proctest.Start(t, filepath.Join(t.TempDir(), "challtestsrv.log"), Binary(t, "pebble-challtestsrv"),
-		"-dnsserver", dnsAddr, "-management", mgmt, "-http01", "", "-https01", "", "-doh", "",
-		"-tlsalpn01", "", "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "")
-	c := &ChallSrv{DNSAddr: dnsAddr, mgmt: mgmt}
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	for {
-		err := c.post(ctx, "/set-default-ipv4", map[string]string{"ip": "127.0.0.1"})
-		if err == nil {
-			return c
-		}
-		if ctx.Err() != nil || p.Exited() {
-			t.Fatalf("pebble-challtestsrv did not answer at %s: %v (log %s)", mgmt, err, p.LogPath())
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
+	c, err := NewChallSrv(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(c.Stop)
+	return c
 }
+
+// NewChallSrv runs pebble-challtestsrv on loopback ports with only its DNS
+// server and management API on (its log, challtestsrv.log, in dir) and waits
+// until the management API answers. The caller stops it with [ChallSrv.Stop].
+func NewChallSrv(dir string) (*ChallSrv, error) {
+	bin, err := Binary("pebble-challtestsrv")
+	if err != nil {
+		return nil, err
+	}
+	dnsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	mgmt, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	p, err := startProc(exec.Command(bin,
+		"-dnsserver", dnsAddr, "-management", mgmt, "-http01", "", "-https01", "", "-doh", "",
+		"-tlsalpn01", "", "-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""), filepath.Join(dir, "challtestsrv.log"))
+	if err != nil {
+		return nil, err
+	}
+	c := &ChallSrv{DNSAddr: dnsAddr, mgmt: mgmt, proc: p}
+	if err := p.await(func(ctx context.Context) error {
+		return c.post(ctx, "/set-default-ipv4", map[string]string{"ip": "127.0.0.1"})
+	}); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("pebbletest: pebble-challtestsrv did not answer at %s: %w", mgmt, err)
+	}
+	return c, nil
+}
+
+// Stop ends the server and waits for it.
+func (c *ChallSrv) Stop() { c.proc.stop() }
 
 func (c *ChallSrv) post(ctx context.Context, path string, body any) error {
 	raw, _ := json.Marshal(body) // plain maps: cannot fail
@@ -286,15 +328,67 @@ func dotted(s string) string {
 	return s + "."
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	_, port, err := net.SplitHostPort(proctest.FreeAddr(t))
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", fmt.Errorf("pebbletest: free port: %w", err)
 	}
-	n, err := strconv.Atoi(port)
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func freePort() (int, error) {
+	a, err := freeAddr()
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
-	return n
+	_, port, _ := net.SplitHostPort(a)
+	return strconv.Atoi(port)
+}
+
+// proc is a started server process with its log file.
+type proc struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+func startProc(cmd *exec.Cmd, logPath string) (*proc, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("pebbletest: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("pebbletest: start %s: %w", cmd.Path, err)
+	}
+	p := &proc{cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	return p, nil
+}
+
+// await calls ready every 50 ms until it succeeds, the process ends, or
+// startTimeout passes.
+func (p *proc) await(ready func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	for {
+		err := ready(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (log %s)", err, p.log)
+		case <-p.done:
+			return fmt.Errorf("process ended: %w (log %s)", err, p.log)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
 }
