@@ -114,7 +114,7 @@ type sink struct {
 	changed chan struct{}
 }
 
-func newSink(t *testing.T) *sink {
+func newSink(t testing.TB) *sink {
 	s := &sink{changed: make(chan struct{}, 1)}
 	answers.mu.Lock()
 	answers.sinks = append(answers.sinks, s)
@@ -148,7 +148,7 @@ func (s *sink) SetRoutes(_ context.Context, t abiroutes.Table) error {
 }
 
 // await waits until cond holds for the last table, at most 2 minutes.
-func (s *sink) await(t *testing.T, what string, cond func(abiroutes.Table) bool) abiroutes.Table {
+func (s *sink) await(t testing.TB, what string, cond func(abiroutes.Table) bool) abiroutes.Table {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -179,7 +179,7 @@ func (p txtPublisher) CleanupTXT(ctx context.Context, fqdn, _ string) error {
 
 var _ certs.TXTPublisher = txtPublisher{}
 
-func keyring(t *testing.T) *secrets.Keyring {
+func keyring(t testing.TB) *secrets.Keyring {
 	t.Helper()
 	k, _, err := secrets.LoadOrCreateKeyring(filepath.Join(t.TempDir(), "keyring.json"), true)
 	if err != nil {
@@ -188,7 +188,7 @@ func keyring(t *testing.T) *secrets.Keyring {
 	return k
 }
 
-func newManager(t *testing.T, st *store.Store, kr *secrets.Keyring, owner string, next certs.TableSink, reg prometheus.Registerer) *certs.Manager {
+func newManager(t testing.TB, st *store.Store, kr *secrets.Keyring, owner string, next certs.TableSink, reg prometheus.Registerer) *certs.Manager {
 	t.Helper()
 	m, err := certs.New(certs.Config{
 		Store: st, Keyring: kr, Next: next, Owner: owner,
