@@ -66,6 +66,9 @@ type Config struct {
 	// DNS01Zones are the zones Berth manages DNS for: names under them (and
 	// every wildcard) are validated by DNS-01; all others by HTTP-01.
 	DNS01Zones []string
+	// Manual, when not nil, supplies the certificate of every tls_mode
+	// manual route; nil leaves such routes without one.
+	Manual ManualSource
 	// HTTP01Reachable reports whether the gateway's port 80 is reachable
 	// from the CA for every hostname routed to it; when false, a name outside
 	// DNS01Zones cannot be validated ([Config.CheckDomain]).
@@ -110,12 +113,14 @@ type Manager struct {
 	pushMu sync.Mutex // serialises pushes so revisions reach Next in order
 	rev    int64      // last revision pushed; pushMu must be held
 
-	mu         sync.Mutex
-	base       abiroutes.Table
-	haveBase   bool
-	names      map[string]context.CancelFunc // wanted hostname -> stops its management
-	certs      map[string]abiroutes.Certificate
-	challenges map[abiroutes.Challenge]bool
+	mu          sync.Mutex
+	base        abiroutes.Table
+	haveBase    bool
+	names       map[string]context.CancelFunc    // wanted hostname -> stops its management
+	certs       map[string]abiroutes.Certificate // acme certificates by hostname
+	manual      map[string]abiroutes.Certificate // manual certificates by hostname
+	manualHosts map[string]bool                  // hostnames of manual routes
+	challenges  map[abiroutes.Challenge]bool
 }
 
 // New checks cfg and returns a Manager. It does no I/O beyond reading
@@ -156,6 +161,7 @@ func New(cfg Config) (*Manager, error) {
 		metrics:    newMetrics(cfg.Metrics),
 		names:      map[string]context.CancelFunc{},
 		certs:      map[string]abiroutes.Certificate{},
+		manual:     map[string]abiroutes.Certificate{},
 		challenges: map[abiroutes.Challenge]bool{},
 	}
 	m.status = &statusStore{coll: cfg.Store.Collection(StatusCollection), st: cfg.Store, now: cfg.Now}
@@ -209,10 +215,23 @@ func (m *Manager) SetRoutes(ctx context.Context, t abiroutes.Table) error {
 			want[r.Hostname] = true
 		}
 	}
+	manual := m.manualCertificates(ctx, t)
+	manualHosts := map[string]bool{}
+	for _, r := range t.Routes {
+		if r.TLSMode == ModeManual {
+			manualHosts[r.Hostname] = true
+		}
+	}
 	var removed []string
 	added := map[string]context.Context{}
 	m.mu.Lock()
 	m.base, m.haveBase = t, true
+	for h := range m.manualHosts {
+		if !manualHosts[h] && !want[h] {
+			removed = append(removed, h)
+		}
+	}
+	m.manual, m.manualHosts = manual, manualHosts
 	for h, stop := range m.names {
 		if !want[h] {
 			stop()
@@ -236,6 +255,9 @@ func (m *Manager) SetRoutes(ctx context.Context, t abiroutes.Table) error {
 	m.mu.Unlock()
 	for _, h := range removed {
 		m.cache.RemoveManaged([]certmagic.SubjectIssuer{{Subject: h}})
+		if manualHosts[h] {
+			continue // now served from its tls secret, which recorded its status
+		}
 		m.metrics.notAfter.DeleteLabelValues(h)
 		if err := m.status.clear(ctx, h); err != nil {
 			m.log.Warn("clear certificate status", "hostname", h, "error", err)
@@ -293,6 +315,9 @@ func (m *Manager) push(ctx context.Context) error {
 	t := m.base
 	t.Certificates = nil
 	for _, c := range m.certs {
+		t.Certificates = append(t.Certificates, c)
+	}
+	for _, c := range m.manual {
 		t.Certificates = append(t.Certificates, c)
 	}
 	sort.Slice(t.Certificates, func(i, j int) bool { return t.Certificates[i].Names[0] < t.Certificates[j].Names[0] })
