@@ -38,7 +38,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis,
 			DeployOnPush: s.DeployOnPush, ImageTag: s.ImageTag},
-		Deleting: s.Deleting, Timeouts: s.Timeouts,
+		Deleting: s.Deleting, Timeouts: s.Timeouts, TLS: client.TLS(s.TLS),
 	}
 	if len(s.Secrets) > 0 {
 		out.Secrets = map[string]client.SecretRef{}
@@ -212,6 +212,9 @@ func (s *Server) putService(c echo.Context) error {
 	} else {
 		image = spec.Image
 	}
+	if err := s.checkServiceTLS(ctx, p, &spec); err != nil {
+		return err
+	}
 	refs, err := s.checkServiceSecrets(ctx, p, &spec)
 	if err != nil {
 		return err
@@ -225,7 +228,7 @@ func (s *Server) putService(c echo.Context) error {
 		Runtime: spec.Runtime, Image: image, ImageTag: imageTag, DeployOnPush: spec.DeployOnPush, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
-		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
+		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, TLS: services.TLS(spec.TLS), ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
 	}
 	for _, v := range spec.Volumes {
 		svc.Volumes = append(svc.Volumes, services.Volume(v))
