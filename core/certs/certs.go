@@ -39,8 +39,8 @@ type TableSink interface {
 	SetRoutes(ctx context.Context, t abiroutes.Table) error
 }
 
-// Config configures a [Manager]. Store, Keyring, Next, Owner and
-// DirectoryURL are required.
+// Config configures a [Manager]. Store, Keyring, Next and Owner are
+// required.
 type Config struct {
 	// Store holds the certificates, locks and statuses.
 	Store *store.Store
@@ -52,7 +52,8 @@ type Config struct {
 	// ("brd_<ULID>"); two Managers on one store need two owners.
 	Owner string
 	// DirectoryURL is the ACME directory, e.g.
-	// https://acme-v02.api.letsencrypt.org/directory.
+	// https://acme-v02.api.letsencrypt.org/directory; empty means no ACME:
+	// tls_mode acme routes are recorded failed and only manual ones served.
 	DirectoryURL string
 	// CARootFile, when set, is a PEM file of the only roots trusted for the
 	// directory's TLS (a private CA); empty means the system roots.
@@ -131,8 +132,6 @@ func New(cfg Config) (*Manager, error) {
 		return nil, errors.New("certs: Config.Store, Keyring and Next are required")
 	case cfg.Owner == "":
 		return nil, errors.New("certs: Config.Owner is required")
-	case cfg.DirectoryURL == "":
-		return nil, errors.New("certs: Config.DirectoryURL is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -205,8 +204,8 @@ func (m *Manager) wanted(name string) bool {
 // acme, stops (before any further certificate work, and dropping its
 // certificate and challenges from the table) every hostname no route asks
 // for any more, and pushes t on to Next with the certificates held and the
-// HTTP-01 answers in flight, under a revision of its own that increases with
-// every push. Errors: Next's; the caller retries with the same or a newer
+// HTTP-01 answers in flight, under a revision that increases with every
+// push (t's own while it is ahead of the last one pushed). Errors: Next's; the caller retries with the same or a newer
 // table.
 func (m *Manager) SetRoutes(ctx context.Context, t abiroutes.Table) error {
 	want := map[string]bool{}
@@ -287,6 +286,10 @@ func (m *Manager) manage(ctx context.Context, h string, hctx context.Context) {
 	}); err != nil {
 		m.log.Warn("record certificate status", "hostname", h, "error", err)
 	}
+	if m.cfg.DirectoryURL == "" {
+		m.fail(ctx, h, false, ErrNoACME)
+		return
+	}
 	if err := m.cm.ManageAsync(hctx, []string{h}); err != nil {
 		m.fail(ctx, h, false, err)
 	}
@@ -330,7 +333,9 @@ func (m *Manager) push(ctx context.Context) error {
 		return a.Host+"/"+a.Token < b.Host+"/"+b.Token
 	})
 	m.mu.Unlock()
-	m.rev++
+	// Tables keep the reconciler's revision while it is ahead, so both
+	// count alike until a certificate or challenge adds a push of its own.
+	m.rev = max(m.rev+1, t.Revision)
 	t.Revision = m.rev
 	if err := m.cfg.Next.SetRoutes(ctx, t); err != nil {
 		return fmt.Errorf("certs: push route table revision %d: %w", t.Revision, err)

@@ -22,6 +22,10 @@ import (
 	"github.com/mholt/acmez/v3/acme"
 )
 
+// ErrNoACME is the failure of a tls_mode acme route on a Manager without an
+// ACME directory.
+var ErrNoACME = errors.New("berth: no ACME directory is configured (berthd --acme-directory)")
+
 // ErrWithdrawn is returned by an order for a hostname no route asks a
 // certificate for any more: it stops before any request reaches the CA.
 var ErrWithdrawn = errors.New("berth: no route asks a certificate for this hostname any more")
