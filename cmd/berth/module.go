@@ -230,7 +230,7 @@ compile failure, if the newest compilation failed.`,
 			}
 			fmt.Fprintln(a.stdout)
 			w := newTable(a.stdout)
-			row(w, "HOSTNAME", "SERVICE", "TLS", "ALLOW", "UPSTREAMS", "HEALTHY")
+			row(w, "HOSTNAME", "SERVICE", "TLS", "CERTIFICATE", "ALLOW", "UPSTREAMS", "HEALTHY")
 			for _, r := range st.Table.Routes {
 				healthy := 0
 				var addrs []string
@@ -240,9 +240,14 @@ compile failure, if the newest compilation failed.`,
 						healthy++
 					}
 				}
-				row(w, r.Hostname, r.Project+"/"+r.Service, orDash(r.TLSMode), joinOrDash(r.AllowSources), joinOrDash(addrs), fmt.Sprintf("%d/%d", healthy, len(r.Upstreams)))
+				row(w, r.Hostname, r.Project+"/"+r.Service, orDash(r.TLSMode), certificateCell(st.Certificates, r.Hostname, r.TLSMode),
+					joinOrDash(r.AllowSources), joinOrDash(addrs), fmt.Sprintf("%d/%d", healthy, len(r.Upstreams)))
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			printCertificateErrors(a.stdout, st.Table.Routes, st.Certificates)
+			return nil
 		},
 	}
 }

@@ -14,6 +14,7 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
@@ -324,6 +325,19 @@ func (s *Server) getService(c echo.Context) error {
 	out := toAPIService(svc, n)
 	if err := s.views().Annotate(ctx, svc, &out); err != nil {
 		return err
+	}
+	if svc.TLS.Mode == certs.ModeACME || svc.TLS.Mode == certs.ModeManual {
+		cs, err := s.certificateStatuses(ctx, svc.Domains)
+		if err != nil {
+			return err
+		}
+		for _, d := range svc.Domains {
+			if st, ok := cs[d]; ok {
+				out.Certificates = append(out.Certificates, st)
+			} else {
+				out.Certificates = append(out.Certificates, client.CertificateStatus{Hostname: d, State: string(certs.StatePending)})
+			}
+		}
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -9,7 +9,26 @@ import (
 	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/sdk/client"
 )
+
+// certificateStatuses reads the certificate status of each of hostnames
+// that has one (one read by _id each).
+func (s *Server) certificateStatuses(ctx context.Context, hostnames []string) (map[string]client.CertificateStatus, error) {
+	if len(hostnames) == 0 {
+		return nil, nil
+	}
+	st, err := certs.Statuses(ctx, s.cfg.Catalog.Backing(), hostnames)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]client.CertificateStatus, len(st))
+	for h, c := range st {
+		out[h] = client.CertificateStatus{Hostname: h, State: string(c.State), Challenge: c.Challenge, NotAfter: c.NotAfter,
+			LastError: c.LastError, UpdatedAt: c.UpdatedAt}
+	}
+	return out, nil
+}
 
 // DomainChecker reports why no ACME challenge can prove a domain, or nil
 // (certs.Config.CheckDomain).

@@ -2,6 +2,7 @@ package api
 
 import (
 	"archive/tar"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -86,6 +87,21 @@ func TestApplyChecksServiceTLS(t *testing.T) {
 	code, out := apply([]string{"shop.example.com"}, map[string]any{"mode": "manual", "secret": "shop-cert"})
 	if code != 201 || fmt.Sprint(out["tls"]) != "map[mode:manual secret:shop-cert]" {
 		t.Fatalf("manual apply: %d %v", code, out)
+	}
+	// describe service shows each domain's certificate status.
+	if code, out := f.json("GET", "/api/v1/projects/shop/services/web", nil); code != 200 ||
+		fmt.Sprint(out["certificates"]) != "[map[challenge: hostname:shop.example.com state:pending updated_at:0001-01-01T00:00:00Z]]" {
+		t.Fatalf("service before any status: %d %v", code, out["certificates"])
+	}
+	notAfter := time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := f.st.Collection(certs.StatusCollection).InsertOne(context.Background(), certs.Status{Hostname: "shop.example.com",
+		State: certs.StateFailed, Challenge: "manual", NotAfter: notAfter, LastError: "the key does not match", Revision: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := f.json("GET", "/api/v1/projects/shop/services/web", nil); code != 200 ||
+		!strings.Contains(fmt.Sprint(out["certificates"]), "state:failed") || !strings.Contains(fmt.Sprint(out["certificates"]), "not_after:2027-03-01T00:00:00Z") ||
+		!strings.Contains(fmt.Sprint(out["certificates"]), "last_error:the key does not match") {
+		t.Fatalf("service with a status: %d %v", code, out["certificates"])
 	}
 	code, out = f.json("PUT", "/api/v1/projects/shop/services/api", map[string]any{"bundle": "app", "command": []string{"./app"},
 		"domains": []string{"api.managed.example"}, "tls": map[string]any{"mode": "acme"}})

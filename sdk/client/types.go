@@ -245,6 +245,9 @@ type Service struct {
 	Timeouts Timeouts `json:"timeouts,omitzero"`
 	// TLS is as in ServiceSpec.
 	TLS TLS `json:"tls,omitzero"`
+	// Certificates is the certificate status of each domain when TLS.Mode is
+	// acme or manual (GET of one service only).
+	Certificates []CertificateStatus `json:"certificates,omitempty"`
 	// Labels and CapacityUnits are as in ServiceSpec.
 	Labels        map[string]string `json:"labels,omitempty"`
 	CapacityUnits int               `json:"capacity_units,omitempty"`
