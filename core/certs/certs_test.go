@@ -440,3 +440,40 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no %s on the registry", name)
 	return 0
 }
+
+// TestRenewsAheadOfExpiry: a certificate inside its renewal window is
+// ordered again, the table moves to the newer one and the status records
+// its later expiry.
+func TestRenewsAheadOfExpiry(t *testing.T) {
+	st := storetest.Open(t)
+	s := newSink(t)
+	// A window of the whole lifetime puts every certificate in it at once.
+	m, err := certs.New(certs.Config{
+		Store: st, Keyring: keyring(t), Next: s, Owner: "brd_a",
+		DirectoryURL: ca.Directory, CARootFile: ca.CARootFile, HTTP01Reachable: true,
+		RenewCheckInterval: time.Second, RenewalWindowRatio: 1, Metrics: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+	if err := m.SetRoutes(ctx, table(route("renew.example.com", abiroutes.TLSACME))); err != nil {
+		t.Fatal(err)
+	}
+	first := s.await(t, "the first certificate", func(tb abiroutes.Table) bool { _, ok := certFor(tb, "renew.example.com"); return ok })
+	c1, _ := certFor(first, "renew.example.com")
+	next := s.await(t, "a renewed certificate", func(tb abiroutes.Table) bool {
+		c, ok := certFor(tb, "renew.example.com")
+		return ok && c.CertPEM != c1.CertPEM
+	})
+	c2, _ := certFor(next, "renew.example.com")
+	verifyChain(t, c2, "renew.example.com")
+	if !c2.NotAfter.After(c1.NotAfter) {
+		t.Fatalf("renewed not_after %s is not after %s", c2.NotAfter, c1.NotAfter)
+	}
+	proctest.WaitFor(t, time.Minute, "the status to record the renewal", func() (bool, string) {
+		got, err := m.Status(ctx, "renew.example.com")
+		return err == nil && !got.NotAfter.Before(c2.NotAfter), fmt.Sprintf("%+v, %v", got, err)
+	})
+}
