@@ -88,6 +88,11 @@ func TestApplyChecksServiceTLS(t *testing.T) {
 	if code != 201 || fmt.Sprint(out["tls"]) != "map[mode:manual secret:shop-cert]" {
 		t.Fatalf("manual apply: %d %v", code, out)
 	}
+	// The secret a tls block names is in use like any other reference.
+	if code, out := f.json("DELETE", "/api/v1/projects/shop/secrets/shop-cert", nil); code != 409 || out["code"] != "secret_in_use" ||
+		!strings.Contains(fmt.Sprint(out["detail"]), "web") {
+		t.Fatalf("delete of the tls secret: %d %v", code, out)
+	}
 	// describe service shows each domain's certificate status.
 	if code, out := f.json("GET", "/api/v1/projects/shop/services/web", nil); code != 200 ||
 		fmt.Sprint(out["certificates"]) != "[map[challenge: hostname:shop.example.com state:pending updated_at:0001-01-01T00:00:00Z]]" {
