@@ -70,6 +70,10 @@ type Config struct {
 	// Manual, when not nil, supplies the certificate of every tls_mode
 	// manual route; nil leaves such routes without one.
 	Manual ManualSource
+	// ManualRefresh is how often manual certificates are read again, so a
+	// new version of a tls secret is served without a route change; zero
+	// means one minute, negative never.
+	ManualRefresh time.Duration
 	// HTTP01Reachable reports whether the gateway's port 80 is reachable
 	// from the CA for every hostname routed to it; when false, a name outside
 	// DNS01Zones cannot be validated ([Config.CheckDomain]).
@@ -139,6 +143,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.ManualRefresh == 0 {
+		cfg.ManualRefresh = time.Minute
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if cfg.CARootFile != "" {
 		raw, err := os.ReadFile(cfg.CARootFile)
@@ -180,7 +187,55 @@ func New(cfg Config) (*Manager, error) {
 		DisableARI:         true,
 		Logger:             zap.NewNop(),
 	})
+	if cfg.Manual != nil && cfg.ManualRefresh > 0 {
+		go m.refreshManual(cfg.ManualRefresh)
+	}
 	return m, nil
+}
+
+// refreshManual reads the manual certificates of the last table again every
+// interval and pushes the table when one changed, until Close.
+func (m *Manager) refreshManual(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.life.Done():
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		base, have := m.base, m.haveBase
+		m.mu.Unlock()
+		if !have {
+			continue
+		}
+		manual := m.manualCertificates(m.life, base)
+		m.mu.Lock()
+		// A table that arrived meanwhile read its own manual certificates.
+		changed := m.base.Revision == base.Revision && !sameCertificates(manual, m.manual)
+		if changed {
+			m.manual = manual
+		}
+		m.mu.Unlock()
+		if changed {
+			if err := m.push(m.life); err != nil {
+				m.log.Warn("push route table with a changed manual certificate", "error", err)
+			}
+		}
+	}
+}
+
+func sameCertificates(a, b map[string]abiroutes.Certificate) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for h, c := range a {
+		if d, ok := b[h]; !ok || c.CertPEM != d.CertPEM || c.KeyPEM != d.KeyPEM {
+			return false
+		}
+	}
+	return true
 }
 
 // Close stops every order and renewal in flight and the renewal loop. The

@@ -11,11 +11,13 @@ import (
 	"errors"
 	"math/big"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	abiroutes "github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/store/storetest"
 )
@@ -125,7 +127,7 @@ func TestManualRoutesServeTheirSecret(t *testing.T) {
 	cert, key := selfSigned(t, time.Now().Add(24*time.Hour), "manual.example.com")
 	src := &manualSource{cert: cert, key: key}
 	m, err := certs.New(certs.Config{Store: st, Keyring: keyring(t), Next: s, Owner: "brd_a", DirectoryURL: ca.Directory,
-		CARootFile: ca.CARootFile, Manual: src, Metrics: prometheus.NewRegistry()})
+		CARootFile: ca.CARootFile, Manual: src, ManualRefresh: -1, Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,4 +162,48 @@ func TestManualRoutesServeTheirSecret(t *testing.T) {
 	if _, err := m.Status(ctx, "manual.example.com"); err == nil {
 		t.Fatal("a withdrawn manual route keeps its status")
 	}
+}
+
+// TestManualSecretChangeIsServed: a new pair in the tls secret reaches the
+// table without any route change.
+func TestManualSecretChangeIsServed(t *testing.T) {
+	st := storetest.Open(t)
+	s := newSink(t)
+	cert, key := selfSigned(t, time.Now().Add(24*time.Hour), "rotate.example.com")
+	src := &lockedSource{}
+	src.set(cert, key)
+	m, err := certs.New(certs.Config{Store: st, Keyring: keyring(t), Next: s, Owner: "brd_a",
+		Manual: src, ManualRefresh: 50 * time.Millisecond, Metrics: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.SetRoutes(context.Background(), table(route("rotate.example.com", certs.ModeManual))); err != nil {
+		t.Fatal(err)
+	}
+	cert2, key2 := selfSigned(t, time.Now().Add(48*time.Hour), "rotate.example.com")
+	src.set(cert2, key2)
+	s.await(t, "the new pair", func(tb abiroutes.Table) bool {
+		c, ok := certFor(tb, "rotate.example.com")
+		return ok && c.CertPEM == string(cert2)
+	})
+}
+
+// lockedSource is a ManualSource whose pair a test changes while the
+// Manager reads it.
+type lockedSource struct {
+	mu        sync.Mutex
+	cert, key []byte
+}
+
+func (s *lockedSource) set(cert, key []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cert, s.key = cert, key
+}
+
+func (s *lockedSource) ManualCertificate(context.Context, string, string) ([]byte, []byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cert, s.key, nil
 }
