@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	abiroutes "github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/events"
+	"github.com/berthhq/berth/core/leases"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -476,4 +478,47 @@ func TestRenewsAheadOfExpiry(t *testing.T) {
 		got, err := m.Status(ctx, "renew.example.com")
 		return err == nil && !got.NotAfter.Before(c2.NotAfter), fmt.Sprintf("%+v, %v", got, err)
 	})
+}
+
+// TestWithdrawnRouteStopsBeforeOrdering: a route withdrawn while its order
+// waits for the certificate lock never reaches the CA: once the lock is
+// free the manager orders the next name only, and nothing is stored for the
+// withdrawn one.
+func TestWithdrawnRouteStopsBeforeOrdering(t *testing.T) {
+	st := storetest.Open(t)
+	s := newSink(t)
+	reg := prometheus.NewRegistry()
+	m := newManager(t, st, keyring(t), "brd_a", s, reg)
+	ctx := context.Background()
+	blocker := certs.NewLocks(leases.NewManager(st, leases.Config{Owner: "brd_blocker"}), nil)
+	const lock = "issue_cert_gone.example.com"
+	if err := blocker.Lock(ctx, lock); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetRoutes(ctx, table(route("gone.example.com", abiroutes.TLSACME))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.Status(ctx, "gone.example.com"); err != nil || got.State != certs.StatePending {
+		t.Fatalf("status while waiting for the lock: %+v, %v", got, err)
+	}
+	if err := m.SetRoutes(ctx, table(route("after.example.com", abiroutes.TLSACME))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Status(ctx, "gone.example.com"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a withdrawn hostname keeps its status: %v", err)
+	}
+	if err := blocker.Unlock(ctx, lock); err != nil {
+		t.Fatal(err)
+	}
+	s.await(t, "the next name's certificate", func(tb abiroutes.Table) bool { _, ok := certFor(tb, "after.example.com"); return ok })
+	if n := counterValue(t, reg, "berth_certificate_orders_total"); n != 1 {
+		t.Fatalf("%v orders, want 1 (the withdrawn name was ordered)", n)
+	}
+	if _, ok := certFor(s.last, "gone.example.com"); ok {
+		t.Fatal("the withdrawn name has a certificate in the table")
+	}
+	n, err := st.Collection(certs.StorageCollection).CountDocuments(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: `gone\.example\.com\.crt$`}}}})
+	if err != nil || n != 0 {
+		t.Fatalf("%d certificates stored for the withdrawn name (%v)", n, err)
+	}
 }
