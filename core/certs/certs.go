@@ -15,6 +15,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -344,6 +345,12 @@ func (m *Manager) manage(ctx context.Context, h string, hctx context.Context) {
 	if m.cfg.DirectoryURL == "" {
 		m.fail(ctx, h, false, ErrNoACME)
 		return
+	}
+	// A certificate stored already (by an earlier berthd, or another
+	// replica) goes into the very next table, so a restart never pushes a
+	// table without it.
+	if _, err := m.refresh(ctx, h); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		m.log.Warn("load stored certificate", "hostname", h, "error", err)
 	}
 	if err := m.cm.ManageAsync(hctx, []string{h}); err != nil {
 		m.fail(ctx, h, false, err)

@@ -390,7 +390,8 @@ func TestRefusedOrderFails(t *testing.T) {
 }
 
 // TestTwoManagersOrderOnce: two berthd's managers on one store, both asked
-// for one name, send one order between them and both serve its certificate.
+// for one name, send one order between them and both serve its certificate;
+// a third started afterwards serves it from its first table.
 func TestTwoManagersOrderOnce(t *testing.T) {
 	st := storetest.Open(t)
 	kr := keyring(t)
@@ -416,14 +417,28 @@ func TestTwoManagersOrderOnce(t *testing.T) {
 	has := func(tb abiroutes.Table) bool { _, ok := certFor(tb, "both.example.com"); return ok }
 	a := sa.await(t, "manager a's certificate", has)
 	b := sb.await(t, "manager b's certificate", has)
-	ca, _ := certFor(a, "both.example.com")
-	cb, _ := certFor(b, "both.example.com")
-	if ca.CertPEM != cb.CertPEM {
+	certA, _ := certFor(a, "both.example.com")
+	certB, _ := certFor(b, "both.example.com")
+	if certA.CertPEM != certB.CertPEM {
 		t.Fatal("the two managers serve different certificates")
 	}
 	orders := counterValue(t, ra, "berth_certificate_orders_total") + counterValue(t, rb, "berth_certificate_orders_total")
 	if orders != 1 {
 		t.Fatalf("%v orders between the two managers, want 1", orders)
+	}
+
+	// A berthd started later on the same store pushes the stored
+	// certificate in its very first table: a restart never serves without it.
+	sc := newSink(t)
+	mc := newManager(t, st, kr, "brd_c", sc, prometheus.NewRegistry())
+	if err := mc.SetRoutes(ctx, tb); err != nil {
+		t.Fatal(err)
+	}
+	sc.mu.Lock()
+	first := sc.last
+	sc.mu.Unlock()
+	if c, ok := certFor(first, "both.example.com"); !ok || c.CertPEM != certA.CertPEM {
+		t.Fatalf("the first table after a restart has certificates %+v", first.Certificates)
 	}
 }
 
