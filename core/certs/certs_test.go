@@ -537,3 +537,37 @@ func TestWithdrawnRouteStopsBeforeOrdering(t *testing.T) {
 		t.Fatalf("%d certificates stored for the withdrawn name (%v)", n, err)
 	}
 }
+
+// failingPublisher stands for a DNS provider whose server is down.
+type failingPublisher struct{}
+
+func (failingPublisher) PresentTXT(context.Context, string, string) error {
+	return errors.New("dns server 127.0.0.1:53 refused the update")
+}
+func (failingPublisher) CleanupTXT(context.Context, string, string) error { return nil }
+
+// TestDNSFailureLeavesOthersServing: a DNS-01 name whose record cannot be
+// published is failed with the provider's error, and an HTTP-01 name of
+// the same table is issued and served.
+func TestDNSFailureLeavesOthersServing(t *testing.T) {
+	st := storetest.Open(t)
+	s := newSink(t)
+	m, err := certs.New(certs.Config{
+		Store: st, Keyring: keyring(t), Next: s, Owner: "brd_a",
+		DirectoryURL: ca.Directory, CARootFile: ca.CARootFile, HTTP01Reachable: true,
+		DNS: failingPublisher{}, Metrics: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+	if err := m.SetRoutes(ctx, table(route("*.down.example.com", abiroutes.TLSACME), route("up.example.com", abiroutes.TLSACME))); err != nil {
+		t.Fatal(err)
+	}
+	s.await(t, "the HTTP-01 name's certificate", func(tb abiroutes.Table) bool { _, ok := certFor(tb, "up.example.com"); return ok })
+	proctest.WaitFor(t, 2*time.Minute, "the DNS-01 name failed", func() (bool, string) {
+		got, err := m.Status(ctx, "*.down.example.com")
+		return err == nil && got.State == certs.StateFailed && strings.Contains(got.LastError, "refused the update"), fmt.Sprintf("%+v, %v", got, err)
+	})
+}
