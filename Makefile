@@ -70,9 +70,18 @@ CADDY := $(shell $(GO) env GOPATH)/bin/caddy
 $(CADDY):
 	$(GO) install github.com/caddyserver/caddy/v2/cmd/caddy@v2.11.9
 
+# The ACME CA the certificate tests order from (internal/pebbletest), and
+# the DNS server those tests point its -dnsserver at.
+PEBBLE := $(shell $(GO) env GOPATH)/bin/pebble
+$(PEBBLE):
+	$(GO) install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.3
+PEBBLE_CHALLTESTSRV := $(shell $(GO) env GOPATH)/bin/pebble-challtestsrv
+$(PEBBLE_CHALLTESTSRV):
+	$(GO) install github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@v2.10.3
+
 ## test: everything CI runs (builds the binaries the end-to-end tests start;
 ## starts a private containerd for the container tests and stops it after)
-test: build $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(CADDY)
+test: build $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(CADDY) $(PEBBLE) $(PEBBLE_CHALLTESTSRV)
 	./scripts/install-postgres.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 25m ./...
 

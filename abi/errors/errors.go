@@ -75,6 +75,18 @@ const (
 	InputNotRecorded Code = "input_not_recorded"
 )
 
+// Certificate codes (docs/certificates.md section 6): a service's tls block refused at apply.
+const (
+	// TLSCertificateInvalid: a tls_mode manual secret does not hold a PEM certificate chain and
+	// the private key of its leaf, or the certificate does not cover the service's domains (422).
+	TLSCertificateInvalid Code = "tls_certificate_invalid"
+	// TLSDomainUnverifiable: a tls_mode acme domain is neither under a zone Berth manages DNS
+	// for nor served on a port 80 the CA can reach, so no challenge can prove it (422).
+	TLSDomainUnverifiable Code = "tls_domain_unverifiable"
+	// TLSModeInvalid: an unknown tls mode, or manual without a secret (422).
+	TLSModeInvalid Code = "tls_mode_invalid"
+)
+
 // Node-session codes (docs/node-protocol.md section "error").
 const (
 	BadMessage         Code = "bad_message"         // malformed or unknown message; non-fatal
@@ -193,6 +205,9 @@ var statuses = map[Code]int{
 	BindingKindUnknown: http.StatusUnprocessableEntity,
 	BindingNameClash:   http.StatusUnprocessableEntity,
 	BindingUnavailable: http.StatusServiceUnavailable,
+	TLSCertificateInvalid: http.StatusUnprocessableEntity,
+	TLSDomainUnverifiable: http.StatusUnprocessableEntity,
+	TLSModeInvalid:        http.StatusUnprocessableEntity,
 
 	SecretNotFound:         http.StatusNotFound,
 	SecretSetNotFound:      http.StatusNotFound,

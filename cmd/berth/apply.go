@@ -18,6 +18,13 @@ import (
 	"github.com/berthhq/berth/sdk/client"
 )
 
+// tlsFile is a service's tls block: {mode: acme} or {mode: manual, secret: NAME}
+// (docs/certificates.md section 1).
+type tlsFile struct {
+	Mode   string `json:"mode,omitempty" yaml:"mode"`
+	Secret string `json:"secret,omitempty" yaml:"secret"`
+}
+
 // serviceFile is one service in a file given to "berth apply".
 type serviceFile struct {
 	Name    string            `json:"name" yaml:"name"`
@@ -33,6 +40,7 @@ type serviceFile struct {
 	Replicas         *int                     `json:"replicas,omitempty" yaml:"replicas"`
 	HealthCheck      healthCheckFile          `json:"health_check" yaml:"health_check"`
 	Timeouts         timeoutsFile             `json:"timeouts,omitzero" yaml:"timeouts"`
+	TLS              tlsFile                  `json:"tls,omitzero" yaml:"tls"`
 	ExpectedRevision *int64                   `json:"expected_revision,omitempty" yaml:"expected_revision"`
 
 	// The rollout fields (docs/reconciliation.md section 7.2).
@@ -137,6 +145,7 @@ func (f serviceFile) spec() client.ServiceSpec {
 		},
 		Timeouts: client.Timeouts{ConnectMS: f.Timeouts.ConnectMS, ResponseHeaderMS: f.Timeouts.ResponseHeaderMS,
 			IdleMS: f.Timeouts.IdleMS},
+		TLS:               client.TLS{Mode: f.TLS.Mode, Secret: f.TLS.Secret},
 		ExpectedRevision:  f.ExpectedRevision,
 		PlacementMode:     f.PlacementMode,
 		ProgressDeadlineS: f.ProgressDeadlineS,

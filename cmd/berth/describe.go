@@ -111,6 +111,22 @@ func (a *app) describeService(svc *client.Service) {
 	}
 	field("Port", port)
 	field("Domains", orDash(strings.Join(svc.Domains, ", ")))
+	tlsMode := orDefault(svc.TLS.Mode, "none")
+	if svc.TLS.Secret != "" {
+		tlsMode += " (secret " + svc.TLS.Secret + ")"
+	}
+	field("TLS", tlsMode)
+	for i, c := range svc.Certificates {
+		line := c.Hostname + ": " + certificateState(c)
+		if c.LastError != "" {
+			line += " (" + c.LastError + ")"
+		}
+		if i == 0 {
+			field("Certificates", line)
+		} else {
+			fmt.Fprintf(tw, "\t%s\n", line)
+		}
+	}
 	field("Replicas", fmt.Sprintf("%d desired, %d ready", svc.Replicas, svc.Ready))
 	verdict := "-"
 	if svc.Verdict != nil {

@@ -233,7 +233,7 @@ which holds the hostname's claim, so served for none of them
 			}
 			fmt.Fprintln(a.stdout)
 			w := newTable(a.stdout)
-			row(w, "HOSTNAME", "SERVICE", "TLS", "ALLOW", "UPSTREAMS", "HEALTHY")
+			row(w, "HOSTNAME", "SERVICE", "TLS", "CERTIFICATE", "ALLOW", "UPSTREAMS", "HEALTHY")
 			for _, r := range st.Table.Routes {
 				healthy := 0
 				var addrs []string
@@ -243,11 +243,13 @@ which holds the hostname's claim, so served for none of them
 						healthy++
 					}
 				}
-				row(w, r.Hostname, r.Project+"/"+r.Service, orDash(r.TLSMode), joinOrDash(r.AllowSources), joinOrDash(addrs), fmt.Sprintf("%d/%d", healthy, len(r.Upstreams)))
+				row(w, r.Hostname, r.Project+"/"+r.Service, orDash(r.TLSMode), certificateCell(st.Certificates, r.Hostname, r.TLSMode),
+					joinOrDash(r.AllowSources), joinOrDash(addrs), fmt.Sprintf("%d/%d", healthy, len(r.Upstreams)))
 			}
 			if err := w.Flush(); err != nil {
 				return err
 			}
+			printCertificateErrors(a.stdout, st.Table.Routes, st.Certificates)
 			if len(st.Table.Excluded) == 0 {
 				return nil
 			}

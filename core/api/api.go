@@ -138,6 +138,10 @@ type Config struct {
 	// Secrets serves the secret routes and checks services' secret references (secrets.go,
 	// docs/api.md section 10); nil leaves the routes out and refuses references.
 	Secrets *SecretsConfig
+	// ACME says whether a tls mode acme domain can be proven by a challenge
+	// (a certs.Config; docs/certificates.md section 6); nil refuses tls mode
+	// acme as tls_domain_unverifiable.
+	ACME DomainChecker
 	// Guard checks fenced shared-storage writes (bundle uploads with the fencing headers); nil
 	// refuses such writes as unavailable.
 	Guard *fencing.Guard

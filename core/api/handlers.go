@@ -14,6 +14,7 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
@@ -38,7 +39,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis,
 			DeployOnPush: s.DeployOnPush, ImageTag: s.ImageTag},
-		Deleting: s.Deleting, Timeouts: s.Timeouts,
+		Deleting: s.Deleting, Timeouts: s.Timeouts, TLS: client.TLS(s.TLS),
 	}
 	if len(s.Secrets) > 0 {
 		out.Secrets = map[string]client.SecretRef{}
@@ -215,6 +216,9 @@ func (s *Server) putService(c echo.Context) error {
 	} else {
 		image = spec.Image
 	}
+	if err := s.checkServiceTLS(ctx, p, &spec); err != nil {
+		return err
+	}
 	refs, err := s.checkServiceSecrets(ctx, p, &spec)
 	if err != nil {
 		return err
@@ -235,7 +239,7 @@ func (s *Server) putService(c echo.Context) error {
 		Runtime: spec.Runtime, Image: image, ImageTag: imageTag, DeployOnPush: spec.DeployOnPush, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
-		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
+		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, TLS: services.TLS(spec.TLS), ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
 	}
 	for _, v := range spec.Volumes {
 		svc.Volumes = append(svc.Volumes, services.Volume(v))
@@ -338,6 +342,19 @@ func (s *Server) getService(c echo.Context) error {
 	out := toAPIService(svc, n)
 	if err := s.views().Annotate(ctx, svc, &out); err != nil {
 		return err
+	}
+	if svc.TLS.Mode == certs.ModeACME || svc.TLS.Mode == certs.ModeManual {
+		cs, err := s.certificateStatuses(ctx, svc.Domains)
+		if err != nil {
+			return err
+		}
+		for _, d := range svc.Domains {
+			if st, ok := cs[d]; ok {
+				out.Certificates = append(out.Certificates, st)
+			} else {
+				out.Certificates = append(out.Certificates, client.CertificateStatus{Hostname: d, State: string(certs.StatePending)})
+			}
+		}
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -147,6 +147,9 @@ func (s *Server) uses(ctx context.Context, p *services.Project) (bySecret, bySet
 			r := svc.Secrets[key]
 			direct[r.Secret] = append(direct[r.Secret], key)
 		}
+		if svc.TLS.Secret != "" && len(direct[svc.TLS.Secret]) == 0 {
+			direct[svc.TLS.Secret] = []string{} // the tls block's certificate (docs/certificates.md section 1)
+		}
 		for _, name := range slices.Sorted(maps.Keys(direct)) {
 			bySecret[name] = append(bySecret[name], client.SecretUse{Service: svc.Name, Keys: direct[name]})
 		}

@@ -15,12 +15,14 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/services"
 	hostwasm "github.com/berthhq/berth/host/wasm"
+	"github.com/berthhq/berth/sdk/client"
 )
 
 // RouteStatuser reports the route table in force (the reconciler).
@@ -51,7 +53,20 @@ func (s *Server) getRoutes(c echo.Context) error {
 	if s.cfg.Routes != nil {
 		st = s.cfg.Routes.RouteStatus()
 	}
-	return c.JSON(http.StatusOK, st)
+	var hosts []string
+	for _, r := range st.Table.Routes {
+		if r.TLSMode == certs.ModeACME || r.TLSMode == certs.ModeManual {
+			hosts = append(hosts, r.Hostname)
+		}
+	}
+	cs, err := s.certificateStatuses(c.Request().Context(), hosts)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, struct {
+		routes.Status
+		Certificates map[string]client.CertificateStatus `json:"certificates,omitempty"`
+	}{st, cs})
 }
 
 func (s *Server) policyEngine() (*policy.Engine, error) {

@@ -955,7 +955,7 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 			deleting[s.ID] = true
 			continue
 		}
-		in.Services = append(in.Services, routes.Service{ID: s.ID, Project: s.Project, Name: s.Name, Domains: s.Domains})
+		in.Services = append(in.Services, routes.Service{ID: s.ID, Project: s.Project, Name: s.Name, Domains: s.Domains, TLSMode: s.TLS.Mode})
 		if s.Timeouts != (abiroutes.Timeouts{}) {
 			timeouts[[2]string{s.Project, s.Name}] = s.Timeouts
 		}

@@ -23,6 +23,9 @@ type Service struct {
 	Project string
 	Name    string
 	Domains []string
+	// TLSMode is the service's tls mode (none, acme, manual, passthrough;
+	// empty means none), carried onto its routes.
+	TLSMode string
 }
 
 // Workload is a workload as last observed. Address is "host:port", empty until
@@ -84,6 +87,7 @@ func (Native) Compile(ctx context.Context, in Input) (abiroutes.Table, error) {
 				Project:   s.Project,
 				Service:   s.Name,
 				Upstreams: append([]abiroutes.Upstream(nil), byService[s.ID]...),
+				TLSMode:   s.TLSMode,
 			})
 		}
 	}

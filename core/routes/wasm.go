@@ -55,7 +55,7 @@ func (Native) Describe() string { return "native" }
 func ToABI(in Input) abiwasm.RoutesInput {
 	out := abiwasm.RoutesInput{Services: []abiwasm.RouteService{}, Workloads: []abiwasm.RouteWorkload{}}
 	for _, s := range in.Services {
-		out.Services = append(out.Services, abiwasm.RouteService{ID: s.ID, Project: s.Project, Name: s.Name, Domains: append([]string{}, s.Domains...)})
+		out.Services = append(out.Services, abiwasm.RouteService{ID: s.ID, Project: s.Project, Name: s.Name, Domains: append([]string{}, s.Domains...), TLSMode: s.TLSMode})
 	}
 	for _, w := range in.Workloads {
 		rw := abiwasm.RouteWorkload{ID: w.ID, ServiceID: w.ServiceID, NodeID: w.NodeID, NodeAddress: w.NodeAddress,

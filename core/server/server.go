@@ -97,6 +97,10 @@ type Config struct {
 	// Keyring is the secrets keyring file (docs/secrets.md section 2); empty means
 	// DataDir/keys/secrets.keyring, generated at first start while the store holds no secret.
 	Keyring string
+	// ACME configures the gateway's certificates (certs.go,
+	// docs/certificates.md section 7); the zero value serves tls mode
+	// manual only.
+	ACME ACMEConfig
 	// RewrapPerSecond bounds how many secrets a keyring rotation re-wraps per second; zero means
 	// 100, negative no bound.
 	RewrapPerSecond int
@@ -351,8 +355,13 @@ func Run(ctx context.Context, cfg Config) error {
 		},
 		Metrics: metrics,
 	})
+	routeSink, stopCerts, err := startCerts(cfg.ACME, st, sec, cat, gw, evlog, metrics, log)
+	if err != nil {
+		return err
+	}
+	defer stopCerts()
 	rec = reconciler.New(reconciler.Config{
-		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: gw, Compiler: ext.compiler,
+		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: routeSink, Compiler: ext.compiler,
 		Admit: policy.Deploy{Engine: ext.policy}, Logger: log, Sweep: cfg.Sweep,
 		Leases: leases, LeaseSender: sessions, Secrets: &delivery.Sealer{Secrets: sec}, Events: evlog, Metrics: metrics,
 	})
@@ -402,7 +411,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Logger: log, Metrics: metrics,
 		Ready:  func(ctx context.Context) error { return st.Ping(ctx) },
 		Policy: ext.policy, Routes: rec, KeyRotator: keyRotator{dataDir: cfg.DataDir, sessions: sessions},
-		Orchestration: orch.api, Leases: leases, Guard: fencing.NewGuard(st, nil),
+		Orchestration: orch.api, Leases: leases, Guard: fencing.NewGuard(st, nil), ACME: acmeChecker(cfg.ACME),
 		Releases: releases.New(cfg.ReleaseDir),
 		Plugins:  pluginStatuses,
 		Bindings: binds,

@@ -98,6 +98,14 @@ type Project struct {
 	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
 }
 
+// TLS is a service's tls block: Mode none (also ""), acme, manual or
+// passthrough, and for manual the project secret holding the PEM
+// certificate chain and private key.
+type TLS struct {
+	Mode   string `bson:"mode,omitempty"`
+	Secret string `bson:"secret,omitempty"`
+}
+
 // HealthCheck is a service's HTTP probe.
 type HealthCheck struct {
 	Path      string `bson:"path" json:"path"`
@@ -136,6 +144,10 @@ type Service struct {
 	// the gateway's defaults. Not part of the invocation: a change reroutes
 	// without a rollout.
 	Timeouts routes.Timeouts `bson:"timeouts,omitempty"`
+	// TLS is how the gateway serves the service's domains over TLS
+	// (docs/certificates.md section 1); like Timeouts, a change reroutes
+	// without a rollout.
+	TLS TLS `bson:"tls,omitempty"`
 	// Labels and CapacityUnits (per replica) are read by admission policies.
 	Labels        map[string]string `bson:"labels,omitempty"`
 	CapacityUnits int               `bson:"capacity_units,omitempty"`

@@ -113,6 +113,16 @@ type HealthCheck struct {
 	Failures  int    `json:"failures,omitempty"`
 }
 
+// TLS is a service's TLS at the gateway (docs/certificates.md section 1):
+// Mode "none" (also when empty), "acme" (a certificate from the configured
+// ACME CA for each domain), "manual" (the PEM certificate chain and private
+// key held in the project secret named Secret) or "passthrough" (TLS goes
+// to the workloads unterminated).
+type TLS struct {
+	Mode   string `json:"mode,omitempty"`
+	Secret string `json:"secret,omitempty"`
+}
+
 // Timeouts are a service's gateway timeouts in milliseconds
 // (docs/plugins.md section 5.4); it is the route table's own type.
 type Timeouts = routes.Timeouts
@@ -139,6 +149,13 @@ type ServiceSpec struct {
 	// defaults 5,000, 60,000 and 90,000; each at most 3,600,000). A change
 	// reroutes without restarting workloads (docs/plugins.md section 5.4).
 	Timeouts Timeouts `json:"timeouts,omitzero"`
+	// TLS says how the gateway serves the service's domains over TLS; a
+	// change reroutes without restarting workloads. Refused at apply (422):
+	// an unknown mode or manual without a secret (tls_mode_invalid), a
+	// manual secret that is not a matching certificate and key for every
+	// domain (tls_certificate_invalid), an acme domain no challenge can
+	// prove (tls_domain_unverifiable).
+	TLS TLS `json:"tls,omitzero"`
 	// Labels are free key/value pairs that admission policies may require.
 	Labels map[string]string `json:"labels,omitempty"`
 	// CapacityUnits is what one replica uses, in the operator's own units;
@@ -255,6 +272,11 @@ type Service struct {
 	HealthCheck HealthCheck          `json:"health_check"`
 	// Timeouts is as in ServiceSpec.
 	Timeouts Timeouts `json:"timeouts,omitzero"`
+	// TLS is as in ServiceSpec.
+	TLS TLS `json:"tls,omitzero"`
+	// Certificates is the certificate status of each domain when TLS.Mode is
+	// acme or manual (GET of one service only).
+	Certificates []CertificateStatus `json:"certificates,omitempty"`
 	// Labels and CapacityUnits are as in ServiceSpec.
 	Labels        map[string]string `json:"labels,omitempty"`
 	CapacityUnits int               `json:"capacity_units,omitempty"`

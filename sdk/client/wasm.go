@@ -81,6 +81,22 @@ type RouteStatus struct {
 	LastError       string       `json:"last_error,omitempty"`
 	LastErrorAt     *time.Time   `json:"last_error_at,omitempty"`
 	FailingCompiler string       `json:"failing_compiler,omitempty"`
+	// Certificates is the certificate status of each routed hostname whose
+	// tls mode is acme or manual (docs/certificates.md section 5).
+	Certificates map[string]CertificateStatus `json:"certificates,omitempty"`
+}
+
+// CertificateStatus is one hostname's certificate: State pending, issued,
+// renewing or failed; Challenge http-01, dns-01 or manual; NotAfter the
+// expiry of the certificate served (zero when none); LastError the last
+// failure (the CA's problem type and detail when it refused).
+type CertificateStatus struct {
+	Hostname  string    `json:"hostname"`
+	State     string    `json:"state"`
+	Challenge string    `json:"challenge"`
+	NotAfter  time.Time `json:"not_after,omitzero"`
+	LastError string    `json:"last_error,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // PushModule uploads a WebAssembly module read from r (POST /modules,

@@ -1,0 +1,117 @@
+package certs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mholt/acmez/v3"
+	"github.com/mholt/acmez/v3/acme"
+
+	abiroutes "github.com/berthhq/berth/abi/routes"
+)
+
+// TXTPublisher publishes and clears the TXT records of DNS-01 challenges
+// through the DNS provider (core/dnsrecords implements it).
+//
+// PresentTXT returns once fqdn ("_acme-challenge.shop.example.com", with or
+// without the trailing dot) answers value on the zone's authoritative
+// servers; it is idempotent for one (fqdn, value). CleanupTXT removes that
+// one value (never another record of fqdn) and treats an absent record as
+// done. Both honour ctx.
+type TXTPublisher interface {
+	PresentTXT(ctx context.Context, fqdn, value string) error
+	CleanupTXT(ctx context.Context, fqdn, value string) error
+}
+
+// dnsSolver answers DNS-01 challenges through a TXTPublisher.
+type dnsSolver struct{ pub TXTPublisher }
+
+var _ acmez.Solver = dnsSolver{}
+
+func (s dnsSolver) Present(ctx context.Context, ch acme.Challenge) error {
+	if err := s.pub.PresentTXT(ctx, ch.DNS01TXTRecordName(), ch.DNS01KeyAuthorization()); err != nil {
+		return fmt.Errorf("certs: publish DNS-01 record for %s: %w", ch.Identifier.Value, err)
+	}
+	return nil
+}
+
+func (s dnsSolver) CleanUp(ctx context.Context, ch acme.Challenge) error {
+	if err := s.pub.CleanupTXT(ctx, ch.DNS01TXTRecordName(), ch.DNS01KeyAuthorization()); err != nil {
+		return fmt.Errorf("certs: clear DNS-01 record for %s: %w", ch.Identifier.Value, err)
+	}
+	return nil
+}
+
+// tableSolver answers HTTP-01 challenges through the route table: Present
+// adds the answer to the table's Challenges and returns once the gateway
+// has applied that table; CleanUp takes it out again.
+type tableSolver struct{ m *Manager }
+
+var _ acmez.Solver = tableSolver{}
+
+func (s tableSolver) Present(ctx context.Context, ch acme.Challenge) error {
+	c := abiroutes.Challenge{Host: ch.Identifier.Value, Token: ch.Token, KeyAuth: ch.KeyAuthorization}
+	s.m.mu.Lock()
+	s.m.challenges[c] = true
+	s.m.mu.Unlock()
+	if err := s.m.push(ctx); err != nil {
+		return fmt.Errorf("certs: hand the HTTP-01 answer for %s to the gateway: %w", c.Host, err)
+	}
+	return nil
+}
+
+func (s tableSolver) CleanUp(ctx context.Context, ch acme.Challenge) error {
+	c := abiroutes.Challenge{Host: ch.Identifier.Value, Token: ch.Token, KeyAuth: ch.KeyAuthorization}
+	s.m.mu.Lock()
+	delete(s.m.challenges, c)
+	s.m.mu.Unlock()
+	if err := s.m.push(ctx); err != nil {
+		return fmt.Errorf("certs: withdraw the HTTP-01 answer for %s: %w", c.Host, err)
+	}
+	return nil
+}
+
+// underZone reports whether name (or, for "*.x", x) is zone or below it.
+func underZone(name, zone string) bool {
+	name = strings.TrimPrefix(strings.TrimSuffix(strings.ToLower(name), "."), "*.")
+	zone = strings.TrimSuffix(strings.ToLower(zone), ".")
+	return name == zone || strings.HasSuffix(name, "."+zone)
+}
+
+// usesDNS01 reports whether name is validated by DNS-01: a wildcard, or a
+// name under one of the DNS-01 zones.
+func (m *Manager) usesDNS01(name string) bool {
+	if strings.HasPrefix(name, "*.") {
+		return true
+	}
+	for _, z := range m.cfg.DNS01Zones {
+		if underZone(name, z) {
+			return true
+		}
+	}
+	return false
+}
+
+// solversFor returns the one challenge solver that serves all of names.
+func (m *Manager) solversFor(names []string) (map[string]acmez.Solver, error) {
+	dns, http := 0, 0
+	for _, n := range names {
+		if m.usesDNS01(n) {
+			dns++
+		} else {
+			http++
+		}
+	}
+	switch {
+	case dns > 0 && http > 0:
+		return nil, fmt.Errorf("certs: order %v mixes DNS-01 and HTTP-01 names", names)
+	case dns > 0:
+		if m.cfg.DNS == nil {
+			return nil, fmt.Errorf("certs: order %v needs DNS-01 and no DNS provider is configured", names)
+		}
+		return map[string]acmez.Solver{acme.ChallengeTypeDNS01: dnsSolver{m.cfg.DNS}}, nil
+	default:
+		return map[string]acmez.Solver{acme.ChallengeTypeHTTP01: tableSolver{m}}, nil
+	}
+}
