@@ -68,6 +68,7 @@ $(CRANE):
 ## test: everything CI runs (builds the binaries the end-to-end tests start;
 ## starts a private containerd for the container tests and stops it after)
 test: build $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE)
+	./scripts/install-knot.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 25m ./...
 
 ## test-containers: only the container tests (containerd driver, nftables network)
