@@ -58,6 +58,7 @@ type Server struct {
 	Key   Key      // the key whose signed updates it accepts for every zone
 	Dir   string   // its configuration, zone files, journal and log (knotd.log)
 
+	bin  string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -113,7 +114,7 @@ func Run(bin, dir string, zones ...string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: addr, Key: key, Dir: dir, done: make(chan struct{})}
+	s := &Server{Addr: addr, Key: key, Dir: dir}
 	for _, z := range zones {
 		s.Zones = append(s.Zones, dns.Fqdn(strings.ToLower(z)))
 	}
@@ -131,22 +132,59 @@ func Run(bin, dir string, zones ...string) (*Server, error) {
 	if err := os.WriteFile(conf, []byte(s.config()), 0o600); err != nil {
 		return nil, fmt.Errorf("knottest: %w", err)
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, "knotd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("knottest: %w", err)
+	s.bin = bin
+	if err := s.start(); err != nil {
+		return nil, err
 	}
-	s.cmd = exec.Command(bin, "-c", conf)
+	return s, nil
+}
+
+// start runs knotd on s's configuration and waits until it answers.
+func (s *Server) start() error {
+	logf, err := os.OpenFile(filepath.Join(s.Dir, "knotd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("knottest: %w", err)
+	}
+	s.done = make(chan struct{})
+	s.cmd = exec.Command(s.bin, "-c", filepath.Join(s.Dir, "knot.conf"))
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("knottest: start %s: %w", bin, err)
+		return fmt.Errorf("knottest: start %s: %w", s.bin, err)
 	}
-	go func() { _ = s.cmd.Wait(); logf.Close(); close(s.done) }()
+	done := s.done
+	go func() { _ = s.cmd.Wait(); logf.Close(); close(done) }()
 	if err := s.waitReady(); err != nil {
 		s.Stop()
-		return nil, fmt.Errorf("knottest: %w\n%s", err, s.Log())
+		return fmt.Errorf("knottest: %w\n%s", err, s.Log())
 	}
-	return s, nil
+	return nil
+}
+
+// Reset stops the server, forgets every change made since it first started (the journal and
+// timers go, the zone files are written afresh), and starts it again on the same address and
+// key. It suits suites whose cases each expect a fresh server.
+func (s *Server) Reset() error {
+	s.Stop()
+	if err := os.RemoveAll(filepath.Join(s.Dir, "db")); err != nil {
+		return fmt.Errorf("knottest: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(s.Dir, "db"), 0o700); err != nil {
+		return fmt.Errorf("knottest: %w", err)
+	}
+	for _, z := range s.Zones {
+		if err := os.WriteFile(filepath.Join(s.Dir, "zones", strings.TrimSuffix(z, ".")+".zone"), []byte(zoneFile(z)), 0o600); err != nil {
+			return fmt.Errorf("knottest: %w", err)
+		}
+	}
+	return s.start()
+}
+
+// Restart starts a stopped server again on the same address, key and data (the records written
+// before it stopped are in its journal), and waits until it answers.
+func (s *Server) Restart() error {
+	s.Stop()
+	return s.start()
 }
 
 // zoneFile is zone with its SOA and one NS (ns1.<zone> at 127.0.0.1).

@@ -138,8 +138,10 @@ func parse(s settings, typ, id string) (RecordID, error) {
 // live is what the server holds for one record: its RRset and who owns it.
 type live struct {
 	attrs      *Attributes // nil when the RRset is absent
-	ownerRR    *mdns.TXT   // our ownership record of this type, nil when absent
+	ownerRR    *mdns.TXT   // our ownership record of this type (maybe a tombstone), nil when absent
+	owner      ownership   // what ownerRR says
 	otherOwner string      // another owner's name for this type, "" when none
+	ownerSet   []mdns.RR   // the whole ownership RRset as read (every type's strings)
 }
 
 // owned reports whether the plugin may change the record: it holds the
@@ -158,17 +160,17 @@ func (p *Plugin) readLive(ctx context.Context, s settings, id RecordID) (live, e
 	if err != nil {
 		return live{}, err
 	}
-	l := live{attrs: attrsOf(id, rrs)}
+	l := live{attrs: attrsOf(id, rrs), ownerSet: owners}
 	for _, rr := range owners {
 		txt := rr.(*mdns.TXT)
-		who, typ, ok := parseOwner(strings.Join(txt.Txt, ""))
-		if !ok || typ != id.Type {
+		o, ok := parseOwnership(strings.Join(txt.Txt, ""))
+		if !ok || o.Type != id.Type {
 			continue
 		}
-		if who == s.owner {
-			l.ownerRR = txt
+		if o.Owner == s.owner {
+			l.ownerRR, l.owner = txt, o
 		} else {
-			l.otherOwner = who
+			l.otherOwner = o.Owner
 		}
 	}
 	return l, nil
@@ -266,7 +268,7 @@ func (p *Plugin) Apply(ctx context.Context, req *provider.ApplyRequest) (*provid
 		return nil, fmt.Errorf("apply: %w", err)
 	}
 	return guard.Mutate(ctx, p.guards, ResourceType+"/"+id.String(), req.Mutation, req, func() (*provider.ApplyResponse, error) {
-		if err := p.write(ctx, s, id, &want); err != nil {
+		if err := p.write(ctx, s, id, &want, req.FencingToken); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", id, err)
 		}
 		if s := p.stateDirPrune(); s != nil {
@@ -312,7 +314,7 @@ func (p *Plugin) Delete(ctx context.Context, req *provider.DeleteRequest) (*prov
 		return nil, fmt.Errorf("delete: %w", err)
 	}
 	return guard.Mutate(ctx, p.guards, ResourceType+"/"+id.String(), req.Mutation, req, func() (*provider.DeleteResponse, error) {
-		if err := p.write(ctx, s, id, nil); err != nil {
+		if err := p.write(ctx, s, id, nil, req.FencingToken); err != nil {
 			return nil, fmt.Errorf("delete %s: %w", id, err)
 		}
 		if s := p.stateDirPrune(); s != nil {
@@ -330,9 +332,19 @@ func (p *Plugin) stateDirPrune() error {
 	return err
 }
 
-// write makes the server hold want for id (nil: nothing), in one update per
-// round, re-reading when the prerequisites fail.
-func (p *Plugin) write(ctx context.Context, s settings, id RecordID, want *Attributes) error {
+// write makes the server hold want for id (nil: nothing) under fencing
+// token token, in one update per round, re-reading when the prerequisites
+// fail (docs/dns.md section 3):
+//
+//   - a record whose ownership record carries a higher fence than token is
+//     refused stale_fencing_token, whichever plugin process wrote it;
+//   - a new record requires that its RRset still does not exist, and writes
+//     it with its ownership record;
+//   - a change or delete of an owned record requires that our ownership
+//     record is still exactly as read, and replaces it with one carrying
+//     token; a delete leaves it as a tombstone (";deleted"), so that a late
+//     write under an older token cannot bring the record back.
+func (p *Plugin) write(ctx context.Context, s settings, id RecordID, want *Attributes, token uint64) error {
 	var lastErr error
 	for range maxPrereqRetries {
 		l, err := p.readLive(ctx, s, id)
@@ -342,28 +354,47 @@ func (p *Plugin) write(ctx context.Context, s settings, id RecordID, want *Attri
 		if !l.owned() {
 			return notOwned(id, l)
 		}
+		if l.ownerRR != nil && l.owner.Fence > token {
+			return abierrors.New(abierrors.StaleFencingToken, fmt.Sprintf("%s: fencing token %d is lower than %d, recorded on the server by an earlier write", id, token, l.owner.Fence))
+		}
+		ttl := uint32(DefaultTTL)
+		if want != nil {
+			ttl = want.TTL
+		}
+		next := &mdns.TXT{Hdr: mdns.RR_Header{Name: id.OwnerFQDN(), Rrtype: mdns.TypeTXT, Class: mdns.ClassINET, Ttl: ttl},
+			Txt: []string{ownership{Owner: s.owner, Type: id.Type, Fence: token, Deleted: want == nil}.String()}}
+		anyRR := &mdns.ANY{Hdr: mdns.RR_Header{Name: id.FQDN(), Rrtype: id.rrtype(), Class: mdns.ClassINET}}
 		m := new(mdns.Msg)
 		m.SetUpdate(id.Zone + ".")
-		ownerRR := &mdns.TXT{Hdr: mdns.RR_Header{Name: id.OwnerFQDN(), Rrtype: mdns.TypeTXT, Class: mdns.ClassINET, Ttl: DefaultTTL}, Txt: []string{ownerValue(s.owner, id.Type)}}
 		switch {
 		case want == nil && l.ownerRR == nil:
-			return nil // absent and not ours to clean: done
-		case want == nil:
-			m.Used([]mdns.RR{l.ownerRR})
-			m.RemoveRRset([]mdns.RR{&mdns.ANY{Hdr: mdns.RR_Header{Name: id.FQDN(), Rrtype: id.rrtype(), Class: mdns.ClassINET}}})
-			m.Remove([]mdns.RR{ownerRR})
+			return nil // absent and never ours: nothing to do
+		case want == nil && l.attrs == nil && l.owner.Deleted && l.owner.Fence == token:
+			return nil // deleted already under this token
 		case l.ownerRR == nil:
 			// A new record: nobody may have created it since the read.
-			m.RRsetNotUsed([]mdns.RR{&mdns.ANY{Hdr: mdns.RR_Header{Name: id.FQDN(), Rrtype: id.rrtype(), Class: mdns.ClassINET}}})
-			m.Insert([]mdns.RR{ownerRR})
+			m.RRsetNotUsed([]mdns.RR{anyRR})
+			m.Insert([]mdns.RR{next})
 			m.Insert(want.rrs(id))
 		default:
-			if l.attrs != nil && Diff(l.attrs, *want).Empty() {
-				return nil // already as wanted
+			if want != nil && l.attrs != nil && !l.owner.Deleted && l.owner.Fence == token && Diff(l.attrs, *want).Empty() {
+				return nil // already as wanted under this token
 			}
-			m.Used([]mdns.RR{l.ownerRR})
-			m.RemoveRRset([]mdns.RR{&mdns.ANY{Hdr: mdns.RR_Header{Name: id.FQDN(), Rrtype: id.rrtype(), Class: mdns.ClassINET}}})
-			m.Insert(want.rrs(id))
+			// A value-dependent prerequisite must name the whole RRset
+			// (RFC 2136 section 3.2.3), so every type's ownership string is
+			// in it. Each section takes its own copy: Used and Remove
+			// rewrite the header they are given.
+			prereq := make([]mdns.RR, 0, len(l.ownerSet))
+			for _, rr := range l.ownerSet {
+				prereq = append(prereq, mdns.Copy(rr))
+			}
+			m.Used(prereq)
+			m.Remove([]mdns.RR{mdns.Copy(l.ownerRR)})
+			m.RemoveRRset([]mdns.RR{anyRR})
+			m.Insert([]mdns.RR{next})
+			if want != nil {
+				m.Insert(want.rrs(id))
+			}
 		}
 		err = client{s: s}.update(ctx, "write "+id.String(), m)
 		if errors.Is(err, errPrereq) {
@@ -374,7 +405,7 @@ func (p *Plugin) write(ctx context.Context, s settings, id RecordID, want *Attri
 			return err
 		}
 		if want == nil {
-			p.log.Info("dns record deleted", "record", id.String())
+			p.log.Info("dns record deleted", "record", id.String(), "fence", token)
 			return nil
 		}
 		// A server may skip parts of an update it cannot apply (a CNAME
@@ -386,7 +417,7 @@ func (p *Plugin) write(ctx context.Context, s settings, id RecordID, want *Attri
 		if a := attrsOf(id, after); a == nil || !Diff(a, *want).Empty() {
 			return abierrors.New(abierrors.ValidationFailed, fmt.Sprintf("the server took the update but does not hold the values written (a CNAME beside other records at %s?)", strings.TrimSuffix(id.FQDN(), ".")))
 		}
-		p.log.Info("dns record written", "record", id.String(), "values", want.Values, "ttl", want.TTL)
+		p.log.Info("dns record written", "record", id.String(), "values", want.Values, "ttl", want.TTL, "fence", token)
 		return nil
 	}
 	return abierrors.Wrap(abierrors.Conflict, fmt.Sprintf("the records of %s kept changing under the update", id), lastErr)

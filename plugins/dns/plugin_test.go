@@ -152,12 +152,26 @@ func wantCode(t *testing.T, what string, err error, code abierrors.Code) {
 }
 
 // TestConformance runs the provider suite on the plugin in process and as
-// the built binary, each on its own record of the shared knotd.
+// the built binary. The records and their fences live on the server, so
+// every case (each with a fresh state directory) gets a fresh knotd on the
+// same address and key; a relaunch on the same directory keeps it.
 func TestConformance(t *testing.T) {
+	k := knottest.Start(t, "example.test")
+	cfg, _ := json.Marshal(dns.Config{Server: k.Addr, Zones: []string{"example.test"}, TSIGKeyName: k.Key.Name, TSIGSecret: k.Key.Secret})
+	last := ""
+	fresh := func(dir string) {
+		if dir == last {
+			return
+		}
+		last = dir
+		if err := k.Reset(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Run("in-process", func(t *testing.T) {
 		conformance.RunProvider(t, conformance.ProviderConfig{
-			Factory:      func(dir string) (provider.Provider, error) { return dns.Open(dir, nil) },
-			PluginConfig: config(nil),
+			Factory:      func(dir string) (provider.Provider, error) { fresh(dir); return dns.Open(dir, nil) },
+			PluginConfig: cfg,
 			Samples:      [2]provider.Resource{record("example.test/conf-a/TXT", 60, "one"), record("example.test/conf-a/TXT", 120, "one", "two")},
 		})
 	})
@@ -168,8 +182,8 @@ func TestConformance(t *testing.T) {
 		}
 		conformance.RunProvider(t, conformance.ProviderConfig{
 			Binary:       bin,
-			Args:         func(dir string) []string { return []string{"--state-dir", dir} },
-			PluginConfig: config(nil),
+			Args:         func(dir string) []string { fresh(dir); return []string{"--state-dir", dir} },
+			PluginConfig: cfg,
 			Samples:      [2]provider.Resource{record("example.test/conf-b/A", 60, "192.0.2.1"), record("example.test/conf-b/A", 60, "192.0.2.1", "192.0.2.2")},
 		})
 	})
@@ -187,10 +201,16 @@ func TestApplyWritesTheRecordAndItsOwner(t *testing.T) {
 	if want := `{"values":["192.0.2.10","192.0.2.20"],"ttl":300}`; string(st.Attributes) != want {
 		t.Errorf("state %s, want %s", st.Attributes, want)
 	}
+	// A second type at the same name: its ownership string joins the same
+	// TXT RRset, and later writes of either type must name both in their
+	// prerequisites.
+	if _, err := apply(t, p, record("example.test/www/AAAA", 0, "2001:db8::10"), 1); err != nil {
+		t.Fatal(err)
+	}
 	if got := values(t, "www.example.test", mdns.TypeA); !slices.Equal(got, []string{"192.0.2.10", "192.0.2.20"}) {
 		t.Errorf("A www.example.test = %v", got)
 	}
-	if got := values(t, "_berth-owner.www.example.test", mdns.TypeTXT); !slices.Equal(got, []string{"berth-owner=berth;type=A"}) {
+	if got := values(t, "_berth-owner.www.example.test", mdns.TypeTXT); !slices.Equal(got, []string{"berth-owner=berth;type=A;fence=1", "berth-owner=berth;type=AAAA;fence=1"}) {
 		t.Errorf("ownership record = %v", got)
 	}
 	// Unchanged: no changes. Changed on the server: changes.
@@ -215,11 +235,23 @@ func TestApplyWritesTheRecordAndItsOwner(t *testing.T) {
 	if got := values(t, "www.example.test", mdns.TypeA); len(got) != 0 {
 		t.Errorf("A www.example.test after Delete = %v", got)
 	}
-	if got := values(t, "_berth-owner.www.example.test", mdns.TypeTXT); len(got) != 0 {
-		t.Errorf("ownership record after Delete = %v", got)
+	if got := values(t, "_berth-owner.www.example.test", mdns.TypeTXT); !slices.Equal(got, []string{"berth-owner=berth;type=A;fence=3;deleted", "berth-owner=berth;type=AAAA;fence=1"}) {
+		t.Errorf("ownership record after Delete = %v, want the tombstone", got)
 	}
 	if _, err := p.Read(ctx(t), &provider.ReadRequest{Type: dns.ResourceType, ID: "example.test/www/A"}); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("Read after Delete: %v, want not_found", err)
+	}
+	// A late write under an older token, from another plugin process (its
+	// own fencing records are empty), cannot bring the record back.
+	late := open(t, config(nil))
+	if _, err := apply(t, late, record("example.test/www/A", 300, "192.0.2.66"), 2); !errors.Is(err, abierrors.New(abierrors.StaleFencingToken, "")) {
+		t.Errorf("a late write under token 2 after a delete under 3: %v, want stale_fencing_token", err)
+	}
+	if got := values(t, "www.example.test", mdns.TypeA); len(got) != 0 {
+		t.Errorf("A www.example.test after the late write = %v", got)
+	}
+	if _, err := apply(t, late, record("example.test/www/A", 300, "192.0.2.67"), 4); err != nil {
+		t.Errorf("a write under a newer token after the delete: %v", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	mdns "github.com/miekg/dns"
@@ -233,17 +234,42 @@ func orEmpty(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-// ownerValue is the TXT string of the ownership record saying owner wrote
-// the RRset of type typ (docs/dns.md section 3).
-func ownerValue(owner, typ string) string { return "berth-owner=" + owner + ";type=" + typ }
+// ownership is what one ownership string says (docs/dns.md section 3).
+type ownership struct {
+	Owner   string
+	Type    string
+	Fence   uint64 // the highest fencing token that wrote or deleted the record
+	Deleted bool   // the record was deleted under Fence: a tombstone
+}
 
-// parseOwner splits an ownership TXT string; ok is false for a string that is
-// not one.
-func parseOwner(s string) (owner, typ string, ok bool) {
+// String is the TXT string "berth-owner=<owner>;type=<TYPE>;fence=<n>", with ";deleted" on a
+// tombstone.
+func (o ownership) String() string {
+	s := "berth-owner=" + o.Owner + ";type=" + o.Type + ";fence=" + strconv.FormatUint(o.Fence, 10)
+	if o.Deleted {
+		s += ";deleted"
+	}
+	return s
+}
+
+// parseOwnership parses an ownership TXT string; ok is false for a string that is not one.
+func parseOwnership(s string) (o ownership, ok bool) {
 	rest, found := strings.CutPrefix(s, "berth-owner=")
 	if !found {
-		return "", "", false
+		return ownership{}, false
 	}
-	owner, typ, found = strings.Cut(rest, ";type=")
-	return owner, typ, found && owner != "" && typ != ""
+	parts := strings.Split(rest, ";")
+	if len(parts) < 3 || parts[0] == "" {
+		return ownership{}, false
+	}
+	o.Owner = parts[0]
+	typ, ok1 := strings.CutPrefix(parts[1], "type=")
+	fence, ok2 := strings.CutPrefix(parts[2], "fence=")
+	n, err := strconv.ParseUint(fence, 10, 64)
+	if !ok1 || !ok2 || typ == "" || err != nil {
+		return ownership{}, false
+	}
+	o.Type, o.Fence = typ, n
+	o.Deleted = len(parts) > 3 && parts[3] == "deleted"
+	return o, true
 }
