@@ -30,6 +30,7 @@ type serviceFile struct {
 	SecretSets       []string                 `json:"secret_sets,omitempty" yaml:"secret_sets"`
 	Port             int                      `json:"port,omitempty" yaml:"port"`
 	Domains          []string                 `json:"domains,omitempty" yaml:"domains"`
+	DNS              string                   `json:"dns,omitempty" yaml:"dns"`
 	Replicas         *int                     `json:"replicas,omitempty" yaml:"replicas"`
 	HealthCheck      healthCheckFile          `json:"health_check" yaml:"health_check"`
 	Timeouts         timeoutsFile             `json:"timeouts,omitzero" yaml:"timeouts"`
@@ -128,6 +129,7 @@ func (f serviceFile) spec() client.ServiceSpec {
 		Env:        f.Env,
 		Port:       f.Port,
 		Domains:    f.Domains,
+		DNS:        f.DNS,
 		Replicas:   f.Replicas,
 		HealthCheck: client.HealthCheck{
 			Path:      f.HealthCheck.Path,

@@ -99,6 +99,11 @@ type Config struct {
 	// DebugListen, when set, serves Go runtime profiles (/debug/pprof/) on
 	// this loopback address; empty serves none.
 	DebugListen string
+	// DNSConfig is a JSON file (owner-only) holding the DNS provider plugin's configuration
+	// (docs/dns.md section 4); empty runs no DNS plugin. EdgeAddresses are the IP addresses
+	// the domains of `dns: managed` services point at (docs/dns.md section 7).
+	DNSConfig     string
+	EdgeAddresses []string
 }
 
 func (c *Config) defaults() error {
@@ -120,6 +125,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := checkEdgeAddresses(c.EdgeAddresses); err != nil {
+		return err
 	}
 	return checkS3Config(c.S3)
 }
@@ -306,6 +314,19 @@ func Run(ctx context.Context, cfg Config) error {
 		defer sink.p.Detach()
 		gw, gwHandle = sink, sink.p
 		metrics.MustRegister(newGatewayCollector(sink.metricsSocket, log))
+	}
+
+	// The DNS plugin and the records it writes (docs/dns.md section 9).
+	dnsPart, err := startDNS(ctx, cfg, st, orch.api.Operations, cat, log)
+	if err != nil {
+		return err
+	}
+	if dnsPart != nil {
+		defer dnsPart.close()
+		dctx, stopDNS := context.WithCancel(ctx)
+		dnsDone := make(chan struct{})
+		go func() { defer close(dnsDone); dnsPart.run(dctx) }()
+		defer func() { stopDNS(); <-dnsDone }()
 	}
 
 	var rec *reconciler.Reconciler

@@ -161,6 +161,10 @@ type ServiceSpec struct {
 	// 1 to 63 of [a-z0-9-]; Path (absolute) is where a container sees it, a process workload gets
 	// its directory in BERTH_VOLUME_<NAME>. At most 16.
 	Volumes []Volume `json:"volumes,omitempty"`
+	// DNS is "managed" for Berth to write the domains' A and AAAA records, pointing at the edge
+	// addresses, and withdraw them when the domains or the service go; empty (or "none") leaves
+	// DNS to the operator (docs/dns.md section 7).
+	DNS string `json:"dns,omitempty"`
 
 	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 	// Container is the container part of the spec (docs/api.md; docs/plugins.md section 3).
@@ -252,6 +256,8 @@ type Service struct {
 	// created or updated the service, false when the stored service already declared exactly
 	// this and nothing was written (the revision is the current one). Nil elsewhere.
 	Changed *bool `json:"changed,omitempty"`
+	// DNS is as in ServiceSpec ("managed" or empty).
+	DNS string `json:"dns,omitempty"`
 	// Container is as in ServiceSpec.
 	Container
 }

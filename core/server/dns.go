@@ -1,0 +1,136 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berthhq/berth/core/dnsrecords"
+	"github.com/berthhq/berth/core/operations"
+	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/host/plugin"
+	"github.com/berthhq/berth/internal/securefile"
+)
+
+// dnsSyncEvery is the period of the managed-records pass (docs/dns.md section 7).
+const dnsSyncEvery = 5 * time.Second
+
+// dnsStateDir is the DNS plugin's state directory under DATA/plugins.
+const dnsStateDir = "dns"
+
+// dns is berthd's DNS part: the plugin, the records and the managed-records pass.
+type dns struct {
+	records *dnsrecords.Records
+	handle  *plugin.Provider
+	cat     *services.Catalog
+	edge    []string
+	log     *slog.Logger
+}
+
+// checkEdgeAddresses refuses an edge address that is not an IP address.
+func checkEdgeAddresses(addrs []string) error {
+	for _, a := range addrs {
+		if net.ParseIP(a) == nil {
+			return fmt.Errorf("berthd: edge address %q is not an IP address (--edge-addresses)", a)
+		}
+	}
+	return nil
+}
+
+// startDNS launches the DNS provider plugin with the configuration in cfg.DNSConfig (a JSON
+// object, owner-only, that may hold the TSIG secret; docs/dns.md section 9) and returns the DNS
+// part, or nil when no configuration is given.
+func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.Queue, cat *services.Catalog, log *slog.Logger) (*dns, error) {
+	if cfg.DNSConfig == "" {
+		return nil, nil
+	}
+	raw, err := securefile.ReadFile(cfg.DNSConfig)
+	if err != nil {
+		return nil, fmt.Errorf("dns configuration: %w", err)
+	}
+	var zones struct {
+		Zones []string `json:"zones"`
+	}
+	if err := json.Unmarshal(raw, &zones); err != nil {
+		return nil, fmt.Errorf("dns configuration %s: not a JSON object with zones", cfg.DNSConfig)
+	}
+	entry, err := plugin.ResolveProvider(cfg.PluginDir, "dns")
+	if err != nil {
+		return nil, fmt.Errorf("dns plugin: %w", err)
+	}
+	pdir := filepath.Join(cfg.DataDir, "plugins")
+	pc := entry.Apply(plugin.Config{Args: []string{"--state-dir", filepath.Join(pdir, dnsStateDir)}, PidDir: pdir, Logger: log})
+	pc.PluginConfig = raw
+	h, err := plugin.LaunchProvider(ctx, pc)
+	if err != nil {
+		// The plugin's answer names the problems; it never quotes the secret.
+		return nil, fmt.Errorf("start dns plugin: %w", err)
+	}
+	recs, err := dnsrecords.New(dnsrecords.Config{Store: st, Queue: ops, Writer: h, Zones: zones.Zones, Logger: log})
+	if err != nil {
+		_ = h.Close()
+		return nil, err
+	}
+	log.Info("dns plugin running", "zones", zones.Zones, "edge_addresses", cfg.EdgeAddresses, "pid", h.Status().PID)
+	return &dns{records: recs, handle: h, cat: cat, edge: cfg.EdgeAddresses, log: log.With("component", "dns")}, nil
+}
+
+// run runs the write worker and the managed-records pass until ctx ends.
+func (d *dns) run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { defer close(done); d.records.Run(ctx) }()
+	t := time.NewTicker(dnsSyncEvery)
+	defer t.Stop()
+	var lastSkipped []string
+	for {
+		skipped, err := d.sync(ctx)
+		if err != nil && ctx.Err() == nil {
+			d.log.Warn("dns: managed records pass", "error", err)
+		}
+		if !slices.Equal(skipped, lastSkipped) && len(skipped) > 0 {
+			d.log.Warn("dns: managed domains outside the DNS zones get no records", "domains", strings.Join(skipped, ", "))
+		}
+		lastSkipped = skipped
+		select {
+		case <-ctx.Done():
+			<-done
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sync is one managed-records pass: every domain of every service with `dns: managed` that is
+// not being deleted.
+func (d *dns) sync(ctx context.Context) ([]string, error) {
+	projects, err := d.cat.ListProjects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var domains []dnsrecords.Domain
+	for i := range projects {
+		svcs, err := d.cat.ListServices(ctx, &projects[i])
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range svcs {
+			if s.DNS != services.DNSManaged || s.Deleting {
+				continue
+			}
+			for _, host := range s.Domains {
+				domains = append(domains, dnsrecords.Domain{Holder: dnsrecords.ServiceHolder(s.ID), Host: host})
+			}
+		}
+	}
+	return d.records.SyncManaged(ctx, domains, d.edge)
+}
+
+// close stops the plugin.
+func (d *dns) close() { _ = d.handle.Close() }
