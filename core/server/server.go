@@ -344,7 +344,12 @@ func Run(ctx context.Context, cfg Config) error {
 	rewrapper.Kick() // resumes a rotation an earlier berthd did not finish
 
 	leases := fencing.New(st, fencing.Config{Logger: log})
+	var dnsChallenges session.DNSChallenger
+	if dnsPart != nil {
+		dnsChallenges = dnsPart.records
+	}
 	sessions := session.New(session.Config{
+		DNS:    dnsChallenges,
 		Leases: leases, Nodes: reg, Catalog: cat, SigningKey: key, RetiredKeys: retired, ClusterID: clusterID, Logger: log, Events: evlog, Changelog: clog,
 		OnChange: func(reason string) {
 			// A session's start or end changes which nodes are schedulable: any service's
