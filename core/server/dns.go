@@ -13,6 +13,7 @@ import (
 
 	"github.com/berthhq/berth/core/dnsrecords"
 	"github.com/berthhq/berth/core/operations"
+	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/host/plugin"
@@ -44,10 +45,18 @@ func checkEdgeAddresses(addrs []string) error {
 	return nil
 }
 
+// secretRef names the project secret holding the TSIG secret (docs/dns.md section 9).
+type secretRef struct {
+	Project string `json:"project"`
+	Secret  string `json:"secret"`
+	Version int    `json:"version,omitempty"` // 0: the current version
+}
+
 // startDNS launches the DNS provider plugin with the configuration in cfg.DNSConfig (a JSON
 // object, owner-only, that may hold the TSIG secret; docs/dns.md section 9) and returns the DNS
-// part, or nil when no configuration is given.
-func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.Queue, cat *services.Catalog, log *slog.Logger) (*dns, error) {
+// part, or nil when no configuration is given. A tsig_secret_ref in the file is resolved here,
+// from core/secrets, into the tsig_secret the plugin receives.
+func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.Queue, cat *services.Catalog, sec *secrets.Store, log *slog.Logger) (*dns, error) {
 	if cfg.DNSConfig == "" {
 		return nil, nil
 	}
@@ -55,11 +64,17 @@ func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.
 	if err != nil {
 		return nil, fmt.Errorf("dns configuration: %w", err)
 	}
+	var obj map[string]json.RawMessage
 	var zones struct {
 		Zones []string `json:"zones"`
 	}
-	if err := json.Unmarshal(raw, &zones); err != nil {
+	if json.Unmarshal(raw, &obj) != nil || json.Unmarshal(raw, &zones) != nil {
 		return nil, fmt.Errorf("dns configuration %s: not a JSON object with zones", cfg.DNSConfig)
+	}
+	if ref, ok := obj["tsig_secret_ref"]; ok {
+		if raw, err = resolveTSIG(ctx, obj, ref, cat, sec); err != nil {
+			return nil, fmt.Errorf("dns configuration %s: %w", cfg.DNSConfig, err)
+		}
 	}
 	entry, err := plugin.ResolveProvider(cfg.PluginDir, "dns")
 	if err != nil {
@@ -80,6 +95,37 @@ func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.
 	}
 	log.Info("dns plugin running", "zones", zones.Zones, "edge_addresses", cfg.EdgeAddresses, "pid", h.Status().PID)
 	return &dns{records: recs, handle: h, cat: cat, edge: cfg.EdgeAddresses, log: log.With("component", "dns")}, nil
+}
+
+// resolveTSIG returns the configuration obj with its tsig_secret_ref replaced by the value of
+// that secret as tsig_secret. The value is never logged.
+func resolveTSIG(ctx context.Context, obj map[string]json.RawMessage, rawRef json.RawMessage, cat *services.Catalog, sec *secrets.Store) (json.RawMessage, error) {
+	var ref secretRef
+	if err := json.Unmarshal(rawRef, &ref); err != nil || ref.Project == "" || ref.Secret == "" {
+		return nil, fmt.Errorf("tsig_secret_ref must be {\"project\": ..., \"secret\": ...}")
+	}
+	if _, both := obj["tsig_secret"]; both {
+		return nil, fmt.Errorf("give tsig_secret_ref or tsig_secret, not both")
+	}
+	p, err := cat.GetProject(ctx, ref.Project)
+	if err != nil {
+		return nil, fmt.Errorf("tsig_secret_ref: project %s: %w", ref.Project, err)
+	}
+	s, v, err := sec.Resolve(ctx, p.ID, ref.Secret, ref.Version)
+	if err != nil {
+		return nil, fmt.Errorf("tsig_secret_ref: %w", err)
+	}
+	value, err := sec.Open(s, v)
+	if err != nil {
+		return nil, fmt.Errorf("tsig_secret_ref: %w", err)
+	}
+	delete(obj, "tsig_secret_ref")
+	obj["tsig_secret"], _ = json.Marshal(strings.TrimSpace(string(value))) // a string: cannot fail
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encode the dns configuration: %w", err)
+	}
+	return out, nil
 }
 
 // run runs the write worker and the managed-records pass until ctx ends.

@@ -316,19 +316,6 @@ func Run(ctx context.Context, cfg Config) error {
 		metrics.MustRegister(newGatewayCollector(sink.metricsSocket, log))
 	}
 
-	// The DNS plugin and the records it writes (docs/dns.md section 9).
-	dnsPart, err := startDNS(ctx, cfg, st, orch.api.Operations, cat, log)
-	if err != nil {
-		return err
-	}
-	if dnsPart != nil {
-		defer dnsPart.close()
-		dctx, stopDNS := context.WithCancel(ctx)
-		dnsDone := make(chan struct{})
-		go func() { defer close(dnsDone); dnsPart.run(dctx) }()
-		defer func() { stopDNS(); <-dnsDone }()
-	}
-
 	var rec *reconciler.Reconciler
 	retired, err := identity.RetiredSigningKeys(cfg.DataDir)
 	if err != nil {
@@ -342,6 +329,19 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopRewrap()
 	rewrapper := newRewrapper(rewrapCtx, sec, cfg.RewrapPerSecond, log)
 	rewrapper.Kick() // resumes a rotation an earlier berthd did not finish
+
+	// The DNS plugin and the records it writes (docs/dns.md section 9).
+	dnsPart, err := startDNS(ctx, cfg, st, orch.api.Operations, cat, sec, log)
+	if err != nil {
+		return err
+	}
+	if dnsPart != nil {
+		defer dnsPart.close()
+		dctx, stopDNS := context.WithCancel(ctx)
+		dnsDone := make(chan struct{})
+		go func() { defer close(dnsDone); dnsPart.run(dctx) }()
+		defer func() { stopDNS(); <-dnsDone }()
+	}
 
 	leases := fencing.New(st, fencing.Config{Logger: log})
 	var dnsChallenges session.DNSChallenger
