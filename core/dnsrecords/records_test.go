@@ -52,7 +52,7 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-func pluginBinary(*testing.T) string { return pluginBin }
+func pluginBinary(testing.TB) string { return pluginBin }
 
 // rig is one berthd's DNS part: a real knotd, the real plugin process, the embedded store.
 type rig struct {
@@ -69,7 +69,7 @@ func newRig(t *testing.T, knot *knottest.Server) *rig {
 }
 
 // addBerthd starts another berthd's DNS part (its own plugin process and worker) on st.
-func addBerthd(t *testing.T, knot *knottest.Server, st *store.Store) *rig {
+func addBerthd(t testing.TB, knot *knottest.Server, st *store.Store) *rig {
 	t.Helper()
 	cfg, _ := json.Marshal(map[string]any{"server": knot.Addr, "zones": knot.Zones, "tsig_key_name": knot.Key.Name,
 		"tsig_secret": knot.Key.Secret, "timeout_ms": 1000})
