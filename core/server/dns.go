@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/core/dnsrecords"
+	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
@@ -26,11 +27,17 @@ const dnsSyncEvery = 5 * time.Second
 // dnsStateDir is the DNS plugin's state directory under DATA/plugins.
 const dnsStateDir = "dns"
 
+// EdgeAddressLabel is the node label naming the public addresses (comma-separated IPs) of an
+// edge node: while the node is connected, managed domains point at them too (docs/dns.md
+// section 7).
+const EdgeAddressLabel = "edge-address"
+
 // dns is berthd's DNS part: the plugin, the records and the managed-records pass.
 type dns struct {
 	records *dnsrecords.Records
 	handle  *plugin.Provider
 	cat     *services.Catalog
+	nodes   *nodes.Registry
 	edge    []string
 	log     *slog.Logger
 }
@@ -56,7 +63,7 @@ type secretRef struct {
 // object, owner-only, that may hold the TSIG secret; docs/dns.md section 9) and returns the DNS
 // part, or nil when no configuration is given. A tsig_secret_ref in the file is resolved here,
 // from core/secrets, into the tsig_secret the plugin receives.
-func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.Queue, cat *services.Catalog, sec *secrets.Store, log *slog.Logger) (*dns, error) {
+func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.Queue, cat *services.Catalog, reg *nodes.Registry, sec *secrets.Store, log *slog.Logger) (*dns, error) {
 	if cfg.DNSConfig == "" {
 		return nil, nil
 	}
@@ -94,7 +101,10 @@ func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.
 		return nil, err
 	}
 	log.Info("dns plugin running", "zones", zones.Zones, "edge_addresses", cfg.EdgeAddresses, "pid", h.Status().PID)
-	return &dns{records: recs, handle: h, cat: cat, edge: cfg.EdgeAddresses, log: log.With("component", "dns")}, nil
+	if len(cfg.EdgeAddresses) == 0 {
+		log.Warn("dns: no --edge-addresses: managed domains point only at connected nodes labelled " + EdgeAddressLabel)
+	}
+	return &dns{records: recs, handle: h, cat: cat, nodes: reg, edge: cfg.EdgeAddresses, log: log.With("component", "dns")}, nil
 }
 
 // resolveTSIG returns the configuration obj with its tsig_secret_ref replaced by the value of
@@ -175,7 +185,34 @@ func (d *dns) sync(ctx context.Context) ([]string, error) {
 			}
 		}
 	}
-	return d.records.SyncManaged(ctx, domains, d.edge)
+	edge, err := d.edgeAddresses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.records.SyncManaged(ctx, domains, edge)
+}
+
+// edgeAddresses is --edge-addresses and the addresses in the edge-address label of every
+// connected node; an address that is not an IP is dropped.
+func (d *dns) edgeAddresses(ctx context.Context) ([]string, error) {
+	out := slices.Clone(d.edge)
+	ns, err := d.nodes.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range ns {
+		v, ok := n.Labels[EdgeAddressLabel]
+		if !ok || n.Status != nodes.StatusConnected {
+			continue
+		}
+		for _, a := range strings.Split(v, ",") {
+			if a = strings.TrimSpace(a); net.ParseIP(a) != nil {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // close stops the plugin.

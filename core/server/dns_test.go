@@ -2,11 +2,16 @@ package server
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -64,5 +69,55 @@ func TestResolveTSIGFromSecrets(t *testing.T) {
 		} else if strings.Contains(err.Error(), "c2VjcmV0") {
 			t.Errorf("%s: the error quotes the secret: %v", bad, err)
 		}
+	}
+}
+
+// TestEdgeAddressesFollowConnectedEdgeNodes: the edge addresses are --edge-addresses and the
+// edge-address label of every connected node; a node's addresses go when its session ends.
+func TestEdgeAddressesFollowConnectedEdgeNodes(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	reg := nodes.NewRegistry(st, nil)
+	if err := reg.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	enroll := func(labels map[string]string) *nodes.Node {
+		t.Helper()
+		tok, _, err := reg.CreateJoinToken(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _, _ := ed25519.GenerateKey(rand.Reader)
+		n, _, err := reg.Enroll(ctx, nodes.EnrollRequest{JoinToken: tok, PublicKey: base64.StdEncoding.EncodeToString(pub), Hostname: "n", Address: "10.0.0.1", Labels: labels})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	edge := enroll(map[string]string{EdgeAddressLabel: "203.0.113.5, 2001:db8::5,junk"})
+	plain := enroll(map[string]string{"zone": "a"})
+	enroll(map[string]string{EdgeAddressLabel: "203.0.113.9"}) // labelled, but never connects
+	for _, n := range []*nodes.Node{edge, plain} {
+		if err := reg.SessionStarted(ctx, n.ID, "ses_"+n.ID, "test", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &dns{nodes: reg, edge: []string{"192.0.2.1"}}
+	got, err := d.edgeAddresses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"192.0.2.1", "2001:db8::5", "203.0.113.5"}; !slices.Equal(got, want) {
+		t.Errorf("edge addresses %v, want %v", got, want)
+	}
+	if err := reg.SessionEnded(ctx, edge.ID, "ses_"+edge.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err = d.edgeAddresses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"192.0.2.1"}; !slices.Equal(got, want) {
+		t.Errorf("edge addresses after the edge node left %v, want %v", got, want)
 	}
 }

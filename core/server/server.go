@@ -331,7 +331,7 @@ func Run(ctx context.Context, cfg Config) error {
 	rewrapper.Kick() // resumes a rotation an earlier berthd did not finish
 
 	// The DNS plugin and the records it writes (docs/dns.md section 9).
-	dnsPart, err := startDNS(ctx, cfg, st, orch.api.Operations, cat, sec, log)
+	dnsPart, err := startDNS(ctx, cfg, st, orch.api.Operations, cat, reg, sec, log)
 	if err != nil {
 		return err
 	}
