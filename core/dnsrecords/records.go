@@ -186,10 +186,12 @@ const maxCAS = 8
 // changes nothing returns the current one (and enqueues the write again when the server has not
 // caught up: the enqueue is idempotent). Errors: dns_zone_not_served; store errors.
 func (r *Records) Set(ctx context.Context, fqdn, typ, holder string, values []string) (int64, error) {
-	return r.set(ctx, fqdn, typ, holder, values, r.cfg.TTL)
+	return r.set(ctx, fqdn, typ, holder, values, r.cfg.TTL, false)
 }
 
-func (r *Records) set(ctx context.Context, fqdn, typ, holder string, values []string, ttl uint32) (int64, error) {
+// set is Set with the TTL of a new record; retryFailed makes a call that changes nothing count
+// the generation up anyway when its write failed for good, so that asking again tries again.
+func (r *Records) set(ctx context.Context, fqdn, typ, holder string, values []string, ttl uint32, retryFailed bool) (int64, error) {
 	id, err := r.recordID(fqdn, typ)
 	if err != nil {
 		return 0, err
@@ -216,7 +218,8 @@ func (r *Records) set(ctx context.Context, fqdn, typ, holder string, values []st
 			return 0, fmt.Errorf("dnsrecords: %w", err)
 		}
 		next := withHolding(cur.Holdings, holder, values)
-		if slices.EqualFunc(next, cur.Holdings, func(a, b Holding) bool { return a.Holder == b.Holder && slices.Equal(a.Values, b.Values) }) {
+		same := slices.EqualFunc(next, cur.Holdings, func(a, b Holding) bool { return a.Holder == b.Holder && slices.Equal(a.Values, b.Values) })
+		if same && !(retryFailed && cur.Failed >= cur.Generation) {
 			if cur.Written < cur.Generation && cur.Failed < cur.Generation {
 				return cur.Generation, r.enqueue(ctx, &cur)
 			}

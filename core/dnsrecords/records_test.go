@@ -214,6 +214,20 @@ func TestRefusedWritesReturnTheirCode(t *testing.T) {
 	if got := txt(t, k, "_acme-challenge.op.example.test."); !slices.Equal(got, []string{"operator"}) {
 		t.Errorf("the operator's record is now %v", got)
 	}
+	// Once the operator removed their record, asking again writes it.
+	m = new(mdns.Msg)
+	m.SetUpdate("example.test.")
+	m.RemoveRRset([]mdns.RR{rr})
+	m.SetTsig(k.Key.Name, mdns.HmacSHA256, 300, time.Now().Unix())
+	if in, _, err := c.Exchange(m, k.Addr); err != nil || in.Rcode != mdns.RcodeSuccess {
+		t.Fatalf("remove the operator's record: %v %v", err, in)
+	}
+	if err := g.r.PresentTXT(ctxFor(t, time.Minute), "_acme-challenge.op.example.test.", "berth"); err != nil {
+		t.Fatalf("present again after the operator's record went: %v", err)
+	}
+	if got := txt(t, k, "_acme-challenge.op.example.test."); !slices.Equal(got, []string{"berth"}) {
+		t.Errorf("after presenting again: %v", got)
+	}
 }
 
 // TestWriteRetriesWhileTheServerIsDown: with knot stopped, PresentTXT waits (the write is

@@ -30,7 +30,8 @@ func ChallengeName(host string) string {
 }
 
 // PresentTXT publishes value in the TXT record fqdn (e.g. "_acme-challenge.example.com.") beside
-// any other value held there, and returns once the DNS server holds it. It is the DNS-01 step of
+// any other value held there, and returns once the DNS server holds it. Presenting a value again
+// after its write failed for good writes it again. It is the DNS-01 step of
 // an ACME order; ctx bounds the wait. Errors: dns_zone_not_served for a name outside the zones;
 // the code of a write that failed for good (dns_auth_refused, dns_record_not_owned, ...); ctx's
 // error while the server is down (the write goes on being retried).
@@ -60,7 +61,7 @@ func (r *Records) presentAs(ctx context.Context, holder, fqdn, value string) err
 	if value == "" || len(value) > 255 {
 		return fmt.Errorf("present TXT %s: a value of 1 to 255 bytes is required", fqdn)
 	}
-	gen, err := r.set(ctx, fqdn, "TXT", holder, []string{value}, r.cfg.ChallengeTTL)
+	gen, err := r.set(ctx, fqdn, "TXT", holder, []string{value}, r.cfg.ChallengeTTL, true)
 	if err != nil {
 		return fmt.Errorf("present TXT %s: %w", fqdn, err)
 	}
@@ -68,7 +69,7 @@ func (r *Records) presentAs(ctx context.Context, holder, fqdn, value string) err
 }
 
 func (r *Records) cleanupAs(ctx context.Context, holder, fqdn string) error {
-	gen, err := r.set(ctx, fqdn, "TXT", holder, nil, r.cfg.ChallengeTTL)
+	gen, err := r.set(ctx, fqdn, "TXT", holder, nil, r.cfg.ChallengeTTL, true)
 	if err != nil {
 		return fmt.Errorf("clean up TXT %s: %w", fqdn, err)
 	}

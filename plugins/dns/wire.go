@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -44,10 +43,8 @@ func (c client) exchange(ctx context.Context, what string, m *mdns.Msg, signed b
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, fmt.Errorf("%s: %w", what, ctxErr)
 		}
-		var ne net.Error
-		if errors.As(err, &ne) || err != nil {
-			return nil, abierrors.Wrap(abierrors.Unavailable, what+": DNS server "+c.s.server+" did not answer", err)
-		}
+		// Refused, reset or timed out: the server is down or unreachable.
+		return nil, abierrors.Wrap(abierrors.Unavailable, what+": DNS server "+c.s.server+" did not answer", err)
 	}
 	tsigErr := uint16(0)
 	if t := in.IsTsig(); t != nil {
