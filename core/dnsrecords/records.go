@@ -70,6 +70,12 @@ type Config struct {
 	Poll time.Duration
 	// Logger receives one line per write and failure; nil discards.
 	Logger *slog.Logger
+	// ChallengeMaxAge is how long a challenge value (ACME or node) may be held before the
+	// resume pass withdraws it: a holder that died between its present and its cleanup leaves
+	// nothing behind for longer. 0 means 1 h.
+	ChallengeMaxAge time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
 }
 
 // Records owns the dns_records collection and runs the DNS write worker. Safe for concurrent use
@@ -102,6 +108,12 @@ func New(cfg Config) (*Records, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.ChallengeMaxAge <= 0 {
+		cfg.ChallengeMaxAge = time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	r := &Records{cfg: cfg, log: cfg.Logger.With("component", "dns"), wake: make(chan struct{}, 1)}
 	for _, z := range cfg.Zones {
 		r.zones = append(r.zones, strings.TrimSuffix(strings.ToLower(z), "."))
@@ -113,8 +125,9 @@ func New(cfg Config) (*Records, error) {
 // Holding is one holder's values of a record: a service's edge addresses, one ACME challenge,
 // one node's challenge.
 type Holding struct {
-	Holder string   `bson:"holder"`
-	Values []string `bson:"values"`
+	Holder string    `bson:"holder"`
+	Values []string  `bson:"values"`
+	Since  time.Time `bson:"since"` // when the holder set these values
 }
 
 // Record is a document of [Collection]: a record's desired RRset as the union of its holdings,
@@ -205,8 +218,9 @@ func (r *Records) set(ctx context.Context, fqdn, typ, holder string, values []st
 			if len(values) == 0 {
 				return 0, nil // nothing held, nothing to withdraw
 			}
-			doc := Record{ID: id, FQDN: dnsFQDN(fqdn), Type: typ, TTL: ttl, Holdings: []Holding{{Holder: holder, Values: values}},
-				Generation: 1, UpdatedAt: time.Now().UTC()}
+			now := r.cfg.Now().UTC()
+			doc := Record{ID: id, FQDN: dnsFQDN(fqdn), Type: typ, TTL: ttl, Holdings: []Holding{{Holder: holder, Values: values, Since: now}},
+				Generation: 1, UpdatedAt: now}
 			if _, err := coll.InsertOne(ctx, doc); store.IsDuplicateKey(err) {
 				continue
 			} else if err != nil {
@@ -217,7 +231,7 @@ func (r *Records) set(ctx context.Context, fqdn, typ, holder string, values []st
 		if err != nil {
 			return 0, fmt.Errorf("dnsrecords: %w", err)
 		}
-		next := withHolding(cur.Holdings, holder, values)
+		next := withHolding(cur.Holdings, holder, values, r.cfg.Now().UTC())
 		same := slices.EqualFunc(next, cur.Holdings, func(a, b Holding) bool { return a.Holder == b.Holder && slices.Equal(a.Values, b.Values) })
 		if same && !(retryFailed && cur.Failed >= cur.Generation) {
 			if cur.Written < cur.Generation && cur.Failed < cur.Generation {
@@ -225,7 +239,7 @@ func (r *Records) set(ctx context.Context, fqdn, typ, holder string, values []st
 			}
 			return cur.Generation, nil
 		}
-		cur.Holdings, cur.Generation, cur.UpdatedAt = next, cur.Generation+1, time.Now().UTC()
+		cur.Holdings, cur.Generation, cur.UpdatedAt = next, cur.Generation+1, r.cfg.Now().UTC()
 		rev, err := r.cfg.Store.UpdateIfRevision(ctx, coll, id, cur.Revision, bson.M{"$set": bson.M{
 			"holdings": cur.Holdings, "generation": cur.Generation, "updated_at": cur.UpdatedAt}})
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
@@ -243,16 +257,19 @@ func (r *Records) set(ctx context.Context, fqdn, typ, holder string, values []st
 func dnsFQDN(s string) string { return strings.TrimSuffix(strings.ToLower(s), ".") + "." }
 
 // withHolding returns hs with holder's values replaced (removed when values is empty), sorted by
-// holder.
-func withHolding(hs []Holding, holder string, values []string) []Holding {
+// holder; a holding whose values do not change keeps its Since, a changed one gets now.
+func withHolding(hs []Holding, holder string, values []string, now time.Time) []Holding {
 	out := make([]Holding, 0, len(hs)+1)
+	since := now
 	for _, h := range hs {
 		if h.Holder != holder {
 			out = append(out, h)
+		} else if slices.Equal(h.Values, values) {
+			since = h.Since
 		}
 	}
 	if len(values) > 0 {
-		out = append(out, Holding{Holder: holder, Values: values})
+		out = append(out, Holding{Holder: holder, Values: values, Since: since})
 	}
 	slices.SortFunc(out, func(a, b Holding) int { return strings.Compare(a.Holder, b.Holder) })
 	return out

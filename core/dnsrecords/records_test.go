@@ -22,6 +22,7 @@ import (
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/core/store/storetest"
 	"github.com/berthhq/berth/host/plugin"
+	"github.com/berthhq/berth/internal/clocktest"
 	"github.com/berthhq/berth/internal/knottest"
 	"github.com/berthhq/berth/internal/proctest"
 )
@@ -62,14 +63,14 @@ type rig struct {
 	r    *dnsrecords.Records
 }
 
-func newRig(t *testing.T, knot *knottest.Server) *rig {
+func newRig(t *testing.T, knot *knottest.Server, opts ...func(*dnsrecords.Config)) *rig {
 	t.Helper()
 	st := storetest.Open(t)
-	return addBerthd(t, knot, st)
+	return addBerthd(t, knot, st, opts...)
 }
 
 // addBerthd starts another berthd's DNS part (its own plugin process and worker) on st.
-func addBerthd(t testing.TB, knot *knottest.Server, st *store.Store) *rig {
+func addBerthd(t testing.TB, knot *knottest.Server, st *store.Store, opts ...func(*dnsrecords.Config)) *rig {
 	t.Helper()
 	cfg, _ := json.Marshal(map[string]any{"server": knot.Addr, "zones": knot.Zones, "tsig_key_name": knot.Key.Name,
 		"tsig_secret": knot.Key.Secret, "timeout_ms": 1000})
@@ -84,7 +85,11 @@ func addBerthd(t testing.TB, knot *knottest.Server, st *store.Store) *rig {
 	if err := q.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := dnsrecords.New(dnsrecords.Config{Store: st, Queue: q, Writer: h, Zones: knot.Zones, Poll: 50 * time.Millisecond})
+	rc := dnsrecords.Config{Store: st, Queue: q, Writer: h, Zones: knot.Zones, Poll: 50 * time.Millisecond}
+	for _, o := range opts {
+		o(&rc)
+	}
+	r, err := dnsrecords.New(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,5 +351,40 @@ func TestTwoBerthdsShareTheWrites(t *testing.T) {
 	}
 	if got := txt(t, k, name); !slices.Equal(got, values) {
 		t.Errorf("TXT %s = %v, want %v", name, got, values)
+	}
+}
+
+// TestForgottenChallengesExpire: a challenge value whose holder never cleaned it up (a berthd or
+// node that died between present and cleanup) is withdrawn by the resume pass once it is older
+// than ChallengeMaxAge; a younger one and a service's record stay.
+func TestForgottenChallengesExpire(t *testing.T) {
+	k := knottest.Start(t, "example.test")
+	clk := clocktest.New(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	g := newRig(t, k, func(c *dnsrecords.Config) { c.Now, c.ChallengeMaxAge = clk.Now, time.Hour })
+	const name = "_acme-challenge.old.example.test."
+	if err := g.r.PresentNodeTXT(ctxFor(t, time.Minute), "nod_gone", name, "forgotten"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.r.Set(ctxFor(t, time.Minute), "svc.example.test", "A", dnsrecords.ServiceHolder("svc_a"), []string{"192.0.2.1"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(50 * time.Minute)
+	if err := g.r.PresentTXT(ctxFor(t, time.Minute), name, "recent"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(20 * time.Minute) // the node's value is 70 min old, the recent one 20
+	if err := g.r.Resume(ctxFor(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	proctest.WaitFor(t, time.Minute, "the forgotten value withdrawn", func() (bool, string) {
+		got := txt(t, k, name)
+		return slices.Equal(got, []string{"recent"}), strings.Join(got, ",")
+	})
+	proctest.WaitFor(t, time.Minute, "the service's record, which never expires", func() (bool, string) {
+		got := addrs(t, k, "svc.example.test", mdns.TypeA)
+		return slices.Equal(got, []string{"192.0.2.1"}), strings.Join(got, ",")
+	})
+	if rec, err := g.r.Get(t.Context(), "svc.example.test", "A"); err != nil || len(rec.Holdings) != 1 {
+		t.Errorf("the service's record document after the pass: %+v %v", rec, err)
 	}
 }

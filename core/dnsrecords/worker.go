@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -56,7 +57,8 @@ func (r *Records) Run(ctx context.Context) {
 }
 
 // Resume enqueues the write of every record whose generation the server does not hold and whose
-// write has not failed for good; the enqueue of a write already queued returns it.
+// write has not failed for good (the enqueue of a write already queued returns it), and withdraws
+// every challenge value held for longer than ChallengeMaxAge.
 func (r *Records) Resume(ctx context.Context) error {
 	var recs []Record
 	cur, err := r.cfg.Store.Collection(Collection).Find(ctx, bson.M{})
@@ -66,9 +68,19 @@ func (r *Records) Resume(ctx context.Context) error {
 	if err := cur.All(ctx, &recs); err != nil {
 		return fmt.Errorf("dnsrecords: list: %w", err)
 	}
+	old := r.cfg.Now().Add(-r.cfg.ChallengeMaxAge)
 	for i := range recs {
-		if recs[i].Written < recs[i].Generation && recs[i].Failed < recs[i].Generation {
-			if err := r.enqueue(ctx, &recs[i]); err != nil {
+		rec := &recs[i]
+		for _, h := range rec.Holdings {
+			if (strings.HasPrefix(h.Holder, HolderACME) || strings.HasPrefix(h.Holder, HolderNode)) && h.Since.Before(old) {
+				r.log.Info("dns: withdrawing a challenge value nobody cleaned up", "record", rec.ID, "holder", h.Holder, "since", h.Since)
+				if _, err := r.set(ctx, rec.FQDN, rec.Type, h.Holder, nil, rec.TTL, false); err != nil {
+					return err
+				}
+			}
+		}
+		if rec.Written < rec.Generation && rec.Failed < rec.Generation {
+			if err := r.enqueue(ctx, rec); err != nil {
 				return err
 			}
 		}
