@@ -32,6 +32,11 @@ const dnsStateDir = "dns"
 // section 7).
 const EdgeAddressLabel = "edge-address"
 
+// edgeGrace is how long a disconnected edge node keeps its addresses in the records: a berthd
+// restart (which marks every node disconnected until it reconnects) or a short network blip does
+// not make the domains flap.
+const edgeGrace = 2 * time.Minute
+
 // dns is berthd's DNS part: the plugin, the records and the managed-records pass.
 type dns struct {
 	records *dnsrecords.Records
@@ -40,6 +45,7 @@ type dns struct {
 	nodes   *nodes.Registry
 	edge    []string
 	log     *slog.Logger
+	now     func() time.Time // nil means time.Now
 }
 
 // checkEdgeAddresses refuses an edge address that is not an IP address.
@@ -193,16 +199,22 @@ func (d *dns) sync(ctx context.Context) ([]string, error) {
 }
 
 // edgeAddresses is --edge-addresses and the addresses in the edge-address label of every
-// connected node; an address that is not an IP is dropped.
+// connected node, and of every disconnected one seen within edgeGrace; an address that is not an
+// IP is dropped. A draining or removed node's addresses go at once.
 func (d *dns) edgeAddresses(ctx context.Context) ([]string, error) {
 	out := slices.Clone(d.edge)
 	ns, err := d.nodes.List(ctx)
 	if err != nil {
 		return nil, err
 	}
+	now := time.Now
+	if d.now != nil {
+		now = d.now
+	}
 	for _, n := range ns {
 		v, ok := n.Labels[EdgeAddressLabel]
-		if !ok || n.Status != nodes.StatusConnected {
+		recent := n.Status == nodes.StatusDisconnected && n.LastSeenAt != nil && now().Sub(*n.LastSeenAt) < edgeGrace
+		if !ok || (n.Status != nodes.StatusConnected && !recent) {
 			continue
 		}
 		for _, a := range strings.Split(v, ",") {

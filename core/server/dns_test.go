@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/secrets"
@@ -73,7 +74,8 @@ func TestResolveTSIGFromSecrets(t *testing.T) {
 }
 
 // TestEdgeAddressesFollowConnectedEdgeNodes: the edge addresses are --edge-addresses and the
-// edge-address label of every connected node; a node's addresses go when its session ends.
+// edge-address label of every connected node; a node's addresses stay for the grace period after
+// its session ends (a berthd restart, a blip) and go after it.
 func TestEdgeAddressesFollowConnectedEdgeNodes(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t)
@@ -102,7 +104,8 @@ func TestEdgeAddressesFollowConnectedEdgeNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := &dns{nodes: reg, edge: []string{"192.0.2.1"}}
+	now := time.Now()
+	d := &dns{nodes: reg, edge: []string{"192.0.2.1"}, now: func() time.Time { return now }}
 	got, err := d.edgeAddresses(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +116,10 @@ func TestEdgeAddressesFollowConnectedEdgeNodes(t *testing.T) {
 	if err := reg.SessionEnded(ctx, edge.ID, "ses_"+edge.ID); err != nil {
 		t.Fatal(err)
 	}
+	if got, err = d.edgeAddresses(ctx); err != nil || len(got) != 3 {
+		t.Errorf("edge addresses just after the edge node's session ended: %v %v, want all three", got, err)
+	}
+	now = now.Add(edgeGrace + time.Second)
 	got, err = d.edgeAddresses(ctx)
 	if err != nil {
 		t.Fatal(err)
