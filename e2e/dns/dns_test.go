@@ -1,6 +1,6 @@
-// Package edge runs the edge features end to end with real processes: berthd with the DNS
-// provider plugin writing to a real knot server.
-package edge
+// Package dns runs Berth's DNS end to end with real processes: berthd with the DNS provider
+// plugin writing to a real knot server (docs/dns.md).
+package dns
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func run(m *testing.M) int {
 	if bin = os.Getenv("BERTH_BIN_DIR"); bin != "" {
 		return m.Run()
 	}
-	tmp, err := os.MkdirTemp("", "berth-edge-build-")
+	tmp, err := os.MkdirTemp("", "berth-dns-build-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
