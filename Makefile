@@ -83,6 +83,7 @@ $(PEBBLE_CHALLTESTSRV):
 ## starts a private containerd for the container tests and stops it after)
 test: build $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(CADDY) $(PEBBLE) $(PEBBLE_CHALLTESTSRV)
 	./scripts/install-postgres.sh
+	./scripts/install-knot.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 25m ./...
 
 ## test-containers: only the container tests (containerd driver, nftables network)
@@ -94,6 +95,7 @@ test-containers: build
 ## OPA stays out of go.mod, compares Berth's modules with OPA side by side)
 bench: build $(CADDY)
 	./scripts/install-bench-tools.sh
+	./scripts/install-knot.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./... | ./scripts/bench-figures.sh
 	cd bench/opa && BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -count=1 -timeout 30m . | ../../scripts/bench-figures.sh
 

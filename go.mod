@@ -22,6 +22,7 @@ require (
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/mccutchen/go-httpbin/v2 v2.26.0
 	github.com/mholt/acmez/v3 v3.1.7
+	github.com/miekg/dns v1.1.73
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/oklog/ulid/v2 v2.1.2
 	github.com/opencontainers/go-digest v1.0.0

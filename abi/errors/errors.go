@@ -184,6 +184,22 @@ const (
 	ServiceNotContainer Code = "service_not_container"
 )
 
+// DNS codes (docs/dns.md section 5): the DNS provider plugin and the core's DNS records.
+const (
+	// DNSAuthRefused: the DNS server refused the TSIG key (NOTAUTH with BADSIG, BADKEY or
+	// BADTIME on knot and BIND; REFUSED on PowerDNS). Not retryable: the key must change (502).
+	DNSAuthRefused Code = "dns_auth_refused"
+	// DNSZoneNotServed: a record outside the plugin's configured zones, or in a zone the server
+	// is not authoritative for (NOTAUTH without a TSIG error, NOTZONE) (422).
+	DNSZoneNotServed Code = "dns_zone_not_served"
+	// DNSRecordNotOwned: a write or delete of a name and type Berth did not create, or that
+	// another owner holds (its ownership record names someone else); nothing was changed (409).
+	DNSRecordNotOwned Code = "dns_record_not_owned"
+	// DNSChallengeHostUnknown: a node's dns_challenge for a host that is not a domain of a
+	// route in its own desired state (docs/node-protocol.md section 6.8) (403).
+	DNSChallengeHostUnknown Code = "dns_challenge_host_unknown"
+)
+
 // Operator codes: berthd's own configuration, backup and restore (docs/operating.md
 // sections 3 and 5). They reach an operator's terminal, not the API.
 const (
@@ -223,6 +239,11 @@ var statuses = map[Code]int{
 	ImageReleaseNotFound:   http.StatusNotFound,
 	ReleaseNotPushed:       http.StatusConflict,
 	ServiceNotContainer:    http.StatusConflict,
+
+	DNSAuthRefused:          http.StatusBadGateway,
+	DNSZoneNotServed:        http.StatusUnprocessableEntity,
+	DNSRecordNotOwned:       http.StatusConflict,
+	DNSChallengeHostUnknown: http.StatusForbidden,
 
 	AgentVersionSkew:  http.StatusConflict,
 	AgentDowngrade:    http.StatusConflict,

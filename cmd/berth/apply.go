@@ -37,6 +37,7 @@ type serviceFile struct {
 	SecretSets       []string                 `json:"secret_sets,omitempty" yaml:"secret_sets"`
 	Port             int                      `json:"port,omitempty" yaml:"port"`
 	Domains          []string                 `json:"domains,omitempty" yaml:"domains"`
+	DNS              string                   `json:"dns,omitempty" yaml:"dns"`
 	Replicas         *int                     `json:"replicas,omitempty" yaml:"replicas"`
 	HealthCheck      healthCheckFile          `json:"health_check" yaml:"health_check"`
 	Timeouts         timeoutsFile             `json:"timeouts,omitzero" yaml:"timeouts"`
@@ -136,6 +137,7 @@ func (f serviceFile) spec() client.ServiceSpec {
 		Env:        f.Env,
 		Port:       f.Port,
 		Domains:    f.Domains,
+		DNS:        f.DNS,
 		Replicas:   f.Replicas,
 		HealthCheck: client.HealthCheck{
 			Path:      f.HealthCheck.Path,

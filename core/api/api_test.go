@@ -297,6 +297,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"IPv4 literal with a trailing dot", put("web", svc(func(m map[string]any) { m["domains"] = []string{"10.0.0.1."} })), 422, "validation_failed"},
 		{"short IPv4 form as a domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"127.1"} })), 422, "validation_failed"},
 		{"IPv6 literal as a domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"::1"} })), 422, "validation_failed"},
+		{"unknown dns mode", put("web", svc(func(m map[string]any) { m["dns"] = "automatic" })), 422, "validation_failed"},
 		{"bracketed IPv6 literal as a domain", put("web", svc(func(m map[string]any) { m["domains"] = []string{"[2001:db8::1]"} })), 422, "validation_failed"},
 		{"env value of 1000 KiB", put("web", svc(func(m map[string]any) { m["env"] = map[string]string{"BIG": strings.Repeat("x", 1000<<10)} })), 422, "validation_failed"},
 		{"env over the total", put("web", svc(func(m map[string]any) {

@@ -253,6 +253,13 @@ func validateService(spec *serviceSpec) error {
 		seen[d] = true
 		spec.Domains[i] = d
 	}
+	switch spec.DNS {
+	case "", "none":
+		spec.DNS = ""
+	case services.DNSManaged:
+	default:
+		return fail("dns %q is not \"managed\" or \"none\"", spec.DNS)
+	}
 	if err := spec.Timeouts.Validate(); err != nil {
 		return fail("%s", err.Error())
 	}

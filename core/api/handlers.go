@@ -33,7 +33,7 @@ const defaultLeaseDurationMS = 15000
 func toAPIService(s *services.Service, ready int) client.Service {
 	out := client.Service{
 		ID: s.ID, Project: s.Project, Name: s.Name, Revision: s.Revision, Bundle: s.Bundle, BundleDigest: s.BundleDigest,
-		Command: s.Command, Env: s.Env, SecretSets: s.SecretSets, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas,
+		Command: s.Command, Env: s.Env, SecretSets: s.SecretSets, Port: s.Port, Domains: s.Domains, DNS: s.DNS, Replicas: s.Replicas,
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
 		Labels: s.Labels, CapacityUnits: s.CapacityUnits, PlacementMode: services.PlacementPortable,
 		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
@@ -238,7 +238,7 @@ func (s *Server) putService(c echo.Context) error {
 		Secrets: refs, SecretSets: spec.SecretSets, ResolvedSecrets: resolved,
 		Runtime: spec.Runtime, Image: image, ImageTag: imageTag, DeployOnPush: spec.DeployOnPush, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
-		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
+		Port: spec.Port, Domains: spec.Domains, DNS: spec.DNS, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
 		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, TLS: services.TLS(spec.TLS), ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
 	}
 	for _, v := range spec.Volumes {

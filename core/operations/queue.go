@@ -340,6 +340,17 @@ type Claimed struct {
 // candidates (placement requirements); it must be pure. The caller has authenticated the node and
 // checked that it may claim (not draining, not expired).
 func (q *Queue) Claim(ctx context.Context, nodeID string, max int, eligible func(*Operation) bool) ([]Claimed, error) {
+	return q.claim(ctx, nodeID, max, eligible, []string{laneOf(nodeID), laneOf("")})
+}
+
+// ClaimTargeted is [Queue.Claim] restricted to the operations enqueued with TargetNode nodeID: it
+// never takes from the lane of operations any node may take. berthd's own workers (DNS writes,
+// docs/dns.md section 6) claim their operations this way under a target no runner node has.
+func (q *Queue) ClaimTargeted(ctx context.Context, nodeID string, max int, eligible func(*Operation) bool) ([]Claimed, error) {
+	return q.claim(ctx, nodeID, max, eligible, []string{laneOf(nodeID)})
+}
+
+func (q *Queue) claim(ctx context.Context, nodeID string, max int, eligible func(*Operation) bool, lanes []string) ([]Claimed, error) {
 	if max <= 0 {
 		return nil, nil
 	}
@@ -356,7 +367,7 @@ func (q *Queue) Claim(ctx context.Context, nodeID string, max int, eligible func
 				break
 			}
 		}
-		for _, lane := range []string{laneOf(nodeID), laneOf("")} {
+		for _, lane := range lanes {
 			var err error
 			if out, err = q.claimLane(ctx, lane, nodeID, max-len(out), eligible, now, out); err != nil {
 				return out, fmt.Errorf("operations: claim for %s: %w", nodeID, err)

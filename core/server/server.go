@@ -111,6 +111,11 @@ type Config struct {
 	// DebugListen, when set, serves Go runtime profiles (/debug/pprof/) on
 	// this loopback address; empty serves none.
 	DebugListen string
+	// DNSConfig is a JSON file (owner-only) holding the DNS provider plugin's configuration
+	// (docs/dns.md section 4); empty runs no DNS plugin. EdgeAddresses are the IP addresses
+	// the domains of `dns: managed` services point at (docs/dns.md section 7).
+	DNSConfig     string
+	EdgeAddresses []string
 }
 
 func (c *Config) defaults() error {
@@ -132,6 +137,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := checkEdgeAddresses(c.EdgeAddresses); err != nil {
+		return err
 	}
 	return checkS3Config(c.S3)
 }
@@ -334,8 +342,26 @@ func Run(ctx context.Context, cfg Config) error {
 	rewrapper := newRewrapper(rewrapCtx, sec, cfg.RewrapPerSecond, log)
 	rewrapper.Kick() // resumes a rotation an earlier berthd did not finish
 
+	// The DNS plugin and the records it writes (docs/dns.md section 9).
+	dnsPart, err := startDNS(ctx, cfg, st, orch.api.Operations, cat, reg, sec, log)
+	if err != nil {
+		return err
+	}
+	if dnsPart != nil {
+		defer dnsPart.close()
+		dctx, stopDNS := context.WithCancel(ctx)
+		dnsDone := make(chan struct{})
+		go func() { defer close(dnsDone); dnsPart.run(dctx) }()
+		defer func() { stopDNS(); <-dnsDone }()
+	}
+
 	leases := fencing.New(st, fencing.Config{Logger: log})
+	var dnsChallenges session.DNSChallenger
+	if dnsPart != nil {
+		dnsChallenges = dnsPart.records
+	}
 	sessions := session.New(session.Config{
+		DNS:    dnsChallenges,
 		Leases: leases, Nodes: reg, Catalog: cat, SigningKey: key, RetiredKeys: retired, ClusterID: clusterID, Logger: log, Events: evlog, Changelog: clog,
 		OnChange: func(reason string) {
 			// A session's start or end changes which nodes are schedulable: any service's

@@ -82,6 +82,9 @@ const (
 // its NUL, in bytes.
 func EnvEntryBytes(key, value string) int { return len(key) + 1 + len(value) + 1 }
 
+// DNSManaged is the value of Service.DNS for a service whose domains' records Berth writes.
+const DNSManaged = "managed"
+
 var labelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // ValidName reports whether s is a DNS label: 1 to 63 of [a-z0-9-], not starting
@@ -196,6 +199,11 @@ type Service struct {
 	// service was applied or last followed it (docs/registry.md section 8).
 	DeployOnPush bool   `bson:"deploy_on_push,omitempty"`
 	ImageTag     string `bson:"image_tag,omitempty"`
+
+	// DNS is DNSManaged when Berth writes the domains' A and AAAA records, pointing at the edge
+	// addresses (docs/dns.md section 7); empty leaves DNS to the operator. Not part of the
+	// invocation: a change rewrites records without a rollout.
+	DNS string `bson:"dns,omitempty"`
 
 	// LogOutbox holds this service's changes not yet in the change log,
 	// oldest first, written in the same compare-and-set as the change

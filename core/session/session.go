@@ -77,6 +77,9 @@ type Config struct {
 	// Metrics, when not nil, is where the server registers its families (messages by type,
 	// heartbeats, open sessions, ended sessions by reason); nil counts nothing.
 	Metrics prometheus.Registerer
+	// DNS, when not nil, writes the TXT records of the nodes' dns_challenge (dns.go,
+	// docs/node-protocol.md section 6.8); nil refuses every challenge dns_zone_not_served.
+	DNS DNSChallenger
 }
 
 // Server accepts node sessions; one per node, the newest wins.
@@ -154,6 +157,8 @@ type conn struct {
 	follow atomic.Pointer[follow]
 	// waits pairs command_result and stream messages with their requests.
 	waits waiters
+	// dnsSlots bounds this session's dns_challenge writes in flight (dns.go).
+	dnsSlots chan struct{}
 	// seenAt and seenApplied are what this session last wrote to the node's
 	// document; only the session's read loop touches them.
 	seenAt      time.Time
@@ -212,7 +217,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(drainLimit)
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{id: identity.NewID("ses_"), nodeID: n.ID, ws: ws, ctx: ctx, cancel: cancel, markedUnknown: map[string]bool{},
+	c := &conn{id: identity.NewID("ses_"), nodeID: n.ID, ws: ws, ctx: ctx, cancel: cancel, markedUnknown: map[string]bool{}, dnsSlots: make(chan struct{}, maxDNSChallenges),
 		waits: waiters{results: map[string]chan node.CommandResult{}, streams: map[string]*Stream{}}}
 	if n.Status == nodes.StatusRemoved {
 		defer cancel()
@@ -516,6 +521,8 @@ func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string
 		s.onLeaseEvent(ctx, c, &ev)
 	case node.TypeLeaseRenew:
 		s.onLeaseRenew(ctx, c, env)
+	case node.TypeDNSChallenge:
+		s.onDNSChallenge(ctx, c, env)
 	case node.TypeStatusReport:
 		var rep node.StatusReport
 		if err := json.Unmarshal(env.Body, &rep); err != nil {

@@ -182,6 +182,10 @@ type ServiceSpec struct {
 	// (docs/bindings.md): Name a DNS label unique in the service, Kind postgres, mongodb or s3.
 	// Their credentials reach the workloads as BERTH_BINDING_<NAME>_* secrets once ready.
 	Bindings []BindingSpec `json:"bindings,omitempty"`
+	// DNS is "managed" for Berth to write the domains' A and AAAA records, pointing at the edge
+	// addresses, and withdraw them when the domains or the service go; empty (or "none") leaves
+	// DNS to the operator (docs/dns.md section 7).
+	DNS string `json:"dns,omitempty"`
 
 	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 	// Container is the container part of the spec (docs/api.md; docs/plugins.md section 3).
@@ -304,6 +308,8 @@ type Service struct {
 	// created or updated the service, false when the stored service already declared exactly
 	// this and nothing was written (the revision is the current one). Nil elsewhere.
 	Changed *bool `json:"changed,omitempty"`
+	// DNS is as in ServiceSpec ("managed" or empty).
+	DNS string `json:"dns,omitempty"`
 	// Container is as in ServiceSpec.
 	Container
 }
