@@ -193,6 +193,13 @@ var statuses = map[Code]int{
 	ReleaseNotPushed:       http.StatusConflict,
 	ServiceNotContainer:    http.StatusConflict,
 
+	BackupCorrupt:         http.StatusUnprocessableEntity,
+	BackupVersionMismatch: http.StatusUnprocessableEntity,
+	BackupNotFound:        http.StatusNotFound,
+	BackupNotRestorable:   http.StatusConflict,
+	RestoreTargetRunning:  http.StatusConflict,
+	BackupNothingToBack:   http.StatusUnprocessableEntity,
+
 	AgentVersionSkew:  http.StatusConflict,
 	AgentDowngrade:    http.StatusConflict,
 	ReleaseNotFound:   http.StatusNotFound,

@@ -4,6 +4,7 @@ package s3test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -35,18 +36,27 @@ type Server struct {
 // is missing (make test installs it).
 func Binary(t testing.TB) string {
 	t.Helper()
+	p, err := Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Find is [Binary] for TestMain: the path of versitygw on PATH or in
+// GOPATH/bin, or an error that says how to install it.
+func Find() (string, error) {
 	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p
+		return p, nil
 	}
 	out, err := exec.Command("go", "env", "GOPATH").Output()
 	if err == nil {
 		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "versitygw")
 		if _, err := os.Stat(p); err == nil {
-			return p
+			return p, nil
 		}
 	}
-	t.Fatal("versitygw is not installed: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 (make test does)")
-	return ""
+	return "", errors.New("versitygw is not installed: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 (make test does)")
 }
 
 // Start runs versitygw on a fresh temporary directory, waits (at most 30 s)
