@@ -132,6 +132,9 @@ type Config struct {
 	// Secrets serves the secret routes and checks services' secret references (secrets.go,
 	// docs/api.md section 10); nil leaves the routes out and refuses references.
 	Secrets *SecretsConfig
+	// Backups serves the service backup routes (backups.go, docs/backups.md); nil leaves them
+	// out.
+	Backups *BackupsConfig
 	// Guard checks fenced shared-storage writes (bundle uploads with the fencing headers); nil
 	// refuses such writes as unavailable.
 	Guard *fencing.Guard
@@ -224,6 +227,7 @@ func New(cfg Config) *Server {
 	s.registerWasm(v1)
 	s.registerNodeOps(v1)
 	s.registerOrchestration(v1)
+	s.registerBackups(v1)
 	s.registerRunnerTransport(e)
 	e.RouteNotFound("/*", func(c echo.Context) error {
 		return problem(abierrors.NotFound, "no such endpoint: "+c.Request().Method+" "+c.Request().URL.Path)
@@ -278,7 +282,9 @@ func routeBody(c echo.Context) bodyKind {
 		"POST /api/v1/users",
 		"POST /api/v1/users/:user/credential",
 		"PUT /api/v1/users/:user/roles",
-		"POST /api/v1/tokens":
+		"POST /api/v1/tokens",
+		"POST /api/v1/projects/:project/services/:name/backups",
+		"POST /api/v1/projects/:project/backups/:id/restore":
 		return bodyJSON
 	case "POST /api/v1/projects/:project/bundles",
 		"POST /api/v1/modules":

@@ -19,6 +19,7 @@ import (
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
@@ -52,7 +53,8 @@ func fullServer(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(Config{Secrets: &SecretsConfig{Store: secrets.NewStore(st, kr, nil)}, Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
+	ops := operations.NewQueue(st, operations.Config{})
+	return New(Config{Backups: testBackups(t, st, ops), Secrets: &SecretsConfig{Store: secrets.NewStore(st, kr, nil)}, Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
 		Tokens: identity.NewTokens(st), Hinter: nopHinter{}, Events: events.New(st, nil), Changelog: changelog.New(st, 1, nil),
 		Sessions: http.NotFoundHandler(), NodeOps: stubCommander{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
 		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{},
