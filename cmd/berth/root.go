@@ -123,6 +123,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newBundleCmd(a),
 		newImageCmd(a),
 		newReleaseCmd(a),
+		newBackupCmd(a),
 		newModuleCmd(a),
 		newRoutesCmd(a),
 		newPolicyCmd(a),
