@@ -80,6 +80,7 @@ test-containers: build
 ## OPA stays out of go.mod, compares Berth's modules with OPA side by side)
 bench: build
 	./scripts/install-bench-tools.sh
+	./scripts/install-postgres.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./... | ./scripts/bench-figures.sh
 	cd bench/opa && BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -count=1 -timeout 30m . | ../../scripts/bench-figures.sh
 
