@@ -146,8 +146,8 @@ func (p *Postgres) tool(ctx context.Context, name string, major int) (string, er
 }
 
 // Backup implements Engine: it opens a repeatable-read transaction, exports
-// its snapshot, measures every table inside that snapshot and runs pg_dump
-// -Fc on the same snapshot, so the figures describe exactly the archive.
+// its snapshot, and measures every table inside that snapshot while pg_dump
+// -Fc dumps the same snapshot, so the figures describe exactly the archive.
 func (p *Postgres) Backup(ctx context.Context, db string, w io.Writer) (Figures, error) {
 	c, err := p.connect(ctx, db)
 	if err != nil {
@@ -171,18 +171,29 @@ func (p *Postgres) Backup(ctx context.Context, db string, w io.Writer) (Figures,
 	if err := tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&snap); err != nil {
 		return Figures{}, fmt.Errorf("export snapshot of %s: %w", db, err)
 	}
-	fig, err := measure(ctx, tx)
-	if err != nil {
-		return Figures{}, fmt.Errorf("measure %s: %w", db, err)
-	}
-	cmd := exec.CommandContext(ctx, dump, "--format=custom", "--snapshot="+snap, "--no-password",
+	// pg_dump and the measurement run at once, on the same snapshot: the
+	// server scans each table twice, but no longer one pass after the other.
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(dctx, dump, "--format=custom", "--snapshot="+snap, "--no-password",
 		"--compress="+strconv.Itoa(max(p.Compress, 0)))
 	cmd.Env = p.env(db)
 	cmd.Stdout = w
 	var stderr bytes.Buffer
 	cmd.Stderr = &limited{w: &stderr, n: 8 << 10}
-	if err := cmd.Run(); err != nil {
-		return Figures{}, fmt.Errorf("pg_dump %s: %w: %s", db, err, strings.TrimSpace(stderr.String()))
+	if err := cmd.Start(); err != nil {
+		return Figures{}, fmt.Errorf("pg_dump %s: %w", db, err)
+	}
+	fig, merr := measure(ctx, tx)
+	if merr != nil {
+		cancel()
+	}
+	werr := cmd.Wait()
+	if merr != nil {
+		return Figures{}, fmt.Errorf("measure %s: %w", db, merr)
+	}
+	if werr != nil {
+		return Figures{}, fmt.Errorf("pg_dump %s: %w: %s", db, werr, strings.TrimSpace(stderr.String()))
 	}
 	return fig, nil
 }
