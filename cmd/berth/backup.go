@@ -30,7 +30,7 @@ exists once its record says succeeded; restore drills prove backups restore.`,
   berth backup ls shop/web
   berth backup restore bkp_01J... --into shop/web`,
 	}
-	var binding string
+	var binding, createKey string
 	create := &cobra.Command{
 		Use:     "create SERVICE",
 		Short:   "Request a backup of one binding (or every binding) of a service",
@@ -42,6 +42,9 @@ exists once its record says succeeded; restore drills prove backups restore.`,
 				return err
 			}
 			project, service := splitService(args[0], s.Project)
+			if createKey != "" {
+				c = c.WithIdempotencyKey(createKey)
+			}
 			list, err := c.CreateBackup(cmd.Context(), project, service, binding)
 			if err != nil {
 				return fmt.Errorf("back up %s/%s: %w", project, service, err)
@@ -56,6 +59,7 @@ exists once its record says succeeded; restore drills prove backups restore.`,
 		},
 	}
 	create.Flags().StringVar(&binding, "binding", "", "the binding to back up (default: every binding of the service)")
+	create.Flags().StringVar(&createKey, "idempotency-key", "", "repeat-safe key: a retry with the same key answers the same backups")
 	ls := &cobra.Command{
 		Use:     "ls [SERVICE]",
 		Aliases: []string{"list"},
@@ -86,7 +90,7 @@ exists once its record says succeeded; restore drills prove backups restore.`,
 			return nil
 		},
 	}
-	var into string
+	var into, restoreKey string
 	var scratch, whileRunning bool
 	restore := &cobra.Command{
 		Use:   "restore BACKUP",
@@ -107,6 +111,9 @@ record (backup_corrupt otherwise). It then enqueues the restore operation.`,
 			if into != "" {
 				project, service = splitService(into, s.Project)
 			}
+			if restoreKey != "" {
+				c = c.WithIdempotencyKey(restoreKey)
+			}
 			op, err := c.RestoreBackup(cmd.Context(), project, args[0], client.RestoreRequest{Into: service, IntoScratch: scratch, WhileRunning: whileRunning})
 			if err != nil {
 				return fmt.Errorf("restore %s: %w", args[0], err)
@@ -120,6 +127,7 @@ record (backup_corrupt otherwise). It then enqueues the restore operation.`,
 	}
 	restore.Flags().StringVar(&into, "into", "", "the target service, PROJECT/SERVICE or SERVICE (default: the backup's own)")
 	restore.Flags().BoolVar(&scratch, "into-scratch", false, "restore into a new scratch database or bucket beside the live one")
+	restore.Flags().StringVar(&restoreKey, "idempotency-key", "", "repeat-safe key: a retry with the same key answers the same restore")
 	restore.Flags().BoolVar(&whileRunning, "while-running", false, "allow a restore into a service that is running")
 	cmd.AddCommand(create, ls, restore)
 	return cmd
