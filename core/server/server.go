@@ -22,6 +22,7 @@ import (
 
 	"github.com/berthhq/berth/core/api"
 	"github.com/berthhq/berth/core/backup"
+	"github.com/berthhq/berth/core/backups"
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
@@ -367,7 +368,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	metrics.MustRegister(&plugin.StatusCollector{List: pluginStatuses})
 	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
+	// Service backups (docs/backups.md): records and operations on this store, archives in the
+	// blob store. Backups of bindings are requested once the core's bindings name their kinds.
+	backupMgr := backups.New(backups.Config{Store: st, Queue: orch.api.Operations, Blobs: blobStore, Events: evlog, Registerer: metrics, Log: log})
 	handler := api.New(api.Config{
+		Backups:       &api.BackupsConfig{Manager: backupMgr},
 		ImageReleases: imageReleases,
 		Secrets:       &api.SecretsConfig{Store: sec, Rewrap: rewrapper.Kick},
 		Catalog:       cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, NodeOps: sessions, Events: evlog, Changelog: clog,
