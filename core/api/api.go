@@ -253,6 +253,9 @@ const (
 // route not listed reads no body; a route added without a case refuses bodies, which its first
 // test shows at once.
 func routeBody(c echo.Context) bodyKind {
+	if c.Path() == abirunner.Prefix+abirunner.PathBackupArchive {
+		return bodyUpload // the archive itself, streamed (docs/backups.md section 2)
+	}
 	if strings.HasPrefix(c.Path(), abirunner.Prefix+"/") {
 		return bodyJSON // every runner transport call is one JSON object (docs/runner-protocol.md)
 	}

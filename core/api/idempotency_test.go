@@ -95,6 +95,9 @@ func exemptFromIdempotency() map[string]string {
 		"POST /api/runner/v1/register": runner, "POST /api/runner/v1/heartbeat": runner, "POST /api/runner/v1/claim": runner,
 		"POST /api/runner/v1/renew": runner, "POST /api/runner/v1/complete": runner, "POST /api/runner/v1/fail": runner,
 		"POST /api/runner/v1/observe": runner, "POST /api/runner/v1/artifact": runner, "POST /api/runner/v1/runtime": runner,
+		"POST /api/runner/v1/backup/begin": runner, "POST /api/runner/v1/backup/archive": runner, "POST /api/runner/v1/backup/commit": runner,
+		"POST /api/runner/v1/backup/fail": runner, "POST /api/runner/v1/backup/record": runner, "POST /api/runner/v1/backup/source": runner,
+		"POST /api/runner/v1/backup/drill": runner,
 	}
 }
 

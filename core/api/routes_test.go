@@ -153,6 +153,9 @@ func everyRoute() map[string]routeRow {
 		"GET /api/v1/projects/:project/secret-sets/:set": none, "DELETE /api/v1/projects/:project/secret-sets/:set": none,
 		"GET /api/v1/secrets/keyring": none, "POST /api/v1/secrets/keyring/rotate": obj, "POST /api/v1/nodes/:id/secret-key/rotate": obj,
 		"POST /api/runner/v1/observe": runner, "POST /api/runner/v1/artifact": runner, "POST /api/runner/v1/runtime": runner,
+		"POST /api/runner/v1/backup/begin": runner, "POST /api/runner/v1/backup/commit": runner, "POST /api/runner/v1/backup/fail": runner,
+		"POST /api/runner/v1/backup/record": runner, "POST /api/runner/v1/backup/source": runner, "POST /api/runner/v1/backup/drill": runner,
+		"POST /api/runner/v1/backup/archive": {body: bodyUpload, note: "backup archive upload: the streamed body is the archive, the lease in headers"},
 	}
 }
 

@@ -526,3 +526,27 @@ func TestScheduleDueAndTick(t *testing.T) {
 		t.Fatalf("%d operations after the ticks, want 1 backup", len(ops))
 	}
 }
+
+// TestExecutorNodeAloneClaims: with ExecutorNode set, a backup operation is claimable by
+// that runner node only.
+func TestExecutorNodeAloneClaims(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	q := operations.NewQueue(st, operations.Config{})
+	fs, err := blobs.NewFS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := backups.New(backups.Config{Store: st, Queue: q, Blobs: fs, ExecutorNode: "corestore-1"})
+	rec, _, err := m.Request(ctx, backups.BackupRequest{ProjectID: "prj_shop", Service: "web", Binding: "db", Kind: abibackups.KindPostgres, IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.Claim(ctx, "builder-7", 5, nil); err != nil || len(got) != 0 {
+		t.Fatalf("another runner claimed %d operations, %v", len(got), err)
+	}
+	got, err := q.Claim(ctx, "corestore-1", 5, nil)
+	if err != nil || len(got) != 1 || got[0].Operation.ID != rec.OperationID {
+		t.Fatalf("the executor claimed %v, %v", got, err)
+	}
+}

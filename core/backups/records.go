@@ -147,6 +147,10 @@ type Config struct {
 	Events *events.Log // nil: no events
 	// Registerer receives the metrics; nil: not registered.
 	Registerer prometheus.Registerer
+	// ExecutorNode, when not empty, is the runner node id of the Corestore provider's
+	// executor: every backup, restore and drill operation is enqueued for that node only, so
+	// no other runner claims one. Empty: any runner node may claim them.
+	ExecutorNode string
 	// MaxArchiveBytes bounds one archive; zero means 64 GiB.
 	MaxArchiveBytes int64
 	Now             func() time.Time // nil: time.Now
@@ -163,6 +167,7 @@ type Manager struct {
 	blobs   blobs.Store
 	ev      *events.Log
 	max     int64
+	target  string
 	now     func() time.Time
 	log     *slog.Logger
 	metrics metrics
@@ -186,7 +191,7 @@ func New(cfg Config) *Manager {
 		cfg.MaxArchiveBytes = 64 << 30
 	}
 	m := &Manager{st: cfg.Store, coll: cfg.Store.Collection(Collection), q: cfg.Queue, blobs: cfg.Blobs, ev: cfg.Events,
-		max: cfg.MaxArchiveBytes, now: cfg.Now, log: cfg.Log}
+		max: cfg.MaxArchiveBytes, target: cfg.ExecutorNode, now: cfg.Now, log: cfg.Log}
 	m.metrics = metrics{
 		backups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "berth_backups_total", Help: "Service backups settled, by kind and result (succeeded, failed)."}, []string{"kind", "result"}),
 		drills:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "berth_backup_drills_total", Help: "Restore drills recorded, by kind and result (passed, failed)."}, []string{"kind", "result"}),
@@ -286,7 +291,7 @@ func (m *Manager) Request(ctx context.Context, r BackupRequest) (*Record, bool, 
 		p.ScheduledAt = r.ScheduledAt.UTC().Format(time.RFC3339)
 	}
 	body, _ := json.Marshal(p)
-	op, _, err := m.q.Enqueue(ctx, operations.EnqueueRequest{ProjectID: r.ProjectID, Kind: KindBackup, IdempotencyKey: backupKey(r), Payload: body})
+	op, _, err := m.q.Enqueue(ctx, operations.EnqueueRequest{ProjectID: r.ProjectID, Kind: KindBackup, IdempotencyKey: backupKey(r), Payload: body, TargetNode: m.target})
 	if err != nil {
 		return nil, false, fmt.Errorf("backup %s/%s: %w", r.Service, r.Binding, err)
 	}

@@ -102,7 +102,7 @@ func (m *Manager) Restore(ctx context.Context, t Target, r RestoreRequest) (*ope
 		p.Scratch = scratchName(rec.Binding, "restore", r.IdempotencyKey)
 	}
 	body, _ := json.Marshal(p)
-	op, _, err := m.q.Enqueue(ctx, operations.EnqueueRequest{ProjectID: r.ProjectID, Kind: KindRestore, IdempotencyKey: "restore:" + r.IdempotencyKey, Payload: body})
+	op, _, err := m.q.Enqueue(ctx, operations.EnqueueRequest{ProjectID: r.ProjectID, Kind: KindRestore, IdempotencyKey: "restore:" + r.IdempotencyKey, Payload: body, TargetNode: m.target})
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", rec.ID, err)
 	}
@@ -143,7 +143,7 @@ func (m *Manager) Drill(ctx context.Context, projectID, service, binding, period
 		key := "drill:" + service + ":" + binding + ":" + period
 		p := RestorePayload{BackupID: rec.ID, Kind: rec.Kind, Service: service, Binding: binding, Scratch: scratchName(binding, "drill", key), Drill: true}
 		body, _ := json.Marshal(p)
-		op, _, err := m.q.Enqueue(ctx, operations.EnqueueRequest{ProjectID: projectID, Kind: KindDrill, IdempotencyKey: key, Payload: body})
+		op, _, err := m.q.Enqueue(ctx, operations.EnqueueRequest{ProjectID: projectID, Kind: KindDrill, IdempotencyKey: key, Payload: body, TargetNode: m.target})
 		if err != nil {
 			return nil, fmt.Errorf("drill of %s: %w", rec.ID, err)
 		}
@@ -214,4 +214,25 @@ func (m *Manager) RecordDrill(ctx context.Context, opID string, h operations.Hol
 func ISOWeek(t time.Time) string {
 	y, w := t.UTC().ISOWeek()
 	return fmt.Sprintf("%d-W%02d", y, w)
+}
+
+// Source returns the backup a restore or drill operation opID names, under lease h.
+// Errors: operations.ErrLeaseLost, ErrNotFound, ErrNotRestorable, ErrInvalid.
+func (m *Manager) Source(ctx context.Context, opID string, h operations.Holder) (*Record, error) {
+	op, err := m.q.Check(ctx, opID, h)
+	if err != nil {
+		return nil, err
+	}
+	var p RestorePayload
+	if (op.Kind != KindRestore && op.Kind != KindDrill) || json.Unmarshal([]byte(op.Payload), &p) != nil {
+		return nil, fmt.Errorf("operation %s reads no backup: %w", opID, ErrInvalid)
+	}
+	rec, err := m.Get(ctx, op.ProjectID, p.BackupID)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != Succeeded {
+		return nil, fmt.Errorf("backup %s is %s: %w", rec.ID, rec.State, ErrNotRestorable)
+	}
+	return rec, nil
 }

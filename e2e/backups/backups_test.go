@@ -26,6 +26,7 @@ import (
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/operations"
+	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/core/store/storetest"
 	"github.com/berthhq/berth/internal/clocktest"
 	"github.com/berthhq/berth/internal/s3test"
@@ -44,7 +45,11 @@ type core struct {
 
 func newCore(t *testing.T) *core {
 	t.Helper()
-	st := storetest.Open(t)
+	return newCoreOn(t, storetest.Open(t))
+}
+
+func newCoreOn(t *testing.T, st *store.Store) *core {
+	t.Helper()
 	clk := clocktest.New(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
 	q := operations.NewQueue(st, operations.Config{Now: clk.Now, Policy: operations.Policy{LeaseTTL: 10 * time.Minute, BaseDelay: 5 * time.Second, MaxDelay: 5 * time.Minute}})
 	fs, err := blobs.NewFS(t.TempDir())
