@@ -33,6 +33,7 @@ func (nopHinter) Hint(string) {}
 type transport struct {
 	url, node, cred string
 	rc              *runner.Client
+	admin           *client.Client
 }
 
 func newTransport(t *testing.T, c *core, st *store.Store) *transport {
@@ -67,7 +68,7 @@ func newTransport(t *testing.T, c *core, st *store.Store) *transport {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &transport{url: srv.URL, node: "corestore-1", cred: r.Credential, rc: rc}
+	return &transport{url: srv.URL, node: "corestore-1", cred: r.Credential, rc: rc, admin: ac}
 }
 
 func (tr *transport) claim(t *testing.T) (*backup.HTTPCoordinator, abirunner.Operation) {
