@@ -12,6 +12,7 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	abirunner "github.com/berthhq/berth/abi/runner"
 	"github.com/berthhq/berth/core/backups"
+	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/operations"
 )
 
@@ -35,6 +36,9 @@ func (s *Server) registerBackupTransport(g *echo.Group) {
 func backupRunnerError(err error) error {
 	if errors.Is(err, operations.ErrLeaseLost) || errors.Is(err, operations.ErrNotFound) {
 		return runnerError(leaseErr(err))
+	}
+	if errors.Is(err, blobs.ErrTooLarge) {
+		return problem(abierrors.BodyTooLarge, "the archive is larger than this server's backup limit")
 	}
 	return backupProblem(err)
 }
