@@ -25,9 +25,11 @@ type Item struct {
 	Name string `json:"name"`
 	// Count is rows (PostgreSQL), documents (MongoDB) or bytes (S3).
 	Count int64 `json:"count"`
-	// Digest is a content digest: "rowsum:<a>:<b>" (the exact decimal sums
-	// of the two 64-bit halves of md5 over each row's text) for the rows
-	// (PostgreSQL, computed on the server), "sha256:<hex>" over the
+	// Digest is a content digest: "rhash:<a>:<b>" (the exact decimal sums
+	// of the server's 64-bit record hashes with seeds 0 and 1) or, for a
+	// table with an unhashable column type, "rowsum:<a>:<b>" (the sums of
+	// the two 64-bit halves of md5 over each row's text), computed on the
+	// server (PostgreSQL); "sha256:<hex>" over the
 	// documents in _id order (MongoDB), "md5:<hex>" of the object's bytes
 	// (S3).
 	Digest string `json:"digest"`

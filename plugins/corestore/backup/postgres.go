@@ -253,8 +253,8 @@ func (p *Postgres) Measure(ctx context.Context, db string) (Figures, error) {
 
 // measure computes the figures of every ordinary and partitioned table
 // outside the system schemas: the row count, and a digest that does not
-// depend on row order: the sums of the two 64-bit halves of md5(row::text)
-// over all rows, computed by the server as exact numerics.
+// depend on row order, computed by the server as exact numeric sums over
+// all rows ([measureTable]).
 func measure(ctx context.Context, tx pgx.Tx) (Figures, error) {
 	rows, err := tx.Query(ctx, `SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
@@ -277,19 +277,50 @@ func measure(ctx context.Context, tx pgx.Tx) (Figures, error) {
 	}
 	fig := Figures{Kind: KindPostgres, Items: []Item{}}
 	for _, t := range tables {
-		q := `SELECT count(*),
-			coalesce(sum(('x' || substr(h, 1, 16))::bit(64)::bigint::numeric), 0)::text,
-			coalesce(sum(('x' || substr(h, 17, 16))::bit(64)::bigint::numeric), 0)::text
-			FROM (SELECT md5(t::text) AS h FROM ` + pgx.Identifier{t[0], t[1]}.Sanitize() + ` AS t) AS rows`
-		var n int64
-		var a, b string
-		if err := tx.QueryRow(ctx, q).Scan(&n, &a, &b); err != nil {
-			return Figures{}, fmt.Errorf("measure table %s.%s: %w", t[0], t[1], err)
+		it, err := measureTable(ctx, tx, t[0], t[1])
+		if err != nil {
+			return Figures{}, err
 		}
-		fig.Items = append(fig.Items, Item{Name: t[0] + "." + t[1], Count: n, Digest: "rowsum:" + a + ":" + b})
+		fig.Items = append(fig.Items, it)
 	}
 	sortItems(fig.Items)
 	return fig, nil
+}
+
+// measureTable computes one table's figures. It first tries the server's
+// 64-bit record hash (hash_record_extended, seeds 0 and 1: no text
+// conversion, several times faster than md5 of the row text), inside a
+// savepoint because a table with a column type that has no hash function
+// refuses it; that table then falls back to md5 of each row's text. The
+// digest's prefix says which was used ("rhash:" or "rowsum:"), and the same
+// table measures the same way on a restore.
+func measureTable(ctx context.Context, tx pgx.Tx, schema, table string) (Item, error) {
+	name := pgx.Identifier{schema, table}.Sanitize()
+	var n int64
+	var a, b string
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return Item{}, fmt.Errorf("measure table %s.%s: %w", schema, table, err)
+	}
+	err = sp.QueryRow(ctx, `SELECT count(*), coalesce(sum(hash_record_extended(t, 0)::numeric), 0)::text,
+		coalesce(sum(hash_record_extended(t, 1)::numeric), 0)::text FROM `+name+` AS t`).Scan(&n, &a, &b)
+	if err == nil {
+		if err := sp.Commit(ctx); err != nil {
+			return Item{}, fmt.Errorf("measure table %s.%s: %w", schema, table, err)
+		}
+		return Item{Name: schema + "." + table, Count: n, Digest: "rhash:" + a + ":" + b}, nil
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil {
+		return Item{}, fmt.Errorf("measure table %s.%s: %w", schema, table, rerr)
+	}
+	q := `SELECT count(*),
+		coalesce(sum(('x' || substr(h, 1, 16))::bit(64)::bigint::numeric), 0)::text,
+		coalesce(sum(('x' || substr(h, 17, 16))::bit(64)::bigint::numeric), 0)::text
+		FROM (SELECT md5(t::text) AS h FROM ` + name + ` AS t) AS rows`
+	if err := tx.QueryRow(ctx, q).Scan(&n, &a, &b); err != nil {
+		return Item{}, fmt.Errorf("measure table %s.%s: %w", schema, table, err)
+	}
+	return Item{Name: schema + "." + table, Count: n, Digest: "rowsum:" + a + ":" + b}, nil
 }
 
 // Create implements Engine (CREATE DATABASE owned by the admin role).
