@@ -96,6 +96,7 @@ test-containers: build
 bench: build $(CADDY)
 	./scripts/install-bench-tools.sh
 	./scripts/install-knot.sh
+	./scripts/install-postgres.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./... | ./scripts/bench-figures.sh
 	cd bench/opa && BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -count=1 -timeout 30m . | ../../scripts/bench-figures.sh
 

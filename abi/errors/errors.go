@@ -244,6 +244,12 @@ var statuses = map[Code]int{
 	DNSZoneNotServed:        http.StatusUnprocessableEntity,
 	DNSRecordNotOwned:       http.StatusConflict,
 	DNSChallengeHostUnknown: http.StatusForbidden,
+	BackupCorrupt:         http.StatusUnprocessableEntity,
+	BackupVersionMismatch: http.StatusUnprocessableEntity,
+	BackupNotFound:        http.StatusNotFound,
+	BackupNotRestorable:   http.StatusConflict,
+	RestoreTargetRunning:  http.StatusConflict,
+	BackupNothingToBack:   http.StatusUnprocessableEntity,
 
 	AgentVersionSkew:  http.StatusConflict,
 	AgentDowngrade:    http.StatusConflict,

@@ -125,6 +125,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newImageCmd(a),
 		newReleaseCmd(a),
 		newRegistryCmd(a),
+		newBackupCmd(a),
 		newModuleCmd(a),
 		newRoutesCmd(a),
 		newPolicyCmd(a),

@@ -142,6 +142,9 @@ type Config struct {
 	// (a certs.Config; docs/certificates.md section 6); nil refuses tls mode
 	// acme as tls_domain_unverifiable.
 	ACME DomainChecker
+	// Backups serves the service backup routes (backups.go, docs/backups.md); nil leaves them
+	// out.
+	Backups *BackupsConfig
 	// Guard checks fenced shared-storage writes (bundle uploads with the fencing headers); nil
 	// refuses such writes as unavailable.
 	Guard *fencing.Guard
@@ -238,6 +241,7 @@ func New(cfg Config) *Server {
 	s.registerWasm(v1)
 	s.registerNodeOps(v1)
 	s.registerOrchestration(v1)
+	s.registerBackups(v1)
 	s.registerRunnerTransport(e)
 	e.RouteNotFound("/*", func(c echo.Context) error {
 		return problem(abierrors.NotFound, "no such endpoint: "+c.Request().Method+" "+c.Request().URL.Path)
@@ -263,6 +267,9 @@ const (
 // route not listed reads no body; a route added without a case refuses bodies, which its first
 // test shows at once.
 func routeBody(c echo.Context) bodyKind {
+	if c.Path() == abirunner.Prefix+abirunner.PathBackupArchive {
+		return bodyUpload // the archive itself, streamed (docs/backups.md section 2)
+	}
 	if strings.HasPrefix(c.Path(), abirunner.Prefix+"/") {
 		return bodyJSON // every runner transport call is one JSON object (docs/runner-protocol.md)
 	}
@@ -293,7 +300,9 @@ func routeBody(c echo.Context) bodyKind {
 		"POST /api/v1/users",
 		"POST /api/v1/users/:user/credential",
 		"PUT /api/v1/users/:user/roles",
-		"POST /api/v1/tokens":
+		"POST /api/v1/tokens",
+		"POST /api/v1/projects/:project/services/:name/backups",
+		"POST /api/v1/projects/:project/backups/:id/restore":
 		return bodyJSON
 	case "POST /api/v1/projects/:project/bundles",
 		"POST /api/v1/modules":

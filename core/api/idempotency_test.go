@@ -95,6 +95,9 @@ func exemptFromIdempotency() map[string]string {
 		"POST /api/runner/v1/register": runner, "POST /api/runner/v1/heartbeat": runner, "POST /api/runner/v1/claim": runner,
 		"POST /api/runner/v1/renew": runner, "POST /api/runner/v1/complete": runner, "POST /api/runner/v1/fail": runner,
 		"POST /api/runner/v1/observe": runner, "POST /api/runner/v1/artifact": runner, "POST /api/runner/v1/runtime": runner,
+		"POST /api/runner/v1/backup/begin": runner, "POST /api/runner/v1/backup/archive": runner, "POST /api/runner/v1/backup/commit": runner,
+		"POST /api/runner/v1/backup/fail": runner, "POST /api/runner/v1/backup/record": runner, "POST /api/runner/v1/backup/source": runner,
+		"POST /api/runner/v1/backup/drill": runner,
 	}
 }
 
@@ -146,7 +149,7 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 		return func() req { return req{method: "POST", path: path, ctype: ctype, token: f.admin, body: body} }
 	}
 	const svc = "/api/v1/projects/default/services/"
-	var moduleDigest, bindingID string
+	var moduleDigest, bindingID, backupID string
 	cases := []idemCase{
 		{route: "PUT /api/v1/projects/:project", first: js("PUT", "/api/v1/projects/shop", map[string]any{}), other: js("PUT", "/api/v1/projects/shop2", map[string]any{})},
 		{route: "PUT /api/v1/projects/:project/services/:name",
@@ -167,6 +170,18 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 				return js("POST", svc+"api/rollout/undo", nil)()
 			},
 			other: js("POST", svc+"api/rollout/undo", map[string]any{})},
+		{route: "POST /api/v1/projects/:project/services/:name/backups",
+			first: js("POST", svc+"web/backups", map[string]any{"binding": "db"}),
+			other: js("POST", svc+"web/backups", map[string]any{"binding": "files"})},
+		{route: "POST /api/v1/projects/:project/backups/:id/restore",
+			first: func() req {
+				id := commitBackup(t, f, "web", "for-restore")
+				backupID = id
+				return js("POST", "/api/v1/projects/default/backups/"+id+"/restore", map[string]any{"into_scratch": true})()
+			},
+			other: func() req {
+				return js("POST", "/api/v1/projects/default/backups/"+backupID+"/restore", map[string]any{"while_running": true})()
+			}},
 		{route: "POST /api/v1/projects/:project/services/:name/releases",
 			first: js("POST", svc+"api/releases", map[string]any{"tag": "v1.0.0"}),
 			other: js("POST", svc+"api/releases", map[string]any{"tag": "v1.0.1"})},

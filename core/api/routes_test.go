@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/berthhq/berth/core/bindings"
+	abibackups "github.com/berthhq/berth/abi/backups"
+	"github.com/berthhq/berth/core/backups"
+	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/leases"
@@ -19,6 +22,7 @@ import (
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/session"
+	"github.com/berthhq/berth/core/store"
 	hostwasm "github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/internal/wasmtest"
 )
@@ -80,7 +84,26 @@ func newFullFixture(t *testing.T) *fixture {
 		c.Orchestration = &Orchestration{Leases: leases.NewManager(st, leases.Config{Owner: "brd_test"}), Runners: reg,
 			Operations: ops, Placement: placement.NewService(st, reg, ops), Transport: true}
 		c.Bindings = bindings.New(bindings.Config{Store: st, Queue: ops, Secrets: c.Secrets.Store})
+		c.Backups = testBackups(t, st, ops)
 	})
+}
+
+// testBackups is the backup routes' configuration of the fixtures: a real manager over the
+// store, the queue and a filesystem blob store, and services web and api declaring a
+// PostgreSQL binding "db" (the core's bindings stand in for this on a full server).
+func testBackups(t *testing.T, st *store.Store, ops *operations.Queue) *BackupsConfig {
+	t.Helper()
+	fs, err := blobs.NewFS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &BackupsConfig{Manager: backups.New(backups.Config{Store: st, Queue: ops, Blobs: fs}),
+		Bindings: BindingKindsFunc(func(_ context.Context, _, service string) (map[string]abibackups.Kind, error) {
+			if service == "web" || service == "api" {
+				return map[string]abibackups.Kind{"db": abibackups.KindPostgres}, nil
+			}
+			return map[string]abibackups.Kind{}, nil
+		})}
 }
 
 // routeRow is how the route tables treat one route of the echo router.
@@ -118,6 +141,10 @@ func everyRoute() map[string]routeRow {
 		"POST /api/v1/projects/:project/services/:name/rollout/undo":          obj,
 		"POST /api/v1/projects/:project/services/:name/releases":              obj,
 		"POST /api/v1/projects/:project/services/:name/releases/:tag/promote": obj,
+		"POST /api/v1/projects/:project/services/:name/backups":               obj,
+		"GET /api/v1/projects/:project/backups":                               none,
+		"GET /api/v1/projects/:project/backups/:id":                           none,
+		"POST /api/v1/projects/:project/backups/:id/restore":                  obj,
 		"POST /api/v1/nodes/:id/retire":                                       obj, "GET /api/v1/workloads": none,
 		"POST /api/v1/projects/:project/bundles": upload, "GET /api/v1/projects/:project/bundles": none,
 		"GET /api/v1/routes": none, "POST /api/v1/modules": upload, "GET /api/v1/modules": none,
@@ -146,6 +173,9 @@ func everyRoute() map[string]routeRow {
 		"GET /api/v1/secrets/keyring": none, "POST /api/v1/secrets/keyring/rotate": obj, "POST /api/v1/nodes/:id/secret-key/rotate": obj,
 		"POST /api/v1/registry/gc":    obj,
 		"POST /api/runner/v1/observe": runner, "POST /api/runner/v1/artifact": runner, "POST /api/runner/v1/runtime": runner,
+		"POST /api/runner/v1/backup/begin": runner, "POST /api/runner/v1/backup/commit": runner, "POST /api/runner/v1/backup/fail": runner,
+		"POST /api/runner/v1/backup/record": runner, "POST /api/runner/v1/backup/source": runner, "POST /api/runner/v1/backup/drill": runner,
+		"POST /api/runner/v1/backup/archive": {body: bodyUpload, note: "backup archive upload: the streamed body is the archive, the lease in headers"},
 	}
 }
 

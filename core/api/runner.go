@@ -37,6 +37,7 @@ func (s *Server) registerRunnerTransport(e *echo.Echo) {
 	g.POST(abirunner.PathObserve, s.runnerObserve)
 	g.POST(abirunner.PathArtifact, s.runnerArtifact)
 	g.POST(abirunner.PathRuntime, s.runnerRuntime)
+	s.registerBackupTransport(g)
 }
 
 // runnerHeaders marks every transport answer private and non-sniffable.

@@ -55,7 +55,8 @@ func fullServer(t *testing.T) *Server {
 		t.Fatal(err)
 	}
 	secStore := secrets.NewStore(st, kr, nil)
-	return New(Config{Secrets: &SecretsConfig{Store: secStore}, Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
+	ops := operations.NewQueue(st, operations.Config{})
+	return New(Config{Backups: testBackups(t, st, ops), Secrets: &SecretsConfig{Store: secStore}, Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
 		Tokens: identity.NewTokens(st), Hinter: nopHinter{}, Events: events.New(st, nil), Changelog: changelog.New(st, 1, nil),
 		Sessions: http.NotFoundHandler(), NodeOps: stubCommander{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
 		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{}, RegistryGC: stubGC,

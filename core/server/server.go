@@ -20,8 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	abibackups "github.com/berthhq/berth/abi/backups"
 	"github.com/berthhq/berth/core/api"
 	"github.com/berthhq/berth/core/backup"
+	"github.com/berthhq/berth/core/backups"
+	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
@@ -428,8 +431,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("registry: %w", err)
 	}
 	gc := registry.NewCollector(oci, imageReleases, imagesInUse(cat), registry.GCPolicy{})
+	// Service backups (docs/backups.md): records and operations on this store, archives in the
+	// blob store; a backup request backs up the bindings the service declares.
+	backupMgr := backups.New(backups.Config{Store: st, Queue: orch.api.Operations, Blobs: blobStore, Events: evlog, Registerer: metrics, Log: log})
 	handler := api.New(api.Config{
 		RegistryGC:    gc,
+		Backups:       &api.BackupsConfig{Manager: backupMgr, Bindings: bindingKinds(binds)},
 		ImageReleases: imageReleases,
 		Secrets:       &api.SecretsConfig{Store: sec, Rewrap: rewrapper.Kick},
 		Catalog:       cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, NodeOps: sessions, Events: evlog, Changelog: clog,
@@ -506,4 +513,23 @@ func Run(ctx context.Context, cfg Config) error {
 	<-clogDone
 	<-gcDone
 	return nil
+}
+
+// bindingKinds tells the backup routes which bindings a service has (name to
+// kind), from the core's bindings; nil (no corestore plugin) leaves none.
+func bindingKinds(binds *bindings.Manager) api.BindingKinds {
+	if binds == nil {
+		return nil
+	}
+	return api.BindingKindsFunc(func(ctx context.Context, projectID, service string) (map[string]abibackups.Kind, error) {
+		list, err := binds.List(ctx, projectID, service)
+		if err != nil {
+			return nil, err
+		}
+		kinds := make(map[string]abibackups.Kind, len(list))
+		for _, b := range list {
+			kinds[b.Name] = abibackups.Kind(b.Kind)
+		}
+		return kinds, nil
+	})
 }
