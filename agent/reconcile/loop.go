@@ -212,6 +212,13 @@ func (l *Loop) Pass(ctx context.Context) (time.Time, error) {
 		errs = append(errs, err)
 	}
 	if snap != nil && len(errs) == 0 {
+		// Volumes are purged before the revision is acknowledged: the core reads the removal
+		// receipt from it (docs/node-protocol.md section 6.7).
+		if err := l.purgeVolumes(snap.Spec); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if snap != nil && len(errs) == 0 {
 		if err := l.cfg.Store.SetAppliedRev(ctx, snap.Rev); err != nil {
 			errs = append(errs, err)
 		}

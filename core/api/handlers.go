@@ -38,7 +38,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis,
 			DeployOnPush: s.DeployOnPush, ImageTag: s.ImageTag},
-		Deleting: s.Deleting, Timeouts: s.Timeouts,
+		Deleting: s.Deleting, PurgeVolumes: s.PurgeVolumes, Timeouts: s.Timeouts,
 	}
 	if len(s.Secrets) > 0 {
 		out.Secrets = map[string]client.SecretRef{}
@@ -368,6 +368,14 @@ func (s *Server) deleteService(c echo.Context) error {
 		}
 		expected = &n
 	}
+	var purge bool
+	switch v := c.QueryParam("purge_volumes"); v {
+	case "", "false":
+	case "true":
+		purge = true
+	default:
+		return problem(abierrors.BadRequest, "purge_volumes must be true or false")
+	}
 	p, err := s.project(c, false)
 	if err != nil {
 		return err
@@ -376,7 +384,7 @@ func (s *Server) deleteService(c echo.Context) error {
 		return err
 	}
 	wctx, done := s.changeCtx(c)
-	gone, err := s.cfg.Catalog.MarkDeleting(wctx, p, c.Param("name"), expected)
+	gone, err := s.cfg.Catalog.MarkDeletingWith(wctx, p, c.Param("name"), expected, purge)
 	done()
 	if err != nil {
 		return serviceError(err)

@@ -248,6 +248,9 @@ type Service struct {
 	// Deleting reports whether the service is being deleted: its slots are settling and it
 	// disappears once they have (docs/reconciliation.md section 9).
 	Deleting bool `json:"deleting,omitempty"`
+	// PurgeVolumes reports whether the deletion removes the service's volumes from the nodes that
+	// hold its workloads ([WithPurgeVolumes]); false keeps them.
+	PurgeVolumes bool `json:"purge_volumes,omitempty"`
 	// Changed is set only in the answer of an apply ([Client.ApplyService]): true when the apply
 	// created or updated the service, false when the stored service already declared exactly
 	// this and nothing was written (the revision is the current one). Nil elsewhere.
