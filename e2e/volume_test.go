@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/berthhq/berth/sdk/client"
@@ -102,6 +105,19 @@ func TestVolumeKeptAcrossRolloutAndAgentRestart(t *testing.T) {
 	}
 	if s := starts(); len(s) != 1 || !strings.HasPrefix(s[0], first+" "+vol+" /usr/local/sbin:") {
 		t.Fatalf("starts %q, want one by %s with HOME %s and the default PATH", s, first, vol)
+	}
+	// The agent runs as root here, so the workload ran as the berth-workload user it created:
+	// the file the workload wrote is that user's.
+	wu, err := user.Lookup("berth-workload")
+	if err != nil {
+		t.Fatalf("the agent created no berth-workload user: %v", err)
+	}
+	fi, err := os.Stat(filepath.Join(vol, "starts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := strconv.FormatUint(uint64(fi.Sys().(*syscall.Stat_t).Uid), 10); uid != wu.Uid {
+		t.Fatalf("starts written by uid %s, want berth-workload's %s", uid, wu.Uid)
 	}
 	if err := os.WriteFile(filepath.Join(vol, "keep.txt"), []byte("kept\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/berthhq/berth/abi/node"
@@ -138,5 +140,68 @@ func TestPurgeVolumesBeforeAcknowledging(t *testing.T) {
 	desire([]node.VolumePurge{{Project: "..", Service: "db", ServiceID: "svc_x"}}, web)
 	if err := h.pass(l); err == nil || applied() != before {
 		t.Fatalf("a purge of ../db: err %v, applied %d (was %d)", err, applied(), before)
+	}
+}
+
+// TestProcessWorkloadHandedToItsUser: with a workload user, a process workload's start names that
+// user's uid:gid, its work directory and volumes are owned by it and its data directory path is
+// searchable; a service's own user wins; a container workload's user goes to its driver as
+// written.
+func TestProcessWorkloadHandedToItsUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test hands directories to another user and must run as root (the test environment does)")
+	}
+	t.Parallel()
+	h := newHarness(t)
+	if err := os.Chmod(h.dir, 0o700); err != nil { // as enrollment leaves it
+		t.Fatal(err)
+	}
+	l, err := New(Config{Store: h.store, Driver: h.drv, DataDir: h.dir, Now: h.clk.Now, WorkloadUser: "65534:65534"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.cfg.Prober.Close)
+	owned := func(p string, uid int) {
+		t.Helper()
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != uid {
+			t.Errorf("%s owned by uid %d, want %d", p, st.Uid, uid)
+		}
+	}
+	db := spec("wl_db", func(s *node.WorkloadSpec) {
+		s.Project, s.Service, s.ServiceID, s.Volumes = "shop", "db", "svc_db", []node.Volume{{Name: "data"}}
+	})
+	own := spec("wl_own", func(s *node.WorkloadSpec) {
+		s.Project, s.Service, s.ServiceID, s.User = "shop", "own", "svc_own", "4242:4242"
+	})
+	ctr := spec("wl_ctr", func(s *node.WorkloadSpec) {
+		s.Project, s.Service, s.ServiceID, s.Driver, s.Image, s.User = "shop", "ctr", "svc_ctr", "containerd", "sha256:"+strings.Repeat("a", 64), "1000"
+	})
+	h.desire(db, own, ctr)
+	_ = h.pass(l) // the container workload cannot be prepared here; the others start
+	users := map[string]string{}
+	h.mem.mu.Lock()
+	for _, s := range h.mem.starts {
+		users[s.WorkloadID] = s.User
+	}
+	h.mem.mu.Unlock()
+	if users["wl_db"] != "65534:65534" || users["wl_own"] != "4242:4242" {
+		t.Fatalf("start users %v", users)
+	}
+	owned(filepath.Join(h.dir, "workloads", "wl_db"), 65534)
+	owned(filepath.Join(h.dir, "workloads", "wl_db", "tmp"), 65534)
+	owned(filepath.Join(h.dir, "volumes", "shop", "db", "data"), 65534)
+	owned(filepath.Join(h.dir, "workloads", "wl_own"), 4242)
+	for _, p := range []string{h.dir, filepath.Join(h.dir, "workloads"), filepath.Join(h.dir, "volumes"), filepath.Join(h.dir, "volumes", "shop"),
+		filepath.Join(h.dir, "volumes", "shop", "db")} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o001 == 0 || fi.Mode().Perm()&0o004 != 0 {
+			t.Errorf("%s: mode %v %v, want searchable and not readable by others", p, fi.Mode().Perm(), err)
+		}
+	}
+	if u, ok := users["wl_ctr"]; ok && u != "1000" {
+		t.Errorf("container workload's user %q, want 1000 as written", u)
 	}
 }

@@ -62,6 +62,11 @@ type Config struct {
 	// Network attaches container workloads to the node network; nil runs
 	// them in the node's own network namespace.
 	Network Network
+	// WorkloadUser is the host user ("uid", "uid:gid" or a name) process workloads run as when
+	// their service names none (docs/node-protocol.md section 6.7): their work directory and
+	// volumes are handed over to it before the start. Empty runs them as the agent's own user;
+	// cmd/berth-agent sets [DefaultWorkloadUser] when it runs as root.
+	WorkloadUser string
 }
 
 // LeaseGate is the node's leases as the loop needs them. *lease.Manager
@@ -449,6 +454,19 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	if len(secretFiles) > 0 {
 		env[SecretsDirEnv] = secretDir
 	}
+	startUser := spec.User
+	if o, ok, err := l.runAs(spec); err != nil {
+		return l.failStart(ctx, rec, node.FailureStart, err, now)
+	} else if ok {
+		var vols []string
+		for _, v := range spec.Volumes {
+			vols = append(vols, VolumeDir(l.cfg.DataDir, spec.Project, spec.Service, v.Name))
+		}
+		if err := l.handOver(o, dir, vols); err != nil {
+			return l.failStart(ctx, rec, node.FailureStart, err, now)
+		}
+		startUser = strconv.Itoa(o.uid) + ":" + strconv.Itoa(o.gid)
+	}
 	env["PORT"] = strconv.Itoa(port)
 	env["HOST"] = addr
 	env["BERTH_WORKLOAD_ID"] = spec.WorkloadID
@@ -488,7 +506,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	resp, err := l.cfg.Driver.Start(ctx, &runtime.StartRequest{
 		Image:            spec.Image,
 		ImageArchive:     imageArchive,
-		User:             spec.User,
+		User:             startUser,
 		MemoryBytes:      spec.MemoryBytes,
 		CPUMillis:        spec.CPUMillis,
 		WorkloadID:       spec.WorkloadID,
