@@ -38,7 +38,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis,
 			DeployOnPush: s.DeployOnPush, ImageTag: s.ImageTag},
-		Deleting: s.Deleting, PurgeVolumes: s.PurgeVolumes, Timeouts: s.Timeouts,
+		Deleting: s.Deleting, PurgeVolumes: s.PurgeVolumes, Timeouts: s.Timeouts, Stream: s.Stream,
 	}
 	if len(s.Secrets) > 0 {
 		out.Secrets = map[string]client.SecretRef{}
@@ -225,7 +225,7 @@ func (s *Server) putService(c echo.Context) error {
 		Runtime: spec.Runtime, Image: image, ImageTag: imageTag, DeployOnPush: spec.DeployOnPush, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
-		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
+		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, Stream: spec.Stream, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
 	}
 	for _, v := range spec.Volumes {
 		svc.Volumes = append(svc.Volumes, services.Volume(v))
@@ -454,7 +454,19 @@ func (s *Server) apiNode(n *nodes.Node, workloads int) client.Node {
 	if r := n.Retirement; r != nil {
 		out.Retirement = r.Disposition + "/" + r.State
 	}
+	// The stored time is written at most every 30 s; a live session here knows the last frame.
+	if lf, ok := s.cfg.Sessions.(lastFramer); ok {
+		if at, ok := lf.LastFrame(n.ID); ok && (out.LastSeenAt == nil || at.After(*out.LastSeenAt)) {
+			out.LastSeenAt = &at
+		}
+	}
 	return out
+}
+
+// lastFramer is the optional part of [Config.Sessions] (*session.Server) that knows when a live
+// session last sent a frame.
+type lastFramer interface {
+	LastFrame(nodeID string) (time.Time, bool)
 }
 
 func (s *Server) listNodes(c echo.Context) error {

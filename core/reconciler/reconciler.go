@@ -920,6 +920,7 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 	in := routes.Input{}
 	deleting := map[string]bool{}
 	timeouts := map[[2]string]abiroutes.Timeouts{} // by project and service name
+	stream := map[[2]string]bool{}
 	for _, s := range svcs {
 		if s.Deleting { // a deleting service's routes are withdrawn (docs/reconciliation.md section 9)
 			deleting[s.ID] = true
@@ -928,6 +929,9 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 		in.Services = append(in.Services, routes.Service{ID: s.ID, Project: s.Project, Name: s.Name, Domains: s.Domains})
 		if s.Timeouts != (abiroutes.Timeouts{}) {
 			timeouts[[2]string{s.Project, s.Name}] = s.Timeouts
+		}
+		if s.Stream {
+			stream[[2]string{s.Project, s.Name}] = true
 		}
 	}
 	for _, w := range wls {
@@ -938,11 +942,16 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 			Address: w.Address, ObservedStatus: w.ObservedStatus, Health: w.Health})
 	}
 	t, err := r.cfg.Compiler.Compile(ctx, in)
-	// A service's gateway timeouts ride on its routes whatever compiler made
-	// them (docs/plugins.md section 5.4); the digest below covers them.
+	// A service's gateway timeouts and stream ride on its routes whatever
+	// compiler made them (docs/plugins.md sections 5.2 and 5.4; a compiler's
+	// stream stays when the service sets none); the digest below covers them.
 	for i := range t.Routes {
-		if to, ok := timeouts[[2]string{t.Routes[i].Project, t.Routes[i].Service}]; ok {
+		k := [2]string{t.Routes[i].Project, t.Routes[i].Service}
+		if to, ok := timeouts[k]; ok {
 			t.Routes[i].Timeouts = to
+		}
+		if stream[k] {
+			t.Routes[i].Stream = true
 		}
 	}
 	by := describe(r.cfg.Compiler)

@@ -134,6 +134,10 @@ type Service struct {
 	// the gateway's defaults. Not part of the invocation: a change reroutes
 	// without a rollout.
 	Timeouts routes.Timeouts `bson:"timeouts,omitempty"`
+	// Stream asks the gateway to send every write of the service's responses on at once
+	// (server-sent events, long polls), as a route compiler may ask per route (docs/plugins.md
+	// section 5.2); copied onto its routes like Timeouts, without a rollout.
+	Stream bool `bson:"stream,omitempty"`
 	// Labels and CapacityUnits (per replica) are read by admission policies.
 	Labels        map[string]string `bson:"labels,omitempty"`
 	CapacityUnits int               `bson:"capacity_units,omitempty"`
@@ -576,7 +580,7 @@ func SameDeclaration(a, b *Service) bool {
 		n := *s
 		n.ID, n.ProjectID, n.Project, n.Revision = "", "", "", 0
 		n.CreatedAt, n.UpdatedAt, n.Deleting, n.Previous, n.LogOutbox = time.Time{}, time.Time{}, false, nil, nil
-		n.RollbackOf = 0
+		n.RollbackOf, n.PurgeVolumes = 0, false
 		if len(n.Env) == 0 {
 			n.Env = nil
 		}

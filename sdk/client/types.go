@@ -139,6 +139,9 @@ type ServiceSpec struct {
 	// defaults 5,000, 60,000 and 90,000; each at most 3,600,000). A change
 	// reroutes without restarting workloads (docs/plugins.md section 5.4).
 	Timeouts Timeouts `json:"timeouts,omitzero"`
+	// Stream makes the gateway send every write of the service's responses on at once, not in
+	// full buffers (docs/plugins.md section 5.2); a change reroutes without restarting workloads.
+	Stream bool `json:"stream,omitempty"`
 	// Labels are free key/value pairs that admission policies may require.
 	Labels map[string]string `json:"labels,omitempty"`
 	// CapacityUnits is what one replica uses, in the operator's own units;
@@ -224,8 +227,9 @@ type Service struct {
 	Domains     []string             `json:"domains"`
 	Replicas    int                  `json:"replicas"`
 	HealthCheck HealthCheck          `json:"health_check"`
-	// Timeouts is as in ServiceSpec.
+	// Timeouts and Stream are as in ServiceSpec.
 	Timeouts Timeouts `json:"timeouts,omitzero"`
+	Stream   bool     `json:"stream,omitempty"`
 	// Labels and CapacityUnits are as in ServiceSpec.
 	Labels        map[string]string `json:"labels,omitempty"`
 	CapacityUnits int               `json:"capacity_units,omitempty"`
