@@ -47,9 +47,11 @@ bundles:
 
 ## run: berthd + one agent on embedded defaults, deploys hello and httpbin; Ctrl-C stops everything.
 ## RUNTIME=containerd runs them as containers (a private containerd under .berth-run)
+## The data under .berth-run is kept between runs; FRESH=1 starts from an empty one.
 RUNTIME ?= process
+FRESH ?=
 run: build bundles
-	BERTH_RUNTIME=$(RUNTIME) ./scripts/run-local.sh
+	BERTH_RUNTIME=$(RUNTIME) BERTH_RUN_FRESH=$(FRESH) ./scripts/run-local.sh
 
 # The S3 server the backup tests upload to (a real S3 API with signature checks).
 VERSITYGW := $(shell $(GO) env GOPATH)/bin/versitygw

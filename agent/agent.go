@@ -63,6 +63,9 @@ type Config struct {
 	// (docs/plugins.md section 7); nil runs them in the node's network
 	// namespace. The caller restores its guard before Run.
 	Network reconcile.Network
+	// WorkloadUser is [reconcile.Config.WorkloadUser]: the host user process workloads run as
+	// when their service names none; empty runs them as the agent's own user.
+	WorkloadUser string
 	// FenceGrace and FenceForce bound the graceful and the forced stop of a
 	// local lease's self-fence; zero means lease.DefaultLocalGrace and
 	// lease.DefaultLocalForce. Expiring leases always use M/2 each
@@ -337,6 +340,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	loop, err = reconcile.New(reconcile.Config{
 		Registry:     registryCred,
 		Network:      a.cfg.Network,
+		WorkloadUser: a.cfg.WorkloadUser,
 		Leases:       leases,
 		Store:        a.store,
 		Driver:       a.cfg.Driver,

@@ -2,8 +2,12 @@
 # Runs Berth's main job on one machine with embedded defaults: berthd (embedded
 # store, gateway plugin), one enrolled agent with the process driver, and two
 # services (examples/apps/hello and go-httpbin) routed through the gateway.
-# Runs in the foreground; Ctrl-C deletes the services and stops every process
-# it started. Expects `make build bundles` to have run (make run does).
+# Runs in the foreground; Ctrl-C stops every process it started. The run
+# directory (berthd's store, the enrolled agent, the volumes) is kept, so the
+# next run starts where this one stopped: the same node, token and services.
+# BERTH_RUN_FRESH=1 (make run FRESH=1) empties it first, and then Ctrl-C also
+# deletes the services before stopping. Expects `make build bundles` to have
+# run (make run does).
 #
 # BERTH_RUNTIME=containerd (make run RUNTIME=containerd) runs the services as
 # containers instead: a private containerd under the run directory (installed
@@ -19,6 +23,7 @@ API=${BERTH_LISTEN:-127.0.0.1:7070}
 GATEWAY=${BERTH_GATEWAY_LISTEN:-127.0.0.1:8080}
 BIN=$PWD/bin
 RUNTIME=${BERTH_RUNTIME:-process}
+FRESH=${BERTH_RUN_FRESH:-}
 WORKLOAD_SUBNET=${BERTH_WORKLOAD_SUBNET:-10.213.250.0/24}
 start=$(date +%s.%N)
 case "$RUNTIME" in process|containerd) ;; *) echo "error: BERTH_RUNTIME must be process or containerd" >&2; exit 2 ;; esac
@@ -32,7 +37,11 @@ for p in "$API" "$GATEWAY"; do
   fi
 done
 
-rm -rf "$RUN_DIR"
+if [ -n "$FRESH" ]; then
+  rm -rf "$RUN_DIR"
+elif [ -d "$RUN_DIR" ]; then
+  say "keeping the data of the last run in $RUN_DIR (make run FRESH=1 starts empty)"
+fi
 mkdir -p "$RUN_DIR"
 chmod 700 "$RUN_DIR"
 
@@ -41,7 +50,7 @@ cleanup() {
   trap - INT TERM EXIT
   echo
   say "stopping"
-  if [ -n "${BERTH_TOKEN:-}" ]; then
+  if [ -n "$FRESH" ] && [ -n "${BERTH_TOKEN:-}" ]; then
     "$BIN/berth" delete service hello || true
     "$BIN/berth" delete service httpbin || true
     # Deletion is asynchronous: the slots stop and are removed against the
@@ -98,11 +107,15 @@ BERTH_TOKEN=$(cat "$RUN_DIR/berthd/admin-token")
 BERTH_FINGERPRINT=$(cat "$RUN_DIR/berthd/server-fingerprint")
 say "server certificate fingerprint $BERTH_FINGERPRINT"
 
-say "enrolling a node"
-join=$("$BIN/berth" join-token create -o json)
-token=$(printf '%s' "$join" | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
-"$BIN/berth-agent" enroll --server "https://$API" --join-token "$token" --fingerprint "$BERTH_FINGERPRINT" \
-  --data-dir "$RUN_DIR/agent" --label demo=true
+if [ -s "$RUN_DIR/agent/agent.db" ]; then
+  say "the node of the last run is enrolled already"
+else
+  say "enrolling a node"
+  join=$("$BIN/berth" join-token create -o json)
+  token=$(printf '%s' "$join" | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
+  "$BIN/berth-agent" enroll --server "https://$API" --join-token "$token" --fingerprint "$BERTH_FINGERPRINT" \
+    --data-dir "$RUN_DIR/agent" --label demo=true
+fi
 if [ "$RUNTIME" = containerd ]; then
   say "starting a private containerd under $RUN_DIR/containerd"
   BERTH_CONTAINERD_ADDRESS=$(./scripts/containerd-test.sh start "$RUN_DIR/containerd")

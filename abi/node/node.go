@@ -289,6 +289,19 @@ type Spec struct {
 	Workloads []WorkloadSpec `json:"workloads"`
 	Routes    []RouteSpec    `json:"routes"`
 	Network   Network        `json:"network"`
+	// PurgeVolumes names the services being deleted with their volumes whose workloads this
+	// node holds (section 6.7): once no workload of one is in the spec or on the node any more,
+	// the agent removes DATA/volumes/<project>/<service> before it acknowledges the revision.
+	// Sorted by project and service; absent when empty.
+	PurgeVolumes []VolumePurge `json:"purge_volumes,omitempty"`
+}
+
+// VolumePurge names one service whose volumes a node removes (section 6.7).
+type VolumePurge struct {
+	ProjectID string `json:"project_id"`
+	Project   string `json:"project"`
+	ServiceID string `json:"service_id"`
+	Service   string `json:"service"`
 }
 
 // Desired workload statuses.

@@ -142,15 +142,19 @@ func (h Handle) IsZero() bool { return h.Version == 0 && len(h.Data) == 0 }
 // file stdout and stderr go to, kept at most LogMaxBytes (zero means 1 MiB).
 // Isolation is one of Capabilities.IsolationModes; empty means the first.
 //
-// The container fields (docs/plugins.md section 3, "The containerd driver")
-// are ignored by drivers without the isolation mode "container":
+// User is who the workload runs as: for a container "uid", "uid:gid" or a
+// user name of the image (empty: the image's user); for a process, "uid",
+// "uid:gid" or a user name of the host (empty: the driver's own user; the
+// process driver sets no supplementary groups and refuses a malformed or
+// unknown user as validation_failed).
+//
+// The other container fields (docs/plugins.md section 3, "The containerd
+// driver") are ignored by drivers without the isolation mode "container":
 //   - Image is a reference pinned to a digest ("host/repo@sha256:<hex>") or a
 //     bare "sha256:<hex>" naming the manifest or index in ImageArchive; with
 //     an image, an empty Command means the image's entrypoint and command.
 //   - ImageArchive is the path on the node of a tar of an OCI image layout
 //     holding Image; empty means pull Image from its registry.
-//   - User is "uid", "uid:gid" or a user name of the image; empty means the
-//     image's user.
 //   - MemoryBytes is the memory limit in bytes and CPUMillis the CPU limit
 //     in thousandths of a CPU; zero means no limit.
 //   - NetworkNamespace is the path of the network namespace to join (as the

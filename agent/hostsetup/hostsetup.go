@@ -1,11 +1,15 @@
 // Package hostsetup owns the agent's host duties: the systemd unit that runs
-// berth-agent on a node, and the exit status that tells systemd not to restart it.
+// berth-agent on a node, the system user workloads run as, and the exit status that tells
+// systemd not to restart it.
 package hostsetup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 )
@@ -110,4 +114,28 @@ func Install(cfg UnitConfig) (string, string, error) {
 		return "", "", fmt.Errorf("hostsetup: install unit: %w", err)
 	}
 	return path, text, nil
+}
+
+// EnsureSystemUser makes sure the host has the system user name (with a group of the same name,
+// no home directory and no login shell; docs/node-protocol.md section 6.7), creating it with
+// useradd when it is missing. It reports whether it created the user. It must run as root to
+// create one; an existing user is never changed.
+func EnsureSystemUser(ctx context.Context, name string) (bool, error) {
+	if _, err := user.Lookup(name); err == nil {
+		return false, nil
+	} else if !errors.As(err, new(user.UnknownUserError)) {
+		return false, fmt.Errorf("look up user %s: %w", name, err)
+	}
+	if name == "" || strings.HasPrefix(name, "-") || strings.ContainsAny(name, " \t\n:/") {
+		return false, fmt.Errorf("hostsetup: %q is not a user name", name)
+	}
+	out, err := exec.CommandContext(ctx, "useradd", "--system", "--user-group", "--no-create-home",
+		"--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
+	if err != nil {
+		if _, lerr := user.Lookup(name); lerr == nil {
+			return false, nil // created meanwhile by another agent
+		}
+		return false, fmt.Errorf("create system user %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	return true, nil
 }

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -18,6 +19,46 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // every workload of the service and the agent itself.
 func VolumeDir(dataDir, project, service, name string) string {
 	return filepath.Join(dataDir, "volumes", project, service, name)
+}
+
+// purgeVolumes removes the volume directories DATA/volumes/<project>/<service> of every service
+// spec.PurgeVolumes names that has no workload left in spec (docs/node-protocol.md section 6.7).
+// The caller calls it only after a pass whose actions all succeeded, so no workload outside spec
+// remains on the node either. It is idempotent (a directory already gone is no error), so a
+// pass repeated after an agent restart purges again before acknowledging.
+func (l *Loop) purgeVolumes(spec node.Spec) error {
+	if len(spec.PurgeVolumes) == 0 {
+		return nil
+	}
+	held := map[string]bool{}
+	for _, w := range spec.Workloads {
+		held[w.ServiceID] = true
+	}
+	var errs []error
+	for _, p := range spec.PurgeVolumes {
+		if held[p.ServiceID] {
+			continue // its workload is still stopping here; a later revision leaves it out
+		}
+		if !safeName(p.Project) || !safeName(p.Service) {
+			errs = append(errs, fmt.Errorf("purge volumes of %q/%q: not a valid project and service name", p.Project, p.Service))
+			continue
+		}
+		dir := filepath.Join(l.cfg.DataDir, "volumes", p.Project, p.Service)
+		if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("purge volumes of %s/%s: %w", p.Project, p.Service, err))
+			continue
+		}
+		l.log.Info("volumes purged: the service was deleted with --purge-volumes", "project", p.Project, "service", p.Service, "service_id", p.ServiceID)
+	}
+	return errors.Join(errs...)
+}
+
+// safeName reports whether s can be one element of a path under the data directory.
+func safeName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\\\x00")
 }
 
 // VolumeEnv is the variable that names volume name's directory: BERTH_VOLUME_<NAME>, the name

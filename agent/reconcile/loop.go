@@ -69,6 +69,11 @@ type Config struct {
 	// of an image whose registry host is Registry.Host, and never logged;
 	// nil hands none (images are then pulled anonymously).
 	Registry *runtime.RegistryCredential
+	// WorkloadUser is the host user ("uid", "uid:gid" or a name) process workloads run as when
+	// their service names none (docs/node-protocol.md section 6.7): their work directory and
+	// volumes are handed over to it before the start. Empty runs them as the agent's own user;
+	// cmd/berth-agent sets [DefaultWorkloadUser] when it runs as root.
+	WorkloadUser string
 }
 
 // LeaseGate is the node's leases as the loop needs them. *lease.Manager
@@ -217,6 +222,13 @@ func (l *Loop) Pass(ctx context.Context) (time.Time, error) {
 	}
 	if err := l.syncProbes(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if snap != nil && len(errs) == 0 {
+		// Volumes are purged before the revision is acknowledged: the core reads the removal
+		// receipt from it (docs/node-protocol.md section 6.7).
+		if err := l.purgeVolumes(snap.Spec); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if snap != nil && len(errs) == 0 {
 		if err := l.cfg.Store.SetAppliedRev(ctx, snap.Rev); err != nil {
@@ -454,6 +466,19 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 	if len(secretFiles) > 0 {
 		env[SecretsDirEnv] = secretDir
 	}
+	startUser := spec.User
+	if o, ok, err := l.runAs(spec); err != nil {
+		return l.failStart(ctx, rec, node.FailureStart, err, now)
+	} else if ok {
+		var vols []string
+		for _, v := range spec.Volumes {
+			vols = append(vols, VolumeDir(l.cfg.DataDir, spec.Project, spec.Service, v.Name))
+		}
+		if err := l.handOver(o, dir, vols); err != nil {
+			return l.failStart(ctx, rec, node.FailureStart, err, now)
+		}
+		startUser = strconv.Itoa(o.uid) + ":" + strconv.Itoa(o.gid)
+	}
 	env["PORT"] = strconv.Itoa(port)
 	env["HOST"] = addr
 	env["BERTH_WORKLOAD_ID"] = spec.WorkloadID
@@ -494,7 +519,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 		Image:               spec.Image,
 		ImageArchive:        imageArchive,
 		RegistryCredentials: l.registryCredentials(spec, imageArchive, pullSecrets),
-		User:                spec.User,
+		User:                startUser,
 		MemoryBytes:         spec.MemoryBytes,
 		CPUMillis:           spec.CPUMillis,
 		WorkloadID:          spec.WorkloadID,

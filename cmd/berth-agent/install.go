@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berthhq/berth/agent/hostsetup"
+	"github.com/berthhq/berth/agent/reconcile"
 )
 
 func newInstallCmd(stdout io.Writer) *cobra.Command {
@@ -20,8 +21,10 @@ func newInstallCmd(stdout io.Writer) *cobra.Command {
 "berth-agent run" with this binary and --data-dir, restarts it 5 s after a
 failure, and does not restart it after exit status 78, which the agent uses for
 configuration errors a restart cannot fix (not enrolled, node removed, driver
-plugin missing, bad flags). It prints the path and the unit it wrote. It
-enables, reloads and starts nothing: run the two systemctl commands it prints.`,
+plugin missing, bad flags). It prints the path and the unit it wrote. Run as
+root, it also creates the system user berth-workload that process workloads run
+as unless their service sets user:. It enables, reloads and starts nothing: run
+the two systemctl commands it prints.`,
 		Example: `  berth-agent install --data-dir /var/lib/berth-agent`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,6 +48,17 @@ enables, reloads and starts nothing: run the two systemctl commands it prints.`,
 			path, text, err := hostsetup.Install(cfg)
 			if err != nil {
 				return configError{err}
+			}
+			if os.Geteuid() == 0 { // process workloads run as this user (docs/node-protocol.md 6.7)
+				created, err := hostsetup.EnsureSystemUser(cmd.Context(), reconcile.DefaultWorkloadUser)
+				if err != nil {
+					return err
+				}
+				if created {
+					if _, err := fmt.Fprintf(stdout, "created system user %s: process workloads run as it\n", reconcile.DefaultWorkloadUser); err != nil {
+						return err
+					}
+				}
 			}
 			_, err = fmt.Fprintf(stdout, "wrote %s:\n\n%s\nNothing was started. To run the agent now and at boot:\n  systemctl daemon-reload\n  systemctl enable --now berth-agent\n", path, text)
 			return err

@@ -20,6 +20,7 @@ import (
 	"github.com/berthhq/berth/agent"
 	"github.com/berthhq/berth/agent/hostsetup"
 	"github.com/berthhq/berth/agent/localstore"
+	"github.com/berthhq/berth/agent/reconcile"
 	"github.com/berthhq/berth/agent/upgrade"
 	"github.com/berthhq/berth/host/plugin"
 	"github.com/berthhq/berth/internal/dirlock"
@@ -142,7 +143,7 @@ func newEnrollCmd(stdout, stderr io.Writer) *cobra.Command {
 }
 
 func newRunCmd(stderr io.Writer) *cobra.Command {
-	var dataDir, pluginDir, driver string
+	var dataDir, pluginDir, driver, workloadUser string
 	var confirmWindow time.Duration
 	var network networkFlags
 	cmd := &cobra.Command{
@@ -153,7 +154,7 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 			log := newLogger(stderr)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return run(ctx, log, dataDir, pluginDir, driver, confirmWindow, network)
+			return run(ctx, log, dataDir, pluginDir, driver, workloadUser, confirmWindow, network)
 		},
 	}
 	f := cmd.Flags()
@@ -162,10 +163,11 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 	network.register(f)
 	f.DurationVar(&confirmWindow, "upgrade-confirm-window", upgrade.DefaultConfirmWindow, "after an upgrade, how long the new version has to be welcomed by berthd before the previous binary is put back")
 	f.StringVar(&driver, "driver", "process", "runtime driver plugin to run workloads with (berth-plugin-<driver>, launched with --state-dir DIR/driver/<driver>); \"fake\" is the deterministic test driver")
+	f.StringVar(&workloadUser, "workload-user", reconcile.DefaultWorkloadUser, "when run as root: the system user process workloads run as unless their service sets user: (created when missing; empty runs them as root)")
 	return cmd
 }
 
-func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver string, confirmWindow time.Duration, netFlags networkFlags) error {
+func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver, workloadUser string, confirmWindow time.Duration, netFlags networkFlags) error {
 	dataDir, err := filepath.Abs(dataDir)
 	if err != nil {
 		return fmt.Errorf("data directory: %w", err)
@@ -238,7 +240,18 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver strin
 	// Closing the plugin leaves workloads running (the process driver's
 	// workloads outlive it).
 	defer func() { _ = drv.Close() }()
-	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: nw.Network,
+	if os.Geteuid() != 0 {
+		workloadUser = "" // workloads run as the agent's own user
+	} else if workloadUser != "" {
+		created, err := hostsetup.EnsureSystemUser(ctx, workloadUser)
+		if err != nil {
+			return fmt.Errorf("workload user: %w", err)
+		}
+		if created {
+			log.Info("created the system user process workloads run as", "user", workloadUser)
+		}
+	}
+	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: nw.Network, WorkloadUser: workloadUser,
 		SelfUpgrade: &agent.SelfUpgrade{Path: exe, DriverPath: driverPath, NetworkPath: nw.Path, ConfirmWindow: confirmWindow}})
 	if err != nil {
 		return err

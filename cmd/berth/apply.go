@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -42,6 +43,7 @@ type serviceFile struct {
 	HealthCheck      healthCheckFile          `json:"health_check" yaml:"health_check"`
 	Timeouts         timeoutsFile             `json:"timeouts,omitzero" yaml:"timeouts"`
 	TLS              tlsFile                  `json:"tls,omitzero" yaml:"tls"`
+	Stream           bool                     `json:"stream,omitempty" yaml:"stream"`
 	ExpectedRevision *int64                   `json:"expected_revision,omitempty" yaml:"expected_revision"`
 
 	// The rollout fields (docs/reconciliation.md section 7.2).
@@ -148,6 +150,7 @@ func (f serviceFile) spec() client.ServiceSpec {
 		Timeouts: client.Timeouts{ConnectMS: f.Timeouts.ConnectMS, ResponseHeaderMS: f.Timeouts.ResponseHeaderMS,
 			IdleMS: f.Timeouts.IdleMS},
 		TLS:               client.TLS{Mode: f.TLS.Mode, Secret: f.TLS.Secret},
+		Stream:            f.Stream,
 		ExpectedRevision:  f.ExpectedRevision,
 		PlacementMode:     f.PlacementMode,
 		ProgressDeadlineS: f.ProgressDeadlineS,
@@ -183,6 +186,8 @@ JSON (one object, several objects in a row, or an array). Fields:
   health_check       {path, interval_s, timeout_s, failures}
   timeouts           gateway timeouts in ms {connect_ms, response_header_ms,
                      idle_ms}; defaults 5000, 60000, 90000
+  stream             true: the gateway sends each write of a response on at once
+                     (server-sent events, long polls) instead of buffering
   expected_revision  apply only if the stored revision is this (0: must not exist)
   progress_deadline_s
                      seconds a rollout may go without progress before it is
@@ -199,8 +204,11 @@ JSON (one object, several objects in a row, or an array). Fields:
   image              containerd: an image pinned by digest, "host/repo@sha256:..."
                      or "sha256:..." of the OCI image layout in bundle
                      ('berth image push'); command may then be left out
-  user, memory_mb, cpu_millis
-                     containerd: the user, memory limit (MiB) and CPU limit
+  user               who each replica runs as: "uid", "uid:gid" or a user name
+                     (of the node for process workloads, default berth-workload
+                     when the agent runs as root; of the image for containerd)
+  memory_mb, cpu_millis
+                     containerd: the memory limit (MiB) and CPU limit
                      (thousandths of a CPU) of each replica
 
 An unknown field is an error.`,
@@ -370,7 +378,7 @@ func parseYAML(r io.Reader) ([]serviceFile, error) {
 			return docs, nil
 		}
 		if err != nil {
-			msg := unknownField.ReplaceAllString(err.Error(), `unknown field "$1"`)
+			msg := unknownField.ReplaceAllString(fixParserLine(err.Error()), `unknown field "$1"`)
 			msg = strings.Join(strings.Fields(strings.TrimPrefix(msg, "yaml: unmarshal errors:")), " ")
 			return nil, &docError{msg: fmt.Sprintf("document %d: %s", n, msg), err: err}
 		}
@@ -379,6 +387,34 @@ func parseYAML(r io.Reader) ([]serviceFile, error) {
 		}
 		docs = append(docs, d)
 	}
+}
+
+// yamlParserProblems are the problems yaml.v3's parser (not its scanner) reports. For these it
+// names the 0-based line of the mark (scanner errors it counts from 1), so "line 4" is the fifth
+// line of the file: [fixParserLine] adds the one.
+var yamlParserProblems = map[string]bool{
+	"did not find expected ',' or ']'": true, "did not find expected ',' or '}'": true,
+	"did not find expected '-' indicator": true, "did not find expected <document start>": true,
+	"did not find expected <stream-start>": true, "did not find expected key": true,
+	"did not find expected node content": true, "found duplicate %TAG directive": true,
+	"found duplicate %YAML directive": true, "found incompatible YAML document": true,
+	"found undefined tag handle": true,
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// fixParserLine returns msg with the line of a yaml.v3 parser error counted from 1, as every
+// other line in the CLI's messages is; any other message is returned as it is.
+func fixParserLine(msg string) string {
+	m := yamlLine.FindStringSubmatch(msg)
+	if m == nil || !yamlParserProblems[m[2]] {
+		return msg
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil {
+		return msg
+	}
+	return "yaml: line " + strconv.Itoa(n+1) + ": " + m[2]
 }
 
 // docError rewords a decoder's error for people and keeps it for errors.Is.

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/berthhq/berth/sdk/client"
 )
 
 func newDeleteCmd(a *app) *cobra.Command {
@@ -14,6 +16,7 @@ func newDeleteCmd(a *app) *cobra.Command {
 		Short: "Delete an object",
 	}
 	var expected int64
+	var purge bool
 	svc := &cobra.Command{
 		Use:     "service NAME",
 		Aliases: []string{"svc", "services"},
@@ -23,8 +26,13 @@ once: its routes are withdrawn and it accepts no writes. Its workloads are then
 stopped and removed by the nodes, and the service disappears once every node
 acknowledged that (berth get services shows it as deleting until then). With
 --expected-revision the delete happens only if the stored revision is still
-that one.`,
+that one.
+
+Its volumes are kept on the nodes unless --purge-volumes is given: then each
+node that holds a workload of the service removes the service's volume
+directories once the workload is gone, before it acknowledges the removal.`,
 		Example: `  berth delete service hello
+  berth delete service db --purge-volumes
   berth delete service hello --project shop --expected-revision 4`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -42,25 +50,38 @@ that one.`,
 					kept = append(kept, v.Name)
 				}
 			}
-			if err := c.DeleteService(cmd.Context(), s.Project, args[0], rev); err != nil {
+			var opts []client.DeleteOption
+			if purge {
+				opts = append(opts, client.WithPurgeVolumes())
+			}
+			if err := c.DeleteService(cmd.Context(), s.Project, args[0], rev, opts...); err != nil {
 				return fmt.Errorf("delete service %s/%s: %w", s.Project, args[0], err)
+			}
+			purged := []string{}
+			if purge {
+				kept, purged = nil, append(purged, kept...)
 			}
 			if a.output == outputJSON {
 				return printJSON(a.stdout, struct {
-					Project     string   `json:"project"`
-					Service     string   `json:"service"`
-					Deleting    bool     `json:"deleting"`
-					VolumesKept []string `json:"volumes_kept"`
-				}{s.Project, args[0], true, append([]string{}, kept...)})
+					Project       string   `json:"project"`
+					Service       string   `json:"service"`
+					Deleting      bool     `json:"deleting"`
+					VolumesKept   []string `json:"volumes_kept"`
+					VolumesPurged []string `json:"volumes_purged"`
+				}{s.Project, args[0], true, append([]string{}, kept...), purged})
 			}
 			fmt.Fprintf(a.stdout, "service %s/%s deleting: its workloads stop, then it is removed\n", s.Project, args[0])
-			if len(kept) > 0 {
-				fmt.Fprintf(a.stdout, "its volumes (%s) are kept on the nodes that ran it\n", strings.Join(kept, ", "))
+			switch {
+			case len(kept) > 0:
+				fmt.Fprintf(a.stdout, "its volumes (%s) are kept on the nodes that ran it; --purge-volumes removes them\n", strings.Join(kept, ", "))
+			case len(purged) > 0:
+				fmt.Fprintf(a.stdout, "its volumes (%s) are removed from the nodes that hold its workloads\n", strings.Join(purged, ", "))
 			}
 			return nil
 		},
 	}
 	svc.Flags().Int64Var(&expected, "expected-revision", 0, "delete only if the service's revision is this one")
+	svc.Flags().BoolVar(&purge, "purge-volumes", false, "remove the service's volumes from the nodes too (kept otherwise)")
 	cmd.AddCommand(svc)
 	return cmd
 }

@@ -334,10 +334,10 @@ func splitTagRef(image string) (name, tag string, ok bool) {
 func validateContainer(spec *serviceSpec) error {
 	switch spec.Runtime {
 	case "", "process":
-		if spec.Image != "" || spec.User != "" || spec.MemoryMB != 0 || spec.CPUMillis != 0 || spec.DeployOnPush {
-			return errors.New(`image, deploy_on_push, user, memory_mb and cpu_millis are for runtime "containerd"`)
+		if spec.Image != "" || spec.MemoryMB != 0 || spec.CPUMillis != 0 || spec.DeployOnPush {
+			return errors.New(`image, deploy_on_push, memory_mb and cpu_millis are for runtime "containerd"`)
 		}
-		return nil
+		return validateUser(spec.User)
 	case "containerd":
 	default:
 		return errors.New(`runtime must be "process" or "containerd"`)
@@ -365,8 +365,19 @@ func validateContainer(spec *serviceSpec) error {
 	if spec.MemoryMB < 0 || spec.MemoryMB > 1<<30 || spec.CPUMillis < 0 || spec.CPUMillis > 1<<20 {
 		return errors.New("memory_mb and cpu_millis must be positive (or zero for no limit)")
 	}
-	if len(spec.User) > 64 {
+	return validateUser(spec.User)
+}
+
+// validateUser checks a service's user (docs/node-protocol.md section 6.7): empty, or "uid",
+// "uid:gid" or a name, at most 64 characters of letters, digits, '.', '_', '-' and one ':'.
+func validateUser(u string) error {
+	if len(u) > 64 {
 		return errors.New("user is at most 64 characters")
+	}
+	if u != "" && (!userRE.MatchString(u) || strings.HasPrefix(u, "-")) {
+		return errors.New(`user must be "uid", "uid:gid" or a user name`)
 	}
 	return nil
 }
+
+var userRE = regexp.MustCompile(`^[A-Za-z0-9._-]+(:[A-Za-z0-9._-]+)?$`)

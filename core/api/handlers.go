@@ -39,7 +39,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis,
 			DeployOnPush: s.DeployOnPush, ImageTag: s.ImageTag},
-		Deleting: s.Deleting, Timeouts: s.Timeouts, TLS: client.TLS(s.TLS),
+		Deleting: s.Deleting, PurgeVolumes: s.PurgeVolumes, Timeouts: s.Timeouts, TLS: client.TLS(s.TLS), Stream: s.Stream,
 	}
 	if len(s.Secrets) > 0 {
 		out.Secrets = map[string]client.SecretRef{}
@@ -239,7 +239,7 @@ func (s *Server) putService(c echo.Context) error {
 		Runtime: spec.Runtime, Image: image, ImageTag: imageTag, DeployOnPush: spec.DeployOnPush, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, DNS: spec.DNS, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
-		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, TLS: services.TLS(spec.TLS), ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
+		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, TLS: services.TLS(spec.TLS), Stream: spec.Stream, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
 	}
 	for _, v := range spec.Volumes {
 		svc.Volumes = append(svc.Volumes, services.Volume(v))
@@ -402,6 +402,14 @@ func (s *Server) deleteService(c echo.Context) error {
 		}
 		expected = &n
 	}
+	var purge bool
+	switch v := c.QueryParam("purge_volumes"); v {
+	case "", "false":
+	case "true":
+		purge = true
+	default:
+		return problem(abierrors.BadRequest, "purge_volumes must be true or false")
+	}
 	p, err := s.project(c, false)
 	if err != nil {
 		return err
@@ -410,7 +418,7 @@ func (s *Server) deleteService(c echo.Context) error {
 		return err
 	}
 	wctx, done := s.changeCtx(c)
-	gone, err := s.cfg.Catalog.MarkDeleting(wctx, p, c.Param("name"), expected)
+	gone, err := s.cfg.Catalog.MarkDeletingWith(wctx, p, c.Param("name"), expected, purge)
 	done()
 	if err != nil {
 		return serviceError(err)
@@ -480,7 +488,19 @@ func (s *Server) apiNode(n *nodes.Node, workloads int) client.Node {
 	if r := n.Retirement; r != nil {
 		out.Retirement = r.Disposition + "/" + r.State
 	}
+	// The stored time is written at most every 30 s; a live session here knows the last frame.
+	if lf, ok := s.cfg.Sessions.(lastFramer); ok {
+		if at, ok := lf.LastFrame(n.ID); ok && (out.LastSeenAt == nil || at.After(*out.LastSeenAt)) {
+			out.LastSeenAt = &at
+		}
+	}
 	return out
+}
+
+// lastFramer is the optional part of [Config.Sessions] (*session.Server) that knows when a live
+// session last sent a frame.
+type lastFramer interface {
+	LastFrame(nodeID string) (time.Time, bool)
 }
 
 func (s *Server) listNodes(c echo.Context) error {

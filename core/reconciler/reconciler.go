@@ -81,16 +81,18 @@ type Config struct {
 	// Admit, when not nil, is asked before each slot is placed (the deploy
 	// hook); a refusal leaves the slot unplaced until a later pass.
 	Admit DeployAdmitter
-	// Leases, when not nil, is the lease authority of stateful services: their slot is placed
-	// on the node holding the lease, granted first (docs/node-protocol.md section 8), and appears
-	// in that node's desired state only with the lease's token. Nil places stateful services
-	// like portable ones, without leases (tests of other concerns only).
+	// Leases, when not nil, is the lease authority of stateful services: the reconciler grants
+	// the lease first (docs/node-protocol.md section 8), the Rollout places the service's one
+	// slot on the holder (docs/reconciliation.md section 5.1), and the slot's workload appears in
+	// that node's desired state only with the lease's token. Nil places stateful services like
+	// portable ones, without leases (tests of other concerns only). A Rollout given here must
+	// be configured with the same authority ([rollout.Config.Leases]).
 	Leases *fencing.Authority
 	// LeaseSender delivers grants and revokes the reconciler decides; nil sends none (nodes
 	// learn at their next session).
 	LeaseSender LeaseSender
-	// Rollout produces the slots and workloads of portable services (docs/reconciliation.md);
-	// nil builds one over the Catalog's store with the Admit policy.
+	// Rollout produces the slots and workloads of every service (docs/reconciliation.md);
+	// nil builds one over the Catalog's store with the Admit policy and Leases.
 	Rollout *rollout.Producer
 	// Events, when not nil, receives the events the built Rollout emits (rollout.failed); it
 	// is not used when Rollout is given.
@@ -160,7 +162,8 @@ func New(cfg Config) *Reconciler {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Rollout == nil {
-		rc := rollout.Config{Store: rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil), Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger, Events: cfg.Events}
+		rc := rollout.Config{Store: rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil), Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger, Events: cfg.Events,
+			Leases: cfg.Leases}
 		if cfg.Admit != nil {
 			rc.Admit = cfg.Admit
 		}
@@ -426,20 +429,16 @@ func (r *Reconciler) pass(ctx context.Context, sc *scope) (rollout.Outcome, erro
 		}
 	}
 	var errs []error
-	var portable []services.Service
 	var ids []string
 	for i := range svcs {
-		if !svcs[i].Stateful() || r.cfg.Leases == nil {
-			portable = append(portable, svcs[i])
-			if only[svcs[i].ID] {
-				ids = append(ids, svcs[i].ID)
-			}
+		if only[svcs[i].ID] {
+			ids = append(ids, svcs[i].ID)
 		}
 	}
 	if only == nil {
-		out, err = r.cfg.Rollout.Sweep(ctx, portable, ns, load)
+		out, err = r.cfg.Rollout.Sweep(ctx, svcs, ns, load)
 	} else {
-		out, err = r.cfg.Rollout.SweepServices(ctx, ids, portable, ns, load)
+		out, err = r.cfg.Rollout.SweepServices(ctx, ids, svcs, ns, load)
 	}
 	if err != nil {
 		errs = append(errs, err)
@@ -503,18 +502,20 @@ func (r *Reconciler) leases(ctx context.Context) (map[string]*fencing.Lease, err
 	return out, nil
 }
 
-// place converges the workloads of stateful services under their leases (portable services
-// are core/rollout's), removes the workloads of deleted services and those an earlier version
-// placed without a slot, and returns the leases it granted. only, when not nil, limits all of it
-// to those services (a focused pass), and the leases of services that are gone are then left
-// to the full pass.
+// place grants the leases of stateful services (their one slot is then produced on the
+// holder by core/rollout, like any other slot), removes the workloads no slot names (of deleted
+// services, and those an earlier version placed without a slot), and returns the leases it
+// granted. only, when not nil, limits all of it to those services (a focused pass), and the
+// leases of services that are gone are then left to the full pass.
 func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload, only map[string]bool) ([]fencing.Lease, error) {
 	var granted []fencing.Lease
 	load := map[string]int{}
 	bySvc := map[string][]scheduler.Workload{}
 	for _, w := range wls {
 		load[w.NodeID]++
-		bySvc[w.ServiceID] = append(bySvc[w.ServiceID], scheduler.Workload{ID: w.ID, Slot: w.Slot, NodeID: w.NodeID, SpecHash: w.SpecHash})
+		if w.Replica != "" && w.DesiredStatus != services.DesiredRemoved {
+			bySvc[w.ServiceID] = append(bySvc[w.ServiceID], scheduler.Workload{ID: w.ID, Slot: w.Slot, NodeID: w.NodeID, SpecHash: w.SpecHash})
+		}
 	}
 	var cands []scheduler.Node
 	drivers := map[string][]string{}
@@ -525,76 +526,41 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 		cands = append(cands, scheduler.Node{ID: n.ID, Schedulable: n.Status == nodes.StatusConnected && n.Member(), Load: load[n.ID]})
 		drivers[n.ID] = n.Drivers
 	}
-	live := map[string]bool{} // stateful services that are not deleting
-	portable := map[string]bool{}
+	// live: stateful services whose document exists (a deleting one keeps its lease until its
+	// slot settled and the finalizer removed the document); known: every service listed.
+	live, known := map[string]bool{}, map[string]bool{}
 	for i := range svcs {
 		s := &svcs[i]
+		known[s.ID] = true
 		if !s.Stateful() || r.cfg.Leases == nil {
-			portable[s.ID] = true
-			continue
-		}
-		if only != nil && !only[s.ID] {
-			continue
-		}
-		if s.Deleting {
-			if err := r.finishStateful(ctx, s, bySvc[s.ID]); err != nil {
-				return granted, err
-			}
 			continue
 		}
 		live[s.ID] = true
-		var acts []scheduler.Action
-		{
-			var l *fencing.Lease
-			var ok bool
-			if acts, l, ok = r.placeStateful(ctx, s, withDriver(cands, drivers, s.Runtime), bySvc[s.ID]); !ok {
-				continue
-			}
-			if l != nil {
-				granted = append(granted, *l)
-			}
+		if (only != nil && !only[s.ID]) || s.Deleting {
+			continue
 		}
-		for _, a := range acts {
-			switch a.Kind {
-			case scheduler.Remove:
-				if err := r.cfg.Catalog.RemoveWorkload(ctx, a.WorkloadID); err != nil {
-					return granted, err
-				}
-				r.log.Info("workload removed", "service", s.Project+"/"+s.Name, "slot", a.Slot, "workload_id", a.WorkloadID)
-			case scheduler.Create:
-				if r.cfg.Admit != nil {
-					ok, err := r.admit(ctx, s, a.Slot, a.NodeID, ns)
-					if err != nil {
-						return granted, err
-					}
-					if !ok {
-						continue
-					}
-				}
-				w, err := r.cfg.Catalog.CreateWorkload(ctx, s, a.Slot, a.NodeID)
-				if err != nil {
-					return granted, err
-				}
-				for j := range cands {
-					if cands[j].ID == a.NodeID {
-						cands[j].Load++
-					}
-				}
-				r.log.Info("workload placed", "service", s.Project+"/"+s.Name, "slot", a.Slot, "workload_id", w.ID, "node_id", a.NodeID)
+		l, ok := r.placeStateful(ctx, s, withDriver(cands, drivers, s.Runtime), bySvc[s.ID])
+		if !ok || l == nil {
+			continue
+		}
+		granted = append(granted, *l)
+		for j := range cands {
+			if cands[j].ID == l.Holder {
+				cands[j].Load++
 			}
 		}
 	}
-	// Workloads of deleted stateful services, and of portable services that no slot names (an
-	// earlier version placed them; their slots replace them).
+	// Workloads no slot names: of services that are gone (a slot set of a vanished service is
+	// core/rollout's), and of any service that an earlier version placed without a slot.
 	for _, w := range wls {
 		if only != nil && !only[w.ServiceID] {
 			continue
 		}
-		if !live[w.ServiceID] && !(portable[w.ServiceID] && w.Replica != "") {
+		if w.Replica == "" || !known[w.ServiceID] {
 			if err := r.cfg.Catalog.RemoveWorkload(ctx, w.ID); err != nil {
 				return granted, err
 			}
-			r.log.Info("workload removed", "service", w.Project+"/"+w.Service, "reason", "service deleted", "workload_id", w.ID)
+			r.log.Info("workload removed", "service", w.Project+"/"+w.Service, "reason", "no slot names it", "workload_id", w.ID)
 		}
 	}
 	if only != nil {
@@ -603,26 +569,13 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 	return granted, r.deleteLeases(ctx, live)
 }
 
-// finishStateful ends the deletion of a stateful service: its workloads go at once (its lease
-// is released below, which fences the holder), then the service document.
-func (r *Reconciler) finishStateful(ctx context.Context, s *services.Service, wls []scheduler.Workload) error {
-	for _, w := range wls {
-		if err := r.cfg.Catalog.RemoveWorkload(ctx, w.ID); err != nil {
-			return err
-		}
-	}
-	if err := r.cfg.Catalog.DeleteServiceByID(ctx, s.ID); err != nil {
-		return err
-	}
-	r.log.Info("service deleted", "service", s.Project+"/"+s.Name, "service_id", s.ID, "workloads", len(wls))
-	return nil
-}
-
-// placeStateful decides a stateful service's slot with its lease: when the decision needs a
-// grant, the grant (one compare-and-set on the lease) is made first, and the actions are returned
-// only when it succeeded (ok=false: leave the service for a later pass). It returns the lease
-// granted, if any; a node the lease was moved from is revoked (reason moved).
-func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, cands []scheduler.Node, existing []scheduler.Workload) ([]scheduler.Action, *fencing.Lease, bool) {
+// placeStateful decides where a stateful service's lease should be held
+// ([scheduler.PlaceStateful] over the slot's current workload, existing) and grants it there
+// with one compare-and-set on the lease when it is not held there yet. It returns the lease
+// granted, nil when no grant was needed, and ok=false when the lease could not be read or
+// granted (a later pass decides again); a node the lease was moved from is revoked (reason
+// moved). The slot itself follows the holder in core/rollout.
+func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, cands []scheduler.Node, existing []scheduler.Workload) (*fencing.Lease, bool) {
 	la := r.cfg.Leases
 	view := scheduler.Lease{Movable: true}
 	l, err := la.Get(ctx, fencing.LeaseID(s.ID))
@@ -632,7 +585,7 @@ func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, can
 			Movable: !l.Blocked() && !l.Deleted && timed && !la.Now().Before(gate)}
 	} else if !errors.Is(err, store.ErrNotFound) {
 		r.log.Warn("read lease", "service", s.Project+"/"+s.Name, "err", err)
-		return nil, nil, false
+		return nil, false
 	}
 	if l != nil && !view.Movable && !view.Blocked && l.Holder != "" && !schedulableIn(cands, l.Holder) {
 		if gate, timed := l.Gate(); timed {
@@ -643,9 +596,16 @@ func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, can
 		r.log.Warn("stateful service held back: its lease is blocked by an unacknowledged failed fence",
 			"service", s.Project+"/"+s.Name, "lease_id", l.ID, "fence_failed", l.FenceFailed)
 	}
-	grantTo, acts := scheduler.PlaceStateful(scheduler.Service{Replicas: s.Replicas, SpecHash: s.SpecHash()}, view, cands, existing)
+	// Only where the lease goes is read here: the slot's attempts (and their keys) are the
+	// slot table's, so every current workload counts as the one to keep.
+	cur := make([]scheduler.Workload, len(existing))
+	for i, w := range existing {
+		w.SpecHash = s.SpecHash()
+		cur[i] = w
+	}
+	grantTo, _ := scheduler.PlaceStateful(scheduler.Service{Replicas: s.Replicas, SpecHash: s.SpecHash()}, view, cands, cur)
 	if grantTo == "" {
-		return acts, nil, true
+		return nil, true
 	}
 	mode := node.LeaseMode(s.LeaseMode)
 	if mode == "" {
@@ -655,13 +615,13 @@ func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, can
 		Mode: mode, Duration: time.Duration(s.LeaseDurationMS) * time.Millisecond})
 	if err != nil {
 		r.log.Info("stateful service waits for its lease", "service", s.Project+"/"+s.Name, "node_id", grantTo, "reason", err)
-		return nil, nil, false
+		return nil, false
 	}
 	r.log.Info("lease granted", "service", s.Project+"/"+s.Name, "lease_id", gl.ID, "node_id", grantTo, "fencing_token", gl.FencingToken, "moved_from", moved)
 	if moved != "" && r.cfg.LeaseSender != nil {
 		r.cfg.LeaseSender.RevokeLease(ctx, moved, gl, node.RevokeMoved)
 	}
-	return acts, gl, true
+	return gl, true
 }
 
 // hintAt arranges a hint after d (a lease's gate opening), unless one is due earlier.
@@ -879,12 +839,19 @@ func hasSecrets(spec *node.Spec) bool {
 //
 // When leases is not nil (by service id), a stateful service's workload appears only when n holds
 // its lease, not blocked by a failed fence, and carries the lease id and token
-// (docs/node-protocol.md section 6.4); otherwise it is left out, so the node stops it.
+// (docs/node-protocol.md section 6.4); otherwise it is left out, so the node stops it. A service
+// deleted with its volumes that still has a workload document on n is named in PurgeVolumes.
 func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services.Service, leases map[string]*fencing.Lease) node.Spec {
 	spec := node.Spec{Workloads: []node.WorkloadSpec{}, Routes: []node.RouteSpec{}, Network: node.Network{Address: n.Address}}
 	routed := map[string][]string{}
+	purge := map[string]node.VolumePurge{}
 	for _, w := range wls {
 		s := svcs[w.ServiceID]
+		if s != nil && s.Deleting && s.PurgeVolumes && len(s.Volumes) > 0 {
+			// Until the slot on this node settled, which needs this node's receipt of the
+			// removal: the agent purges before acknowledging (docs/node-protocol.md 6.7).
+			purge[s.ID] = node.VolumePurge{ProjectID: s.ProjectID, Project: s.Project, ServiceID: s.ID, Service: s.Name}
+		}
 		if s == nil || w.DesiredStatus == services.DesiredRemoved {
 			continue
 		}
@@ -939,6 +906,13 @@ func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services
 		spec.Routes = append(spec.Routes, node.RouteSpec{Hostname: host, ServiceID: svc, WorkloadIDs: ids, TLSMode: "none"})
 	}
 	sort.Slice(spec.Routes, func(i, j int) bool { return spec.Routes[i].Hostname < spec.Routes[j].Hostname })
+	for _, p := range purge {
+		spec.PurgeVolumes = append(spec.PurgeVolumes, p)
+	}
+	sort.Slice(spec.PurgeVolumes, func(i, j int) bool {
+		a, b := spec.PurgeVolumes[i], spec.PurgeVolumes[j]
+		return a.Project < b.Project || a.Project == b.Project && a.Service < b.Service
+	})
 	return spec
 }
 
@@ -950,6 +924,7 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 	in := routes.Input{}
 	deleting := map[string]bool{}
 	timeouts := map[[2]string]abiroutes.Timeouts{} // by project and service name
+	stream := map[[2]string]bool{}
 	for _, s := range svcs {
 		if s.Deleting { // a deleting service's routes are withdrawn (docs/reconciliation.md section 9)
 			deleting[s.ID] = true
@@ -958,6 +933,9 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 		in.Services = append(in.Services, routes.Service{ID: s.ID, Project: s.Project, Name: s.Name, Domains: s.Domains, TLSMode: s.TLS.Mode})
 		if s.Timeouts != (abiroutes.Timeouts{}) {
 			timeouts[[2]string{s.Project, s.Name}] = s.Timeouts
+		}
+		if s.Stream {
+			stream[[2]string{s.Project, s.Name}] = true
 		}
 	}
 	for _, w := range wls {
@@ -979,11 +957,16 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 		resolution.Enforce(&t)
 		r.logClaims(resolution)
 	}
-	// A service's gateway timeouts ride on its routes whatever compiler made
-	// them (docs/plugins.md section 5.4); the digest below covers them.
+	// A service's gateway timeouts and stream ride on its routes whatever
+	// compiler made them (docs/plugins.md sections 5.2 and 5.4; a compiler's
+	// stream stays when the service sets none); the digest below covers them.
 	for i := range t.Routes {
-		if to, ok := timeouts[[2]string{t.Routes[i].Project, t.Routes[i].Service}]; ok {
+		k := [2]string{t.Routes[i].Project, t.Routes[i].Service}
+		if to, ok := timeouts[k]; ok {
 			t.Routes[i].Timeouts = to
+		}
+		if stream[k] {
+			t.Routes[i].Stream = true
 		}
 	}
 	by := describe(r.cfg.Compiler)

@@ -62,3 +62,49 @@ func TestServiceTimeoutsRideOnItsRoutes(t *testing.T) {
 		t.Fatalf("route timeouts after the change %+v", got)
 	}
 }
+
+// TestServiceStreamRidesOnItsRoutes: a service with stream has it on every route of the service
+// in the pushed table, a change of it alone pushes a new table, and a service without it has
+// none (docs/plugins.md section 5.2).
+func TestServiceStreamRidesOnItsRoutes(t *testing.T) {
+	st := storetest.Open(t)
+	ctx := context.Background()
+	reg := nodes.NewRegistry(st, nil)
+	cat := services.NewCatalog(st, nil)
+	enroll(t, reg)
+	rec := &recorder{pushed: map[string]int{}}
+	r := New(Config{Catalog: cat, Nodes: reg, Pusher: rec, Routes: rec, Compiler: routes.Native{}})
+	p, _, _ := cat.EnsureProject(ctx, "default")
+	put := func(name string, stream bool, domains ...string) {
+		t.Helper()
+		cur, err := cat.GetService(ctx, p, name)
+		var expected *int64
+		if err == nil {
+			expected = &cur.Revision
+		}
+		if _, _, err := cat.ApplyService(ctx, p, &services.Service{Name: name, BundleDigest: "sha256:1", Command: []string{"./web"}, Port: 8080,
+			Replicas: 1, Domains: domains, Stream: stream}, expected); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := func() map[string]bool {
+		out := map[string]bool{}
+		for _, rt := range rec.tables[len(rec.tables)-1].Routes {
+			out[rt.Hostname] = rt.Stream
+		}
+		return out
+	}
+	put("events", true, "a.events.localhost", "b.events.localhost")
+	put("plain", false, "plain.localhost")
+	if got := last(); !got["a.events.localhost"] || !got["b.events.localhost"] || got["plain.localhost"] {
+		t.Fatalf("route stream %+v", got)
+	}
+	pushes := len(rec.tables)
+	put("events", false, "a.events.localhost", "b.events.localhost")
+	if len(rec.tables) != pushes+1 || last()["a.events.localhost"] {
+		t.Fatalf("turning stream off pushed %d tables, stream now %+v", len(rec.tables)-pushes, last())
+	}
+}

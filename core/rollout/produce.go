@@ -16,6 +16,7 @@ import (
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
+	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
@@ -53,6 +54,11 @@ type Config struct {
 	// Events, when not nil, receives a rollout.failed event for each rollout failed by its
 	// progress deadline (docs/reconciliation.md section 7.2).
 	Events *events.Log
+	// Leases, when not nil, is the lease authority of stateful services (docs/reconciliation.md
+	// section 5.1): a stateful service's one slot is desired on the node holding its lease
+	// (granted by the caller, core/reconciler), and a slot left on a node the lease moved away
+	// from is settled by that fence. Nil produces stateful services like portable ones.
+	Leases *fencing.Authority
 }
 
 // TypeRolloutFailed is the event of a rollout that went past its progress deadline.
@@ -194,6 +200,11 @@ type view struct {
 	spec      *SpecDoc
 	set       *SlotSet
 	workloads map[string]*services.Workload // by workload id
+	// leased reports whether the service runs under a lease ([Config.Leases], a stateful
+	// service); holder is then the node holding it, "" while nobody may run it (never granted,
+	// blocked by a failed fence, deleted).
+	leased bool
+	holder string
 }
 
 // read reads the service's state; svc, when not nil, is the copy the caller holds (a commit
@@ -250,6 +261,9 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 		p.log.Warn("slots of a vanished service released", "service_id", id, "slots", len(v.set.Slots))
 		res.changed = true
 		return res, p.cfg.Store.forget(ctx, id)
+	}
+	if err := p.readLease(ctx, v); err != nil {
+		return res, err
 	}
 	if moved, err := p.joinReceipts(ctx, v, ns); err != nil {
 		if errors.Is(err, slots.ErrConflict) {
@@ -420,9 +434,37 @@ func (p *Producer) rolloutFailed(ctx context.Context, svc *services.Service, was
 	return true, nil
 }
 
-// joinReceipts records receipts the nodes returned since the last sweep, and releases the
-// slots of nodes that are removed or retired as lost (docs/reconciliation.md section 10), with
-// one compare-and-set on the slot set. It reports whether it wrote.
+// readLease fills v.leased and v.holder for a stateful service under [Config.Leases].
+func (p *Producer) readLease(ctx context.Context, v *view) error {
+	if p.cfg.Leases == nil || v.svc == nil || !v.svc.Stateful() {
+		return nil
+	}
+	v.leased = true
+	l, err := p.cfg.Leases.Get(ctx, fencing.LeaseID(v.svc.ID))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the lease of %s: %w", serviceName(v.svc), err)
+	}
+	if !l.Blocked() && !l.Deleted {
+		v.holder = l.Holder
+	}
+	return nil
+}
+
+// fenced reports whether row of a leased service stands on a node its lease was taken from: the
+// lease is held by another node, which the authority grants only once the old holder is fenced
+// (its gate opened, or it was declared lost), so the old attempt can no longer run.
+func fenced(v *view, row SlotRow) bool {
+	return v.leased && v.holder != "" && v.holder != row.NodeID
+}
+
+// joinReceipts records receipts the nodes returned since the last sweep, releases the slots
+// of nodes that are removed or retired as lost (docs/reconciliation.md section 10), and settles
+// the slot of a stateful service whose lease moved to another node (section 5.1: the fence
+// stands for the stop and remove receipts the old holder cannot send), with one
+// compare-and-set on the slot set. It reports whether it wrote.
 func (p *Producer) joinReceipts(ctx context.Context, v *view, ns map[string]*nodes.Node) (bool, error) {
 	rows := make([]SlotRow, 0, len(v.set.Slots))
 	moved := false
@@ -433,6 +475,14 @@ func (p *Producer) joinReceipts(ctx context.Context, v *view, ns map[string]*nod
 			if err := p.cfg.Catalog.RemoveWorkload(ctx, row.WorkloadID); err != nil {
 				return false, err
 			}
+			moved = true
+			continue
+		}
+		if fenced(v, row) && (row.Generation != int(slots.GenRemove) || row.Acked != int(slots.GenRemove)) {
+			p.log.Warn("slot settled by its lease's fence: the lease moved to another node", "service", serviceName(v.svc),
+				"service_id", v.set.ServiceID, "replica", row.Replica, "node_id", row.NodeID, "holder", v.holder, "workload_id", row.WorkloadID)
+			row.Generation, row.Acked = int(slots.GenRemove), int(slots.GenRemove)
+			rows = append(rows, row)
 			moved = true
 			continue
 		}
@@ -492,6 +542,12 @@ func (p *Producer) place(v *view, ns map[string]*nodes.Node, load map[string]int
 	if v.svc == nil || v.spec == nil || v.spec.Spec.Placement.Mode != slots.PlacementScheduled {
 		return placed
 	}
+	if v.leased { // the one slot stands where the lease is held, and nowhere while it is not
+		if n := ns[v.holder]; n != nil && member(n, v.svc) {
+			placed["0"] = v.holder
+		}
+		return placed
+	}
 	perNode := map[string]int{}
 	for _, row := range v.set.Slots {
 		if n := ns[row.NodeID]; n != nil && member(n, v.svc) {
@@ -539,7 +595,11 @@ func (p *Producer) input(v *view, ns map[string]*nodes.Node, placed map[string]s
 	for _, n := range ns {
 		all = append(all, slots.Node{ID: n.ID, Platform: Platform, Member: member(n, v.svc)})
 	}
-	d := slots.Desire(specOf(v.spec), v.svc.Deleting, all, placed)
+	spec := specOf(v.spec)
+	if spec != nil && p.cfg.Leases != nil && v.svc.Stateful() {
+		spec = statefulSpec(*spec)
+	}
+	d := slots.Desire(spec, v.svc.Deleting, all, placed)
 	in.Unplaced, in.Refused = len(d.Unplaced), d.Refused
 	if len(d.Placed) == 0 {
 		return in
@@ -558,6 +618,14 @@ func (p *Producer) input(v *view, ns map[string]*nodes.Node, placed map[string]s
 		in.Desired = append(in.Desired, slots.DesiredSlot{Replica: pl.Replica, NodeID: pl.NodeID, Key: key})
 	}
 	return in
+}
+
+// statefulSpec returns sp as a stateful service runs it: scheduled, at most one replica (its
+// node is the lease holder's, chosen by [Producer.place]).
+func statefulSpec(sp slots.Spec) *slots.Spec {
+	sp.Placement = slots.Placement{Mode: slots.PlacementScheduled}
+	sp.Replicas = slots.Replicas{Total: min(sp.Replicas.Total, 1)}
+	return &sp
 }
 
 // slotOf converts a stored row and its workload into the decision's view of the slot.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	abiroutes "github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/rollout"
@@ -60,6 +61,7 @@ type harness struct {
 	rs    *rollout.Store
 	prod  *rollout.Producer
 	rec   *reconciler.Reconciler
+	auth  *fencing.Authority // nil unless the harness was made with leases
 	sink  *sink
 	p     *services.Project
 	nodes []*nodes.Node
@@ -75,14 +77,24 @@ func newHarness(t *testing.T, nodeCount int) *harness {
 // newHarnessWith is newHarness with the producer's metrics (nil: none).
 func newHarnessWith(t *testing.T, nodeCount int, m *rollout.Metrics) *harness {
 	t.Helper()
+	return newHarnessOpts(t, nodeCount, m, false)
+}
+
+// newHarnessOpts is newHarnessWith, with the lease authority of stateful services on the
+// harness's clock when leased.
+func newHarnessOpts(t *testing.T, nodeCount int, m *rollout.Metrics, leased bool) *harness {
+	t.Helper()
 	st := storetest.Open(t)
 	h := &harness{t: t, ctx: context.Background(), clk: clocktest.New(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)),
 		sink: &sink{}, down: map[string]bool{}, crash: map[string]bool{}}
 	h.reg = nodes.NewRegistry(st, h.clk.Now)
 	h.cat = services.NewCatalog(st, h.clk.Now)
 	h.rs = rollout.NewStore(st, h.cat, h.clk.Now)
-	h.prod = rollout.NewProducer(rollout.Config{Store: h.rs, Catalog: h.cat, Nodes: h.reg, Now: h.clk.Now, Metrics: m})
-	h.rec = reconciler.New(reconciler.Config{Catalog: h.cat, Nodes: h.reg, Routes: h.sink, Compiler: routes.Native{}, Rollout: h.prod})
+	if leased {
+		h.auth = fencing.New(st, fencing.Config{Now: h.clk.Now})
+	}
+	h.prod = rollout.NewProducer(rollout.Config{Store: h.rs, Catalog: h.cat, Nodes: h.reg, Now: h.clk.Now, Metrics: m, Leases: h.auth})
+	h.rec = reconciler.New(reconciler.Config{Catalog: h.cat, Nodes: h.reg, Routes: h.sink, Compiler: routes.Native{}, Rollout: h.prod, Leases: h.auth})
 	for range nodeCount {
 		tok, _, err := h.reg.CreateJoinToken(h.ctx, 0)
 		if err != nil {

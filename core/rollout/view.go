@@ -170,8 +170,8 @@ func APIFailure(f *services.Failure) *client.Failure {
 		Message: f.Message, At: f.At, Count: f.Count}
 }
 
-// VerdictOf returns the verdict of svc as the API shows it: converging for a portable service
-// no sweep decided yet, nil for a stateful or deleting one without a verdict. A stored
+// VerdictOf returns the verdict of svc as the API shows it: converging for a service no sweep
+// decided yet, nil for a deleting one without a verdict. A stored
 // verdict decided over an older revision of the service (a release change, which leaves the
 // spec revision as it is) or of its spec reads as converging until the next sweep decides again.
 func (v Views) VerdictOf(ctx context.Context, svc *services.Service) (*client.Verdict, error) {
@@ -180,9 +180,8 @@ func (v Views) VerdictOf(ctx context.Context, svc *services.Service) (*client.Ve
 		return nil, err
 	}
 	if d == nil {
-		// Right after an apply no sweep has decided yet: a portable service is on its way.
-		// Stateful services run under their lease, without a verdict.
-		if svc.Stateful() || svc.Deleting {
+		// Right after an apply no sweep has decided yet: the service is on its way.
+		if svc.Deleting {
 			return nil, nil
 		}
 		out := &client.Verdict{State: string(slots.Converging), ChangedAt: svc.UpdatedAt}

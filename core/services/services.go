@@ -151,6 +151,10 @@ type Service struct {
 	// (docs/certificates.md section 1); like Timeouts, a change reroutes
 	// without a rollout.
 	TLS TLS `bson:"tls,omitempty"`
+	// Stream asks the gateway to send every write of the service's responses on at once
+	// (server-sent events, long polls), as a route compiler may ask per route (docs/plugins.md
+	// section 5.2); copied onto its routes like Timeouts, without a rollout.
+	Stream bool `bson:"stream,omitempty"`
 	// Labels and CapacityUnits (per replica) are read by admission policies.
 	Labels        map[string]string `bson:"labels,omitempty"`
 	CapacityUnits int               `bson:"capacity_units,omitempty"`
@@ -167,6 +171,11 @@ type Service struct {
 	// withdrawn, it desires nothing, and the deletion finalizer removes it once its slots
 	// settled (docs/reconciliation.md section 9).
 	Deleting bool `bson:"deleting,omitempty"`
+	// PurgeVolumes reports whether the deletion also removes the service's volumes: written with
+	// Deleting (`berth delete service --purge-volumes`), carried in the desired state of every
+	// node that holds a workload of the service while it settles (docs/node-protocol.md section
+	// 6.7). False keeps them.
+	PurgeVolumes bool `bson:"purge_volumes,omitempty"`
 	// Previous is what the service ran before the latest change of what it runs (release,
 	// command, environment, port, limits, health check), for `rollout undo`; nil when that
 	// never changed.
@@ -601,7 +610,7 @@ func SameDeclaration(a, b *Service) bool {
 		n := *s
 		n.ID, n.ProjectID, n.Project, n.Revision = "", "", "", 0
 		n.CreatedAt, n.UpdatedAt, n.Deleting, n.Previous, n.LogOutbox = time.Time{}, time.Time{}, false, nil, nil
-		n.RollbackOf = 0
+		n.RollbackOf, n.PurgeVolumes = 0, false
 		if len(n.Env) == 0 {
 			n.Env = nil
 		}
@@ -679,11 +688,19 @@ func (c *Catalog) GetServiceByID(ctx context.Context, id string) (*Service, erro
 // service already deleting returns it unchanged (idempotent). Errors: ErrServiceNotFound,
 // ErrRevisionConflict.
 func (c *Catalog) MarkDeleting(ctx context.Context, p *Project, name string, expected *int64) (*Service, error) {
+	return c.MarkDeletingWith(ctx, p, name, expected, false)
+}
+
+// MarkDeletingWith is [Catalog.MarkDeleting] that also writes purgeVolumes
+// ([Service.PurgeVolumes]) in the same compare-and-set. Asking again with purgeVolumes of a
+// service already deleting without it sets it (one more compare-and-set, logged as the delete
+// is); it never clears it, and any other repeat returns the service unchanged.
+func (c *Catalog) MarkDeletingWith(ctx context.Context, p *Project, name string, expected *int64, purgeVolumes bool) (*Service, error) {
 	cur, err := c.GetService(ctx, p, name)
 	if err != nil {
 		return nil, err
 	}
-	if cur.Deleting {
+	if cur.Deleting && (cur.PurgeVolumes || !purgeVolumes) {
 		cur.LogOutbox = nil // nothing written, nothing to log
 		return cur, nil
 	}
@@ -691,7 +708,11 @@ func (c *Catalog) MarkDeleting(ctx context.Context, p *Project, name string, exp
 		return nil, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, name, cur.Revision, *expected)
 	}
 	now := c.now().UTC()
-	update := bson.M{"$set": bson.M{"deleting": true, "updated_at": now}}
+	set := bson.M{"deleting": true, "updated_at": now}
+	if purgeVolumes {
+		set["purge_volumes"] = true
+	}
+	update := bson.M{"$set": set}
 	pend, logged, err := logChange(ctx, cur.ID, node.OpDelete, nil)
 	if err != nil {
 		return nil, err
@@ -705,7 +726,7 @@ func (c *Catalog) MarkDeleting(ctx context.Context, p *Project, name string, exp
 		}
 		return nil, fmt.Errorf("mark service deleting: %w", err)
 	}
-	cur.Deleting, cur.Revision, cur.UpdatedAt = true, cur.Revision+1, now
+	cur.Deleting, cur.PurgeVolumes, cur.Revision, cur.UpdatedAt = true, cur.PurgeVolumes || purgeVolumes, cur.Revision+1, now
 	if logged {
 		cur.LogOutbox = append(cur.LogOutbox, pend)
 	}

@@ -137,6 +137,8 @@ type conn struct {
 	// helloHeld maps the lease ids hello listed as held or uncertain, rightly, to their tokens
 	// (leases.go).
 	helloHeld sync.Map
+	// lastFrame is when the core last read a frame of this session, as UnixNano (0: none).
+	lastFrame atomic.Int64
 	// sentRev is the newest desired revision sent on this session.
 	mu      sync.Mutex
 	sentRev int64
@@ -342,6 +344,23 @@ func (s *Server) Connected(nodeID string) bool {
 	defer s.mu.Unlock()
 	_, ok := s.sessions[nodeID]
 	return ok
+}
+
+// LastFrame returns when this core last read a frame of nodeID's live session; ok=false when
+// the node has no live session here or sent nothing yet. The stored last_seen_at lags it by up to
+// seenWriteInterval, so `berth get nodes` shows this instead when it is newer.
+func (s *Server) LastFrame(nodeID string) (time.Time, bool) {
+	s.mu.Lock()
+	c := s.sessions[nodeID]
+	s.mu.Unlock()
+	if c == nil {
+		return time.Time{}, false
+	}
+	ns := c.lastFrame.Load()
+	if ns == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns).UTC(), true
 }
 
 // Push sends the node's stored desired state on its live session, if it has
@@ -748,6 +767,7 @@ func (s *Server) read(ctx context.Context, c *conn) (*node.Envelope, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.lastFrame.Store(time.Now().UnixNano())
 	if len(raw) > node.MaxMessageBytes {
 		if _, err := io.Copy(io.Discard, r); err != nil {
 			return nil, err

@@ -369,3 +369,36 @@ func waitChange(t *testing.T, ch <-chan string, want string) {
 		}
 	}
 }
+
+// TestLastFrameFollowsEveryFrame: the session knows when its node's last frame arrived, newer
+// than the last_seen_at the store keeps (written at most every 30 s), and forgets it with the
+// session.
+func TestLastFrameFollowsEveryFrame(t *testing.T) {
+	f := newFixture(t)
+	s := f.srv.Config.Handler.(*Server)
+	if _, ok := s.LastFrame(f.node.ID); ok {
+		t.Fatal("a last frame before any session")
+	}
+	p, _, err := f.dial(t, f.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handshake(t, p)
+	first, ok := s.LastFrame(f.node.ID)
+	if !ok {
+		t.Fatal("no last frame after the hello")
+	}
+	stored, _ := f.reg.Get(context.Background(), f.node.ID)
+	before := time.Now()
+	p.send(1, node.TypePing, struct{}{})
+	if env := p.next(); env.Type != node.TypePong {
+		t.Fatalf("got %s, want pong", env.Type)
+	}
+	last, ok := s.LastFrame(f.node.ID)
+	if !ok || last.Before(before) || !last.After(first) {
+		t.Fatalf("last frame %v (ok %v) after a ping sent at %v; the hello's was %v", last, ok, before, first)
+	}
+	if n, _ := f.reg.Get(context.Background(), f.node.ID); n.LastSeenAt == nil || !n.LastSeenAt.Equal(*stored.LastSeenAt) || !last.After(*n.LastSeenAt) {
+		t.Fatalf("stored last_seen_at %v (was %v), last frame %v: want the stored one unchanged and older", n.LastSeenAt, stored.LastSeenAt, last)
+	}
+}

@@ -287,6 +287,10 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		w.stopTrimmer()
 	}
 
+	cred, err := credential(req.User)
+	if err != nil {
+		return nil, fmt.Errorf("start workload %s: %w", id, err)
+	}
 	path, err := resolveCommand(req.Command[0], req.WorkDir, req.Env["PATH"])
 	if err != nil {
 		return nil, fmt.Errorf("start workload %s: %w", id, err)
@@ -305,7 +309,7 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 	}
 	defer devnull.Close()
 
-	attr := &syscall.SysProcAttr{Setsid: true}
+	attr := &syscall.SysProcAttr{Setsid: true, Credential: cred}
 	cgroup := ""
 	if d.cgroupParent != "" {
 		cg, dir, err := makeCgroup(d.cgroupParent, id)

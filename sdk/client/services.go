@@ -46,11 +46,20 @@ func (c *Client) ListServices(ctx context.Context, project string) ([]Service, e
 // its slots settled (docs/reconciliation.md section 9). A non-nil expectedRevision is sent as the query parameter
 // expected_revision and makes the delete a compare-and-set. Deleting a missing
 // service fails with code "service_not_found"; a caller that wants idempotent
-// cleanup checks [IsCode] for it.
-func (c *Client) DeleteService(ctx context.Context, project, name string, expectedRevision *int64) error {
-	var q url.Values
+// cleanup checks [IsCode] for it. With [WithPurgeVolumes] the deletion also removes the
+// service's volumes (query parameter purge_volumes=true; docs/api.md section 4); without it
+// they are kept.
+func (c *Client) DeleteService(ctx context.Context, project, name string, expectedRevision *int64, opts ...DeleteOption) error {
+	var o deleteOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	q := url.Values{}
 	if expectedRevision != nil {
-		q = url.Values{"expected_revision": {strconv.FormatInt(*expectedRevision, 10)}}
+		q.Set("expected_revision", strconv.FormatInt(*expectedRevision, 10))
+	}
+	if o.purgeVolumes {
+		q.Set("purge_volumes", "true")
 	}
 	return c.do(ctx, http.MethodDelete, servicePath(project, name), q, nil, "", true, nil)
 }
@@ -68,6 +77,15 @@ func (c *Client) ListWorkloads(ctx context.Context, project string) ([]Workload,
 	}
 	return nonNil(out.Items), nil
 }
+
+// DeleteOption is an option of [Client.DeleteService].
+type DeleteOption func(*deleteOptions)
+
+type deleteOptions struct{ purgeVolumes bool }
+
+// WithPurgeVolumes makes [Client.DeleteService] remove the service's volumes too, on the nodes
+// that hold its workloads while it settles (docs/node-protocol.md section 6.7).
+func WithPurgeVolumes() DeleteOption { return func(o *deleteOptions) { o.purgeVolumes = true } }
 
 func servicePath(project, name string) string {
 	return "/projects/" + pathEscape(project) + "/services/" + pathEscape(name)

@@ -156,6 +156,9 @@ type ServiceSpec struct {
 	// domain (tls_certificate_invalid), an acme domain no challenge can
 	// prove (tls_domain_unverifiable).
 	TLS TLS `json:"tls,omitzero"`
+	// Stream makes the gateway send every write of the service's responses on at once, not in
+	// full buffers (docs/plugins.md section 5.2); a change reroutes without restarting workloads.
+	Stream bool `json:"stream,omitempty"`
 	// Labels are free key/value pairs that admission policies may require.
 	Labels map[string]string `json:"labels,omitempty"`
 	// CapacityUnits is what one replica uses, in the operator's own units;
@@ -274,13 +277,14 @@ type Service struct {
 	Domains     []string             `json:"domains"`
 	Replicas    int                  `json:"replicas"`
 	HealthCheck HealthCheck          `json:"health_check"`
-	// Timeouts is as in ServiceSpec.
+	// Timeouts and Stream are as in ServiceSpec.
 	Timeouts Timeouts `json:"timeouts,omitzero"`
 	// TLS is as in ServiceSpec.
 	TLS TLS `json:"tls,omitzero"`
 	// Certificates is the certificate status of each domain when TLS.Mode is
 	// acme or manual (GET of one service only).
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
+	Stream   bool     `json:"stream,omitempty"`
 	// Labels and CapacityUnits are as in ServiceSpec.
 	Labels        map[string]string `json:"labels,omitempty"`
 	CapacityUnits int               `json:"capacity_units,omitempty"`
@@ -304,6 +308,9 @@ type Service struct {
 	// Deleting reports whether the service is being deleted: its slots are settling and it
 	// disappears once they have (docs/reconciliation.md section 9).
 	Deleting bool `json:"deleting,omitempty"`
+	// PurgeVolumes reports whether the deletion removes the service's volumes from the nodes that
+	// hold its workloads ([WithPurgeVolumes]); false keeps them.
+	PurgeVolumes bool `json:"purge_volumes,omitempty"`
 	// Changed is set only in the answer of an apply ([Client.ApplyService]): true when the apply
 	// created or updated the service, false when the stored service already declared exactly
 	// this and nothing was written (the revision is the current one). Nil elsewhere.
