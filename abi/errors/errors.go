@@ -217,10 +217,10 @@ const (
 )
 
 var statuses = map[Code]int{
-	BindingNotGranted:  http.StatusForbidden,
-	BindingKindUnknown: http.StatusUnprocessableEntity,
-	BindingNameClash:   http.StatusUnprocessableEntity,
-	BindingUnavailable: http.StatusServiceUnavailable,
+	BindingNotGranted:     http.StatusForbidden,
+	BindingKindUnknown:    http.StatusUnprocessableEntity,
+	BindingNameClash:      http.StatusUnprocessableEntity,
+	BindingUnavailable:    http.StatusServiceUnavailable,
 	TLSCertificateInvalid: http.StatusUnprocessableEntity,
 	TLSDomainUnverifiable: http.StatusUnprocessableEntity,
 	TLSModeInvalid:        http.StatusUnprocessableEntity,
@@ -244,12 +244,12 @@ var statuses = map[Code]int{
 	DNSZoneNotServed:        http.StatusUnprocessableEntity,
 	DNSRecordNotOwned:       http.StatusConflict,
 	DNSChallengeHostUnknown: http.StatusForbidden,
-	BackupCorrupt:         http.StatusUnprocessableEntity,
-	BackupVersionMismatch: http.StatusUnprocessableEntity,
-	BackupNotFound:        http.StatusNotFound,
-	BackupNotRestorable:   http.StatusConflict,
-	RestoreTargetRunning:  http.StatusConflict,
-	BackupNothingToBack:   http.StatusUnprocessableEntity,
+	BackupCorrupt:           http.StatusUnprocessableEntity,
+	BackupVersionMismatch:   http.StatusUnprocessableEntity,
+	BackupNotFound:          http.StatusNotFound,
+	BackupNotRestorable:     http.StatusConflict,
+	RestoreTargetRunning:    http.StatusConflict,
+	BackupNothingToBack:     http.StatusUnprocessableEntity,
 
 	AgentVersionSkew:  http.StatusConflict,
 	AgentDowngrade:    http.StatusConflict,

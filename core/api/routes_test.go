@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berthhq/berth/core/bindings"
 	abibackups "github.com/berthhq/berth/abi/backups"
 	"github.com/berthhq/berth/core/backups"
+	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/internal/securefile"
 	"github.com/berthhq/berth/internal/version"
+	"github.com/berthhq/berth/sdk/gateway"
 	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/provider"
 )
@@ -120,7 +120,7 @@ func Open(ctx context.Context, cfg Config) (*Plugin, error) {
 	case err != nil:
 		return nil, fmt.Errorf("read the stored route table: %w", err)
 	}
-	state, t, err := canonical(provider.Resource{Type: routes.ResourceType, ID: routes.ResourceID, Attributes: raw})
+	state, t, err := gateway.Canonical(provider.Resource{Type: routes.ResourceType, ID: routes.ResourceID, Attributes: raw}, "the caddy adapter")
 	if err != nil {
 		return nil, fmt.Errorf("stored route table %s: %w", filepath.Join(cfg.StateDir, tableFile), err)
 	}
@@ -161,70 +161,16 @@ func (p *Plugin) Describe(context.Context) (*provider.DescribeResponse, error) {
 		Version:     version.Version,
 		APIVersions: []int{provider.APIVersion},
 		Capabilities: provider.Capabilities{
-			DurableState: p.cfg.StateDir != "",
-			ResourceTypes: []provider.ResourceType{{
-				Name: routes.ResourceType, Variants: []string{"http"},
-				ExampleID: routes.ResourceID, ExampleAttributes: exampleTables(),
-			}},
+			DurableState:  p.cfg.StateDir != "",
+			ResourceTypes: []provider.ResourceType{gateway.ResourceType()},
 		},
 	}, nil
-}
-
-func exampleTables() []json.RawMessage {
-	var out []json.RawMessage
-	for i, addr := range []string{"127.0.0.1:9", "127.0.0.1:10"} {
-		raw, _ := json.Marshal(routes.Table{Revision: int64(i + 1), Routes: []routes.Route{{ // plain structs: cannot fail
-			Hostname: "conformance.test", Project: "prj_conformance", Service: "web",
-			Upstreams: []routes.Upstream{{WorkloadID: "wl_conformance", Address: addr, Healthy: true}},
-		}}})
-		out = append(out, raw)
-	}
-	return out
 }
 
 // ValidateConfig implements provider.Provider: the adapter takes its
 // addresses as flags, so its configuration must be an empty JSON object.
 func (p *Plugin) ValidateConfig(_ context.Context, req *provider.ConfigRequest) (*provider.ValidateConfigResponse, error) {
-	var obj map[string]json.RawMessage
-	if len(req.Config) > 0 {
-		if err := json.Unmarshal(req.Config, &obj); err != nil {
-			return &provider.ValidateConfigResponse{Problems: []string{"config is not a JSON object"}}, nil
-		}
-	}
-	var problems []string
-	for k := range obj {
-		problems = append(problems, fmt.Sprintf("unknown config field %q (the adapter takes --admin and --listen as flags)", k))
-	}
-	sort.Strings(problems)
-	return &provider.ValidateConfigResponse{Problems: problems}, nil
-}
-
-// canonical decodes and validates a route-table resource and returns it
-// with canonical attributes (sorted, compact JSON).
-func canonical(r provider.Resource) (provider.Resource, routes.Table, error) {
-	if r.Type != routes.ResourceType || r.ID != routes.ResourceID {
-		return provider.Resource{}, routes.Table{}, abierrors.New(abierrors.ValidationFailed,
-			fmt.Sprintf("the caddy adapter manages only %s/%s, not %s/%s", routes.ResourceType, routes.ResourceID, r.Type, r.ID))
-	}
-	attrs := r.Attributes
-	if len(attrs) == 0 {
-		attrs = json.RawMessage("{}")
-	}
-	var t routes.Table
-	dec := json.NewDecoder(bytes.NewReader(attrs))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&t); err != nil {
-		return provider.Resource{}, routes.Table{}, abierrors.Wrap(abierrors.ValidationFailed, "route table attributes do not decode", err)
-	}
-	if err := t.Validate(); err != nil {
-		return provider.Resource{}, routes.Table{}, abierrors.Wrap(abierrors.ValidationFailed, "route table is not routable", err)
-	}
-	t.Normalize()
-	raw, err := json.Marshal(t)
-	if err != nil {
-		return provider.Resource{}, routes.Table{}, fmt.Errorf("encode route table: %w", err)
-	}
-	return provider.Resource{Type: r.Type, ID: r.ID, Attributes: raw}, t, nil
+	return gateway.ValidateNoConfig(req, "the adapter takes --admin and --listen as flags"), nil
 }
 
 // Plan implements provider.Provider: the planned state is the desired table
@@ -233,7 +179,7 @@ func (p *Plugin) Plan(ctx context.Context, req *provider.PlanRequest) (*provider
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	planned, _, err := canonical(req.Desired)
+	planned, _, err := gateway.Canonical(req.Desired, "the caddy adapter")
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
@@ -247,7 +193,7 @@ func (p *Plugin) Plan(ctx context.Context, req *provider.PlanRequest) (*provider
 // through sdk/guard.
 func (p *Plugin) Apply(ctx context.Context, req *provider.ApplyRequest) (*provider.ApplyResponse, error) {
 	return guard.Mutate(ctx, p.guards, routes.ResourceType+"/"+routes.ResourceID, req.Mutation, req, func() (*provider.ApplyResponse, error) {
-		state, t, err := canonical(req.Planned)
+		state, t, err := gateway.Canonical(req.Planned, "the caddy adapter")
 		if err != nil {
 			return nil, fmt.Errorf("apply: %w", err)
 		}

@@ -1,21 +1,19 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
-	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/internal/securefile"
 	"github.com/berthhq/berth/internal/version"
+	sdkgateway "github.com/berthhq/berth/sdk/gateway"
 	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/provider"
 )
@@ -82,7 +80,7 @@ func OpenPlugin(proxy *Proxy, stateDir string) (*Plugin, error) {
 	case err != nil:
 		return nil, fmt.Errorf("read the stored route table: %w", err)
 	}
-	state, t, err := canonical(provider.Resource{Type: routes.ResourceType, ID: routes.ResourceID, Attributes: raw})
+	state, t, err := sdkgateway.Canonical(provider.Resource{Type: routes.ResourceType, ID: routes.ResourceID, Attributes: raw}, "gateway")
 	if err != nil {
 		return nil, fmt.Errorf("stored route table %s: %w", filepath.Join(stateDir, tableFile), err)
 	}
@@ -98,80 +96,16 @@ func (p *Plugin) Describe(context.Context) (*provider.DescribeResponse, error) {
 		Version:     version.Version,
 		APIVersions: []int{provider.APIVersion},
 		Capabilities: provider.Capabilities{
-			DurableState: p.stateDir != "",
-			ResourceTypes: []provider.ResourceType{{
-				Name: routes.ResourceType, Variants: []string{"http"},
-				ExampleID: routes.ResourceID, ExampleAttributes: exampleTables(),
-			}},
+			DurableState:  p.stateDir != "",
+			ResourceTypes: []provider.ResourceType{sdkgateway.ResourceType()},
 		},
 	}, nil
-}
-
-// exampleTables are two valid route tables (one route to a discard port, at
-// two revisions), the states authors' tools check when given none.
-func exampleTables() []json.RawMessage {
-	var out []json.RawMessage
-	for i, addr := range []string{"127.0.0.1:9", "127.0.0.1:10"} {
-		raw, _ := json.Marshal(routes.Table{Revision: int64(i + 1), Routes: []routes.Route{{ // plain structs: cannot fail
-			Hostname: "conformance.test", Project: "prj_conformance", Service: "web",
-			Upstreams: []routes.Upstream{{WorkloadID: "wl_conformance", Address: addr, Healthy: true}},
-		}}})
-		out = append(out, raw)
-	}
-	return out
 }
 
 // ValidateConfig implements provider.Provider. The gateway takes its listen
 // address as a flag; its configuration must be an empty JSON object.
 func (p *Plugin) ValidateConfig(_ context.Context, req *provider.ConfigRequest) (*provider.ValidateConfigResponse, error) {
-	var obj map[string]json.RawMessage
-	if len(req.Config) > 0 {
-		if err := json.Unmarshal(req.Config, &obj); err != nil {
-			return &provider.ValidateConfigResponse{Problems: []string{"config is not a JSON object"}}, nil
-		}
-	}
-	var problems []string
-	keys := make([]string, 0, len(obj))
-	for k := range obj {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		problems = append(problems, fmt.Sprintf("unknown config field %q", k))
-	}
-	return &provider.ValidateConfigResponse{Problems: problems}, nil
-}
-
-// canonical decodes a route-table resource, checks it with
-// routes.Table.Validate, and returns it with canonical attributes (routes and
-// upstreams sorted, compact JSON).
-func canonical(r provider.Resource) (provider.Resource, routes.Table, error) {
-	if r.Type != routes.ResourceType || r.ID != routes.ResourceID {
-		return provider.Resource{}, routes.Table{}, abierrors.New(abierrors.ValidationFailed,
-			fmt.Sprintf("gateway manages only %s/%s, not %s/%s", routes.ResourceType, routes.ResourceID, r.Type, r.ID))
-	}
-	var t routes.Table
-	dec := json.NewDecoder(bytes.NewReader(orEmpty(r.Attributes)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&t); err != nil {
-		return provider.Resource{}, routes.Table{}, abierrors.Wrap(abierrors.ValidationFailed, "route table attributes do not decode", err)
-	}
-	if err := t.Validate(); err != nil {
-		return provider.Resource{}, routes.Table{}, abierrors.Wrap(abierrors.ValidationFailed, "route table is not routable", err)
-	}
-	t.Normalize()
-	raw, err := json.Marshal(t)
-	if err != nil {
-		return provider.Resource{}, routes.Table{}, fmt.Errorf("encode route table: %w", err)
-	}
-	return provider.Resource{Type: r.Type, ID: r.ID, Attributes: raw}, t, nil
-}
-
-func orEmpty(raw json.RawMessage) json.RawMessage {
-	if len(raw) == 0 {
-		return json.RawMessage("{}")
-	}
-	return raw
+	return sdkgateway.ValidateNoConfig(req, ""), nil
 }
 
 // Plan implements provider.Provider: the planned state is the desired table
@@ -180,7 +114,7 @@ func (p *Plugin) Plan(ctx context.Context, req *provider.PlanRequest) (*provider
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	planned, _, err := canonical(req.Desired)
+	planned, _, err := sdkgateway.Canonical(req.Desired, "gateway")
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
@@ -196,7 +130,7 @@ func (p *Plugin) Apply(ctx context.Context, req *provider.ApplyRequest) (*provid
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		state, t, err := canonical(req.Planned)
+		state, t, err := sdkgateway.Canonical(req.Planned, "gateway")
 		if err != nil {
 			return nil, fmt.Errorf("apply: %w", err)
 		}

@@ -284,7 +284,7 @@ type Service struct {
 	// Certificates is the certificate status of each domain when TLS.Mode is
 	// acme or manual (GET of one service only).
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
-	Stream   bool     `json:"stream,omitempty"`
+	Stream       bool                `json:"stream,omitempty"`
 	// Labels and CapacityUnits are as in ServiceSpec.
 	Labels        map[string]string `json:"labels,omitempty"`
 	CapacityUnits int               `json:"capacity_units,omitempty"`
