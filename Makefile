@@ -93,7 +93,7 @@ test-containers: build
 
 ## bench: benchmarks, one figure per line (bench/opa, its own Go module so
 ## OPA stays out of go.mod, compares Berth's modules with OPA side by side)
-bench: build $(CADDY)
+bench: build $(CADDY) $(PEBBLE)
 	./scripts/install-bench-tools.sh
 	./scripts/install-knot.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./... | ./scripts/bench-figures.sh
