@@ -572,15 +572,18 @@ func TestDNSFailureLeavesOthersServing(t *testing.T) {
 	})
 }
 
-// downPublisher stands for core/dnsrecords while the DNS server is down: the write is retried
-// behind the call, which returns only when its context ends.
+// downPublisher stands for core/dnsrecords while the DNS server is down: the write (a present
+// or a withdrawal) is retried behind the call, which returns only when its context ends.
 type downPublisher struct{}
 
 func (downPublisher) PresentTXT(ctx context.Context, fqdn, _ string) error {
 	<-ctx.Done()
 	return fmt.Errorf("present TXT %s: the DNS server does not answer: %w", fqdn, ctx.Err())
 }
-func (downPublisher) CleanupTXT(context.Context, string, string) error { return nil }
+func (downPublisher) CleanupTXT(ctx context.Context, fqdn, _ string) error {
+	<-ctx.Done()
+	return fmt.Errorf("clean up TXT %s: the DNS server does not answer: %w", fqdn, ctx.Err())
+}
 
 // TestDNSOutageStaysPending: while DNS does not take a DNS-01 name's challenge record, the name
 // stays pending with the outage as its last error, is not failed, counts no failure and raises

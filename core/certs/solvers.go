@@ -56,8 +56,14 @@ func (s dnsSolver) Present(ctx context.Context, ch acme.Challenge) error {
 	return fmt.Errorf("certs: publish DNS-01 record for %s: %w", ch.Identifier.Value, err)
 }
 
+// CleanUp waits at most s.wait as well: the order's context has no deadline,
+// and while DNS is down an unbounded wait would hold the order (and the
+// status it reports) until DNS is back. The publisher keeps the withdrawal
+// going after the wait.
 func (s dnsSolver) CleanUp(ctx context.Context, ch acme.Challenge) error {
-	if err := s.pub.CleanupTXT(ctx, ch.DNS01TXTRecordName(), ch.DNS01KeyAuthorization()); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, s.wait)
+	defer cancel()
+	if err := s.pub.CleanupTXT(cctx, ch.DNS01TXTRecordName(), ch.DNS01KeyAuthorization()); err != nil {
 		return fmt.Errorf("certs: clear DNS-01 record for %s: %w", ch.Identifier.Value, err)
 	}
 	return nil
