@@ -95,7 +95,7 @@ test-containers: build
 
 ## bench: benchmarks, one figure per line (bench/opa, its own Go module so
 ## OPA stays out of go.mod, compares Berth's modules with OPA side by side)
-bench: build $(CADDY)
+bench: build $(CADDY) $(PEBBLE)
 	./scripts/install-bench-tools.sh
 	./scripts/install-knot.sh
 	./scripts/install-postgres.sh

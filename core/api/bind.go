@@ -244,8 +244,14 @@ func validateService(spec *serviceSpec) error {
 		if ipLiteral(d) {
 			return fail("domain %q is an IP address; a domain must be a hostname", spec.Domains[i])
 		}
-		if len(d) > 253 || !hostnameRE.MatchString(d) {
-			return fail("domain %q is not a valid hostname", spec.Domains[i])
+		if base, wild := strings.CutPrefix(d, "*."); wild {
+			// A wildcard is its own name (its own route, claim and certificate) covering the
+			// names one label below base; base needs two labels, as no CA signs "*.tld".
+			if len(d) > 253 || !hostnameRE.MatchString(base) || !strings.Contains(base, ".") {
+				return fail("domain %q is not a valid wildcard: \"*.\" then a hostname of at least two labels", spec.Domains[i])
+			}
+		} else if len(d) > 253 || !hostnameRE.MatchString(d) {
+			return fail("domain %q is not a valid hostname (a wildcard is \"*.\" before a hostname)", spec.Domains[i])
 		}
 		if seen[d] {
 			return fail("domain %q is listed twice", d)

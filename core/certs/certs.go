@@ -65,6 +65,11 @@ type Config struct {
 	// (wildcards and names under DNS01Zones then fail with a clear error,
 	// and [Config.CheckDomain] refuses them).
 	DNS TXTPublisher
+	// DNSPublishWait bounds how long one DNS-01 order waits for DNS to
+	// take its challenge record; past it the order ends with
+	// [ErrDNSUnavailable] and is tried again with backoff, the hostname
+	// staying pending. Zero means 2 minutes.
+	DNSPublishWait time.Duration
 	// DNS01Zones are the zones Berth manages DNS for: names under them (and
 	// every wildcard) are validated by DNS-01; all others by HTTP-01.
 	DNS01Zones []string
@@ -146,6 +151,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.ManualRefresh == 0 {
 		cfg.ManualRefresh = time.Minute
+	}
+	if cfg.DNSPublishWait <= 0 {
+		cfg.DNSPublishWait = 2 * time.Minute
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if cfg.CARootFile != "" {
@@ -477,6 +485,10 @@ func (m *Manager) onEvent(ctx context.Context, event string, data map[string]any
 		if errors.Is(err, ErrWithdrawn) || !m.wanted(h) {
 			return nil
 		}
+		if errors.Is(err, ErrDNSUnavailable) {
+			m.waitDNS(ctx, h, renewal, err)
+			return nil
+		}
 		m.fail(ctx, h, renewal, err)
 	}
 	return nil
@@ -505,6 +517,26 @@ func (m *Manager) installed(ctx context.Context, h string) {
 	m.log.Info("certificate installed", "hostname", h, "not_after", notAfter)
 	if err := m.push(ctx); err != nil {
 		m.log.Warn("push route table with new certificate", "hostname", h, "error", err)
+	}
+}
+
+// waitDNS records an order of h that could not publish its DNS-01 record
+// because DNS is down or unreachable (docs/certificates.md section 8): no
+// CA refused anything, so h stays pending (renewing while a certificate is
+// held) with the error as last_error, and certmagic tries again with
+// backoff. It raises no failure event and counts no failure.
+func (m *Manager) waitDNS(ctx context.Context, h string, renewal bool, err error) {
+	detail := ProblemDetail(err)
+	m.log.Warn("certificate order waits for DNS", "hostname", h, "renewal", renewal, "error", detail)
+	if uerr := m.status.update(ctx, h, func(s *Status) bool {
+		s.State = StatePending
+		if !s.NotAfter.IsZero() {
+			s.State = StateRenewing
+		}
+		s.LastError = detail
+		return true
+	}); uerr != nil {
+		m.log.Warn("record certificate status", "hostname", h, "error", uerr)
 	}
 }
 

@@ -571,3 +571,65 @@ func TestDNSFailureLeavesOthersServing(t *testing.T) {
 		return err == nil && got.State == certs.StateFailed && strings.Contains(got.LastError, "refused the update"), fmt.Sprintf("%+v, %v", got, err)
 	})
 }
+
+// downPublisher stands for core/dnsrecords while the DNS server is down: the write (a present
+// or a withdrawal) is retried behind the call, which returns only when its context ends.
+type downPublisher struct{}
+
+func (downPublisher) PresentTXT(ctx context.Context, fqdn, _ string) error {
+	<-ctx.Done()
+	return fmt.Errorf("present TXT %s: the DNS server does not answer: %w", fqdn, ctx.Err())
+}
+func (downPublisher) CleanupTXT(ctx context.Context, fqdn, _ string) error {
+	<-ctx.Done()
+	return fmt.Errorf("clean up TXT %s: the DNS server does not answer: %w", fqdn, ctx.Err())
+}
+
+// TestDNSOutageStaysPending: while DNS does not take a DNS-01 name's challenge record, the name
+// stays pending with the outage as its last error, is not failed, counts no failure and raises
+// no certificate.failed event; an HTTP-01 name of the same table is issued and served.
+func TestDNSOutageStaysPending(t *testing.T) {
+	st := storetest.Open(t)
+	s := newSink(t)
+	reg := prometheus.NewRegistry()
+	m, err := certs.New(certs.Config{
+		Store: st, Keyring: keyring(t), Next: s, Owner: "brd_a",
+		DirectoryURL: ca.Directory, CARootFile: ca.CARootFile, HTTP01Reachable: true,
+		DNS: downPublisher{}, DNSPublishWait: 300 * time.Millisecond,
+		Events: events.New(st, time.Now), Metrics: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+	if err := m.SetRoutes(ctx, table(route("*.outage.example.com", abiroutes.TLSACME), route("up.example.com", abiroutes.TLSACME))); err != nil {
+		t.Fatal(err)
+	}
+	var got certs.Status
+	proctest.WaitFor(t, 2*time.Minute, "the DNS-01 name pending with the outage as its last error", func() (bool, string) {
+		var err error
+		got, err = m.Status(ctx, "*.outage.example.com")
+		if err == nil && got.State == certs.StateFailed {
+			t.Fatalf("a DNS outage failed the name: %+v", got)
+		}
+		return err == nil && got.State == certs.StatePending && strings.Contains(got.LastError, "does not answer"), fmt.Sprintf("%+v, %v", got, err)
+	})
+	if !strings.Contains(got.LastError, "did not take the challenge record") {
+		t.Errorf("last_error %q does not say DNS did not take the record", got.LastError)
+	}
+	s.await(t, "the HTTP-01 name's certificate", func(tb abiroutes.Table) bool { _, ok := certFor(tb, "up.example.com"); return ok })
+	if got, err := m.Status(ctx, "*.outage.example.com"); err != nil || got.State != certs.StatePending {
+		t.Fatalf("after the other name was issued: %+v, %v; want pending", got, err)
+	}
+	if n := counterValue(t, reg, "berth_certificate_failures_total"); n != 0 {
+		t.Errorf("failures metric %v during a DNS outage, want 0", n)
+	}
+	evs, err := events.New(st, time.Now).List(ctx, 0, certs.EventCertificateFailed, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 0 {
+		t.Errorf("certificate.failed events during a DNS outage: %+v", evs)
+	}
+}

@@ -2,8 +2,10 @@ package certs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/mholt/acmez/v3"
 	"github.com/mholt/acmez/v3/acme"
@@ -24,20 +26,44 @@ type TXTPublisher interface {
 	CleanupTXT(ctx context.Context, fqdn, value string) error
 }
 
-// dnsSolver answers DNS-01 challenges through a TXTPublisher.
-type dnsSolver struct{ pub TXTPublisher }
+// ErrDNSUnavailable is wrapped by the error of a DNS-01 order whose
+// challenge record DNS did not take within [Config.DNSPublishWait] (the
+// server down or unreachable; the publisher keeps retrying the write). The
+// hostname then stays pending with that error as last_error rather than
+// failed (docs/certificates.md section 8). A TXTPublisher may wrap it in
+// an error of its own for the same case.
+var ErrDNSUnavailable = errors.New("berth: DNS did not take the challenge record in time")
+
+// dnsSolver answers DNS-01 challenges through a TXTPublisher, waiting at
+// most wait for each record.
+type dnsSolver struct {
+	pub  TXTPublisher
+	wait time.Duration
+}
 
 var _ acmez.Solver = dnsSolver{}
 
 func (s dnsSolver) Present(ctx context.Context, ch acme.Challenge) error {
-	if err := s.pub.PresentTXT(ctx, ch.DNS01TXTRecordName(), ch.DNS01KeyAuthorization()); err != nil {
-		return fmt.Errorf("certs: publish DNS-01 record for %s: %w", ch.Identifier.Value, err)
+	pctx, cancel := context.WithTimeout(ctx, s.wait)
+	defer cancel()
+	err := s.pub.PresentTXT(pctx, ch.DNS01TXTRecordName(), ch.DNS01KeyAuthorization())
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && !errors.Is(err, ErrDNSUnavailable):
+		return fmt.Errorf("certs: publish DNS-01 record for %s: %w (waited %s): %w", ch.Identifier.Value, ErrDNSUnavailable, s.wait, err)
 	}
-	return nil
+	return fmt.Errorf("certs: publish DNS-01 record for %s: %w", ch.Identifier.Value, err)
 }
 
+// CleanUp waits at most s.wait as well: the order's context has no deadline,
+// and while DNS is down an unbounded wait would hold the order (and the
+// status it reports) until DNS is back. The publisher keeps the withdrawal
+// going after the wait.
 func (s dnsSolver) CleanUp(ctx context.Context, ch acme.Challenge) error {
-	if err := s.pub.CleanupTXT(ctx, ch.DNS01TXTRecordName(), ch.DNS01KeyAuthorization()); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, s.wait)
+	defer cancel()
+	if err := s.pub.CleanupTXT(cctx, ch.DNS01TXTRecordName(), ch.DNS01KeyAuthorization()); err != nil {
 		return fmt.Errorf("certs: clear DNS-01 record for %s: %w", ch.Identifier.Value, err)
 	}
 	return nil
@@ -110,7 +136,7 @@ func (m *Manager) solversFor(names []string) (map[string]acmez.Solver, error) {
 		if m.cfg.DNS == nil {
 			return nil, fmt.Errorf("certs: order %v needs DNS-01 and no DNS provider is configured", names)
 		}
-		return map[string]acmez.Solver{acme.ChallengeTypeDNS01: dnsSolver{m.cfg.DNS}}, nil
+		return map[string]acmez.Solver{acme.ChallengeTypeDNS01: dnsSolver{pub: m.cfg.DNS, wait: m.cfg.DNSPublishWait}}, nil
 	default:
 		return map[string]acmez.Solver{acme.ChallengeTypeHTTP01: tableSolver{m}}, nil
 	}

@@ -26,7 +26,8 @@ type State string
 // Certificate states (docs/certificates.md section 5).
 const (
 	// StatePending: no certificate yet; an order is under way or waits for
-	// its next try.
+	// its next try (LastError says why when DNS did not take a DNS-01
+	// record: [ErrDNSUnavailable]).
 	StatePending State = "pending"
 	// StateIssued: a certificate is held and served.
 	StateIssued State = "issued"

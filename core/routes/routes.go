@@ -88,6 +88,8 @@ func (Native) Compile(ctx context.Context, in Input) (abiroutes.Table, error) {
 				Service:   s.Name,
 				Upstreams: append([]abiroutes.Upstream(nil), byService[s.ID]...),
 				TLSMode:   s.TLSMode,
+				// acme routes redirect plain HTTP to https (docs/certificates.md section 1).
+				HTTPSRedirect: s.TLSMode == abiroutes.TLSACME,
 			})
 		}
 	}

@@ -14,6 +14,7 @@ func TestNativeCompile(t *testing.T) {
 			{ID: "svc_b", Project: "p", Name: "b", Domains: []string{"Hello.Localhost."}},
 			{ID: "svc_a", Project: "p", Name: "a", Domains: []string{"hello.localhost", "a.localhost"}},
 			{ID: "svc_c", Project: "p", Name: "c"},
+			{ID: "svc_d", Project: "p", Name: "d", Domains: []string{"*.d.example.test", "m.example.test"}, TLSMode: abiroutes.TLSACME},
 		},
 		Workloads: []Workload{
 			{ID: "wl_2", ServiceID: "svc_a", Address: "127.0.0.1:2", ObservedStatus: "running", Health: "failing"},
@@ -28,8 +29,10 @@ func TestNativeCompile(t *testing.T) {
 	}
 	ups := []abiroutes.Upstream{{WorkloadID: "wl_1", Address: "127.0.0.1:1", Healthy: true}, {WorkloadID: "wl_2", Address: "127.0.0.1:2"}}
 	want := abiroutes.Table{Routes: []abiroutes.Route{
+		{Hostname: "*.d.example.test", Project: "p", Service: "d", TLSMode: abiroutes.TLSACME, HTTPSRedirect: true},
 		{Hostname: "a.localhost", Project: "p", Service: "a", Upstreams: ups},
 		{Hostname: "hello.localhost", Project: "p", Service: "a", Upstreams: ups},
+		{Hostname: "m.example.test", Project: "p", Service: "d", TLSMode: abiroutes.TLSACME, HTTPSRedirect: true},
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)

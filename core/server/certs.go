@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +42,29 @@ type ACMEConfig struct {
 	RenewCheckInterval time.Duration
 	// DNS publishes DNS-01 records (core/dnsrecords); nil means no DNS-01.
 	DNS certs.TXTPublisher
+}
+
+// withDNS01 returns c with the DNS part d as its DNS-01 publisher
+// (docs/certificates.md section 2): when ACME is on, a DNS plugin runs and
+// no publisher was given, d's records publish the `_acme-challenge` TXT
+// records, and with no --acme-dns01-zone the DNS plugin's zones are the
+// DNS-01 zones. A DNS-01 zone the plugin does not serve is logged: its
+// orders then fail with dns_zone_not_served. d nil, or ACME off, returns c
+// unchanged.
+func withDNS01(c ACMEConfig, d *dns, log *slog.Logger) ACMEConfig {
+	if d == nil || c.Directory == "" || c.DNS != nil {
+		return c
+	}
+	c.DNS = d.records
+	if len(c.DNS01Zones) == 0 {
+		c.DNS01Zones = slices.Clone(d.zones)
+	}
+	for _, z := range c.DNS01Zones {
+		if !d.records.Served("_acme-challenge." + strings.TrimSuffix(z, ".") + ".") {
+			log.Warn("certificates: a DNS-01 zone is not among the DNS plugin's zones; its orders will fail", "zone", z, "dns_zones", d.zones)
+		}
+	}
+	return c
 }
 
 // acmeChecker returns the API's check of tls mode acme domains under c; nil

@@ -44,6 +44,7 @@ type dns struct {
 	cat     *services.Catalog
 	nodes   *nodes.Registry
 	edge    []string
+	zones   []string // the plugin's configured zones
 	log     *slog.Logger
 	now     func() time.Time // nil means time.Now
 }
@@ -110,7 +111,7 @@ func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.
 	if len(cfg.EdgeAddresses) == 0 {
 		log.Warn("dns: no --edge-addresses: managed domains point only at connected nodes labelled " + EdgeAddressLabel)
 	}
-	return &dns{records: recs, handle: h, cat: cat, nodes: reg, edge: cfg.EdgeAddresses, log: log.With("component", "dns")}, nil
+	return &dns{records: recs, handle: h, cat: cat, nodes: reg, edge: cfg.EdgeAddresses, zones: zones.Zones, log: log.With("component", "dns")}, nil
 }
 
 // resolveTSIG returns the configuration obj with its tsig_secret_ref replaced by the value of

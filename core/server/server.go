@@ -357,6 +357,7 @@ func Run(ctx context.Context, cfg Config) error {
 		go func() { defer close(dnsDone); dnsPart.run(dctx) }()
 		defer func() { stopDNS(); <-dnsDone }()
 	}
+	cfg.ACME = withDNS01(cfg.ACME, dnsPart, log)
 
 	leases := fencing.New(st, fencing.Config{Logger: log})
 	var dnsChallenges session.DNSChallenger

@@ -30,7 +30,7 @@ import (
 
 // env holds what TestMain prepared: the binaries, the hello bundle, Caddy.
 var env struct {
-	bin      string // berthd, berth-agent, berth-plugin-caddy, berth-plugin-process
+	bin      string // berthd, berth, berth-agent and the caddy, process, dns and gateway plugins
 	helloDir string
 	caddy    *caddytest.Server
 }
@@ -61,7 +61,8 @@ func testMain(m *testing.M) int {
 	env.bin = os.Getenv("BERTH_BIN_DIR")
 	if env.bin == "" {
 		env.bin = filepath.Join(tmp, "bin")
-		if err := build(env.bin+"/", "./cmd/berthd", "./cmd/berth-agent", "./cmd/berth-plugin-caddy", "./cmd/berth-plugin-process"); err != nil {
+		if err := build(env.bin+"/", "./cmd/berthd", "./cmd/berth-agent", "./cmd/berth-plugin-caddy", "./cmd/berth-plugin-process",
+			"./cmd/berth", "./cmd/berth-plugin-dns", "./cmd/berth-plugin-gateway"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

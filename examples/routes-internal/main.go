@@ -60,7 +60,8 @@ func routes(in abiwasm.RoutesInput) ([]wasm.Route, error) {
 				tls = "none"
 			}
 			r := wasm.Route{Hostname: host, Project: s.Project, Service: s.Name, TLSMode: tls,
-				AllowSources: s.AllowSources, Upstreams: append([]wasm.Upstream{}, bySvc[s.ID]...)}
+				HTTPSRedirect: tls == "acme", // as the default compiler: acme routes redirect plain HTTP
+				AllowSources:  s.AllowSources, Upstreams: append([]wasm.Upstream{}, bySvc[s.ID]...)}
 			if strings.HasSuffix(host, ".internal") {
 				r.AllowSources = private
 			}

@@ -57,7 +57,9 @@ func routes(in abiwasm.RoutesInput) ([]wasm.Route, error) {
 			seen[host] = true
 			out = append(out, wasm.Route{
 				Hostname: host, Project: s.Project, Service: s.Name, TLSMode: tls,
-				AllowSources: s.AllowSources, Upstreams: append([]wasm.Upstream{}, bySvc[s.ID]...),
+				// acme routes redirect plain HTTP to https (docs/certificates.md section 1).
+				HTTPSRedirect: tls == "acme",
+				AllowSources:  s.AllowSources, Upstreams: append([]wasm.Upstream{}, bySvc[s.ID]...),
 			})
 		}
 	}
