@@ -6,6 +6,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -33,7 +34,21 @@ func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
 
+// e2eParallel is how many tests of this package run at once unless
+// -parallel says otherwise: each waits on its own processes far more than it
+// computes, so more than GOMAXPROCS of them share two cores well.
+const e2eParallel = 3
+
 func testMain(m *testing.M) int {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", strconv.Itoa(e2eParallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	tmp, err := os.MkdirTemp("", "berth-e2e-build-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
