@@ -214,13 +214,17 @@ const (
 	BindingKindUnknown Code = "binding_kind_unknown" // a service binding of a kind no provider serves (422)
 	BindingNameClash   Code = "binding_name_clash"   // two bindings of one service with the same name, or a name that is not a DNS label (422)
 	BindingUnavailable Code = "binding_unavailable"  // the server that holds a binding's data did not answer; the reason says why (503)
+	// BackupScheduleInvalid: a service's backup block with a cron expression that does not
+	// parse, a keep outside 0 to 1,000, or a drill other than daily or weekly (422).
+	BackupScheduleInvalid Code = "backup_schedule_invalid"
 )
 
 var statuses = map[Code]int{
-	BindingNotGranted:  http.StatusForbidden,
-	BindingKindUnknown: http.StatusUnprocessableEntity,
-	BindingNameClash:   http.StatusUnprocessableEntity,
-	BindingUnavailable: http.StatusServiceUnavailable,
+	BindingNotGranted:     http.StatusForbidden,
+	BindingKindUnknown:    http.StatusUnprocessableEntity,
+	BindingNameClash:      http.StatusUnprocessableEntity,
+	BindingUnavailable:    http.StatusServiceUnavailable,
+	BackupScheduleInvalid: http.StatusUnprocessableEntity,
 	TLSCertificateInvalid: http.StatusUnprocessableEntity,
 	TLSDomainUnverifiable: http.StatusUnprocessableEntity,
 	TLSModeInvalid:        http.StatusUnprocessableEntity,
@@ -244,12 +248,12 @@ var statuses = map[Code]int{
 	DNSZoneNotServed:        http.StatusUnprocessableEntity,
 	DNSRecordNotOwned:       http.StatusConflict,
 	DNSChallengeHostUnknown: http.StatusForbidden,
-	BackupCorrupt:         http.StatusUnprocessableEntity,
-	BackupVersionMismatch: http.StatusUnprocessableEntity,
-	BackupNotFound:        http.StatusNotFound,
-	BackupNotRestorable:   http.StatusConflict,
-	RestoreTargetRunning:  http.StatusConflict,
-	BackupNothingToBack:   http.StatusUnprocessableEntity,
+	BackupCorrupt:           http.StatusUnprocessableEntity,
+	BackupVersionMismatch:   http.StatusUnprocessableEntity,
+	BackupNotFound:          http.StatusNotFound,
+	BackupNotRestorable:     http.StatusConflict,
+	RestoreTargetRunning:    http.StatusConflict,
+	BackupNothingToBack:     http.StatusUnprocessableEntity,
 
 	AgentVersionSkew:  http.StatusConflict,
 	AgentDowngrade:    http.StatusConflict,

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berthhq/berth/core/bindings"
 	abibackups "github.com/berthhq/berth/abi/backups"
 	"github.com/berthhq/berth/core/backups"
+	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
@@ -145,6 +145,7 @@ func everyRoute() map[string]routeRow {
 		"GET /api/v1/projects/:project/backups":                               none,
 		"GET /api/v1/projects/:project/backups/:id":                           none,
 		"POST /api/v1/projects/:project/backups/:id/restore":                  obj,
+		"POST /api/v1/projects/:project/backups/:id/drill":                    none,
 		"POST /api/v1/nodes/:id/retire":                                       obj, "GET /api/v1/workloads": none,
 		"POST /api/v1/projects/:project/bundles": upload, "GET /api/v1/projects/:project/bundles": none,
 		"GET /api/v1/routes": none, "POST /api/v1/modules": upload, "GET /api/v1/modules": none,
