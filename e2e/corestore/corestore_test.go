@@ -27,9 +27,10 @@ import (
 
 // env holds what TestMain made: the binaries, the hello bundle and the PostgreSQL server.
 var env struct {
-	bin      string
-	helloDir string
-	pg       *pgtest.Server
+	bin         string
+	helloDir    string
+	minifluxDir string // holds miniflux.app, built from its module path
+	pg          *pgtest.Server
 }
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -68,6 +69,13 @@ func run(m *testing.M) int {
 	if err := build(filepath.Join(env.helloDir, "hello"), "./examples/apps/hello"); err != nil {
 		return fail("build", err)
 	}
+	// A third-party app on PostgreSQL, built by its module path (not a dependency of ours).
+	env.minifluxDir = filepath.Join(tmp, "miniflux")
+	mf := exec.Command("go", "install", minifluxModule)
+	mf.Env = append(os.Environ(), "GOBIN="+env.minifluxDir)
+	if b, err := mf.CombinedOutput(); err != nil {
+		return fail("go install "+minifluxModule, fmt.Errorf("%w\n%s", err, b))
+	}
 	pgBin, err := pgtest.BinDir()
 	if err != nil {
 		return fail("PostgreSQL", err)
@@ -86,6 +94,9 @@ func run(m *testing.M) int {
 }
 
 const converge = 90 * time.Second
+
+// minifluxModule is the third-party app the backup test keeps alive across a lost database.
+const minifluxModule = "miniflux.app/v2@v2.3.5"
 
 // workloadEnv returns the environment of the processes (working directory under dir) that
 // run workload ids, by workload id.
