@@ -2,6 +2,7 @@ package corestore
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,8 +18,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/minio/minio-go/v7"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/berthhq/berth/internal/proctest"
+	"github.com/berthhq/berth/internal/s3test"
 	"github.com/berthhq/berth/sdk/bundle"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -40,7 +46,9 @@ func TestThirdPartyAppSurvivesLosingItsDatabase(t *testing.T) {
 			}
 		}
 	})
-	conf, _ := json.Marshal(map[string]any{"postgres": map[string]any{"admin_url": env.pg.URL("postgres")}})
+	conf, _ := json.Marshal(map[string]any{"postgres": map[string]any{"admin_url": env.pg.URL("postgres")},
+		"mongodb": map[string]any{"admin_url": env.ferret.URI()},
+		"s3":      map[string]any{"endpoint": env.s3.Addr, "access_key": s3test.AccessKey, "secret_key": s3test.SecretKey, "admin_api": true}})
 	confPath := filepath.Join(dir, "corestore.json")
 	if err := os.WriteFile(confPath, conf, 0o600); err != nil {
 		t.Fatal(err)
@@ -162,12 +170,12 @@ func TestThirdPartyAppSurvivesLosingItsDatabase(t *testing.T) {
 		t.Fatalf("backup create: %v %v", made, err)
 	}
 	first := made[0].ID
-	waitBackup := func(id, what string, done func(b client.Backup) bool) client.Backup {
+	waitBackupOf := func(service, id, what string, done func(b client.Backup) bool) client.Backup {
 		t.Helper()
 		var got client.Backup
 		proctest.WaitFor(t, 3*time.Minute, what, func() (bool, string) {
 			var list []client.Backup
-			if err := json.Unmarshal(cli("backup", "ls", "default/reader", "-o", "json"), &list); err != nil {
+			if err := json.Unmarshal(cli("backup", "ls", service, "-o", "json"), &list); err != nil {
 				return false, err.Error()
 			}
 			for _, b := range list {
@@ -179,6 +187,10 @@ func TestThirdPartyAppSurvivesLosingItsDatabase(t *testing.T) {
 			return false, id + " not listed"
 		})
 		return got
+	}
+	waitBackup := func(id, what string, done func(b client.Backup) bool) client.Backup {
+		t.Helper()
+		return waitBackupOf("default/reader", id, what, done)
 	}
 	b1 := waitBackup(first, "first backup settled", func(b client.Backup) bool { return b.State == "succeeded" || b.State == "failed" })
 	if b1.State != "succeeded" || b1.Size == 0 || len(b1.Figures.Items) == 0 {
@@ -252,6 +264,78 @@ func TestThirdPartyAppSurvivesLosingItsDatabase(t *testing.T) {
 	// The app is untouched by the drills.
 	if ok, why := hasCategory(); !ok {
 		t.Fatalf("after the drills: %s", why)
+	}
+
+	// A second service with a MongoDB and an S3 binding: each kind is backed up and drilled.
+	buf.Reset()
+	if _, _, err := bundle.Create(ctx, env.helloDir, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PushBundle(ctx, "default", "hello", &buf); err != nil {
+		t.Fatal(err)
+	}
+	assets := client.ServiceSpec{Bundle: "hello", Command: []string{"./hello"},
+		Bindings: []client.BindingSpec{{Name: "cache", Kind: "mongodb"}, {Name: "files", Kind: "s3"}}}
+	if _, err := c.ApplyService(ctx, "default", "assets", assets); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]client.ServiceBinding{}
+	proctest.WaitFor(t, 2*converge, "mongodb and s3 bindings ready", func() (bool, string) {
+		bs, err := c.ListServiceBindings(ctx, "default", "assets")
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, b := range bs {
+			byName[b.Name] = b
+			if b.State == "ready" {
+				ready++
+			}
+		}
+		return ready == 2, fmt.Sprint(bs)
+	})
+	mc, err := mongo.Connect(options.Client().ApplyURI(env.ferret.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = mc.Disconnect(context.Background()) }()
+	docs := []any{bson.D{{Key: "_id", Value: 1}, {Key: "sku", Value: "kept"}}, bson.D{{Key: "_id", Value: 2}, {Key: "sku", Value: "also kept"}}}
+	if _, err := mc.Database(byName["cache"].Database).Collection("items").InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	s3c := env.s3.Client(t)
+	for _, k := range []string{"a.txt", "dir/b.txt"} {
+		body := "object " + k
+		if _, err := s3c.PutObject(ctx, byName["files"].Database, k, strings.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var kinds []client.Backup
+	if err := json.Unmarshal(cli("backup", "create", "default/assets", "-o", "json", "--idempotency-key", "assets"), &kinds); err != nil || len(kinds) != 2 {
+		t.Fatalf("backup create assets: %v %v", kinds, err)
+	}
+	for _, k := range kinds {
+		b := waitBackupOf("default/assets", k.ID, k.Binding+" backup settled", func(b client.Backup) bool { return b.State == "succeeded" || b.State == "failed" })
+		if b.State != "succeeded" || len(b.Figures.Items) == 0 {
+			t.Fatalf("%s backup: %+v", k.Kind, b)
+		}
+		cli("backup", "drill", k.ID, "--idempotency-key", "d-"+k.Binding)
+	}
+	for _, k := range kinds {
+		b := waitBackupOf("default/assets", k.ID, k.Binding+" backup drilled", func(b client.Backup) bool { return b.Drill != nil })
+		if b.Drill.Result != "passed" {
+			t.Fatalf("drill of the %s backup: %+v", b.Kind, b.Drill)
+		}
+	}
+	table = string(cli("backup", "ls"))
+	for _, kind := range []string{"postgres", "mongodb", "s3"} {
+		passed := false
+		for _, line := range strings.Split(table, "\n") {
+			passed = passed || (strings.Contains(line, "\t"+kind+"\t") && strings.Contains(line, "passed"))
+		}
+		if !passed {
+			t.Errorf("berth backup ls shows no passed drill of a %s backup:\n%s", kind, table)
+		}
 	}
 }
 
