@@ -214,6 +214,9 @@ const (
 	BindingKindUnknown Code = "binding_kind_unknown" // a service binding of a kind no provider serves (422)
 	BindingNameClash   Code = "binding_name_clash"   // two bindings of one service with the same name, or a name that is not a DNS label (422)
 	BindingUnavailable Code = "binding_unavailable"  // the server that holds a binding's data did not answer; the reason says why (503)
+	// BackupScheduleInvalid: a service's backup block with a cron expression that does not
+	// parse, a keep outside 0 to 1,000, or a drill other than daily or weekly (422).
+	BackupScheduleInvalid Code = "backup_schedule_invalid"
 )
 
 var statuses = map[Code]int{
@@ -221,6 +224,7 @@ var statuses = map[Code]int{
 	BindingKindUnknown:    http.StatusUnprocessableEntity,
 	BindingNameClash:      http.StatusUnprocessableEntity,
 	BindingUnavailable:    http.StatusServiceUnavailable,
+	BackupScheduleInvalid: http.StatusUnprocessableEntity,
 	TLSCertificateInvalid: http.StatusUnprocessableEntity,
 	TLSDomainUnverifiable: http.StatusUnprocessableEntity,
 	TLSModeInvalid:        http.StatusUnprocessableEntity,

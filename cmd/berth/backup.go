@@ -20,7 +20,7 @@ func splitService(arg, project string) (string, string) {
 
 func newBackupCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "backup create|ls|restore",
+		Use:   "backup create|ls|restore|drill",
 		RunE:  groupRunE,
 		Short: "Back up a service's bindings, list the backups and restore one",
 		Long: `backup works on the backups of a service's bindings (its PostgreSQL and MongoDB
@@ -129,7 +129,38 @@ record (backup_corrupt otherwise). It then enqueues the restore operation.`,
 	restore.Flags().BoolVar(&scratch, "into-scratch", false, "restore into a new scratch database or bucket beside the live one")
 	restore.Flags().StringVar(&restoreKey, "idempotency-key", "", "repeat-safe key: a retry with the same key answers the same restore")
 	restore.Flags().BoolVar(&whileRunning, "while-running", false, "allow a restore into a service that is running")
-	cmd.AddCommand(create, ls, restore)
+	var drillKey string
+	drill := &cobra.Command{
+		Use:   "drill BACKUP",
+		Short: "Prove a backup now: restore it into a scratch resource, compare, drop the scratch",
+		Long: `drill queues a restore drill of one backup: the executor restores it into a
+new scratch database or bucket, measures what came back against the figures
+recorded at backup time, and drops the scratch resource. The result
+(passed or failed, with the first differing table) shows in berth backup ls.`,
+		Example: `  berth backup drill bkp_01J... --project shop`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			project := s.Project
+			if drillKey != "" {
+				c = c.WithIdempotencyKey(drillKey)
+			}
+			op, err := c.DrillBackup(cmd.Context(), project, args[0])
+			if err != nil {
+				return fmt.Errorf("drill %s: %w", args[0], err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, op)
+			}
+			fmt.Fprintf(a.stdout, "drill of %s queued: operation %s\n", args[0], op.OperationID)
+			return nil
+		},
+	}
+	drill.Flags().StringVar(&drillKey, "idempotency-key", "", "repeat-safe key: a retry with the same key answers the same drill")
+	cmd.AddCommand(create, ls, restore, drill)
 	return cmd
 }
 

@@ -49,6 +49,7 @@ func (s *Server) registerBackups(v1 *echo.Group) {
 	v1.GET("/projects/:project/backups", s.listBackups, s.auth(identity.ScopeServicesRead))
 	v1.GET("/projects/:project/backups/:id", s.getBackup, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/backups/:id/restore", s.restoreBackup, s.auth(identity.ScopeServicesWrite))
+	v1.POST("/projects/:project/backups/:id/drill", s.drillBackup, s.auth(identity.ScopeServicesWrite))
 }
 
 // backupProblem turns a core/backups error into its problem; others stay internal.
@@ -115,9 +116,13 @@ func (s *Server) createBackup(c echo.Context) error {
 	}
 	sort.Strings(names)
 	key := requestKey(c)
+	keep := 0 // the committer's default
+	if svc.Backup != nil {
+		keep = backups.Schedule{Keep: svc.Backup.Keep}.KeepOrDefault()
+	}
 	out := make([]backups.Record, 0, len(names))
 	for _, n := range names {
-		rec, _, err := s.cfg.Backups.Manager.Request(ctx, backups.BackupRequest{ProjectID: p.ID, Service: svc.Name, Binding: n, Kind: kinds[n], IdempotencyKey: key})
+		rec, _, err := s.cfg.Backups.Manager.Request(ctx, backups.BackupRequest{ProjectID: p.ID, Service: svc.Name, Binding: n, Kind: kinds[n], IdempotencyKey: key, Keep: keep})
 		if err != nil {
 			return backupProblem(err)
 		}
@@ -207,5 +212,20 @@ func (s *Server) restoreBackup(c echo.Context) error {
 		return backupProblem(err)
 	}
 	s.log.Info("restore requested", "project", p.Name, "backup", c.Param("id"), "operation_id", op.ID)
+	return c.JSON(http.StatusAccepted, map[string]any{"operation_id": op.ID, "state": op.State, "kind": op.Kind})
+}
+
+// drillBackup enqueues a restore drill of one backup now (docs/backups.md section 5): no
+// body; 202 with the operation. A repeated Idempotency-Key answers the same operation.
+func (s *Server) drillBackup(c echo.Context) error {
+	p, err := s.project(c, false)
+	if err != nil {
+		return err
+	}
+	op, err := s.cfg.Backups.Manager.DrillBackup(c.Request().Context(), p.ID, c.Param("id"), requestKey(c))
+	if err != nil {
+		return backupProblem(err)
+	}
+	s.log.Info("drill requested", "project", p.Name, "backup", c.Param("id"), "operation_id", op.ID)
 	return c.JSON(http.StatusAccepted, map[string]any{"operation_id": op.ID, "state": op.State, "kind": op.Kind})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"testing"
 
 	"github.com/berthhq/berth/core/backups"
@@ -93,5 +94,63 @@ func TestBackupRoutes(t *testing.T) {
 	}
 	if code, out := f.json("POST", restore, map[string]any{"into_scratch": true}); code != 202 {
 		t.Fatalf("restore into scratch: %d %v", code, out)
+	}
+}
+
+// TestServiceBackupBlock: an apply carries the service's backup block and answers it back; a
+// bad cron, keep or drill is 422 backup_schedule_invalid and changes nothing; a backup
+// requested on demand keeps the service's keep on its record; and a drill of one backup is
+// queued for that backup (404 for an unknown one, 409 for one that did not succeed).
+func TestServiceBackupBlock(t *testing.T) {
+	f := newFullFixture(t)
+	seedServiceAndNode(t, f)
+	const svc = "/api/v1/projects/default/services/"
+	for _, bad := range []map[string]any{
+		{"cron": "every day"}, {"cron": "0 3 * * *", "keep": -1}, {"keep": 1001}, {"drill": "hourly"},
+	} {
+		code, out := f.json("PUT", svc+"sched", map[string]any{"bundle": "app", "command": []string{"./app"}, "backup": bad})
+		if code != 422 || out["code"] != "backup_schedule_invalid" {
+			t.Fatalf("backup %v: %d %v", bad, code, out)
+		}
+	}
+	if code, out := f.json("GET", svc+"sched", nil); code != 404 {
+		t.Fatalf("a refused apply made the service: %d %v", code, out)
+	}
+	block := map[string]any{"cron": "0 3 * * *", "keep": 3, "drill": "weekly"}
+	code, out := f.json("PUT", svc+"sched", map[string]any{"bundle": "app", "command": []string{"./app"}, "backup": block})
+	if code != 201 {
+		t.Fatalf("apply: %d %v", code, out)
+	}
+	if code, out = f.json("GET", svc+"sched", nil); code != 200 || fmt.Sprint(out["backup"]) != fmt.Sprint(map[string]any{"cron": "0 3 * * *", "keep": float64(3), "drill": "weekly"}) {
+		t.Fatalf("get: %d %v", code, out["backup"])
+	}
+	// The fixture's web service declares the binding db; give it a block and back it up.
+	code, out = f.json("GET", svc+"web", nil)
+	if code != 200 {
+		t.Fatalf("get web: %d %v", code, out)
+	}
+	spec := map[string]any{"bundle": out["bundle"], "command": out["command"], "bindings": out["bindings"], "backup": map[string]any{"keep": 2}}
+	if code, out := f.json("PUT", svc+"web", spec); code != 200 {
+		t.Fatalf("apply web: %d %v", code, out)
+	}
+	code, out = f.json("POST", svc+"web/backups", nil)
+	if code != 202 {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	id := out["items"].([]any)[0].(map[string]any)["id"].(string)
+	rec, err := f.api.cfg.Backups.Manager.Get(context.Background(), out["items"].([]any)[0].(map[string]any)["project_id"].(string), id)
+	if err != nil || rec.Keep != 2 {
+		t.Fatalf("record keep %+v, %v; want 2", rec, err)
+	}
+	if code, out := f.json("POST", "/api/v1/projects/default/backups/"+id+"/drill", nil); code != 409 || out["code"] != "backup_not_restorable" {
+		t.Fatalf("drill of a pending backup: %d %v", code, out)
+	}
+	if code, out := f.json("POST", "/api/v1/projects/default/backups/bkp_nope/drill", nil); code != 404 || out["code"] != "backup_not_found" {
+		t.Fatalf("drill of an unknown backup: %d %v", code, out)
+	}
+	done := commitBackup(t, f, "web", "drilled")
+	code, out = f.json("POST", "/api/v1/projects/default/backups/"+done+"/drill", nil)
+	if code != 202 || out["kind"] != "drill" {
+		t.Fatalf("drill: %d %v", code, out)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/backups"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/changelog"
@@ -62,6 +63,9 @@ func toAPIService(s *services.Service, ready int) client.Service {
 	}
 	for _, b := range s.Bindings {
 		out.Bindings = append(out.Bindings, client.BindingSpec{Name: b.Name, Kind: b.Kind})
+	}
+	if s.Backup != nil {
+		out.Backup = &client.BackupSpec{Cron: s.Backup.Cron, Keep: s.Backup.Keep, Drill: s.Backup.Drill}
 	}
 	return out
 }
@@ -245,6 +249,13 @@ func (s *Server) putService(c echo.Context) error {
 		svc.Volumes = append(svc.Volumes, services.Volume(v))
 	}
 	svc.Bindings = bindingSpecs
+	if spec.Backup != nil {
+		sched := backups.Schedule{Cron: spec.Backup.Cron, Keep: spec.Backup.Keep, Drill: spec.Backup.Drill}
+		if err := sched.Validate(); err != nil {
+			return problem(abierrors.BackupScheduleInvalid, err.Error())
+		}
+		svc.Backup = &services.BackupSchedule{Cron: sched.Cron, Keep: sched.Keep, Drill: sched.Drill}
+	}
 	if spec.PlacementMode == services.PlacementStateful {
 		svc.PlacementMode, svc.LeaseMode = services.PlacementStateful, string(node.LeaseLocal)
 		if spec.Lease != nil && spec.Lease.Mode != "" {

@@ -149,7 +149,7 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 		return func() req { return req{method: "POST", path: path, ctype: ctype, token: f.admin, body: body} }
 	}
 	const svc = "/api/v1/projects/default/services/"
-	var moduleDigest, bindingID, backupID string
+	var moduleDigest, bindingID, backupID, drillOther string
 	cases := []idemCase{
 		{route: "PUT /api/v1/projects/:project", first: js("PUT", "/api/v1/projects/shop", map[string]any{}), other: js("PUT", "/api/v1/projects/shop2", map[string]any{})},
 		{route: "PUT /api/v1/projects/:project/services/:name",
@@ -182,6 +182,12 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 			other: func() req {
 				return js("POST", "/api/v1/projects/default/backups/"+backupID+"/restore", map[string]any{"while_running": true})()
 			}},
+		{route: "POST /api/v1/projects/:project/backups/:id/drill",
+			first: func() req {
+				drillOther = commitBackup(t, f, "web", "for-drill-2")
+				return js("POST", "/api/v1/projects/default/backups/"+commitBackup(t, f, "web", "for-drill")+"/drill", nil)()
+			},
+			other: func() req { return js("POST", "/api/v1/projects/default/backups/"+drillOther+"/drill", nil)() }},
 		{route: "POST /api/v1/projects/:project/services/:name/releases",
 			first: js("POST", svc+"api/releases", map[string]any{"tag": "v1.0.0"}),
 			other: js("POST", svc+"api/releases", map[string]any{"tag": "v1.0.1"})},

@@ -145,6 +145,7 @@ func everyRoute() map[string]routeRow {
 		"GET /api/v1/projects/:project/backups":                               none,
 		"GET /api/v1/projects/:project/backups/:id":                           none,
 		"POST /api/v1/projects/:project/backups/:id/restore":                  obj,
+		"POST /api/v1/projects/:project/backups/:id/drill":                    none,
 		"POST /api/v1/nodes/:id/retire":                                       obj, "GET /api/v1/workloads": none,
 		"POST /api/v1/projects/:project/bundles": upload, "GET /api/v1/projects/:project/bundles": none,
 		"GET /api/v1/routes": none, "POST /api/v1/modules": upload, "GET /api/v1/modules": none,

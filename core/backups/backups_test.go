@@ -77,8 +77,14 @@ var figures = abibackups.Figures{Kind: abibackups.KindPostgres, Items: []abiback
 // manager as the executor would, and returns the record.
 func (e *env) backupOnce(t *testing.T, key string, archive []byte) *backups.Record {
 	t.Helper()
+	return e.backupKeeping(t, key, archive, 0)
+}
+
+// backupKeeping is backupOnce for a service whose backup block keeps keep.
+func (e *env) backupKeeping(t *testing.T, key string, archive []byte, keep int) *backups.Record {
+	t.Helper()
 	ctx := context.Background()
-	rec, _, err := e.m.Request(ctx, backups.BackupRequest{ProjectID: "prj_shop", Service: "web", Binding: "db", Kind: abibackups.KindPostgres, IdempotencyKey: key})
+	rec, _, err := e.m.Request(ctx, backups.BackupRequest{ProjectID: "prj_shop", Service: "web", Binding: "db", Kind: abibackups.KindPostgres, IdempotencyKey: key, Keep: keep})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,6 +294,30 @@ func TestRetentionKeepsTheNewest(t *testing.T) {
 	}
 	if n := countBlobs(t, e.fs, "backups/"); n != 2 {
 		t.Fatalf("%d archives after keep 2", n)
+	}
+}
+
+// TestCommitKeepsTheServicesKeep: the keep a backup was requested with (the service's
+// backup block) is what its commit prunes by, not the committer's default of 24.
+func TestCommitKeepsTheServicesKeep(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	var ids []string
+	for i, k := range []string{"a", "b", "c"} {
+		ids = append(ids, e.backupKeeping(t, k, []byte(strings.Repeat(k, 100+i)), 2).ID)
+	}
+	list, err := e.m.List(ctx, "prj_shop", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].ID != ids[2] || list[1].ID != ids[1] || list[0].Keep != 2 {
+		t.Fatalf("after three backups keeping 2: %v; want %s, %s", recIDs(list), ids[2], ids[1])
+	}
+	if n := countBlobs(t, e.fs, "backups/"); n != 2 {
+		t.Fatalf("%d archives after keep 2", n)
+	}
+	if _, _, err := e.m.Request(ctx, backups.BackupRequest{ProjectID: "prj_shop", Service: "web", Binding: "db", Kind: abibackups.KindPostgres, IdempotencyKey: "neg", Keep: -1}); !errors.Is(err, backups.ErrInvalid) {
+		t.Fatalf("keep -1: %v, want ErrInvalid", err)
 	}
 }
 

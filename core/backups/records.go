@@ -88,17 +88,20 @@ type Drill struct {
 
 // Record is one backup: a document in [Collection].
 type Record struct {
-	ID          string          `bson:"_id" json:"id"` // "bkp_" + the operation id's ULID
-	ProjectID   string          `bson:"project_id" json:"project_id"`
-	Service     string          `bson:"service" json:"service"`
-	Binding     string          `bson:"binding" json:"binding"`
-	Kind        abibackups.Kind `bson:"kind" json:"kind"`
-	Trigger     Trigger         `bson:"trigger" json:"trigger"`
-	ScheduledAt time.Time       `bson:"scheduled_at" json:"scheduled_at,omitzero"`
-	OperationID string          `bson:"operation_id" json:"operation_id"`
-	State       State           `bson:"state" json:"state"`
-	FailedStep  string          `bson:"failed_step" json:"failed_step,omitempty"`
-	Error       string          `bson:"error" json:"error,omitempty"`
+	ID        string          `bson:"_id" json:"id"` // "bkp_" + the operation id's ULID
+	ProjectID string          `bson:"project_id" json:"project_id"`
+	Service   string          `bson:"service" json:"service"`
+	Binding   string          `bson:"binding" json:"binding"`
+	Kind      abibackups.Kind `bson:"kind" json:"kind"`
+	// Keep is the retention of the service's backup block when the backup was requested
+	// (zero: the committer's default), applied after this backup commits.
+	Keep        int       `bson:"keep,omitempty" json:"keep,omitempty"`
+	Trigger     Trigger   `bson:"trigger" json:"trigger"`
+	ScheduledAt time.Time `bson:"scheduled_at" json:"scheduled_at,omitzero"`
+	OperationID string    `bson:"operation_id" json:"operation_id"`
+	State       State     `bson:"state" json:"state"`
+	FailedStep  string    `bson:"failed_step" json:"failed_step,omitempty"`
+	Error       string    `bson:"error" json:"error,omitempty"`
 	// Fence is the operation fence of the attempt that last held the record.
 	Fence   int64  `bson:"fence" json:"fence"`
 	BlobKey string `bson:"blob_key" json:"-"`
@@ -118,10 +121,24 @@ type Record struct {
 // Payload is the canonical payload of a backup operation (never secret).
 type Payload struct {
 	BackupID    string          `json:"backup_id"`
+	Project     string          `json:"project,omitempty"` // the project's name, when [Config.ProjectName] is set
+	Keep        int             `json:"keep,omitempty"`    // the service's keep at request time; zero: the committer's
 	Service     string          `json:"service"`
 	Binding     string          `json:"binding"`
 	Kind        abibackups.Kind `json:"kind"`
 	ScheduledAt string          `json:"scheduled_at,omitempty"` // RFC 3339, schedules only
+}
+
+// projectName is the name of project id from [Config.ProjectName], or "" without one.
+func (m *Manager) projectName(ctx context.Context, id string) (string, error) {
+	if m.project == nil {
+		return "", nil
+	}
+	name, err := m.project(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("backup: project %s: %w", id, err)
+	}
+	return name, nil
 }
 
 // Errors of [Manager]; each carries a code of abi/errors and is checked
@@ -151,6 +168,10 @@ type Config struct {
 	// executor: every backup, restore and drill operation is enqueued for that node only, so
 	// no other runner claims one. Empty: any runner node may claim them.
 	ExecutorNode string
+	// ProjectName, when set, names a project by id; payloads then carry the name, which is
+	// how the Corestore provider knows its binding resources (<project>/<service>/<binding>).
+	// nil: payloads carry no name and the executor resolves by the operation's project id.
+	ProjectName func(ctx context.Context, projectID string) (string, error)
 	// MaxArchiveBytes bounds one archive; zero means 64 GiB.
 	MaxArchiveBytes int64
 	Now             func() time.Time // nil: time.Now
@@ -168,6 +189,7 @@ type Manager struct {
 	ev      *events.Log
 	max     int64
 	target  string
+	project func(ctx context.Context, projectID string) (string, error)
 	now     func() time.Time
 	log     *slog.Logger
 	metrics metrics
@@ -191,7 +213,7 @@ func New(cfg Config) *Manager {
 		cfg.MaxArchiveBytes = 64 << 30
 	}
 	m := &Manager{st: cfg.Store, coll: cfg.Store.Collection(Collection), q: cfg.Queue, blobs: cfg.Blobs, ev: cfg.Events,
-		max: cfg.MaxArchiveBytes, target: cfg.ExecutorNode, now: cfg.Now, log: cfg.Log}
+		max: cfg.MaxArchiveBytes, target: cfg.ExecutorNode, project: cfg.ProjectName, now: cfg.Now, log: cfg.Log}
 	m.metrics = metrics{
 		backups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "berth_backups_total", Help: "Service backups settled, by kind and result (succeeded, failed)."}, []string{"kind", "result"}),
 		drills:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "berth_backup_drills_total", Help: "Restore drills recorded, by kind and result (passed, failed)."}, []string{"kind", "result"}),
@@ -250,6 +272,9 @@ type BackupRequest struct {
 	// ScheduledAt is the schedule's time for a scheduled backup; zero for
 	// one on demand.
 	ScheduledAt time.Time
+	// Keep is the service's retention (its backup block's keep) applied when this backup
+	// commits; zero leaves the committer's default ([DefaultKeep] on the runner transport).
+	Keep int
 	// IdempotencyKey of an on-demand request (the API's Idempotency-Key);
 	// ignored for scheduled ones, whose key is the scheduled time.
 	IdempotencyKey string
@@ -286,7 +311,14 @@ func (m *Manager) Request(ctx context.Context, r BackupRequest) (*Record, bool, 
 	if r.ScheduledAt.IsZero() && r.IdempotencyKey == "" {
 		return nil, false, fmt.Errorf("backup: an on-demand backup needs an idempotency key: %w", ErrInvalid)
 	}
-	p := Payload{Service: r.Service, Binding: r.Binding, Kind: r.Kind}
+	name, err := m.projectName(ctx, r.ProjectID)
+	if err != nil {
+		return nil, false, err
+	}
+	if r.Keep < 0 {
+		return nil, false, fmt.Errorf("backup: keep %d: %w", r.Keep, ErrInvalid)
+	}
+	p := Payload{Project: name, Service: r.Service, Binding: r.Binding, Kind: r.Kind, Keep: r.Keep}
 	if !r.ScheduledAt.IsZero() {
 		p.ScheduledAt = r.ScheduledAt.UTC().Format(time.RFC3339)
 	}
@@ -304,7 +336,7 @@ func (m *Manager) ensure(ctx context.Context, op *operations.Operation) (*Record
 	if err := json.Unmarshal([]byte(op.Payload), &p); err != nil {
 		return nil, false, fmt.Errorf("backup operation %s payload: %w", op.ID, err)
 	}
-	rec := &Record{ID: recordID(op.ID), ProjectID: op.ProjectID, Service: p.Service, Binding: p.Binding, Kind: p.Kind,
+	rec := &Record{ID: recordID(op.ID), ProjectID: op.ProjectID, Service: p.Service, Binding: p.Binding, Kind: p.Kind, Keep: p.Keep,
 		Trigger: TriggerManual, OperationID: op.ID, State: Pending, CreatedAt: op.CreatedAt.UTC(), Figures: abibackups.Figures{Kind: p.Kind, Items: []abibackups.Item{}}}
 	if p.ScheduledAt != "" {
 		rec.Trigger = TriggerSchedule
@@ -407,7 +439,8 @@ type Declared struct {
 // compares the stored archive with d, then writes the record succeeded with
 // one conditional update (state running, fence h's), completes the
 // operation and applies retention (keep the newest keep settled backups of
-// the service and binding; zero keeps all). A mismatch deletes the archive,
+// the service and binding: the record's own keep, from the service's backup block at request
+// time, else keep; zero keeps all). A mismatch deletes the archive,
 // fails the record at StepVerify and the operation (not retryable), and
 // returns ErrCorrupt. Errors: operations.ErrLeaseLost, ErrCorrupt.
 func (m *Manager) Commit(ctx context.Context, opID string, h operations.Holder, d Declared, keep int) (*Record, error) {
@@ -451,6 +484,9 @@ func (m *Manager) Commit(ctx context.Context, opID string, h operations.Holder, 
 	m.metrics.bytes.Add(float64(info.Size))
 	if err := m.CompleteCommitted(ctx, opID, h, rec); err != nil {
 		return rec, err
+	}
+	if rec.Keep > 0 {
+		keep = rec.Keep
 	}
 	if keep > 0 {
 		if err := m.Prune(ctx, rec.ProjectID, rec.Service, rec.Binding, keep); err != nil {

@@ -20,6 +20,7 @@ import (
 // RestorePayload is the canonical payload of a restore or drill operation.
 type RestorePayload struct {
 	BackupID string          `json:"backup_id"`
+	Project  string          `json:"project,omitempty"` // the project's name, when [Config.ProjectName] is set
 	Kind     abibackups.Kind `json:"kind"`
 	// Service and Binding name the target; the binding's resource is
 	// restored into (Clean), unless Scratch is set.
@@ -97,7 +98,11 @@ func (m *Manager) Restore(ctx context.Context, t Target, r RestoreRequest) (*ope
 	if err := m.VerifyArchive(ctx, rec); err != nil {
 		return nil, err
 	}
-	p := RestorePayload{BackupID: rec.ID, Kind: rec.Kind, Service: into, Binding: rec.Binding}
+	name, err := m.projectName(ctx, r.ProjectID)
+	if err != nil {
+		return nil, err
+	}
+	p := RestorePayload{BackupID: rec.ID, Project: name, Kind: rec.Kind, Service: into, Binding: rec.Binding}
 	if r.IntoScratch {
 		p.Scratch = scratchName(rec.Binding, "restore", r.IdempotencyKey)
 	}
@@ -136,12 +141,16 @@ func (m *Manager) Drill(ctx context.Context, projectID, service, binding, period
 	if err != nil {
 		return nil, err
 	}
+	name, err := m.projectName(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
 	for _, rec := range all {
 		if rec.Binding != binding || rec.State != Succeeded {
 			continue
 		}
 		key := "drill:" + service + ":" + binding + ":" + period
-		p := RestorePayload{BackupID: rec.ID, Kind: rec.Kind, Service: service, Binding: binding, Scratch: scratchName(binding, "drill", key), Drill: true}
+		p := RestorePayload{BackupID: rec.ID, Project: name, Kind: rec.Kind, Service: service, Binding: binding, Scratch: scratchName(binding, "drill", key), Drill: true}
 		body, _ := json.Marshal(p)
 		op, _, err := m.q.Enqueue(ctx, operations.EnqueueRequest{ProjectID: projectID, Kind: KindDrill, IdempotencyKey: key, Payload: body, TargetNode: m.target})
 		if err != nil {
@@ -150,6 +159,33 @@ func (m *Manager) Drill(ctx context.Context, projectID, service, binding, period
 		return op, nil
 	}
 	return nil, nil
+}
+
+// DrillBackup enqueues a drill of backup id of the project now, whichever backup is the
+// latest (docs/backups.md section 5): an operator proving one backup on demand. The key
+// (the caller's Idempotency-Key) makes a repeated request answer the same operation. The
+// archive is not checked here: a drill of an altered archive runs and records failed.
+// Errors: ErrNotFound, ErrNotRestorable.
+func (m *Manager) DrillBackup(ctx context.Context, projectID, id, key string) (*operations.Operation, error) {
+	rec, err := m.Get(ctx, projectID, id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != Succeeded {
+		return nil, fmt.Errorf("drill of %s (%s): %w", rec.ID, rec.State, ErrNotRestorable)
+	}
+	name, err := m.projectName(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	key = "drill:" + rec.ID + ":" + key
+	p := RestorePayload{BackupID: rec.ID, Project: name, Kind: rec.Kind, Service: rec.Service, Binding: rec.Binding, Scratch: scratchName(rec.Binding, "drill", key), Drill: true}
+	body, _ := json.Marshal(p)
+	op, _, err := m.q.Enqueue(ctx, operations.EnqueueRequest{ProjectID: projectID, Kind: KindDrill, IdempotencyKey: key, Payload: body, TargetNode: m.target})
+	if err != nil {
+		return nil, fmt.Errorf("drill of %s: %w", rec.ID, err)
+	}
+	return op, nil
 }
 
 // EventDrillFailed is the event type raised when a drill finds a backup

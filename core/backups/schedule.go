@@ -153,7 +153,7 @@ func (m *Manager) Tick(ctx context.Context, list []Scheduled, now time.Time) (in
 				last = now.Add(-time.Minute) // a new schedule starts now, it does not back-date
 			}
 			if t, ok, _ := Due(s.Schedule.Cron, last, now); ok {
-				if _, _, err := m.Request(ctx, BackupRequest{ProjectID: s.ProjectID, Service: s.Service, Binding: s.Binding, Kind: s.Kind, ScheduledAt: t}); err != nil {
+				if _, _, err := m.Request(ctx, BackupRequest{ProjectID: s.ProjectID, Service: s.Service, Binding: s.Binding, Kind: s.Kind, ScheduledAt: t, Keep: s.Schedule.KeepOrDefault()}); err != nil {
 					m.log.Warn("scheduled backup not requested", "service", s.Service, "binding", s.Binding, "err", err)
 					first = errors.Join(first, err)
 					continue

@@ -335,3 +335,16 @@ func TestReleaseKeepsDataPurgeDrops(t *testing.T) {
 		t.Fatalf("purge operation %+v: want kind %s with a fence", op, bindings.KindPurge)
 	}
 }
+
+// TestSecretNamesAreValidForEveryCredentialKey: the S3 binding's keys (ACCESS_KEY,
+// SECRET_KEY) hold an underscore, which a secret name may not; every key of every kind names
+// a secret the store accepts, short service names and long ones alike.
+func TestSecretNamesAreValidForEveryCredentialKey(t *testing.T) {
+	for _, key := range []string{"URL", "HOST", "PORT", "USER", "PASSWORD", "DATABASE", "ACCESS_KEY", "SECRET_KEY", "BUCKET", "ENDPOINT", "REGION"} {
+		for _, svc := range []string{"assets", strings.Repeat("s", 40)} {
+			if n := bindings.SecretName(svc, "files", key); !secrets.ValidName(n) {
+				t.Errorf("SecretName(%s, files, %s) = %q: not a valid secret name", svc, key, n)
+			}
+		}
+	}
+}

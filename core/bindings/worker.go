@@ -250,14 +250,16 @@ func EnvName(name, key string) string {
 }
 
 // SecretName is the project secret holding credential key of binding name of service: a DNS
-// label ("bnd-<service>-<name>-<key>", or a digest of it when that is too long).
+// label ("bnd-<service>-<name>-<key>", the key lower-cased with '_' as '-', or a digest of the
+// service and name when that is too long).
 func SecretName(service, name, key string) string {
-	n := "bnd-" + service + "-" + name + "-" + strings.ToLower(key)
+	k := strings.ReplaceAll(strings.ToLower(key), "_", "-")
+	n := "bnd-" + service + "-" + name + "-" + k
 	if len(n) <= 63 {
 		return n
 	}
 	sum := sha256.Sum256([]byte(service + "/" + name))
-	return "bnd-" + hex.EncodeToString(sum[:])[:24] + "-" + strings.ToLower(key)
+	return "bnd-" + hex.EncodeToString(sum[:])[:24] + "-" + k
 }
 
 // seal stores each credential as a version of its secret (a version only when the value

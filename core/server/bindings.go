@@ -14,6 +14,7 @@ import (
 	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/operations"
+	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store"
@@ -31,7 +32,7 @@ const corestoreStateDir = "corestore"
 // (JSON, 0600: it holds the servers' admin credentials, docs/bindings.md section 5) and returns
 // the binding manager, whose worker the caller runs, and the plugin handle the caller closes.
 // With no configuration file it returns nil: services with bindings are then refused.
-func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secrets.Store, cat *services.Catalog,
+func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secrets.Store, cat *services.Catalog, exec executorAccess,
 	hint func(reason, serviceID string), log *slog.Logger) (*bindings.Manager, *plugin.Provider, error) {
 	if cfg.CorestoreConfig == "" {
 		return nil, nil, nil
@@ -42,6 +43,9 @@ func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secret
 	}
 	if conf, err = resolveConfigSecrets(ctx, conf, sec, cat); err != nil {
 		return nil, nil, fmt.Errorf("corestore configuration %s: %w", cfg.CorestoreConfig, err)
+	}
+	if conf, err = exec.configure(ctx, conf); err != nil {
+		return nil, nil, fmt.Errorf("corestore executor: %w", err)
 	}
 	entry, err := plugin.ResolveProvider(cfg.PluginDir, "corestore")
 	if err != nil {
@@ -63,6 +67,35 @@ func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secret
 		OnReady: func(ctx context.Context, b *bindings.Binding) error { return publishBinding(ctx, cat, hint, b) },
 	})
 	return m, h, nil
+}
+
+// corestoreExecutorNode is the runner node id of the corestore plugin's backup executor;
+// berthd queues every backup, restore and drill operation for it (docs/backups.md section 2.1).
+const corestoreExecutorNode = "corestore"
+
+// executorAccess is how the corestore plugin's backup executor reaches this berthd: the
+// runner registry that enrolls it, the API URL on loopback and the certificate pin.
+type executorAccess struct {
+	runners     *runners.Registry
+	url         string
+	fingerprint string
+}
+
+// configure adds the "executor" object to the plugin configuration raw (a JSON object),
+// replacing any the operator's file had: a fresh one-time runner enrollment of
+// [corestoreExecutorNode], valid for an hour, used only when the plugin holds no valid
+// credential yet. The token travels only in this configuration (never argv or a log).
+func (e executorAccess) configure(ctx context.Context, raw []byte) ([]byte, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	token, _, err := e.runners.CreateEnrollment(ctx, corestoreExecutorNode, "local", time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	doc["executor"] = map[string]any{"url": e.url, "fingerprint": e.fingerprint, "node_id": corestoreExecutorNode, "registration_token": token}
+	return json.Marshal(doc)
 }
 
 // secretPrefix marks a configuration value taken from berthd's secrets: "secret:PROJECT/NAME"

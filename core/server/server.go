@@ -304,7 +304,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	orch, err := newOrchestration(ctx, st, blobs, cfg.RunnerTransport, cfg.OrchestrationInterval, log)
+	// The corestore plugin's backup executor is a runner node, so bindings need the transport.
+	orch, err := newOrchestration(ctx, st, blobs, cfg.RunnerTransport || cfg.CorestoreConfig != "", cfg.OrchestrationInterval, log)
 	if err != nil {
 		return err
 	}
@@ -412,7 +413,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return []plugin.Status{gwHandle.Status()}
 	}
-	binds, corestoreHandle, err := startBindings(ctx, cfg, st, sec, cat, func(reason, id string) {
+	exec := executorAccess{runners: orch.api.Runners, url: loopbackURL(ln.Addr()), fingerprint: servTLS.Fingerprint}
+	binds, corestoreHandle, err := startBindings(ctx, cfg, st, sec, cat, exec, func(reason, id string) {
 		if rec != nil {
 			rec.HintService(reason, id)
 		}
@@ -434,7 +436,12 @@ func Run(ctx context.Context, cfg Config) error {
 	gc := registry.NewCollector(oci, imageReleases, imagesInUse(cat), registry.GCPolicy{})
 	// Service backups (docs/backups.md): records and operations on this store, archives in the
 	// blob store; a backup request backs up the bindings the service declares.
-	backupMgr := backups.New(backups.Config{Store: st, Queue: orch.api.Operations, Blobs: blobStore, Events: evlog, Registerer: metrics, Log: log})
+	// With the corestore plugin, its executor is the only runner node that claims them.
+	bcfg := backups.Config{Store: st, Queue: orch.api.Operations, Blobs: blobStore, Events: evlog, Registerer: metrics, Log: log}
+	if binds != nil {
+		bcfg.ExecutorNode, bcfg.ProjectName = corestoreExecutorNode, projectName(cat)
+	}
+	backupMgr := backups.New(bcfg)
 	handler := api.New(api.Config{
 		RegistryGC:    gc,
 		Backups:       &api.BackupsConfig{Manager: backupMgr, Bindings: bindingKinds(binds)},
@@ -474,6 +481,13 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { defer close(clogDone); clog.Run(rctx) }()
 	gcDone := make(chan struct{})
 	go func() { defer close(gcDone); gc.Run(rctx) }()
+	schedDone := make(chan struct{})
+	go func() {
+		defer close(schedDone)
+		if binds != nil {
+			runBackupSchedules(rctx, backupMgr, cat, log)
+		}
+	}()
 
 	serveErr := make(chan error, 1)
 	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{servTLS.Certificate}}
@@ -497,6 +511,7 @@ func Run(ctx context.Context, cfg Config) error {
 		<-idemDone
 		<-clogDone
 		<-gcDone
+		<-schedDone
 		return fmt.Errorf("api server: %w", err)
 	}
 	log.Info("berthd shutting down")
@@ -513,7 +528,37 @@ func Run(ctx context.Context, cfg Config) error {
 	<-idemDone
 	<-clogDone
 	<-gcDone
+	<-schedDone
 	return nil
+}
+
+// projectName names a project by id (a scan of the few projects).
+func projectName(cat *services.Catalog) func(ctx context.Context, id string) (string, error) {
+	return func(ctx context.Context, id string) (string, error) {
+		ps, err := cat.ListProjects(ctx)
+		if err != nil {
+			return "", err
+		}
+		for _, p := range ps {
+			if p.ID == id {
+				return p.Name, nil
+			}
+		}
+		return "", fmt.Errorf("project %s: %w", id, services.ErrProjectNotFound)
+	}
+}
+
+// loopbackURL is the API's https URL on loopback for a listener at addr (an unspecified
+// host becomes 127.0.0.1), for processes berthd starts on its own machine.
+func loopbackURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "https://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "https://" + net.JoinHostPort(host, port)
 }
 
 // bindingKinds tells the backup routes which bindings a service has (name to

@@ -186,6 +186,9 @@ type Service struct {
 	// Bindings are the platform resources the service uses (docs/bindings.md); their
 	// credentials reach it as secrets named in Secrets once each binding is ready.
 	Bindings []bindings.Spec `bson:"bindings,omitempty"`
+	// Backup is the service's backup block (docs/backups.md section 4.3): schedule, retention
+	// and drill frequency of its bindings' backups; nil: backups on demand only, keeping 24.
+	Backup *BackupSchedule `bson:"backup,omitempty"`
 	// ProgressDeadlineS is how long, in seconds, a rollout may go without progress before it
 	// is failed (0: the default, 600); AutoRollback says whether a failed rollout restores
 	// Previous (docs/reconciliation.md section 7.2).
@@ -272,6 +275,15 @@ func (s *Service) InvocationDigest() string {
 
 // Stateful reports whether s runs under a lease (placement mode stateful).
 func (s *Service) Stateful() bool { return s.PlacementMode == PlacementStateful }
+
+// BackupSchedule is a service's `backup:` block: Cron a five-field cron expression in UTC
+// (empty: no scheduled backups), Keep the settled backups kept per binding (0: 24; at most
+// 1,000), Drill "daily", "weekly" or empty (docs/backups.md section 4.3).
+type BackupSchedule struct {
+	Cron  string `bson:"cron,omitempty"`
+	Keep  int    `bson:"keep,omitempty"`
+	Drill string `bson:"drill,omitempty"`
+}
 
 // SpecHash identifies what the service's workloads run: a workload whose hash
 // differs is replaced. Replicas and domains are not part of it.

@@ -19,17 +19,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/berthhq/berth/internal/ferrettest"
 	"github.com/berthhq/berth/internal/pgtest"
 	"github.com/berthhq/berth/internal/proctest"
+	"github.com/berthhq/berth/internal/s3test"
 	"github.com/berthhq/berth/sdk/bundle"
 	"github.com/berthhq/berth/sdk/client"
 )
 
 // env holds what TestMain made: the binaries, the hello bundle and the PostgreSQL server.
 var env struct {
-	bin      string
-	helloDir string
-	pg       *pgtest.Server
+	bin         string
+	helloDir    string
+	minifluxDir string // holds miniflux.app, built from its module path
+	pg          *pgtest.Server
+	ferret      *ferrettest.Server // a MongoDB-wire server (FerretDB on SQLite)
+	s3          *s3test.Server     // versitygw with its admin API
 }
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -68,6 +73,13 @@ func run(m *testing.M) int {
 	if err := build(filepath.Join(env.helloDir, "hello"), "./examples/apps/hello"); err != nil {
 		return fail("build", err)
 	}
+	// A third-party app on PostgreSQL, built by its module path (not a dependency of ours).
+	env.minifluxDir = filepath.Join(tmp, "miniflux")
+	mf := exec.Command("go", "install", minifluxModule)
+	mf.Env = append(os.Environ(), "GOBIN="+env.minifluxDir)
+	if b, err := mf.CombinedOutput(); err != nil {
+		return fail("go install "+minifluxModule, fmt.Errorf("%w\n%s", err, b))
+	}
 	pgBin, err := pgtest.BinDir()
 	if err != nil {
 		return fail("PostgreSQL", err)
@@ -82,10 +94,49 @@ func run(m *testing.M) int {
 		return fail("PostgreSQL", err)
 	}
 	defer env.pg.Stop()
+	ferretBin, err := ferrettest.Build(tmp)
+	if err != nil {
+		return fail("FerretDB", err)
+	}
+	free := func() (string, error) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		defer l.Close()
+		return l.Addr().String(), nil
+	}
+	addr, err := free()
+	if err != nil {
+		return fail("port", err)
+	}
+	for _, d := range []string{"ferret", "s3", "iam"} {
+		if err := os.MkdirAll(filepath.Join(tmp, d), 0o700); err != nil {
+			return fail("server directories", err)
+		}
+	}
+	if env.ferret, err = ferrettest.StartSQLite(ferretBin, addr, filepath.Join(tmp, "ferret")); err != nil {
+		return fail("FerretDB", err)
+	}
+	defer env.ferret.Stop()
+	s3Bin, err := s3test.BinaryPath()
+	if err != nil {
+		return fail("versitygw", err)
+	}
+	if addr, err = free(); err != nil {
+		return fail("port", err)
+	}
+	if env.s3, err = s3test.StartDirIAM(s3Bin, addr, filepath.Join(tmp, "s3"), filepath.Join(tmp, "iam")); err != nil {
+		return fail("versitygw", err)
+	}
+	defer env.s3.Stop()
 	return m.Run()
 }
 
 const converge = 90 * time.Second
+
+// minifluxModule is the third-party app the backup test keeps alive across a lost database.
+const minifluxModule = "miniflux.app/v2@v2.3.5"
 
 // workloadEnv returns the environment of the processes (working directory under dir) that
 // run workload ids, by workload id.

@@ -21,6 +21,9 @@ type Config struct {
 	// passwords are derived from. Empty: a key generated into the state
 	// directory (or held in memory without one).
 	CredentialKey string `json:"credential_key,omitempty"`
+	// Executor, written by berthd, runs the backup executor in this process
+	// ([ExecutorConfig]); nil runs none.
+	Executor *ExecutorConfig `json:"executor,omitempty"`
 }
 
 // ServerConfig is a database server: the admin URL the plugin connects with

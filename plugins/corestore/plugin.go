@@ -19,6 +19,7 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/internal/securefile"
 	"github.com/berthhq/berth/internal/version"
+	"github.com/berthhq/berth/plugins/corestore/backup"
 	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/provider"
 )
@@ -47,6 +48,11 @@ type Plugin struct {
 	key      []byte             // credential key; mu must be held
 	backends map[string]backend // by resource type; mu must be held
 	records  map[string]*record // by type/id; mu must be held
+	cfg      Config             // the last configuration; mu must be held
+
+	worker     *backup.Worker     // the backup executor, once configured; mu must be held
+	stopWorker context.CancelFunc // ends the executor's lifetime; mu must be held
+	workerDone chan struct{}      // closed when the executor has stopped; mu must be held
 }
 
 var _ provider.Provider = (*Plugin)(nil)
@@ -163,12 +169,13 @@ func (p *Plugin) Configure(ctx context.Context, req *provider.ConfigRequest) err
 			m.close(ctx)
 		}
 	}
-	p.key, p.backends = key, backends
-	return nil
+	p.key, p.backends, p.cfg = key, backends, c
+	return p.startExecutorLocked(c.Executor)
 }
 
 // Close disconnects from the servers.
 func (p *Plugin) Close() error {
+	p.stopExecutor()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, b := range p.backends {

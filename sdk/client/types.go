@@ -113,6 +113,16 @@ type HealthCheck struct {
 	Failures  int    `json:"failures,omitempty"`
 }
 
+// BackupSpec is a service's `backup:` block: Cron a standard five-field cron expression in
+// UTC ("0 3 * * *"; empty: no scheduled backups), Keep how many settled backups of each
+// binding stay (0: 24; 0 to 1,000), Drill "daily", "weekly" or empty: how often the latest
+// backup is proven by a restore drill (docs/backups.md sections 4.3 and 5).
+type BackupSpec struct {
+	Cron  string `json:"cron,omitempty"`
+	Keep  int    `json:"keep,omitempty"`
+	Drill string `json:"drill,omitempty"`
+}
+
 // TLS is a service's TLS at the gateway (docs/certificates.md section 1):
 // Mode "none" (also when empty), "acme" (a certificate from the configured
 // ACME CA for each domain), "manual" (the PEM certificate chain and private
@@ -185,6 +195,9 @@ type ServiceSpec struct {
 	// (docs/bindings.md): Name a DNS label unique in the service, Kind postgres, mongodb or s3.
 	// Their credentials reach the workloads as BERTH_BINDING_<NAME>_* secrets once ready.
 	Bindings []BindingSpec `json:"bindings,omitempty"`
+	// Backup schedules, keeps and drills the bindings' backups (docs/backups.md section 4.3);
+	// nil: backups on demand only. A bad cron, keep or drill is 422 backup_schedule_invalid.
+	Backup *BackupSpec `json:"backup,omitempty"`
 	// DNS is "managed" for Berth to write the domains' A and AAAA records, pointing at the edge
 	// addresses, and withdraw them when the domains or the service go; empty (or "none") leaves
 	// DNS to the operator (docs/dns.md section 7).
@@ -297,6 +310,7 @@ type Service struct {
 	AutoRollback      bool          `json:"auto_rollback,omitempty"`
 	RollbackOf        int64         `json:"rollback_of,omitempty"`
 	Bindings          []BindingSpec `json:"bindings,omitempty"`
+	Backup            *BackupSpec   `json:"backup,omitempty"`
 	Volumes           []Volume      `json:"volumes,omitempty"`
 	CreatedAt         time.Time     `json:"created_at"`
 	UpdatedAt         time.Time     `json:"updated_at"`

@@ -36,6 +36,11 @@ type Postgres struct {
 	// fastest dump and restore and lets a drill see a damaged row as a
 	// figure of its table rather than as a broken zlib stream.
 	Compress int
+	// Owner, when set, is the role a restore into a live database acts as (pg_restore
+	// --role), so the restored objects belong to the binding's role and not to the admin
+	// (with --no-owner they would otherwise be the admin's, out of the application's reach);
+	// a live database that is missing is created owned by Owner first. Empty: the admin's.
+	Owner string
 }
 
 var _ Engine = (*Postgres)(nil)
@@ -202,6 +207,11 @@ func (p *Postgres) Backup(ctx context.Context, db string, w io.Writer) (Figures,
 // the first error; Clean drops the archive's objects first. The target
 // database must exist.
 func (p *Postgres) Restore(ctx context.Context, db string, r io.Reader, opt RestoreOptions) error {
+	if p.Owner != "" && opt.Clean {
+		if err := p.ensureOwned(ctx, db); err != nil {
+			return err
+		}
+	}
 	c, err := p.connect(ctx, db)
 	if err != nil {
 		return err
@@ -218,6 +228,9 @@ func (p *Postgres) Restore(ctx context.Context, db string, r io.Reader, opt Rest
 	args := []string{"--dbname=" + db, "--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction", "--no-password"}
 	if opt.Clean {
 		args = append(args, "--clean", "--if-exists")
+		if p.Owner != "" {
+			args = append(args, "--role="+p.Owner)
+		}
 	}
 	cmd := exec.CommandContext(ctx, restore, args...)
 	cmd.Env = p.env(db)
@@ -298,6 +311,20 @@ func measureTable(ctx context.Context, tx pgx.Tx, schema, table string) (Item, e
 	name := pgx.Identifier{schema, table}.Sanitize()
 	var n int64
 	var a, b string
+	// Enum values hash by their OID, which differs in every database the type is created in
+	// (a restore makes new ones), and so do composite, domain and range types built on them
+	// and the OID and reg* types: such a table measures by the row text, which names values.
+	var oidBound int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+		LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
+		WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
+		AND (t.typtype <> 'b' OR t.typname = 'oid' OR t.typname LIKE 'reg%'
+			OR (e.oid IS NOT NULL AND (e.typtype <> 'b' OR e.typname = 'oid' OR e.typname LIKE 'reg%')))`, name).Scan(&oidBound); err != nil {
+		return Item{}, fmt.Errorf("measure table %s.%s: column types: %w", schema, table, err)
+	}
+	if oidBound > 0 {
+		return measureRowText(ctx, tx, schema, table)
+	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return Item{}, fmt.Errorf("measure table %s.%s: %w", schema, table, err)
@@ -313,6 +340,14 @@ func measureTable(ctx context.Context, tx pgx.Tx, schema, table string) (Item, e
 	if rerr := sp.Rollback(ctx); rerr != nil {
 		return Item{}, fmt.Errorf("measure table %s.%s: %w", schema, table, rerr)
 	}
+	return measureRowText(ctx, tx, schema, table)
+}
+
+// measureRowText computes one table's figures from md5 of each row's text ("rowsum:").
+func measureRowText(ctx context.Context, tx pgx.Tx, schema, table string) (Item, error) {
+	name := pgx.Identifier{schema, table}.Sanitize()
+	var n int64
+	var a, b string
 	q := `SELECT count(*),
 		coalesce(sum(('x' || substr(h, 1, 16))::bit(64)::bigint::numeric), 0)::text,
 		coalesce(sum(('x' || substr(h, 17, 16))::bit(64)::bigint::numeric), 0)::text
@@ -335,6 +370,32 @@ func (p *Postgres) Create(ctx context.Context, db string) error {
 			return fmt.Errorf("create database %s: %w", db, ErrExists)
 		}
 		return fmt.Errorf("create database %s: %w", db, err)
+	}
+	return nil
+}
+
+// ensureOwned creates database db owned by [Postgres.Owner] when it does not exist (a
+// live database dropped by accident is what a restore repairs); an existing one is left as
+// it is.
+func (p *Postgres) ensureOwned(ctx context.Context, db string) error {
+	c, err := p.connect(ctx, "postgres")
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", db).Scan(&n); err != nil {
+		return fmt.Errorf("look up database %s: %w", db, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	q := "CREATE DATABASE " + pgx.Identifier{db}.Sanitize() + " OWNER " + pgx.Identifier{p.Owner}.Sanitize()
+	if _, err := c.Exec(ctx, q); err != nil {
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42P04" {
+			return nil // made meanwhile
+		}
+		return fmt.Errorf("create database %s for the restore: %w", db, err)
 	}
 	return nil
 }

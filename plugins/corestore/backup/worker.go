@@ -25,7 +25,8 @@ type Target struct {
 	Resource string // the binding's database or bucket
 }
 
-// Resolver finds the engine and resource of one binding of a service in a project; the
+// Resolver finds the engine and resource of one binding of a service in a project (its name
+// when the operation's payload carries one, as berthd's does, else the project id); the
 // Corestore provider answers from its servers' configuration and its binding resources.
 type Resolver func(ctx context.Context, projectID, service, binding string, kind Kind) (Target, error)
 
@@ -53,6 +54,7 @@ type Worker struct {
 // payload is the union of the backup and restore payloads the core writes.
 type payload struct {
 	BackupID string `json:"backup_id"`
+	Project  string `json:"project"`
 	Service  string `json:"service"`
 	Binding  string `json:"binding"`
 	Kind     Kind   `json:"kind"`
@@ -108,7 +110,11 @@ func (w *Worker) execute(ctx context.Context, t *runner.Task) (json.RawMessage, 
 		return nil, err
 	}
 	co := &HTTPCoordinator{BaseURL: w.cfg.BaseURL, Credential: cred.Token, Lease: t.Lease(), HTTP: w.cfg.HTTP}
-	tg, err := w.cfg.Resolve(ctx, t.Operation.ProjectID, p.Service, p.Binding, p.Kind)
+	project := p.Project
+	if project == "" {
+		project = t.Operation.ProjectID
+	}
+	tg, err := w.cfg.Resolve(ctx, project, p.Service, p.Binding, p.Kind)
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s/%s: %w", p.Service, p.Binding, err)
 	}
