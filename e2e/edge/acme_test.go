@@ -60,15 +60,9 @@ func TestACMEWildcardThroughDNS01(t *testing.T) {
 		"--listen", api, "--gateway-listen", plain, "--gateway-tls-listen", secure, "--sweep-floor", "1s",
 		"--dns-config", dnsPath, "--edge-addresses", "127.0.0.1",
 		"--acme-directory", pebble.Directory, "--acme-ca-root", pebble.CARootFile, "--acme-dns01-zone", "example.test")
+	proctest.LogTailsOnFailure(t, dir, "berthd.log", "agent.log")
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, f := range []string{"berthd.log", "agent.log"} {
-				b, _ := os.ReadFile(filepath.Join(dir, f))
-				if len(b) > 30000 {
-					b = b[len(b)-30000:]
-				}
-				t.Logf("---- %s (tail) ----\n%s", f, b)
-			}
 			t.Logf("---- knotd.log ----\n%s", knot.Log())
 		}
 	})

@@ -156,17 +156,7 @@ func TestCaddyGatewayServesBerthsRoutes(t *testing.T) {
 	data := filepath.Join(dir, "berthd")
 	berthd := proctest.Start(t, filepath.Join(dir, "berthd.log"), filepath.Join(env.bin, "berthd"), "--data-dir", data, "--listen", api,
 		"--gateway-listen", gatewayAddr, "--plugin-dir", pdir, "--sweep-floor", "1s")
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, f := range []string{"berthd.log", "agent.log"} {
-				b, _ := os.ReadFile(filepath.Join(dir, f))
-				if len(b) > 20000 {
-					b = b[len(b)-20000:]
-				}
-				t.Logf("---- %s (tail) ----\n%s", f, b)
-			}
-		}
-	})
+	proctest.LogTailsOnFailure(t, dir, "berthd.log", "agent.log")
 	url := "https://" + api
 	d := proctest.WaitBerthdReady(t, berthd, data, url, 2*time.Minute)
 	c, err := client.New(url, client.WithToken(d.Token), client.WithFingerprint(d.Fingerprint))
