@@ -28,6 +28,7 @@ import (
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/internal/digestio"
 )
 
 // Collection holds one document per backup, keyed by the backup id.
@@ -619,33 +620,8 @@ func (m *Manager) OpenArchive(ctx context.Context, opID string, h operations.Hol
 		}
 		return nil, nil, err
 	}
-	return &verifying{rc: rc, h: sha256.New(), want: rec.Digest, size: rec.Size}, rec, nil
+	return digestio.Verify(rc, rec.Digest, rec.Size, ErrCorrupt), rec, nil
 }
-
-type verifying struct {
-	rc io.ReadCloser
-	h  interface {
-		Write([]byte) (int, error)
-		Sum([]byte) []byte
-	}
-	n    int64
-	want string
-	size int64
-}
-
-func (v *verifying) Read(b []byte) (int, error) {
-	n, err := v.rc.Read(b)
-	v.h.Write(b[:n])
-	v.n += int64(n)
-	if err == io.EOF {
-		if got := "sha256:" + hex.EncodeToString(v.h.Sum(nil)); got != v.want || v.n != v.size {
-			return n, fmt.Errorf("archive read as %s (%d bytes), record says %s: %w", got, v.n, v.want, ErrCorrupt)
-		}
-	}
-	return n, err
-}
-
-func (v *verifying) Close() error { return v.rc.Close() }
 
 func normalDigest(d string) string {
 	if !strings.HasPrefix(d, "sha256:") {

@@ -3,10 +3,7 @@ package backup
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +12,7 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	abirunner "github.com/berthhq/berth/abi/runner"
+	"github.com/berthhq/berth/internal/digestio"
 )
 
 // HTTPCoordinator is the [Coordinator] of one leased operation over berthd's runner transport
@@ -121,7 +119,7 @@ func (h *HTTPCoordinator) Archive(ctx context.Context) (io.ReadCloser, Figures, 
 	if err != nil {
 		return nil, Figures{}, err
 	}
-	return &checked{rc: resp.Body, h: sha256.New(), want: rec.Digest, size: rec.Size}, rec.Figures, nil
+	return digestio.Verify(resp.Body, rec.Digest, rec.Size, ErrArchiveInvalid), rec.Figures, nil
 }
 
 // Drilled implements Coordinator.
@@ -133,29 +131,3 @@ func (h *HTTPCoordinator) Drilled(ctx context.Context, res DrillResult) error {
 func (h *HTTPCoordinator) Restored(ctx context.Context) error {
 	return h.call(ctx, abirunner.PathComplete, abirunner.CompleteRequest{Lease: h.Lease, Result: json.RawMessage(`{"restored":true}`)}, nil)
 }
-
-// checked hashes what it reads and fails at the end of a stream that does not match.
-type checked struct {
-	rc io.ReadCloser
-	h  interface {
-		Write([]byte) (int, error)
-		Sum([]byte) []byte
-	}
-	n    int64
-	want string
-	size int64
-}
-
-func (c *checked) Read(b []byte) (int, error) {
-	n, err := c.rc.Read(b)
-	c.h.Write(b[:n])
-	c.n += int64(n)
-	if errors.Is(err, io.EOF) {
-		if got := "sha256:" + hex.EncodeToString(c.h.Sum(nil)); got != c.want || c.n != c.size {
-			return n, fmt.Errorf("archive read as %s (%d bytes), record says %s (%d bytes): %w", got, c.n, c.want, c.size, ErrArchiveInvalid)
-		}
-	}
-	return n, err
-}
-
-func (c *checked) Close() error { return c.rc.Close() }
