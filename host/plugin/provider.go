@@ -2,7 +2,11 @@ package plugin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 
@@ -10,6 +14,7 @@ import (
 
 	"github.com/berthhq/berth/abi/pluginapi"
 	"github.com/berthhq/berth/abi/provider"
+	"github.com/berthhq/berth/abi/routes"
 )
 
 // Provider is a supervised provider plugin process. It implements
@@ -205,10 +210,11 @@ func (p *Provider) Apply(ctx context.Context, req *provider.ApplyRequest) (*prov
 	if r.State.Type != req.Planned.Type || r.State.ID != req.Planned.ID {
 		return nil, p.s.bug("Apply of %s/%s returned the state of %s/%s", req.Planned.Type, req.Planned.ID, r.State.Type, r.State.ID)
 	}
-	if !r.State.Equal(req.Planned) {
+	if !sameState(req.Planned, r.State) {
+		// Digests, never the attributes: a state may carry keys.
 		p.s.degrade("Apply returned a state other than the planned one",
 			"type", req.Planned.Type, "id", req.Planned.ID,
-			"planned", string(req.Planned.Attributes), "applied", string(r.State.Attributes))
+			"planned_sha256", attrDigest(req.Planned), "applied_sha256", attrDigest(r.State))
 	}
 	c := *req
 	p.mu.Lock()
@@ -274,4 +280,43 @@ func (p *Provider) PlanAndApply(ctx context.Context, desired provider.Resource, 
 		return provider.Resource{}, err
 	}
 	return r.State, nil
+}
+
+// sameState is the Plan-equals-Apply check: planned and applied are the same
+// resource with equal attributes, where a route table's certificates are
+// compared by everything but their PEM, which a gateway keeps out of the
+// states it returns (docs/plugins.md section 5.6).
+func sameState(planned, applied provider.Resource) bool {
+	if planned.Equal(applied) {
+		return true
+	}
+	if planned.Type != routes.ResourceType || planned.Type != applied.Type || planned.ID != applied.ID {
+		return false
+	}
+	a, okA := withoutPEM(planned.Attributes)
+	b, okB := withoutPEM(applied.Attributes)
+	return okA && okB && reflect.DeepEqual(a, b)
+}
+
+// withoutPEM decodes a route table's attributes and drops cert_pem and
+// key_pem from each certificate.
+func withoutPEM(raw json.RawMessage) (map[string]any, bool) {
+	var t map[string]any
+	if json.Unmarshal(raw, &t) != nil {
+		return nil, false
+	}
+	certs, _ := t["certificates"].([]any)
+	for _, c := range certs {
+		if m, ok := c.(map[string]any); ok {
+			delete(m, "cert_pem")
+			delete(m, "key_pem")
+		}
+	}
+	return t, true
+}
+
+// attrDigest is the SHA-256 of a state's attributes, for logs.
+func attrDigest(r provider.Resource) string {
+	sum := sha256.Sum256(r.Attributes)
+	return hex.EncodeToString(sum[:])
 }
