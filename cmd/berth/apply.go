@@ -50,6 +50,14 @@ type serviceFile struct {
 	ProgressDeadlineS int  `json:"progress_deadline_s,omitempty" yaml:"progress_deadline_s"`
 	AutoRollback      bool `json:"auto_rollback,omitempty" yaml:"auto_rollback"`
 
+	// Bindings are the service's databases and buckets (docs/bindings.md); Backup schedules,
+	// keeps and drills their backups (docs/backups.md section 4.3).
+	Bindings []client.BindingSpec `json:"bindings,omitempty" yaml:"bindings"`
+	Backup   *client.BackupSpec   `json:"backup,omitempty" yaml:"backup"`
+
+	// DeployOnPush makes an image service follow its tag (docs/registry.md).
+	DeployOnPush bool `json:"deploy_on_push,omitempty" yaml:"deploy_on_push"`
+
 	// Volumes are the service's persistent directories (docs/node-protocol.md section 6.7).
 	Volumes []client.Volume `json:"volumes,omitempty" yaml:"volumes"`
 
@@ -151,12 +159,14 @@ func (f serviceFile) spec() client.ServiceSpec {
 			IdleMS: f.Timeouts.IdleMS},
 		TLS:               client.TLS{Mode: f.TLS.Mode, Secret: f.TLS.Secret},
 		Stream:            f.Stream,
+		Bindings:          f.Bindings,
+		Backup:            f.Backup,
 		ExpectedRevision:  f.ExpectedRevision,
 		PlacementMode:     f.PlacementMode,
 		ProgressDeadlineS: f.ProgressDeadlineS,
 		AutoRollback:      f.AutoRollback,
 		Volumes:           f.Volumes,
-		Container: client.Container{Runtime: f.Runtime, Image: f.Image, User: f.User,
+		Container: client.Container{Runtime: f.Runtime, Image: f.Image, User: f.User, DeployOnPush: f.DeployOnPush,
 			MemoryMB: f.MemoryMB, CPUMillis: f.CPUMillis},
 	}
 }

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestParseServiceFileBindingsBackupAndDeployOnPush: the README's fields for
+// databases, their backups and deploy on push reach the spec, in YAML and
+// JSON alike.
+func TestParseServiceFileBindingsBackupAndDeployOnPush(t *testing.T) {
+	for name, in := range map[string]string{
+		"svc.yaml": `
+name: shop
+image: default/shop:main
+deploy_on_push: true
+bindings: [{name: db, kind: postgres}, {name: files, kind: s3}]
+backup: {cron: "0 3 * * *", keep: 7, drill: weekly}
+`,
+		"svc.json": `{"name": "shop", "image": "default/shop:main", "deploy_on_push": true,
+  "bindings": [{"name": "db", "kind": "postgres"}, {"name": "files", "kind": "s3"}],
+  "backup": {"cron": "0 3 * * *", "keep": 7, "drill": "weekly"}}`,
+	} {
+		docs, err := parseServiceFiles(strings.NewReader(in), name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got, _ := json.Marshal(docs[0].spec())
+		for _, want := range []string{
+			`"bindings":[{"name":"db","kind":"postgres"},{"name":"files","kind":"s3"}]`,
+			`"backup":{"cron":"0 3 * * *","keep":7,"drill":"weekly"}`,
+			`"deploy_on_push":true`,
+		} {
+			if !strings.Contains(string(got), want) {
+				t.Errorf("%s: spec %s\nwant it to hold %s", name, got, want)
+			}
+		}
+	}
+	if _, err := parseServiceFiles(strings.NewReader("name: a\nbindings: [{name: db, kind: postgres, size: 3}]\n"), "x.yaml"); err == nil || !strings.Contains(err.Error(), "size") {
+		t.Errorf("an unknown binding field: %v", err)
+	}
+}
