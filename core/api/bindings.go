@@ -17,13 +17,20 @@ import (
 	client "github.com/berthhq/berth/sdk/client"
 )
 
-// registerBindings adds the binding routes when bindings are configured (docs/api.md section 11).
+// registerBindings adds the binding routes (docs/api.md section 11). Without bindings
+// configured they answer 503 unavailable, saying that this berthd runs no corestore provider.
 func (s *Server) registerBindings(v1 *echo.Group) {
+	list, del := s.listServiceBindings, s.deleteBinding
 	if s.cfg.Bindings == nil {
-		return
+		list, del = noCorestore, noCorestore
 	}
-	v1.GET("/projects/:project/bindings", s.listServiceBindings, s.auth(identity.ScopeServicesRead))
-	v1.DELETE("/projects/:project/services/:name/bindings/:binding", s.deleteBinding, s.auth(identity.ScopeServicesWrite))
+	v1.GET("/projects/:project/bindings", list, s.auth(identity.ScopeServicesRead))
+	v1.DELETE("/projects/:project/services/:name/bindings/:binding", del, s.auth(identity.ScopeServicesWrite))
+}
+
+// noCorestore answers the binding routes of a berthd without bindings.
+func noCorestore(echo.Context) error {
+	return problem(abierrors.Unavailable, "this berthd runs no corestore provider, so no service has bindings (berthd --corestore-config; docs/bindings.md section 5)")
 }
 
 func toAPIBinding(b *bindings.Binding) client.ServiceBinding {
