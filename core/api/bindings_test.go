@@ -99,4 +99,9 @@ func TestBindingsRefusedWithoutCorestore(t *testing.T) {
 	if code != 422 || out["code"] != "binding_kind_unknown" {
 		t.Fatalf("%d %v; want 422 binding_kind_unknown", code, out)
 	}
+	// The binding routes say why there is nothing, instead of a 404 for the route.
+	code, out = f.do(req{method: "GET", path: "/api/v1/projects/shop/bindings", token: f.admin})
+	if code != 503 || out["code"] != "unavailable" || !strings.Contains(fmt.Sprint(out["detail"]), "no corestore provider") {
+		t.Fatalf("GET bindings: %d %v; want 503 unavailable naming the missing corestore provider", code, out)
+	}
 }
