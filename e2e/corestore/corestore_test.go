@@ -175,43 +175,8 @@ func workloadEnv(t *testing.T, dir string) map[string]map[string]string {
 // reach the workload's environment (and no API answer); writes and reads through them work;
 // and an apply without the binding releases it while its data stays.
 func TestServiceGetsItsDatabase(t *testing.T) {
-	dir := t.TempDir()
-	api := proctest.FreeAddr(t)
-	t.Cleanup(func() {
-		for _, vars := range workloadEnv(t, dir) {
-			if pid, err := strconv.Atoi(vars["PID"]); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
-	conf, _ := json.Marshal(map[string]any{"postgres": map[string]any{"admin_url": env.pg.URL("postgres")}})
-	confPath := filepath.Join(dir, "corestore.json")
-	if err := os.WriteFile(confPath, conf, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(dir, "berthd")
-	berthd := proctest.Start(t, filepath.Join(dir, "berthd.log"), filepath.Join(env.bin, "berthd"),
-		"--data-dir", data, "--listen", api, "--gateway-listen", "off", "--sweep-floor", "1s", "--corestore-config", confPath)
-	proctest.LogTailsOnFailure(t, dir, "berthd.log", "agent.log")
-	url := "https://" + api
-	d := proctest.WaitBerthdReady(t, berthd, data, url, 60*time.Second)
-	c, err := client.New(url, client.WithToken(d.Token), client.WithFingerprint(d.Fingerprint))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	jt, err := c.CreateJoinToken(ctx, client.JoinTokenRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentDir, agentLog := filepath.Join(dir, "agent"), filepath.Join(dir, "agent.log")
-	enroll := proctest.Start(t, agentLog, filepath.Join(env.bin, "berth-agent"), "enroll", "--server", url, "--join-token", jt.Token,
-		"--fingerprint", d.Fingerprint, "--data-dir", agentDir)
-	<-enroll.Done()
-	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("enroll exited %d", code)
-	}
-	proctest.Start(t, agentLog, filepath.Join(env.bin, "berth-agent"), "run", "--data-dir", agentDir)
+	p := startPlatform(t, map[string]any{"postgres": map[string]any{"admin_url": env.pg.URL("postgres")}})
+	c, ctx := p.c, t.Context()
 	var buf bytes.Buffer
 	if _, _, err := bundle.Create(ctx, env.helloDir, &buf); err != nil {
 		t.Fatal(err)
@@ -237,13 +202,13 @@ func TestServiceGetsItsDatabase(t *testing.T) {
 	}
 	var vars map[string]string
 	proctest.WaitFor(t, converge, "a workload with the binding's environment", func() (bool, string) {
-		for _, v := range workloadEnv(t, dir) {
+		for _, v := range workloadEnv(t, p.dir) {
 			if v["BERTH_BINDING_DB_URL"] != "" {
 				vars = v
 				return true, ""
 			}
 		}
-		return false, fmt.Sprint(len(workloadEnv(t, dir)), " workloads without it")
+		return false, fmt.Sprint(len(workloadEnv(t, p.dir)), " workloads without it")
 	})
 	for _, k := range []string{"HOST", "PORT", "USER", "PASSWORD", "DATABASE"} {
 		if vars["BERTH_BINDING_DB_"+k] == "" {
@@ -309,4 +274,57 @@ func TestServiceGetsItsDatabase(t *testing.T) {
 	if err := admin.QueryRow(ctx, "SELECT body FROM notes").Scan(&body); err != nil || body != "kept" {
 		t.Fatalf("released database lost its rows: %q, %v", body, err)
 	}
+}
+
+// platform is one berthd with the corestore plugin and one enrolled agent
+// running the process driver, for one test.
+type platform struct {
+	dir, data, url string
+	berthd         proctest.Berthd
+	c              *client.Client
+}
+
+// startPlatform starts berthd with conf as its corestore configuration
+// (written 0600) and enrols and runs one agent; everything, the workloads
+// included, is stopped when t ends, and the logs' tails are shown if it
+// failed.
+func startPlatform(t *testing.T, conf map[string]any) *platform {
+	t.Helper()
+	p := &platform{dir: t.TempDir()}
+	api := proctest.FreeAddr(t)
+	t.Cleanup(func() {
+		for _, vars := range workloadEnv(t, p.dir) {
+			if pid, err := strconv.Atoi(vars["PID"]); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	raw, _ := json.Marshal(conf)
+	confPath := filepath.Join(p.dir, "corestore.json")
+	if err := os.WriteFile(confPath, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.data = filepath.Join(p.dir, "berthd")
+	berthd := proctest.Start(t, filepath.Join(p.dir, "berthd.log"), filepath.Join(env.bin, "berthd"),
+		"--data-dir", p.data, "--listen", api, "--gateway-listen", "off", "--sweep-floor", "1s", "--corestore-config", confPath)
+	proctest.LogTailsOnFailure(t, p.dir, "berthd.log", "agent.log")
+	p.url = "https://" + api
+	p.berthd = proctest.WaitBerthdReady(t, berthd, p.data, p.url, 60*time.Second)
+	var err error
+	if p.c, err = client.New(p.url, client.WithToken(p.berthd.Token), client.WithFingerprint(p.berthd.Fingerprint)); err != nil {
+		t.Fatal(err)
+	}
+	jt, err := p.c.CreateJoinToken(t.Context(), client.JoinTokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentDir, agentLog := filepath.Join(p.dir, "agent"), filepath.Join(p.dir, "agent.log")
+	enroll := proctest.Start(t, agentLog, filepath.Join(env.bin, "berth-agent"), "enroll", "--server", p.url, "--join-token", jt.Token,
+		"--fingerprint", p.berthd.Fingerprint, "--data-dir", agentDir)
+	<-enroll.Done()
+	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("enroll exited %d", code)
+	}
+	proctest.Start(t, agentLog, filepath.Join(env.bin, "berth-agent"), "run", "--data-dir", agentDir)
+	return p
 }

@@ -11,9 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,35 +35,13 @@ import (
 // the backup (berth backup ls shows passed), and a second backup whose archive is altered in
 // the blob store drills failed.
 func TestThirdPartyAppSurvivesLosingItsDatabase(t *testing.T) {
-	dir := t.TempDir()
-	api := proctest.FreeAddr(t)
-	t.Cleanup(func() {
-		for _, vars := range workloadEnv(t, dir) {
-			if pid, err := strconv.Atoi(vars["PID"]); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
-	conf, _ := json.Marshal(map[string]any{"postgres": map[string]any{"admin_url": env.pg.URL("postgres")},
+	p := startPlatform(t, map[string]any{"postgres": map[string]any{"admin_url": env.pg.URL("postgres")},
 		"mongodb": map[string]any{"admin_url": env.ferret.URI()},
 		"s3":      map[string]any{"endpoint": env.s3.Addr, "access_key": s3test.AccessKey, "secret_key": s3test.SecretKey, "admin_api": true}})
-	confPath := filepath.Join(dir, "corestore.json")
-	if err := os.WriteFile(confPath, conf, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(dir, "berthd")
-	berthd := proctest.Start(t, filepath.Join(dir, "berthd.log"), filepath.Join(env.bin, "berthd"),
-		"--data-dir", data, "--listen", api, "--gateway-listen", "off", "--sweep-floor", "1s", "--corestore-config", confPath)
-	proctest.LogTailsOnFailure(t, dir, "berthd.log", "agent.log")
-	url := "https://" + api
-	d := proctest.WaitBerthdReady(t, berthd, data, url, 60*time.Second)
-	c, err := client.New(url, client.WithToken(d.Token), client.WithFingerprint(d.Fingerprint))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ctx, data := p.c, t.Context(), p.data
 	cli := func(args ...string) []byte {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(env.bin, "berth"), append([]string{"--server", url, "--token", d.Token, "--fingerprint", d.Fingerprint}, args...)...)
+		cmd := exec.Command(filepath.Join(env.bin, "berth"), append([]string{"--server", p.url, "--token", p.berthd.Token, "--fingerprint", p.berthd.Fingerprint}, args...)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -74,19 +50,6 @@ func TestThirdPartyAppSurvivesLosingItsDatabase(t *testing.T) {
 		}
 		return out
 	}
-	ctx := t.Context()
-	jt, err := c.CreateJoinToken(ctx, client.JoinTokenRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentDir, agentLog := filepath.Join(dir, "agent"), filepath.Join(dir, "agent.log")
-	enroll := proctest.Start(t, agentLog, filepath.Join(env.bin, "berth-agent"), "enroll", "--server", url, "--join-token", jt.Token,
-		"--fingerprint", d.Fingerprint, "--data-dir", agentDir)
-	<-enroll.Done()
-	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("enroll exited %d", code)
-	}
-	proctest.Start(t, agentLog, filepath.Join(env.bin, "berth-agent"), "run", "--data-dir", agentDir)
 	var buf bytes.Buffer
 	if _, _, err := bundle.Create(ctx, env.minifluxDir, &buf); err != nil {
 		t.Fatal(err)
@@ -112,13 +75,13 @@ func TestThirdPartyAppSurvivesLosingItsDatabase(t *testing.T) {
 	}
 	var vars map[string]string
 	proctest.WaitFor(t, 2*converge, "miniflux running on its binding", func() (bool, string) {
-		for _, v := range workloadEnv(t, dir) {
+		for _, v := range workloadEnv(t, p.dir) {
 			if v["BERTH_BINDING_DB_URL"] != "" {
 				vars = v
 				return true, ""
 			}
 		}
-		return false, fmt.Sprint(len(workloadEnv(t, dir)), " workloads without the binding")
+		return false, fmt.Sprint(len(workloadEnv(t, p.dir)), " workloads without the binding")
 	})
 	app := "http://127.0.0.1:" + vars["PORT"]
 	hc := &http.Client{Timeout: 10 * time.Second}
