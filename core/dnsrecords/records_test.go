@@ -120,25 +120,6 @@ func txt(t *testing.T, k *knottest.Server, name string) []string {
 	return out
 }
 
-func addrs(t *testing.T, k *knottest.Server, name string, rrtype uint16) []string {
-	t.Helper()
-	rrs, err := k.Lookup(name, rrtype)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, rr := range rrs {
-		switch x := rr.(type) {
-		case *mdns.A:
-			out = append(out, x.A.String())
-		case *mdns.AAAA:
-			out = append(out, x.AAAA.String())
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // TestPresentAndCleanupTXT: PresentTXT returns once the server holds the value, two values of one
 // name coexist, CleanupTXT withdraws only its own value, and the last one takes the record and its
 // ownership record with it; a node's value is withdrawn only by that node.
@@ -289,7 +270,7 @@ func TestManagedRecordsFollowTheEdge(t *testing.T) {
 	wait := func(name string, rrtype uint16, want ...string) {
 		t.Helper()
 		proctest.WaitFor(t, time.Minute, name+" "+mdns.TypeToString[rrtype]+" = "+strings.Join(want, ","), func() (bool, string) {
-			got := addrs(t, k, name, rrtype)
+			got := k.Addresses(t, name, rrtype)
 			return slices.Equal(got, want), strings.Join(got, ",")
 		})
 	}
@@ -381,7 +362,7 @@ func TestForgottenChallengesExpire(t *testing.T) {
 		return slices.Equal(got, []string{"recent"}), strings.Join(got, ",")
 	})
 	proctest.WaitFor(t, time.Minute, "the service's record, which never expires", func() (bool, string) {
-		got := addrs(t, k, "svc.example.test", mdns.TypeA)
+		got := k.Addresses(t, "svc.example.test", mdns.TypeA)
 		return slices.Equal(got, []string{"192.0.2.1"}), strings.Join(got, ",")
 	})
 	if rec, err := g.r.Get(t.Context(), "svc.example.test", "A"); err != nil || len(rec.Holdings) != 1 {

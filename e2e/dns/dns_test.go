@@ -47,26 +47,6 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// lookup is the sorted A or AAAA values knot answers for name.
-func lookup(t *testing.T, k *knottest.Server, name string, rrtype uint16) []string {
-	t.Helper()
-	rrs, err := k.Lookup(name, rrtype)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, rr := range rrs {
-		switch x := rr.(type) {
-		case *mdns.A:
-			out = append(out, x.A.String())
-		case *mdns.AAAA:
-			out = append(out, x.AAAA.String())
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // TestManagedDomainsGetRecordsAndLoseThemOnDelete: berthd with --dns-config and
 // --edge-addresses; a service with dns: managed and two domains gets A and AAAA records of the
 // edge addresses on knot, queried over DNS; a domain dropped by an apply loses its records, and
@@ -122,7 +102,7 @@ func TestManagedDomainsGetRecordsAndLoseThemOnDelete(t *testing.T) {
 	wait := func(name string, rrtype uint16, want ...string) {
 		t.Helper()
 		proctest.WaitFor(t, 2*time.Minute, name+" "+mdns.TypeToString[rrtype]+" = "+strings.Join(want, ","), func() (bool, string) {
-			got := lookup(t, k, name, rrtype)
+			got := k.Addresses(t, name, rrtype)
 			return slices.Equal(got, want), strings.Join(got, ",")
 		})
 	}

@@ -110,7 +110,7 @@ func TestACMEWildcardThroughDNS01(t *testing.T) {
 	// The A records, in knot, over DNS; the wildcard answers for a name below it.
 	for _, name := range []string{shop, wild, underWild} {
 		proctest.WaitFor(t, 2*time.Minute, name+" A 127.0.0.1 in knot", func() (bool, string) {
-			got := addresses(t, knot, name, mdns.TypeA)
+			got := knot.Addresses(t, name, mdns.TypeA)
 			return slices.Equal(got, []string{"127.0.0.1"}), strings.Join(got, ",")
 		})
 	}
@@ -193,7 +193,7 @@ func TestACMEWildcardThroughDNS01(t *testing.T) {
 	for _, name := range []string{shop, wild, underWild} {
 		for _, rrtype := range []uint16{mdns.TypeA, mdns.TypeAAAA} {
 			proctest.WaitFor(t, 2*time.Minute, name+" "+mdns.TypeToString[rrtype]+" withdrawn from knot", func() (bool, string) {
-				got := addresses(t, knot, name, rrtype)
+				got := knot.Addresses(t, name, rrtype)
 				return len(got) == 0, strings.Join(got, ",")
 			})
 		}
@@ -203,7 +203,7 @@ func TestACMEWildcardThroughDNS01(t *testing.T) {
 			t.Fatalf("%s TXT after the delete: %v %v", name, rrs, err)
 		}
 	}
-	if got := addresses(t, knot, "ns1.example.test", mdns.TypeA); !slices.Equal(got, []string{"127.0.0.1"}) {
+	if got := knot.Addresses(t, "ns1.example.test", mdns.TypeA); !slices.Equal(got, []string{"127.0.0.1"}) {
 		t.Fatalf("the zone's own ns1 A record: %v", got)
 	}
 	for _, host := range []string{shop, underWild} {
@@ -227,26 +227,6 @@ func TestACMEWildcardThroughDNS01(t *testing.T) {
 			return code == 404 && h.Get("X-Berth-Gateway") == "no-route", fmt.Sprintf("%s; http %d %q", state, code, body)
 		})
 	}
-}
-
-// addresses is the sorted A or AAAA values knot answers for name now.
-func addresses(t *testing.T, k *knottest.Server, name string, rrtype uint16) []string {
-	t.Helper()
-	rrs, err := k.Lookup(name, rrtype)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, rr := range rrs {
-		switch x := rr.(type) {
-		case *mdns.A:
-			out = append(out, x.A.String())
-		case *mdns.AAAA:
-			out = append(out, x.AAAA.String())
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // httpsGet sends GET https://sni<path> to the gateway's TLS listener at addr, verifying the

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -307,4 +308,25 @@ func freeAddr() (string, error) {
 		return addr, nil
 	}
 	return "", errors.New("knottest: no free loopback port for TCP and UDP")
+}
+
+// Addresses is the sorted A or AAAA values (rrtype dns.TypeA or
+// dns.TypeAAAA) the server answers for name now; a failed query fails t.
+func (s *Server) Addresses(t testing.TB, name string, rrtype uint16) []string {
+	t.Helper()
+	rrs, err := s.Lookup(name, rrtype)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, rr := range rrs {
+		switch x := rr.(type) {
+		case *dns.A:
+			out = append(out, x.A.String())
+		case *dns.AAAA:
+			out = append(out, x.AAAA.String())
+		}
+	}
+	slices.Sort(out)
+	return out
 }
