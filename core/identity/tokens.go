@@ -221,13 +221,62 @@ func (t *Tokens) Authenticate(ctx context.Context, token string) (*Principal, er
 	if err != nil {
 		return nil, fmt.Errorf("identity: authenticate: %w", err)
 	}
-	if !Equal(rec.Digest, digest) || !t.usable(rec) || rec.Session != session {
+	if !Equal(rec.Digest, digest) || rec.Session != session {
+		return nil, ErrUnauthenticated
+	}
+	p, err := t.principal(ctx, rec, t.user)
+	if err != nil {
+		return nil, err
+	}
+	t.touch(ctx, rec.Digest)
+	return p, nil
+}
+
+// Recheck answers, for the bearer whose [Digest] is digest, what [Tokens.Authenticate] would
+// answer for the bearer itself now: its principal while it is usable, exactly
+// [ErrUnauthenticated] once it is unknown, revoked, rotated away or expired, or, for a
+// session, once its user is removed or the user's credential generation moved on (password
+// rotated, sessions revoked). Roles changed since are reflected in the principal's scopes.
+//
+// It serves checks repeated on every request by something that authenticated the bearer once
+// and keeps only its digest (the registry's short bearers, docs/registry.md section 3): the
+// token and user records are read from the store's read view, so with the view on a call is a
+// map lookup and a decode, plus one read by _id after the record was written; with it off,
+// one or two reads by _id. It never writes (the last use is not recorded). A store failure
+// returns a wrapped store error, never the digest.
+func (t *Tokens) Recheck(ctx context.Context, digest string) (*Principal, error) {
+	var rec tokenRecord
+	err := t.st.View().Get(ctx, t.coll, digest, &rec)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrUnauthenticated
+	}
+	if err != nil {
+		return nil, fmt.Errorf("identity: recheck token: %w", err)
+	}
+	if !Equal(rec.Digest, digest) {
+		return nil, ErrUnauthenticated
+	}
+	return t.principal(ctx, rec, func(ctx context.Context, name string) (userRecord, error) {
+		var u userRecord
+		if name == "" {
+			return u, fmt.Errorf("identity: user: %w", store.ErrNotFound)
+		}
+		err := t.st.View().Get(ctx, t.users, name, &u)
+		return u, err
+	})
+}
+
+// principal is the principal of the token record rec when it is usable now, reading the
+// owner of a session with user: exactly [ErrUnauthenticated] for a revoked or expired record,
+// or a session whose user is gone or of another credential generation.
+func (t *Tokens) principal(ctx context.Context, rec tokenRecord, user func(context.Context, string) (userRecord, error)) (*Principal, error) {
+	if !t.usable(rec) {
 		return nil, ErrUnauthenticated
 	}
 	p := &Principal{Kind: rec.Kind, ID: rec.ID, Name: rec.Name, Owner: rec.Owner, Scopes: rec.Scopes,
 		Project: rec.Project, Service: rec.Service, ExpiresAt: rec.ExpiresAt}
-	if session {
-		u, err := t.user(ctx, rec.Owner)
+	if rec.Session {
+		u, err := user(ctx, rec.Owner)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, ErrUnauthenticated
 		}
@@ -240,7 +289,6 @@ func (t *Tokens) Authenticate(ctx context.Context, token string) (*Principal, er
 		p.Kind, p.AuthAt = KindHuman, rec.AuthAt
 		p.Scopes, p.Grants = u.scopes()
 	}
-	t.touch(ctx, rec.Digest)
 	return p, nil
 }
 

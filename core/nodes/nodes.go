@@ -336,6 +336,28 @@ func (r *Registry) Authenticate(ctx context.Context, cred string) (*Node, error)
 	return n, nil
 }
 
+// CredentialCurrent answers a check repeated on every request made with
+// something issued to a node credential (the registry's short bearers,
+// docs/registry.md section 9): nil while node id is enrolled under the
+// credential whose digest is credDigest; exactly ErrUnauthenticated when the
+// node is unknown, removed, or holds another credential; a wrapped store
+// error when the store cannot answer. It reads the store's read view, so with
+// the view on it costs a map lookup (plus one read by _id after the node was
+// written).
+func (r *Registry) CredentialCurrent(ctx context.Context, id, credDigest string) error {
+	n, err := r.Get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return ErrUnauthenticated
+	}
+	if err != nil {
+		return err
+	}
+	if n.Status == StatusRemoved || !identity.Equal(n.CredentialDigest, credDigest) {
+		return ErrUnauthenticated
+	}
+	return nil
+}
+
 // Get returns one node or ErrNotFound.
 func (r *Registry) Get(ctx context.Context, id string) (*Node, error) {
 	var n Node

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,15 +40,32 @@ const Service = "berth"
 const CatalogMaxEntries = 1000
 
 // Authenticator checks a Berth bearer (brt_ machine token or brs_ human
-// session); [identity.Tokens] implements it. It returns
-// identity.ErrUnauthenticated for any credential failure.
+// session); [identity.Tokens] implements it. Both methods return exactly
+// identity.ErrUnauthenticated for any credential failure, and another
+// error only when the store cannot answer.
 type Authenticator interface {
+	// Authenticate is asked once per registry bearer, at /v2/token.
 	Authenticate(ctx context.Context, token string) (*identity.Principal, error)
+	// Recheck is asked on every request made with a registry bearer, with
+	// the SHA-256 digest of the Berth bearer it was issued to, and answers
+	// what Authenticate would answer for that bearer now (revoked, expired,
+	// or a session whose user's credentials changed: ErrUnauthenticated).
+	// It is on every request's path, so it should answer from memory
+	// ([identity.Tokens.Recheck] reads the store's read view).
+	Recheck(ctx context.Context, digest string) (*identity.Principal, error)
 }
 
 // NodeAuthenticator checks a node credential (brn_) and returns the node's
 // id; any failure is identity.ErrUnauthenticated or a store error.
 type NodeAuthenticator func(ctx context.Context, credential string) (nodeID string, err error)
+
+// NodeChecker is asked on every request made with a registry bearer issued
+// to a node credential, with the node's id and the SHA-256 digest of that
+// credential: nil while the node is enrolled under that credential;
+// identity.ErrUnauthenticated once the node is removed or holds another
+// credential; another error when the store cannot answer. It is on every
+// request's path, so it should answer from memory.
+type NodeChecker func(ctx context.Context, nodeID, credentialDigest string) error
 
 // NodeImages returns the image references ("<repo>@sha256:<hex>") in the
 // desired state of a node.
@@ -76,10 +94,12 @@ type Config struct {
 	Key []byte
 	// Tokens authenticates Berth tokens; required.
 	Tokens Authenticator
-	// Nodes and NodeImages let node credentials pull what they run; nil:
-	// node credentials are refused.
-	Nodes      NodeAuthenticator
-	NodeImages NodeImages
+	// Nodes, NodeCurrent and NodeImages let node credentials pull what
+	// they run; Nodes nil: node credentials are refused. NodeCurrent is
+	// required when Nodes is set.
+	Nodes       NodeAuthenticator
+	NodeCurrent NodeChecker
+	NodeImages  NodeImages
 	// Authorize, when not nil, is asked before each push of a manifest, and
 	// may refuse it (reserved release tags); an error wrapping ErrDenied
 	// answers DENIED, another error UNAVAILABLE.
@@ -129,6 +149,9 @@ func New(ctx context.Context, cfg Config) (r *Registry, err error) {
 	}
 	if len(cfg.Key) < 32 {
 		return nil, errors.New("registry: Key must hold at least 32 bytes")
+	}
+	if cfg.Nodes != nil && cfg.NodeCurrent == nil {
+		return nil, errors.New("registry: NodeCurrent is required with Nodes")
 	}
 	if cfg.RootDir == "" && cfg.S3.Endpoint == "" {
 		return nil, errors.New("registry: RootDir or S3 is required")
@@ -253,16 +276,16 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if !ok {
 		// Let distribution answer (404, 405) with its own error bodies,
 		// but only to an authenticated caller.
-		if _, authed := r.bearer(req); !authed {
-			r.challenge(w, req, need{})
+		if _, _, err := r.bearer(req); err != nil {
+			r.refuse(w, req, need{}, err)
 			return
 		}
 		r.serveApp(w, req)
 		return
 	}
-	c, authed := r.bearer(req)
-	if !authed {
-		r.challenge(w, req, n)
+	c, p, err := r.bearer(req)
+	if err != nil {
+		r.refuse(w, req, n, err)
 		return
 	}
 	if n.resource != "" {
@@ -273,6 +296,12 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 				return
 			}
 			serveError(w, http.StatusForbidden, errcode.ErrorCodeDenied.WithMessage("not allowed to "+n.action+" "+n.resource))
+			return
+		}
+		if p != nil && !stillAllows(p, n) {
+			// The principal lost the grant since the bearer was issued (a
+			// session's roles changed): a new bearer says what it may do now.
+			r.challenge(w, req, n)
 			return
 		}
 	}
@@ -290,7 +319,7 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 				return
 			}
 		}
-		r.checkMount(req, c)
+		r.checkMount(req, c, p)
 	}
 	if n.route == v2.RouteNameManifest && req.Method == http.MethodPut {
 		r.servePush(w, req, n, c)
@@ -320,13 +349,14 @@ func (r *Registry) touch(req *http.Request, n need) {
 // whose source the bearer may not pull: the request then starts an
 // ordinary upload (202), as the distribution spec lets a registry do, and
 // no blob of a repository the caller cannot read is ever linked into its own.
-func (r *Registry) checkMount(req *http.Request, c claims) {
+func (r *Registry) checkMount(req *http.Request, c claims, p *identity.Principal) {
 	q := req.URL.Query()
 	from := q.Get("from")
 	if q.Get("mount") == "" && from == "" {
 		return
 	}
-	if from != "" && validRepo(from) && allows(c.Access["repository:"+from], ActionPull) {
+	if from != "" && validRepo(from) && allows(c.Access["repository:"+from], ActionPull) &&
+		(p == nil || slices.Contains(grantFor(p, from, []string{ActionPull}), ActionPull)) {
 		return
 	}
 	q.Del("mount")
@@ -343,9 +373,9 @@ func (r *Registry) serveReferrersAuthed(w http.ResponseWriter, req *http.Request
 		return
 	}
 	n := need{resource: "repository:" + repo, repo: repo, action: ActionPull, ref: subject}
-	c, authed := r.bearer(req)
-	if !authed {
-		r.challenge(w, req, n)
+	c, p, err := r.bearer(req)
+	if err != nil {
+		r.refuse(w, req, n, err)
 		return
 	}
 	granted, asked := c.Access[n.resource]
@@ -355,6 +385,10 @@ func (r *Registry) serveReferrersAuthed(w http.ResponseWriter, req *http.Request
 			return
 		}
 		serveError(w, http.StatusForbidden, errcode.ErrorCodeDenied.WithMessage("not allowed to pull "+n.resource))
+		return
+	}
+	if p != nil && !stillAllows(p, n) {
+		r.challenge(w, req, n)
 		return
 	}
 	r.serveReferrers(w, req, repo, subject)
@@ -510,15 +544,69 @@ func (r *Registry) serveApp(w http.ResponseWriter, req *http.Request) *statusWri
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// bearer returns the verified claims of the request's registry bearer.
-func (r *Registry) bearer(req *http.Request) (claims, bool) {
-	h := req.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
+// bearer returns the verified claims of the request's registry bearer and,
+// for a Berth token or session, the principal it stands for now (nil for a
+// node). The bearer's MAC and expiry are checked, and then the Berth
+// credential it was issued to, on every request: once that credential is
+// revoked, expired, rotated away, a session's user changed credentials, or
+// a node is removed, its bearers stop working at once rather than when they
+// expire (docs/registry.md section 3). Errors: exactly
+// identity.ErrUnauthenticated for every refusal; another error when the
+// check could not be made (the store is unavailable).
+func (r *Registry) bearer(req *http.Request) (claims, *identity.Principal, error) {
+	tok, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 	if !ok {
-		return claims{}, false
+		return claims{}, nil, identity.ErrUnauthenticated
 	}
 	c, err := verify(r.cfg.Key, strings.TrimSpace(tok), r.cfg.Now())
-	return c, err == nil
+	if err != nil {
+		return claims{}, nil, identity.ErrUnauthenticated
+	}
+	cred, err := openCred(r.cfg.Key, c.Cred)
+	if err != nil {
+		return claims{}, nil, identity.ErrUnauthenticated
+	}
+	ctx := req.Context()
+	if c.Kind == string(identity.KindNode) {
+		if r.cfg.NodeCurrent == nil || c.Node == "" {
+			return claims{}, nil, identity.ErrUnauthenticated
+		}
+		if err := r.cfg.NodeCurrent(ctx, c.Node, cred); err != nil {
+			return claims{}, nil, err
+		}
+		return c, nil, nil
+	}
+	p, err := r.cfg.Tokens.Recheck(ctx, cred)
+	if err != nil {
+		return claims{}, nil, err
+	}
+	if p == nil || p.ID != c.Subject || string(p.Kind) != c.Kind {
+		return claims{}, nil, identity.ErrUnauthenticated
+	}
+	return c, p, nil
+}
+
+// refuse answers a request whose bearer [Registry.bearer] refused: a new
+// challenge for a refused credential, 503 UNAVAILABLE (and one log line)
+// when the check could not be made.
+func (r *Registry) refuse(w http.ResponseWriter, req *http.Request, n need, err error) {
+	if errors.Is(err, identity.ErrUnauthenticated) {
+		r.challenge(w, req, n)
+		return
+	}
+	r.log.Error("registry: recheck bearer", "err", err)
+	serveError(w, http.StatusServiceUnavailable, errcode.ErrorCodeUnavailable.WithMessage("the registry cannot serve this right now"))
+}
+
+// stillAllows reports whether p may still take n's action on n's resource.
+func stillAllows(p *identity.Principal, n need) bool {
+	switch {
+	case n.resource == "registry:catalog":
+		return p.Has(identity.ScopeServicesRead)
+	case n.repo != "":
+		return slices.Contains(grantFor(p, n.repo, []string{n.action}), n.action)
+	}
+	return true
 }
 
 // challenge answers 401 with Docker's bearer challenge for n.
@@ -611,6 +699,12 @@ func (r *Registry) serveToken(w http.ResponseWriter, req *http.Request) {
 	}
 	now := r.cfg.Now()
 	c.IssuedAt, c.ExpiresAt = now.Unix(), now.Add(TokenTTL).Unix()
+	c.Cred, err = sealCred(r.cfg.Key, c.digest)
+	if err != nil {
+		r.log.Error("registry: issue bearer", "err", err)
+		serveError(w, http.StatusInternalServerError, errcode.ErrorCodeUnknown.WithMessage("internal error"))
+		return
+	}
 	tok, err := sign(r.cfg.Key, c.claims)
 	if err != nil {
 		serveError(w, http.StatusInternalServerError, errcode.ErrorCodeUnknown.WithMessage("internal error"))
@@ -624,7 +718,8 @@ func (r *Registry) serveToken(w http.ResponseWriter, req *http.Request) {
 // principal is who a credential is, kept for granting.
 type principal struct {
 	claims
-	p *identity.Principal // nil for nodes
+	p      *identity.Principal // nil for nodes
+	digest string              // identity.Digest of the credential, for claims.Cred
 }
 
 func (r *Registry) authenticate(ctx context.Context, cred string) (principal, error) {
@@ -639,13 +734,13 @@ func (r *Registry) authenticate(ctx context.Context, cred string) (principal, er
 		if err != nil {
 			return principal{}, err
 		}
-		return principal{claims: claims{Subject: id, Kind: string(identity.KindNode), Node: id}}, nil
+		return principal{claims: claims{Subject: id, Kind: string(identity.KindNode), Node: id}, digest: identity.Digest(cred)}, nil
 	}
 	p, err := r.cfg.Tokens.Authenticate(ctx, cred)
 	if err != nil {
 		return principal{}, err
 	}
-	return principal{claims: claims{Subject: p.ID, Kind: string(p.Kind)}, p: p}, nil
+	return principal{claims: claims{Subject: p.ID, Kind: string(p.Kind)}, p: p, digest: identity.Digest(cred)}, nil
 }
 
 // grant fills c.Access for the requested scopes: each one asked about is

@@ -28,6 +28,7 @@ import (
 
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -46,6 +47,9 @@ type env struct {
 	rel    *registry.Releases
 	reg    *registry.Registry
 	st     *store.Store
+	// nodes enrolls real nodes beside the one fixed credential nodeCred
+	// (node nod_1, always current).
+	nodes *nodes.Registry
 	// follow, when set, is the deploy-on-push step of every recorded push to a tag.
 	follow registry.FollowFunc
 }
@@ -60,7 +64,8 @@ func newEnvAt(t *testing.T, s3 blobs.S3Config, now func() time.Time) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	st := storetest.Open(t)
-	e := &env{st: st, tokens: identity.NewTokens(st), images: map[string][]string{}, rel: registry.NewReleases(st.Collection(registry.ReleasesCollection), now)}
+	e := &env{st: st, tokens: identity.NewTokens(st), images: map[string][]string{}, rel: registry.NewReleases(st.Collection(registry.ReleasesCollection), now),
+		nodes: nodes.NewRegistry(st, now)}
 	record := e.rel.RecordAndFollow(func(ctx context.Context, p registry.Push, digest string) error {
 		e.mu.Lock()
 		follow := e.follow
@@ -75,10 +80,20 @@ func newEnvAt(t *testing.T, s3 blobs.S3Config, now func() time.Time) *env {
 	reg, err := registry.New(ctx, registry.Config{
 		RootDir: t.TempDir(), S3: s3, Key: key, Tokens: e.tokens, Now: now,
 		Nodes: func(ctx context.Context, cred string) (string, error) {
-			if cred != nodeCred {
-				return "", identity.ErrUnauthenticated
+			if cred == nodeCred {
+				return "nod_1", nil
 			}
-			return "nod_1", nil
+			n, err := e.nodes.Authenticate(ctx, cred)
+			if err != nil {
+				return "", err
+			}
+			return n.ID, nil
+		},
+		NodeCurrent: func(ctx context.Context, id, credDigest string) error {
+			if id == "nod_1" && credDigest == identity.Digest(nodeCred) {
+				return nil
+			}
+			return e.nodes.CredentialCurrent(ctx, id, credDigest)
 		},
 		NodeImages: func(ctx context.Context, node string) ([]string, error) {
 			e.mu.Lock()

@@ -2,12 +2,16 @@ package registry
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
+
+	"golang.org/x/crypto/chacha20poly1305"
 )
 
 // TokenTTL is how long a registry bearer issued by /v2/token is good for.
@@ -24,6 +28,12 @@ type claims struct {
 	Access    map[string][]string `json:"access"`
 	ExpiresAt int64               `json:"exp"` // Unix seconds
 	IssuedAt  int64               `json:"iat"`
+	// Cred is the SHA-256 digest of the Berth credential the bearer was
+	// issued to, sealed under a key derived from the registry key
+	// ([sealCred]), so every request can check that credential is still
+	// good without the bearer showing its digest. Bearers without it (issued
+	// before it existed) are refused and the client fetches a new one.
+	Cred string `json:"cred,omitempty"`
 }
 
 var errBadToken = errors.New("berth: registry token invalid or expired")
@@ -67,4 +77,42 @@ func verify(key []byte, tok string, now time.Time) (claims, error) {
 		return claims{}, errBadToken
 	}
 	return c, nil
+}
+
+// credKey derives the key that seals [claims.Cred] from the registry key.
+func credKey(key []byte) []byte {
+	k := sha256.Sum256(append([]byte("berth registry credential seal v1\x00"), key...))
+	return k[:]
+}
+
+// sealCred seals a credential digest for [claims.Cred]: base64url of a
+// random 24-byte nonce followed by its XChaCha20-Poly1305 ciphertext.
+func sealCred(key []byte, digest string) (string, error) {
+	aead, err := chacha20poly1305.NewX(credKey(key))
+	if err != nil {
+		return "", fmt.Errorf("registry: seal credential: %w", err)
+	}
+	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+len(digest)+aead.Overhead())
+	if _, err := rand.Read(nonce); err != nil {
+		return "", fmt.Errorf("registry: seal credential: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(aead.Seal(nonce, nonce, []byte(digest), []byte("cred"))), nil
+}
+
+// openCred returns the digest [sealCred] sealed; errBadToken for anything
+// else.
+func openCred(key []byte, sealed string) (string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(sealed)
+	if err != nil {
+		return "", errBadToken
+	}
+	aead, err := chacha20poly1305.NewX(credKey(key))
+	if err != nil || len(raw) < aead.NonceSize()+aead.Overhead() {
+		return "", errBadToken
+	}
+	d, err := aead.Open(nil, raw[:aead.NonceSize()], raw[aead.NonceSize():], []byte("cred"))
+	if err != nil {
+		return "", errBadToken
+	}
+	return string(d), nil
 }

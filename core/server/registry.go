@@ -72,6 +72,7 @@ func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *regist
 			}
 			return n.ID, nil
 		},
+		NodeCurrent: reg.CredentialCurrent,
 		NodeImages: func(ctx context.Context, nodeID string) ([]string, error) {
 			n, err := reg.Get(ctx, nodeID)
 			if err != nil {
