@@ -176,7 +176,8 @@ const (
 const (
 	ReleaseTagReserved Code = "release_tag_reserved" // a release tag that is already reserved or pushed in the repository (409)
 	ReleaseTagInvalid  Code = "release_tag_invalid"  // "latest", or a name outside the OCI tag grammar (422)
-	// ImageReleaseNotFound: a promotion of a tag the service's repository never had (404).
+	// ImageReleaseNotFound: a promotion of a tag the service's repository never had, or of a
+	// release whose manifest registry retention removed (404).
 	ImageReleaseNotFound Code = "image_release_not_found"
 	// ReleaseNotPushed: a promotion of a tag reserved but not pushed yet (409).
 	ReleaseNotPushed Code = "release_not_pushed"

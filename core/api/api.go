@@ -117,6 +117,11 @@ type Config struct {
 	KeyRotator KeyRotator
 	// RegistryGC serves POST /api/v1/registry/gc (registry_gc.go); nil leaves the route out.
 	RegistryGC RegistryCollector
+	// Manifests, when not nil, is asked whether the registry still holds the
+	// manifest a release names before a promotion or a deploy_on_push apply
+	// points a service at it ([registry.Registry.ManifestExists]); nil trusts
+	// the release record.
+	Manifests ManifestChecker
 	// Leases serves /leases, /nodes/{id}/lost, /nodes/{id}/fence and /nodes/{id}/fence-ack, and
 	// supersedes a removed node's leases (leases.go); nil leaves the routes out.
 	Leases *fencing.Authority

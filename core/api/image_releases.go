@@ -58,8 +58,16 @@ func (s *Server) resolveFollowedTag(ctx context.Context, p *services.Project, re
 	return s.registryHost() + "/" + repo + "@" + digest, repo + ":" + tag, nil
 }
 
-// pushedDigest returns the digest repo:tag names. Errors: 404 image_release_not_found, 409
-// release_not_pushed.
+// ManifestChecker reports whether the registry still holds a manifest; [registry.Registry]
+// implements it ([registry.Registry.ManifestExists]).
+type ManifestChecker interface {
+	ManifestExists(ctx context.Context, repo, digest string) (bool, error)
+}
+
+// pushedDigest returns the digest repo:tag names, once the registry (Config.Manifests) confirms
+// it still holds that manifest. Errors: 404 image_release_not_found for a tag never pushed and for
+// a release whose manifest registry retention removed (docs/registry.md section 10); 409
+// release_not_pushed; a storage failure.
 func (s *Server) pushedDigest(ctx context.Context, repo, tag string) (string, error) {
 	rel, err := s.cfg.ImageReleases.Get(ctx, repo, tag)
 	switch {
@@ -70,6 +78,15 @@ func (s *Server) pushedDigest(ctx context.Context, repo, tag string) (string, er
 	case rel.Digest == "":
 		return "", problem(abierrors.ReleaseNotPushed, fmt.Sprintf("tag %q of %s is reserved but nothing was pushed to it yet", tag, repo))
 	}
+	if s.cfg.Manifests != nil {
+		ok, err := s.cfg.Manifests.ManifestExists(ctx, repo, rel.Digest)
+		if err != nil {
+			return "", fmt.Errorf("check release %s:%s: %w", repo, tag, err)
+		}
+		if !ok {
+			return "", problem(abierrors.ImageReleaseNotFound, fmt.Sprintf("release %q of %s names %s, which registry retention removed; push that image to the tag again to promote it", tag, repo, rel.Digest))
+		}
+	}
 	return rel.Digest, nil
 }
 
@@ -77,8 +94,8 @@ func (s *Server) pushedDigest(ctx context.Context, repo, tag string) (string, er
 // 8): the service's image becomes "<host>/<project>/<service>@<digest the tag names>", one
 // compare-and-set at the revision read (or the body's expected_revision), and the ordinary
 // rollout takes it from there. 200 with the service (changed false when it already ran that
-// digest); 404 image_release_not_found; 409 release_not_pushed, service_not_container,
-// revision_conflict.
+// digest); 404 image_release_not_found (also for a release whose manifest retention removed);
+// 409 release_not_pushed, service_not_container, revision_conflict.
 func (s *Server) promoteRelease(c echo.Context) error {
 	var req struct {
 		ExpectedRevision *int64 `json:"expected_revision"`

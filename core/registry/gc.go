@@ -627,6 +627,38 @@ func (r *Registry) idle(d digest.Digest, written, at time.Time, grace time.Durat
 	return written.Before(cut) && !r.used.lastUse(d).After(cut)
 }
 
+// ManifestExists reports whether repo ("<project>/<name>") still holds the
+// manifest dgst ("sha256:<hex>"), as a promotion asks before it points a
+// service at it (docs/registry.md section 8): false once retention removed
+// it. It counts as a request naming dgst, so a retention pass running
+// meanwhile keeps the manifest for its grace period (section 10) and the
+// service that is about to name it finds it there. Errors: a malformed
+// repository or digest, or storage that cannot be read.
+func (r *Registry) ManifestExists(ctx context.Context, repo, dgst string) (bool, error) {
+	d, err := digest.Parse(dgst)
+	if err != nil {
+		return false, fmt.Errorf("registry: manifest %s of %s: %w", dgst, repo, err)
+	}
+	named, err := reference.WithName(repo)
+	if err != nil {
+		return false, fmt.Errorf("registry: manifest %s of %s: %w", dgst, repo, err)
+	}
+	r.used.touch(d, r.cfg.Now())
+	rp, err := r.ns.Repository(ctx, named)
+	if err != nil {
+		return false, fmt.Errorf("registry: manifest %s of %s: %w", dgst, repo, err)
+	}
+	ms, err := rp.Manifests(ctx)
+	if err != nil {
+		return false, fmt.Errorf("registry: manifest %s of %s: %w", dgst, repo, err)
+	}
+	ok, err := ms.Exists(ctx, d)
+	if err != nil && !isPathNotFound(err) && !isRepoUnknown(err) {
+		return false, fmt.Errorf("registry: manifest %s of %s: %w", dgst, repo, err)
+	}
+	return ok && err == nil, nil
+}
+
 // storageFor builds the storage driver and namespace the collector walks: the
 // same driver and parameters as the application's.
 func storageFor(ctx context.Context, cfg Config) (storagedriver.StorageDriver, distribution.Namespace, error) {

@@ -13,8 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/identity"
@@ -124,38 +122,4 @@ func withRegistry(api http.Handler, reg http.Handler) http.Handler {
 		}
 		api.ServeHTTP(w, r)
 	})
-}
-
-// imagesInUse is what the registry's retention keeps besides releases (docs/registry.md section
-// 10): the image of every service and of every workload still recorded (a rollout's replicas on
-// the previous release, a workload being stopped).
-func imagesInUse(cat *services.Catalog) registry.GCKeep {
-	return func(ctx context.Context) ([]string, error) {
-		var out []string
-		projects, err := cat.ListProjects(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for i := range projects {
-			svcs, err := cat.ListServices(ctx, &projects[i])
-			if err != nil {
-				return nil, err
-			}
-			for _, s := range svcs {
-				if s.Image != "" {
-					out = append(out, s.Image)
-				}
-			}
-		}
-		wls, err := cat.ListWorkloads(ctx, bson.M{})
-		if err != nil {
-			return nil, err
-		}
-		for _, w := range wls {
-			if w.Run != nil && w.Run.Image != "" {
-				out = append(out, w.Run.Image)
-			}
-		}
-		return out, nil
-	}
 }

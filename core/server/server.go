@@ -433,7 +433,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
-	gc := registry.NewCollector(oci, imageReleases, imagesInUse(cat), registry.GCPolicy{})
+	gc := registry.NewCollector(oci, imageReleases, cat.ImagesInUse, registry.GCPolicy{})
 	// Service backups (docs/backups.md): records and operations on this store, archives in the
 	// blob store; a backup request backs up the bindings the service declares.
 	// With the corestore plugin, its executor is the only runner node that claims them.
@@ -446,6 +446,7 @@ func Run(ctx context.Context, cfg Config) error {
 		RegistryGC:    gc,
 		Backups:       &api.BackupsConfig{Manager: backupMgr, Bindings: bindingKinds(binds)},
 		ImageReleases: imageReleases,
+		Manifests:     oci,
 		Secrets:       &api.SecretsConfig{Store: sec, Rewrap: rewrapper.Kick},
 		Catalog:       cat, Nodes: reg, Bundles: blobs, Tokens: tokens, Hinter: rec, Sessions: sessions, NodeOps: sessions, Events: evlog, Changelog: clog,
 		PublicURL: cfg.PublicURL, ServerFingerprint: servTLS.Fingerprint, ClusterID: clusterID, ClusterPublicKey: key.Public().(ed25519.PublicKey), CurrentPublicKey: sessions.PublicKey,
