@@ -47,6 +47,7 @@ var (
 	_ certmagic.Storage          = (*Storage)(nil)
 	_ certmagic.TryLocker        = (*Storage)(nil)
 	_ certmagic.LockLeaseRenewer = (*Storage)(nil)
+	_ secrets.SealedSet          = (*Storage)(nil)
 )
 
 type storageDoc struct {
@@ -57,7 +58,8 @@ type storageDoc struct {
 }
 
 // NewStorage returns a Storage over st whose values are sealed with kr and
-// whose locks are taken by locks. It does no I/O.
+// whose locks are taken by locks (nil when only [Storage.RewrapTo] is used,
+// as a keyring rotation does). It does no I/O.
 func NewStorage(st *store.Store, kr *secrets.Keyring, locks *Locks, log *slog.Logger, now func() time.Time) *Storage {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -197,6 +199,91 @@ func (s *Storage) Stat(ctx context.Context, key string) (certmagic.KeyInfo, erro
 		return certmagic.KeyInfo{}, fmt.Errorf("certs: stat %s: %w", key, fs.ErrNotExist)
 	}
 	return certmagic.KeyInfo{Key: key, IsTerminal: false}, nil
+}
+
+// Name names the storage in a keyring rotation's logs ([secrets.SealedSet]).
+func (s *Storage) Name() string { return "certificates" }
+
+// RewrapTo moves every stored value whose data key is not wrapped by kekID to
+// the keyring's active KEK, for a keyring rotation ([secrets.SealedSet],
+// docs/certificates.md section 3, docs/secrets.md section 4). It lists the
+// keys to move (a scan of [StorageCollection]: an administrative path), then
+// for each one re-reads it by _id and writes the re-wrapped data key with one
+// compare-and-set on the sealed value it read, calling pace before each write;
+// the ciphertext is not touched, so the value is the same. A value certmagic
+// replaced meanwhile (sealed under the active KEK already) or deleted is left
+// alone. Values that do not open under the keyring (changed, or sealed under a
+// key retired before certificates were re-wrapped) are not written and are
+// returned by key: [Storage.Load] reports them missing already, and certmagic
+// obtains them again. Idempotent; a run that stopped part-way is finished by
+// the next. Errors: the store failed, or pace returned an error.
+func (s *Storage) RewrapTo(ctx context.Context, kekID string, pace func(context.Context) error) (moved int, unopenable []string, err error) {
+	cur, err := s.coll.Find(ctx, bson.D{{Key: "sealed.kek_id", Value: bson.D{{Key: "$ne", Value: kekID}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return 0, nil, fmt.Errorf("certs: re-wrap: list: %w", err)
+	}
+	var ids []struct {
+		ID string `bson:"_id"`
+	}
+	if err := cur.All(ctx, &ids); err != nil {
+		return 0, nil, fmt.Errorf("certs: re-wrap: list: %w", err)
+	}
+	for _, x := range ids {
+		ok, err := s.rewrapOne(ctx, x.ID, kekID, pace)
+		switch {
+		case errors.Is(err, secrets.ErrOpenFailed), errors.Is(err, secrets.ErrUnknownKEK):
+			unopenable = append(unopenable, x.ID)
+		case err != nil:
+			return moved, unopenable, err
+		case ok:
+			moved++
+		}
+	}
+	return moved, unopenable, nil
+}
+
+// rewrapOne re-wraps the value at key unless it is under kekID already, with
+// one compare-and-set on the sealed value read (re-read and retried when it
+// changed meanwhile, at most 5 rounds). It reports whether it wrote. Errors:
+// wrapping [secrets.ErrOpenFailed] or [secrets.ErrUnknownKEK] when the value
+// does not open (changed, or under a key retired before); the store's.
+func (s *Storage) rewrapOne(ctx context.Context, key, kekID string, pace func(context.Context) error) (bool, error) {
+	for range 5 {
+		var d storageDoc
+		err := store.FindByID(ctx, s.coll, key, &d)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("certs: re-wrap %s: %w", key, err)
+		}
+		if d.Sealed.KEKID == kekID {
+			return false, nil
+		}
+		w, err := secrets.Rewrap(s.kr, binding(key), d.Sealed)
+		if err != nil {
+			return false, fmt.Errorf("certs: re-wrap %s: %w", key, err)
+		}
+		if w.KEKID != kekID {
+			return false, fmt.Errorf("certs: re-wrap %s: the keyring's active key is %s, not %s", key, w.KEKID, kekID)
+		}
+		if pace != nil {
+			if err := pace(ctx); err != nil {
+				return false, err
+			}
+		}
+		res, err := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: key},
+			{Key: "sealed.kek_id", Value: d.Sealed.KEKID}, {Key: "sealed.wrapped_key", Value: d.Sealed.WrappedKey}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "sealed", Value: w}}}})
+		if err != nil {
+			return false, fmt.Errorf("certs: re-wrap %s: %w", key, err)
+		}
+		if res.MatchedCount == 1 {
+			return true, nil
+		}
+	}
+	return false, fmt.Errorf("certs: re-wrap %s: %w", key, store.ErrConflict)
 }
 
 // String names the storage in certmagic's logs.

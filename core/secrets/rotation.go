@@ -114,12 +114,32 @@ func (s *Store) StartRotation(ctx context.Context, retireOld bool) (*Rotation, e
 	return r, nil
 }
 
+// SealedSet is a collection other than secrets whose values are sealed under the keyring (the
+// certificates and keys of core/certs), which a rotation re-wraps together with the secrets, so
+// that retiring the old KEKs leaves none of them unopenable (docs/secrets.md section 4).
+type SealedSet interface {
+	// Name names the set in logs ("certificates").
+	Name() string
+	// RewrapTo moves every stored value whose data key is not wrapped by kekID (the keyring's
+	// active KEK) to it, each document with one compare-and-set of its own, calling pace before
+	// each write (it returns ctx's error to stop). It returns how many values moved and the
+	// keys of values that do not open under the keyring (left as they are: retiring a KEK
+	// changes nothing for them). Idempotent: a run stopped at any point is finished by the
+	// next, and a value already under kekID is not written. Errors: the store failed, or pace
+	// stopped it.
+	RewrapTo(ctx context.Context, kekID string, pace func(context.Context) error) (moved int, unopenable []string, err error)
+}
+
 // RewrapConfig paces [Store.Rewrap].
 type RewrapConfig struct {
 	// PerSecond bounds the secret documents re-wrapped per second, leaving the store's
-	// compare-and-set capacity to other writers; zero means 100, negative means no bound.
+	// compare-and-set capacity to other writers; zero means 100, negative means no bound. The
+	// documents of Also share the bound.
 	PerSecond int
 	Logger    *slog.Logger
+	// Also lists the other collections sealed under the keyring; each is re-wrapped after the
+	// secrets in every pass, before any KEK is retired. Nil: secrets only.
+	Also []SealedSet
 }
 
 // Rewrap runs the rotation the record names to its end: it re-wraps, in _id order from the
@@ -131,6 +151,8 @@ type RewrapConfig struct {
 // progress), or on an error. A keyring whose active KEK is not the record's target (rotated,
 // then killed before the record was written) starts a rotation towards the active KEK. A version
 // that does not open is an error naming the secret and version, and the rotation stays running.
+// Every pass also re-wraps each of cfg.Also ([SealedSet]) after the secrets; an error there
+// stops the run with the rotation running (the next run re-wraps what is left).
 func (s *Store) Rewrap(ctx context.Context, cfg RewrapConfig) error {
 	if cfg.PerSecond == 0 {
 		cfg.PerSecond = 100
@@ -165,6 +187,26 @@ func (s *Store) Rewrap(ctx context.Context, cfg RewrapConfig) error {
 	for pass := 0; ; pass++ {
 		if err := s.rewrapPass(ctx, r, pace); err != nil {
 			return err
+		}
+		for _, set := range cfg.Also {
+			moved, lost, err := set.RewrapTo(ctx, r.TargetKEK, func(ctx context.Context) error {
+				if pace == nil {
+					return ctx.Err()
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-pace:
+					return nil
+				}
+			})
+			if err != nil {
+				return fmt.Errorf("secrets: rotation: re-wrap %s: %w", set.Name(), err)
+			}
+			if len(lost) > 0 {
+				cfg.Logger.Warn("keyring rotation: stored values that do not open were left as they are", "set", set.Name(), "keys", lost)
+			}
+			cfg.Logger.Info("keyring rotation: re-wrapped", "set", set.Name(), "kek_id", r.TargetKEK, "moved", moved)
 		}
 		left, err := s.WrappedBy(ctx)
 		if err != nil {

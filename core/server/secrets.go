@@ -54,14 +54,15 @@ type rewrapper struct {
 	ctx    context.Context
 	store  *secrets.Store
 	rate   int
+	also   []secrets.SealedSet // re-wrapped with the secrets: stored certificates
 	log    *slog.Logger
 	mu     sync.Mutex
 	active bool
 	again  bool
 }
 
-func newRewrapper(ctx context.Context, s *secrets.Store, rate int, log *slog.Logger) *rewrapper {
-	return &rewrapper{ctx: ctx, store: s, rate: rate, log: log}
+func newRewrapper(ctx context.Context, s *secrets.Store, rate int, log *slog.Logger, also ...secrets.SealedSet) *rewrapper {
+	return &rewrapper{ctx: ctx, store: s, rate: rate, log: log, also: also}
 }
 
 // Kick starts a run unless one is running, in which case that run goes once more; it returns
@@ -79,7 +80,7 @@ func (r *rewrapper) Kick() {
 
 func (r *rewrapper) loop() {
 	for {
-		err := r.store.Rewrap(r.ctx, secrets.RewrapConfig{PerSecond: r.rate, Logger: r.log})
+		err := r.store.Rewrap(r.ctx, secrets.RewrapConfig{PerSecond: r.rate, Logger: r.log, Also: r.also})
 		if err != nil && r.ctx.Err() == nil {
 			r.log.Error("keyring rotation stopped; it resumes at the next start or rotation", "err", err)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
@@ -343,7 +344,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	rewrapCtx, stopRewrap := context.WithCancel(ctx)
 	defer stopRewrap()
-	rewrapper := newRewrapper(rewrapCtx, sec, cfg.RewrapPerSecond, log)
+	// Stored certificates are sealed under the same keyring, whether or not ACME is on now.
+	rewrapper := newRewrapper(rewrapCtx, sec, cfg.RewrapPerSecond, log, certs.NewStorage(st, sec.Keyring(), nil, log, nil))
 	rewrapper.Kick() // resumes a rotation an earlier berthd did not finish
 
 	// The DNS plugin and the records it writes (docs/dns.md section 9).
