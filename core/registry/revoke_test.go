@@ -79,7 +79,8 @@ func (e *env) withBearer(t *testing.T, method, path, bearer string) (status int,
 // credential is good. Once a machine token is revoked, a human's sessions
 // are revoked, or a node is removed, the very next pull or push with a
 // bearer it already holds is refused 401 UNAUTHORIZED with a new challenge,
-// while the bearers of other credentials keep working. Before, a revoked
+// while the bearers of other credentials keep working; a session whose roles
+// lost push is challenged on a push and still pulls. Before, a revoked
 // token's bearer kept pulling and pushing until it expired.
 func TestRevokedCredentialStopsItsBearers(t *testing.T) {
 	ctx := context.Background()
@@ -154,8 +155,19 @@ func TestRevokedCredentialStopsItsBearers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st, c, _ := e.withBearer(t, http.MethodGet, manifest, e.bearerFor(t, s2.Token, scope)); st != http.StatusOK {
+		b2 := e.bearerFor(t, s2.Token, scope)
+		if st, c, _ := e.withBearer(t, http.MethodGet, manifest, b2); st != http.StatusOK {
 			t.Errorf("pull with a new session's bearer: %d %s", st, c)
+		}
+		// Roles lowered to viewer: the bearer granted push is challenged on a push, and still pulls.
+		if _, err := e.tokens.SetRoles(ctx, "ann", []identity.Role{identity.RoleViewer}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if st, c, ch := e.withBearer(t, http.MethodPost, upload, b2); st != http.StatusUnauthorized || !strings.Contains(ch, "pull,push") {
+			t.Errorf("push after the roles lost it: %d %q (challenge %q); want 401 with a challenge for push", st, c, ch)
+		}
+		if st, c, _ := e.withBearer(t, http.MethodGet, manifest, b2); st != http.StatusOK {
+			t.Errorf("pull as a viewer: %d %s", st, c)
 		}
 	})
 
