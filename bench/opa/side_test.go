@@ -244,15 +244,22 @@ type bareOPA struct {
 	data, heap, entr uint32
 }
 
-func newBareOPA(b *testing.B, wasm []byte) *bareOPA {
+func newBareOPA(b *testing.B, wasm []byte) *bareOPA { return newBareOPAWith(b, wasm, false) }
+
+// newBareOPAWith is newBareOPA, with the module after the fuel pass when
+// fuel is set (its refill never stops it).
+func newBareOPAWith(b *testing.B, wasm []byte, fuel bool) *bareOPA {
 	b.Helper()
 	ctx := context.Background()
-	own, err := interrupt.InstrumentWith(wasm, interrupt.Options{DefineImportedMemory: true, NoFuel: true})
+	own, err := interrupt.InstrumentWith(wasm, interrupt.Options{DefineImportedMemory: true, NoFuel: !fuel})
 	if err != nil {
 		b.Fatal(err)
 	}
 	rt := wazero.NewRuntime(ctx)
 	b.Cleanup(func() { _ = rt.Close(ctx) })
+	if fuel {
+		fuelHost(b, rt)
+	}
 	env := rt.NewHostModuleBuilder("env").
 		NewFunctionBuilder().WithFunc(func(uint32) { panic("opa_abort") }).Export("opa_abort").
 		NewFunctionBuilder().WithFunc(func(uint32) {}).Export("opa_println")
