@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 	"unicode/utf8"
@@ -53,6 +54,9 @@ func fastPolicyOutput(p *fastjson.Parser, raw []byte) (out abiwasm.PolicyOutput,
 	if !plain(raw) {
 		return out, false
 	}
+	if out, ok := exactPolicyOutput(raw); ok {
+		return out, true
+	}
 	v, err := p.ParseBytes(raw)
 	if err != nil {
 		return out, false
@@ -82,6 +86,94 @@ func fastPolicyOutput(p *fastjson.Parser, raw []byte) (out abiwasm.PolicyOutput,
 	return out, ok
 }
 
+// exactPolicyOutput reads, without a parser, the one layout guests
+// write most: {"decision":"D"} with ,"reasons":[...] and ,"warnings":[...]
+// after it when present, in that order and without whitespace, their items
+// plain strings. raw must be plain, so no string holds a quote or an
+// escape: whatever this takes is JSON and reads so in encoding/json. Any
+// other layout is left to the parser (ok false).
+func exactPolicyOutput(raw []byte) (out abiwasm.PolicyOutput, ok bool) {
+	rest, ok := bytes.CutPrefix(raw, []byte(`{"decision":"`))
+	if !ok {
+		return out, false
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 {
+		return out, false
+	}
+	out.Decision, rest = abiwasm.Decision(rest[:i]), rest[i+1:]
+	if r, found := bytes.CutPrefix(rest, []byte(`,"reasons":`)); found {
+		if out.Reasons, rest, ok = exactStrings(r); !ok {
+			return out, false
+		}
+	}
+	if r, found := bytes.CutPrefix(rest, []byte(`,"warnings":`)); found {
+		if out.Warnings, rest, ok = exactStrings(r); !ok {
+			return out, false
+		}
+	}
+	return out, string(rest) == "}"
+}
+
+// exactOPAResult reads, without a parser, the result sets OPA's
+// opa_json_dump writes for the common shapes: [], [{}], [{"result":true}],
+// [{"result":false}] and [{"result":[...]}] with plain strings as items.
+// raw must be plain, as for exactPolicyOutput.
+func exactOPAResult(raw []byte) (r opaResult, ok bool) {
+	switch string(raw) {
+	case `[]`, `[{}]`:
+		return opaResult{undefined: true}, true
+	case `[{"result":true}]`:
+		return opaResult{isBool: true, b: true}, true
+	case `[{"result":false}]`:
+		return opaResult{isBool: true}, true
+	}
+	rest, ok := bytes.CutPrefix(raw, []byte(`[{"result":`))
+	if !ok {
+		return r, false
+	}
+	if r.messages, rest, ok = exactStrings(rest); !ok {
+		return r, false
+	}
+	return r, string(rest) == "}]"
+}
+
+// exactStrings reads a JSON array of plain strings without whitespace at
+// the start of b and returns its items and what follows it; ok is false
+// for anything else. An empty array gives an empty, not nil, slice, as
+// encoding/json does.
+func exactStrings(b []byte) (items []string, rest []byte, ok bool) {
+	b, ok = bytes.CutPrefix(b, []byte("["))
+	if !ok {
+		return nil, nil, false
+	}
+	items = []string{}
+	if r, found := bytes.CutPrefix(b, []byte("]")); found {
+		return items, r, true
+	}
+	for {
+		if len(b) == 0 || b[0] != '"' {
+			return nil, nil, false
+		}
+		i := bytes.IndexByte(b[1:], '"')
+		if i < 0 {
+			return nil, nil, false
+		}
+		items, b = append(items, string(b[1:1+i])), b[2+i:]
+		if len(b) == 0 {
+			return nil, nil, false
+		}
+		switch b[0] {
+		case ']':
+			return items, b[1:], true
+		case ',':
+			b = b[1:]
+		default:
+			return nil, nil, false
+		}
+	}
+}
+
 // opaResult is the first result of an OPA result set in its common shapes.
 type opaResult struct {
 	undefined bool     // no result
@@ -95,6 +187,9 @@ type opaResult struct {
 func fastOPAResult(p *fastjson.Parser, raw []byte) (r opaResult, ok bool) {
 	if !plain(raw) {
 		return r, false
+	}
+	if r, ok := exactOPAResult(raw); ok {
+		return r, true
 	}
 	v, err := p.ParseBytes(raw)
 	if err != nil {

@@ -30,6 +30,11 @@ var answers = []string{
 	`[]`, `[{}]`, `[{"result":true}]`, `[{"result":false}]`, `[{"result":null}]`,
 	`[{"result":["a","b"]}]`, `[{"result":[]}]`, `[{"result":[1,"a"]}]`, `[{"Result":true}]`,
 	`[{"result":true,"result":false}]`, `[{"result":{"allow":false}}]`, `[1]`, `{}`, ``,
+	`{"decision":"deny","reasons":["a","b"],"warnings":["w"]}`, `{"decision":"deny","warnings":["w"],"reasons":["a"]}`,
+	`{"decision":"deny","reasons":["a"]}x`, `{"decision":"deny","reasons":["a",]}`, `{"decision":"deny","reasons":[1]}`,
+	`{"decision":"deny","reasons":["a"],"reasons":["b"]}`, `{"decision":"deny","reasons":["a""b"]}`, `{"decision":"deny","reasons":[""]}`,
+	`{"decision":"allow","warnings":[]}`, `{"decision":"allow"`, `{"decision":"allow}`, `{"decision":"allow"} `,
+	`[{"result":["a","b"]}]x`, `[{"result":["a"]},{"result":true}]`, `[{"result":["a"]`, `[{"result":[]}]`, `[{"result":true}] `,
 }
 
 // TestFastDecodersAgreeWithEncodingJSON: whatever the fast decoders take,
