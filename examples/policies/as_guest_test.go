@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,6 +43,9 @@ func requireDigestRef(raw []byte) (abiwasm.PolicyOutput, string) {
 	if !json.Valid(raw) {
 		return abiwasm.PolicyOutput{}, abiwasm.ErrCodeBadInput
 	}
+	if depth(raw) > 64 {
+		return abiwasm.PolicyOutput{}, abiwasm.ErrCodeBadInput // the guest's limit of nesting
+	}
 	var in map[string]any
 	if json.Unmarshal(raw, &in) != nil {
 		return abiwasm.PolicyOutput{}, abiwasm.ErrCodeBadInput // valid JSON, not an object
@@ -65,6 +69,25 @@ func requireDigestRef(raw []byte) (abiwasm.PolicyOutput, string) {
 		out.Reasons = append(out.Reasons, "image "+image+" is not pinned by digest; use name@sha256:<hex>")
 	}
 	return out, ""
+}
+
+// depth is the deepest nesting of objects and arrays in the JSON raw.
+func depth(raw []byte) int {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	n, deepest := 0, 0
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return deepest
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			n++
+			deepest = max(deepest, n)
+		case json.Delim('}'), json.Delim(']'):
+			n--
+		}
+	}
 }
 
 // checkAgainstRef evaluates raw with the guest and compares with the
@@ -116,6 +139,9 @@ func TestAssemblyScriptGuestScansLikeEncodingJSON(t *testing.T) {
 	}
 	for _, b := range base {
 		inputs = append(inputs, []byte(b))
+	}
+	for _, n := range []int{62, 63, 64, 65} { // the guest nests 64 deep, the input object counting
+		inputs = append(inputs, []byte(`{"hook":"service.apply","object":{"bundle":"b"},"x":`+strings.Repeat("[", n)+strings.Repeat("]", n)+`}`))
 	}
 	rng := rand.New(rand.NewPCG(21, 8))
 	specials := []byte{'"', '\\', 0x01, 0x1f, 0x7f, 0x80, 0xff, '{', '}', '[', ']', ',', ':', 'u', ' ', '\n', '0', '-', 'e', '.'}
