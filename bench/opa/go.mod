@@ -6,6 +6,7 @@ require (
 	github.com/berthhq/berth v0.0.0
 	github.com/open-policy-agent/opa v1.22.4
 	github.com/tetratelabs/wazero v1.12.0
+	golang.org/x/sys v0.49.0
 )
 
 require (
@@ -31,7 +32,6 @@ require (
 	github.com/yashtewari/glob-intersection v0.2.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 

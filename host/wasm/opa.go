@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/tetratelabs/wazero/api"
-	"github.com/valyala/fastjson"
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/host/wasm/interrupt"
@@ -273,7 +272,7 @@ func chooseEntrypoint(want string, entries map[string]uint32) (string, error) {
 // host checks it first and answers as a Berth module would: ErrGuest
 // wrapping the guest error bad_input (docs/wasm-abi.md section 4).
 func (m *Module) callOPA(ctx context.Context, in *instance, input []byte) ([]byte, error) {
-	if fastjson.ValidateBytes(input) != nil {
+	if !validJSON(input) {
 		ge := &abiwasm.GuestError{Code: abiwasm.ErrCodeBadInput, Message: "the input is not JSON"}
 		return nil, fmt.Errorf("module %s (%s): %w: %w", m.meta.Name, m.digest, ErrGuest, ge)
 	}

@@ -211,3 +211,31 @@ func TestOPALimits(t *testing.T) {
 		t.Fatalf("after the failed call: %+v, %v", out, err)
 	}
 }
+
+// TestOPARefusesInputThatIsNotJSON: OPA's parser would read each of these
+// as some input (or none, which this deny policy allows); the host answers
+// bad_input instead, and the instance still decides the next input.
+func TestOPARefusesInputThatIsNotJSON(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	src := "package berth\n\nimport rego.v1\n\ndeny contains \"no bundle\" if not input.object.bundle\n"
+	_, mod := wasmtest.BuildRego(t, src, "berth/deny")
+	m, err := newRuntime(t, wasm.Config{}).Load(ctx, mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []string{
+		`{"object":{"bundle":"b"}} trailing`, `{"object":{"bundle":"b"}}}`, `{"object":{"bundle":"b",}}`,
+		`{"object":{1:"b","bundle":"b"}}`, `{"object":{"bundle":"b"} "x":1}`, `{"object":{"bundle":"b","a":[1 2]}}`,
+		`{"object":{"bundle":"b","n":01}}`, "{\"object\":{\"bundle\":\"b\x01\"}}", `{"object":{"bundle":"b"}`, ``,
+	} {
+		out, err := m.EvaluateJSON(ctx, []byte(in))
+		var ge *abiwasm.GuestError
+		if !errors.Is(err, wasm.ErrGuest) || !errors.As(err, &ge) || ge.Code != abiwasm.ErrCodeBadInput {
+			t.Errorf("input %q: %+v, %v; want the guest error bad_input", in, out, err)
+		}
+		if out, err := m.EvaluateJSON(ctx, []byte(`{"object":{"bundle":"b"}}`)); err != nil || out.Decision != abiwasm.Allow {
+			t.Fatalf("after input %q: %+v, %v", in, out, err)
+		}
+	}
+}

@@ -46,8 +46,8 @@ export function berth_metadata(): i64 {
 }
 
 export function policy_evaluate(ptr: i32, len: i32): i64 {
-  const s = new Scan(<usize>ptr, <usize>len);
-  if (!s.input()) {
+  const s = new Scan();
+  if (!scanInput(s, <usize>ptr, <usize>len)) {
     const o = new Out(96);
     o.lit('{"error":{"code":"bad_input","message":"policy input is not a JSON object"}}');
     return o.answer();
@@ -121,7 +121,9 @@ class Out {
   // lit appends an ASCII literal.
   lit(s: string): void {
     const n = <usize>s.length;
-    for (let i: usize = 0; i < n; i++) store<u8>(this.ptr + this.n + i, <u8>s.charCodeAt(<i32>i));
+    const dst = this.ptr + this.n;
+    const src = changetype<usize>(s);
+    for (let i: usize = 0; i < n; i++) store<u8>(dst + i, <u8>unit(src, i));
     this.n += n;
   }
 
@@ -166,12 +168,9 @@ class Span {
   }
 
   is(lit: string): bool {
+    if (!this.escaped && this.len != <usize>lit.length) return false;
     const d = this.decoded();
-    if (d.len != <usize>lit.length) return false;
-    for (let i: usize = 0; i < d.len; i++) {
-      if (load<u8>(d.ptr + i) != <u8>lit.charCodeAt(<i32>i)) return false;
-    }
-    return true;
+    return d.len == <usize>lit.length && at(d.ptr, d.len, 0, lit);
   }
 
   startsWith(lit: string): bool {
@@ -190,13 +189,38 @@ class Span {
   }
 }
 
+// at reports whether the ASCII literal lit stands at off of the len bytes
+// at ptr.
 function at(ptr: usize, len: usize, off: usize, lit: string): bool {
   const n = <usize>lit.length;
   if (off + n > len) return false;
+  const src = changetype<usize>(lit);
   for (let i: usize = 0; i < n; i++) {
-    if (load<u8>(ptr + off + i) != <u8>lit.charCodeAt(<i32>i)) return false;
+    if (<u32>load<u8>(ptr + off + i) != unit(src, i)) return false;
   }
   return true;
+}
+
+// unit is the i-th UTF-16 code unit of the string at src, read without
+// the bounds check of charCodeAt: callers stay below its length.
+@inline
+function unit(src: usize, i: usize): u32 {
+  return <u32>load<u16>(src + (i << 1));
+}
+
+// special8 marks, in the top bit of each of the eight bytes of w, the
+// bytes that are a quote, a backslash or a control byte (below 0x20); zero
+// when there is none. The lowest mark is always right (a byte that is zero
+// after the subtraction borrows only from the bytes above it), so
+// ctz(mark) / 8 is the index of the first such byte. ~w keeps bytes of
+// 0x80 and above from being marked.
+@inline
+function special8(w: u64): u64 {
+  const ones: u64 = 0x0101010101010101;
+  const tops: u64 = 0x8080808080808080;
+  const q = w ^ 0x2222222222222222;
+  const b = w ^ 0x5c5c5c5c5c5c5c5c;
+  return (((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w)) & tops;
 }
 
 function hex(c: u32): i32 {
@@ -257,6 +281,11 @@ function unescape(src: usize, len: usize, dst: usize): usize {
 }
 
 // ---- a validating scan of the input that keeps only what the rule reads ----
+//
+// The scan is a set of functions that take the position p and the end of
+// the input and return the position after what they read, or 0 when the
+// input is not valid there (no input starts at address 0). Positions stay
+// in locals, which are registers; only what the rule needs is stored.
 
 const MAX_DEPTH: i32 = 64;
 
@@ -267,10 +296,10 @@ const AT_OBJECT: i32 = 1;
 const AT_SERVICE: i32 = 2;
 const AT_OTHER: i32 = 3;
 
+// Scan is what one scan records.
 class Scan {
-  p: usize;
-  end: usize;
   depth: i32 = 0;
+  esc: bool = false; // the string read last has escapes
   key: Span = new Span();
 
   hook: Span = new Span();
@@ -282,227 +311,234 @@ class Scan {
   slotIsScalar: bool = false;
   svcBundle: Span = new Span();
   svcImage: Span = new Span();
+}
 
-  constructor(ptr: usize, len: usize) {
-    this.p = ptr;
-    this.end = ptr + len;
+// scanInput reports whether the len bytes at ptr are exactly one JSON
+// object (with whitespace around it), recording in s the values the rule
+// needs.
+function scanInput(s: Scan, ptr: usize, len: usize): bool {
+  const end = ptr + len;
+  const p = ws(ptr, end);
+  if (p >= end || load<u8>(p) != 0x7b) return false;
+  const q = object(s, p, end, AT_TOP);
+  return q != 0 && ws(q, end) == end;
+}
+
+function ws(p: usize, end: usize): usize {
+  if (p < end && load<u8>(p) > 0x20) return p; // compact JSON: no loop, no fuel
+  while (p < end) {
+    const c = load<u8>(p);
+    if (c != 0x20 && c != 0x0a && c != 0x0d && c != 0x09) break;
+    p++;
   }
+  return p;
+}
 
-  // input reports whether the bytes are exactly one JSON object (with
-  // whitespace around it), recording the values the rule needs.
-  input(): bool {
-    this.ws();
-    if (this.p >= this.end || load<u8>(this.p) != 0x7b) return false;
-    if (!this.object(AT_TOP)) return false;
-    this.ws();
-    return this.p == this.end;
+// value reads one value; where says whose member it is, and into, when
+// not null, records it if it is a string.
+function value(s: Scan, p: usize, end: usize, where: i32, into: Span | null): usize {
+  p = ws(p, end);
+  if (p >= end) return 0;
+  const c = load<u8>(p);
+  if (c == 0x22) {
+    const q = str(s, p, end);
+    if (q != 0 && into != null) into.set(p + 1, q - p - 2, s.esc);
+    return q;
   }
+  if (c == 0x7b) return object(s, p, end, where);
+  if (c == 0x5b) return array(s, p, end);
+  if (c == 0x74) return word(p, end, "true");
+  if (c == 0x66) return word(p, end, "false");
+  if (c == 0x6e) return word(p, end, "null");
+  return number(p, end);
+}
 
-  ws(): void {
-    while (this.p < this.end) {
-      const c = load<u8>(this.p);
-      if (c != 0x20 && c != 0x0a && c != 0x0d && c != 0x09) return;
-      this.p++;
-    }
-  }
-
-  // value checks one value; where says whose member it is and key names it.
-  value(where: i32, into: Span | null): bool {
-    this.ws();
-    if (this.p >= this.end) return false;
-    const c = load<u8>(this.p);
-    if (c == 0x22) {
-      const start = this.p + 1;
-      const esc = this.string();
-      if (esc < 0) return false;
-      if (into != null) into.set(start, this.p - 1 - start, esc == 1);
-      return true;
-    }
-    if (c == 0x7b) return this.object(where);
-    if (c == 0x5b) return this.array();
-    if (c == 0x74) return this.word("true");
-    if (c == 0x66) return this.word("false");
-    if (c == 0x6e) return this.word("null");
-    return this.number();
-  }
-
-  // string moves past a string whose opening quote is at p: -1 when it is
-  // not valid, 1 when it has escapes, else 0.
-  string(): i32 {
-    this.p++;
-    let esc: i32 = 0;
-    while (this.p < this.end) {
-      const c = load<u8>(this.p);
-      if (c == 0x22) {
-        this.p++;
-        return esc;
-      }
-      if (c < 0x20) return -1;
-      if (c == 0x5c) {
-        esc = 1;
-        if (this.p + 1 >= this.end) return -1;
-        const e = load<u8>(this.p + 1);
-        if (e == 0x75) {
-          if (this.p + 5 >= this.end) return -1;
-          for (let i: usize = 2; i < 6; i++) if (hex(load<u8>(this.p + i)) < 0) return -1;
-          this.p += 6;
-          continue;
-        }
-        if (e != 0x22 && e != 0x5c && e != 0x2f && e != 0x62 && e != 0x66 && e != 0x6e && e != 0x72 && e != 0x74) return -1;
-        this.p += 2;
+// str moves past the string whose opening quote is at p and sets s.esc
+// when it has escapes. It looks at eight bytes at a time and jumps to the
+// first that is a quote, a backslash or a control byte, so a string costs
+// one step per eight bytes and one per such byte (each step of a loop also
+// costs a unit of fuel, docs/wasm-abi.md section 3.3.1).
+function str(s: Scan, p: usize, end: usize): usize {
+  p++;
+  let esc = false;
+  while (true) {
+    if (p + 8 <= end) {
+      const m = special8(load<u64>(p));
+      if (m == 0) {
+        p += 8;
         continue;
       }
-      this.p++;
+      p += <usize>(ctz<u64>(m) >> 3);
+    } else if (p >= end) return 0;
+    const c = load<u8>(p);
+    if (c == 0x22) {
+      s.esc = esc;
+      return p + 1;
     }
-    return -1;
+    if (c < 0x20) return 0;
+    if (c == 0x5c) {
+      esc = true;
+      if (p + 1 >= end) return 0;
+      const e = load<u8>(p + 1);
+      if (e == 0x75) {
+        if (p + 5 >= end) return 0;
+        if (hex(load<u8>(p + 2)) < 0 || hex(load<u8>(p + 3)) < 0 || hex(load<u8>(p + 4)) < 0 || hex(load<u8>(p + 5)) < 0) return 0;
+        p += 6;
+        continue;
+      }
+      if (e != 0x22 && e != 0x5c && e != 0x2f && e != 0x62 && e != 0x66 && e != 0x6e && e != 0x72 && e != 0x74) return 0;
+      p += 2;
+      continue;
+    }
+    p++;
   }
+  return 0;
+}
 
-  word(w: string): bool {
-    const n = <usize>w.length;
-    if (!at(this.p, this.end - this.p, 0, w)) return false;
-    this.p += n;
-    return true;
-  }
+function word(p: usize, end: usize, w: string): usize {
+  return at(p, end - p, 0, w) ? p + <usize>w.length : 0;
+}
 
-  number(): bool {
-    const start = this.p;
-    if (this.p < this.end && load<u8>(this.p) == 0x2d) this.p++;
-    if (this.p >= this.end) return false;
-    if (load<u8>(this.p) == 0x30) this.p++;
-    else if (!this.digits()) return false;
-    if (this.p < this.end && load<u8>(this.p) == 0x2e) {
-      this.p++;
-      if (!this.digits()) return false;
-    }
-    if (this.p < this.end && (load<u8>(this.p) | 0x20) == 0x65) {
-      this.p++;
-      if (this.p < this.end && (load<u8>(this.p) == 0x2b || load<u8>(this.p) == 0x2d)) this.p++;
-      if (!this.digits()) return false;
-    }
-    return this.p > start;
+function number(p: usize, end: usize): usize {
+  if (p < end && load<u8>(p) == 0x2d) p++;
+  if (p >= end) return 0;
+  if (load<u8>(p) == 0x30) p++;
+  else {
+    const q = digits(p, end);
+    if (q == p) return 0;
+    p = q;
   }
+  if (p < end && load<u8>(p) == 0x2e) {
+    const q = digits(p + 1, end);
+    if (q == p + 1) return 0;
+    p = q;
+  }
+  if (p < end && (load<u8>(p) | 0x20) == 0x65) {
+    p++;
+    if (p < end && (load<u8>(p) == 0x2b || load<u8>(p) == 0x2d)) p++;
+    const q = digits(p, end);
+    if (q == p) return 0;
+    p = q;
+  }
+  return p;
+}
 
-  digits(): bool {
-    const start = this.p;
-    while (this.p < this.end) {
-      const c = load<u8>(this.p);
-      if (c < 0x30 || c > 0x39) break;
-      this.p++;
-    }
-    return this.p > start;
+function digits(p: usize, end: usize): usize {
+  while (p < end) {
+    const c = load<u8>(p);
+    if (c < 0x30 || c > 0x39) break;
+    p++;
   }
+  return p;
+}
 
-  // object checks an object whose brace is at p, a member of where.
-  object(where: i32): bool {
-    this.p++;
-    if (++this.depth > MAX_DEPTH) return false;
-    this.ws();
-    if (this.p < this.end && load<u8>(this.p) == 0x7d) {
-      this.p++;
-      this.depth--;
-      return true;
-    }
-    while (true) {
-      this.ws();
-      if (this.p >= this.end || load<u8>(this.p) != 0x22) return false;
-      const kstart = this.p + 1;
-      const kesc = this.string();
-      if (kesc < 0) return false;
-      this.key.set(kstart, this.p - 1 - kstart, kesc == 1);
-      this.ws();
-      if (this.p >= this.end || load<u8>(this.p) != 0x3a) return false;
-      this.p++;
-      if (!this.member(where)) return false;
-      this.ws();
-      if (this.p >= this.end) return false;
-      const c = load<u8>(this.p);
-      this.p++;
-      if (c == 0x7d) break;
-      if (c != 0x2c) return false;
-    }
-    this.depth--;
-    return true;
+// object reads the object whose brace is at p, a member of where.
+function object(s: Scan, p: usize, end: usize, where: i32): usize {
+  if (++s.depth > MAX_DEPTH) return 0;
+  p = ws(p + 1, end);
+  if (p < end && load<u8>(p) == 0x7d) {
+    s.depth--;
+    return p + 1;
   }
+  while (true) {
+    p = ws(p, end);
+    if (p >= end || load<u8>(p) != 0x22) return 0;
+    const q = str(s, p, end);
+    if (q == 0) return 0;
+    s.key.set(p + 1, q - p - 2, s.esc);
+    p = ws(q, end);
+    if (p >= end || load<u8>(p) != 0x3a) return 0;
+    p = member(s, p + 1, end, where);
+    if (p == 0) return 0;
+    p = ws(p, end);
+    if (p >= end) return 0;
+    const c = load<u8>(p);
+    p++;
+    if (c == 0x7d) break;
+    if (c != 0x2c) return 0;
+  }
+  s.depth--;
+  return p;
+}
 
-  // member checks the value of key (just read) in an object of where,
-  // recording it when the rule needs it. A key repeated counts as written
-  // last, as Go's encoding/json reads it.
-  member(where: i32): bool {
-    this.ws();
-    if (this.p >= this.end) return false;
-    const c = load<u8>(this.p);
-    const k = this.key;
-    if (where == AT_TOP) {
-      if (k.is("hook")) {
-        this.hook.clear();
-        return this.value(AT_OTHER, c == 0x22 ? this.hook : null);
-      }
-      if (k.is("object")) {
-        this.objIsObject = c == 0x7b;
-        this.bundle.clear();
-        this.image.clear();
-        this.svcIsObject = false;
-        this.nodeIsObject = false;
-        this.slotIsScalar = false;
-        this.svcBundle.clear();
-        this.svcImage.clear();
-        return this.value(this.objIsObject ? AT_OBJECT : AT_OTHER, null);
-      }
-    } else if (where == AT_OBJECT) {
-      if (k.is("bundle")) {
-        this.bundle.clear();
-        return this.value(AT_OTHER, c == 0x22 ? this.bundle : null);
-      }
-      if (k.is("image")) {
-        this.image.clear();
-        return this.value(AT_OTHER, c == 0x22 ? this.image : null);
-      }
-      if (k.is("service")) {
-        this.svcIsObject = c == 0x7b;
-        this.svcBundle.clear();
-        this.svcImage.clear();
-        return this.value(this.svcIsObject ? AT_SERVICE : AT_OTHER, null);
-      }
-      if (k.is("node")) {
-        this.nodeIsObject = c == 0x7b;
-        return this.value(AT_OTHER, null);
-      }
-      if (k.is("slot")) {
-        this.slotIsScalar = c != 0x22 && c != 0x7b && c != 0x5b && c != 0x6e;
-        return this.value(AT_OTHER, null);
-      }
-    } else if (where == AT_SERVICE) {
-      if (k.is("bundle")) {
-        this.svcBundle.clear();
-        return this.value(AT_OTHER, c == 0x22 ? this.svcBundle : null);
-      }
-      if (k.is("image")) {
-        this.svcImage.clear();
-        return this.value(AT_OTHER, c == 0x22 ? this.svcImage : null);
-      }
+// member reads the value of s.key (just read) in an object of where,
+// recording it when the rule needs it. A key repeated counts as written
+// last, as Go's encoding/json reads it.
+function member(s: Scan, p: usize, end: usize, where: i32): usize {
+  p = ws(p, end);
+  if (p >= end) return 0;
+  const c = load<u8>(p);
+  const k = s.key;
+  if (where == AT_TOP) {
+    if (k.is("hook")) {
+      s.hook.clear();
+      return value(s, p, end, AT_OTHER, c == 0x22 ? s.hook : null);
     }
-    return this.value(AT_OTHER, null);
+    if (k.is("object")) {
+      s.objIsObject = c == 0x7b;
+      s.bundle.clear();
+      s.image.clear();
+      s.svcIsObject = false;
+      s.nodeIsObject = false;
+      s.slotIsScalar = false;
+      s.svcBundle.clear();
+      s.svcImage.clear();
+      return value(s, p, end, s.objIsObject ? AT_OBJECT : AT_OTHER, null);
+    }
+  } else if (where == AT_OBJECT) {
+    if (k.is("bundle")) {
+      s.bundle.clear();
+      return value(s, p, end, AT_OTHER, c == 0x22 ? s.bundle : null);
+    }
+    if (k.is("image")) {
+      s.image.clear();
+      return value(s, p, end, AT_OTHER, c == 0x22 ? s.image : null);
+    }
+    if (k.is("service")) {
+      s.svcIsObject = c == 0x7b;
+      s.svcBundle.clear();
+      s.svcImage.clear();
+      return value(s, p, end, s.svcIsObject ? AT_SERVICE : AT_OTHER, null);
+    }
+    if (k.is("node")) {
+      s.nodeIsObject = c == 0x7b;
+      return value(s, p, end, AT_OTHER, null);
+    }
+    if (k.is("slot")) {
+      s.slotIsScalar = c != 0x22 && c != 0x7b && c != 0x5b && c != 0x6e;
+      return value(s, p, end, AT_OTHER, null);
+    }
+  } else if (where == AT_SERVICE) {
+    if (k.is("bundle")) {
+      s.svcBundle.clear();
+      return value(s, p, end, AT_OTHER, c == 0x22 ? s.svcBundle : null);
+    }
+    if (k.is("image")) {
+      s.svcImage.clear();
+      return value(s, p, end, AT_OTHER, c == 0x22 ? s.svcImage : null);
+    }
   }
+  return value(s, p, end, AT_OTHER, null);
+}
 
-  array(): bool {
-    this.p++;
-    if (++this.depth > MAX_DEPTH) return false;
-    this.ws();
-    if (this.p < this.end && load<u8>(this.p) == 0x5d) {
-      this.p++;
-      this.depth--;
-      return true;
-    }
-    while (true) {
-      if (!this.value(AT_OTHER, null)) return false;
-      this.ws();
-      if (this.p >= this.end) return false;
-      const c = load<u8>(this.p);
-      this.p++;
-      if (c == 0x5d) break;
-      if (c != 0x2c) return false;
-    }
-    this.depth--;
-    return true;
+// array reads the array whose bracket is at p.
+function array(s: Scan, p: usize, end: usize): usize {
+  if (++s.depth > MAX_DEPTH) return 0;
+  p = ws(p + 1, end);
+  if (p < end && load<u8>(p) == 0x5d) {
+    s.depth--;
+    return p + 1;
   }
+  while (true) {
+    p = value(s, p, end, AT_OTHER, null);
+    if (p == 0) return 0;
+    p = ws(p, end);
+    if (p >= end) return 0;
+    const c = load<u8>(p);
+    p++;
+    if (c == 0x5d) break;
+    if (c != 0x2c) return 0;
+  }
+  s.depth--;
+  return p;
 }
