@@ -169,10 +169,14 @@ func (l *Log) RecordOutbox(ctx context.Context, ref Ref, outbox []Pending) (node
 		earlier, last = outbox, Pending{}
 	}
 	var unknown []string
+	recentSeq := map[string]int64{}
 	l.qmu.Lock()
 	for _, p := range earlier {
 		_, queued := l.queued[p.ID]
-		_, recent := l.recent[p.ID]
+		seq, recent := l.recent[p.ID]
+		if recent {
+			recentSeq[p.ID] = seq
+		}
 		if !queued && !recent {
 			unknown = append(unknown, p.ID)
 		}
@@ -195,13 +199,21 @@ func (l *Log) RecordOutbox(ctx context.Context, ref Ref, outbox []Pending) (node
 		}
 	}
 	l.qmu.Unlock()
+	// An earlier change already in the log is cleared again, after this
+	// write: its own clear may have run between this write's read of the
+	// document and its commit, and a write that replaces the document
+	// whole (a compare-and-set on its revision) put it back.
 	var e node.LogEntry
+	var c chore
 	for _, p := range earlier {
 		if seq, ok := landed[p.ID]; ok {
-			l.clearOutbox(ctx, ref, p, seq)
+			c.clears = append(c.clears, clear{ref: ref, p: p, seq: seq})
 			e.Seq = seq
+		} else if _, ok := recentSeq[p.ID]; ok {
+			c.clears = append(c.clears, clear{ref: ref, p: p}) // its own clear sets the seq field
 		}
 	}
+	l.tidy(c)
 	if last.ID == "" {
 		l.start(ctx)
 		return e, nil
@@ -304,11 +316,15 @@ func (l *Log) Run(ctx context.Context) {
 		lead := !l.flushing && len(l.queue) > 0
 		l.flushing = l.flushing || lead
 		l.qmu.Unlock()
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+		defer cancel()
 		if lead {
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
-			defer cancel()
 			l.flush(fctx)
 		}
+		// The housekeeping of what is stored runs out too (bounded), so
+		// a berthd that stops leaves no outbox behind without need and
+		// no clear runs on a store being closed.
+		_ = l.Cleared(fctx)
 	}()
 	lastRecover := time.Now()
 	for {
@@ -442,7 +458,7 @@ func (l *Log) appendBatch(ctx context.Context, batch []*item, since int64) ([]*i
 			}
 			continue
 		}
-		l.stored(ctx, seq, batch, entries)
+		l.stored(batch, entries)
 		return nil, 0, nil
 	}
 	return batch, since, ErrContention
@@ -471,50 +487,28 @@ func (l *Log) appendHead(ctx context.Context, lagging bool) (int64, string, erro
 	return h.Seq, h.Hash, nil
 }
 
-// stored finishes a batch whose entries are in the log: moves the head hint
-// from prev, keeps the entries in the tail, wakes followers and waiters, and
-// clears each change from its outbox.
-func (l *Log) stored(ctx context.Context, prev int64, batch []*item, entries []node.LogEntry) {
+// stored finishes a batch whose entries are in the log: keeps the entries
+// in the tail, wakes followers and tells each waiter its entry, and only
+// then hands the housekeeping (the head hint, clearing each change from its
+// outbox) to the cleaner ([Log.tidy]). What makes a change durable is its
+// outbox and its entry; the hint is a hint and an outbox that still holds an
+// appended change is cleared by [Log.Recover] by change id, so a waiter
+// waits for neither (docs/node-protocol.md section 7.2.1).
+func (l *Log) stored(batch []*item, entries []node.LogEntry) {
 	if len(entries) == 0 {
 		return
 	}
-	l.advanceHead(ctx, prev, entries[len(entries)-1])
 	for _, e := range entries {
 		l.remember(e)
 	}
 	l.sawHead(entries[len(entries)-1].Seq)
 	l.notify()
+	c := chore{head: entries[len(entries)-1], clears: make([]clear, 0, len(batch))}
 	for i, it := range batch {
-		l.clearOutbox(ctx, it.ref, it.p, entries[i].Seq)
 		l.finish(it, entries[i], nil)
+		c.clears = append(c.clears, clear{ref: it.ref, p: it.p, seq: entries[i].Seq})
 	}
-}
-
-// clearOutbox removes change id from ref's outbox and sets the tracked seq
-// field. A failure only leaves the change there: it is in the log, which
-// [Log.Recover] finds before appending anything.
-func (l *Log) clearOutbox(ctx context.Context, ref Ref, p Pending, seq int64) {
-	if ref.Collection == "" {
-		return
-	}
-	if ref.RemoveOn != "" && ref.RemoveOn == p.ID {
-		// The document was deleted by this change: now it may go.
-		if _, err := l.st.Collection(ref.Collection).DeleteOne(ctx, bson.M{"_id": ref.ID, RemoveOnField: p.ID}); err != nil {
-			l.log.Warn("remove a deleted document after its change-log entry; it stays until the next start", "collection", ref.Collection, "id", ref.ID, "change_id", p.ID, "err", err)
-		}
-		return
-	}
-	// The embedded store's $pull matches whole values only (a condition
-	// such as {"id": ...} removes nothing), so the item is named in full:
-	// Pending holds times at millisecond precision, as stored.
-	id := p.ID
-	update := bson.M{"$pull": bson.M{OutboxField: p}}
-	if ref.SeqField != "" {
-		update["$set"] = bson.M{ref.SeqField: seq}
-	}
-	if _, err := l.st.Collection(ref.Collection).UpdateOne(ctx, bson.M{"_id": ref.ID}, update); err != nil {
-		l.log.Warn("clear a change from its outbox; it stays until the next start", "collection", ref.Collection, "id", ref.ID, "change_id", id, "err", err)
-	}
+	l.tidy(c)
 }
 
 // dropLanded finishes the items of batch whose entries are stored from seq
@@ -532,6 +526,7 @@ func (l *Log) dropLanded(ctx context.Context, batch []*item, since int64) ([]*it
 	if err := cur.All(ctx, &docs); err != nil {
 		return batch, fmt.Errorf("changelog: read entries from %d: %w", since, err)
 	}
+	var c chore
 	for _, d := range docs {
 		it, ok := byID[d.ChangeID]
 		if !ok || d.ChangeID == "" {
@@ -542,13 +537,14 @@ func (l *Log) dropLanded(ctx context.Context, batch []*item, since int64) ([]*it
 			return batch, fmt.Errorf("changelog: decode entry %d: %w", d.Seq, err)
 		}
 		l.remember(e)
-		l.clearOutbox(ctx, it.ref, it.p, e.Seq)
 		l.finish(it, e, nil)
+		c.clears = append(c.clears, clear{ref: it.ref, p: it.p, seq: e.Seq})
 		delete(byID, d.ChangeID)
 	}
 	if len(docs) > 0 {
 		l.notify()
 	}
+	l.tidy(c)
 	rest := batch[:0:0]
 	for _, it := range batch {
 		if _, ok := byID[it.p.ID]; ok {
@@ -632,9 +628,12 @@ func (l *Log) RecoverOlderThan(ctx context.Context, age time.Duration) (int, err
 	}
 	todo := items[:0]
 	seen := map[string]bool{}
+	var c chore
 	for _, it := range items {
 		if seq, ok := seqOf[it.p.ID]; ok {
-			l.clearOutbox(ctx, it.ref, it.p, seq)
+			// Appended before its outbox was cleared (berthd stopped
+			// between the two): only cleared now, never appended again.
+			c.clears = append(c.clears, clear{ref: it.ref, p: it.p, seq: seq})
 			continue
 		}
 		if seen[it.p.ID] { // the same change in two documents' outboxes: append once
@@ -666,8 +665,9 @@ func (l *Log) RecoverOlderThan(ctx context.Context, age time.Duration) (int, err
 	l.flushing = l.flushing || lead
 	l.qmu.Unlock()
 	for _, it := range done {
-		l.clearOutbox(ctx, it.ref, it.p, it.entry.Seq)
+		c.clears = append(c.clears, clear{ref: it.ref, p: it.p, seq: it.entry.Seq})
 	}
+	l.tidy(c)
 	if lead {
 		l.flush(ctx)
 	}
@@ -675,6 +675,11 @@ func (l *Log) RecoverOlderThan(ctx context.Context, age time.Duration) (int, err
 		if _, err := l.wait(ctx, it); err != nil {
 			return 0, fmt.Errorf("changelog: append recovered changes: %w", err)
 		}
+	}
+	// What recovery found is cleared before it returns: the start reads
+	// no outbox it has just dealt with again.
+	if err := l.Cleared(ctx); err != nil {
+		return len(mine), fmt.Errorf("changelog: clear recovered changes: %w", err)
 	}
 	if len(mine) == 0 {
 		return 0, nil
