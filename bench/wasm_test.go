@@ -223,7 +223,8 @@ func BenchmarkRoutes(b *testing.B) {
 // where the store's one connection spends a round: write commands per round
 // by collection (each a round trip: an InsertMany or a bulk update is one)
 // and the milliseconds the store took per round for the decision index, the
-// change log and its head hint.
+// change log and its head hint; and the mean milliseconds one admission
+// spent in each stage of policy.Engine.Admit (berth_policy_admission_stage_seconds).
 func BenchmarkAdmission64(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -238,7 +239,7 @@ func BenchmarkAdmission64(b *testing.B) {
 	runDone := make(chan struct{})
 	go func() { defer close(runDone); clog.Run(ctx) }()
 	defer func() { cancel(); <-runDone }()
-	e := policy.New(policy.Config{Store: st, Blobs: blobs, Runtime: newRuntime(b), Changelog: clog})
+	e := policy.New(policy.Config{Store: st, Blobs: blobs, Runtime: newRuntime(b), Changelog: clog, Metrics: reg})
 	if err := e.EnsureIndexes(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -258,6 +259,7 @@ func BenchmarkAdmission64(b *testing.B) {
 	var lat []time.Duration
 	refused, seq := 0, 0
 	before := storeWrites(b, reg)
+	stagesBefore := admissionStages(b, reg)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		var wg sync.WaitGroup
@@ -301,6 +303,36 @@ func BenchmarkAdmission64(b *testing.B) {
 		b.ReportMetric((after[c].seconds-before[c].seconds)*1000/rounds, c+"-store-ms/round")
 	}
 	b.ReportMetric(total/rounds, "writes/round")
+	stagesAfter := admissionStages(b, reg)
+	for stage, u := range stagesAfter {
+		if n := u.n - stagesBefore[stage].n; n > 0 {
+			b.ReportMetric((u.seconds-stagesBefore[stage].seconds)*1000/n, stage+"-mean-ms")
+		}
+	}
+}
+
+// admissionStages reads berth_policy_admission_stage_seconds from reg: per
+// stage, how many admissions passed it and the seconds they spent there.
+func admissionStages(b *testing.B, reg *prometheus.Registry) map[string]storeUse {
+	b.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]storeUse{}
+	for _, mf := range mfs {
+		if mf.GetName() != "berth_policy_admission_stage_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stage" {
+					out[l.GetValue()] = storeUse{n: float64(m.GetHistogram().GetSampleCount()), seconds: m.GetHistogram().GetSampleSum()}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // storeUse is how many write commands the store was sent for one

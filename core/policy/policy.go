@@ -181,8 +181,9 @@ type Config struct {
 	Logger         *slog.Logger
 	// Now is the clock of recorded times; nil means time.Now.
 	Now func() time.Time
-	// Metrics, when not nil, receives berth_policy_evaluations_total and
-	// berth_policy_evaluation_duration_seconds (docs/operating.md "Metrics"). New panics, as
+	// Metrics, when not nil, receives berth_policy_evaluations_total,
+	// berth_policy_evaluation_duration_seconds and
+	// berth_policy_admission_stage_seconds (docs/operating.md "Metrics"). New panics, as
 	// MustRegister does, when Metrics holds them already.
 	Metrics prometheus.Registerer
 }
@@ -574,10 +575,13 @@ func (e *Engine) Decisions(ctx context.Context, limit int64) ([]Decision, error)
 // and input give the same answer. An error means the bindings could not be
 // read; callers fail closed on it.
 func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInput) (Verdict, error) {
+	start := time.Now()
 	bs, err := e.bindingsFor(ctx, in.Hook)
 	if err != nil {
 		return Verdict{}, fmt.Errorf("read policy bindings: %w", err)
 	}
+	e.metrics.spent(stageBindings, start)
+	start = time.Now()
 	in.SchemaVersion = abiwasm.InputSchemaVersion
 	// The bindings are independent: each sees the same input with its own
 	// config, and none sees another's answer. So they run concurrently, each
@@ -617,6 +621,7 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 		wg.Go(func() { a.out, a.evalErr, a.cached = e.evaluate(ctx, a.b, in.Hook, raw, a.inputHash) })
 	}
 	wg.Wait()
+	e.metrics.spent(stageEvaluate, start)
 	v := Verdict{Allowed: true}
 	var records []*Decision
 	for _, a := range answers {
@@ -697,6 +702,7 @@ const recordWait = 10 * time.Second
 func (e *Engine) recordDetached(ctx context.Context, actor abiwasm.Actor, ds []*Decision) {
 	pending := make([]*changelog.Pending, len(ds))
 	failed := make([]bool, len(ds))
+	start := time.Now()
 	var wg sync.WaitGroup
 	for i, d := range ds {
 		if e.cfg.Changelog == nil {
@@ -722,6 +728,10 @@ func (e *Engine) recordDetached(ctx context.Context, actor abiwasm.Actor, ds []*
 		})
 	}
 	wg.Wait()
+	if e.cfg.Changelog != nil {
+		e.metrics.spent(stageLog, start)
+	}
+	start = time.Now()
 	docs := make([]decisionDoc, len(ds))
 	for i, d := range ds {
 		docs[i] = decisionDoc{Decision: *d}
@@ -730,6 +740,7 @@ func (e *Engine) recordDetached(ctx context.Context, actor abiwasm.Actor, ds []*
 		}
 	}
 	stored, err := e.storeRecords.do(ctx, docs)
+	e.metrics.spent(stageIndex, start)
 	if err != nil || len(stored) != len(ds) { // not with a ctx that cannot end
 		return
 	}
