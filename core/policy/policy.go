@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -250,14 +251,22 @@ func New(cfg Config) *Engine {
 const maxRecordBatch = 256
 
 // readBindings reads every live binding, oldest first, for each caller of
-// one burst of admissions.
+// one burst of admissions. It reads the store's read view (docs/store.md
+// section 1): no round trip unless a binding was written since the last
+// read, and every bind or unbind that finished before the read is seen (one
+// through another berthd replica once its change stream delivers it). On
+// the embedded store the read no longer queues behind the burst's writes on
+// the one connection.
 func (e *Engine) readBindings(ctx context.Context, items []struct{}) []bindingsRead {
 	var r bindingsRead
-	cur, err := e.bindings.Find(ctx, live(bson.M{}), options.Find().SetSort(bson.D{{Key: "created_at", Value: 1}}))
-	if err == nil {
-		err = cur.All(ctx, &r.bs)
-	}
-	r.err = err
+	r.err = e.cfg.Store.View().Find(ctx, e.bindings, bson.D{{Key: changelog.RemoveOnField, Value: bson.Null{}}}, &r.bs)
+	// The view orders by _id; bindings are combined oldest first.
+	slices.SortStableFunc(r.bs, func(a, b Binding) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 	out := make([]bindingsRead, len(items))
 	for i := range out {
 		out[i] = r
