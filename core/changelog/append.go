@@ -336,7 +336,7 @@ func (l *Log) Run(ctx context.Context) {
 		}
 		if time.Since(lastRecover) >= RecoverInterval {
 			lastRecover = time.Now()
-			if _, err := l.RecoverOlderThan(ctx, RecoverAge); err != nil && ctx.Err() == nil {
+			if _, err := l.recoverOlderThan(ctx, RecoverAge, false); err != nil && ctx.Err() == nil {
 				l.log.Warn("recover pending changes; will retry", "err", err)
 			}
 		}
@@ -488,9 +488,9 @@ func (l *Log) appendHead(ctx context.Context, lagging bool) (int64, string, erro
 }
 
 // stored finishes a batch whose entries are in the log: keeps the entries
-// in the tail, wakes followers and tells each waiter its entry, and only
-// then hands the housekeeping (the head hint, clearing each change from its
-// outbox) to the cleaner ([Log.tidy]). What makes a change durable is its
+// in the tail, wakes followers, hands the housekeeping (the head hint,
+// clearing each change from its outbox) to the cleaner ([Log.tidy]) and
+// tells each waiter its entry without waiting for that housekeeping. What makes a change durable is its
 // outbox and its entry; the hint is a hint and an outbox that still holds an
 // appended change is cleared by [Log.Recover] by change id, so a waiter
 // waits for neither (docs/node-protocol.md section 7.2.1).
@@ -503,12 +503,16 @@ func (l *Log) stored(batch []*item, entries []node.LogEntry) {
 	}
 	l.sawHead(entries[len(entries)-1].Seq)
 	l.notify()
+	// Queued before the waiters are told, so that anything a waiter's
+	// caller queues next (a write of the same document) comes after it.
 	c := chore{head: entries[len(entries)-1], clears: make([]clear, 0, len(batch))}
 	for i, it := range batch {
-		l.finish(it, entries[i], nil)
 		c.clears = append(c.clears, clear{ref: it.ref, p: it.p, seq: entries[i].Seq})
 	}
 	l.tidy(c)
+	for i, it := range batch {
+		l.finish(it, entries[i], nil)
+	}
 }
 
 // dropLanded finishes the items of batch whose entries are stored from seq
@@ -527,6 +531,11 @@ func (l *Log) dropLanded(ctx context.Context, batch []*item, since int64) ([]*it
 		return batch, fmt.Errorf("changelog: read entries from %d: %w", since, err)
 	}
 	var c chore
+	type found1 struct {
+		it *item
+		e  node.LogEntry
+	}
+	var found []found1
 	for _, d := range docs {
 		it, ok := byID[d.ChangeID]
 		if !ok || d.ChangeID == "" {
@@ -537,14 +546,17 @@ func (l *Log) dropLanded(ctx context.Context, batch []*item, since int64) ([]*it
 			return batch, fmt.Errorf("changelog: decode entry %d: %w", d.Seq, err)
 		}
 		l.remember(e)
-		l.finish(it, e, nil)
 		c.clears = append(c.clears, clear{ref: it.ref, p: it.p, seq: e.Seq})
+		found = append(found, found1{it, e})
 		delete(byID, d.ChangeID)
 	}
 	if len(docs) > 0 {
 		l.notify()
 	}
 	l.tidy(c)
+	for _, f := range found {
+		l.finish(f.it, f.e, nil)
+	}
 	rest := batch[:0:0]
 	for _, it := range batch {
 		if _, ok := byID[it.p.ID]; ok {
@@ -566,8 +578,8 @@ type outboxDoc struct {
 // It reads each tracked collection's documents that carry an outbox (one
 // query each, at start), and finds which of their changes are already in
 // the log (one query over the log, only when any are pending); those are
-// only cleared. Call it before serving writes. Returns how many entries it
-// appended.
+// only cleared. It returns once what it found is cleared from its outboxes.
+// Call it before serving writes. Returns how many entries it appended.
 //
 // Recover takes every pending change, also one another berthd replica is
 // appending right now: with several replicas, use [Log.RecoverOlderThan].
@@ -580,6 +592,13 @@ func (l *Log) Recover(ctx context.Context) (int, error) {
 // replica's queue, and two replicas appending one change would record it
 // twice. [Log.Run] uses [RecoverAge].
 func (l *Log) RecoverOlderThan(ctx context.Context, age time.Duration) (int, error) {
+	return l.recoverOlderThan(ctx, age, true)
+}
+
+// recoverOlderThan is [Log.RecoverOlderThan]; cleared says whether it
+// returns only once what it found is cleared ([Log.Run]'s periodic pass
+// does not wait: its appends must not stall behind housekeeping).
+func (l *Log) recoverOlderThan(ctx context.Context, age time.Duration, cleared bool) (int, error) {
 	cutoff := l.now().UTC().Add(-age)
 	l.qmu.Lock()
 	colls := make(map[string]string, len(l.outboxes))
@@ -678,8 +697,10 @@ func (l *Log) RecoverOlderThan(ctx context.Context, age time.Duration) (int, err
 	}
 	// What recovery found is cleared before it returns: the start reads
 	// no outbox it has just dealt with again.
-	if err := l.Cleared(ctx); err != nil {
-		return len(mine), fmt.Errorf("changelog: clear recovered changes: %w", err)
+	if cleared {
+		if err := l.Cleared(ctx); err != nil {
+			return len(mine), fmt.Errorf("changelog: clear recovered changes: %w", err)
+		}
 	}
 	if len(mine) == 0 {
 		return 0, nil
