@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/berthhq/berth/core/identity"
@@ -22,13 +23,20 @@ const fleetNodes = 1000
 // openStore opens the embedded store in a temporary directory.
 func openStore(b testing.TB) *store.Store {
 	b.Helper()
+	return openStoreWith(b, nil)
+}
+
+// openStoreWith opens the embedded store in a temporary directory, counting
+// its commands into reg when reg is not nil.
+func openStoreWith(b testing.TB, reg prometheus.Registerer) *store.Store {
+	b.Helper()
 	dir := b.TempDir()
 	unlock, err := store.LockDir(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = unlock() })
-	st, err := store.Open(context.Background(), store.Config{DataDir: dir})
+	st, err := store.Open(context.Background(), store.Config{DataDir: dir, Metrics: reg})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -15,6 +16,18 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/internal/wasmtest"
 )
+
+// changelogCleared waits, bounded, until the change log has cleared from
+// their outboxes the changes it appended so far (it does so after telling
+// the requests).
+func (f *fixture) changelogCleared() {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := f.api.cfg.Changelog.Cleared(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+}
 
 // changelogEntries reads the whole change log through GET /api/v1/changelog
 // and checks that the chain verifies.
@@ -76,6 +89,7 @@ func TestChangelogEveryConcurrentWrite(t *testing.T) {
 			t.Fatalf("PUT answered %d, want 201", code)
 		}
 	}
+	f.changelogCleared()
 	var svcs []struct {
 		ID     string              `bson:"_id"`
 		Outbox []changelog.Pending `bson:"log_outbox"`

@@ -399,6 +399,7 @@ func TestIdentityChangesHandedOverOnce(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("identity entries %v; want %v", got, want)
 	}
+	f.changelogCleared()
 	for _, coll := range []string{identity.UsersCollection, identity.TokensCollection, identity.TokenNamesCollection} {
 		n, err := f.st.Collection(coll).CountDocuments(context.Background(), bson.M{"log_outbox.0": bson.M{"$exists": true}})
 		if err != nil || n != 0 {

@@ -235,6 +235,9 @@ func TestNodeLostAndFenceAckLogged(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("entries %v; want %v", got, want)
 	}
+	if err := f.clog.Cleared(ctx); err != nil { // outboxes are cleared after the entries
+		t.Fatal(err)
+	}
 	for _, id := range []string{a.ID, b.ID} {
 		if l, err := f.auth.Get(ctx, id); err != nil || len(l.LogOutbox) != 0 {
 			t.Fatalf("lease %s outbox after the request: %v, %v; want empty", id, l, err)

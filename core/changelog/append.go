@@ -169,10 +169,14 @@ func (l *Log) RecordOutbox(ctx context.Context, ref Ref, outbox []Pending) (node
 		earlier, last = outbox, Pending{}
 	}
 	var unknown []string
+	recentSeq := map[string]int64{}
 	l.qmu.Lock()
 	for _, p := range earlier {
 		_, queued := l.queued[p.ID]
-		_, recent := l.recent[p.ID]
+		seq, recent := l.recent[p.ID]
+		if recent {
+			recentSeq[p.ID] = seq
+		}
 		if !queued && !recent {
 			unknown = append(unknown, p.ID)
 		}
@@ -195,13 +199,21 @@ func (l *Log) RecordOutbox(ctx context.Context, ref Ref, outbox []Pending) (node
 		}
 	}
 	l.qmu.Unlock()
+	// An earlier change already in the log is cleared again, after this
+	// write: its own clear may have run between this write's read of the
+	// document and its commit, and a write that replaces the document
+	// whole (a compare-and-set on its revision) put it back.
 	var e node.LogEntry
+	var c chore
 	for _, p := range earlier {
 		if seq, ok := landed[p.ID]; ok {
-			l.clearOutbox(ctx, ref, p, seq)
+			c.clears = append(c.clears, clear{ref: ref, p: p, seq: seq})
 			e.Seq = seq
+		} else if _, ok := recentSeq[p.ID]; ok {
+			c.clears = append(c.clears, clear{ref: ref, p: p}) // its own clear sets the seq field
 		}
 	}
+	l.tidy(c)
 	if last.ID == "" {
 		l.start(ctx)
 		return e, nil
@@ -304,11 +316,15 @@ func (l *Log) Run(ctx context.Context) {
 		lead := !l.flushing && len(l.queue) > 0
 		l.flushing = l.flushing || lead
 		l.qmu.Unlock()
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+		defer cancel()
 		if lead {
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
-			defer cancel()
 			l.flush(fctx)
 		}
+		// The housekeeping of what is stored runs out too (bounded), so
+		// a berthd that stops leaves no outbox behind without need and
+		// no clear runs on a store being closed.
+		_ = l.Cleared(fctx)
 	}()
 	lastRecover := time.Now()
 	for {
@@ -320,7 +336,7 @@ func (l *Log) Run(ctx context.Context) {
 		}
 		if time.Since(lastRecover) >= RecoverInterval {
 			lastRecover = time.Now()
-			if _, err := l.RecoverOlderThan(ctx, RecoverAge); err != nil && ctx.Err() == nil {
+			if _, err := l.recoverOlderThan(ctx, RecoverAge, false); err != nil && ctx.Err() == nil {
 				l.log.Warn("recover pending changes; will retry", "err", err)
 			}
 		}
@@ -442,7 +458,7 @@ func (l *Log) appendBatch(ctx context.Context, batch []*item, since int64) ([]*i
 			}
 			continue
 		}
-		l.stored(ctx, seq, batch, entries)
+		l.stored(batch, entries)
 		return nil, 0, nil
 	}
 	return batch, since, ErrContention
@@ -471,49 +487,31 @@ func (l *Log) appendHead(ctx context.Context, lagging bool) (int64, string, erro
 	return h.Seq, h.Hash, nil
 }
 
-// stored finishes a batch whose entries are in the log: moves the head hint
-// from prev, keeps the entries in the tail, wakes followers and waiters, and
-// clears each change from its outbox.
-func (l *Log) stored(ctx context.Context, prev int64, batch []*item, entries []node.LogEntry) {
+// stored finishes a batch whose entries are in the log: keeps the entries
+// in the tail, wakes followers, hands the housekeeping (the head hint,
+// clearing each change from its outbox) to the cleaner ([Log.tidy]) and
+// tells each waiter its entry without waiting for that housekeeping. What makes a change durable is its
+// outbox and its entry; the hint is a hint and an outbox that still holds an
+// appended change is cleared by [Log.Recover] by change id, so a waiter
+// waits for neither (docs/node-protocol.md section 7.2.1).
+func (l *Log) stored(batch []*item, entries []node.LogEntry) {
 	if len(entries) == 0 {
 		return
 	}
-	l.advanceHead(ctx, prev, entries[len(entries)-1])
 	for _, e := range entries {
 		l.remember(e)
 	}
 	l.sawHead(entries[len(entries)-1].Seq)
 	l.notify()
+	// Queued before the waiters are told, so that anything a waiter's
+	// caller queues next (a write of the same document) comes after it.
+	c := chore{head: entries[len(entries)-1], clears: make([]clear, 0, len(batch))}
 	for i, it := range batch {
-		l.clearOutbox(ctx, it.ref, it.p, entries[i].Seq)
+		c.clears = append(c.clears, clear{ref: it.ref, p: it.p, seq: entries[i].Seq})
+	}
+	l.tidy(c)
+	for i, it := range batch {
 		l.finish(it, entries[i], nil)
-	}
-}
-
-// clearOutbox removes change id from ref's outbox and sets the tracked seq
-// field. A failure only leaves the change there: it is in the log, which
-// [Log.Recover] finds before appending anything.
-func (l *Log) clearOutbox(ctx context.Context, ref Ref, p Pending, seq int64) {
-	if ref.Collection == "" {
-		return
-	}
-	if ref.RemoveOn != "" && ref.RemoveOn == p.ID {
-		// The document was deleted by this change: now it may go.
-		if _, err := l.st.Collection(ref.Collection).DeleteOne(ctx, bson.M{"_id": ref.ID, RemoveOnField: p.ID}); err != nil {
-			l.log.Warn("remove a deleted document after its change-log entry; it stays until the next start", "collection", ref.Collection, "id", ref.ID, "change_id", p.ID, "err", err)
-		}
-		return
-	}
-	// The embedded store's $pull matches whole values only (a condition
-	// such as {"id": ...} removes nothing), so the item is named in full:
-	// Pending holds times at millisecond precision, as stored.
-	id := p.ID
-	update := bson.M{"$pull": bson.M{OutboxField: p}}
-	if ref.SeqField != "" {
-		update["$set"] = bson.M{ref.SeqField: seq}
-	}
-	if _, err := l.st.Collection(ref.Collection).UpdateOne(ctx, bson.M{"_id": ref.ID}, update); err != nil {
-		l.log.Warn("clear a change from its outbox; it stays until the next start", "collection", ref.Collection, "id", ref.ID, "change_id", id, "err", err)
 	}
 }
 
@@ -532,6 +530,12 @@ func (l *Log) dropLanded(ctx context.Context, batch []*item, since int64) ([]*it
 	if err := cur.All(ctx, &docs); err != nil {
 		return batch, fmt.Errorf("changelog: read entries from %d: %w", since, err)
 	}
+	var c chore
+	type found1 struct {
+		it *item
+		e  node.LogEntry
+	}
+	var found []found1
 	for _, d := range docs {
 		it, ok := byID[d.ChangeID]
 		if !ok || d.ChangeID == "" {
@@ -542,12 +546,16 @@ func (l *Log) dropLanded(ctx context.Context, batch []*item, since int64) ([]*it
 			return batch, fmt.Errorf("changelog: decode entry %d: %w", d.Seq, err)
 		}
 		l.remember(e)
-		l.clearOutbox(ctx, it.ref, it.p, e.Seq)
-		l.finish(it, e, nil)
+		c.clears = append(c.clears, clear{ref: it.ref, p: it.p, seq: e.Seq})
+		found = append(found, found1{it, e})
 		delete(byID, d.ChangeID)
 	}
 	if len(docs) > 0 {
 		l.notify()
+	}
+	l.tidy(c)
+	for _, f := range found {
+		l.finish(f.it, f.e, nil)
 	}
 	rest := batch[:0:0]
 	for _, it := range batch {
@@ -570,8 +578,8 @@ type outboxDoc struct {
 // It reads each tracked collection's documents that carry an outbox (one
 // query each, at start), and finds which of their changes are already in
 // the log (one query over the log, only when any are pending); those are
-// only cleared. Call it before serving writes. Returns how many entries it
-// appended.
+// only cleared. It returns once what it found is cleared from its outboxes.
+// Call it before serving writes. Returns how many entries it appended.
 //
 // Recover takes every pending change, also one another berthd replica is
 // appending right now: with several replicas, use [Log.RecoverOlderThan].
@@ -584,6 +592,13 @@ func (l *Log) Recover(ctx context.Context) (int, error) {
 // replica's queue, and two replicas appending one change would record it
 // twice. [Log.Run] uses [RecoverAge].
 func (l *Log) RecoverOlderThan(ctx context.Context, age time.Duration) (int, error) {
+	return l.recoverOlderThan(ctx, age, true)
+}
+
+// recoverOlderThan is [Log.RecoverOlderThan]; cleared says whether it
+// returns only once what it found is cleared ([Log.Run]'s periodic pass
+// does not wait: its appends must not stall behind housekeeping).
+func (l *Log) recoverOlderThan(ctx context.Context, age time.Duration, cleared bool) (int, error) {
 	cutoff := l.now().UTC().Add(-age)
 	l.qmu.Lock()
 	colls := make(map[string]string, len(l.outboxes))
@@ -632,9 +647,12 @@ func (l *Log) RecoverOlderThan(ctx context.Context, age time.Duration) (int, err
 	}
 	todo := items[:0]
 	seen := map[string]bool{}
+	var c chore
 	for _, it := range items {
 		if seq, ok := seqOf[it.p.ID]; ok {
-			l.clearOutbox(ctx, it.ref, it.p, seq)
+			// Appended before its outbox was cleared (berthd stopped
+			// between the two): only cleared now, never appended again.
+			c.clears = append(c.clears, clear{ref: it.ref, p: it.p, seq: seq})
 			continue
 		}
 		if seen[it.p.ID] { // the same change in two documents' outboxes: append once
@@ -666,14 +684,22 @@ func (l *Log) RecoverOlderThan(ctx context.Context, age time.Duration) (int, err
 	l.flushing = l.flushing || lead
 	l.qmu.Unlock()
 	for _, it := range done {
-		l.clearOutbox(ctx, it.ref, it.p, it.entry.Seq)
+		c.clears = append(c.clears, clear{ref: it.ref, p: it.p, seq: it.entry.Seq})
 	}
+	l.tidy(c)
 	if lead {
 		l.flush(ctx)
 	}
 	for _, it := range mine {
 		if _, err := l.wait(ctx, it); err != nil {
 			return 0, fmt.Errorf("changelog: append recovered changes: %w", err)
+		}
+	}
+	// What recovery found is cleared before it returns: the start reads
+	// no outbox it has just dealt with again.
+	if cleared {
+		if err := l.Cleared(ctx); err != nil {
+			return len(mine), fmt.Errorf("changelog: clear recovered changes: %w", err)
 		}
 	}
 	if len(mine) == 0 {

@@ -102,6 +102,27 @@ type Log struct {
 	// recentIDs orders recent, oldest first; qmu guards it.
 	recentIDs []string
 
+	// cmu guards the housekeeping that follows stored batches (tidy.go).
+	cmu          sync.Mutex
+	chores       []chore       // queued, oldest first; cmu guards it
+	cleaning     bool          // the cleaner goroutine runs; cmu guards it
+	choresQueued int           // chores ever queued; cmu guards it
+	choresDone   int           // chores ever finished; cmu guards it
+	cleaned      chan struct{} // closed and replaced after every cleaner pass; cmu guards it
+	// hintOwed is the newest stored entry whose hint move a cleaner pass
+	// left for later (zero: none); cmu guards it.
+	hintOwed node.LogEntry
+	// hintSeq and hintAt are the seq this Log last moved the hint to, and
+	// when; hintTimer reports whether a timer will queue the owed move.
+	// cmu guards them.
+	hintSeq   int64
+	hintAt    time.Time
+	hintTimer bool
+	// cleanGateForTest, when not nil, is received from before each
+	// cleaner pass: a test holds the housekeeping back with it (as a
+	// berthd that dies before it would). cmu guards it.
+	cleanGateForTest chan struct{}
+
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced after every append; mu guards it
 	// tail holds the newest entries this Log stored or read, by seq; mu guards it.
@@ -124,7 +145,7 @@ func New(s *store.Store, term int64, now func() time.Time) *Log {
 	}
 	return &Log{st: s, coll: s.Collection(Collection), heads: s.Collection(HeadCollection), term: term, now: now,
 		log: slog.New(slog.DiscardHandler), changed: make(chan struct{}), tail: make(map[int64]node.LogEntry), outboxes: map[string]string{},
-		queued: map[string]*item{}, recent: map[string]int64{}, kick: make(chan struct{}, 1)}
+		queued: map[string]*item{}, recent: map[string]int64{}, kick: make(chan struct{}, 1), cleaned: make(chan struct{})}
 }
 
 // Changed returns a channel that is closed after the next entry appended
@@ -146,12 +167,22 @@ func (l *Log) notify() {
 }
 
 // Head returns the newest entry's seq and hash: 0 and "" for an empty log.
+// It reads the stored hint and starts from the newer of it and the newest
+// entry this Log stored or read (the hint is moved after the waiters of a
+// batch are told, so it may lag this Log's own appends), then rolls forward
+// over entries stored after that.
 func (l *Log) Head(ctx context.Context) (int64, string, error) {
 	h, err := l.hint(ctx)
 	if err != nil {
 		return 0, "", err
 	}
+	l.mu.Lock()
+	if e, ok := l.tail[l.head]; ok && e.Seq > h.Seq {
+		h.Seq, h.Hash = e.Seq, e.Hash
+	}
+	l.mu.Unlock()
 	// Roll a lagging hint forward over entries stored after it.
+	rolled := false
 	for range maxAppendAttempts {
 		e, ok, err := l.entry(ctx, h.Seq+1)
 		if err != nil {
@@ -160,8 +191,10 @@ func (l *Log) Head(ctx context.Context) (int64, string, error) {
 		if !ok {
 			break
 		}
-		l.advanceHead(ctx, h.Seq, e)
-		h.Seq, h.Hash = e.Seq, e.Hash
+		h.Seq, h.Hash, rolled = e.Seq, e.Hash, true
+	}
+	if rolled {
+		l.advanceHead(ctx, node.LogEntry{Seq: h.Seq, Hash: h.Hash})
 	}
 	l.sawHead(h.Seq)
 	return h.Seq, h.Hash, nil
@@ -191,10 +224,11 @@ func (l *Log) hint(ctx context.Context) (headDoc, error) {
 	return h, nil
 }
 
-// advanceHead moves the head hint from prev to e with one compare-and-set;
-// losing to another writer is fine, a failure only leaves the hint behind.
-func (l *Log) advanceHead(ctx context.Context, prev int64, e node.LogEntry) {
-	_, _ = l.heads.UpdateOne(ctx, bson.M{"_id": headID, "seq": prev}, bson.M{"$set": bson.M{"seq": e.Seq, "hash": e.Hash}})
+// advanceHead moves the head hint forward to e with one compare-and-set
+// that matches only a hint behind e, so it never moves back; losing to
+// another writer is fine, a failure only leaves the hint behind.
+func (l *Log) advanceHead(ctx context.Context, e node.LogEntry) {
+	_, _ = l.heads.UpdateOne(ctx, bson.M{"_id": headID, "seq": bson.M{"$lt": e.Seq}}, bson.M{"$set": bson.M{"seq": e.Seq, "hash": e.Hash}})
 }
 
 // HashAt returns the hash of entry seq, and false when it does not exist.

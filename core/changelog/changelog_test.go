@@ -76,6 +76,7 @@ func TestHeadHintLagging(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	cleared(t, l) // the hint moves after the waiters are told
 	// Put the hint back to seq 1, as if the writers of 2 and 3 died before moving it.
 	if _, err := st.Collection(HeadCollection).UpdateOne(ctx, bson.M{"_id": headID}, bson.M{"$set": bson.M{"seq": 1}}); err != nil {
 		t.Fatal(err)

@@ -25,6 +25,17 @@ type thing struct {
 	Outbox []Pending `bson:"log_outbox,omitempty"`
 }
 
+// cleared waits, bounded, for l's housekeeping of what it stored so far:
+// outboxes are cleared after the waiters of a batch are told.
+func cleared(t *testing.T, l *Log) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := l.Cleared(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func prepare(t *testing.T, id string, n int) Pending {
 	t.Helper()
 	p, err := Prepare(Change{ActorType: "user", ActorID: "tok_1", EntityType: "thing", EntityID: id, Op: node.OpCreate, Payload: map[string]any{"n": n}})
@@ -125,6 +136,7 @@ func TestRecordOutlivesCallerContext(t *testing.T) {
 	if err != nil || len(entries) != 1 || entries[0].EntityID != "thing_1" {
 		t.Fatalf("entries %+v, %v; want the one change", entries, err)
 	}
+	cleared(t, l)
 	var got thing
 	if err := st.Collection("things").FindOne(bg, bson.M{"_id": "thing_1"}).Decode(&got); err != nil {
 		t.Fatal(err)
@@ -302,6 +314,7 @@ func TestRecordOutboxKeepsWriteOrder(t *testing.T) {
 	if ex, err := l.Record(ctx, ref, x); err != nil || ex.Seq != 2 {
 		t.Fatalf("late hand-over of the earlier change: seq %d, %v; want 2", ex.Seq, err)
 	}
+	cleared(t, l)
 	var got thing
 	if err := st.Collection("things").FindOne(ctx, bson.M{"_id": "thing_1"}).Decode(&got); err != nil {
 		t.Fatal(err)
@@ -336,6 +349,7 @@ func TestRecordOutboxOfUnchangedWrite(t *testing.T) {
 	if entries, err := l.Range(ctx, 1, 0); err != nil || len(entries) != 1 {
 		t.Fatalf("%d entries, %v; want the one", len(entries), err)
 	}
+	cleared(t, l)
 	var got thing
 	if err := st.Collection("things").FindOne(ctx, bson.M{"_id": "thing_1"}).Decode(&got); err != nil || len(got.Outbox) != 0 {
 		t.Fatalf("outbox %d, %v; want cleared", len(got.Outbox), err)

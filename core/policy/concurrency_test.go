@@ -12,6 +12,7 @@ import (
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/store/storetest"
 	hostwasm "github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/internal/wasmtest"
@@ -20,7 +21,8 @@ import (
 // TestConcurrentAppliesNotRefusedForTime: 64 concurrent legal applies of
 // about 0.9 MiB, then 64 small ones, against the example cap-replicas policy
 // and a second independent policy, all within the default deadline: none
-// is refused, and none for time. Before the fuel check replaced
+// is refused, and none for time; every decision is recorded in the change
+// log and the index, as the API records them. Before the fuel check replaced
 // WithCloseOnContextDone, 63 of 64 large applies were refused "ran past 1s".
 func TestConcurrentAppliesNotRefusedForTime(t *testing.T) {
 	ctx := context.Background()
@@ -34,7 +36,8 @@ func TestConcurrentAppliesNotRefusedForTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rt.Close(context.Background()) })
-	e := New(Config{Store: st, Blobs: blobs, Runtime: rt})
+	clog := changelog.New(st, 1, nil) // as the API runs it: every decision is appended before Admit returns
+	e := New(Config{Store: st, Blobs: blobs, Runtime: rt, Changelog: clog})
 	if err := e.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +88,30 @@ func TestConcurrentAppliesNotRefusedForTime(t *testing.T) {
 		}
 		if refused > 0 {
 			t.Fatalf("%d of 64 legal applies of %d bytes refused", refused, size)
+		}
+	}
+	// Every decision of both bursts (64 applies, 2 bindings, 2 sizes) is in
+	// the log once and indexed with its entry.
+	entries, err := clog.Range(ctx, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqOf := map[string]int64{}
+	for _, en := range entries {
+		if en.EntityType == DecisionEntityType {
+			seqOf[en.EntityID] = en.Seq
+		}
+	}
+	ds, err := e.Decisions(ctx, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 256 || len(seqOf) != 256 {
+		t.Fatalf("%d decisions indexed, %d in the log; want 256 each", len(ds), len(seqOf))
+	}
+	for _, d := range ds {
+		if d.Seq == 0 || d.Seq != seqOf[d.ID] {
+			t.Fatalf("decision %s indexed with seq %d, its entry is %d", d.ID, d.Seq, seqOf[d.ID])
 		}
 	}
 }

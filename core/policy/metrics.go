@@ -15,7 +15,17 @@ import (
 type metrics struct {
 	evaluations *prometheus.CounterVec
 	seconds     *prometheus.HistogramVec
+	stages      *prometheus.HistogramVec
 }
+
+// Stages of one admission, the stage label of
+// berth_policy_admission_stage_seconds.
+const (
+	stageBindings = "bindings" // reading the live bindings (one read per burst)
+	stageEvaluate = "evaluate" // every binding's module run, concurrently
+	stageLog      = "log"      // appending the decisions to the change log
+	stageIndex    = "index"    // writing the decisions to the index
+)
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg == nil {
@@ -29,8 +39,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Duration of policy module runs (answers from memory excluded), by module and hook.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}, []string{"module", "hook"}),
 	}
-	reg.MustRegister(m.evaluations, m.seconds)
+	m.stages = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "berth_policy_admission_stage_seconds",
+		Help:    "Time one admission spent in each stage: bindings (reading them), evaluate (the modules), log (appending the decisions to the change log), index (indexing them).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}, []string{"stage"})
+	reg.MustRegister(m.evaluations, m.seconds, m.stages)
 	return m
+}
+
+// spent records the time since start in stage; nil-safe.
+func (m *metrics) spent(stage string, start time.Time) {
+	if m == nil {
+		return
+	}
+	m.stages.WithLabelValues(stage).Observe(time.Since(start).Seconds())
 }
 
 // moduleLabel is the module label of b.

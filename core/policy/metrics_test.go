@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
@@ -59,6 +60,18 @@ func TestEvaluationsCountedByModuleAndDecision(t *testing.T) {
 	// One run per module: the second admission is answered from memory.
 	if n := testutil.CollectAndCount(e.metrics.seconds, "berth_policy_evaluation_duration_seconds"); n != 2 {
 		t.Errorf("%d duration series, want one per module", n)
+	}
+	// Both admissions read the bindings and ran (or looked up) the modules;
+	// only the first recorded decisions (the second was answered from
+	// memory), and without a change log none was appended.
+	for stage, want := range map[string]uint64{stageBindings: 2, stageEvaluate: 2, stageIndex: 1, stageLog: 0} {
+		var m dto.Metric
+		if err := e.metrics.stages.WithLabelValues(stage).(prometheus.Histogram).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.GetHistogram().GetSampleCount(); got != want {
+			t.Errorf("berth_policy_admission_stage_seconds{stage=%q} has %d samples, want %d", stage, got, want)
+		}
 	}
 	fams, err := reg.Gather()
 	if err != nil {

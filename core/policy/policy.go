@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -157,14 +158,15 @@ func (e *DeniedError) Error() string {
 }
 
 // ChangeAppender appends to the cluster change log; *changelog.Log is one.
-// Record appends a change already stored in a document's outbox
-// (docs/node-protocol.md section 7.2).
+// Record appends a change already stored in a document's outbox, or held
+// only in memory for the zero Ref (docs/node-protocol.md section 7.2).
 type ChangeAppender interface {
 	Record(ctx context.Context, ref changelog.Ref, p changelog.Pending) (node.LogEntry, error)
 }
 
-// DecisionsCollection holds one document per policy decision; each carries
-// its change-log entry in its outbox until appended, then its seq.
+// DecisionsCollection holds one document per policy decision, written
+// once its change-log entry is stored, with its seq; a decision whose append
+// failed carries the entry in its outbox until appended, then its seq.
 const DecisionsCollection = "policy_decisions"
 
 // Config wires an Engine. Store, Blobs and Runtime are required.
@@ -180,8 +182,9 @@ type Config struct {
 	Logger         *slog.Logger
 	// Now is the clock of recorded times; nil means time.Now.
 	Now func() time.Time
-	// Metrics, when not nil, receives berth_policy_evaluations_total and
-	// berth_policy_evaluation_duration_seconds (docs/operating.md "Metrics"). New panics, as
+	// Metrics, when not nil, receives berth_policy_evaluations_total,
+	// berth_policy_evaluation_duration_seconds and
+	// berth_policy_admission_stage_seconds (docs/operating.md "Metrics"). New panics, as
 	// MustRegister does, when Metrics holds them already.
 	Metrics prometheus.Registerer
 }
@@ -248,14 +251,22 @@ func New(cfg Config) *Engine {
 const maxRecordBatch = 256
 
 // readBindings reads every live binding, oldest first, for each caller of
-// one burst of admissions.
+// one burst of admissions. It reads the store's read view (docs/store.md
+// section 1): no round trip unless a binding was written since the last
+// read, and every bind or unbind that finished before the read is seen (one
+// through another berthd replica once its change stream delivers it). On
+// the embedded store the read no longer queues behind the burst's writes on
+// the one connection.
 func (e *Engine) readBindings(ctx context.Context, items []struct{}) []bindingsRead {
 	var r bindingsRead
-	cur, err := e.bindings.Find(ctx, live(bson.M{}), options.Find().SetSort(bson.D{{Key: "created_at", Value: 1}}))
-	if err == nil {
-		err = cur.All(ctx, &r.bs)
-	}
-	r.err = err
+	r.err = e.cfg.Store.View().Find(ctx, e.bindings, bson.D{{Key: changelog.RemoveOnField, Value: bson.Null{}}}, &r.bs)
+	// The view orders by _id; bindings are combined oldest first.
+	slices.SortStableFunc(r.bs, func(a, b Binding) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 	out := make([]bindingsRead, len(items))
 	for i := range out {
 		out[i] = r
@@ -573,10 +584,13 @@ func (e *Engine) Decisions(ctx context.Context, limit int64) ([]Decision, error)
 // and input give the same answer. An error means the bindings could not be
 // read; callers fail closed on it.
 func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInput) (Verdict, error) {
+	start := time.Now()
 	bs, err := e.bindingsFor(ctx, in.Hook)
 	if err != nil {
 		return Verdict{}, fmt.Errorf("read policy bindings: %w", err)
 	}
+	e.metrics.spent(stageBindings, start)
+	start = time.Now()
 	in.SchemaVersion = abiwasm.InputSchemaVersion
 	// The bindings are independent: each sees the same input with its own
 	// config, and none sees another's answer. So they run concurrently, each
@@ -616,6 +630,7 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 		wg.Go(func() { a.out, a.evalErr, a.cached = e.evaluate(ctx, a.b, in.Hook, raw, a.inputHash) })
 	}
 	wg.Wait()
+	e.metrics.spent(stageEvaluate, start)
 	v := Verdict{Allowed: true}
 	var records []*Decision
 	for _, a := range answers {
@@ -651,16 +666,25 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 	return v, nil
 }
 
-// record stores one admission's decisions in the decision index, each
-// with its change-log entry in its own document's outbox, then hands them
-// to the change log, which sets each document's seq once appended. The
-// documents of every admission that asks meanwhile go in one ordered
-// InsertMany (one round trip and one transaction on the embedded store,
-// instead of one per binding and admission; each document is as durable
-// as before), and their entries are awaited together, so the appender
-// takes them in one batch. A decision that is stored reaches the log, also when ctx ends
-// first or berthd stops (changelog.Log.Recover). The decisions stand
-// either way: failing to store a record is logged.
+// record makes one admission's decisions durable before the request it
+// decided goes on (docs/wasm-abi.md section 5.5):
+//
+//  1. each decision is appended to the change log, its record, as a change
+//     held in memory until its entry is stored (the log takes the decisions
+//     of every admission that asks meanwhile in one batch, one insert);
+//  2. the decisions are indexed with their seq, those of every admission
+//     that asks meanwhile in one ordered InsertMany.
+//
+// No decision document is written twice, so the index costs no write per
+// decision after its entry (an outbox to clear and a seq to set were two
+// thirds of the store's work under concurrent admissions). A decision whose
+// append fails is indexed with its entry in its outbox instead, and handed
+// to the log again (changelog.Log.Run and Recover retry it). A berthd that
+// dies between the two steps leaves an entry without its index document,
+// never an indexed decision without its entry. The work runs detached from
+// ctx: when ctx ends first, record returns and the decisions are still
+// recorded. The decisions stand either way: failing to record one is
+// logged.
 func (e *Engine) record(ctx context.Context, actor abiwasm.Actor, ds []*Decision) {
 	if len(ds) == 0 {
 		return
@@ -668,9 +692,28 @@ func (e *Engine) record(ctx context.Context, actor abiwasm.Actor, ds []*Decision
 	if actor.Kind == "system" && actor.ID == "" {
 		actor.ID = "berthd" // as core/api records changes without a principal
 	}
-	docs := make([]decisionDoc, len(ds))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.recordDetached(context.WithoutCancel(ctx), actor, ds)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// recordWait bounds how long a decision whose first append failed waits
+// for its second (it stays queued in the log after that).
+const recordWait = 10 * time.Second
+
+// recordDetached is [Engine.record]'s work, on a ctx that does not end.
+func (e *Engine) recordDetached(ctx context.Context, actor abiwasm.Actor, ds []*Decision) {
+	pending := make([]*changelog.Pending, len(ds))
+	failed := make([]bool, len(ds))
+	start := time.Now()
+	var wg sync.WaitGroup
 	for i, d := range ds {
-		docs[i] = decisionDoc{Decision: *d}
 		if e.cfg.Changelog == nil {
 			continue
 		}
@@ -682,23 +725,44 @@ func (e *Engine) record(ctx context.Context, actor abiwasm.Actor, ds []*Decision
 			e.log.Error("policy decision too large for the change log; indexed only", "hook", d.Hook, "decision_id", d.ID, "err", err)
 			continue
 		}
-		docs[i].Outbox = []changelog.Pending{p}
+		pending[i] = &p
+		wg.Go(func() {
+			entry, err := e.cfg.Changelog.Record(ctx, changelog.Ref{}, p)
+			if err != nil {
+				e.log.Warn("append policy decision; it is indexed with its entry pending", "hook", d.Hook, "decision_id", d.ID, "err", err)
+				failed[i] = true
+				return
+			}
+			d.Seq = entry.Seq
+		})
 	}
-	// The index write must not depend on a caller that may leave: the
-	// decisions were made.
-	stored, err := e.storeRecords.do(context.WithoutCancel(ctx), docs)
+	wg.Wait()
+	if e.cfg.Changelog != nil {
+		e.metrics.spent(stageLog, start)
+	}
+	start = time.Now()
+	docs := make([]decisionDoc, len(ds))
+	for i, d := range ds {
+		docs[i] = decisionDoc{Decision: *d}
+		if failed[i] {
+			docs[i].Outbox = []changelog.Pending{*pending[i]}
+		}
+	}
+	stored, err := e.storeRecords.do(ctx, docs)
+	e.metrics.spent(stageIndex, start)
 	if err != nil || len(stored) != len(ds) { // not with a ctx that cannot end
 		return
 	}
-	var wg sync.WaitGroup
 	for i, d := range ds {
-		if !stored[i] || len(docs[i].Outbox) == 0 {
+		if !stored[i] || !failed[i] {
 			continue
 		}
 		wg.Go(func() {
-			entry, err := e.cfg.Changelog.Record(ctx, changelog.Ref{Collection: DecisionsCollection, ID: d.ID, SeqField: "seq"}, docs[i].Outbox[0])
+			rctx, cancel := context.WithTimeout(ctx, recordWait)
+			defer cancel()
+			entry, err := e.cfg.Changelog.Record(rctx, changelog.Ref{Collection: DecisionsCollection, ID: d.ID, SeqField: "seq"}, *pending[i])
 			if err != nil {
-				e.log.Warn("policy decision stored; its change-log entry follows", "hook", d.Hook, "decision_id", d.ID, "err", err)
+				e.log.Warn("policy decision indexed; its change-log entry follows", "hook", d.Hook, "decision_id", d.ID, "err", err)
 				return
 			}
 			d.Seq = entry.Seq
