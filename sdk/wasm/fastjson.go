@@ -19,24 +19,39 @@ import (
 
 // foldKey folds an object key the way encoding/json matches field names
 // (case-insensitively, by Unicode simple folding): each rune becomes the
-// smallest rune of its folding orbit, and ASCII letters lower case.
-func foldKey(k []byte) string {
-	ascii := true
+// smallest rune of its folding orbit, and ASCII letters lower case. A key
+// already in lower-case ASCII comes back as it is, and any other ASCII key
+// is folded into buf, so the decoders' switch on string(foldKey(...))
+// allocates nothing for the keys the ABI's types have (the compiler does not
+// copy a []byte converted only to be compared).
+func foldKey(buf *[32]byte, k []byte) []byte {
+	ascii, lower := true, true
 	for _, c := range k {
 		if c >= 0x80 {
 			ascii = false
 			break
 		}
+		if 'A' <= c && c <= 'Z' {
+			lower = false
+		}
 	}
-	if ascii {
-		b := make([]byte, len(k))
+	switch {
+	case ascii && lower:
+		return k
+	case ascii:
+		var b []byte
+		if len(k) <= len(buf) {
+			b = buf[:len(k)]
+		} else {
+			b = make([]byte, len(k))
+		}
 		for i, c := range k {
 			if 'A' <= c && c <= 'Z' {
 				c += 'a' - 'A'
 			}
 			b[i] = c
 		}
-		return string(b)
+		return b
 	}
 	var out []rune
 	for _, r := range string(k) {
@@ -49,13 +64,22 @@ func foldKey(k []byte) string {
 		}
 		out = append(out, least)
 	}
-	return string(out)
+	return []byte(string(out))
 }
+
+// parsers hold fastjson's parsers between calls: a parser keeps the values
+// of its last parse and reuses them, where a new one would grow its value
+// cache from nothing on every call (most of the fast path's time and
+// allocation, measured). No decoded field refers to a parser's memory
+// (strings are copied, raw values re-encoded), so a parser goes back to
+// the pool as soon as its decoder returns.
+var parsers fastjson.ParserPool
 
 // decodePolicyInput is json.Unmarshal into an [abiwasm.PolicyInput].
 func decodePolicyInput(input []byte) (abiwasm.PolicyInput, error) {
 	var in abiwasm.PolicyInput
-	var p fastjson.Parser
+	p := parsers.Get()
+	defer parsers.Put(p)
 	v, err := p.ParseBytes(input)
 	if err != nil {
 		return in, err
@@ -65,11 +89,15 @@ func decodePolicyInput(input []byte) (abiwasm.PolicyInput, error) {
 		return in, fmt.Errorf("policy input: %w", err)
 	}
 	var ferr error
+	var kb [32]byte
+	// The raw values re-encode parts of input, so together they take
+	// about its length.
+	rawBuf := make([]byte, 0, len(input))
 	o.Visit(func(key []byte, f *fastjson.Value) {
 		if ferr != nil {
 			return
 		}
-		switch foldKey(key) {
+		switch string(foldKey(&kb, key)) {
 		case "hook":
 			var s string
 			s, ferr = str(f, "hook")
@@ -83,17 +111,24 @@ func decodePolicyInput(input []byte) (abiwasm.PolicyInput, error) {
 				in.Project = nil
 			}
 		case "object":
-			in.Object = raw(f)
+			in.Object, rawBuf = raw(f, rawBuf)
 		case "old_object":
-			in.OldObject = raw(f)
+			in.OldObject, rawBuf = raw(f, rawBuf)
 		case "config":
-			in.Config = raw(f)
+			in.Config, rawBuf = raw(f, rawBuf)
 		}
 	})
 	return in, ferr
 }
 
-func raw(v *fastjson.Value) json.RawMessage { return json.RawMessage(v.MarshalTo(nil)) }
+// raw re-encodes v at the end of buf and returns the encoding (with no room
+// to grow into what follows) and the extended buf. The raw values of one
+// input share buf, one allocation instead of one per value and growth.
+func raw(v *fastjson.Value, buf []byte) (json.RawMessage, []byte) {
+	start := len(buf)
+	buf = v.MarshalTo(buf)
+	return json.RawMessage(buf[start:len(buf):len(buf)]), buf
+}
 
 func str(v *fastjson.Value, field string) (string, error) {
 	switch v.Type() {
@@ -170,11 +205,12 @@ func decodeActor(v *fastjson.Value) (abiwasm.Actor, error) {
 	if err != nil {
 		return a, fmt.Errorf("field actor: %w", err)
 	}
+	var kb [32]byte
 	o.Visit(func(k []byte, f *fastjson.Value) {
 		if err != nil {
 			return
 		}
-		switch foldKey(k) {
+		switch string(foldKey(&kb, k)) {
 		case "kind":
 			a.Kind, err = str(f, "actor.kind")
 		case "id":
@@ -190,12 +226,13 @@ func decodeProject(v *fastjson.Value) (*abiwasm.Project, error) {
 	if err != nil {
 		return nil, fmt.Errorf("field project: %w", err)
 	}
+	var kb [32]byte
 	o.Visit(func(k []byte, f *fastjson.Value) {
 		if err != nil {
 			return
 		}
 		var n int64
-		switch foldKey(k) {
+		switch string(foldKey(&kb, k)) {
 		case "name":
 			p.Name, err = str(f, "project.name")
 		case "services":
@@ -214,7 +251,8 @@ func decodeProject(v *fastjson.Value) (*abiwasm.Project, error) {
 
 // decodeService is json.Unmarshal into an [abiwasm.Service].
 func decodeService(data []byte, s *abiwasm.Service) error {
-	var p fastjson.Parser
+	p := parsers.Get()
+	defer parsers.Put(p)
 	v, err := p.ParseBytes(data)
 	if err != nil {
 		return err
@@ -223,12 +261,13 @@ func decodeService(data []byte, s *abiwasm.Service) error {
 	if err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
+	var kb [32]byte
 	o.Visit(func(k []byte, f *fastjson.Value) {
 		if err != nil {
 			return
 		}
 		var n int64
-		switch foldKey(k) {
+		switch string(foldKey(&kb, k)) {
 		case "project":
 			s.Project, err = str(f, "project")
 		case "name":
@@ -286,12 +325,13 @@ func decodeHealthCheck(v *fastjson.Value, h *abiwasm.HealthCheck) error {
 	if err != nil {
 		return fmt.Errorf("field health_check: %w", err)
 	}
+	var kb [32]byte
 	o.Visit(func(k []byte, f *fastjson.Value) {
 		if err != nil {
 			return
 		}
 		var n int64
-		switch foldKey(k) {
+		switch string(foldKey(&kb, k)) {
 		case "path":
 			h.Path, err = str(f, "health_check.path")
 		case "interval_s":
@@ -321,11 +361,12 @@ func decodeLease(v *fastjson.Value, cur *abiwasm.Lease) (*abiwasm.Lease, error) 
 	if cur == nil {
 		cur = &abiwasm.Lease{}
 	}
+	var kb [32]byte
 	o.Visit(func(k []byte, f *fastjson.Value) {
 		if err != nil {
 			return
 		}
-		switch foldKey(k) {
+		switch string(foldKey(&kb, k)) {
 		case "mode":
 			cur.Mode, err = str(f, "lease.mode")
 		case "duration_ms":
