@@ -85,21 +85,21 @@ func Config[T any](in abiwasm.PolicyInput) (T, error) {
 }
 
 // HandlePolicy decodes a [abiwasm.PolicyInput] from input, calls fn and
-// encodes its answer. Malformed input and an invalid answer become the error
+// encodes its answer (both without reflection: fastjson.go, encode.go). Malformed input and an invalid answer become the error
 // convention's output, never a trap.
 func HandlePolicy(input []byte, fn PolicyFunc) []byte {
 	in, err := decodePolicyInput(input) // the fast path of fastjson.go
 	if err != nil {
-		return mustJSON(Fail(abiwasm.ErrCodeBadInput, "decode policy input: %s", err))
+		return encodePolicyOutput(Fail(abiwasm.ErrCodeBadInput, "decode policy input: %s", err))
 	}
 	if !in.Hook.Valid() {
-		return mustJSON(Fail(abiwasm.ErrCodeUnsupported, "unknown hook %q", in.Hook))
+		return encodePolicyOutput(Fail(abiwasm.ErrCodeUnsupported, "unknown hook %q", in.Hook))
 	}
 	out := fn(in)
 	if out.Error == nil && out.Decision != abiwasm.Allow && out.Decision != abiwasm.Deny {
 		out = Fail("bad_output", "policy returned decision %q", out.Decision)
 	}
-	return mustJSON(out)
+	return encodePolicyOutput(out) // encode.go: json.Marshal's bytes, without reflection
 }
 
 // HandleRoutes decodes a [abiwasm.RoutesInput] from input, calls fn, and
