@@ -128,6 +128,20 @@ func FuzzFastDecoders(f *testing.F) {
 				t.Fatalf("input %q: fast %+v, encoding/json %+v", b, got, want)
 			}
 		}
+		if want.Hook.Valid() { // through HandlePolicy, the service from the parsed tree
+			var fromTree, fromBytes abiwasm.Service
+			var treeErr, bytesErr error
+			HandlePolicy(b, func(in abiwasm.PolicyInput) abiwasm.PolicyOutput {
+				if len(in.Object) > 0 && string(in.Object) != "null" {
+					fromTree, _, treeErr = Object[abiwasm.Service](in.Object)
+					bytesErr = decodeService(in.Object, &fromBytes)
+				}
+				return Allow()
+			})
+			if (treeErr == nil) != (bytesErr == nil) || !reflect.DeepEqual(fromTree, fromBytes) {
+				t.Fatalf("input %q: service from the tree %+v (%v), from its bytes %+v (%v)", b, fromTree, treeErr, fromBytes, bytesErr)
+			}
+		}
 		var ws, gs abiwasm.Service
 		if json.Unmarshal(b, &ws) == nil {
 			if err := decodeService(b, &gs); err == nil && !reflect.DeepEqual(gs, ws) {
@@ -213,5 +227,39 @@ func TestFastDecodersAllocateLittle(t *testing.T) {
 	t.Logf("%.0f allocations per decode", allocs)
 	if allocs > 100 {
 		t.Fatalf("decoding a typical input took %.0f allocations, want at most 100", allocs)
+	}
+}
+
+// TestHandlePolicyDecodesTheParsedService: inside HandlePolicy, Object gives
+// the service json.Unmarshal gives for the object and the old object, from
+// the parsed trees, which are forgotten when HandlePolicy returns.
+func TestHandlePolicyDecodesTheParsedService(t *testing.T) {
+	input := []byte(`{"hook":"service.apply","object":{"name":"cart","image":"x","env":{"A":"b"},"lease":{"mode":"m"}},` +
+		`"old_object":{"name":"old","replicas":2}}`)
+	var calls int
+	HandlePolicy(input, func(in abiwasm.PolicyInput) abiwasm.PolicyOutput {
+		calls++
+		for _, raw := range []json.RawMessage{in.Object, in.OldObject} {
+			if _, ok := parsedObjects.Load(keyOf(raw)); !ok {
+				t.Errorf("no parsed tree for %s", raw)
+			}
+			got, ok, err := Object[abiwasm.Service](raw)
+			var want abiwasm.Service
+			if uerr := json.Unmarshal(raw, &want); uerr != nil || err != nil || !ok {
+				t.Fatalf("decode %s: %v, %v, ok %v", raw, uerr, err, ok)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("service from the tree\n got %+v\nwant %+v", got, want)
+			}
+		}
+		return Allow()
+	})
+	if calls != 1 {
+		t.Fatalf("policy called %d times", calls)
+	}
+	n := 0
+	parsedObjects.Range(func(any, any) bool { n++; return true })
+	if n != 0 {
+		t.Fatalf("%d parsed trees remembered after HandlePolicy returned", n)
 	}
 }
