@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -104,10 +105,29 @@ func decodePolicyInputTrees(p *fastjson.Parser, input []byte) (abiwasm.PolicyInp
 	}
 	var ferr error
 	var kb [32]byte
-	// The raw values re-encode parts of input, so together they take
-	// about its length.
+	// The raw values are copies of input's bytes (what json.Unmarshal
+	// gives a RawMessage), found by spans, or, if the spans do not line
+	// up with the parsed members, parts of input re-encoded: together
+	// they take about its length.
 	rawBuf := make([]byte, 0, len(input))
+	var spansBuf [8][2]int
+	spans, spansOK := memberSpans(input, spansBuf[:0])
+	spansOK = spansOK && len(spans) == o.Len()
+	member := -1
+	raw := func(f *fastjson.Value) json.RawMessage {
+		var r json.RawMessage
+		if spansOK {
+			sp := spans[member]
+			start := len(rawBuf)
+			rawBuf = append(rawBuf, input[sp[0]:sp[1]]...)
+			r = rawBuf[start:len(rawBuf):len(rawBuf)]
+		} else {
+			r, rawBuf = reencode(f, rawBuf)
+		}
+		return r
+	}
 	o.Visit(func(key []byte, f *fastjson.Value) {
+		member++
 		if ferr != nil {
 			return
 		}
@@ -125,13 +145,13 @@ func decodePolicyInputTrees(p *fastjson.Parser, input []byte) (abiwasm.PolicyInp
 				in.Project = nil
 			}
 		case "object":
-			in.Object, rawBuf = raw(f, rawBuf)
+			in.Object = raw(f)
 			trees.object = f
 		case "old_object":
-			in.OldObject, rawBuf = raw(f, rawBuf)
+			in.OldObject = raw(f)
 			trees.oldObject = f
 		case "config":
-			in.Config, rawBuf = raw(f, rawBuf)
+			in.Config = raw(f)
 		}
 	})
 	return in, trees, ferr
@@ -185,10 +205,120 @@ func decodeServiceRaw(raw []byte, s *abiwasm.Service) error {
 	return decodeService(raw, s)
 }
 
-// raw re-encodes v at the end of buf and returns the encoding (with no room
-// to grow into what follows) and the extended buf. The raw values of one
-// input share buf, one allocation instead of one per value and growth.
-func raw(v *fastjson.Value, buf []byte) (json.RawMessage, []byte) {
+// memberSpans returns, for the JSON object in data (which a parser has
+// already accepted), the byte span of each member's value in order,
+// appended to spans. It reports false when data does not read as it
+// expects; the caller then re-encodes the parsed values instead.
+func memberSpans(data []byte, spans [][2]int) ([][2]int, bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return spans, false
+	}
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return spans, true
+	}
+	for i < len(data) {
+		if data[i] != '"' {
+			return spans, false
+		}
+		if i = skipString(data, i); i < 0 {
+			return spans, false
+		}
+		if i = skipSpace(data, i); i >= len(data) || data[i] != ':' {
+			return spans, false
+		}
+		start := skipSpace(data, i+1)
+		end := skipValue(data, start)
+		if end < 0 {
+			return spans, false
+		}
+		spans = append(spans, [2]int{start, end})
+		i = skipSpace(data, end)
+		if i >= len(data) {
+			return spans, false
+		}
+		switch data[i] {
+		case '}':
+			return spans, true
+		case ',':
+			i = skipSpace(data, i+1)
+		default:
+			return spans, false
+		}
+	}
+	return spans, false
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at data[i] ('"'),
+// or -1.
+func skipString(data []byte, i int) int {
+	for i++; ; {
+		n := bytes.IndexByte(data[i:], '"')
+		if n < 0 {
+			return -1
+		}
+		i += n
+		escapes := 0
+		for j := i - 1; j >= 0 && data[j] == '\\'; j-- {
+			escapes++
+		}
+		i++
+		if escapes%2 == 0 {
+			return i
+		}
+	}
+}
+
+// skipValue returns the index after the value starting at data[i], or -1.
+func skipValue(data []byte, i int) int {
+	if i >= len(data) {
+		return -1
+	}
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for i < len(data) {
+			switch data[i] {
+			case '"':
+				if i = skipString(data, i); i < 0 {
+					return -1
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return -1
+	}
+	for i < len(data) {
+		switch data[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return -1
+}
+
+// reencode re-encodes v at the end of buf and returns the encoding (with no
+// room to grow into what follows) and the extended buf. The raw values of
+// one input share buf, one allocation instead of one per value and growth.
+func reencode(v *fastjson.Value, buf []byte) (json.RawMessage, []byte) {
 	start := len(buf)
 	buf = v.MarshalTo(buf)
 	return json.RawMessage(buf[start:len(buf):len(buf)]), buf

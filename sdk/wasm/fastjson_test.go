@@ -126,6 +126,8 @@ func FuzzFastDecoders(f *testing.F) {
 		if json.Unmarshal(b, &want) == nil {
 			if got, err := decodePolicyInput(b); err == nil && !samePolicyInput(t, got, want) {
 				t.Fatalf("input %q: fast %+v, encoding/json %+v", b, got, want)
+			} else if err == nil && (!bytes.Equal(got.Object, want.Object) || !bytes.Equal(got.OldObject, want.OldObject) || !bytes.Equal(got.Config, want.Config)) {
+				t.Fatalf("input %q: raw values %q %q %q, encoding/json's %q %q %q", b, got.Object, got.OldObject, got.Config, want.Object, want.OldObject, want.Config)
 			}
 		}
 		if want.Hook.Valid() { // through HandlePolicy, the service from the parsed tree
