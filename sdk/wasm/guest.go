@@ -54,13 +54,15 @@ func Fail(code, format string, args ...any) abiwasm.PolicyOutput {
 
 // Object decodes in's object (or, with old, its old object) into a T. It
 // returns ok false when the object is null or absent, and an error when it is
-// not a T.
+// not a T. Inside [HandlePolicy] a service is decoded from the tree the
+// input's decode already parsed, so a policy must not modify the raw bytes
+// of in.Object or in.OldObject before it decodes them.
 func Object[T any](raw json.RawMessage) (v T, ok bool, err error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return v, false, nil
 	}
 	if s, fast := any(&v).(*abiwasm.Service); fast { // the fast path of fastjson.go
-		if err := decodeService(raw, s); err != nil {
+		if err := decodeServiceRaw(raw, s); err != nil {
 			return v, false, fmt.Errorf("decode object: %w", err)
 		}
 		return v, true, nil
@@ -85,21 +87,27 @@ func Config[T any](in abiwasm.PolicyInput) (T, error) {
 }
 
 // HandlePolicy decodes a [abiwasm.PolicyInput] from input, calls fn and
-// encodes its answer. Malformed input and an invalid answer become the error
+// encodes its answer (both without reflection: fastjson.go, encode.go). Malformed input and an invalid answer become the error
 // convention's output, never a trap.
 func HandlePolicy(input []byte, fn PolicyFunc) []byte {
-	in, err := decodePolicyInput(input) // the fast path of fastjson.go
+	// The fast path of fastjson.go. The parser is held until fn returns:
+	// [Object] decodes the input's service from the tree it parsed.
+	p := parsers.Get()
+	defer parsers.Put(p)
+	in, trees, err := decodePolicyInputTrees(p, input)
 	if err != nil {
-		return mustJSON(Fail(abiwasm.ErrCodeBadInput, "decode policy input: %s", err))
+		return encodePolicyOutput(Fail(abiwasm.ErrCodeBadInput, "decode policy input: %s", err))
 	}
 	if !in.Hook.Valid() {
-		return mustJSON(Fail(abiwasm.ErrCodeUnsupported, "unknown hook %q", in.Hook))
+		return encodePolicyOutput(Fail(abiwasm.ErrCodeUnsupported, "unknown hook %q", in.Hook))
 	}
+	forget := rememberTrees(in, trees)
+	defer forget()
 	out := fn(in)
 	if out.Error == nil && out.Decision != abiwasm.Allow && out.Decision != abiwasm.Deny {
 		out = Fail("bad_output", "policy returned decision %q", out.Decision)
 	}
-	return mustJSON(out)
+	return encodePolicyOutput(out) // encode.go: json.Marshal's bytes, without reflection
 }
 
 // HandleRoutes decodes a [abiwasm.RoutesInput] from input, calls fn, and

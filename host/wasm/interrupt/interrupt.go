@@ -15,9 +15,11 @@
 //
 // The instrumented module imports one function, [ImportModule].[ImportName]
 // of type () -> i32, placed after the module's own imports, and gets one
-// private mutable i32 global, the fuel, starting at zero. Every loop, and
-// every function body that could otherwise take part in a long or endless
-// run of calls (see entryChecks), starts with
+// private mutable i32 global, the fuel, starting at zero. Every loop (or,
+// in the dispatch loops Go's compiler emits, every branch that can repeat
+// a block: see dispatch.go), and every function body that could otherwise
+// take part in a long or endless run of calls (see entryChecks), starts
+// with
 //
 //	global.get $fuel
 //	i32.eqz
@@ -110,7 +112,8 @@ func (w *rewriter) fn(i uint32) uint32 {
 }
 
 // Instrument returns a copy of wasm with the fuel check at the start of every
-// loop and of every function body that needs one (entryChecks), the refill import, the fuel global, and every
+// loop (before the repeating branches of a Go dispatch loop instead) and of
+// every function body that needs one (entryChecks), the refill import, the fuel global, and every
 // function index renumbered for the import. The "name" custom section is
 // dropped (its indices would be stale); other custom sections are kept. It
 // validates nothing beyond what it reads: wazero still compiles and
@@ -649,11 +652,64 @@ func (w *rewriter) rewriteFunc(out, code []byte, checked bool) ([]byte, error) {
 	if checked {
 		out = append(out, w.check...)
 	}
+	// Control frames and the last two instructions are followed only to
+	// find Go's dispatch loops (dispatch.go); without plain control every
+	// loop keeps the check at its header.
+	track := plainControl(code[r.off:])
+	type frame struct{ loop, of *dispatch } // loop: a dispatch loop; of: one of its blocks
+	var ctl []frame
+	frameAt := func(depth uint32) frame {
+		if uint64(depth) >= uint64(len(ctl)) {
+			return frame{} // the function's own label
+		}
+		return ctl[len(ctl)-1-int(depth)]
+	}
+	var pending *dispatch // the dispatch loop whose blocks come next
+	pendingBlocks := 0
+	lastConst, lastSet := false, false // the previous instruction: i32.const K, or local.set X right after one
+	var constK, setK, setX uint32
 	start := r.off
 	for r.off < len(r.b) {
+		at := r.off
 		op, err := r.byte()
 		if err != nil {
 			return nil, err
+		}
+		imm := r.off
+		if track {
+			switch op {
+			case 0x0c, 0x0d: // br, br_if
+				depth, err := (&reader{b: code, off: imm}).u32()
+				if err != nil {
+					return nil, err
+				}
+				if d := frameAt(depth).loop; d != nil {
+					free := op == 0x0c && lastSet && setX == d.pc && d.segmentOf(setK) > d.seg
+					if !free {
+						out = append(out, code[start:at]...)
+						out = append(out, w.check...)
+						start = at
+					}
+				}
+			case 0x0e: // br_table: checked when any label is a dispatch loop
+				lr := &reader{b: code, off: imm}
+				n, err := lr.u32()
+				if err != nil {
+					return nil, err
+				}
+				for i := uint32(0); i <= n; i++ {
+					depth, err := lr.u32()
+					if err != nil {
+						return nil, err
+					}
+					if frameAt(depth).loop != nil {
+						out = append(out, code[start:at]...)
+						out = append(out, w.check...)
+						start = at
+						break
+					}
+				}
+			}
 		}
 		switch op {
 		case 0x10, 0x12, 0xd2: // call, return_call, ref.func
@@ -664,15 +720,54 @@ func (w *rewriter) rewriteFunc(out, code []byte, checked bool) ([]byte, error) {
 			}
 			out = append(out, uleb(w.fn(f))...)
 			start = r.off
-			continue
+		default:
+			if err := r.skipImmediates(op); err != nil {
+				return nil, err
+			}
 		}
-		if err := r.skipImmediates(op); err != nil {
-			return nil, err
-		}
-		if op == 0x03 { // loop: the check follows its block type
+		wasConst := lastConst
+		lastConst, lastSet = false, false
+		switch op {
+		case 0x41: // i32.const
+			v, err := (&reader{b: code, off: imm}).sleb(32)
+			if err != nil {
+				return nil, err
+			}
+			lastConst, constK = true, uint32(int32(v))
+		case 0x21: // local.set
+			if wasConst {
+				x, err := (&reader{b: code, off: imm}).u32()
+				if err != nil {
+					return nil, err
+				}
+				lastSet, setX, setK = true, x, constK
+			}
+		case 0x02, 0x04: // block, if
+			f := frame{}
+			if op == 0x02 && pendingBlocks > 0 {
+				f.of = pending
+				pendingBlocks--
+			}
+			ctl = append(ctl, f)
+		case 0x03: // loop: the check follows its block type, unless it dispatches
+			if track {
+				if d, m, ok := dispatchAt(code, imm); ok {
+					ctl = append(ctl, frame{loop: d})
+					pending, pendingBlocks = d, m
+					break
+				}
+				ctl = append(ctl, frame{})
+			}
 			out = append(out, code[start:r.off]...)
 			out = append(out, w.check...)
 			start = r.off
+		case 0x0b: // end
+			if n := len(ctl); n > 0 {
+				if f := ctl[n-1]; f.of != nil {
+					f.of.seg++
+				}
+				ctl = ctl[:n-1]
+			}
 		}
 	}
 	return append(out, code[start:]...), nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
+	hostwasm "github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/host/wasm/interrupt"
 	"github.com/berthhq/berth/internal/wasmtest"
 )
@@ -315,4 +317,120 @@ func FuzzInstrument(f *testing.F) {
 			_ = c2.Close(ctx)
 		}
 	})
+}
+
+// goShaped is a function in the shape Go's compiler emits (dispatch.go): a
+// loop around two blocks and a br_table on local 0, the jump selector.
+// seg1 and seg2 are the code after the inner and the outer block's end;
+// the function returns 7 when it leaves the loop.
+func goShaped(name string, seg1, seg2 []byte) wasmtest.Func {
+	return wasmtest.Func{Name: name, Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32}, Body: wasmtest.Cat(
+		[]byte{0x03, 0x40, 0x02, 0x40, 0x02, 0x40},       // loop block block
+		[]byte{0x20, 0x00, 0x0e, 0x02, 0x00, 0x01, 0x01}, // local.get 0; br_table 0 1 (default 1)
+		[]byte{0x0b}, seg1, // end: segment 1
+		[]byte{0x0b}, seg2, // end: segment 2
+		[]byte{0x0b}, // end of the loop
+		wasmtest.I32Const(7),
+	)}
+}
+
+// jump is "i32.const k; local.set 0; br depth", Go's jump to block k.
+func jump(k int32, depth byte) []byte {
+	return wasmtest.Cat(wasmtest.I32Const(k), []byte{0x21, 0x00, 0x0c, depth})
+}
+
+// TestGoDispatchForwardJumpsAreNotCounted: in Go's dispatch loop the jumps
+// to later blocks pass no check (the loop's header has none either), and
+// the function computes what it did.
+func TestGoDispatchForwardJumpsAreNotCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHost(t, 1)
+	// Segment 1 jumps forward to segment 2 (selector 1), which falls out of the loop.
+	f := goShaped("f", jump(1, 1), nil)
+	mod := h.instantiate(t, wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: []wasmtest.Func{f}}))
+	for i := range 100 {
+		res, err := mod.ExportedFunction("f").Call(ctx, uint64(i%3))
+		if err != nil || res[0] != 7 {
+			t.Fatalf("f(%d) = %v, %v; want 7", i%3, res, err)
+		}
+	}
+	if r := h.refills.Load(); r != 0 {
+		t.Fatalf("%d refills for forward jumps only, want 0", r)
+	}
+}
+
+// TestGoDispatchBackwardJumpsAreCounted: every way back into Go's dispatch
+// loop that can repeat a block passes a check, so each endless variant is
+// stopped.
+func TestGoDispatchBackwardJumpsAreCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, f := range map[string]wasmtest.Func{
+		// segment 2 jumps to itself
+		"to the same block": goShaped("f", jump(1, 1), jump(1, 0)),
+		// segment 2 jumps back to segment 1, which jumps forward again
+		"to an earlier block": goShaped("f", jump(1, 1), jump(0, 0)),
+		// a selector the pass cannot see (local.tee)
+		"unknown selector": goShaped("f", jump(1, 1), wasmtest.Cat(wasmtest.I32Const(1), []byte{0x22, 0x00, 0x1a, 0x0c, 0x00})),
+		// br_if back into the loop
+		"br_if": goShaped("f", jump(1, 1), wasmtest.Cat(wasmtest.I32Const(1), []byte{0x21, 0x00, 0x41, 0x01, 0x0d, 0x00})),
+		// a selector past the table takes the default, segment 2 again
+		"default of the table": goShaped("f", jump(1, 1), jump(9, 0)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHost(t, 1000)
+			mod := h.instantiate(t, wasmtest.Assemble(wasmtest.Module{Pages: 1, Funcs: []wasmtest.Func{f}}))
+			done := make(chan error, 1)
+			go func() { _, err := mod.ExportedFunction("f").Call(ctx, 0); done <- err }()
+			deadline := time.Now().Add(30 * time.Second)
+			for h.refills.Load() < 3 && time.Now().Before(deadline) {
+				runtime.Gosched()
+			}
+			close(h.stop)
+			select {
+			case err := <-done:
+				if !errors.Is(err, errStop) {
+					t.Fatalf("f = %v, want the refill's trap", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the stop did not end the loop")
+			}
+		})
+	}
+}
+
+// TestStopsEndlessGoGuests: a real Go guest spinning in a loop, and one
+// making calls without end but no loop, are stopped by their fuel through
+// the host, and the module answers the next legal call.
+func TestStopsEndlessGoGuests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t), Fuel: 1 << 24, MaxInstances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	m, err := rt.Load(ctx, wasmtest.BuildGo(t, "host/wasm/interrupt/testdata/goendless"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"loop", "calls"} {
+		input := fmt.Sprintf(`{"hook":"service.apply","config":{"mode":%q}}`, mode)
+		done := make(chan error, 1)
+		go func() { _, err := m.Call(ctx, []byte(input)); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, hostwasm.ErrDeadline) || !strings.Contains(err.Error(), "fuel") {
+				t.Fatalf("mode %s: %v, want ErrDeadline for fuel", mode, err)
+			}
+		case <-time.After(2 * time.Minute): // 1<<24 units take well under a second
+			t.Fatalf("mode %s: the guest was never stopped", mode)
+		}
+	}
+	out, err := m.Call(ctx, []byte(`{"hook":"service.apply","config":{"mode":""}}`))
+	if err != nil || !strings.Contains(string(out), `"allow"`) {
+		t.Fatalf("a legal call after the stopped ones: %s, %v", out, err)
+	}
 }
