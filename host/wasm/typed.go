@@ -72,16 +72,15 @@ func (m *Module) CompileRoutes(ctx context.Context, in abiwasm.RoutesInput) (rou
 	if m.meta.Kind != abiwasm.KindRoutes {
 		return routes.Table{}, m.errf(ErrBadModule, "is a %s module, not a route compiler", m.meta.Kind)
 	}
-	input, err := json.Marshal(in)
-	if err != nil {
-		return routes.Table{}, fmt.Errorf("encode routes input: %w", err)
-	}
+	// The reflection-free codec gives encoding/json's bytes and values
+	// (docs/wasm-abi.md section 6.5).
+	input := abiwasm.AppendRoutesInput(make([]byte, 0, 64+128*len(in.Services)+192*len(in.Workloads)), in)
 	raw, err := m.Call(ctx, input)
 	if err != nil {
 		return routes.Table{}, err
 	}
-	var out abiwasm.RoutesOutput
-	if err := json.Unmarshal(raw, &out); err != nil {
+	out, err := abiwasm.DecodeRoutesOutput(raw)
+	if err != nil {
 		return routes.Table{}, m.errf(ErrBadOutput, "routes output is not JSON: %s", err)
 	}
 	if out.Error != nil {

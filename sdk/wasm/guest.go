@@ -105,10 +105,10 @@ func HandlePolicy(input []byte, fn PolicyFunc) []byte {
 // HandleRoutes decodes a [abiwasm.RoutesInput] from input, calls fn, and
 // encodes the normalized table with its SHA-256 ([routes.Table.Digest]).
 // Decoding and encoding take the reflection-free path of routesjson.go,
-// which gives encoding/json's results; malformed input and an error of fn
+// which gives encoding/json's results, and the host hashes the table; malformed input and an error of fn
 // become the error convention's output (docs/wasm-abi.md section 6).
 func HandleRoutes(input []byte, fn RoutesFunc) []byte {
-	in, err := decodeRoutesInput(input)
+	in, err := abiwasm.DecodeRoutesInput(input)
 	if err != nil {
 		return mustJSON(abiwasm.RoutesOutput{Error: &abiwasm.GuestError{Code: abiwasm.ErrCodeBadInput, Message: "decode routes input: " + err.Error()}})
 	}
