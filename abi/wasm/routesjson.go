@@ -342,16 +342,6 @@ func (d *routesDecoder) boolInto(dst *bool) error {
 	return nil
 }
 
-// int64Into is intInto for an int64.
-func (d *routesDecoder) int64Into(dst *int64) error {
-	n := int(*dst)
-	if err := d.intInto(&n); err != nil {
-		return err
-	}
-	*dst = int64(n)
-	return nil
-}
-
 func (d *routesDecoder) peek() byte {
 	if d.i < len(d.s) {
 		return d.s[d.i]
@@ -427,6 +417,17 @@ func (d *routesDecoder) beginStruct(typ string) (bool, error) {
 func (d *routesDecoder) key(names []string) (string, error) {
 	if d.peek() != '"' {
 		return "", d.errorf("object key is not a string")
+	}
+	// The fast path: a plain key, the name of a field, then ':' at once.
+	if n := strings.IndexByte(d.s[d.i+1:], '"'); n >= 0 && d.i+n+2 < len(d.s) && d.s[d.i+n+2] == ':' {
+		key := d.s[d.i+1 : d.i+1+n]
+		for _, name := range names {
+			if key == name {
+				d.i += n + 3
+				d.ws()
+				return name, nil
+			}
+		}
 	}
 	key, err := d.str()
 	if err != nil {
@@ -549,6 +550,11 @@ func decodeSlice[T any](d *routesDecoder, dst *[]T, elem func(*T) error) error {
 func (d *routesDecoder) stringInto(dst *string) error {
 	switch d.peek() {
 	case '"':
+		if n := strings.IndexByte(d.s[d.i+1:], '"'); n >= 0 && plainString(d.s[d.i+1:d.i+1+n]) {
+			*dst = d.s[d.i+1 : d.i+1+n]
+			d.i += n + 2
+			return nil
+		}
 		s, err := d.str()
 		if err != nil {
 			return err
@@ -566,6 +572,20 @@ func (d *routesDecoder) stringInto(dst *string) error {
 // intInto reads an integer into dst as encoding/json reads a number into an
 // int (no fraction, no exponent, in range); null leaves dst as it is.
 func (d *routesDecoder) intInto(dst *int) error {
+	at := d.i
+	n := int64(*dst)
+	if err := d.int64Into(&n); err != nil {
+		return err
+	}
+	if int64(int(n)) != n {
+		return fmt.Errorf("%w: offset %d: number %d is not an int", ErrRoutesJSON, at, n)
+	}
+	*dst = int(n)
+	return nil
+}
+
+// int64Into is intInto for an int64.
+func (d *routesDecoder) int64Into(dst *int64) error {
 	if d.literal("null") {
 		return nil
 	}
@@ -579,10 +599,10 @@ func (d *routesDecoder) intInto(dst *int) error {
 		return err
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || int64(int(n)) != n {
-		return fmt.Errorf("%w: offset %d: number %s is not an int", ErrRoutesJSON, at, num)
+	if err != nil {
+		return fmt.Errorf("%w: offset %d: number %s is not an integer in range", ErrRoutesJSON, at, num)
 	}
-	*dst = int(n)
+	*dst = n
 	return nil
 }
 
@@ -661,15 +681,10 @@ func (d *routesDecoder) str() (string, error) {
 	// The fast path: up to the next quote, printable ASCII without escapes.
 	if n := strings.IndexByte(d.s[start:], '"'); n >= 0 {
 		seg := d.s[start : start+n]
-		j := 0
-		for j < len(seg) && seg[j] >= 0x20 && seg[j] != '\\' && seg[j] < utf8.RuneSelf {
-			j++
-		}
-		if j == len(seg) {
+		if plainString(seg) {
 			d.i = start + n + 1
 			return seg, nil
 		}
-		i = start + j
 	}
 	b := []byte(d.s[start:i])
 	for {
@@ -740,6 +755,17 @@ func (d *routesDecoder) str() (string, error) {
 			i += n
 		}
 	}
+}
+
+// plainString reports whether s is printable ASCII without a backslash: a
+// string's contents that mean themselves.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // hex4 reads four hex digits at s[i:], or returns -1.

@@ -68,7 +68,7 @@ func routes(in abiwasm.RoutesInput) ([]wasm.Route, error) {
 		order[i] = keyed{s.Project + "/" + s.Name, i}
 		domains += len(s.Domains)
 	}
-	slices.SortStableFunc(order, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(order, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
 	seen := make(map[string]bool, domains)
 	out := make([]wasm.Route, 0, domains)
 	for _, o := range order {

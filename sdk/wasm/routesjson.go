@@ -36,11 +36,11 @@ func encodeRoutesOutput(rs []Route) []byte {
 
 // normalizeRoutes is [routes.Table.Normalize] for a table of routes alone,
 // without reflection: routes by hostname, each route's upstreams by workload
-// id. Stable, so that equal keys keep fn's order, as the host's sort of an
-// already sorted table does.
+// id, with the same algorithm as sort.Slice there (so the same order even
+// for equal keys), which leaves an already sorted table as it is.
 func normalizeRoutes(rs []Route) {
-	slices.SortStableFunc(rs, func(a, b Route) int { return cmp.Compare(a.Hostname, b.Hostname) })
+	slices.SortFunc(rs, func(a, b Route) int { return cmp.Compare(a.Hostname, b.Hostname) })
 	for i := range rs {
-		slices.SortStableFunc(rs[i].Upstreams, func(a, b Upstream) int { return cmp.Compare(a.WorkloadID, b.WorkloadID) })
+		slices.SortFunc(rs[i].Upstreams, func(a, b Upstream) int { return cmp.Compare(a.WorkloadID, b.WorkloadID) })
 	}
 }

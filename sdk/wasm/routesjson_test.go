@@ -158,3 +158,35 @@ func TestHandleRoutesMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestNormalizeRoutesAsTable: normalizeRoutes orders routes and upstreams
+// exactly as routes.Table.Normalize does, also among equal keys (seeded
+// random tables with few distinct hostnames and workload ids).
+func TestNormalizeRoutesAsTable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 2))
+	for round := range 200 {
+		rs := make([]Route, rng.IntN(60))
+		for i := range rs {
+			rs[i] = Route{Hostname: fmt.Sprintf("h%d", rng.IntN(8)), Service: fmt.Sprintf("s%d", i)}
+			for j := range rng.IntN(30) {
+				rs[i].Upstreams = append(rs[i].Upstreams, Upstream{WorkloadID: fmt.Sprintf("w%d", rng.IntN(5)), Address: fmt.Sprintf("a:%d", j)})
+			}
+		}
+		want := routes.Table{Routes: clone(rs)}
+		want.Normalize()
+		got := clone(rs)
+		normalizeRoutes(got)
+		if !reflect.DeepEqual(got, want.Routes) {
+			t.Fatalf("round %d: normalizeRoutes and Table.Normalize order differently", round)
+		}
+	}
+}
+
+func clone(rs []Route) []Route {
+	out := make([]Route, len(rs))
+	for i, r := range rs {
+		out[i] = r
+		out[i].Upstreams = append([]Upstream(nil), r.Upstreams...)
+	}
+	return out
+}
