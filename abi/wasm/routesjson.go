@@ -128,6 +128,25 @@ func (d *routesDecoder) routesInput(in *RoutesInput) error {
 func (d *routesDecoder) service(s *RouteService) error {
 	more, err := d.beginStruct("RouteService")
 	for more && err == nil {
+		if key, val, ok := d.plainMember(serviceFields); ok {
+			switch key {
+			case "id":
+				s.ID = val
+			case "project":
+				s.Project = val
+			case "name":
+				s.Name = val
+			case "tls_mode":
+				s.TLSMode = val
+			default: // domains, allow_sources
+				return d.errorf("field %s is not an array", key)
+			}
+			if more, ok = d.comma(); ok {
+				continue
+			}
+			more, err = d.more()
+			continue
+		}
 		var key string
 		if key, err = d.key(serviceFields); err != nil {
 			return err
@@ -158,6 +177,31 @@ func (d *routesDecoder) service(s *RouteService) error {
 func (d *routesDecoder) workload(w *RouteWorkload) error {
 	more, err := d.beginStruct("RouteWorkload")
 	for more && err == nil {
+		if key, val, ok := d.plainMember(workloadFields); ok {
+			switch key {
+			case "id":
+				w.ID = val
+			case "service_id":
+				w.ServiceID = val
+			case "node_id":
+				w.NodeID = val
+			case "node_address":
+				w.NodeAddress = val
+			case "address":
+				w.Address = val
+			case "observed_status":
+				w.ObservedStatus = val
+			case "health":
+				w.Health = val
+			default: // port
+				return d.errorf("field %s is not a number", key)
+			}
+			if more, ok = d.comma(); ok {
+				continue
+			}
+			more, err = d.more()
+			continue
+		}
 		var key string
 		if key, err = d.key(workloadFields); err != nil {
 			return err
@@ -440,6 +484,56 @@ func (d *routesDecoder) key(names []string) (string, error) {
 	d.i++
 	d.ws()
 	return matchField(key, names), nil
+}
+
+// plainMember reads a member "key":"value" written without white space,
+// whose key is exactly one of names and whose value is a plain string
+// (printable ASCII without escapes), and returns the two; otherwise it
+// leaves the scanner where it was and returns ok false, and the caller
+// takes the general path. Most members of a routes input are such, and
+// one call per member instead of several is what makes the difference
+// inside a guest, where calls are dear.
+func (d *routesDecoder) plainMember(names []string) (key, val string, ok bool) {
+	s, i := d.s, d.i
+	if i >= len(s) || s[i] != '"' {
+		return "", "", false
+	}
+	n := strings.IndexByte(s[i+1:], '"')
+	if n < 0 {
+		return "", "", false
+	}
+	k, j := s[i+1:i+1+n], i+n+2
+	if j+1 >= len(s) || s[j] != ':' || s[j+1] != '"' {
+		return "", "", false
+	}
+	m := strings.IndexByte(s[j+2:], '"')
+	if m < 0 {
+		return "", "", false
+	}
+	v := s[j+2 : j+2+m]
+	for q := 0; q < len(v); q++ {
+		if c := v[q]; c < 0x20 || c == '\\' || c >= utf8.RuneSelf {
+			return "", "", false
+		}
+	}
+	for _, name := range names {
+		if k == name {
+			d.i = j + 3 + m
+			return name, v, true
+		}
+	}
+	return "", "", false
+}
+
+// comma consumes a ',' right after a member's value and reports whether it
+// did (another member follows); otherwise the caller calls more.
+func (d *routesDecoder) comma() (more, ok bool) {
+	if d.i < len(d.s) && d.s[d.i] == ',' {
+		d.i++
+		d.ws()
+		return true, true
+	}
+	return false, false
 }
 
 // more consumes what follows a member's value and reports whether another
