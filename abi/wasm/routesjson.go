@@ -556,6 +556,9 @@ func (d *routesDecoder) more() (bool, error) {
 // matchField returns the name of names that key selects the way
 // encoding/json selects a field: exactly, or equal after folding case.
 func matchField(key string, names []string) string {
+	if len(names) == 0 { // an object skipped: no field to select
+		return key
+	}
 	for _, n := range names {
 		if key == n {
 			return n
@@ -755,7 +758,7 @@ func (d *routesDecoder) skip() error {
 		return err
 	case c == '[':
 		var a []struct{}
-		return decodeSlice(d, &a, func(*struct{}) error { return d.skip() })
+		return decodeSlice(d, &a, d.skipElem)
 	case c == '"':
 		_, err := d.str()
 		return err
@@ -767,6 +770,9 @@ func (d *routesDecoder) skip() error {
 	}
 	return d.errorf("unexpected character %q", d.peek())
 }
+
+// skipElem is skip for decodeSlice's elements.
+func (d *routesDecoder) skipElem(*struct{}) error { return d.skip() }
 
 // str scans a string and returns its value as encoding/json unquotes it.
 func (d *routesDecoder) str() (string, error) {
