@@ -91,7 +91,8 @@ func decodeTop(input []byte, typ string, obj func(*routesDecoder) error) error {
 	return nil
 }
 
-// The field names of each type, for keys that match only after folding.
+// The field names of each type, for keys that match only after folding;
+// service and workload use the indexes of serviceFields and workloadFields.
 var (
 	routesInputFields = []string{"services", "workloads"}
 	serviceFields     = []string{"id", "project", "name", "domains", "tls_mode", "allow_sources"}
@@ -128,18 +129,18 @@ func (d *routesDecoder) routesInput(in *RoutesInput) error {
 func (d *routesDecoder) service(s *RouteService) error {
 	more, err := d.beginStruct("RouteService")
 	for more && err == nil {
-		if key, val, ok := d.plainMember(serviceFields); ok {
-			switch key {
-			case "id":
+		if f, val, ok := d.plainMember(serviceFields); ok {
+			switch f { // the index in serviceFields
+			case 0:
 				s.ID = val
-			case "project":
+			case 1:
 				s.Project = val
-			case "name":
+			case 2:
 				s.Name = val
-			case "tls_mode":
+			case 4:
 				s.TLSMode = val
 			default: // domains, allow_sources
-				return d.errorf("field %s is not an array", key)
+				return d.errorf("field %s is not an array", serviceFields[f])
 			}
 			if more, ok = d.comma(); ok {
 				continue
@@ -177,24 +178,24 @@ func (d *routesDecoder) service(s *RouteService) error {
 func (d *routesDecoder) workload(w *RouteWorkload) error {
 	more, err := d.beginStruct("RouteWorkload")
 	for more && err == nil {
-		if key, val, ok := d.plainMember(workloadFields); ok {
-			switch key {
-			case "id":
+		if f, val, ok := d.plainMember(workloadFields); ok {
+			switch f { // the index in workloadFields
+			case 0:
 				w.ID = val
-			case "service_id":
+			case 1:
 				w.ServiceID = val
-			case "node_id":
+			case 2:
 				w.NodeID = val
-			case "node_address":
+			case 3:
 				w.NodeAddress = val
-			case "address":
+			case 5:
 				w.Address = val
-			case "observed_status":
+			case 6:
 				w.ObservedStatus = val
-			case "health":
+			case 7:
 				w.Health = val
 			default: // port
-				return d.errorf("field %s is not a number", key)
+				return d.errorf("field %s is not a number", workloadFields[f])
 			}
 			if more, ok = d.comma(); ok {
 				continue
@@ -488,41 +489,42 @@ func (d *routesDecoder) key(names []string) (string, error) {
 
 // plainMember reads a member "key":"value" written without white space,
 // whose key is exactly one of names and whose value is a plain string
-// (printable ASCII without escapes), and returns the two; otherwise it
+// (printable ASCII without escapes), and returns the key's index in names
+// and the value; otherwise it
 // leaves the scanner where it was and returns ok false, and the caller
 // takes the general path. Most members of a routes input are such, and
 // one call per member instead of several is what makes the difference
 // inside a guest, where calls are dear.
-func (d *routesDecoder) plainMember(names []string) (key, val string, ok bool) {
+func (d *routesDecoder) plainMember(names []string) (field int, val string, ok bool) {
 	s, i := d.s, d.i
 	if i >= len(s) || s[i] != '"' {
-		return "", "", false
+		return 0, "", false
 	}
 	n := strings.IndexByte(s[i+1:], '"')
 	if n < 0 {
-		return "", "", false
+		return 0, "", false
 	}
 	k, j := s[i+1:i+1+n], i+n+2
 	if j+1 >= len(s) || s[j] != ':' || s[j+1] != '"' {
-		return "", "", false
+		return 0, "", false
 	}
 	m := strings.IndexByte(s[j+2:], '"')
 	if m < 0 {
-		return "", "", false
+		return 0, "", false
 	}
 	v := s[j+2 : j+2+m]
 	for q := 0; q < len(v); q++ {
 		if c := v[q]; c < 0x20 || c == '\\' || c >= utf8.RuneSelf {
-			return "", "", false
+			return 0, "", false
 		}
 	}
-	for _, name := range names {
+	for f, name := range names {
 		if k == name {
 			d.i = j + 3 + m
-			return name, v, true
+			return f, v, true
 		}
 	}
-	return "", "", false
+	return 0, "", false
 }
 
 // comma consumes a ',' right after a member's value and reports whether it
