@@ -29,20 +29,25 @@ func routes(in abiwasm.RoutesInput) ([]wasm.Route, error) {
 	// them per service, then fill, so a compilation allocates a few slices
 	// rather than one per workload and route.
 	index := make(map[string]int, len(in.Services))
+	first := make([]int, len(in.Services)) // the first service of each one's id
 	for i, s := range in.Services {
-		if _, dup := index[s.ID]; !dup {
-			index[s.ID] = i
+		if j, dup := index[s.ID]; dup {
+			first[i] = j
+		} else {
+			index[s.ID], first[i] = i, i
 		}
 	}
 	count := make([]int, len(in.Services)+1)
 	addrs := make([]string, len(in.Workloads))
+	owner := make([]int, len(in.Workloads)) // index of the workload's service, -1 for none
 	for k, w := range in.Workloads {
 		addr := w.Address
 		if addr == "" && w.NodeAddress != "" && w.Port > 0 {
 			addr = net.JoinHostPort(w.NodeAddress, strconv.Itoa(w.Port))
 		}
-		addrs[k] = addr
+		addrs[k], owner[k] = addr, -1
 		if i, ok := index[w.ServiceID]; ok && addr != "" {
+			owner[k] = i
 			count[i+1]++
 		}
 	}
@@ -52,7 +57,7 @@ func routes(in abiwasm.RoutesInput) ([]wasm.Route, error) {
 	flat := make([]wasm.Upstream, count[len(count)-1])
 	next := append([]int(nil), count...)
 	for k, w := range in.Workloads {
-		if i, ok := index[w.ServiceID]; ok && addrs[k] != "" {
+		if i := owner[k]; i >= 0 {
 			flat[next[i]] = wasm.Upstream{WorkloadID: w.ID, Address: addrs[k], Healthy: w.ObservedStatus == "running" && w.Health == "passing"}
 			next[i]++
 		}
@@ -79,8 +84,8 @@ func routes(in abiwasm.RoutesInput) ([]wasm.Route, error) {
 		}
 		// Every service of one id gets that id's upstreams, as they are
 		// indexed by the id's first service.
-		first := index[s.ID]
-		ups := flat[count[first]:next[first]:next[first]]
+		f := first[o.i]
+		ups := flat[count[f]:next[f]:next[f]]
 		for _, d := range s.Domains {
 			host := strings.ToLower(strings.TrimSuffix(d, "."))
 			if host == "" || seen[host] {
