@@ -20,16 +20,17 @@ package wasm
 
 import "fmt"
 
-// Version 1.1 of the ABI.
+// Version 1.2 of the ABI.
 //
 // Changelog (a new major is a breaking change; a new minor only adds optional
-// fields or exports):
+// fields, exports or host imports):
+//   - 1.2 (2026-12): the host import berth.sha256 ([HostSHA256]).
 //   - 1.1 (2026-12): the policy input carries schema_version and the whole
 //     service ([InputSchemaVersion] "1.1").
 //   - 1.0 (2025-11): first version: policy_evaluate and routes_compile.
 const (
 	Major = 1
-	Minor = 1
+	Minor = 2
 )
 
 // Version packs a major and minor ABI version the way berth_abi_version
@@ -52,13 +53,17 @@ const (
 
 // Host imports a module may use (docs/wasm-abi.md section 3). HostModule is
 // the import module name; HostLog is log(level i32, ptr i32, len i32), which
-// writes one bounded line to the host's log. Besides these a module may import
+// writes one bounded line to the host's log; HostSHA256 (since 1.2) is
+// sha256(ptr i32, len i32, out i32), which writes the 32-byte SHA-256 of the
+// len bytes at ptr to out, each byte costing one unit of the call's fuel,
+// and traps on a range outside memory. Besides these a module may import
 // wasi_snapshot_preview1, where the host provides no clock, no randomness, no
 // files, no environment and no network: the clock is fixed and random_get is a
 // fixed sequence, so the same input gives the same output bytes.
 const (
 	HostModule = "berth"
 	HostLog    = "log"
+	HostSHA256 = "sha256"
 )
 
 // Log levels of the host log import.

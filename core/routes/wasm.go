@@ -5,8 +5,9 @@ import (
 	_ "embed"
 	"fmt"
 	"net"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	abiroutes "github.com/berthhq/berth/abi/routes"
@@ -52,10 +53,17 @@ func (w Wasm) Describe() string {
 func (Native) Describe() string { return "native" }
 
 // ToABI converts a compiler input to the WebAssembly ABI's, sorted by id.
+// The result shares in's domain slices (a nil list becomes an empty one);
+// the caller must not change them while it uses the result. Inputs that
+// arrive sorted, as the reconciler's do, are not sorted again.
 func ToABI(in Input) abiwasm.RoutesInput {
-	out := abiwasm.RoutesInput{Services: []abiwasm.RouteService{}, Workloads: []abiwasm.RouteWorkload{}}
+	out := abiwasm.RoutesInput{Services: make([]abiwasm.RouteService, 0, len(in.Services)), Workloads: make([]abiwasm.RouteWorkload, 0, len(in.Workloads))}
 	for _, s := range in.Services {
-		out.Services = append(out.Services, abiwasm.RouteService{ID: s.ID, Project: s.Project, Name: s.Name, Domains: append([]string{}, s.Domains...), TLSMode: s.TLSMode})
+		domains := s.Domains
+		if domains == nil {
+			domains = []string{}
+		}
+		out.Services = append(out.Services, abiwasm.RouteService{ID: s.ID, Project: s.Project, Name: s.Name, Domains: domains, TLSMode: s.TLSMode})
 	}
 	for _, w := range in.Workloads {
 		rw := abiwasm.RouteWorkload{ID: w.ID, ServiceID: w.ServiceID, NodeID: w.NodeID, NodeAddress: w.NodeAddress,
@@ -68,8 +76,14 @@ func ToABI(in Input) abiwasm.RoutesInput {
 		}
 		out.Workloads = append(out.Workloads, rw)
 	}
-	sort.Slice(out.Services, func(i, j int) bool { return out.Services[i].ID < out.Services[j].ID })
-	sort.Slice(out.Workloads, func(i, j int) bool { return out.Workloads[i].ID < out.Workloads[j].ID })
+	byService := func(a, b abiwasm.RouteService) int { return strings.Compare(a.ID, b.ID) }
+	if !slices.IsSortedFunc(out.Services, byService) {
+		slices.SortFunc(out.Services, byService)
+	}
+	byWorkload := func(a, b abiwasm.RouteWorkload) int { return strings.Compare(a.ID, b.ID) }
+	if !slices.IsSortedFunc(out.Workloads, byWorkload) {
+		slices.SortFunc(out.Workloads, byWorkload)
+	}
 	return out
 }
 

@@ -3,9 +3,13 @@ package routes
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	abiroutes "github.com/berthhq/berth/abi/routes"
 	wasmconf "github.com/berthhq/berth/conformance/wasm"
@@ -45,6 +49,71 @@ func TestWasmMatchesNative(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("wasm and native differ for %d services:\n%+v\n%+v", len(in.Services), got, want)
+		}
+	}
+}
+
+// TestWasmMatchesNativeOnRandomServices: on seeded random service sets
+// (bounded count: 40 sets of up to 60 services) the default module's table
+// equals Native's: shared and differently cased domains, trailing dots,
+// services without workloads, workloads without addresses or on other
+// services, every health and status.
+func TestWasmMatchesNativeOnRandomServices(t *testing.T) {
+	ctx := context.Background()
+	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	m, err := rt.Load(ctx, DefaultModule())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(21, 6))
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	for round := range 40 {
+		var in Input
+		n := rng.IntN(61)
+		for i := range n {
+			s := Service{ID: fmt.Sprintf("svc_%03d", rng.IntN(1000)*100+i), Project: pick("p", "p-x", "q", "shop"),
+				Name: fmt.Sprintf("%s%d", pick("a", "b", "web"), i), TLSMode: pick("", "none", abiroutes.TLSACME, "manual")}
+			for range rng.IntN(4) {
+				s.Domains = append(s.Domains, pick("", "x.", "X.example.com", "shared.example.com", fmt.Sprintf("h%d.Example.com.", rng.IntN(80))))
+			}
+			in.Services = append(in.Services, s)
+		}
+		for j := range rng.IntN(3 * (n + 1)) {
+			w := Workload{ID: fmt.Sprintf("wl_%04d", rng.IntN(10000)*10+j%10), NodeID: "nod_1",
+				ObservedStatus: pick("running", "starting", "exited"), Health: pick("passing", "failing", "unknown")}
+			if n > 0 && rng.IntN(8) > 0 {
+				w.ServiceID = in.Services[rng.IntN(n)].ID
+			} else {
+				w.ServiceID = "svc_gone"
+			}
+			if rng.IntN(6) > 0 {
+				w.Address = fmt.Sprintf("10.0.%d.%d:%d", rng.IntN(4), rng.IntN(250), 1024+rng.IntN(60000))
+			}
+			in.Workloads = append(in.Workloads, w)
+		}
+		want, err := Native{}.Compile(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want.Routes { // the module fills in the TLS default
+			if want.Routes[i].TLSMode == "" {
+				want.Routes[i].TLSMode = "none"
+			}
+		}
+		if want.Routes == nil {
+			want.Routes = []abiroutes.Route{}
+		}
+		got, err := Wasm{Module: m}.Compile(ctx, in)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		// Native leaves a route without upstreams nil, the module writes [].
+		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("round %d (%d services, %d workloads): wasm and native differ (-native +wasm):\n%s", round, n, len(in.Workloads), diff)
 		}
 	}
 }

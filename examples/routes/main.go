@@ -10,7 +10,7 @@ package main
 
 import (
 	"net"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,30 +25,67 @@ func metadata() uint64 { return wasm.Metadata(abiwasm.KindRoutes, "default-route
 func compile(ptr, size uint32) uint64 { return wasm.Routes(ptr, size, routes) }
 
 func routes(in abiwasm.RoutesInput) ([]wasm.Route, error) {
-	bySvc := map[string][]wasm.Upstream{}
-	for _, w := range in.Workloads {
+	// Each service's upstreams are one stretch of a single slice: count
+	// them per service, then fill, so a compilation allocates a few slices
+	// rather than one per workload and route.
+	index := make(map[string]int, len(in.Services))
+	first := make([]int, len(in.Services)) // the first service of each one's id
+	for i, s := range in.Services {
+		if j, dup := index[s.ID]; dup {
+			first[i] = j
+		} else {
+			index[s.ID], first[i] = i, i
+		}
+	}
+	count := make([]int, len(in.Services)+1)
+	addrs := make([]string, len(in.Workloads))
+	owner := make([]int, len(in.Workloads)) // index of the workload's service, -1 for none
+	for k, w := range in.Workloads {
 		addr := w.Address
 		if addr == "" && w.NodeAddress != "" && w.Port > 0 {
 			addr = net.JoinHostPort(w.NodeAddress, strconv.Itoa(w.Port))
 		}
-		if addr == "" {
-			continue
+		addrs[k], owner[k] = addr, -1
+		if i, ok := index[w.ServiceID]; ok && addr != "" {
+			owner[k] = i
+			count[i+1]++
 		}
-		bySvc[w.ServiceID] = append(bySvc[w.ServiceID], wasm.Upstream{
-			WorkloadID: w.ID, Address: addr, Healthy: w.ObservedStatus == "running" && w.Health == "passing",
-		})
 	}
-	svcs := append([]abiwasm.RouteService(nil), in.Services...)
-	sort.Slice(svcs, func(i, j int) bool {
-		return svcs[i].Project+"/"+svcs[i].Name < svcs[j].Project+"/"+svcs[j].Name
-	})
-	seen := map[string]bool{}
-	out := []wasm.Route{}
-	for _, s := range svcs {
+	for i := 1; i < len(count); i++ {
+		count[i] += count[i-1] // count[i] is where service i's upstreams start
+	}
+	flat := make([]wasm.Upstream, count[len(count)-1])
+	next := append([]int(nil), count...)
+	for k, w := range in.Workloads {
+		if i := owner[k]; i >= 0 {
+			flat[next[i]] = wasm.Upstream{WorkloadID: w.ID, Address: addrs[k], Healthy: w.ObservedStatus == "running" && w.Health == "passing"}
+			next[i]++
+		}
+	}
+	// Services in project/name order; the key is built once per service.
+	type keyed struct {
+		key string
+		i   int
+	}
+	order := make([]keyed, len(in.Services))
+	domains := 0
+	for i, s := range in.Services {
+		order[i] = keyed{s.Project + "/" + s.Name, i}
+		domains += len(s.Domains)
+	}
+	slices.SortFunc(order, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	seen := make(map[string]bool, domains)
+	out := make([]wasm.Route, 0, domains)
+	for _, o := range order {
+		s := &in.Services[o.i]
 		tls := s.TLSMode
 		if tls == "" {
 			tls = "none"
 		}
+		// Every service of one id gets that id's upstreams, as they are
+		// indexed by the id's first service.
+		f := first[o.i]
+		ups := flat[count[f]:next[f]:next[f]]
 		for _, d := range s.Domains {
 			host := strings.ToLower(strings.TrimSuffix(d, "."))
 			if host == "" || seen[host] {
@@ -59,7 +96,8 @@ func routes(in abiwasm.RoutesInput) ([]wasm.Route, error) {
 				Hostname: host, Project: s.Project, Service: s.Name, TLSMode: tls,
 				// acme routes redirect plain HTTP to https (docs/certificates.md section 1).
 				HTTPSRedirect: tls == "acme",
-				AllowSources:  s.AllowSources, Upstreams: append([]wasm.Upstream{}, bySvc[s.ID]...),
+				// Routes of one service share its upstreams (read only).
+				AllowSources: s.AllowSources, Upstreams: ups,
 			})
 		}
 	}

@@ -107,7 +107,7 @@ func (m *Module) check(ctx context.Context, raw []byte) error {
 		mod, name, _ := imp.Import()
 		switch {
 		case mod == "wasi_snapshot_preview1":
-		case mod == abiwasm.HostModule && name == abiwasm.HostLog:
+		case mod == abiwasm.HostModule && (name == abiwasm.HostLog || name == abiwasm.HostSHA256):
 		case mod == interrupt.ImportModule && name == interrupt.ImportName: // added by Load
 		default:
 			return m.errf(ErrBadModule, "imports %s.%s, which the host does not provide (docs/wasm-abi.md section 3)", mod, name)

@@ -181,6 +181,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(r.hostLog),
 		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, nil).
 		Export(abiwasm.HostLog).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(hostSHA256),
+		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, nil).
+		Export(abiwasm.HostSHA256).
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(refillFuel), nil, []api.ValueType{api.ValueTypeI32}).
 		Export(interrupt.ImportName).
 		Instantiate(ctx); err != nil {

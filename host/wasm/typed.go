@@ -2,6 +2,8 @@ package wasm
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -72,16 +74,15 @@ func (m *Module) CompileRoutes(ctx context.Context, in abiwasm.RoutesInput) (rou
 	if m.meta.Kind != abiwasm.KindRoutes {
 		return routes.Table{}, m.errf(ErrBadModule, "is a %s module, not a route compiler", m.meta.Kind)
 	}
-	input, err := json.Marshal(in)
-	if err != nil {
-		return routes.Table{}, fmt.Errorf("encode routes input: %w", err)
-	}
+	// The reflection-free codec gives encoding/json's bytes and values
+	// (docs/wasm-abi.md section 6.5).
+	input := abiwasm.AppendRoutesInput(make([]byte, 0, 64+128*len(in.Services)+192*len(in.Workloads)), in)
 	raw, err := m.Call(ctx, input)
 	if err != nil {
 		return routes.Table{}, err
 	}
-	var out abiwasm.RoutesOutput
-	if err := json.Unmarshal(raw, &out); err != nil {
+	out, err := abiwasm.DecodeRoutesOutput(raw)
+	if err != nil {
 		return routes.Table{}, m.errf(ErrBadOutput, "routes output is not JSON: %s", err)
 	}
 	if out.Error != nil {
@@ -91,10 +92,15 @@ func (m *Module) CompileRoutes(ctx context.Context, in abiwasm.RoutesInput) (rou
 	if err := t.Validate(); err != nil {
 		return routes.Table{}, m.errf(ErrBadOutput, "%s", err)
 	}
-	if d := t.Digest(); d != out.SHA256 {
+	// t.Digest() of the normalized table, by the reflection-free encoder.
+	t.Normalize()
+	sum := sha256.Sum256([]byte("null"))
+	if len(t.Routes) > 0 {
+		sum = sha256.Sum256(abiwasm.AppendRoutes(make([]byte, 0, len(raw)), t.Routes))
+	}
+	if d := hex.EncodeToString(sum[:]); d != out.SHA256 {
 		return routes.Table{}, m.errf(ErrBadOutput, "route table hashes to %s, the module said %s", d, out.SHA256)
 	}
-	t.Normalize()
 	if t.Routes == nil {
 		t.Routes = []routes.Route{}
 	}

@@ -111,22 +111,21 @@ func HandlePolicy(input []byte, fn PolicyFunc) []byte {
 }
 
 // HandleRoutes decodes a [abiwasm.RoutesInput] from input, calls fn, and
-// encodes the table with its SHA-256 ([routes.Table.Digest]).
+// encodes the normalized table with its SHA-256 ([routes.Table.Digest]).
+// Decoding and encoding take the reflection-free path of routesjson.go,
+// which gives encoding/json's results, and the host hashes the table; malformed input and an error of fn
+// become the error convention's output (docs/wasm-abi.md section 6).
 func HandleRoutes(input []byte, fn RoutesFunc) []byte {
-	var in abiwasm.RoutesInput
-	if err := json.Unmarshal(input, &in); err != nil {
+	in, err := abiwasm.DecodeRoutesInput(input)
+	if err != nil {
 		return mustJSON(abiwasm.RoutesOutput{Error: &abiwasm.GuestError{Code: abiwasm.ErrCodeBadInput, Message: "decode routes input: " + err.Error()}})
 	}
 	rs, err := fn(in)
 	if err != nil {
 		return mustJSON(abiwasm.RoutesOutput{Error: &abiwasm.GuestError{Code: "compile_failed", Message: err.Error()}})
 	}
-	t := abiwasmTable{Routes: rs}
-	t.Normalize()
-	if t.Routes == nil {
-		t.Routes = []abiwasmRoute{}
-	}
-	return mustJSON(abiwasm.RoutesOutput{Routes: t.Routes, SHA256: t.Digest()})
+	normalizeRoutes(rs)
+	return encodeRoutesOutput(rs)
 }
 
 // MetadataJSON is the JSON berth_metadata returns for a module of kind k.
