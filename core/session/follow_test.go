@@ -243,7 +243,7 @@ func TestLogFollowCutsBatchesToTheFrameLimit(t *testing.T) {
 		if frames == n+2 {
 			t.Fatalf("%d frames delivered only %d entries", frames, seq)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), peerReadBound)
 		_, raw, err := p.ws.Read(ctx)
 		cancel()
 		if err != nil {

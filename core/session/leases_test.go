@@ -52,7 +52,7 @@ func newLeaseFixture(t *testing.T) *leaseFixture {
 			case f.changes <- r:
 			default:
 			}
-		}, SessionTimeout: 3 * time.Second})
+		}, SessionTimeout: quietPeerTimeout})
 	f.srv = httptest.NewServer(s)
 	t.Cleanup(func() { s.Close(); f.srv.Close() })
 	return &leaseFixture{fixture: f, auth: auth, clock: clock, s: s}

@@ -59,7 +59,7 @@ func newFixture(t *testing.T, opts ...func(*Config)) *fixture {
 	f := &fixture{reg: reg, cat: cat, pub: pub, node: n, cred: cred, changes: make(chan string, 64), events: events.New(st, nil),
 		clog: changelog.New(st, 1, nil), st: st}
 	cfg := Config{Nodes: reg, Catalog: cat, SigningKey: priv, ClusterID: "cls_test", Events: f.events, Changelog: f.clog,
-		OnChange: func(r string) { f.changes <- r }, SessionTimeout: 3 * time.Second}
+		OnChange: func(r string) { f.changes <- r }, SessionTimeout: quietPeerTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -68,6 +68,18 @@ func newFixture(t *testing.T, opts ...func(*Config)) *fixture {
 	t.Cleanup(func() { s.Close(); f.srv.Close() })
 	return f
 }
+
+// quietPeerTimeout is the session timeout of the fixtures. The test peer
+// sends no heartbeats, so with a short timeout the core ends its session
+// whenever the peer is quiet for longer, for example while it verifies a
+// batch of 1 MB change-log entries on a loaded machine; tests that are about
+// the timeout set their own (TestSilentNodeTimesOut).
+const quietPeerTimeout = 2 * time.Minute
+
+// peerReadBound bounds how long the peer waits for the core's next frame.
+// A 500-entry change-log batch read from the embedded store under -race on
+// a loaded machine takes several seconds.
+const peerReadBound = 30 * time.Second
 
 type peer struct {
 	t  *testing.T
@@ -105,10 +117,11 @@ func (p *peer) sendRaw(frame []byte) {
 	}
 }
 
-// next reads the next envelope, or fails the test when none arrives in 5 s.
+// next reads the next envelope, or fails the test when none arrives within
+// peerReadBound.
 func (p *peer) next() *node.Envelope {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), peerReadBound)
 	defer cancel()
 	_, raw, err := p.ws.Read(ctx)
 	if err != nil {
@@ -339,7 +352,7 @@ func TestNewerSessionClosesOlder(t *testing.T) {
 }
 
 func TestSilentNodeTimesOut(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, func(c *Config) { c.SessionTimeout = 3 * time.Second })
 	p, _, err := f.dial(t, f.cred)
 	if err != nil {
 		t.Fatal(err)
