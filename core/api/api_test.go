@@ -205,6 +205,27 @@ func (f *fixture) snapshot() string {
 	return b.String()
 }
 
+// storeWatch checks that each of a sequence of requests leaves the store as it found it. The
+// snapshot taken after one request is the one before the next, so a sequence of n requests
+// takes n+1 snapshots instead of 2n (a snapshot reads every collection; it was most of the
+// time of the route-walking tests). Nothing else may write the store between two steps.
+type storeWatch struct {
+	f    *fixture
+	last string
+}
+
+// watch starts a storeWatch from the store as it is now.
+func (f *fixture) watch() *storeWatch { return &storeWatch{f: f, last: f.snapshot()} }
+
+// step takes a snapshot after a request and reports it, the one before the request and
+// whether they differ; the new snapshot is the next step's before. Call it right after the
+// request, before any check that may end the test, so the next step starts from the truth.
+func (w *storeWatch) step() (before, after string, changed bool) {
+	before, after = w.last, w.f.snapshot()
+	w.last = after
+	return before, after, after != before
+}
+
 func tarGz(t *testing.T, entries ...*tar.Header) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -228,6 +249,7 @@ func tarGz(t *testing.T, entries ...*tar.Header) []byte {
 }
 
 func TestBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
@@ -349,10 +371,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 		"env value of 1000 KiB":              `"BIG"`,
 		"env over the total":                 `"C"`,
 	}
+	w := f.watch()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := f.snapshot()
 			status, out := f.do(tt.req)
+			before, after, changed := w.step()
 			if status != tt.status || out["code"] != tt.code {
 				t.Fatalf("got %d %v, want %d %s", status, out, tt.status, tt.code)
 			}
@@ -362,7 +385,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 			if out["detail"] == nil || out["title"] == nil {
 				t.Fatalf("problem without title or detail: %v", out)
 			}
-			if after := f.snapshot(); after != before {
+			if changed {
 				t.Fatalf("the store changed:\nbefore:\n%s\nafter:\n%s", before, after)
 			}
 		})
@@ -378,6 +401,7 @@ func mustJSON(v any) []byte {
 // cluster signing key was rotated is handed the key in use now, not the one
 // berthd started with (docs/node-protocol.md sections 2.4 and 5.21).
 func TestEnrollAfterKeyRotationPinsCurrentKey(t *testing.T) {
+	t.Parallel()
 	rotated, _, _ := ed25519.GenerateKey(rand.Reader)
 	f := newFixtureWith(t, func(c *Config) { c.CurrentPublicKey = func() ed25519.PublicKey { return rotated } })
 	tok, _, err := f.reg.CreateJoinToken(context.Background(), 0)
@@ -399,6 +423,7 @@ func TestEnrollAfterKeyRotationPinsCurrentKey(t *testing.T) {
 // NUL) and an environment of exactly services.MaxEnvBytes apply; one byte more is refused with
 // 422 validation_failed naming the variable, and the refused apply changes nothing.
 func TestEnvLimitsAtTheBoundary(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
 	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/default/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {
@@ -430,6 +455,7 @@ func TestEnvLimitsAtTheBoundary(t *testing.T) {
 // current revision and "changed": false and writes nothing (no revision bump, no change-log
 // entry); expected_revision still applies; any difference is a write with "changed": true.
 func TestUnchangedApplyWritesNothing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
 	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/default/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {

@@ -68,6 +68,7 @@ func fullServer(t *testing.T) *Server {
 // TestRouteScopeTable walks the router and fails on a route that docs/api.md's route table
 // (section "Identity") does not list with its scope, or on a row for a route that is gone.
 func TestRouteScopeTable(t *testing.T) {
+	t.Parallel()
 	s := fullServer(t)
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "api.md"))
 	if err != nil {

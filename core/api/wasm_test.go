@@ -103,6 +103,7 @@ func newPolicyFixtureHints(t *testing.T) (*fixture, *hintLog) {
 // TestPolicyDeniesApply is the acceptance test in miniature: a bound
 // policy refuses a service with its reasons and nothing is stored.
 func TestPolicyDeniesApply(t *testing.T) {
+	t.Parallel()
 	f := newPolicyFixture(t)
 	mod := wasmtest.BuildGo(t, "examples/policies/require-digest")
 
@@ -218,6 +219,7 @@ func (f *fixture) changelog() []node.LogEntry {
 // binding and unbinding hint the reconciler and are change-log entries
 // (docs/wasm-abi.md section 6.4).
 func TestBindRouteCompiler(t *testing.T) {
+	t.Parallel()
 	f, hints := newPolicyFixtureHints(t)
 	push := func(wasm []byte) string {
 		t.Helper()
