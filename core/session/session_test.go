@@ -163,6 +163,7 @@ func (f *fixture) handshake(t *testing.T, p *peer) *node.DesiredState {
 }
 
 func TestSessionRefusesBadCredentials(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	for _, cred := range []string{"", "brn_wrong"} {
 		_, resp, err := f.dial(t, cred)
@@ -173,6 +174,7 @@ func TestSessionRefusesBadCredentials(t *testing.T) {
 }
 
 func TestSessionHandshakeAndSteadyState(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	p, _, err := f.dial(t, f.cred)
 	if err != nil {
@@ -242,6 +244,7 @@ func TestSessionHandshakeAndSteadyState(t *testing.T) {
 }
 
 func TestSessionProtocolViolations(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	t.Run("first message not hello", func(t *testing.T) {
 		p, _, err := f.dial(t, f.cred)
@@ -273,6 +276,7 @@ func TestSessionProtocolViolations(t *testing.T) {
 // not a valid hello the core answers a fatal bad_message before it closes the
 // socket (docs/node-protocol.md section 4.2), and the node stays pending.
 func TestBadFirstFrameIsFatalBadMessage(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	big := []byte(`{"v":1,"type":"hello","id":"msg_big","body":{"pad":"` + strings.Repeat("x", node.MaxMessageBytes) + `"}}`)
 	for _, tc := range []struct {
@@ -323,6 +327,7 @@ func TestBadFirstFrameIsFatalBadMessage(t *testing.T) {
 }
 
 func TestNewerSessionClosesOlder(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	old, _, err := f.dial(t, f.cred)
 	if err != nil {
@@ -352,6 +357,7 @@ func TestNewerSessionClosesOlder(t *testing.T) {
 }
 
 func TestSilentNodeTimesOut(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(c *Config) { c.SessionTimeout = 3 * time.Second })
 	p, _, err := f.dial(t, f.cred)
 	if err != nil {
@@ -387,6 +393,7 @@ func waitChange(t *testing.T, ch <-chan string, want string) {
 // than the last_seen_at the store keeps (written at most every 30 s), and forgets it with the
 // session.
 func TestLastFrameFollowsEveryFrame(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.srv.Config.Handler.(*Server)
 	if _, ok := s.LastFrame(f.node.ID); ok {
