@@ -35,6 +35,7 @@ import (
 // the backup (berth backup ls shows passed), and a second backup whose archive is altered in
 // the blob store drills failed.
 func TestThirdPartyAppSurvivesLosingItsDatabase(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t, map[string]any{"postgres": map[string]any{"admin_url": env.pg.URL("postgres")},
 		"mongodb": map[string]any{"admin_url": env.ferret.URI()},
 		"s3":      map[string]any{"endpoint": env.s3.Addr, "access_key": s3test.AccessKey, "secret_key": s3test.SecretKey, "admin_api": true}})

@@ -38,6 +38,7 @@ import (
 // query. Deleting it withdraws every record it caused (the challenge TXT records too) and stops
 // serving its names on both listeners.
 func TestACMEWildcardThroughDNS01(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
