@@ -60,6 +60,17 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
 
+// cheapArgon2 are argon2id parameters for the fixtures' identity stores. identity.NewTokens
+// hashes a dummy password at once, and with the default parameters (64 MiB) that took 0.6 to
+// 1.2 s under -race on a loaded machine, once per test; the tests of the password rules pass
+// their own.
+var cheapArgon2 = identity.Argon2Params{Memory: 64, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16}
+
+// testTokens is identity.NewTokens with cheapArgon2 (opts may replace it).
+func testTokens(st *store.Store, opts ...identity.TokensOption) *identity.Tokens {
+	return identity.NewTokens(st, append([]identity.TokensOption{identity.WithArgon2Params(cheapArgon2)}, opts...)...)
+}
+
 // newFixtureWith is newFixture with a change to the API configuration.
 func newFixtureWith(t *testing.T, change func(*Config)) *fixture {
 	t.Helper()
@@ -76,7 +87,7 @@ func newFixtureWith(t *testing.T, change func(*Config)) *fixture {
 	}
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
 	clock := &fakeClock{t: time.Now()}
-	tokens := identity.NewTokens(st)
+	tokens := testTokens(st)
 	_, admin, err := tokens.EnsureAdmin(ctx, dir)
 	if err != nil {
 		t.Fatal(err)

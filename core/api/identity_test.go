@@ -24,8 +24,7 @@ func identityFixture(t *testing.T) *fixture {
 	t.Helper()
 	clk := &fakeClock{t: time.Now()}
 	f := newFixtureWith(t, func(c *Config) {
-		c.Tokens = identity.NewTokens(c.Catalog.Backing(), identity.WithClock(clk.now),
-			identity.WithArgon2Params(identity.Argon2Params{Memory: 64, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16}))
+		c.Tokens = testTokens(c.Catalog.Backing(), identity.WithClock(clk.now))
 	})
 	f.clock = clk
 	return f

@@ -37,7 +37,7 @@ func newLeaseAPI(t *testing.T) *leaseAPI {
 	t.Helper()
 	ctx := context.Background()
 	st := storetest.Open(t)
-	tokens := identity.NewTokens(st)
+	tokens := testTokens(st)
 	_, admin, err := tokens.EnsureAdmin(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,6 @@ import (
 
 	abirunner "github.com/berthhq/berth/abi/runner"
 	"github.com/berthhq/berth/core/bundles"
-	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/leases"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/operations"
@@ -131,7 +130,7 @@ func newOrchFixture(t *testing.T, transport bool, leaseTTL time.Duration) *orchF
 	}
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
 	clk := clocktest.New(time.Now().UTC())
-	tokens := identity.NewTokens(st)
+	tokens := testTokens(st)
 	_, admin, err := tokens.EnsureAdmin(ctx, dir)
 	if err != nil {
 		t.Fatal(err)

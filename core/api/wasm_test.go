@@ -18,7 +18,6 @@ import (
 	abiroutes "github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
-	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/routes"
@@ -64,7 +63,7 @@ func newPolicyFixtureHints(t *testing.T) (*fixture, *hintLog) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	tokens := identity.NewTokens(st)
+	tokens := testTokens(st)
 	_, admin, err := tokens.EnsureAdmin(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
