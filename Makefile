@@ -81,12 +81,24 @@ PEBBLE_CHALLTESTSRV := $(shell $(GO) env GOPATH)/bin/pebble-challtestsrv
 $(PEBBLE_CHALLTESTSRV):
 	$(GO) install github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@v2.10.3
 
+# The test packages that take longest, longest first. go test starts test
+# binaries strictly in the order the packages are named (at most -p, by
+# default the number of cores, at a time), and ./... names them in path
+# order, which started the longest package (e2e) about halfway through and
+# left it running alone at the end. Naming the long ones first lets the
+# short packages fill in beside them; ./... then adds every other package
+# once. Keep this list in the order of the per-package seconds that
+# go test prints (longest first) when packages grow or shrink.
+SLOW_TEST_PKGS := ./e2e ./core/api ./e2e/corestore ./core/store ./e2e/images ./core/registry \
+	./e2e/edge ./core/placement ./host/wasm/interrupt ./plugins/corestore ./e2e/backups \
+	./nodeplugins/containerd ./plugins/corestore/backup ./core/session
+
 ## test: everything CI runs (builds the binaries the end-to-end tests start;
 ## starts a private containerd for the container tests and stops it after)
 test: build $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(CADDY) $(PEBBLE) $(PEBBLE_CHALLTESTSRV)
 	./scripts/install-postgres.sh
 	./scripts/install-knot.sh
-	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 25m ./...
+	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 25m $(SLOW_TEST_PKGS) ./...
 
 ## test-containers: only the container tests (containerd driver, nftables network)
 test-containers: build

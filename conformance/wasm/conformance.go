@@ -20,7 +20,15 @@ import (
 type Options struct {
 	// CacheDir is the wazero compilation cache; empty compiles in memory.
 	CacheDir string
-	// Timeout is the deadline of one call; zero means 1 s.
+	// Fuel bounds the work of one call in host/wasm's units (loop
+	// iterations and counted calls); zero means host/wasm's DefaultFuel. A
+	// module that loops forever fails the sample check when its fuel runs
+	// out, however busy the machine is.
+	Fuel uint64
+	// Timeout, when positive, also bounds one call's wall-clock time; zero or
+	// negative means no wall-clock limit (fuel and the caller's ctx bound the
+	// call). A wall-clock limit can fail a correct module on a loaded
+	// machine, so the checks do not set one unless asked to.
 	Timeout time.Duration
 	// MemoryLimitPages is the memory limit; zero means host/wasm's default.
 	MemoryLimitPages uint32
@@ -37,7 +45,7 @@ type Result struct {
 
 // Check runs every check against module and returns their results in order:
 // load (imports, exports and their types, ABI version, metadata), sample
-// (the sample input is answered within the deadline), determinism (the same
+// (the sample input is answered within its fuel), determinism (the same
 // input twice, on one instance and on a fresh one, gives the same bytes),
 // malformed-input (non-JSON and wrongly shaped input get the error
 // convention, not a trap), memory-limit (an allocation past the memory limit
@@ -45,14 +53,11 @@ type Result struct {
 // stopped at its deadline the module still answers). It returns an error only
 // when it could not run at all.
 func Check(ctx context.Context, module []byte, opts Options) ([]Result, error) {
-	if opts.Timeout <= 0 {
-		opts.Timeout = time.Second
-	}
 	if opts.MemoryLimitPages == 0 {
 		opts.MemoryLimitPages = hostwasm.DefaultMemoryLimitPages
 	}
 	newRT := func(maxIn int) (*hostwasm.Runtime, error) {
-		return hostwasm.New(ctx, hostwasm.Config{CacheDir: opts.CacheDir, Timeout: opts.Timeout, MemoryLimitPages: opts.MemoryLimitPages, MaxInstances: 1, MaxInputBytes: maxIn})
+		return hostwasm.New(ctx, hostwasm.Config{CacheDir: opts.CacheDir, Fuel: opts.Fuel, Timeout: opts.Timeout, MemoryLimitPages: opts.MemoryLimitPages, MaxInstances: 1, MaxInputBytes: maxIn})
 	}
 	rt, err := newRT(0)
 	if err != nil {

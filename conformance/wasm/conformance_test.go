@@ -3,10 +3,13 @@ package wasm
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/berthhq/berth/internal/wasmtest"
 )
+
+// brokenModuleFuel ends the endless loop after about 4 million iterations;
+// the other test modules answer with a few hundred units.
+const brokenModuleFuel = 1 << 22
 
 // TestSuiteFailsBrokenModules proves each check catches what it is for, with
 // modules that break the ABI on purpose.
@@ -23,7 +26,7 @@ func TestSuiteFailsBrokenModules(t *testing.T) {
 		{"missing deallocate", wasmtest.Policy(wasmtest.PolicyOptions{NoDealloc: true}), "load"},
 	}
 	for _, c := range cases {
-		results, err := Check(context.Background(), c.module, Options{Timeout: 100 * time.Millisecond, CacheDir: wasmtest.CacheDir(t)})
+		results, err := Check(context.Background(), c.module, Options{Fuel: brokenModuleFuel, CacheDir: wasmtest.CacheDir(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +56,7 @@ func TestSuiteOPAModules(t *testing.T) {
 		module []byte
 		failed string
 	}{"good": {good, ""}, "conflicting rule": {broken, "sample"}} {
-		results, err := Check(ctx, c.module, Options{Timeout: 5 * time.Second, CacheDir: wasmtest.CacheDir(t)})
+		results, err := Check(ctx, c.module, Options{CacheDir: wasmtest.CacheDir(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

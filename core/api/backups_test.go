@@ -50,6 +50,7 @@ func commitBackup(t *testing.T, f *fixture, service, key string) string {
 // succeed is not restorable, a running target is refused unless while_running or
 // into_scratch, and an unknown backup is 404.
 func TestBackupRoutes(t *testing.T) {
+	t.Parallel()
 	f := newFullFixture(t)
 	seedServiceAndNode(t, f)
 	const svc = "/api/v1/projects/default/services/"
@@ -102,6 +103,7 @@ func TestBackupRoutes(t *testing.T) {
 // requested on demand keeps the service's keep on its record; and a drill of one backup is
 // queued for that backup (404 for an unknown one, 409 for one that did not succeed).
 func TestServiceBackupBlock(t *testing.T) {
+	t.Parallel()
 	f := newFullFixture(t)
 	seedServiceAndNode(t, f)
 	const svc = "/api/v1/projects/default/services/"

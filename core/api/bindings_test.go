@@ -15,6 +15,7 @@ import (
 // GET /bindings with their apply operations, and an apply without them releases them; a delete of
 // a binding the service still declares is 409.
 func TestServiceBindingsDeclaredAtApply(t *testing.T) {
+	t.Parallel()
 	var q *operations.Queue
 	f := newFixtureWith(t, func(c *Config) {
 		st := c.Catalog.Backing()
@@ -89,6 +90,7 @@ func TestServiceBindingsDeclaredAtApply(t *testing.T) {
 
 // TestBindingsRefusedWithoutCorestore: a berthd without the corestore plugin refuses bindings.
 func TestBindingsRefusedWithoutCorestore(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
 	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/shop/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {

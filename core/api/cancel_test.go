@@ -18,6 +18,7 @@ import (
 // at debug level, not logged as an internal error; the same error while the client still waits
 // remains one.
 func TestCancelledRequestIsNoInternalError(t *testing.T) {
+	t.Parallel()
 	var logs bytes.Buffer
 	s := &Server{log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	e := echo.New()

@@ -69,6 +69,7 @@ func (f *fixture) pushApp() {
 // in its outbox. Before, writers raced for each seq: most gave up
 // ("change log is contended") and their committed writes had no entry.
 func TestChangelogEveryConcurrentWrite(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.pushApp()
 	const n = 64
@@ -130,6 +131,7 @@ func TestChangelogEveryConcurrentWrite(t *testing.T) {
 // frame. Before, such a service was stored and its entry stalled every
 // node's follow.
 func TestChangelogRefusesChangeLargerThanAFrame(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.pushApp()
 	// Env values under 128 KiB each; '<' is one byte in the body and six in
@@ -195,6 +197,7 @@ func TestChangelogRefusesChangeLargerThanAFrame(t *testing.T) {
 // change_too_large before it is stored. Before, it was stored and its entry
 // failed to append.
 func TestPolicyBindingLargerThanAFrameRefused(t *testing.T) {
+	t.Parallel()
 	f := newPolicyFixture(t)
 	code, out := f.do(req{method: "POST", path: "/api/v1/modules", ctype: "application/wasm", token: f.admin, body: wasmtest.BuildGo(t, "examples/policies/require-digest")})
 	if code != 201 {

@@ -17,6 +17,7 @@ import (
 // TestChangelogRecordsServiceChanges: applying and deleting a service append
 // chained entries that GET /api/v1/changelog serves (docs/node-protocol.md section 7).
 func TestChangelogRecordsServiceChanges(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
 	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/default/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {
@@ -70,6 +71,7 @@ func TestChangelogRecordsServiceChanges(t *testing.T) {
 // the enrollment and the removal in the change log, and answers 404 for an
 // unknown id (docs/node-protocol.md section 10).
 func TestRemoveNode(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	tok, _, err := f.reg.CreateJoinToken(context.Background(), 0)
 	if err != nil {

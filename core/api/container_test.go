@@ -8,6 +8,7 @@ import (
 // TestContainerService: a containerd service from a registry needs neither
 // bundle nor command, and its container fields come back as stored.
 func TestContainerService(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	image := "registry.example.com/shop/web@sha256:" + strings.Repeat("cd", 32)
 	code, out := f.json("PUT", "/api/v1/projects/default/services/web", map[string]any{

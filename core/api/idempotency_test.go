@@ -14,10 +14,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/fencing"
@@ -101,13 +104,56 @@ func exemptFromIdempotency() map[string]string {
 	}
 }
 
+// claimedOnlyRoutes lists the keyed routes TestIdempotencyKeyOnEveryMutatingRoute cannot drive
+// to a success, and why; TestIdempotencyClaimRefusesEveryKeyedRoute shows that each passes
+// through the middleware.
+func claimedOnlyRoutes() map[string]string {
+	return map[string]string{
+		"POST /api/v1/projects/:project/placement/rollback": "needs a provider placement with a runner",
+		// Its success needs a live agent that restarts; e2e.TestAgentUpgradeSkewAndRollback drives it.
+		"POST /api/v1/nodes/:id/upgrade": "needs a node that upgrades and comes back",
+		// Its success needs a live agent answering secret_key_rotate; e2e.TestSecretsNeverLeak drives it.
+		"POST /api/v1/nodes/:id/secret-key/rotate": "needs a node with a live session",
+		// Its success needs a binding made through the corestore plugin; core/bindings' tests and
+		// e2e/corestore drive it.
+		"DELETE /api/v1/projects/:project/services/:name/bindings/:binding": "needs a binding record",
+		// Identity routes: their success paths are driven in identity_test.go; here it is shown
+		// that each passes through the middleware.
+		"POST /api/v1/logout": "identity", "POST /api/v1/users": "identity", "PUT /api/v1/users/:user/roles": "identity",
+		"POST /api/v1/users/:user/credential": "identity", "POST /api/v1/tokens": "identity",
+		"DELETE /api/v1/tokens/:token": "identity", "POST /api/v1/tokens/:token/rotate": "identity",
+	}
+}
+
+// drivenIdemRoutes lists the routes TestIdempotencyKeyOnEveryMutatingRoute drives to a
+// success (that test checks its table against this list, so the two cannot drift apart).
+func drivenIdemRoutes() []string {
+	return []string{
+		"PUT /api/v1/projects/:project", "PUT /api/v1/projects/:project/services/:name",
+		"POST /api/v1/projects/:project/bundles", "PUT /api/v1/projects/:project/services/:name/spec",
+		"POST /api/v1/projects/:project/services/:name/rollout/undo", "POST /api/v1/projects/:project/services/:name/backups",
+		"POST /api/v1/projects/:project/backups/:id/restore", "POST /api/v1/projects/:project/backups/:id/drill",
+		"POST /api/v1/projects/:project/services/:name/releases", "POST /api/v1/projects/:project/services/:name/releases/:tag/promote",
+		"DELETE /api/v1/projects/:project/services/:name", "POST /api/v1/nodes/join-tokens", "POST /api/v1/nodes/:id/fence-ack",
+		"POST /api/v1/nodes/:id/lost", "POST /api/v1/nodes/:id/retire", "DELETE /api/v1/nodes/:id",
+		"POST /api/v1/cluster/signing-key/rotate", "POST /api/v1/modules", "POST /api/v1/policy-bindings",
+		"DELETE /api/v1/policy-bindings/:id", "POST /api/v1/runners/enrollment-tokens", "PUT /api/v1/projects/:project/placement",
+		"POST /api/v1/projects/:project/operations", "DELETE /api/v1/projects/:project/placement",
+		"PUT /api/v1/projects/:project/secrets/:secret", "PUT /api/v1/projects/:project/secret-sets/:set",
+		"DELETE /api/v1/projects/:project/secret-sets/:set", "DELETE /api/v1/projects/:project/secrets/:secret",
+		"POST /api/v1/secrets/keyring/rotate", "POST /api/v1/registry/gc",
+	}
+}
+
 // TestIdempotencyKeyOnEveryMutatingRoute walks the echo router. Every mutating route but the
 // exempt ones is driven to a successful answer with an Idempotency-Key: the exact replay
 // answers the recorded status and body with Idempotency-Replayed: true and changes nothing; the
 // same key with another request is 422 idempotency_key_reused and changes nothing. A route the
-// table cannot drive to success (placement rollback needs a provider placement) is shown to
-// pass through the middleware by a recorded claim of another request under its key.
+// table cannot drive to success (placement rollback needs a provider placement) is listed in
+// claimedOnlyRoutes, and TestIdempotencyClaimRefusesEveryKeyedRoute shows that it, like every
+// keyed route, passes through the middleware.
 func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
+	t.Parallel()
 	f := newFullFixture(t)
 	ctx := context.Background()
 	nodeID := seedServiceAndNode(t, f)
@@ -248,26 +294,7 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 		{route: "POST /api/v1/registry/gc", first: js("POST", "/api/v1/registry/gc", map[string]any{"dry_run": true}),
 			other: js("POST", "/api/v1/registry/gc", map[string]any{"dry_run": false})},
 	}
-	// claimedOnly are keyed routes this table cannot drive to a success.
-	claimedOnly := map[string]string{
-		"POST /api/v1/projects/:project/placement/rollback": "needs a provider placement with a runner",
-		// Its success needs a live agent that restarts; e2e.TestAgentUpgradeSkewAndRollback drives it.
-		"POST /api/v1/nodes/:id/upgrade": "needs a node that upgrades and comes back",
-		// Its success needs a live agent answering secret_key_rotate; e2e.TestSecretsNeverLeak drives it.
-		"POST /api/v1/nodes/:id/secret-key/rotate": "needs a node with a live session",
-		// Its success needs a binding made through the corestore plugin; core/bindings' tests and
-		// e2e/corestore drive it.
-		"DELETE /api/v1/projects/:project/services/:name/bindings/:binding": "needs a binding record",
-		// Identity routes: their success paths are driven in identity_test.go; here it is shown
-		// that each passes through the middleware.
-		"POST /api/v1/logout": "identity", "POST /api/v1/users": "identity", "PUT /api/v1/users/:user/roles": "identity",
-		"POST /api/v1/users/:user/credential": "identity", "POST /api/v1/tokens": "identity",
-		"DELETE /api/v1/tokens/:token": "identity", "POST /api/v1/tokens/:token/rotate": "identity",
-	}
-
-	driven := map[string]bool{}
 	for i, tc := range cases {
-		driven[tc.route] = true
 		t.Run(tc.route, func(t *testing.T) {
 			key := "key-" + string(rune('a'+i))
 			first := tc.first()
@@ -298,8 +325,35 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 		})
 	}
 
+	var tableRoutes []string
+	for _, tc := range cases {
+		tableRoutes = append(tableRoutes, tc.route)
+	}
+	slices.Sort(tableRoutes)
+	if want := slices.Sorted(slices.Values(drivenIdemRoutes())); !slices.Equal(tableRoutes, want) {
+		t.Errorf("the table drives %v\ndrivenIdemRoutes lists %v", tableRoutes, want)
+	}
+}
+
+// TestIdempotencyClaimRefusesEveryKeyedRoute walks the echo router: every mutating route but
+// the exempt ones has a row (driven to success by TestIdempotencyKeyOnEveryMutatingRoute, or
+// listed in claimedOnlyRoutes with the reason), and each passes through the middleware: a
+// recorded claim of another request under the key refuses the request with 422
+// idempotency_key_reused before the handler runs, and the store does not change. It has its
+// own server so that it runs beside the table test.
+func TestIdempotencyClaimRefusesEveryKeyedRoute(t *testing.T) {
+	t.Parallel()
+	f := newFullFixture(t)
+	ctx := context.Background()
+	nodeID := seedServiceAndNode(t, f)
+	claimedOnly := claimedOnlyRoutes()
+	driven := map[string]bool{}
+	for _, r := range drivenIdemRoutes() {
+		driven[r] = true
+	}
 	exempt := exemptFromIdempotency()
 	seen := map[string]bool{}
+	var keyed []*echo.Route
 	for _, r := range f.api.e.Routes() {
 		key := r.Method + " " + r.Path
 		if !mutating(r.Method) || seen[key] {
@@ -312,28 +366,39 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 		case isExempt:
 			continue
 		case !driven[key] && !isClaimed:
-			t.Errorf("mutating route %s has no row: drive it to success here, or list why it is exempt", key)
+			t.Errorf("mutating route %s has no row: drive it to success in TestIdempotencyKeyOnEveryMutatingRoute "+
+				"(and list it in drivenIdemRoutes), list it in claimedOnlyRoutes, or list why it is exempt", key)
 			continue
 		}
-		// Every keyed route passes through the middleware: a claim of another request under the
-		// key refuses this one before the handler runs.
+		keyed = append(keyed, r)
+	}
+	// Every keyed route passes through the middleware: a claim of another request under the
+	// key refuses this one before the handler runs. The claims, one key per route, are all
+	// recorded first, so that the store is the same before each request and one snapshot
+	// after each is the next one's before.
+	claimKey := func(key string) string { return "claimed-" + key }
+	now := f.clock.now().UTC()
+	for _, r := range keyed {
+		k := claimKey(r.Method + " " + r.Path)
+		if _, err := f.api.idemColl().InsertOne(ctx, idemRecord{ID: idempotencyID(f.admin, r.Method, r.Path, k), Claim: "c", State: idemPending,
+			Request: "another", ClaimedAt: now, ExpiresAt: now.Add(IdempotencyTTL)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := f.watch()
+	for _, r := range keyed {
+		key := r.Method + " " + r.Path
 		t.Run("claimed "+key, func(t *testing.T) {
-			k := "claimed-" + key
-			now := f.clock.now().UTC()
-			if _, err := f.api.idemColl().InsertOne(ctx, idemRecord{ID: idempotencyID(f.admin, r.Method, r.Path, k), Claim: "c", State: idemPending,
-				Request: "another", ClaimedAt: now, ExpiresAt: now.Add(IdempotencyTTL)}); err != nil {
-				t.Fatal(err)
-			}
-			before := f.snapshot()
-			rq := req{method: r.Method, path: concretePath(r.Path, nodeID), token: f.admin, key: k}
+			rq := req{method: r.Method, path: concretePath(r.Path, nodeID), token: f.admin, key: claimKey(key)}
 			if everyRoute()[key].body != bodyNone {
 				rq.ctype, rq.body = "application/json", []byte(`{}`)
 			}
 			a := f.raw(rq)
+			_, _, changed := w.step()
 			if a.status != 422 || a.code() != "idempotency_key_reused" {
 				t.Fatalf("got %d %s", a.status, a.body)
 			}
-			if after := f.snapshot(); after != before {
+			if changed {
 				t.Fatalf("the store changed")
 			}
 		})
@@ -362,6 +427,7 @@ func requestDigest(bearer, key, method, path, query, ctype string, body []byte) 
 // request runs; a 5xx answer is not recorded, so a retry with the key runs again and succeeds;
 // a recorded answer expires after IdempotencyTTL, the sweep deletes it, and the key is new again.
 func TestIdempotencyInFlightFailedAndExpired(t *testing.T) {
+	t.Parallel()
 	var fail atomic.Bool
 	var rotations atomic.Int64
 	f := newFixtureWith(t, func(c *Config) {
@@ -433,6 +499,7 @@ func TestIdempotencyInFlightFailedAndExpired(t *testing.T) {
 // TestIdempotencyRecordsRevealNoAnswer: the record of a join token's answer holds neither the
 // token nor the bearer, and the replay still answers the token.
 func TestIdempotencyRecordsRevealNoAnswer(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	a := f.raw(req{method: "POST", path: "/api/v1/nodes/join-tokens", token: f.admin, key: "k"})
 	tok := a.field("token")
@@ -451,6 +518,7 @@ func TestIdempotencyRecordsRevealNoAnswer(t *testing.T) {
 // handler once: every success carries the one join token created, every other answer is 409
 // idempotency_key_in_flight.
 func TestIdempotencyConcurrentArrivals(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const n = 8
 	answers := make(chan answer, n)
@@ -492,6 +560,7 @@ func TestIdempotencyConcurrentArrivals(t *testing.T) {
 // first apply's result (the same revision, not a second write), and the key with another spec
 // fails with idempotency_key_reused.
 func TestClientIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	c, err := client.New(f.srv.URL, client.WithToken(f.admin))

@@ -24,8 +24,7 @@ func identityFixture(t *testing.T) *fixture {
 	t.Helper()
 	clk := &fakeClock{t: time.Now()}
 	f := newFixtureWith(t, func(c *Config) {
-		c.Tokens = identity.NewTokens(c.Catalog.Backing(), identity.WithClock(clk.now),
-			identity.WithArgon2Params(identity.Argon2Params{Memory: 64, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16}))
+		c.Tokens = testTokens(c.Catalog.Backing(), identity.WithClock(clk.now))
 	})
 	f.clock = clk
 	return f
@@ -66,6 +65,7 @@ func wantCode(t *testing.T, what string, code int, out map[string]any, status in
 // deploys with it, is refused on another service and another project, revokes it, and the next
 // request fails.
 func TestIdentityDeployTokenBounds(t *testing.T) {
+	t.Parallel()
 	f := identityFixture(t)
 	code, out := f.as(f.admin, "POST", "/api/v1/users", map[string]any{"name": "ops", "kind": "human", "roles": []string{"operator"}, "password": testPassword})
 	if code != 201 || out["password"] != nil || out["verifier"] != nil || out["generation"] != float64(1) {
@@ -189,6 +189,7 @@ func TestIdentityDeployTokenBounds(t *testing.T) {
 // in URLs are refused, a session dies with its generation, and sensitive actions need a recent
 // login.
 func TestIdentityAttacks(t *testing.T) {
+	t.Parallel()
 	f := identityFixture(t)
 	if code, out := f.as(f.admin, "POST", "/api/v1/users", map[string]any{"name": "ann", "roles": []string{"admin"}, "password": testPassword}); code != 201 {
 		t.Fatalf("create user: %d %v", code, out)
@@ -276,6 +277,7 @@ func TestIdentityAttacks(t *testing.T) {
 // name as actor and the request's Idempotency-Key on its change-log entry; identity operations
 // are audited without their secrets.
 func TestChangeLogActorAndIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	f := identityFixture(t)
 	code, out := f.as(f.admin, "POST", "/api/v1/tokens", map[string]any{"name": "ci", "scopes": []string{"services:write"}})
 	if code != 201 {
@@ -322,6 +324,7 @@ func TestChangeLogActorAndIdempotencyKey(t *testing.T) {
 // Idempotency-Key and the action only; a refused operation has none, and no written document
 // keeps a pending change.
 func TestIdentityChangesHandedOverOnce(t *testing.T) {
+	t.Parallel()
 	f := identityFixture(t)
 	steps := []struct {
 		method, path string

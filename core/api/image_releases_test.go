@@ -3,6 +3,7 @@ package api
 import "testing"
 
 func TestReserveReleaseTag(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	if code, out := f.json("PUT", "/api/v1/projects/shop", map[string]any{}); code/100 != 2 {
 		t.Fatalf("project: %d %v", code, out)

@@ -37,7 +37,7 @@ func newLeaseAPI(t *testing.T) *leaseAPI {
 	t.Helper()
 	ctx := context.Background()
 	st := storetest.Open(t)
-	tokens := identity.NewTokens(st)
+	tokens := testTokens(st)
 	_, admin, err := tokens.EnsureAdmin(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +82,7 @@ func (f *leaseAPI) grant(t *testing.T, svc string) *fencing.Lease {
 }
 
 func TestNodeLostAndFenceAckEndpoints(t *testing.T) {
+	t.Parallel()
 	f := newLeaseAPI(t)
 	ctx := context.Background()
 	a := f.grant(t, "svc_A")
@@ -137,6 +138,7 @@ func TestNodeLostAndFenceAckEndpoints(t *testing.T) {
 }
 
 func TestFencedBundleWrite(t *testing.T) {
+	t.Parallel()
 	f := newLeaseAPI(t)
 	ctx := context.Background()
 	bundle := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
@@ -157,6 +159,7 @@ func TestFencedBundleWrite(t *testing.T) {
 }
 
 func TestStatefulServiceValidation(t *testing.T) {
+	t.Parallel()
 	f := newLeaseAPI(t)
 	ctx := context.Background()
 	bundle := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
@@ -199,6 +202,7 @@ func TestStatefulServiceValidation(t *testing.T) {
 // one), and every outbox is cleared by the request's handover, by the
 // principal that made the change.
 func TestNodeLostAndFenceAckLogged(t *testing.T) {
+	t.Parallel()
 	f := newLeaseAPI(t)
 	ctx := context.Background()
 	a, b := f.grant(t, "svc_A"), f.grant(t, "svc_B")

@@ -21,6 +21,7 @@ func (f *fixture) recordPush(repo, tag, digest string) {
 // digest the tag names under the revision read, answers the new revision, and refuses tags
 // never pushed, process services and stale revisions with their codes.
 func TestPromoteReleaseRollsTheServiceToTheTagsDigest(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	d0, d1 := "sha256:"+strings.Repeat("0a", 32), "sha256:"+strings.Repeat("1b", 32)
 	svc := "/api/v1/projects/shop/services/web"
@@ -81,6 +82,7 @@ func TestPromoteReleaseRollsTheServiceToTheTagsDigest(t *testing.T) {
 // digest) and the tag it follows, and refuses tags never pushed, other projects' repositories
 // and a digest in place of the tag.
 func TestApplyDeployOnPushResolvesTheTag(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	d1 := "sha256:" + strings.Repeat("1b", 32)
 	f.recordPush("shop/web", "main", d1)

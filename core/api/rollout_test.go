@@ -9,6 +9,7 @@ import (
 // spec-owns-placement on service updates, the slot view, rollout undo and node retirement
 // refusals (docs/reconciliation.md sections 1, 10 and 11).
 func TestRuntimeSpecEndpoints(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	for _, name := range []string{"app", "app2"} {
 		body := tarGz(t, &tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o755})

@@ -23,7 +23,6 @@ import (
 
 	abirunner "github.com/berthhq/berth/abi/runner"
 	"github.com/berthhq/berth/core/bundles"
-	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/leases"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/operations"
@@ -131,7 +130,7 @@ func newOrchFixture(t *testing.T, transport bool, leaseTTL time.Duration) *orchF
 	}
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
 	clk := clocktest.New(time.Now().UTC())
-	tokens := identity.NewTokens(st)
+	tokens := testTokens(st)
 	_, admin, err := tokens.EnsureAdmin(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +184,7 @@ func (f *orchFixture) enrollment(t *testing.T, node, region string) string {
 // transport, a placement that becomes a reconcile operation on that runner, the verified artifact,
 // the generation-checked observation and the completion, then the lease refused once settled.
 func TestRunnerTransportEndToEnd(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, true, 30*time.Second)
 	ctx := context.Background()
 	gz := tarGz(t, &tar.Header{Name: "app", Mode: 0o755, Typeflag: tar.TypeReg})
@@ -274,6 +274,7 @@ func ptrTo[T any](v T) *T { return &v }
 
 // TestRunnerTransportOff: without the transport, every path under the prefix answers 404.
 func TestRunnerTransportOff(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, false, 30*time.Second)
 	for _, p := range []string{abirunner.PathRegister, abirunner.PathClaim, abirunner.PathArtifact, "/anything"} {
 		resp, err := http.Post(f.srv.URL+abirunner.Prefix+p, "application/json", strings.NewReader(`{}`))
@@ -293,6 +294,7 @@ func TestRunnerTransportOff(t *testing.T) {
 // TestOperationIdempotencyKey: duplicate API requests with one Idempotency-Key create one
 // operation and replay its answer; the same key with another body is refused.
 func TestOperationIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, false, 30*time.Second)
 	ctx := context.Background()
 	req := client.OperationRequest{Kind: "backup", Payload: json.RawMessage(`{"target":"s3"}`)}
@@ -321,6 +323,7 @@ func TestOperationIdempotencyKey(t *testing.T) {
 // after the lease expires another runner reclaims it with a higher fence and completes it, and the
 // first runner's completion, replayed after its restart, is rejected.
 func TestRunnerKilledMidOperation(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, true, 30*time.Second)
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -417,6 +420,7 @@ func (f *orchFixture) startAgent(t *testing.T, node string, creds runner.Credent
 // TestAgentAbortsOnLeaseLoss: a lease that expires while the work runs aborts the work, and the
 // agent settles nothing through the stale fence.
 func TestAgentAbortsOnLeaseLoss(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, true, 300*time.Millisecond)
 	ctx := context.Background()
 	op, _, err := f.admin.EnqueueOperation(ctx, "shop", "k", client.OperationRequest{Kind: "reconcile"})
@@ -443,6 +447,7 @@ func TestAgentAbortsOnLeaseLoss(t *testing.T) {
 // TestAgentRotatedCredentialStops: re-enrolling the node rotates its credential; the running
 // holder stops claims and renewals, aborts its work, reports the failure and resolves Done.
 func TestAgentRotatedCredentialStops(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, true, 300*time.Millisecond)
 	ctx := context.Background()
 	if _, _, err := f.admin.EnqueueOperation(ctx, "shop", "k", client.OperationRequest{Kind: "reconcile"}); err != nil {
@@ -472,6 +477,7 @@ func TestAgentRotatedCredentialStops(t *testing.T) {
 // TestAgentShutdownTimeoutAbandons: Close marks the node draining, waits the grace period, then
 // aborts the remaining work and leaves its lease for fenced reclamation.
 func TestAgentShutdownTimeoutAbandons(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, true, 300*time.Millisecond)
 	ctx := context.Background()
 	op, _, err := f.admin.EnqueueOperation(ctx, "shop", "k", client.OperationRequest{Kind: "reconcile"})
@@ -499,6 +505,7 @@ func TestAgentShutdownTimeoutAbandons(t *testing.T) {
 // TestPlacementUnderProjectLease: a deploy while another control-plane worker holds the project's
 // lease answers PROJECT_BUSY and changes nothing.
 func TestPlacementUnderProjectLease(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, false, 30*time.Second)
 	ctx := context.Background()
 	p, err := f.admin.SetPlacement(ctx, "shop", client.PlacementRequest{Release: "sha256:" + strings.Repeat("a", 64)})

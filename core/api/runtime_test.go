@@ -74,6 +74,7 @@ func lease(op abirunner.Operation) abirunner.Lease {
 // it travels only in the private, no-store body under the same lease checks as the artifact, within
 // its own ceiling; and none of it reaches operation JSON or the durable completion result.
 func TestRuntimeTransfer(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, true, 30*time.Second)
 	ctx := context.Background()
 	rc, cred, op := providerProject(t, f)
@@ -163,6 +164,7 @@ func TestRuntimeTransfer(t *testing.T) {
 // generation that is no longer current, above its ceiling, and a capsule bound to anything but the
 // operation is refused by the runner before the execute function sees it.
 func TestRuntimeRefusals(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, true, 30*time.Second)
 	ctx := context.Background()
 	rc, cred, op := providerProject(t, f)
@@ -233,6 +235,7 @@ func tamperedCapsule(_ context.Context, o operations.Operation, _ placement.Plac
 // callers cannot enqueue them or inject a confirmation, the runner derives the confirmation after
 // validating the lease, and no artifact, runtime or observation is served for them.
 func TestProviderLifecycleOperations(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, true, 30*time.Second)
 	ctx := context.Background()
 	rc, cred, op := providerProject(t, f)
@@ -291,6 +294,7 @@ func TestProviderLifecycleOperations(t *testing.T) {
 // rotates any named node, a wrong value is refused generically, and weak or token-shaped secrets
 // are refused at configuration.
 func TestLegacyRegistrationSecret(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, true, 30*time.Second)
 	ctx := context.Background()
 	rc := f.runnerClient(t)
@@ -334,6 +338,7 @@ func TestLegacyRegistrationSecret(t *testing.T) {
 // removed and the fence sequence removed last; each step is idempotent and another worker's lease
 // answers PROJECT_BUSY.
 func TestProjectDeleteWorkflow(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, true, 30*time.Second)
 	ctx := context.Background()
 	rc, cred, op := providerProject(t, f)
@@ -432,6 +437,7 @@ var _ runner.Provider = (*recordingProvider)(nil)
 // runtime for a reconcile, reports the observation, derives the confirmation of rollback and delete,
 // and drives the delete workflow to its end.
 func TestProviderExecute(t *testing.T) {
+	t.Parallel()
 	f := newOrchFixture(t, true, 30*time.Second)
 	ctx := context.Background()
 	rc, cred, op := providerProject(t, f)

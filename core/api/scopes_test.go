@@ -18,7 +18,6 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
-	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/registry"
@@ -57,7 +56,7 @@ func fullServer(t *testing.T) *Server {
 	secStore := secrets.NewStore(st, kr, nil)
 	ops := operations.NewQueue(st, operations.Config{})
 	return New(Config{Backups: testBackups(t, st, ops), Secrets: &SecretsConfig{Store: secStore}, Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
-		Tokens: identity.NewTokens(st), Hinter: nopHinter{}, Events: events.New(st, nil), Changelog: changelog.New(st, 1, nil),
+		Tokens: testTokens(st), Hinter: nopHinter{}, Events: events.New(st, nil), Changelog: changelog.New(st, 1, nil),
 		Sessions: http.NotFoundHandler(), NodeOps: stubCommander{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
 		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{}, RegistryGC: stubGC,
 		Leases: fencing.New(st, fencing.Config{}), Guard: fencing.NewGuard(st, nil),
@@ -68,6 +67,7 @@ func fullServer(t *testing.T) *Server {
 // TestRouteScopeTable walks the router and fails on a route that docs/api.md's route table
 // (section "Identity") does not list with its scope, or on a row for a route that is gone.
 func TestRouteScopeTable(t *testing.T) {
+	t.Parallel()
 	s := fullServer(t)
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "api.md"))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 // that no answer (first or replayed), no change-log entry and no stored document, the
 // Idempotency-Key record included, holds a value or a plain SHA-256 of it or of the body.
 func TestSecretsAPIIsValueFree(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	long, short := "Zq-"+rand.Text(), "4711"
 	var answers []string
@@ -78,6 +79,7 @@ func TestSecretsAPIIsValueFree(t *testing.T) {
 // 422 secret_unknown naming them, a change of reference is a new revision of what the service
 // runs, and deleting what a service uses is 409 secret_in_use naming the service.
 func TestServiceSecretReferences(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
 	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/shop/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {
@@ -191,6 +193,7 @@ func TestServiceSecretReferences(t *testing.T) {
 
 // TestSecretScopes: secret:read reads but does not write, services:write neither.
 func TestSecretScopes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	if code, out := f.json("PUT", "/api/v1/projects/shop/secrets/k", map[string]any{"value": "v"}); code != 201 {
 		t.Fatalf("put: %d %v", code, out)
@@ -225,6 +228,7 @@ func TestSecretScopes(t *testing.T) {
 // TestKeyringRoutes rotates through the API: the status shows both KEKs until the re-wrap ran,
 // and a second rotation while one runs is 409.
 func TestKeyringRoutes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	if code, out := f.json("PUT", "/api/v1/projects/shop/secrets/k", map[string]any{"value": "v"}); code != 201 {
 		t.Fatalf("put: %d %v", code, out)

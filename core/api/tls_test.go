@@ -41,6 +41,7 @@ func pemPair(t *testing.T, names ...string) (string, string) {
 // TestApplyChecksServiceTLS: a tls block that cannot be served is refused
 // at apply with its stable code, and one that can is stored and answered.
 func TestApplyChecksServiceTLS(t *testing.T) {
+	t.Parallel()
 	f := newFixtureWith(t, func(c *Config) {
 		c.ACME = certs.Config{DNS01Zones: []string{"managed.example"}, HTTP01Reachable: false}
 	})

@@ -23,6 +23,7 @@ import (
 // before the node is touched (this fixture reaches no node sessions, so a
 // request that got as far as the node would answer unavailable).
 func TestUpgradeRefusals(t *testing.T) {
+	t.Parallel()
 	rel := t.TempDir()
 	platform := goruntime.GOOS + "-" + goruntime.GOARCH
 	var sum040 string
@@ -121,6 +122,7 @@ func TestUpgradeRefusals(t *testing.T) {
 // reported (docs/upgrades.md section 3.5); anything else is refused with
 // validation_failed.
 func TestUpgradeProgram(t *testing.T) {
+	t.Parallel()
 	n := &nodes.Node{ID: "nod_1", Drivers: []string{"containerd"}, Networks: []string{"nftables"}}
 	bare := &nodes.Node{ID: "nod_2", Drivers: []string{"process"}}
 	for _, tc := range []struct {

@@ -18,7 +18,6 @@ import (
 	abiroutes "github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
-	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/routes"
@@ -64,7 +63,7 @@ func newPolicyFixtureHints(t *testing.T) (*fixture, *hintLog) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	tokens := identity.NewTokens(st)
+	tokens := testTokens(st)
 	_, admin, err := tokens.EnsureAdmin(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -103,6 +102,7 @@ func newPolicyFixtureHints(t *testing.T) (*fixture, *hintLog) {
 // TestPolicyDeniesApply is the acceptance test in miniature: a bound
 // policy refuses a service with its reasons and nothing is stored.
 func TestPolicyDeniesApply(t *testing.T) {
+	t.Parallel()
 	f := newPolicyFixture(t)
 	mod := wasmtest.BuildGo(t, "examples/policies/require-digest")
 
@@ -218,6 +218,7 @@ func (f *fixture) changelog() []node.LogEntry {
 // binding and unbinding hint the reconciler and are change-log entries
 // (docs/wasm-abi.md section 6.4).
 func TestBindRouteCompiler(t *testing.T) {
+	t.Parallel()
 	f, hints := newPolicyFixtureHints(t)
 	push := func(wasm []byte) string {
 		t.Helper()

@@ -22,6 +22,7 @@ func (nopTXT) CleanupTXT(context.Context, string, string) error { return nil }
 // its claim is its own (a second service cannot take it, a name under it is another name); a
 // wildcard anywhere else, or over a single label, is refused with validation_failed.
 func TestApplyWildcardDomains(t *testing.T) {
+	t.Parallel()
 	f := newFixtureWith(t, func(c *Config) {
 		c.ACME = certs.Config{DNS: nopTXT{}, DNS01Zones: []string{"example.test"}}
 	})

@@ -91,7 +91,11 @@ func TestHoldSurfacesLoss(t *testing.T) {
 	m1 := leases.NewManager(st, leases.Config{Owner: "brd_1", TTL: 300 * time.Millisecond, Now: clk.Now})
 	m2 := leases.NewManager(st, leases.Config{Owner: "brd_2", TTL: 300 * time.Millisecond, Now: clk.Now})
 	key := leases.Key("prj_a")
-	err := m1.Hold(ctx, key, func(ctx context.Context, l leases.Lease) error {
+	// The second holder works under the test's own ctx, not under the first
+	// holder's work ctx: once the clock moves, the first holder's renewal may
+	// find its lease expired and cancel its work ctx before the takeover runs,
+	// and a takeover under that ctx would fail with context.Canceled.
+	err := m1.Hold(ctx, key, func(wctx context.Context, l leases.Lease) error {
 		if err := m2.Hold(ctx, key, func(context.Context, leases.Lease) error { return nil }); !errors.Is(err, leases.ErrBusy) {
 			t.Errorf("concurrent Hold: %v, want ErrBusy", err)
 		}
@@ -99,9 +103,14 @@ func TestHoldSurfacesLoss(t *testing.T) {
 		if _, err := m2.Acquire(ctx, key); err != nil {
 			t.Errorf("takeover: %v", err)
 		}
-		<-ctx.Done() // the renewal notices and cancels the work
-		if !errors.Is(context.Cause(ctx), leases.ErrLost) {
-			t.Errorf("cause = %v, want ErrLost", context.Cause(ctx))
+		select { // the renewal notices and cancels the work
+		case <-wctx.Done():
+		case <-time.After(30 * time.Second):
+			t.Error("the work ctx was not cancelled after the takeover")
+			return nil
+		}
+		if !errors.Is(context.Cause(wctx), leases.ErrLost) {
+			t.Errorf("cause = %v, want ErrLost", context.Cause(wctx))
 		}
 		return nil
 	})

@@ -78,6 +78,7 @@ func (f *fixture) reserved(id string) int {
 
 // Failure semantics: expired nodes become offline for placement.
 func TestFailureExpiredNodesAreOfflineForPlacement(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.enroll("old", runners.Declaration{Region: "iad", Capacity: 10})
 	f.clk.Advance(30 * time.Second)
@@ -100,6 +101,7 @@ func TestFailureExpiredNodesAreOfflineForPlacement(t *testing.T) {
 // Failure semantics: draining nodes keep current work but receive no new desired placements or
 // operation claims.
 func TestFailureDrainingNodesKeepWorkButGetNoNewPlacementsOrClaims(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.enroll("a", runners.Declaration{Capacity: 10})
 	p := f.desire("prj_a", placement.DesiredRequest{Release: "r1"})
@@ -134,6 +136,7 @@ func TestFailureDrainingNodesKeepWorkButGetNoNewPlacementsOrClaims(t *testing.T)
 // Failure semantics: portable placements may be reassigned after node loss; stateful placements
 // stay pinned and fail closed until that node identity returns.
 func TestFailurePortableReassignedStatefulPinned(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.enroll("a", runners.Declaration{Region: "iad", Capacity: 10, Labels: map[string]string{"isolation": "docker"}})
 	f.enroll("b", runners.Declaration{Region: "iad", Capacity: 10, Labels: map[string]string{"isolation": "docker"}})
@@ -202,6 +205,7 @@ func TestFailurePortableReassignedStatefulPinned(t *testing.T) {
 // Failure semantics: node capacity is process-slot based, deterministic, transactional (one
 // compare-and-set on the node), capability-aware and region aware.
 func TestFailureCapacityIsSlotBasedDeterministicCapabilityAndRegionAware(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.enroll("iad-1", runners.Declaration{Region: "iad", Capacity: 5, Endpoint: "https://iad-1.internal", Labels: map[string]string{"runtime": "node24"}})
 	f.enroll("iad-2", runners.Declaration{Region: "iad", Capacity: 5, Labels: map[string]string{"runtime": "node24"}})
@@ -243,6 +247,7 @@ func TestFailureCapacityIsSlotBasedDeterministicCapabilityAndRegionAware(t *test
 
 // TestObservationsAreGenerationChecked: a late report for generation N never overwrites N+1.
 func TestObservationsAreGenerationChecked(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.enroll("a", runners.Declaration{Capacity: 1})
 	for _, r := range []string{"r1", "r2", "r3"} {
@@ -268,6 +273,7 @@ func TestObservationsAreGenerationChecked(t *testing.T) {
 // TestSweepReleasesUnreferencedReservations: a reservation whose placement was never recorded (a
 // berthd that died between the two steps) is released after the grace period.
 func TestSweepReleasesUnreferencedReservations(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.enroll("a", runners.Declaration{Capacity: 3})
 	if _, err := f.nodes.Reserve(f.ctx, "a", "prj_ghost", runners.Reservation{Units: 2, At: f.clk.Now()}, placementDemand(2)); err != nil {
@@ -287,6 +293,7 @@ func TestSweepReleasesUnreferencedReservations(t *testing.T) {
 // TestMigrateLegacyNodesAndPlacements: nodes and placements of the earlier single-collection layout
 // move to their buckets unchanged (credentials, reservations, generations), once.
 func TestMigrateLegacyNodesAndPlacements(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := storetest.Open(t)
 	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))

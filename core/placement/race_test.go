@@ -90,6 +90,7 @@ type child struct {
 // through [storetest.SharedURI] (FerretDB v1 applies concurrent updates of one document atomically
 // only over one connection; reached by two direct connections, this test fails in its first rounds).
 func TestTwoControlPlanesRaceForTheLastUnit(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}

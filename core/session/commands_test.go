@@ -11,6 +11,7 @@ import (
 )
 
 func TestCommandsAndStreamsFromTheCore(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	p, _, err := f.dial(t, f.cred)
 	if err != nil {

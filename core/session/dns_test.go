@@ -47,6 +47,7 @@ func (f *fakeDNS) holds(key string) bool {
 // other host, a plain route, a zone the provider does not write and a bad action are refused with
 // a stable code and write nothing.
 func TestDNSChallengeOnlyForTheNodesOwnAcmeRoutes(t *testing.T) {
+	t.Parallel()
 	dns := &fakeDNS{served: func(fqdn string) bool { return fqdn != "_acme-challenge.other.test." }, held: map[string]bool{}}
 	f := newFixture(t, func(c *Config) { c.DNS = dns })
 	ctx := context.Background()

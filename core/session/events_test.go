@@ -44,6 +44,7 @@ func expectEvents(t *testing.T, f *fixture, typ string, reasons ...string) {
 // often it is resent, assigns seq, and never lets a node speak for another
 // (docs/node-protocol.md section 5.4); a closed socket is session_closed (4.4).
 func TestNodeEventsDeduplicated(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	p, _, err := f.dial(t, f.cred)
 	if err != nil {
@@ -76,6 +77,7 @@ func TestNodeEventsDeduplicated(t *testing.T) {
 // TestUnreportedWorkloadIsUnknown: a workload the core knows on this node and
 // a status report leaves out becomes unknown, not gone (section 5.3).
 func TestUnreportedWorkloadIsUnknown(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	p, _, err := f.dial(t, f.cred)
 	if err != nil {
@@ -138,6 +140,7 @@ func (f *fixture) placeWorkload(t *testing.T, nodeID string, slot int) *services
 // them; an event about another node's workload, or an unknown one, is refused
 // bad_message (non-fatal) and not stored (docs/node-protocol.md section 5.4).
 func TestEventsAboutOtherNodesWorkloadsRefused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	p, _, err := f.dial(t, f.cred)

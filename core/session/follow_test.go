@@ -51,6 +51,7 @@ func (p *peer) awaitLog(seq int64, hash string) node.LogEntries {
 }
 
 func TestLogFollowAfterDesiredState(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	first := f.appendN(t, 3)
 	p, _, err := f.dial(t, f.cred)
@@ -89,6 +90,7 @@ func TestLogFollowAfterDesiredState(t *testing.T) {
 }
 
 func TestLogFollowResumesAndDiverges(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	es := f.appendN(t, 3)
 	t.Run("matching position resumes after it", func(t *testing.T) {
@@ -136,6 +138,7 @@ func TestLogFollowResumesAndDiverges(t *testing.T) {
 }
 
 func TestLogFollowBatchesOf500(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	// 502 appends through the log take over a minute on the embedded store,
 	// so the entries are written in one batch, in the log's own document
@@ -173,6 +176,7 @@ func TestLogFollowBatchesOf500(t *testing.T) {
 }
 
 func TestRemovedNodeGetsFatalNodeRemoved(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	p, _, err := f.dial(t, f.cred)
 	if err != nil {
@@ -223,6 +227,7 @@ func TestRemovedNodeGetsFatalNodeRemoved(t *testing.T) {
 // all of them reach the node. Before batches were cut by size, the three
 // went out as one frame over the limit, which every agent refused.
 func TestLogFollowCutsBatchesToTheFrameLimit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const n = 3
 	big := strings.Repeat("<", changelog.MaxEntryBytes/6-200) // '<' encodes as six bytes
@@ -243,7 +248,7 @@ func TestLogFollowCutsBatchesToTheFrameLimit(t *testing.T) {
 		if frames == n+2 {
 			t.Fatalf("%d frames delivered only %d entries", frames, seq)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), peerReadBound)
 		_, raw, err := p.ws.Read(ctx)
 		cancel()
 		if err != nil {

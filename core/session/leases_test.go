@@ -52,7 +52,7 @@ func newLeaseFixture(t *testing.T) *leaseFixture {
 			case f.changes <- r:
 			default:
 			}
-		}, SessionTimeout: 3 * time.Second})
+		}, SessionTimeout: quietPeerTimeout})
 	f.srv = httptest.NewServer(s)
 	t.Cleanup(func() { s.Close(); f.srv.Close() })
 	return &leaseFixture{fixture: f, auth: auth, clock: clock, s: s}
@@ -127,6 +127,7 @@ func okResult() node.CommandResult { return node.CommandResult{Status: "ok"} }
 // section 4.2 message by message: welcome; one lease_revoke per stale lease of hello, each awaited;
 // command fence_ack when an acknowledgement is pending, awaited; only then desired_state.
 func TestHelloRevokesStaleLeasesThenFenceAckThenDesiredState(t *testing.T) {
+	t.Parallel()
 	f := newLeaseFixture(t)
 	ctx := context.Background()
 	n1 := f.node.ID
@@ -208,6 +209,7 @@ func TestHelloRevokesStaleLeasesThenFenceAckThenDesiredState(t *testing.T) {
 // TestHelloReleasesLeasesTheNodeFenced: a lease the core says the node holds but the node reports
 // expired (or does not list) is released at hello, so the next grant carries a higher token.
 func TestHelloReleasesLeasesTheNodeFenced(t *testing.T) {
+	t.Parallel()
 	f := newLeaseFixture(t)
 	ctx := context.Background()
 	l := f.grant(t, "svc_EXP", f.node.ID, node.LeaseExpiring, 15*time.Second)
@@ -238,6 +240,7 @@ func TestHelloReleasesLeasesTheNodeFenced(t *testing.T) {
 // TestLeaseRenewGrantRevokeAndFenceEvents: lease_renew is answered by lease_grant (same token, re
 // set) or lease_revoke; node.fence_failed records the failure; node.fenced frees the lease.
 func TestLeaseRenewGrantRevokeAndFenceEvents(t *testing.T) {
+	t.Parallel()
 	f := newLeaseFixture(t)
 	ctx := context.Background()
 	p, _, err := f.dial(t, f.cred)
@@ -315,6 +318,7 @@ func TestLeaseRenewGrantRevokeAndFenceEvents(t *testing.T) {
 // to another node after the gate, and the node comes back: its hello's lease is revoked (moved)
 // before desired_state, and its renewal under the old token is refused.
 func TestNodeReturnOrder(t *testing.T) {
+	t.Parallel()
 	f := newLeaseFixture(t)
 	ctx := context.Background()
 	other, _ := enrollForTest(t, f.reg, "n2")
@@ -352,6 +356,7 @@ func TestNodeReturnOrder(t *testing.T) {
 // TestNodeRemovalRevokesThenEnds is section 10 for a connected node: every lease it holds is
 // revoked and awaited, then the session ends with fatal node_removed.
 func TestNodeRemovalRevokesThenEnds(t *testing.T) {
+	t.Parallel()
 	f := newLeaseFixture(t)
 	ctx := context.Background()
 	p, _, err := f.dial(t, f.cred)
@@ -400,6 +405,7 @@ func TestNodeRemovalRevokesThenEnds(t *testing.T) {
 // TestGrantDuringHandshakeIsDelivered: a lease granted to the node while its session is still in
 // the handshake (no live session to send it to) is sent once the session is welcomed.
 func TestGrantDuringHandshakeIsDelivered(t *testing.T) {
+	t.Parallel()
 	f := newLeaseFixture(t)
 	ctx := context.Background()
 	acked := f.grant(t, "svc_ACKED", f.node.ID, node.LeaseLocal, 0)

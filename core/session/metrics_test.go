@@ -16,6 +16,7 @@ import (
 // session are counted, a status report's last failure is kept on the workload, and the end of
 // the session is counted by why.
 func TestSessionMetricsAndFailureReports(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	f := newFixture(t, func(c *Config) { c.Metrics = reg })
 	p, _, err := f.dial(t, f.cred)

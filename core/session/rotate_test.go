@@ -15,6 +15,7 @@ import (
 // was away names the old key in its hello and is handed the new one before
 // its desired_state (docs/node-protocol.md section 5.21).
 func TestRotateSigningKey(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.srv.Config.Handler.(*Server)
 	p, _, err := f.dial(t, f.cred)

@@ -59,7 +59,7 @@ func newFixture(t *testing.T, opts ...func(*Config)) *fixture {
 	f := &fixture{reg: reg, cat: cat, pub: pub, node: n, cred: cred, changes: make(chan string, 64), events: events.New(st, nil),
 		clog: changelog.New(st, 1, nil), st: st}
 	cfg := Config{Nodes: reg, Catalog: cat, SigningKey: priv, ClusterID: "cls_test", Events: f.events, Changelog: f.clog,
-		OnChange: func(r string) { f.changes <- r }, SessionTimeout: 3 * time.Second}
+		OnChange: func(r string) { f.changes <- r }, SessionTimeout: quietPeerTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -68,6 +68,18 @@ func newFixture(t *testing.T, opts ...func(*Config)) *fixture {
 	t.Cleanup(func() { s.Close(); f.srv.Close() })
 	return f
 }
+
+// quietPeerTimeout is the session timeout of the fixtures. The test peer
+// sends no heartbeats, so with a short timeout the core ends its session
+// whenever the peer is quiet for longer, for example while it verifies a
+// batch of 1 MB change-log entries on a loaded machine; tests that are about
+// the timeout set their own (TestSilentNodeTimesOut).
+const quietPeerTimeout = 2 * time.Minute
+
+// peerReadBound bounds how long the peer waits for the core's next frame.
+// A 500-entry change-log batch read from the embedded store under -race on
+// a loaded machine takes several seconds.
+const peerReadBound = 30 * time.Second
 
 type peer struct {
 	t  *testing.T
@@ -105,10 +117,11 @@ func (p *peer) sendRaw(frame []byte) {
 	}
 }
 
-// next reads the next envelope, or fails the test when none arrives in 5 s.
+// next reads the next envelope, or fails the test when none arrives within
+// peerReadBound.
 func (p *peer) next() *node.Envelope {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), peerReadBound)
 	defer cancel()
 	_, raw, err := p.ws.Read(ctx)
 	if err != nil {
@@ -150,6 +163,7 @@ func (f *fixture) handshake(t *testing.T, p *peer) *node.DesiredState {
 }
 
 func TestSessionRefusesBadCredentials(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	for _, cred := range []string{"", "brn_wrong"} {
 		_, resp, err := f.dial(t, cred)
@@ -160,6 +174,7 @@ func TestSessionRefusesBadCredentials(t *testing.T) {
 }
 
 func TestSessionHandshakeAndSteadyState(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	p, _, err := f.dial(t, f.cred)
 	if err != nil {
@@ -229,6 +244,7 @@ func TestSessionHandshakeAndSteadyState(t *testing.T) {
 }
 
 func TestSessionProtocolViolations(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	t.Run("first message not hello", func(t *testing.T) {
 		p, _, err := f.dial(t, f.cred)
@@ -260,6 +276,7 @@ func TestSessionProtocolViolations(t *testing.T) {
 // not a valid hello the core answers a fatal bad_message before it closes the
 // socket (docs/node-protocol.md section 4.2), and the node stays pending.
 func TestBadFirstFrameIsFatalBadMessage(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	big := []byte(`{"v":1,"type":"hello","id":"msg_big","body":{"pad":"` + strings.Repeat("x", node.MaxMessageBytes) + `"}}`)
 	for _, tc := range []struct {
@@ -310,6 +327,7 @@ func TestBadFirstFrameIsFatalBadMessage(t *testing.T) {
 }
 
 func TestNewerSessionClosesOlder(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	old, _, err := f.dial(t, f.cred)
 	if err != nil {
@@ -339,7 +357,8 @@ func TestNewerSessionClosesOlder(t *testing.T) {
 }
 
 func TestSilentNodeTimesOut(t *testing.T) {
-	f := newFixture(t)
+	t.Parallel()
+	f := newFixture(t, func(c *Config) { c.SessionTimeout = 3 * time.Second })
 	p, _, err := f.dial(t, f.cred)
 	if err != nil {
 		t.Fatal(err)
@@ -374,6 +393,7 @@ func waitChange(t *testing.T, ch <-chan string, want string) {
 // than the last_seen_at the store keeps (written at most every 30 s), and forgets it with the
 // session.
 func TestLastFrameFollowsEveryFrame(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.srv.Config.Handler.(*Server)
 	if _, ok := s.LastFrame(f.node.ID); ok {

@@ -13,6 +13,7 @@ import (
 // close, an agent or plugin two minors behind and one ahead of it; a refused
 // agent is not recorded as connected (docs/upgrades.md section 2).
 func TestSessionVersionSkew(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(c *Config) { c.CoreVersion = "0.4.0" })
 	for _, tc := range []struct {
 		agent, driver string
@@ -61,6 +62,7 @@ func TestSessionVersionSkew(t *testing.T) {
 // network plugins, which decide whether berth-plugin-<name> may be upgraded
 // on it (docs/upgrades.md sections 2 and 3.5).
 func TestSessionNetworkPlugin(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(c *Config) { c.CoreVersion = "0.4.0" })
 	hello := func(nft string) node.Hello {
 		return node.Hello{NodeID: f.node.ID, AgentVersion: "0.4.0", Drivers: []string{"process"},

@@ -16,6 +16,7 @@ import (
 // plan says SEARCH ... USING INDEX), not by scanning the table, and results
 // are unchanged by it.
 func TestEmbeddedLookupsByIDUseAnIndex(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	unlock, err := LockDir(dir)
 	if err != nil {

@@ -56,6 +56,7 @@ func storeOps(t *testing.T, reg *prometheus.Registry, command, collection, outco
 }
 
 func TestStoreCountsCommandsByCollectionAndOutcome(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -92,6 +92,7 @@ func openStore(t *testing.T, cfg store.Config) *store.Store {
 }
 
 func TestConformanceEmbedded(t *testing.T) {
+	t.Parallel()
 	dataDir := perTest(func(t *testing.T) string { return t.TempDir() })
 	storetest.Run(t, func(t *testing.T) *store.Store {
 		s := openStore(t, store.Config{DataDir: dataDir(t), Logger: testLogger(t)})
@@ -105,6 +106,7 @@ func TestConformanceEmbedded(t *testing.T) {
 // TestConformanceFerretDBBehindURI runs the suite against a FerretDB reached by URI, as an
 // operator pointing --mongo-uri at FerretDB would: Open must detect it and limit the pool.
 func TestConformanceFerretDBBehindURI(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	f, err := ferretdb.New(&ferretdb.Config{
 		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
@@ -134,6 +136,7 @@ func TestConformanceFerretDBBehindURI(t *testing.T) {
 // TestConformanceMongo runs the suite against the MongoDB in BERTH_TEST_MONGO_URI, each test in
 // its own database, dropped afterwards.
 func TestConformanceMongo(t *testing.T) {
+	t.Parallel()
 	uri := os.Getenv("BERTH_TEST_MONGO_URI")
 	if uri == "" {
 		t.Skip("BERTH_TEST_MONGO_URI is not set; the embedded store is covered by TestConformanceEmbedded")
@@ -147,6 +150,7 @@ func TestConformanceMongo(t *testing.T) {
 }
 
 func TestOpenEmbeddedRequiresDataDir(t *testing.T) {
+	t.Parallel()
 	_, err := store.Open(t.Context(), store.Config{})
 	if err == nil {
 		t.Fatal("Open with neither URI nor DataDir succeeded")
@@ -154,6 +158,7 @@ func TestOpenEmbeddedRequiresDataDir(t *testing.T) {
 }
 
 func TestEmbeddedLayoutAndClose(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	s := openStore(t, store.Config{DataDir: dataDir})
 	if _, err := s.Collection("things").InsertOne(t.Context(), bson.M{"_id": 1}); err != nil {
@@ -182,6 +187,7 @@ func TestEmbeddedLayoutAndClose(t *testing.T) {
 }
 
 func TestLockDir(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	unlock, err := store.LockDir(dir)
 	if err != nil {

@@ -60,6 +60,7 @@ func viewDocs(t *testing.T, ctx context.Context, v *store.View, coll *mongo.Coll
 // compare-and-set helpers, drops) and checks after each step that the view equals the store, and
 // that a filtered read from the view equals the same filter on the store.
 func TestViewFollowsRandomWrites(t *testing.T) {
+	t.Parallel()
 	st := storetest.Open(t)
 	ctx := viewCtx(t)
 	v := st.View()
@@ -173,6 +174,7 @@ func TestViewFollowsRandomWrites(t *testing.T) {
 // re-read of one write racing a later write must not install the older state), and that the view
 // equals the store at the end.
 func TestViewRevisionsOnlyMoveForward(t *testing.T) {
+	t.Parallel()
 	st := storetest.Open(t)
 	ctx := viewCtx(t)
 	v := st.View()
@@ -239,6 +241,7 @@ func TestViewRevisionsOnlyMoveForward(t *testing.T) {
 // causes a wrong write. Both compare-and-set paths are covered: the store's method (FerretDB's
 // read-compare-write under its lock) and the package function (one filtered update).
 func TestStaleViewCostsARetry(t *testing.T) {
+	t.Parallel()
 	st := storetest.Open(t)
 	ctx := viewCtx(t)
 	v := st.View()
@@ -299,6 +302,7 @@ func TestStaleViewCostsARetry(t *testing.T) {
 // removed behind the feed's back, as if their events never arrived), then has the view reload as
 // it does when a change stream's token is lost, and checks it equals the store again.
 func TestViewReloadsAfterALostFeed(t *testing.T) {
+	t.Parallel()
 	st := storetest.Open(t)
 	ctx := viewCtx(t)
 	v := st.View()
@@ -336,6 +340,7 @@ func TestViewReloadsAfterALostFeed(t *testing.T) {
 // reads then see writes made by another client. (Embedded by construction, whatever
 // BERTH_TEST_MONGO_URI says.)
 func TestViewOffWhenOthersMayWrite(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	unlock, err := store.LockDir(dir)
 	if err != nil {

@@ -175,6 +175,7 @@ func workloadEnv(t *testing.T, dir string) map[string]map[string]string {
 // reach the workload's environment (and no API answer); writes and reads through them work;
 // and an apply without the binding releases it while its data stays.
 func TestServiceGetsItsDatabase(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t, map[string]any{"postgres": map[string]any{"admin_url": env.pg.URL("postgres")}})
 	c, ctx := p.c, t.Context()
 	var buf bytes.Buffer

@@ -35,6 +35,7 @@ import (
 // the backup (berth backup ls shows passed), and a second backup whose archive is altered in
 // the blob store drills failed.
 func TestThirdPartyAppSurvivesLosingItsDatabase(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t, map[string]any{"postgres": map[string]any{"admin_url": env.pg.URL("postgres")},
 		"mongodb": map[string]any{"admin_url": env.ferret.URI()},
 		"s3":      map[string]any{"endpoint": env.s3.Addr, "access_key": s3test.AccessKey, "secret_key": s3test.SecretKey, "admin_api": true}})
@@ -126,7 +127,9 @@ func TestThirdPartyAppSurvivesLosingItsDatabase(t *testing.T) {
 	waitBackupOf := func(service, id, what string, done func(b client.Backup) bool) client.Backup {
 		t.Helper()
 		var got client.Backup
-		proctest.WaitFor(t, 3*time.Minute, what, func() (bool, string) {
+		// Each look starts a CLI process, so it looks once a second rather than every
+		// 100 ms: on a loaded machine those processes took the CPU the backup waited for.
+		proctest.WaitForEvery(t, 3*time.Minute, time.Second, what, func() (bool, string) {
 			var list []client.Backup
 			if err := json.Unmarshal(cli("backup", "ls", service, "-o", "json"), &list); err != nil {
 				return false, err.Error()

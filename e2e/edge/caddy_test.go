@@ -130,6 +130,7 @@ func killWorkloads(t *testing.T, dir string) {
 // the holder) and `berth routes` shows the table; deleting the service
 // withdraws its hostname from Caddy, which then answers 404 no_route.
 func TestCaddyGatewayServesBerthsRoutes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	gatewayAddr, api := proctest.FreeAddr(t), proctest.FreeAddr(t)

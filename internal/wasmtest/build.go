@@ -62,7 +62,15 @@ func BuildGo(t testing.TB, pkgDir string) []byte {
 	if b, err := os.ReadFile(out); err == nil {
 		return b
 	}
-	tmp := out + fmt.Sprintf(".%d.tmp", os.Getpid())
+	// A name of its own per call: parallel tests of one binary may build
+	// the same module at once, and the rename makes whichever wins visible.
+	f, err := os.CreateTemp(cacheDir, filepath.Base(out)+".*.tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := f.Name()
+	_ = f.Close()
+	defer os.Remove(tmp) // gone after the rename; left by a failed build
 	cmd := exec.Command("go", append(goBuildFlags, "-o", tmp, "./"+pkgDir)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
