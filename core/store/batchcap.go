@@ -56,13 +56,85 @@ func (d *batchCapDialer) DialContext(ctx context.Context, network, addr string) 
 
 // batchCapConn reads the server's byte stream one whole message at a time, lowers the
 // maxWriteBatchSize of a hello reply in place (the value keeps its type and width, so no length
-// changes) and hands the bytes on unchanged otherwise. Writes pass through. Read is called by
-// one goroutine at a time, as the driver does.
+// changes) and hands the bytes on unchanged otherwise. Writes pass through, except a write
+// command above limit (see Write). Read is called by one goroutine at a time, as the driver does.
 type batchCapConn struct {
 	net.Conn
 	limit int32
 	in    []byte // the message being read, header first
 	out   []byte // the rest of a whole message not yet handed to the reader
+}
+
+// Write implements net.Conn. It refuses, sending nothing, one whole OP_MSG that is an insert,
+// update or delete command of more than limit statements ([ErrWriteBatchTooLarge]); the driver
+// writes each message in one call and splits its own batches below the limit, so only a command
+// built by hand (RunCommand) is refused.
+func (c *batchCapConn) Write(p []byte) (int, error) {
+	if cmd, n := writeStatements(p); n > int(c.limit) {
+		return 0, fmt.Errorf("store: refuse a %s command of %d statements (at most %d): %w", cmd, n, c.limit, ErrWriteBatchTooLarge)
+	}
+	return c.Conn.Write(p)
+}
+
+// writeStatements returns the command name and statement count of msg when msg is exactly one
+// OP_MSG carrying an insert, update or delete command, counting both the command's array and a
+// document sequence (kind 1 section) of the same name; "" and 0 otherwise.
+func writeStatements(msg []byte) (string, int) {
+	if len(msg) < 26 || int(binary.LittleEndian.Uint32(msg[:4])) != len(msg) ||
+		binary.LittleEndian.Uint32(msg[12:16]) != opMsg || msg[20] != 0 {
+		return "", 0
+	}
+	end := len(msg)
+	if binary.LittleEndian.Uint32(msg[16:20])&checksumPresent != 0 {
+		end -= 4
+	}
+	body, _, ok := bsoncore.ReadDocument(msg[21:end])
+	if !ok {
+		return "", 0
+	}
+	first, err := body.IndexErr(0)
+	if err != nil {
+		return "", 0
+	}
+	cmd := first.Key()
+	var field string
+	switch cmd {
+	case "insert":
+		field = "documents"
+	case "update":
+		field = "updates"
+	case "delete":
+		field = "deletes"
+	default:
+		return "", 0
+	}
+	n := 0
+	if v, err := body.LookupErr(field); err == nil {
+		if arr, ok := v.ArrayOK(); ok {
+			if vals, err := arr.Values(); err == nil {
+				n += len(vals)
+			}
+		}
+	}
+	// Document sequences follow the body: kind 1, size, identifier, then documents.
+	for pos := 21 + len(body); pos+5 <= end && msg[pos] == 1; {
+		size := int(binary.LittleEndian.Uint32(msg[pos+1:]))
+		if size < 5 || pos+1+size > end {
+			break
+		}
+		seq := msg[pos+5 : pos+1+size]
+		id, rest, ok := bsoncore.ReadKey(seq) // a C string, as a key is
+		if ok && id == field {
+			for len(rest) > 0 {
+				if _, rest, ok = bsoncore.ReadDocument(rest); !ok {
+					break
+				}
+				n++
+			}
+		}
+		pos += 1 + size
+	}
+	return cmd, n
 }
 
 // Read implements net.Conn. A read error (a deadline, a closed connection) keeps what was read

@@ -98,3 +98,47 @@ func TestCapWriteBatch(t *testing.T) {
 		t.Error("a nested maxWriteBatchSize was changed")
 	}
 }
+
+// TestWriteStatementsCountsDocumentSequences counts statements in the command's array and in a
+// document sequence (as the driver sends InsertMany), and ignores other commands.
+func TestWriteStatementsCountsDocumentSequences(t *testing.T) {
+	build := func(body bson.D, seqID string, seqDocs int) []byte {
+		b, err := bson.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := make([]byte, 21, 64)
+		binary.LittleEndian.PutUint32(msg[12:], opMsg)
+		msg = append(msg, b...)
+		if seqDocs > 0 {
+			var seq []byte
+			seq = append(seq, seqID...)
+			seq = append(seq, 0)
+			for i := range seqDocs {
+				d, _ := bson.Marshal(bson.D{{Key: "_id", Value: i}})
+				seq = append(seq, d...)
+			}
+			msg = append(msg, 1)
+			msg = binary.LittleEndian.AppendUint32(msg, uint32(4+len(seq)))
+			msg = append(msg, seq...)
+		}
+		binary.LittleEndian.PutUint32(msg, uint32(len(msg)))
+		return msg
+	}
+	for _, tc := range []struct {
+		name    string
+		msg     []byte
+		wantCmd string
+		want    int
+	}{
+		{"insert sequence", build(bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "berth"}}, "documents", 65), "insert", 65},
+		{"delete array", build(bson.D{{Key: "delete", Value: "c"}, {Key: "deletes", Value: bson.A{bson.M{}, bson.M{}, bson.M{}}}}, "", 0), "delete", 3},
+		{"update array and sequence", build(bson.D{{Key: "update", Value: "c"}, {Key: "updates", Value: bson.A{bson.M{}}}}, "updates", 2), "update", 3},
+		{"find", build(bson.D{{Key: "find", Value: "c"}}, "", 0), "", 0},
+	} {
+		cmd, n := writeStatements(tc.msg)
+		if cmd != tc.wantCmd || n != tc.want {
+			t.Errorf("%s: writeStatements = %q, %d, want %q, %d", tc.name, cmd, n, tc.wantCmd, tc.want)
+		}
+	}
+}

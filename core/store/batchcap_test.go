@@ -111,3 +111,36 @@ func TestFerretDBStallsOnLargeUpdateCommand(t *testing.T) {
 		t.Fatalf("one update command of 100 statements: %v, want it to stall until the deadline", err)
 	}
 }
+
+// TestEmbeddedStoreRefusesLargeHandBuiltWrite sends an update command of 100 statements with
+// RunCommand, which the driver does not split: the store refuses it without sending it, says so
+// with ErrWriteBatchTooLarge, and goes on serving (a command of store.FerretWriteBatch
+// statements and a read after it succeed).
+func TestEmbeddedStoreRefusesLargeHandBuiltWrite(t *testing.T) {
+	s := openStore(t, store.Config{DataDir: t.TempDir(), Logger: testLogger(t)})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	updates := func(n int) bson.D {
+		stmts := make(bson.A, n)
+		for i := range n {
+			stmts[i] = bson.M{"q": bson.M{"_id": fmt.Sprintf("h%04d", i)}, "u": bson.M{"$set": bson.M{"v": 1}}, "upsert": true}
+		}
+		return bson.D{{Key: "update", Value: "handbuilt"}, {Key: "updates", Value: stmts}}
+	}
+	err := s.DB().RunCommand(ctx, updates(100)).Err()
+	if !errors.Is(err, store.ErrWriteBatchTooLarge) {
+		t.Fatalf("update command of 100 statements: err = %v, want store.ErrWriteBatchTooLarge", err)
+	}
+	var res struct {
+		N int `bson:"n"`
+	}
+	if err := s.DB().RunCommand(ctx, updates(store.FerretWriteBatch)).Decode(&res); err != nil {
+		t.Fatalf("update command of %d statements after the refusal: %v", store.FerretWriteBatch, err)
+	}
+	if res.N != store.FerretWriteBatch {
+		t.Errorf("update command of %d statements: n = %d", store.FerretWriteBatch, res.N)
+	}
+	if got, err := s.Collection("handbuilt").CountDocuments(ctx, bson.M{}); err != nil || got != int64(store.FerretWriteBatch) {
+		t.Errorf("documents after the commands: %d (%v), want %d", got, err, store.FerretWriteBatch)
+	}
+}
