@@ -19,6 +19,12 @@ var (
 	// ErrConflict is returned (wrapped) by [UpdateIfRevision] when the document exists but its
 	// revision is not the expected one: someone else changed it first.
 	ErrConflict = errors.New("berth: revision conflict")
+	// ErrWriteBatchTooLarge is returned (wrapped, inside the driver's connection error) by a
+	// write to FerretDB whose one insert, update or delete command carries more than
+	// [FerretWriteBatch] statements: a command the driver did not split itself, such as one sent
+	// with RunCommand. Nothing is sent; the driver drops the connection and opens another. Split
+	// the write, or use InsertMany or BulkWrite, which the driver splits (docs/store.md 2.1).
+	ErrWriteBatchTooLarge = errors.New("berth: write command has more statements than FerretDB takes in one command")
 )
 
 // IsDuplicateKey reports whether err (or an error it wraps) says a unique index refused a

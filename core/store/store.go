@@ -88,7 +88,9 @@ type Store struct {
 // cfg.DataDir/store/. The caller must hold [LockDir] on cfg.DataDir so no second process opens
 // the same files. Whenever the server is FerretDB (embedded or detected behind cfg.URI), the
 // driver pool is limited to one connection, because FerretDB v1 does not apply concurrent updates
-// of one document atomically; Open logs that at Info. On a replica set, the database handle uses
+// of one document atomically; Open logs that at Info. There, unless the URI asks for TLS, the
+// driver is also told that the server takes at most [FerretWriteBatch] statements per write
+// command, so it splits larger InsertMany and BulkWrite calls (docs/store.md section 2.1). On a replica set, the database handle uses
 // majority write and read concerns; on FerretDB it does too unless the server refuses them.
 //
 // ctx bounds the start; without a deadline Open waits at most 30 s for the first ping.
@@ -148,6 +150,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		log.Info("store: limiting the connection pool to one connection",
 			"reason", reason,
 			"why", "FerretDB v1 does not apply concurrent updates of one document atomically; one connection serialises them")
+		if opts.TLSConfig == nil {
+			// Over TLS the dialed connection carries encrypted bytes the cap cannot read.
+			opts.SetDialer(newBatchCapDialer(FerretWriteBatch))
+			log.Info("store: splitting multi-statement writes", "max_statements_per_command", FerretWriteBatch,
+				"why", "FerretDB v1 stalls for good on an update command of about 100 statements")
+		} else {
+			log.Warn("store: FerretDB over TLS: multi-statement writes are not split; an update command of about 100 statements stalls it",
+				"max_statements_per_command", FerretWriteBatch)
+		}
 	}
 	client, err := mongo.Connect(opts)
 	if err != nil {

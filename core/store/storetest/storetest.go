@@ -56,6 +56,8 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 	t.Run("NextSequenceNoGaps", func(t *testing.T) { testNextSequence(t, open) })
 	t.Run("UniqueIndex", func(t *testing.T) { testUniqueIndex(t, open) })
 	t.Run("ReopenKeepsData", func(t *testing.T) { testReopen(t, open) })
+	t.Run("BulkWrites", func(t *testing.T) { testBulkWrites(t, open) })
+	t.Run("BulkWriteErrors", func(t *testing.T) { testBulkWriteErrors(t, open) })
 }
 
 func testContext(t *testing.T) context.Context {
