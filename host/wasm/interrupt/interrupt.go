@@ -22,15 +22,31 @@
 // with
 //
 //	global.get $fuel
-//	i32.eqz
-//	if
-//	  call $refill        ;; the host: trap if the call must stop, else new fuel
-//	  global.set $fuel
-//	end
-//	global.get $fuel
 //	i32.const 1
 //	i32.sub
 //	global.set $fuel
+//	global.get $fuel      ;; the value just stored: the compiler reuses it
+//	i32.const 0
+//	i32.lt_s
+//	if                    ;; it was empty: this site's unit comes from a refill
+//	  call $refill        ;; the host: trap if the call must stop, else new fuel
+//	  i32.const 1
+//	  i32.sub
+//	  global.set $fuel
+//	end
+//
+// The unit is taken first and the test reads what was just stored, so the
+// path taken at almost every site is one load, one store and one branch.
+// (Testing first and decrementing after the "if", as the pass once did,
+// makes wazero's compiler load the global again after the branches merge;
+// measured over 15 interleaved runs on a loaded machine: the pass cost 15.0
+// against 16.8 percent of OPA's bare module, 6.1 against 6.6 percent of an
+// AssemblyScript guest's, a gain about as large as the spread between two
+// runs of the same shape.) Each refill still
+// pays for exactly as many sites as the units it returns, which must be
+// positive as a signed i32 (1 to 2^31-1): the fuel never goes below zero
+// between two sites, so a module's instance carries what is left of it
+// from one call to the next, as before.
 //
 // A small body that is on no cycle of calls and calls nothing indirectly
 // runs a bounded number of instructions (its loops are counted at their
@@ -55,7 +71,8 @@ import (
 )
 
 // The function an instrumented module imports: refill() -> i32 returns the
-// fuel for the next stretch (positive), or traps to stop the call.
+// fuel for the next stretch (positive as a signed i32: 1 to 2^31-1, one unit
+// per site), or traps to stop the call.
 const (
 	ImportModule = "berth"
 	ImportName   = "fuel"
@@ -192,8 +209,11 @@ func InstrumentWith(wasm []byte, opts Options) ([]byte, error) {
 	}
 	w.refill = w.importedFuncs
 	w.fuel = importedGlobals + definedGlobals
-	w.check = cat([]byte{0x23}, uleb(w.fuel), []byte{0x45, 0x04, 0x40, 0x10}, uleb(w.refill), []byte{0x24}, uleb(w.fuel), []byte{0x0b},
-		[]byte{0x23}, uleb(w.fuel), []byte{0x41, 0x01, 0x6b, 0x24}, uleb(w.fuel))
+	// The check of the package doc: one read of the fuel, whose new value
+	// the compiler keeps for the test; the refill stays off the hot path.
+	w.check = cat([]byte{0x23}, uleb(w.fuel), []byte{0x41, 0x01, 0x6b, 0x24}, uleb(w.fuel), // fuel -= 1
+		[]byte{0x23}, uleb(w.fuel), []byte{0x41, 0x00, 0x48, 0x04, 0x40}, // if fuel < 0
+		[]byte{0x10}, uleb(w.refill), []byte{0x41, 0x01, 0x6b, 0x24}, uleb(w.fuel), []byte{0x0b}) // fuel = refill() - 1
 
 	out := bytes.NewBuffer(make([]byte, 0, len(wasm)+len(wasm)/4))
 	out.Write(wasm[:8])

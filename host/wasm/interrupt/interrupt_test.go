@@ -143,6 +143,31 @@ func TestInstrumentedModuleComputesTheSame(t *testing.T) {
 	}
 }
 
+// TestEachRefillPaysForItsUnits: a refill of k units pays for exactly k
+// sites, the first of them the site that asked for it, and what is left
+// of the fuel carries over to the instance's next call.
+func TestEachRefillPaysForItsUnits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHost(t, 3)
+	mod := h.instantiate(t, moduleWithGlobal(sumTo))
+	// sum(n) runs its loop's header n+1 times and has no check at entry.
+	for _, c := range []struct{ n, refills int64 }{
+		{8, 3}, // 9 sites: refills at the 1st, 4th and 7th, none left
+		{0, 4}, // 1 site: a refill, 2 left
+		{1, 4}, // 2 sites: paid by what was left
+		{0, 5}, // 1 site: a refill
+		{5, 7}, // 6 sites: refills at the 1st and 4th, none left
+	} {
+		if _, err := mod.ExportedFunction("sum").Call(ctx, uint64(c.n)); err != nil {
+			t.Fatalf("sum(%d): %v", c.n, err)
+		}
+		if got := h.refills.Load(); got != c.refills {
+			t.Fatalf("after sum(%d): %d refills in all, want %d", c.n, got, c.refills)
+		}
+	}
+}
+
 func TestStopEndsEndlessLoop(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
