@@ -55,25 +55,61 @@ func out(b []byte) uint64 {
 // evaluation took 0.8 ms instead of tens of µs). So the automatic collector
 // is off and collect runs a whole, blocking collection after a call once the
 // heap has doubled since the last one (at least minHeap).
-const minHeap = 4 << 20
+//
+// Reading the heap's size (runtime/metrics) costs 2-3 µs, so collect skips
+// readings while the heap is far below its mark: from the heap's growth per
+// call since the last reading it allows at most as many calls without one as
+// would use half the room left (and never more than sampleEvery), and any
+// call during which the linear memory grew (one memory.size instruction,
+// mem_wasm.s) is followed by a reading. The bound stays as it was: a burst
+// of allocation either fits in the memory the heap already has or grows it,
+// and then the next reading, before the next call, finds it; after a large
+// call the growth per call is large, so every call is read again.
+const (
+	minHeap     = 4 << 20
+	sampleEvery = 16
+)
 
 var (
 	gcOff      bool
 	nextGC     uint64 = minHeap
 	heapSample        = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	sinceRead  uint64 // calls since the last reading
+	skip       uint64 // calls allowed without a reading
+	lastHeap   uint64 // the heap at the last reading
+	seenPages  int32  // the memory's size at the last reading
 )
+
+// memoryPages is the linear memory's size in 64 KiB pages (memory.size).
+func memoryPages() int32
 
 func collect() {
 	if !gcOff {
 		debug.SetGCPercent(-1)
 		gcOff = true
 	}
+	sinceRead++
+	if sinceRead <= skip && memoryPages() == seenPages {
+		return
+	}
 	metrics.Read(heapSample)
-	if heap := heapSample[0].Value.Uint64(); heap >= nextGC {
+	heap := heapSample[0].Value.Uint64()
+	var perCall uint64
+	if heap > lastHeap {
+		perCall = (heap - lastHeap) / sinceRead
+	}
+	if heap >= nextGC {
 		runtime.GC()
 		metrics.Read(heapSample)
-		nextGC = max(minHeap, 2*heapSample[0].Value.Uint64())
+		heap = heapSample[0].Value.Uint64()
+		nextGC = max(minHeap, 2*heap)
+		perCall = 0 // unknown until the next reading
 	}
+	skip = 0
+	if perCall > 0 {
+		skip = min(sampleEvery, (nextGC-heap)/(2*perCall))
+	}
+	sinceRead, lastHeap, seenPages = 0, heap, memoryPages()
 }
 
 func in(ptr, size uint32) []byte {
