@@ -19,6 +19,17 @@ var live = map[uint32][]byte{}
 //go:wasmexport berth_abi_version
 func abiVersion() uint32 { return abiwasm.Version(abiwasm.Major, abiwasm.Minor) }
 
+// spare is the last input buffer the host gave back, kept for the next
+// allocate: inputs are alike in size from call to call, and a new buffer is
+// fresh memory each time while the collector is off (exports_wasip1.go's
+// collect). Only buffers up to maxSpare are kept, so a large input's memory
+// is not held after its call.
+var (
+	spare    []byte
+	inputs   = map[uint32]bool{} // buffers handed out by allocate, by pointer
+	maxSpare = 64 << 10
+)
+
 //go:wasmexport allocate
 func allocate(size uint32) uint32 {
 	if !gcOff {
@@ -28,11 +39,27 @@ func allocate(size uint32) uint32 {
 	if size == 0 {
 		size = 1
 	}
-	return keep(make([]byte, size))
+	var b []byte
+	if int(size) <= cap(spare) {
+		b, spare = spare[:size], nil
+	} else {
+		b = make([]byte, size)
+	}
+	p := keep(b)
+	inputs[p] = true
+	return p
 }
 
 //go:wasmexport deallocate
-func deallocate(ptr, size uint32) { delete(live, ptr) }
+func deallocate(ptr, size uint32) {
+	if inputs[ptr] {
+		delete(inputs, ptr)
+		if b := live[ptr]; cap(b) <= maxSpare && cap(b) > cap(spare) {
+			spare = b
+		}
+	}
+	delete(live, ptr)
+}
 
 func keep(b []byte) uint32 {
 	if len(b) == 0 {

@@ -53,3 +53,38 @@ func TestGoGuestMemoryStaysBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestGoGuestReusesInputBuffers: allocate hands out the last input buffer
+// again when it is big enough (exports_wasip1.go), so inputs of sizes going
+// up and down through one instance must each be read as written: a longer
+// earlier input's tail must not change the decision on a shorter one.
+func TestGoGuestReusesInputBuffers(t *testing.T) {
+	ctx := context.Background()
+	rt, err := hostwasm.New(ctx, hostwasm.Config{MaxInstances: 1, CacheDir: wasmtest.CacheDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rt.Close(ctx) }()
+	m, err := rt.Load(ctx, wasmtest.BuildGo(t, "examples/policies/require-digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := "registry.example/app@sha256:" + strings.Repeat("ab", 32)
+	for i, c := range []struct {
+		image string
+		pad   int
+		deny  bool
+	}{
+		{pinned, 40 << 10, false}, {"app:1", 0, true}, {pinned, 0, false}, {"app:1", 20 << 10, true},
+		{pinned, 100, false}, {"app:latest", 50 << 10, true}, {pinned, 70 << 10, false}, {"a", 0, true},
+	} {
+		obj, _ := json.Marshal(abiwasm.Service{Name: "cart", Image: c.image, Env: map[string]string{"PAD": strings.Repeat("p", c.pad)}})
+		out, err := m.Evaluate(ctx, abiwasm.PolicyInput{Hook: abiwasm.HookServiceApply, Object: obj})
+		if err != nil {
+			t.Fatalf("input %d: %v", i, err)
+		}
+		if got := out.Decision == abiwasm.Deny; got != c.deny {
+			t.Fatalf("input %d (image %q, %d bytes of padding): %+v", i, c.image, c.pad, out)
+		}
+	}
+}
