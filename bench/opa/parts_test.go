@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	hostwasm "github.com/berthhq/berth/host/wasm"
@@ -28,7 +29,11 @@ import (
 //   - fuel: the same module after the fuel pass (package interrupt), run
 //     bare with a refill that never stops it: the pass's own cost;
 //   - call: Berth's Module.Call (pool, limits, input copy, output read);
-//   - eval: Berth's EvaluateJSON (call plus the decision read).
+//   - eval: Berth's EvaluateJSON (call plus the decision read);
+//   - reuse (Go guest only): bare, but one input buffer allocated once and
+//     written over each call, so two exports run per evaluation, not four;
+//   - exports (Go guest only): allocate(1) and deallocate alone, the cost
+//     of entering and leaving the guest twice with no work.
 //
 // The differences between consecutive layers are what each one costs. The
 // layers take turns in rounds of 64 evaluations, so a neighbour's load on
@@ -41,6 +46,7 @@ func BenchmarkHostPath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	goWasm := wasmtest.BuildGo(b, "examples/policies/require-digest")
 	for _, kind := range []struct {
 		name string
 		wasm []byte
@@ -51,6 +57,7 @@ func BenchmarkHostPath(b *testing.B) {
 			return func(in []byte) ([]byte, error) { return r.eval(ctx, in) }
 		}},
 		{"assemblyscript", as, newBareBerth},
+		{"go", goWasm, newBareBerth},
 	} {
 		b.Run(kind.name, func(b *testing.B) {
 			m := loadBerth(b, kind.wasm)
@@ -68,6 +75,15 @@ func BenchmarkHostPath(b *testing.B) {
 					}
 					return nil, err
 				}},
+			}
+			if kind.name == "go" {
+				layers = append(layers, struct {
+					name string
+					fn   func([]byte) ([]byte, error)
+				}{"reuse", newBareReuse(b, kind.wasm)}, struct {
+					name string
+					fn   func([]byte) ([]byte, error)
+				}{"exports", newBareExports(b, kind.wasm)})
 			}
 			for _, l := range layers[:2] {
 				if out, err := l.fn(in); err != nil || !bytes.Contains(out, []byte("bundle cart")) {
@@ -140,19 +156,7 @@ func fuelHost(b *testing.B, rt wazero.Runtime) {
 func newBareBerth(b *testing.B, wasm []byte, fuel bool) func([]byte) ([]byte, error) {
 	b.Helper()
 	ctx := context.Background()
-	own, err := interrupt.InstrumentWith(wasm, interrupt.Options{NoFuel: !fuel})
-	if err != nil {
-		b.Fatal(err)
-	}
-	rt := wazero.NewRuntime(ctx)
-	b.Cleanup(func() { _ = rt.Close(ctx) })
-	if fuel {
-		fuelHost(b, rt)
-	}
-	mod, err := rt.InstantiateWithConfig(ctx, own, wazero.NewModuleConfig().WithName("policy"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	mod := bareInstance(b, wasm, fuel)
 	alloc, eval, dealloc := mod.ExportedFunction("allocate"), mod.ExportedFunction("policy_evaluate"), mod.ExportedFunction("deallocate")
 	mem := mod.Memory()
 	st := make([]uint64, 2)
@@ -179,5 +183,166 @@ func newBareBerth(b *testing.B, wasm []byte, fuel bool) func([]byte) ([]byte, er
 			return nil, err
 		}
 		return out, nil
+	}
+}
+
+// newBareReuse is newBareBerth with one input buffer for the instance's
+// life: allocate runs once, and each evaluation writes over the buffer.
+func newBareReuse(b *testing.B, wasm []byte) func([]byte) ([]byte, error) {
+	b.Helper()
+	ctx := context.Background()
+	mod := bareInstance(b, wasm, false)
+	alloc, eval, dealloc := mod.ExportedFunction("allocate"), mod.ExportedFunction("policy_evaluate"), mod.ExportedFunction("deallocate")
+	mem := mod.Memory()
+	st := make([]uint64, 2)
+	st[0] = 64 << 10
+	if err := alloc.CallWithStack(ctx, st); err != nil {
+		b.Fatal(err)
+	}
+	ptr := uint32(st[0])
+	return func(in []byte) ([]byte, error) {
+		mem.Write(ptr, in)
+		st[0], st[1] = uint64(ptr), uint64(len(in))
+		if err := eval.CallWithStack(ctx, st); err != nil {
+			return nil, err
+		}
+		optr, n := abiwasm.Unpack(st[0])
+		raw, _ := mem.Read(optr, n)
+		out := bytes.Clone(raw)
+		st[0], st[1] = uint64(optr), uint64(n)
+		if err := dealloc.CallWithStack(ctx, st); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+}
+
+// newBareExports calls allocate(1) and deallocate on it and nothing else:
+// two entries into the guest that do no work.
+func newBareExports(b *testing.B, wasm []byte) func([]byte) ([]byte, error) {
+	b.Helper()
+	ctx := context.Background()
+	mod := bareInstance(b, wasm, false)
+	alloc, dealloc := mod.ExportedFunction("allocate"), mod.ExportedFunction("deallocate")
+	st := make([]uint64, 2)
+	return func([]byte) ([]byte, error) {
+		st[0] = 1
+		if err := alloc.CallWithStack(ctx, st); err != nil {
+			return nil, err
+		}
+		st[1] = 1
+		return nil, dealloc.CallWithStack(ctx, st)
+	}
+}
+
+// bareInstance instantiates wasm, after the fuel pass, in a runtime of its
+// own with WASI (a Go guest imports it) and runs _initialize when the module
+// is a reactor.
+func bareInstance(b *testing.B, wasm []byte, fuel bool) api.Module {
+	b.Helper()
+	ctx := context.Background()
+	own, err := interrupt.InstrumentWith(wasm, interrupt.Options{NoFuel: !fuel})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt := wazero.NewRuntime(ctx)
+	b.Cleanup(func() { _ = rt.Close(ctx) })
+	wasi_snapshot_preview1.MustInstantiate(ctx, rt)
+	if fuel {
+		fuelHost(b, rt)
+	}
+	compiled, err := rt.CompileModule(ctx, own)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := wazero.NewModuleConfig().WithName("policy")
+	if _, ok := compiled.ExportedFunctions()["_initialize"]; ok {
+		cfg = cfg.WithStartFunctions("_initialize")
+	}
+	mod, err := rt.InstantiateModule(ctx, compiled, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return mod
+}
+
+// BenchmarkGoGuestCallVsLoop tells a Go guest's per-call cost from the cost
+// of its work, in CPU microseconds per evaluation of the side-by-side rule
+// (name-cpu-µs), on one bare instance (no fuel pass):
+//
+//   - calls: one evaluation per call, as Berth calls a policy (allocate,
+//     write, policy_evaluate, read, deallocate both);
+//   - loop-N: one call that evaluates the same input N times
+//     (policy_evaluate_n of sdk/wasm/testdata/loopguest).
+//
+// calls minus loop-64 is what entering and leaving the guest costs per
+// evaluation, collections included; BenchmarkHostPath's exports row is the
+// bare crossing.
+func BenchmarkGoGuestCallVsLoop(b *testing.B) {
+	ctx := context.Background()
+	in := policyInput()
+	wasm := wasmtest.BuildGo(b, "sdk/wasm/testdata/loopguest")
+	mod := bareInstance(b, wasm, false)
+	alloc, evalN, dealloc := mod.ExportedFunction("allocate"), mod.ExportedFunction("policy_evaluate_n"), mod.ExportedFunction("deallocate")
+	calls := newBareBerth(b, wasm, false)
+	mem := mod.Memory()
+	st := make([]uint64, 3)
+	loop := func(n int) func([]byte) ([]byte, error) {
+		return func(in []byte) ([]byte, error) {
+			st[0] = uint64(len(in))
+			if err := alloc.CallWithStack(ctx, st); err != nil {
+				return nil, err
+			}
+			ptr := uint32(st[0])
+			mem.Write(ptr, in)
+			st[0], st[1], st[2] = uint64(ptr), uint64(len(in)), uint64(n)
+			if err := evalN.CallWithStack(ctx, st); err != nil {
+				return nil, err
+			}
+			optr, size := abiwasm.Unpack(st[0])
+			raw, _ := mem.Read(optr, size)
+			out := bytes.Clone(raw)
+			st[0], st[1] = uint64(optr), uint64(size)
+			if err := dealloc.CallWithStack(ctx, st); err != nil {
+				return nil, err
+			}
+			st[0], st[1] = uint64(ptr), uint64(len(in))
+			return out, dealloc.CallWithStack(ctx, st)
+		}
+	}
+	const round = 64
+	layers := []struct {
+		name  string
+		per   int // evaluations per call of fn
+		fn    func([]byte) ([]byte, error)
+		calls int // calls of fn per round
+	}{
+		{"calls", 1, calls, round},
+		{"loop-8", 8, loop(8), round / 8},
+		{"loop-64", 64, loop(64), 1},
+	}
+	for _, l := range layers {
+		if out, err := l.fn(in); err != nil || !bytes.Contains(out, []byte("bundle cart")) {
+			b.Fatalf("%s answered %s, %v", l.name, out, err)
+		}
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	used := make([]time.Duration, len(layers))
+	b.ResetTimer()
+	for range b.N {
+		for i, l := range layers {
+			start := threadCPU(b)
+			for range l.calls {
+				if _, err := l.fn(in); err != nil {
+					b.Fatalf("%s: %v", l.name, err)
+				}
+			}
+			used[i] += threadCPU(b) - start
+		}
+	}
+	b.StopTimer()
+	for i, l := range layers {
+		b.ReportMetric(float64(used[i])/float64(time.Microsecond)/float64(b.N*l.calls*l.per), l.name+"-cpu-µs")
 	}
 }

@@ -19,6 +19,17 @@ var live = map[uint32][]byte{}
 //go:wasmexport berth_abi_version
 func abiVersion() uint32 { return abiwasm.Version(abiwasm.Major, abiwasm.Minor) }
 
+// spare is the last input buffer the host gave back, kept for the next
+// allocate: inputs are alike in size from call to call, and a new buffer is
+// fresh memory each time while the collector is off (exports_wasip1.go's
+// collect). Only buffers up to maxSpare are kept, so a large input's memory
+// is not held after its call.
+var (
+	spare    []byte
+	inputs   = map[uint32]bool{} // buffers handed out by allocate, by pointer
+	maxSpare = 64 << 10
+)
+
 //go:wasmexport allocate
 func allocate(size uint32) uint32 {
 	if !gcOff {
@@ -28,11 +39,27 @@ func allocate(size uint32) uint32 {
 	if size == 0 {
 		size = 1
 	}
-	return keep(make([]byte, size))
+	var b []byte
+	if int(size) <= cap(spare) {
+		b, spare = spare[:size], nil
+	} else {
+		b = make([]byte, size)
+	}
+	p := keep(b)
+	inputs[p] = true
+	return p
 }
 
 //go:wasmexport deallocate
-func deallocate(ptr, size uint32) { delete(live, ptr) }
+func deallocate(ptr, size uint32) {
+	if inputs[ptr] {
+		delete(inputs, ptr)
+		if b := live[ptr]; cap(b) <= maxSpare && cap(b) > cap(spare) {
+			spare = b
+		}
+	}
+	delete(live, ptr)
+}
 
 func keep(b []byte) uint32 {
 	if len(b) == 0 {
@@ -55,25 +82,61 @@ func out(b []byte) uint64 {
 // evaluation took 0.8 ms instead of tens of µs). So the automatic collector
 // is off and collect runs a whole, blocking collection after a call once the
 // heap has doubled since the last one (at least minHeap).
-const minHeap = 4 << 20
+//
+// Reading the heap's size (runtime/metrics) costs 2-3 µs, so collect skips
+// readings while the heap is far below its mark: from the heap's growth per
+// call since the last reading it allows at most as many calls without one as
+// would use half the room left (and never more than sampleEvery), and any
+// call during which the linear memory grew (one memory.size instruction,
+// mem_wasm.s) is followed by a reading. The bound stays as it was: a burst
+// of allocation either fits in the memory the heap already has or grows it,
+// and then the next reading, before the next call, finds it; after a large
+// call the growth per call is large, so every call is read again.
+const (
+	minHeap     = 4 << 20
+	sampleEvery = 16
+)
 
 var (
 	gcOff      bool
 	nextGC     uint64 = minHeap
 	heapSample        = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	sinceRead  uint64 // calls since the last reading
+	skip       uint64 // calls allowed without a reading
+	lastHeap   uint64 // the heap at the last reading
+	seenPages  int32  // the memory's size at the last reading
 )
+
+// memoryPages is the linear memory's size in 64 KiB pages (memory.size).
+func memoryPages() int32
 
 func collect() {
 	if !gcOff {
 		debug.SetGCPercent(-1)
 		gcOff = true
 	}
+	sinceRead++
+	if sinceRead <= skip && memoryPages() == seenPages {
+		return
+	}
 	metrics.Read(heapSample)
-	if heap := heapSample[0].Value.Uint64(); heap >= nextGC {
+	heap := heapSample[0].Value.Uint64()
+	var perCall uint64
+	if heap > lastHeap {
+		perCall = (heap - lastHeap) / sinceRead
+	}
+	if heap >= nextGC {
 		runtime.GC()
 		metrics.Read(heapSample)
-		nextGC = max(minHeap, 2*heapSample[0].Value.Uint64())
+		heap = heapSample[0].Value.Uint64()
+		nextGC = max(minHeap, 2*heap)
+		perCall = 0 // unknown until the next reading
 	}
+	skip = 0
+	if perCall > 0 {
+		skip = min(sampleEvery, (nextGC-heap)/(2*perCall))
+	}
+	sinceRead, lastHeap, seenPages = 0, heap, memoryPages()
 }
 
 func in(ptr, size uint32) []byte {

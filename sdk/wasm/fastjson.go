@@ -466,7 +466,11 @@ func decodeServiceValue(v *fastjson.Value, s *abiwasm.Service) error {
 			return
 		}
 		var n int64
-		switch string(foldKey(&kb, k)) {
+		key := foldKey(&kb, k)
+		if f.Type() == fastjson.TypeNull && !nullClears(key) {
+			return // as encoding/json: null leaves a string or number as it was
+		}
+		switch string(key) {
 		case "project":
 			s.Project, err = str(f, "project")
 		case "name":
@@ -482,7 +486,7 @@ func decodeServiceValue(v *fastjson.Value, s *abiwasm.Service) error {
 		case "command":
 			s.Command, err = strings1(f, "command")
 		case "env":
-			s.Env, err = stringMap(f, "env")
+			s.Env, err = mergeStringMap(f, "env", s.Env)
 		case "port":
 			n, err = integer(f, "port")
 			s.Port = int(n)
@@ -495,7 +499,7 @@ func decodeServiceValue(v *fastjson.Value, s *abiwasm.Service) error {
 			n, err = integer(f, "capacity_units")
 			s.CapacityUnits = int(n)
 		case "labels":
-			s.Labels, err = stringMap(f, "labels")
+			s.Labels, err = mergeStringMap(f, "labels", s.Labels)
 		case "health_check":
 			err = decodeHealthCheck(f, &s.HealthCheck)
 		case "placement_mode":
@@ -573,4 +577,129 @@ func decodeLease(v *fastjson.Value, cur *abiwasm.Lease) (*abiwasm.Lease, error) 
 		}
 	})
 	return cur, err
+}
+
+// decodeNodeRaw is json.Unmarshal into an [abiwasm.Node], from the parsed
+// tree when raw is an object of the input being handled.
+func decodeNodeRaw(raw []byte, n *abiwasm.Node) error {
+	if v, ok := parsedObjects.Load(keyOf(raw)); ok {
+		return decodeNodeValue(v.(*fastjson.Value), n, "")
+	}
+	p := parsers.Get()
+	defer parsers.Put(p)
+	v, err := p.ParseBytes(raw)
+	if err != nil {
+		return err
+	}
+	return decodeNodeValue(v, n, "")
+}
+
+// decodeNodeValue is json.Unmarshal of v into n; at names the field in
+// errors ("node." inside a placement).
+func decodeNodeValue(v *fastjson.Value, n *abiwasm.Node, at string) error {
+	if at != "" && v.Type() == fastjson.TypeNull {
+		return nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		return fmt.Errorf("%snode: %w", at, err)
+	}
+	var kb [32]byte
+	o.Visit(func(k []byte, f *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		var i int64
+		key := foldKey(&kb, k)
+		if f.Type() == fastjson.TypeNull && !nullClears(key) {
+			return
+		}
+		switch string(key) {
+		case "id":
+			n.ID, err = str(f, at+"id")
+		case "hostname":
+			n.Hostname, err = str(f, at+"hostname")
+		case "region":
+			n.Region, err = str(f, at+"region")
+		case "labels":
+			n.Labels, err = mergeStringMap(f, at+"labels", n.Labels)
+		case "address":
+			n.Address, err = str(f, at+"address")
+		case "cpus":
+			i, err = integer(f, at+"cpus")
+			n.CPUs = int(i)
+		case "memory_mb":
+			n.MemoryMB, err = integer(f, at+"memory_mb")
+		}
+	})
+	return err
+}
+
+// decodePlacementRaw is json.Unmarshal into an [abiwasm.Placement], from the
+// parsed tree when raw is an object of the input being handled.
+func decodePlacementRaw(raw []byte, pl *abiwasm.Placement) error {
+	if v, ok := parsedObjects.Load(keyOf(raw)); ok {
+		return decodePlacementValue(v.(*fastjson.Value), pl)
+	}
+	p := parsers.Get()
+	defer parsers.Put(p)
+	v, err := p.ParseBytes(raw)
+	if err != nil {
+		return err
+	}
+	return decodePlacementValue(v, pl)
+}
+
+// decodePlacementValue is json.Unmarshal of v into pl. As there, a member
+// met twice decodes into what the first one filled.
+func decodePlacementValue(v *fastjson.Value, pl *abiwasm.Placement) error {
+	o, err := v.Object()
+	if err != nil {
+		return fmt.Errorf("placement: %w", err)
+	}
+	var kb [32]byte
+	o.Visit(func(k []byte, f *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		var i int64
+		switch string(foldKey(&kb, k)) {
+		case "service":
+			if f.Type() != fastjson.TypeNull {
+				err = decodeServiceValue(f, &pl.Service)
+			}
+		case "slot":
+			if f.Type() != fastjson.TypeNull {
+				i, err = integer(f, "slot")
+				pl.Slot = int(i)
+			}
+		case "node":
+			err = decodeNodeValue(f, &pl.Node, "node.")
+		}
+	})
+	return err
+}
+
+// mergeStringMap is json.Unmarshal of v into the map cur: null makes it nil,
+// an object adds its members to cur (a new map when cur is nil).
+func mergeStringMap(v *fastjson.Value, field string, cur map[string]string) (map[string]string, error) {
+	m, err := stringMap(v, field)
+	if err != nil || m == nil || cur == nil {
+		return m, err
+	}
+	for k, s := range m {
+		cur[k] = s
+	}
+	return cur, nil
+}
+
+// nullClears reports whether a JSON null sets the field of this folded key
+// to nil (a slice, map or pointer: command, env, domains, labels, lease), as
+// encoding/json does; for any other field null changes nothing.
+func nullClears(key []byte) bool {
+	switch string(key) {
+	case "command", "env", "domains", "labels", "lease":
+		return true
+	}
+	return false
 }
