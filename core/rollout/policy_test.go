@@ -88,6 +88,18 @@ func TestDeployPolicyDenialReachesTheVerdict(t *testing.T) {
 	if got := denied()[0]; got.Event.Subject.ID != svc.ID || got.Event.Data["verdict"] != wantVerdict {
 		t.Fatalf("event %+v", got.Event)
 	}
+	// What describe, get services and rollout status read.
+	cur, err := h.cat.GetServiceByID(h.ctx, svc.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := rollout.Views{Store: h.rs, Catalog: h.cat, Nodes: h.reg}.Rollout(h.ctx, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Verdict.String() != wantVerdict || rs.Updated != 0 {
+		t.Fatalf("rollout view: verdict %s, %d updated; want %s", rs.Verdict, rs.Updated, wantVerdict)
+	}
 	if ws, err := h.cat.ListWorkloads(h.ctx, bson.M{"service_id": svc.ID}); err != nil || len(ws) != 0 {
 		t.Fatalf("workloads of a denied run: %v, %v", ws, err)
 	}
