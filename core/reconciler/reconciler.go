@@ -94,7 +94,7 @@ type Config struct {
 	// Rollout produces the slots and workloads of every service (docs/reconciliation.md);
 	// nil builds one over the Catalog's store with the Admit policy and Leases.
 	Rollout *rollout.Producer
-	// Events, when not nil, receives the events the built Rollout emits (rollout.failed); it
+	// Events, when not nil, receives the events the built Rollout emits (rollout.failed, rollout.denied); it
 	// is not used when Rollout is given.
 	Events *events.Log
 	// Metrics, when not nil, is where the built Rollout registers its families

@@ -52,7 +52,8 @@ type Config struct {
 	// Metrics, when not nil, receives the producer's counts ([NewMetrics]).
 	Metrics *Metrics
 	// Events, when not nil, receives a rollout.failed event for each rollout failed by its
-	// progress deadline (docs/reconciliation.md section 7.2).
+	// progress deadline (docs/reconciliation.md section 7.2) and a rollout.denied event for each
+	// change of a deploy-hook refusal (section 7.3).
 	Events *events.Log
 	// Leases, when not nil, is the lease authority of stateful services (docs/reconciliation.md
 	// section 5.1): a stateful service's one slot is desired on the node holding its lease
@@ -63,6 +64,10 @@ type Config struct {
 
 // TypeRolloutFailed is the event of a rollout that went past its progress deadline.
 const TypeRolloutFailed = "rollout.failed"
+
+// TypeRolloutDenied is the event of a service whose verdict turned refused(policy-denied...),
+// once per change of the policy's reasons (docs/reconciliation.md section 7.3).
+const TypeRolloutDenied = "rollout.denied"
 
 // Producer turns runtime specs into slots and workloads: one [Producer.Sweep] visits every
 // service, joins receipts, decides every slot with core/slots and commits each step with one
@@ -278,6 +283,7 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 	in := p.input(v, ns, placed)
 	plan := slots.PlanService(in)
 	verdict := plan.Verdict
+	var held slots.Reason // the deploy hook's hold of the first slot in replica order it held
 	for _, sp := range plan.Slots {
 		if !sp.Commits() {
 			continue
@@ -289,6 +295,10 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 			verdict = slots.ConflictVerdict(verdict)
 			p.log.Info("slot commit aborted: conflict", "service", serviceName(v.svc), "service_id", id, "replica", sp.Replica, "case", sp.Decision.Case, "err", err)
 		case errors.Is(err, errNotAdmitted):
+			var na *notAdmitted
+			if errors.As(err, &na) && held == "" {
+				held = na.reason
+			}
 		case err != nil:
 			return res, err
 		default:
@@ -299,6 +309,7 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 			}
 		}
 	}
+	verdict = slots.AdmissionVerdict(verdict, held)
 	if res.commits > 0 || res.conflicts > 0 {
 		if v, err = p.read(ctx, id, nil, true); err != nil {
 			return res, err
@@ -361,6 +372,9 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 		}
 		progress, verdict = &next, vd
 	}
+	if err := p.refusedByPolicy(ctx, v.svc, prev, verdict); err != nil {
+		return res, err
+	}
 	wrote, err := p.cfg.Store.writeVerdict(ctx, id, prev, verdict, v.svc.Revision, progress)
 	if err != nil {
 		return res, err
@@ -393,6 +407,35 @@ func readyCount(plan slots.Plan) int {
 		}
 	}
 	return n
+}
+
+// refusedByPolicy appends the event rollout.denied (subject the service; data: service,
+// revision, spec revision, verdict) when next is a policy-denied verdict that differs from the
+// stored one prev (nil: none), before next is written. Its id derives from the service, the new
+// verdict and when the stored one last changed, so a pass that dies before its verdict write
+// and decides again stores it once, and a new change of reason stores a new one
+// (docs/reconciliation.md section 7.3). No Events log, or no change, appends nothing.
+func (p *Producer) refusedByPolicy(ctx context.Context, svc *services.Service, prev *StatusDoc, next slots.Verdict) error {
+	if p.cfg.Events == nil || next.State != slots.Refused || !slots.IsPolicyDenied(next.Reason) {
+		return nil
+	}
+	since := "none"
+	if prev != nil {
+		if !slots.VerdictChanged(&prev.Verdict, next) {
+			return nil
+		}
+		since = prev.ChangedAt.UTC().Format(time.RFC3339Nano)
+	}
+	sum := sha256.Sum256([]byte(svc.ID + "/" + next.String() + "/" + since + "/" + TypeRolloutDenied))
+	ev := events.Core(TypeRolloutDenied, "", map[string]any{"service": serviceName(svc), "revision": svc.Revision,
+		"spec_revision": next.SpecRevision, "verdict": next.String()}, p.cfg.Now())
+	ev.ID = "evt_" + hex.EncodeToString(sum[:13])
+	ev.Subject = node.EventRef{Type: "service", ID: svc.ID}
+	ev.ProjectID = svc.ProjectID
+	if _, _, err := p.cfg.Events.Append(ctx, ev); err != nil {
+		return fmt.Errorf("record the deploy policy's refusal of %s: %w", serviceName(svc), err)
+	}
+	return nil
 }
 
 // rolloutFailed acts on a rollout of svc that just went past its progress deadline while its
@@ -682,6 +725,13 @@ func observation(w *services.Workload, spec *SpecDoc) slots.Observation {
 
 var errNotAdmitted = errors.New("run not admitted by the deploy policy")
 
+// notAdmitted is a run the deploy hook held back: it wraps errNotAdmitted and carries the
+// verdict reason the hold names ([slots.PolicyDeniedReason] or [slots.ReasonPolicyUnavailable]).
+type notAdmitted struct{ reason slots.Reason }
+
+func (e *notAdmitted) Error() string { return errNotAdmitted.Error() + ": " + string(e.reason) }
+func (e *notAdmitted) Unwrap() error { return errNotAdmitted }
+
 // commit commits one slot's step (docs/reconciliation.md section 6): it reads the service
 // again, plans again over the fresh read, checks the fresh decision is the step made, and writes
 // the slot set with one compare-and-set on the revision it read; then it brings the workload
@@ -726,7 +776,10 @@ func (p *Producer) commit(ctx context.Context, id string, made slots.SlotPlan, n
 			ok, reasons, err := p.cfg.Admit.AdmitDeploy(ctx, v.svc, replicaIndex(made.Replica), n)
 			if err != nil || !ok {
 				p.log.Warn("run not admitted by the deploy policy", "service", serviceName(v.svc), "service_id", id, "replica", made.Replica, "node_id", n.ID, "reasons", reasons, "err", err)
-				return errNotAdmitted
+				if err != nil {
+					return &notAdmitted{reason: slots.ReasonPolicyUnavailable}
+				}
+				return &notAdmitted{reason: slots.PolicyDeniedReason(reasons)}
 			}
 		}
 		att, err := slots.AttemptID(d.Key, d.Predecessor)

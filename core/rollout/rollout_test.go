@@ -23,6 +23,7 @@ import (
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
+	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/core/store/storetest"
 	"github.com/berthhq/berth/internal/clocktest"
 )
@@ -55,6 +56,7 @@ func (s *sink) hostnames() []string {
 type harness struct {
 	t     *testing.T
 	ctx   context.Context
+	st    *store.Store
 	clk   *clocktest.Clock
 	reg   *nodes.Registry
 	cat   *services.Catalog
@@ -85,7 +87,7 @@ func newHarnessWith(t *testing.T, nodeCount int, m *rollout.Metrics) *harness {
 func newHarnessOpts(t *testing.T, nodeCount int, m *rollout.Metrics, leased bool) *harness {
 	t.Helper()
 	st := storetest.Open(t)
-	h := &harness{t: t, ctx: context.Background(), clk: clocktest.New(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)),
+	h := &harness{t: t, ctx: context.Background(), st: st, clk: clocktest.New(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)),
 		sink: &sink{}, down: map[string]bool{}, crash: map[string]bool{}}
 	h.reg = nodes.NewRegistry(st, h.clk.Now)
 	h.cat = services.NewCatalog(st, h.clk.Now)

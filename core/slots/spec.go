@@ -3,7 +3,9 @@ package slots
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Reason is a stable name a refusal or a verdict carries (docs/reconciliation.md section 8). Names
@@ -36,7 +38,62 @@ const (
 	ReasonReleaseMissing Reason = "release-missing"
 	// ReasonPlatformUnsupported (refused): the release cannot run on the placed node's platform.
 	ReasonPlatformUnsupported Reason = "platform-unsupported"
+	// ReasonPolicyDenied (refused): a policy bound to the deploy hook denied a run the plan
+	// wanted (docs/reconciliation.md section 7.3); the policy's reasons follow after ": ", as
+	// [PolicyDeniedReason] builds them.
+	ReasonPolicyDenied Reason = "policy-denied"
+	// ReasonPolicyUnavailable (waiting): the deploy hook could not be evaluated, so the run it
+	// was asked about is held (docs/reconciliation.md section 7.3).
+	ReasonPolicyUnavailable Reason = "policy-unavailable"
 )
+
+// MaxPolicyReasonBytes bounds the policy's reasons a policy-denied verdict carries, in bytes of
+// the joined text; longer text is cut at a character boundary and ends in "...".
+const MaxPolicyReasonBytes = 512
+
+// PolicyDeniedReason returns the refusal of a run the deploy hook denied with reasons (the
+// policy's own, any order kept): "policy-denied: <reason>; <reason>", at most
+// [MaxPolicyReasonBytes] of reasons, and plain "policy-denied" when the policy gave none.
+func PolicyDeniedReason(reasons []string) Reason {
+	var parts []string
+	for _, r := range reasons {
+		if r = strings.TrimSpace(r); r != "" {
+			parts = append(parts, r)
+		}
+	}
+	text := strings.Join(parts, "; ")
+	if text == "" {
+		return ReasonPolicyDenied
+	}
+	if len(text) > MaxPolicyReasonBytes {
+		cut := MaxPolicyReasonBytes
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut] + "..."
+	}
+	return ReasonPolicyDenied + Reason(": "+text)
+}
+
+// AdmissionVerdict returns v with the deploy hook's hold of this sweep applied: reason (from
+// [PolicyDeniedReason], or [ReasonPolicyUnavailable]; "" for none) makes v refused or waiting
+// on it, except that a refusal v already names stands (precedence of docs/reconciliation.md
+// section 7).
+func AdmissionVerdict(v Verdict, reason Reason) Verdict {
+	if reason == "" || v.State == Refused {
+		return v
+	}
+	state := Refused
+	if reason == ReasonPolicyUnavailable {
+		state = Waiting
+	}
+	return Verdict{SpecRevision: v.SpecRevision, State: state, Reason: reason}
+}
+
+// IsPolicyDenied reports whether r is a policy-denied refusal, with or without its reasons.
+func IsPolicyDenied(r Reason) bool {
+	return r == ReasonPolicyDenied || strings.HasPrefix(string(r), string(ReasonPolicyDenied)+": ")
+}
 
 // Refusal is a named refusal; it is an error whose text starts with "berth: <reason>".
 type Refusal struct {
