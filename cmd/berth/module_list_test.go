@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/berthhq/berth/sdk/client"
@@ -29,5 +34,35 @@ func TestModuleListNoTrunc(t *testing.T) {
 	}
 	if out := c.ok("", append(base, "module", "list", "--no-trunc")...); !strings.Contains(out, full) {
 		t.Errorf("module list --no-trunc:\n%s\nwant the full digest %s", out, full)
+	}
+}
+
+// TestModulePushGzipHintsOPA: a gzip file pushed without --kind opa is refused before any upload
+// with a hint to use --kind opa.
+func TestModulePushGzipHintsOPA(t *testing.T) {
+	t.Parallel()
+	var uploads atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		uploads.Add(1)
+		problem(w, 422, "module_invalid", "malformed WebAssembly module: no WebAssembly header")
+	}))
+	t.Cleanup(srv.Close)
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, _ = zw.Write([]byte("not really a bundle"))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "bundle.tar.gz")
+	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newCLI(t)
+	_, errOut, code := c.run("", "--server", srv.URL, "--token", "brt_x", "module", "push", file)
+	if code == 0 || !strings.Contains(errOut, "OPA bundle") || !strings.Contains(errOut, "--kind opa") {
+		t.Errorf("module push of a gzip file: exit %d, stderr %q; want a refusal pointing at --kind opa", code, errOut)
+	}
+	if n := uploads.Load(); n != 0 {
+		t.Errorf("the server got %d requests; want the refusal before any upload", n)
 	}
 }
