@@ -66,3 +66,23 @@ func TestModulePushGzipHintsOPA(t *testing.T) {
 		t.Errorf("the server got %d requests; want the refusal before any upload", n)
 	}
 }
+
+// TestPolicyTestWithoutBuiltModule: policy test of an example without --module, whose
+// policy.wasm was never built, says how to build and pass it.
+func TestPolicyTestWithoutBuiltModule(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "require-health-check")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policy_test.yaml"), []byte("cases: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newCLI(t)
+	_, errOut, code := c.run("", "policy", "test", dir)
+	for _, want := range []string{"make wasm", "build/wasm/require-health-check.wasm", "--module"} {
+		if code == 0 || !strings.Contains(errOut, want) {
+			t.Errorf("policy test without a built module: exit %d, stderr %q; want it to mention %q", code, errOut, want)
+		}
+	}
+}
