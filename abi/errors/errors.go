@@ -66,9 +66,12 @@ const (
 
 // WebAssembly extension codes (docs/wasm-abi.md section 9).
 const (
-	PolicyDenied    Code = "policy_denied"     // an admission policy denied the request; the problem's reasons say why (403)
-	ModuleInvalid   Code = "module_invalid"    // an uploaded module does not implement the WebAssembly ABI (422)
-	ModuleNotFound  Code = "module_not_found"  // no module with that digest (404)
+	PolicyDenied   Code = "policy_denied"    // an admission policy denied the request; the problem's reasons say why (403)
+	ModuleInvalid  Code = "module_invalid"   // an uploaded module does not implement the WebAssembly ABI (422)
+	ModuleNotFound Code = "module_not_found" // no module with that digest (404)
+	// ModuleAmbiguous: a binding named its module by a digest prefix or a name that more than
+	// one pushed module has; the detail lists the candidates (409).
+	ModuleAmbiguous Code = "module_ambiguous"
 	BindingNotFound Code = "binding_not_found" // no policy binding with that id (404)
 	// InputNotRecorded: this berthd keeps no input with that digest: it was
 	// decided by another replica, before a restart, or too long ago (404).
@@ -316,6 +319,7 @@ var statuses = map[Code]int{
 	PolicyDenied:         http.StatusForbidden,
 	ModuleInvalid:        http.StatusUnprocessableEntity,
 	ModuleNotFound:       http.StatusNotFound,
+	ModuleAmbiguous:      http.StatusConflict,
 	BindingNotFound:      http.StatusNotFound,
 	InputNotRecorded:     http.StatusNotFound,
 	StaleFencingToken:    http.StatusConflict,

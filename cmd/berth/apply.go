@@ -260,6 +260,9 @@ An unknown field is an error.`,
 				if err != nil {
 					return fmt.Errorf("apply service %s/%s: %w", project, d.Name, err)
 				}
+				for _, w := range svc.PolicyWarnings {
+					fmt.Fprintf(a.stderr, "warning: %s/%s: %s\n", project, d.Name, w)
+				}
 				applied = append(applied, *svc)
 				if a.output == outputTable {
 					verb := "applied"

@@ -40,6 +40,10 @@ the deciding entrypoint (--entrypoint, else the one named deny or allow) and
 			}
 			switch kind {
 			case "", "berth":
+				if bytes.HasPrefix(raw, []byte{0x1f, 0x8b}) {
+					return fmt.Errorf("module push %s: the file is gzip-compressed, not a WebAssembly module; "+
+						"it looks like an OPA bundle (opa build -t wasm): push it with --kind opa", args[0])
+				}
 			case "opa":
 				if raw, err = opaBundleModule(raw, entrypoint, opaName, opaVersion); err != nil {
 					return fmt.Errorf("module push %s: %w", args[0], err)
@@ -66,8 +70,9 @@ the deciding entrypoint (--entrypoint, else the one named deny or allow) and
 	push.Flags().StringVar(&entrypoint, "entrypoint", "", "--kind opa: the entrypoint that decides (default: the one named deny, else allow)")
 	push.Flags().StringVar(&opaName, "name", "", "--kind opa: the module's name (default opa:<entrypoint>)")
 	push.Flags().StringVar(&opaVersion, "module-version", "", "--kind opa: the module's version (default the bundle's revision)")
+	var noTrunc bool
 	list := &cobra.Command{
-		Use:   "list",
+		Use:   "list [--no-trunc]",
 		Short: "List uploaded modules",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -85,14 +90,19 @@ the deciding entrypoint (--entrypoint, else the one named deny or allow) and
 			w := newTable(a.stdout)
 			row(w, "DIGEST", "KIND", "NAME", "VERSION", "ABI", "SIZE", "AGE")
 			for _, m := range ms {
-				row(w, shortDigest(m.Digest), m.Kind, m.Name, m.Version, m.ABI, humanBytes(m.Size), a.since(m.CreatedAt))
+				d := m.Digest
+				if !noTrunc {
+					d = shortDigest(d)
+				}
+				row(w, d, m.Kind, m.Name, m.Version, m.ABI, humanBytes(m.Size), a.since(m.CreatedAt))
 			}
 			return w.Flush()
 		},
 	}
+	list.Flags().BoolVar(&noTrunc, "no-trunc", false, "show full digests (the short one is a prefix 'module bind' accepts too)")
 	var hook, project, failure, config string
 	bind := &cobra.Command{
-		Use:   "bind DIGEST --hook HOOK [--scope-project P] [--failure-policy fail|ignore] [--config JSON|@FILE]",
+		Use:   "bind DIGEST|PREFIX|NAME --hook HOOK [--scope-project P] [--failure-policy fail|ignore] [--config JSON|@FILE]",
 		Short: "Bind a policy to a hook, or a route compiler to routes.compile",
 		Long: `bind makes a policy module decide a hook, for every project, or with
 --scope-project P for project P only. The scope is the binding's own: the
@@ -101,12 +111,17 @@ and bind refuses --project to keep the two apart. A module that fails (trap, dea
 --failure-policy fail (the default) and only warns under ignore. --config is
 JSON handed to the module with every request.
 
+The module is its full digest, a prefix of at least 12 hex digits (the short
+digest 'berth module list' shows), or its name; a prefix or a name must match
+exactly one pushed module, else the server lists the candidates.
+
 With --hook routes.compile, a route-compiler module compiles the gateway's
 route table from the next reconcile pass on, in place of the embedded default;
 it replaces any earlier routes.compile binding. It takes no --scope-project or
 --config. When it fails, the last good table stays in force and 'berth routes'
 shows the failure. Unbinding it returns to the default.`,
 		Example: `  berth module bind sha256:4f1c... --hook service.apply
+  berth module bind require-digest --hook service.apply
   berth module bind sha256:9a2b... --hook service.apply --config '{"labels":["team"]}'
   berth module bind sha256:9a2b... --hook deploy --scope-project shop
   berth module bind sha256:77e0... --hook routes.compile`,

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -50,6 +52,12 @@ counted and left out.`,
 			suite, path, err := wasmconf.LoadSuite(args[0], module)
 			if err != nil {
 				return err
+			}
+			if _, err := os.Stat(path); module == "" && errors.Is(err, fs.ErrNotExist) {
+				name := filepath.Base(filepath.Clean(args[0]))
+				return fmt.Errorf("policy test: no module at %s: a module is built, not checked in; "+
+					"for the examples 'make wasm' builds build/wasm/%s.wasm, then pass it: "+
+					"berth policy test %s --module build/wasm/%s.wasm: %w", path, name, args[0], name, err)
 			}
 			m, closeRT, err := loadModule(ctx, path)
 			if err != nil {

@@ -482,7 +482,7 @@ func (s *Server) auth(scope identity.Scope, opts ...authOpt) echo.MiddlewareFunc
 					service = c.Param("name")
 				}
 				if !p.Allows(want, c.Param("project"), service, slices.Contains(opts, anyService)) {
-					return problem(abierrors.Forbidden, "forbidden")
+					return problem(abierrors.Forbidden, forbiddenDetail(want, c.Param("project"), service))
 				}
 			}
 			if slices.Contains(opts, reauth) && !s.cfg.Tokens.Fresh(p) {
@@ -493,6 +493,20 @@ func (s *Server) auth(scope identity.Scope, opts ...authOpt) echo.MiddlewareFunc
 			return s.idempotent(tok, next)(c)
 		}
 	}
+}
+
+// forbiddenDetail is the detail of a route's 403: the scope the route needs (the table of
+// docs/api.md section 9) and the project and service it was asked on, if any. It says nothing
+// about the bearer, which the caller knows.
+func forbiddenDetail(scope identity.Scope, project, service string) string {
+	msg := fmt.Sprintf("this request needs scope %s", scope)
+	switch {
+	case service != "":
+		msg += fmt.Sprintf(" on service %s/%s", project, service)
+	case project != "":
+		msg += fmt.Sprintf(" on project %s", project)
+	}
+	return msg + "; the credential does not hold it there"
 }
 
 func principal(c echo.Context) *identity.Principal {

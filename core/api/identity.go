@@ -136,7 +136,7 @@ func (s *Server) getUser(c echo.Context) error {
 	p := principal(c)
 	name := c.Param("user")
 	if !p.Has(identity.ScopeAdmin) && owner(p) != name {
-		return problem(abierrors.Forbidden, "forbidden")
+		return problem(abierrors.Forbidden, "reading another user needs scope admin")
 	}
 	u, err := s.cfg.Tokens.GetUser(c.Request().Context(), name)
 	if err != nil {
@@ -152,7 +152,7 @@ func (s *Server) changeCredential(c echo.Context) error {
 	p := principal(c)
 	name := c.Param("user")
 	if !p.Has(identity.ScopeAdmin) && !(p.Kind == identity.KindHuman && owner(p) == name) {
-		return problem(abierrors.Forbidden, "forbidden")
+		return problem(abierrors.Forbidden, "changing a credential needs scope admin, or a session of that user")
 	}
 	var req struct {
 		Op                 identity.CredentialOp `json:"op"`
@@ -249,7 +249,7 @@ func (s *Server) createToken(c echo.Context) error {
 	}
 	if req.Owner != owner(p) {
 		if !p.Has(identity.ScopeAdmin) {
-			return problem(abierrors.Forbidden, "forbidden")
+			return problem(abierrors.Forbidden, "a token for another owner needs scope admin")
 		}
 		if !s.cfg.Tokens.Fresh(p) {
 			return problem(abierrors.ReauthenticationRequired, "log in again: this needs a login within the last 5 minutes")
@@ -260,7 +260,7 @@ func (s *Server) createToken(c echo.Context) error {
 	}
 	for _, sc := range req.Scopes {
 		if identity.Known(sc) && !p.Covers(sc, req.Project, req.Service) {
-			return problem(abierrors.Forbidden, "forbidden")
+			return problem(abierrors.Forbidden, fmt.Sprintf("granting scope %s needs the caller to hold it within the same project and service bounds", sc))
 		}
 	}
 	// A machine token hands out nothing that outlives it.

@@ -94,6 +94,15 @@ func TestIdentityDeployTokenBounds(t *testing.T) {
 	// A caller cannot hand out more than it holds.
 	code, out = f.as(ops, "POST", "/api/v1/tokens", map[string]any{"name": "esc", "scopes": []string{"admin"}})
 	wantCode(t, "operator creating an admin token", code, out, 403, "forbidden")
+	if d, _ := out["detail"].(string); !strings.Contains(d, "admin") {
+		t.Errorf("operator creating an admin token: detail %q; want it to name the scope it lacks", d)
+	}
+	// A route's 403 names the scope it needs: an operator session listing modules.
+	code, out = f.as(ops, "GET", "/api/v1/modules", nil)
+	wantCode(t, "operator listing modules", code, out, 403, "forbidden")
+	if d, _ := out["detail"].(string); d != "this request needs scope admin; the credential does not hold it there" {
+		t.Errorf("operator listing modules: detail %q; want it to name scope admin", d)
+	}
 	// Expiry beyond one year.
 	code, out = f.as(ops, "POST", "/api/v1/tokens", map[string]any{"name": "long", "scopes": []string{"service:deploy"}, "project": "shop", "expires_in_seconds": 366 * 86400})
 	wantCode(t, "token for 366 days", code, out, 422, "validation_failed")
@@ -124,7 +133,6 @@ func TestIdentityDeployTokenBounds(t *testing.T) {
 	if code, out := f.as(ci, "GET", "/api/v1/projects/shop/services/web", nil); code != 200 {
 		t.Fatalf("deploy token reads its service: %d %v", code, out)
 	}
-	var forbidden map[string]any
 	for _, c := range []struct{ method, path string }{
 		{"PUT", "/api/v1/projects/shop/services/db"},
 		{"DELETE", "/api/v1/projects/shop/services/web"},
@@ -145,10 +153,14 @@ func TestIdentityDeployTokenBounds(t *testing.T) {
 		}
 		code, out := f.as(ci, c.method, c.path, body)
 		wantCode(t, "deploy token on "+c.method+" "+c.path, code, out, 403, "forbidden")
-		if forbidden == nil {
-			forbidden = out
-		} else if out["detail"] != forbidden["detail"] {
-			t.Fatalf("403 bodies differ: %v vs %v (every auth failure is generic)", out, forbidden)
+		// The detail names the scope the route needs and where it was asked, and nothing
+		// about the credential or whether the object exists.
+		detail, _ := out["detail"].(string)
+		if !strings.HasPrefix(detail, "this request needs scope ") {
+			t.Errorf("deploy token on %s %s: detail %q; want the scope the route needs", c.method, c.path, detail)
+		}
+		if p, _, _ := strings.Cut(strings.TrimPrefix(c.path, "/api/v1/projects/"), "/"); strings.HasPrefix(c.path, "/api/v1/projects/") && !strings.Contains(detail, p) {
+			t.Errorf("deploy token on %s %s: detail %q; want it to name project %s", c.method, c.path, detail, p)
 		}
 	}
 

@@ -132,7 +132,11 @@ func (s *Server) bindPolicy(c echo.Context) error {
 	if req.Project != "" && !services.ValidName(req.Project) {
 		return problem(abierrors.InvalidName, fmt.Sprintf("project %q must be a DNS label", req.Project))
 	}
-	b := policy.Binding{Hook: req.Hook, ModuleDigest: req.Module, Project: req.Project, FailurePolicy: req.FailurePolicy}
+	digest, err := resolveModule(c.Request().Context(), e, req.Module)
+	if err != nil {
+		return err
+	}
+	b := policy.Binding{Hook: req.Hook, ModuleDigest: digest, Project: req.Project, FailurePolicy: req.FailurePolicy}
 	if len(req.Config) > 0 && string(req.Config) != "null" {
 		b.Config = string(req.Config)
 	}
@@ -146,7 +150,7 @@ func (s *Server) bindPolicy(c echo.Context) error {
 	done()
 	switch {
 	case errors.Is(err, policy.ErrModuleNotFound):
-		return problem(abierrors.ModuleNotFound, fmt.Sprintf("no module %q; push it with 'berth module push'", req.Module))
+		return problem(abierrors.ModuleNotFound, fmt.Sprintf("no module with digest %q; push it with 'berth module push'", digest))
 	case errors.Is(err, policy.ErrInvalidBinding):
 		return problem(abierrors.ValidationFailed, trimSentinel(err))
 	case err != nil:
@@ -161,6 +165,58 @@ func (s *Server) bindPolicy(c echo.Context) error {
 		s.cfg.Hinter.Hint("routes.compile.bound")
 	}
 	return c.JSON(http.StatusCreated, out)
+}
+
+// minDigestPrefix is the fewest hex digits a digest prefix in a binding request may have.
+const minDigestPrefix = 12
+
+// resolveModule turns the module of a binding request into a full digest (docs/wasm-abi.md
+// section 5.4): a full "sha256:<64 hex>" is kept as is (Bind checks it exists); a prefix of at
+// least 12 hex digits, with or without "sha256:", or a module's name must match exactly one
+// pushed module. No match is module_not_found naming what was searched, several are
+// module_ambiguous listing them, and a shorter prefix is validation_failed. It reads every
+// module, a small collection.
+func resolveModule(ctx context.Context, e *policy.Engine, ref string) (string, error) {
+	hex := strings.TrimPrefix(ref, "sha256:")
+	isHex := hex != "" && strings.Trim(hex, "0123456789abcdef") == ""
+	if isHex && len(hex) == 64 {
+		return "sha256:" + hex, nil
+	}
+	if strings.HasPrefix(ref, "sha256:") && (!isHex || len(hex) < minDigestPrefix) {
+		return "", problem(abierrors.ValidationFailed, fmt.Sprintf("module %q: a digest prefix needs at least %d lower-case hex digits after \"sha256:\"", ref, minDigestPrefix))
+	}
+	ms, err := e.Modules(ctx)
+	if err != nil {
+		return "", err
+	}
+	var byDigest, byName []policy.Module
+	for _, m := range ms {
+		if isHex && len(hex) >= minDigestPrefix && strings.HasPrefix(m.Digest, "sha256:"+hex) {
+			byDigest = append(byDigest, m)
+		}
+		if m.Name == ref {
+			byName = append(byName, m)
+		}
+	}
+	found, what := byDigest, fmt.Sprintf("digest prefix %q", "sha256:"+hex)
+	if len(found) == 0 {
+		found, what = byName, fmt.Sprintf("name %q", ref)
+	}
+	switch {
+	case len(found) == 1:
+		return found[0].Digest, nil
+	case len(found) > 1:
+		var cands []string
+		for _, m := range found {
+			cands = append(cands, fmt.Sprintf("%s (%s %s)", m.Digest, m.Name, m.Version))
+		}
+		return "", problem(abierrors.ModuleAmbiguous, fmt.Sprintf("module %s matches %d pushed modules: %s; name one by its full digest", what, len(found), strings.Join(cands, ", ")))
+	}
+	searched := fmt.Sprintf("name %q", ref)
+	if isHex && len(hex) >= minDigestPrefix {
+		searched = fmt.Sprintf("digest prefix %q or name %q", "sha256:"+hex, ref)
+	}
+	return "", problem(abierrors.ModuleNotFound, fmt.Sprintf("no pushed module has the %s (searched %d modules; 'berth module list --no-trunc' shows their digests); push it with 'berth module push'", searched, len(ms)))
 }
 
 func (s *Server) listBindings(c echo.Context) error {

@@ -45,6 +45,10 @@ const (
 	HeaderIdempotencyReplayed = "Idempotency-Replayed"
 )
 
+// HeaderPolicyWarning is the header an answer carries once per policy warning of an admission
+// (a module that failed under failure_policy ignore, or one that warned while allowing).
+const HeaderPolicyWarning = "Berth-Policy-Warning"
+
 // WithIdempotencyKey returns a copy of c that sends key (1 to 200 printable ASCII characters) as
 // the Idempotency-Key header of every mutating call (POST, PUT, DELETE); c is unchanged. Repeating
 // a call through the copy with the same arguments within 24 hours answers what the first
@@ -118,11 +122,29 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 
 // doJSON sends in as a JSON body.
 func (c *Client) doJSON(ctx context.Context, method, path string, in any, auth bool, out any) error {
+	_, err := c.doJSONHeader(ctx, method, path, in, auth, out)
+	return err
+}
+
+// doJSONHeader is doJSON that also returns the headers of a 2xx answer.
+func (c *Client) doJSONHeader(ctx context.Context, method, path string, in any, auth bool, out any) (http.Header, error) {
 	b, err := json.Marshal(in)
 	if err != nil {
-		return fmt.Errorf("%s %s: encode request: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: encode request: %w", method, path, err)
 	}
-	return c.do(ctx, method, path, nil, bytes.NewReader(b), "application/json", auth, out)
+	resp, err := c.send(ctx, method, path, nil, bytes.NewReader(b), "application/json", "application/json", auth)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxProblem))
+		return resp.Header, nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswer)).Decode(out); err != nil {
+		return nil, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return resp.Header, nil
 }
 
 // send builds and sends a request; it returns the response only for a 2xx

@@ -12,12 +12,15 @@ import (
 // revision. With spec.ExpectedRevision set the write is a compare-and-set and
 // a stale revision fails with code "revision_conflict". A spec identical to the
 // stored service writes nothing: the answer carries the current revision and
-// Changed false (docs/api.md section 4).
+// Changed false (docs/api.md section 4). The policy warnings of the answer are in
+// PolicyWarnings.
 func (c *Client) ApplyService(ctx context.Context, project, name string, spec ServiceSpec) (*Service, error) {
 	var out Service
-	if err := c.doJSON(ctx, http.MethodPut, servicePath(project, name), spec, true, &out); err != nil {
+	hdr, err := c.doJSONHeader(ctx, http.MethodPut, servicePath(project, name), spec, true, &out)
+	if err != nil {
 		return nil, err
 	}
+	out.PolicyWarnings = hdr.Values(HeaderPolicyWarning)
 	return &out, nil
 }
 

@@ -329,6 +329,11 @@ type Service struct {
 	// created or updated the service, false when the stored service already declared exactly
 	// this and nothing was written (the revision is the current one). Nil elsewhere.
 	Changed *bool `json:"changed,omitempty"`
+	// PolicyWarnings is set only by [Client.ApplyService]: each Berth-Policy-Warning header of
+	// the answer, in order (a policy that failed under failure_policy ignore, or one that warned;
+	// docs/wasm-abi.md section 5.3). The server's JSON never carries it; it is here so that a caller
+	// printing the answer keeps the warnings beside the service they concern.
+	PolicyWarnings []string `json:"policy_warnings,omitempty"`
 	// DNS is as in ServiceSpec ("managed" or empty).
 	DNS string `json:"dns,omitempty"`
 	// Container is as in ServiceSpec.

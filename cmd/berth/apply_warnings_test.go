@@ -1,0 +1,63 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// TestApplyPrintsPolicyWarnings: every Berth-Policy-Warning header of an apply's answer reaches
+// stderr as "warning: ..." and, with -o json, the service's policy_warnings.
+func TestApplyPrintsPolicyWarnings(t *testing.T) {
+	t.Parallel()
+	warnings := []string{
+		"policy cap-replicas failed: trap (ignored: failure_policy ignore)",
+		"policy labels: team label missing",
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut || r.URL.Path != "/api/v1/projects/shop/services/web" {
+			problem(w, 404, "not_found", r.URL.Path)
+			return
+		}
+		for _, m := range warnings {
+			w.Header().Add(client.HeaderPolicyWarning, m)
+		}
+		answer(w, 200, client.Service{ID: "svc_web", Project: "shop", Name: "web", Revision: 3})
+	}))
+	t.Cleanup(srv.Close)
+	c := newCLI(t)
+	base := []string{"--server", srv.URL, "--token", "brt_x", "--project", "shop"}
+	file := "name: web\nbundle: web\ncommand: [./server]\n"
+
+	out, errOut, code := c.run(file, append(base, "apply", "-f", "-")...)
+	if code != 0 {
+		t.Fatalf("apply: exit %d, stderr %q", code, errOut)
+	}
+	for _, m := range warnings {
+		if !strings.Contains(errOut, "warning: shop/web: "+m+"\n") {
+			t.Errorf("apply stderr %q; want the line \"warning: shop/web: %s\"", errOut, m)
+		}
+	}
+	if strings.Contains(out, "warning") {
+		t.Errorf("apply stdout %q carries a warning; warnings go to stderr", out)
+	}
+
+	out, errOut, code = c.run(file, append(base, "-o", "json", "apply", "-f", "-")...)
+	if code != 0 {
+		t.Fatalf("apply -o json: exit %d, stderr %q", code, errOut)
+	}
+	var got []client.Service
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("apply -o json printed %q: %v", out, err)
+	}
+	if len(got) != 1 || strings.Join(got[0].PolicyWarnings, "|") != strings.Join(warnings, "|") {
+		t.Errorf("apply -o json: %+v; want one service with policy_warnings %q", got, warnings)
+	}
+	if !strings.Contains(errOut, "warning: shop/web: "+warnings[0]) {
+		t.Errorf("apply -o json stderr %q; want the warnings there too", errOut)
+	}
+}
