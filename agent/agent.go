@@ -41,6 +41,15 @@ var ErrRestart = errors.New("berth: the agent stops to restart itself after an u
 // directory; workloads keep running, and a new enrollment needs a new one.
 var ErrRemoved = errors.New("berth: this node was removed from the cluster; enroll it anew with a new data directory to use it again")
 
+// ErrPinMismatch is returned by [Agent.Run] when berthd kept presenting a TLS
+// certificate other than the one pinned at enrollment (docs/node-protocol.md
+// section 2.2): the core was re-created, its certificate replaced, or
+// something sits in the middle. A pin never changes by itself, so the agent
+// stops dialling; workloads keep running on the stored snapshot.
+var ErrPinMismatch = errors.New("berth: berthd's certificate does not match the fingerprint pinned at enrollment; " +
+	"if the core was re-created or its certificate replaced, stop this agent, remove the node (berth node remove ID) " +
+	"and enroll again with a new join command into a fresh --data-dir; otherwise something sits between this node and berthd")
+
 // Config configures an Agent. DataDir and Driver are required.
 type Config struct {
 	DataDir string         // the enrolled data directory
@@ -215,8 +224,10 @@ func (a *Agent) Close() error {
 //     each changed status report is sent.
 //
 // A fatal error from the core stops the session (logged) but not the loop.
-// Run returns nil when ctx ends, and [ErrRemoved] when the node was removed
-// (now or before); workloads keep running either way.
+// Run returns nil when ctx ends, [ErrRemoved] when the node was removed
+// (now or before), and an error wrapping [ErrPinMismatch] (and
+// client.ErrFingerprintMismatch) when berthd kept presenting a certificate
+// other than the pinned one; workloads keep running in every case.
 func (a *Agent) Run(ctx context.Context) error {
 	if at, removed, err := a.store.Meta(ctx, localstore.MetaRemovedAt); err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -225,7 +236,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	ctx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
-	var removedErr error
+	var stopErr error
 	desc, err := a.cfg.Driver.Describe(ctx)
 	if err != nil {
 		return fmt.Errorf("agent: describe driver: %w", err)
@@ -472,7 +483,13 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.log.Error("record the node's removal", "error", err)
 			}
 			a.log.Error("this node was removed from the cluster; stopping for good, workloads keep running")
-			removedErr = ErrRemoved
+			stopErr = ErrRemoved
+			stopAll()
+			return
+		}
+		if errors.Is(err, client.ErrFingerprintMismatch) && ctx.Err() == nil {
+			a.log.Error("berthd's certificate does not match the pinned fingerprint; stopping, workloads keep running", "error", err)
+			stopErr = fmt.Errorf("agent: %w (%w)", ErrPinMismatch, err)
 			stopAll()
 			return
 		}
@@ -481,8 +498,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}()
 	wg.Wait()
-	if removedErr != nil {
-		return removedErr
+	if stopErr != nil {
+		return stopErr
 	}
 	if restarting.Load() {
 		return ErrRestart

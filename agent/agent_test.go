@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -64,6 +65,13 @@ type fakeCore struct {
 
 func newFakeCore(t *testing.T) *fakeCore {
 	t.Helper()
+	return startFakeCore(t, nil)
+}
+
+// startFakeCore serves the fake core over plain HTTP, or over TLS with
+// cert when cert is not nil (cert is asked on every handshake).
+func startFakeCore(t *testing.T, cert func() *tls.Certificate) *fakeCore {
+	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +121,16 @@ func newFakeCore(t *testing.T) *fakeCore {
 			}
 		}
 	})
-	fc.srv = httptest.NewServer(mux)
+	if cert == nil {
+		fc.srv = httptest.NewServer(mux)
+	} else {
+		fc.srv = httptest.NewUnstartedServer(mux)
+		fc.srv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert()},
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				return &tls.Config{Certificates: []tls.Certificate{*cert()}}, nil
+			}}
+		fc.srv.StartTLS()
+	}
 	t.Cleanup(fc.srv.Close)
 	return fc
 }

@@ -88,7 +88,8 @@ func Enroll(ctx context.Context, cfg EnrollConfig) (string, error) {
 	}
 	defer func() { _ = store.Close() }()
 	if id, err := store.Identity(ctx); err == nil {
-		return "", fmt.Errorf("enroll: data directory %s is already enrolled as %s (remove the node and the directory to enroll again): %w",
+		return "", fmt.Errorf("enroll: data directory %[1]s is already enrolled as %[2]s; to start over, stop any berth-agent run on it, "+
+			"remove the node (berth node remove %[2]s), then delete %[1]s or pick a fresh --data-dir and enroll with a new join command: %[3]w",
 			dir, id.NodeID, localstore.ErrAlreadyEnrolled)
 	} else if !errors.Is(err, localstore.ErrNotEnrolled) {
 		return "", fmt.Errorf("enroll: %w", err)

@@ -20,6 +20,14 @@ import (
 // RestartPreventExitStatus to it, so systemd does not restart the agent in a loop.
 const ExitConfig = 78
 
+// ExitPinMismatch is the exit status of berth-agent run when berthd kept
+// presenting a certificate other than the one pinned at enrollment
+// (docs/node-protocol.md sections 2.2 and 13): EX_NOPERM of sysexits.h. The
+// core was re-created or something sits in the middle; either way only an
+// operator can fix it (a new join command into a fresh data directory), so
+// the unit does not restart the agent on it either.
+const ExitPinMismatch = 77
+
 // UnitName is the name of the unit file [Install] writes.
 const UnitName = "berth-agent.service"
 
@@ -66,15 +74,16 @@ ExecStart=%s
 Restart=on-failure
 RestartSec=5s
 # Exit status %d is a configuration error (not enrolled, node removed, plugin
-# missing) that a restart cannot fix.
-RestartPreventExitStatus=%d
+# missing) and %d a server certificate other than the pinned one: a restart
+# fixes neither.
+RestartPreventExitStatus=%d %d
 # Workloads outlive the agent: stop only the agent's own process.
 KillMode=process
 TimeoutStopSec=30s
 
 [Install]
 WantedBy=multi-user.target
-`, exec, ExitConfig, ExitConfig), nil
+`, exec, ExitConfig, ExitPinMismatch, ExitConfig, ExitPinMismatch), nil
 }
 
 // Install writes the unit of cfg to UnitDir/berth-agent.service (0644,

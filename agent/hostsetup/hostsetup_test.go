@@ -23,7 +23,7 @@ func TestInstallWritesUnitAndNothingElse(t *testing.T) {
 	}
 	for _, want := range []string{
 		"ExecStart=/usr/local/bin/berth-agent run --data-dir /var/lib/berth-agent\n",
-		"Restart=on-failure\n", "RestartSec=5s\n", "RestartPreventExitStatus=78\n", "KillMode=process\n",
+		"Restart=on-failure\n", "RestartSec=5s\n", "RestartPreventExitStatus=78 77\n", "KillMode=process\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("unit lacks %q", want)

@@ -24,6 +24,7 @@ import (
 	berrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/agent/localstore"
+	"github.com/berthhq/berth/sdk/client"
 )
 
 // Path is the session endpoint on the API listener (section 3.1).
@@ -34,6 +35,10 @@ const (
 	DefaultBackoffMin   = time.Second
 	DefaultBackoffMax   = 60 * time.Second
 	DefaultBackoffReset = 60 * time.Second
+	// DefaultPinMismatchLimit is how many consecutive dials may meet a
+	// certificate other than the pinned one before [Client.Run] gives up
+	// (docs/node-protocol.md section 2.2).
+	DefaultPinMismatchLimit = 3
 )
 
 // drainLimit is how much of an oversize frame is read and discarded before the
@@ -120,6 +125,10 @@ type Config struct {
 	// zero means 1 s and 60 s. BackoffReset is how long a session must have
 	// lasted to reset it; zero means 60 s.
 	BackoffMin, BackoffMax, BackoffReset time.Duration
+	// PinMismatchLimit is how many consecutive dials may fail the certificate
+	// pin (client.ErrFingerprintMismatch) before Run returns; zero means
+	// DefaultPinMismatchLimit. Any other outcome of a dial resets the count.
+	PinMismatchLimit int
 	// AgentVersion is sent in the hello when the Hello func leaves it empty.
 	AgentVersion string
 	// Leases handles lease_grant and lease_revoke and supplies lease_renew
@@ -207,6 +216,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.BackoffReset <= 0 {
 		cfg.BackoffReset = DefaultBackoffReset
 	}
+	if cfg.PinMismatchLimit <= 0 {
+		cfg.PinMismatchLimit = DefaultPinMismatchLimit
+	}
 	cl := &Client{cfg: cfg, log: cfg.Logger, report: make(chan struct{}, 1), events: make(chan struct{}, 1)}
 	key := cfg.ClusterKey
 	cl.key.Store(&key)
@@ -254,18 +266,29 @@ func sessionURL(server string) (string, error) {
 	return u.String(), nil
 }
 
-// Run keeps a session up until ctx ends (it returns ctx.Err()) or the core
+// Run keeps a session up until ctx ends (it returns ctx.Err()), the core
 // sends a fatal error other than unsupported_version (it returns a
-// *[FatalError]). Between sessions it waits a full-jitter backoff from
-// BackoffMin doubling to BackoffMax, reset after a session that lasted
-// BackoffReset.
+// *[FatalError]), or PinMismatchLimit consecutive dials met a certificate
+// other than the pinned one (it returns an error wrapping
+// client.ErrFingerprintMismatch: the pin never changes by itself, so waiting
+// does not help; docs/node-protocol.md section 2.2). Between sessions it
+// waits a full-jitter backoff from BackoffMin doubling to BackoffMax, reset
+// after a session that lasted BackoffReset.
 func (c *Client) Run(ctx context.Context) error {
-	attempt := 0
+	attempt, mismatches := 0, 0
 	for {
 		started := c.cfg.Now()
 		err := c.session(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, client.ErrFingerprintMismatch) {
+			mismatches++
+			if mismatches >= c.cfg.PinMismatchLimit {
+				return fmt.Errorf("session: %d dials in a row met a certificate other than the pinned one: %w", mismatches, err)
+			}
+		} else {
+			mismatches = 0
 		}
 		var fatal *FatalError
 		if errors.As(err, &fatal) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,9 @@ func TestExitStatusForConfigurationErrors(t *testing.T) {
 	cmd.SetArgs([]string{"run", "--no-such-flag"})
 	if err := cmd.Execute(); exitCode(err) != hostsetup.ExitConfig {
 		t.Fatalf("bad flag: %v exit %d, want 78", err, exitCode(err))
+	}
+	if got := exitCode(fmt.Errorf("agent: %w", agent.ErrPinMismatch)); got != hostsetup.ExitPinMismatch {
+		t.Fatalf("pin mismatch: exit %d, want %d", got, hostsetup.ExitPinMismatch)
 	}
 	if exitCode(agent.ErrRemoved) != hostsetup.ExitConfig || exitCode(errors.New("dial failed")) != 1 {
 		t.Fatal("exit codes of removal and of a transient error")

@@ -56,8 +56,12 @@ type configError struct{ error }
 func (e configError) Unwrap() error { return e.error }
 
 // exitCode is hostsetup.ExitConfig for configuration errors (bad flags, not
-// enrolled, node removed, driver plugin missing), 1 otherwise.
+// enrolled, node removed, driver plugin missing), hostsetup.ExitPinMismatch
+// when berthd's certificate does not match the pin, 1 otherwise.
 func exitCode(err error) int {
+	if errors.Is(err, agent.ErrPinMismatch) {
+		return hostsetup.ExitPinMismatch
+	}
 	var ce configError
 	if errors.As(err, &ce) || errors.Is(err, agent.ErrRemoved) || errors.Is(err, localstore.ErrNotEnrolled) {
 		return hostsetup.ExitConfig

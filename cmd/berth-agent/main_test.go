@@ -52,7 +52,8 @@ func TestEnrollCommand(t *testing.T) {
 	}
 	cmd = newRootCmd(&out, &errOut)
 	cmd.SetArgs(args)
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "already enrolled") {
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "already enrolled") ||
+		!strings.Contains(err.Error(), "berth node remove nod_cli") || !strings.Contains(err.Error(), "fresh --data-dir") {
 		t.Fatalf("second enroll = %v", err)
 	}
 	cmd = newRootCmd(&out, &errOut)

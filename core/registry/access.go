@@ -55,7 +55,7 @@ func classify(router *mux.Router, r *http.Request) (n need, ok, badName bool) {
 	case v2.RouteNameBase:
 		return n, true, false
 	case v2.RouteNameCatalog:
-		n.resource, n.action = "registry:catalog", "*"
+		n.resource, n.action = catalogResource, "*"
 		return n, true, false
 	}
 	name := m.Vars["name"]

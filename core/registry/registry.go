@@ -295,7 +295,11 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 				r.challenge(w, req, n)
 				return
 			}
-			serveError(w, http.StatusForbidden, errcode.ErrorCodeDenied.WithMessage("not allowed to "+n.action+" "+n.resource))
+			msg := "not allowed to " + n.action + " " + n.resource
+			if n.resource == catalogResource {
+				msg = "not allowed to list repositories: this credential may read no project's images (services:read in a project)"
+			}
+			serveError(w, http.StatusForbidden, errcode.ErrorCodeDenied.WithMessage(msg))
 			return
 		}
 		if p != nil && !stillAllows(p, n) {
@@ -307,6 +311,11 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	if c.Kind == string(identity.KindNode) && n.route == v2.RouteNameManifest && !r.nodeMayPull(req.Context(), c.Node, n) {
 		serveError(w, http.StatusForbidden, errcode.ErrorCodeDenied.WithMessage("a node pulls only the digests of its desired state"))
+		return
+	}
+	if n.route == v2.RouteNameCatalog && p != nil && !p.Has(identity.ScopeServicesRead) {
+		// A credential bounded to projects sees only their repositories.
+		r.serveCatalog(w, req, p)
 		return
 	}
 	r.touch(req, n)
@@ -601,8 +610,8 @@ func (r *Registry) refuse(w http.ResponseWriter, req *http.Request, n need, err 
 // stillAllows reports whether p may still take n's action on n's resource.
 func stillAllows(p *identity.Principal, n need) bool {
 	switch {
-	case n.resource == "registry:catalog":
-		return p.Has(identity.ScopeServicesRead)
+	case n.resource == catalogResource:
+		return mayListCatalog(p)
 	case n.repo != "":
 		return slices.Contains(grantFor(p, n.repo, []string{n.action}), n.action)
 	}
@@ -761,7 +770,7 @@ func (r *Registry) grant(ctx context.Context, c *principal, scopes []string) err
 		res := typ + ":" + name
 		switch {
 		case typ == "registry" && name == "catalog":
-			if c.p != nil && c.p.Has(identity.ScopeServicesRead) {
+			if mayListCatalog(c.p) {
 				c.Access[res] = []string{"*"}
 			} else {
 				c.Access[res] = nil
