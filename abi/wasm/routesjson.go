@@ -905,16 +905,16 @@ func AppendRoutesInput(out []byte, in RoutesInput) []byte {
 			}
 			s := &in.Services[i]
 			out = append(out, `{"id":`...)
-			out = appendJSONString(out, s.ID)
+			out = AppendJSONString(out, s.ID)
 			out = append(out, `,"project":`...)
-			out = appendJSONString(out, s.Project)
+			out = AppendJSONString(out, s.Project)
 			out = append(out, `,"name":`...)
-			out = appendJSONString(out, s.Name)
+			out = AppendJSONString(out, s.Name)
 			out = append(out, `,"domains":`...)
 			out = appendStrings(out, s.Domains)
 			if s.TLSMode != "" {
 				out = append(out, `,"tls_mode":`...)
-				out = appendJSONString(out, s.TLSMode)
+				out = AppendJSONString(out, s.TLSMode)
 			}
 			if len(s.AllowSources) > 0 {
 				out = append(out, `,"allow_sources":`...)
@@ -935,21 +935,21 @@ func AppendRoutesInput(out []byte, in RoutesInput) []byte {
 			}
 			w := &in.Workloads[i]
 			out = append(out, `{"id":`...)
-			out = appendJSONString(out, w.ID)
+			out = AppendJSONString(out, w.ID)
 			out = append(out, `,"service_id":`...)
-			out = appendJSONString(out, w.ServiceID)
+			out = AppendJSONString(out, w.ServiceID)
 			out = append(out, `,"node_id":`...)
-			out = appendJSONString(out, w.NodeID)
+			out = AppendJSONString(out, w.NodeID)
 			out = append(out, `,"node_address":`...)
-			out = appendJSONString(out, w.NodeAddress)
+			out = AppendJSONString(out, w.NodeAddress)
 			out = append(out, `,"port":`...)
 			out = strconv.AppendInt(out, int64(w.Port), 10)
 			out = append(out, `,"address":`...)
-			out = appendJSONString(out, w.Address)
+			out = AppendJSONString(out, w.Address)
 			out = append(out, `,"observed_status":`...)
-			out = appendJSONString(out, w.ObservedStatus)
+			out = AppendJSONString(out, w.ObservedStatus)
 			out = append(out, `,"health":`...)
-			out = appendJSONString(out, w.Health)
+			out = AppendJSONString(out, w.Health)
 			out = append(out, '}')
 		}
 		out = append(out, ']')
@@ -967,7 +967,7 @@ func appendStrings(out []byte, ss []string) []byte {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = appendJSONString(out, s)
+		out = AppendJSONString(out, s)
 	}
 	return append(out, ']')
 }
@@ -990,11 +990,11 @@ func AppendRoutes(out []byte, rs []routes.Route) []byte {
 // with their omitempty and omitzero rules.
 func appendRoute(out []byte, r *routes.Route) []byte {
 	out = append(out, `{"hostname":`...)
-	out = appendJSONString(out, r.Hostname)
+	out = AppendJSONString(out, r.Hostname)
 	out = append(out, `,"project":`...)
-	out = appendJSONString(out, r.Project)
+	out = AppendJSONString(out, r.Project)
 	out = append(out, `,"service":`...)
-	out = appendJSONString(out, r.Service)
+	out = AppendJSONString(out, r.Service)
 	out = append(out, `,"upstreams":`...)
 	if r.Upstreams == nil {
 		out = append(out, "null"...)
@@ -1005,9 +1005,9 @@ func appendRoute(out []byte, r *routes.Route) []byte {
 				out = append(out, ',')
 			}
 			out = append(out, `{"workload_id":`...)
-			out = appendJSONString(out, u.WorkloadID)
+			out = AppendJSONString(out, u.WorkloadID)
 			out = append(out, `,"address":`...)
-			out = appendJSONString(out, u.Address)
+			out = AppendJSONString(out, u.Address)
 			out = append(out, `,"healthy":`...)
 			out = strconv.AppendBool(out, u.Healthy)
 			out = append(out, '}')
@@ -1016,7 +1016,7 @@ func appendRoute(out []byte, r *routes.Route) []byte {
 	}
 	if r.TLSMode != "" {
 		out = append(out, `,"tls_mode":`...)
-		out = appendJSONString(out, r.TLSMode)
+		out = AppendJSONString(out, r.TLSMode)
 	}
 	if len(r.AllowSources) > 0 {
 		out = append(out, `,"allow_sources":[`...)
@@ -1024,7 +1024,7 @@ func appendRoute(out []byte, r *routes.Route) []byte {
 			if i > 0 {
 				out = append(out, ',')
 			}
-			out = appendJSONString(out, s)
+			out = AppendJSONString(out, s)
 		}
 		out = append(out, ']')
 	}
@@ -1059,10 +1059,11 @@ func appendRoute(out []byte, r *routes.Route) []byte {
 	return append(out, '}')
 }
 
-// appendJSONString appends s quoted as json.Marshal quotes it: HTML
-// characters, control characters, U+2028 and U+2029 escaped, each invalid
-// UTF-8 byte as \ufffd.
-func appendJSONString(out []byte, s string) []byte {
+// AppendJSONString appends s quoted exactly as encoding/json's Marshal
+// quotes it: \" \\ \b \f \n \r \t, other control bytes and the
+// HTML-sensitive < > & as \u00XX, U+2028 and U+2029 escaped, each invalid
+// UTF-8 byte as \ufffd. Guests (sdk/wasm) and the host share it.
+func AppendJSONString(out []byte, s string) []byte {
 	const hexDigits = "0123456789abcdef"
 	out = append(out, '"')
 	start := 0

@@ -172,7 +172,7 @@ func FuzzRoutesJSON(f *testing.F) {
 				}
 			}
 		}
-		if enc, jm := appendJSONString(nil, string(b)), marshal(t, string(b)); !bytes.Equal(enc, jm) {
+		if enc, jm := AppendJSONString(nil, string(b)), marshal(t, string(b)); !bytes.Equal(enc, jm) {
 			t.Fatalf("string %q:\nfast %s\njson %s", b, enc, jm)
 		}
 	})

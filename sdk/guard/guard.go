@@ -214,13 +214,19 @@ func fileName(key string) string {
 
 // writeFileAtomic writes raw to path: temp file, fsync, rename (0600),
 // fsync of the directory.
-func writeFileAtomic(path string, raw []byte) error {
+func writeFileAtomic(path string, raw []byte) error { return writeDurable(path, raw, os.Rename) }
+
+// writeDurable writes raw to a temp file (0600) beside path, fsyncs it, puts
+// it in place with place (os.Rename to replace, os.Link to create only),
+// then fsyncs the directory: the new name is durable only once the
+// directory is synced, so a token that rose must not fall back after a crash.
+func writeDurable(path string, raw []byte, place func(tmp, path string) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
+	defer os.Remove(tmp) // no-op after a rename
 	if _, err := f.Write(raw); err != nil {
 		f.Close()
 		return err
@@ -232,11 +238,9 @@ func writeFileAtomic(path string, raw []byte) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := place(tmp, path); err != nil {
 		return err
 	}
-	// The rename is durable only once the directory is synced: a token
-	// that rose must not fall back after a crash.
 	d, err := os.Open(filepath.Dir(path))
 	if err != nil {
 		return err

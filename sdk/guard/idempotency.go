@@ -132,34 +132,7 @@ func readRequestKey(path string) ([]byte, error) {
 
 // createExclusive writes raw to path (0600) unless path exists (an error
 // wrapping os.ErrExist): temp file, fsync, hard link, fsync of the directory.
-func createExclusive(path string, raw []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(raw); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Link(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+func createExclusive(path string, raw []byte) error { return writeDurable(path, raw, os.Link) }
 
 // requestDigest is what a record stores to recognise the request whose JSON
 // form is raw: "hmac-sha256:" and the hex HMAC-SHA256 of raw under the
