@@ -17,7 +17,7 @@ import (
 // BulkStatements is how many statements each multi-statement write of the bulk tests carries:
 // well above the size at which FerretDB v1 stalls on one update command (docs/store.md section
 // 2.1), so the store must split them there and a real MongoDB takes them as they are.
-const BulkStatements = 500
+const BulkStatements = 200
 
 // bulkTimeout bounds each bulk write: a store that stalls fails the test instead of hanging it.
 const bulkTimeout = time.Minute
@@ -139,7 +139,7 @@ func testBulkWrites(t *testing.T, open func(t *testing.T) *store.Store) {
 func testBulkWriteErrors(t *testing.T, open func(t *testing.T) *store.Store) {
 	ctx := testContext(t)
 	s := open(t)
-	const n, failAt = BulkStatements, 300
+	const n, failAt = BulkStatements, 130
 
 	for _, ordered := range []bool{true, false} {
 		for _, api := range []string{"InsertMany", "BulkWrite"} {
