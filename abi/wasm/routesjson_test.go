@@ -4,44 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"reflect"
 	"testing"
 
 	"github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/internal/fillall"
 )
-
-// fillAll sets every field of the value at v to a distinct non-zero value
-// (strings with characters encoding/json escapes), so that a field the
-// routes codec forgets shows up as a difference.
-func fillAll(t *testing.T, v reflect.Value, seed *int) {
-	t.Helper()
-	*seed++
-	switch v.Kind() {
-	case reflect.String:
-		v.SetString(fmt.Sprintf("s%d <\"é\">&\u2028\x01", *seed))
-	case reflect.Int, reflect.Int64:
-		v.SetInt(int64(*seed))
-	case reflect.Bool:
-		v.SetBool(true)
-	case reflect.Slice:
-		s := reflect.MakeSlice(v.Type(), 2, 2)
-		for i := range 2 {
-			fillAll(t, s.Index(i), seed)
-		}
-		v.Set(s)
-	case reflect.Pointer:
-		p := reflect.New(v.Type().Elem())
-		fillAll(t, p.Elem(), seed)
-		v.Set(p)
-	case reflect.Struct:
-		for i := range v.NumField() {
-			fillAll(t, v.Field(i), seed)
-		}
-	default:
-		t.Fatalf("fillAll: add %s (%s) to routesjson.go and to this test", v.Type(), v.Kind())
-	}
-}
 
 func marshal(t *testing.T, v any) []byte {
 	t.Helper()
@@ -59,7 +27,7 @@ func marshal(t *testing.T, v any) []byte {
 func TestRoutesJSONCoversEveryField(t *testing.T) {
 	seed := 0
 	var full RoutesInput
-	fillAll(t, reflect.ValueOf(&full).Elem(), &seed)
+	fillall.Fill(t, reflect.ValueOf(&full).Elem(), &seed)
 	for _, in := range []RoutesInput{full, {}, {Services: []RouteService{{}}, Workloads: []RouteWorkload{{}}}} {
 		raw := marshal(t, in)
 		if enc := AppendRoutesInput(nil, in); !bytes.Equal(enc, raw) {
@@ -74,7 +42,7 @@ func TestRoutesJSONCoversEveryField(t *testing.T) {
 		}
 	}
 	var out RoutesOutput
-	fillAll(t, reflect.ValueOf(&out).Elem(), &seed)
+	fillall.Fill(t, reflect.ValueOf(&out).Elem(), &seed)
 	out.Routes = append(out.Routes, routes.Route{Timeouts: routes.Timeouts{IdleMS: 5}, Upstreams: []routes.Upstream{}}, routes.Route{})
 	for _, o := range []RoutesOutput{out, {}, {Routes: []routes.Route{}}} {
 		raw := marshal(t, o)

@@ -10,35 +10,8 @@ import (
 
 	"github.com/berthhq/berth/abi/routes"
 	abiwasm "github.com/berthhq/berth/abi/wasm"
+	"github.com/berthhq/berth/internal/fillall"
 )
-
-// fillAll sets every field of the value at v to a distinct non-zero value
-// (strings with characters encoding/json escapes), so that a field the
-// routes codec forgets shows up as a difference.
-func fillAll(t *testing.T, v reflect.Value, seed *int) {
-	t.Helper()
-	*seed++
-	switch v.Kind() {
-	case reflect.String:
-		v.SetString(fmt.Sprintf("s%d <\"é\">&\u2028\x01", *seed))
-	case reflect.Int, reflect.Int64:
-		v.SetInt(int64(*seed))
-	case reflect.Bool:
-		v.SetBool(true)
-	case reflect.Slice:
-		s := reflect.MakeSlice(v.Type(), 2, 2)
-		for i := range 2 {
-			fillAll(t, s.Index(i), seed)
-		}
-		v.Set(s)
-	case reflect.Struct:
-		for i := range v.NumField() {
-			fillAll(t, v.Field(i), seed)
-		}
-	default:
-		t.Fatalf("fillAll: add %s (%s) to routesjson.go and to this test", v.Type(), v.Kind())
-	}
-}
 
 // wantRoutesOutput is what HandleRoutes answered before routesjson.go:
 // json.Marshal of the table with the digest the host recomputes.
@@ -64,7 +37,7 @@ func TestEncodeRoutesOutputCoversEveryField(t *testing.T) {
 	seed := 0
 	rs := make([]Route, 3)
 	for i := range rs {
-		fillAll(t, reflect.ValueOf(&rs[i]).Elem(), &seed)
+		fillall.Fill(t, reflect.ValueOf(&rs[i]).Elem(), &seed)
 	}
 	rs[1].Upstreams, rs[1].AllowSources, rs[1].Timeouts = nil, nil, routes.Timeouts{IdleMS: 5}
 	rs[2].Upstreams, rs[2].Timeouts = []Upstream{}, routes.Timeouts{}
