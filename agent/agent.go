@@ -355,6 +355,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Leases:       leases,
 		Store:        a.store,
 		Driver:       a.cfg.Driver,
+		DriverName:   desc.Name,
 		Bundles:      bundles,
 		DataDir:      a.cfg.DataDir,
 		Address:      a.id.Address,
@@ -507,10 +508,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// recoverWorkloads gives the driver back the handle of every workload the
-// local store holds for it (docs/plugins.md section 3.3), so that a driver
-// that lost its own records finds them again. Failures are logged: a
-// workload the driver cannot find is started again by the reconcile loop.
+// recoverWorkloads gives the loaded driver (Describe name driver) back the
+// handle of every workload whose record names it as the driver that started
+// it (docs/plugins.md section 3.3), so that a driver that lost its own
+// records finds them again. Failures are logged: a workload the driver
+// cannot find is started again by the reconcile loop. A handle of another
+// driver is not given to this one, which could not read it: the workload
+// is reported as not recovered (the log, its status message and a
+// workload.unrecovered event), since it may still run under that driver.
 func (a *Agent) recoverWorkloads(ctx context.Context, driver string) {
 	recs, err := a.store.Workloads(ctx)
 	if err != nil {
@@ -518,7 +523,11 @@ func (a *Agent) recoverWorkloads(ctx context.Context, driver string) {
 		return
 	}
 	for _, r := range recs {
-		if r.DriverHandle.Version == 0 || (r.Driver != "" && r.Driver != driver) {
+		if r.DriverHandle.Version == 0 {
+			continue
+		}
+		if r.Driver != "" && r.Driver != driver {
+			a.reportUnrecovered(ctx, r, driver)
 			continue
 		}
 		st, err := a.cfg.Driver.Recover(ctx, &runtime.RecoverRequest{WorkloadID: r.WorkloadID,
@@ -531,6 +540,30 @@ func (a *Agent) recoverWorkloads(ctx context.Context, driver string) {
 		default:
 			a.log.Info("workload recovered", "workload_id", r.WorkloadID, "state", st.State, "pid", st.PID)
 		}
+	}
+}
+
+// EventWorkloadUnrecovered is the event of a workload whose stored handle
+// belongs to a runtime driver the agent does not run (docs/node-protocol.md
+// section 6.3): data workload_id, driver (the one that started it) and
+// loaded_driver.
+const EventWorkloadUnrecovered = "workload.unrecovered"
+
+// reportUnrecovered reports that the handle of r, started by another driver
+// than the loaded one, is not recovered: logged, written as the record's
+// message (its status until it is started again) and buffered as an event.
+func (a *Agent) reportUnrecovered(ctx context.Context, r localstore.Workload, loaded string) {
+	a.log.Error("workload was started by a runtime driver this agent does not run: its handle is not recovered, "+
+		"and it may still be running under that driver", "workload_id", r.WorkloadID, "driver", r.Driver, "loaded_driver", loaded)
+	r.Message = fmt.Sprintf("not recovered: started by runtime driver %q, which this agent does not run (it runs %q); "+
+		"it may still be running under %q", r.Driver, loaded, r.Driver)
+	if err := a.store.PutWorkload(ctx, r); err != nil {
+		a.log.Warn("record the unrecovered workload", "workload_id", r.WorkloadID, "error", err)
+	}
+	ev := newEvent(a.id.NodeID, observedChange{Type: EventWorkloadUnrecovered, WorkloadID: r.WorkloadID,
+		Data: map[string]any{"workload_id": r.WorkloadID, "driver": r.Driver, "loaded_driver": loaded}}, a.cfg.Now())
+	if err := a.bufferEvent(ctx, ev); err != nil {
+		a.log.Warn("buffer event", "type", ev.Type, "workload_id", r.WorkloadID, "error", err)
 	}
 }
 

@@ -396,6 +396,27 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 				t.Errorf("Stop of the recovered workload = %s, %v", showState(got), err)
 			}
 		}},
+		{"restart_recover", func(t T) {
+			// The host stops the driver (its own restart) and launches it again
+			// on the same state directory, then gives it every stored handle.
+			dir := t.TempDir()
+			s := cfg.launch(t, dir)
+			ids := []string{"wl_conf_j1", "wl_conf_j2", "wl_conf_j3"}
+			started := make([]*runtime.WorkloadState, len(ids))
+			for i, id := range ids {
+				started[i] = s.start(t, id, 1)
+			}
+			s.in.shutdown()
+			s2 := cfg.launch(t, dir)
+			for i, id := range ids {
+				s2.cleanupWorkload(t, id, started[i].PID)
+			}
+			if s.desc.Capabilities.OutlivesDriver {
+				checkRecoversAll(t, s2, ids, started)
+			} else {
+				checkEndedWithDriver(t, s2, ids, started)
+			}
+		}},
 		{"logs", func(t T) {
 			s := cfg.launch(t, t.TempDir())
 			if !s.desc.Capabilities.Logs {
@@ -437,6 +458,91 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 			}
 		}},
 	}
+}
+
+// checkRecoversAll checks that a driver declaring outlives_driver, launched
+// again after the host stopped it, recovers each workload started before
+// from its handle, running as it was, and lists each exactly once.
+func checkRecoversAll(t T, s *rtSession, ids []string, started []*runtime.WorkloadState) {
+	t.Helper()
+	for i, id := range ids {
+		got, err := s.d.Recover(s.ctx(t), &runtime.RecoverRequest{WorkloadID: id, Handle: started[i].Handle})
+		if err != nil || got.State != runtime.StateRunning || got.PID != started[i].PID {
+			t.Errorf("%s", failure("Recover "+id+" after the host stopped and relaunched the driver",
+				showState(started[i])+" running", fmt.Sprintf("%s, %s", showState(got), gotErr(err))))
+		}
+	}
+	list, err := s.d.List(s.ctx(t))
+	if err != nil {
+		t.Fatalf("%s", failure("List after Recover", "the workloads", gotErr(err)))
+	}
+	for _, id := range ids {
+		n := 0
+		for _, w := range list {
+			if w != nil && w.WorkloadID == id && w.State == runtime.StateRunning {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s", failure("List after Recover", id+" running, listed once", fmt.Sprintf("listed running %d times", n)))
+		}
+	}
+}
+
+// checkEndedWithDriver checks that a driver declaring outlives_driver false
+// ended its workloads when the host stopped it: each workload's process is
+// gone (within 10 s), and the relaunched driver neither recovers nor lists
+// any of them as running.
+func checkEndedWithDriver(t T, s *rtSession, ids []string, started []*runtime.WorkloadState) {
+	t.Helper()
+	for i, id := range ids {
+		pid := started[i].PID
+		if pid <= 0 {
+			continue
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !processGone(pid) {
+			if time.Now().After(deadline) {
+				t.Errorf("%s", failure("stopping a driver that declares outlives_driver false",
+					"its workloads end with it", fmt.Sprintf("%s still runs (pid %d) 10 s later", id, pid)))
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for i, id := range ids {
+		got, err := s.d.Recover(s.ctx(t), &runtime.RecoverRequest{WorkloadID: id, Handle: started[i].Handle})
+		if err == nil && got != nil && got.State == runtime.StateRunning {
+			t.Errorf("%s", failure("Recover "+id+" after the host stopped and relaunched the driver (outlives_driver false)",
+				"not_found or an exited workload", showState(got)))
+		}
+	}
+	list, err := s.d.List(s.ctx(t))
+	if err != nil {
+		t.Fatalf("%s", failure("List after relaunch", "the workloads", gotErr(err)))
+	}
+	for _, w := range list {
+		if w != nil && slices.Contains(ids, w.WorkloadID) && w.State == runtime.StateRunning {
+			t.Errorf("%s", failure("List after relaunch (outlives_driver false)", "no workload of the stopped driver running", showState(w)))
+		}
+	}
+}
+
+// processGone reports whether pid no longer runs: no such process, or a
+// zombie nobody reaped yet.
+func processGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	// The state follows the command name in parentheses, which may hold any byte.
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] == 'Z' || stat[i+2] == 'X'
+	}
+	return false
 }
 
 // markerWriter collects output and calls found once it holds want.

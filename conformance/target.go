@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,6 +27,10 @@ type instance struct {
 	negotiated int // contract version go-plugin negotiated; the only one in process
 	pid        int // zero in process
 	client     *goplugin.Client
+	// shutdown ends the plugin the way its host does when the host stops:
+	// go-plugin's graceful stop of the process, or, in process, the end of
+	// the gRPC server and the implementation's Close. Idempotent.
+	shutdown func()
 }
 
 // crash kills the plugin process with SIGKILL, as a crash would.
@@ -97,7 +102,7 @@ func startBinary(t T, path string, args []string, k kind, cookie string, stderr 
 		client.Kill()
 		return nil, fmt.Errorf("dispense: %w", err)
 	}
-	in := &instance{raw: raw, negotiated: client.NegotiatedVersion(), client: client}
+	in := &instance{raw: raw, negotiated: client.NegotiatedVersion(), client: client, shutdown: client.Kill}
 	if rc := client.ReattachConfig(); rc != nil {
 		in.pid = rc.Pid
 	}
@@ -125,5 +130,15 @@ func startInProcess(t T, impl any, k kind) (*instance, error) {
 		return nil, err
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &instance{raw: k.newClient(nil, conn), negotiated: k.version}, nil
+	var once sync.Once
+	shutdown := func() {
+		once.Do(func() {
+			srv.Stop()
+			_ = conn.Close()
+			if c, ok := impl.(interface{ Close() error }); ok {
+				_ = c.Close()
+			}
+		})
+	}
+	return &instance{raw: k.newClient(nil, conn), negotiated: k.version, shutdown: shutdown}, nil
 }

@@ -37,12 +37,18 @@ const (
 
 // Config configures a Loop. Store, Driver and DataDir are required.
 type Config struct {
-	Store   *localstore.Store
-	Driver  runtime.Driver
-	Bundles BundleSource // where bundles are downloaded from; nil fails every workload that names a bundle
-	DataDir string       // the agent's data directory; bundles/ and workloads/ live under it
-	Address string       // node address workloads bind to when the snapshot names none; empty means 127.0.0.1
-	Logger  *slog.Logger // nil means slog.Default()
+	Store  *localstore.Store
+	Driver runtime.Driver
+	// DriverName is Driver's Describe name. Every record of a workload the
+	// loop starts names it as the driver that started the workload, whatever
+	// the spec's driver says, so that a restarted agent hands the record's
+	// handle back to that driver's Recover (docs/plugins.md section 3.3).
+	// Empty records the spec's driver.
+	DriverName string
+	Bundles    BundleSource // where bundles are downloaded from; nil fails every workload that names a bundle
+	DataDir    string       // the agent's data directory; bundles/ and workloads/ live under it
+	Address    string       // node address workloads bind to when the snapshot names none; empty means 127.0.0.1
+	Logger     *slog.Logger // nil means slog.Default()
 	// Now returns the current time; nil means time.Now. Backoff decisions use it.
 	Now func() time.Time
 	// PollInterval is how often the driver is polled for exits; zero means 1 s.
@@ -392,7 +398,10 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 			rec.FenceToken = spec.FencingToken
 		}
 	}
-	rec.Driver = spec.Driver
+	rec.Driver = l.cfg.DriverName
+	if rec.Driver == "" {
+		rec.Driver = spec.Driver
+	}
 	rec.LeaseID = ""
 	if spec.Stateful {
 		rec.LeaseID = spec.LeaseID

@@ -52,3 +52,25 @@ func TestWithDriver(t *testing.T) {
 		t.Errorf("withDriver changed its input")
 	}
 }
+
+// TestBuildSpecNamesTheNodesDriver: a workload of the default runtime names
+// the driver its node advertised, never a driver the node does not run.
+func TestBuildSpecNamesTheNodesDriver(t *testing.T) {
+	proc := &services.Service{ID: "svc_2", ProjectID: "prj_1", Project: "shop", Name: "api", BundleDigest: "sha256:b2"}
+	for _, tc := range []struct {
+		drivers []string
+		want    string
+	}{
+		{nil, "process"},
+		{[]string{"process"}, "process"},
+		{[]string{"fake"}, "fake"},
+		{[]string{"acme", "process"}, "process"},
+		{[]string{"acme"}, "acme"},
+	} {
+		spec := BuildSpec(&nodes.Node{ID: "nod_1", Drivers: tc.drivers}, []services.Workload{{ID: "wl_2", ServiceID: "svc_2"}},
+			map[string]*services.Service{"svc_2": proc}, nil)
+		if len(spec.Workloads) != 1 || spec.Workloads[0].Driver != tc.want {
+			t.Errorf("node advertising %v: workloads %+v; want driver %q", tc.drivers, spec.Workloads, tc.want)
+		}
+	}
+}

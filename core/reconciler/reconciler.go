@@ -861,7 +861,7 @@ func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services
 		}
 		ws := node.WorkloadSpec{
 			WorkloadID: w.ID, ProjectID: s.ProjectID, Project: s.Project, ServiceID: s.ID, Service: s.Name,
-			Slot: w.Slot, Driver: "process", BundleDigest: run.BundleDigest, Command: run.Command, Env: run.Env,
+			Slot: w.Slot, Driver: defaultDriver(n), BundleDigest: run.BundleDigest, Command: run.Command, Env: run.Env,
 			Image: run.Image, User: run.User, MemoryBytes: run.MemoryMB << 20, CPUMillis: run.CPUMillis,
 			Port: run.Port, DesiredStatus: node.DesiredRunning,
 			HealthCheck: node.HealthCheck{Path: run.HealthCheck.Path, IntervalS: run.HealthCheck.IntervalS, TimeoutS: run.HealthCheck.TimeoutS, Failures: run.HealthCheck.Failures},

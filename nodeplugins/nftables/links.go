@@ -92,3 +92,10 @@ func removeLink(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// flushNeighbour removes the node's neighbour entries of addr on dev (none
+// is success), so the next packet to addr asks for its hardware address
+// again instead of using one a previous holder of addr had.
+func flushNeighbour(ctx context.Context, dev string, addr netip.Addr) error {
+	return ip(ctx, "", "neigh", "flush", "to", addr.String(), "dev", dev)
+}

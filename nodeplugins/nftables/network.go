@@ -21,7 +21,9 @@
 //
 // Allocations (address, veth, namespace, ports per workload) are kept in one
 // JSON file under Config.StateDir, written atomically, so a restarted agent
-// keeps every workload's address.
+// keeps every workload's address. Addresses are handed out round robin (the
+// cursor in a second file), so a released address is not reused at once, and
+// Attach flushes the node's neighbour entries of the address it hands out.
 //
 // [Plugin] serves a Network as the node-network plugin contract (abi/network)
 // for cmd/berth-plugin-nftables.
@@ -44,6 +46,8 @@ import (
 	"sync"
 
 	nft "github.com/google/nftables"
+
+	"github.com/berthhq/berth/internal/securefile"
 )
 
 // Defaults of [Config].
@@ -56,6 +60,18 @@ const (
 
 // stateFile is the allocations file under Config.StateDir.
 const stateFile = "network.json"
+
+// poolFile keeps the pool's cursor under Config.StateDir: the address last
+// handed out. It is a file of its own so that an older plugin, which reads
+// only stateFile, still reads what this one writes.
+const poolFile = "pool.json"
+
+// poolState is the content of poolFile.
+type poolState struct {
+	// Last is the address most recently handed out; the next attachment
+	// gets the first free address after it, wrapping around the pool.
+	Last netip.Addr `json:"last"`
+}
 
 // ErrInvalid is returned (wrapped) for a configuration or request that
 // cannot be applied: a bad subnet or gateway, a bad workload id, a host port
@@ -118,6 +134,7 @@ type Network struct {
 
 	mu   sync.Mutex
 	atts map[string]Attachment // by workload id; mu must be held
+	last netip.Addr            // the address last handed out, invalid when none; mu must be held
 }
 
 // New validates cfg, loads the allocations a previous agent left and returns
@@ -164,6 +181,19 @@ func New(cfg Config) (*Network, error) {
 		}
 		for _, a := range list {
 			n.atts[a.WorkloadID] = a
+		}
+	}
+	raw, err = os.ReadFile(filepath.Join(cfg.StateDir, poolFile))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("berth network: read the pool's cursor: %w", err)
+	}
+	if err == nil {
+		var ps poolState
+		if err := json.Unmarshal(raw, &ps); err != nil {
+			return nil, fmt.Errorf("berth network: pool file: %w", err)
+		}
+		if cfg.Subnet.Contains(ps.Last) {
+			n.last = ps.Last
 		}
 	}
 	return n, nil
@@ -285,6 +315,7 @@ func (n *Network) Attach(ctx context.Context, req AttachRequest) (Attachment, er
 		sum := sha256.Sum256([]byte(n.cfg.Bridge + "/" + req.WorkloadID))
 		h := hex.EncodeToString(sum[:])
 		a = Attachment{WorkloadID: req.WorkloadID, Address: addr, HostVeth: "bv" + h[:12], NetNS: "berth-" + h[:16]}
+		n.last = addr
 	}
 	a.Group = req.Group
 	a.Ports = slices.Clone(req.Ports)
@@ -296,6 +327,13 @@ func (n *Network) Attach(ctx context.Context, req AttachRequest) (Attachment, er
 	if err := ensureWorkloadLinks(ctx, n.cfg.Bridge, a, n.cfg.Subnet.Bits(), n.cfg.Gateway); err != nil {
 		return Attachment{}, fmt.Errorf("attach %s: %w", req.WorkloadID, err)
 	}
+	// The node may still hold a neighbour entry of the address with the
+	// hardware address of the workload that had it before (or of this
+	// workload's veth before it was made again): traffic from the node
+	// would go to that address until the entry fails, tens of seconds.
+	if err := flushNeighbour(ctx, n.cfg.Bridge, a.Address); err != nil {
+		return Attachment{}, fmt.Errorf("attach %s: %w", req.WorkloadID, err)
+	}
 	if err := n.applyLocked(); err != nil {
 		return Attachment{}, fmt.Errorf("attach %s: %w", req.WorkloadID, err)
 	}
@@ -303,18 +341,27 @@ func (n *Network) Attach(ctx context.Context, req AttachRequest) (Attachment, er
 	return a, nil
 }
 
-// freeAddressLocked returns the lowest free host address of the subnet
-// after the gateway. mu must be held.
+// freeAddressLocked returns the first free host address of the subnet
+// after the one last handed out, wrapping around (round robin): an address
+// just released is handed out again only once every other one was, so a
+// replica's successor does not inherit its predecessor's address (and the
+// stale neighbour entries of other hosts that talked to it). The gateway is
+// never free. mu must be held.
 func (n *Network) freeAddressLocked() (netip.Addr, error) {
 	used := map[netip.Addr]bool{n.cfg.Gateway: true}
 	for _, a := range n.atts {
 		used[a.Address] = true
 	}
-	for addr := n.cfg.Subnet.Addr().Next(); n.cfg.Subnet.Contains(addr); addr = addr.Next() {
-		if !n.cfg.Subnet.Contains(addr.Next()) {
-			break // the broadcast address
-		}
-		if !used[addr] {
+	var hosts []netip.Addr // every host address: neither the network's nor the broadcast address
+	for addr := n.cfg.Subnet.Addr().Next(); n.cfg.Subnet.Contains(addr.Next()); addr = addr.Next() {
+		hosts = append(hosts, addr)
+	}
+	start := 0
+	if i := slices.Index(hosts, n.last); i >= 0 {
+		start = i + 1
+	}
+	for k := range hosts {
+		if addr := hosts[(start+k)%len(hosts)]; !used[addr] {
 			return addr, nil
 		}
 	}
@@ -338,6 +385,10 @@ func (n *Network) Detach(ctx context.Context, workloadID string) error {
 	if err := removeWorkloadLinks(ctx, a); err != nil {
 		n.atts[workloadID] = a
 		return fmt.Errorf("detach %s: %w", workloadID, err)
+	}
+	// Attach flushes it again; this only spares the node a dead entry.
+	if err := flushNeighbour(ctx, n.cfg.Bridge, a.Address); err != nil {
+		n.log.Warn("flush the neighbour entry of a detached workload", "workload", workloadID, "address", a.Address, "error", err)
 	}
 	if err := n.saveLocked(); err != nil {
 		return fmt.Errorf("detach %s: %w", workloadID, err)
@@ -371,31 +422,31 @@ func (n *Network) Teardown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// saveLocked writes the allocations atomically. mu must be held.
+// saveLocked writes the allocations and the pool's cursor, each file
+// atomically. mu must be held.
 func (n *Network) saveLocked() error {
 	raw, err := json.MarshalIndent(n.listLocked(), "", "  ")
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(n.cfg.StateDir, stateFile)
-	tmp, err := os.CreateTemp(n.cfg.StateDir, stateFile+".*")
+	if err := n.writeLocked(stateFile, raw); err != nil {
+		return err
+	}
+	if !n.last.IsValid() {
+		return nil
+	}
+	raw, err = json.Marshal(poolState{Last: n.last})
 	if err != nil {
-		return fmt.Errorf("save allocations: %w", err)
+		return err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(raw); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save allocations: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save allocations: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("save allocations: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("save allocations: %w", err)
+	return n.writeLocked(poolFile, raw)
+}
+
+// writeLocked replaces the file name under the state directory with raw,
+// atomically and durably. mu must be held.
+func (n *Network) writeLocked(name string, raw []byte) error {
+	if err := securefile.WriteFile(filepath.Join(n.cfg.StateDir, name), raw); err != nil {
+		return fmt.Errorf("save %s: %w", name, err)
 	}
 	return nil
 }
