@@ -279,6 +279,50 @@ func TestStreamRouteFlushesEveryWrite(t *testing.T) {
 	}
 }
 
+// TestKnownLengthBodyTrickles: on a route that does not stream, a response
+// with a Content-Length whose body is still incomplete after a write
+// reaches the client without waiting for the rest (the gateway flushes it
+// at most bufferedFlush later), as a slow download or a drip must.
+func TestKnownLengthBodyTrickles(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "13")
+		_, _ = io.WriteString(w, "first\n")
+		_ = http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "second\n")
+	}))
+	t.Cleanup(up.Close)
+	_, srv, _ := gateway(t, oneRoute(healthy("wl_1", addr(up))))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = testHost
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	if err != nil || first != "first\n" {
+		t.Fatalf("first line %q, %v (the deadline ends a gateway that held it)", first, err)
+	}
+	close(release)
+	rest, _ := io.ReadAll(br)
+	if string(rest) != "second\n" {
+		t.Fatalf("rest %q", rest)
+	}
+}
+
 // TestUpgradeThroughRecorder: a protocol upgrade (as WebSocket does) passes
 // through the gateway's response recorder: 101, then bytes both ways, and
 // the access log records the 101.

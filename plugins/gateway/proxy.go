@@ -116,6 +116,10 @@ type route struct {
 	connect time.Duration
 	// next is shared with the route of the same hostname in later tables.
 	next *atomic.Uint64
+	// durations and noUpstreamRequests are the route's metric series
+	// (requests no upstream answered), looked up on first use.
+	durations          seriesCache[prometheus.Observer]
+	noUpstreamRequests seriesCache[prometheus.Counter]
 }
 
 // upstream is one healthy upstream of a route with the reverse proxy that
@@ -123,6 +127,9 @@ type route struct {
 type upstream struct {
 	routes.Upstream
 	rp *httputil.ReverseProxy
+	// requests are the upstream's request counters, looked up on first
+	// use.
+	requests seriesCache[prometheus.Counter]
 }
 
 // allows reports whether a client at remoteAddr ("ip:port", as in
@@ -242,7 +249,8 @@ func (p *Proxy) transportLocked(t routes.Timeouts) *http.Transport {
 }
 
 // bufferedFlush is the longest a written part of a response of known length
-// waits in the gateway's buffers before it is flushed to the client.
+// whose body is not complete yet waits in the gateway's buffers before it is
+// flushed to the client (see [recorder.Write]).
 const bufferedFlush = 100 * time.Millisecond
 
 // newReverseProxy returns the reverse proxy that forwards to addr over tr.
@@ -257,12 +265,13 @@ func (p *Proxy) newReverseProxy(addr string, tr http.RoundTripper, stream bool) 
 			pr.SetXForwarded()
 		},
 		Transport: tr,
-		// ReverseProxy flushes at once for text/event-stream and for
-		// responses of unknown length; others are flushed at most
-		// bufferedFlush after a write, so a small answer goes out in one
-		// write at its end and a slow one with a Content-Length still
-		// trickles.
-		FlushInterval: bufferedFlush,
+		// ReverseProxy flushes every write of text/event-stream and of
+		// responses of unknown length by itself. Others are not flushed
+		// here: a response that arrives whole goes out in one write at
+		// its end, and the recorder flushes a body of known length that
+		// is still incomplete after a write at most bufferedFlush later,
+		// so a slow answer with a Content-Length still trickles.
+		FlushInterval: 0,
 		BufferPool:    p.buffers,
 		ErrorLog:      p.errLog,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -402,7 +411,7 @@ func (p *Proxy) Table() routes.Table {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := getRecorder(w)
 	defer putRecorder(rec)
-	rec.id = p.ids.forRequest(r)
+	rec.id, rec.idVal = p.ids.forRequest(r)
 	rec.start = time.Now()
 	p.serve(rec, r)
 	p.obs.done(rec, r)
@@ -431,7 +440,7 @@ func (p *Proxy) serve(w *recorder, r *http.Request) {
 			"no route for host", fmt.Sprintf("no service is routed at host %q", host))
 		return
 	}
-	w.service = rt.service
+	w.service, w.route = rt.service, rt
 	if !rt.allows(r.RemoteAddr) {
 		writeProblem(w, http.StatusForbidden, abierrors.SourceNotAllowed, "source-not-allowed",
 			"source not allowed", fmt.Sprintf("the service at host %q does not accept clients from this address", host))
@@ -471,7 +480,7 @@ func (p *Proxy) serve(w *recorder, r *http.Request) {
 	var err error
 	for i := range n {
 		u := rt.healthy[(start+uint64(i))%uint64(n)]
-		w.upstream, w.err = u.Address, nil
+		w.upstream, w.up, w.err = u.Address, u, nil
 		u.rp.ServeHTTP(w, r)
 		if err = w.err; err == nil {
 			return
@@ -566,24 +575,24 @@ func retryable(r *http.Request, err error) bool {
 const copyBufferSize = 32 << 10
 
 // bufferPool recycles the copy buffers of [httputil.ReverseProxy] across
-// requests. It implements [httputil.BufferPool].
+// requests. It implements [httputil.BufferPool]. The pool holds pointers to
+// the buffers' arrays, so that neither Get nor Put allocates.
 type bufferPool struct{ pool sync.Pool }
 
 // Get returns a buffer of copyBufferSize bytes.
 func (b *bufferPool) Get() []byte {
-	if buf, ok := b.pool.Get().(*[]byte); ok {
-		return *buf
+	if buf, ok := b.pool.Get().(*[copyBufferSize]byte); ok {
+		return buf[:]
 	}
 	return make([]byte, copyBufferSize)
 }
 
-// Put returns buf to the pool for reuse.
+// Put returns buf, one that Get returned, to the pool for reuse.
 func (b *bufferPool) Put(buf []byte) {
 	if cap(buf) != copyBufferSize {
 		return
 	}
-	buf = buf[:copyBufferSize]
-	b.pool.Put(&buf)
+	b.pool.Put((*[copyBufferSize]byte)(buf[:copyBufferSize]))
 }
 
 // problem is an RFC 9457 problem document as the gateway writes it.
@@ -613,10 +622,12 @@ func writeProblem(w http.ResponseWriter, status int, code abierrors.Code, mark, 
 // normalizeHost returns the routing key of a Host header or route hostname:
 // lower case, without port, IPv6 brackets or a trailing dot.
 func normalizeHost(h string) string {
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		h = host
-	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
-		h = h[1 : len(h)-1]
+	if strings.IndexByte(h, ':') >= 0 { // a port or an IPv6 address
+		if host, _, err := net.SplitHostPort(h); err == nil {
+			h = host
+		} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+			h = h[1 : len(h)-1]
+		}
 	}
 	return strings.TrimSuffix(strings.ToLower(h), ".")
 }
