@@ -256,13 +256,16 @@ const bufferedFlush = 100 * time.Millisecond
 // newReverseProxy returns the reverse proxy that forwards to addr over tr.
 // A failed round trip is recorded in the *recorder it writes to, so the
 // caller can retry or answer; nothing reaches the client then.
-func (p *Proxy) newReverseProxy(addr string, tr http.RoundTripper, stream bool) *httputil.ReverseProxy {
+func (p *Proxy) newReverseProxy(addr, hostname string, tr http.RoundTripper, stream bool) *httputil.ReverseProxy {
+	// Header values every request to the route shares: the transport
+	// only reads them.
+	hostVal, httpVal, httpsVal := []string{hostname}, []string{"http"}, []string{"https"}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = addr
 			pr.Out.Host = pr.In.Host // the application sees the host it is served at
-			pr.SetXForwarded()
+			setXForwarded(pr, hostVal, httpVal, httpsVal)
 		},
 		Transport: tr,
 		// ReverseProxy flushes every write of text/event-stream and of
@@ -294,6 +297,30 @@ func (p *Proxy) newReverseProxy(addr string, tr http.RoundTripper, stream bool) 
 		rp.FlushInterval = -1 // the route asks for every write at once
 	}
 	return rp
+}
+
+// setXForwarded sets the X-Forwarded-For, -Host and -Proto headers of
+// pr.Out as [httputil.ProxyRequest.SetXForwarded] does (ReverseProxy has
+// already dropped any the client sent), sharing hostVal (the route's
+// hostname) when the client's Host is exactly it, and httpVal or httpsVal,
+// instead of allocating them for every request.
+func setXForwarded(pr *httputil.ProxyRequest, hostVal, httpVal, httpsVal []string) {
+	h := pr.Out.Header
+	if clientIP, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+		h["X-Forwarded-For"] = []string{clientIP}
+	} else {
+		delete(h, "X-Forwarded-For")
+	}
+	if pr.In.Host == hostVal[0] {
+		h["X-Forwarded-Host"] = hostVal
+	} else {
+		h["X-Forwarded-Host"] = []string{pr.In.Host}
+	}
+	if pr.In.TLS == nil {
+		h["X-Forwarded-Proto"] = httpVal
+	} else {
+		h["X-Forwarded-Proto"] = httpsVal
+	}
 }
 
 // SetTable atomically replaces the whole route table with t. Requests already
@@ -362,7 +389,7 @@ func (p *Proxy) SetTable(t routes.Table) {
 					"host", host, "workload_id", u.WorkloadID, "upstream", u.Address, "error", err)
 				continue
 			}
-			rt.healthy = append(rt.healthy, &upstream{Upstream: u, rp: p.newReverseProxy(u.Address, tr, r.Stream)})
+			rt.healthy = append(rt.healthy, &upstream{Upstream: u, rp: p.newReverseProxy(u.Address, r.Hostname, tr, r.Stream)})
 		}
 		if old, ok := prev.byHost[host]; ok {
 			rt.next = old.next
