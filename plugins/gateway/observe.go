@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -96,13 +95,15 @@ type recorder struct {
 	err            error         // of the attempt under way
 	upstreamErrors int
 	retries        int
+	// line is the access log line's buffer, kept across requests.
+	line []byte
 }
 
 var recorders = sync.Pool{New: func() any { return new(recorder) }}
 
 func getRecorder(w http.ResponseWriter) *recorder {
 	rec := recorders.Get().(*recorder)
-	*rec = recorder{w: w, declared: -1}
+	*rec = recorder{w: w, declared: -1, line: rec.line}
 	return rec
 }
 
@@ -112,7 +113,11 @@ func putRecorder(rec *recorder) {
 	if rec.trickle != nil {
 		rec.trickle.stop()
 	}
-	*rec = recorder{}
+	line := rec.line
+	if cap(line) > 4<<10 { // one long line does not stay pooled
+		line = nil
+	}
+	*rec = recorder{line: line[:0]}
 	recorders.Put(rec)
 }
 
@@ -515,26 +520,43 @@ func (o *observer) close() error {
 	return o.log.close()
 }
 
-// accessLog writes one JSON line per request through a buffer that a
-// background goroutine flushes every accessLogFlush; a crash loses at most
-// that much of the log.
+// accessLog writes one JSON line per request. A request formats its line
+// and appends it to a batch under a short lock; a background goroutine
+// hands the batch to the writer every accessLogFlush, or as soon as it
+// holds accessLogBatch bytes, so that no request waits for the file. A
+// crash loses at most a second of the log. When the writer falls behind
+// by accessLogMaxPending bytes, requests write the batch themselves, which
+// bounds the memory held.
 type accessLog struct {
 	logger *slog.Logger
+	w      io.Writer
 
-	mu     sync.Mutex
-	buf    *bufio.Writer // mu must be held
-	line   []byte        // reused line buffer; mu must be held
-	failed bool          // a write failed and was logged; mu must be held
-	closed bool          // close ran: write through; mu must be held
-	stop   chan struct{} // closed by close
-	done   chan struct{}
+	mu      sync.Mutex
+	pending []byte // lines not handed to w yet; mu must be held
+	spare   []byte // the previous batch's buffer, for reuse; mu must be held
+	closed  bool   // close ran: write through; mu must be held
+
+	wmu    sync.Mutex // serialises writes to w
+	failed bool       // a write failed and was logged; wmu must be held
+
+	kick chan struct{} // a batch is full (capacity 1)
+	stop chan struct{} // closed by close
+	done chan struct{}
 }
 
-// accessLogFlush is how often the access log's buffer is written out.
-const accessLogFlush = time.Second
+// Batching of the access log.
+const (
+	// accessLogFlush is how often the batch is written out.
+	accessLogFlush = time.Second
+	// accessLogBatch is the batch size that has it written at once.
+	accessLogBatch = 64 << 10
+	// accessLogMaxPending is the batch size at which requests write it
+	// themselves: the writer is not keeping up.
+	accessLogMaxPending = 4 << 20
+)
 
 func newAccessLog(w io.Writer, logger *slog.Logger) *accessLog {
-	l := &accessLog{logger: logger, buf: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &accessLog{logger: logger, w: w, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.flusher()
 	return l
 }
@@ -548,25 +570,37 @@ func (l *accessLog) flusher() {
 		case <-l.stop:
 			return
 		case <-t.C:
+		case <-l.kick:
 		}
-		l.mu.Lock()
-		l.flushLocked()
-		l.mu.Unlock()
+		l.writeOut()
 	}
 }
 
-// flushLocked writes the buffer out. mu must be held.
-func (l *accessLog) flushLocked() {
-	if err := l.buf.Flush(); err != nil && !l.failed {
-		l.failed = true
-		l.logger.Error("gateway: access log write failed; later failures are not logged", "error", err)
+// writeOut hands the pending batch to the writer.
+func (l *accessLog) writeOut() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	l.mu.Lock()
+	batch := l.pending
+	l.pending, l.spare = l.spare[:0], nil
+	l.mu.Unlock()
+	var err error
+	if len(batch) > 0 {
+		if _, err = l.w.Write(batch); err != nil && !l.failed {
+			l.failed = true
+			l.logger.Error("gateway: access log write failed; later failures are not logged", "error", err)
+		}
 	}
+	l.mu.Lock()
+	if cap(batch) <= 2*accessLogBatch { // a batch swollen by a slow writer is let go
+		l.spare = batch[:0]
+	}
+	l.mu.Unlock()
+	return err
 }
 
 func (l *accessLog) write(rec *recorder, r *http.Request, elapsed time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.line[:0]
+	b := rec.line[:0]
 	b = append(b, `{"time":"`...)
 	b = rec.start.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","host":`...)
@@ -592,15 +626,19 @@ func (l *accessLog) write(rec *recorder, r *http.Request, elapsed time.Duration)
 	b = append(b, `,"remote_addr":`...)
 	b = appendJSONString(b, r.RemoteAddr)
 	b = append(b, "}\n"...)
-	l.line = b
-	if l.closed { // write through
-		_, _ = l.buf.Write(b)
-		l.flushLocked()
-		return
-	}
-	if _, err := l.buf.Write(b); err != nil && !l.failed {
-		l.failed = true
-		l.logger.Error("gateway: access log write failed; later failures are not logged", "error", err)
+	rec.line = b
+	l.mu.Lock()
+	l.pending = append(l.pending, b...)
+	n, closed := len(l.pending), l.closed
+	l.mu.Unlock()
+	switch {
+	case closed || n >= accessLogMaxPending: // write through
+		_ = l.writeOut()
+	case n >= accessLogBatch:
+		select {
+		case l.kick <- struct{}{}:
+		default: // the flusher has been told already
+		}
 	}
 }
 
@@ -614,9 +652,7 @@ func (l *accessLog) close() error {
 	close(l.stop)
 	l.mu.Unlock()
 	<-l.done
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Flush()
+	return l.writeOut()
 }
 
 // appendJSONString appends s as a JSON string: quotes, backslashes and

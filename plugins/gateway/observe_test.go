@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -385,5 +387,56 @@ func TestUpgradeThroughRecorder(t *testing.T) {
 		}
 		p.Close() // flushes; later lines are written through
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// blockedWriter is an access log destination whose writes wait until
+// release is closed.
+type blockedWriter struct {
+	release chan struct{}
+	mu      sync.Mutex
+	n       int
+}
+
+func (w *blockedWriter) Write(b []byte) (int, error) {
+	<-w.release
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n += len(b)
+	return len(b), nil
+}
+
+// TestAccessLogWritesOffTheRequestPath: requests add their lines to the
+// access log without waiting for its file, even while a write to it hangs,
+// until accessLogMaxPending bytes wait; every line is written in the end.
+func TestAccessLogWritesOffTheRequestPath(t *testing.T) {
+	w := &blockedWriter{release: make(chan struct{})}
+	l := newAccessLog(w, slog.New(slog.DiscardHandler))
+	req := httptest.NewRequest(http.MethodGet, "http://"+testHost+"/", nil)
+	rec := &recorder{id: "id", status: http.StatusOK, start: time.Now()}
+	done := make(chan int, 1)
+	go func() {
+		total := 0
+		for total < 2*accessLogBatch { // past the batch size: the file write starts and hangs
+			l.write(rec, req, time.Millisecond)
+			total += len(rec.line)
+		}
+		done <- total
+	}()
+	var total int
+	select {
+	case total = <-done:
+	case <-time.After(30 * time.Second):
+		close(w.release)
+		t.Fatal("requests waited for the access log's file")
+	}
+	close(w.release)
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n != total {
+		t.Fatalf("wrote %d bytes of %d", w.n, total)
 	}
 }
