@@ -95,7 +95,10 @@ func startGateway(b *testing.B, bin, backend string, accessLog bool) string {
 
 // startNginx runs Debian's nginx as a reverse proxy to backend with a
 // configuration in a temporary directory: as many workers as cores, a
-// keep-alive pool to the backend, the access log on or off.
+// keep-alive pool to the backend, the access log on or off. Connections
+// are kept on both sides for as many requests as the load makes
+// (keepalive_requests, 1000 by default, would close them every 1000
+// requests, which neither the gateway nor Caddy does).
 func startNginx(b *testing.B, bin, backend string, accessLog bool) string {
 	b.Helper()
 	addr := proctest.FreeAddr(b)
@@ -121,7 +124,8 @@ http {
   fastcgi_temp_path %[2]s/fastcgi;
   uwsgi_temp_path %[2]s/uwsgi;
   scgi_temp_path %[2]s/scgi;
-  upstream backend { server %[4]s; keepalive 256; }
+  keepalive_requests 1000000;
+  upstream backend { server %[4]s; keepalive 256; keepalive_requests 1000000; }
   server {
     listen %[5]s;
     location / {
@@ -223,17 +227,23 @@ func runWrk(b *testing.B, wrk, addr string, d time.Duration) wrkResult {
 // burst of other work on the machine moves one round, not the figure.
 const gatewayRounds = 3
 
+// gatewayPeers are the proxies the gateway benchmarks load in turn, the
+// gateway last in each round.
+var gatewayPeers = []string{"nginx", "caddy", "gateway"}
+
 // BenchmarkGatewayVsNginx measures requests/s and latency percentiles of small
 // responses (a 13-byte body) through the gateway plugin (launched through
-// host/plugin, as berthd does) and through Debian's nginx configured as a
-// reverse proxy to the same backend (workers as cores, a keep-alive pool),
-// under the same load from wrk (-t2 -c64, 8 s after a 2 s warm-up), in one
-// run, with the access log off and on. The backend is a Go HTTP server in
-// this process; the proxies run one at a time, alternating over
-// gatewayRounds rounds, each figure the median of its rounds. Figures:
-// <proxy>_<log>_req/s and _p99_ms, and the ratios gateway/nginx of
-// requests/s and of p99 (a p99 ratio at or below 1 is "no worse than
-// nginx"). The scenario runs once whatever b.N.
+// host/plugin, as berthd does), through Debian's nginx configured as a
+// reverse proxy to the same backend (workers as cores, a keep-alive pool)
+// and through Caddy (a reverse_proxy with the same pool), under the same
+// load from wrk (-t2 -c64, 8 s after a 2 s warm-up), in one run, with the
+// access log off and on. The backend is a Go HTTP server in this process;
+// the proxies run one at a time, alternating over gatewayRounds rounds,
+// each figure the median of its rounds. Figures: <proxy>_<log>_req/s and
+// _p99_ms; the ratios gateway/nginx of requests/s and of p99
+// (gateway_<log>_rps_ratio, _p99_ratio; a p99 ratio at or below 1 is "no
+// worse than nginx") and gateway/Caddy (gateway_<log>_rps_vs_caddy,
+// _p99_vs_caddy). The scenario runs once whatever b.N.
 func BenchmarkGatewayVsNginx(b *testing.B) {
 	gw, ngx, wrk := gatewayBinary(b), lookTool(b, "nginx"), lookTool(b, "wrk")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -255,13 +265,18 @@ func BenchmarkGatewayVsNginx(b *testing.B) {
 			suffix = "log_on"
 		}
 		b.StopTimer()
+		peer := caddyPeer{backend: addr}
+		if logOn {
+			peer.accessLog = filepath.Join(b.TempDir(), "access.log")
+		}
 		at := map[string]string{
 			"nginx":   startNginx(b, ngx, addr, logOn),
+			"caddy":   startCaddy(b, peer),
 			"gateway": startGateway(b, gw, addr, logOn),
 		}
 		rounds := map[string][]wrkResult{}
 		for round := range gatewayRounds {
-			for _, proxy := range []string{"nginx", "gateway"} {
+			for _, proxy := range gatewayPeers {
 				waitAnswer(b, at[proxy])
 				runWrk(b, wrk, at[proxy], gatewayWarmup)
 				b.StartTimer()
@@ -280,10 +295,22 @@ func BenchmarkGatewayVsNginx(b *testing.B) {
 			b.ReportMetric(med[proxy].rps, proxy+"_"+suffix+"_req/s")
 			b.ReportMetric(float64(med[proxy].p99.Microseconds())/1000, proxy+"_"+suffix+"_p99_ms")
 		}
-		b.ReportMetric(med["gateway"].rps/med["nginx"].rps, "gateway_"+suffix+"_rps_ratio")
-		b.ReportMetric(float64(med["gateway"].p99)/float64(med["nginx"].p99), "gateway_"+suffix+"_p99_ratio")
+		reportRatios(b, med, "gateway", "gateway_"+suffix)
 		b.StartTimer()
 	}
+}
+
+// reportRatios reports the ratios of requests/s and of p99 of med[key] to
+// nginx's (name_rps_ratio, name_p99_ratio) and to Caddy's
+// (name_rps_vs_caddy, name_p99_vs_caddy), the peers' results being under
+// key with "gateway" replaced by their name.
+func reportRatios(b *testing.B, med map[string]wrkResult, key, name string) {
+	g := med[key]
+	n, c := med[strings.Replace(key, "gateway", "nginx", 1)], med[strings.Replace(key, "gateway", "caddy", 1)]
+	b.ReportMetric(g.rps/n.rps, name+"_rps_ratio")
+	b.ReportMetric(float64(g.p99)/float64(n.p99), name+"_p99_ratio")
+	b.ReportMetric(g.rps/c.rps, name+"_rps_vs_caddy")
+	b.ReportMetric(float64(g.p99)/float64(c.p99), name+"_p99_vs_caddy")
 }
 
 // medianResult returns the median requests/s and the median p99 of rs

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -40,10 +39,12 @@ func newRequestIDs() *requestIDs {
 }
 
 // forRequest returns r's request id, keeping the client's when usable and
-// otherwise making one; r then carries exactly that one id.
-func (ids *requestIDs) forRequest(r *http.Request) string {
+// otherwise making one; r then carries exactly that one id. The id is also
+// returned as a header value, which r's header holds and the response may
+// share.
+func (ids *requestIDs) forRequest(r *http.Request) (string, []string) {
 	if vs := r.Header[RequestIDHeader]; len(vs) == 1 && usableRequestID(vs[0]) {
-		return vs[0]
+		return vs[0], vs
 	}
 	var buf [32]byte
 	hex.Encode(buf[:16], ids.prefix[:])
@@ -53,9 +54,9 @@ func (ids *requestIDs) forRequest(r *http.Request) string {
 		c[7-i] = byte(n >> (8 * i))
 	}
 	hex.Encode(buf[16:], c[:])
-	id := string(buf[:])
-	r.Header[RequestIDHeader] = []string{id}
-	return id
+	vs := []string{string(buf[:])}
+	r.Header[RequestIDHeader] = vs
+	return vs[0], vs
 }
 
 func usableRequestID(s string) bool {
@@ -71,32 +72,52 @@ func usableRequestID(s string) bool {
 }
 
 // recorder is the ResponseWriter a request is served through: it notes what
-// the access log and the metrics need, and collects the error of a failed
-// attempt at an upstream (set by the reverse proxy's ErrorHandler).
+// the access log and the metrics need, collects the error of a failed
+// attempt at an upstream (set by the reverse proxy's ErrorHandler), and
+// flushes a body of known length that is still incomplete after a write at
+// most bufferedFlush later.
 type recorder struct {
 	w     http.ResponseWriter
 	id    string
+	idVal []string // id as a header value, shared by request and response
 	start time.Time
 	// service ("project/service") and upstream (address) of the route
 	// and the last upstream tried; empty when there was none.
 	service, upstream string
-	status            int // final status; 0 while none was written
+	route             *route    // the route matched; nil when none
+	up                *upstream // the last upstream tried; nil when none
+	status            int       // final status; 0 while none was written
 	bytes             int64
-	err               error // of the attempt under way
-	upstreamErrors    int
-	retries           int
+	// declared is the final response's Content-Length, -1 when it has
+	// none.
+	declared       int64
+	trickle        *delayedFlush // made by the first write that leaves a body incomplete
+	err            error         // of the attempt under way
+	upstreamErrors int
+	retries        int
+	// line is the access log line's buffer, kept across requests.
+	line []byte
 }
 
 var recorders = sync.Pool{New: func() any { return new(recorder) }}
 
 func getRecorder(w http.ResponseWriter) *recorder {
 	rec := recorders.Get().(*recorder)
-	*rec = recorder{w: w}
+	*rec = recorder{w: w, declared: -1, line: rec.line}
 	return rec
 }
 
+// putRecorder stops the recorder's delayed flush, if any, before the
+// response is finished, and recycles it.
 func putRecorder(rec *recorder) {
-	*rec = recorder{}
+	if rec.trickle != nil {
+		rec.trickle.stop()
+	}
+	line := rec.line
+	if cap(line) > 4<<10 { // one long line does not stay pooled
+		line = nil
+	}
+	*rec = recorder{line: line[:0]}
 	recorders.Put(rec)
 }
 
@@ -111,45 +132,183 @@ func (rec *recorder) WriteHeader(code int) {
 		rec.status = code
 		h := rec.w.Header()
 		if _, ok := h[RequestIDHeader]; !ok {
-			h[RequestIDHeader] = []string{rec.id}
+			if rec.idVal == nil {
+				rec.idVal = []string{rec.id}
+			}
+			h[RequestIDHeader] = rec.idVal
+		}
+		if vs := h["Content-Length"]; len(vs) == 1 {
+			if n, err := strconv.ParseInt(vs[0], 10, 64); err == nil && n >= 0 {
+				rec.declared = n
+			}
 		}
 	}
 	rec.w.WriteHeader(code)
 }
 
-// Write implements http.ResponseWriter.
+// Write implements http.ResponseWriter. A write that leaves a body of known
+// length incomplete arms a flush bufferedFlush later (unless one is armed):
+// the rest may be slow to come. A body that arrives whole is never flushed
+// here; the server writes it in one piece at the end of the request.
 func (rec *recorder) Write(b []byte) (int, error) {
 	if rec.status == 0 {
 		rec.WriteHeader(http.StatusOK)
 	}
+	if rec.trickle != nil {
+		n, err := rec.trickle.write(b, rec.declared < 0 || rec.bytes+int64(len(b)) < rec.declared)
+		rec.bytes += int64(n)
+		return n, err
+	}
 	n, err := rec.w.Write(b)
 	rec.bytes += int64(n)
+	if err == nil && rec.declared > rec.bytes {
+		rec.trickle = &delayedFlush{w: rec.w}
+		rec.trickle.arm()
+	}
 	return n, err
 }
 
 // Flush implements http.Flusher.
-func (rec *recorder) Flush() { _ = http.NewResponseController(rec.w).Flush() }
+func (rec *recorder) Flush() {
+	if rec.trickle != nil {
+		rec.trickle.flush()
+		return
+	}
+	flushWriter(rec.w)
+}
+
+// flushWriter flushes w, the server's ResponseWriter.
+func flushWriter(w http.ResponseWriter) {
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+		return
+	}
+	_ = http.NewResponseController(w).Flush()
+}
+
+// delayedFlush flushes a ResponseWriter at most bufferedFlush after a
+// write, from a timer; from its creation on, every write and flush of the
+// response goes through it, under its lock.
+type delayedFlush struct {
+	w http.ResponseWriter
+
+	mu      sync.Mutex
+	t       *time.Timer // mu must be held
+	pending bool        // a flush is armed; mu must be held
+	stopped bool        // the request is over; mu must be held
+}
+
+// write writes b and, when more is to come (incomplete), arms a flush.
+func (d *delayedFlush) write(b []byte, incomplete bool) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n, err := d.w.Write(b)
+	if incomplete {
+		d.armLocked()
+	}
+	return n, err
+}
+
+func (d *delayedFlush) arm() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.armLocked()
+}
+
+// armLocked arms a flush unless one is pending. mu must be held.
+func (d *delayedFlush) armLocked() {
+	if d.pending || d.stopped {
+		return
+	}
+	d.pending = true
+	if d.t == nil {
+		d.t = time.AfterFunc(bufferedFlush, d.fire)
+		return
+	}
+	d.t.Reset(bufferedFlush)
+}
+
+func (d *delayedFlush) fire() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.pending || d.stopped {
+		return
+	}
+	d.pending = false
+	flushWriter(d.w)
+}
+
+// flush flushes now (the reverse proxy asks for it).
+func (d *delayedFlush) flush() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return
+	}
+	d.pending = false
+	flushWriter(d.w)
+}
+
+// stop ends the delayed flushes: the request is over and its writer may no
+// longer be used.
+func (d *delayedFlush) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopped = true
+	d.pending = false
+	if d.t != nil {
+		d.t.Stop()
+	}
+}
 
 // Unwrap lets http.ResponseController reach the connection's writer
 // (flushes, hijacking for upgraded connections, deadlines).
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
 
-// codeClass is the bounded status label: 1xx to 5xx, or "none" when no
-// status was written (the client went away first).
-func codeClass(status int) string {
-	switch {
-	case status >= 100 && status < 200:
+// numClasses is the number of status classes: 1xx to 5xx and none.
+const numClasses = 6
+
+// classIndex is the index of status's class: 0 to 4 for 1xx to 5xx, 5 when
+// no status was written (the client went away first).
+func classIndex(status int) int {
+	if status >= 100 && status < 600 {
+		return status/100 - 1
+	}
+	return numClasses - 1
+}
+
+// codeClass is the bounded status label of class index i: 1xx to 5xx, or
+// "none".
+func codeClass(i int) string {
+	switch i {
+	case 0:
 		return "1xx"
-	case status < 300 && status >= 200:
+	case 1:
 		return "2xx"
-	case status < 400 && status >= 300:
+	case 2:
 		return "3xx"
-	case status < 500 && status >= 400:
+	case 3:
 		return "4xx"
-	case status < 600 && status >= 500:
+	case 4:
 		return "5xx"
 	}
 	return "none"
+}
+
+// seriesCache holds metric series by status class, each looked up in its
+// vector on first use and then used without a lookup: requests of a route
+// and an upstream of the table in force count with one atomic load and
+// one atomic add.
+type seriesCache[T any] [numClasses]atomic.Pointer[T]
+
+// get returns the series of class i, looked up by lookup on first use.
+func (c *seriesCache[T]) get(i int, lookup func() T) T {
+	if s := c[i].Load(); s != nil {
+		return *s
+	}
+	s := lookup()
+	c[i].Store(&s)
+	return s
 }
 
 // Label values for requests that matched no route or reached no upstream.
@@ -259,22 +418,39 @@ func (o *observer) certificatesInForce(n int) {
 func (o *observer) done(rec *recorder, r *http.Request) {
 	elapsed := time.Since(rec.start)
 	if o.requests != nil {
-		svc, up := rec.service, rec.upstream
-		if svc == "" {
-			svc = noService
-		}
-		if up == "" || rec.err != nil {
-			up = noUpstream
-		}
-		class := codeClass(rec.status)
-		o.requests.WithLabelValues(svc, class, up).Inc()
-		o.duration.WithLabelValues(svc, class).Observe(elapsed.Seconds())
-		if rec.retries > 0 {
-			o.retries.WithLabelValues(svc).Add(float64(rec.retries))
-		}
+		o.count(rec, elapsed)
 	}
 	if o.log != nil {
 		o.log.write(rec, r, elapsed)
+	}
+}
+
+// count adds a finished request to the metrics; a request of a route of
+// the table uses the series cached on the route and its upstream.
+func (o *observer) count(rec *recorder, elapsed time.Duration) {
+	ci := classIndex(rec.status)
+	class := codeClass(ci)
+	rt := rec.route
+	if rt == nil {
+		o.requests.WithLabelValues(noService, class, noUpstream).Inc()
+		o.duration.WithLabelValues(noService, class).Observe(elapsed.Seconds())
+		return
+	}
+	if rec.up == nil || rec.err != nil {
+		rt.noUpstreamRequests.get(ci, func() prometheus.Counter {
+			return o.requests.WithLabelValues(rt.service, class, noUpstream)
+		}).Inc()
+	} else {
+		u := rec.up
+		u.requests.get(ci, func() prometheus.Counter {
+			return o.requests.WithLabelValues(rt.service, class, u.Address)
+		}).Inc()
+	}
+	rt.durations.get(ci, func() prometheus.Observer {
+		return o.duration.WithLabelValues(rt.service, class)
+	}).Observe(elapsed.Seconds())
+	if rec.retries > 0 {
+		o.retries.WithLabelValues(rt.service).Add(float64(rec.retries))
 	}
 }
 
@@ -344,26 +520,43 @@ func (o *observer) close() error {
 	return o.log.close()
 }
 
-// accessLog writes one JSON line per request through a buffer that a
-// background goroutine flushes every accessLogFlush; a crash loses at most
-// that much of the log.
+// accessLog writes one JSON line per request. A request formats its line
+// and appends it to a batch under a short lock; a background goroutine
+// hands the batch to the writer every accessLogFlush, or as soon as it
+// holds accessLogBatch bytes, so that no request waits for the file. A
+// crash loses at most a second of the log. When the writer falls behind
+// by accessLogMaxPending bytes, requests write the batch themselves, which
+// bounds the memory held.
 type accessLog struct {
 	logger *slog.Logger
+	w      io.Writer
 
-	mu     sync.Mutex
-	buf    *bufio.Writer // mu must be held
-	line   []byte        // reused line buffer; mu must be held
-	failed bool          // a write failed and was logged; mu must be held
-	closed bool          // close ran: write through; mu must be held
-	stop   chan struct{} // closed by close
-	done   chan struct{}
+	mu      sync.Mutex
+	pending []byte // lines not handed to w yet; mu must be held
+	spare   []byte // the previous batch's buffer, for reuse; mu must be held
+	closed  bool   // close ran: write through; mu must be held
+
+	wmu    sync.Mutex // serialises writes to w
+	failed bool       // a write failed and was logged; wmu must be held
+
+	kick chan struct{} // a batch is full (capacity 1)
+	stop chan struct{} // closed by close
+	done chan struct{}
 }
 
-// accessLogFlush is how often the access log's buffer is written out.
-const accessLogFlush = time.Second
+// Batching of the access log.
+const (
+	// accessLogFlush is how often the batch is written out.
+	accessLogFlush = time.Second
+	// accessLogBatch is the batch size that has it written at once.
+	accessLogBatch = 64 << 10
+	// accessLogMaxPending is the batch size at which requests write it
+	// themselves: the writer is not keeping up.
+	accessLogMaxPending = 4 << 20
+)
 
 func newAccessLog(w io.Writer, logger *slog.Logger) *accessLog {
-	l := &accessLog{logger: logger, buf: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &accessLog{logger: logger, w: w, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.flusher()
 	return l
 }
@@ -377,25 +570,37 @@ func (l *accessLog) flusher() {
 		case <-l.stop:
 			return
 		case <-t.C:
+		case <-l.kick:
 		}
-		l.mu.Lock()
-		l.flushLocked()
-		l.mu.Unlock()
+		l.writeOut()
 	}
 }
 
-// flushLocked writes the buffer out. mu must be held.
-func (l *accessLog) flushLocked() {
-	if err := l.buf.Flush(); err != nil && !l.failed {
-		l.failed = true
-		l.logger.Error("gateway: access log write failed; later failures are not logged", "error", err)
+// writeOut hands the pending batch to the writer.
+func (l *accessLog) writeOut() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	l.mu.Lock()
+	batch := l.pending
+	l.pending, l.spare = l.spare[:0], nil
+	l.mu.Unlock()
+	var err error
+	if len(batch) > 0 {
+		if _, err = l.w.Write(batch); err != nil && !l.failed {
+			l.failed = true
+			l.logger.Error("gateway: access log write failed; later failures are not logged", "error", err)
+		}
 	}
+	l.mu.Lock()
+	if cap(batch) <= 2*accessLogBatch { // a batch swollen by a slow writer is let go
+		l.spare = batch[:0]
+	}
+	l.mu.Unlock()
+	return err
 }
 
 func (l *accessLog) write(rec *recorder, r *http.Request, elapsed time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.line[:0]
+	b := rec.line[:0]
 	b = append(b, `{"time":"`...)
 	b = rec.start.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","host":`...)
@@ -421,15 +626,19 @@ func (l *accessLog) write(rec *recorder, r *http.Request, elapsed time.Duration)
 	b = append(b, `,"remote_addr":`...)
 	b = appendJSONString(b, r.RemoteAddr)
 	b = append(b, "}\n"...)
-	l.line = b
-	if l.closed { // write through
-		_, _ = l.buf.Write(b)
-		l.flushLocked()
-		return
-	}
-	if _, err := l.buf.Write(b); err != nil && !l.failed {
-		l.failed = true
-		l.logger.Error("gateway: access log write failed; later failures are not logged", "error", err)
+	rec.line = b
+	l.mu.Lock()
+	l.pending = append(l.pending, b...)
+	n, closed := len(l.pending), l.closed
+	l.mu.Unlock()
+	switch {
+	case closed || n >= accessLogMaxPending: // write through
+		_ = l.writeOut()
+	case n >= accessLogBatch:
+		select {
+		case l.kick <- struct{}{}:
+		default: // the flusher has been told already
+		}
 	}
 }
 
@@ -443,9 +652,7 @@ func (l *accessLog) close() error {
 	close(l.stop)
 	l.mu.Unlock()
 	<-l.done
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Flush()
+	return l.writeOut()
 }
 
 // appendJSONString appends s as a JSON string: quotes, backslashes and

@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -279,6 +281,50 @@ func TestStreamRouteFlushesEveryWrite(t *testing.T) {
 	}
 }
 
+// TestKnownLengthBodyTrickles: on a route that does not stream, a response
+// with a Content-Length whose body is still incomplete after a write
+// reaches the client without waiting for the rest (the gateway flushes it
+// at most bufferedFlush later), as a slow download or a drip must.
+func TestKnownLengthBodyTrickles(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "13")
+		_, _ = io.WriteString(w, "first\n")
+		_ = http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "second\n")
+	}))
+	t.Cleanup(up.Close)
+	_, srv, _ := gateway(t, oneRoute(healthy("wl_1", addr(up))))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = testHost
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	if err != nil || first != "first\n" {
+		t.Fatalf("first line %q, %v (the deadline ends a gateway that held it)", first, err)
+	}
+	close(release)
+	rest, _ := io.ReadAll(br)
+	if string(rest) != "second\n" {
+		t.Fatalf("rest %q", rest)
+	}
+}
+
 // TestUpgradeThroughRecorder: a protocol upgrade (as WebSocket does) passes
 // through the gateway's response recorder: 101, then bytes both ways, and
 // the access log records the 101.
@@ -341,5 +387,56 @@ func TestUpgradeThroughRecorder(t *testing.T) {
 		}
 		p.Close() // flushes; later lines are written through
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// blockedWriter is an access log destination whose writes wait until
+// release is closed.
+type blockedWriter struct {
+	release chan struct{}
+	mu      sync.Mutex
+	n       int
+}
+
+func (w *blockedWriter) Write(b []byte) (int, error) {
+	<-w.release
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n += len(b)
+	return len(b), nil
+}
+
+// TestAccessLogWritesOffTheRequestPath: requests add their lines to the
+// access log without waiting for its file, even while a write to it hangs,
+// until accessLogMaxPending bytes wait; every line is written in the end.
+func TestAccessLogWritesOffTheRequestPath(t *testing.T) {
+	w := &blockedWriter{release: make(chan struct{})}
+	l := newAccessLog(w, slog.New(slog.DiscardHandler))
+	req := httptest.NewRequest(http.MethodGet, "http://"+testHost+"/", nil)
+	rec := &recorder{id: "id", status: http.StatusOK, start: time.Now()}
+	done := make(chan int, 1)
+	go func() {
+		total := 0
+		for total < 2*accessLogBatch { // past the batch size: the file write starts and hangs
+			l.write(rec, req, time.Millisecond)
+			total += len(rec.line)
+		}
+		done <- total
+	}()
+	var total int
+	select {
+	case total = <-done:
+	case <-time.After(30 * time.Second):
+		close(w.release)
+		t.Fatal("requests waited for the access log's file")
+	}
+	close(w.release)
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n != total {
+		t.Fatalf("wrote %d bytes of %d", w.n, total)
 	}
 }

@@ -116,6 +116,10 @@ type route struct {
 	connect time.Duration
 	// next is shared with the route of the same hostname in later tables.
 	next *atomic.Uint64
+	// durations and noUpstreamRequests are the route's metric series
+	// (requests no upstream answered), looked up on first use.
+	durations          seriesCache[prometheus.Observer]
+	noUpstreamRequests seriesCache[prometheus.Counter]
 }
 
 // upstream is one healthy upstream of a route with the reverse proxy that
@@ -123,6 +127,9 @@ type route struct {
 type upstream struct {
 	routes.Upstream
 	rp *httputil.ReverseProxy
+	// requests are the upstream's request counters, looked up on first
+	// use.
+	requests seriesCache[prometheus.Counter]
 }
 
 // allows reports whether a client at remoteAddr ("ip:port", as in
@@ -242,27 +249,32 @@ func (p *Proxy) transportLocked(t routes.Timeouts) *http.Transport {
 }
 
 // bufferedFlush is the longest a written part of a response of known length
-// waits in the gateway's buffers before it is flushed to the client.
+// whose body is not complete yet waits in the gateway's buffers before it is
+// flushed to the client (see [recorder.Write]).
 const bufferedFlush = 100 * time.Millisecond
 
 // newReverseProxy returns the reverse proxy that forwards to addr over tr.
 // A failed round trip is recorded in the *recorder it writes to, so the
 // caller can retry or answer; nothing reaches the client then.
-func (p *Proxy) newReverseProxy(addr string, tr http.RoundTripper, stream bool) *httputil.ReverseProxy {
+func (p *Proxy) newReverseProxy(addr, hostname string, tr http.RoundTripper, stream bool) *httputil.ReverseProxy {
+	// Header values every request to the route shares: the transport
+	// only reads them.
+	hostVal, httpVal, httpsVal := []string{hostname}, []string{"http"}, []string{"https"}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = addr
 			pr.Out.Host = pr.In.Host // the application sees the host it is served at
-			pr.SetXForwarded()
+			setXForwarded(pr, hostVal, httpVal, httpsVal)
 		},
 		Transport: tr,
-		// ReverseProxy flushes at once for text/event-stream and for
-		// responses of unknown length; others are flushed at most
-		// bufferedFlush after a write, so a small answer goes out in one
-		// write at its end and a slow one with a Content-Length still
-		// trickles.
-		FlushInterval: bufferedFlush,
+		// ReverseProxy flushes every write of text/event-stream and of
+		// responses of unknown length by itself. Others are not flushed
+		// here: a response that arrives whole goes out in one write at
+		// its end, and the recorder flushes a body of known length that
+		// is still incomplete after a write at most bufferedFlush later,
+		// so a slow answer with a Content-Length still trickles.
+		FlushInterval: 0,
 		BufferPool:    p.buffers,
 		ErrorLog:      p.errLog,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -285,6 +297,30 @@ func (p *Proxy) newReverseProxy(addr string, tr http.RoundTripper, stream bool) 
 		rp.FlushInterval = -1 // the route asks for every write at once
 	}
 	return rp
+}
+
+// setXForwarded sets the X-Forwarded-For, -Host and -Proto headers of
+// pr.Out as [httputil.ProxyRequest.SetXForwarded] does (ReverseProxy has
+// already dropped any the client sent), sharing hostVal (the route's
+// hostname) when the client's Host is exactly it, and httpVal or httpsVal,
+// instead of allocating them for every request.
+func setXForwarded(pr *httputil.ProxyRequest, hostVal, httpVal, httpsVal []string) {
+	h := pr.Out.Header
+	if clientIP, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+		h["X-Forwarded-For"] = []string{clientIP}
+	} else {
+		delete(h, "X-Forwarded-For")
+	}
+	if pr.In.Host == hostVal[0] {
+		h["X-Forwarded-Host"] = hostVal
+	} else {
+		h["X-Forwarded-Host"] = []string{pr.In.Host}
+	}
+	if pr.In.TLS == nil {
+		h["X-Forwarded-Proto"] = httpVal
+	} else {
+		h["X-Forwarded-Proto"] = httpsVal
+	}
 }
 
 // SetTable atomically replaces the whole route table with t. Requests already
@@ -353,7 +389,7 @@ func (p *Proxy) SetTable(t routes.Table) {
 					"host", host, "workload_id", u.WorkloadID, "upstream", u.Address, "error", err)
 				continue
 			}
-			rt.healthy = append(rt.healthy, &upstream{Upstream: u, rp: p.newReverseProxy(u.Address, tr, r.Stream)})
+			rt.healthy = append(rt.healthy, &upstream{Upstream: u, rp: p.newReverseProxy(u.Address, r.Hostname, tr, r.Stream)})
 		}
 		if old, ok := prev.byHost[host]; ok {
 			rt.next = old.next
@@ -402,7 +438,7 @@ func (p *Proxy) Table() routes.Table {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := getRecorder(w)
 	defer putRecorder(rec)
-	rec.id = p.ids.forRequest(r)
+	rec.id, rec.idVal = p.ids.forRequest(r)
 	rec.start = time.Now()
 	p.serve(rec, r)
 	p.obs.done(rec, r)
@@ -431,7 +467,7 @@ func (p *Proxy) serve(w *recorder, r *http.Request) {
 			"no route for host", fmt.Sprintf("no service is routed at host %q", host))
 		return
 	}
-	w.service = rt.service
+	w.service, w.route = rt.service, rt
 	if !rt.allows(r.RemoteAddr) {
 		writeProblem(w, http.StatusForbidden, abierrors.SourceNotAllowed, "source-not-allowed",
 			"source not allowed", fmt.Sprintf("the service at host %q does not accept clients from this address", host))
@@ -471,7 +507,7 @@ func (p *Proxy) serve(w *recorder, r *http.Request) {
 	var err error
 	for i := range n {
 		u := rt.healthy[(start+uint64(i))%uint64(n)]
-		w.upstream, w.err = u.Address, nil
+		w.upstream, w.up, w.err = u.Address, u, nil
 		u.rp.ServeHTTP(w, r)
 		if err = w.err; err == nil {
 			return
@@ -566,24 +602,24 @@ func retryable(r *http.Request, err error) bool {
 const copyBufferSize = 32 << 10
 
 // bufferPool recycles the copy buffers of [httputil.ReverseProxy] across
-// requests. It implements [httputil.BufferPool].
+// requests. It implements [httputil.BufferPool]. The pool holds pointers to
+// the buffers' arrays, so that neither Get nor Put allocates.
 type bufferPool struct{ pool sync.Pool }
 
 // Get returns a buffer of copyBufferSize bytes.
 func (b *bufferPool) Get() []byte {
-	if buf, ok := b.pool.Get().(*[]byte); ok {
-		return *buf
+	if buf, ok := b.pool.Get().(*[copyBufferSize]byte); ok {
+		return buf[:]
 	}
 	return make([]byte, copyBufferSize)
 }
 
-// Put returns buf to the pool for reuse.
+// Put returns buf, one that Get returned, to the pool for reuse.
 func (b *bufferPool) Put(buf []byte) {
 	if cap(buf) != copyBufferSize {
 		return
 	}
-	buf = buf[:copyBufferSize]
-	b.pool.Put(&buf)
+	b.pool.Put((*[copyBufferSize]byte)(buf[:copyBufferSize]))
 }
 
 // problem is an RFC 9457 problem document as the gateway writes it.
@@ -613,10 +649,12 @@ func writeProblem(w http.ResponseWriter, status int, code abierrors.Code, mark, 
 // normalizeHost returns the routing key of a Host header or route hostname:
 // lower case, without port, IPv6 brackets or a trailing dot.
 func normalizeHost(h string) string {
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		h = host
-	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
-		h = h[1 : len(h)-1]
+	if strings.IndexByte(h, ':') >= 0 { // a port or an IPv6 address
+		if host, _, err := net.SplitHostPort(h); err == nil {
+			h = host
+		} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+			h = h[1 : len(h)-1]
+		}
 	}
 	return strings.TrimSuffix(strings.ToLower(h), ".")
 }
