@@ -410,12 +410,39 @@ func OpenedSecretValue(workloadID string, s WorkloadSecret, plain []byte) (value
 }
 
 // HealthCheck is an HTTP GET probe; zero fields take the defaults of section 6.3
-// (path "/", every 10 s, 2 s timeout, 3 failures).
+// ([HealthCheck.WithDefaults]).
 type HealthCheck struct {
 	Path      string `json:"path,omitempty"`
 	IntervalS int    `json:"interval_s,omitempty"`
 	TimeoutS  int    `json:"timeout_s,omitempty"`
 	Failures  int    `json:"failures,omitempty"`
+}
+
+// Defaults of a health check (section 6.3): what a zero field of [HealthCheck] means. The
+// agent probes with them and the core shows them to policies; both read them here.
+const (
+	DefaultHealthPath      = "/"
+	DefaultHealthIntervalS = 10
+	DefaultHealthTimeoutS  = 2
+	DefaultHealthFailures  = 3
+)
+
+// WithDefaults returns h with each zero (or negative) field replaced by its default of
+// section 6.3: the probe a node runs for h.
+func (h HealthCheck) WithDefaults() HealthCheck {
+	if h.Path == "" {
+		h.Path = DefaultHealthPath
+	}
+	if h.IntervalS <= 0 {
+		h.IntervalS = DefaultHealthIntervalS
+	}
+	if h.TimeoutS <= 0 {
+		h.TimeoutS = DefaultHealthTimeoutS
+	}
+	if h.Failures <= 0 {
+		h.Failures = DefaultHealthFailures
+	}
+	return h
 }
 
 // RouteSpec is a hostname served by workloads of this node.

@@ -111,9 +111,10 @@ type Service struct {
 	CPUMillis     int64             `json:"cpu_millis"`
 }
 
-// HealthCheck is a service's HTTP health check: Path ("" for none), the
-// interval and timeout in seconds and the failures in a row that make a
-// workload unhealthy (0 each: the agent's defaults).
+// HealthCheck is a service's HTTP health check: Path as declared ("" for
+// none), and the interval and timeout in seconds and the failures in a row
+// that make a workload unhealthy the node probes with, the defaults of
+// docs/node-protocol.md section 6.3 written out where the service sets none.
 type HealthCheck struct {
 	Path      string `json:"path"`
 	IntervalS int    `json:"interval_s"`

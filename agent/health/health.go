@@ -14,12 +14,12 @@ import (
 	"github.com/berthhq/berth/abi/node"
 )
 
-// Defaults of a health check (section 6.3).
+// Defaults of a health check (section 6.3), from abi/node's, which the core shows policies.
 const (
-	DefaultPath         = "/"
-	DefaultInterval     = 10 * time.Second
-	DefaultTimeout      = 2 * time.Second
-	DefaultFailures     = 3
+	DefaultPath         = node.DefaultHealthPath
+	DefaultInterval     = node.DefaultHealthIntervalS * time.Second
+	DefaultTimeout      = node.DefaultHealthTimeoutS * time.Second
+	DefaultFailures     = node.DefaultHealthFailures
 	DefaultFastInterval = time.Second
 )
 
@@ -38,30 +38,18 @@ type Target struct {
 // TargetFor returns the probe of a workload listening on addr ("host:port")
 // with check; zero fields take the defaults.
 func TargetFor(addr string, check node.HealthCheck) Target {
-	t := Target{
-		URL:          "http://" + addr + DefaultPath,
-		Interval:     DefaultInterval,
+	check = check.WithDefaults()
+	p := check.Path
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	return Target{
+		URL:          "http://" + addr + p,
+		Interval:     time.Duration(check.IntervalS) * time.Second,
 		FastInterval: DefaultFastInterval,
-		Timeout:      DefaultTimeout,
-		Failures:     DefaultFailures,
+		Timeout:      time.Duration(check.TimeoutS) * time.Second,
+		Failures:     check.Failures,
 	}
-	if check.Path != "" {
-		p := check.Path
-		if p[0] != '/' {
-			p = "/" + p
-		}
-		t.URL = "http://" + addr + p
-	}
-	if check.IntervalS > 0 {
-		t.Interval = time.Duration(check.IntervalS) * time.Second
-	}
-	if check.TimeoutS > 0 {
-		t.Timeout = time.Duration(check.TimeoutS) * time.Second
-	}
-	if check.Failures > 0 {
-		t.Failures = check.Failures
-	}
-	return t
 }
 
 // Tracker folds probe outcomes into a health value. The zero value is unknown

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/berthhq/berth/abi/node"
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
@@ -18,8 +19,7 @@ func ServiceObject(s *services.Service) abiwasm.Service {
 	o := abiwasm.Service{Project: s.Project, Name: s.Name, Revision: s.Revision, Bundle: s.Bundle, BundleDigest: s.BundleDigest,
 		Image: s.Image, Command: s.Command, Env: s.Env, Port: s.Port, Domains: s.Domains, Replicas: s.Replicas,
 		CapacityUnits: s.CapacityUnits, Labels: s.Labels,
-		HealthCheck: abiwasm.HealthCheck{Path: s.HealthCheck.Path, IntervalS: s.HealthCheck.IntervalS,
-			TimeoutS: s.HealthCheck.TimeoutS, Failures: s.HealthCheck.Failures},
+		HealthCheck:   healthCheckObject(s.HealthCheck),
 		PlacementMode: services.PlacementPortable, Runtime: "process",
 		User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis}
 	if s.Runtime != "" {
@@ -45,6 +45,14 @@ func ServiceObject(s *services.Service) abiwasm.Service {
 		o.Labels = map[string]string{}
 	}
 	return o
+}
+
+// healthCheckObject is h as policies see it: the timings the node probes with, its defaults
+// written out (node.HealthCheck.WithDefaults, docs/node-protocol.md section 6.3), and the path
+// as declared ("" when the service declares none).
+func healthCheckObject(h services.HealthCheck) abiwasm.HealthCheck {
+	run := node.HealthCheck{Path: h.Path, IntervalS: h.IntervalS, TimeoutS: h.TimeoutS, Failures: h.Failures}.WithDefaults()
+	return abiwasm.HealthCheck{Path: h.Path, IntervalS: run.IntervalS, TimeoutS: run.TimeoutS, Failures: run.Failures}
 }
 
 // NodeObject is n as policies see it (abiwasm.Node).

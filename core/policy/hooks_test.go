@@ -103,3 +103,25 @@ func TestInputsFollowSchema(t *testing.T) {
 		t.Errorf("a partial input with known fields: %v", err)
 	}
 }
+
+// TestServiceObjectWritesHealthCheckDefaults: a policy sees the health check
+// the service runs with (docs/wasm-abi.md section 5): zero timings are the
+// node's defaults written out (docs/node-protocol.md section 6.3: every 10 s,
+// 2 s timeout, 3 failures), what the service sets is kept, and path stays as
+// declared ("" when the service declares none).
+func TestServiceObjectWritesHealthCheckDefaults(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   services.HealthCheck
+		want abiwasm.HealthCheck
+	}{
+		{services.HealthCheck{}, abiwasm.HealthCheck{IntervalS: 10, TimeoutS: 2, Failures: 3}},
+		{services.HealthCheck{Path: "/healthz", IntervalS: 30}, abiwasm.HealthCheck{Path: "/healthz", IntervalS: 30, TimeoutS: 2, Failures: 3}},
+		{services.HealthCheck{Path: "/up", IntervalS: 5, TimeoutS: 1, Failures: 7}, abiwasm.HealthCheck{Path: "/up", IntervalS: 5, TimeoutS: 1, Failures: 7}},
+	} {
+		s := &services.Service{Project: "default", Name: "web", Port: 8080, HealthCheck: c.in}
+		if got := ServiceObject(s).HealthCheck; got != c.want {
+			t.Errorf("health check %+v: the policy sees %+v, want %+v", c.in, got, c.want)
+		}
+	}
+}

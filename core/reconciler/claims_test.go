@@ -265,3 +265,66 @@ func TestRouteCompilerCannotServeAnExcludedHostname(t *testing.T) {
 		t.Fatalf("excluded %+v", tb.Excluded)
 	}
 }
+
+// TestRouteCompilerCannotTakeAHeldHostname: with api holding the claim on
+// api.localhost, a bound compiler that routes api.localhost to web has its
+// whole table refused, naming the module and the hostname; the last good
+// table stays in force and the gateway gets nothing new
+// (docs/routes.md section 2).
+func TestRouteCompilerCannotTakeAHeldHostname(t *testing.T) {
+	st := storetest.Open(t)
+	ctx := context.Background()
+	reg := nodes.NewRegistry(st, nil)
+	cat := services.NewCatalog(st, nil)
+	enroll(t, reg)
+	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	def, err := rt.Load(ctx, routes.DefaultModule())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &bindings{modules: map[string][]byte{}}
+	rec := &recorder{pushed: map[string]int{}}
+	r := New(Config{Catalog: cat, Nodes: reg, Pusher: rec, Routes: rec,
+		Compiler: routes.NewBindable(routes.BindableConfig{Default: routes.Wasm{Module: def}, Source: src, Runtime: rt})})
+	p, _, _ := cat.EnsureProject(ctx, "default")
+	for _, name := range []string{"api", "web"} {
+		if _, _, err := cat.ApplyService(ctx, p, &services.Service{Name: name, BundleDigest: "sha256:1", Command: []string{"./" + name}, Port: 8080,
+			Replicas: 1, Domains: []string{name + ".localhost"}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	good := r.RouteStatus()
+	got := map[string]string{}
+	for _, rt := range good.Table.Routes {
+		got[rt.Hostname] = rt.Project + "/" + rt.Service
+	}
+	if got["api.localhost"] != "default/api" || got["web.localhost"] != "default/web" {
+		t.Fatalf("default table: %v", got)
+	}
+	pushed := len(rec.tables)
+
+	taker := []abiroutes.Route{
+		{Hostname: "api.localhost", Project: "default", Service: "web", TLSMode: "none", Upstreams: []abiroutes.Upstream{}},
+		{Hostname: "web.localhost", Project: "default", Service: "web", TLSMode: "none", Upstreams: []abiroutes.Upstream{}},
+	}
+	src.bind("pbn_taker", wasmtest.Routes("taker-routes", routesAnswer(t, taker)))
+	err = r.Pass(ctx)
+	if err == nil || !errors.Is(err, routes.ErrClaimBroken) || !strings.Contains(err.Error(), "taker-routes") ||
+		!strings.Contains(err.Error(), "api.localhost is held by default/api") {
+		t.Fatalf("pass with a compiler taking api.localhost answered %v", err)
+	}
+	st2 := r.RouteStatus()
+	if st2.SHA256 != good.SHA256 || !strings.Contains(st2.LastError, "api.localhost") || !strings.Contains(st2.FailingCompiler, "taker-routes") {
+		t.Fatalf("status after the refusal: %+v", st2)
+	}
+	if len(rec.tables) != pushed {
+		t.Fatalf("a table handing api.localhost to web reached the gateway: %+v", rec.tables[len(rec.tables)-1].Routes)
+	}
+}

@@ -954,8 +954,13 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 	in, resolution := routes.ResolveClaims(in, claims)
 	t, err := r.cfg.Compiler.Compile(ctx, in)
 	if err == nil {
-		resolution.Enforce(&t)
-		r.logClaims(resolution)
+		// A table that hands a held hostname to another service is refused
+		// whole, naming the compiler and the hostnames.
+		if err = resolution.Enforce(&t); err != nil {
+			err = fmt.Errorf("route compiler %s: %w", describe(r.cfg.Compiler), err)
+		} else {
+			r.logClaims(resolution)
+		}
 	}
 	// A service's gateway timeouts and stream ride on its routes whatever
 	// compiler made them (docs/plugins.md sections 5.2 and 5.4; a compiler's

@@ -115,3 +115,78 @@ func TestDeployPolicyDenialReachesTheVerdict(t *testing.T) {
 		t.Fatalf("%d %s events after the policy allowed, want 1", n, rollout.TypeRolloutDenied)
 	}
 }
+
+// TestDeployPolicyDenialKeepsTheOldReplicasRunning converges two replicas with the
+// require-digest policy bound to the deploy hook, then changes the service to a bundle named by
+// name, which the policy denies: the deploy hook is asked before an old replica is stopped, so
+// both old replicas keep running, no slot is stopped, and the verdict names the refusal.
+func TestDeployPolicyDenialKeepsTheOldReplicasRunning(t *testing.T) {
+	h := newHarness(t, 2)
+	blobs, err := bundles.New(filepath.Join(t.TempDir(), "blobs"), h.st.Collection("bundles"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := hostwasm.New(h.ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	eng := policy.New(policy.Config{Store: h.st, Blobs: blobs, Runtime: rt, Now: h.clk.Now})
+	if err := eng.EnsureIndexes(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.prod = rollout.NewProducer(rollout.Config{Store: h.rs, Catalog: h.cat, Nodes: h.reg, Now: h.clk.Now,
+		Admit: policy.Deploy{Engine: eng}})
+	h.rec = reconciler.New(reconciler.Config{Catalog: h.cat, Nodes: h.reg, Routes: h.sink, Compiler: routes.Native{}, Rollout: h.prod})
+	m, err := eng.PutModule(h.ctx, bytes.NewReader(wasmtest.BuildGo(t, "examples/policies/require-digest")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Bind(h.ctx, policy.Binding{Hook: abiwasm.HookDeploy, ModuleDigest: m.Digest}); err != nil {
+		t.Fatal(err)
+	}
+
+	svc := h.put("sha256:a", 2) // named by its digest only: allowed
+	h.until(10, "converged on release a", h.converged(svc.ID), nil)
+	if got := h.serving(svc); got["sha256:a"] != 2 {
+		t.Fatalf("serving %v, want 2 of release a", got)
+	}
+	svc, _, err = h.cat.PutService(h.ctx, h.p, &services.Service{Name: "web", Bundle: "web", BundleDigest: "sha256:b",
+		Command: []string{"./web"}, Port: 8080, Replicas: 2, Domains: []string{"web.localhost"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slots.PolicyDeniedReason([]string{"bundle web is not named by digest; use sha256:<hex>"})
+	for pass := range 5 {
+		h.step()
+		if got := h.serving(svc); got["sha256:a"] != 2 || got["sha256:b"] != 0 {
+			set, _ := h.rs.Slots(h.ctx, svc.ID)
+			t.Fatalf("pass %d: serving %v under a denied change, want the 2 old replicas\nslots %+v", pass, got, set.Slots)
+		}
+		set, err := h.rs.Slots(h.ctx, svc.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range set.Slots {
+			if r.Generation != int(slots.GenRun) {
+				t.Fatalf("pass %d: slot %s at generation %d: a replica was stopped before its successor was admitted", pass, r.Replica, r.Generation)
+			}
+		}
+	}
+	if v := h.verdict(svc.ID); v.State != slots.Refused || v.Reason != want {
+		t.Fatalf("verdict %s, want refused(%s)", v, want)
+	}
+	running := 0
+	ws, err := h.cat.ListWorkloads(h.ctx, bson.M{"service_id": svc.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if w.ObservedStatus == "running" && w.DesiredStatus == services.DesiredRunning {
+			running++
+		}
+	}
+	if running != 2 || len(ws) != 2 {
+		t.Fatalf("%d workloads, %d running, want the 2 old ones running: %+v", len(ws), running, ws)
+	}
+}

@@ -766,22 +766,20 @@ func (p *Producer) commit(ctx context.Context, id string, made slots.SlotPlan, n
 	idx := slices.IndexFunc(rows, func(r SlotRow) bool { return r.Replica == made.Replica })
 	var w *services.Workload
 	var settled string // the workload of the removed attempt a run succeeds
-	switch d.Step {
-	case slots.StepRun:
+	// A run, and a stop that begins a replacement (drift, failed-elapsed), need the deploy
+	// hook's yes for the run that follows: asked before the stop, a refusal leaves the
+	// incumbent running (docs/reconciliation.md section 7.3).
+	if d.Step == slots.StepRun || d.Step == slots.StepStop && d.NeedsBuild() {
 		n := ns[fresh.NodeID]
 		if n == nil {
 			return fmt.Errorf("slot %q: node %s is gone: %w", made.Replica, fresh.NodeID, slots.ErrConflict)
 		}
-		if p.cfg.Admit != nil {
-			ok, reasons, err := p.cfg.Admit.AdmitDeploy(ctx, v.svc, replicaIndex(made.Replica), n)
-			if err != nil || !ok {
-				p.log.Warn("run not admitted by the deploy policy", "service", serviceName(v.svc), "service_id", id, "replica", made.Replica, "node_id", n.ID, "reasons", reasons, "err", err)
-				if err != nil {
-					return &notAdmitted{reason: slots.ReasonPolicyUnavailable}
-				}
-				return &notAdmitted{reason: slots.PolicyDeniedReason(reasons)}
-			}
+		if err := p.admit(ctx, v.svc, made.Replica, d, n); err != nil {
+			return err
 		}
+	}
+	switch d.Step {
+	case slots.StepRun:
 		att, err := slots.AttemptID(d.Key, d.Predecessor)
 		if err != nil {
 			return err
@@ -824,6 +822,24 @@ func (p *Producer) commit(ctx context.Context, id string, made slots.SlotPlan, n
 		return nil // repaired below from the row
 	}
 	return err
+}
+
+// admit asks the deploy hook about the run d leads to for replica of svc on n: nil when
+// allowed (or no hook is configured), a *notAdmitted otherwise.
+func (p *Producer) admit(ctx context.Context, svc *services.Service, replica string, d slots.Decision, n *nodes.Node) error {
+	if p.cfg.Admit == nil {
+		return nil
+	}
+	ok, reasons, err := p.cfg.Admit.AdmitDeploy(ctx, svc, replicaIndex(replica), n)
+	if err == nil && ok {
+		return nil
+	}
+	p.log.Warn("run not admitted by the deploy policy", "service", serviceName(svc), "service_id", svc.ID, "replica", replica,
+		"case", d.Case, "node_id", n.ID, "reasons", reasons, "err", err)
+	if err != nil {
+		return &notAdmitted{reason: slots.ReasonPolicyUnavailable}
+	}
+	return &notAdmitted{reason: slots.PolicyDeniedReason(reasons)}
 }
 
 // repair brings every workload document in line with its slot row: it creates the workload of a

@@ -66,15 +66,7 @@ func ToABI(in Input) abiwasm.RoutesInput {
 		out.Services = append(out.Services, abiwasm.RouteService{ID: s.ID, Project: s.Project, Name: s.Name, Domains: domains, TLSMode: s.TLSMode})
 	}
 	for _, w := range in.Workloads {
-		rw := abiwasm.RouteWorkload{ID: w.ID, ServiceID: w.ServiceID, NodeID: w.NodeID, NodeAddress: w.NodeAddress,
-			Address: w.Address, ObservedStatus: w.ObservedStatus, Health: w.Health}
-		if host, port, err := net.SplitHostPort(w.Address); err == nil {
-			if rw.NodeAddress == "" {
-				rw.NodeAddress = host
-			}
-			rw.Port, _ = strconv.Atoi(port)
-		}
-		out.Workloads = append(out.Workloads, rw)
+		out.Workloads = append(out.Workloads, routeWorkload(w))
 	}
 	byService := func(a, b abiwasm.RouteService) int { return strings.Compare(a.ID, b.ID) }
 	if !slices.IsSortedFunc(out.Services, byService) {
@@ -83,6 +75,37 @@ func ToABI(in Input) abiwasm.RoutesInput {
 	byWorkload := func(a, b abiwasm.RouteWorkload) int { return strings.Compare(a.ID, b.ID) }
 	if !slices.IsSortedFunc(out.Workloads, byWorkload) {
 		slices.SortFunc(out.Workloads, byWorkload)
+	}
+	return out
+}
+
+// routeWorkload is w as a compiler sees it: the node address defaults to the
+// host of w's address, and the port is its port (0 without one).
+func routeWorkload(w Workload) abiwasm.RouteWorkload {
+	rw := abiwasm.RouteWorkload{ID: w.ID, ServiceID: w.ServiceID, NodeID: w.NodeID, NodeAddress: w.NodeAddress,
+		Address: w.Address, ObservedStatus: w.ObservedStatus, Health: w.Health}
+	if host, port, err := net.SplitHostPort(w.Address); err == nil {
+		if rw.NodeAddress == "" {
+			rw.NodeAddress = host
+		}
+		rw.Port, _ = strconv.Atoi(port)
+	}
+	return rw
+}
+
+// upstreamAddresses returns the addresses a compiler may route w at: its
+// address, and its node's address with its port (docs/wasm-abi.md section
+// 6.1); none while w has no address.
+func upstreamAddresses(w Workload) []string {
+	rw := routeWorkload(w)
+	if rw.Address == "" {
+		return nil
+	}
+	out := []string{rw.Address}
+	if rw.NodeAddress != "" && rw.Port > 0 {
+		if a := net.JoinHostPort(rw.NodeAddress, strconv.Itoa(rw.Port)); a != rw.Address {
+			out = append(out, a)
+		}
 	}
 	return out
 }

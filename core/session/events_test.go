@@ -197,3 +197,39 @@ func TestEventsAboutOtherNodesWorkloadsRefused(t *testing.T) {
 		t.Fatalf("stored workload.crashed events %v; want exactly evt_DESIRED and evt_REMOVING", got)
 	}
 }
+
+// TestEventWithoutSubjectRefused: an event must name what it is about
+// (docs/node-protocol.md section 5.4): one with no subject, or a subject
+// without a type or an id, is answered bad_message, non-fatal, and nothing
+// is stored; the session goes on and a well-formed event is stored.
+func TestEventWithoutSubjectRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	p, _, err := f.dial(t, f.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handshake(t, p)
+	waitChange(t, f.changes, "node.connected")
+	event := func(id string, subject node.EventRef) node.Event {
+		return node.Event{SchemaVersion: 1, ID: id, Type: "host.disk_low", Time: time.Now().UTC(), Subject: subject}
+	}
+	for _, ev := range []node.Event{
+		event("evt_NOSUBJECT", node.EventRef{}),
+		event("evt_NOTYPE", node.EventRef{ID: "les_1"}),
+		event("evt_NOREFID", node.EventRef{Type: "lease"}),
+		event("evt_OTHERNODE", node.EventRef{Type: "node", ID: "nod_someone_else"}),
+	} {
+		p.send(1, node.TypeEvent, ev)
+		p.expectError("bad_message", false)
+	}
+	p.send(1, node.TypeEvent, event("evt_OWN", node.EventRef{Type: "node", ID: f.node.ID}))
+	p.barrier()
+	recs, err := f.events.List(context.Background(), 0, "host.disk_low", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Event.ID != "evt_OWN" {
+		t.Fatalf("stored host.disk_low events %+v; want evt_OWN alone", recs)
+	}
+}

@@ -275,7 +275,8 @@ func TestLeaseRenewGrantRevokeAndFenceEvents(t *testing.T) {
 
 	// node.fenced with the current token frees the lease at once.
 	p.send(1, node.TypeEvent, node.Event{ID: "evt_fenced1", Type: node.EventNodeFenced, Time: time.Now().UTC(),
-		Data: map[string]any{"lease_id": l.ID, "fencing_token": 1, "reason": "expired", "workload_ids": []string{"wl_1"}}})
+		Subject: node.EventRef{Type: "lease", ID: l.ID},
+		Data:    map[string]any{"lease_id": l.ID, "fencing_token": 1, "reason": "expired", "workload_ids": []string{"wl_1"}}})
 	p.barrier()
 	if got, _ := f.auth.Get(ctx, l.ID); got.Holder != "" {
 		t.Fatalf("node.fenced did not free the lease: %+v", got)
@@ -283,7 +284,8 @@ func TestLeaseRenewGrantRevokeAndFenceEvents(t *testing.T) {
 	// node.fence_failed blocks the lease and lists it on the node.
 	l = f.grant(t, "svc_R", f.node.ID, node.LeaseExpiring, 3*time.Second)
 	p.send(1, node.TypeEvent, node.Event{ID: "evt_failed1", Type: node.EventNodeFenceFailed, Time: time.Now().UTC(),
-		Data: map[string]any{"lease_id": l.ID, "fencing_token": l.FencingToken, "reason": "revoked", "workload_ids": []string{"wl_2"}}})
+		Subject: node.EventRef{Type: "lease", ID: l.ID},
+		Data:    map[string]any{"lease_id": l.ID, "fencing_token": l.FencingToken, "reason": "revoked", "workload_ids": []string{"wl_2"}}})
 	p.barrier()
 	n, _ := f.reg.Get(ctx, f.node.ID)
 	if len(n.FenceFailure) != 1 || n.FenceFailure[0].LeaseID != l.ID || len(n.FenceFailure[0].WorkloadIDs) != 1 {

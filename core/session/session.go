@@ -525,12 +525,11 @@ func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string
 			s.sendError(ctx, c, env.ID, abierrors.BadMessage, "event body is malformed or lacks an evt_ id and a type", false)
 			return ""
 		}
-		// A node speaks only for itself, and only about its own workloads (section 5.4).
-		if ev.Subject.Type == "workload" {
-			if why := s.foreignWorkload(ctx, c, ev.Subject.ID); why != "" {
-				s.sendError(ctx, c, env.ID, abierrors.BadMessage, why, false)
-				return ""
-			}
+		// An event names what it is about; a node speaks only for itself, and only about its
+		// own workloads (section 5.4).
+		if why := s.foreignSubject(ctx, c, ev.Subject); why != "" {
+			s.sendError(ctx, c, env.ID, abierrors.BadMessage, why, false)
+			return ""
 		}
 		ev.Source = node.EventSource{Kind: "node", NodeID: c.nodeID}
 		if ev.Actor.Type == "" {
@@ -578,6 +577,22 @@ func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string
 		s.sendError(ctx, c, env.ID, abierrors.BadMessage, "hello is only valid as the first message", false)
 	default:
 		s.sendError(ctx, c, env.ID, abierrors.BadMessage, fmt.Sprintf("unknown message type %q", env.Type), false)
+	}
+	return ""
+}
+
+// foreignSubject decides whether the session's node may send an event about subject
+// (docs/node-protocol.md section 5.4): the subject needs a type and an id, a node subject is the
+// session's own node, and a workload subject is checked by [Server.foreignWorkload]. It returns
+// "" when the event may be stored, and otherwise why it is refused.
+func (s *Server) foreignSubject(ctx context.Context, c *conn, subject node.EventRef) string {
+	switch {
+	case subject.Type == "workload":
+		return s.foreignWorkload(ctx, c, subject.ID)
+	case subject.Type == "" || subject.ID == "":
+		return "event subject needs a type and an id"
+	case subject.Type == "node" && subject.ID != c.nodeID:
+		return fmt.Sprintf("event subject %s is another node; a node speaks only for itself", subject.ID)
 	}
 	return ""
 }
