@@ -1,14 +1,18 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/berthhq/berth/internal/proctest"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -176,5 +180,86 @@ func TestBackupRestoreDrill(t *testing.T) {
 	}
 	if after := starts(t, a, b); fmt.Sprint(after) != fmt.Sprint(startsBefore) {
 		t.Fatalf("drivers started or stopped workloads across the restore: before %v, after %v", startsBefore, after)
+	}
+}
+
+// gatewayAlive reports whether pid is a live (not zombie) gateway process.
+func gatewayAlive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
+		return false
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return err == nil && bytes.Contains(cmdline, []byte("berth-plugin-gateway"))
+}
+
+// TestRestoreBesideTakesOverGateway restores a backup into a new data directory beside the one
+// it was taken from, on the same host and gateway address, while the old gateway (which outlives
+// its berthd on purpose) still holds that address. While the old berthd runs, the restored one
+// refuses to start, naming the old data directory and its gateway's pid; once the old berthd is
+// stopped, the restored one stops the old gateway, starts its own and serves the restored routes
+// (docs/operating.md section 5.2).
+func TestRestoreBesideTakesOverGateway(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t)
+	cl.enrollAgent(t)
+	cl.pushBundle(t, env.helloDir, "hello")
+	spec := filepath.Join(cl.dir, "hello.yaml")
+	writeSpec(t, spec, 1)
+	cl.cli(t, "apply", "-f", spec)
+	ids := cl.waitReplicas(t, "hello", 1)
+	cl.waitAnswering(t, "hello.localhost", ids)
+	oldDir := cl.dataDir()
+	oldGateway := cl.gatewayPID(t)
+	if oldGateway <= 0 {
+		t.Fatal("berthd wrote no reattach record for the gateway")
+	}
+	// The cluster's cleanup kills the gateway of the data directory in use at the end; this one
+	// must not outlive the test either, whatever happens to it.
+	t.Cleanup(func() {
+		if gatewayAlive(oldGateway) {
+			_ = syscall.Kill(oldGateway, syscall.SIGKILL)
+		}
+	})
+
+	archive := filepath.Join(cl.dir, "berthd.backup")
+	if code, out := runBerthd(t, cl, "backup", "backup", "--data-dir", oldDir, "--to", archive); code != 0 {
+		t.Fatalf("berthd backup exited %d:\n%s", code, out)
+	}
+	newDir := filepath.Join(cl.dir, "berthd-restored")
+	if code, out := runBerthd(t, cl, "restore", "restore", archive, "--data-dir", newDir); code != 0 {
+		t.Fatalf("berthd restore exited %d:\n%s", code, out)
+	}
+
+	// The berthd it was restored from still runs: two cores of one cluster must not, so the
+	// restored one refuses, says why and how, and leaves the running gateway alone.
+	code, out := runBerthd(t, cl, "restored-refused", "--data-dir", newDir, "--listen", proctest.FreeAddr(t), "--gateway-listen", cl.gateway)
+	if code == 0 || !strings.Contains(out, "still runs on data directory "+oldDir) || !strings.Contains(out, "pid "+strconv.Itoa(oldGateway)) {
+		t.Fatalf("restored berthd beside the running one exited %d, want a refusal naming %s and gateway pid %d:\n%s", code, oldDir, oldGateway, out)
+	}
+	if !gatewayAlive(oldGateway) {
+		t.Fatal("the refused berthd stopped the running core's gateway")
+	}
+	cl.waitAnswering(t, "hello.localhost", ids)
+
+	// Stopped the way the unit stops it: berthd alone, its gateway keeps serving.
+	cl.berthd.Stop()
+	cl.waitAnswering(t, "hello.localhost", ids)
+	cl.data = newDir
+	startBerthd(t, cl)
+	if gatewayAlive(oldGateway) {
+		t.Fatalf("the old gateway (pid %d) still runs beside the restored core", oldGateway)
+	}
+	if pid := cl.gatewayPID(t); pid <= 0 || pid == oldGateway || !gatewayAlive(pid) {
+		t.Fatalf("the restored core's gateway record names pid %d (the old gateway was %d)", pid, oldGateway)
+	}
+	waitFor(t, converge, "the agent reconnected to the restored core", cl.allRunning(1))
+	cl.waitAnswering(t, "hello.localhost", ids)
+	if _, err := os.Stat(oldDir); err != nil {
+		t.Fatalf("the old data directory: %v", err)
 	}
 }

@@ -29,7 +29,7 @@ type gatewayRecord struct {
 // gatewayPID returns the pid in the cluster's gateway reattach record, or 0.
 func (cl *cluster) gatewayPID(t *testing.T) int {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(cl.dir, "berthd", "plugins", "gateway.reattach.json"))
+	raw, err := os.ReadFile(filepath.Join(cl.dataDir(), "plugins", "gateway.reattach.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return 0
 	}

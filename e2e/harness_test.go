@@ -121,11 +121,21 @@ type cluster struct {
 	c                 *client.Client
 	hc                *http.Client // pinned to fingerprint
 	extra             []string     // berthd flags after the defaults (later flags win)
+	// data is berthd's data directory; empty means DIR/berthd.
+	data string
+}
+
+// dataDir is berthd's data directory.
+func (cl *cluster) dataDir() string {
+	if cl.data != "" {
+		return cl.data
+	}
+	return filepath.Join(cl.dir, "berthd")
 }
 
 func startBerthd(t *testing.T, cl *cluster) {
 	t.Helper()
-	args := []string{"--data-dir", filepath.Join(cl.dir, "berthd"), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug",
+	args := []string{"--data-dir", cl.dataDir(), "--listen", cl.api, "--gateway-listen", cl.gateway, "--log-level", "debug",
 		"--runner-transport",
 		// Passes at least 1 s apart instead of the default 5 s: these tests check what the
 		// passes do, not their schedule (core/slots tests the schedule, make run uses the
@@ -133,7 +143,7 @@ func startBerthd(t *testing.T, cl *cluster) {
 		"--sweep-floor", "1s"}
 	cl.berthd = start(t, filepath.Join(cl.dir, "berthd.log"), "berthd", append(args, cl.extra...)...)
 	cl.url = "https://" + cl.api
-	d := proctest.WaitBerthdReady(t, cl.berthd, filepath.Join(cl.dir, "berthd"), cl.url, 60*time.Second)
+	d := proctest.WaitBerthdReady(t, cl.berthd, cl.dataDir(), cl.url, 60*time.Second)
 	cl.fingerprint, cl.token, cl.hc = d.Fingerprint, d.Token, d.HTTP
 	var err error
 	cl.c, err = client.New(cl.url, client.WithToken(cl.token), client.WithFingerprint(cl.fingerprint))

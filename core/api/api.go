@@ -459,8 +459,11 @@ func (s *Server) auth(scope identity.Scope, opts ...authOpt) echo.MiddlewareFunc
 					return problem(abierrors.Unauthenticated, "authentication failed")
 				}
 				n, err := s.cfg.Nodes.Authenticate(ctx, tok)
-				if err != nil {
+				if errors.Is(err, identity.ErrUnauthenticated) {
 					return problem(abierrors.Unauthenticated, "authentication failed")
+				}
+				if err != nil {
+					return abierrors.Wrap(abierrors.Unavailable, "the node store is unavailable", err)
 				}
 				c.Set(principalKey, &identity.Principal{Kind: identity.KindNode, ID: n.ID})
 				return next(c)

@@ -323,14 +323,20 @@ func logChange(ctx context.Context, id, op string, payload any) (p changelog.Pen
 // IsBadKey reports whether err is Enroll's refusal of a malformed public key.
 func IsBadKey(err error) bool { return errors.Is(err, errBadKey) }
 
-// Authenticate returns the node whose credential is cred, or ErrUnauthenticated.
-// A removed node never authenticates.
+// Authenticate returns the node whose credential is cred. It returns exactly
+// ErrUnauthenticated when cred matches no node's current credential or its
+// node was removed (a removed node never authenticates), and a wrapped store
+// error when the store could not answer: the caller answers that as
+// unavailable, never as a bad credential.
 func (r *Registry) Authenticate(ctx context.Context, cred string) (*Node, error) {
 	if cred == "" {
 		return nil, ErrUnauthenticated
 	}
 	n, err := r.byCredential(ctx, identity.Digest(cred))
-	if err != nil || n.Status == StatusRemoved || !identity.CheckBearer(cred, identity.PrefixNode, n.CredentialDigest) {
+	if err != nil {
+		return nil, err
+	}
+	if n.Status == StatusRemoved || !identity.CheckBearer(cred, identity.PrefixNode, n.CredentialDigest) {
 		return nil, ErrUnauthenticated
 	}
 	return n, nil

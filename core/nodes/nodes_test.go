@@ -194,3 +194,32 @@ func TestAuthenticateThroughCredentialIndex(t *testing.T) {
 		t.Fatalf("a session start revived a removed node: %+v", got)
 	}
 }
+
+// TestCredentialChecksTellStoreErrorsApart pins that a credential check the store could not
+// answer is an error other than ErrUnauthenticated, so callers answer it as unavailable rather
+// than telling a node its credential is bad.
+func TestCredentialChecksTellStoreErrorsApart(t *testing.T) {
+	st := storetest.Open(t)
+	r := NewRegistry(st, nil)
+	ctx := context.Background()
+	tok, _, _ := r.CreateJoinToken(ctx, time.Minute)
+	_, cred, err := r.Enroll(ctx, EnrollRequest{JoinToken: tok, PublicKey: pubKey(t), Hostname: "n", Address: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Authenticate(ctx, "brn_wrong"); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("Authenticate(wrong) = %v, want ErrUnauthenticated", err)
+	}
+	if _, err := r.Credential(ctx, "brn_wrong"); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("Credential(wrong) = %v, want ErrUnauthenticated", err)
+	}
+	if err := st.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Authenticate(ctx, cred); err == nil || errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("Authenticate with the store closed = %v, want a store error", err)
+	}
+	if _, err := r.Credential(ctx, cred); err == nil || errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("Credential with the store closed = %v, want a store error", err)
+	}
+}

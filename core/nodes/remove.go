@@ -46,8 +46,11 @@ func (r *Registry) Remove(ctx context.Context, id string) (*Node, bool, error) {
 	return n, res.ModifiedCount > 0, nil
 }
 
-// Credential returns the node whose credential is cred, removed or not, or
-// ErrUnauthenticated. Only the session endpoint uses it, to tell a removed
+// Credential returns the node whose credential is cred, removed or not. It
+// returns exactly ErrUnauthenticated when cred matches no node's current
+// credential, and a wrapped store error when the store could not answer (the
+// session endpoint answers that 503, so a node is never told a good
+// credential is bad). Only the session endpoint uses it, to tell a removed
 // node that it was removed (fatal node_removed) instead of refusing it with a
 // generic 401 it would keep retrying.
 func (r *Registry) Credential(ctx context.Context, cred string) (*Node, error) {
@@ -66,8 +69,9 @@ type credentialDoc struct {
 }
 
 // byCredential returns the node whose credential digest is digest, removed or
-// not, or ErrUnauthenticated. A node enrolled before the credential index
-// existed is found by its digest once and indexed then.
+// not, exactly ErrUnauthenticated when there is none, or a wrapped store
+// error. A node enrolled before the credential index existed is found by its
+// digest once and indexed then.
 func (r *Registry) byCredential(ctx context.Context, digest string) (*Node, error) {
 	var cd credentialDoc
 	err := r.creds.FindOne(ctx, bson.M{"_id": digest}).Decode(&cd)

@@ -60,6 +60,9 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (gatewaySin
 	if err != nil {
 		return gatewaySink{}, fmt.Errorf("gateway plugin: %w", err)
 	}
+	if err := takeOverGatewayAddrs(ctx, cfg, log); err != nil {
+		return gatewaySink{}, err
+	}
 	pdir := filepath.Join(cfg.DataDir, "plugins")
 	gen, err := nextGatewayGeneration(filepath.Join(pdir, gatewayGenerationFile))
 	if err != nil {

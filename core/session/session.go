@@ -206,10 +206,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Credential, not Authenticate: a removed node is let in only to be told
-	// so (fatal node_removed, section 10), so it stops dialling.
-	n, err := s.cfg.Nodes.Credential(r.Context(), cred)
-	if err != nil {
+	// so (fatal node_removed, section 10), so it stops dialling. Bounded, so a
+	// stalled store is answered before the node's dial gives up.
+	lctx, lcancel := context.WithTimeout(r.Context(), credentialLookupTimeout)
+	n, err := s.cfg.Nodes.Credential(lctx, cred)
+	lcancel()
+	if errors.Is(err, nodes.ErrUnauthenticated) {
 		writeUnauthenticated(w)
+		return
+	}
+	if err != nil {
+		// Not the node's fault: a 401 would tell a whole fleet its credentials
+		// are bad whenever the store stalls (section 3.1).
+		s.log.Warn("node credential lookup failed", "err", err)
+		writeUnavailable(w)
 		return
 	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
@@ -301,6 +311,25 @@ func (s *Server) emit(ctx context.Context, ev node.Event) {
 	if _, _, err := s.cfg.Events.Append(ctx, ev); err != nil {
 		s.log.Warn("store event", "type", ev.Type, "err", err)
 	}
+}
+
+// credentialLookupTimeout bounds the store reads that find a dialling node's
+// credential: under the default session timeout (the agent's dial bound), so a
+// stalled store is answered 503 rather than left to the agent's timeout.
+const credentialLookupTimeout = 10 * time.Second
+
+// unavailableRetryAfter is the Retry-After of a session refused because the
+// store could not be read, in seconds.
+const unavailableRetryAfter = "5"
+
+// writeUnavailable answers a dial whose credential could not be checked: the
+// store did not answer. The node keeps its credential and dials again.
+func writeUnavailable(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", unavailableRetryAfter)
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = fmt.Fprintf(w, `{"title":"Service Unavailable","status":503,"code":%q,"detail":"the node credential could not be checked; dial again later"}`+"\n",
+		abierrors.Unavailable)
 }
 
 func writeUnauthenticated(w http.ResponseWriter) {

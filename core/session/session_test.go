@@ -422,3 +422,35 @@ func TestLastFrameFollowsEveryFrame(t *testing.T) {
 		t.Fatalf("stored last_seen_at %v (was %v), last frame %v: want the stored one unchanged and older", n.LastSeenAt, stored.LastSeenAt, last)
 	}
 }
+
+// TestSessionStoreFailureIs503 pins the answer to a credential lookup the store could not make: 503
+// unavailable with Retry-After, not the 401 of a credential that does not match, so an agent and
+// its operator are never told a good credential is bad (docs/node-protocol.md section 3.1).
+func TestSessionStoreFailureIs503(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	_, resp, err := f.dial(t, "brn_wrong")
+	if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("wrong credential: err %v resp %v, want 401", err, resp)
+	}
+	// The store goes away under the server: every read of it fails from now on.
+	if err := f.st.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, cred := range []string{f.cred, "brn_wrong"} {
+		_, resp, err = f.dial(t, cred)
+		if err == nil || resp == nil {
+			t.Fatalf("dial with the store closed: err %v resp %v, want an HTTP refusal", err, resp)
+		}
+		var body struct {
+			Status int    `json:"status"`
+			Code   string `json:"code"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		if resp.StatusCode != http.StatusServiceUnavailable || body.Code != "unavailable" || body.Status != http.StatusServiceUnavailable ||
+			resp.Header.Get("Content-Type") != "application/problem+json" || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("dial with the store closed: %d %+v Content-Type %q Retry-After %q, want 503 unavailable with Retry-After",
+				resp.StatusCode, body, resp.Header.Get("Content-Type"), resp.Header.Get("Retry-After"))
+		}
+	}
+}

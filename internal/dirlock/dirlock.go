@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -51,4 +52,37 @@ func Lock(dir string) (unlock func() error, err error) {
 		}
 		return nil
 	}), nil
+}
+
+// Hold keeps another process from taking dir's lock, without writing
+// anything in dir: it takes a shared, non-blocking flock(2) on dir/.lock,
+// which an exclusive [Lock] cannot take meanwhile. It returns an error
+// wrapping [ErrLocked], with holder the pid the lock file names (0 when it
+// names none), when a process holds the lock; a directory never locked (no
+// lock file) is held by nothing, and release then does nothing. release is
+// idempotent.
+func Hold(dir string) (release func() error, holder int, err error) {
+	f, err := os.Open(filepath.Join(dir, FileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return func() error { return nil }, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("hold %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		raw := make([]byte, 32)
+		n, _ := f.ReadAt(raw, 0)
+		_ = f.Close()
+		holder, _ = strconv.Atoi(strings.TrimSpace(string(raw[:n])))
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, holder, fmt.Errorf("hold %s: %w", dir, ErrLocked)
+		}
+		return nil, 0, fmt.Errorf("hold %s: %w", dir, err)
+	}
+	return sync.OnceValue(func() error {
+		if err := f.Close(); err != nil { // closing the last descriptor releases the flock
+			return fmt.Errorf("release %s: %w", dir, err)
+		}
+		return nil
+	}), 0, nil
 }
