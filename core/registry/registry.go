@@ -431,12 +431,23 @@ func (r *Registry) nodeMayPull(ctx context.Context, node string, n need) bool {
 	return false
 }
 
-// servePush asks Authorize, serves the manifest PUT and, before answering
-// a stored manifest, records its referrer entry and reports it to OnPush.
+// servePush checks the manifest (checkManifest), asks Authorize, serves
+// the manifest PUT and, before answering a stored manifest, records its
+// referrer entry and reports it to OnPush.
 func (r *Registry) servePush(w http.ResponseWriter, req *http.Request, n need, c claims) {
 	p := Push{Repository: n.repo, Reference: n.ref, Actor: c.Subject, ActorKind: identity.Kind(c.Kind), MediaType: req.Header.Get("Content-Type")}
 	body, ok := readManifestBody(req)
 	if ok {
+		err := r.checkManifest(req.Context(), n.repo, body, p.MediaType)
+		var refused errManifestRefused
+		if errors.As(err, &refused) {
+			serveError(w, http.StatusBadRequest, refused.e)
+			return
+		} else if err != nil {
+			r.log.Error("registry: check manifest", "repository", n.repo, "reference", n.ref, "err", err)
+			serveError(w, http.StatusServiceUnavailable, errcode.ErrorCodeUnavailable.WithMessage("the registry's storage is unavailable; retry later"))
+			return
+		}
 		sum := sha256.Sum256(body)
 		p.Digest = "sha256:" + hex.EncodeToString(sum[:])
 		if d, err := digest.Parse(p.Digest); err == nil {
