@@ -133,6 +133,9 @@ func validateService(spec *serviceSpec) error {
 		return problem(abierrors.ValidationFailed, fmt.Sprintf(format, a...))
 	}
 	container := spec.Runtime == "containerd"
+	if err := checkNoNUL(spec); err != nil {
+		return fail("%s", err.Error())
+	}
 	if err := validateContainer(spec); err != nil {
 		return fail("%s", err.Error())
 	}
@@ -275,6 +278,41 @@ func validateService(spec *serviceSpec) error {
 	}
 	if h.IntervalS < 0 || h.IntervalS > 3600 || h.TimeoutS < 0 || h.TimeoutS > 300 || h.Failures < 0 || h.Failures > 100 {
 		return fail("health_check: interval_s 0..3600, timeout_s 0..300, failures 0..100")
+	}
+	return nil
+}
+
+// checkNoNUL refuses a NUL byte in the strings of spec the node passes to exec or to the kernel
+// as C strings (command arguments, env names and values, the image reference, volume paths, the
+// health-check path): exec cannot carry one, so the workload would never start. It names the
+// field.
+func checkNoNUL(spec *serviceSpec) error {
+	const nul = "\x00"
+	for i, a := range spec.Command {
+		if strings.Contains(a, nul) {
+			return fmt.Errorf("command argument %d holds a NUL byte, which no program argument can carry", i)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		if strings.Contains(k, nul) {
+			return fmt.Errorf("env name %q holds a NUL byte, which no environment variable can carry", k)
+		}
+		if strings.Contains(spec.Env[k], nul) {
+			return fmt.Errorf("env %q: the value holds a NUL byte, which no environment variable can carry", k)
+		}
+	}
+	for _, v := range spec.Volumes {
+		if strings.Contains(v.Path, nul) {
+			return fmt.Errorf("volume %q: the path holds a NUL byte, which no path can carry", v.Name)
+		}
+	}
+	if strings.Contains(spec.HealthCheck.Path, nul) {
+		return errors.New("health_check.path holds a NUL byte")
+	}
+	for _, f := range []struct{ name, v string }{{"image", spec.Image}, {"bundle", spec.Bundle}, {"user", spec.User}} {
+		if strings.Contains(f.v, nul) {
+			return fmt.Errorf("%s holds a NUL byte", f.name)
+		}
 	}
 	return nil
 }

@@ -33,7 +33,7 @@ func TestPromoteRefusesAReleaseRetentionRemoved(t *testing.T) {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	reg, err := registry.New(ctx, registry.Config{RootDir: t.TempDir(), Key: key, Tokens: f.api.cfg.Tokens,
-		Authorize: rel.CheckPush, OnPush: rel.Record})
+		Authorize: rel.CheckPush, OnPush: rel.Record, TagDigest: rel.TagDigest})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,6 +108,15 @@ type Config struct {
 	// registry stored it and before the client is answered; an error
 	// answers 503 (the client retries the idempotent PUT).
 	OnPush func(ctx context.Context, p Push) error
+	// TagDigest, when not nil, makes a record the truth of what each tag
+	// names ([Releases.TagDigest]): it answers the digest repo:tag names
+	// ("" for none). A manifest PUT to a tag is then stored by digest, without
+	// moving the tag; OnPush records it; and the repository's tag is written
+	// to the digest TagDigest answers, read again until it holds still, so
+	// that the tag and its record name the same digest whatever order
+	// concurrent pushes land in (docs/registry.md section 7). It requires
+	// OnPush. nil: distribution moves the tag itself.
+	TagDigest func(ctx context.Context, repo, tag string) (string, error)
 	// Referrers keeps the referrers index (docs/registry.md section 6);
 	// nil: a store built from RootDir or S3 like the repositories'.
 	Referrers blobs.Store
@@ -152,6 +161,9 @@ func New(ctx context.Context, cfg Config) (r *Registry, err error) {
 	}
 	if cfg.Nodes != nil && cfg.NodeCurrent == nil {
 		return nil, errors.New("registry: NodeCurrent is required with Nodes")
+	}
+	if cfg.TagDigest != nil && cfg.OnPush == nil {
+		return nil, errors.New("registry: TagDigest needs OnPush to record what it answers")
 	}
 	if cfg.RootDir == "" && cfg.S3.Endpoint == "" {
 		return nil, errors.New("registry: RootDir or S3 is required")
@@ -431,12 +443,26 @@ func (r *Registry) nodeMayPull(ctx context.Context, node string, n need) bool {
 	return false
 }
 
-// servePush asks Authorize, serves the manifest PUT and, before answering
-// a stored manifest, records its referrer entry and reports it to OnPush.
+// servePush checks the manifest (checkManifest), asks Authorize, serves
+// the manifest PUT and, before answering a stored manifest, records its
+// referrer entry and reports it to OnPush. With TagDigest, a PUT to a tag
+// stores the manifest by digest and then moves the tag to what the record
+// names (syncTag), whether OnPush succeeded or not: the tag never names what
+// its record does not.
 func (r *Registry) servePush(w http.ResponseWriter, req *http.Request, n need, c claims) {
 	p := Push{Repository: n.repo, Reference: n.ref, Actor: c.Subject, ActorKind: identity.Kind(c.Kind), MediaType: req.Header.Get("Content-Type")}
 	body, ok := readManifestBody(req)
 	if ok {
+		err := r.checkManifest(req.Context(), n.repo, body, p.MediaType)
+		var refused errManifestRefused
+		if errors.As(err, &refused) {
+			serveError(w, http.StatusBadRequest, refused.e)
+			return
+		} else if err != nil {
+			r.log.Error("registry: check manifest", "repository", n.repo, "reference", n.ref, "err", err)
+			serveError(w, http.StatusServiceUnavailable, errcode.ErrorCodeUnavailable.WithMessage("the registry's storage is unavailable; retry later"))
+			return
+		}
 		sum := sha256.Sum256(body)
 		p.Digest = "sha256:" + hex.EncodeToString(sum[:])
 		if d, err := digest.Parse(p.Digest); err == nil {
@@ -457,6 +483,13 @@ func (r *Registry) servePush(w http.ResponseWriter, req *http.Request, n need, c
 	if ok {
 		subject, ref, isReferrer = referrerOf(body, p.MediaType)
 	}
+	byTag := ok && r.cfg.TagDigest != nil && !isDigestRef(n.ref)
+	if byTag {
+		// Distribution stores the manifest by digest and leaves the tag
+		// alone; syncTag moves it once the push is recorded.
+		req.URL.Path = strings.TrimSuffix(req.URL.Path, "/manifests/"+n.ref) + "/manifests/" + p.Digest
+		req.URL.RawPath = ""
+	}
 	rec := &statusWriter{ResponseWriter: w, req: req, log: r.log}
 	rec.before = func(code int) int {
 		if code/100 != 2 {
@@ -469,19 +502,34 @@ func (r *Registry) servePush(w http.ResponseWriter, req *http.Request, n need, c
 			}
 			w.Header().Set("OCI-Subject", subject)
 		}
+		var pushErr error
 		if r.cfg.OnPush != nil {
 			if d := w.Header().Get("Docker-Content-Digest"); d != "" {
 				p.Digest = d
 			}
-			if err := r.cfg.OnPush(req.Context(), p); err != nil {
-				r.log.Error("registry: record push", "repository", n.repo, "reference", n.ref, "err", err)
+			if pushErr = r.cfg.OnPush(req.Context(), p); pushErr != nil {
+				r.log.Error("registry: record push", "repository", n.repo, "reference", n.ref, "err", pushErr)
+			}
+		}
+		if byTag {
+			// Also when OnPush failed: whatever it recorded or not, the tag
+			// names what the record names.
+			if err := r.syncTag(req.Context(), n.repo, n.ref); err != nil {
+				r.log.Error("registry: move tag to its record", "repository", n.repo, "tag", n.ref, "err", err)
 				return http.StatusServiceUnavailable
 			}
+		}
+		if pushErr != nil {
+			return http.StatusServiceUnavailable
 		}
 		return code
 	}
 	r.app.ServeHTTP(rec, req)
 }
+
+// isDigestRef reports whether a manifest reference is a digest rather than
+// a tag (the tag grammar has no ':').
+func isDigestRef(ref string) bool { return strings.Contains(ref, ":") }
 
 // statusWriter records the status distribution answers, and turns its
 // server errors (a storage backend that cannot be reached) into 503

@@ -101,6 +101,7 @@ func newEnvAt(t *testing.T, s3 blobs.S3Config, now func() time.Time) *env {
 			return e.images[node], nil
 		},
 		Authorize: e.rel.CheckPush,
+		TagDigest: e.rel.TagDigest,
 		OnPush: func(ctx context.Context, p registry.Push) error {
 			e.mu.Lock()
 			e.pushes = append(e.pushes, p)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -88,12 +87,31 @@ func (r *Releases) Get(ctx context.Context, repo, tag string) (*Release, error) 
 	return &rel, nil
 }
 
+// TagDigest returns the digest the release record of repo:tag names: "" when the tag has no
+// record or is reserved and not pushed yet. It is Config.TagDigest: the record is the truth of
+// what a tag names, and the registry's tag is written to match it.
+func (r *Releases) TagDigest(ctx context.Context, repo, tag string) (string, error) {
+	rel, err := r.Get(ctx, repo, tag)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return rel.Digest, nil
+}
+
+// RecordAttempts bounds the compare-and-sets one [Releases.Record] tries. Each one lost is
+// another push of the tag recorded meanwhile, so it is sized above the pushes of one tag that
+// race in practice: a push that loses to them is recorded after them, not refused.
+const RecordAttempts = 32
+
 // CheckPush refuses (wrapping ErrDenied) a push of p.Digest to a tag
 // reserved by another principal, or a second, different digest to a
 // reserved tag (a release is immutable once pushed). Pushes by digest and
 // to unreserved tags pass.
 func (r *Releases) CheckPush(ctx context.Context, p Push) error {
-	if strings.HasPrefix(p.Reference, "sha256:") {
+	if isDigestRef(p.Reference) {
 		return nil
 	}
 	rel, err := r.Get(ctx, p.Repository, p.Reference)
@@ -117,12 +135,15 @@ func (r *Releases) CheckPush(ctx context.Context, p Push) error {
 // Record notes a manifest written under a tag: the tag's digest moves (the
 // previous one goes to History) and a change-log entry rides in the same
 // write. Idempotent: recording the digest the tag already names changes
-// nothing. Errors: ErrConflict after a few lost compare-and-sets.
+// nothing. A compare-and-set lost to a concurrent push of the tag is tried
+// again on the document that push left, so the push recorded last is the
+// one the tag names. Errors: ErrConflict after RecordAttempts lost
+// compare-and-sets.
 func (r *Releases) Record(ctx context.Context, p Push) error {
-	if strings.HasPrefix(p.Reference, "sha256:") || p.Digest == "" {
+	if isDigestRef(p.Reference) || p.Digest == "" {
 		return nil
 	}
-	for attempt := 0; attempt < 5; attempt++ {
+	for range RecordAttempts {
 		rel, err := r.Get(ctx, p.Repository, p.Reference)
 		fresh := errors.Is(err, store.ErrNotFound)
 		if err != nil && !fresh {
@@ -254,7 +275,7 @@ func (r *Releases) RecordAndFollow(follow FollowFunc) func(ctx context.Context, 
 		if err := r.Record(ctx, p); err != nil {
 			return err
 		}
-		if follow == nil || strings.HasPrefix(p.Reference, "sha256:") || p.Digest == "" {
+		if follow == nil || isDigestRef(p.Reference) || p.Digest == "" {
 			return nil
 		}
 		rel, err := r.Get(ctx, p.Repository, p.Reference)

@@ -57,6 +57,7 @@ func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *regist
 	return registry.New(ctx, registry.Config{
 		Authorize: rel.CheckPush,
 		OnPush:    rel.RecordAndFollow(follow),
+		TagDigest: rel.TagDigest,
 		RootDir:   filepath.Join(cfg.DataDir, "blobs", "registry"),
 		S3:        cfg.S3,
 		Referrers: store,
