@@ -150,6 +150,15 @@ const (
 	UserNotFound             Code = "user_not_found"            // no user with that name (404)
 	TokenNotFound            Code = "token_not_found"           // no machine token with that name (404)
 	CredentialInURL          Code = "credential_in_url"         // a bearer or password in the URL query (400); the request is not served
+	// LoginBusy: as many password verifications run as the server allows at once; retry after
+	// Retry-After (429). Nothing was verified.
+	LoginBusy Code = "login_busy"
+	// LoginBackoff: the name failed to log in too often; its next attempt is due after
+	// Retry-After (429). Nothing was verified.
+	LoginBackoff Code = "login_backoff"
+	// LoginRateLimited: the client's address made too many login attempts; retry after
+	// Retry-After (429). Nothing was verified.
+	LoginRateLimited Code = "login_rate_limited"
 )
 
 // Upgrade codes (docs/upgrades.md): version skew, agent and node-plugin upgrades.
@@ -287,6 +296,9 @@ var statuses = map[Code]int{
 	UserNotFound:             http.StatusNotFound,
 	TokenNotFound:            http.StatusNotFound,
 	CredentialInURL:          http.StatusBadRequest,
+	LoginBusy:                http.StatusTooManyRequests,
+	LoginBackoff:             http.StatusTooManyRequests,
+	LoginRateLimited:         http.StatusTooManyRequests,
 
 	BadRequest:           http.StatusBadRequest,
 	UnsupportedMedia:     http.StatusUnsupportedMediaType,

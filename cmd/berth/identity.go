@@ -135,7 +135,12 @@ printed once, at create and rotate.`,
 	rotate := &cobra.Command{
 		Use:   "rotate NAME",
 		Short: "Give a machine token a new secret (same grants); the old one fails at once",
-		Args:  cobra.ExactArgs(1),
+		Long: `rotate gives the named token a new secret with the same scopes, bounds and expiry and
+prints it once; the old secret fails from then on. Rotating a token takes every right
+creating it would (docs/api.md section 9.3). Rotating the token named bootstrap also
+writes the new secret to DATA/admin-token of the berthd that serves the request, and
+says so.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := a.apiClient(cmd)
 			if err != nil {
@@ -149,7 +154,14 @@ printed once, at create and rotate.`,
 				return printJSON(a.stdout, out)
 			}
 			fmt.Fprintf(a.stdout, "Token %s rotated; the previous secret no longer works.\n  %s\n", out.Info.Name, out.Token)
-			fmt.Fprintln(a.stdout, "Warning: the token is shown once and cannot be retrieved again.")
+			switch {
+			case out.AdminTokenFile != "":
+				fmt.Fprintf(a.stdout, "The new secret was also written to %s on the berthd that served this request.\n", out.AdminTokenFile)
+			case out.Info.Name == "bootstrap":
+				fmt.Fprintln(a.stdout, "Warning: berthd did not rewrite its DATA/admin-token, which still holds the old, dead secret: this is the only copy of the new one.")
+			default:
+				fmt.Fprintln(a.stdout, "Warning: the token is shown once and cannot be retrieved again.")
+			}
 			return nil
 		},
 	}

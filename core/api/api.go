@@ -150,6 +150,9 @@ type Config struct {
 	// Backups serves the service backup routes (backups.go, docs/backups.md); nil leaves them
 	// out.
 	Backups *BackupsConfig
+	// LoginLimit bounds login attempts per client address; the zero value means
+	// DefaultLoginLimit.
+	LoginLimit LoginLimit
 	// Guard checks fenced shared-storage writes (bundle uploads with the fencing headers); nil
 	// refuses such writes as unavailable.
 	Guard *fencing.Guard
@@ -162,6 +165,7 @@ type Server struct {
 	log      *slog.Logger
 	e        *echo.Echo
 	requests *prometheus.CounterVec
+	logins   *loginSources
 }
 
 // New builds the API handler.
@@ -176,6 +180,11 @@ func New(cfg Config) *Server {
 		cfg.Metrics = prometheus.NewRegistry()
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), runtime: cfg.Runtime}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	s.logins = newLoginSources(cfg.LoginLimit, now)
 	if s.runtime == nil {
 		s.runtime = rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil)
 	}
@@ -316,24 +325,48 @@ func routeBody(c echo.Context) bodyKind {
 	return bodyNone
 }
 
+// selfAuthenticated reports whether the route c matched carries its own proof, or none, rather
+// than going through [Server.auth]: everything outside /api/v1 (operational endpoints, the
+// runner transport), login, node enrollment and the node session.
+func selfAuthenticated(c echo.Context) bool {
+	switch c.Request().Method + " " + c.Path() {
+	case "POST /api/v1/login", "POST /api/v1/nodes/enroll", "GET /api/v1/nodes/session":
+		return true
+	}
+	return !strings.HasPrefix(c.Path(), "/api/v1/")
+}
+
 // refuseUnreadBody answers 400 bad_request to a request carrying a body the route does not read
 // (every GET and DELETE, POST /nodes/{id}/lost), so that nothing a client sent is silently
-// dropped. A body of unknown length is probed by one byte.
+// dropped. On a route behind a bearer the refusal waits for [Server.auth] to have checked the
+// bearer (an unauthenticated request is 401 whatever it carries); elsewhere it is made here.
 func (s *Server) refuseUnreadBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		r := c.Request()
-		if c.Path() == "/*" || routeBody(c) != bodyNone || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		if c.Path() == "/*" || !selfAuthenticated(c) {
 			return next(c)
 		}
-		if r.ContentLength < 0 {
-			var one [1]byte
-			n, _ := io.ReadFull(r.Body, one[:])
-			if n == 0 {
-				return next(c)
-			}
+		if err := unreadBody(c); err != nil {
+			return err
 		}
-		return problem(abierrors.BadRequest, fmt.Sprintf("%s %s takes no request body", r.Method, c.Path()))
+		return next(c)
 	}
+}
+
+// unreadBody is the 400 bad_request of a request carrying a body its route does not read, or
+// nil. A body of unknown length is probed by one byte.
+func unreadBody(c echo.Context) error {
+	r := c.Request()
+	if routeBody(c) != bodyNone || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil
+	}
+	if r.ContentLength < 0 {
+		var one [1]byte
+		n, _ := io.ReadFull(r.Body, one[:])
+		if n == 0 {
+			return nil
+		}
+	}
+	return problem(abierrors.BadRequest, fmt.Sprintf("%s %s takes no request body", r.Method, c.Path()))
 }
 
 // ServeHTTP serves the API.
@@ -441,16 +474,26 @@ const (
 	reauth
 )
 
+// authNeed is what [Server.auth] checked for the route, kept for rechecks of long answers.
+type authNeed struct {
+	scope identity.Scope
+	opts  []authOpt
+}
+
+// authNeedKey keys the request's authNeed.
+const authNeedKey = "berth.authneed"
+
 // auth authenticates the bearer and checks scope against the route's project and service
 // (docs/api.md section "Identity"). Credential failures are one generic 401; a valid bearer
 // without the scope, or outside its project or service bounds, is one generic 403. A node
 // credential is accepted only where scope is scopeNodeOrRead. Nothing is cached: a revoked
-// token or an outdated session fails on its next request.
+// token or an outdated session fails on its next request. Only then is a body the route does
+// not read refused ([unreadBody]).
 func (s *Server) auth(scope identity.Scope, opts ...authOpt) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			tok, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-			if !ok || tok == "" {
+			tok := bearer(c)
+			if tok == "" {
 				return problem(abierrors.Unauthenticated, "authentication failed")
 			}
 			ctx := c.Request().Context()
@@ -465,37 +508,56 @@ func (s *Server) auth(scope identity.Scope, opts ...authOpt) echo.MiddlewareFunc
 				if err != nil {
 					return abierrors.Wrap(abierrors.Unavailable, "the node store is unavailable", err)
 				}
+				if err := unreadBody(c); err != nil {
+					return err
+				}
 				c.Set(principalKey, &identity.Principal{Kind: identity.KindNode, ID: n.ID})
 				return next(c)
 			}
-			p, err := s.cfg.Tokens.Authenticate(ctx, tok)
-			if errors.Is(err, identity.ErrUnauthenticated) {
-				return problem(abierrors.Unauthenticated, "authentication failed")
-			}
+			need := authNeed{scope: scope, opts: opts}
+			p, err := s.authorize(c, tok, need)
 			if err != nil {
-				return abierrors.Wrap(abierrors.Unavailable, "the identity store is unavailable", err)
+				return err
 			}
-			want := scope
-			if scope == scopeNodeOrRead {
-				want = identity.ScopeServicesRead
-			}
-			if want != scopeAuthenticated {
-				service := ""
-				if strings.Contains(c.Path(), "/services/:name") {
-					service = c.Param("name")
-				}
-				if !p.Allows(want, c.Param("project"), service, slices.Contains(opts, anyService)) {
-					return problem(abierrors.Forbidden, forbiddenDetail(want, c.Param("project"), service))
-				}
-			}
-			if slices.Contains(opts, reauth) && !s.cfg.Tokens.Fresh(p) {
-				return problem(abierrors.ReauthenticationRequired, "log in again: this needs a login within the last 5 minutes")
+			if err := unreadBody(c); err != nil {
+				return err
 			}
 			c.Set(principalKey, p)
+			c.Set(authNeedKey, need)
 			// Every mutating route behind a token honours Idempotency-Key (idempotency.go).
 			return s.idempotent(tok, next)(c)
 		}
 	}
+}
+
+// authorize authenticates the API bearer tok (a token or a session, not a node credential)
+// and checks it holds need on the route c matched: the principal, or the problem to answer
+// (401 unauthenticated, 403 forbidden, 401 reauthentication_required, 503 unavailable).
+func (s *Server) authorize(c echo.Context, tok string, need authNeed) (*identity.Principal, error) {
+	p, err := s.cfg.Tokens.Authenticate(c.Request().Context(), tok)
+	if errors.Is(err, identity.ErrUnauthenticated) {
+		return nil, problem(abierrors.Unauthenticated, "authentication failed")
+	}
+	if err != nil {
+		return nil, abierrors.Wrap(abierrors.Unavailable, "the identity store is unavailable", err)
+	}
+	want := need.scope
+	if want == scopeNodeOrRead {
+		want = identity.ScopeServicesRead
+	}
+	if want != scopeAuthenticated {
+		service := ""
+		if strings.Contains(c.Path(), "/services/:name") {
+			service = c.Param("name")
+		}
+		if !p.Allows(want, c.Param("project"), service, slices.Contains(need.opts, anyService)) {
+			return nil, problem(abierrors.Forbidden, forbiddenDetail(want, c.Param("project"), service))
+		}
+	}
+	if slices.Contains(need.opts, reauth) && !s.cfg.Tokens.Fresh(p) {
+		return nil, problem(abierrors.ReauthenticationRequired, "log in again: this needs a login within the last 5 minutes")
+	}
+	return p, nil
 }
 
 // forbiddenDetail is the detail of a route's 403: the scope the route needs (the table of

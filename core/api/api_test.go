@@ -56,6 +56,8 @@ type fixture struct {
 	blobs string
 	reg   *nodes.Registry
 	api   *Server
+	// dir is the data directory: the store and DATA/admin-token.
+	dir string
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
@@ -117,10 +119,16 @@ func newFixtureWith(t *testing.T, change func(*Config)) *fixture {
 	if change != nil {
 		change(&cfg)
 	}
+	if cfg.Tokens != tokens {
+		// The identity store berthd serves with is the one that keeps DATA/admin-token.
+		if _, _, err := cfg.Tokens.EnsureAdmin(ctx, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s := New(cfg)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, st: st, srv: srv, admin: admin, clock: clock, blobs: blobDir, reg: reg, api: s}
+	return &fixture{t: t, st: st, srv: srv, admin: admin, clock: clock, blobs: blobDir, reg: reg, api: s, dir: dir}
 }
 
 type req struct {

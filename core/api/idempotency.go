@@ -113,7 +113,8 @@ func validIdempotencyKey(k string) bool {
 
 // idempotent runs next at most once per (bearer, method, route, Idempotency-Key) within
 // IdempotencyTTL (docs/api.md section 1.7). The auth middleware calls it for every mutating
-// route after the bearer was checked; a request without the header runs next as it is.
+// route after the bearer was checked; a request without the header runs next as it is, and
+// one with an empty, repeated or malformed header is 400 bad_request.
 //
 //  1. The body is read whole (a JSON body up to MaxBodyBytes, an upload spooled to a temporary
 //     file up to its route's limit) and digested with the method, path, query and content type.
@@ -128,12 +129,14 @@ func validIdempotencyKey(k string) bool {
 func (s *Server) idempotent(bearer string, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		key := r.Header.Get(HeaderIdempotencyKey)
-		if key == "" || !mutating(r.Method) {
+		keys := r.Header.Values(HeaderIdempotencyKey)
+		if len(keys) == 0 || !mutating(r.Method) {
 			return next(c)
 		}
-		if !validIdempotencyKey(key) {
-			return problem(abierrors.BadRequest, fmt.Sprintf("%s must be 1 to %d printable ASCII characters", HeaderIdempotencyKey, MaxIdempotencyKeyBytes))
+		key := keys[0]
+		if len(keys) > 1 || !validIdempotencyKey(key) {
+			// An empty or repeated header is no key: running as if absent would drop it silently.
+			return problem(abierrors.BadRequest, fmt.Sprintf("%s must be one header of 1 to %d printable ASCII characters", HeaderIdempotencyKey, MaxIdempotencyKeyBytes))
 		}
 		seal := sha256.Sum256([]byte("berth.idempotency.seal.v1\x00" + bearer + "\x00" + key))
 		digest, cleanup, err := s.digestRequest(c, seal[:])

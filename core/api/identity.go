@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -78,8 +79,14 @@ func (s *Server) login(c echo.Context) error {
 	if req.TTLSeconds < 0 || req.TTLSeconds > int64(identity.MaxSessionTTL/time.Second) {
 		return problem(abierrors.ValidationFailed, "ttl_seconds must be between 60 and 604800 (7 days)")
 	}
+	if wait := s.logins.allow(loginSource(c.Request())); wait > 0 {
+		return throttled(c, abierrors.LoginRateLimited, "too many login attempts from this address; retry after Retry-After", wait)
+	}
 	sess, err := s.cfg.Tokens.Login(c.Request().Context(), req.Name, req.Password, time.Duration(req.TTLSeconds)*time.Second)
 	if err != nil {
+		if t := loginThrottled(c, err); t != nil {
+			return t
+		}
 		return identityError(err, abierrors.UserNotFound)
 	}
 	s.log.Info("login", "user", sess.User, "generation", sess.Generation)
@@ -285,9 +292,13 @@ func (s *Server) createToken(c echo.Context) error {
 	return c.JSON(http.StatusCreated, map[string]any{"token": tok, "info": info})
 }
 
-// tokenAllowed loads the named token and checks the caller may manage it: an admin, or the
-// token's owner.
-func (s *Server) tokenAllowed(c echo.Context) (identity.MachineToken, error) {
+// tokenAllowed loads the named token and checks the caller may rotate it (rotate) or revoke
+// it, with every right creating that token would take (docs/api.md section 9.3): the caller
+// is an admin or the token's owner; another owner's token takes a login within 5 minutes; the
+// caller holds every scope of the token within its project and service bounds (so a machine
+// token never manages one holding human-only scopes); and a machine token rotates nothing that
+// outlives it.
+func (s *Server) tokenAllowed(c echo.Context, rotate bool) (identity.MachineToken, error) {
 	p := principal(c)
 	info, err := s.cfg.Tokens.MachineTokenInfo(c.Request().Context(), c.Param("token"))
 	if err != nil {
@@ -297,11 +308,24 @@ func (s *Server) tokenAllowed(c echo.Context) (identity.MachineToken, error) {
 		// The same answer as an unknown name: no hint which tokens exist.
 		return info, problem(abierrors.TokenNotFound, "no such token")
 	}
+	if info.Owner != owner(p) && !s.cfg.Tokens.Fresh(p) {
+		return info, problem(abierrors.ReauthenticationRequired, "log in again: this needs a login within the last 5 minutes")
+	}
+	verb := "revoking"
+	if rotate {
+		verb = "rotating"
+	}
+	if sc, ok := p.CoversToken(info); !ok {
+		return info, problem(abierrors.Forbidden, fmt.Sprintf("%s token %s needs the caller to hold scope %s within the token's project and service bounds", verb, info.Name, sc))
+	}
+	if rotate && p.Kind == identity.KindMachine && p.ExpiresAt != nil && (info.ExpiresAt == nil || info.ExpiresAt.After(*p.ExpiresAt)) {
+		return info, problem(abierrors.ValidationFailed, "a machine token cannot rotate a token that outlives it")
+	}
 	return info, nil
 }
 
 func (s *Server) revokeToken(c echo.Context) error {
-	info, err := s.tokenAllowed(c)
+	info, err := s.tokenAllowed(c, false)
 	if err != nil {
 		return err
 	}
@@ -316,8 +340,11 @@ func (s *Server) revokeToken(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
+// rotateToken serves POST /tokens/{name}/rotate. The new secret is answered once; for the
+// bootstrap token it is also written to this berthd's DATA/admin-token, whose path the answer
+// names as admin_token_file (absent when the file was not rewritten).
 func (s *Server) rotateToken(c echo.Context) error {
-	info, err := s.tokenAllowed(c)
+	info, err := s.tokenAllowed(c, true)
 	if err != nil {
 		return err
 	}
@@ -328,7 +355,19 @@ func (s *Server) rotateToken(c echo.Context) error {
 		return identityError(err, abierrors.TokenNotFound)
 	}
 	s.awaitIdentity(c, next.Change)
-	return c.JSON(http.StatusOK, map[string]any{"token": tok, "info": next})
+	out := map[string]any{"token": tok, "info": next}
+	if info.Name == identity.BootstrapTokenName {
+		// The rotation is done and its secret is answered whatever happens to the file: failing
+		// here would leave nobody holding the new admin secret.
+		path, err := s.cfg.Tokens.RewriteAdminFile(context.WithoutCancel(ctx), tok)
+		if err != nil {
+			s.log.Error("bootstrap token rotated, but its file was not rewritten; only the answer holds the new secret", "err", err)
+		}
+		if path != "" {
+			out["admin_token_file"] = path
+		}
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 // credentialQueryKeys are query parameters that would carry a credential in a URL.
@@ -384,16 +423,18 @@ func (s *Server) awaitIdentity(c echo.Context, ch identity.Change) {
 // streamRecheck is how often a long-lived answer (a followed log) checks its bearer again.
 const streamRecheck = time.Second
 
-// bearerStillValid reports whether the request's bearer still authenticates, for answers that
-// outlive one check: a token revoked or rotated, or a session whose generation moved, ends the
+// bearerStillValid reports whether the request's bearer still holds what its route needs, for
+// answers that outlive one check: a token revoked or rotated, a session whose generation moved,
+// or a bearer whose scopes (its owner's roles included) no longer cover the route ends the
 // stream at the next recheck. A store failure keeps the stream (it is no proof of revocation).
 func (s *Server) bearerStillValid(c echo.Context) bool {
 	tok := bearer(c)
 	if strings.HasPrefix(tok, identity.PrefixNode) {
 		return true
 	}
-	_, err := s.cfg.Tokens.Authenticate(c.Request().Context(), tok)
-	return !errors.Is(err, identity.ErrUnauthenticated)
+	need, _ := c.Get(authNeedKey).(authNeed)
+	_, err := s.authorize(c, tok, need)
+	return err == nil || abierrors.CodeOf(err) == abierrors.Unavailable
 }
 
 // idempotencyKey is the request's Idempotency-Key for the change log, when it is a plausible

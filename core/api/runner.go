@@ -54,9 +54,9 @@ var errAuth = problem(abierrors.Unauthenticated, "authentication failed")
 
 // bearer returns the Authorization bearer, or "" when there is none.
 func bearer(c echo.Context) string {
-	tok, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return ""
+	scheme, tok, ok := strings.Cut(c.Request().Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "" // schemes are case-insensitive (RFC 9110 section 11.1)
 	}
 	return tok
 }

@@ -30,6 +30,11 @@ const (
 	ScopeSecretWrite Scope = "secret:write"
 )
 
+// allScopes is every scope, in the order [Known] lists them.
+var allScopes = []Scope{ScopeAdmin, ScopeNodeEnroll, ScopeNodeRemove, ScopeNodeFenceAck,
+	ScopeServicesRead, ScopeServicesWrite, ScopeServiceDeploy, ScopeNodesRead, ScopeTokensWrite,
+	ScopeSecretRead, ScopeSecretWrite}
+
 // HumanOnly reports whether s may only be held by a human or the admin principal, never by a
 // machine token or a node.
 func HumanOnly(s Scope) bool {
@@ -41,15 +46,7 @@ func HumanOnly(s Scope) bool {
 }
 
 // Known reports whether s is one of the scopes defined by this package.
-func Known(s Scope) bool {
-	switch s {
-	case ScopeAdmin, ScopeNodeEnroll, ScopeNodeRemove, ScopeNodeFenceAck,
-		ScopeServicesRead, ScopeServicesWrite, ScopeServiceDeploy, ScopeNodesRead, ScopeTokensWrite,
-		ScopeSecretRead, ScopeSecretWrite:
-		return true
-	}
-	return false
-}
+func Known(s Scope) bool { return slices.Contains(allScopes, s) }
 
 // implies reports whether holding held satisfies a need for want, before human-only rules.
 func implies(held, want Scope) bool {
@@ -198,4 +195,41 @@ func (p *Principal) Covers(s Scope, project, service string) bool {
 		return p.Has(s)
 	}
 	return p.Allows(s, project, service, false)
+}
+
+// CoversToken reports whether p may rotate or revoke the token tok describes, as far as scopes
+// go: whether p could hand out, within tok's project and service bounds, every scope tok holds
+// (the scopes its own implies included, and the human-only ones a token of kind admin holds,
+// which no machine principal covers). missing names the first scope p lacks.
+func (p *Principal) CoversToken(tok MachineToken) (missing Scope, ok bool) {
+	target := &Principal{Kind: tok.Kind}
+	for _, s := range allScopes {
+		if target.holds(tok.Scopes, s) && !p.Covers(s, tok.Project, tok.Service) {
+			return s, false
+		}
+	}
+	return "", true
+}
+
+// intersectScopes returns the scopes that both held and owner hold (implications counted), as
+// the fewest scopes that imply them all: {services:write} and an owner holding
+// {services:read} give {services:read}; two sets holding admin give {admin}. Human-only rules
+// are left to the principal that holds the result. Never nil.
+func intersectScopes(held, owner []Scope) []Scope {
+	holds := func(set []Scope, s Scope) bool {
+		return slices.ContainsFunc(set, func(h Scope) bool { return implies(h, s) })
+	}
+	var both []Scope
+	for _, s := range allScopes {
+		if holds(held, s) && holds(owner, s) {
+			both = append(both, s)
+		}
+	}
+	out := []Scope{}
+	for _, s := range both {
+		if !slices.ContainsFunc(both, func(h Scope) bool { return h != s && implies(h, s) }) {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -88,12 +88,20 @@ type Tokens struct {
 	users  *mongo.Collection
 	meta   *mongo.Collection
 	now    func() time.Time
-	sleep  func(ctx context.Context, d time.Duration) error
 	argon  Argon2Params
 	dummy  string // a verifier checked for unknown users, so both answers cost the same
 	mu     sync.Mutex
 	used   map[string]time.Time   // digest -> last write of last_used_at; mu
 	failed map[string][]time.Time // user name -> failed logins in the last minute; mu
+	// reserved is, per name in backoff, when the attempt admitted last makes the next one due; mu
+	reserved map[string]time.Time
+	// verifySlots holds one value per password verification running; its capacity bounds them.
+	verifySlots chan struct{}
+	verifyHook  func(ctx context.Context) // run while a verification holds its slot; tests only
+	// adminFile is the admin-token file [Tokens.EnsureAdmin] keeps, once it ran; mu.
+	adminFile string
+	// fileMu orders rewrites of adminFile.
+	fileMu sync.Mutex
 }
 
 // TokensOption configures [NewTokens].
@@ -109,10 +117,17 @@ func WithArgon2Params(p Argon2Params) TokensOption {
 	return func(t *Tokens) { t.argon = p }
 }
 
-// WithSleepForTest replaces the wait of the login backoff, so a test can see the delays asked
-// for without waiting them out.
-func WithSleepForTest(sleep func(ctx context.Context, d time.Duration) error) TokensOption {
-	return func(t *Tokens) { t.sleep = sleep }
+// WithLoginConcurrency bounds how many password verifications [Tokens.Login] runs at once
+// (each argon2id verification holds [DefaultArgon2Params] memory, 64 MiB); n <= 0 means
+// [MinLoginConcurrency]. [LoginConcurrencyFor] sizes it from the memory of the machine.
+func WithLoginConcurrency(n int) TokensOption {
+	return func(t *Tokens) { t.verifySlots = make(chan struct{}, max(n, MinLoginConcurrency)) }
+}
+
+// WithVerifyHookForTest makes every password verification of [Tokens.Login] call hook while it
+// holds its slot, before it verifies, so a test can count and hold verifications.
+func WithVerifyHookForTest(hook func(ctx context.Context)) TokensOption {
+	return func(t *Tokens) { t.verifyHook = hook }
 }
 
 // NewTokens returns a Tokens over s's identity collections. It does no I/O apart from hashing
@@ -121,25 +136,17 @@ func NewTokens(s *store.Store, opts ...TokensOption) *Tokens {
 	t := &Tokens{
 		st: s, coll: s.Collection(TokensCollection), names: s.Collection(TokenNamesCollection),
 		users: s.Collection(UsersCollection), meta: s.Collection(MetaCollection),
-		now: time.Now, sleep: sleepCtx, argon: DefaultArgon2Params,
-		used: map[string]time.Time{}, failed: map[string][]time.Time{},
+		now: time.Now, argon: DefaultArgon2Params,
+		used: map[string]time.Time{}, failed: map[string][]time.Time{}, reserved: map[string]time.Time{},
 	}
 	for _, o := range opts {
 		o(t)
 	}
+	if t.verifySlots == nil {
+		t.verifySlots = make(chan struct{}, MinLoginConcurrency)
+	}
 	t.dummy, _ = HashPassword("berth dummy password for unknown users", t.argon)
 	return t
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-tm.C:
-		return nil
-	}
 }
 
 // Create makes a new unnamed token of the given kind (KindAdmin, KindMachine or KindHuman),
@@ -266,9 +273,11 @@ func (t *Tokens) Recheck(ctx context.Context, digest string) (*Principal, error)
 	})
 }
 
-// principal is the principal of the token record rec when it is usable now, reading the
-// owner of a session with user: exactly [ErrUnauthenticated] for a revoked or expired record,
-// or a session whose user is gone or of another credential generation.
+// principal is the principal of the token record rec when it is usable now, reading its owner
+// with user: exactly [ErrUnauthenticated] for a revoked or expired record, a session whose user
+// is gone or of another credential generation, or a machine token whose owner is gone. A
+// session holds its user's roles; a machine token of an owner holds the scopes both it and its
+// owner's current roles hold (docs/api.md section 9.3), read on every call.
 func (t *Tokens) principal(ctx context.Context, rec tokenRecord, user func(context.Context, string) (userRecord, error)) (*Principal, error) {
 	if !t.usable(rec) {
 		return nil, ErrUnauthenticated
@@ -288,6 +297,36 @@ func (t *Tokens) principal(ctx context.Context, rec tokenRecord, user func(conte
 		}
 		p.Kind, p.AuthAt = KindHuman, rec.AuthAt
 		p.Scopes, p.Grants = u.scopes()
+		return p, nil
+	}
+	if rec.Kind != KindMachine || rec.Owner == "" {
+		return p, nil // the bootstrap token stands for the holder of the data directory
+	}
+	// A machine token acts with what it holds that its owner's roles also give now.
+	u, err := user(ctx, rec.Owner)
+	switch {
+	case errors.Is(err, store.ErrNotFound) && rec.Owner == BootstrapTokenName:
+		// Minted by the bootstrap token before there was a bootstrap admin: its owner is the
+		// bootstrap token, which holds admin.
+		return p, nil
+	case errors.Is(err, store.ErrNotFound):
+		return nil, ErrUnauthenticated
+	case err != nil:
+		return nil, fmt.Errorf("identity: authenticate: %w", err)
+	}
+	global, grants := u.scopes()
+	if rec.Project != "" {
+		p.Scopes = intersectScopes(rec.Scopes, append(global, grants[rec.Project]...))
+		return p, nil
+	}
+	p.Scopes = intersectScopes(rec.Scopes, global)
+	for project, g := range grants {
+		if in := intersectScopes(rec.Scopes, g); len(in) > 0 {
+			if p.Grants == nil {
+				p.Grants = map[string][]Scope{}
+			}
+			p.Grants[project] = in
+		}
 	}
 	return p, nil
 }
@@ -356,6 +395,40 @@ func (t *Tokens) revokeDigest(ctx context.Context, digest string) error {
 	return nil
 }
 
+// RewriteAdminFile writes token, the new secret of the bootstrap token that a rotation just
+// answered, to the admin-token file [Tokens.EnsureAdmin] keeps for this process's data
+// directory, with [securefile.WriteFile] (0600, temporary file, fsync, rename), and returns the
+// file's path. It writes nothing and returns "" when EnsureAdmin never ran in this process, or
+// when the name [BootstrapTokenName] no longer points at token (a later rotation or a
+// revocation won; the file is then that one's to write). Rewrites are serialised, so the file
+// ends holding the secret the name points at. Errors: a store failure reading the name, or the
+// file write's.
+func (t *Tokens) RewriteAdminFile(ctx context.Context, token string) (string, error) {
+	t.mu.Lock()
+	path := t.adminFile
+	t.mu.Unlock()
+	if path == "" {
+		return "", nil
+	}
+	t.fileMu.Lock()
+	defer t.fileMu.Unlock()
+	var n nameRecord
+	err := store.FindByID(ctx, t.names, BootstrapTokenName, &n)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("identity: rewrite admin token file: %w", err)
+	}
+	if !Equal(n.Digest, Digest(token)) {
+		return "", nil
+	}
+	if err := securefile.WriteFile(path, []byte(token+"\n")); err != nil {
+		return "", fmt.Errorf("identity: rewrite admin token file: %w", err)
+	}
+	return path, nil
+}
+
 // EnsureAdmin makes sure the bootstrap admin token exists for this data directory, at startup.
 // It is a KindAdmin token named [BootstrapTokenName], owned by the bootstrap admin user when
 // one was created ([Tokens.BootstrapAdmin]), and listed, rotated and revoked by name like every
@@ -375,6 +448,9 @@ func (t *Tokens) revokeDigest(ctx context.Context, digest string) error {
 // [securefile.ErrInsecure]. The caller holds the data directory lock ([store.LockDir]).
 func (t *Tokens) EnsureAdmin(ctx context.Context, dataDir string) (created bool, token string, err error) {
 	path := filepath.Join(dataDir, AdminTokenFile)
+	t.mu.Lock()
+	t.adminFile = path
+	t.mu.Unlock()
 	data, err := securefile.ReadFile(path)
 	switch {
 	case err == nil:

@@ -28,6 +28,8 @@ const (
 	LoginFailuresFree  = 10
 	LoginFailureWindow = time.Minute
 	MaxLoginDelay      = 16 * time.Second
+	// MinLoginConcurrency is the least number of password verifications run at once.
+	MinLoginConcurrency = 2
 	// MaxNameLen bounds user and token names.
 	MaxNameLen = 64
 )
@@ -279,13 +281,55 @@ type Session struct {
 	ExpiresAt  time.Time `json:"expires_at"`
 }
 
+// LoginBusyRetry is the Retry-After of an attempt refused with [ErrLoginBusy].
+const LoginBusyRetry = time.Second
+
+var (
+	// ErrLoginBusy is returned (in a [*LoginThrottledError]) by [Tokens.Login] when as many
+	// password verifications run as its bound allows ([WithLoginConcurrency]).
+	ErrLoginBusy = errors.New("berth: too many logins are being verified; retry shortly")
+	// ErrLoginBackoff is returned (in a [*LoginThrottledError]) by [Tokens.Login] for an attempt
+	// on a name that failed too often before its next attempt is due.
+	ErrLoginBackoff = errors.New("berth: too many failed logins for this name; retry later")
+)
+
+// LoginThrottledError is a login refused before any password was verified: Err is
+// [ErrLoginBusy] or [ErrLoginBackoff], RetryAfter how long to wait before trying again.
+type LoginThrottledError struct {
+	Err        error
+	RetryAfter time.Duration
+}
+
+func (e *LoginThrottledError) Error() string {
+	return fmt.Sprintf("%v (retry after %v)", e.Err, e.RetryAfter)
+}
+
+// Unwrap returns Err.
+func (e *LoginThrottledError) Unwrap() error { return e.Err }
+
+// LoginConcurrencyFor is how many password verifications to run at once on a machine with
+// memBytes of memory: an eighth of it in verifications of [DefaultArgon2Params] (64 MiB each),
+// at least [MinLoginConcurrency].
+func LoginConcurrencyFor(memBytes uint64) int {
+	per := uint64(DefaultArgon2Params.Memory) * 1024
+	return int(max(memBytes/8/per, MinLoginConcurrency))
+}
+
 // Login verifies a human's password and opens a session (a brs_ token stored as a digest, of
 // the user's current generation) of ttl, 0 meaning [DefaultSessionTTL]. Unknown users, machine
 // users, users without a password and wrong passwords all return exactly [ErrUnauthenticated]
-// after one argon2id verification each (a dummy verifier for unknown users). After
-// [LoginFailuresFree] failures for one name within [LoginFailureWindow], each attempt for it
-// first waits a bounded, doubling delay. Errors also: wrapping [ErrInvalid] for a ttl out of
-// bounds; ctx's error when it ends during the delay; a store failure.
+// after one argon2id verification each (a dummy verifier for unknown users).
+//
+// Before verifying, an attempt is refused with a [*LoginThrottledError], verifying nothing:
+//
+//  1. wrapping [ErrLoginBusy] when the bound on verifications running at once
+//     ([WithLoginConcurrency]) is reached, unknown names included;
+//  2. wrapping [ErrLoginBackoff] when the name failed [LoginFailuresFree] times within
+//     [LoginFailureWindow] and its next attempt is not due yet: it is due 1 s after the last
+//     failure, doubling per further failure up to [MaxLoginDelay], and one attempt takes each
+//     due time (parallel attempts do not multiply the guesses). A success clears the count.
+//
+// Errors also: wrapping [ErrInvalid] for a ttl out of bounds; a store failure.
 func (t *Tokens) Login(ctx context.Context, name, password string, ttl time.Duration) (Session, error) {
 	if ttl == 0 {
 		ttl = DefaultSessionTTL
@@ -293,10 +337,14 @@ func (t *Tokens) Login(ctx context.Context, name, password string, ttl time.Dura
 	if ttl < time.Minute || ttl > MaxSessionTTL {
 		return Session{}, fmt.Errorf("identity: session lifetime %v: between 1 minute and 7 days: %w", ttl, ErrInvalid)
 	}
-	if d := t.loginDelay(name); d > 0 {
-		if err := t.sleep(ctx, d); err != nil {
-			return Session{}, err
-		}
+	select {
+	case t.verifySlots <- struct{}{}:
+	default:
+		return Session{}, &LoginThrottledError{Err: ErrLoginBusy, RetryAfter: LoginBusyRetry}
+	}
+	defer func() { <-t.verifySlots }()
+	if wait := t.admitLogin(name); wait > 0 {
+		return Session{}, &LoginThrottledError{Err: ErrLoginBackoff, RetryAfter: wait}
 	}
 	u, err := t.user(ctx, name)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -306,6 +354,9 @@ func (t *Tokens) Login(ctx context.Context, name, password string, ttl time.Dura
 	if err != nil || u.Kind != KindHuman || verifier == "" || len(password) > MaxPasswordBytes {
 		verifier = t.dummy
 		u = userRecord{}
+	}
+	if t.verifyHook != nil {
+		t.verifyHook(ctx)
 	}
 	ok := VerifyPassword(password, verifier)
 	if !ok || u.Name == "" {
@@ -324,16 +375,37 @@ func (t *Tokens) Login(ctx context.Context, name, password string, ttl time.Dura
 	return Session{Token: token, User: u.Name, Generation: u.Generation, ExpiresAt: *rec.ExpiresAt}, nil
 }
 
-// loginDelay returns how long an attempt for name waits first.
-func (t *Tokens) loginDelay(name string) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := len(t.recentFailuresLocked(name))
+// loginDelay is how long after its last failure a name that failed n times within the
+// window waits for its next attempt: none below LoginFailuresFree, then 1 s doubling per
+// failure, at most MaxLoginDelay.
+func loginDelay(n int) time.Duration {
 	if n < LoginFailuresFree {
 		return 0
 	}
-	d := time.Second << min(n-LoginFailuresFree, 5)
-	return min(d, MaxLoginDelay)
+	return min(time.Second<<min(n-LoginFailuresFree, 5), MaxLoginDelay)
+}
+
+// admitLogin returns how long an attempt for name must still wait, or 0 when it may verify
+// now; an admitted attempt of a name in backoff takes the due time, so the next attempt waits
+// a full delay again whatever the outcome.
+func (t *Tokens) admitLogin(name string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.recentFailuresLocked(name)
+	d := loginDelay(len(f))
+	if d == 0 {
+		return 0
+	}
+	now := t.now()
+	due := f[len(f)-1].Add(d)
+	if r, ok := t.reserved[name]; ok && r.After(due) {
+		due = r
+	}
+	if now.Before(due) {
+		return due.Sub(now)
+	}
+	t.reserved[name] = now.Add(d)
+	return 0
 }
 
 // recentFailuresLocked drops failures older than the window and returns the rest. mu must be held.
@@ -342,6 +414,7 @@ func (t *Tokens) recentFailuresLocked(name string) []time.Time {
 	f := slices.DeleteFunc(t.failed[name], func(at time.Time) bool { return !at.After(cut) })
 	if len(f) == 0 {
 		delete(t.failed, name)
+		delete(t.reserved, name)
 		return nil
 	}
 	t.failed[name] = f
@@ -358,14 +431,18 @@ func (t *Tokens) loginFailed(name string) {
 	}
 	f := t.recentFailuresLocked(name)
 	if len(f) < 64 {
-		t.failed[name] = append(f, t.now())
+		f = append(f, t.now())
+	} else {
+		f = append(f[1:], t.now())
 	}
+	t.failed[name] = f
 }
 
 func (t *Tokens) loginSucceeded(name string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.failed, name)
+	delete(t.reserved, name)
 }
 
 // Logout revokes the session token given; an unknown or malformed token is no error.

@@ -1,8 +1,8 @@
 package identity_test
 
 import (
-	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -184,14 +184,7 @@ func TestSessionsAndGenerations(t *testing.T) {
 
 func TestLoginUnknownUserAndBackoff(t *testing.T) {
 	ctx := t.Context()
-	var mu sync.Mutex
-	var delays []time.Duration
-	tokens, _, clk := newUsers(t, identity.WithSleepForTest(func(ctx context.Context, d time.Duration) error {
-		mu.Lock()
-		defer mu.Unlock()
-		delays = append(delays, d)
-		return nil
-	}))
+	tokens, _, clk := newUsers(t)
 	if _, err := tokens.CreateUser(ctx, identity.NewUserRequest{Name: "carol", Kind: identity.KindHuman, Roles: []identity.Role{identity.RoleAdmin}, Password: goodPassword}); err != nil {
 		t.Fatal(err)
 	}
@@ -204,55 +197,81 @@ func TestLoginUnknownUserAndBackoff(t *testing.T) {
 			t.Errorf("login %s: %v, want exactly ErrUnauthenticated", c[0], err)
 		}
 	}
-	// 10 failures in a minute are free; from the 11th attempt each waits, doubling, bounded.
-	for range 8 { // two of carol's failures are above
-		_, _ = tokens.Login(ctx, "carol", "wrong password wrong password", 0)
+	// backoff is how long an attempt for carol is refused, 0 when it was not.
+	backoff := func(password string) time.Duration {
+		t.Helper()
+		_, err := tokens.Login(ctx, "carol", password, 0)
+		var te *identity.LoginThrottledError
+		if errors.As(err, &te) {
+			if !errors.Is(err, identity.ErrLoginBackoff) {
+				t.Fatalf("a refused attempt: %v; want ErrLoginBackoff", err)
+			}
+			return te.RetryAfter
+		}
+		return 0
 	}
-	mu.Lock()
-	if len(delays) != 0 {
-		t.Fatalf("delays before 10 failures: %v", delays)
+	// 10 failures in a minute are free; then each next attempt is due 1 s after the last
+	// failure, doubling, bounded; an attempt before is refused with how long to wait.
+	for i := range 8 { // two of carol's failures are above
+		if d := backoff("wrong password wrong password"); d != 0 {
+			t.Fatalf("failure %d refused with %v", i+3, d)
+		}
 	}
-	mu.Unlock()
-	for range 10 {
-		_, _ = tokens.Login(ctx, "carol", "wrong password wrong password", 0)
+	var waits []time.Duration
+	for range 5 {
+		d := backoff("wrong password wrong password")
+		if d == 0 {
+			t.Fatalf("an attempt right after a failure was not refused")
+		}
+		waits = append(waits, d)
+		clk.Advance(d)
+		if d := backoff("wrong password wrong password"); d != 0 {
+			t.Fatalf("an attempt when due was refused: %v", d)
+		}
 	}
-	mu.Lock()
-	got := append([]time.Duration{}, delays...)
-	mu.Unlock()
-	if len(got) != 10 || got[0] != time.Second || got[1] != 2*time.Second || got[9] != identity.MaxLoginDelay {
-		t.Fatalf("delays = %v; want 1 s doubling to at most %v", got, identity.MaxLoginDelay)
+	if waits[0] != time.Second || waits[1] != 2*time.Second || waits[4] != identity.MaxLoginDelay {
+		t.Fatalf("waits = %v; want 1 s doubling to at most %v", waits, identity.MaxLoginDelay)
 	}
-	// Another user is not slowed; the right password still works (no lockout), and clears it.
+	// Another user is not held back; the right password logs in when due and clears the count.
 	if _, err := tokens.Login(ctx, "nobody", "x", 0); err != identity.ErrUnauthenticated {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	if len(delays) != 10 {
-		t.Fatalf("another user's attempt was delayed")
+	if d := backoff(goodPassword); d == 0 {
+		t.Fatalf("the right password before it was due was not refused")
 	}
-	mu.Unlock()
+	clk.Advance(identity.MaxLoginDelay)
 	if _, err := tokens.Login(ctx, "carol", goodPassword, 0); err != nil {
-		t.Fatalf("the right password during backoff: %v", err)
+		t.Fatalf("the right password when due: %v", err)
+	}
+	if d := backoff("wrong password wrong password"); d != 0 {
+		t.Fatalf("a failure after a success was refused: %v", d)
 	}
 	// The window passes.
 	for range 12 {
-		_, _ = tokens.Login(ctx, "carol", "wrong password wrong password", 0)
+		clk.Advance(identity.MaxLoginDelay)
+		_ = backoff("wrong password wrong password")
 	}
 	clk.Advance(identity.LoginFailureWindow + time.Second)
-	mu.Lock()
-	n := len(delays)
-	mu.Unlock()
-	_, _ = tokens.Login(ctx, "carol", "wrong password wrong password", 0)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(delays) != n {
-		t.Fatalf("an attempt after the window was delayed")
+	if d := backoff("wrong password wrong password"); d != 0 {
+		t.Fatalf("an attempt after the window was refused: %v", d)
+	}
+}
+
+// TestLoginConcurrencyFor: an eighth of memory in 64 MiB verifications, at least 2.
+func TestLoginConcurrencyFor(t *testing.T) {
+	for mem, want := range map[uint64]int{0: 2, 512 << 20: 2, 2 << 30: 4, 16 << 30: 32} {
+		if got := identity.LoginConcurrencyFor(mem); got != want {
+			t.Errorf("LoginConcurrencyFor(%d MiB) = %d, want %d", mem>>20, got, want)
+		}
 	}
 }
 
 func TestMachineTokens(t *testing.T) {
 	ctx := t.Context()
 	tokens, s, clk := newUsers(t)
+	if _, err := tokens.CreateUser(ctx, identity.NewUserRequest{Name: "alice", Kind: identity.KindHuman, Roles: []identity.Role{identity.RoleOperator}}); err != nil {
+		t.Fatal(err)
+	}
 	req := identity.MachineTokenRequest{Name: "ci-deploy", Owner: "alice", Scopes: []identity.Scope{identity.ScopeServiceDeploy}, Project: "shop", Service: "web", TTL: 90 * 24 * time.Hour}
 	tok, info, err := tokens.CreateMachine(ctx, req)
 	if err != nil || !identity.WellFormed(tok, identity.PrefixToken) || info.Name != "ci-deploy" || info.Project != "shop" || info.Service != "web" {
@@ -477,14 +496,77 @@ func TestBootstrapTokenIsNamed(t *testing.T) {
 	if err != nil || !p.Has(identity.ScopeNodeEnroll) {
 		t.Fatalf("the rotated bootstrap token = %+v, %v; want the admin principal", p, err)
 	}
+	// The rotation's new secret goes to the file, once: a rewrite of a secret the name no
+	// longer points at is refused.
+	if path, err := tokens.RewriteAdminFile(ctx, next); err != nil || path != filepath.Join(dataDir, identity.AdminTokenFile) {
+		t.Fatalf("RewriteAdminFile = %q, %v", path, err)
+	}
+	if path, err := tokens.RewriteAdminFile(ctx, tok); err != nil || path != "" {
+		t.Fatalf("RewriteAdminFile of the rotated-out secret = %q, %v; want nothing written", path, err)
+	}
 	created, again, err := tokens.EnsureAdmin(ctx, dataDir)
-	if err != nil || created || again != "" {
-		t.Fatalf("EnsureAdmin after rotation = %v, %q, %v; want nothing new", created, again, err)
+	if err != nil || created || again != next {
+		t.Fatalf("EnsureAdmin after rotation = %v, %q, %v; want the rotated secret from the file", created, again, err)
 	}
 	if _, err := tokens.RevokeMachine(ctx, identity.BootstrapTokenName); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tokens.Authenticate(ctx, next); err != identity.ErrUnauthenticated {
 		t.Fatalf("the revoked bootstrap token: %v", err)
+	}
+}
+
+// TestMachineTokenNarrowedByOwner: Authenticate and Recheck (the registry's path) give a
+// machine token the scopes both it and its owner's current roles hold, from the next call; a
+// token whose owner is gone is refused; a project-bound token counts its owner's grant there.
+func TestMachineTokenNarrowedByOwner(t *testing.T) {
+	ctx := t.Context()
+	tokens, _, _ := newUsers(t)
+	if _, err := tokens.CreateUser(ctx, identity.NewUserRequest{Name: "dev", Kind: identity.KindMachine, Roles: []identity.Role{identity.RoleOperator}}); err != nil {
+		t.Fatal(err)
+	}
+	wide, _, err := tokens.CreateMachine(ctx, identity.MachineTokenRequest{Name: "wide", Owner: "dev", Scopes: []identity.Scope{identity.ScopeServicesWrite, identity.ScopeNodesRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound, _, err := tokens.CreateMachine(ctx, identity.MachineTokenRequest{Name: "bound", Owner: "dev", Scopes: []identity.Scope{identity.ScopeServicesWrite}, Project: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, _, err := tokens.CreateMachine(ctx, identity.MachineTokenRequest{Name: "orphan", Owner: "gone", Scopes: []identity.Scope{identity.ScopeServicesRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what, tok string, scope identity.Scope, project string, want bool) {
+		t.Helper()
+		for name, get := range map[string]func() (*identity.Principal, error){
+			"Authenticate": func() (*identity.Principal, error) { return tokens.Authenticate(ctx, tok) },
+			"Recheck":      func() (*identity.Principal, error) { return tokens.Recheck(ctx, identity.Digest(tok)) },
+		} {
+			p, err := get()
+			if err != nil {
+				t.Fatalf("%s: %s: %v", what, name, err)
+			}
+			if got := p.Allows(scope, project, "", false); got != want {
+				t.Errorf("%s: %s: Allows(%s, %q) = %v, want %v (scopes %v, grants %v)", what, name, scope, project, got, want, p.Scopes, p.Grants)
+			}
+		}
+	}
+	check("an operator's token", wide, identity.ScopeServicesWrite, "shop", true)
+	check("an operator's token", wide, identity.ScopeNodesRead, "", true)
+	if _, err := tokens.SetRoles(ctx, "dev", []identity.Role{identity.RoleViewer}, []identity.Grant{{Project: "shop", Role: identity.RoleOperator}}); err != nil {
+		t.Fatal(err)
+	}
+	check("a viewer's token", wide, identity.ScopeServicesWrite, "other", false)
+	check("a viewer's token", wide, identity.ScopeServicesRead, "other", true)
+	check("a viewer's token in its owner's grant", wide, identity.ScopeServicesWrite, "shop", true)
+	check("a viewer's project-bound token in its owner's grant", bound, identity.ScopeServicesWrite, "shop", true)
+	if _, err := tokens.SetRoles(ctx, "dev", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("the token of a user without roles", wide, identity.ScopeServicesRead, "shop", false)
+	check("the project-bound token of a user without roles", bound, identity.ScopeServicesRead, "shop", false)
+	if _, err := tokens.Authenticate(ctx, orphan); err != identity.ErrUnauthenticated {
+		t.Errorf("a token whose owner is gone: %v; want ErrUnauthenticated", err)
 	}
 }

@@ -229,7 +229,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 
-	tokens := identity.NewTokens(st)
+	// Each login's argon2id verification holds 64 MiB: run as many at once as an eighth of
+	// memory holds (docs/api.md section 9.2).
+	loginSlots := identity.LoginConcurrencyFor(machineMemory())
+	log.Info("login verifications bounded", "at_once", loginSlots)
+	tokens := identity.NewTokens(st, identity.WithLoginConcurrency(loginSlots))
 	if cfg.BootstrapAdmin != "" {
 		created, err := tokens.BootstrapAdmin(ctx, cfg.BootstrapAdmin, cfg.BootstrapPassword)
 		if err != nil {

@@ -77,6 +77,10 @@ type NewMachineToken struct {
 type IssuedToken struct {
 	Token string       `json:"token"`
 	Info  MachineToken `json:"info"`
+	// AdminTokenFile is, after a rotation of the bootstrap token, the file on the berthd that
+	// served it where the new secret was also written (its DATA/admin-token); empty when no
+	// file was rewritten.
+	AdminTokenFile string `json:"admin_token_file,omitempty"`
 }
 
 // Login opens a human session (POST /login); ttl 0 means the server's default of 12 h. It

@@ -165,7 +165,9 @@ func (c *Client) EnqueueOperation(ctx context.Context, project, idempotencyKey s
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json, application/problem+json")
 	hreq.Header.Set("User-Agent", c.userAgent)
-	hreq.Header.Set(HeaderIdempotencyKey, idempotencyKey)
+	if idempotencyKey != "" { // an empty header is refused as a malformed key, not read as none
+		hreq.Header.Set(HeaderIdempotencyKey, idempotencyKey)
+	}
 	if c.token != "" {
 		hreq.Header.Set("Authorization", "Bearer "+c.token)
 	}
