@@ -238,6 +238,9 @@ func (s *Server) putService(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkEnvValues(ctx, p.ID, resolved); err != nil {
+		return err
+	}
 	svc := &services.Service{
 		Secrets: refs, SecretSets: spec.SecretSets, ResolvedSecrets: resolved,
 		Runtime: spec.Runtime, Image: image, ImageTag: imageTag, DeployOnPush: spec.DeployOnPush, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
