@@ -261,3 +261,48 @@ func (cl *cluster) waitGreeting(t *testing.T, host, want string, n int) {
 		return true, ""
 	})
 }
+
+// TestBinarySecretReachesFileExactly: a value holding every byte value 0x00..0xff, set with
+// `berth secret set --from-file`, reaches the workload's secret file byte for byte through the
+// real agent; taken as an environment variable, which cannot carry it, it is refused at apply
+// naming the key.
+func TestBinarySecretReachesFileExactly(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t)
+	ctx := context.Background()
+	agentDir, agentLog := cl.enrollNode(t)
+	start(t, agentLog, "berth-agent", "run", "--data-dir", agentDir)
+	waitFor(t, converge, "node connected", func() (bool, string) {
+		ns, err := cl.c.ListNodes(ctx)
+		return err == nil && len(ns) == 1 && ns[0].Status == "connected", fmt.Sprint(ns, err)
+	})
+	every := make([]byte, 256)
+	for i := range every {
+		every[i] = byte(i)
+	}
+	vf := filepath.Join(t.TempDir(), "blob")
+	if err := os.WriteFile(vf, every, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl.berthOK(t, cl.token, "", "secret", "set", "default/blob", "--from-file", vf)
+	cl.pushBundle(t, env.helloDir, "hello")
+	spec := func(ref string) string {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "bin.yaml")
+		y := "name: bin\nbundle: hello\ncommand: [\"./hello\"]\nhealth_check: {path: /healthz, interval_s: 1}\nsecrets:\n  BIN: " + ref + "\n"
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	if _, errOut, code := cl.berth(t, cl.token, "", "apply", "-f", spec("blob")); code == 0 || !strings.Contains(errOut, "validation_failed") || !strings.Contains(errOut, "BIN") {
+		t.Fatalf("a binary value as env: exit %d %s; want validation_failed naming BIN", code, errOut)
+	}
+	cl.cli(t, "apply", "-f", spec("{secret: blob, as: file}"))
+	ids := cl.waitReplicas(t, "bin", 1)
+	sf := filepath.Join(agentDir, "workloads", ids[0], "secrets", "BIN")
+	got, err := os.ReadFile(sf)
+	if err != nil || !bytes.Equal(got, every) {
+		t.Fatalf("secret file %s holds %d bytes %x (%v); want every byte value 0x00..0xff", sf, len(got), got, err)
+	}
+}

@@ -177,6 +177,7 @@ const (
 	SecretSetNotFound      Code = "secret_set_not_found"     // no secret set with that name in the project (404)
 	SecretInUse            Code = "secret_in_use"            // delete of a secret or set a service still references; the detail names the services (409)
 	SecretUnknown          Code = "secret_unknown"           // a service or set references a secret, version or set that does not exist (422)
+	SecretUseForbidden     Code = "secret_use_forbidden"     // a service write would make the service take a secret or set it did not, without secret:use; the detail names it (403)
 	SecretTooLarge         Code = "secret_too_large"         // a value over the 64 KiB limit (413)
 	SecretVersionsFull     Code = "secret_versions_full"     // a secret that holds its 64 versions; delete it and set it again (409)
 	KeyringRotationRunning Code = "keyring_rotation_running" // a keyring rotation while the previous one still re-wraps (409)
@@ -246,6 +247,7 @@ var statuses = map[Code]int{
 	SecretSetNotFound:      http.StatusNotFound,
 	SecretInUse:            http.StatusConflict,
 	SecretUnknown:          http.StatusUnprocessableEntity,
+	SecretUseForbidden:     http.StatusForbidden,
 	SecretTooLarge:         http.StatusRequestEntityTooLarge,
 	SecretVersionsFull:     http.StatusConflict,
 	KeyringRotationRunning: http.StatusConflict,

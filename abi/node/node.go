@@ -3,9 +3,11 @@
 package node
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Version is the envelope major version this package implements.
@@ -369,6 +371,14 @@ const (
 	// (docs/registry.md section 9).
 	SecretAsRegistry = "registry"
 )
+
+// EnvSafe reports whether value can be delivered as an environment variable ([SecretAsEnv]):
+// UTF-8 text without a NUL byte. An environment entry ends at its first NUL, and the runtime
+// driver contract carries the environment as protobuf strings, which must be UTF-8. A file
+// ([SecretAsFile]) carries any bytes.
+func EnvSafe(value []byte) bool {
+	return utf8.Valid(value) && bytes.IndexByte(value, 0) < 0
+}
 
 // WorkloadSecret is one secret value of a workload, sealed to the node that runs it
 // (docs/node-protocol.md section 6.6). Secret and Version name what it is; the value travels

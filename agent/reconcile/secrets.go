@@ -150,6 +150,10 @@ func openAllSecrets(dataDir string, spec *node.WorkloadSpec) (env, files, regist
 			clear(plain)
 			return nil, nil, nil, fail(s, "the sealed value belongs to another workload or secret")
 		}
+		if (s.As == "" || s.As == node.SecretAsEnv) && !node.EnvSafe(value) {
+			clear(plain)
+			return nil, nil, nil, fail(s, "the value holds a NUL byte or bytes that are not UTF-8, which an environment variable cannot carry; deliver it as a file")
+		}
 		v := append([]byte(nil), value...)
 		clear(plain)
 		switch s.As {

@@ -188,3 +188,43 @@ func TestRegistryPullSecretGoesToTheDriverOnly(t *testing.T) {
 		t.Errorf("a Docker Hub image without a host = %v; want the docker.io credential", got)
 	}
 }
+
+// TestSecretBytesReachFilesExactly: every byte value 0x00..0xff sealed as a file opens and is
+// written exactly; as an environment variable a NUL byte cannot be carried, so the workload is
+// refused with an error naming the key (the core refuses such a reference already; this is the
+// node's own check for a value that got past it).
+func TestSecretBytesReachFilesExactly(t *testing.T) {
+	dir := t.TempDir()
+	pub := nodeKey(t, dir)
+	const id = "wl_1"
+	every := make([]byte, 256)
+	for i := range every {
+		every[i] = byte(i)
+	}
+	file := sealFor(t, pub, id, node.WorkloadSecret{Key: "BIN", As: node.SecretAsFile, Secret: "bin", Version: 1}, string(every))
+	_, files, err := openSecrets(dir, &node.WorkloadSpec{WorkloadID: id, Secrets: []node.WorkloadSecret{file}})
+	if err != nil || !bytes.Equal(files["BIN"], every) {
+		t.Fatalf("openSecrets = %x %v; want every byte value", files["BIN"], err)
+	}
+	sd := filepath.Join(t.TempDir(), "secrets")
+	if err := writeSecretFiles(sd, files); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(sd, "BIN")); err != nil || !bytes.Equal(got, every) {
+		t.Fatalf("secret file holds %x %v; want every byte value", got, err)
+	}
+	env := sealFor(t, pub, id, node.WorkloadSecret{Key: "BIN_ENV", As: node.SecretAsEnv, Secret: "bin", Version: 1}, string(every))
+	e, f, err := openSecrets(dir, &node.WorkloadSpec{WorkloadID: id, Secrets: []node.WorkloadSecret{file, env}})
+	if !errors.Is(err, ErrSecretOpen) || e != nil || f != nil || !strings.Contains(err.Error(), "BIN_ENV") || !strings.Contains(err.Error(), "NUL") {
+		t.Fatalf("a NUL byte for an environment variable: %v; want ErrSecretOpen naming BIN_ENV and the NUL byte", err)
+	}
+	// Bytes that are not UTF-8 cannot cross the driver contract's protobuf strings either.
+	high := sealFor(t, pub, id, node.WorkloadSecret{Key: "HIGH", As: node.SecretAsEnv, Secret: "high", Version: 1}, string(every[1:]))
+	if _, _, err := openSecrets(dir, &node.WorkloadSpec{WorkloadID: id, Secrets: []node.WorkloadSecret{high}}); !errors.Is(err, ErrSecretOpen) || !strings.Contains(err.Error(), "HIGH") {
+		t.Fatalf("bytes that are not UTF-8 for an environment variable: %v; want ErrSecretOpen naming HIGH", err)
+	}
+	text := sealFor(t, pub, id, node.WorkloadSecret{Key: "TEXT", As: node.SecretAsEnv, Secret: "text", Version: 1}, "grüße\x01\x7f")
+	if e, _, err := openSecrets(dir, &node.WorkloadSpec{WorkloadID: id, Secrets: []node.WorkloadSecret{text}}); err != nil || string(e["TEXT"]) != "grüße\x01\x7f" {
+		t.Fatalf("openSecrets = %q %v", e["TEXT"], err)
+	}
+}

@@ -81,7 +81,7 @@ printed once, at create and rotate.`,
 		},
 	}
 	create.Flags().StringVar(&name, "name", "", "token name: lower-case, at most 64 characters, no ':' or '/' (required)")
-	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope to grant (repeatable): services:read, services:write, service:deploy, nodes:read, tokens:write, secret:read, secret:write, admin")
+	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope to grant (repeatable): services:read, services:write, service:deploy, nodes:read, tokens:write, secret:read, secret:use, secret:write, admin")
 	create.Flags().StringVar(&service, "service", "", "bound the token to this service of --project")
 	create.Flags().StringVar(&expires, "expires", "90d", "lifetime: e.g. 90d, 1y (at most), 12h")
 	create.Flags().StringVar(&owner, "owner", "", "user who owns the token (default: you; another owner needs admin and a recent login)")

@@ -110,7 +110,7 @@ each secret. Values are read from a file or stdin, never from arguments.`,
 			return nil
 		},
 	}
-	set.Flags().StringVar(&fromFile, "from-file", "", "read the value from this file (default: stdin)")
+	set.Flags().StringVar(&fromFile, "from-file", "", "read the value from this file, byte for byte: any bytes, binary included (default: stdin)")
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List the project's secrets",

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -138,6 +139,42 @@ func TestSecretCommands(t *testing.T) {
 			if strings.Contains(p, v) {
 				t.Fatalf("a command printed the value %q:\n%s", v, p)
 			}
+		}
+	}
+}
+
+// TestSecretSetFromFileIsBinarySafe: every byte value 0x00..0xff in a file reaches the store
+// exactly through `berth secret set --from-file`, and so does a file of the largest size.
+func TestSecretSetFromFileIsBinarySafe(t *testing.T) {
+	sec, cat, url, admin := secretAPI(t)
+	c := newCLI(t)
+	c.env["BERTH_SERVER"], c.env["BERTH_TOKEN"] = url, admin
+	ctx := context.Background()
+	every := make([]byte, 256)
+	for i := range every {
+		every[i] = byte(i)
+	}
+	large := bytes.Repeat(every, maxSecretBytes/len(every))
+	for name, want := range map[string][]byte{"every-byte": every, "largest": large} {
+		file := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(file, want, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.ok("", "secret", "set", "shop/"+name, "--from-file", file)
+		p, err := cat.GetProject(ctx, "shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := sec.Get(ctx, p.ID, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := sec.Open(s, s.Current())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: stored %d bytes differing from the %d of the file:\n got %x\nwant %x", name, len(got), len(want), got[:min(len(got), 512)], want[:min(len(want), 512)])
 		}
 	}
 }

@@ -220,6 +220,10 @@ func (s *Server) putService(c echo.Context) error {
 	} else {
 		image = spec.Image
 	}
+	expected, err := s.checkSecretUse(c, p, name, specRefs(&spec), spec.SecretSets, spec.TLS.Secret, spec.ExpectedRevision)
+	if err != nil {
+		return err
+	}
 	if err := s.checkServiceTLS(ctx, p, &spec); err != nil {
 		return err
 	}
@@ -236,6 +240,9 @@ func (s *Server) putService(c echo.Context) error {
 	}
 	resolved, err := s.resolveSecrets(ctx, p.ID, refs, spec.SecretSets)
 	if err != nil {
+		return err
+	}
+	if err := s.checkEnvValues(ctx, p.ID, resolved); err != nil {
 		return err
 	}
 	svc := &services.Service{
@@ -284,7 +291,7 @@ func (s *Server) putService(c echo.Context) error {
 		return err
 	}
 	wctx, done := s.changeCtx(c)
-	out, outcome, err := s.cfg.Catalog.ApplyService(wctx, p, svc, spec.ExpectedRevision)
+	out, outcome, err := s.cfg.Catalog.ApplyService(wctx, p, svc, expected)
 	done()
 	if err != nil {
 		return serviceError(err)

@@ -227,6 +227,13 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 	if expected == nil {
 		expected = &svc.Revision // the changes listed are those of the revision read
 	}
+	if back := svc.Previous; back != nil && *expected == svc.Revision {
+		// Going back may make the service take secrets again: the rule of any service write
+		// (another expected revision is refused by the undo itself).
+		if _, err := s.checkSecretUse(c, p, svc.Name, back.Secrets, back.SecretSets, "", expected); err != nil {
+			return err
+		}
+	}
 	wctx, done := s.changeCtx(c)
 	out, err := s.cfg.Catalog.UndoReleaseAt(wctx, p, svc.Name, expected)
 	done()

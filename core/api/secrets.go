@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -208,9 +210,9 @@ func toAPISet(set *secrets.Set, used []client.SecretUse) client.SecretSet {
 	return out
 }
 
-// putSecret writes a new version (docs/api.md section 10.1). The body is {"value": "..."}; the
-// value is never logged, and the answer (the one an Idempotency-Key record keeps) carries only
-// names, versions and digests.
+// putSecret writes a new version (docs/api.md section 10.1). The body is {"value": "text"} or
+// {"value_base64": "..."} (any bytes); the value is never logged, and the answer (the one an
+// Idempotency-Key record keeps) carries only names, versions and digests.
 func (s *Server) putSecret(c echo.Context) error {
 	name := c.Param("secret")
 	if err := checkName("project", c.Param("project")); err != nil {
@@ -220,25 +222,28 @@ func (s *Server) putSecret(c echo.Context) error {
 		return err
 	}
 	var req struct {
-		Value *string `json:"value"`
+		Value       json.RawMessage `json:"value"`
+		ValueBase64 *string         `json:"value_base64"`
 	}
 	if err := s.bind(c, &req); err != nil {
 		return err
 	}
-	if req.Value == nil {
-		return problem(abierrors.ValidationFailed, "value is required")
+	value, err := secretWriteValue(req.Value, req.ValueBase64)
+	if err != nil {
+		return err
 	}
-	value := []byte(*req.Value)
 	defer clear(value)
 	if len(value) > secrets.MaxValueBytes {
 		return problem(abierrors.SecretTooLarge, fmt.Sprintf("a secret value is at most %d bytes", secrets.MaxValueBytes))
 	}
-	if !utf8.Valid(value) {
-		return problem(abierrors.ValidationFailed, "value must be UTF-8 text")
-	}
 	p, err := s.project(c, true)
 	if err != nil {
 		return err
+	}
+	if !node.EnvSafe(value) {
+		if err := s.checkNoEnvUsers(c.Request().Context(), p, name); err != nil {
+			return err
+		}
 	}
 	wctx, done := s.changeCtx(c)
 	sec, ver, err := s.secretStore().Put(wctx, p.ID, p.Name, name, value, author(c))
@@ -379,6 +384,9 @@ func (s *Server) putSecretSet(c echo.Context) error {
 	refs := map[string]secrets.Ref{}
 	for k, r := range spec.Secrets {
 		refs[k] = secrets.Ref(r)
+	}
+	if err := s.checkEnvValues(c.Request().Context(), p.ID, refs); err != nil {
+		return err
 	}
 	wctx, done := s.changeCtx(c)
 	set, created, err := s.secretStore().PutSet(wctx, p.ID, p.Name, name, refs, spec.ExpectedRevision)
@@ -679,4 +687,137 @@ func (s *Server) rollSecretUsers(c echo.Context, p *services.Project, secret, se
 			break
 		}
 	}
+}
+
+// secretWriteValue returns the bytes a secret write carries: value, a JSON string of UTF-8 text, or
+// value_base64, standard padded base64 of any bytes; exactly one of them. encoding/json would
+// replace bytes that are not UTF-8, and lone surrogate escapes, with U+FFFD without a word, so
+// value is checked in its raw JSON and refused (422 naming it) rather than stored changed.
+func secretWriteValue(text json.RawMessage, b64 *string) ([]byte, error) {
+	hasText := len(text) > 0 && string(text) != "null"
+	switch {
+	case hasText && b64 != nil:
+		return nil, problem(abierrors.ValidationFailed, "give value (UTF-8 text) or value_base64 (any bytes), not both")
+	case b64 != nil:
+		v, err := base64.StdEncoding.DecodeString(*b64)
+		if err != nil {
+			return nil, problem(abierrors.ValidationFailed, "value_base64 is not standard padded base64 (RFC 4648 section 4)")
+		}
+		return v, nil
+	case !hasText:
+		return nil, problem(abierrors.ValidationFailed, "value (UTF-8 text) or value_base64 (any bytes) is required")
+	case text[0] != '"':
+		return nil, problem(abierrors.BadRequest, "value must be a JSON string")
+	}
+	v, ok := exactJSONString(text)
+	if !ok {
+		return nil, problem(abierrors.ValidationFailed, "value must be UTF-8 text (no other bytes, no lone surrogate escapes); send bytes as value_base64")
+	}
+	return v, nil
+}
+
+// exactJSONString decodes raw, one well-formed JSON string, and reports whether the result is
+// exactly what raw spells: raw is UTF-8 and every U+FFFD decoded stands in raw, literally or as
+// the escape \ufffd (any other one replaced a lone surrogate).
+func exactJSONString(raw []byte) ([]byte, bool) {
+	if !utf8.Valid(raw) {
+		return nil, false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, false
+	}
+	body, spelt := raw[1:len(raw)-1], 0
+	for i := 0; i < len(body); {
+		switch {
+		case body[i] == '\\' && body[i+1] == 'u':
+			if strings.EqualFold(string(body[i+2:i+6]), "fffd") {
+				spelt++
+			}
+			i += 6
+		case body[i] == '\\':
+			i += 2
+		default:
+			r, n := utf8.DecodeRune(body[i:])
+			if r == utf8.RuneError {
+				spelt++ // raw is valid UTF-8: a literal U+FFFD
+			}
+			i += n
+		}
+	}
+	if strings.Count(s, "\uFFFD") != spelt {
+		return nil, false
+	}
+	return []byte(s), true
+}
+
+// checkEnvValues refuses (422 validation_failed naming the key) a reference delivered as an
+// environment variable to a secret version whose value an environment variable cannot carry (a
+// NUL byte, or bytes that are not UTF-8: [node.EnvSafe]); a file carries any bytes. refs'
+// versions may be 0 (the current one). A secret or version that does not exist is 422
+// secret_unknown.
+func (s *Server) checkEnvValues(ctx context.Context, projectID string, refs map[string]secrets.Ref) error {
+	for _, k := range slices.Sorted(maps.Keys(refs)) {
+		r := refs[k]
+		if r.As != "" && r.As != secrets.AsEnv {
+			continue
+		}
+		sec, v, err := s.secretStore().Resolve(ctx, projectID, r.Secret, r.Version)
+		if err != nil {
+			return refError(fmt.Errorf("%s: %w", k, err))
+		}
+		ok, err := s.secretStore().EnvSafe(sec, v)
+		if err != nil {
+			return secretError(err)
+		}
+		if !ok {
+			return problem(abierrors.ValidationFailed, fmt.Sprintf("%s: version %d of secret %s holds a NUL byte or bytes that are not UTF-8, which an environment variable cannot carry; deliver it as a file (as: file)", k, v.Version, r.Secret))
+		}
+	}
+	return nil
+}
+
+// checkNoEnvUsers refuses (422 validation_failed naming the service and key) a new version of
+// secret name that an environment variable cannot carry ([node.EnvSafe]) while a service of p
+// takes its current version as one, directly or through an attached set: the new version would
+// roll out to it and the workload could not start. Pinned references do not move and are not
+// counted.
+func (s *Server) checkNoEnvUsers(ctx context.Context, p *services.Project, name string) error {
+	svcs, err := s.cfg.Catalog.ListServices(ctx, p)
+	if err != nil {
+		return err
+	}
+	takes := func(r secrets.Ref) bool {
+		return r.Secret == name && r.Version == 0 && (r.As == "" || r.As == secrets.AsEnv)
+	}
+	for i := range svcs {
+		svc := &svcs[i]
+		for _, k := range slices.Sorted(maps.Keys(svc.Secrets)) {
+			if takes(svc.Secrets[k]) {
+				return notForEnv(name, svc.Name, k, "")
+			}
+		}
+		for _, setName := range svc.SecretSets {
+			set, err := s.secretStore().GetSet(ctx, p.ID, setName)
+			if errors.Is(err, secrets.ErrSetNotFound) {
+				continue
+			} else if err != nil {
+				return err
+			}
+			for _, k := range slices.Sorted(maps.Keys(set.Secrets)) {
+				if takes(set.Secrets[k]) {
+					return notForEnv(name, svc.Name, k, setName)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func notForEnv(secret, service, key, set string) error {
+	via := ""
+	if set != "" {
+		via = " through secret set " + set
+	}
+	return problem(abierrors.ValidationFailed, fmt.Sprintf("value: it holds a NUL byte or bytes that are not UTF-8, and service %s takes secret %s as environment variable %s%s, which cannot carry them; deliver it there as a file (as: file) or pin a version first", service, secret, key, via))
 }

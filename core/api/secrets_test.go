@@ -2,8 +2,11 @@ package api
 
 import (
 	"archive/tar"
+	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -243,5 +246,119 @@ func TestKeyringRoutes(t *testing.T) {
 	}
 	if code, out := f.json("POST", "/api/v1/secrets/keyring/rotate", map[string]any{"retire_old": true}); code != 409 || out["code"] != "keyring_rotation_running" {
 		t.Fatalf("second rotate: %d %v", code, out)
+	}
+}
+
+// allBytes is every byte value once, 0x00 to 0xff.
+func allBytes() []byte {
+	b := make([]byte, 256)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b
+}
+
+// TestSecretValuesAreExactBytes: value_base64 carries every byte value and the store seals
+// exactly those bytes; a "value" that is not UTF-8 text (raw bytes JSON decoding would replace,
+// or a lone surrogate escape) is refused instead of stored changed; a value with a NUL byte or
+// bytes that are not UTF-8 may be delivered as a file but not as an environment variable, at
+// apply, in a set and at a new version.
+func TestSecretValuesAreExactBytes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	opened := func(name string) []byte {
+		t.Helper()
+		p, err := f.api.cfg.Catalog.GetProject(ctx, "shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := f.api.cfg.Secrets.Store
+		sec, v, err := st.Resolve(ctx, p.ID, name, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		value, err := st.Open(sec, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return value
+	}
+	put := func(name string, body []byte) answer {
+		return f.raw(req{method: "PUT", path: "/api/v1/projects/shop/secrets/" + name, ctype: "application/json", token: f.admin, body: body})
+	}
+	want := allBytes()
+	// Raw bytes that are not UTF-8 would reach the store as U+FFFD: refused, nothing stored.
+	if a := put("raw", append(append([]byte(`{"value":"`), want[0x80:]...), `"}`...)); a.status != 422 || a.code() != "validation_failed" {
+		t.Errorf("raw bytes 0x80..0xff as value: %d %s; want 422 validation_failed", a.status, a.body)
+		if a.status/100 == 2 {
+			t.Fatalf("stored %d bytes for the 128 sent: %x", len(opened("raw")), opened("raw"))
+		}
+	}
+	if a := put("bin", mustJSON(map[string]any{"value_base64": base64.StdEncoding.EncodeToString(want)})); a.status != 201 {
+		t.Fatalf("value_base64: %d %s", a.status, a.body)
+	}
+	if got := opened("bin"); !bytes.Equal(got, want) {
+		t.Fatalf("stored value differs from the bytes sent:\n got %x\nwant %x", got, want)
+	}
+	// Text still goes as "value", U+FFFD included when the client sent it.
+	if a := put("text", []byte(`{"value":"gr\u00fc\u00dfe \ufffd `+"\uFFFD"+`"}`)); a.status != 201 {
+		t.Fatalf("text value: %d %s", a.status, a.body)
+	}
+	if got := string(opened("text")); got != "grüße \uFFFD \uFFFD" {
+		t.Fatalf("text value stored as %q", got)
+	}
+	for name, body := range map[string][]byte{
+		"raw high bytes": append(append([]byte(`{"value":"`), want[0x80:]...), `"}`...),
+		"lone surrogate": []byte(`{"value":"ab\udc80"}`),
+		"both fields":    []byte(`{"value":"a","value_base64":"YQ=="}`),
+		"bad base64":     []byte(`{"value_base64":"not base64!"}`),
+		"neither":        []byte(`{}`),
+	} {
+		if a := put("bad", body); a.status != 422 || a.code() != "validation_failed" || !strings.Contains(string(a.body), "value") {
+			t.Errorf("%s: %d %s; want 422 validation_failed naming the value", name, a.status, a.body)
+		}
+	}
+	if code, out := f.json("GET", "/api/v1/projects/shop/secrets/bad", nil); code != 404 {
+		t.Fatalf("a refused value was stored: %d %v", code, out)
+	}
+	if a := put("big", mustJSON(map[string]any{"value_base64": base64.StdEncoding.EncodeToString(make([]byte, 64<<10+1))})); a.status != 413 || a.code() != "secret_too_large" {
+		t.Fatalf("big binary value: %d %s", a.status, a.body)
+	}
+
+	// Delivery: a file takes any bytes; an environment variable cannot hold a NUL byte.
+	good := tarGz(t, &tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755})
+	if code, out := f.do(req{method: "POST", path: "/api/v1/projects/shop/bundles?name=app", ctype: "application/gzip", token: f.admin, body: good}); code != 201 {
+		t.Fatalf("push bundle: %d %v", code, out)
+	}
+	apply := func(body map[string]any) (int, map[string]any) {
+		body["bundle"], body["command"] = "app", []string{"./app"}
+		return f.json("PUT", "/api/v1/projects/shop/services/api", body)
+	}
+	if code, out := apply(map[string]any{"secrets": map[string]any{"BIN": "bin"}}); code != 422 || out["code"] != "validation_failed" || !strings.Contains(fmt.Sprint(out["detail"]), "BIN") {
+		t.Fatalf("a NUL value as env: %d %v; want 422 naming BIN", code, out)
+	}
+	if a := put("high", mustJSON(map[string]any{"value_base64": base64.StdEncoding.EncodeToString(want[1:])})); a.status != 201 {
+		t.Fatalf("high bytes: %d %s", a.status, a.body)
+	}
+	if code, out := apply(map[string]any{"secrets": map[string]any{"HIGH": "high"}}); code != 422 || out["code"] != "validation_failed" || !strings.Contains(fmt.Sprint(out["detail"]), "HIGH") {
+		t.Fatalf("a value that is not UTF-8 as env: %d %v; want 422 naming HIGH", code, out)
+	}
+	if code, out := f.json("PUT", "/api/v1/projects/shop/secret-sets/binset", map[string]any{"secrets": map[string]any{"BIN": "bin"}}); code != 422 || !strings.Contains(fmt.Sprint(out["detail"]), "BIN") {
+		t.Fatalf("a set giving a NUL value as env: %d %v; want 422 naming BIN", code, out)
+	}
+	if code, out := apply(map[string]any{"secrets": map[string]any{"BIN": map[string]any{"secret": "bin", "as": "file"}, "TEXT": "text"}}); code != 201 {
+		t.Fatalf("a NUL value as a file: %d %v", code, out)
+	}
+	// A new version with a NUL byte of a secret a service takes as env unpinned is refused, and
+	// the service keeps its version.
+	if a := put("text", mustJSON(map[string]any{"value_base64": base64.StdEncoding.EncodeToString([]byte("a\x00b"))})); a.status != 422 || !strings.Contains(string(a.body), "TEXT") || !strings.Contains(string(a.body), "api") {
+		t.Fatalf("a NUL version of an env secret: %d %s; want 422 naming api and TEXT", a.status, a.body)
+	}
+	if got := string(opened("text")); got != "grüße \uFFFD \uFFFD" {
+		t.Fatalf("the refused version was stored: %q", got)
+	}
+	if a := put("bin", mustJSON(map[string]any{"value_base64": base64.StdEncoding.EncodeToString([]byte("\x00again"))})); a.status != 200 {
+		t.Fatalf("a NUL version of a file secret: %d %s", a.status, a.body)
 	}
 }

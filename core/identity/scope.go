@@ -11,7 +11,7 @@ type Scope string
 
 // Scopes. ScopeAdmin grants every scope, except that human-only scopes are never granted to a
 // machine or node principal, whatever it holds. ScopeServicesWrite implies ScopeServiceDeploy,
-// which implies ScopeServicesRead; ScopeSecretWrite implies ScopeSecretRead.
+// which implies ScopeServicesRead; ScopeSecretWrite implies ScopeSecretRead and ScopeSecretUse.
 const (
 	ScopeAdmin         Scope = "admin"
 	ScopeNodeEnroll    Scope = "node:enroll"    // human-only: issue join tokens, accept nodes
@@ -26,14 +26,19 @@ const (
 	// value (no scope reads a value).
 	ScopeSecretRead Scope = "secret:read"
 	// ScopeSecretWrite writes new secret versions and sets and deletes them; implies
-	// ScopeSecretRead.
+	// ScopeSecretRead and ScopeSecretUse.
 	ScopeSecretWrite Scope = "secret:write"
+	// ScopeSecretUse lets a service write make the service take a secret it did not take
+	// before (a reference, a set, a tls.secret), so that its value reaches the workload; a
+	// write that keeps the references the service has needs no more than the write's own scope
+	// (docs/api.md section 10.2). It reads nothing through the API.
+	ScopeSecretUse Scope = "secret:use"
 )
 
 // allScopes is every scope, in the order [Known] lists them.
 var allScopes = []Scope{ScopeAdmin, ScopeNodeEnroll, ScopeNodeRemove, ScopeNodeFenceAck,
 	ScopeServicesRead, ScopeServicesWrite, ScopeServiceDeploy, ScopeNodesRead, ScopeTokensWrite,
-	ScopeSecretRead, ScopeSecretWrite}
+	ScopeSecretRead, ScopeSecretWrite, ScopeSecretUse}
 
 // HumanOnly reports whether s may only be held by a human or the admin principal, never by a
 // machine token or a node.
@@ -58,7 +63,7 @@ func implies(held, want Scope) bool {
 	case held == ScopeServiceDeploy:
 		return want == ScopeServicesRead
 	case held == ScopeSecretWrite:
-		return want == ScopeSecretRead
+		return want == ScopeSecretRead || want == ScopeSecretUse
 	}
 	return false
 }

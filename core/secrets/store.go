@@ -427,3 +427,15 @@ func (s *Store) Resolve(ctx context.Context, projectID, name string, version int
 func (s *Store) Open(sec *Secret, v *Version) ([]byte, error) {
 	return Open(s.kr, sec.binding(v.Version), v.Sealed)
 }
+
+// EnvSafe reports whether the value of version v of secret sec can be delivered as an
+// environment variable ([node.EnvSafe]: UTF-8 text without a NUL byte; a file carries any
+// bytes). It opens the value and clears it at once. Errors: those of [Store.Open].
+func (s *Store) EnvSafe(sec *Secret, v *Version) (bool, error) {
+	value, err := s.Open(sec, v)
+	if err != nil {
+		return false, err
+	}
+	defer clear(value)
+	return node.EnvSafe(value), nil
+}

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -138,13 +139,14 @@ type KeyringStatus struct {
 	Rotation  *KeyringRotation `json:"rotation,omitempty"`
 }
 
-// PutSecret writes value as a new version of secret project/name (PUT
-// /projects/{p}/secrets/{name}, body {"value"}); the answer names the version, never the value.
+// PutSecret writes value, any bytes, as a new version of secret project/name (PUT
+// /projects/{p}/secrets/{name}, body {"value_base64"}, so that bytes that are not UTF-8 text
+// arrive exactly); the answer names the version, never the value.
 func (c *Client) PutSecret(ctx context.Context, project, name string, value []byte) (*Secret, error) {
 	var out Secret
 	body := struct {
-		Value string `json:"value"`
-	}{string(value)}
+		ValueBase64 string `json:"value_base64"`
+	}{base64.StdEncoding.EncodeToString(value)}
 	if err := c.doJSON(ctx, http.MethodPut, "/projects/"+pathEscape(project)+"/secrets/"+pathEscape(name), body, true, &out); err != nil {
 		return nil, err
 	}
