@@ -66,8 +66,9 @@ func TestBackupCommands(t *testing.T) {
 		!strings.Contains(out, "bkp_1\tweb\tdb\tpostgres\tfailed(upload)\t0\t-") {
 		t.Errorf("ls: %q", out)
 	}
-	if _, errOut, code := c.run("", "backup", "restore", "bkp_2", "--into", "shop/web"); code == 0 || !strings.Contains(errOut, "restore_target_running") {
-		t.Errorf("restore into a running service: exit %d, %q", code, errOut)
+	if _, errOut, code := c.run("", "backup", "restore", "bkp_2", "--into", "shop/web"); code == 0 || !strings.Contains(errOut, "restore_target_running") ||
+		!strings.Contains(errOut, "--while-running") {
+		t.Errorf("restore into a running service: exit %d, %q; want the code and the flag --while-running", code, errOut)
 	}
 	if out := c.ok("", "backup", "restore", "bkp_2", "--into", "shop/web", "--into-scratch"); out != "restore of bkp_2 queued: operation op_9\n" {
 		t.Errorf("restore into scratch: %q", out)
