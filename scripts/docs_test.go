@@ -12,10 +12,10 @@ import (
 	"time"
 )
 
-// readDoc returns the text of the repository file rel.
-func readDoc(t *testing.T, rel string) string {
+// readDoc returns the text of the file rel of the repository at root.
+func readDoc(t *testing.T, root, rel string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(moduleRoot(t), rel))
+	b, err := os.ReadFile(filepath.Join(root, rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func readDoc(t *testing.T, rel string) string {
 // pid file names a process this test started: that process stops, and the
 // command names no process by pattern (pkill would stop every berthd's).
 func TestReadmeStopsOnlyThisDataDirsGateway(t *testing.T) {
-	readme := readDoc(t, "README.md")
+	readme := readDoc(t, moduleRoot(t), "README.md")
 	if strings.Contains(readme, "pkill") || strings.Contains(readme, "killall") {
 		t.Error("the README stops processes by name")
 	}
@@ -61,5 +61,55 @@ func TestReadmeStopsOnlyThisDataDirsGateway(t *testing.T) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s did not stop the process of the pid file", script)
+	}
+}
+
+// docSections returns the numbered sections of a doc ("## 6. Title", "### 7.2 Title" and
+// paragraphs opening "6.7 **Title.**"), each with the rest of its first line.
+func docSections(t *testing.T, root, rel string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	re := regexp.MustCompile(`^(?:#+\s+)?([0-9]+(?:\.[0-9]+)*[a-z]?)\.?\s+(.*)$`)
+	for _, line := range strings.Split(readDoc(t, root, rel), "\n") {
+		if m := re.FindStringSubmatch(line); m != nil && (strings.HasPrefix(line, "#") || strings.Contains(m[1], ".")) {
+			out[m[1]] = m[2]
+		}
+	}
+	return out
+}
+
+// TestDocSectionReferences: every "docs/X.md section N" in the docs and the README names a
+// section X has, and the API reference's volumes field points at the node protocol's section
+// on volumes.
+func TestDocSectionReferences(t *testing.T) {
+	root := moduleRoot(t)
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := regexp.MustCompile(`(docs/[a-z0-9-]+\.md),? sections? ([0-9]+(?:\.[0-9]+)*[a-z]?)`)
+	sections := map[string]map[string]string{}
+	for _, f := range append(files, filepath.Join(root, "README.md")) {
+		rel, _ := filepath.Rel(root, f)
+		text := strings.Join(strings.Fields(readDoc(t, root, rel)), " ")
+		for _, m := range ref.FindAllStringSubmatch(text, -1) {
+			if sections[m[1]] == nil {
+				if _, err := os.Stat(filepath.Join(root, m[1])); err != nil {
+					t.Errorf("%s refers to %s, which does not exist", rel, m[1])
+					continue
+				}
+				sections[m[1]] = docSections(t, root, m[1])
+			}
+			if _, ok := sections[m[1]][m[2]]; !ok {
+				t.Errorf("%s refers to %s section %s, which it does not have", rel, m[1], m[2])
+			}
+		}
+	}
+	row := regexp.MustCompile("(?m)^ *\\| `volumes` \\|.*docs/node-protocol\\.md section ([0-9.]+)").FindStringSubmatch(readDoc(t, root, "docs/api.md"))
+	if row == nil {
+		t.Fatal("docs/api.md's volumes row refers to no section of docs/node-protocol.md")
+	}
+	if title := docSections(t, root, "docs/node-protocol.md")[row[1]]; !strings.Contains(strings.ToLower(title), "volumes") {
+		t.Errorf("docs/api.md's volumes field refers to docs/node-protocol.md section %s, %q", row[1], title)
 	}
 }
