@@ -113,3 +113,20 @@ func TestDocSectionReferences(t *testing.T) {
 		t.Errorf("docs/api.md's volumes field refers to docs/node-protocol.md section %s, %q", row[1], title)
 	}
 }
+
+// TestOperatingGuideSaysWhatWorks: docs/operating.md names the S3 blob store berthd has, lists
+// no relays among the API's clients, and says plainly that several berthd replicas on one
+// database are not supported, instead of promising them.
+func TestOperatingGuideSaysWhatWorks(t *testing.T) {
+	guide := strings.Join(strings.Fields(readDoc(t, moduleRoot(t), "docs/operating.md")), " ")
+	for _, bad := range []string{"no S3 blob store", "relays", "replicas may share", "more than one replica"} {
+		if strings.Contains(guide, bad) {
+			t.Errorf("docs/operating.md says %q", bad)
+		}
+	}
+	for _, want := range []string{"Several berthd replicas serving one database are not supported yet", "or an S3 bucket with `--s3-endpoint`"} {
+		if !strings.Contains(guide, want) {
+			t.Errorf("docs/operating.md does not say %q", want)
+		}
+	}
+}
