@@ -130,3 +130,20 @@ func TestOperatingGuideSaysWhatWorks(t *testing.T) {
 		}
 	}
 }
+
+// TestPluginGuideRoutes: docs/plugins.md shows how to run an agent on a third-party driver,
+// and its first-plugin steps give the replace route (no release tag exists) before go get and
+// say to run go mod tidy again after adding the conformance test.
+func TestPluginGuideRoutes(t *testing.T) {
+	guide := strings.Join(strings.Fields(readDoc(t, moduleRoot(t), "docs/plugins.md")), " ")
+	if !regexp.MustCompile("berth-agent run [^`]*--driver NAME --plugin-dir ").MatchString(guide) {
+		t.Error("docs/plugins.md gives no berth-agent run command for a third-party driver")
+	}
+	replace, get := strings.Index(guide, "go mod edit -replace github.com/berthhq/berth=../berth"), strings.Index(guide, "go get github.com/berthhq/berth@")
+	if replace < 0 || get < 0 || replace > get {
+		t.Errorf("docs/plugins.md: the replace route (at %d) must come before go get (at %d)", replace, get)
+	}
+	if !strings.Contains(guide, "run `go mod tidy` again") {
+		t.Error("docs/plugins.md does not say to run go mod tidy again after adding the conformance test")
+	}
+}
