@@ -147,3 +147,15 @@ func TestPluginGuideRoutes(t *testing.T) {
 		t.Error("docs/plugins.md does not say to run go mod tidy again after adding the conformance test")
 	}
 }
+
+// TestCorestoreConfigModeDocumented: docs/bindings.md and the README say the corestore
+// configuration must be mode 0600 even when it holds only secret: references.
+func TestCorestoreConfigModeDocumented(t *testing.T) {
+	root := moduleRoot(t)
+	for _, rel := range []string{"docs/bindings.md", "README.md"} {
+		doc := strings.Join(strings.Fields(readDoc(t, root, rel)), " ")
+		if !regexp.MustCompile("0600,?[^.]{0,40} even when [^.]*`secret:` reference").MatchString(doc) {
+			t.Errorf("%s does not say the corestore configuration must be 0600 even with only secret: references", rel)
+		}
+	}
+}
