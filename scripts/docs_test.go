@@ -159,3 +159,12 @@ func TestCorestoreConfigModeDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandExpansionDocumented: the API reference says a service's command is not expanded
+// and gives the sh -c form.
+func TestCommandExpansionDocumented(t *testing.T) {
+	row := regexp.MustCompile("(?m)^ *\\| `command` \\|.*$").FindString(readDoc(t, moduleRoot(t), "docs/api.md"))
+	if !strings.Contains(row, "not expanded") || !strings.Contains(row, `["sh", "-c", `) {
+		t.Errorf("docs/api.md's command row does not say variables are not expanded, with the sh -c form: %q", row)
+	}
+}
