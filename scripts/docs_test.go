@@ -168,3 +168,12 @@ func TestCommandExpansionDocumented(t *testing.T) {
 		t.Errorf("docs/api.md's command row does not say variables are not expanded, with the sh -c form: %q", row)
 	}
 }
+
+// TestAppDirDocumented: the node protocol says the app directory changes with every rollout
+// and names the stable path (a volume) instead.
+func TestAppDirDocumented(t *testing.T) {
+	doc := strings.Join(strings.Fields(readDoc(t, moduleRoot(t), "docs/node-protocol.md")), " ")
+	if !strings.Contains(doc, "absolute path changes with every rollout") || !strings.Contains(doc, "no stable `BERTH_APP_DIR`") {
+		t.Error("docs/node-protocol.md does not say the app directory changes with every rollout and what is stable")
+	}
+}
