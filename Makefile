@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/berthhq/berth/internal/version.Version=$(VERSION)
 BIN     := $(CURDIR)/bin
 HTTPBIN := github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin
 
-.PHONY: build run test test-containers bench generate lint bundles clean wasm modules dist
+.PHONY: build run run-bins test test-containers bench generate lint bundles clean wasm modules dist opa
 
 # The container tests: real containerd (started by scripts/containerd-test.sh,
 # installed from Debian when missing), network namespaces and nftables.
@@ -27,16 +27,28 @@ $(ROUTES_WASM): $(shell find examples/routes sdk/wasm abi/wasm abi/routes -name 
 $(AS_WASM): $(wildcard examples/policies/require-digest-as/assembly/*.ts) examples/policies/require-digest-as/package-lock.json
 	./examples/policies/require-digest-as/build.sh
 
-## build: every binary into ./bin
-build: modules
+## build: every binary into ./bin (the tools only the tests and benchmarks use,
+## OPA and the AssemblyScript policy among them, are test's and bench's prerequisites)
+build: $(ROUTES_WASM)
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+# What make run starts: berthd with its gateway, the CLI, the agent and the
+# runtime and network plugins of both RUNTIMEs; nothing else.
+RUN_CMDS := ./cmd/berth ./cmd/berthd ./cmd/berth-agent ./cmd/berth-plugin-gateway \
+	./cmd/berth-plugin-process ./cmd/berth-plugin-containerd ./cmd/berth-plugin-nftables
+run-bins: $(ROUTES_WASM)
+	@mkdir -p $(BIN)
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(RUN_CMDS)
+
+## opa: the opa binary the Rego tests and benchmarks compare against (built from source, slowly, once)
+opa:
 	./scripts/install-opa.sh $(BIN)
 
 ## dist: release artifacts under ./dist (docs/operating.md section 8): every binary for
 ## linux/amd64 and linux/arm64, static and reproducible, VERSION stamped, one tar.gz per
 ## platform and SHA256SUMS
-dist: modules
+dist: $(ROUTES_WASM)
 	VERSION=$(VERSION) GO=$(GO) ./scripts/dist.sh
 
 ## bundles: the example apps as bundle directories under ./build/bundles
@@ -50,7 +62,7 @@ bundles:
 ## The data under .berth-run is kept between runs; FRESH=1 starts from an empty one.
 RUNTIME ?= process
 FRESH ?=
-run: build bundles
+run: run-bins bundles
 	BERTH_RUNTIME=$(RUNTIME) BERTH_RUN_FRESH=$(FRESH) ./scripts/run-local.sh
 
 # The S3 server the backup tests upload to (a real S3 API with signature checks).
@@ -95,7 +107,7 @@ SLOW_TEST_PKGS := ./e2e ./core/api ./e2e/corestore ./core/store ./e2e/images ./c
 
 ## test: everything CI runs (builds the binaries the end-to-end tests start;
 ## starts a private containerd for the container tests and stops it after)
-test: build $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(CADDY) $(PEBBLE) $(PEBBLE_CHALLTESTSRV)
+test: build opa $(AS_WASM) $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(CADDY) $(PEBBLE) $(PEBBLE_CHALLTESTSRV)
 	./scripts/install-postgres.sh
 	./scripts/install-knot.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 25m $(SLOW_TEST_PKGS) ./...
@@ -107,7 +119,7 @@ test-containers: build
 
 ## bench: benchmarks, one figure per line (bench/opa, its own Go module so
 ## OPA stays out of go.mod, compares Berth's modules with OPA side by side)
-bench: build $(CADDY) $(PEBBLE)
+bench: build opa $(AS_WASM) $(CADDY) $(PEBBLE)
 	./scripts/install-bench-tools.sh
 	./scripts/install-knot.sh
 	./scripts/install-postgres.sh

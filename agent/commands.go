@@ -275,17 +275,22 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	}
 	w.partial = append([]byte(nil), data[i+1:]...)
 	parts := strings.Split(string(data[:i]), "\n")
+	// The first write is the kept output, written at times the node did not record: its
+	// lines go without a time rather than with the time they were read.
+	var stamp *time.Time
 	if w.skip < 0 {
 		w.skip = max(0, len(parts)-w.tail)
 		parts = parts[w.skip:]
+	} else {
+		now := w.now().UTC()
+		stamp = &now
 	}
-	now := w.now().UTC()
 	for len(parts) > 0 {
 		batch := make([]node.LogLine, 0, min(len(parts), 500))
 		size := 0
 		for len(parts) > 0 && len(batch) < 500 && size < answerBudget/2 {
 			size += len(parts[0]) + 64
-			batch = append(batch, node.LogLine{Time: &now, Stream: "output", Line: parts[0], WorkloadID: w.id})
+			batch = append(batch, node.LogLine{Time: stamp, Stream: "output", Line: parts[0], WorkloadID: w.id})
 			parts = parts[1:]
 		}
 		if err := w.send(batch); err != nil {

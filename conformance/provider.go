@@ -52,6 +52,9 @@ func (c ProviderConfig) validate() error {
 	if c.Binary != "" && c.noSamples() {
 		return nil // from Describe, in the launch case
 	}
+	if c.Factory != nil && c.noSamples() {
+		return errors.New("conformance: Samples are required with a Factory (only a Binary takes them from Describe's examples): give two different states of one resource (same type and id)")
+	}
 	return checkSamples(c.Samples)
 }
 

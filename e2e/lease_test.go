@@ -27,6 +27,10 @@ type fakeNode struct {
 	proc          *proctest.Proc
 }
 
+// allowTestDrivers is the environment entry berth-agent needs to run on the
+// fake driver (cmd/berth-agent refuses it otherwise).
+const allowTestDrivers = "BERTH_ALLOW_TEST_DRIVERS=1"
+
 // driverLog is the fake driver's transition log of the node (one line per start or stop).
 func (n *fakeNode) driverLog() string { return filepath.Join(n.dir, "driver", "fake", "driver.log") }
 
@@ -50,6 +54,7 @@ func startFakeNode(t *testing.T, cl *cluster, name string) *fakeNode {
 		t.Fatalf("enroll %s exited %d:\n%s", name, code, b)
 	}
 	cmd := exec.Command(filepath.Join(env.bin, "berth-agent"), "run", "--data-dir", n.dir, "--driver", "fake", "--plugin-dir", env.bin)
+	cmd.Env = append(os.Environ(), allowTestDrivers)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	n.proc = proctest.StartCmd(t, logPath, cmd)
 	t.Cleanup(func() {

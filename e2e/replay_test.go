@@ -57,6 +57,7 @@ func TestAgentKilledMidStartReplays(t *testing.T) {
 	}
 	logPath := n.proc.LogPath()
 	cmd := exec.Command(filepath.Join(env.bin, "berth-agent"), "run", "--data-dir", n.dir, "--driver", "fake", "--plugin-dir", env.bin)
+	cmd.Env = append(os.Environ(), allowTestDrivers)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	n.proc = proctest.StartCmd(t, logPath, cmd)
 

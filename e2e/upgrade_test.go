@@ -74,7 +74,9 @@ func agentAt(t *testing.T, cl *cluster, name, bin string, extra ...string) *proc
 	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("enroll %s exited %d:\n%s", name, code, readFile(t, logPath))
 	}
-	p := proctest.Start(t, logPath, bin, append([]string{"run", "--data-dir", dir, "--plugin-dir", env.bin}, extra...)...)
+	cmd := exec.Command(bin, append([]string{"run", "--data-dir", dir, "--plugin-dir", env.bin}, extra...)...)
+	cmd.Env = append(os.Environ(), allowTestDrivers) // for the agents on --driver fake
+	p := proctest.StartCmd(t, logPath, cmd)
 	t.Cleanup(func() {
 		if t.Failed() {
 			b := readFile(t, logPath)

@@ -64,7 +64,9 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [metrics]
   address = ""
 CONF
-	containerd --config "$dir/config.toml" >"$dir/containerd.log" 2>&1 &
+	# Its own session: a Ctrl-C in the terminal that started it (make run)
+	# reaches the caller, which stops the containers before containerd.
+	setsid containerd --config "$dir/config.toml" >"$dir/containerd.log" 2>&1 &
 	echo $! >"$dir/containerd.pid"
 	for _ in $(seq 1 100); do
 		if [ -S "$sock" ] && ctr --address "$sock" version >/dev/null 2>&1; then
@@ -96,9 +98,12 @@ stop)
 	fi
 	if [ -f "$dir/containerd.pid" ]; then
 		pid=$(cat "$dir/containerd.pid")
-		kill -TERM "$pid" 2>/dev/null || true
-		for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null || true
+		# Only the containerd of this directory: the pid may be another process's by now.
+		if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "--config $dir/config.toml"; then
+			kill -TERM "$pid" 2>/dev/null || true
+			for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
 	fi
 	# Leftover overlay mounts under the root directory block its removal.
 	{ grep -o " $dir/[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done

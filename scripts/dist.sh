@@ -7,15 +7,26 @@
 #
 # Environment: VERSION (default 0.0.0-dev), DIST_OUT (default dist),
 # DIST_PLATFORMS (default "linux/amd64 linux/arm64"), DIST_PKGS (default every
-# main package that ships), GO (default go).
+# command operators run), GO (default go). DIST_LIST=1 prints the packages and
+# builds nothing.
 set -euo pipefail
 GO=${GO:-go}
 VERSION=${VERSION:-0.0.0-dev}
 OUT=${DIST_OUT:-dist}
 PLATFORMS=${DIST_PLATFORMS:-linux/amd64 linux/arm64}
-# The conformance suite's deliberately broken providers (examples/provider-hello/broken,
-# examples/provider-lying) are test fixtures and do not ship.
-PKGS=${DIST_PKGS:-./cmd/... ./examples/apps/hello ./examples/provider-hello ./examples/runner}
+# What operators run: the commands under cmd/ except the test driver
+# (berth-plugin-fake). The examples (the hello app, the provider and the
+# runner) and the conformance suite's broken providers are for authors and
+# tests, built from the source tree, and do not ship.
+if [ -z "${DIST_PKGS:-}" ]; then
+  DIST_PKGS=$("$GO" list -f '{{if eq .Name "main"}}./{{.ImportPath}}{{end}}' ./cmd/... |
+    sed 's#^\./github.com/berthhq/berth/#./#' | grep -v '^\./cmd/berth-plugin-fake$' | tr '\n' ' ')
+fi
+PKGS=$DIST_PKGS
+if [ -n "${DIST_LIST:-}" ]; then
+  printf '%s\n' $PKGS
+  exit 0
+fi
 LDFLAGS="-s -w -buildid= -X github.com/berthhq/berth/internal/version.Version=${VERSION}"
 
 case "$VERSION" in

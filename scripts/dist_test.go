@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +77,35 @@ func TestDistIsReproducible(t *testing.T) {
 	check.Dir = outs[0]
 	if sum, err := check.CombinedOutput(); err != nil {
 		t.Errorf("sha256sum -c: %v\n%s", err, sum)
+	}
+}
+
+// TestDistShipsOnlyWhatOperatorsRun: the release holds berthd, the CLI, the
+// agent and the plugins operators run, and neither the test driver nor the
+// examples (docs/operating.md section 8).
+func TestDistShipsOnlyWhatOperatorsRun(t *testing.T) {
+	root := moduleRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "dist.sh"))
+	cmd.Dir = root
+	// (DIST_PLATFORMS and DIST_OUT keep a dist.sh without DIST_LIST from building anything.)
+	cmd.Env = append(os.Environ(), "DIST_LIST=1", "DIST_PKGS=", "DIST_PLATFORMS= ", "DIST_OUT="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("dist.sh: %v\n%s", err, out)
+	}
+	pkgs := strings.Fields(string(out))
+	for _, want := range []string{"./cmd/berthd", "./cmd/berth", "./cmd/berth-agent", "./cmd/berth-plugin-gateway",
+		"./cmd/berth-plugin-process", "./cmd/berth-plugin-containerd", "./cmd/berth-plugin-nftables",
+		"./cmd/berth-plugin-corestore", "./cmd/berth-plugin-dns", "./cmd/berth-plugin-caddy"} {
+		if !slices.Contains(pkgs, want) {
+			t.Errorf("the release lacks %s: %v", want, pkgs)
+		}
+	}
+	for _, p := range pkgs {
+		if strings.Contains(p, "fake") || strings.Contains(p, "examples") || strings.Contains(p, "...") {
+			t.Errorf("the release ships %s: %v", p, pkgs)
+		}
 	}
 }

@@ -15,13 +15,20 @@
 # nftables node network (subnet BERTH_WORKLOAD_SUBNET, default 10.213.250.0/24,
 # on bridge berthrun0, torn down at the end), and both apps built into images
 # and pushed with `berth image push`.
+#
+# A run that could not finish its cleanup (killed, or the machine's session
+# ended) leaves processes behind; the next run in the same directory finds them
+# (pid files under RUN_DIR/pids, and the processes whose command line or
+# working directory names RUN_DIR, each checked before it is stopped) and stops
+# them before it starts. BERTH_BIN_DIR (default ./bin) holds the binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUN_DIR=${BERTH_RUN_DIR:-$PWD/.berth-run}
 API=${BERTH_LISTEN:-127.0.0.1:7070}
 GATEWAY=${BERTH_GATEWAY_LISTEN:-127.0.0.1:8080}
-BIN=$PWD/bin
+BIN=${BERTH_BIN_DIR:-$PWD/bin}
+BIN=$(cd "$BIN" && pwd)
 RUNTIME=${BERTH_RUNTIME:-process}
 FRESH=${BERTH_RUN_FRESH:-}
 WORKLOAD_SUBNET=${BERTH_WORKLOAD_SUBNET:-10.213.250.0/24}
@@ -30,6 +37,74 @@ case "$RUNTIME" in process|containerd) ;; *) echo "error: BERTH_RUNTIME must be 
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+RUN_DIR=$(mkdir -p "$RUN_DIR" && cd "$RUN_DIR" && pwd)
+PID_DIR=$RUN_DIR/pids
+
+# ours PID: whether process PID is one a run in RUN_DIR started, so that a pid
+# reused by an unrelated process is never stopped. berthd, the agent and the
+# plugins run a binary of BIN with an argument under RUN_DIR (--data-dir,
+# --state-dir); a process workload is a session leader without a terminal
+# working under RUN_DIR (a shell someone opened there has a terminal).
+ours() {
+  local exe args stat
+  exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
+  args=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+  case "$exe" in "$BIN"/*)
+    case " $args" in *" $RUN_DIR"/*|*"=$RUN_DIR"/*) return 0 ;; esac ;;
+  esac
+  case "$(readlink "/proc/$1/cwd" 2>/dev/null)/" in "$RUN_DIR"/*) ;; *) return 1 ;; esac
+  stat=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+  # After the command name: state ppid pgrp session tty_nr ...
+  set -- $1 $stat
+  [ "$1" = "$5" ] && [ "$6" = 0 ]
+}
+
+# leftovers: the pids of processes of RUN_DIR's runs still running.
+leftovers() {
+  local d
+  for d in /proc/[0-9]*; do
+    [ "${d#/proc/}" != "$$" ] && ours "${d#/proc/}" && echo "${d#/proc/}"
+  done
+  return 0
+}
+
+# stop_run stops everything a run in RUN_DIR started, this one or an earlier
+# one that could not finish: berthd and the agent from their pid files (TERM,
+# so they stop in order), the private containerd and node network, then any
+# process left (the gateway outlives berthd and workloads outlive the agent by
+# design, so that a restart of either keeps apps served).
+stop_run() {
+  local f pid alive live=()
+  for f in "$PID_DIR/agent.pid" "$PID_DIR/berthd.pid"; do
+    pid=$(cat "$f" 2>/dev/null) || continue
+    if ours "$pid"; then kill -TERM "$pid" 2>/dev/null && live+=("$pid"); fi
+  done
+  for _ in $(seq 1 150); do # at most 15 s
+    alive=
+    for pid in "${live[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ -z "$alive" ] && break
+    sleep 0.1
+  done
+  if [ -e "$RUN_DIR/containerd/containerd.pid" ]; then
+    # The node network (guard, tables, bridge, any namespace left), then the
+    # private containerd and any container the deletes missed.
+    "$BIN/berth-plugin-nftables" teardown --state-dir "$RUN_DIR/agent/network" --bridge berthrun0 \
+      --subnet "$WORKLOAD_SUBNET" || true
+    ./scripts/containerd-test.sh stop "$RUN_DIR/containerd" || true
+  fi
+  for pid in $(leftovers); do
+    # A workload leads its own process group: stop the group.
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  done
+  rm -f "$PID_DIR"/*.pid
+}
+
+left=$(leftovers | tr '\n' ' ')
+if [ -n "$left" ] || [ -e "$RUN_DIR/containerd/containerd.pid" ]; then
+  say "stopping what an earlier run in $RUN_DIR left running (pids ${left:-none}; containers if any)"
+  stop_run
+fi
 
 for p in "$API" "$GATEWAY"; do
   if (exec 3<>"/dev/tcp/${p%:*}/${p##*:}") 2>/dev/null; then
@@ -47,7 +122,10 @@ chmod 700 "$RUN_DIR"
 
 pids=()
 cleanup() {
-  trap - INT TERM EXIT
+  # A second Ctrl-C (or TERM) while stopping is ignored, and so are they in
+  # the commands run from here on, or the gateway and the apps would be left.
+  trap '' INT TERM
+  trap - EXIT
   echo
   say "stopping"
   if [ -n "$FRESH" ] && [ -n "${BERTH_TOKEN:-}" ]; then
@@ -62,25 +140,8 @@ cleanup() {
       sleep 0.2
     done
   fi
-  for ((i=${#pids[@]}-1; i>=0; i--)); do kill -TERM "${pids[i]}" 2>/dev/null || true; done
+  stop_run
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ "$RUNTIME" = containerd ]; then
-    # The node network (guard, tables, bridge, any namespace left), then the
-    # private containerd and any container the deletes above missed.
-    "$BIN/berth-plugin-nftables" teardown --state-dir "$RUN_DIR/agent/network" --bridge berthrun0 \
-      --subnet "$WORKLOAD_SUBNET" || true
-    ./scripts/containerd-test.sh stop "$RUN_DIR/containerd" || true
-  fi
-  # Workloads outlive the agent and the gateway outlives berthd by design (so
-  # that a restart of either keeps apps served); anything still running from this
-  # run directory (by working directory, or by an argument under it, as the
-  # gateway's --state-dir) is stopped here.
-  for d in /proc/[0-9]*; do
-    cwd=$(readlink "$d/cwd" 2>/dev/null || true)
-    args=$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null || true)
-    case "$cwd" in "$RUN_DIR"/*) kill -KILL "${d#/proc/}" 2>/dev/null || true; continue ;; esac
-    case "$args" in *" $RUN_DIR"/*|*"=$RUN_DIR"/*) kill -KILL "${d#/proc/}" 2>/dev/null || true ;; esac
-  done
   say "stopped; logs and state are in $RUN_DIR"
 }
 trap cleanup EXIT
@@ -92,6 +153,8 @@ say "starting berthd (API https://$API, gateway http://$GATEWAY, data $RUN_DIR/b
 setsid "$BIN/berthd" --data-dir "$RUN_DIR/berthd" --listen "$API" --gateway-listen "$GATEWAY" \
   --runner-transport >"$RUN_DIR/berthd.log" 2>&1 &
 pids+=($!)
+mkdir -p "$PID_DIR"
+echo "$!" >"$PID_DIR/berthd.pid"
 # berthd serves TLS with a self-signed certificate it generated; curl trusts
 # exactly that certificate, and the CLI and agent pin its fingerprint.
 CERT="$RUN_DIR/berthd/tls/server.crt"
@@ -108,6 +171,15 @@ BERTH_FINGERPRINT=$(cat "$RUN_DIR/berthd/server-fingerprint")
 say "server certificate fingerprint $BERTH_FINGERPRINT"
 
 if [ -s "$RUN_DIR/agent/agent.db" ]; then
+  # The agent dials the address it enrolled with; after a change of
+  # BERTH_LISTEN it would redial the old one forever.
+  if [ -s "$RUN_DIR/agent.server" ]; then
+    enrolled=$(cat "$RUN_DIR/agent.server")
+  else # a run directory of an older make run: the URL is in the agent's store
+    enrolled=https://$API
+    grep -aqF "https://$API" "$RUN_DIR/agent/agent.db"* 2>/dev/null || enrolled="another address"
+  fi
+  [ "$enrolled" = "https://$API" ] || die "the node in $RUN_DIR/agent was enrolled with berthd at $enrolled, not https://$API: run with that BERTH_LISTEN, or make run FRESH=1 to start empty"
   say "the node of the last run is enrolled already"
 else
   say "enrolling a node"
@@ -115,6 +187,7 @@ else
   token=$(printf '%s' "$join" | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
   "$BIN/berth-agent" enroll --server "https://$API" --join-token "$token" --fingerprint "$BERTH_FINGERPRINT" \
     --data-dir "$RUN_DIR/agent" --label demo=true
+  echo "https://$API" >"$RUN_DIR/agent.server"
 fi
 if [ "$RUNTIME" = containerd ]; then
   say "starting a private containerd under $RUN_DIR/containerd"
@@ -125,6 +198,7 @@ agent_net=()
 if [ "$RUNTIME" = containerd ]; then agent_net=(--workload-subnet "$WORKLOAD_SUBNET" --workload-bridge berthrun0); fi
 setsid "$BIN/berth-agent" run --data-dir "$RUN_DIR/agent" --driver "$RUNTIME" "${agent_net[@]}" >"$RUN_DIR/agent.log" 2>&1 &
 pids+=($!)
+echo "$!" >"$PID_DIR/agent.pid"
 
 if [ "$RUNTIME" = containerd ]; then
   say "building and pushing images"

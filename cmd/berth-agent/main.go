@@ -166,12 +166,21 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 	f.StringVar(&pluginDir, "plugin-dir", "", "directory holding berth-plugin-<driver> (default: the directory of this executable)")
 	network.register(f)
 	f.DurationVar(&confirmWindow, "upgrade-confirm-window", upgrade.DefaultConfirmWindow, "after an upgrade, how long the new version has to be welcomed by berthd before the previous binary is put back")
-	f.StringVar(&driver, "driver", "process", "runtime driver plugin to run workloads with (berth-plugin-<driver>, launched with --state-dir DIR/driver/<driver>); \"fake\" is the deterministic test driver")
+	f.StringVar(&driver, "driver", "process", "runtime driver plugin to run workloads with (berth-plugin-<driver>, launched with --state-dir DIR/driver/<driver>), e.g. process, containerd or a third-party driver's name with --plugin-dir; \"fake\", the deterministic test driver, only with "+testDriversEnv+"=1 in the environment (tests)")
 	f.StringVar(&workloadUser, "workload-user", reconcile.DefaultWorkloadUser, "when run as root: the system user process workloads run as unless their service sets user: (created when missing; empty runs them as root)")
 	return cmd
 }
 
+// testDriversEnv names the environment variable that admits the test-only
+// runtime driver ("fake", which runs nothing): tests set it to 1, so that a
+// production node cannot be started on a driver that only pretends to run
+// its workloads.
+const testDriversEnv = "BERTH_ALLOW_TEST_DRIVERS"
+
 func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver, workloadUser string, confirmWindow time.Duration, netFlags networkFlags) error {
+	if driver == "fake" && os.Getenv(testDriversEnv) != "1" {
+		return configError{fmt.Errorf("--driver fake is the test driver and runs no workload; tests set %s=1 to use it", testDriversEnv)}
+	}
 	dataDir, err := filepath.Abs(dataDir)
 	if err != nil {
 		return fmt.Errorf("data directory: %w", err)

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -60,5 +61,28 @@ func TestEnrollCommand(t *testing.T) {
 	cmd.SetArgs([]string{"enroll", "--server", srv.URL, "--join-token", "x", "--data-dir", t.TempDir(), "--label", "novalue"})
 	if err := cmd.Execute(); err == nil {
 		t.Fatal("label without = accepted")
+	}
+}
+
+// TestRunRefusesTheFakeDriverOutsideTests: `berth-agent run --driver fake` is a
+// configuration error unless BERTH_ALLOW_TEST_DRIVERS=1, and the error names
+// the variable; with it, the run gets past the driver check (to the
+// enrollment check of an empty directory).
+func TestRunRefusesTheFakeDriverOutsideTests(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	t.Setenv("BERTH_ALLOW_TEST_DRIVERS", "")
+	cmd := newRootCmd(&out, &errOut)
+	cmd.SetArgs([]string{"run", "--data-dir", dir, "--driver", "fake"})
+	err := cmd.Execute()
+	var ce configError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "BERTH_ALLOW_TEST_DRIVERS=1") {
+		t.Fatalf("run --driver fake without BERTH_ALLOW_TEST_DRIVERS = %v, want a configuration error naming it", err)
+	}
+	t.Setenv("BERTH_ALLOW_TEST_DRIVERS", "1")
+	cmd = newRootCmd(&out, &errOut)
+	cmd.SetArgs([]string{"run", "--data-dir", dir, "--driver", "fake"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "not an enrolled node") {
+		t.Fatalf("run --driver fake with BERTH_ALLOW_TEST_DRIVERS=1 = %v, want the enrollment check's error", err)
 	}
 }

@@ -115,7 +115,9 @@ record (backup_corrupt otherwise). It then enqueues the restore operation.`,
 				c = c.WithIdempotencyKey(restoreKey)
 			}
 			op, err := c.RestoreBackup(cmd.Context(), project, args[0], client.RestoreRequest{Into: service, IntoScratch: scratch, WhileRunning: whileRunning})
-			if err != nil {
+			if client.IsCode(err, "restore_target_running") {
+				return fmt.Errorf("restore %s: %w; stop the service first, or pass --while-running (or --into-scratch)", args[0], err)
+			} else if err != nil {
 				return fmt.Errorf("restore %s: %w", args[0], err)
 			}
 			if a.output == outputJSON {

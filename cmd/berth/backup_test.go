@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -66,8 +67,22 @@ func TestBackupCommands(t *testing.T) {
 		!strings.Contains(out, "bkp_1\tweb\tdb\tpostgres\tfailed(upload)\t0\t-") {
 		t.Errorf("ls: %q", out)
 	}
-	if _, errOut, code := c.run("", "backup", "restore", "bkp_2", "--into", "shop/web"); code == 0 || !strings.Contains(errOut, "restore_target_running") {
-		t.Errorf("restore into a running service: exit %d, %q", code, errOut)
+	if _, errOut, code := c.run("", "backup", "restore", "bkp_2", "--into", "shop/web"); code == 0 || !strings.Contains(errOut, "restore_target_running") ||
+		!strings.Contains(errOut, "--while-running") {
+		t.Errorf("restore into a running service: exit %d, %q; want the code and the flag --while-running", code, errOut)
+	}
+	// Under -o json the refusal is JSON on stdout too, with the problem's code.
+	out, _, code := c.run("", "-o", "json", "backup", "restore", "bkp_2", "--into", "shop/web")
+	var refusal struct {
+		Error struct {
+			Message string `json:"message"`
+			Code    string `json:"code"`
+			Status  int    `json:"status"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(out), &refusal); code == 0 || err != nil || refusal.Error.Code != "restore_target_running" ||
+		refusal.Error.Status != 409 || !strings.Contains(refusal.Error.Message, "--while-running") {
+		t.Errorf("-o json restore into a running service: exit %d, stdout %q (%v)", code, out, err)
 	}
 	if out := c.ok("", "backup", "restore", "bkp_2", "--into", "shop/web", "--into-scratch"); out != "restore of bkp_2 queued: operation op_9\n" {
 		t.Errorf("restore into scratch: %q", out)
@@ -77,7 +92,7 @@ func TestBackupCommands(t *testing.T) {
 	if len(f.keys) != 1 || f.keys[0] != "nightly-1" {
 		t.Errorf("Idempotency-Key of create: %q", f.keys)
 	}
-	if len(f.bodies) != 2 || !strings.Contains(f.bodies[1], `"into":"web"`) || !strings.Contains(f.bodies[1], `"into_scratch":true`) {
+	if len(f.bodies) != 3 || !strings.Contains(f.bodies[2], `"into":"web"`) || !strings.Contains(f.bodies[2], `"into_scratch":true`) {
 		t.Errorf("restore bodies: %q", f.bodies)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -104,9 +105,17 @@ func (a *app) describeService(svc *client.Service) {
 		bundle = fmt.Sprintf("%s (%s)", svc.Bundle, bundle)
 	}
 	field("Bundle", bundle)
+	container := svc.Runtime == "containerd"
+	if container {
+		field("Runtime", "containerd")
+		field("Image", imageCell(svc.Container))
+	}
 	field("Command", orDash(strings.Join(svc.Command, " ")))
 	port := "-"
-	if svc.Port != 0 {
+	switch {
+	case svc.Port != 0 && container:
+		port = strconv.Itoa(svc.Port)
+	case svc.Port != 0:
 		port = fmt.Sprintf("%d (process workloads get a free $PORT; see ADDRESS below)", svc.Port)
 	}
 	field("Port", port)

@@ -85,10 +85,14 @@ settling, and it disappears once they have.`,
 				return printJSON(a.stdout, items)
 			}
 			tw := newTable(a.stdout)
-			row(tw, "NAME", "REVISION", "REPLICAS", "READY", "VERDICT", "DOMAINS", "BUNDLE", "AGE")
+			row(tw, "NAME", "REVISION", "REPLICAS", "READY", "VERDICT", "DOMAINS", "BUNDLE/IMAGE", "AGE")
 			for _, v := range items {
+				release := shortDigest(v.BundleDigest)
+				if v.Runtime == "containerd" && v.Image != "" {
+					release = imageCell(v.Container)
+				}
 				row(tw, v.Name, v.Revision, v.Replicas, fmt.Sprintf("%d/%d", v.Ready, v.Replicas), verdictCell(v),
-					joinOrDash(v.Domains), shortDigest(v.BundleDigest), a.since(v.CreatedAt))
+					joinOrDash(v.Domains), release, a.since(v.CreatedAt))
 			}
 			return tw.Flush()
 		},

@@ -448,7 +448,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 
 	// get services: table and JSON.
 	out = c.ok("", "get", "services")
-	wantTable := "NAME     REVISION   REPLICAS   READY   VERDICT   DOMAINS             BUNDLE                AGE\n" +
+	wantTable := "NAME     REVISION   REPLICAS   READY   VERDICT   DOMAINS             BUNDLE/IMAGE          AGE\n" +
 		"hello    2          2          0/2     -         hello.example.com   sha256:0123456789ab   3h\n" +
 		"worker   1          1          0/1     -         -                   sha256:0123456789ab   3h\n"
 	if out != wantTable {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/berthhq/berth/sdk/client"
 )
 
 // printJSON writes v as indented JSON and a newline.
@@ -64,6 +66,22 @@ func shortDigest(d string) string {
 		return orDash(d)
 	}
 	return algo + ":" + hex[:12]
+}
+
+// imageCell shows what a container service runs: the tag it follows (deploy_on_push) or the
+// image's repository, and the digest it is pinned to, shortened; "-" without an image.
+func imageCell(c client.Container) string {
+	repo, digest := "", c.Image
+	if at := strings.LastIndex(c.Image, "@"); at >= 0 {
+		repo, digest = c.Image[:at], c.Image[at+1:]
+	}
+	if c.ImageTag != "" {
+		repo = c.ImageTag
+	}
+	if repo == "" {
+		return shortDigest(digest)
+	}
+	return repo + "@" + shortDigest(digest)
 }
 
 // orDash returns s, or "-" when it is empty.

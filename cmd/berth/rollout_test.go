@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -176,7 +177,7 @@ func TestGetServicesVerdictColumn(t *testing.T) {
 		}
 	})
 	out := c.ok("", "get", "services")
-	want := "NAME   REVISION   REPLICAS   READY   VERDICT                    DOMAINS   BUNDLE                AGE\n" +
+	want := "NAME   REVISION   REPLICAS   READY   VERDICT                    DOMAINS   BUNDLE/IMAGE          AGE\n" +
 		"a      3          2          2/2     converged                  -         sha256:0123456789ab   2h\n" +
 		"b      1          1          0/1     waiting(failure-backoff)   -         -                     2h\n" +
 		"c      1          1          0/1     converging,deleting        -         -                     2h\n" +
@@ -501,5 +502,25 @@ func TestProgressBar(t *testing.T) {
 		if got := progressBar(&client.RolloutStatus{Desired: tc.desired, Updated: tc.updated}, 10); got != tc.want {
 			t.Errorf("progressBar(%d/%d) = %q, want %q", tc.updated, tc.desired, got, tc.want)
 		}
+	}
+}
+
+// TestContainerServiceShowsItsImage: describe service shows a container service's runtime and
+// the image it runs (the followed tag and the pinned digest) and no $PORT note, which is about
+// process workloads; get services shows the image in BUNDLE/IMAGE.
+func TestContainerServiceShowsItsImage(t *testing.T) {
+	var out bytes.Buffer
+	a := &app{stdout: &out, now: testNow}
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	svc := &client.Service{Name: "web", Port: 8080, Container: client.Container{Runtime: "containerd", Image: "127.0.0.1:7070/default/web@" + digest, ImageTag: "default/web:main", DeployOnPush: true}}
+	a.describeService(svc)
+	if !strings.Contains(out.String(), "Image:") || !strings.Contains(out.String(), "default/web:main@sha256:abababababab") {
+		t.Errorf("describe of a container service lacks its image:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "$PORT") {
+		t.Errorf("describe of a container service speaks of $PORT:\n%s", out.String())
+	}
+	if got := imageCell(client.Container{Image: digest}); got != "sha256:abababababab" {
+		t.Errorf("imageCell of a layout image = %q", got)
 	}
 }

@@ -52,6 +52,9 @@ func run(ctx context.Context, a *app, args []string) int {
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
+		if a.output == outputJSON {
+			printErrorJSON(a.stdout, err)
+		}
 		fmt.Fprintf(a.stderr, "error: %s\n", err)
 		var refused passwordRefused
 		switch {
@@ -188,4 +191,28 @@ func groupRunE(cmd *cobra.Command, args []string) error {
 		}
 	}
 	return fmt.Errorf("unknown command %q for %q; want one of: %s", args[0], cmd.CommandPath(), strings.Join(names, ", "))
+}
+
+// errorJSON is what a command under -o json prints on stdout when it fails, so
+// that a script reading its output gets JSON either way: the message (the
+// same as on stderr) and, for a refusal of the server, the problem's code and
+// HTTP status (abi/errors).
+type errorJSON struct {
+	Error errorBody `json:"error"`
+}
+
+type errorBody struct {
+	Message string `json:"message"`
+	Code    string `json:"code,omitempty"`
+	Status  int    `json:"status,omitempty"`
+}
+
+// printErrorJSON writes err as an errorJSON object to w.
+func printErrorJSON(w io.Writer, err error) {
+	body := errorBody{Message: err.Error()}
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		body.Code, body.Status = ae.Problem.Code, ae.Status
+	}
+	_ = printJSON(w, errorJSON{Error: body})
 }

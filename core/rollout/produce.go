@@ -356,8 +356,13 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 		if prev != nil {
 			pp = prev.Progress
 		}
+		// The deadline runs from the rollout's start: the later write of its two revisions.
+		start := v.svc.UpdatedAt
+		if v.spec.UpdatedAt.After(start) {
+			start = v.spec.UpdatedAt
+		}
 		next, vd, failed := slots.NextProgress(slots.ProgressInput{Prev: pp, ServiceRevision: v.svc.Revision, SpecRevision: v.spec.Revision,
-			Ready: readyCount(plan), Verdict: verdict, Deadline: time.Duration(v.svc.ProgressDeadlineS) * time.Second, Now: p.cfg.Now()})
+			Ready: readyCount(plan), Verdict: verdict, Deadline: time.Duration(v.svc.ProgressDeadlineS) * time.Second, Now: p.cfg.Now(), Start: start})
 		if failed {
 			rolled, err := p.rolloutFailed(ctx, v.svc, verdict)
 			if err != nil {

@@ -413,11 +413,15 @@ func Run(ctx context.Context, cfg Config) error {
 		}, func() float64 { return float64(count()) }))
 	}
 
-	pluginStatuses := func() []plugin.Status {
-		if gwHandle == nil {
-			return nil
-		}
-		return []plugin.Status{gwHandle.Status()}
+	// The provider plugins berthd supervises, each in GET /api/v1/plugins and the
+	// berth_plugin_* metrics: the gateway, the DNS plugin and the corestore plugin, those
+	// configured.
+	var supervised []*plugin.Provider
+	if gwHandle != nil {
+		supervised = append(supervised, gwHandle)
+	}
+	if dnsPart != nil {
+		supervised = append(supervised, dnsPart.handle)
 	}
 	exec := executorAccess{runners: orch.api.Runners, url: loopbackURL(ln.Addr()), fingerprint: servTLS.Fingerprint}
 	binds, corestoreHandle, err := startBindings(ctx, cfg, st, sec, cat, exec, func(reason, id string) {
@@ -430,8 +434,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if corestoreHandle != nil {
 		defer corestoreHandle.Close()
-		statuses := pluginStatuses
-		pluginStatuses = func() []plugin.Status { return append(statuses(), corestoreHandle.Status()) }
+		supervised = append(supervised, corestoreHandle)
+	}
+	pluginStatuses := func() []plugin.Status {
+		out := make([]plugin.Status, 0, len(supervised))
+		for _, h := range supervised {
+			out = append(out, h.Status())
+		}
+		return out
 	}
 	metrics.MustRegister(&plugin.StatusCollector{List: pluginStatuses})
 	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)

@@ -38,10 +38,13 @@ type ProgressInput struct {
 	// Deadline is the service's progress deadline; zero or below means [DefaultProgressDeadline].
 	Deadline time.Duration
 	Now      time.Time
+	// Start is when the rollout started: when the revisions were written. A new rollout's
+	// clock starts there, not at the sweep that first saw it; zero (or after Now) means Now.
+	Start time.Time
 }
 
 // NextProgress returns the progress to keep and the verdict to write (docs/reconciliation.md
-// section 7.2). A change of either revision starts a new rollout with its clock at Now; more
+// section 7.2). A change of either revision starts a new rollout with its clock at Start; more
 // ready slots than at the last progress move the clock to Now; a converged verdict finishes the
 // rollout (and clears a failure), after which no deadline applies to the same revisions. A
 // rollout that is not finished nor refused for another reason, and went Deadline without
@@ -54,7 +57,11 @@ func NextProgress(in ProgressInput) (next Progress, v Verdict, failed bool) {
 		deadline = DefaultProgressDeadline
 	}
 	v = in.Verdict
-	p := Progress{ServiceRevision: in.ServiceRevision, SpecRevision: in.SpecRevision, Ready: in.Ready, At: in.Now}
+	start := in.Start
+	if start.IsZero() || start.After(in.Now) {
+		start = in.Now
+	}
+	p := Progress{ServiceRevision: in.ServiceRevision, SpecRevision: in.SpecRevision, Ready: in.Ready, At: start}
 	if prev := in.Prev; prev != nil && prev.ServiceRevision == in.ServiceRevision && prev.SpecRevision == in.SpecRevision {
 		p = *prev
 		if in.Ready > p.Ready {

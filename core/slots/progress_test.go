@@ -66,3 +66,24 @@ func TestProgressDeadline(t *testing.T) {
 		t.Fatal("failed before the default deadline")
 	}
 }
+
+// TestProgressDeadlineRunsFromTheRolloutsStart: a rollout written at t0 and first seen by a
+// sweep 8 s later fails at t0 + its deadline, not 8 s later; a start after the sweep's time
+// (another clock) falls back to the sweep's time.
+func TestProgressDeadlineRunsFromTheRolloutsStart(t *testing.T) {
+	t.Parallel()
+	waiting := Verdict{SpecRevision: 1, State: Waiting, Reason: "crash-loop: exit 2"}
+	in := ProgressInput{ServiceRevision: 2, SpecRevision: 1, Verdict: waiting, Deadline: 10 * time.Second, Start: t0, Now: t0.Add(8 * time.Second)}
+	p, _, failed := NextProgress(in)
+	if failed || !p.At.Equal(t0) {
+		t.Fatalf("first sweep 8 s after the rollout's start: %+v %v; want the clock at the start", p, failed)
+	}
+	in.Prev, in.Now = &p, t0.Add(10*time.Second)
+	if _, v, failed := NextProgress(in); !failed || v.Reason != ReasonProgressDeadline {
+		t.Fatalf("10 s after the start: %s %v; want refused(progress-deadline)", v, failed)
+	}
+	in = ProgressInput{ServiceRevision: 2, SpecRevision: 1, Verdict: waiting, Deadline: 10 * time.Second, Start: t0.Add(time.Minute), Now: t0}
+	if p, _, _ := NextProgress(in); !p.At.Equal(t0) {
+		t.Fatalf("a start after now: clock %v, want now", p.At)
+	}
+}

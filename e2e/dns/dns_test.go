@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,6 +78,27 @@ func TestManagedDomainsGetRecordsAndLoseThemOnDelete(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
+
+	// The DNS plugin is supervised like the gateway: in berthd's plugin list and its metrics.
+	plugins, err := c.ListPlugins(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(plugins, func(p client.Plugin) bool { return p.Name == "dns" && p.Kind == "provider" && p.PID > 0 }) {
+		t.Errorf("berthd's plugin list lacks the running DNS plugin: %+v", plugins)
+	}
+	resp, err := d.HTTP.Get("https://" + api + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(metrics), `plugin="dns"`) {
+		t.Errorf("berthd's /metrics has no series of the DNS plugin (plugin=\"dns\")")
+	}
 
 	app := t.TempDir()
 	if err := os.WriteFile(filepath.Join(app, "run.sh"), []byte("#!/bin/sh\nexec sleep 3600\n"), 0o755); err != nil {
