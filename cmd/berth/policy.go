@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	abiwasm "github.com/berthhq/berth/abi/wasm"
 	wasmconf "github.com/berthhq/berth/conformance/wasm"
 	hostwasm "github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/sdk/client"
@@ -28,14 +29,16 @@ func newPolicyCmd(a *app) *cobra.Command {
 	var recordLimit int
 	test := &cobra.Command{
 		Use:   "test DIR [--module FILE.wasm] [--record [--limit N] [--hook H]]",
-		Short: "Run a policy's declarative test cases (DIR/policy_test.yaml)",
-		Long: `test runs the cases of DIR/policy_test.yaml against a policy module, locally,
-with the same runtime and limits as the server. The module is --module, else
-the file's module field (relative to DIR), else DIR/policy.wasm. Each case
-gives an input and the decision expected (docs/wasm-abi.md section 8). Each
-input is first checked against the policy input schema: a field the server
-never sends fails its case, naming the field's path. It exits 1 when a case
-fails.
+		Short: "Run a policy's or a route compiler's declarative test cases (DIR/policy_test.yaml)",
+		Long: `test runs the cases of DIR/policy_test.yaml against a policy module or a route
+compiler (told apart by the module's metadata), locally, with the same runtime
+and limits as the server. The module is --module, else the file's module field
+(relative to DIR), else DIR/policy.wasm. A policy's case gives an input and the
+decision expected; a route compiler's gives services and workloads and the
+whole route table expected, and the table must pass the checks the server
+applies before it uses one (docs/wasm-abi.md section 8). Each input is first
+checked: a field the server never sends fails its case, naming the field. It
+exits 1 when a case fails.
 
 With --record, nothing is run: the newest decisions of the server (--limit,
 default 50; --hook to keep one hook) made by this module (same digest) are
@@ -45,6 +48,7 @@ of its newest decisions in memory only; decisions it no longer keeps are
 counted and left out.`,
 		Example: `  berth policy test examples/policies/require-digest-as
   berth policy test examples/policies/require-labels --module build/wasm/require-labels.wasm
+  berth policy test my-routes --module build/wasm/my-routes.wasm
   berth policy test examples/policies/require-health-check --module build/wasm/require-health-check.wasm --record --limit 20`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -64,6 +68,9 @@ counted and left out.`,
 				return err
 			}
 			defer closeRT()
+			if record && m.Metadata().Kind != abiwasm.KindPolicy {
+				return fmt.Errorf("policy test --record: %s is a %s module; the server records the inputs of policy decisions only", path, m.Metadata().Kind)
+			}
 			if record {
 				return a.recordCases(cmd, args[0], m.Digest(), recordHook, recordLimit)
 			}
