@@ -73,3 +73,18 @@ cases:
 		t.Errorf("exit %d, stderr %q; want 1 and 2 of 4 cases failed", code, errOut)
 	}
 }
+
+// TestConformanceWasmDefaultRouteCompiler: the route compiler berthd embeds
+// passes `berth conformance wasm`, whose sample check reads its table as
+// berthd does.
+func TestConformanceWasmDefaultRouteCompiler(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "default_routes.wasm")
+	if err := os.WriteFile(file, routes.DefaultModule(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := newCLI(t).run("", "conformance", "wasm", file)
+	if code != 0 || strings.Count(out, "ok    ") != 6 {
+		t.Errorf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
