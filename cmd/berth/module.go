@@ -40,7 +40,7 @@ the deciding entrypoint (--entrypoint, else the one named deny or allow) and
 			}
 			switch kind {
 			case "", "berth":
-				if bytes.HasPrefix(raw, []byte{0x1f, 0x8b}) {
+				if isGzip(raw) {
 					return fmt.Errorf("module push %s: the file is gzip-compressed, not a WebAssembly module; "+
 						"it looks like an OPA bundle (opa build -t wasm): push it with --kind opa", args[0])
 				}

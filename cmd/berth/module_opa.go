@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	hostwasm "github.com/berthhq/berth/host/wasm"
@@ -17,6 +18,33 @@ import (
 // maxBundleFile bounds one file read from an OPA bundle: 16 MiB, the
 // server's module limit.
 const maxBundleFile = 16 << 20
+
+// isGzip reports whether raw starts as a gzip stream does, as an OPA bundle
+// (tar.gz) does and a WebAssembly module does not.
+func isGzip(raw []byte) bool { return bytes.HasPrefix(raw, []byte{0x1f, 0x8b}) }
+
+// readModuleFile reads a module for the commands that run one locally
+// (policy test, conformance wasm): a .wasm as it is, or an OPA bundle
+// turned into the module that module push --kind opa uploads with the same
+// entrypoint (and no --name or --module-version), so both name it by the
+// same digest. entrypoint is only for a bundle.
+func readModuleFile(path, entrypoint string) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read module: %w", err)
+	}
+	if !isGzip(raw) {
+		if entrypoint != "" {
+			return nil, fmt.Errorf("%s is not an OPA bundle: --entrypoint is for one (opa build -t wasm)", path)
+		}
+		return raw, nil
+	}
+	mod, err := opaBundleModule(raw, entrypoint, "", "")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return mod, nil
+}
 
 // opaBundleModule turns an OPA bundle (tar.gz from opa build -t wasm) into
 // the module berth uploads: its policy.wasm with a berth.opa custom section

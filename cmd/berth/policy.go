@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	abiwasm "github.com/berthhq/berth/abi/wasm"
 	wasmconf "github.com/berthhq/berth/conformance/wasm"
 	hostwasm "github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/sdk/client"
@@ -23,19 +24,22 @@ func newPolicyCmd(a *app) *cobra.Command {
 		Short: "Test admission policies and read their decisions",
 		RunE:  groupRunE,
 	}
-	var module, recordHook string
+	var module, recordHook, entrypoint string
 	var record bool
 	var recordLimit int
 	test := &cobra.Command{
-		Use:   "test DIR [--module FILE.wasm] [--record [--limit N] [--hook H]]",
-		Short: "Run a policy's declarative test cases (DIR/policy_test.yaml)",
-		Long: `test runs the cases of DIR/policy_test.yaml against a policy module, locally,
-with the same runtime and limits as the server. The module is --module, else
-the file's module field (relative to DIR), else DIR/policy.wasm. Each case
-gives an input and the decision expected (docs/wasm-abi.md section 8). Each
-input is first checked against the policy input schema: a field the server
-never sends fails its case, naming the field's path. It exits 1 when a case
-fails.
+		Use:   "test DIR [--module FILE.wasm|BUNDLE.tar.gz [--entrypoint E]] [--record [--limit N] [--hook H]]",
+		Short: "Run a policy's or a route compiler's declarative test cases (DIR/policy_test.yaml)",
+		Long: `test runs the cases of DIR/policy_test.yaml against a policy module or a route
+compiler (told apart by the module's metadata), locally, with the same runtime
+and limits as the server. The module is --module, else the file's module field
+(relative to DIR), else DIR/policy.wasm; an OPA bundle (the bundle.tar.gz of
+opa build -t wasm) is taken as module push --kind opa takes it, with
+--entrypoint. A policy's case gives an input and the decision expected; a route compiler's gives services and workloads and the
+whole route table expected, and the table must pass the checks the server
+applies before it uses one (docs/wasm-abi.md section 8). Each input is first
+checked: a field the server never sends fails its case, naming the field. It
+exits 1 when a case fails.
 
 With --record, nothing is run: the newest decisions of the server (--limit,
 default 50; --hook to keep one hook) made by this module (same digest) are
@@ -45,6 +49,7 @@ of its newest decisions in memory only; decisions it no longer keeps are
 counted and left out.`,
 		Example: `  berth policy test examples/policies/require-digest-as
   berth policy test examples/policies/require-labels --module build/wasm/require-labels.wasm
+  berth policy test my-routes --module build/wasm/my-routes.wasm
   berth policy test examples/policies/require-health-check --module build/wasm/require-health-check.wasm --record --limit 20`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -59,11 +64,14 @@ counted and left out.`,
 					"for the examples 'make wasm' builds build/wasm/%s.wasm, then pass it: "+
 					"berth policy test %s --module build/wasm/%s.wasm: %w", path, name, args[0], name, err)
 			}
-			m, closeRT, err := loadModule(ctx, path)
+			m, closeRT, err := loadModule(ctx, path, entrypoint)
 			if err != nil {
 				return err
 			}
 			defer closeRT()
+			if record && m.Metadata().Kind != abiwasm.KindPolicy {
+				return fmt.Errorf("policy test --record: %s is a %s module; the server records the inputs of policy decisions only", path, m.Metadata().Kind)
+			}
 			if record {
 				return a.recordCases(cmd, args[0], m.Digest(), recordHook, recordLimit)
 			}
@@ -84,6 +92,7 @@ counted and left out.`,
 		},
 	}
 	test.Flags().StringVar(&module, "module", "", "the module to test (default: from policy_test.yaml, else DIR/policy.wasm)")
+	test.Flags().StringVar(&entrypoint, "entrypoint", "", "for an OPA bundle: the entrypoint that decides, as module push --kind opa takes it (default: the one named deny, else allow)")
 	test.Flags().BoolVar(&record, "record", false, "add the server's recent decisions by this module as cases, instead of running the cases")
 	test.Flags().IntVar(&recordLimit, "limit", 50, "with --record: how many of the newest decisions to look at, 1 to 1000")
 	test.Flags().StringVar(&recordHook, "hook", "", "with --record: only decisions of this hook")
@@ -169,12 +178,13 @@ func (a *app) recordCases(cmd *cobra.Command, dir, module, hook string, limit in
 	return nil
 }
 
-// loadModule loads a module file into a fresh runtime with the server's
-// default limits; the returned func closes the runtime.
-func loadModule(ctx context.Context, path string) (*hostwasm.Module, func(), error) {
-	raw, err := os.ReadFile(path)
+// loadModule loads a module file, a .wasm or an OPA bundle
+// ([readModuleFile]), into a fresh runtime with the server's default
+// limits; the returned func closes the runtime.
+func loadModule(ctx context.Context, path, entrypoint string) (*hostwasm.Module, func(), error) {
+	raw, err := readModuleFile(path, entrypoint)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read module: %w", err)
+		return nil, nil, err
 	}
 	rt, err := hostwasm.New(ctx, hostwasm.Config{})
 	if err != nil {
@@ -190,18 +200,21 @@ func loadModule(ctx context.Context, path string) (*hostwasm.Module, func(), err
 }
 
 func newConformanceWasmCmd(a *app) *cobra.Command {
+	var entrypoint string
 	cmd := &cobra.Command{
-		Use:   "wasm FILE.wasm",
+		Use:   "wasm FILE.wasm | BUNDLE.tar.gz [--entrypoint E]",
 		Short: "Check a WebAssembly module against the ABI",
 		Long: `wasm checks a module's exports and ABI version, its metadata, that the same
 input gives the same bytes, that malformed input is answered with the error
 convention, that an allocation past the memory limit fails cleanly, and that
-the module recovers after a stopped call (docs/wasm-abi.md section 7). It exits
-1 when a check fails.`,
-		Example: `  berth conformance wasm build/wasm/require-digest.wasm`,
-		Args:    cobra.ExactArgs(1),
+the module recovers after a stopped call (docs/wasm-abi.md section 7). An OPA
+bundle (opa build -t wasm) is checked as the module that module push --kind opa
+uploads, with --entrypoint. It exits 1 when a check fails.`,
+		Example: `  berth conformance wasm build/wasm/require-digest.wasm
+  opa build -t wasm -e berth/deny policy.rego && berth conformance wasm bundle.tar.gz`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			raw, err := os.ReadFile(args[0])
+			raw, err := readModuleFile(args[0], entrypoint)
 			if err != nil {
 				return fmt.Errorf("conformance wasm: %w", err)
 			}
@@ -224,5 +237,6 @@ the module recovers after a stopped call (docs/wasm-abi.md section 7). It exits
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&entrypoint, "entrypoint", "", "for an OPA bundle: the entrypoint that decides, as module push --kind opa takes it (default: the one named deny, else allow)")
 	return cmd
 }

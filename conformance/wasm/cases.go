@@ -18,7 +18,8 @@ import (
 const CasesFile = "policy_test.yaml"
 
 // Suite is a policy_test.yaml file (docs/wasm-abi.md section 8): the module
-// under test, a binding configuration shared by the cases, and the cases.
+// under test (a policy or a route compiler), a binding configuration shared
+// by a policy's cases, and the cases.
 type Suite struct {
 	// Module is the .wasm file, relative to the YAML file's directory.
 	Module string `yaml:"module"`
@@ -30,11 +31,13 @@ type Suite struct {
 	Exact bool `yaml:"exact"`
 }
 
-// Case is one recorded request and the decision expected for it. Input is a
+// Case is one request and what is expected of it. For a policy, Input is a
 // PolicyInput written in YAML; its schema_version defaults to
 // abiwasm.InputSchemaVersion, its actor to {kind: token}, its config to the
 // case's or the suite's Config. Before the module sees it, the input is
-// validated against schema/policy_input.json ([InputSchema]).
+// validated against schema/policy_input.json ([InputSchema]). For a route
+// compiler, Input is a RoutesInput (services and workloads) and Expect.Routes
+// the table expected.
 type Case struct {
 	Name   string         `yaml:"name"`
 	Input  map[string]any `yaml:"input"`
@@ -49,13 +52,17 @@ type Case struct {
 	Recorded string `yaml:"recorded"`
 }
 
-// Expect is what a case expects. Decision is "allow" or "deny"; each of
-// Reasons and Warnings must be a substring of some reason or warning given.
-// Error, instead of a decision, expects the error convention with that code.
+// Expect is what a case expects. For a policy, Decision is "allow" or
+// "deny"; each of Reasons and Warnings must be a substring of some reason or
+// warning given. For a route compiler, Routes is the whole table expected,
+// routes as in abi/routes (their JSON field names), in any order. Error,
+// instead of a decision or routes, expects the error convention with that
+// code.
 type Expect struct {
 	Decision string   `yaml:"decision"`
 	Reasons  []string `yaml:"reasons"`
 	Warnings []string `yaml:"warnings"`
+	Routes   []any    `yaml:"routes"`
 	Error    string   `yaml:"error"`
 }
 
@@ -90,9 +97,15 @@ func LoadSuite(dir, moduleOverride string) (*Suite, string, error) {
 	return &s, mod, nil
 }
 
-// Run evaluates every case against m. A case whose input does not follow
-// the schema fails without being evaluated (its error wraps ErrInputSchema).
+// Run evaluates every case against m, a policy or a route compiler (by
+// its metadata's kind). A policy case whose input does not follow the
+// schema fails without being evaluated (its error wraps ErrInputSchema); so
+// does a route compiler's case whose input is not a routes input (see
+// [routesInput]).
 func (s *Suite) Run(ctx context.Context, m *hostwasm.Module) []CaseResult {
+	if m.Metadata().Kind == abiwasm.KindRoutes {
+		return s.runRoutes(ctx, m)
+	}
 	schema, err := NewInputSchema()
 	var out []CaseResult
 	for i, c := range s.Cases {
@@ -121,6 +134,9 @@ func (s *Suite) runCase(ctx context.Context, m *hostwasm.Module, schema *InputSc
 	raw, err := json.Marshal(in)
 	if err != nil {
 		return fmt.Errorf("encode input: %w", err)
+	}
+	if c.Expect.Routes != nil {
+		return fmt.Errorf("expects routes, but the module is a policy: expect a decision or an error")
 	}
 	exact := s.Exact || c.Exact
 	if c.Expect.Error == "" || exact {

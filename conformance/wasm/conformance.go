@@ -81,9 +81,13 @@ func Check(ctx context.Context, module []byte, opts Options) ([]Result, error) {
 	// result set; their decision is read by the host.
 	isOPA := strings.HasPrefix(m.ABI(), "opa")
 	first, err := m.Call(ctx, sample)
-	if err == nil && isOPA {
+	switch {
+	case err != nil:
+	case isOPA:
 		_, err = m.EvaluateJSON(ctx, sample)
-	} else if err == nil {
+	case m.Metadata().Kind == abiwasm.KindRoutes:
+		err = compileSample(ctx, m, sample)
+	default:
 		err = validOutput(m.Metadata().Kind, first)
 	}
 	add("sample", err)
@@ -189,14 +193,23 @@ func validOutput(k abiwasm.Kind, out []byte) error {
 		if o.Decision != abiwasm.Allow && o.Decision != abiwasm.Deny {
 			return fmt.Errorf("output %s has no decision", out)
 		}
-	case abiwasm.KindRoutes:
-		var o abiwasm.RoutesOutput
-		if err := json.Unmarshal(out, &o); err != nil {
-			return fmt.Errorf("output is not JSON: %w", err)
-		}
-		if o.Error != nil || len(o.SHA256) != 64 {
-			return fmt.Errorf("output %s is not a route table with its sha256", out)
-		}
+	}
+	return nil
+}
+
+// compileSample asks a route compiler for the table of sample the way
+// berthd does ([hostwasm.Module.CompileRoutes]): the table must pass
+// abi/routes' Table.Validate and hash to the SHA-256 the module reports,
+// or berthd keeps its last good table on every pass.
+func compileSample(ctx context.Context, m *hostwasm.Module, sample []byte) error {
+	var in abiwasm.RoutesInput
+	dec := json.NewDecoder(bytes.NewReader(sample))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return fmt.Errorf("the sample is not a route compiler's input: %w", err)
+	}
+	if _, err := m.CompileRoutes(ctx, in); err != nil {
+		return fmt.Errorf("berthd would refuse the table: %w", err)
 	}
 	return nil
 }

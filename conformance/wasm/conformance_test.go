@@ -2,8 +2,12 @@ package wasm
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 
+	abiroutes "github.com/berthhq/berth/abi/routes"
+	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/internal/wasmtest"
 )
 
@@ -70,6 +74,55 @@ func TestSuiteOPAModules(t *testing.T) {
 		}
 		if first != c.failed || len(results) != 6 {
 			t.Errorf("%s: first failing check %q of %d, want %q of 6", name, first, len(results), c.failed)
+		}
+	}
+}
+
+// TestSuiteFailsRouteTablesBerthdRefuses: a route compiler whose table
+// berthd refuses (a digest that does not match, a table a gateway cannot
+// route) fails the sample check with berthd's reason.
+func TestSuiteFailsRouteTablesBerthdRefuses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	answer := func(rs []abiroutes.Route, sum string) string {
+		if sum == "" {
+			sum = abiroutes.Table{Routes: rs}.Digest()
+		}
+		raw, err := json.Marshal(abiwasm.RoutesOutput{Routes: rs, SHA256: sum})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	up := []abiroutes.Upstream{{WorkloadID: "wl_1", Address: "127.0.0.1:8081", Healthy: true}}
+	for name, c := range map[string]struct {
+		module []byte
+		want   string // in the sample check's error
+	}{
+		"wrong digest": {wasmtest.Routes("bad-sum", answer([]abiroutes.Route{{Hostname: "hello.localhost", Upstreams: up}},
+			strings.Repeat("0", 64))), "hashes to"},
+		"repeated hostname": {wasmtest.Routes("repeated", answer([]abiroutes.Route{{Hostname: "hello.localhost", Upstreams: up}, {Hostname: "hello.localhost"}}, "")),
+			"repeated hostname"},
+		"upper-case hostname": {wasmtest.Routes("upper", answer([]abiroutes.Route{{Hostname: "Hello.localhost", Upstreams: up}}, "")), "lower case"},
+	} {
+		results, err := Check(ctx, c.module, Options{CacheDir: wasmtest.CacheDir(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var failed *Result
+		for i := range results {
+			if results[i].Err != nil {
+				failed = &results[i]
+				break
+			}
+		}
+		switch {
+		case failed == nil:
+			t.Errorf("%s: every check passed, want sample to fail with %q", name, c.want)
+		case failed.Name != "sample" || !strings.Contains(failed.Err.Error(), c.want):
+			t.Errorf("%s: first failing check %s: %v; want sample failing with %q", name, failed.Name, failed.Err, c.want)
+		default:
+			t.Logf("%s: %s: %v", name, failed.Name, failed.Err)
 		}
 	}
 }
