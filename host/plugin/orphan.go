@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,22 +102,15 @@ func (s *supervisor) reapOrphan() error {
 	return nil
 }
 
-// waitGone waits until pid (started at ticks) has exited or is a zombie.
+// waitGone waits until pid (started at ticks) has exited or is a zombie, for at
+// most timeout.
 func waitGone(pid int, ticks uint64, timeout time.Duration) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if !sameProcessAlive(pid, ticks) {
-			return nil
-		}
-		select {
-		case <-deadline.C:
-			return fmt.Errorf("orphan %d still alive %s after SIGKILL", pid, timeout)
-		case <-tick.C:
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := waitGoneCtx(ctx, pid, ticks); err != nil {
+		return fmt.Errorf("orphan %d still alive %s after SIGKILL", pid, timeout)
 	}
+	return nil
 }
 
 // sameProcessAlive reports whether pid is a live, non-zombie process started at ticks.
