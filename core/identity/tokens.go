@@ -95,6 +95,10 @@ type Tokens struct {
 	failed map[string][]time.Time // user name -> failed logins in the last minute; mu
 	// reserved is, per name in backoff, when the attempt admitted last makes the next one due; mu
 	reserved map[string]time.Time
+	// verifying counts, per name, the attempts admitted and not yet finished; mu. They count
+	// as failures when the next attempt is admitted, so parallel guesses get no more than
+	// sequential ones.
+	verifying map[string]int
 	// verifySlots holds one value per password verification running; its capacity bounds them.
 	verifySlots chan struct{}
 	verifyHook  func(ctx context.Context) // run while a verification holds its slot; tests only
@@ -138,6 +142,7 @@ func NewTokens(s *store.Store, opts ...TokensOption) *Tokens {
 		users: s.Collection(UsersCollection), meta: s.Collection(MetaCollection),
 		now: time.Now, argon: DefaultArgon2Params,
 		used: map[string]time.Time{}, failed: map[string][]time.Time{}, reserved: map[string]time.Time{},
+		verifying: map[string]int{},
 	}
 	for _, o := range opts {
 		o(t)

@@ -346,6 +346,7 @@ func (t *Tokens) Login(ctx context.Context, name, password string, ttl time.Dura
 	if wait := t.admitLogin(name); wait > 0 {
 		return Session{}, &LoginThrottledError{Err: ErrLoginBackoff, RetryAfter: wait}
 	}
+	defer t.loginFinished(name)
 	u, err := t.user(ctx, name)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return Session{}, fmt.Errorf("identity: login: %w", err)
@@ -386,26 +387,40 @@ func loginDelay(n int) time.Duration {
 }
 
 // admitLogin returns how long an attempt for name must still wait, or 0 when it may verify
-// now; an admitted attempt of a name in backoff takes the due time, so the next attempt waits
-// a full delay again whatever the outcome.
+// now. Attempts of name still being verified count as failures, so a burst of parallel
+// guesses is admitted no further than the same guesses one after another. An admitted
+// attempt of a name in backoff takes the due time, so the next attempt waits a full delay
+// again whatever the outcome. An admitted attempt must be ended with [Tokens.loginFinished].
 func (t *Tokens) admitLogin(name string) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f := t.recentFailuresLocked(name)
-	d := loginDelay(len(f))
-	if d == 0 {
-		return 0
+	d := loginDelay(len(f) + t.verifying[name])
+	if d > 0 {
+		now := t.now()
+		due := now.Add(d) // only attempts in flight so far: due one delay from now
+		if len(f) > 0 {
+			due = f[len(f)-1].Add(d)
+		}
+		if r, ok := t.reserved[name]; ok && r.After(due) {
+			due = r
+		}
+		if now.Before(due) {
+			return due.Sub(now)
+		}
+		t.reserved[name] = now.Add(d)
 	}
-	now := t.now()
-	due := f[len(f)-1].Add(d)
-	if r, ok := t.reserved[name]; ok && r.After(due) {
-		due = r
-	}
-	if now.Before(due) {
-		return due.Sub(now)
-	}
-	t.reserved[name] = now.Add(d)
+	t.verifying[name]++
 	return 0
+}
+
+// loginFinished ends an attempt admitLogin admitted, once its outcome is recorded.
+func (t *Tokens) loginFinished(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.verifying[name]--; t.verifying[name] <= 0 {
+		delete(t.verifying, name)
+	}
 }
 
 // recentFailuresLocked drops failures older than the window and returns the rest. mu must be held.

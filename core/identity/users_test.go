@@ -1,6 +1,7 @@
 package identity_test
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -568,5 +569,56 @@ func TestMachineTokenNarrowedByOwner(t *testing.T) {
 	check("the project-bound token of a user without roles", bound, identity.ScopeServicesRead, "shop", false)
 	if _, err := tokens.Authenticate(ctx, orphan); err != identity.ErrUnauthenticated {
 		t.Errorf("a token whose owner is gone: %v; want ErrUnauthenticated", err)
+	}
+}
+
+// TestParallelGuessesCountAsFailures: attempts for one name still being verified count as
+// failures, so a burst of parallel guesses is admitted no further than the same guesses one
+// after another (LoginFailuresFree), and the rest are refused before verifying.
+func TestParallelGuessesCountAsFailures(t *testing.T) {
+	ctx := t.Context()
+	const burst = 3 * identity.LoginFailuresFree
+	entered := make(chan struct{}, burst)
+	release := make(chan struct{})
+	tokens, _, _ := newUsers(t, identity.WithLoginConcurrency(burst),
+		identity.WithVerifyHookForTest(func(context.Context) {
+			entered <- struct{}{}
+			<-release
+		}))
+	if _, err := tokens.CreateUser(ctx, identity.NewUserRequest{Name: "dave", Kind: identity.KindHuman, Roles: []identity.Role{identity.RoleViewer}, Password: goodPassword}); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, burst)
+	for range burst {
+		go func() {
+			_, err := tokens.Login(ctx, "dave", "wrong password wrong password", 0)
+			errs <- err
+		}()
+	}
+	// Every attempt either holds a verification or was refused; none is left undecided.
+	verifying, refused := 0, 0
+	deadline := time.After(time.Minute)
+	for verifying+refused < burst {
+		select {
+		case <-entered:
+			verifying++
+		case err := <-errs:
+			if !errors.Is(err, identity.ErrLoginBackoff) {
+				t.Fatalf("an attempt ended before the held ones were released: %v; want ErrLoginBackoff", err)
+			}
+			refused++
+		case <-deadline:
+			t.Fatalf("after a minute %d attempts verify and %d were refused, of %d", verifying, refused, burst)
+		}
+	}
+	close(release)
+	for range verifying {
+		if err := <-errs; err != identity.ErrUnauthenticated {
+			t.Fatalf("a released guess: %v; want ErrUnauthenticated", err)
+		}
+	}
+	if verifying != identity.LoginFailuresFree {
+		t.Fatalf("%d of %d parallel guesses for one name were verified; want %d, as many as sequential guesses get before the backoff",
+			verifying, burst, identity.LoginFailuresFree)
 	}
 }
