@@ -30,6 +30,8 @@ const (
 	MaxLoginDelay      = 16 * time.Second
 	// MinLoginConcurrency is the least number of password verifications run at once.
 	MinLoginConcurrency = 2
+	// LoginVerificationsPerCore bounds password verifications run at once per CPU.
+	LoginVerificationsPerCore = 4
 	// MaxNameLen bounds user and token names.
 	MaxNameLen = 64
 )
@@ -308,11 +310,17 @@ func (e *LoginThrottledError) Error() string {
 func (e *LoginThrottledError) Unwrap() error { return e.Err }
 
 // LoginConcurrencyFor is how many password verifications to run at once on a machine with
-// memBytes of memory: an eighth of it in verifications of [DefaultArgon2Params] (64 MiB each),
-// at least [MinLoginConcurrency].
-func LoginConcurrencyFor(memBytes uint64) int {
+// memBytes of memory and cores CPUs: an eighth of the memory in verifications of
+// [DefaultArgon2Params] (64 MiB each), and no more than [LoginVerificationsPerCore] per CPU
+// (more would only queue for the CPU while holding their memory), at least
+// [MinLoginConcurrency]. A cores of zero or less leaves the CPU bound out.
+func LoginConcurrencyFor(memBytes uint64, cores int) int {
 	per := uint64(DefaultArgon2Params.Memory) * 1024
-	return int(max(memBytes/8/per, MinLoginConcurrency))
+	n := memBytes / 8 / per
+	if cores > 0 {
+		n = min(n, uint64(cores*LoginVerificationsPerCore))
+	}
+	return int(max(n, MinLoginConcurrency))
 }
 
 // Login verifies a human's password and opens a session (a brs_ token stored as a digest, of

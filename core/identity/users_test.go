@@ -258,11 +258,16 @@ func TestLoginUnknownUserAndBackoff(t *testing.T) {
 	}
 }
 
-// TestLoginConcurrencyFor: an eighth of memory in 64 MiB verifications, at least 2.
+// TestLoginConcurrencyFor: an eighth of memory in 64 MiB verifications, at most 4 per CPU,
+// at least 2.
 func TestLoginConcurrencyFor(t *testing.T) {
-	for mem, want := range map[uint64]int{0: 2, 512 << 20: 2, 2 << 30: 4, 16 << 30: 32} {
-		if got := identity.LoginConcurrencyFor(mem); got != want {
-			t.Errorf("LoginConcurrencyFor(%d MiB) = %d, want %d", mem>>20, got, want)
+	for _, c := range []struct {
+		mem   uint64
+		cores int
+		want  int
+	}{{0, 0, 2}, {512 << 20, 8, 2}, {2 << 30, 0, 4}, {16 << 30, 0, 32}, {16 << 30, 2, 8}, {24 << 30, 64, 48}, {1 << 30, 1, 2}} {
+		if got := identity.LoginConcurrencyFor(c.mem, c.cores); got != c.want {
+			t.Errorf("LoginConcurrencyFor(%d MiB, %d cores) = %d, want %d", c.mem>>20, c.cores, got, c.want)
 		}
 	}
 }

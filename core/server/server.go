@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -229,9 +230,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 
-	// Each login's argon2id verification holds 64 MiB: run as many at once as an eighth of
-	// memory holds (docs/api.md section 9.2).
-	loginSlots := identity.LoginConcurrencyFor(machineMemory())
+	// Each login's argon2id verification holds 64 MiB and a CPU: run as many at once as an
+	// eighth of memory holds, at most 4 per CPU (docs/api.md section 9.2).
+	loginSlots := identity.LoginConcurrencyFor(machineMemory(), runtime.GOMAXPROCS(0))
 	log.Info("login verifications bounded", "at_once", loginSlots)
 	tokens := identity.NewTokens(st, identity.WithLoginConcurrency(loginSlots))
 	if cfg.BootstrapAdmin != "" {
