@@ -114,7 +114,7 @@ done
 
 if [ -n "$FRESH" ]; then
   rm -rf "$RUN_DIR"
-elif [ -d "$RUN_DIR" ]; then
+elif [ -d "$RUN_DIR/berthd" ]; then
   say "keeping the data of the last run in $RUN_DIR (make run FRESH=1 starts empty)"
 fi
 mkdir -p "$RUN_DIR"
@@ -200,6 +200,18 @@ setsid "$BIN/berth-agent" run --data-dir "$RUN_DIR/agent" --driver "$RUNTIME" "$
 pids+=($!)
 echo "$!" >"$PID_DIR/agent.pid"
 
+# apply_missing NAME FILE applies FILE when the service NAME does not exist yet.
+# A service kept from an earlier run is left as the operator last changed it
+# (an apply, spec set, rollout undo): applying the example again would undo that,
+# and is refused once a runtime spec owns the replica count.
+apply_missing() {
+  if "$BIN/berth" describe service "$1" >/dev/null 2>&1; then
+    say "service $1 exists: leaving it as it is (make run FRESH=1 starts from $2 again)"
+  else
+    "$BIN/berth" apply -f "$2"
+  fi
+}
+
 if [ "$RUNTIME" = containerd ]; then
   say "building and pushing images"
   # image_digest APP ENTRYPOINT builds build/bundles/APP into an image, pushes
@@ -218,7 +230,7 @@ if [ "$RUNTIME" = containerd ]; then
     # The same service files, with the container fields instead of the bundle's command.
     sed -e "s|^bundle: .*|bundle: $svc-image\nruntime: containerd\nimage: \"$image\"|" -e '/^command:/d' \
       "examples/services/$svc.yaml" >"$RUN_DIR/$svc.yaml"
-    "$BIN/berth" apply -f "$RUN_DIR/$svc.yaml"
+    apply_missing "$svc" "$RUN_DIR/$svc.yaml"
   done
 else
   say "pushing bundles"
@@ -226,8 +238,8 @@ else
   "$BIN/berth" bundle push build/bundles/httpbin --name httpbin
 
   say "applying services"
-  "$BIN/berth" apply -f examples/services/hello.yaml
-  "$BIN/berth" apply -f examples/services/httpbin.yaml
+  apply_missing hello examples/services/hello.yaml
+  apply_missing httpbin examples/services/httpbin.yaml
 fi
 
 say "waiting for hello through the gateway"

@@ -99,7 +99,8 @@ func processesUnder(dir string) []string {
 // (process runtime) four times in one run directory: a Ctrl-C followed by a second
 // one while it stops leaves no process behind; a run killed outright leaves
 // berthd, the agent, the gateway and the apps, and the next run stops them and
-// starts instead of reporting its ports in use; a run with another BERTH_LISTEN
+// starts instead of reporting its ports in use, leaving hello as the operator last
+// changed it (the examples are applied only when missing); a run with another BERTH_LISTEN
 // than the node was enrolled with refuses and names FRESH=1.
 func TestRunLocalSurvivesASecondInterruptAndCleansLeftovers(t *testing.T) {
 	root := moduleRoot(t)
@@ -169,8 +170,37 @@ func TestRunLocalSurvivesASecondInterruptAndCleansLeftovers(t *testing.T) {
 	}
 	const ready = "Press Ctrl-C to stop everything"
 
+	// berth runs the CLI against this run's berthd.
+	berth := func(stdin string, args ...string) string {
+		t.Helper()
+		token, err := os.ReadFile(filepath.Join(runDir, "berthd", "admin-token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fp, err := os.ReadFile(filepath.Join(runDir, "berthd", "server-fingerprint"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "berth"), args...)
+		cmd.Env = append(os.Environ(), "BERTH_SERVER=https://"+api, "BERTH_TOKEN="+strings.TrimSpace(string(token)),
+			"BERTH_FINGERPRINT="+strings.TrimSpace(string(fp)))
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("berth %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+
 	r := start(api)
 	r.waitOutput(t, ready, 3*time.Minute)
+	// The operator changes hello; no later start of this run directory may undo that.
+	hello, err := os.ReadFile(filepath.Join(root, "examples", "services", "hello.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(hello), "GREETING: hello", "GREETING: changed-by-the-operator", 1)
+	berth(changed, "apply", "-f", "-")
 	r.signal(t, syscall.SIGINT)
 	r.waitOutput(t, "==> stopping", time.Minute)
 	r.signal(t, syscall.SIGINT)
@@ -190,6 +220,9 @@ func TestRunLocalSurvivesASecondInterruptAndCleansLeftovers(t *testing.T) {
 	r.waitOutput(t, ready, 3*time.Minute)
 	if !strings.Contains(r.output(), "earlier run") {
 		t.Errorf("the run after a killed one did not say it stopped the leftovers:\n%s", r.output())
+	}
+	if out := berth("", "describe", "service", "hello"); !strings.Contains(out, "changed-by-the-operator") {
+		t.Errorf("a later run undid the operator's change of hello:\n%s\nrun-local.sh said:\n%s", out, r.output())
 	}
 	r.signal(t, syscall.SIGINT)
 	_ = r.waitExit(t, 2*time.Minute)
