@@ -141,11 +141,7 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 		msg := strings.Join(c.Messages, "\n")
 		switch c.Status {
 		case Failed:
-			first := msg
-			if i := strings.IndexByte(first, '\n'); i >= 0 {
-				first = first[:i]
-			}
-			x.Failure = &failure{Message: first, Text: msg}
+			x.Failure = &failure{Message: junitMessage(c.Messages), Text: msg}
 		case Skipped:
 			x.Skipped = &skipped{Message: msg}
 		}
@@ -161,6 +157,23 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, "\n")
 	return err
+}
+
+// junitMessage is the one-line summary of a failed case: its first message
+// (the did, want and got of its first failure) with each line's spacing
+// collapsed and the lines joined by "; ", as CI systems show the message
+// attribute on one line.
+func junitMessage(messages []string) string {
+	if len(messages) == 0 {
+		return ""
+	}
+	var lines []string
+	for _, l := range strings.Split(messages[0], "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			lines = append(lines, strings.Join(f, " "))
+		}
+	}
+	return strings.Join(lines, "; ")
 }
 
 // runTesting runs cases as subtests of t.

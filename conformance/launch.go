@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"errors"
 	"io"
 	"sync"
 )
@@ -12,28 +13,42 @@ func launchCase(start func(t T) error) (testCase, *launchGate) {
 	g := &launchGate{}
 	return testCase{name: "launch", run: func(t T) {
 		if err := start(t); err != nil {
-			g.fail()
+			var refused *configRefusedError
+			if errors.As(err, &refused) {
+				g.fail("the plugin refused its configuration")
+			} else {
+				g.fail("the plugin did not start")
+			}
 			t.Fatalf("%v", err)
 		}
 	}}, g
 }
 
-// launchGate records whether the launch case failed.
+// configRefusedError is a launch failure of a plugin that started but
+// refused the configuration the suite gives every case: no case can run
+// with it, so they are skipped rather than each failing the same way.
+type configRefusedError struct{ err error }
+
+func (e *configRefusedError) Error() string { return e.err.Error() }
+func (e *configRefusedError) Unwrap() error { return e.err }
+
+// launchGate records why the launch case failed, if it did.
 type launchGate struct {
 	mu     sync.Mutex
-	failed bool
+	reason string
 }
 
-func (g *launchGate) fail() {
+func (g *launchGate) fail(reason string) {
 	g.mu.Lock()
-	g.failed = true
+	g.reason = reason
 	g.mu.Unlock()
 }
 
-func (g *launchGate) ok() bool {
+// failed returns the reason the launch failed, or "" when it did not.
+func (g *launchGate) failed() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return !g.failed
+	return g.reason
 }
 
 // gated prepends the launch case to cases and makes each of them skip when
@@ -44,8 +59,8 @@ func gated(start func(t T) error, cases []testCase) []testCase {
 	for _, c := range cases {
 		run := c.run
 		out = append(out, testCase{name: c.name, run: func(t T) {
-			if !g.ok() {
-				t.Skipf("not run: the plugin did not start (see case launch)")
+			if reason := g.failed(); reason != "" {
+				t.Skipf("not run: %s (see case launch)", reason)
 			}
 			run(t)
 		}})

@@ -8,6 +8,7 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,11 +121,14 @@ func (cfg ProviderConfig) cases() []testCase {
 			return err
 		}
 		defer in.client.Kill()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if err := checkConfigAccepted(ctx, in, cfg.PluginConfig); err != nil {
+			return err
+		}
 		if !pc.noSamples() {
 			return nil
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
 		d, err := in.raw.(*provider.Client).Describe(ctx)
 		if err != nil {
 			return fmt.Errorf("no samples were given, so the suite asked Describe for examples: %w", err)
@@ -146,6 +150,33 @@ func (cfg ProviderConfig) cases() []testCase {
 			"(ResourceType.ExampleID and ExampleAttributes); declare them, or pass two states of one resource " +
 			"(--samples FILE, or ProviderConfig.Samples)")
 	}, providerCases(pc))
+}
+
+// checkConfigAccepted gives config ({} when empty) to the launched
+// provider's ValidateConfig and Configure, as every case does, and returns a
+// *configRefusedError saying why when the plugin refuses it.
+func checkConfigAccepted(ctx context.Context, in *instance, config json.RawMessage) error {
+	conf := &provider.ConfigRequest{Config: config, APIVersion: in.negotiated}
+	if len(conf.Config) == 0 {
+		conf.Config = json.RawMessage("{}")
+	}
+	p := in.raw.(*provider.Client)
+	shown := strings.TrimSpace(string(conf.Config)) // without a file's final newline
+	refused := func(why string) error {
+		return &configRefusedError{err: fmt.Errorf("the plugin refused the configuration (--config, or ProviderConfig.PluginConfig), "+
+			"so no case can run; every other case is skipped:\n%s", why)}
+	}
+	v, err := p.ValidateConfig(ctx, conf)
+	switch {
+	case err != nil:
+		return refused(failure("ValidateConfig with "+shown, "no problems", gotErr(err)))
+	case len(v.Problems) > 0:
+		return refused(failure("ValidateConfig with "+shown, "no problems", fmt.Sprintf("problems %q", v.Problems)))
+	}
+	if err := p.Configure(ctx, conf); err != nil {
+		return refused(failure("Configure with "+shown, "success", gotErr(err)))
+	}
+	return nil
 }
 
 // ProviderCaseNames lists the provider suite's cases in order.

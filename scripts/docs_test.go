@@ -177,3 +177,47 @@ func TestAppDirDocumented(t *testing.T) {
 		t.Error("docs/node-protocol.md does not say the app directory changes with every rollout and what is stable")
 	}
 }
+
+// TestWasmGuestSnippetsCarryBuildTag: every Go snippet in the docs (and in
+// sdk/wasm's package comment) that exports a WebAssembly function starts with
+// //go:build wasip1, as a guest file must: without it, go vet and go test on
+// the host build the file and its wasip1-only exports.
+func TestWasmGuestSnippetsCarryBuildTag(t *testing.T) {
+	root := moduleRoot(t)
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snippets []struct{ where, text string }
+	fence := regexp.MustCompile("(?s)```go\n(.*?)```")
+	for _, f := range append(files, filepath.Join(root, "README.md")) {
+		rel, _ := filepath.Rel(root, f)
+		for _, m := range fence.FindAllStringSubmatch(readDoc(t, root, rel), -1) {
+			snippets = append(snippets, struct{ where, text string }{rel, m[1]})
+		}
+	}
+	// The package comment's indented code block.
+	var block []string
+	for _, l := range strings.Split(readDoc(t, root, "sdk/wasm/guest.go"), "\n") {
+		if !strings.HasPrefix(l, "//") {
+			break
+		}
+		if strings.HasPrefix(l, "//\t") || (l == "//" && len(block) > 0) {
+			block = append(block, strings.TrimPrefix(strings.TrimPrefix(l, "//"), "\t"))
+		}
+	}
+	snippets = append(snippets, struct{ where, text string }{"sdk/wasm/guest.go", strings.TrimSpace(strings.Join(block, "\n"))})
+	guests := 0
+	for _, s := range snippets {
+		if !strings.Contains(s.text, "//go:wasmexport") {
+			continue
+		}
+		guests++
+		if first, _, _ := strings.Cut(strings.TrimSpace(s.text), "\n"); first != "//go:build wasip1" {
+			t.Errorf("%s: a Go guest snippet starts with %q, not //go:build wasip1", s.where, first)
+		}
+	}
+	if guests < 2 {
+		t.Errorf("found %d Go guest snippets, want those of docs/wasm-abi.md and sdk/wasm", guests)
+	}
+}

@@ -273,7 +273,7 @@ func (t Table) Validate() error {
 		}
 		seen[h] = true
 		if err := ValidName(h, true); err != nil {
-			return fmt.Errorf("route %s: hostname %w", h, err)
+			return fmt.Errorf("route hostname: %w", err)
 		}
 		if err := r.Timeouts.Validate(); err != nil {
 			return fmt.Errorf("route %s: %w", h, err)

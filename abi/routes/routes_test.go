@@ -38,6 +38,10 @@ func TestValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
 		}
+		// Each word and the name once: not "route X: hostname name "X" ...".
+		if err != nil && (strings.Contains(err.Error(), "hostname name") || strings.Count(err.Error(), tc.r.Hostname) > 1 && tc.r.Hostname != "") {
+			t.Errorf("%s: %q says a word or the name twice", tc.name, err)
+		}
 	}
 	if err := (Table{Routes: []Route{ok, ok}}).Validate(); err == nil || !strings.Contains(err.Error(), "repeated") {
 		t.Errorf("a repeated hostname: %v", err)

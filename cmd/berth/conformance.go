@@ -68,7 +68,9 @@ docs/plugins.md section 6.3).
 --config names a JSON file holding the plugin's configuration (an object, as
 in its plugins.json entry): every case gives it to ValidateConfig and
 Configure, and case validate_config expects it to be accepted. Without it the
-configuration is {}.
+configuration is {}. Case launch tries it first: a configuration the plugin
+refuses fails launch once, with the plugin's reason, and skips every other
+case.
 
 --samples names a JSON file holding two states of one resource the provider
 manages, [{"type": ..., "id": ..., "attributes": {...}}, {...}] (same type and

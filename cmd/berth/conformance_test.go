@@ -100,6 +100,59 @@ func TestConformancePluginConfigAndExamples(t *testing.T) {
 	}
 }
 
+// TestConformancePluginBadConfigFailsOnce runs `berth conformance plugin
+// --config` on provider-hello with a configuration its ValidateConfig
+// refuses: case launch fails once, saying the configuration was refused and
+// the plugin's reason, and every other case is skipped (not run) with one
+// line naming the configuration, in the text and the JUnit report alike.
+func TestConformancePluginBadConfigFailsOnce(t *testing.T) {
+	t.Parallel()
+	bin := conformance.BuildPlugin(t, "github.com/berthhq/berth/examples/provider-hello")
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"colour": "red"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	junit := filepath.Join(dir, "report.xml")
+	out, errOut, code := newCLI(t).run("", "conformance", "plugin", bin, "--arg=--state-dir", "--arg={state}",
+		"--config", bad, "--junit", junit)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if n := strings.Count(out, "FAIL "); n != 1 || !strings.Contains(out, "FAIL launch") {
+		t.Errorf("%d failed cases, want only launch:\n%s", n, out)
+	}
+	if n := strings.Count(out, `unknown field`); n != 1 {
+		t.Errorf("the plugin's problem with the configuration appears %d times, want once:\n%s", n, out)
+	}
+	if !strings.Contains(out, "the plugin refused the configuration") {
+		t.Errorf("the failure does not say the configuration was refused:\n%s", out)
+	}
+	cases := len(conformance.ProviderCaseNames())
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	skips := 0
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "SKIP ") {
+			continue
+		}
+		skips++
+		if i+1 >= len(lines) || !strings.Contains(lines[i+1], "not run: the plugin refused its configuration") ||
+			(i+2 < len(lines) && strings.HasPrefix(lines[i+2], "    ")) {
+			t.Errorf("case %q is not skipped with exactly one line naming the configuration:\n%s", l, out)
+		}
+	}
+	if skips != cases || !strings.Contains(out, fmt.Sprintf("0 passed, 1 failed, %d skipped", cases)) {
+		t.Errorf("%d cases skipped, want %d and a summary saying so:\n%s", skips, cases, out)
+	}
+	raw, err := os.ReadFile(junit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), fmt.Sprintf(`failures="1" skipped="%d"`, cases)) {
+		t.Errorf("JUnit report does not count one failure and %d skipped:\n%s", cases, raw)
+	}
+}
+
 // TestPolicyTestUnknownField: `berth policy test` fails a case whose input
 // holds a field the server never sends, naming the field and its path, even
 // though the module would have allowed it.

@@ -2,7 +2,12 @@
 // compilers built with GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared.
 //
 // Importing the package exports allocate, deallocate and berth_abi_version
-// (docs/wasm-abi.md section 2). A module adds its metadata and its entry point:
+// (docs/wasm-abi.md section 2). A module adds its metadata and its entry point,
+// in a file built only for wasip1:
+//
+//	//go:build wasip1
+//
+//	package main
 //
 //	//go:wasmexport berth_metadata
 //	func metadata() uint64 { return wasm.Metadata(abiwasm.KindPolicy, "require-labels", "1.0.0") }

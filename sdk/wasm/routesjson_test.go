@@ -163,3 +163,14 @@ func clone(rs []Route) []Route {
 	}
 	return out
 }
+
+// TestRouteTypesNeedOneImport: a route compiler builds every field of a
+// [Route] from this package's names, its timeouts included, without
+// importing abi/routes.
+func TestRouteTypesNeedOneImport(t *testing.T) {
+	var tm Timeouts = routes.Timeouts{IdleMS: 5}
+	r := Route{Hostname: "a.example.com", Upstreams: []Upstream{{WorkloadID: "w", Address: "127.0.0.1:1"}}, Timeouts: tm}
+	if err := (routes.Table{Routes: []Route{r}}).Validate(); err != nil {
+		t.Fatalf("a route built from sdk/wasm's names: %v", err)
+	}
+}

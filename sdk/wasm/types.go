@@ -13,3 +13,7 @@ type Route = routes.Route
 
 // Upstream is one workload serving a [Route].
 type Upstream = routes.Upstream
+
+// Timeouts are a [Route]'s upstream timeouts in milliseconds; zero fields
+// mean the gateway's defaults (docs/plugins.md section 5.4).
+type Timeouts = routes.Timeouts
