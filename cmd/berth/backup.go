@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -82,12 +83,7 @@ exists once its record says succeeded; restore drills prove backups restore.`,
 			if a.output == outputJSON {
 				return printJSON(a.stdout, list)
 			}
-			fmt.Fprintln(a.stdout, "ID\tSERVICE\tBINDING\tKIND\tSTATE\tSIZE\tDIGEST\tWHEN\tDRILL")
-			for _, b := range list {
-				fmt.Fprintf(a.stdout, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", b.ID, b.Service, b.Binding, b.Kind, backupState(b),
-					b.Size, orDash(shortDigest(b.Digest)), b.CreatedAt.UTC().Format(time.RFC3339), drillText(b.Drill))
-			}
-			return nil
+			return printBackups(a.stdout, list)
 		},
 	}
 	var into, restoreKey string
@@ -182,4 +178,15 @@ func drillText(d *client.BackupDrill) string {
 		s += " (" + d.Table + ")"
 	}
 	return s
+}
+
+// printBackups writes backups as an aligned table.
+func printBackups(w io.Writer, list []client.Backup) error {
+	tw := newTable(w)
+	row(tw, "ID", "SERVICE", "BINDING", "KIND", "STATE", "SIZE", "DIGEST", "WHEN", "DRILL")
+	for _, b := range list {
+		row(tw, b.ID, b.Service, b.Binding, b.Kind, backupState(b), b.Size, orDash(shortDigest(b.Digest)),
+			b.CreatedAt.UTC().Format(time.RFC3339), drillText(b.Drill))
+	}
+	return tw.Flush()
 }

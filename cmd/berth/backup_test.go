@@ -63,8 +63,8 @@ func TestBackupCommands(t *testing.T) {
 		t.Errorf("create: %q", out)
 	}
 	out := c.ok("", "backup", "ls", "shop/web")
-	if !strings.Contains(out, "bkp_2\tweb\tdb\tpostgres\tsucceeded\t4096\tsha256:abababababab\t2026-12-01T03:00:00Z\tfailed 2026-12-01T04:00:00Z (public.orders)") ||
-		!strings.Contains(out, "bkp_1\tweb\tdb\tpostgres\tfailed(upload)\t0\t-") {
+	if !strings.Contains(out, "bkp_2   web       db        postgres   succeeded        4096   sha256:abababababab   2026-12-01T03:00:00Z   failed 2026-12-01T04:00:00Z (public.orders)\n") ||
+		!strings.Contains(out, "bkp_1   web       db        postgres   failed(upload)   0      -                     2026-12-01T02:00:00Z   -\n") {
 		t.Errorf("ls: %q", out)
 	}
 	if _, errOut, code := c.run("", "backup", "restore", "bkp_2", "--into", "shop/web"); code == 0 || !strings.Contains(errOut, "restore_target_running") ||

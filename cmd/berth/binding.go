@@ -14,7 +14,9 @@ func newGetBindingsCmd(a *app) *cobra.Command {
 		Aliases: []string{"binding"},
 		Short:   "List the databases and buckets services bind",
 		Long: `bindings lists the project's service bindings (docs/bindings.md): kind, state
-(pending, ready, failed, released, purged), the credential-free endpoint, the
+(pending, ready, failed, released, purged), the service that uses it now (USED-BY
+"nothing" once its service is deleted or no longer declares it: the binding and
+its data stay until 'berth binding delete'), the credential-free endpoint, the
 database or bucket, whether it has a user of its own (USERS "unsupported" where
 the server cannot make one), and the reason of the last failure. The
 credentials themselves are secrets of the service and never shown.`,
@@ -37,10 +39,24 @@ credentials themselves are secrets of the service and never shown.`,
 			if a.output == outputJSON {
 				return printJSON(a.stdout, items)
 			}
+			svcs, err := c.ListServices(cmd.Context(), s.Project)
+			if err != nil {
+				return fmt.Errorf("list services of %s: %w", s.Project, err)
+			}
+			declared := map[[2]string]bool{}
+			for _, sv := range svcs {
+				for _, bs := range sv.Bindings {
+					declared[[2]string{sv.Name, bs.Name}] = true
+				}
+			}
 			tw := newTable(a.stdout)
-			row(tw, "SERVICE", "NAME", "KIND", "STATE", "ENDPOINT", "DATABASE", "USERS", "LAST-ERROR")
+			row(tw, "SERVICE", "NAME", "KIND", "STATE", "USED-BY", "ENDPOINT", "DATABASE", "USERS", "LAST-ERROR")
 			for _, b := range items {
-				row(tw, b.Service, b.Name, b.Kind, b.State, orDash(b.Endpoint), orDash(b.Database), orDash(b.Users), orDash(oneLine(b.LastError)))
+				usedBy := "nothing"
+				if declared[[2]string{b.Service, b.Name}] {
+					usedBy = b.Service
+				}
+				row(tw, b.Service, b.Name, b.Kind, b.State, usedBy, orDash(b.Endpoint), orDash(b.Database), orDash(b.Users), orDash(oneLine(b.LastError)))
 			}
 			return tw.Flush()
 		},

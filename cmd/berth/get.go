@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -295,8 +296,9 @@ func newGetLeasesCmd(a *app) *cobra.Command {
 node holding it, its fencing token, its mode, and when it may move to another
 node (GATE: "never" for a local lease while held, "blocked" while a failed
 fence awaits 'berth node fence-ack', "deleted" for the lease of a deleted
-service, kept so that its last token stays on record). RESOURCE is the
-service id; granted_at in -o json is the last grant or renewal.`,
+service, kept so that its last token stays on record). SERVICE is the
+service as project/name (its id when no project the token sees has it);
+resource_id in -o json is the service id, granted_at the last grant or renewal.`,
 		Example: `  berth get leases
   berth get leases -o json`,
 		Args: cobra.NoArgs,
@@ -312,8 +314,9 @@ service id; granted_at in -o json is the last grant or renewal.`,
 			if a.output == outputJSON {
 				return printJSON(a.stdout, items)
 			}
+			names := serviceNames(cmd.Context(), c)
 			tw := newTable(a.stdout)
-			row(tw, "LEASE", "RESOURCE", "HOLDER", "TOKEN", "MODE", "GATE")
+			row(tw, "LEASE", "SERVICE", "HOLDER", "TOKEN", "MODE", "GATE")
 			for _, l := range items {
 				gate := "never"
 				switch {
@@ -330,9 +333,33 @@ service id; granted_at in -o json is the last grant or renewal.`,
 				if l.DurationMS > 0 {
 					mode += fmt.Sprintf(" %dms", l.DurationMS)
 				}
-				row(tw, l.LeaseID, l.ResourceID, orDash(l.Holder), l.FencingToken, mode, gate)
+				service := l.ResourceID
+				if n, ok := names[l.ResourceID]; ok {
+					service = n
+				}
+				row(tw, l.LeaseID, service, orDash(l.Holder), l.FencingToken, mode, gate)
 			}
 			return tw.Flush()
 		},
 	}
+}
+
+// serviceNames maps the id of every service in the projects the token sees to project/name.
+// Names only make a table readable, so a listing the token may not read leaves ids in place.
+func serviceNames(ctx context.Context, c *client.Client) map[string]string {
+	out := map[string]string{}
+	projects, err := c.ListProjects(ctx)
+	if err != nil {
+		return out
+	}
+	for _, p := range projects {
+		svcs, err := c.ListServices(ctx, p.Name)
+		if err != nil {
+			continue
+		}
+		for _, s := range svcs {
+			out[s.ID] = p.Name + "/" + s.Name
+		}
+	}
+	return out
 }

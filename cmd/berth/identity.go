@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -384,6 +385,7 @@ appear as user and token entries, never with their values.`,
 				cut = a.clock().Add(-since)
 			}
 			var out []node.LogEntry
+			names := entityNames{}
 			from := int64(1)
 			for range 10_000 { // at most 5 million entries
 				page, head, err := c.Changelog(cmd.Context(), from, node.MaxLogBatch)
@@ -391,6 +393,7 @@ appear as user and token entries, never with their values.`,
 					return fmt.Errorf("read the change log: %w", err)
 				}
 				for _, e := range page {
+					names.learn(e)
 					if e.Time.Before(cut) || (actor != "" && !actorMatches(e.ActorID, actor)) {
 						continue
 					}
@@ -410,7 +413,7 @@ appear as user and token entries, never with their values.`,
 			w := newTable(a.stdout)
 			row(w, "SEQ", "TIME", "ACTOR", "ENTITY", "OP")
 			for _, e := range out {
-				row(w, e.Seq, e.Time.UTC().Format(time.RFC3339), e.ActorID, e.EntityType+" "+e.EntityID, e.Op)
+				row(w, e.Seq, e.Time.UTC().Format(time.RFC3339), e.ActorID, e.EntityType+" "+names.name(e.EntityType, e.EntityID), e.Op)
 			}
 			return w.Flush()
 		},
@@ -426,4 +429,36 @@ func actorMatches(id, want string) bool {
 	}
 	_, name, ok := strings.Cut(id, ":")
 	return ok && !strings.Contains(want, ":") && name == want
+}
+
+// entityNames maps the ids of services and projects to their names as the change log's own
+// entries carry them (a project's payload is the project, a service's the service), so audit
+// shows names without asking for anything more than the log.
+type entityNames map[string]string
+
+// learn records the name an entry's payload gives its project or service; a deletion's empty
+// payload leaves the last name known.
+func (n entityNames) learn(e node.LogEntry) {
+	if e.EntityType != "project" && e.EntityType != "service" || len(e.Payload) == 0 {
+		return
+	}
+	var p struct {
+		Name    string `json:"name"`
+		Project string `json:"project"`
+	}
+	if json.Unmarshal(e.Payload, &p) != nil || p.Name == "" {
+		return
+	}
+	if e.EntityType == "service" && p.Project != "" {
+		p.Name = p.Project + "/" + p.Name
+	}
+	n[e.EntityType+" "+e.EntityID] = p.Name
+}
+
+// name is the entity's name, or its id when the log never named it.
+func (n entityNames) name(entityType, id string) string {
+	if name, ok := n[entityType+" "+id]; ok {
+		return name
+	}
+	return id
 }

@@ -278,26 +278,27 @@ repository ("web" means <project>/web), its tags and the digest each names
 			if err != nil {
 				return fmt.Errorf("image ls %s: %w", args[0], err)
 			}
-			type row struct {
+			type tagRow struct {
 				Tag    string `json:"tag"`
 				Digest string `json:"digest"`
 			}
-			rows := []row{}
+			rows := []tagRow{}
 			for _, tag := range tags {
 				desc, err := remote.Head(repo.Tag(tag), t.opts...)
 				if err != nil {
 					return fmt.Errorf("image ls %s:%s: %w", args[0], tag, err)
 				}
-				rows = append(rows, row{tag, desc.Digest.String()})
+				rows = append(rows, tagRow{tag, desc.Digest.String()})
 			}
 			if a.output == outputJSON {
 				return printJSON(a.stdout, map[string]any{"repository": t.repo(args[0]), "tags": rows})
 			}
-			fmt.Fprintln(a.stdout, "TAG\tDIGEST")
+			tw := newTable(a.stdout)
+			row(tw, "TAG", "DIGEST")
 			for _, r := range rows {
-				fmt.Fprintf(a.stdout, "%s\t%s\n", r.Tag, r.Digest)
+				row(tw, r.Tag, r.Digest)
 			}
-			return nil
+			return tw.Flush()
 		},
 	}
 }

@@ -68,7 +68,7 @@ func TestImagePushAndLsAgainstTheRegistry(t *testing.T) {
 	if out := c.ok("", "image", "ls"); out != "REPOSITORY\nshop/api\nshop/web\n" {
 		t.Errorf("image ls: %q", out)
 	}
-	if out := c.ok("", "image", "ls", "web"); out != "TAG\tDIGEST\nv1\t"+want+"\n" {
+	if out := c.ok("", "image", "ls", "web"); out != "TAG   DIGEST\nv1    "+want+"\n" {
 		t.Errorf("image ls web: %q", out)
 	}
 	c.env["BERTH_FINGERPRINT"] = "sha256:" + strings.Repeat("00", 32)

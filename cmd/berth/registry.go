@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/berthhq/berth/sdk/client"
 )
 
 func newRegistryCmd(a *app) *cobra.Command {
@@ -36,37 +39,46 @@ Needs the admin scope.`,
 			if a.output == outputJSON {
 				return printJSON(a.stdout, rep)
 			}
-			verb := "deleted"
-			if rep.DryRun {
-				verb = "would delete"
-			}
-			var bytes int64
-			fmt.Fprintln(a.stdout, "KIND\tREPOSITORY\tTAG\tDIGEST\tSIZE")
-			for _, it := range rep.Deletions {
-				bytes += it.Size
-				size := "-"
-				if it.Kind == "blob" {
-					size = fmt.Sprint(it.Size)
-				}
-				fmt.Fprintf(a.stdout, "%s\t%s\t%s\t%s\t%s\n", it.Kind, orDash(it.Repository), orDash(it.Tag), it.Digest, size)
-			}
-			fmt.Fprintf(a.stdout, "%s %d objects (%d blob bytes); kept %d manifests and %d blobs\n", verb, len(rep.Deletions), bytes, rep.KeptManifests, rep.KeptBlobs)
-			if rep.BlobsSkipped != "" {
-				fmt.Fprintf(a.stdout, "blobs not judged: %s\n", rep.BlobsSkipped)
-			}
-			for _, s := range rep.Skipped {
-				fmt.Fprintf(a.stdout, "skipped repository %s\n", s)
-			}
-			for _, f := range rep.Failures {
-				fmt.Fprintf(a.stdout, "failed: %s\n", f)
-			}
-			if rep.Remaining {
-				fmt.Fprintln(a.stdout, "work remains for the next pass")
-			}
-			return nil
+			return printRegistryGC(a.stdout, rep)
 		},
 	}
 	gc.Flags().BoolVar(&dryRun, "dry-run", false, "print what the pass would delete, delete nothing")
 	cmd.AddCommand(gc)
 	return cmd
+}
+
+// printRegistryGC writes a collection pass's deletions as an aligned table, then its summary.
+func printRegistryGC(w io.Writer, rep *client.RegistryGCReport) error {
+	verb := "deleted"
+	if rep.DryRun {
+		verb = "would delete"
+	}
+	var bytes int64
+	tw := newTable(w)
+	row(tw, "KIND", "REPOSITORY", "TAG", "DIGEST", "SIZE")
+	for _, it := range rep.Deletions {
+		bytes += it.Size
+		size := "-"
+		if it.Kind == "blob" {
+			size = fmt.Sprint(it.Size)
+		}
+		row(tw, it.Kind, orDash(it.Repository), orDash(it.Tag), it.Digest, size)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s %d objects (%d blob bytes); kept %d manifests and %d blobs\n", verb, len(rep.Deletions), bytes, rep.KeptManifests, rep.KeptBlobs)
+	if rep.BlobsSkipped != "" {
+		fmt.Fprintf(w, "blobs not judged: %s\n", rep.BlobsSkipped)
+	}
+	for _, s := range rep.Skipped {
+		fmt.Fprintf(w, "skipped repository %s\n", s)
+	}
+	for _, f := range rep.Failures {
+		fmt.Fprintf(w, "failed: %s\n", f)
+	}
+	if rep.Remaining {
+		fmt.Fprintln(w, "work remains for the next pass")
+	}
+	return nil
 }

@@ -47,7 +47,7 @@ func TestRegistryGC(t *testing.T) {
 	c := newCLI(t)
 	c.env["BERTH_SERVER"], c.env["BERTH_TOKEN"] = srv.URL, "brt_admin"
 	out := c.ok("", "registry", "gc", "--dry-run")
-	for _, want := range []string{"tag\tshop/web\tv2\tsha256:2222\t-\n", "manifest\tshop/web\t-\tsha256:2222\t-\n",
+	for _, want := range []string{"tag        shop/web     v2    sha256:2222   -\n", "manifest   shop/web     -     sha256:2222   -\n",
 		"would delete 2 objects (0 blob bytes); kept 4 manifests and 12 blobs\n", "blobs not judged: tags and manifests go first", "work remains for the next pass\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("registry gc --dry-run printed %q; want it to hold %q", out, want)

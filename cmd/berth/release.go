@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -64,11 +65,7 @@ release_tag_invalid for latest or a name that is not a tag.`,
 			if a.output == outputJSON {
 				return printJSON(a.stdout, rels)
 			}
-			fmt.Fprintln(a.stdout, "TAG\tDIGEST\tRESERVED")
-			for _, r := range rels {
-				fmt.Fprintf(a.stdout, "%s\t%s\t%s\n", r.Tag, orDash(r.Digest), orDash(r.ReservedBy))
-			}
-			return nil
+			return printReleases(a.stdout, rels)
 		},
 	}
 	cmd.AddCommand(reserve, newReleasePromoteCmd(a), list)
@@ -156,4 +153,14 @@ what the first promotion answered.`,
 	f.Int64Var(&expected, "expected-revision", 0, "promote only while the service is at this revision")
 	f.StringVar(&idemKey, "idempotency-key", "", "repeat-safe key: a retry with the same key answers what the first promotion did")
 	return cmd
+}
+
+// printReleases writes a service's image releases as an aligned table.
+func printReleases(w io.Writer, rels []client.ImageRelease) error {
+	tw := newTable(w)
+	row(tw, "TAG", "DIGEST", "RESERVED")
+	for _, r := range rels {
+		row(tw, r.Tag, orDash(r.Digest), orDash(r.ReservedBy))
+	}
+	return tw.Flush()
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -249,7 +251,8 @@ observed ready (docs/reconciliation.md section 5). Follow it with
 'berth rollout status SERVICE'.
 
 Before it writes, undo prints what it changes (release, runtime, command,
-environment keys, port, user, limits, health check; values of environment
+environment variables by name as removed, added or changed, port, user,
+limits, health check with its defaults filled in; values of environment
 variables are never shown), and then undoes exactly that: the write is fenced
 to the revision the changes were read from. --dry-run prints only the changes.
 
@@ -294,7 +297,8 @@ and retry), and service_deleting while the service is being deleted.`,
 	return cmd
 }
 
-// printUndoChanges prints the fields an undo of name changes, one per line: "  field: from -> to".
+// printUndoChanges prints the fields an undo of name changes, one per line: "  field: from -> to",
+// and for the environment the names of the variables it removes, adds or changes, never values.
 func (a *app) printUndoChanges(name string, r *client.UndoResult, verb string) {
 	if len(r.Changes) == 0 {
 		fmt.Fprintf(a.stdout, "undo of %s (revision %d) %s only the bundle name\n", name, r.Revision, verb)
@@ -303,6 +307,10 @@ func (a *app) printUndoChanges(name string, r *client.UndoResult, verb string) {
 	fmt.Fprintf(a.stdout, "undo of %s (revision %d) %s:\n", name, r.Revision, verb)
 	tw := newTable(a.stdout)
 	for _, ch := range r.Changes {
+		if ch.Field == "env" {
+			fmt.Fprintf(tw, "  %s:\t%s\n", ch.Field, envChangeText(ch))
+			continue
+		}
 		fmt.Fprintf(tw, "  %s:\t%s\t->\t%s\n", ch.Field, ch.From, ch.To)
 	}
 	_ = tw.Flush()
@@ -314,4 +322,26 @@ func serviceRelease(svc *client.Service) string {
 		return svc.Image
 	}
 	return orDash(svc.BundleDigest)
+}
+
+// envChangeText words an env change of an undo (keys "-K" leaving, "+K" arriving, "~K" changing
+// value, docs/api.md) as "K removed, K added, K changed" by key.
+func envChangeText(ch client.UndoChange) string {
+	words := map[string]string{}
+	for _, tok := range append(strings.Fields(ch.From), strings.Fields(ch.To)...) {
+		switch {
+		case len(tok) < 2: // "-": no keys on this side
+		case strings.HasPrefix(tok, "-"):
+			words[tok[1:]] = "removed"
+		case strings.HasPrefix(tok, "+"):
+			words[tok[1:]] = "added"
+		case strings.HasPrefix(tok, "~"):
+			words[tok[1:]] = "changed"
+		}
+	}
+	parts := make([]string, 0, len(words))
+	for _, k := range slices.Sorted(maps.Keys(words)) {
+		parts = append(parts, k+" "+words[k])
+	}
+	return orDash(strings.Join(parts, ", "))
 }

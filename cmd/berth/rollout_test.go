@@ -87,7 +87,7 @@ func (f *reconAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			problem(w, 400, "bad_request", err.Error())
 			return
 		}
-		changes := []client.UndoChange{{Field: "release", From: "sha256:2222", To: "sha256:1111"}, {Field: "env", From: "-DEBUG", To: "+MODE"}}
+		changes := []client.UndoChange{{Field: "release", From: "sha256:2222", To: "sha256:1111"}, {Field: "env", From: "-DEBUG ~TOKEN", To: "+MODE ~TOKEN"}}
 		if req.DryRun {
 			answer(w, 200, client.UndoResult{Service: client.Service{ID: "svc_hello", Project: "default", Name: "hello", Revision: 7,
 				BundleDigest: "sha256:2222"}, Changes: changes, DryRun: true})
@@ -332,7 +332,7 @@ func TestRolloutUndo(t *testing.T) {
 	api, c := newReconAPI(t)
 	changes := "undo of hello (revision 7) %s:\n" +
 		"  release:   sha256:2222   ->   sha256:1111\n" +
-		"  env:       -DEBUG        ->   +MODE\n"
+		"  env:       DEBUG removed, MODE added, TOKEN changed\n"
 	if out := c.ok("", "rollout", "undo", "hello", "--dry-run"); out != fmt.Sprintf(changes, "would change") {
 		t.Errorf("undo --dry-run output %q", out)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -281,13 +282,19 @@ func newOperationCmd(a *app) *cobra.Command {
 			if a.output == outputJSON {
 				return printJSON(a.stdout, ops)
 			}
-			fmt.Fprintf(a.stdout, "%-32s %-12s %-10s %-8s %-6s %s\n", "ID", "KIND", "STATE", "ATTEMPTS", "FENCE", "NODE")
-			for _, o := range ops {
-				fmt.Fprintf(a.stdout, "%-32s %-12s %-10s %-8d %-6d %s\n", o.ID, o.Kind, o.State, o.Attempts, o.Fence, o.NodeID)
-			}
-			return nil
+			return printOperations(a.stdout, ops)
 		},
 	}
 	cmd.AddCommand(create, list)
 	return cmd
+}
+
+// printOperations writes operations as an aligned table.
+func printOperations(w io.Writer, ops []client.Operation) error {
+	tw := newTable(w)
+	row(tw, "ID", "KIND", "STATE", "ATTEMPTS", "FENCE", "NODE")
+	for _, o := range ops {
+		row(tw, o.ID, o.Kind, o.State, o.Attempts, o.Fence, orDash(o.NodeID))
+	}
+	return tw.Flush()
 }

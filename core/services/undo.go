@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/berthhq/berth/abi/node"
 )
 
 // UndoChange is one field `rollout undo` changes: its name and the values before and after, as
@@ -75,10 +77,9 @@ func envDiff(now, back map[string]string) (from, to string) {
 	return strings.Join(f, " "), strings.Join(t, " ")
 }
 
+// healthText describes the probe a node runs for h: zero fields read as their defaults
+// (abi/node HealthCheck.WithDefaults), so a check left at zero shows what it does.
 func healthText(h HealthCheck) string {
-	path := h.Path
-	if path == "" {
-		path = "/"
-	}
-	return fmt.Sprintf("GET %s every %ds, timeout %ds, %d failures", path, h.IntervalS, h.TimeoutS, h.Failures)
+	p := node.HealthCheck(h).WithDefaults()
+	return fmt.Sprintf("GET %s every %ds, timeout %ds, %d failures", p.Path, p.IntervalS, p.TimeoutS, p.Failures)
 }
