@@ -110,7 +110,7 @@ SLOW_TEST_PKGS := ./e2e ./core/api ./e2e/corestore ./core/store ./e2e/images ./c
 test: build opa $(AS_WASM) $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(CADDY) $(PEBBLE) $(PEBBLE_CHALLTESTSRV)
 	./scripts/install-postgres.sh
 	./scripts/install-knot.sh
-	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 25m $(SLOW_TEST_PKGS) ./...
+	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 35m $(SLOW_TEST_PKGS) ./...
 
 ## test-containers: only the container tests (containerd driver, nftables network)
 test-containers: build
