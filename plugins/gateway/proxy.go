@@ -142,9 +142,9 @@ type route struct {
 	strip   bool
 	headers []headerMatch
 	// key is the route's identity across tables: hostname and match key.
-	key string
-	service  string // "project/service", the metrics' service label
-	healthy  []*upstream
+	key     string
+	service string // "project/service", the metrics' service label
+	healthy []*upstream
 	// restricted reports whether allow holds the only sources let in; an
 	// empty allow list then lets no one in (every entry was invalid).
 	restricted bool
