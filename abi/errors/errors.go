@@ -78,7 +78,7 @@ const (
 	InputNotRecorded Code = "input_not_recorded"
 )
 
-// Route table codes (docs/routes.md section 4): a route compiler's table refused for a route's
+// Route table codes (docs/routes.md section 3): a route compiler's table refused for a route's
 // match conditions, in the compilation's error (GET /api/v1/routes last_error, berth conformance
 // wasm, berth policy test). abi/routes declares the same strings for its InvalidError.
 const (

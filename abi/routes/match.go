@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Request matching (docs/routes.md section 4). A hostname may have several
+// Request matching (docs/routes.md section 3). A hostname may have several
 // routes, each with its own match conditions: an optional path prefix and
 // any number of request-header matches. A request is given to the route of
 // its host that matches it and comes first in [CompareRoutes] order:

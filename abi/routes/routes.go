@@ -21,7 +21,7 @@ import (
 // Table is the complete route table. Routes are sorted by [CompareRoutes]:
 // by Hostname, and the routes of one hostname in precedence order. A
 // hostname may have several routes that differ in their match conditions
-// (path prefix, request headers; docs/routes.md section 4), never two with
+// (path prefix, request headers; docs/routes.md section 3), never two with
 // the same ones. Revision increases with every table core pushes.
 //
 // Certificates, Challenges and Excluded are added by the core after route

@@ -216,7 +216,7 @@ shows the failure. Unbinding it returns to the default.`,
 	return cmd
 }
 
-// matchCell shows a route's match conditions (docs/routes.md section 4):
+// matchCell shows a route's match conditions (docs/routes.md section 3):
 // "/api (strip) X-Env=canary", or "-" for none.
 func matchCell(r abiroutes.Route) string {
 	var parts []string
@@ -245,7 +245,7 @@ table's SHA-256, the compiler (a WebAssembly module by default) and the last
 compile failure, if the newest compilation failed. A hostname may have
 several routes, told apart by their MATCH column: a path prefix ("(strip)"
 when the upstream gets the path without it) and request headers, listed in
-the order the gateway tries them (docs/routes.md section 4). Below the table it lists
+the order the gateway tries them (docs/routes.md section 3). Below the table it lists
 the hostnames route claims exclude: declared by several services, none of
 which holds the hostname's claim, so served for none of them
 (docs/routes.md section 2).`,

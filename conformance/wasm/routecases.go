@@ -116,7 +116,7 @@ func expectedRoutes(raw []any) ([]abiroutes.Route, error) {
 // compareRoutes reports the first route whose value differs between got
 // and want (both normalized), one that is missing, or one not expected;
 // routes are told apart by hostname and match conditions (path prefix,
-// headers; docs/routes.md section 4). An empty list and a missing one are
+// headers; docs/routes.md section 3). An empty list and a missing one are
 // the same.
 func compareRoutes(got, want []abiroutes.Route) error {
 	enc := func(r abiroutes.Route) string {

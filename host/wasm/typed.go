@@ -68,7 +68,7 @@ func (m *Module) EvaluateJSON(ctx context.Context, input []byte) (abiwasm.Policy
 // module's SHA-256 must equal [routes.Table.Digest] of the table it returned,
 // and the table must pass [routes.Table.Validate] (unique, normalized
 // hostnames, known TLS modes, allow_sources as CIDR prefixes, upstreams as
-// host:port, match conditions by the rules of docs/routes.md section 4;
+// host:port, match conditions by the rules of docs/routes.md section 3;
 // docs/wasm-abi.md section 6.2); otherwise the error wraps ErrBadOutput,
 // and for refused match conditions also the *routes.InvalidError with its
 // code. The table comes back normalized, without a revision.

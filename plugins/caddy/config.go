@@ -130,7 +130,7 @@ func renderRoute(r routes.Route) []any {
 }
 
 // addConditions adds r's match conditions to the matcher set m
-// (docs/routes.md section 4): the path prefix on a segment boundary, and
+// (docs/routes.md section 3): the path prefix on a segment boundary, and
 // each header's value exactly, as regular expressions quoted whole.
 func addConditions(m map[string]any, r routes.Route) {
 	if r.PathPrefix != "" {

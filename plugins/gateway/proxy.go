@@ -137,7 +137,7 @@ type route struct {
 	// plain reports whether the route has no match conditions.
 	plain bool
 	// prefix, strip and headers are the route's path_prefix, strip_prefix
-	// and header matches (docs/routes.md section 4).
+	// and header matches (docs/routes.md section 3).
 	prefix  string
 	strip   bool
 	headers []headerMatch
@@ -411,7 +411,7 @@ func setXForwarded(pr *httputil.ProxyRequest, hostVal, httpVal, httpsVal []strin
 // routed finish against the table they started with; later requests see t.
 // Hostnames are matched case-insensitively and without a trailing dot, then
 // the routes of the hostname in precedence order ([routes.CompareRoutes])
-// by their path prefix and headers (docs/routes.md section 4); a route
+// by their path prefix and headers (docs/routes.md section 3); a route
 // repeating another's hostname and conditions, or whose TLS mode differs
 // from the hostname's first route, is logged and left out;
 // upstreams that are unhealthy or whose Address is not "host:port" receive no

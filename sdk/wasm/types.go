@@ -19,5 +19,5 @@ type Upstream = routes.Upstream
 type Timeouts = routes.Timeouts
 
 // HeaderMatch is one request-header condition of a [Route]
-// (docs/routes.md section 4).
+// (docs/routes.md section 3).
 type HeaderMatch = routes.HeaderMatch
