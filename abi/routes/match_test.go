@@ -190,11 +190,12 @@ func TestPrecedence(t *testing.T) {
 			}
 		}
 	}
-	// Digest leaves the caller's header order alone.
-	r := []Route{{Hostname: "a.test", Headers: []HeaderMatch{{"B", "1"}, {"A", "1"}}}}
+	// Digest leaves the caller's header and upstream order alone.
+	r := []Route{{Hostname: "a.test", Headers: []HeaderMatch{{"B", "1"}, {"A", "1"}},
+		Upstreams: []Upstream{{WorkloadID: "wl_2"}, {WorkloadID: "wl_1"}}}}
 	_ = Table{Routes: r}.Digest()
-	if r[0].Headers[0].Name != "B" {
-		t.Error("Digest sorted the caller's header matches")
+	if r[0].Headers[0].Name != "B" || r[0].Upstreams[0].WorkloadID != "wl_2" {
+		t.Errorf("Digest sorted the caller's slices: %+v", r[0])
 	}
 	// A route without conditions encodes as before they existed, so the
 	// digests of existing tables do not change.

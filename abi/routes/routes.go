@@ -298,7 +298,7 @@ func (t Table) Validate() error {
 		r := &t.Routes[i]
 		h := r.Hostname
 		if h == "" {
-			return fmt.Errorf("route table has an empty or repeated hostname %q", h)
+			return fmt.Errorf("route table has an empty or repeated hostname %q (a route without hostname)", h)
 		}
 		seen[h] = true
 		if err := ValidName(h, true); err != nil {
@@ -457,17 +457,23 @@ func (t *Table) Normalize() {
 // Digest returns the hex SHA-256 of the normalized table (the revision is
 // left out), so two tables that route the same way have the same digest.
 // Without certificates, challenges and exclusions it is the SHA-256 of the
-// JSON of the sorted routes alone, the digest a route compiler reports
-// (docs/wasm-abi.md section 6.2); with any of them it covers them too, so a
-// renewed certificate or a new challenge changes it.
+// JSON of the routes alone as [Table.Normalize] orders them (whatever order
+// t holds them and their header matches in), the digest a route compiler
+// reports (docs/wasm-abi.md section 6.2); with any of them it covers them
+// too, so a renewed certificate or a new challenge changes it. t is not
+// modified.
 func (t Table) Digest() string {
 	c := Table{Routes: append([]Route(nil), t.Routes...),
 		Certificates: append([]Certificate(nil), t.Certificates...),
 		Challenges:   append([]Challenge(nil), t.Challenges...),
 		Excluded:     append([]Exclusion(nil), t.Excluded...)}
-	for i := range c.Routes { // Normalize sorts them in place: not t's
-		if len(c.Routes[i].Headers) > 1 {
-			c.Routes[i].Headers = slices.Clone(c.Routes[i].Headers)
+	for i := range c.Routes { // Normalize sorts these in place: not t's
+		r := &c.Routes[i]
+		if len(r.Headers) > 1 {
+			r.Headers = slices.Clone(r.Headers)
+		}
+		if !slices.IsSortedFunc(r.Upstreams, func(a, b Upstream) int { return strings.Compare(a.WorkloadID, b.WorkloadID) }) {
+			r.Upstreams = slices.Clone(r.Upstreams)
 		}
 	}
 	c.Normalize()
