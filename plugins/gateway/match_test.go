@@ -91,6 +91,7 @@ func TestRoutingByPathAndHeaders(t *testing.T) {
 		{"one of repeated lines", testHost, "/", [][2]string{{"X-Env", "beta"}, canary}, "canary /"},
 		{"more headers win", testHost, "/", [][2]string{canary, {"X-Team", "blue"}}, "both /"},
 		{"dot segments cleaned for matching", testHost, "/site/../api/x", nil, "api /x"},
+		{"escapes kept when stripping", testHost, "/api/a%2Fb", nil, "api /a%2Fb"},
 	} {
 		resp, body := sendWith(t, srv, tc.host, tc.path, tc.header...)
 		if resp.StatusCode != http.StatusOK || body != tc.want {
