@@ -156,6 +156,62 @@ func (s *gwSession) get(t T, host string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// getReq sends GET path for host with the header lines given (pairs of
+// name and value) and returns the status and body.
+func (s *gwSession) getReq(t T, host, path string, header ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(s.ctx(t), http.MethodGet, "http://"+s.listen+path, nil)
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	req.Host = host
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s", failure("GET http://"+host+path+" through the gateway at "+s.listen, "an HTTP answer", gotErr(err)))
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, string(body)
+}
+
+// pathUpstream starts an HTTP server on loopback that answers every
+// request with "upstream NAME PATH" (the path as it arrived) and stops it
+// when the case ends.
+func pathUpstream(t T, name string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "upstream "+name+" "+r.URL.EscapedPath())
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// matchTable is a route-table resource at rev with several routes of
+// m.conformance.test chosen by path prefix and header (docs/routes.md
+// section 3), each to the upstream of its name in ups, and a host whose
+// only route has a prefix.
+func matchTable(rev int64, ups map[string]string) provider.Resource {
+	r := func(svc, prefix string, strip bool, headers ...routes.HeaderMatch) routes.Route {
+		return routes.Route{Hostname: "m.conformance.test", Project: "conformance", Service: svc, TLSMode: routes.TLSNone,
+			PathPrefix: prefix, StripPrefix: strip, Headers: headers,
+			Upstreams: []routes.Upstream{{WorkloadID: "wl_" + svc, Address: ups[svc], Healthy: true}}}
+	}
+	canary := routes.HeaderMatch{Name: "X-Env", Value: "canary"}
+	only := r("only", "/api", false)
+	only.Hostname = "only.conformance.test"
+	tb := routes.Table{Revision: rev, Routes: []routes.Route{
+		r("site", "", false), r("canary", "", false, canary), r("api", "/api", true),
+		r("apicanary", "/api", false, canary), r("vtwo", "/api/v2", false), only,
+	}}
+	tb.Normalize()
+	raw, _ := json.Marshal(tb) // plain structs: cannot fail
+	return provider.Resource{Type: routes.ResourceType, ID: routes.ResourceID, Attributes: raw}
+}
+
 // want checks that host is answered by the upstream named name (name ""
 // means: not routed, 404).
 func (s *gwSession) want(t T, did, host, name string) {
@@ -250,6 +306,44 @@ func gatewayCases(cfg GatewayConfig) []testCase {
 				t.Errorf("%s", failure("Apply another table under the first Apply's key", "a refusal of code "+string(abierrors.IdempotencyKeyReused), gotErr(err)))
 			}
 			s.want(t, "Apply another table under a used key", "x.conformance.test", "b")
+		}},
+		{"gateway_routes_path_and_headers", func(t T) {
+			s := start(t)
+			ups := map[string]string{}
+			for _, n := range []string{"site", "canary", "api", "apicanary", "vtwo", "only"} {
+				ups[n] = pathUpstream(t, n)
+			}
+			s.mustApply(t, matchTable(1, ups), nil, s.key("m"), 1)
+			did := "Apply a table with routes of m.conformance.test by path prefix (/api stripped, /api/v2) and header X-Env: canary"
+			for _, c := range []struct {
+				host, path string
+				header     []string
+				want       string // "" for 404
+			}{
+				{"m.conformance.test", "/", nil, "site /"},
+				{"m.conformance.test", "/apix", nil, "site /apix"},
+				{"m.conformance.test", "/api", nil, "api /"},
+				{"m.conformance.test", "/api/users/7", nil, "api /users/7"},
+				{"m.conformance.test", "/api/v2/x", []string{"X-Env", "canary"}, "vtwo /api/v2/x"},
+				{"m.conformance.test", "/api/x", []string{"x-env", "canary"}, "apicanary /api/x"},
+				{"m.conformance.test", "/", []string{"X-Env", "canary"}, "canary /"},
+				{"m.conformance.test", "/", []string{"X-Env", "Canary"}, "site /"},
+				{"m.conformance.test", "/", []string{"X-Env", "beta", "X-Env", "canary"}, "canary /"},
+				{"only.conformance.test", "/api/x", nil, "only /api/x"},
+				{"only.conformance.test", "/apix", nil, ""},
+			} {
+				code, body := s.getReq(t, c.host, c.path, c.header...)
+				req := "GET http://" + c.host + c.path
+				if len(c.header) > 0 {
+					req += fmt.Sprintf(" with %q", c.header)
+				}
+				switch {
+				case c.want == "" && code != http.StatusNotFound:
+					t.Errorf("%s", failure(did+", then "+req, "404: no route of the host matches", fmt.Sprintf("%d %q", code, short(body))))
+				case c.want != "" && (code != http.StatusOK || body != "upstream "+c.want):
+					t.Errorf("%s", failure(did+", then "+req, fmt.Sprintf("200 %q", "upstream "+c.want), fmt.Sprintf("%d %q", code, short(body))))
+				}
+			}
 		}},
 		{"gateway_stale_token_refused", func(t T) {
 			s := start(t)

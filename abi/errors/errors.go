@@ -78,6 +78,24 @@ const (
 	InputNotRecorded Code = "input_not_recorded"
 )
 
+// Route table codes (docs/routes.md section 3): a route compiler's table refused for a route's
+// match conditions, in the compilation's error (GET /api/v1/routes last_error, berth conformance
+// wasm, berth policy test). abi/routes declares the same strings for its InvalidError.
+const (
+	// RoutePathPrefixInvalid: a path_prefix not starting with "/", ending with "/", with "..", an
+	// empty or "." segment, a NUL, a %-escape or another character outside a URL path; or
+	// strip_prefix without a path_prefix (422).
+	RoutePathPrefixInvalid Code = "route_path_prefix_invalid"
+	// RouteHeaderInvalid: a header match whose name is not an HTTP token (or is Host), whose value
+	// is empty or malformed, a name matched twice in one route, or too many matches (422).
+	RouteHeaderInvalid Code = "route_header_invalid"
+	// RouteMatchDuplicate: two routes of one hostname with the same path prefix and headers (422).
+	RouteMatchDuplicate Code = "route_match_duplicate"
+	// RouteMatchUnsupported: match conditions on a passthrough route, or routes of one hostname
+	// with different tls_mode (422).
+	RouteMatchUnsupported Code = "route_match_unsupported"
+)
+
 // Certificate codes (docs/certificates.md section 6): a service's tls block refused at apply.
 const (
 	// TLSCertificateInvalid: a tls_mode manual secret does not hold a PEM certificate chain and
@@ -336,11 +354,16 @@ var statuses = map[Code]int{
 	ModuleAmbiguous:      http.StatusConflict,
 	BindingNotFound:      http.StatusNotFound,
 	InputNotRecorded:     http.StatusNotFound,
-	StaleFencingToken:    http.StatusConflict,
-	ImageUnavailable:     http.StatusServiceUnavailable,
-	FenceAckMismatch:     http.StatusConflict,
-	Unimplemented:        http.StatusNotImplemented,
-	StreamLimit:          http.StatusTooManyRequests,
+
+	RoutePathPrefixInvalid: http.StatusUnprocessableEntity,
+	RouteHeaderInvalid:     http.StatusUnprocessableEntity,
+	RouteMatchDuplicate:    http.StatusUnprocessableEntity,
+	RouteMatchUnsupported:  http.StatusUnprocessableEntity,
+	StaleFencingToken:      http.StatusConflict,
+	ImageUnavailable:       http.StatusServiceUnavailable,
+	FenceAckMismatch:       http.StatusConflict,
+	Unimplemented:          http.StatusNotImplemented,
+	StreamLimit:            http.StatusTooManyRequests,
 
 	// Orchestration.
 	ProjectBusy:            http.StatusConflict,

@@ -3,6 +3,7 @@
 package routes
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,13 +12,17 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 )
 
-// Table is the complete route table. Routes are sorted by Hostname; a hostname
-// appears at most once. Revision increases with every table core pushes.
+// Table is the complete route table. Routes are sorted by [CompareRoutes]:
+// by Hostname, and the routes of one hostname in precedence order. A
+// hostname may have several routes that differ in their match conditions
+// (path prefix, request headers; docs/routes.md section 3), never two with
+// the same ones. Revision increases with every table core pushes.
 //
 // Certificates, Challenges and Excluded are added by the core after route
 // compilation (docs/plugins.md section 5.6); a route compiler's output never
@@ -130,7 +135,10 @@ type Exclusion struct {
 	Reason   string `json:"reason"`
 }
 
-// Route sends HTTP requests for Hostname (lower case, no port) to Upstreams in turn.
+// Route sends HTTP requests for Hostname (lower case, no port) to Upstreams
+// in turn. A route with match conditions (PathPrefix, Headers) takes only
+// the requests that meet all of them; among the routes of a hostname that
+// match a request, the first in [CompareRoutes] order takes it.
 type Route struct {
 	Hostname  string     `json:"hostname"`
 	Project   string     `json:"project"`
@@ -162,6 +170,20 @@ type Route struct {
 	// answers over TLS (never over plain HTTP). Only for TLS modes acme and
 	// manual, at most MaxHSTSMaxAgeS.
 	HSTSMaxAgeS int64 `json:"hsts_max_age_s,omitempty"`
+	// PathPrefix, when set, limits the route to requests whose path (as
+	// [CleanPath] gives it) is PathPrefix or continues it with "/": "/api"
+	// takes "/api" and "/api/x", not "/apix" ([PathMatches]). It starts
+	// with "/", has no trailing "/", no "..", no empty segment and no
+	// %-escapes; empty means every path.
+	PathPrefix string `json:"path_prefix,omitempty"`
+	// StripPrefix reports whether the upstream receives the path without
+	// PathPrefix ("/api/x" as "/x", "/api" as "/"; [StripPath]); without
+	// it the path is passed on unchanged. Only with a PathPrefix.
+	StripPrefix bool `json:"strip_prefix,omitempty"`
+	// Headers, when set, limit the route to requests that carry every one
+	// of them ([HeaderMatch]); names are unique within a route, compared
+	// case-insensitively. [Table.Normalize] sorts them by [CompareHeaders].
+	Headers []HeaderMatch `json:"headers,omitempty"`
 }
 
 // MaxHSTSMaxAgeS is the largest HSTS max-age a route may set: two years.
@@ -256,9 +278,12 @@ func ValidName(n string, wildcard bool) error {
 }
 
 // Validate reports the first thing in t a gateway cannot route, or nil: an
-// empty, repeated or unnormalized hostname (it must be lower case, without a
-// port or trailing dot; a wildcard only as the whole first label), an
-// unknown TLS mode, https_redirect or hsts_max_age_s on a route whose mode
+// empty or unnormalized hostname (it must be lower case, without a port or
+// trailing dot; a wildcard only as the whole first label), match conditions
+// refused by the rules of [InvalidError]'s codes (an *InvalidError: a bad
+// path prefix or header match, two routes of a hostname with the same
+// conditions, routes of a hostname with different TLS modes), an unknown
+// TLS mode, https_redirect or hsts_max_age_s on a route whose mode
 // does not allow them, a certificate, challenge or exclusion that breaks
 // the rules of [Certificate], [Challenge] and [Exclusion], an allow_sources entry that is
 // not a masked CIDR prefix, or an upstream without a workload id or whose
@@ -266,15 +291,32 @@ func ValidName(n string, wildcard bool) error {
 // (docs/wasm-abi.md section 6.2).
 func (t Table) Validate() error {
 	seen := make(map[string]bool, len(t.Routes))
-	for _, r := range t.Routes {
+	type matchID struct{ host, key string }
+	matches := make(map[matchID]bool, len(t.Routes))
+	modes := make(map[string]string, len(t.Routes))
+	for i := range t.Routes {
+		r := &t.Routes[i]
 		h := r.Hostname
-		if h == "" || seen[h] {
-			return fmt.Errorf("route table has an empty or repeated hostname %q", h)
+		if h == "" {
+			return fmt.Errorf("route table has an empty or repeated hostname %q (a route without hostname)", h)
 		}
 		seen[h] = true
 		if err := ValidName(h, true); err != nil {
 			return fmt.Errorf("route hostname: %w", err)
 		}
+		if err := validateMatch(r); err != nil {
+			return err
+		}
+		id := matchID{h, r.MatchKey()}
+		if matches[id] {
+			return invalid(CodeMatchDuplicate, h, "repeated hostname with the same path_prefix and headers as another of its routes")
+		}
+		matches[id] = true
+		mode := cmp.Or(r.TLSMode, TLSNone)
+		if m, ok := modes[h]; ok && m != mode {
+			return invalid(CodeMatchUnsupported, h, "its routes have tls_mode %q and %q; all routes of a hostname share one", m, mode)
+		}
+		modes[h] = mode
 		if err := r.Timeouts.Validate(); err != nil {
 			return fmt.Errorf("route %s: %w", h, err)
 		}
@@ -383,11 +425,17 @@ type Upstream struct {
 	Healthy    bool   `json:"healthy"`
 }
 
-// Normalize sorts routes by hostname and upstreams by workload id,
+// Normalize sorts each route's header matches by [CompareHeaders], routes by
+// [CompareRoutes] (hostname, then precedence) and upstreams by workload id,
 // certificates by their first name (names keep their order), challenges by
 // host and token and exclusions by hostname, in place.
 func (t *Table) Normalize() {
-	sort.Slice(t.Routes, func(i, j int) bool { return t.Routes[i].Hostname < t.Routes[j].Hostname })
+	for i := range t.Routes {
+		if hs := t.Routes[i].Headers; len(hs) > 1 {
+			slices.SortFunc(hs, CompareHeaders)
+		}
+	}
+	slices.SortFunc(t.Routes, func(a, b Route) int { return CompareRoutes(&a, &b) })
 	for i := range t.Routes {
 		u := t.Routes[i].Upstreams
 		sort.Slice(u, func(a, b int) bool { return u[a].WorkloadID < u[b].WorkloadID })
@@ -409,14 +457,25 @@ func (t *Table) Normalize() {
 // Digest returns the hex SHA-256 of the normalized table (the revision is
 // left out), so two tables that route the same way have the same digest.
 // Without certificates, challenges and exclusions it is the SHA-256 of the
-// JSON of the sorted routes alone, the digest a route compiler reports
-// (docs/wasm-abi.md section 6.2); with any of them it covers them too, so a
-// renewed certificate or a new challenge changes it.
+// JSON of the routes alone as [Table.Normalize] orders them (whatever order
+// t holds them and their header matches in), the digest a route compiler
+// reports (docs/wasm-abi.md section 6.2); with any of them it covers them
+// too, so a renewed certificate or a new challenge changes it. t is not
+// modified.
 func (t Table) Digest() string {
 	c := Table{Routes: append([]Route(nil), t.Routes...),
 		Certificates: append([]Certificate(nil), t.Certificates...),
 		Challenges:   append([]Challenge(nil), t.Challenges...),
 		Excluded:     append([]Exclusion(nil), t.Excluded...)}
+	for i := range c.Routes { // Normalize sorts these in place: not t's
+		r := &c.Routes[i]
+		if len(r.Headers) > 1 {
+			r.Headers = slices.Clone(r.Headers)
+		}
+		if !slices.IsSortedFunc(r.Upstreams, func(a, b Upstream) int { return strings.Compare(a.WorkloadID, b.WorkloadID) }) {
+			r.Upstreams = slices.Clone(r.Upstreams)
+		}
+	}
 	c.Normalize()
 	var raw []byte
 	if len(c.Certificates) == 0 && len(c.Challenges) == 0 && len(c.Excluded) == 0 {

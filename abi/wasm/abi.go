@@ -20,17 +20,19 @@ package wasm
 
 import "fmt"
 
-// Version 1.2 of the ABI.
+// Version 1.3 of the ABI.
 //
 // Changelog (a new major is a breaking change; a new minor only adds optional
 // fields, exports or host imports):
+//   - 1.3 (2026-12): routes may carry path_prefix, strip_prefix and
+//     headers (request matching, docs/routes.md section 3).
 //   - 1.2 (2026-12): the host import berth.sha256 ([HostSHA256]).
 //   - 1.1 (2026-12): the policy input carries schema_version and the whole
 //     service ([InputSchemaVersion] "1.1").
 //   - 1.0 (2025-11): first version: policy_evaluate and routes_compile.
 const (
 	Major = 1
-	Minor = 2
+	Minor = 3
 )
 
 // Version packs a major and minor ABI version the way berth_abi_version

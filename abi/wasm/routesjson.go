@@ -98,7 +98,8 @@ var (
 	serviceFields     = []string{"id", "project", "name", "domains", "tls_mode", "allow_sources"}
 	workloadFields    = []string{"id", "service_id", "node_id", "node_address", "port", "address", "observed_status", "health"}
 	outputFields      = []string{"routes", "sha256", "error"}
-	routeFields       = []string{"hostname", "project", "service", "upstreams", "tls_mode", "allow_sources", "timeouts", "stream", "https_redirect", "hsts_max_age_s"}
+	routeFields       = []string{"hostname", "project", "service", "upstreams", "tls_mode", "allow_sources", "timeouts", "stream", "https_redirect", "hsts_max_age_s", "path_prefix", "strip_prefix", "headers"}
+	headerMatchFields = []string{"name", "value"}
 	upstreamFields    = []string{"workload_id", "address", "healthy"}
 	timeoutsFields    = []string{"connect_ms", "response_header_ms", "idle_ms"}
 	guestErrorFields  = []string{"code", "message"}
@@ -315,6 +316,12 @@ func (d *routesDecoder) route(r *routes.Route) error {
 			err = d.boolInto(&r.HTTPSRedirect)
 		case "hsts_max_age_s":
 			err = d.int64Into(&r.HSTSMaxAgeS)
+		case "path_prefix":
+			err = d.stringInto(&r.PathPrefix)
+		case "strip_prefix":
+			err = d.boolInto(&r.StripPrefix)
+		case "headers":
+			err = decodeSlice(d, &r.Headers, d.headerMatch)
 		default:
 			err = d.skip()
 		}
@@ -339,6 +346,28 @@ func (d *routesDecoder) upstream(u *routes.Upstream) error {
 			err = d.stringInto(&u.Address)
 		case "healthy":
 			err = d.boolInto(&u.Healthy)
+		default:
+			err = d.skip()
+		}
+		if err == nil {
+			more, err = d.more()
+		}
+	}
+	return err
+}
+
+func (d *routesDecoder) headerMatch(h *routes.HeaderMatch) error {
+	more, err := d.beginStruct("HeaderMatch")
+	for more && err == nil {
+		var key string
+		if key, err = d.key(headerMatchFields); err != nil {
+			return err
+		}
+		switch key {
+		case "name":
+			err = d.stringInto(&h.Name)
+		case "value":
+			err = d.stringInto(&h.Value)
 		default:
 			err = d.skip()
 		}
@@ -1055,6 +1084,27 @@ func appendRoute(out []byte, r *routes.Route) []byte {
 	if r.HSTSMaxAgeS != 0 {
 		out = append(out, `,"hsts_max_age_s":`...)
 		out = strconv.AppendInt(out, r.HSTSMaxAgeS, 10)
+	}
+	if r.PathPrefix != "" {
+		out = append(out, `,"path_prefix":`...)
+		out = AppendJSONString(out, r.PathPrefix)
+	}
+	if r.StripPrefix {
+		out = append(out, `,"strip_prefix":true`...)
+	}
+	if len(r.Headers) > 0 {
+		out = append(out, `,"headers":[`...)
+		for i, h := range r.Headers {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, `{"name":`...)
+			out = AppendJSONString(out, h.Name)
+			out = append(out, `,"value":`...)
+			out = AppendJSONString(out, h.Value)
+			out = append(out, '}')
+		}
+		out = append(out, ']')
 	}
 	return append(out, '}')
 }

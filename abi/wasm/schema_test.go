@@ -81,6 +81,7 @@ func TestSchemasMatchTypes(t *testing.T) {
 		{"routes_output", rout, RoutesOutput{}},
 		{"routes_output.route", rout.Properties["routes"].Items, routes.Route{}},
 		{"routes_output.upstream", rout.Properties["routes"].Items.Properties["upstreams"].Items, routes.Upstream{}},
+		{"routes_output.header", rout.Properties["routes"].Items.Properties["headers"].Items, routes.HeaderMatch{}},
 	}
 	for _, c := range cases {
 		if c.node == nil {

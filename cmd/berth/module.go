@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	abiroutes "github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -215,13 +216,36 @@ shows the failure. Unbinding it returns to the default.`,
 	return cmd
 }
 
+// matchCell shows a route's match conditions (docs/routes.md section 3):
+// "/api (strip) X-Env=canary", or "-" for none.
+func matchCell(r abiroutes.Route) string {
+	var parts []string
+	if r.PathPrefix != "" {
+		p := r.PathPrefix
+		if r.StripPrefix {
+			p += " (strip)"
+		}
+		parts = append(parts, p)
+	}
+	for _, h := range r.Headers {
+		parts = append(parts, h.Name+"="+h.Value)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
 func newRoutesCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "routes",
 		Short: "Show the route table in force and its SHA-256",
 		Long: `routes shows the gateway's route table as the route compiler made it, the
 table's SHA-256, the compiler (a WebAssembly module by default) and the last
-compile failure, if the newest compilation failed. Below the table it lists
+compile failure, if the newest compilation failed. A hostname may have
+several routes, told apart by their MATCH column: a path prefix ("(strip)"
+when the upstream gets the path without it) and request headers, listed in
+the order the gateway tries them (docs/routes.md section 3). Below the table it lists
 the hostnames route claims exclude: declared by several services, none of
 which holds the hostname's claim, so served for none of them
 (docs/routes.md section 2).`,
@@ -248,7 +272,7 @@ which holds the hostname's claim, so served for none of them
 			}
 			fmt.Fprintln(a.stdout)
 			w := newTable(a.stdout)
-			row(w, "HOSTNAME", "SERVICE", "TLS", "CERTIFICATE", "ALLOW", "UPSTREAMS", "HEALTHY")
+			row(w, "HOSTNAME", "MATCH", "SERVICE", "TLS", "CERTIFICATE", "ALLOW", "UPSTREAMS", "HEALTHY")
 			for _, r := range st.Table.Routes {
 				healthy := 0
 				var addrs []string
@@ -258,7 +282,7 @@ which holds the hostname's claim, so served for none of them
 						healthy++
 					}
 				}
-				row(w, r.Hostname, r.Project+"/"+r.Service, orDash(r.TLSMode), certificateCell(st.Certificates, r.Hostname, r.TLSMode),
+				row(w, r.Hostname, matchCell(r), r.Project+"/"+r.Service, orDash(r.TLSMode), certificateCell(st.Certificates, r.Hostname, r.TLSMode),
 					joinOrDash(r.AllowSources), joinOrDash(addrs), fmt.Sprintf("%d/%d", healthy, len(r.Upstreams)))
 			}
 			if err := w.Flush(); err != nil {

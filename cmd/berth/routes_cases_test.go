@@ -1,12 +1,16 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	abiroutes "github.com/berthhq/berth/abi/routes"
+	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/core/routes"
+	"github.com/berthhq/berth/internal/wasmtest"
 )
 
 // TestPolicyTestRunsRouteCompilerCases: `berth policy test` on a route
@@ -86,5 +90,69 @@ func TestConformanceWasmDefaultRouteCompiler(t *testing.T) {
 	out, errOut, code := newCLI(t).run("", "conformance", "wasm", file)
 	if code != 0 || strings.Count(out, "ok    ") != 6 {
 		t.Errorf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
+// TestPolicyTestAssertsMatchConditions: `berth policy test` cases of a
+// route compiler that sets path prefixes and headers assert each route of
+// a hostname by its conditions, and `berth conformance wasm` fails a
+// compiler whose path prefix berthd refuses, naming the code.
+func TestPolicyTestAssertsMatchConditions(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rs := []abiroutes.Route{
+		{Hostname: "shop.example.com", Project: "shop", Service: "web"},
+		{Hostname: "shop.example.com", Project: "shop", Service: "web", PathPrefix: "/api", StripPrefix: true,
+			Headers: []abiroutes.HeaderMatch{{Name: "X-Env", Value: "canary"}}},
+	}
+	raw, err := json.Marshal(abiwasm.RoutesOutput{Routes: rs, SHA256: abiroutes.Table{Routes: rs}.Digest()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "routes.wasm"), wasmtest.Routes("matching", string(raw)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := `module: routes.wasm
+cases:
+  - name: the api route strips its prefix for canaries
+    expect:
+      routes:
+        - {hostname: shop.example.com, project: shop, service: web, upstreams: []}
+        - {hostname: shop.example.com, project: shop, service: web, upstreams: [],
+           path_prefix: /api, strip_prefix: true, headers: [{name: X-Env, value: canary}]}
+  - name: a missing strip fails
+    expect:
+      routes:
+        - {hostname: shop.example.com, project: shop, service: web, upstreams: []}
+        - {hostname: shop.example.com, project: shop, service: web, upstreams: [],
+           path_prefix: /api, headers: [{name: X-Env, value: canary}]}
+`
+	if err := os.WriteFile(filepath.Join(dir, "policy_test.yaml"), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := newCLI(t).run("", "policy", "test", dir)
+	for _, want := range []string{
+		"ok    the api route strips its prefix for canaries\n",
+		`FAIL  a missing strip fails: route shop.example.com/api [x-env: canary]: got`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the report; exit %d, stdout:\n%s\nstderr:\n%s", want, code, out, errOut)
+		}
+	}
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+
+	bad := []abiroutes.Route{{Hostname: "shop.example.com", PathPrefix: "api"}}
+	if raw, err = json.Marshal(abiwasm.RoutesOutput{Routes: bad, SHA256: abiroutes.Table{Routes: bad}.Digest()}); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "bad.wasm")
+	if err := os.WriteFile(file, wasmtest.Routes("bad-prefix", string(raw)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = newCLI(t).run("", "conformance", "wasm", file)
+	if code == 0 || !strings.Contains(out+errOut, "route_path_prefix_invalid") {
+		t.Errorf("conformance of a compiler with a relative path prefix: exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }

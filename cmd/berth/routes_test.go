@@ -17,7 +17,9 @@ import (
 func TestRoutesShowsExclusions(t *testing.T) {
 	t.Parallel()
 	st := client.RouteStatus{SHA256: strings.Repeat("b", 64), Compiler: "native", Table: abiroutes.Table{Revision: 3,
-		Routes:   []abiroutes.Route{{Hostname: "blog.example.com", Project: "blog", Service: "www", Upstreams: []abiroutes.Upstream{}}},
+		Routes: []abiroutes.Route{{Hostname: "blog.example.com", Project: "blog", Service: "api", Upstreams: []abiroutes.Upstream{},
+			PathPrefix: "/api", StripPrefix: true, Headers: []abiroutes.HeaderMatch{{Name: "X-Env", Value: "canary"}}},
+			{Hostname: "blog.example.com", Project: "blog", Service: "www", Upstreams: []abiroutes.Upstream{}}},
 		Excluded: []abiroutes.Exclusion{{Hostname: "shop.example.com", Reason: "claimed by blog/www and shop/web; none of them holds its claim"}}}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method+" "+r.URL.Path != "GET /api/v1/routes" {
@@ -36,6 +38,10 @@ func TestRoutesShowsExclusions(t *testing.T) {
 	}
 	if !strings.Contains(out[:i], "blog.example.com") {
 		t.Fatalf("routes:\n%s\nwant blog.example.com in the table", out)
+	}
+	// A hostname's routes are told apart by their match conditions.
+	if !strings.Contains(out[:i], "/api (strip) X-Env=canary") || !strings.Contains(out[:i], "MATCH") {
+		t.Fatalf("routes:\n%s\nwant the /api route's match conditions in the MATCH column", out)
 	}
 	var got client.RouteStatus
 	if err := json.Unmarshal([]byte(c.ok("", append(base, "routes", "-o", "json")...)), &got); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	abiroutes "github.com/berthhq/berth/abi/routes"
 	abiwasm "github.com/berthhq/berth/abi/wasm"
+	hostwasm "github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/internal/wasmtest"
 )
 
@@ -104,6 +105,14 @@ func TestSuiteFailsRouteTablesBerthdRefuses(t *testing.T) {
 		"repeated hostname": {wasmtest.Routes("repeated", answer([]abiroutes.Route{{Hostname: "hello.localhost", Upstreams: up}, {Hostname: "hello.localhost"}}, "")),
 			"repeated hostname"},
 		"upper-case hostname": {wasmtest.Routes("upper", answer([]abiroutes.Route{{Hostname: "Hello.localhost", Upstreams: up}}, "")), "lower case"},
+		"relative path prefix": {wasmtest.Routes("bad-prefix", answer([]abiroutes.Route{{Hostname: "hello.localhost", Upstreams: up, PathPrefix: "api"}}, "")),
+			"route_path_prefix_invalid"},
+		"dot-dot path prefix": {wasmtest.Routes("dotdot-prefix", answer([]abiroutes.Route{{Hostname: "hello.localhost", Upstreams: up, PathPrefix: "/api/../admin"}}, "")),
+			"route_path_prefix_invalid"},
+		"header name not a token": {wasmtest.Routes("bad-header", answer([]abiroutes.Route{{Hostname: "hello.localhost", Upstreams: up,
+			Headers: []abiroutes.HeaderMatch{{Name: "X Env", Value: "canary"}}}}, "")), "route_header_invalid"},
+		"repeated match set": {wasmtest.Routes("repeated-match", answer([]abiroutes.Route{{Hostname: "hello.localhost", Upstreams: up, PathPrefix: "/api"},
+			{Hostname: "hello.localhost", Upstreams: up, PathPrefix: "/api"}}, "")), "route_match_duplicate"},
 	} {
 		results, err := Check(ctx, c.module, Options{CacheDir: wasmtest.CacheDir(t)})
 		if err != nil {
@@ -123,6 +132,97 @@ func TestSuiteFailsRouteTablesBerthdRefuses(t *testing.T) {
 			t.Errorf("%s: first failing check %s: %v; want sample failing with %q", name, failed.Name, failed.Err, c.want)
 		default:
 			t.Logf("%s: %s: %v", name, failed.Name, failed.Err)
+		}
+	}
+}
+
+// TestSuiteRouteCasesAssertMatchConditions: a route compiler's table with
+// several routes of one hostname (path prefixes, headers) passes
+// conformance, and route-compiler cases tell its routes apart by hostname
+// and match conditions: an expectation with the right conditions passes,
+// one whose strip_prefix or header differs fails naming the route.
+func TestSuiteRouteCasesAssertMatchConditions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	up := []abiroutes.Upstream{{WorkloadID: "wl_1", Address: "127.0.0.1:8081", Healthy: true}}
+	rs := []abiroutes.Route{
+		{Hostname: "hello.localhost", Upstreams: up},
+		{Hostname: "hello.localhost", PathPrefix: "/api", StripPrefix: true},
+		{Hostname: "hello.localhost", Headers: []abiroutes.HeaderMatch{{Name: "X-Env", Value: "canary"}}},
+	}
+	raw, err := json.Marshal(abiwasm.RoutesOutput{Routes: rs, SHA256: abiroutes.Table{Routes: rs}.Digest()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	module := wasmtest.Routes("matching", string(raw)) // at most 512 bytes
+	results, err := Check(ctx, module, Options{CacheDir: wasmtest.CacheDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		// A module with one fixed answer cannot refuse malformed input;
+		// the checks of its table are what matter here.
+		if r.Err != nil && r.Name != "malformed-input" {
+			t.Errorf("conformance check %s: %v", r.Name, r.Err)
+		}
+	}
+	rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t), MaxInstances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	m, err := rt.Load(ctx, module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upY := []any{map[string]any{"workload_id": "wl_1", "address": "127.0.0.1:8081", "healthy": true}}
+	route := func(extra map[string]any) any {
+		r := map[string]any{"hostname": "hello.localhost", "project": "", "service": "", "upstreams": []any{}}
+		if extra == nil {
+			r["upstreams"] = upY
+		}
+		for k, v := range extra {
+			r[k] = v
+		}
+		return r
+	}
+	header := []any{map[string]any{"name": "x-env", "value": "canary"}}
+	suite := Suite{Cases: []Case{
+		{Name: "right", Expect: Expect{Routes: []any{
+			route(map[string]any{"headers": []any{map[string]any{"name": "X-Env", "value": "canary"}}}),
+			route(map[string]any{"path_prefix": "/api", "strip_prefix": true}),
+			route(nil),
+		}}},
+		{Name: "no strip", Expect: Expect{Routes: []any{
+			route(map[string]any{"headers": []any{map[string]any{"name": "X-Env", "value": "canary"}}}),
+			route(map[string]any{"path_prefix": "/api"}),
+			route(nil),
+		}}},
+		{Name: "other header value", Expect: Expect{Routes: []any{
+			route(map[string]any{"headers": []any{map[string]any{"name": "X-Env", "value": "beta"}}}),
+			route(map[string]any{"path_prefix": "/api", "strip_prefix": true}),
+			route(nil),
+		}}},
+		{Name: "header name case", Expect: Expect{Routes: []any{
+			route(map[string]any{"headers": header}),
+			route(map[string]any{"path_prefix": "/api", "strip_prefix": true}),
+			route(nil),
+		}}},
+	}}
+	got := suite.Run(ctx, m)
+	want := map[string]string{
+		"right":              "",
+		"no strip":           `route hello.localhost/api: got`,
+		"other header value": `route hello.localhost [x-env: beta]: missing`,
+		"header name case":   `route hello.localhost [x-env: canary]: got`,
+	}
+	for _, r := range got {
+		w := want[r.Name]
+		switch {
+		case w == "" && r.Err != nil:
+			t.Errorf("%s: %v, want a pass", r.Name, r.Err)
+		case w != "" && (r.Err == nil || !strings.Contains(r.Err.Error(), w)):
+			t.Errorf("%s: %v, want a failure with %q", r.Name, r.Err, w)
 		}
 	}
 }

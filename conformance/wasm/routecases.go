@@ -113,9 +113,11 @@ func expectedRoutes(raw []any) ([]abiroutes.Route, error) {
 	return t.Routes, nil
 }
 
-// compareRoutes reports the first hostname whose route differs between got
-// and want (both normalized), one that is missing, or one not expected. An
-// empty list and a missing one are the same.
+// compareRoutes reports the first route whose value differs between got
+// and want (both normalized), one that is missing, or one not expected;
+// routes are told apart by hostname and match conditions (path prefix,
+// headers; docs/routes.md section 3). An empty list and a missing one are
+// the same.
 func compareRoutes(got, want []abiroutes.Route) error {
 	enc := func(r abiroutes.Route) string {
 		if r.Upstreams == nil {
@@ -124,32 +126,53 @@ func compareRoutes(got, want []abiroutes.Route) error {
 		if len(r.AllowSources) == 0 {
 			r.AllowSources = nil
 		}
+		if len(r.Headers) == 0 {
+			r.Headers = nil
+		}
 		b, _ := json.Marshal(r) // plain struct: cannot fail
 		return string(b)
 	}
-	byHost := make(map[string]abiroutes.Route, len(got))
+	byKey := make(map[string]abiroutes.Route, len(got))
 	for _, r := range got {
-		byHost[r.Hostname] = r
+		byKey[routeLabel(r)] = r
 	}
 	expected := make(map[string]bool, len(want))
 	var problems []string
 	for _, w := range want {
-		expected[w.Hostname] = true
-		g, ok := byHost[w.Hostname]
+		k := routeLabel(w)
+		expected[k] = true
+		g, ok := byKey[k]
 		switch {
 		case !ok:
-			problems = append(problems, fmt.Sprintf("route %s: missing, want %s", w.Hostname, enc(w)))
+			problems = append(problems, fmt.Sprintf("route %s: missing, want %s", k, enc(w)))
 		case enc(g) != enc(w):
-			problems = append(problems, fmt.Sprintf("route %s: got %s, want %s", w.Hostname, enc(g), enc(w)))
+			problems = append(problems, fmt.Sprintf("route %s: got %s, want %s", k, enc(g), enc(w)))
 		}
 	}
 	for _, g := range got {
-		if !expected[g.Hostname] {
-			problems = append(problems, fmt.Sprintf("route %s: not expected, got %s", g.Hostname, enc(g)))
+		if k := routeLabel(g); !expected[k] {
+			problems = append(problems, fmt.Sprintf("route %s: not expected, got %s", k, enc(g)))
 		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%s", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// routeLabel names a route by its hostname and match conditions:
+// "shop.example.com", "shop.example.com/api", "shop.example.com/api
+// [X-Env: canary]".
+func routeLabel(r abiroutes.Route) string {
+	l := r.Hostname + r.PathPrefix
+	if len(r.Headers) > 0 {
+		hs := slices.Clone(r.Headers)
+		slices.SortFunc(hs, abiroutes.CompareHeaders)
+		parts := make([]string, len(hs))
+		for i, h := range hs {
+			parts[i] = strings.ToLower(h.Name) + ": " + h.Value
+		}
+		l += " [" + strings.Join(parts, ", ") + "]"
+	}
+	return l
 }

@@ -4,6 +4,12 @@
 // domain of every service goes to the service's workloads that have an address,
 // and an upstream is healthy when it runs with its health check passing.
 //
+// It sets no match conditions: each domain has one route, which takes every
+// path and header, since the services of its input say nothing of paths or
+// headers. A compiler of its own may give a hostname several routes by path
+// prefix and request headers through wasm.Route's PathPrefix, StripPrefix
+// and Headers (docs/routes.md section 3).
+//
 // Build it with make generate; docs/wasm-abi.md section 6 describes its input
 // and output.
 package main

@@ -68,8 +68,10 @@ func (m *Module) EvaluateJSON(ctx context.Context, input []byte) (abiwasm.Policy
 // module's SHA-256 must equal [routes.Table.Digest] of the table it returned,
 // and the table must pass [routes.Table.Validate] (unique, normalized
 // hostnames, known TLS modes, allow_sources as CIDR prefixes, upstreams as
-// host:port; docs/wasm-abi.md section 6.2); otherwise the error wraps
-// ErrBadOutput. The table comes back normalized, without a revision.
+// host:port, match conditions by the rules of docs/routes.md section 3;
+// docs/wasm-abi.md section 6.2); otherwise the error wraps ErrBadOutput,
+// and for refused match conditions also the *routes.InvalidError with its
+// code. The table comes back normalized, without a revision.
 func (m *Module) CompileRoutes(ctx context.Context, in abiwasm.RoutesInput) (routes.Table, error) {
 	if m.meta.Kind != abiwasm.KindRoutes {
 		return routes.Table{}, m.errf(ErrBadModule, "is a %s module, not a route compiler", m.meta.Kind)
@@ -90,7 +92,7 @@ func (m *Module) CompileRoutes(ctx context.Context, in abiwasm.RoutesInput) (rou
 	}
 	t := routes.Table{Routes: out.Routes}
 	if err := t.Validate(); err != nil {
-		return routes.Table{}, m.errf(ErrBadOutput, "%s", err)
+		return routes.Table{}, fmt.Errorf("module %s (%s): %w: %w", m.meta.Name, m.digest, ErrBadOutput, err)
 	}
 	// t.Digest() of the normalized table, by the reflection-free encoder.
 	t.Normalize()

@@ -196,6 +196,8 @@ func TestCompileRoutesChecksTheTable(t *testing.T) {
 		"upper case":  {[]routes.Route{{Hostname: "A.test"}}, "lower case"},
 		"repeated":    {[]routes.Route{{Hostname: "a.test"}, {Hostname: "a.test"}}, "repeated hostname"},
 		"bad address": {[]routes.Route{{Hostname: "a.test", Upstreams: []routes.Upstream{{WorkloadID: "wl_1", Address: "nowhere"}}}}, "not host:port"},
+		"bad prefix":  {[]routes.Route{{Hostname: "a.test", PathPrefix: "/a/../b"}}, routes.CodePathPrefixInvalid},
+		"bad header":  {[]routes.Route{{Hostname: "a.test", Headers: []routes.HeaderMatch{{Name: "X-A", Value: ""}}}}, routes.CodeHeaderInvalid},
 	} {
 		m, err := r.Load(ctx, wasmtest.Routes("asm-routes", answer(tc.rs)))
 		if err != nil {
@@ -210,6 +212,11 @@ func TestCompileRoutesChecksTheTable(t *testing.T) {
 		}
 		if !errors.Is(err, wasm.ErrBadOutput) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "asm-routes") {
 			t.Errorf("%s: %v, want ErrBadOutput with %q", name, err, tc.want)
+		}
+		// Refused match conditions keep their code in the error chain.
+		var ie *routes.InvalidError
+		if strings.HasPrefix(tc.want, "route_") && (!errors.As(err, &ie) || ie.Code != tc.want) {
+			t.Errorf("%s: %v, want an *routes.InvalidError with code %s", name, err, tc.want)
 		}
 	}
 }

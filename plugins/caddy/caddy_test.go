@@ -240,3 +240,113 @@ func TestHealthFollowsCaddysAdminAPI(t *testing.T) {
 		hcancel()
 	}
 }
+
+// TestMatchConditionsThroughCaddy: through the real Caddy, the routes of
+// one hostname are chosen by path prefix on segment boundaries and by
+// request headers in the table's precedence order, strip_prefix cuts the
+// prefix off the upstream's path, a request none of a hostname's routes
+// matches answers 404 no_route (never another hostname's route), and Read
+// gives back the match conditions Caddy serves.
+func TestMatchConditionsThroughCaddy(t *testing.T) {
+	ctx := context.Background()
+	echo := func(name string) []routes.Upstream {
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, name+" "+r.URL.EscapedPath())
+		}))
+		t.Cleanup(up.Close)
+		return []routes.Upstream{{WorkloadID: "wl_" + name, Address: strings.TrimPrefix(up.URL, "http://"), Healthy: true}}
+	}
+	listen := freeAddr(t)
+	p, err := caddy.Open(ctx, caddy.Config{Admin: srv.Admin, Listen: listen, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := routes.Table{Revision: 1, Routes: []routes.Route{
+		{Hostname: "m.test", Project: "p", Service: "site", Upstreams: echo("site")},
+		{Hostname: "m.test", Project: "p", Service: "canary", Upstreams: echo("canary"), Headers: []routes.HeaderMatch{{Name: "X-Env", Value: "canary"}}},
+		{Hostname: "m.test", Project: "p", Service: "api", Upstreams: echo("api"), PathPrefix: "/api", StripPrefix: true},
+		{Hostname: "m.test", Project: "p", Service: "api-canary", Upstreams: echo("api-canary"), PathPrefix: "/api", Headers: []routes.HeaderMatch{{Name: "x-env", Value: "can*ry"}}},
+		{Hostname: "m.test", Project: "p", Service: "v2", Upstreams: echo("v2"), PathPrefix: "/api/v2"},
+		{Hostname: "only.test", Project: "p", Service: "only", Upstreams: echo("only"), PathPrefix: "/api"},
+		{Hostname: "*.test", Project: "p", Service: "wild", Upstreams: echo("wild")},
+	}}
+	if err := tb.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := p.Plan(ctx, &provider.PlanRequest{Desired: tableResource(t, tb)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Apply(ctx, &provider.ApplyRequest{Planned: plan.Planned, Mutation: pluginapi.Mutation{IdempotencyKey: "k1", FencingToken: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for _, tc := range []struct {
+		host, path string
+		header     [][2]string
+		code       int
+		want       string
+	}{
+		{"m.test", "/", nil, 200, "site /"},
+		{"m.test", "/apix", nil, 200, "site /apix"},
+		{"m.test", "/API/x", nil, 200, "site /API/x"},
+		{"m.test", "/api", nil, 200, "api /"},
+		{"m.test", "/api/users/7", nil, 200, "api /users/7"},
+		{"m.test", "/api/v2/x", [][2]string{{"X-Env", "canary"}}, 200, "v2 /api/v2/x"},
+		{"m.test", "/api/x", [][2]string{{"x-env", "can*ry"}}, 200, "api-canary /api/x"},
+		{"m.test", "/api/x", [][2]string{{"X-Env", "canary"}}, 200, "api /x"},
+		{"m.test", "/", [][2]string{{"X-Env", "canary"}}, 200, "canary /"},
+		{"m.test", "/", [][2]string{{"X-Env", "Canary"}}, 200, "site /"},
+		{"m.test", "/", [][2]string{{"X-Env", "beta"}, {"X-Env", "canary"}}, 200, "canary /"},
+		{"only.test", "/api/x", nil, 200, "only /api/x"},
+		{"only.test", "/apix", nil, 404, ""},
+		{"only.test", "/", nil, 404, ""},
+		{"other.test", "/", nil, 200, "wild /"},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+listen+tc.path, nil)
+		req.Host = tc.host
+		for _, h := range tc.header {
+			req.Header.Add(h[0], h[1])
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || (tc.code == 200 && string(body) != tc.want) {
+			t.Errorf("GET %s%s %v: %d %q, want %d %q", tc.host, tc.path, tc.header, resp.StatusCode, body, tc.code, tc.want)
+		}
+		if tc.code == 404 && resp.Header.Get("X-Berth-Gateway") != "no-route" {
+			t.Errorf("GET %s%s: 404 not marked no-route: %q", tc.host, tc.path, body)
+		}
+	}
+	// Read of a Caddy that lost the rendering gives back the conditions.
+	edited := tb
+	edited.Routes = append([]routes.Route(nil), tb.Routes[:3]...)
+	raw, err := caddy.Render(edited, listen, srv.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post("http://"+srv.Admin+"/load", "application/json", strings.NewReader(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	got, err := p.Read(ctx, &provider.ReadRequest{Type: routes.ResourceType, ID: routes.ResourceID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back routes.Table
+	if err := json.Unmarshal(got.State.Attributes, &back); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, r := range back.Routes {
+		keys = append(keys, fmt.Sprintf("%s %s strip=%v %v", r.Hostname, r.PathPrefix, r.StripPrefix, r.Headers))
+	}
+	want := []string{"m.test /api strip=true []", "m.test  strip=false [{X-Env canary}]", "m.test  strip=false []"}
+	if strings.Join(keys, "|") != strings.Join(want, "|") {
+		t.Errorf("Read back %q, want %q", keys, want)
+	}
+}

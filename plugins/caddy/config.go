@@ -6,7 +6,10 @@ package caddy
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/berthhq/berth/abi/routes"
 )
@@ -29,6 +32,7 @@ const (
 // every other host 404 no_route. The mapping, route by route:
 //
 //   - hostnames match case-insensitively, with or without a trailing dot;
+//     the routes of exact hostnames come before those of wildcards;
 //   - a route with healthy upstreams is a reverse_proxy to them, round
 //     robin, with the route's timeouts (or the defaults) as the transport's
 //     dial, response-header and keep-alive idle timeouts, and flushing every
@@ -40,40 +44,36 @@ const (
 //     answers others 403 source_not_allowed;
 //   - a route whose tls_mode asks for TLS (acme, manual, passthrough) is
 //     never served in plain HTTP: it answers 421 tls_unavailable, as the
-//     built-in gateway does until TLS is configured.
+//     built-in gateway does until TLS is configured;
+//   - a route's path_prefix is a path_regexp matcher anchored on a segment
+//     boundary ("^/api(/|$)": case-sensitive, on the cleaned path, as the
+//     built-in gateway matches), its header matches a header_regexp matcher
+//     with one exact, anchored pattern per name (any line of the field may
+//     match), and strip_prefix a rewrite handler with strip_path_prefix
+//     ahead of the reverse_proxy;
+//   - the routes of a hostname keep the table's precedence order (Caddy
+//     tries routes in order and the first match ends), and a hostname
+//     whose routes all have match conditions ends with a route answering
+//     404 no_route, so a request none of them matches never falls through
+//     to another hostname's (wildcard) route.
 //
 // Render is deterministic: the same table gives the same bytes.
 func Render(t routes.Table, listen, admin string) ([]byte, error) {
 	t.Normalize()
+	// Exact hostnames before wildcards: Caddy tries routes in order, and
+	// the built-in gateway serves a hostname's own routes before a wildcard
+	// that covers it.
+	t.Routes = slices.Concat(
+		slices.DeleteFunc(slices.Clone(t.Routes), func(r routes.Route) bool { return strings.HasPrefix(r.Hostname, "*.") }),
+		slices.DeleteFunc(slices.Clone(t.Routes), func(r routes.Route) bool { return !strings.HasPrefix(r.Hostname, "*.") }))
 	rs := make([]any, 0, len(t.Routes)+1)
-	for _, r := range t.Routes {
-		hosts := []string{r.Hostname, r.Hostname + "."}
-		match := map[string]any{"host": hosts}
-		if r.TLSMode != "" && r.TLSMode != routes.TLSNone {
-			rs = append(rs, route(match, problem(421, "tls_unavailable", "tls-unavailable", "tls unavailable",
-				"this gateway serves plain HTTP only; the route asks for tls_mode "+r.TLSMode)))
-			continue
+	for i, r := range t.Routes {
+		rs = append(rs, renderRoute(r)...)
+		// Normalized, a hostname's route without conditions comes last.
+		if r.Conditions() > 0 && (i+1 == len(t.Routes) || t.Routes[i+1].Hostname != r.Hostname) {
+			rs = append(rs, route(map[string]any{"host": []string{r.Hostname, r.Hostname + "."}},
+				problem(404, "no_route", "no-route", "no route for request", "no route of this host matches the request's path and headers")))
 		}
-		var handle map[string]any
-		var dials []any
-		for _, u := range r.Upstreams {
-			if u.Healthy {
-				dials = append(dials, map[string]any{"dial": u.Address})
-			}
-		}
-		if len(dials) == 0 {
-			handle = problem(503, "no_healthy_upstream", "no-healthy-upstream", "no healthy upstream", "the route has no healthy upstream")
-			handle["headers"].(map[string]any)["Retry-After"] = []string{"1"}
-		} else {
-			handle = proxy(r, dials)
-		}
-		if len(r.AllowSources) > 0 {
-			allowed := map[string]any{"host": hosts, "remote_ip": map[string]any{"ranges": r.AllowSources}}
-			rs = append(rs, route(allowed, handle),
-				route(match, problem(403, "source_not_allowed", "source-not-allowed", "source not allowed", "the client's address may not use this route")))
-			continue
-		}
-		rs = append(rs, route(match, handle))
 	}
 	rs = append(rs, map[string]any{"handle": []any{problem(404, "no_route", "no-route", "no route for host", "no service is routed at this host")}})
 	cfg := map[string]any{
@@ -91,8 +91,66 @@ func Render(t routes.Table, listen, admin string) ([]byte, error) {
 	return raw, nil
 }
 
-func route(match map[string]any, handle map[string]any) map[string]any {
-	return map[string]any{"match": []any{match}, "handle": []any{handle}, "terminal": true}
+// renderRoute returns the Caddy routes of r: one, or two with
+// allow_sources (the allowed clients' and the others' 403).
+func renderRoute(r routes.Route) []any {
+	hosts := []string{r.Hostname, r.Hostname + "."}
+	match := map[string]any{"host": hosts}
+	addConditions(match, r)
+	if r.TLSMode != "" && r.TLSMode != routes.TLSNone {
+		return []any{route(match, problem(421, "tls_unavailable", "tls-unavailable", "tls unavailable",
+			"this gateway serves plain HTTP only; the route asks for tls_mode "+r.TLSMode))}
+	}
+	var handle []map[string]any
+	var dials []any
+	for _, u := range r.Upstreams {
+		if u.Healthy {
+			dials = append(dials, map[string]any{"dial": u.Address})
+		}
+	}
+	if len(dials) == 0 {
+		p := problem(503, "no_healthy_upstream", "no-healthy-upstream", "no healthy upstream", "the route has no healthy upstream")
+		p["headers"].(map[string]any)["Retry-After"] = []string{"1"}
+		handle = []map[string]any{p}
+	} else {
+		if r.StripPrefix && r.PathPrefix != "" {
+			handle = append(handle, map[string]any{"handler": "rewrite", "strip_path_prefix": r.PathPrefix})
+		}
+		handle = append(handle, proxy(r, dials))
+	}
+	if len(r.AllowSources) > 0 {
+		allowed := map[string]any{"remote_ip": map[string]any{"ranges": r.AllowSources}}
+		for k, v := range match {
+			allowed[k] = v
+		}
+		return []any{route(allowed, handle...),
+			route(match, problem(403, "source_not_allowed", "source-not-allowed", "source not allowed", "the client's address may not use this route"))}
+	}
+	return []any{route(match, handle...)}
+}
+
+// addConditions adds r's match conditions to the matcher set m
+// (docs/routes.md section 3): the path prefix on a segment boundary, and
+// each header's value exactly, as regular expressions quoted whole.
+func addConditions(m map[string]any, r routes.Route) {
+	if r.PathPrefix != "" {
+		m["path_regexp"] = map[string]any{"pattern": "^" + regexp.QuoteMeta(r.PathPrefix) + "(/|$)"}
+	}
+	if len(r.Headers) > 0 {
+		hs := make(map[string]any, len(r.Headers))
+		for _, h := range r.Headers {
+			hs[h.Name] = map[string]any{"pattern": "^" + regexp.QuoteMeta(h.Value) + "$"}
+		}
+		m["header_regexp"] = hs
+	}
+}
+
+func route(match map[string]any, handle ...map[string]any) map[string]any {
+	hs := make([]any, len(handle))
+	for i, h := range handle {
+		hs[i] = h
+	}
+	return map[string]any{"match": []any{match}, "handle": hs, "terminal": true}
 }
 
 func proxy(r routes.Route, dials []any) map[string]any {

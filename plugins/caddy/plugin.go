@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -341,9 +342,10 @@ func sameConfig(live any, t routes.Table, cfg Config) (bool, error) {
 }
 
 // readBack rebuilds, as far as Caddy's config tells, the route table Caddy
-// serves: each proxied hostname with its upstreams (all healthy; project,
-// service and workload ids are not in Caddy's config). It reports false
-// when Caddy has no server of Berth's.
+// serves: each proxied hostname with its match conditions (path prefix,
+// strip_prefix, headers, read back from the matchers [Render] writes) and
+// its upstreams (all healthy; project, service and workload ids are not in
+// Caddy's config). It reports false when Caddy has no server of Berth's.
 func readBack(live any) (routes.Table, bool) {
 	srv, ok := dig(live, "apps", "http", "servers", ServerName).(map[string]any)
 	if !ok {
@@ -354,12 +356,34 @@ func readBack(live any) (routes.Table, bool) {
 	rs, _ := srv["routes"].([]any)
 	for _, r := range rs {
 		host, _ := dig(r, "match", 0, "host", 0).(string)
-		handler, _ := dig(r, "handle", 0).(map[string]any)
-		if host == "" || seen[host] || handler == nil || handler["handler"] != "reverse_proxy" {
+		rt := routes.Route{Hostname: host, Upstreams: []routes.Upstream{}}
+		handlers, _ := dig(r, "handle").([]any)
+		var handler map[string]any
+		for _, h := range handlers {
+			m, _ := h.(map[string]any)
+			switch {
+			case m == nil:
+			case m["handler"] == "rewrite":
+				rt.StripPrefix = m["strip_path_prefix"] != nil
+			case m["handler"] == "reverse_proxy":
+				handler = m
+			}
+		}
+		if pat, ok := dig(r, "match", 0, "path_regexp", "pattern").(string); ok {
+			rt.PathPrefix = unquoteMeta(strings.TrimSuffix(strings.TrimPrefix(pat, "^"), "(/|$)"))
+		}
+		if hs, ok := dig(r, "match", 0, "header_regexp").(map[string]any); ok {
+			for name := range hs {
+				pat, _ := dig(hs, name, "pattern").(string)
+				rt.Headers = append(rt.Headers, routes.HeaderMatch{Name: name, Value: unquoteMeta(strings.TrimSuffix(strings.TrimPrefix(pat, "^"), "$"))})
+			}
+			slices.SortFunc(rt.Headers, routes.CompareHeaders)
+		}
+		key := host + "\x00" + rt.MatchKey()
+		if host == "" || seen[key] || handler == nil {
 			continue
 		}
-		seen[host] = true
-		rt := routes.Route{Hostname: host, Upstreams: []routes.Upstream{}}
+		seen[key] = true
 		ups, _ := handler["upstreams"].([]any)
 		for _, u := range ups {
 			if d, ok := dig(u, "dial").(string); ok {
@@ -370,6 +394,22 @@ func readBack(live any) (routes.Table, bool) {
 	}
 	t.Normalize()
 	return t, true
+}
+
+// unquoteMeta undoes regexp.QuoteMeta: each backslash escapes the byte
+// after it.
+func unquoteMeta(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
 }
 
 // dig walks decoded JSON by object keys (string) and array indexes (int).

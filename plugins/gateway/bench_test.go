@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/berthhq/berth/abi/routes"
 )
 
 // cannedBackend is an upstream that answers every HTTP/1.1 request on a
@@ -69,12 +71,16 @@ func (d *discardWriter) Flush()                      {}
 // BenchmarkProxyServeHTTP: the proxy's own cost per request (allocs/op
 // above all) for a small answer of known length, the request handed to
 // Proxy.ServeHTTP directly and answered by a canned upstream over a pooled
-// keep-alive connection; with and without metrics and access log.
+// keep-alive connection; with and without metrics and access log, and
+// through a hostname of several routes chosen by path prefix and header.
 func BenchmarkProxyServeHTTP(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		observe bool
-	}{{"bare", false}, {"metrics+log", true}} {
+		// match routes the request through a hostname of four routes
+		// with path prefixes and headers (docs/routes.md section 3).
+		match bool
+	}{{"bare", false, false}, {"metrics+log", true, false}, {"bare+match", false, true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			cfg := Config{}
 			if bc.observe {
@@ -83,12 +89,25 @@ func BenchmarkProxyServeHTTP(b *testing.B) {
 			}
 			p := NewProxyWithConfig(cfg)
 			b.Cleanup(func() { p.Close() })
-			p.SetTable(oneRoute(healthy("wl_bench", cannedBackend(b))))
+			table, path := oneRoute(healthy("wl_bench", cannedBackend(b))), "/"
+			if bc.match {
+				r := table.Routes[0]
+				api, canary, v2 := r, r, r
+				api.PathPrefix = "/api"
+				canary.PathPrefix, canary.Headers = "/api", []routes.HeaderMatch{{Name: "X-Env", Value: "canary"}}
+				v2.PathPrefix = "/api/v2"
+				table.Routes = append(table.Routes, api, canary, v2)
+				path = "/api/users/7"
+			}
+			p.SetTable(table)
 			ctx, cancel := context.WithCancel(context.Background())
 			b.Cleanup(cancel)
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+testHost+"/", nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+testHost+path, nil)
 			if err != nil {
 				b.Fatal(err)
+			}
+			if bc.match {
+				req.Header.Set("X-Env", "canary")
 			}
 			req.RemoteAddr = "127.0.0.1:40000"
 			req.Header.Set("User-Agent", "bench")

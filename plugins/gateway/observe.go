@@ -480,10 +480,12 @@ func (o *observer) tableChanged(c *compiled) {
 	}
 	now := map[[2]string]bool{}
 	services := map[string]bool{}
-	for _, rt := range c.byHost {
-		services[rt.service] = true
-		for _, u := range rt.healthy {
-			now[[2]string{rt.service, u.Address}] = true
+	for _, vh := range c.byHost {
+		for _, rt := range vh.routes {
+			services[rt.service] = true
+			for _, u := range rt.healthy {
+				now[[2]string{rt.service, u.Address}] = true
+			}
 		}
 	}
 	o.mu.Lock()

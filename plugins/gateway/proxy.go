@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,18 +93,58 @@ type Proxy struct {
 // compiled is an immutable route table prepared for lookup.
 type compiled struct {
 	table  routes.Table
-	byHost map[string]*route
+	byHost map[string]*vhost
 	// certs are the table's parsed certificates by name.
 	certs certificates
 	// challenges are the HTTP-01 answers by host and token.
 	challenges map[[2]string]string
 }
 
-// route is one hostname's healthy upstreams and its round-robin counter.
+// vhost is one hostname's routes, in precedence order
+// ([routes.CompareRoutes]), and the TLS mode they share.
+type vhost struct {
+	// mode is the hostname's TLS mode; "" for routes.TLSNone.
+	mode   string
+	routes []*route
+}
+
+// match returns the first route of v that r meets, or nil. A hostname
+// with one route without match conditions (the common case) costs one
+// comparison; matching allocates nothing unless r's path has dot
+// segments or doubled slashes ([routes.CleanPath]).
+func (v *vhost) match(r *http.Request) *route {
+	if len(v.routes) == 1 && v.routes[0].plain {
+		return v.routes[0]
+	}
+	for _, rt := range v.routes {
+		if rt.matches(r) {
+			return rt
+		}
+	}
+	return nil
+}
+
+// headerMatch is a route's header condition with its name in the canonical
+// form net/http keys http.Header by.
+type headerMatch struct {
+	key, value string
+}
+
+// route is one route of a hostname: its match conditions, its healthy
+// upstreams and its round-robin counter.
 type route struct {
 	hostname string
-	service  string // "project/service", the metrics' service label
-	healthy  []*upstream
+	// plain reports whether the route has no match conditions.
+	plain bool
+	// prefix, strip and headers are the route's path_prefix, strip_prefix
+	// and header matches (docs/routes.md section 3).
+	prefix  string
+	strip   bool
+	headers []headerMatch
+	// key is the route's identity across tables: hostname and match key.
+	key     string
+	service string // "project/service", the metrics' service label
+	healthy []*upstream
 	// restricted reports whether allow holds the only sources let in; an
 	// empty allow list then lets no one in (every entry was invalid).
 	restricted bool
@@ -114,7 +157,8 @@ type route struct {
 	hsts     string
 	// connect bounds a passthrough dial to one upstream.
 	connect time.Duration
-	// next is shared with the route of the same hostname in later tables.
+	// next is shared with the route of the same hostname and match
+	// conditions in later tables.
 	next *atomic.Uint64
 	// durations and noUpstreamRequests are the route's metric series
 	// (requests no upstream answered), looked up on first use.
@@ -130,6 +174,26 @@ type upstream struct {
 	// requests are the upstream's request counters, looked up on first
 	// use.
 	requests seriesCache[prometheus.Counter]
+}
+
+// matches reports whether r meets every match condition of rt.
+func (rt *route) matches(r *http.Request) bool {
+	if rt.prefix != "" && !routes.PathMatches(rt.prefix, r.URL.Path) {
+		return false
+	}
+	for _, h := range rt.headers {
+		found := false
+		for _, v := range r.Header[h.key] {
+			if v == h.value {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // allows reports whether a client at remoteAddr ("ip:port", as in
@@ -197,7 +261,7 @@ func NewProxyWithConfig(cfg Config) *Proxy {
 		tlsLogged:  map[string]struct{}{},
 	}
 	p.obs = newObserver(cfg.Metrics, cfg.AccessLog, logger)
-	p.state.Store(&compiled{byHost: map[string]*route{}})
+	p.state.Store(&compiled{byHost: map[string]*vhost{}})
 	if p.httpsPort == 0 {
 		p.httpsPort = 443
 	}
@@ -253,10 +317,12 @@ func (p *Proxy) transportLocked(t routes.Timeouts) *http.Transport {
 // flushed to the client (see [recorder.Write]).
 const bufferedFlush = 100 * time.Millisecond
 
-// newReverseProxy returns the reverse proxy that forwards to addr over tr.
-// A failed round trip is recorded in the *recorder it writes to, so the
-// caller can retry or answer; nothing reaches the client then.
-func (p *Proxy) newReverseProxy(addr, hostname string, tr http.RoundTripper, stream bool) *httputil.ReverseProxy {
+// newReverseProxy returns the reverse proxy that forwards to addr over tr;
+// with strip set, requests go on without that path prefix
+// ([routes.StripPath]). A failed round trip is recorded in the *recorder it
+// writes to, so the caller can retry or answer; nothing reaches the client
+// then.
+func (p *Proxy) newReverseProxy(addr, hostname string, tr http.RoundTripper, stream bool, strip string) *httputil.ReverseProxy {
 	// Header values every request to the route shares: the transport
 	// only reads them.
 	hostVal, httpVal, httpsVal := []string{hostname}, []string{"http"}, []string{"https"}
@@ -265,6 +331,9 @@ func (p *Proxy) newReverseProxy(addr, hostname string, tr http.RoundTripper, str
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = addr
 			pr.Out.Host = pr.In.Host // the application sees the host it is served at
+			if strip != "" {
+				stripPrefix(pr.Out.URL, strip)
+			}
 			setXForwarded(pr, hostVal, httpVal, httpsVal)
 		},
 		Transport: tr,
@@ -299,6 +368,21 @@ func (p *Proxy) newReverseProxy(addr, hostname string, tr http.RoundTripper, str
 	return rp
 }
 
+// stripPrefix removes prefix, which the route matched, from u's path. The
+// escaped form is kept when u has one that starts with prefix too (so an
+// encoded "%2F" further on stays encoded); otherwise u is re-encoded from
+// its decoded path.
+func stripPrefix(u *url.URL, prefix string) {
+	raw := u.RawPath
+	u.Path = routes.StripPath(prefix, u.Path)
+	u.RawPath = ""
+	if raw != "" && routes.PathMatches(prefix, raw) && routes.CleanPath(raw) == raw {
+		if rest := raw[len(prefix):]; rest != "" {
+			u.RawPath = rest
+		}
+	}
+}
+
 // setXForwarded sets the X-Forwarded-For, -Host and -Proto headers of
 // pr.Out as [httputil.ProxyRequest.SetXForwarded] does (ReverseProxy has
 // already dropped any the client sent), sharing hostVal (the route's
@@ -325,7 +409,11 @@ func setXForwarded(pr *httputil.ProxyRequest, hostVal, httpVal, httpsVal []strin
 
 // SetTable atomically replaces the whole route table with t. Requests already
 // routed finish against the table they started with; later requests see t.
-// Hostnames are matched case-insensitively and without a trailing dot;
+// Hostnames are matched case-insensitively and without a trailing dot, then
+// the routes of the hostname in precedence order ([routes.CompareRoutes])
+// by their path prefix and headers (docs/routes.md section 3); a route
+// repeating another's hostname and conditions, or whose TLS mode differs
+// from the hostname's first route, is logged and left out;
 // upstreams that are unhealthy or whose Address is not "host:port" receive no
 // traffic. A route's AllowSources restrict it to clients in those prefixes
 // (an entry that is not a prefix is dropped and never widens the route); a
@@ -338,25 +426,60 @@ func (p *Proxy) SetTable(t routes.Table) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	prev := p.state.Load()
-	next := &compiled{table: cloneTable(t), byHost: make(map[string]*route, len(t.Routes)),
+	prevRoutes := make(map[string]*route, len(prev.table.Routes))
+	for _, vh := range prev.byHost {
+		for _, rt := range vh.routes {
+			prevRoutes[rt.key] = rt
+		}
+	}
+	next := &compiled{table: cloneTable(t), byHost: make(map[string]*vhost, len(t.Routes)),
 		certs: p.compileCertificates(t), challenges: make(map[[2]string]string, len(t.Challenges))}
 	for _, c := range t.Challenges {
 		next.challenges[[2]string{normalizeHost(c.Host), c.Token}] = c.KeyAuth
 	}
 	used := map[routes.Timeouts]bool{}
-	for _, r := range next.table.Routes {
+	// Precedence order, whatever order t came in (a table from berthd is
+	// normalized already).
+	ordered := make([]*routes.Route, len(next.table.Routes))
+	for i := range next.table.Routes {
+		ordered[i] = &next.table.Routes[i]
+	}
+	slices.SortStableFunc(ordered, func(a, b *routes.Route) int {
+		return cmp.Or(strings.Compare(normalizeHost(a.Hostname), normalizeHost(b.Hostname)), routes.CompareRoutes(sortedCopy(a), sortedCopy(b)))
+	})
+	keys := make(map[string]bool, len(ordered))
+	for _, r := range ordered {
 		host := normalizeHost(r.Hostname)
 		if host == "" {
 			p.logger.Warn("gateway: route without hostname ignored",
 				"project", r.Project, "service", r.Service, "revision", t.Revision)
 			continue
 		}
-		if _, dup := next.byHost[host]; dup {
-			p.logger.Warn("gateway: duplicate hostname in route table, first route kept",
-				"host", host, "revision", t.Revision)
+		key := host + "\x00" + r.MatchKey()
+		if keys[key] {
+			p.logger.Warn("gateway: route repeating another's hostname and match conditions ignored, first route kept",
+				"host", host, "path_prefix", r.PathPrefix, "revision", t.Revision)
 			continue
 		}
-		rt := &route{hostname: host, service: r.Project + "/" + r.Service, restricted: len(r.AllowSources) > 0}
+		mode := r.TLSMode
+		if mode == routes.TLSNone {
+			mode = ""
+		}
+		vh := next.byHost[host]
+		if vh != nil && vh.mode != mode {
+			p.logger.Warn("gateway: route whose tls_mode differs from its hostname's first route ignored",
+				"host", host, "tls_mode", r.TLSMode, "revision", t.Revision)
+			continue
+		}
+		keys[key] = true
+		rt := &route{hostname: host, service: r.Project + "/" + r.Service, restricted: len(r.AllowSources) > 0,
+			key: key, plain: r.Conditions() == 0, prefix: r.PathPrefix}
+		if r.PathPrefix != "" && r.StripPrefix {
+			rt.strip = true
+		}
+		for _, h := range r.Headers {
+			rt.headers = append(rt.headers, headerMatch{key: http.CanonicalHeaderKey(h.Name), value: h.Value})
+		}
 		tr := p.transportLocked(resolve(r.Timeouts))
 		used[resolve(r.Timeouts)] = true
 		for _, src := range r.AllowSources {
@@ -389,14 +512,22 @@ func (p *Proxy) SetTable(t routes.Table) {
 					"host", host, "workload_id", u.WorkloadID, "upstream", u.Address, "error", err)
 				continue
 			}
-			rt.healthy = append(rt.healthy, &upstream{Upstream: u, rp: p.newReverseProxy(u.Address, r.Hostname, tr, r.Stream)})
+			strip := ""
+			if rt.strip {
+				strip = rt.prefix
+			}
+			rt.healthy = append(rt.healthy, &upstream{Upstream: u, rp: p.newReverseProxy(u.Address, r.Hostname, tr, r.Stream, strip)})
 		}
-		if old, ok := prev.byHost[host]; ok {
+		if old, ok := prevRoutes[key]; ok {
 			rt.next = old.next
 		} else {
 			rt.next = new(atomic.Uint64)
 		}
-		next.byHost[host] = rt
+		if vh == nil {
+			vh = &vhost{mode: rt.mode}
+			next.byHost[host] = vh
+		}
+		vh.routes = append(vh.routes, rt)
 	}
 	p.state.Store(next)
 	p.tlsLogMu.Lock()
@@ -414,6 +545,19 @@ func (p *Proxy) SetTable(t routes.Table) {
 	p.obs.tableChanged(next)
 }
 
+// sortedCopy returns r, or a copy of r whose header matches are sorted by
+// [routes.CompareHeaders] when they are not: [routes.CompareRoutes]
+// compares header sets as a normalized table holds them.
+func sortedCopy(r *routes.Route) *routes.Route {
+	if slices.IsSortedFunc(r.Headers, routes.CompareHeaders) {
+		return r
+	}
+	c := *r
+	c.Headers = slices.Clone(r.Headers)
+	slices.SortFunc(c.Headers, routes.CompareHeaders)
+	return &c
+}
+
 // Table returns a copy of the route table last given to [Proxy.SetTable], or
 // the zero Table before the first call.
 func (p *Proxy) Table() routes.Table {
@@ -421,9 +565,11 @@ func (p *Proxy) Table() routes.Table {
 }
 
 // ServeHTTP routes r to a healthy upstream of the route for its Host (its
-// own, else a wildcard route one label deep). On the plain listener an
+// own, else a wildcard route one label deep) whose match conditions r
+// meets, the first in precedence order. On the plain listener an
 // HTTP-01 request the table answers gets its key authorization first. It
-// answers 404 (code no_route) for an unknown host, 403 (source_not_allowed)
+// answers 404 (code no_route) for an unknown host or when no route of the
+// host matches r's path and headers, 403 (source_not_allowed)
 // when the client's address is outside the route's allow_sources, 308 to
 // https:// for a route with https_redirect once it can be served so, 421
 // (tls_unavailable) for a TLS route in plain HTTP otherwise or for a
@@ -461,10 +607,16 @@ func (p *Proxy) serve(w *recorder, r *http.Request) {
 			return
 		}
 	}
-	rt := st.lookup(host)
-	if rt == nil {
+	vh := st.lookup(host)
+	if vh == nil {
 		writeProblem(w, http.StatusNotFound, abierrors.NoRoute, "no-route",
 			"no route for host", fmt.Sprintf("no service is routed at host %q", host))
+		return
+	}
+	rt := vh.match(r)
+	if rt == nil {
+		writeProblem(w, http.StatusNotFound, abierrors.NoRoute, "no-route",
+			"no route for request", fmt.Sprintf("no route of host %q matches the request's path and headers", host))
 		return
 	}
 	w.service, w.route = rt.service, rt
@@ -675,6 +827,7 @@ func cloneTable(t routes.Table) routes.Table {
 	for i, r := range t.Routes {
 		r.Upstreams = append([]routes.Upstream(nil), r.Upstreams...)
 		r.AllowSources = append([]string(nil), r.AllowSources...)
+		r.Headers = append([]routes.HeaderMatch(nil), r.Headers...)
 		c.Routes[i] = r
 	}
 	return c

@@ -605,7 +605,7 @@ func TestAllowsComparesThePeer(t *testing.T) {
 	t.Parallel()
 	p := NewProxy(nil)
 	p.SetTable(routes.Table{Routes: []routes.Route{{Hostname: "a.test", AllowSources: []string{"10.0.0.0/8", "2001:db8::/32"}}}})
-	rt := p.state.Load().byHost["a.test"]
+	rt := p.state.Load().byHost["a.test"].routes[0]
 	for addr, want := range map[string]bool{
 		"10.1.2.3:5":             true,
 		"[::ffff:10.1.2.3]:5":    true,

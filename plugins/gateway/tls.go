@@ -71,11 +71,13 @@ func (p *Proxy) compileCertificates(t routes.Table) certificates {
 	return out
 }
 
-// lookup returns the route for host: its own, else the wildcard route one
-// label deep that covers it, else nil.
-func (c *compiled) lookup(host string) *route {
-	if rt, ok := c.byHost[host]; ok {
-		return rt
+// lookup returns the routes of host: its own, else those of the wildcard
+// one label deep that covers it, else nil. A hostname with routes of its
+// own never falls back to the wildcard, even when none of them matches a
+// request.
+func (c *compiled) lookup(host string) *vhost {
+	if vh, ok := c.byHost[host]; ok {
+		return vh
 	}
 	if w := routes.WildcardOf(host); w != "" {
 		return c.byHost[w]
@@ -326,9 +328,11 @@ func (l *TLSListener) handle(c net.Conn) {
 		return
 	}
 	host := normalizeHost(name)
-	if rt := l.proxy.state.Load().lookup(host); host != "" && rt != nil && rt.mode == routes.TLSPassthrough {
+	// A passthrough hostname has one route: match conditions are refused
+	// on passthrough routes, so the table holds no other.
+	if vh := l.proxy.state.Load().lookup(host); host != "" && vh != nil && vh.mode == routes.TLSPassthrough {
 		_ = c.SetDeadline(time.Time{})
-		l.proxy.passthrough(c, peeked, rt, l.done)
+		l.proxy.passthrough(c, peeked, vh.routes[0], l.done)
 		return
 	}
 	tc := tls.Server(&prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(peeked), c)}, l.cfg)

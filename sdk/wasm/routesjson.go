@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"slices"
 
+	"github.com/berthhq/berth/abi/routes"
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 )
 
@@ -35,11 +36,18 @@ func encodeRoutesOutput(rs []Route) []byte {
 }
 
 // normalizeRoutes is [routes.Table.Normalize] for a table of routes alone,
-// without reflection: routes by hostname, each route's upstreams by workload
-// id, with the same algorithm as sort.Slice there (so the same order even
-// for equal keys), which leaves an already sorted table as it is.
+// without reflection: each route's header matches by
+// [routes.CompareHeaders], routes by [routes.CompareRoutes] (hostname, then
+// precedence), each route's upstreams by workload id, with the same
+// algorithms as there (so the same order even for equal keys), which leaves
+// an already sorted table as it is.
 func normalizeRoutes(rs []Route) {
-	slices.SortFunc(rs, func(a, b Route) int { return cmp.Compare(a.Hostname, b.Hostname) })
+	for i := range rs {
+		if len(rs[i].Headers) > 1 {
+			slices.SortFunc(rs[i].Headers, routes.CompareHeaders)
+		}
+	}
+	slices.SortFunc(rs, func(a, b Route) int { return routes.CompareRoutes(&a, &b) })
 	for i := range rs {
 		slices.SortFunc(rs[i].Upstreams, func(a, b Upstream) int { return cmp.Compare(a.WorkloadID, b.WorkloadID) })
 	}

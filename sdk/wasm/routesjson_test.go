@@ -134,13 +134,20 @@ func TestHandleRoutesMatchesEncodingJSON(t *testing.T) {
 
 // TestNormalizeRoutesAsTable: normalizeRoutes orders routes and upstreams
 // exactly as routes.Table.Normalize does, also among equal keys (seeded
-// random tables with few distinct hostnames and workload ids).
+// random tables with few distinct hostnames, match conditions and workload
+// ids).
 func TestNormalizeRoutesAsTable(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 2))
 	for round := range 200 {
 		rs := make([]Route, rng.IntN(60))
 		for i := range rs {
 			rs[i] = Route{Hostname: fmt.Sprintf("h%d", rng.IntN(8)), Service: fmt.Sprintf("s%d", i)}
+			if rng.IntN(3) == 0 {
+				rs[i].PathPrefix = []string{"/a", "/b", "/a/b"}[rng.IntN(3)]
+			}
+			for range rng.IntN(3) {
+				rs[i].Headers = append(rs[i].Headers, HeaderMatch{Name: []string{"X-A", "x-a", "X-B"}[rng.IntN(3)], Value: fmt.Sprint(rng.IntN(2))})
+			}
 			for j := range rng.IntN(30) {
 				rs[i].Upstreams = append(rs[i].Upstreams, Upstream{WorkloadID: fmt.Sprintf("w%d", rng.IntN(5)), Address: fmt.Sprintf("a:%d", j)})
 			}
@@ -160,6 +167,7 @@ func clone(rs []Route) []Route {
 	for i, r := range rs {
 		out[i] = r
 		out[i].Upstreams = append([]Upstream(nil), r.Upstreams...)
+		out[i].Headers = append([]HeaderMatch(nil), r.Headers...)
 	}
 	return out
 }
@@ -169,7 +177,8 @@ func clone(rs []Route) []Route {
 // importing abi/routes.
 func TestRouteTypesNeedOneImport(t *testing.T) {
 	var tm Timeouts = routes.Timeouts{IdleMS: 5}
-	r := Route{Hostname: "a.example.com", Upstreams: []Upstream{{WorkloadID: "w", Address: "127.0.0.1:1"}}, Timeouts: tm}
+	r := Route{Hostname: "a.example.com", Upstreams: []Upstream{{WorkloadID: "w", Address: "127.0.0.1:1"}}, Timeouts: tm,
+		PathPrefix: "/api", StripPrefix: true, Headers: []HeaderMatch{{Name: "X-Env", Value: "canary"}}}
 	if err := (routes.Table{Routes: []Route{r}}).Validate(); err != nil {
 		t.Fatalf("a route built from sdk/wasm's names: %v", err)
 	}

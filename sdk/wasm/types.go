@@ -17,3 +17,7 @@ type Upstream = routes.Upstream
 // Timeouts are a [Route]'s upstream timeouts in milliseconds; zero fields
 // mean the gateway's defaults (docs/plugins.md section 5.4).
 type Timeouts = routes.Timeouts
+
+// HeaderMatch is one request-header condition of a [Route]
+// (docs/routes.md section 3).
+type HeaderMatch = routes.HeaderMatch

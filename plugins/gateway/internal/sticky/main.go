@@ -19,7 +19,8 @@ import (
 	"github.com/berthhq/berth/sdk/provider"
 )
 
-// sticky is the gateway plugin with a merging Apply.
+// sticky is the gateway plugin with a merging Apply: routes are kept by
+// hostname and match conditions.
 type sticky struct {
 	*gateway.Plugin
 	served map[string]routes.Route
@@ -29,7 +30,7 @@ func (s *sticky) Apply(ctx context.Context, req *provider.ApplyRequest) (*provid
 	var t routes.Table
 	if err := json.Unmarshal(req.Planned.Attributes, &t); err == nil {
 		for _, r := range t.Routes {
-			s.served[r.Hostname] = r
+			s.served[r.Hostname+"\x00"+r.MatchKey()] = r
 		}
 		t.Routes = t.Routes[:0]
 		for _, r := range s.served {
