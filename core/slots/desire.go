@@ -112,9 +112,22 @@ func Desire(spec *Spec, deleting bool, nodes []Node, placed map[string]string) D
 	return out
 }
 
-// compareReplicas orders replica ids: "<i>" numerically, "<node>.<i>" by node and then index, and
-// anything else as a string after both.
+// compareReplicas orders slot names by their replica ([BaseReplica]), a replica's primary name
+// before its surge name.
 func compareReplicas(a, b string) int {
+	ba, bb := BaseReplica(a), BaseReplica(b)
+	if c := compareBase(ba, bb); c != 0 || ba == bb {
+		if c == 0 {
+			return strings.Compare(a, b) // "3" < "3~"
+		}
+		return c
+	}
+	return 0
+}
+
+// compareBase orders replica ids: "<i>" numerically, "<node>.<i>" by node and then index, and
+// anything else as a string after both.
+func compareBase(a, b string) int {
 	pa, ia, oka := splitReplica(a)
 	pb, ib, okb := splitReplica(b)
 	switch {

@@ -15,6 +15,7 @@ type world struct {
 	attempts map[string]Attempt
 	now      time.Time
 	blocker  *Blocker
+	rollout  Rollout
 	verdicts []Verdict // every verdict written, only when changed
 }
 
@@ -31,7 +32,7 @@ func desireOf(key string, replicas ...string) []DesiredSlot {
 }
 
 func (w *world) input(desired []DesiredSlot) ServiceInput {
-	in := ServiceInput{SpecRevision: 1, Desired: desired, Blocker: w.blocker, Now: w.now}
+	in := ServiceInput{SpecRevision: 1, Desired: desired, Blocker: w.blocker, Rollout: w.rollout, Now: w.now}
 	for _, s := range w.slots {
 		in.Slots = append(in.Slots, *s)
 	}
