@@ -67,23 +67,28 @@ func (p *planner) hold(s Slot) {
 	p.held[s.Replica] = true
 }
 
-// target records t (a row of j, or an absent slot named for it) as j's target, spending a
-// start when its decision is a run; replacing says the run begins a replacement (the pause
-// holds it).
+// target records t (a row of j, or an absent slot named for it) as j's target. A run takes one
+// of the surge bound's starts; a run the bound has no start left for is held (start-held), as
+// is a run that begins a replacement (replacing) while the rollout is paused. A target at the
+// desired attempt that failed, and one whose restart is under way (stopped or removed), keeps
+// a start reserved, so another replica's replacement does not take its place meanwhile.
 func (p *planner) target(j job, t Slot, replacing bool) {
 	p.set(t, true, j.d.Key, j.d.NodeID)
 	in := p.inputs[t.Replica]
 	if DecideSlotTransition(in).Step != StepRun {
+		if j.matches(t) && (t.Generation != GenRun || failedRun(t)) {
+			p.starts--
+		}
 		return
 	}
+	ok := p.starts > 0
+	p.starts--
 	switch {
 	case replacing && p.rollout.Paused:
 		p.paused = true
 		in.StartHeld = true
-	case p.starts <= 0:
+	case !ok:
 		in.StartHeld = true
-	default:
-		p.starts--
 	}
 	p.inputs[t.Replica] = in
 }
@@ -170,7 +175,7 @@ func (p *planner) replace(j job) {
 		p.set(s, false, "", s.NodeID) // settled; used below when a surge starts in its name
 	}
 	if t, ok := pick(stopping); ok {
-		p.set(t, true, j.d.Key, j.d.NodeID)
+		p.target(j, t, true)
 		p.others(j, t)
 		return
 	}
