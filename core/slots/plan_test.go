@@ -406,35 +406,3 @@ func TestConflictVerdict(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
-
-func TestInFlight(t *testing.T) {
-	t.Parallel()
-	succ := func(phase Phase, ready, ever bool) Slot {
-		s := running(keyA, phase, ready)
-		s.Observed.EverReady = ever
-		return s
-	}
-	first := running(keyA, PhaseStarting, false)
-	first.Attempt.Predecessor = ""
-	for name, tc := range map[string]struct {
-		s       Slot
-		desired bool
-		key     string
-		want    bool
-	}{
-		"no slot":                    {Slot{}, true, keyA, false},
-		"not desired":                {at(GenStop, GenStop), false, keyA, false},
-		"stopped":                    {at(GenStop, GenRun), true, keyA, true},
-		"removed":                    {at(GenRemove, GenRemove), true, keyA, true},
-		"successor starting":         {succ(PhaseStarting, false, false), true, keyA, true},
-		"successor ready":            {succ(PhaseRunning, true, true), true, keyA, false},
-		"successor readiness flaps":  {succ(PhaseRunning, false, true), true, keyA, false},
-		"successor failed after all": {succ(PhaseFailed, false, true), true, keyA, true},
-		"first run":                  {first, true, keyA, false},
-		"drifted incumbent":          {succ(PhaseStarting, false, false), true, keyB, false},
-	} {
-		if got := InFlight(tc.s, tc.desired, tc.key); got != tc.want {
-			t.Errorf("%s: %v, want %v", name, got, tc.want)
-		}
-	}
-}
