@@ -304,6 +304,7 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 		default:
 			res.commits++
 			res.changed = true
+			p.cfg.Metrics.step(sp.Decision.Case, sp.Replica)
 			if sp.Decision.Step == slots.StepRun {
 				load[sp.NodeID]++
 			}
