@@ -85,7 +85,7 @@ type ServiceInput struct {
 	Refused Reason
 	// Blocker is set when the service's new work cannot be built this sweep.
 	Blocker *Blocker
-	// Slots are every slot row of the service, any order; more than [MaxReplicas] is refused as
+	// Slots are every slot row of the service, any order; more than [MaxSlots] is refused as
 	// replica-limit and decides nothing.
 	Slots []Slot
 	// Rollout bounds the replacements (its zero value replaces one replica at a time, stop
@@ -157,7 +157,7 @@ type Plan struct {
 // replica's fresh [SlotPlan.Input] to [CheckCommit]; committing the earlier slots of the same plan
 // never makes a later one conflict (each commit spends exactly the bound the plan counted for it).
 func PlanService(in ServiceInput) Plan {
-	if len(in.Slots) > MaxReplicas {
+	if len(in.Slots) > MaxSlots {
 		return Plan{Verdict: Verdict{SpecRevision: in.SpecRevision, State: Refused, Reason: ReasonReplicaLimit}}
 	}
 	invalid := Plan{Verdict: Verdict{SpecRevision: in.SpecRevision, State: Refused, Reason: ReasonSlotInvalid}}

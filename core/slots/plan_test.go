@@ -357,7 +357,7 @@ func TestPlanServiceEdges(t *testing.T) {
 	t.Parallel()
 	// Too many slots decide nothing.
 	var in ServiceInput
-	for i := 0; i <= MaxReplicas; i++ {
+	for i := 0; i <= MaxSlots; i++ {
 		in.Slots = append(in.Slots, Slot{Exists: true, Replica: fmt.Sprint(i), Generation: GenRun})
 	}
 	if p := PlanService(in); p.Verdict.Reason != ReasonReplicaLimit || len(p.Slots) != 0 {

@@ -155,11 +155,14 @@ const (
 // Bounds of a runtime spec.
 const (
 	MaxReplicasPerNode = 64
-	MaxReplicas        = 256 // slots of one service in total; more is refused replica-limit
-	MinMemoryBytes     = 4 << 20
-	MaxMemoryBytes     = 1 << 40
-	MaxCPUMillis       = 1_000_000
-	MaxPinnedNodes     = 256
+	MaxReplicas        = 256 // replicas of one service in total
+	// MaxSlots bounds the slot rows of one service: each replica has two slot names (its own and
+	// its surge name, [SurgeSuffix]); more is refused replica-limit.
+	MaxSlots       = 2 * MaxReplicas
+	MinMemoryBytes = 4 << 20
+	MaxMemoryBytes = 1 << 40
+	MaxCPUMillis   = 1_000_000
+	MaxPinnedNodes = 256
 )
 
 // Readiness timing defaults, filled in by [NextSpec] for zero fields.
