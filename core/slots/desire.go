@@ -115,14 +115,10 @@ func Desire(spec *Spec, deleting bool, nodes []Node, placed map[string]string) D
 // compareReplicas orders slot names by their replica ([BaseReplica]), a replica's primary name
 // before its surge name.
 func compareReplicas(a, b string) int {
-	ba, bb := BaseReplica(a), BaseReplica(b)
-	if c := compareBase(ba, bb); c != 0 || ba == bb {
-		if c == 0 {
-			return strings.Compare(a, b) // "3" < "3~"
-		}
+	if c := compareBase(BaseReplica(a), BaseReplica(b)); c != 0 {
 		return c
 	}
-	return 0
+	return strings.Compare(a, b) // "3" before "3~"
 }
 
 // compareBase orders replica ids: "<i>" numerically, "<node>.<i>" by node and then index, and
