@@ -210,8 +210,8 @@ func (cl *cluster) workloadIDs(t *testing.T, service string) []string {
 }
 
 // waitReplicas waits until the service's rollout converged (docs/reconciliation.md section 7:
-// every change of what runs, replica counts included, replaces the replicas one at a time) and
-// it has exactly n workloads, all running and passing.
+// every change of what runs replaces the replicas under the service's rollout bounds) and it has
+// exactly n workloads, all running and passing.
 func (cl *cluster) waitReplicas(t *testing.T, service string, n int) []string {
 	t.Helper()
 	waitFor(t, 3*converge, fmt.Sprintf("%d healthy replicas of %s", n, service), func() (bool, string) {

@@ -62,8 +62,8 @@ func (cl *cluster) verdict(t *testing.T, name string) string {
 }
 
 // TestRolloutCrashingReleaseUndoAndDeletion runs docs/reconciliation.md with real agents and the
-// process driver: a release that crashes on start rolls into one slot only, which backs off while
-// the old replica keeps serving; `berth rollout undo` recovers; a deletion during a rollout stops
+// process driver: a release that crashes on start rolls into one surge slot only, which backs off
+// while both old replicas keep serving; `berth rollout undo` recovers; a deletion during a rollout stops
 // everything and removes the service once the nodes acknowledged it.
 func TestRolloutCrashingReleaseUndoAndDeletion(t *testing.T) {
 	t.Parallel()
@@ -89,7 +89,8 @@ func TestRolloutCrashingReleaseUndoAndDeletion(t *testing.T) {
 	ids := cl.waitReplicas(t, "hello", 2)
 	cl.waitAnswering(t, "hello.localhost", ids)
 
-	// A release that crashes on start: one slot takes it and backs off; the other keeps serving.
+	// A release that crashes on start: one surge slot takes it and backs off beside the old
+	// replicas, which keep serving (max_surge 1, max_unavailable 0).
 	cl.pushBundle(t, crashingBundle(t, filepath.Join(cl.dir, "bad")), "hello")
 	cl.cli(t, "apply", "-f", spec)
 	waitFor(t, converge, "waiting on the crash loop", func() (bool, string) {
@@ -102,15 +103,15 @@ func TestRolloutCrashingReleaseUndoAndDeletion(t *testing.T) {
 			serving = append(serving, w.ID)
 		}
 	}
-	if len(serving) != 1 {
-		t.Fatalf("serving %v during the failed rollout, want the one old replica", serving)
+	if len(serving) != 2 {
+		t.Fatalf("serving %v during the failed rollout, want the two old replicas", serving)
 	}
 	cl.waitAnswering(t, "hello.localhost", serving)
 	if out := cl.cli(t, "get", "slots", "hello"); !strings.Contains(out, "failed") {
 		t.Fatalf("get slots shows no failed slot:\n%s", out)
 	}
 	st, err := cl.c.Rollout(ctx, "default", "hello")
-	if err != nil || st.PreviousRelease != good || st.Outdated != 1 || st.Updated != 0 {
+	if err != nil || st.PreviousRelease != good || st.Outdated != 2 || st.Updated != 0 {
 		t.Fatalf("rollout %+v %v", st, err)
 	}
 

@@ -49,6 +49,8 @@ type serviceFile struct {
 	// The rollout fields (docs/reconciliation.md section 7.2).
 	ProgressDeadlineS int  `json:"progress_deadline_s,omitempty" yaml:"progress_deadline_s"`
 	AutoRollback      bool `json:"auto_rollback,omitempty" yaml:"auto_rollback"`
+	// Rollout bounds how many replicas a rollout moves at once.
+	Rollout *rolloutFile `json:"rollout,omitempty" yaml:"rollout"`
 
 	// Bindings are the service's databases and buckets (docs/bindings.md); Backup schedules,
 	// keeps and drills their backups (docs/backups.md section 4.3).
@@ -103,6 +105,44 @@ func (r *secretRefFile) UnmarshalYAML(n *yaml.Node) error {
 	}
 	r.SecretRef = client.SecretRef{Secret: m.Secret, Version: m.Version, As: m.As}
 	return nil
+}
+
+// rolloutFile is the rollout block of a serviceFile (docs/reconciliation.md section 5.2).
+type rolloutFile struct {
+	MaxSurge       *boundFile `json:"max_surge,omitempty" yaml:"max_surge"`
+	MaxUnavailable *boundFile `json:"max_unavailable,omitempty" yaml:"max_unavailable"`
+}
+
+// boundFile is one rollout bound: a number of replicas (3) or a percentage ("25%"), in YAML
+// and JSON alike.
+type boundFile struct{ client.IntOrPercent }
+
+// UnmarshalYAML reads 3, "3" or "25%".
+func (b *boundFile) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: a rollout bound is a number of replicas or a percentage such as 25%%", n.Line)
+	}
+	v, err := client.ParseIntOrPercent(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	b.IntOrPercent = v
+	return nil
+}
+
+// spec returns the API's rollout block; nil for none.
+func (r *rolloutFile) spec() *client.RolloutSpec {
+	if r == nil {
+		return nil
+	}
+	bound := func(b *boundFile) *client.IntOrPercent {
+		if b == nil {
+			return nil
+		}
+		v := b.IntOrPercent
+		return &v
+	}
+	return &client.RolloutSpec{MaxSurge: bound(r.MaxSurge), MaxUnavailable: bound(r.MaxUnavailable)}
 }
 
 // leaseFile is the lease block of a stateful serviceFile.
@@ -165,6 +205,7 @@ func (f serviceFile) spec() client.ServiceSpec {
 		PlacementMode:     f.PlacementMode,
 		ProgressDeadlineS: f.ProgressDeadlineS,
 		AutoRollback:      f.AutoRollback,
+		Rollout:           f.Rollout.spec(),
 		Volumes:           f.Volumes,
 		Container: client.Container{Runtime: f.Runtime, Image: f.Image, User: f.User, DeployOnPush: f.DeployOnPush,
 			MemoryMB: f.MemoryMB, CPUMillis: f.CPUMillis},
@@ -203,6 +244,9 @@ JSON (one object, several objects in a row, or an array). Fields:
                      seconds a rollout may go without progress before it is
                      failed as refused(progress-deadline) (default 600)
   auto_rollback      true: a failed rollout restores the previous release
+  rollout            {max_surge, max_unavailable}: how many replicas a rollout
+                     may run above replicas (default 1) and leave not ready
+                     (default 0); each a number or a percentage such as "25%"
   volumes            [{name: data, path: /data}]: persistent directories kept
                      across rollouts and agent restarts on the node that runs
                      the service; a process workload finds each in

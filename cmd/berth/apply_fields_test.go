@@ -41,3 +41,24 @@ backup: {cron: "0 3 * * *", keep: 7, drill: weekly}
 		t.Errorf("an unknown binding field: %v", err)
 	}
 }
+
+// TestParseServiceFileRollout: the rollout block reads counts and percentages from YAML and
+// JSON alike and reaches the spec as the API writes it.
+func TestParseServiceFileRollout(t *testing.T) {
+	for name, in := range map[string]string{
+		"svc.yaml": "name: web\nrollout: {max_surge: 25%, max_unavailable: 1}\n",
+		"svc.json": `{"name": "web", "rollout": {"max_surge": "25%", "max_unavailable": 1}}`,
+	} {
+		docs, err := parseServiceFiles(strings.NewReader(in), name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got, _ := json.Marshal(docs[0].spec())
+		if want := `"rollout":{"max_surge":"25%","max_unavailable":1}`; !strings.Contains(string(got), want) {
+			t.Errorf("%s: spec %s\nwant it to hold %s", name, got, want)
+		}
+	}
+	if _, err := parseServiceFiles(strings.NewReader("name: a\nrollout: {max_surge: lots}\n"), "x.yaml"); err == nil || !strings.Contains(err.Error(), "percentage") {
+		t.Errorf("a bad bound: %v", err)
+	}
+}

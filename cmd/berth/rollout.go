@@ -17,15 +17,19 @@ import (
 
 func newRolloutCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "rollout status|undo SERVICE",
+		Use:   "rollout status|undo|pause|resume|restart SERVICE",
 		RunE:  groupRunE,
-		Short: "Follow or undo a service's rollout",
-		Long: `rollout follows a service on its way to its current desire, or returns it to
-its previous release (docs/reconciliation.md sections 5 and 7).`,
+		Short: "Follow, undo, pause, resume or restart a service's rollout",
+		Long: `rollout follows a service on its way to its current desire, returns it to
+its previous release, holds or resumes its rollout, or replaces every replica
+(docs/reconciliation.md sections 5 and 7).`,
 		Example: `  berth rollout status hello
-  berth rollout undo hello`,
+  berth rollout undo hello
+  berth rollout pause default/hello
+  berth rollout restart hello`,
 	}
-	cmd.AddCommand(newRolloutStatusCmd(a), newRolloutUndoCmd(a))
+	cmd.AddCommand(newRolloutStatusCmd(a), newRolloutUndoCmd(a), newRolloutControlCmd(a, "pause"),
+		newRolloutControlCmd(a, "resume"), newRolloutControlCmd(a, "restart"))
 	return cmd
 }
 
@@ -245,9 +249,10 @@ runs: the release bundle or image, and with it the command, environment, port,
 limits and health check of that time (previous_release in 'berth rollout
 status SERVICE -o json' names the release). Replicas, domains and the runtime
 spec stay as they are. The write is one compare-and-set on the service; undo
-again to return. Like any release change it rolls out slot by
-slot: one replica is replaced at a time, each successor waited on until it is
-observed ready (docs/reconciliation.md section 5). Follow it with
+again to return. Like any release change it rolls out under the service's
+rollout bounds (max_surge, max_unavailable; by default each successor starts
+beside its replica and the replica stops once the successor is observed
+ready: docs/reconciliation.md section 5.2). Follow it with
 'berth rollout status SERVICE'.
 
 Before it writes, undo prints what it changes (release, runtime, command,
@@ -344,4 +349,69 @@ func envChangeText(ch client.UndoChange) string {
 		parts = append(parts, k+" "+words[k])
 	}
 	return orDash(strings.Join(parts, ", "))
+}
+
+// rolloutControlHelp is the help of each of `berth rollout pause|resume|restart`.
+var rolloutControlHelp = map[string][2]string{
+	"pause": {"Hold a service's rollout where it is", `pause holds the service's rollout where it is: no replica begins a
+replacement; successors already started finish and replace their replica, and
+replicas that are missing still start. 'berth rollout status' then shows the
+verdict waiting(rollout-paused) while replicas run an older attempt. New
+releases applied meanwhile wait too. Pausing a paused service changes nothing.`},
+	"resume": {"Let a paused rollout continue", `resume lets a paused rollout continue under the service's rollout bounds.
+Resuming a service that is not paused changes nothing.`},
+	"restart": {"Replace every replica of a service", `restart replaces every replica of the service with a new run of the same
+release and configuration, under the service's rollout bounds (by default one
+successor at a time, each started beside its replica, which stops once the
+successor is ready). It writes a new restart generation on the service; each
+call is a new restart. Follow it with 'berth rollout status SERVICE'.`},
+}
+
+func newRolloutControlCmd(a *app, action string) *cobra.Command {
+	help := rolloutControlHelp[action]
+	return &cobra.Command{
+		Use:   action + " [PROJECT/]SERVICE",
+		Short: help[0],
+		Long: help[1] + `
+
+SERVICE may name its project (PROJECT/SERVICE); otherwise --project applies.
+The write is one compare-and-set on the service, recorded in the change log.
+It is refused with service_not_found, service_deleting, or revision_conflict
+when the service changed under it (run it again).`,
+		Example: fmt.Sprintf("  berth rollout %s hello\n  berth rollout %s default/hello", action, action),
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			project, name := splitService(args[0], s.Project)
+			var out *client.RolloutControl
+			switch action {
+			case "pause":
+				out, err = c.RolloutPause(cmd.Context(), project, name)
+			case "resume":
+				out, err = c.RolloutResume(cmd.Context(), project, name)
+			default:
+				out, err = c.RolloutRestart(cmd.Context(), project, name)
+			}
+			if err != nil {
+				return fmt.Errorf("%s rollout of %s/%s: %w", action, project, name, err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, out)
+			}
+			switch {
+			case !out.Changed && out.Service.RolloutPaused:
+				fmt.Fprintf(a.stdout, "rollout of %s/%s was already paused\n", project, name)
+			case !out.Changed:
+				fmt.Fprintf(a.stdout, "rollout of %s/%s was not paused\n", project, name)
+			case action == "restart":
+				fmt.Fprintf(a.stdout, "rollout of %s/%s restarting (restart generation %d, revision %d)\n", project, name, out.Service.RestartGeneration, out.Service.Revision)
+			default:
+				fmt.Fprintf(a.stdout, "rollout of %s/%s %sd (revision %d)\n", project, name, action, out.Service.Revision)
+			}
+			return nil
+		},
+	}
 }

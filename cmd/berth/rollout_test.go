@@ -102,6 +102,20 @@ func (f *reconAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			BundleDigest: "sha256:1111111111111111aaaa"}, Changes: changes})
 		return
 	}
+	for _, action := range []string{"pause", "resume", "restart"} {
+		name, ok := svcRoute("rollout/" + action)
+		if !ok || r.Method != "POST" {
+			continue
+		}
+		if name != "hello" {
+			problem(w, 404, "service_not_found", "no service "+name)
+			return
+		}
+		f.bodies = append(f.bodies, route)
+		svc := client.Service{ID: "svc_hello", Project: "default", Name: "hello", Revision: 9, RolloutPaused: action == "pause", RestartGeneration: 3}
+		answer(w, 200, client.RolloutControl{Service: svc, Changed: action != "resume"})
+		return
+	}
 	if name, ok := svcRoute("spec"); ok {
 		switch r.Method {
 		case "GET":
@@ -345,6 +359,37 @@ func TestRolloutUndo(t *testing.T) {
 	_, errOut, code := c.run("", "rollout", "undo", "fresh")
 	if code == 0 || !strings.Contains(errOut, "undo rollout of default/fresh: no_previous_release") {
 		t.Errorf("undo without a previous release: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestRolloutPauseResumeRestart: each command posts its action for [PROJECT/]SERVICE and says
+// what it did, a no-op included; a missing service is an error naming its code.
+func TestRolloutPauseResumeRestart(t *testing.T) {
+	t.Parallel()
+	f, c := newReconAPI(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rollout", "pause", "hello"}, "rollout of default/hello paused (revision 9)"},
+		{[]string{"rollout", "resume", "default/hello"}, "rollout of default/hello was not paused"},
+		{[]string{"rollout", "restart", "hello"}, "rollout of default/hello restarting (restart generation 3, revision 9)"},
+	} {
+		out, errOut, code := c.run("", tc.args...)
+		if code != 0 || !strings.Contains(out, tc.want) {
+			t.Fatalf("berth %v: exit %d\n%s%s\nwant %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+	want := []string{"POST projects/default/services/hello/rollout/pause", "POST projects/default/services/hello/rollout/resume",
+		"POST projects/default/services/hello/rollout/restart"}
+	f.mu.Lock()
+	got := strings.Join(f.bodies, "\n")
+	f.mu.Unlock()
+	if got != strings.Join(want, "\n") {
+		t.Fatalf("requests %q, want %v", got, want)
+	}
+	if _, errOut, code := c.run("", "rollout", "restart", "nosuch"); code == 0 || !strings.Contains(errOut, "service_not_found") {
+		t.Fatalf("restart of a missing service: exit %d: %s", code, errOut)
 	}
 }
 

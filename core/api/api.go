@@ -303,6 +303,8 @@ func routeBody(c echo.Context) bodyKind {
 		"PUT /api/v1/projects/:project/services/:name",
 		"PUT /api/v1/projects/:project/services/:name/spec",
 		"POST /api/v1/projects/:project/services/:name/rollout/undo",
+		"POST /api/v1/projects/:project/services/:name/rollout/pause", "POST /api/v1/projects/:project/services/:name/rollout/resume",
+		"POST /api/v1/projects/:project/services/:name/rollout/restart",
 		"POST /api/v1/projects/:project/services/:name/releases",
 		"POST /api/v1/projects/:project/services/:name/releases/:tag/promote",
 		"POST /api/v1/policy-bindings",

@@ -176,6 +176,13 @@ func validateService(spec *serviceSpec) error {
 		}
 		volumes[v.Name] = true
 	}
+	if err := slots.ValidateRollout(rolloutSpec(spec.Rollout), spec.PlacementMode == services.PlacementStateful); err != nil {
+		var r *slots.Refusal
+		if errors.As(err, &r) {
+			return fail("%s", r.Detail)
+		}
+		return err
+	}
 	if d := spec.ProgressDeadlineS; d < 0 || d > maxProgressDeadlineS {
 		return fail("progress_deadline_s must be between 1 and %d seconds (0 or absent: %d)", maxProgressDeadlineS, int(slots.DefaultProgressDeadline/time.Second))
 	}

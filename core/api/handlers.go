@@ -38,6 +38,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
 		Labels: s.Labels, CapacityUnits: s.CapacityUnits, PlacementMode: services.PlacementPortable,
 		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
+		Rollout: apiRollout(s.Rollout), RolloutPaused: s.RolloutPaused, RestartGeneration: s.RestartGeneration,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis,
 			DeployOnPush: s.DeployOnPush, ImageTag: s.ImageTag},
 		Deleting: s.Deleting, PurgeVolumes: s.PurgeVolumes, Timeouts: s.Timeouts, TLS: client.TLS(s.TLS), Stream: s.Stream,
@@ -251,6 +252,7 @@ func (s *Server) putService(c echo.Context) error {
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, DNS: spec.DNS, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
 		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, TLS: services.TLS(spec.TLS), Stream: spec.Stream, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
+		Rollout: rolloutSpec(spec.Rollout),
 	}
 	for _, v := range spec.Volumes {
 		svc.Volumes = append(svc.Volumes, services.Volume(v))

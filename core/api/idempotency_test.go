@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -132,6 +133,8 @@ func drivenIdemRoutes() []string {
 		"PUT /api/v1/projects/:project", "PUT /api/v1/projects/:project/services/:name",
 		"POST /api/v1/projects/:project/bundles", "PUT /api/v1/projects/:project/services/:name/spec",
 		"POST /api/v1/projects/:project/services/:name/rollout/undo", "POST /api/v1/projects/:project/services/:name/backups",
+		"POST /api/v1/projects/:project/services/:name/rollout/pause", "POST /api/v1/projects/:project/services/:name/rollout/resume",
+		"POST /api/v1/projects/:project/services/:name/rollout/restart",
 		"POST /api/v1/projects/:project/backups/:id/restore", "POST /api/v1/projects/:project/backups/:id/drill",
 		"POST /api/v1/projects/:project/services/:name/releases", "POST /api/v1/projects/:project/services/:name/releases/:tag/promote",
 		"DELETE /api/v1/projects/:project/services/:name", "POST /api/v1/nodes/join-tokens", "POST /api/v1/nodes/:id/fence-ack",
@@ -216,6 +219,12 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 				return js("POST", svc+"api/rollout/undo", nil)()
 			},
 			other: js("POST", svc+"api/rollout/undo", map[string]any{})},
+		{route: "POST /api/v1/projects/:project/services/:name/rollout/pause",
+			first: js("POST", svc+"web/rollout/pause", nil), other: js("POST", svc+"web/rollout/pause", map[string]any{"expected_revision": 1})},
+		{route: "POST /api/v1/projects/:project/services/:name/rollout/resume",
+			first: js("POST", svc+"web/rollout/resume", nil), other: js("POST", svc+"web/rollout/resume", map[string]any{"expected_revision": 1})},
+		{route: "POST /api/v1/projects/:project/services/:name/rollout/restart",
+			first: js("POST", svc+"web/rollout/restart", nil), other: js("POST", svc+"web/rollout/restart", map[string]any{"expected_revision": 1})},
 		{route: "POST /api/v1/projects/:project/services/:name/backups",
 			first: js("POST", svc+"web/backups", map[string]any{"binding": "db"}),
 			other: js("POST", svc+"web/backups", map[string]any{"binding": "files"})},
@@ -296,7 +305,7 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.route, func(t *testing.T) {
-			key := "key-" + string(rune('a'+i))
+			key := "key-" + strconv.Itoa(1000+i)
 			first := tc.first()
 			first.key = key
 			a1 := f.raw(first)

@@ -27,6 +27,9 @@ func (s *Server) registerRollout(v1 *echo.Group) {
 	v1.GET("/projects/:project/services/:name/workloads", s.serviceSlots, s.auth(identity.ScopeServicesRead))
 	v1.GET("/projects/:project/services/:name/rollout", s.getRollout, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/services/:name/rollout/undo", s.rolloutUndo, s.auth(identity.ScopeServiceDeploy))
+	for _, a := range []services.RolloutAction{services.RolloutPause, services.RolloutResume, services.RolloutRestart} {
+		v1.POST("/projects/:project/services/:name/rollout/"+string(a), s.rolloutControl(a), s.auth(identity.ScopeServiceDeploy))
+	}
 	v1.POST("/nodes/:id/retire", s.retireNode, s.auth(identity.ScopeNodeRemove, reauth))
 }
 
@@ -289,4 +292,62 @@ func (s *Server) retireNode(c echo.Context) error {
 	}
 	return c.JSON(http.StatusAccepted, client.Retirement{NodeID: n.ID, Disposition: n.Retirement.Disposition, State: n.Retirement.State,
 		Wait: wait, Slots: count, CreatedAt: n.Retirement.CreatedAt})
+}
+
+// rolloutControl serves POST /api/v1/projects/{p}/services/{s}/rollout/{pause,resume,restart}
+// (docs/reconciliation.md section 5.2): one compare-and-set on the service, in the change log.
+// The body may state expected_revision.
+func (s *Server) rolloutControl(action services.RolloutAction) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var req struct {
+			ExpectedRevision *int64 `json:"expected_revision"`
+		}
+		if err := s.bindOptional(c, &req); err != nil {
+			return err
+		}
+		p, svc, err := s.namedService(c)
+		if err != nil {
+			return err
+		}
+		wctx, done := s.changeCtx(c)
+		out, wrote, err := s.cfg.Catalog.ControlRollout(wctx, p, svc.Name, action, req.ExpectedRevision)
+		done()
+		if err != nil {
+			return serviceError(err)
+		}
+		s.log.Info("rollout "+string(action), "project", p.Name, "service", svc.Name, "service_id", svc.ID, "revision", out.Revision,
+			"changed", wrote, "paused", out.RolloutPaused, "restart_generation", out.RestartGeneration)
+		if wrote {
+			s.awaitChange(c, "services", out.ID, out.LogOutbox)
+		}
+		return c.JSON(http.StatusOK, client.RolloutControl{Service: toAPIService(out, 0), Changed: wrote})
+	}
+}
+
+// rolloutSpec converts an API rollout block (nil: none) to the stored one.
+func rolloutSpec(r *client.RolloutSpec) *slots.RolloutSpec {
+	if r == nil {
+		return nil
+	}
+	bound := func(b *client.IntOrPercent) *slots.Bound {
+		if b == nil {
+			return nil
+		}
+		return &slots.Bound{Value: b.Value, Percent: b.Percent}
+	}
+	return &slots.RolloutSpec{MaxSurge: bound(r.MaxSurge), MaxUnavailable: bound(r.MaxUnavailable)}
+}
+
+// apiRollout converts a stored rollout block (nil: none) to the API's.
+func apiRollout(r *slots.RolloutSpec) *client.RolloutSpec {
+	if r == nil {
+		return nil
+	}
+	bound := func(b *slots.Bound) *client.IntOrPercent {
+		if b == nil {
+			return nil
+		}
+		return &client.IntOrPercent{Value: b.Value, Percent: b.Percent}
+	}
+	return &client.RolloutSpec{MaxSurge: bound(r.MaxSurge), MaxUnavailable: bound(r.MaxUnavailable)}
 }

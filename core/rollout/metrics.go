@@ -23,6 +23,8 @@ type Metrics struct {
 	sweepSeconds prometheus.Histogram
 	// rolloutsFailed counts rollouts failed by their progress deadline, by whether they rolled back.
 	rolloutsFailed *prometheus.CounterVec
+	// steps counts committed slot steps by decision case and whether the slot is a surge name.
+	steps *prometheus.CounterVec
 }
 
 // NewMetrics registers the producer's families on reg and returns them. It panics, as
@@ -39,8 +41,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of a whole rollout sweep over every service.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 		rolloutsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "berth_rollouts_failed_total",
 			Help: "Rollouts failed by their progress deadline, by whether they were rolled back."}, []string{"rolled_back"}),
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "berth_rollout_slot_steps_total",
+			Help: "Slot steps committed, by decision case and whether the slot is a replica's surge name (its successor started beside it)."}, []string{"case", "surge"}),
 	}
-	reg.MustRegister(m.verdicts, m.verdictChanges, m.workloads, m.sweepSeconds, m.rolloutsFailed)
+	reg.MustRegister(m.verdicts, m.verdictChanges, m.workloads, m.sweepSeconds, m.rolloutsFailed, m.steps)
 	return m
 }
 
@@ -107,5 +111,16 @@ func (m *Metrics) failed(rolledBack bool) {
 			b = "true"
 		}
 		m.rolloutsFailed.WithLabelValues(b).Inc()
+	}
+}
+
+// step counts a committed slot step of replica (a slot name) decided as c.
+func (m *Metrics) step(c slots.Case, replica string) {
+	if m != nil {
+		surge := "false"
+		if slots.BaseReplica(replica) != replica {
+			surge = "true"
+		}
+		m.steps.WithLabelValues(string(c), surge).Inc()
 	}
 }

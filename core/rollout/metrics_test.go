@@ -61,6 +61,21 @@ func TestMetricsMoveWithARealSweep(t *testing.T) {
 	if n := sum("berth_rollout_sweep_duration_seconds", nil); n < 2 {
 		t.Errorf("berth_rollout_sweep_duration_seconds count = %v", n)
 	}
+	if n := sum("berth_rollout_slot_steps_total", map[string]string{"case": "admit-run-first", "surge": "false"}); n != 2 {
+		t.Errorf("berth_rollout_slot_steps_total{admit-run-first} = %v, want 2", n)
+	}
+	// A release change under the default bounds starts each successor beside its replica.
+	h.put("sha256:b", 2)
+	h.until(20, "converged on release b", func() bool { return h.converged(svc.ID)() && h.serving(svc)["sha256:b"] == 2 }, nil)
+	if fams, err = reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		byName[f.GetName()] = f
+	}
+	if n := sum("berth_rollout_slot_steps_total", map[string]string{"case": "admit-run-first", "surge": "true"}); n != 2 {
+		t.Errorf("berth_rollout_slot_steps_total{admit-run-first,surge} = %v, want 2", n)
+	}
 	if _, ok := byName["berth_rollouts_failed_total"]; ok {
 		t.Errorf("berth_rollouts_failed_total moved without a failed rollout")
 	}

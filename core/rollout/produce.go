@@ -304,6 +304,7 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 		default:
 			res.commits++
 			res.changed = true
+			p.cfg.Metrics.step(sp.Decision.Case, sp.Replica)
 			if sp.Decision.Step == slots.StepRun {
 				load[sp.NodeID]++
 			}
@@ -406,7 +407,7 @@ func readyCount(plan slots.Plan) int {
 	n := 0
 	for _, sp := range plan.Slots {
 		s := sp.Input.Slot
-		if sp.Input.Desired && s.Exists && s.Generation == slots.GenRun && s.Attempt.Key == sp.Input.DesiredKey &&
+		if sp.Input.Desired && !sp.Held && s.Exists && s.Generation == slots.GenRun && s.Attempt.Key == sp.Input.DesiredKey &&
 			s.Observed.Phase == slots.PhaseRunning && s.Observed.Ready {
 			n++
 		}
@@ -598,8 +599,13 @@ func (p *Producer) place(v *view, ns map[string]*nodes.Node, load map[string]int
 	}
 	perNode := map[string]int{}
 	for _, row := range v.set.Slots {
+		// A replica's surge slot ("3~") places the replica as its primary does; the run
+		// (generation 1) wins over a slot on its way out.
+		r := slots.BaseReplica(row.Replica)
 		if n := ns[row.NodeID]; n != nil && member(n, v.svc) {
-			placed[row.Replica] = row.NodeID
+			if _, ok := placed[r]; !ok || row.Generation == int(slots.GenRun) {
+				placed[r] = row.NodeID
+			}
 			perNode[row.NodeID]++
 		}
 	}
@@ -649,6 +655,7 @@ func (p *Producer) input(v *view, ns map[string]*nodes.Node, placed map[string]s
 	}
 	d := slots.Desire(spec, v.svc.Deleting, all, placed)
 	in.Unplaced, in.Refused = len(d.Unplaced), d.Refused
+	in.Rollout = slots.ResolveRollout(v.svc.Rollout, len(d.Placed)+len(d.Unplaced), v.leased || v.svc.Stateful(), v.svc.RolloutPaused)
 	if len(d.Placed) == 0 {
 		return in
 	}
@@ -657,8 +664,7 @@ func (p *Producer) input(v *view, ns map[string]*nodes.Node, placed map[string]s
 		in.Blocker = &slots.Blocker{Refused: true, Reason: slots.ReasonReleaseMissing}
 	}
 	for _, pl := range d.Placed {
-		key, err := slots.DesiredAttemptKey(slots.KeyInput{ReleaseDigest: release, SpecRevision: v.spec.Revision, Env: v.svc.Env,
-			Platform: pl.Platform, NetworkMode: v.spec.Spec.Network, Invocation: v.svc.InvocationDigest()})
+		key, err := desiredKey(v.svc, v.spec, pl.Platform)
 		if err != nil {
 			in.Blocker = &slots.Blocker{Refused: true, Reason: slots.ReasonSlotInvalid}
 			continue
@@ -666,6 +672,15 @@ func (p *Producer) input(v *view, ns map[string]*nodes.Node, placed map[string]s
 		in.Desired = append(in.Desired, slots.DesiredSlot{Replica: pl.Replica, NodeID: pl.NodeID, Key: key})
 	}
 	return in
+}
+
+// desiredKey returns the desired attempt key of svc's replicas on platform under spec: its
+// release, environment and invocation, the spec's key revision (which replica-count changes
+// leave alone) and network, and the service's restart generation.
+func desiredKey(svc *services.Service, spec *SpecDoc, platform string) (string, error) {
+	sp := *specOf(spec)
+	return slots.DesiredAttemptKey(slots.KeyInput{ReleaseDigest: svc.Release().Digest(), SpecRevision: sp.KeyRevision(), Env: svc.Env,
+		Platform: platform, NetworkMode: sp.Network, Invocation: svc.InvocationDigest(), Restart: svc.RestartGeneration})
 }
 
 // statefulSpec returns sp as a stateful service runs it: scheduled, at most one replica (its
@@ -925,8 +940,10 @@ func workloadID(serviceID, replica, attemptID string) string {
 	return "wl_" + hex.EncodeToString(sum[:13])
 }
 
-// replicaIndex returns the index of "<i>" or "<node>.<i>", 0 when there is none.
+// replicaIndex returns the index of "<i>" or "<node>.<i>" (and of their surge names "<i>~"),
+// 0 when there is none.
 func replicaIndex(replica string) int {
+	replica = slots.BaseReplica(replica)
 	if i := lastDot(replica); i >= 0 {
 		replica = replica[i+1:]
 	}

@@ -209,14 +209,29 @@ func (h *harness) converged(id string) func() bool {
 	return func() bool { return h.verdict(id).State == slots.Converged }
 }
 
+// putRollout is put with the service's rollout bounds.
+func (h *harness) putRollout(release string, replicas int, ro *slots.RolloutSpec) *services.Service {
+	h.t.Helper()
+	svc, _, err := h.cat.PutService(h.ctx, h.p, &services.Service{Name: "web", BundleDigest: release, Command: []string{"./web"}, Port: 8080,
+		Replicas: replicas, Domains: []string{"web.localhost"}, Rollout: ro}, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return svc
+}
+
+// stopFirst is the rollout of max_surge 0, max_unavailable 1: one replica at a time, stop
+// before start.
+var stopFirst = &slots.RolloutSpec{MaxSurge: &slots.Bound{}, MaxUnavailable: &slots.Bound{Value: 1}}
+
 func TestRollingReleaseReplacesOneSlotAtATime(t *testing.T) {
 	h := newHarness(t, 3)
-	svc := h.put("sha256:a", 3)
+	svc := h.putRollout("sha256:a", 3, stopFirst)
 	h.until(10, "converged on release a", h.converged(svc.ID), nil)
 	if got := h.serving(svc); got["sha256:a"] != 3 {
 		t.Fatalf("serving %v, want 3 of release a", got)
 	}
-	svc = h.put("sha256:b", 3)
+	svc = h.putRollout("sha256:b", 3, stopFirst)
 	// Before any sweep decided over the new release, the converged verdict about the same spec
 	// revision reads as converging.
 	views := rollout.Views{Store: h.rs, Catalog: h.cat, Nodes: h.reg}
@@ -256,10 +271,10 @@ func TestRollingReleaseReplacesOneSlotAtATime(t *testing.T) {
 
 func TestCrashingReleaseBacksOffAndUndoRecovers(t *testing.T) {
 	h := newHarness(t, 3)
-	svc := h.put("sha256:good", 3)
+	svc := h.putRollout("sha256:good", 3, stopFirst)
 	h.until(10, "converged", h.converged(svc.ID), nil)
 	h.crash["sha256:bad"] = true
-	svc = h.put("sha256:bad", 3)
+	svc = h.putRollout("sha256:bad", 3, stopFirst)
 	h.until(10, "waiting on the failure backoff", func() bool {
 		return h.verdict(svc.ID) == slots.Verdict{SpecRevision: 1, State: slots.Waiting, Reason: slots.ReasonFailureBackoff}
 	}, nil)
@@ -374,7 +389,10 @@ func TestSweepRacingSpecEditAbortsWithConflict(t *testing.T) {
 		}
 		raced = true
 		rev := doc.Revision
-		if _, err := h.rs.PutSpec(h.ctx, svc, slots.SpecWrite{Spec: slots.Spec{Replicas: slots.Replicas{Total: 3}}, ExpectedRevision: &rev}, nil); err != nil {
+		// The edit changes what a slot runs (its CPU limit), so the desired key moves under
+		// the commit; a replica count alone would not.
+		edit := slots.Spec{Replicas: slots.Replicas{Total: 3}, Resources: slots.Resources{CPUMillis: 500}}
+		if _, err := h.rs.PutSpec(h.ctx, svc, slots.SpecWrite{Spec: edit, ExpectedRevision: &rev}, nil); err != nil {
 			t.Errorf("operator edit: %v", err)
 		}
 	})

@@ -307,7 +307,7 @@ func specOf(d *SpecDoc) *slots.Spec {
 
 // sameSpec compares two specs apart from their revisions.
 func sameSpec(a, b slots.Spec) bool {
-	a.Revision, b.Revision = 0, 0
+	a.Revision, b.Revision, a.RunRevision, b.RunRevision = 0, 0, 0, 0
 	ra, _ := bson.Marshal(a)
 	rb, _ := bson.Marshal(b)
 	return string(ra) == string(rb)

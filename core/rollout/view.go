@@ -82,8 +82,7 @@ func currentKey(svc *services.Service, spec *SpecDoc, row SlotRow) (string, bool
 	if spec == nil || svc.Deleting {
 		return "", false
 	}
-	key, err := slots.DesiredAttemptKey(slots.KeyInput{ReleaseDigest: svc.Release().Digest(), SpecRevision: spec.Revision, Env: svc.Env,
-		Platform: Platform, NetworkMode: spec.Spec.Network, Invocation: svc.InvocationDigest()})
+	key, err := desiredKey(svc, spec, Platform)
 	return key, err == nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/secrets"
+	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -197,6 +198,15 @@ type Service struct {
 	// RollbackOf is the revision whose failed rollout an automatic rollback undid, set on the
 	// revision that rollback wrote (0 otherwise); a rollback is never itself rolled back.
 	RollbackOf int64 `bson:"rollback_of,omitempty"`
+	// Rollout bounds how many replicas a rollout moves at once (docs/reconciliation.md section
+	// 5.2); nil takes the defaults (surge 1, unavailable 0; a stateful service always replaces
+	// stop-before-start).
+	Rollout *slots.RolloutSpec `bson:"rollout,omitempty"`
+	// RolloutPaused reports whether an operator paused the service's rollout (`berth rollout
+	// pause`); RestartGeneration counts `berth rollout restart`s, each a new desired attempt
+	// for every replica. Neither is declared by an apply, which keeps them.
+	RolloutPaused     bool  `bson:"rollout_paused,omitempty"`
+	RestartGeneration int64 `bson:"restart_generation,omitempty"`
 
 	// Runtime is the node runtime driver: "process" (also when empty) or
 	// "containerd"; Image, User, MemoryMB and CPUMillis are the container
@@ -591,6 +601,7 @@ func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expe
 		return cur, PutUnchanged, nil
 	}
 	s.Previous = cur.Previous
+	s.RolloutPaused, s.RestartGeneration = cur.RolloutPaused, cur.RestartGeneration
 	if was := InvocationOf(cur); !was.same(InvocationOf(s)) {
 		s.Previous = was
 	}
@@ -616,13 +627,14 @@ func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expe
 // SameDeclaration reports whether a and b declare the same service: equal in every field the
 // operator sets through an apply (release, command, environment, port, domains, replicas, health
 // check, labels, capacity, placement, lease, container fields), ignoring identity, revision,
-// timestamps, the deletion mark and Previous. Nil and empty maps and lists are equal.
+// timestamps, the deletion mark, Previous and the rollout's pause and restart generation. Nil
+// and empty maps and lists are equal.
 func SameDeclaration(a, b *Service) bool {
 	norm := func(s *Service) Service {
 		n := *s
 		n.ID, n.ProjectID, n.Project, n.Revision = "", "", "", 0
 		n.CreatedAt, n.UpdatedAt, n.Deleting, n.Previous, n.LogOutbox = time.Time{}, time.Time{}, false, nil, nil
-		n.RollbackOf, n.PurgeVolumes = 0, false
+		n.RollbackOf, n.PurgeVolumes, n.RolloutPaused, n.RestartGeneration = 0, false, false, 0
 		if len(n.Env) == 0 {
 			n.Env = nil
 		}

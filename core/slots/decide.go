@@ -35,6 +35,9 @@ const (
 	CaseRemoveReceiptPending Case = "remove-receipt-pending"
 	// CaseReplacementInFlight: drifted while another slot of the service is being replaced; wait.
 	CaseReplacementInFlight Case = "replacement-in-flight"
+	// CaseStartHeld: a run would be admitted (first or successor), but the rollout's bounds or
+	// its pause hold it back this sweep ([Input.StartHeld]); wait.
+	CaseStartHeld Case = "start-held"
 	// CaseInvalid: the slot row breaks an invariant (a generation outside 1..3, or a receipt for a
 	// generation never committed); nothing is committed and the verdict names slot-invalid.
 	CaseInvalid Case = "invalid"
@@ -44,7 +47,7 @@ const (
 func AllCases() []Case {
 	return []Case{CaseAbsent, CaseAdmitRunFirst, CaseAdmitRunSuccessor, CaseSettled, CaseRunning,
 		CaseDrift, CaseUndesired, CaseFailedElapsed, CaseFailedWaiting, CaseStopReceiptPending, CaseRemove,
-		CaseRemoveReceiptPending, CaseReplacementInFlight, CaseInvalid}
+		CaseRemoveReceiptPending, CaseReplacementInFlight, CaseStartHeld, CaseInvalid}
 }
 
 // Step is what a decision asks the caller to commit.
@@ -69,9 +72,14 @@ type Input struct {
 	Desired bool
 	// DesiredKey is the [DesiredAttemptKey] for this slot; read only when Desired.
 	DesiredKey string
-	// ReplacementInFlight reports whether another slot of the same service sits between its stop
-	// and an observed-ready successor run ([InFlight]); it holds back drift only.
+	// ReplacementInFlight reports whether the service's rollout holds this slot's replacement
+	// back this sweep (its bounds are spent, or it is paused: [PlanService]); it holds back
+	// drift only.
 	ReplacementInFlight bool
+	// StartHeld reports whether the service's rollout holds back a run of this slot this sweep
+	// (too many replicas running for its surge bound, or its rollout paused); it holds back
+	// admissions only.
+	StartHeld bool
 	// Now is the core's clock at the decision, compared with Observation.AcceptedAt.
 	Now time.Time
 }
@@ -113,17 +121,21 @@ func (d Decision) NeedsBuild() bool {
 // section 3). It is pure, total and deterministic: it reads nothing but in, never panics, and
 // equal inputs give equal decisions. Rules, in order:
 //
-//  1. no slot: admit-run-first with a desire, absent without;
+//  1. no slot: admit-run-first with a desire (start-held while the rollout holds starts back),
+//     absent without;
 //  2. a generation outside 1..3 or a receipt above it: invalid;
 //  3. removed (3): remove-receipt-pending until both receipts, then admit-run-successor with a
-//     desire and settled without;
+//     desire (start-held while the rollout holds starts back) and settled without;
 //  4. stopped (2): stop-receipt-pending until its receipt, then remove;
-//  5. run (1): undesired without a desire; drift (or replacement-in-flight while another slot is
-//     being replaced) at another key; failed-elapsed or failed-waiting when the node reported the
+//  5. run (1): undesired without a desire; drift (or replacement-in-flight while the rollout
+//     holds the replacement back) at another key; failed-elapsed or failed-waiting when the node reported the
 //     run failed or stopped on its own, by the backoff; running otherwise.
 func DecideSlotTransition(in Input) Decision {
 	s := in.Slot
 	if !s.Exists {
+		if in.Desired && in.StartHeld {
+			return Decision{Case: CaseStartHeld, Step: StepWait}
+		}
 		if in.Desired {
 			return Decision{Case: CaseAdmitRunFirst, Step: StepRun, Generation: GenRun, Key: in.DesiredKey}
 		}
@@ -136,6 +148,9 @@ func DecideSlotTransition(in Input) Decision {
 	case GenRemove:
 		if s.Acked < GenRemove {
 			return Decision{Case: CaseRemoveReceiptPending, Step: StepWait}
+		}
+		if in.Desired && in.StartHeld {
+			return Decision{Case: CaseStartHeld, Step: StepWait}
 		}
 		if in.Desired {
 			return Decision{Case: CaseAdmitRunSuccessor, Step: StepRun, Generation: GenRun, Key: in.DesiredKey, Predecessor: s.Attempt.ID}
@@ -166,27 +181,4 @@ func DecideSlotTransition(in Input) Decision {
 		return Decision{Case: CaseFailedElapsed, Step: StepStop, Generation: GenStop, Restarts: n, RetryAt: at}
 	}
 	return Decision{Case: CaseRunning, Step: StepNone}
-}
-
-// InFlight reports whether s, desired at desiredKey (desired false: not desired), counts as a
-// replacement in flight for the service's other slots (docs/reconciliation.md section 5): it is
-// desired and sits between its stop and a successor run the node reported ready, that is it is
-// stopped or removed (generation 2 or 3), or it runs a successor attempt at the desired key that
-// was never observed ready or is failed now (a failing successor keeps the rollout held; one whose
-// readiness merely flaps does not). A first run, an unwanted slot and a drifted incumbent are not
-// in flight.
-func InFlight(s Slot, desired bool, desiredKey string) bool {
-	if !s.Exists || !desired {
-		return false
-	}
-	switch s.Generation {
-	case GenStop, GenRemove:
-		return true
-	case GenRun:
-		o := s.Observed
-		ready := o.EverReady || o.Phase == PhaseRunning && o.Ready
-		failed := o.Phase == PhaseFailed || o.Phase == PhaseStopped
-		return s.Attempt.Predecessor != "" && s.Attempt.Key == desiredKey && (!ready || failed)
-	}
-	return false
 }

@@ -46,6 +46,12 @@ func TestDecideSlotTransitionTable(t *testing.T) {
 		{"admit-run-successor", Input{Slot: at(GenRemove, GenRemove), Desired: true, DesiredKey: keyB, Now: t0},
 			Decision{Case: CaseAdmitRunSuccessor, Step: StepRun, Generation: GenRun, Key: keyB, Predecessor: "att_cur"}},
 		{"settled", Input{Slot: at(GenRemove, GenRemove), Now: t0}, Decision{Case: CaseSettled, Step: StepNone}},
+		{"start-held: first run", Input{Desired: true, DesiredKey: keyA, StartHeld: true, Now: t0},
+			Decision{Case: CaseStartHeld, Step: StepWait}},
+		{"start-held: successor", Input{Slot: at(GenRemove, GenRemove), Desired: true, DesiredKey: keyB, StartHeld: true, Now: t0},
+			Decision{Case: CaseStartHeld, Step: StepWait}},
+		{"start-held holds back no stop", Input{Slot: running(keyA, PhaseRunning, true), StartHeld: true, Now: t0},
+			Decision{Case: CaseUndesired, Step: StepStop, Generation: GenStop}},
 		{"running", Input{Slot: running(keyA, PhaseRunning, true), Desired: true, DesiredKey: keyA, Now: t0},
 			Decision{Case: CaseRunning, Step: StepNone}},
 		{"running before any observation", Input{Slot: running(keyA, PhaseNone, false), Desired: true, DesiredKey: keyA, Now: t0},
@@ -111,6 +117,7 @@ func randomInput(r *rand.Rand) Input {
 		Desired:             r.IntN(2) == 0,
 		DesiredKey:          keys[r.IntN(len(keys))],
 		ReplacementInFlight: r.IntN(2) == 0,
+		StartHeld:           r.IntN(4) == 0,
 		Now:                 t0.Add(time.Duration(r.Int64N(int64(30*time.Minute))) - 5*time.Minute),
 	}
 	if r.IntN(6) == 0 {

@@ -112,9 +112,18 @@ func Desire(spec *Spec, deleting bool, nodes []Node, placed map[string]string) D
 	return out
 }
 
-// compareReplicas orders replica ids: "<i>" numerically, "<node>.<i>" by node and then index, and
-// anything else as a string after both.
+// compareReplicas orders slot names by their replica ([BaseReplica]), a replica's primary name
+// before its surge name.
 func compareReplicas(a, b string) int {
+	if c := compareBase(BaseReplica(a), BaseReplica(b)); c != 0 {
+		return c
+	}
+	return strings.Compare(a, b) // "3" before "3~"
+}
+
+// compareBase orders replica ids: "<i>" numerically, "<node>.<i>" by node and then index, and
+// anything else as a string after both.
+func compareBase(a, b string) int {
 	pa, ia, oka := splitReplica(a)
 	pb, ib, okb := splitReplica(b)
 	switch {

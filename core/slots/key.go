@@ -35,6 +35,10 @@ type KeyInput struct {
 	// the release does not pin (driver, command, ports, image user, health check), so editing one
 	// of them is a drift too; "" when the release pins all of it.
 	Invocation string
+	// Restart is the service's restart generation (`berth rollout restart`): a new one is a new
+	// key, so every replica is replaced under the rollout's bounds. Zero leaves the key as it
+	// was before restarts existed.
+	Restart int64
 }
 
 // DesiredAttemptKey returns "sha256:<64 hex>" over the RFC 8785 canonical JSON of in, prefixed by a
@@ -52,7 +56,7 @@ func DesiredAttemptKey(in KeyInput) (string, error) {
 			return "", fmt.Errorf("attempt key: environment variable %q is not valid UTF-8", k)
 		}
 	}
-	return digest(struct {
+	type fields struct {
 		Domain       string            `json:"domain"`
 		Release      string            `json:"release_digest"`
 		SpecRevision int64             `json:"spec_revision"`
@@ -60,7 +64,15 @@ func DesiredAttemptKey(in KeyInput) (string, error) {
 		Platform     string            `json:"platform"`
 		Network      NetworkMode       `json:"network_mode"`
 		Invocation   string            `json:"invocation"`
-	}{keyDomain, in.ReleaseDigest, in.SpecRevision, env, in.Platform, in.NetworkMode, in.Invocation})
+	}
+	f := fields{keyDomain, in.ReleaseDigest, in.SpecRevision, env, in.Platform, in.NetworkMode, in.Invocation}
+	if in.Restart == 0 {
+		return digest(f)
+	}
+	return digest(struct {
+		fields
+		Restart int64 `json:"restart"`
+	}{f, in.Restart})
 }
 
 // AttemptID returns the id of the attempt that runs key as the successor of the attempt

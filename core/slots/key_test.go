@@ -63,3 +63,19 @@ func TestDesiredAttemptKeyRefusesInvalidUTF8(t *testing.T) {
 		t.Fatal("invalid UTF-8 accepted")
 	}
 }
+
+func TestDesiredAttemptKeyRestart(t *testing.T) {
+	t.Parallel()
+	in := KeyInput{ReleaseDigest: "sha256:r", SpecRevision: 3, Platform: "linux", NetworkMode: NetworkHost}
+	before, err := DesiredAttemptKey(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Restart = 1
+	one, _ := DesiredAttemptKey(in)
+	in.Restart = 2
+	two, _ := DesiredAttemptKey(in)
+	if before == one || one == two || before == two {
+		t.Fatalf("restart generations share a key: %s %s %s", before, one, two)
+	}
+}

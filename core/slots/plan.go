@@ -85,9 +85,12 @@ type ServiceInput struct {
 	Refused Reason
 	// Blocker is set when the service's new work cannot be built this sweep.
 	Blocker *Blocker
-	// Slots are every slot row of the service, any order; more than [MaxReplicas] is refused as
+	// Slots are every slot row of the service, any order; more than [MaxSlots] is refused as
 	// replica-limit and decides nothing.
 	Slots []Slot
+	// Rollout bounds the replacements (its zero value replaces one replica at a time, stop
+	// before start).
+	Rollout Rollout
 	// Now is the core's clock for this sweep.
 	Now time.Time
 }
@@ -102,6 +105,10 @@ type SlotPlan struct {
 	Decision Decision
 	// Withheld reports whether the step would act but is held back by the service's blocker.
 	Withheld bool
+	// Held reports whether the slot is an incumbent kept running at its own attempt while its
+	// replica's successor comes up (or waits for the rollout's bounds): its Input desires its
+	// own key, not the replica's.
+	Held bool
 }
 
 // Commits reports whether the caller commits this slot's step this sweep.
@@ -119,107 +126,137 @@ type Plan struct {
 }
 
 // PlanService decides every slot of one service for one sweep (docs/reconciliation.md section 5):
-// each slot through [DecideSlotTransition], drift one slot at a time (a drifted slot waits as
-// replacement-in-flight while another slot is between its stop and a successor observed ready, or
-// another slot begins a replacement this sweep; failed drifted slots go first), desire-backed
-// steps withheld under a blocker, and the verdict. Pure and deterministic: the order of in.Slots
-// and in.Desired does not matter. A replica listed twice in either, or a slot with Exists false,
-// decides nothing and refuses the service slot-invalid.
+// each slot through [DecideSlotTransition], replacements within the service's rollout bounds
+// ([ServiceInput.Rollout]), desire-backed steps withheld under a blocker, and the verdict. Pure
+// and deterministic: the order of in.Slots and in.Desired does not matter. A replica listed twice
+// in either, a desired replica named with [SurgeSuffix], or a slot with Exists false, decides
+// nothing and refuses the service slot-invalid.
+//
+// A replica has two slot names, "<r>" and "<r>~" ([SurgeSuffix]). Its target is the slot that
+// runs (or is on its way to run) the desired attempt on the desired node; any other slot of it
+// that still runs is its incumbent. Rules, for the desired replicas in replica order (those with
+// no incumbent to replace first, then those with one, failed incumbents first):
+//
+//  1. a target that is ready ends every incumbent (they stop); one that is not yet ready keeps
+//     them running at their own attempt (held), unless an incumbent failed, which stops;
+//  2. a replica with an incumbent and no target begins a replacement: with a surge left
+//     (running slots below desired replicas plus MaxSurge) its successor starts in the free
+//     name beside the incumbent (surge); otherwise the incumbent stops first (in place) when
+//     the ready replicas stay at or above desired replicas minus MaxUnavailable, or when it
+//     was not ready anyway; otherwise it waits (replacement-in-flight);
+//  3. every run the table would admit counts against the surge: while running slots (runs, and
+//     stops the node has not yet acknowledged) reach desired replicas plus MaxSurge, the run
+//     waits (start-held);
+//  4. a paused rollout begins no replacement (its incumbents wait; the verdict waits on
+//     rollout-paused); replacements under way finish and missing replicas still start.
+//
+// Slots of replicas not desired stop and settle as the table says, outside the bounds.
 //
 // The caller commits the slots whose [SlotPlan.Commits] holds, one at a time in the order given.
 // For each it reads the service again, calls PlanService over the fresh read, and passes the same
 // replica's fresh [SlotPlan.Input] to [CheckCommit]; committing the earlier slots of the same plan
-// never makes a later one conflict.
+// never makes a later one conflict (each commit spends exactly the bound the plan counted for it).
 func PlanService(in ServiceInput) Plan {
-	if len(in.Slots) > MaxReplicas {
+	if len(in.Slots) > MaxSlots {
 		return Plan{Verdict: Verdict{SpecRevision: in.SpecRevision, State: Refused, Reason: ReasonReplicaLimit}}
 	}
+	invalid := Plan{Verdict: Verdict{SpecRevision: in.SpecRevision, State: Refused, Reason: ReasonSlotInvalid}}
 	desired := make(map[string]DesiredSlot, len(in.Desired))
 	for _, d := range in.Desired {
-		if _, dup := desired[d.Replica]; dup {
-			return Plan{Verdict: Verdict{SpecRevision: in.SpecRevision, State: Refused, Reason: ReasonSlotInvalid}}
+		if _, dup := desired[d.Replica]; dup || BaseReplica(d.Replica) != d.Replica {
+			return invalid
 		}
 		desired[d.Replica] = d
 	}
 	byReplica := make(map[string]Slot, len(in.Slots))
+	groups := map[string][]Slot{}
 	for _, s := range in.Slots {
 		if _, dup := byReplica[s.Replica]; dup || !s.Exists {
-			return Plan{Verdict: Verdict{SpecRevision: in.SpecRevision, State: Refused, Reason: ReasonSlotInvalid}}
+			return invalid
 		}
 		byReplica[s.Replica] = s
-	}
-	names := make([]string, 0, len(byReplica)+len(desired))
-	for r := range byReplica {
-		names = append(names, r)
-	}
-	for r := range desired {
-		if _, ok := byReplica[r]; !ok {
-			names = append(names, r)
+		if b := BaseReplica(s.Replica); desired[b].Replica != "" {
+			groups[b] = append(groups[b], s)
 		}
 	}
-	slices.SortFunc(names, compareReplicas)
-
-	plans := make([]SlotPlan, len(names))
-	inFlight := map[string]bool{}
-	for i, r := range names {
-		s, exists := byReplica[r]
-		if !exists {
-			s = Slot{Replica: r}
-		}
-		d, want := desired[r]
-		// A running slot on another node than its desire is unwanted there; once removed, its
-		// successor runs on the desired node.
-		if want && s.Exists && s.Generation == GenRun && s.NodeID != d.NodeID {
-			want = false
-		}
-		in := Input{Slot: s, Desired: want, Now: in.Now}
-		node := s.NodeID
-		if want {
-			in.DesiredKey = d.Key
-			node = d.NodeID
-		}
-		plans[i] = SlotPlan{Replica: r, NodeID: node, Input: in}
-		if InFlight(s, want, in.DesiredKey) {
-			inFlight[r] = true
+	ro := in.Rollout
+	ro.MaxSurge, ro.MaxUnavailable = max(ro.MaxSurge, 0), max(ro.MaxUnavailable, 0)
+	if ro.MaxSurge == 0 && ro.MaxUnavailable == 0 {
+		ro.MaxUnavailable = 1
+	}
+	running, ready := 0, 0
+	for _, s := range in.Slots {
+		if Running(s) {
+			running++
 		}
 	}
-	// Drifted slots decide last, failed ones first, so at most one drift stops per sweep.
-	order := make([]int, len(plans))
-	for i := range order {
-		order[i] = i
-	}
-	rank := func(p SlotPlan) int {
-		s := p.Input.Slot
-		if !p.Input.Desired || !s.Exists || s.Generation != GenRun || s.Attempt.Key == p.Input.DesiredKey {
-			return 0
+	for b := range desired {
+		if slices.ContainsFunc(groups[b], Ready) {
+			ready++
 		}
-		if s.Observed.Phase == PhaseRunning && s.Observed.Ready {
-			return 2
-		}
-		return 1
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return rank(plans[a]) - rank(plans[b]) })
-	chosen := ""
-	for _, i := range order {
-		p := &plans[i]
-		other := chosen != ""
-		for r := range inFlight {
-			if r != p.Replica {
-				other = true
-				break
+	pl := planner{now: in.Now, inputs: map[string]Input{}, nodes: map[string]string{}, held: map[string]bool{},
+		starts: len(desired) + ro.MaxSurge - running, stops: ready - (len(desired) - ro.MaxUnavailable), rollout: ro}
+	for r, s := range byReplica {
+		if desired[BaseReplica(r)].Replica == "" {
+			pl.set(s, false, "", s.NodeID)
+		}
+	}
+	// Replicas with nothing to replace go first: they restore what is missing.
+	var first, replace []job
+	for b, d := range desired {
+		rows := groups[b]
+		slices.SortFunc(rows, func(x, y Slot) int { return compareReplicas(x.Replica, y.Replica) })
+		j := job{d: d, rows: rows}
+		for _, s := range rows {
+			if s.Generation == GenRun && !j.matches(s) {
+				j.incumbents = append(j.incumbents, s)
+			}
+			if j.matches(s) {
+				j.target = true
+			}
+			if Ready(s) {
+				j.rank = 1
 			}
 		}
-		p.Input.ReplacementInFlight = other
-		p.Decision = DecideSlotTransition(p.Input)
-		p.Withheld = in.Blocker != nil && p.Decision.Acts() && p.Decision.NeedsBuild()
-		// A drift, a failed desired slot that stops to be replaced, and the stop of a replica
-		// that moves node each begin a replacement: every drift decided after it waits.
-		_, moving := desired[p.Replica] // an undesired stop of a desired replica moves it to another node
-		if p.Commits() && (p.Decision.Case == CaseDrift || p.Decision.Case == CaseFailedElapsed || p.Decision.Case == CaseUndesired && moving) {
-			chosen = p.Replica
+		if len(j.incumbents) > 0 && !j.target {
+			replace = append(replace, j)
+		} else {
+			first = append(first, j)
 		}
 	}
-	out := Plan{Slots: plans, Verdict: verdict(in, plans)}
+	slices.SortFunc(first, func(x, y job) int { return compareReplicas(x.d.Replica, y.d.Replica) })
+	slices.SortFunc(replace, func(x, y job) int {
+		if x.rank != y.rank {
+			return x.rank - y.rank
+		}
+		return compareReplicas(x.d.Replica, y.d.Replica)
+	})
+	for _, j := range first {
+		pl.restore(j)
+	}
+	for _, j := range replace {
+		pl.replace(j)
+	}
+
+	names := make([]string, 0, len(pl.inputs))
+	for r := range pl.inputs {
+		names = append(names, r)
+	}
+	slices.SortFunc(names, compareReplicas)
+	plans := make([]SlotPlan, len(names))
+	for i, r := range names {
+		p := &plans[i]
+		*p = SlotPlan{Replica: r, NodeID: pl.nodes[r], Input: pl.inputs[r], Held: pl.held[r]}
+		p.Decision = DecideSlotTransition(p.Input)
+		p.Withheld = in.Blocker != nil && p.Decision.Acts() && p.Decision.NeedsBuild()
+	}
+	for _, j := range append(first, replace...) {
+		if !slices.ContainsFunc(j.rows, func(s Slot) bool { return s.Generation == GenRun && j.matches(s) }) {
+			pl.incomplete = true
+		}
+	}
+	out := Plan{Slots: plans, Verdict: verdict(in, plans, pl.incomplete, pl.paused)}
 	for _, p := range plans {
 		if p.Decision.Case == CaseFailedWaiting && (out.WakeAt.IsZero() || p.Decision.RetryAt.Before(out.WakeAt)) {
 			out.WakeAt = p.Decision.RetryAt
@@ -235,7 +272,7 @@ func PlanService(in ServiceInput) Plan {
 // since an earlier attempt at the same key failed, makes the service wait on that
 // ([UnhealthyReason], [CrashLoopReason]) instead of converging. The first slot in replica order
 // names the reason.
-func verdict(in ServiceInput, plans []SlotPlan) Verdict {
+func verdict(in ServiceInput, plans []SlotPlan, incomplete, paused bool) Verdict {
 	v := Verdict{SpecRevision: in.SpecRevision}
 	invalid, backoff, settled := false, false, true
 	var backoffReason, stuck Reason
@@ -281,7 +318,9 @@ func verdict(in ServiceInput, plans []SlotPlan) Verdict {
 		v.State, v.Reason = Waiting, backoffReason
 	case stuck != "":
 		v.State, v.Reason = Waiting, stuck
-	case settled && in.Unplaced == 0:
+	case paused:
+		v.State, v.Reason = Waiting, ReasonRolloutPaused
+	case settled && in.Unplaced == 0 && !incomplete:
 		v.State = Converged
 	default:
 		v.State = Converging

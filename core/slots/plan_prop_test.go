@@ -42,7 +42,11 @@ func TestPlanServiceProperties(t *testing.T) {
 		if diff := cmp.Diff(p, PlanService(shuffled)); diff != "" {
 			t.Fatalf("input order changed the plan:\n%s", diff)
 		}
-		drifts := 0
+		state := map[string]Slot{}
+		for _, sl := range in.Slots {
+			state[sl.Replica] = sl
+		}
+		runningBefore, readyBefore := boundsCount(in, state)
 		for _, sp := range p.Slots {
 			if !slices.Contains(AllCases(), sp.Decision.Case) {
 				t.Fatalf("unnamed case %q", sp.Decision.Case)
@@ -53,24 +57,58 @@ func TestPlanServiceProperties(t *testing.T) {
 			if in.Blocker != nil && sp.Decision.Acts() && !sp.Decision.NeedsBuild() && !sp.Commits() {
 				t.Fatalf("a blocker held back a stop or removal: %+v", sp)
 			}
-			if sp.Decision.Case == CaseDrift && sp.Commits() {
-				drifts++
-				// No other slot may be a replacement in flight.
-				for _, o := range p.Slots {
-					if o.Replica != sp.Replica && InFlight(o.Input.Slot, o.Input.Desired, o.Input.DesiredKey) {
-						t.Fatalf("drift of %s while %s is in flight", sp.Replica, o.Replica)
-					}
-				}
+			if in.Rollout.Paused && sp.Commits() && (sp.Decision.Case == CaseDrift || sp.Decision.Case == CaseAdmitRunFirst && BaseReplica(sp.Replica) != sp.Replica) {
+				t.Fatalf("a paused rollout began a replacement: %+v", sp)
 			}
 			// Every plan's decision is what its own input decides.
 			if d := DecideSlotTransition(sp.Input); !cmp.Equal(d, sp.Decision) {
 				t.Fatalf("slot %s: plan %+v, input decides %+v", sp.Replica, sp.Decision, d)
 			}
+			if sp.Commits() {
+				applyStep(state, sp)
+			}
 		}
-		if drifts > 1 {
-			t.Fatalf("%d drifts in one sweep", drifts)
+		// The rollout's bounds: never more running than desired replicas plus the surge (or
+		// than ran before), never fewer ready replicas than desired minus the unavailability
+		// (or than were ready before).
+		ro := resolved(in.Rollout)
+		running, ready := boundsCount(in, state)
+		if limit := max(runningBefore, len(in.Desired)+ro.MaxSurge); running > limit {
+			t.Fatalf("plan %d: %d running after the plan, limit %d (rollout %+v)\ninput %+v", i, running, limit, ro, in)
+		}
+		if floor := min(readyBefore, len(in.Desired)-ro.MaxUnavailable); ready < floor {
+			t.Fatalf("plan %d: %d ready replicas after the plan, floor %d (rollout %+v)\ninput %+v", i, ready, floor, ro, in)
 		}
 	}
+}
+
+// resolved is r as the planner reads it.
+func resolved(r Rollout) Rollout {
+	r.MaxSurge, r.MaxUnavailable = max(r.MaxSurge, 0), max(r.MaxUnavailable, 0)
+	if r.MaxSurge == 0 && r.MaxUnavailable == 0 {
+		r.MaxUnavailable = 1
+	}
+	return r
+}
+
+// boundsCount counts the running slots of state and the desired replicas of in with a ready
+// slot in state.
+func boundsCount(in ServiceInput, state map[string]Slot) (running, ready int) {
+	readyOf := map[string]bool{}
+	for _, s := range state {
+		if Running(s) {
+			running++
+		}
+		if Ready(s) {
+			readyOf[BaseReplica(s.Replica)] = true
+		}
+	}
+	for _, d := range in.Desired {
+		if readyOf[d.Replica] {
+			ready++
+		}
+	}
+	return running, ready
 }
 
 // applyStep commits sp's step to slots the way the store would.
@@ -97,11 +135,19 @@ func randomService(r *rand.Rand) ServiceInput {
 	want := keys[r.IntN(2)]
 	in := ServiceInput{SpecRevision: 1, Now: t0.Add(time.Duration(r.IntN(120)) * time.Second)}
 	phases := []Phase{PhaseNone, PhaseStarting, PhaseRunning, PhaseRunning, PhaseFailed, PhaseStopped}
+	// Random bounds (the zero value too), a pause now and then, and replicas that hold both of
+	// their slot names, so surges, in-place replacements and waits meet in one plan.
+	if r.IntN(3) > 0 {
+		in.Rollout = Rollout{MaxSurge: r.IntN(3), MaxUnavailable: r.IntN(3), Paused: r.IntN(6) == 0}
+	}
 	for j := range r.IntN(7) {
 		rep, node := fmt.Sprint(j), nodesOf[r.IntN(2)]
-		if r.IntN(5) > 0 {
-			s := Slot{Exists: true, Replica: rep, NodeID: node, Generation: Generation(1 + r.IntN(3)),
-				Attempt:  Attempt{ID: "att_" + rep, Key: keys[r.IntN(2)], Predecessor: []string{"", "att_p"}[r.IntN(2)]},
+		for _, name := range []string{rep, rep + SurgeSuffix} {
+			if name != rep && r.IntN(3) > 0 || name == rep && r.IntN(5) == 0 {
+				continue
+			}
+			s := Slot{Exists: true, Replica: name, NodeID: nodesOf[r.IntN(2)], Generation: Generation(1 + r.IntN(3)),
+				Attempt:  Attempt{ID: "att_" + name, Key: keys[r.IntN(2)], Predecessor: []string{"", "att_p"}[r.IntN(2)]},
 				Observed: Observation{Phase: phases[r.IntN(len(phases))], Ready: r.IntN(3) > 0, EverReady: r.IntN(2) == 0, AcceptedAt: t0.Add(time.Duration(r.IntN(60)) * time.Second)}}
 			s.Acked = Generation(r.IntN(int(s.Generation) + 1))
 			in.Slots = append(in.Slots, s)

@@ -15,6 +15,7 @@ type world struct {
 	attempts map[string]Attempt
 	now      time.Time
 	blocker  *Blocker
+	rollout  Rollout
 	verdicts []Verdict // every verdict written, only when changed
 }
 
@@ -31,7 +32,7 @@ func desireOf(key string, replicas ...string) []DesiredSlot {
 }
 
 func (w *world) input(desired []DesiredSlot) ServiceInput {
-	in := ServiceInput{SpecRevision: 1, Desired: desired, Blocker: w.blocker, Now: w.now}
+	in := ServiceInput{SpecRevision: 1, Desired: desired, Blocker: w.blocker, Rollout: w.rollout, Now: w.now}
 	for _, s := range w.slots {
 		in.Slots = append(in.Slots, *s)
 	}
@@ -356,7 +357,7 @@ func TestPlanServiceEdges(t *testing.T) {
 	t.Parallel()
 	// Too many slots decide nothing.
 	var in ServiceInput
-	for i := 0; i <= MaxReplicas; i++ {
+	for i := 0; i <= MaxSlots; i++ {
 		in.Slots = append(in.Slots, Slot{Exists: true, Replica: fmt.Sprint(i), Generation: GenRun})
 	}
 	if p := PlanService(in); p.Verdict.Reason != ReasonReplicaLimit || len(p.Slots) != 0 {
@@ -403,37 +404,5 @@ func TestConflictVerdict(t *testing.T) {
 	refused := Verdict{SpecRevision: 3, State: Refused, Reason: ReasonNoEligibleNode}
 	if got := ConflictVerdict(refused); got != refused {
 		t.Fatalf("got %v", got)
-	}
-}
-
-func TestInFlight(t *testing.T) {
-	t.Parallel()
-	succ := func(phase Phase, ready, ever bool) Slot {
-		s := running(keyA, phase, ready)
-		s.Observed.EverReady = ever
-		return s
-	}
-	first := running(keyA, PhaseStarting, false)
-	first.Attempt.Predecessor = ""
-	for name, tc := range map[string]struct {
-		s       Slot
-		desired bool
-		key     string
-		want    bool
-	}{
-		"no slot":                    {Slot{}, true, keyA, false},
-		"not desired":                {at(GenStop, GenStop), false, keyA, false},
-		"stopped":                    {at(GenStop, GenRun), true, keyA, true},
-		"removed":                    {at(GenRemove, GenRemove), true, keyA, true},
-		"successor starting":         {succ(PhaseStarting, false, false), true, keyA, true},
-		"successor ready":            {succ(PhaseRunning, true, true), true, keyA, false},
-		"successor readiness flaps":  {succ(PhaseRunning, false, true), true, keyA, false},
-		"successor failed after all": {succ(PhaseFailed, false, true), true, keyA, true},
-		"first run":                  {first, true, keyA, false},
-		"drifted incumbent":          {succ(PhaseStarting, false, false), true, keyB, false},
-	} {
-		if got := InFlight(tc.s, tc.desired, tc.key); got != tc.want {
-			t.Errorf("%s: %v, want %v", name, got, tc.want)
-		}
 	}
 }

@@ -77,6 +77,10 @@ func NextProgress(in ProgressInput) (next Progress, v Verdict, failed bool) {
 	case p.Done || v.State == Refused:
 		// A finished rollout has no deadline: a later crash of its slots is not a rollout's.
 		return p, v, false
+	case v.State == Waiting && v.Reason == ReasonRolloutPaused:
+		// A paused rollout is not failing; resuming writes a new revision, which starts the
+		// deadline again.
+		return p, v, false
 	}
 	if !p.Failed && in.Now.Sub(p.At) >= deadline {
 		p.Failed, failed = true, true

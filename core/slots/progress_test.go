@@ -87,3 +87,15 @@ func TestProgressDeadlineRunsFromTheRolloutsStart(t *testing.T) {
 		t.Fatalf("a start after now: clock %v, want now", p.At)
 	}
 }
+
+// TestPausedRolloutHasNoDeadline: a rollout waiting on its pause is not failed however long it
+// stays paused.
+func TestPausedRolloutHasNoDeadline(t *testing.T) {
+	t.Parallel()
+	paused := Verdict{SpecRevision: 1, State: Waiting, Reason: ReasonRolloutPaused}
+	p, _, _ := NextProgress(ProgressInput{ServiceRevision: 3, SpecRevision: 1, Verdict: paused, Deadline: 10 * time.Second, Now: t0})
+	p, v, failed := NextProgress(ProgressInput{Prev: &p, ServiceRevision: 3, SpecRevision: 1, Verdict: paused, Deadline: 10 * time.Second, Now: t0.Add(time.Hour)})
+	if failed || v != paused || p.Failed {
+		t.Fatalf("an hour paused: %+v %s %v", p, v, failed)
+	}
+}

@@ -28,9 +28,10 @@ func referenceRows(in Input) map[Case]bool {
 	elapsed := !in.Now.Before(s.Observed.AcceptedAt.Add(wait))
 	return map[Case]bool{
 		CaseAbsent:               !s.Exists && !in.Desired,
-		CaseAdmitRunFirst:        !s.Exists && in.Desired,
+		CaseAdmitRunFirst:        !s.Exists && in.Desired && !in.StartHeld,
+		CaseStartHeld:            (!s.Exists || valid && s.Generation == 3 && s.Acked == 3) && in.Desired && in.StartHeld,
 		CaseInvalid:              s.Exists && !valid,
-		CaseAdmitRunSuccessor:    valid && s.Generation == 3 && s.Acked == 3 && in.Desired,
+		CaseAdmitRunSuccessor:    valid && s.Generation == 3 && s.Acked == 3 && in.Desired && !in.StartHeld,
 		CaseSettled:              valid && s.Generation == 3 && s.Acked == 3 && !in.Desired,
 		CaseRemoveReceiptPending: valid && s.Generation == 3 && s.Acked < 3,
 		CaseStopReceiptPending:   valid && s.Generation == 2 && s.Acked < 2,

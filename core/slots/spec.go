@@ -155,11 +155,14 @@ const (
 // Bounds of a runtime spec.
 const (
 	MaxReplicasPerNode = 64
-	MaxReplicas        = 256 // slots of one service in total; more is refused replica-limit
-	MinMemoryBytes     = 4 << 20
-	MaxMemoryBytes     = 1 << 40
-	MaxCPUMillis       = 1_000_000
-	MaxPinnedNodes     = 256
+	MaxReplicas        = 256 // replicas of one service in total
+	// MaxSlots bounds the slot rows of one service: each replica has two slot names (its own and
+	// its surge name, [SurgeSuffix]); more is refused replica-limit.
+	MaxSlots       = 2 * MaxReplicas
+	MinMemoryBytes = 4 << 20
+	MaxMemoryBytes = 1 << 40
+	MaxCPUMillis   = 1_000_000
+	MaxPinnedNodes = 256
 )
 
 // Readiness timing defaults, filled in by [NextSpec] for zero fields.
@@ -212,13 +215,18 @@ type Probe struct {
 // its compare-and-set guard (docs/reconciliation.md section 1).
 type Spec struct {
 	// Revision is 1 for the first accepted write and increases by one on every accepted write.
-	Revision  int64       `json:"revision" bson:"revision"`
-	Placement Placement   `json:"placement" bson:"placement"`
-	Replicas  Replicas    `json:"replicas" bson:"replicas"`
-	Hold      bool        `json:"hold" bson:"hold"`
-	Resources Resources   `json:"resources" bson:"resources"`
-	Readiness Probe       `json:"readiness" bson:"readiness"`
-	Network   NetworkMode `json:"network" bson:"network"`
+	Revision int64 `json:"revision" bson:"revision"`
+	// RunRevision is the revision of the latest write that changed what a slot runs (resources,
+	// readiness, network); a write that changes only placement, replica counts or hold keeps
+	// it, so the desired attempt key ([Spec.KeyRevision]) does not move and no running replica
+	// is replaced. Zero (a spec stored before it existed) reads as Revision.
+	RunRevision int64       `json:"run_revision,omitempty" bson:"run_revision,omitempty"`
+	Placement   Placement   `json:"placement" bson:"placement"`
+	Replicas    Replicas    `json:"replicas" bson:"replicas"`
+	Hold        bool        `json:"hold" bson:"hold"`
+	Resources   Resources   `json:"resources" bson:"resources"`
+	Readiness   Probe       `json:"readiness" bson:"readiness"`
+	Network     NetworkMode `json:"network" bson:"network"`
 }
 
 // ServiceFacts is what a spec write reads of its service.
@@ -241,7 +249,8 @@ type SpecWrite struct {
 
 // NextSpec checks a spec write against what the writer read and returns the spec to store: w.Spec
 // with its defaults filled in, pinned nodes sorted, and Revision one above current's (1 when
-// current is nil). nodes are the ids of enrolled nodes that are not retired. It refuses by name,
+// current is nil), and RunRevision kept from current when only placement, replica counts or
+// hold changed. nodes are the ids of enrolled nodes that are not retired. It refuses by name,
 // in this order: service-not-found, service-deleting, conflict (a nil expectation against an
 // existing spec, a number against none, or a stale number), then the values. It is pure; the
 // caller stores the result with one compare-and-set on the spec document's revision.
@@ -266,7 +275,26 @@ func NextSpec(w SpecWrite, svc ServiceFacts, current *Spec, nodes map[string]boo
 	if current != nil {
 		s.Revision = current.Revision + 1
 	}
+	s.RunRevision = s.Revision
+	if current != nil && sameRun(*current, s) {
+		s.RunRevision = current.KeyRevision()
+	}
 	return s, nil
+}
+
+// KeyRevision returns the spec revision a desired attempt key covers ([KeyInput.SpecRevision]):
+// RunRevision, or Revision for a spec stored before RunRevision existed.
+func (s Spec) KeyRevision() int64 {
+	if s.RunRevision != 0 {
+		return s.RunRevision
+	}
+	return s.Revision
+}
+
+// sameRun reports whether a and b run their slots alike: equal resources, readiness and
+// network; placement, replica counts and hold do not change what a slot runs.
+func sameRun(a, b Spec) bool {
+	return a.Resources == b.Resources && a.Readiness == b.Readiness && a.Network == b.Network
 }
 
 // withDefaults returns s with empty fields defaulted; it copies the pinned node slice.

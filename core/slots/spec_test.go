@@ -16,7 +16,7 @@ func TestNextSpecDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Spec{Revision: 1, Placement: Placement{Mode: PlacementScheduled}, Replicas: Replicas{Total: 3}, Network: NetworkHost,
+	want := Spec{Revision: 1, RunRevision: 1, Placement: Placement{Mode: PlacementScheduled}, Replicas: Replicas{Total: 3}, Network: NetworkHost,
 		Readiness: Probe{Kind: ProbeProcess, InitialDelayMS: 1000, StartupGraceMS: 30000, IntervalMS: 5000, TimeoutMS: 2000, Successes: 2, Failures: 3}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("spec (-want +got):\n%s", diff)
@@ -139,5 +139,36 @@ func TestCheckServiceUpdate(t *testing.T) {
 		if tc.want == "" && err != nil || tc.want != "" && !errors.Is(err, &Refusal{Reason: tc.want}) {
 			t.Errorf("%s: %v, want %q", name, err, tc.want)
 		}
+	}
+}
+
+// TestNextSpecKeepsRunRevisionOnReplicaChanges: a write that changes only replica counts,
+// placement or hold keeps the key revision, so no running replica drifts; a change of what a
+// slot runs moves it; a spec stored before RunRevision existed keys by its revision.
+func TestNextSpecKeepsRunRevisionOnReplicaChanges(t *testing.T) {
+	t.Parallel()
+	svc := ServiceFacts{Exists: true, Ports: []int{8080}}
+	cur := Spec{Revision: 4, Placement: Placement{Mode: PlacementScheduled}, Replicas: Replicas{Total: 2}, Network: NetworkHost,
+		Readiness: Probe{Kind: ProbeProcess, InitialDelayMS: 1000, StartupGraceMS: 30000, IntervalMS: 5000, TimeoutMS: 2000, Successes: 2, Failures: 3}}
+	if cur.KeyRevision() != 4 {
+		t.Fatalf("legacy key revision %d, want 4", cur.KeyRevision())
+	}
+	w := cur
+	w.Replicas.Total, w.Hold = 3, true
+	next, err := NextSpec(SpecWrite{Spec: w, ExpectedRevision: ptr(int64(4))}, svc, &cur, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Revision != 5 || next.KeyRevision() != 4 {
+		t.Fatalf("replicas only: revision %d, key revision %d; want 5, 4", next.Revision, next.KeyRevision())
+	}
+	w = next
+	w.Resources.CPUMillis = 500
+	third, err := NextSpec(SpecWrite{Spec: w, ExpectedRevision: ptr(int64(5))}, svc, &next, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third.KeyRevision() != 6 {
+		t.Fatalf("resources changed: key revision %d, want 6", third.KeyRevision())
 	}
 }

@@ -186,6 +186,9 @@ type ServiceSpec struct {
 	// so (docs/reconciliation.md section 7.2).
 	ProgressDeadlineS int  `json:"progress_deadline_s,omitempty"`
 	AutoRollback      bool `json:"auto_rollback,omitempty"`
+	// Rollout bounds how many replicas a rollout moves at once; nil takes the defaults
+	// (max_surge 1, max_unavailable 0).
+	Rollout *RolloutSpec `json:"rollout,omitempty"`
 	// Volumes are persistent directories owned by the service, kept across rollouts and agent
 	// restarts on the node that runs it, removed only by a delete with purge_volumes. Name is
 	// 1 to 63 of [a-z0-9-]; Path (absolute) is where a container sees it, a process workload gets
@@ -306,9 +309,14 @@ type Service struct {
 	Lease         *LeaseSpec `json:"lease,omitempty"`
 	// ProgressDeadlineS and AutoRollback are as in ServiceSpec; RollbackOf is set on a revision
 	// an automatic rollback wrote: the revision whose failed rollout it undid.
-	ProgressDeadlineS int           `json:"progress_deadline_s,omitempty"`
-	AutoRollback      bool          `json:"auto_rollback,omitempty"`
-	RollbackOf        int64         `json:"rollback_of,omitempty"`
+	ProgressDeadlineS int   `json:"progress_deadline_s,omitempty"`
+	AutoRollback      bool  `json:"auto_rollback,omitempty"`
+	RollbackOf        int64 `json:"rollback_of,omitempty"`
+	// Rollout is as in ServiceSpec; RolloutPaused reports whether `berth rollout pause` holds
+	// the rollout; RestartGeneration counts `berth rollout restart`s.
+	Rollout           *RolloutSpec  `json:"rollout,omitempty"`
+	RolloutPaused     bool          `json:"rollout_paused,omitempty"`
+	RestartGeneration int64         `json:"restart_generation,omitempty"`
 	Bindings          []BindingSpec `json:"bindings,omitempty"`
 	Backup            *BackupSpec   `json:"backup,omitempty"`
 	Volumes           []Volume      `json:"volumes,omitempty"`
