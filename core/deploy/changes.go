@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 )
@@ -131,6 +132,24 @@ func (d *Deployer) PublishBinding(ctx context.Context, p *services.Project, name
 			return &next, nil
 		},
 	})
+}
+
+// OnlyRefusals reports whether err (from [Deployer.FollowTag], or any Apply) is made only of
+// policy refusals, each already recorded: a decided outcome rather than a failure to retry.
+func OnlyRefusals(err error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !OnlyRefusals(e) {
+				return false
+			}
+		}
+		return true
+	}
+	var de *policy.DeniedError
+	return errors.As(err, &de)
 }
 
 // FollowTag rolls every service with deploy_on_push that follows repoTag

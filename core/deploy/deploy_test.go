@@ -277,18 +277,29 @@ func TestEveryCauseIsAdmitted(t *testing.T) {
 			if !found {
 				t.Errorf("%s: no deploy.refused event with the policy's reason", tc.cause)
 			}
-			vd, err := rollout.Views{Store: e.rs, Catalog: e.cat}.VerdictOf(e.ctx, after)
+			// The verdict as GET .../services/{s} and GET .../rollout (berth rollout status) show it.
+			views := rollout.Views{Store: e.rs, Catalog: e.cat}
+			vd, err := views.VerdictOf(e.ctx, after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := views.Rollout(e.ctx, after)
 			if err != nil {
 				t.Fatal(err)
 			}
 			refused := vd != nil && vd.State == string(slots.Refused)
-			want := "refused(policy: refuse-marked: release " + image(p, marked)
+			want := "refused(policy: refuse-marked: release " + image(p, marked) + " is marked refused)"
 			if Unattended(tc.cause) {
-				if !refused || !strings.HasPrefix(vd.State+"("+vd.Reason, want) {
-					t.Errorf("%s: verdict %+v, want %s...)", tc.cause, vd, want)
+				if !refused || vd.String() != want || st.Verdict.String() != want || st.Verdict.SpecRevision != st.SpecRevision {
+					t.Errorf("%s: verdict %+v, rollout status verdict %+v (spec %d); want %s", tc.cause, vd, st.Verdict, st.SpecRevision, want)
 				}
-			} else if refused {
+			} else if refused || st.Verdict.State == string(slots.Refused) {
 				t.Errorf("%s: verdict %+v: an answered refusal is not the service's verdict", tc.cause, vd)
+			}
+			// An admitted write of the service ends what the refusal shows.
+			fixed := e.put(t, p, services.Service{Runtime: "containerd", Image: image(p, clean), Replicas: 1, Port: 8080})
+			if vd, err := views.VerdictOf(e.ctx, fixed); err != nil || vd == nil || vd.State == string(slots.Refused) {
+				t.Errorf("%s: after an admitted write the verdict is %+v, %v", tc.cause, vd, err)
 			}
 		})
 	}
