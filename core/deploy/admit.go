@@ -96,7 +96,7 @@ func (d *Deployer) refused(ctx context.Context, ch Change, cur *services.Service
 				ev.ID = "evt_" + hex.EncodeToString(sum[:13])
 			}
 		} else {
-			ev.Subject = node.EventRef{Type: "service", ID: ch.Project.Name + "/" + ch.Service}
+			ev.Subject = node.EventRef{Type: "project", ID: ch.Project.ID} // the service does not exist yet
 		}
 		ev.ProjectID = ch.Project.ID
 		if _, _, err := d.cfg.Events.Append(ctx, ev); err != nil {

@@ -146,6 +146,9 @@ func New(cfg Config) *Deployer {
 		Name: "berth_deploy_refusals_total",
 		Help: "Changes to what a service runs that a service.apply policy refused, by cause.",
 	}, []string{"cause"})
+	for _, c := range abiwasm.Causes() {
+		d.refusals.WithLabelValues(string(c)) // every cause reads 0 before its first refusal
+	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.MustRegister(d.refusals)
 	}
