@@ -39,11 +39,12 @@ func (m configManifests) ManifestExists(ctx context.Context, repo, digest string
 	return m.s.cfg.Manifests.ManifestExists(ctx, repo, digest)
 }
 
-// change completes ch, a change asked by the request c, with its cause, project, service,
-// expected revision and who asked: the policies see the request's principal, and secret:use on
-// the service lets it take new secrets.
-func (s *Server) change(c echo.Context, cause deploy.Cause, p *services.Project, name string, expected *int64, ch *deploy.Change) deploy.Change {
-	ch.Cause, ch.Project, ch.Service, ch.ExpectedRevision = cause, p, name, expected
+// change returns the change the request c asks of service name of p, with its cause, expected
+// revision and who asked: the policies see the request's principal, and secret:use on the
+// service lets it take new secrets. The change log's actor comes with the write's context
+// (changeCtx). The caller adds what to change (Spec or Next).
+func (s *Server) change(c echo.Context, cause deploy.Cause, p *services.Project, name string, expected *int64) deploy.Change {
+	ch := deploy.Change{Cause: cause, Project: p, Service: name, ExpectedRevision: expected}
 	if who := principal(c); who != nil {
 		ch.PolicyActor = abiwasm.Actor{Kind: "token", ID: who.ID}
 		if who.Kind == identity.KindNode {
@@ -51,7 +52,7 @@ func (s *Server) change(c echo.Context, cause deploy.Cause, p *services.Project,
 		}
 		ch.MayTakeSecrets = who.Allows(identity.ScopeSecretUse, p.Name, name, false)
 	}
-	return *ch
+	return ch
 }
 
 // policyWarnings puts the admission policies' warnings into Berth-Policy-Warning headers.

@@ -196,8 +196,10 @@ func (s *Server) putService(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	ch := s.change(c, deploy.CauseAPIPut, p, name, spec.ExpectedRevision)
+	ch.Spec = &spec
 	wctx, done := s.changeCtx(c)
-	res, err := s.deployer.Apply(wctx, s.change(c, deploy.CauseAPIPut, p, name, spec.ExpectedRevision, &deploy.Change{Spec: &spec}))
+	res, err := s.deployer.Apply(wctx, ch)
 	done()
 	s.policyWarnings(c, res.Warnings)
 	if err != nil {

@@ -66,7 +66,7 @@ func (s *Server) promoteRelease(c echo.Context) error {
 		return err
 	}
 	wctx, done := s.changeCtx(c)
-	res, err := s.deployer.Promote(wctx, s.change(c, deploy.CauseReleasePromote, p, svc.Name, req.ExpectedRevision, &deploy.Change{}), image)
+	res, err := s.deployer.Promote(wctx, s.change(c, deploy.CauseReleasePromote, p, svc.Name, req.ExpectedRevision), image)
 	done()
 	s.policyWarnings(c, res.Warnings)
 	switch {

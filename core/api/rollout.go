@@ -228,7 +228,7 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 	if expected == nil {
 		expected = &svc.Revision // the changes listed are those of the revision read
 	}
-	ch := s.change(c, deploy.CauseRolloutUndo, p, svc.Name, expected, &deploy.Change{})
+	ch := s.change(c, deploy.CauseRolloutUndo, p, svc.Name, expected)
 	if back := svc.Previous; back != nil && *expected == svc.Revision {
 		// Going back may make the service take secrets again: the rule of any service write
 		// (another expected revision is refused by the undo itself).
