@@ -64,7 +64,7 @@ func (d *Deployer) resolveFollowedTag(ctx context.Context, p *services.Project, 
 	if !strings.HasPrefix(repo, p.Name+"/") {
 		return "", "", abierrors.New(abierrors.ValidationFailed, fmt.Sprintf("deploy_on_push follows a repository of project %s in Berth's registry (%s/%s/...), not %s", p.Name, d.cfg.RegistryHost, p.Name, name))
 	}
-	digest, err := d.PushedDigest(ctx, repo, tag)
+	digest, err := d.pushedDigest(ctx, repo, tag)
 	if err != nil {
 		return "", "", err
 	}
@@ -72,20 +72,22 @@ func (d *Deployer) resolveFollowedTag(ctx context.Context, p *services.Project, 
 }
 
 // ReleaseImage returns the image reference a promotion of tag of repo writes:
-// "<RegistryHost>/<repo>@<digest>", with [Deployer.PushedDigest]'s errors.
+// "<RegistryHost>/<repo>@<digest>". Errors: 404 image_release_not_found for a tag never pushed
+// and for a release whose manifest registry retention removed (docs/registry.md section 10); 409
+// release_not_pushed; a storage failure.
 func (d *Deployer) ReleaseImage(ctx context.Context, repo, tag string) (string, error) {
-	digest, err := d.PushedDigest(ctx, repo, tag)
+	digest, err := d.pushedDigest(ctx, repo, tag)
 	if err != nil {
 		return "", err
 	}
 	return d.registryPrefix() + repo + "@" + digest, nil
 }
 
-// PushedDigest returns the digest repo:tag names, once the registry (Config.Manifests) confirms
+// pushedDigest returns the digest repo:tag names, once the registry (Config.Manifests) confirms
 // it still holds that manifest. Errors: 404 image_release_not_found for a tag never pushed and for
 // a release whose manifest registry retention removed (docs/registry.md section 10); 409
 // release_not_pushed; a storage failure.
-func (d *Deployer) PushedDigest(ctx context.Context, repo, tag string) (string, error) {
+func (d *Deployer) pushedDigest(ctx context.Context, repo, tag string) (string, error) {
 	if d.cfg.Releases == nil {
 		return "", abierrors.New(abierrors.ImageReleaseNotFound, fmt.Sprintf("repository %s has no tag %q", repo, tag))
 	}
@@ -220,13 +222,9 @@ func (d *Deployer) checkSecretRefs(ctx context.Context, p *services.Project, spe
 	return refs, nil
 }
 
-// ResolveSecrets returns every secret a service with refs and sets receives, keyed by variable,
+// resolveSecrets returns every secret a service with refs and sets receives, keyed by variable,
 // each with a concrete version (the current one where refs leave it unpinned). Errors: a
 // secret, version or set gone (422 secret_unknown), store failures.
-func (d *Deployer) ResolveSecrets(ctx context.Context, projectID string, refs map[string]secrets.Ref, sets []string) (map[string]secrets.Ref, error) {
-	return d.resolveSecrets(ctx, projectID, refs, sets)
-}
-
 func (d *Deployer) resolveSecrets(ctx context.Context, projectID string, refs map[string]secrets.Ref, sets []string) (map[string]secrets.Ref, error) {
 	if len(refs) == 0 && len(sets) == 0 {
 		return nil, nil
