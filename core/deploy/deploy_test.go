@@ -304,3 +304,40 @@ func TestEveryCauseIsAdmitted(t *testing.T) {
 		})
 	}
 }
+
+// TestConflictRetriedOnlyWithoutExpectedRevision: a write lost to a concurrent one runs the
+// chain again on the new revision when the caller gave no expected revision, and is answered
+// revision_conflict (the chain run once) when it did.
+func TestConflictRetriedOnlyWithoutExpectedRevision(t *testing.T) {
+	e := newEnv(t)
+	p := e.project(t, "shop")
+	for _, withExpected := range []bool{false, true} {
+		cur := e.put(t, p, services.Service{Runtime: "containerd", Image: image(p, clean), Replicas: 1, Port: 8080})
+		runs := 0
+		ch := Change{Cause: CauseReleasePromote, Project: p, Service: "web",
+			Next: func(c *services.Service) (*services.Service, error) {
+				runs++
+				if runs == 1 {
+					// Another writer wins between this read and the write.
+					other := *c
+					other.Replicas, other.LogOutbox = c.Replicas+1, nil
+					if _, _, err := e.cat.ApplyService(e.ctx, p, &other, &c.Revision); err != nil {
+						t.Fatal(err)
+					}
+				}
+				next := *c
+				next.Image, next.LogOutbox = image(p, other), nil
+				return &next, nil
+			}}
+		if withExpected {
+			ch.ExpectedRevision = &cur.Revision
+		}
+		res, err := e.dep.Apply(e.ctx, ch)
+		switch {
+		case withExpected && (!errors.Is(err, services.ErrRevisionConflict) || runs != 1):
+			t.Fatalf("with an expected revision: %v after %d runs, want a conflict after 1", err, runs)
+		case !withExpected && (err != nil || runs != 2 || res.Service.Image != image(p, other) || res.Service.Replicas != cur.Replicas+1):
+			t.Fatalf("without: %+v, %v after %d runs; want the image written over the concurrent change after 2", res.Service, err, runs)
+		}
+	}
+}
