@@ -25,7 +25,8 @@ import "fmt"
 // Changelog (a new major is a breaking change; a new minor only adds optional
 // fields, exports or host imports):
 //   - 1.3 (2026-12): routes may carry path_prefix, strip_prefix and
-//     headers (request matching, docs/routes.md section 3).
+//     headers (request matching, docs/routes.md section 3); the service.apply
+//     input carries cause ([InputSchemaVersion] "1.2").
 //   - 1.2 (2026-12): the host import berth.sha256 ([HostSHA256]).
 //   - 1.1 (2026-12): the policy input carries schema_version and the whole
 //     service ([InputSchemaVersion] "1.1").

@@ -42,24 +42,52 @@ func (h Hook) Valid() bool {
 // (docs/wasm-abi.md section 5.2).
 //
 // Changelog:
+//   - "1.2" (2026-12): service.apply inputs carry cause, what made the change
+//     ([Cause]); other hooks leave it out. A policy that ignores it decides as before.
 //   - "1.1" (ABI 1.1, 2026-12): the service object carries every field the
 //     API accepts: health_check, placement_mode, lease, runtime, image,
 //     user, memory_mb, cpu_millis; every object is closed (no other field).
 //   - "1.0" (ABI 1.0): no schema_version field; the service without those.
-const InputSchemaVersion = "1.1"
+const InputSchemaVersion = "1.2"
 
 // PolicyInput is what policy_evaluate receives (schema/policy_input.json).
 // SchemaVersion is [InputSchemaVersion]. Config is the binding's
 // configuration, passed unchanged (null when the binding has none), so one
 // module can serve several bindings.
 type PolicyInput struct {
-	SchemaVersion string          `json:"schema_version"`
-	Hook          Hook            `json:"hook"`
-	Actor         Actor           `json:"actor"`
-	Project       *Project        `json:"project,omitempty"`
-	Object        json.RawMessage `json:"object"`
-	OldObject     json.RawMessage `json:"old_object"`
-	Config        json.RawMessage `json:"config"`
+	SchemaVersion string   `json:"schema_version"`
+	Hook          Hook     `json:"hook"`
+	Actor         Actor    `json:"actor"`
+	Project       *Project `json:"project,omitempty"`
+	// Cause is what made a service.apply change ([Cause]); empty, and left out, for the
+	// other hooks.
+	Cause     Cause           `json:"cause,omitempty"`
+	Object    json.RawMessage `json:"object"`
+	OldObject json.RawMessage `json:"old_object"`
+	Config    json.RawMessage `json:"config"`
+}
+
+// Cause names what made a change to what a service runs, as service.apply sees it
+// (docs/deploy.md): an API apply, a release promotion, a registry push to a followed
+// tag, a secret's new version, a binding's credentials, an operator's undo or the
+// automatic rollback of a failed rollout.
+type Cause string
+
+// Causes of a service.apply admission.
+const (
+	CauseAPIPut         Cause = "api.put"
+	CauseReleasePromote Cause = "release.promote"
+	CauseRegistryPush   Cause = "registry.push"
+	CauseSecretRollover Cause = "secret.rollover"
+	CauseBindingPublish Cause = "binding.publish"
+	CauseRolloutUndo    Cause = "rollout.undo"
+	CauseAutoRollback   Cause = "rollout.auto_rollback"
+)
+
+// Causes returns every [Cause], in documentation order.
+func Causes() []Cause {
+	return []Cause{CauseAPIPut, CauseReleasePromote, CauseRegistryPush, CauseSecretRollover, CauseBindingPublish,
+		CauseRolloutUndo, CauseAutoRollback}
 }
 
 // Actor is who asked: Kind "token" (an API token, ID its id), "node" (a node

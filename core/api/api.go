@@ -24,6 +24,7 @@ import (
 	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
@@ -156,12 +157,17 @@ type Config struct {
 	// Guard checks fenced shared-storage writes (bundle uploads with the fencing headers); nil
 	// refuses such writes as unavailable.
 	Guard *fencing.Guard
+	// Deployer runs every change to what a service runs (core/deploy); nil builds one from this
+	// Config (Catalog, Runtime, Bundles, Secrets, Bindings, Policy, ImageReleases, Manifests,
+	// ACME, Events, Metrics).
+	Deployer *deploy.Deployer
 }
 
 // Server is the API's HTTP handler.
 type Server struct {
 	cfg      Config
 	runtime  *rollout.Store
+	deployer *deploy.Deployer
 	log      *slog.Logger
 	e        *echo.Echo
 	requests *prometheus.CounterVec
@@ -187,6 +193,10 @@ func New(cfg Config) *Server {
 	s.logins = newLoginSources(cfg.LoginLimit, now)
 	if s.runtime == nil {
 		s.runtime = rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil)
+	}
+	s.deployer = cfg.Deployer
+	if s.deployer == nil {
+		s.deployer = s.newDeployer()
 	}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_api_requests_total", Help: "API requests by route and status code.",

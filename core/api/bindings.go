@@ -1,10 +1,8 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -12,7 +10,6 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/identity"
-	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/store"
 	client "github.com/berthhq/berth/sdk/client"
 )
@@ -110,57 +107,4 @@ func (s *Server) deleteBinding(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusAccepted, toAPIBinding(b))
-}
-
-// bindingSpecs checks a spec's bindings (422 binding_kind_unknown or binding_name_clash) and
-// converts them.
-func (s *Server) bindingSpecs(spec *client.ServiceSpec) ([]bindings.Spec, error) {
-	if len(spec.Bindings) == 0 {
-		return nil, nil
-	}
-	if s.cfg.Bindings == nil {
-		return nil, problem(abierrors.BindingKindUnknown, "this berthd runs no corestore provider: no binding kind is served (docs/bindings.md section 5)")
-	}
-	out := make([]bindings.Spec, 0, len(spec.Bindings))
-	for _, b := range spec.Bindings {
-		out = append(out, bindings.Spec{Name: b.Name, Kind: b.Kind})
-	}
-	if err := bindings.Validate(out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// withBindingSecrets adds the secret references of the service's ready bindings to refs (a
-// reference the spec states itself wins), so an apply keeps the credentials the bindings sealed.
-func (s *Server) withBindingSecrets(ctx context.Context, projectID, service string, specs []bindings.Spec, refs map[string]secrets.Ref) (map[string]secrets.Ref, error) {
-	if len(specs) == 0 {
-		return refs, nil
-	}
-	have, err := s.cfg.Bindings.List(ctx, projectID, service)
-	if err != nil {
-		return nil, err
-	}
-	declared := map[string]bool{}
-	for _, sp := range specs {
-		declared[sp.Name] = true
-	}
-	out := maps.Clone(refs)
-	if out == nil {
-		out = map[string]secrets.Ref{}
-	}
-	for _, b := range have {
-		if !declared[b.Name] || b.State == bindings.StateReleased || b.State == bindings.StatePurged {
-			continue
-		}
-		for env, r := range b.Secrets {
-			if _, set := out[env]; !set {
-				out[env] = r
-			}
-		}
-	}
-	if len(out) == 0 {
-		return nil, nil
-	}
-	return out, nil
 }

@@ -12,24 +12,19 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
-	"github.com/berthhq/berth/abi/node"
-	"github.com/berthhq/berth/core/backups"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/services"
-	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/sdk/bundle"
 	"github.com/berthhq/berth/sdk/client"
 )
 
 type serviceSpec = client.ServiceSpec
-
-// defaultLeaseDurationMS is D of an expiring lease whose duration_ms is left out.
-const defaultLeaseDurationMS = 15000
 
 func toAPIService(s *services.Service, ready int) client.Service {
 	out := client.Service{
@@ -195,124 +190,24 @@ func (s *Server) putService(c echo.Context) error {
 	if err := s.bind(c, &spec); err != nil {
 		return err
 	}
-	if err := validateService(&spec); err != nil {
+	if err := deploy.ValidateSpec(&spec); err != nil {
 		return err
 	}
 	p, err := s.project(c, true)
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	var bundleDigest string
-	if spec.Bundle != "" { // a container from a registry needs none
-		b, err := s.cfg.Bundles.Resolve(ctx, p.ID, spec.Bundle)
-		if errors.Is(err, bundles.ErrNotFound) {
-			return problem(abierrors.BundleNotFound, fmt.Sprintf("no bundle %q in project %q; push it with 'berth bundle push'", spec.Bundle, p.Name))
-		} else if err != nil {
-			return err
-		}
-		bundleDigest = b.Digest
-	}
-	var image, imageTag string
-	if spec.DeployOnPush {
-		if image, imageTag, err = s.resolveFollowedTag(ctx, p, spec.Image); err != nil {
-			return err
-		}
-	} else {
-		image = spec.Image
-	}
-	expected, err := s.checkSecretUse(c, p, name, specRefs(&spec), spec.SecretSets, spec.TLS.Secret, spec.ExpectedRevision)
-	if err != nil {
-		return err
-	}
-	if err := s.checkServiceTLS(ctx, p, &spec); err != nil {
-		return err
-	}
-	refs, err := s.checkServiceSecrets(ctx, p, &spec)
-	if err != nil {
-		return err
-	}
-	bindingSpecs, err := s.bindingSpecs(&spec)
-	if err != nil {
-		return err
-	}
-	if refs, err = s.withBindingSecrets(ctx, p.ID, name, bindingSpecs, refs); err != nil {
-		return err
-	}
-	resolved, err := s.resolveSecrets(ctx, p.ID, refs, spec.SecretSets)
-	if err != nil {
-		return err
-	}
-	if err := s.checkEnvValues(ctx, p.ID, resolved); err != nil {
-		return err
-	}
-	svc := &services.Service{
-		Secrets: refs, SecretSets: spec.SecretSets, ResolvedSecrets: resolved,
-		Runtime: spec.Runtime, Image: image, ImageTag: imageTag, DeployOnPush: spec.DeployOnPush, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
-		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
-		Port: spec.Port, Domains: spec.Domains, DNS: spec.DNS, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
-		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, TLS: services.TLS(spec.TLS), Stream: spec.Stream, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
-		Rollout: rolloutSpec(spec.Rollout),
-	}
-	for _, v := range spec.Volumes {
-		svc.Volumes = append(svc.Volumes, services.Volume(v))
-	}
-	svc.Bindings = bindingSpecs
-	if spec.Backup != nil {
-		sched := backups.Schedule{Cron: spec.Backup.Cron, Keep: spec.Backup.Keep, Drill: spec.Backup.Drill}
-		if err := sched.Validate(); err != nil {
-			return problem(abierrors.BackupScheduleInvalid, err.Error())
-		}
-		svc.Backup = &services.BackupSchedule{Cron: sched.Cron, Keep: sched.Keep, Drill: sched.Drill}
-	}
-	if spec.PlacementMode == services.PlacementStateful {
-		svc.PlacementMode, svc.LeaseMode = services.PlacementStateful, string(node.LeaseLocal)
-		if spec.Lease != nil && spec.Lease.Mode != "" {
-			svc.LeaseMode = spec.Lease.Mode
-		}
-		if svc.LeaseMode == string(node.LeaseExpiring) {
-			svc.LeaseDurationMS = spec.Lease.DurationMS
-			if svc.LeaseDurationMS == 0 {
-				svc.LeaseDurationMS = defaultLeaseDurationMS
-			}
-		}
-	}
-	if svc.Port == 0 {
-		svc.Port = 8080
-	}
-	if svc.Domains == nil {
-		svc.Domains = []string{}
-	}
-	if spec.Replicas != nil {
-		svc.Replicas = *spec.Replicas
-	}
-	if err := s.checkSpecOwnership(c, p, svc, spec.Replicas != nil); err != nil {
-		return err
-	}
-	if err := s.admitService(c, p, svc); err != nil {
-		return err
-	}
+	ch := s.change(c, deploy.CauseAPIPut, p, name, spec.ExpectedRevision)
+	ch.Spec = &spec
 	wctx, done := s.changeCtx(c)
-	out, outcome, err := s.cfg.Catalog.ApplyService(wctx, p, svc, expected)
+	res, err := s.deployer.Apply(wctx, ch)
 	done()
+	s.policyWarnings(c, res.Warnings)
 	if err != nil {
-		return serviceError(err)
+		return deployError(err)
 	}
-	created := outcome == services.PutCreated
-	if s.cfg.Bindings != nil && (len(out.Bindings) > 0 || outcome != services.PutCreated) {
-		// Also when unchanged: declaring is idempotent and repairs an apply that stopped here.
-		if err := s.cfg.Bindings.Declare(ctx, p.ID, p.Name, out.Name, out.Bindings); err != nil {
-			return err
-		}
-	}
-	if !out.Stateful() {
-		// Also when unchanged: it writes only when the derived spec is missing, which repairs an
-		// earlier apply that stopped between its two writes.
-		if _, err := s.runtime.EnsureDerivedSpec(ctx, out); err != nil {
-			return err
-		}
-	}
-	if outcome == services.PutUnchanged {
+	out := res.Service
+	if !res.Changed() {
 		// Nothing was written, so nothing is recorded in the change log and no pass is hinted.
 		s.log.Info("service unchanged", "project", p.Name, "service", name, "revision", out.Revision)
 		return c.JSON(http.StatusOK, appliedService(out, false))
@@ -322,7 +217,7 @@ func (s *Server) putService(c echo.Context) error {
 	s.hintService("service.applied", out.ID)
 	s.awaitChange(c, "services", out.ID, out.LogOutbox)
 	status := http.StatusOK
-	if created {
+	if res.Outcome == services.PutCreated {
 		status = http.StatusCreated
 	}
 	return c.JSON(status, appliedService(out, true))
@@ -447,32 +342,6 @@ func (s *Server) deleteService(c echo.Context) error {
 	s.hintService("service.deleted", gone.ID)
 	s.awaitChange(c, "services", gone.ID, gone.LogOutbox)
 	return c.JSON(http.StatusAccepted, toAPIService(gone, 0))
-}
-
-// checkSpecOwnership refuses a service update that states replicas while an operator runtime
-// spec owns placement (docs/reconciliation.md section 1: spec-owns-placement), and one whose port
-// would leave the spec's probe naming an undeclared port.
-func (s *Server) checkSpecOwnership(c echo.Context, p *services.Project, svc *services.Service, statesReplicas bool) error {
-	ctx := c.Request().Context()
-	cur, err := s.cfg.Catalog.GetService(ctx, p, svc.Name)
-	if errors.Is(err, services.ErrServiceNotFound) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	d, err := s.runtime.Spec(ctx, cur.ID)
-	if err != nil || d == nil || d.Source != rollout.SourceOperator {
-		return err
-	}
-	sp := d.Spec
-	err = slots.CheckServiceUpdate(&sp, statesReplicas, []int{svc.Port})
-	if errors.Is(err, &slots.Refusal{Reason: slots.ReasonSpecOwnsPlacement}) {
-		return problem(abierrors.SpecOwnsPlacement, "the runtime spec owns the replica count: leave replicas out of the service, or change them with 'berth spec set'")
-	} else if err != nil {
-		return refusalError(err)
-	}
-	svc.Replicas = cur.Replicas
-	return nil
 }
 
 func (s *Server) listWorkloads(c echo.Context) error {

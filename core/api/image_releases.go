@@ -1,21 +1,19 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/services"
-	"github.com/berthhq/berth/core/store"
 )
 
 // registerReleases adds the image release routes (docs/registry.md section
@@ -41,54 +39,9 @@ func (s *Server) registryHost() string {
 	return ""
 }
 
-// resolveFollowedTag resolves the image of a deploy_on_push service ("[host/]<project>/<repo>:<tag>",
-// validated by splitTagRef) to the image reference it runs ("<host>/<project>/<repo>@<digest>")
-// and the "<project>/<repo>:<tag>" it follows. Errors: 422 validation_failed for a repository of
-// another project or another registry, 404 image_release_not_found, 409 release_not_pushed.
-func (s *Server) resolveFollowedTag(ctx context.Context, p *services.Project, ref string) (image, repoTag string, err error) {
-	name, tag, _ := splitTagRef(ref)
-	repo := strings.TrimPrefix(name, s.registryHost()+"/")
-	if !strings.HasPrefix(repo, p.Name+"/") {
-		return "", "", problem(abierrors.ValidationFailed, fmt.Sprintf("deploy_on_push follows a repository of project %s in Berth's registry (%s/%s/...), not %s", p.Name, s.registryHost(), p.Name, name))
-	}
-	digest, err := s.pushedDigest(ctx, repo, tag)
-	if err != nil {
-		return "", "", err
-	}
-	return s.registryHost() + "/" + repo + "@" + digest, repo + ":" + tag, nil
-}
-
 // ManifestChecker reports whether the registry still holds a manifest; [registry.Registry]
 // implements it ([registry.Registry.ManifestExists]).
-type ManifestChecker interface {
-	ManifestExists(ctx context.Context, repo, digest string) (bool, error)
-}
-
-// pushedDigest returns the digest repo:tag names, once the registry (Config.Manifests) confirms
-// it still holds that manifest. Errors: 404 image_release_not_found for a tag never pushed and for
-// a release whose manifest registry retention removed (docs/registry.md section 10); 409
-// release_not_pushed; a storage failure.
-func (s *Server) pushedDigest(ctx context.Context, repo, tag string) (string, error) {
-	rel, err := s.cfg.ImageReleases.Get(ctx, repo, tag)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return "", problem(abierrors.ImageReleaseNotFound, fmt.Sprintf("repository %s has no tag %q", repo, tag))
-	case err != nil:
-		return "", err
-	case rel.Digest == "":
-		return "", problem(abierrors.ReleaseNotPushed, fmt.Sprintf("tag %q of %s is reserved but nothing was pushed to it yet", tag, repo))
-	}
-	if s.cfg.Manifests != nil {
-		ok, err := s.cfg.Manifests.ManifestExists(ctx, repo, rel.Digest)
-		if err != nil {
-			return "", fmt.Errorf("check release %s:%s: %w", repo, tag, err)
-		}
-		if !ok {
-			return "", problem(abierrors.ImageReleaseNotFound, fmt.Sprintf("release %q of %s names %s, which registry retention removed; push that image to the tag again to promote it", tag, repo, rel.Digest))
-		}
-	}
-	return rel.Digest, nil
-}
+type ManifestChecker = deploy.ManifestChecker
 
 // promoteRelease serves POST .../services/{s}/releases/{tag}/promote (docs/registry.md section
 // 8): the service's image becomes "<host>/<project>/<service>@<digest the tag names>", one
@@ -107,33 +60,24 @@ func (s *Server) promoteRelease(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
 	repo, tag := p.Name+"/"+svc.Name, c.Param("tag")
-	digest, err := s.pushedDigest(ctx, repo, tag)
+	image, err := s.deployer.ReleaseImage(c.Request().Context(), repo, tag)
 	if err != nil {
 		return err
 	}
-	image := s.registryHost() + "/" + repo + "@" + digest
-	next := *svc
-	next.Image = image
-	if err := s.admitService(c, p, &next); err != nil {
-		return err
-	}
-	expected := req.ExpectedRevision
-	if expected == nil {
-		expected = &svc.Revision // the admission above judged the revision read
-	}
 	wctx, done := s.changeCtx(c)
-	out, outcome, err := s.cfg.Catalog.SetImage(wctx, p, svc.Name, image, expected)
+	res, err := s.deployer.Promote(wctx, s.change(c, deploy.CauseReleasePromote, p, svc.Name, req.ExpectedRevision), image)
 	done()
+	s.policyWarnings(c, res.Warnings)
 	switch {
 	case errors.Is(err, services.ErrNotContainer):
 		return problem(abierrors.ServiceNotContainer, fmt.Sprintf("service %s/%s does not run on containerd; only container services run images", p.Name, svc.Name))
 	case err != nil:
-		return serviceError(err)
-	case outcome == services.PutUnchanged:
-		return c.JSON(http.StatusOK, appliedService(out, false))
+		return deployError(err)
+	case !res.Changed():
+		return c.JSON(http.StatusOK, appliedService(res.Service, false))
 	}
+	out := res.Service
 	s.log.Info("release promoted", "project", p.Name, "service", svc.Name, "tag", tag, "image", image, "revision", out.Revision)
 	s.hintService("release.promote", out.ID)
 	s.awaitChange(c, "services", out.ID, out.LogOutbox)

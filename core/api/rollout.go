@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/rollout"
@@ -230,21 +231,24 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 	if expected == nil {
 		expected = &svc.Revision // the changes listed are those of the revision read
 	}
+	ch := s.change(c, deploy.CauseRolloutUndo, p, svc.Name, expected)
 	if back := svc.Previous; back != nil && *expected == svc.Revision {
 		// Going back may make the service take secrets again: the rule of any service write
 		// (another expected revision is refused by the undo itself).
-		if _, err := s.checkSecretUse(c, p, svc.Name, back.Secrets, back.SecretSets, "", expected); err != nil {
+		if err := s.deployer.CheckSecretUse(ch, svc, back.Secrets, back.SecretSets); err != nil {
 			return err
 		}
 	}
 	wctx, done := s.changeCtx(c)
-	out, err := s.cfg.Catalog.UndoReleaseAt(wctx, p, svc.Name, expected)
+	res, err := s.deployer.Undo(wctx, ch)
 	done()
+	s.policyWarnings(c, res.Warnings)
 	if errors.Is(err, services.ErrNoPreviousRelease) {
 		return noPrevious()
 	} else if err != nil {
-		return serviceError(err)
+		return deployError(err)
 	}
+	out := res.Service
 	s.log.Info("rollout undone", "project", p.Name, "service", svc.Name, "service_id", svc.ID, "release", out.Release().Digest(), "revision", out.Revision)
 	s.hintService("rollout.undo", out.ID)
 	s.awaitChange(c, "services", out.ID, out.LogOutbox)
@@ -322,20 +326,6 @@ func (s *Server) rolloutControl(action services.RolloutAction) echo.HandlerFunc 
 		}
 		return c.JSON(http.StatusOK, client.RolloutControl{Service: toAPIService(out, 0), Changed: wrote})
 	}
-}
-
-// rolloutSpec converts an API rollout block (nil: none) to the stored one.
-func rolloutSpec(r *client.RolloutSpec) *slots.RolloutSpec {
-	if r == nil {
-		return nil
-	}
-	bound := func(b *client.IntOrPercent) *slots.Bound {
-		if b == nil {
-			return nil
-		}
-		return &slots.Bound{Value: b.Value, Percent: b.Percent}
-	}
-	return &slots.RolloutSpec{MaxSurge: bound(r.MaxSurge), MaxUnavailable: bound(r.MaxUnavailable)}
 }
 
 // apiRollout converts a stored rollout block (nil: none) to the API's.

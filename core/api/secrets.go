@@ -385,7 +385,7 @@ func (s *Server) putSecretSet(c echo.Context) error {
 	for k, r := range spec.Secrets {
 		refs[k] = secrets.Ref(r)
 	}
-	if err := s.checkEnvValues(c.Request().Context(), p.ID, refs); err != nil {
+	if err := s.deployer.CheckEnvValues(c.Request().Context(), p.ID, refs); err != nil {
 		return err
 	}
 	wctx, done := s.changeCtx(c)
@@ -544,101 +544,12 @@ func (s *Server) rotateKeyring(c echo.Context) error {
 	return c.JSON(http.StatusAccepted, out)
 }
 
-// checkServiceSecrets validates a service spec's secret references (docs/api.md section 10.2):
-// well-formed keys, no key also in env or given twice, and every secret, pinned version and set
-// existing in project p (422 secret_unknown naming the first that does not).
-func (s *Server) checkServiceSecrets(ctx context.Context, p *services.Project, spec *serviceSpec) (map[string]secrets.Ref, error) {
-	if len(spec.Secrets) == 0 && len(spec.SecretSets) == 0 {
-		return nil, nil
-	}
-	if s.cfg.Secrets == nil {
-		return nil, problem(abierrors.Unavailable, "this berthd serves no secrets")
-	}
-	refs := map[string]secrets.Ref{}
-	for k, r := range spec.Secrets {
-		ref := secrets.Ref(r)
-		if err := ref.Validate(k); err != nil {
-			return nil, secretError(err)
-		}
-		if _, dup := spec.Env[k]; dup {
-			return nil, problem(abierrors.ValidationFailed, fmt.Sprintf("%s is both in env and in secrets", k))
-		}
-		refs[k] = ref
-	}
-	if err := s.secretStore().ValidateRefs(ctx, p.ID, refs); err != nil {
-		return nil, refError(err)
-	}
-	if len(spec.SecretSets) > 16 {
-		return nil, problem(abierrors.ValidationFailed, "a service attaches at most 16 secret sets")
-	}
-	from := map[string]string{}
-	for _, name := range spec.SecretSets {
-		if err := checkSecretName("secret set", name); err != nil {
-			return nil, err
-		}
-		if _, dup := from["set:"+name]; dup {
-			return nil, problem(abierrors.ValidationFailed, fmt.Sprintf("secret set %s is attached twice", name))
-		}
-		from["set:"+name] = name
-		set, err := s.secretStore().GetSet(ctx, p.ID, name)
-		if err != nil {
-			return nil, refError(err)
-		}
-		for k := range set.Secrets {
-			_, inEnv := spec.Env[k]
-			_, direct := refs[k]
-			if other, again := from[k]; inEnv || direct || again {
-				where := "env or secrets"
-				if again {
-					where = "secret set " + other
-				}
-				return nil, problem(abierrors.ValidationFailed, fmt.Sprintf("%s of secret set %s is also given by %s", k, name, where))
-			}
-			from[k] = name
-		}
-	}
-	return refs, nil
-}
-
-// resolveSecrets returns every secret a service with refs and sets receives, keyed by variable,
-// each with a concrete version (the current one where refs leave it unpinned). Errors: a
-// secret, version or set gone (422 secret_unknown), store failures.
-func (s *Server) resolveSecrets(ctx context.Context, projectID string, refs map[string]secrets.Ref, sets []string) (map[string]secrets.Ref, error) {
-	if len(refs) == 0 && len(sets) == 0 {
-		return nil, nil
-	}
-	all := maps.Clone(refs)
-	if all == nil {
-		all = map[string]secrets.Ref{}
-	}
-	for _, name := range sets {
-		set, err := s.secretStore().GetSet(ctx, projectID, name)
-		if err != nil {
-			return nil, refError(err)
-		}
-		for k, r := range set.Secrets {
-			if _, dup := all[k]; !dup {
-				all[k] = r
-			}
-		}
-	}
-	out := make(map[string]secrets.Ref, len(all))
-	for k, r := range all {
-		_, v, err := s.secretStore().Resolve(ctx, projectID, r.Secret, r.Version)
-		if err != nil {
-			return nil, refError(fmt.Errorf("%s: %w", k, err))
-		}
-		r.Version = v.Version
-		out[k] = r
-	}
-	return out, nil
-}
-
-// rollSecretUsers re-resolves the secrets of every service of p that receives secret (or, with
-// a set name, set) and updates those whose resolved versions moved, one compare-and-set each
-// (retried on a concurrent write), so a new version of an unpinned reference rolls out like any
-// change of what the service runs. The secret write is durable already: a failure here is logged
-// and the services stay on what they run until their next apply or the secret's next version.
+// rollSecretUsers rolls every service of p that receives secret (or, with a set name, set) to
+// the versions it resolves to now (secret.rollover, core/deploy), so a new version of an
+// unpinned reference rolls out like any change of what the service runs; a service whose
+// versions did not move is not written. The secret write is durable already: a failure or a
+// policy's refusal here (recorded by the deployer) is logged, and the services stay on what
+// they run until their next apply or the secret's next version.
 func (s *Server) rollSecretUsers(c echo.Context, p *services.Project, secret, set string) {
 	ctx := c.Request().Context()
 	bySecret, bySet, err := s.uses(ctx, p)
@@ -656,36 +567,20 @@ func (s *Server) rollSecretUsers(c echo.Context, p *services.Project, secret, se
 			continue
 		}
 		done[u.Service] = true
-		for range 3 {
-			cur, err := s.cfg.Catalog.GetService(ctx, p, u.Service)
-			if err != nil || cur.Deleting {
-				break
-			}
-			res, err := s.resolveSecrets(ctx, p.ID, cur.Secrets, cur.SecretSets)
-			if err != nil {
-				s.log.Warn("service keeps its secret versions", "project", p.Name, "service", u.Service, "err", err)
-				break
-			}
-			if maps.Equal(res, cur.ResolvedSecrets) {
-				break
-			}
-			next := *cur
-			next.ResolvedSecrets, next.LogOutbox = res, nil
-			wctx, doneCtx := s.changeCtx(c)
-			out, _, err := s.cfg.Catalog.ApplyService(wctx, p, &next, &cur.Revision)
-			doneCtx()
-			if errors.Is(err, services.ErrRevisionConflict) {
-				continue
-			}
-			if err != nil {
-				s.log.Warn("service keeps its secret versions", "project", p.Name, "service", u.Service, "err", err)
-				break
-			}
-			s.log.Info("service rolls to new secret versions", "project", p.Name, "service", u.Service, "revision", out.Revision)
-			s.awaitChange(c, "services", out.ID, out.LogOutbox)
-			s.cfg.Hinter.Hint("service.secrets")
-			break
+		wctx, doneCtx := s.changeCtx(c)
+		res, err := s.deployer.RollSecrets(wctx, p, u.Service)
+		doneCtx()
+		if err != nil {
+			s.log.Warn("service keeps its secret versions", "project", p.Name, "service", u.Service, "err", err)
+			continue
 		}
+		if !res.Changed() {
+			continue
+		}
+		out := res.Service
+		s.log.Info("service rolls to new secret versions", "project", p.Name, "service", u.Service, "revision", out.Revision)
+		s.awaitChange(c, "services", out.ID, out.LogOutbox)
+		s.cfg.Hinter.Hint("service.secrets")
 	}
 }
 
@@ -749,32 +644,6 @@ func exactJSONString(raw []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return []byte(s), true
-}
-
-// checkEnvValues refuses (422 validation_failed naming the key) a reference delivered as an
-// environment variable to a secret version whose value an environment variable cannot carry (a
-// NUL byte, or bytes that are not UTF-8: [node.EnvSafe]); a file carries any bytes. refs'
-// versions may be 0 (the current one). A secret or version that does not exist is 422
-// secret_unknown.
-func (s *Server) checkEnvValues(ctx context.Context, projectID string, refs map[string]secrets.Ref) error {
-	for _, k := range slices.Sorted(maps.Keys(refs)) {
-		r := refs[k]
-		if r.As != "" && r.As != secrets.AsEnv {
-			continue
-		}
-		sec, v, err := s.secretStore().Resolve(ctx, projectID, r.Secret, r.Version)
-		if err != nil {
-			return refError(fmt.Errorf("%s: %w", k, err))
-		}
-		ok, err := s.secretStore().EnvSafe(sec, v)
-		if err != nil {
-			return secretError(err)
-		}
-		if !ok {
-			return problem(abierrors.ValidationFailed, fmt.Sprintf("%s: version %d of secret %s holds a NUL byte or bytes that are not UTF-8, which an environment variable cannot carry; deliver it as a file (as: file)", k, v.Version, r.Secret))
-		}
-	}
-	return nil
 }
 
 // checkNoEnvUsers refuses (422 validation_failed naming the service and key) a new version of

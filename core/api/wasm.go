@@ -319,31 +319,6 @@ func (s *Server) admit(c echo.Context, project string, in abiwasm.PolicyInput) e
 	return &abierrors.Error{Code: abierrors.PolicyDenied, Message: de.Error(), Err: de}
 }
 
-// admitService runs service.apply for svc (not yet stored) in project p.
-func (s *Server) admitService(c echo.Context, p *services.Project, svc *services.Service) error {
-	if s.cfg.Policy == nil {
-		return nil
-	}
-	ctx := c.Request().Context()
-	svcs, err := s.cfg.Catalog.ListServices(ctx, p)
-	if err != nil {
-		return err
-	}
-	var old any
-	for i := range svcs {
-		if svcs[i].Name == svc.Name {
-			old = policy.ServiceObject(&svcs[i])
-			svc.Revision = svcs[i].Revision
-		}
-	}
-	obj := *svc
-	obj.Project = p.Name
-	return s.admit(c, p.Name, abiwasm.PolicyInput{
-		Hook: abiwasm.HookServiceApply, Project: policy.Usage(p.Name, svcs, svc.Name),
-		Object: policy.Raw(policy.ServiceObject(&obj)), OldObject: policy.Raw(old),
-	})
-}
-
 // admitDelete runs service.delete for the stored service name of project p;
 // a missing service is left for the delete to report.
 func (s *Server) admitDelete(c echo.Context, p *services.Project, name string) error {

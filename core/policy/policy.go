@@ -144,6 +144,16 @@ type Verdict struct {
 	Allowed  bool
 	Reasons  []string
 	Warnings []string
+	// Denials says which module gave which of Reasons, one entry per binding that denied (or
+	// failed under failure_policy fail), in binding order.
+	Denials []Denial
+}
+
+// Denial is one binding's refusal within a [Verdict]: the module's name (its digest when it
+// has none) and the reasons it gave.
+type Denial struct {
+	Module  string
+	Reasons []string
 }
 
 // DeniedError is returned to API callers for a denied request; core/api
@@ -151,6 +161,8 @@ type Verdict struct {
 type DeniedError struct {
 	Hook    abiwasm.Hook
 	Reasons []string
+	// Denials says which module gave which reasons ([Verdict.Denials]); it may be empty.
+	Denials []Denial
 }
 
 func (e *DeniedError) Error() string {
@@ -646,12 +658,14 @@ func (e *Engine) Admit(ctx context.Context, project string, in abiwasm.PolicyInp
 			} else {
 				v.Allowed = false
 				v.Reasons = append(v.Reasons, msg)
+				v.Denials = append(v.Denials, Denial{Module: moduleName(b), Reasons: []string{msg}})
 			}
 		case out.Decision == abiwasm.Deny:
 			d.Result, d.Reasons, d.Warnings = "deny", out.Reasons, out.Warnings
 			v.Allowed = false
 			v.Reasons = append(v.Reasons, out.Reasons...)
 			v.Warnings = append(v.Warnings, out.Warnings...)
+			v.Denials = append(v.Denials, Denial{Module: moduleName(b), Reasons: out.Reasons})
 		default:
 			d.Result, d.Warnings = "allow", out.Warnings
 			v.Warnings = append(v.Warnings, out.Warnings...)
@@ -846,6 +860,14 @@ func (e *Engine) remember(key string, m memoEntry) {
 		e.memo = map[string]memoEntry{}
 	}
 	e.memo[key] = m
+}
+
+// moduleName names b's module for a refusal: its name, else its digest.
+func moduleName(b Binding) string {
+	if b.Module != "" {
+		return b.Module
+	}
+	return b.ModuleDigest
 }
 
 // UniqueReasons returns v's reasons without repeats, in order.

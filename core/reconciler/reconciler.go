@@ -70,6 +70,9 @@ type RouteSink interface {
 
 // Config wires a Reconciler. Catalog, Nodes and Compiler are required.
 type Config struct {
+	// RollBack makes the automatic rollback of a failed rollout (rollout.Config.RollBack, core/deploy
+	// Deployer.RollBack); nil rolls nothing back.
+	RollBack func(ctx context.Context, svc *services.Service) (*services.Service, error)
 	// Secrets, when not nil, resolves and seals the workloads' secret values into each node's
 	// desired state (docs/node-protocol.md section 6.6); nil delivers none.
 	Secrets  SecretSealer
@@ -163,7 +166,7 @@ func New(cfg Config) *Reconciler {
 	}
 	if cfg.Rollout == nil {
 		rc := rollout.Config{Store: rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil), Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger, Events: cfg.Events,
-			Leases: cfg.Leases}
+			Leases: cfg.Leases, RollBack: cfg.RollBack}
 		if cfg.Admit != nil {
 			rc.Admit = cfg.Admit
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/berthhq/berth/core/blobs"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/services"
@@ -28,9 +29,10 @@ func TestDeployOnPushFollowsTheTag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dep := deploy.New(deploy.Config{Catalog: cat})
 	e.mu.Lock()
 	e.follow = registry.DeployOnPush(e.host, func(ctx context.Context, repoTag, image string) error {
-		_, err := cat.FollowTag(ctx, repoTag, image)
+		_, err := dep.FollowTag(ctx, repoTag, image)
 		return err
 	})
 	e.mu.Unlock()

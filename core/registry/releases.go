@@ -289,7 +289,7 @@ func (r *Releases) RecordAndFollow(follow FollowFunc) func(ctx context.Context, 
 // DeployOnPush returns the FollowFunc of deploy on push (docs/registry.md section 8): it names
 // the digest as "<host>/<repo>@<digest>" and calls roll with "<repo>:<tag>" and that image, ctx
 // carrying the pusher as the actor of the change log, so each service write records who pushed.
-// roll is services.Catalog.FollowTag, with the caller's logging and hints around it.
+// roll is core/deploy's Deployer.FollowTag, with the caller's logging and hints around it.
 func DeployOnPush(host string, roll func(ctx context.Context, repoTag, image string) error) FollowFunc {
 	return func(ctx context.Context, p Push, digest string) error {
 		ctx = changelog.WithActor(ctx, changelog.Actor{Type: string(p.ActorKind), ID: p.Actor})

@@ -13,6 +13,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
@@ -60,6 +61,11 @@ type Config struct {
 	// (granted by the caller, core/reconciler), and a slot left on a node the lease moved away
 	// from is settled by that fence. Nil produces stateful services like portable ones.
 	Leases *fencing.Authority
+	// RollBack, when not nil, makes the automatic rollback of a failed rollout of svc (the
+	// service as the sweep read it), written only while the service is still at svc's revision
+	// and admitted like any change (core/deploy Deployer.RollBack). Nil rolls nothing back: the
+	// failed rollout is reported and left for an operator.
+	RollBack func(ctx context.Context, svc *services.Service) (*services.Service, error)
 }
 
 // TypeRolloutFailed is the event of a rollout that went past its progress deadline.
@@ -452,7 +458,7 @@ func (p *Producer) refusedByPolicy(ctx context.Context, svc *services.Service, p
 // not rolled back. It reports whether it rolled back.
 func (p *Producer) rolloutFailed(ctx context.Context, svc *services.Service, was slots.Verdict) (bool, error) {
 	name := svc.Project + "/" + svc.Name
-	rollback := svc.AutoRollback && svc.RollbackOf == 0 && svc.Previous != nil && svc.Previous.Release().Digest() != ""
+	rollback := p.cfg.RollBack != nil && svc.AutoRollback && svc.RollbackOf == 0 && svc.Previous != nil && svc.Previous.Release().Digest() != ""
 	p.log.Warn("rollout failed: no progress within its deadline", "service", name, "service_id", svc.ID, "revision", svc.Revision,
 		"verdict", was.String(), "auto_rollback", rollback)
 	if p.cfg.Events != nil {
@@ -470,9 +476,15 @@ func (p *Producer) rolloutFailed(ctx context.Context, svc *services.Service, was
 		return false, nil
 	}
 	actx := changelog.WithActor(ctx, changelog.Actor{Type: "system", ID: "rollout"})
-	back, err := p.cfg.Catalog.RollBack(actx, svc)
+	back, err := p.cfg.RollBack(actx, svc)
 	if errors.Is(err, services.ErrRevisionConflict) || errors.Is(err, services.ErrServiceDeleting) || errors.Is(err, services.ErrNoPreviousRelease) {
 		p.log.Info("automatic rollback skipped: the service changed", "service", name, "err", err)
+		return false, nil
+	}
+	if errors.Is(err, abierrors.New(abierrors.PolicyDenied, "")) {
+		// The refusal is recorded (event, verdict, metric) by the deployer; the service keeps
+		// the failed release until an operator acts.
+		p.log.Warn("automatic rollback refused by policy", "service", name, "err", err)
 		return false, nil
 	}
 	if err != nil {

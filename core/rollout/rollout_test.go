@@ -15,6 +15,7 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	abiroutes "github.com/berthhq/berth/abi/routes"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/reconciler"
@@ -303,13 +304,14 @@ func TestCrashingReleaseBacksOffAndUndoRecovers(t *testing.T) {
 	}
 	// rollout undo returns to the good release: the old slots stop drifting, the crashing one is
 	// replaced, and the service converges.
-	if _, err := h.cat.UndoRelease(h.ctx, h.p, "web"); err != nil {
+	dep := deploy.New(deploy.Config{Catalog: h.cat, Runtime: h.rs})
+	if _, err := dep.Undo(h.ctx, deploy.Change{Project: h.p, Service: "web"}); err != nil {
 		t.Fatal(err)
 	}
 	h.until(20, "converged after undo", func() bool {
 		return h.converged(svc.ID)() && h.serving(svc)["sha256:good"] == 3
 	}, nil)
-	if _, err := h.cat.UndoRelease(h.ctx, h.p, "web"); err != nil {
+	if _, err := dep.Undo(h.ctx, deploy.Change{Project: h.p, Service: "web"}); err != nil {
 		t.Fatalf("undo of the undo: %v", err) // it goes back to the bad release, which is allowed
 	}
 }

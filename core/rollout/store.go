@@ -114,12 +114,14 @@ type StatusDoc struct {
 
 // Store reads and writes runtime specs, slot sets and verdicts.
 type Store struct {
-	st      *store.Store
-	specs   *mongo.Collection
-	slots   *mongo.Collection
-	status  *mongo.Collection
-	catalog *services.Catalog
-	now     func() time.Time
+	st     *store.Store
+	specs  *mongo.Collection
+	slots  *mongo.Collection
+	status *mongo.Collection
+	// refusals holds the refused changes the verdict shows ([DeployRefusal]).
+	refusals *mongo.Collection
+	catalog  *services.Catalog
+	now      func() time.Time
 }
 
 // NewStore returns a Store over st; now may be nil (time.Now).
@@ -128,7 +130,7 @@ func NewStore(st *store.Store, catalog *services.Catalog, now func() time.Time) 
 		now = time.Now
 	}
 	return &Store{st: st, specs: st.Collection("runtime_specs"), slots: st.Collection("slots"),
-		status: st.Collection("runtime_status"), catalog: catalog, now: now}
+		status: st.Collection("runtime_status"), refusals: st.Collection(RefusalsCollection), catalog: catalog, now: now}
 }
 
 // Spec returns the stored spec document of a service, nil when there is none.
@@ -422,7 +424,7 @@ func sameProgress(a, b *slots.Progress) bool {
 
 // forget removes a service's spec, slot set and verdict (the end of its deletion).
 func (s *Store) forget(ctx context.Context, serviceID string) error {
-	for _, c := range []*mongo.Collection{s.slots, s.specs, s.status} {
+	for _, c := range []*mongo.Collection{s.slots, s.specs, s.status, s.refusals} {
 		if _, err := c.DeleteOne(ctx, bson.D{{Key: "_id", Value: serviceID}}); err != nil {
 			return fmt.Errorf("forget %s of %s: %w", c.Name(), serviceID, err)
 		}

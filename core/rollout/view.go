@@ -169,11 +169,20 @@ func APIFailure(f *services.Failure) *client.Failure {
 		Message: f.Message, At: f.At, Count: f.Count}
 }
 
-// VerdictOf returns the verdict of svc as the API shows it: converging for a service no sweep
-// decided yet, nil for a deleting one without a verdict. A stored
+// VerdictOf returns the verdict of svc as the API shows it: refused(policy: <module>: <reason>)
+// while the latest unattended change to it was refused by policy and it has not changed since,
+// converging for a service no sweep decided yet, nil for a deleting one without a verdict. A stored
 // verdict decided over an older revision of the service (a release change, which leaves the
 // spec revision as it is) or of its spec reads as converging until the next sweep decides again.
 func (v Views) VerdictOf(ctx context.Context, svc *services.Service) (*client.Verdict, error) {
+	out, err := v.verdictOf(ctx, svc)
+	if err != nil {
+		return nil, err
+	}
+	return v.withRefusal(ctx, svc, out)
+}
+
+func (v Views) verdictOf(ctx context.Context, svc *services.Service) (*client.Verdict, error) {
 	d, err := v.Store.Verdict(ctx, svc.ID)
 	if err != nil {
 		return nil, err
@@ -203,6 +212,25 @@ func (v Views) VerdictOf(ctx context.Context, svc *services.Service) (*client.Ve
 		}
 	}
 	return out, nil
+}
+
+// withRefusal returns out, or the refusal of the latest change to svc a policy refused with no
+// caller to answer while svc is still at the revision it was judged against
+// (refused(policy: <module>: <reason>), docs/deploy.md).
+func (v Views) withRefusal(ctx context.Context, svc *services.Service, out *client.Verdict) (*client.Verdict, error) {
+	if svc.Deleting {
+		return out, nil
+	}
+	r, err := v.Store.Refusal(ctx, svc.ID)
+	if err != nil || r == nil || r.ServiceRevision != svc.Revision {
+		return out, err
+	}
+	var specRev int64
+	if out != nil {
+		specRev = out.SpecRevision
+	}
+	vd := r.Verdict(specRev)
+	return &client.Verdict{SpecRevision: specRev, State: string(vd.State), Reason: string(vd.Reason), ChangedAt: r.At}, nil
 }
 
 // Annotate fills in what the API shows of svc beyond its document: the verdict, and the

@@ -3,16 +3,14 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/berthhq/berth/core/bindings"
-	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/secrets"
@@ -32,7 +30,7 @@ const corestoreStateDir = "corestore"
 // (JSON, 0600: it holds the servers' admin credentials, docs/bindings.md section 5) and returns
 // the binding manager, whose worker the caller runs, and the plugin handle the caller closes.
 // With no configuration file it returns nil: services with bindings are then refused.
-func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secrets.Store, cat *services.Catalog, exec executorAccess,
+func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secrets.Store, cat *services.Catalog, deployer func() *deploy.Deployer, exec executorAccess,
 	hint func(reason, serviceID string), log *slog.Logger) (*bindings.Manager, *plugin.Provider, error) {
 	if cfg.CorestoreConfig == "" {
 		return nil, nil, nil
@@ -64,7 +62,9 @@ func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secret
 	}
 	m := bindings.New(bindings.Config{
 		Store: st, Queue: operations.NewQueue(st, operations.Config{}), Secrets: sec, Provider: h, Logger: log,
-		OnReady: func(ctx context.Context, b *bindings.Binding) error { return publishBinding(ctx, cat, hint, b) },
+		OnReady: func(ctx context.Context, b *bindings.Binding) error {
+			return publishBinding(ctx, cat, deployer(), hint, b)
+		},
 	})
 	return m, h, nil
 }
@@ -161,51 +161,23 @@ func resolveConfigSecrets(ctx context.Context, raw []byte, sec *secrets.Store, c
 	return json.Marshal(doc)
 }
 
-// publishBinding adds the secret references of ready binding b to its service, with one
-// compare-and-set carrying its change-log entry (retried on a concurrent write), so the next
-// rollout delivers the credentials. A service that is gone or no longer declares b is left alone.
-func publishBinding(ctx context.Context, cat *services.Catalog, hint func(reason, serviceID string), b *bindings.Binding) error {
+// publishBinding adds the secret references of ready binding b to its service through the
+// deployer (binding.publish: admitted like any change, one compare-and-set carrying its
+// change-log entry, retried on a concurrent write), so the next rollout delivers the
+// credentials. A service that is gone or no longer declares b is left alone.
+func publishBinding(ctx context.Context, cat *services.Catalog, dep *deploy.Deployer, hint func(reason, serviceID string), b *bindings.Binding) error {
 	p, err := cat.GetProject(ctx, b.Project)
 	if err != nil {
 		return err
 	}
-	ctx = changelog.WithActor(ctx, changelog.Actor{Type: "system", ID: "corestore"})
-	for range 5 {
-		cur, err := cat.GetService(ctx, p, b.Service)
-		if errors.Is(err, services.ErrServiceNotFound) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		declared := false
-		for _, s := range cur.Bindings {
-			declared = declared || s.Name == b.Name
-		}
-		if !declared || cur.Deleting {
-			return nil
-		}
-		next := *cur
-		next.Secrets, next.ResolvedSecrets = maps.Clone(cur.Secrets), maps.Clone(cur.ResolvedSecrets)
-		if next.Secrets == nil {
-			next.Secrets = map[string]secrets.Ref{}
-		}
-		if next.ResolvedSecrets == nil {
-			next.ResolvedSecrets = map[string]secrets.Ref{}
-		}
-		maps.Copy(next.Secrets, b.Secrets)
-		maps.Copy(next.ResolvedSecrets, b.Secrets)
-		rev := cur.Revision
-		out, outcome, err := cat.ApplyService(ctx, p, &next, &rev)
-		if errors.Is(err, services.ErrRevisionConflict) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if outcome != services.PutUnchanged && hint != nil {
-			hint("binding.ready", out.ID)
-		}
-		return nil
+	// The deployer re-reads, skips a service that is gone or no longer declares b, and runs the
+	// change again after a concurrent write.
+	res, err := dep.PublishBinding(ctx, p, b.Service, b.Name, b.Secrets, nil)
+	if err != nil {
+		return fmt.Errorf("publish binding %s: %w", b.ID, err)
 	}
-	return fmt.Errorf("publish binding %s: %w", b.ID, services.ErrRevisionConflict)
+	if res.Changed() && hint != nil {
+		hint("binding.ready", res.Service.ID)
+	}
+	return nil
 }

@@ -15,11 +15,11 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/blobs"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/registry"
-	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/internal/securefile"
 )
 
@@ -96,21 +96,31 @@ func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *regist
 }
 
 // deployOnPush rolls the services that follow a pushed tag (deploy_on_push, docs/registry.md
-// section 8) to "<registry host>/<repo>@<digest>", the write attributed to the pusher in the
-// change log, and wakes the reconciler for each service written.
-func deployOnPush(cfg Config, cat *services.Catalog, rec *reconciler.Reconciler, log *slog.Logger) registry.FollowFunc {
-	host := ""
-	if u, err := url.Parse(cfg.PublicURL); err == nil {
-		host = u.Host
-	}
-	return registry.DeployOnPush(host, func(ctx context.Context, repoTag, image string) error {
-		out, err := cat.FollowTag(ctx, repoTag, image)
+// section 8) to "<registry host>/<repo>@<digest>" through the deployer (registry.push, admitted
+// like any change), the write attributed to the pusher in the change log, and wakes the
+// reconciler for each service written. A policy's refusal is recorded by the deployer (event,
+// verdict, metric) and does not fail the push: the manifest is stored and the push answered.
+func deployOnPush(cfg Config, deployer func() *deploy.Deployer, rec *reconciler.Reconciler, log *slog.Logger) registry.FollowFunc {
+	return registry.DeployOnPush(publicHost(cfg.PublicURL), func(ctx context.Context, repoTag, image string) error {
+		out, err := deployer().FollowTag(ctx, repoTag, image)
 		for _, s := range out {
 			log.Info("service follows pushed tag", "project", s.Project, "service", s.Name, "tag", repoTag, "image", s.Image, "revision", s.Revision)
 			rec.HintService("release.pushed", s.ID)
 		}
+		if deploy.OnlyRefusals(err) {
+			log.Warn("pushed tag not followed: refused by policy", "tag", repoTag, "image", image, "err", err)
+			return nil
+		}
 		return err
 	})
+}
+
+// publicHost is the host (and port) of publicURL, "" when it has none.
+func publicHost(publicURL string) string {
+	if u, err := url.Parse(publicURL); err == nil {
+		return u.Host
+	}
+	return ""
 }
 
 // withRegistry serves /v2/ (the OCI registry and its token endpoint) beside

@@ -30,6 +30,7 @@ import (
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
@@ -339,6 +340,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	var rec *reconciler.Reconciler
+	// The deployer needs parts made below (the bindings, the registry); the reconciler, the
+	// bindings and the registry reach it through this, once it is made.
+	var dep *deploy.Deployer
+	deployer := func() *deploy.Deployer { return dep }
 	retired, err := identity.RetiredSigningKeys(cfg.DataDir)
 	if err != nil {
 		return err
@@ -402,6 +407,9 @@ func Run(ctx context.Context, cfg Config) error {
 		Catalog: cat, Nodes: reg, Pusher: sessions, Routes: routeSink, Compiler: ext.compiler,
 		Admit: policy.Deploy{Engine: ext.policy}, Logger: log, Sweep: cfg.Sweep,
 		Leases: leases, LeaseSender: sessions, Secrets: &delivery.Sealer{Secrets: sec}, Events: evlog, Metrics: metrics,
+		RollBack: func(ctx context.Context, svc *services.Service) (*services.Service, error) {
+			return deployer().RollBack(ctx, svc)
+		},
 	})
 
 	for kind, count := range map[string]func() int64{
@@ -425,7 +433,7 @@ func Run(ctx context.Context, cfg Config) error {
 		supervised = append(supervised, dnsPart.handle)
 	}
 	exec := executorAccess{runners: orch.api.Runners, url: loopbackURL(ln.Addr()), fingerprint: servTLS.Fingerprint}
-	binds, corestoreHandle, err := startBindings(ctx, cfg, st, sec, cat, exec, func(reason, id string) {
+	binds, corestoreHandle, err := startBindings(ctx, cfg, st, sec, cat, deployer, exec, func(reason, id string) {
 		if rec != nil {
 			rec.HintService(reason, id)
 		}
@@ -446,10 +454,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	metrics.MustRegister(&plugin.StatusCollector{List: pluginStatuses})
 	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
-	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log, deployOnPush(cfg, cat, rec, log))
+	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log, deployOnPush(cfg, deployer, rec, log))
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
+	dep = deploy.New(deploy.Config{
+		Catalog: cat, Bundles: blobs, Secrets: sec, Bindings: binds, Policy: ext.policy, Releases: imageReleases, Manifests: oci,
+		RegistryHost: publicHost(cfg.PublicURL), ACME: acmeChecker(cfg.ACME), Events: evlog, Metrics: metrics, Logger: log,
+	})
 	gc := registry.NewCollector(oci, imageReleases, cat.ImagesInUse, registry.GCPolicy{})
 	// Service backups (docs/backups.md): records and operations on this store, archives in the
 	// blob store; a backup request backs up the bindings the service declares.
@@ -474,6 +486,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Releases: releases.New(cfg.ReleaseDir),
 		Plugins:  pluginStatuses,
 		Bindings: binds,
+		Deployer: dep,
 	})
 	srv := &http.Server{
 		Handler:           withRegistry(handler, oci),

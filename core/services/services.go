@@ -45,7 +45,7 @@ var (
 	// ErrServiceDeleting is returned by writes to a service marked deleting
 	// (docs/reconciliation.md section 9).
 	ErrServiceDeleting = errors.New("berth: service is being deleted")
-	// ErrNoPreviousRelease is returned by [Catalog.UndoRelease] for a service whose release and
+	// ErrNoPreviousRelease is returned by [Undone] for a service whose release and
 	// configuration never changed.
 	ErrNoPreviousRelease = errors.New("berth: service has no previous release")
 )
@@ -757,76 +757,36 @@ func (c *Catalog) MarkDeletingWith(ctx context.Context, p *Project, name string,
 	return cur, nil
 }
 
-// UndoRelease returns a service to what it ran before its latest change of what it runs
-// (release, command, environment, port, limits, health check; the current becomes the previous),
-// with one compare-and-set on its revision, and returns it after the write. Replicas, domains and
-// the runtime spec are not touched. Errors: ErrServiceNotFound, ErrServiceDeleting,
-// ErrNoPreviousRelease, ErrRevisionConflict.
-func (c *Catalog) UndoRelease(ctx context.Context, p *Project, name string) (*Service, error) {
-	return c.UndoReleaseAt(ctx, p, name, nil)
-}
-
-// UndoReleaseAt is [Catalog.UndoRelease] of the service only while it is at revision expected
-// (nil: any), so an undo an operator reviewed ([UndoChanges]) changes exactly what was shown;
-// another revision is ErrRevisionConflict.
-func (c *Catalog) UndoReleaseAt(ctx context.Context, p *Project, name string, expected *int64) (*Service, error) {
-	cur, err := c.GetService(ctx, p, name)
-	if err != nil {
-		return nil, err
-	}
-	if expected != nil && *expected != cur.Revision {
-		return nil, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, name, cur.Revision, *expected)
-	}
-	return c.undo(ctx, cur, false)
-}
-
-// RollBack is the automatic rollback of a failed rollout (docs/reconciliation.md section 7.2):
-// [Catalog.UndoRelease] of cur, the service as the sweep read it, with one compare-and-set on
-// cur's revision, so a rollback decided twice over one revision writes once (the second is
-// ErrRevisionConflict). The revision it writes records RollbackOf. Errors are UndoRelease's.
-func (c *Catalog) RollBack(ctx context.Context, cur *Service) (*Service, error) {
-	return c.undo(ctx, cur, true)
-}
-
-func (c *Catalog) undo(ctx context.Context, cur *Service, auto bool) (*Service, error) {
-	p := &Project{ID: cur.ProjectID, Name: cur.Project}
-	name := cur.Name
+// Undone returns the service cur becomes when it returns to what it ran before its latest
+// change of what it runs (release, command, environment, secrets, port, user, limits, health
+// check; the current becomes the previous), for an undo or, with auto, the automatic rollback
+// of a failed rollout, which records RollbackOf (docs/reconciliation.md section 7.2). Replicas,
+// domains and the runtime spec are not touched. cur is not modified. Errors:
+// ErrServiceDeleting, ErrNoPreviousRelease.
+func Undone(cur *Service, auto bool) (*Service, error) {
 	switch {
 	case cur.Deleting:
-		return nil, fmt.Errorf("%w: %s/%s", ErrServiceDeleting, p.Name, name)
+		return nil, fmt.Errorf("%w: %s/%s", ErrServiceDeleting, cur.Project, cur.Name)
 	case cur.Previous == nil || cur.Previous.Release().Digest() == "":
-		return nil, fmt.Errorf("%w: %s/%s", ErrNoPreviousRelease, p.Name, name)
+		return nil, fmt.Errorf("%w: %s/%s", ErrNoPreviousRelease, cur.Project, cur.Name)
 	}
 	back, now := *cur.Previous, InvocationOf(cur)
-	t := c.now().UTC()
 	next := *cur
 	next.Runtime, next.Bundle, next.BundleDigest, next.Image = back.Runtime, back.Bundle, back.BundleDigest, back.Image
 	next.Command, next.Env, next.Port, next.User = back.Command, back.Env, back.Port, back.User
 	next.Secrets, next.SecretSets, next.ResolvedSecrets = back.Secrets, back.SecretSets, back.ResolvedSecrets
 	next.MemoryMB, next.CPUMillis, next.HealthCheck, next.Previous = back.MemoryMB, back.CPUMillis, back.HealthCheck, now
-	next.Revision, next.UpdatedAt, next.RollbackOf = cur.Revision+1, t, 0
+	next.RollbackOf, next.LogOutbox = 0, nil
 	if auto {
 		next.RollbackOf = cur.Revision
 	}
-	update := bson.M{"$set": bson.M{
-		"runtime": back.Runtime, "bundle": back.Bundle, "bundle_digest": back.BundleDigest, "image": back.Image,
-		"command": back.Command, "env": back.Env, "secrets": back.Secrets, "secret_sets": back.SecretSets, "resolved_secrets": back.ResolvedSecrets, "port": back.Port, "user": back.User, "memory_mb": back.MemoryMB,
-		"cpu_millis": back.CPUMillis, "health_check": back.HealthCheck, "previous": now, "updated_at": t, "rollback_of": next.RollbackOf}}
-	pend, logged, err := logChange(ctx, cur.ID, node.OpUpdate, &next)
-	if err != nil {
-		return nil, err
-	}
-	if logged {
-		update["$push"] = bson.M{changelog.OutboxField: pend}
-		next.LogOutbox = append(slices.Clip(next.LogOutbox), pend)
-	}
-	if _, err = c.st.UpdateIfRevision(ctx, c.services, cur.ID, cur.Revision, update); err != nil {
-		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, name)
-		}
-		return nil, fmt.Errorf("undo release: %w", err)
-	}
 	return &next, nil
+}
+
+// Followers returns the services of project p that follow repoTag ("<project>/<repo>:<tag>")
+// with deploy_on_push (docs/registry.md section 8). It scans the project's services.
+func (c *Catalog) Followers(ctx context.Context, p *Project, repoTag string) ([]Service, error) {
+	return findAll[Service](ctx, c.st, c.services, bson.M{"project_id": p.ID, "image_tag": repoTag, "deploy_on_push": true}, nil)
 }
 
 // DeleteServiceByID removes the service document with id; a missing one is not an error. Only

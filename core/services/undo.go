@@ -19,7 +19,7 @@ type UndoChange struct {
 	To    string `json:"to"`
 }
 
-// UndoChanges returns what [Catalog.UndoRelease] would change of cur, in a fixed field order
+// UndoChanges returns what [Undone] would change of cur, in a fixed field order
 // (release, runtime, command, env, port, user, memory_mb, cpu_millis, health_check); empty when
 // Previous runs exactly what cur runs apart from the bundle name. Errors: ErrNoPreviousRelease.
 func UndoChanges(cur *Service) ([]UndoChange, error) {

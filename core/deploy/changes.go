@@ -1,0 +1,201 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/policy"
+	"github.com/berthhq/berth/core/secrets"
+	"github.com/berthhq/berth/core/services"
+)
+
+// This file holds the changes of the causes other than api.put, each one [Change] through
+// [Deployer.Apply].
+
+// Promote points service name of p at image (a reference pinned by digest, as
+// [Deployer.ReleaseImage] returns it), everything else as it is (release.promote). ch carries the
+// actor and the expected revision. Errors: ErrNotContainer for a service that runs no image,
+// ErrServiceNotFound, and Apply's.
+func (d *Deployer) Promote(ctx context.Context, ch Change, image string) (Result, error) {
+	ch.Cause = CauseReleasePromote
+	ch.Next = func(cur *services.Service) (*services.Service, error) {
+		if cur == nil {
+			return nil, fmt.Errorf("%w: no service %q in project %q", services.ErrServiceNotFound, ch.Service, ch.Project.Name)
+		}
+		if cur.Runtime != "containerd" {
+			return nil, fmt.Errorf("%w: %s/%s has runtime %q", services.ErrNotContainer, ch.Project.Name, ch.Service, cur.Runtime)
+		}
+		next := *cur
+		next.Image, next.LogOutbox = image, nil
+		return &next, nil
+	}
+	return d.Apply(ctx, ch)
+}
+
+// Undo returns the service of ch to what it ran before its latest change of what it runs
+// (rollout.undo, [services.Undone]). Errors: ErrServiceNotFound, ErrServiceDeleting,
+// ErrNoPreviousRelease, and Apply's.
+func (d *Deployer) Undo(ctx context.Context, ch Change) (Result, error) {
+	ch.Cause = CauseRolloutUndo
+	ch.Next = func(cur *services.Service) (*services.Service, error) {
+		if cur == nil {
+			return nil, fmt.Errorf("%w: no service %q in project %q", services.ErrServiceNotFound, ch.Service, ch.Project.Name)
+		}
+		return services.Undone(cur, false)
+	}
+	return d.Apply(ctx, ch)
+}
+
+// RollBack is the automatic rollback of a failed rollout of svc, the service as the sweep read it
+// (rollout.auto_rollback, docs/reconciliation.md section 7.2): [services.Undone] with RollbackOf,
+// written only while the service is still at svc's revision, so a rollback decided twice over one
+// revision writes once (the second is ErrRevisionConflict). The change log records the system
+// ("rollout") as its actor. Errors: ErrRevisionConflict, ErrServiceDeleting,
+// ErrNoPreviousRelease, a policy refusal (recorded), and the store's.
+func (d *Deployer) RollBack(ctx context.Context, svc *services.Service) (*services.Service, error) {
+	rev := svc.Revision
+	res, err := d.Apply(ctx, Change{
+		Cause: CauseAutoRollback, Project: &services.Project{ID: svc.ProjectID, Name: svc.Project}, Service: svc.Name,
+		Actor: changelog.Actor{Type: "system", ID: "rollout"}, ExpectedRevision: &rev,
+		Next: func(cur *services.Service) (*services.Service, error) {
+			if cur == nil {
+				return nil, fmt.Errorf("%w: service %s/%s is gone", services.ErrServiceNotFound, svc.Project, svc.Name)
+			}
+			return services.Undone(cur, true)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.Service, nil
+}
+
+// RollSecrets re-resolves the secret versions of service name of p (secret.rollover): a new
+// version of a secret the service takes unpinned, directly or through a set, rolls out like any
+// change of what it runs. A service whose resolved versions did not move, or that is gone or
+// being deleted, is left alone (PutUnchanged). The change log records the actor of ctx.
+func (d *Deployer) RollSecrets(ctx context.Context, p *services.Project, name string) (Result, error) {
+	return d.Apply(ctx, Change{
+		Cause: CauseSecretRollover, Project: p, Service: name, MayTakeSecrets: true,
+		Next: func(cur *services.Service) (*services.Service, error) {
+			if cur == nil || cur.Deleting {
+				return nil, ErrNoChange
+			}
+			res, err := d.resolveSecrets(ctx, p.ID, cur.Secrets, cur.SecretSets)
+			if err != nil {
+				return nil, err
+			}
+			if maps.Equal(res, cur.ResolvedSecrets) {
+				return nil, ErrNoChange
+			}
+			next := *cur
+			next.ResolvedSecrets, next.LogOutbox = res, nil
+			return &next, nil
+		},
+	})
+}
+
+// PublishBinding adds refs, the secret references of a ready binding named binding, to its
+// service name of p (binding.publish), so the next rollout delivers the credentials. A service
+// that is gone, being deleted, or no longer declares the binding is left alone (PutUnchanged).
+// expected, when not nil, is the revision the caller read. The change log records the system
+// ("corestore") as its actor.
+func (d *Deployer) PublishBinding(ctx context.Context, p *services.Project, name, binding string, refs map[string]secrets.Ref, expected *int64) (Result, error) {
+	return d.Apply(ctx, Change{
+		Cause: CauseBindingPublish, Project: p, Service: name, MayTakeSecrets: true, ExpectedRevision: expected,
+		Actor: changelog.Actor{Type: "system", ID: "corestore"},
+		Next: func(cur *services.Service) (*services.Service, error) {
+			if cur == nil || cur.Deleting {
+				return nil, ErrNoChange
+			}
+			declared := false
+			for _, s := range cur.Bindings {
+				declared = declared || s.Name == binding
+			}
+			if !declared {
+				return nil, ErrNoChange
+			}
+			next := *cur
+			next.Secrets, next.ResolvedSecrets, next.LogOutbox = maps.Clone(cur.Secrets), maps.Clone(cur.ResolvedSecrets), nil
+			if next.Secrets == nil {
+				next.Secrets = map[string]secrets.Ref{}
+			}
+			if next.ResolvedSecrets == nil {
+				next.ResolvedSecrets = map[string]secrets.Ref{}
+			}
+			maps.Copy(next.Secrets, refs)
+			maps.Copy(next.ResolvedSecrets, refs)
+			return &next, nil
+		},
+	})
+}
+
+// OnlyRefusals reports whether err (from [Deployer.FollowTag], or any Apply) is made only of
+// policy refusals, each already recorded: a decided outcome rather than a failure to retry.
+func OnlyRefusals(err error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !OnlyRefusals(e) {
+				return false
+			}
+		}
+		return true
+	}
+	var de *policy.DeniedError
+	return errors.As(err, &de)
+}
+
+// FollowTag rolls every service with deploy_on_push that follows repoTag
+// ("<project>/<repo>:<tag>") to image ("<host>/<project>/<repo>@sha256:<hex>", what the tag
+// names now), each as one registry.push change at the revision read, decided again when the
+// service changed meanwhile (Config.ConflictRetries). Services of other projects than the
+// repository's never follow it; a service already at image, deleting, or no longer following
+// the tag is skipped. Idempotent: a repeat writes nothing. It returns the services it wrote,
+// and the errors of the others joined (a policy refusal wraps *policy.DeniedError and is
+// recorded, see docs/deploy.md); one service's failure does not stop the others.
+func (d *Deployer) FollowTag(ctx context.Context, repoTag, image string) ([]*services.Service, error) {
+	project, _, ok := strings.Cut(repoTag, "/")
+	if !ok {
+		return nil, nil
+	}
+	p, err := d.cfg.Catalog.GetProject(ctx, project)
+	if errors.Is(err, services.ErrProjectNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	followers, err := d.cfg.Catalog.Followers(ctx, p, repoTag)
+	if err != nil {
+		return nil, err
+	}
+	var out []*services.Service
+	var errs []error
+	for _, f := range followers {
+		res, err := d.Apply(ctx, Change{
+			Cause: CauseRegistryPush, Project: p, Service: f.Name, MayTakeSecrets: true,
+			Next: func(cur *services.Service) (*services.Service, error) {
+				if cur == nil || !cur.DeployOnPush || cur.ImageTag != repoTag || cur.Deleting || cur.Image == image {
+					return nil, ErrNoChange
+				}
+				next := *cur
+				next.Image, next.LogOutbox = image, nil
+				return &next, nil
+			},
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("follow %s with %s/%s: %w", repoTag, p.Name, f.Name, err))
+			continue
+		}
+		if res.Changed() {
+			out = append(out, res.Service)
+		}
+	}
+	return out, errors.Join(errs...)
+}
