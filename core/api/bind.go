@@ -128,6 +128,19 @@ const maxProgressDeadlineS = 86400
 // maxVolumes bounds a service's volumes.
 const maxVolumes = 16
 
+// validatePlacement checks the resources and placement fields of service name's spec
+// (services.ValidatePlacement): 422 validation_failed naming the field.
+func validatePlacement(name string, spec *serviceSpec) error {
+	var res services.Resources
+	if spec.Resources != nil {
+		res = services.Resources(*spec.Resources)
+	}
+	if err := services.ValidatePlacement(name, res, services.Scheduling(spec.Scheduling)); err != nil {
+		return problem(abierrors.ValidationFailed, err.Error())
+	}
+	return nil
+}
+
 func validateService(spec *serviceSpec) error {
 	fail := func(format string, a ...any) error {
 		return problem(abierrors.ValidationFailed, fmt.Sprintf(format, a...))

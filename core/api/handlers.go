@@ -37,6 +37,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		Command: s.Command, Env: s.Env, SecretSets: s.SecretSets, Port: s.Port, Domains: s.Domains, DNS: s.DNS, Replicas: s.Replicas,
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
 		Labels: s.Labels, CapacityUnits: s.CapacityUnits, PlacementMode: services.PlacementPortable,
+		Resources: client.Resources(s.ReplicaResources()), Scheduling: client.Scheduling(s.Scheduling),
 		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis,
 			DeployOnPush: s.DeployOnPush, ImageTag: s.ImageTag},
@@ -197,6 +198,9 @@ func (s *Server) putService(c echo.Context) error {
 	if err := validateService(&spec); err != nil {
 		return err
 	}
+	if err := validatePlacement(name, &spec); err != nil {
+		return err
+	}
 	p, err := s.project(c, true)
 	if err != nil {
 		return err
@@ -250,7 +254,10 @@ func (s *Server) putService(c echo.Context) error {
 		Runtime: spec.Runtime, Image: image, ImageTag: imageTag, DeployOnPush: spec.DeployOnPush, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: name, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, DNS: spec.DNS, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
-		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, TLS: services.TLS(spec.TLS), Stream: spec.Stream, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
+		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Scheduling: services.Scheduling(spec.Scheduling), Timeouts: spec.Timeouts, TLS: services.TLS(spec.TLS), Stream: spec.Stream, ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
+	}
+	if spec.Resources != nil {
+		svc.Resources = services.Resources(*spec.Resources)
 	}
 	for _, v := range spec.Volumes {
 		svc.Volumes = append(svc.Volumes, services.Volume(v))
