@@ -9,7 +9,7 @@ import (
 	"maps"
 	"time"
 
-	"github.com/berthhq/berth/core/scheduler"
+	"github.com/berthhq/berth/core/runners"
 )
 
 // Mode is a placement's data-mobility contract.
@@ -109,9 +109,48 @@ type Placement struct {
 	Revision  int64        `bson:"revision" json:"revision"`
 }
 
-// Demand returns what p needs from a node.
-func (p *Placement) Demand() scheduler.Demand {
-	return scheduler.Demand{Units: p.CapacityUnits, Region: p.Region, Labels: p.Requirements.Labels, Endpoint: p.Requirements.Endpoint}
+// UnitsResource is the extended resource runner nodes count their capacity units in, as the
+// decider sees them.
+const UnitsResource = "capacity_units"
+
+func units(n int) Resources { return Resources{Extended: map[string]int64{UnitsResource: int64(n)}} }
+
+// Request returns what p asks of a runner node: its capacity units (at least 1), region,
+// labels and endpoint, for its one replica "0".
+func (p *Placement) Request() Request {
+	return Request{Service: p.ProjectID, Resources: units(max(p.CapacityUnits, 1)),
+		Constraints: Constraints{Region: p.Region, NodeSelector: p.Requirements.Labels, Endpoint: p.Requirements.Endpoint},
+		Place:       []string{"0"}}
+}
+
+// RunnerNode returns runner node n at now as the decider sees it: its capacity units as the
+// extended resource [UnitsResource], unavailable while revoked, draining or offline.
+func RunnerNode(n *runners.Node, now time.Time) Node {
+	why := ""
+	switch {
+	case n.Revoked:
+		why = "revoked"
+	case n.Draining:
+		why = "draining"
+	case n.Offline(now):
+		why = "offline (heartbeat expired)"
+	}
+	return Node{ID: n.ID, Region: n.Region, Labels: n.Labels, Capacity: units(n.Capacity), Used: units(n.Reserved),
+		Unavailable: why, Endpoint: n.Endpoint != ""}
+}
+
+// fits returns the ledger check of p's reservations at now: the decider's feasibility
+// ([Feasible]) of the node as the ledger holds it.
+func (p *Placement) fits(now time.Time) runners.Fits {
+	req := p.Request()
+	return func(n *runners.Node, reserved int, r runners.Reservation) bool {
+		node := RunnerNode(n, now)
+		node.Used = units(reserved)
+		q := req
+		q.Resources = units(max(r.Units, 1))
+		code, _ := Feasible(q, node)
+		return code == ""
+	}
 }
 
 // DesiredRequest is a new desired generation. Nil pointers inherit the previous generation's value
@@ -184,7 +223,7 @@ func Next(cur *Placement, req DesiredRequest, now time.Time) (Placement, error) 
 		if p.Pinned {
 			return p, ErrPinned
 		}
-		p.Requirements = Requirements{Endpoint: req.Requirements.Endpoint, Labels: scheduler.CloneLabels(req.Requirements.Labels)}
+		p.Requirements = Requirements{Endpoint: req.Requirements.Endpoint, Labels: cloneLabels(req.Requirements.Labels)}
 		p.NodeID = ""
 	}
 	p.Release, p.State = req.Release, req.State
@@ -218,17 +257,17 @@ type Action struct {
 	NodeID string
 }
 
-// Decide returns the step that brings p to a node, given the nodes (by id) at now:
+// Decide returns the step that brings p to a node, given the runner nodes (by id) at now:
 //
 //  1. a placement on an online, unrevoked node keeps it (draining nodes keep current work), and
 //     re-confirms the reservation when the demand grew;
 //  2. a stateful placement whose node is offline, revoked or gone is unavailable and keeps its node;
 //  3. a portable placement whose node is gone or unavailable, and a placement with no node, selects
-//     a node with [scheduler.Select], or waits with no node when none fits.
-func Decide(p *Placement, nodes map[string]scheduler.Candidate, reserved map[string]int) Action {
+//     a node with the decider ([Choose]), or waits with no node when none fits.
+func Decide(p *Placement, nodes map[string]*runners.Node, reserved map[string]int, now time.Time) Action {
 	if p.NodeID != "" {
 		n, ok := nodes[p.NodeID]
-		alive := ok && !n.Offline && !n.Revoked
+		alive := ok && !n.Offline(now) && !n.Revoked
 		switch {
 		case alive:
 			if reserved[p.NodeID] != p.CapacityUnits {
@@ -239,17 +278,21 @@ func Decide(p *Placement, nodes map[string]scheduler.Candidate, reserved map[str
 			return Action{Status: Unavailable, NodeID: p.NodeID}
 		}
 	}
-	cands := make([]scheduler.Candidate, 0, len(nodes))
-	for _, c := range nodes {
-		cands = append(cands, c)
+	cands := make([]Node, 0, len(nodes))
+	for _, n := range nodes {
+		cands = append(cands, RunnerNode(n, now))
 	}
-	id, ok := scheduler.Select(p.Demand(), cands)
-	old := ""
-	if p.NodeID != "" {
-		old = p.NodeID
+	c := Choose(p.Request(), cands).Choices[0]
+	if c.NodeID == "" {
+		return Action{Release: p.NodeID, Status: Waiting}
 	}
-	if !ok {
-		return Action{Release: old, Status: Waiting}
+	return Action{Reserve: c.NodeID, Release: p.NodeID, Status: Assigned, NodeID: c.NodeID}
+}
+
+// cloneLabels returns a copy of labels (nil for an empty map).
+func cloneLabels(labels map[string]string) map[string]string {
+	if len(labels) == 0 {
+		return nil
 	}
-	return Action{Reserve: id, Release: old, Status: Assigned, NodeID: id}
+	return maps.Clone(labels)
 }

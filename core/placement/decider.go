@@ -102,19 +102,6 @@ const (
 // SpreadLabel returns the spread over the values of label key.
 func SpreadLabel(key string) Spread { return Spread("label:" + key) }
 
-// ParseSpread checks s: "", "node", "region" or "label:<key>".
-func ParseSpread(s string) (Spread, error) {
-	switch {
-	case s == "" || s == string(SpreadNode):
-		return SpreadNode, nil
-	case s == string(SpreadRegion):
-		return SpreadRegion, nil
-	case strings.HasPrefix(s, "label:") && len(s) > len("label:"):
-		return Spread(s), nil
-	}
-	return "", fmt.Errorf("spread_by %q: want node, region or label:<key>", s)
-}
-
 // Constraints are what a node must satisfy to take a replica.
 type Constraints struct {
 	// NodeSelector labels must be on the node with exactly these values.
@@ -230,73 +217,74 @@ func (r Result) Unplaceable() string {
 //     request avoids, already holds MaxPerNode replicas of the request, or has not the free
 //     capacity one replica needs (checked in this order; the first failure is the reason);
 //  2. ranking, among feasible nodes: fewest replicas of the request in the node's spread domain
-//     (node, region or label value), then most preferences matched, then least loaded after the
-//     placement (the sum of its CPU and memory fractions in use), then the lowest id.
+//     (node, region or label value), then on the node itself, then most preferences matched,
+//     then least loaded after the
+//     placement (the sum of the fractions in use of its CPU, memory and each extended resource
+//     the request needs), then the lowest id.
 //
 // Each choice reserves the replica's resources on the chosen node before the next replica is
 // decided, so one call never fills a node past its capacity. Choose is pure and deterministic:
-// the order of nodes does not matter. nodes is not changed.
+// the order of nodes does not matter. nodes is not changed. It costs O(replicas × nodes), with
+// no allocation per node unless req.Explain is set.
 func Choose(req Request, nodes []Node) Result {
-	ns := slices.Clone(nodes)
-	slices.SortFunc(ns, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
-	used := make(map[string]Resources, len(ns))
+	ns := nodes // read only; the ranking's total order (id last) makes the input order moot
+	if req.Explain {
+		ns = slices.Clone(nodes)
+		slices.SortFunc(ns, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
+	}
+	used := make([]Resources, len(ns))
 	index := make(map[string]int, len(ns))
 	for i := range ns {
-		used[ns[i].ID] = ns[i].Used
+		used[i] = ns[i].Used
 		index[ns[i].ID] = i
 	}
+	q := compile(&req)
 	// Replicas of the request per node and per spread domain.
-	perNode := map[string]int{}
+	perNode := make([]int, len(ns))
 	perDomain := map[string]int{}
 	for _, id := range slices.Sorted(maps.Keys(req.Existing)) {
-		nid := req.Existing[id]
-		perNode[nid]++
-		if i, ok := index[nid]; ok {
-			perDomain[domain(req.SpreadBy, &ns[i])]++
+		if i, ok := index[req.Existing[id]]; ok {
+			perNode[i]++
+			perDomain[q.domain(&ns[i])]++
 		}
 	}
-	avoid := map[string]bool{}
-	for _, s := range req.AntiAffinity {
-		if s != "" && s != req.Service {
-			avoid[s] = true
-		}
-	}
-	res := Result{Used: used, Choices: make([]Choice, 0, len(req.Place))}
+	res := Result{Choices: make([]Choice, 0, len(req.Place))}
 	for _, replica := range req.Place {
 		c := Choice{Replica: replica}
-		var feasible []int
 		var refused []NodeVerdict
+		var feasible []int
 		tally := map[Code]int{}
 		var short shortage
+		best, bestScore := -1, score{}
 		for i := range ns {
 			n := &ns[i]
-			code, text := check(&req, n, used[n.ID], perNode[n.ID], avoid, &short)
-			if code != "" {
+			if code := q.check(n, &used[i], perNode[i], &short); code != "" {
 				tally[code]++
 				if req.Explain {
-					refused = append(refused, NodeVerdict{NodeID: n.ID, Code: code, Text: text})
+					refused = append(refused, NodeVerdict{NodeID: n.ID, Code: code, Text: q.why(code, n, &used[i], perNode[i])})
 				}
 				continue
 			}
-			feasible = append(feasible, i)
+			sc := q.rank(n, &used[i], perNode[i], perDomain)
+			if best < 0 || compareScores(sc, bestScore) < 0 {
+				best, bestScore = i, sc
+			}
+			if req.Explain {
+				feasible = append(feasible, i)
+			}
 		}
-		if len(feasible) == 0 {
-			c.Reason = unplaceable(&req, len(ns), tally, short)
+		if best < 0 {
+			c.Reason = q.unplaceable(len(ns), tally, short)
 			c.Considered = refused
 			res.Choices = append(res.Choices, c)
 			continue
 		}
-		scores := make(map[int]score, len(feasible))
-		for _, i := range feasible {
-			scores[i] = rank(&req, &ns[i], used[ns[i].ID], perDomain)
-		}
-		slices.SortStableFunc(feasible, func(a, b int) int { return compareScores(scores[a], scores[b], ns[a].ID, ns[b].ID) })
-		best := &ns[feasible[0]]
-		c.NodeID = best.ID
-		used[best.ID] = used[best.ID].Add(req.Resources)
-		perNode[best.ID]++
-		perDomain[domain(req.SpreadBy, best)]++
 		if req.Explain {
+			scores := make([]score, len(ns))
+			for _, i := range feasible {
+				scores[i] = q.rank(&ns[i], &used[i], perNode[i], perDomain)
+			}
+			slices.SortFunc(feasible, func(a, b int) int { return compareScores(scores[a], scores[b]) })
 			for k, i := range feasible {
 				v := NodeVerdict{NodeID: ns[i].ID, Code: Outranked, Text: scores[i].text(req.SpreadBy)}
 				if k == 0 {
@@ -306,22 +294,78 @@ func Choose(req Request, nodes []Node) Result {
 			}
 			c.Considered = append(c.Considered, refused...)
 		}
+		n := &ns[best]
+		c.NodeID = n.ID
+		used[best] = used[best].Add(req.Resources)
+		perNode[best]++
+		perDomain[q.domain(n)]++
 		res.Choices = append(res.Choices, c)
+	}
+	res.Used = make(map[string]Resources, len(ns))
+	for i := range ns {
+		res.Used[ns[i].ID] = used[i]
 	}
 	return res
 }
 
-// domain returns the spread domain of n: its id, its region, or the value of the spread label
-// ("" for a node without it, one domain of its own).
-func domain(s Spread, n *Node) string {
-	switch {
-	case s == SpreadRegion:
-		return "region=" + n.Region
-	case strings.HasPrefix(string(s), "label:"):
-		k := strings.TrimPrefix(string(s), "label:")
-		return k + "=" + n.Labels[k]
+// Feasible returns why node n is refused one more replica of req (a [Code] and its text), ""
+// when n may take it. It is the feasibility step of [Choose] for one node: a caller that
+// reserves on n's own ledger by compare-and-set checks the node as it read it with Feasible.
+// req.Existing counts toward max_per_node.
+func Feasible(req Request, n Node) (Code, string) {
+	mine := 0
+	for _, id := range req.Existing {
+		if id == n.ID {
+			mine++
+		}
 	}
-	return "node=" + n.ID
+	q := compile(&req)
+	var short shortage
+	if code := q.check(&n, &n.Used, mine, &short); code != "" {
+		return code, q.why(code, &n, &n.Used, mine)
+	}
+	return "", ""
+}
+
+// compiled is a request prepared for checking many nodes: keys sorted once.
+type compiled struct {
+	req      *Request
+	selector []string // sorted keys of req.NodeSelector
+	avoid    []string // sorted services of req.AntiAffinity, without the request's own
+	extended []string // sorted extended resources req needs
+	prefs    []string // sorted keys of req.Preferences
+	spread   string   // the spread label key, "" for node or region
+}
+
+func compile(req *Request) *compiled {
+	q := &compiled{req: req, selector: slices.Sorted(maps.Keys(req.NodeSelector)), prefs: slices.Sorted(maps.Keys(req.Preferences))}
+	for _, s := range req.AntiAffinity {
+		if s != "" && s != req.Service && !slices.Contains(q.avoid, s) {
+			q.avoid = append(q.avoid, s)
+		}
+	}
+	slices.Sort(q.avoid)
+	for _, k := range slices.Sorted(maps.Keys(req.Resources.Extended)) {
+		if req.Resources.Extended[k] > 0 {
+			q.extended = append(q.extended, k)
+		}
+	}
+	if k, ok := strings.CutPrefix(string(req.SpreadBy), "label:"); ok {
+		q.spread = k
+	}
+	return q
+}
+
+// domain returns the spread domain of n: its id, its region, or the value of the spread label
+// (a node without the label is in the domain of the empty value).
+func (q *compiled) domain(n *Node) string {
+	switch {
+	case q.req.SpreadBy == SpreadRegion:
+		return n.Region
+	case q.spread != "":
+		return n.Labels[q.spread]
+	}
+	return n.ID
 }
 
 // shortage remembers, over the nodes refused only for capacity, the resource the request lacked
@@ -329,92 +373,140 @@ func domain(s Spread, n *Node) string {
 type shortage struct {
 	nodes    int
 	resource string
-	need     int64
 	free     int64
 	seen     bool
 }
 
-// check returns the first refusal of n for one more replica of req ("" when n is feasible).
-func check(req *Request, n *Node, used Resources, mine int, avoid map[string]bool, short *shortage) (Code, string) {
-	if n.Unavailable != "" {
-		return ReasonUnavailable, n.Unavailable
+// check returns the first refusal of n for one more replica of the request ("" when n is
+// feasible), with used what n holds and mine the request's replicas on it; a capacity refusal
+// is recorded in short.
+func (q *compiled) check(n *Node, used *Resources, mine int, short *shortage) Code {
+	req := q.req
+	switch {
+	case n.Unavailable != "":
+		return ReasonUnavailable
+	case n.Cordoned:
+		return ReasonCordoned
+	case req.Region != "" && n.Region != req.Region:
+		return ReasonRegion
 	}
-	if n.Cordoned {
-		return ReasonCordoned, "cordoned"
-	}
-	if req.Region != "" && n.Region != req.Region {
-		return ReasonRegion, fmt.Sprintf("region is %q, wants %q", n.Region, req.Region)
-	}
-	for _, k := range slices.Sorted(maps.Keys(req.NodeSelector)) {
-		want := req.NodeSelector[k]
-		if got, ok := n.Labels[k]; !ok {
-			return ReasonSelector, fmt.Sprintf("no label %s (wants %s=%s)", k, k, want)
-		} else if got != want {
-			return ReasonSelector, fmt.Sprintf("label %s=%s, wants %s=%s", k, got, k, want)
+	for _, k := range q.selector {
+		if got, ok := n.Labels[k]; !ok || got != req.NodeSelector[k] {
+			return ReasonSelector
 		}
 	}
 	if req.Endpoint && !n.Endpoint {
-		return ReasonEndpoint, "no endpoint registered"
+		return ReasonEndpoint
 	}
-	if len(avoid) > 0 {
-		for _, s := range slices.Sorted(maps.Keys(avoid)) {
-			if n.Services[s] > 0 {
-				return ReasonAntiAffinity, fmt.Sprintf("runs %d replica(s) of %s", n.Services[s], s)
-			}
+	for _, s := range q.avoid {
+		if n.Services[s] > 0 {
+			return ReasonAntiAffinity
 		}
 	}
 	if req.MaxPerNode > 0 && mine >= req.MaxPerNode {
-		return ReasonMaxPerNode, fmt.Sprintf("holds %d replica(s), max_per_node %d", mine, req.MaxPerNode)
+		return ReasonMaxPerNode
 	}
-	if name, need, free, ok := fits(req.Resources, n.Capacity, used); !ok {
+	if name, free, ok := q.fits(n, used); !ok {
 		short.nodes++
 		if !short.seen || name == short.resource && free > short.free {
-			short.resource, short.need, short.free, short.seen = name, need, free, true
+			short.resource, short.free, short.seen = name, free, true
 		}
-		return ReasonCapacity, fmt.Sprintf("needs %s, %s free", amount(name, need), amount(name, max(free, 0)))
+		return ReasonCapacity
 	}
-	return "", ""
+	return ""
 }
 
-// fits reports whether need fits in capacity minus used; when not, the first resource short (cpu,
-// memory, then extended ones by name), the amount needed and the amount free. A node that
-// reports neither CPU nor memory is not limited on them.
-func fits(need, capacity, used Resources) (resource string, want, free int64, ok bool) {
-	if capacity.CPUMilli != 0 || capacity.MemoryMiB != 0 {
-		if need.CPUMilli > 0 && capacity.CPUMilli-used.CPUMilli < need.CPUMilli {
-			return "cpu", need.CPUMilli, capacity.CPUMilli - used.CPUMilli, false
+// why says for a person why n was refused with code.
+func (q *compiled) why(code Code, n *Node, used *Resources, mine int) string {
+	req := q.req
+	switch code {
+	case ReasonUnavailable:
+		return n.Unavailable
+	case ReasonCordoned:
+		return "cordoned"
+	case ReasonRegion:
+		return fmt.Sprintf("region is %q, wants %q", n.Region, req.Region)
+	case ReasonSelector:
+		for _, k := range q.selector {
+			want := req.NodeSelector[k]
+			if got, ok := n.Labels[k]; !ok {
+				return fmt.Sprintf("no label %s (wants %s=%s)", k, k, want)
+			} else if got != want {
+				return fmt.Sprintf("label %s=%s, wants %s=%s", k, got, k, want)
+			}
 		}
-		if need.MemoryMiB > 0 && capacity.MemoryMiB-used.MemoryMiB < need.MemoryMiB {
-			return "memory", need.MemoryMiB, capacity.MemoryMiB - used.MemoryMiB, false
+	case ReasonEndpoint:
+		return "no endpoint registered"
+	case ReasonAntiAffinity:
+		for _, s := range q.avoid {
+			if n.Services[s] > 0 {
+				return fmt.Sprintf("runs %d replica(s) of %s", n.Services[s], s)
+			}
 		}
+	case ReasonMaxPerNode:
+		return fmt.Sprintf("holds %d replica(s), max_per_node %d", mine, req.MaxPerNode)
+	case ReasonCapacity:
+		name, free, _ := q.fits(n, used)
+		return fmt.Sprintf("needs %s, %s free", amount(name, q.need(name)), amount(name, max(free, 0)))
 	}
-	for _, k := range slices.Sorted(maps.Keys(need.Extended)) {
-		if v := need.Extended[k]; v > 0 && capacity.Extended[k]-used.Extended[k] < v {
-			return k, v, capacity.Extended[k] - used.Extended[k], false
-		}
-	}
-	return "", 0, 0, true
+	return string(code)
 }
 
-// amount formats v of resource for a person.
-func amount(resource string, v int64) string {
+// need returns how much of resource one replica needs.
+func (q *compiled) need(resource string) int64 {
 	switch resource {
 	case "cpu":
-		return "cpu " + strconv.FormatInt(v, 10) + "m"
+		return q.req.Resources.CPUMilli
 	case "memory":
-		return "memory " + strconv.FormatInt(v, 10) + " MiB"
+		return q.req.Resources.MemoryMiB
 	}
-	return resource + " " + strconv.FormatInt(v, 10)
+	return q.req.Resources.Extended[resource]
 }
 
-// unplaceable says why no node of total took a replica.
-func unplaceable(req *Request, total int, tally map[Code]int, short shortage) string {
+// fits reports whether one replica fits in n's capacity minus used; when not, the first
+// resource short (cpu, memory, then extended ones by name) and how much of it is free. A node
+// that reports neither CPU nor memory is not limited on them.
+func (q *compiled) fits(n *Node, used *Resources) (resource string, free int64, ok bool) {
+	need, capacity := &q.req.Resources, &n.Capacity
+	if capacity.CPUMilli != 0 || capacity.MemoryMiB != 0 {
+		if need.CPUMilli > 0 && capacity.CPUMilli-used.CPUMilli < need.CPUMilli {
+			return "cpu", capacity.CPUMilli - used.CPUMilli, false
+		}
+		if need.MemoryMiB > 0 && capacity.MemoryMiB-used.MemoryMiB < need.MemoryMiB {
+			return "memory", capacity.MemoryMiB - used.MemoryMiB, false
+		}
+	}
+	for _, k := range q.extended {
+		if free := capacity.Extended[k] - used.Extended[k]; free < need.Extended[k] {
+			return k, free, false
+		}
+	}
+	return "", 0, true
+}
+
+// amount formats v of resource for a person: "cpu 500m", "memory 256 MiB", "gpu 1".
+func amount(resource string, v int64) string { return resource + " " + quantity(resource, v) }
+
+// quantity formats v in resource's unit: "500m", "256 MiB", "1".
+func quantity(resource string, v int64) string {
+	switch resource {
+	case "cpu":
+		return strconv.FormatInt(v, 10) + "m"
+	case "memory":
+		return strconv.FormatInt(v, 10) + " MiB"
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// unplaceable says why none of total nodes took a replica: the resource short on the nodes that
+// met every requirement, or how many nodes each requirement refused.
+func (q *compiled) unplaceable(total int, tally map[Code]int, short shortage) string {
 	if total == 0 {
 		return "no nodes"
 	}
-	match := matching(req)
-	if short.seen && tally[ReasonCapacity] > 0 {
-		s := fmt.Sprintf("needs %s, largest free %s on %d node", amount(short.resource, short.need), amount(short.resource, max(short.free, 0)), short.nodes)
+	match := q.matching()
+	if short.seen {
+		s := fmt.Sprintf("needs %s, largest free %s on %d node", amount(short.resource, q.need(short.resource)), quantity(short.resource, max(short.free, 0)), short.nodes)
 		if short.nodes != 1 {
 			s += "s"
 		}
@@ -433,47 +525,57 @@ func unplaceable(req *Request, total int, tally map[Code]int, short shortage) st
 	if match != "" {
 		s = "no node matches " + match
 	}
-	return s + " (" + strings.Join(parts, ", ") + ")"
+	return s + " (refused: " + strings.Join(parts, ", ") + ")"
 }
 
 // matching renders the request's region and selector as "region=eu,disk=ssd" ("" for none).
-func matching(req *Request) string {
+func (q *compiled) matching() string {
 	var parts []string
-	if req.Region != "" {
-		parts = append(parts, "region="+req.Region)
+	if q.req.Region != "" {
+		parts = append(parts, "region="+q.req.Region)
 	}
-	for _, k := range slices.Sorted(maps.Keys(req.NodeSelector)) {
-		parts = append(parts, k+"="+req.NodeSelector[k])
+	for _, k := range q.selector {
+		parts = append(parts, k+"="+q.req.NodeSelector[k])
 	}
 	return strings.Join(parts, ",")
 }
 
 // score is a feasible node's rank for one replica; lower sorts first.
 type score struct {
-	spread    int   // replicas of the request in the node's spread domain
-	preferred int   // preferences the node matches
-	load      int64 // parts per million of CPU plus memory in use after the placement
+	spread    int    // replicas of the request in the node's spread domain
+	mine      int    // replicas of the request on the node itself
+	preferred int    // preferences the node matches
+	load      int64  // parts per million in use after the placement, summed over the resources
+	id        string // the tie-break
 }
 
-func rank(req *Request, n *Node, used Resources, perDomain map[string]int) score {
-	s := score{spread: perDomain[domain(req.SpreadBy, n)]}
-	for k, v := range req.Preferences {
-		if n.Labels[k] == v {
+func (q *compiled) rank(n *Node, used *Resources, mine int, perDomain map[string]int) score {
+	s := score{spread: perDomain[q.domain(n)], mine: mine, id: n.ID}
+	for _, k := range q.prefs {
+		if v, ok := n.Labels[k]; ok && v == q.req.Preferences[k] {
 			s.preferred++
 		}
 	}
-	after := used.Add(req.Resources)
+	need := &q.req.Resources
 	if c := n.Capacity.CPUMilli; c > 0 {
-		s.load += after.CPUMilli * 1_000_000 / c
+		s.load += (used.CPUMilli + need.CPUMilli) * 1_000_000 / c
 	}
 	if c := n.Capacity.MemoryMiB; c > 0 {
-		s.load += after.MemoryMiB * 1_000_000 / c
+		s.load += (used.MemoryMiB + need.MemoryMiB) * 1_000_000 / c
+	}
+	for _, k := range q.extended {
+		if c := n.Capacity.Extended[k]; c > 0 {
+			s.load += (used.Extended[k] + need.Extended[k]) * 1_000_000 / c
+		}
 	}
 	return s
 }
 
-func compareScores(a, b score, aID, bID string) int {
+func compareScores(a, b score) int {
 	if c := cmp.Compare(a.spread, b.spread); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.mine, b.mine); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(b.preferred, a.preferred); c != 0 {
@@ -482,12 +584,12 @@ func compareScores(a, b score, aID, bID string) int {
 	if c := cmp.Compare(a.load, b.load); c != 0 {
 		return c
 	}
-	return strings.Compare(aID, bID)
+	return strings.Compare(a.id, b.id)
 }
 
 func (s score) text(by Spread) string {
 	if by == "" {
 		by = SpreadNode
 	}
-	return fmt.Sprintf("%d in its %s domain, %d preference(s) matched, load %.1f%% after", s.spread, by, s.preferred, float64(s.load)/20_000)
+	return fmt.Sprintf("%d replica(s) in its %s domain, %d on it, %d preference(s) matched, load %.1f%% after", s.spread, by, s.mine, s.preferred, float64(s.load)/20_000)
 }
