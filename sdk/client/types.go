@@ -408,3 +408,33 @@ type Scheduling struct {
 	AntiAffinity []string          `json:"anti_affinity,omitempty"`
 	Preferences  map[string]string `json:"preferences,omitempty"`
 }
+
+// PlacementExplanation is GET /projects/{p}/services/{s}/placement (docs/placement.md section 6):
+// for each replica, the node it stands on or would go to, and the decider's word about every
+// node. Note says why there is nothing to explain (pinned or every-node placement) or what rules
+// a stateful service's replica follows.
+type PlacementExplanation struct {
+	Service  string             `json:"service"`
+	Note     string             `json:"note,omitempty"`
+	Replicas []ReplicaPlacement `json:"replicas"`
+}
+
+// ReplicaPlacement is one replica of a PlacementExplanation: NodeID is where it stands
+// (Standing) or where the next sweep puts it, empty when it fits nowhere (Reason says why).
+// Considered lists every node: the one taken first, then feasible nodes by rank (code
+// outranked), then refused nodes with their code (unavailable, cordoned, region,
+// node_selector, endpoint, anti_affinity, max_per_node, capacity) and text.
+type ReplicaPlacement struct {
+	Replica    string        `json:"replica"`
+	NodeID     string        `json:"node_id,omitempty"`
+	Standing   bool          `json:"standing,omitempty"`
+	Reason     string        `json:"reason,omitempty"`
+	Considered []NodeVerdict `json:"considered,omitempty"`
+}
+
+// NodeVerdict is the placement decider's word about one node for one replica.
+type NodeVerdict struct {
+	NodeID string `json:"node_id"`
+	Code   string `json:"code"`
+	Text   string `json:"text"`
+}
