@@ -1,6 +1,7 @@
-// Package placement owns desired placements: one document per project with its release, run state,
-// generation, placement mode and node requirements, assigned to a runner node by reserving capacity
-// on that node (docs/runner-protocol.md section 4).
+// Package placement owns the one placement decider of Berth ([Choose]: feasibility, then ranking,
+// with a reason for every node; docs/placement.md), used by services, stateful lease grants and
+// runner projects, and the runner projects' desired placements: one document per project, assigned
+// to a runner node by reserving capacity on that node (docs/runner-protocol.md section 4).
 package placement
 
 import (

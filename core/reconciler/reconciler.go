@@ -1,5 +1,6 @@
-// Package reconciler converges the cluster on the declared services: it places
-// slots with core/scheduler, writes each node's desired state, and pushes the
+// Package reconciler converges the cluster on the declared services: it grants
+// stateful leases where core/placement decides, runs the rollout's sweep (which
+// places slots with the same decider), writes each node's desired state, and pushes the
 // route table to the gateway. Events wake the work they affect at once (a
 // service's or a node's key on a deduplicating [Queue]); a slow full pass,
 // level-triggered over everything in the store, is the safety net, so a
