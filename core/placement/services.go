@@ -67,12 +67,13 @@ func (u *Usage) Used(node string) Resources {
 	return u.used[node]
 }
 
-// Services returns the replicas per service on node (a copy).
+// Services returns the replicas per service on node; the map is u's own: read it, do not change
+// it.
 func (u *Usage) Services(node string) map[string]int {
 	if u == nil {
 		return nil
 	}
-	return maps.Clone(u.services[node])
+	return u.services[node]
 }
 
 // UsageOf sums what the workloads wls reserve on their nodes: each workload not desired removed

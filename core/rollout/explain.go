@@ -56,6 +56,9 @@ func (v Views) Placement(ctx context.Context, svc *services.Service) (*client.Pl
 	r := &view{svc: svc, spec: &SpecDoc{Spec: spec}, set: set}
 	placed := map[string]string{}
 	req, cands := request(r, ns, use, placed)
+	if cands == nil {
+		cands = placement.Candidates(ns, use, svc.Runtime)
+	}
 	req.Explain = true
 	own := placement.ReplicaResources(svc)
 	next := placement.Choose(req, cands) // the replicas the next sweep places

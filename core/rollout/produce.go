@@ -658,13 +658,9 @@ func place(v *view, ns []nodes.Node, use *placement.Usage) (map[string]string, s
 }
 
 // request builds the decider's request for v's scheduled replicas: it records in placed the
-// replicas that keep their node, and returns the request for the others with the candidates.
+// replicas that keep their node, and returns the request for the others with the candidates
+// (none when every replica keeps its node, so a steady service costs no node list).
 func request(v *view, ns []nodes.Node, use *placement.Usage, placed map[string]string) (placement.Request, []placement.Node) {
-	cands := placement.Candidates(ns, use, v.svc.Runtime)
-	byID := make(map[string]int, len(cands))
-	for i := range cands {
-		byID[cands[i].ID] = i
-	}
 	nodeByID := make(map[string]*nodes.Node, len(ns))
 	for i := range ns {
 		nodeByID[ns[i].ID] = &ns[i]
@@ -672,11 +668,11 @@ func request(v *view, ns []nodes.Node, use *placement.Usage, placed map[string]s
 	req := placement.ServiceRequest(v.svc)
 	req.Existing = map[string]string{}
 	for _, row := range v.set.Slots {
-		i, ok := byID[row.NodeID]
-		if !ok || !member(nodeByID[row.NodeID], v.svc) {
+		n := nodeByID[row.NodeID]
+		if n == nil || n.Status == nodes.StatusRemoved || !member(n, v.svc) {
 			continue
 		}
-		if code, _ := placement.Satisfied(req, cands[i]); code != "" {
+		if code, _ := placement.Satisfied(req, placement.Node{ID: n.ID, Region: n.Region, Labels: n.Labels}); code != "" {
 			continue
 		}
 		placed[row.Replica] = row.NodeID
@@ -687,7 +683,10 @@ func request(v *view, ns []nodes.Node, use *placement.Usage, placed map[string]s
 			req.Place = append(req.Place, r)
 		}
 	}
-	return req, cands
+	if len(req.Place) == 0 {
+		return req, nil
+	}
+	return req, placement.Candidates(ns, use, v.svc.Runtime)
 }
 
 // input builds the planner's input from a read, the nodes and the placement chosen.
