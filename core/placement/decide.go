@@ -110,11 +110,7 @@ type Placement struct {
 	Revision  int64        `bson:"revision" json:"revision"`
 }
 
-// UnitsResource is the extended resource runner nodes count their capacity units in, as the
-// decider sees them.
-const UnitsResource = "capacity_units"
-
-func units(n int) Resources { return Resources{Extended: map[string]int64{UnitsResource: int64(n)}} }
+func units(n int) Resources { return Resources{Units: int64(n)} }
 
 // Request returns what p asks of a runner node: its capacity units (at least 1), region,
 // labels and endpoint, for its one replica "0".
@@ -124,8 +120,8 @@ func (p *Placement) Request() Request {
 		Place:       []string{"0"}}
 }
 
-// RunnerNode returns runner node n at now as the decider sees it: its capacity units as the
-// extended resource [UnitsResource], unavailable while revoked, draining or offline.
+// RunnerNode returns runner node n at now as the decider sees it: its capacity units in
+// [Resources.Units], unavailable while revoked, draining or offline.
 func RunnerNode(n *runners.Node, now time.Time) Node {
 	why := ""
 	switch {
@@ -279,11 +275,17 @@ func Decide(p *Placement, nodes map[string]*runners.Node, reserved map[string]in
 			return Action{Status: Unavailable, NodeID: p.NodeID}
 		}
 	}
+	req := p.Request()
 	cands := make([]Node, 0, len(nodes))
 	for _, n := range nodes {
+		// Nodes that cannot take the placement whatever their room are left out before the
+		// decider: they would only be refused, and Decide gives no reasons.
+		if n.Revoked || n.Draining || n.Offline(now) || req.Region != "" && n.Region != req.Region || req.Endpoint && n.Endpoint == "" {
+			continue
+		}
 		cands = append(cands, RunnerNode(n, now))
 	}
-	c := Choose(p.Request(), cands).Choices[0]
+	c := Choose(req, cands).Choices[0]
 	if c.NodeID == "" {
 		return Action{Release: p.NodeID, Status: Waiting}
 	}

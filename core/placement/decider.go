@@ -15,18 +15,21 @@ import (
 // reserve what it chose with one compare-and-set on the node's ledger (runner projects) or on the
 // service's slot set (services), and decide again on a conflict.
 
-// Resources is an amount of node capacity: CPU in millicores, memory in MiB, and extended
-// resources an operator declares (gpu, ...) in their own units. A field that is zero asks for
-// (or offers) none of it.
+// Resources is an amount of node capacity: CPU in millicores, memory in MiB, extended resources
+// an operator declares (gpu, ...) in their own units, and the capacity units of runner nodes
+// (docs/runner-protocol.md section 4). A field that is zero asks for (or offers) none of it.
 type Resources struct {
 	CPUMilli  int64
 	MemoryMiB int64
 	Extended  map[string]int64
+	// Units are runner capacity units; only runner nodes offer them and only runner projects
+	// ask for them.
+	Units int64
 }
 
 // IsZero reports whether r holds no resource at all.
 func (r Resources) IsZero() bool {
-	if r.CPUMilli != 0 || r.MemoryMiB != 0 {
+	if r.CPUMilli != 0 || r.MemoryMiB != 0 || r.Units != 0 {
 		return false
 	}
 	for _, v := range r.Extended {
@@ -39,7 +42,7 @@ func (r Resources) IsZero() bool {
 
 // Add returns r + o (a new Extended map; neither argument is changed).
 func (r Resources) Add(o Resources) Resources {
-	out := Resources{CPUMilli: r.CPUMilli + o.CPUMilli, MemoryMiB: r.MemoryMiB + o.MemoryMiB}
+	out := Resources{CPUMilli: r.CPUMilli + o.CPUMilli, MemoryMiB: r.MemoryMiB + o.MemoryMiB, Units: r.Units + o.Units}
 	if len(r.Extended)+len(o.Extended) > 0 {
 		out.Extended = make(map[string]int64, len(r.Extended)+len(o.Extended))
 		for k, v := range r.Extended {
@@ -54,7 +57,7 @@ func (r Resources) Add(o Resources) Resources {
 
 // Times returns r scaled by n.
 func (r Resources) Times(n int64) Resources {
-	out := Resources{CPUMilli: r.CPUMilli * n, MemoryMiB: r.MemoryMiB * n}
+	out := Resources{CPUMilli: r.CPUMilli * n, MemoryMiB: r.MemoryMiB * n, Units: r.Units * n}
 	if len(r.Extended) > 0 {
 		out.Extended = make(map[string]int64, len(r.Extended))
 		for k, v := range r.Extended {
@@ -459,6 +462,8 @@ func (q *compiled) need(resource string) int64 {
 		return q.req.Resources.CPUMilli
 	case "memory":
 		return q.req.Resources.MemoryMiB
+	case unitsName:
+		return q.req.Resources.Units
 	}
 	return q.req.Resources.Extended[resource]
 }
@@ -481,8 +486,14 @@ func (q *compiled) fits(n *Node, used *Resources) (resource string, free int64, 
 			return k, free, false
 		}
 	}
+	if need.Units > 0 && capacity.Units-used.Units < need.Units {
+		return unitsName, capacity.Units - used.Units, false
+	}
 	return "", 0, true
 }
+
+// unitsName names runner capacity units in reasons.
+const unitsName = "capacity_units"
 
 // amount formats v of resource for a person: "cpu 500m", "memory 256 MiB", "gpu 1".
 func amount(resource string, v int64) string { return resource + " " + quantity(resource, v) }
@@ -567,6 +578,9 @@ func (q *compiled) rank(n *Node, used *Resources, mine int, perDomain map[string
 		if c := n.Capacity.Extended[k]; c > 0 {
 			s.load += (used.Extended[k] + need.Extended[k]) * 1_000_000 / c
 		}
+	}
+	if c := n.Capacity.Units; c > 0 && need.Units > 0 {
+		s.load += (used.Units + need.Units) * 1_000_000 / c
 	}
 	return s
 }
