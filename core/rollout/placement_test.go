@@ -108,3 +108,32 @@ func TestRolloutPlacesWithTheDecider(t *testing.T) {
 		t.Fatalf("verdict %v", v)
 	}
 }
+
+// TestStatefulLeaseGoesWhereTheDeciderSays: a stateful service's lease is granted only to a node
+// meeting its selector; with none, nothing is granted and the verdict waits with the reason.
+func TestStatefulLeaseGoesWhereTheDeciderSays(t *testing.T) {
+	h := newHarnessOpts(t, 0, nil, true)
+	h.enrollLabelled(map[string]string{"disk": "hdd"})
+	ssd := h.enrollLabelled(map[string]string{"disk": "ssd"})
+	put := func(name, disk string) *services.Service {
+		t.Helper()
+		svc, _, err := h.cat.PutService(h.ctx, h.p, &services.Service{Name: name, BundleDigest: "sha256:a", Command: []string{"./db"},
+			Replicas: 1, PlacementMode: services.PlacementStateful, LeaseMode: "local",
+			Scheduling: services.Scheduling{NodeSelector: map[string]string{"disk": disk}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
+	db := put("db", "ssd")
+	h.until(12, "db converged", h.converged(db.ID), nil)
+	if got := h.placedOn(db); !maps.Equal(got, map[string]int{ssd.ID: 1}) {
+		t.Fatalf("db on %v, want the ssd node %s", got, ssd.ID)
+	}
+	nvme := put("fast", "nvme")
+	want := "unplaceable: no node matches disk=nvme (refused: 2 node_selector)"
+	h.until(6, "fast waits unplaceable", func() bool { return string(h.verdict(nvme.ID).Reason) == want }, nil)
+	if got := h.placedOn(nvme); len(got) != 0 {
+		t.Fatalf("an unplaceable stateful replica landed: %v", got)
+	}
+}

@@ -646,8 +646,16 @@ func place(v *view, ns []nodes.Node, use *placement.Usage) (map[string]string, s
 	if v.leased {
 		if n := byID[v.holder]; n != nil && member(n, v.svc) {
 			placed["0"] = v.holder
+			return placed, ""
 		}
-		return placed, ""
+		if v.spec.Spec.Replicas.Total == 0 {
+			return placed, ""
+		}
+		// Nobody holds the lease: say why when no node could take the replica (the reconciler
+		// grants the lease where the same decider chooses).
+		req, cands := request(&view{svc: v.svc, spec: v.spec, set: &SlotSet{}}, ns, use, map[string]string{})
+		req.Place = req.Place[:min(len(req.Place), 1)]
+		return placed, placement.Choose(req, cands).Unplaceable()
 	}
 	req, cands := request(v, ns, use, placed)
 	res := placement.Choose(req, cands)
