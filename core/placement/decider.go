@@ -188,7 +188,8 @@ type Choice struct {
 type Result struct {
 	// Choices holds one entry per replica of [Request.Place], in that order.
 	Choices []Choice
-	// Used is every node's Used after the decision (the input plus what was chosen), by id.
+	// Used is, with [Request.Explain], every node's Used after the decision (the input plus what
+	// was chosen), by id; nil otherwise.
 	Used map[string]Resources
 }
 
@@ -304,9 +305,11 @@ func Choose(req Request, nodes []Node) Result {
 		perDomain[q.domain(n)]++
 		res.Choices = append(res.Choices, c)
 	}
-	res.Used = make(map[string]Resources, len(ns))
-	for i := range ns {
-		res.Used[ns[i].ID] = used[i]
+	if req.Explain {
+		res.Used = make(map[string]Resources, len(ns))
+		for i := range ns {
+			res.Used[ns[i].ID] = used[i]
+		}
 	}
 	return res
 }
@@ -371,13 +374,51 @@ func (q *compiled) domain(n *Node) string {
 	return n.ID
 }
 
-// shortage remembers, over the nodes refused only for capacity, the resource the request lacked
-// first and the largest free amount of it.
+// shortage remembers, over the nodes refused only for capacity, how many lacked each resource
+// (the first one short on each node) and the largest free amount of it.
 type shortage struct {
-	nodes    int
-	resource string
-	free     int64
-	seen     bool
+	nodes int // refused for capacity
+	by    map[string]*lack
+}
+
+type lack struct {
+	nodes int
+	free  int64
+}
+
+func (s *shortage) add(resource string, free int64) {
+	s.nodes++
+	if s.by == nil {
+		s.by = map[string]*lack{}
+	}
+	l := s.by[resource]
+	if l == nil {
+		s.by[resource] = &lack{nodes: 1, free: free}
+		return
+	}
+	l.nodes++
+	l.free = max(l.free, free)
+}
+
+// worst returns the resource most nodes lacked (ties: cpu, memory, then by name), whatever the
+// order the nodes were checked in.
+func (s *shortage) worst() (string, *lack) {
+	best, bl := "", (*lack)(nil)
+	rank := func(r string) string {
+		switch r {
+		case "cpu":
+			return "0"
+		case "memory":
+			return "1"
+		}
+		return "2" + r
+	}
+	for r, l := range s.by {
+		if bl == nil || l.nodes > bl.nodes || l.nodes == bl.nodes && rank(r) < rank(best) {
+			best, bl = r, l
+		}
+	}
+	return best, bl
 }
 
 // check returns the first refusal of n for one more replica of the request ("" when n is
@@ -410,10 +451,7 @@ func (q *compiled) check(n *Node, used *Resources, mine int, short *shortage) Co
 		return ReasonMaxPerNode
 	}
 	if name, free, ok := q.fits(n, used); !ok {
-		short.nodes++
-		if !short.seen || name == short.resource && free > short.free {
-			short.resource, short.free, short.seen = name, free, true
-		}
+		short.add(name, free)
 		return ReasonCapacity
 	}
 	return ""
@@ -516,9 +554,10 @@ func (q *compiled) unplaceable(total int, tally map[Code]int, short shortage) st
 		return "no nodes"
 	}
 	match := q.matching()
-	if short.seen {
-		s := fmt.Sprintf("needs %s, largest free %s on %d node", amount(short.resource, q.need(short.resource)), quantity(short.resource, max(short.free, 0)), short.nodes)
-		if short.nodes != 1 {
+	if short.nodes > 0 {
+		r, l := short.worst()
+		s := fmt.Sprintf("needs %s, largest free %s on %d node", amount(r, q.need(r)), quantity(r, max(l.free, 0)), l.nodes)
+		if l.nodes != 1 {
 			s += "s"
 		}
 		if match != "" {
