@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
@@ -55,7 +56,11 @@ func (v Views) Placement(ctx context.Context, svc *services.Service) (*client.Pl
 	use := placement.UsageOf(svcs, wls)
 	r := &view{svc: svc, spec: &SpecDoc{Spec: spec}, set: set}
 	placed := map[string]string{}
-	req, cands := request(r, ns, use, placed)
+	byID := make(map[string]*nodes.Node, len(ns))
+	for i := range ns {
+		byID[ns[i].ID] = &ns[i]
+	}
+	req, cands := request(r, ns, byID, use, placed)
 	if cands == nil {
 		cands = placement.Candidates(ns, use, svc.Runtime)
 	}

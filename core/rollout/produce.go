@@ -290,7 +290,7 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 	} else if moved {
 		res.changed = true
 	}
-	placed, unplaceable := place(v, all, use)
+	placed, unplaceable := place(v, all, ns, use)
 	in := p.input(v, ns, placed)
 	if unplaceable != "" && in.Refused == "" {
 		in.Unplaceable = slots.UnplaceableReason(unplaceable)
@@ -634,14 +634,11 @@ func member(n *nodes.Node, svc *services.Service) bool {
 // every node, with what use says stands on each (capacity, cordon, requirements, spread,
 // preferences, load). The one slot of a leased (stateful) service stands where the lease is held,
 // and nowhere while it is not.
-func place(v *view, ns []nodes.Node, use *placement.Usage) (map[string]string, string) {
+// ns are every node, byID the same by id.
+func place(v *view, ns []nodes.Node, byID map[string]*nodes.Node, use *placement.Usage) (map[string]string, string) {
 	placed := map[string]string{}
 	if v.svc == nil || v.spec == nil || v.spec.Spec.Placement.Mode != slots.PlacementScheduled {
 		return placed, ""
-	}
-	byID := make(map[string]*nodes.Node, len(ns))
-	for i := range ns {
-		byID[ns[i].ID] = &ns[i]
 	}
 	if v.leased {
 		if n := byID[v.holder]; n != nil && member(n, v.svc) {
@@ -653,11 +650,11 @@ func place(v *view, ns []nodes.Node, use *placement.Usage) (map[string]string, s
 		}
 		// Nobody holds the lease: say why when no node could take the replica (the reconciler
 		// grants the lease where the same decider chooses).
-		req, cands := request(&view{svc: v.svc, spec: v.spec, set: &SlotSet{}}, ns, use, map[string]string{})
+		req, cands := request(&view{svc: v.svc, spec: v.spec, set: &SlotSet{}}, ns, byID, use, map[string]string{})
 		req.Place = req.Place[:min(len(req.Place), 1)]
 		return placed, placement.Choose(req, cands).Unplaceable()
 	}
-	req, cands := request(v, ns, use, placed)
+	req, cands := request(v, ns, byID, use, placed)
 	res := placement.Choose(req, cands)
 	for r, id := range res.Placed() {
 		placed[r] = id
@@ -668,11 +665,7 @@ func place(v *view, ns []nodes.Node, use *placement.Usage) (map[string]string, s
 // request builds the decider's request for v's scheduled replicas: it records in placed the
 // replicas that keep their node, and returns the request for the others with the candidates
 // (none when every replica keeps its node, so a steady service costs no node list).
-func request(v *view, ns []nodes.Node, use *placement.Usage, placed map[string]string) (placement.Request, []placement.Node) {
-	nodeByID := make(map[string]*nodes.Node, len(ns))
-	for i := range ns {
-		nodeByID[ns[i].ID] = &ns[i]
-	}
+func request(v *view, ns []nodes.Node, nodeByID map[string]*nodes.Node, use *placement.Usage, placed map[string]string) (placement.Request, []placement.Node) {
 	req := placement.ServiceRequest(v.svc)
 	req.Existing = map[string]string{}
 	for _, row := range v.set.Slots {
