@@ -50,6 +50,9 @@ With -o json it prints the whole explanation as JSON.`,
 				switch {
 				case r.NodeID == "":
 					fmt.Fprintf(a.stdout, "replica %s: unplaceable: %s\n", r.Replica, r.Reason)
+				case r.Standing && len(r.Considered) > 0 && r.Considered[0].Code == "taken" && r.Considered[0].NodeID != r.NodeID:
+					fmt.Fprintf(a.stdout, "replica %s: stands on %s (placed afresh it would go to %s; running replicas are not moved for rank)\n",
+						r.Replica, r.NodeID, r.Considered[0].NodeID)
 				case r.Standing:
 					fmt.Fprintf(a.stdout, "replica %s: stands on %s\n", r.Replica, r.NodeID)
 				default:
