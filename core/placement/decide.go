@@ -280,10 +280,14 @@ func Decide(p *Placement, nodes map[string]*runners.Node, reserved map[string]in
 	for _, n := range nodes {
 		// Nodes that cannot take the placement whatever their room are left out before the
 		// decider: they would only be refused, and Decide gives no reasons.
-		if n.Revoked || n.Draining || n.Offline(now) || req.Region != "" && n.Region != req.Region || req.Endpoint && n.Endpoint == "" {
+		if n.Revoked || n.Draining || n.Offline(now) || n.Capacity-n.Reserved < max(p.CapacityUnits, 1) {
 			continue
 		}
-		cands = append(cands, RunnerNode(n, now))
+		c := RunnerNode(n, now)
+		if code, _ := Satisfied(req, c); code != "" {
+			continue
+		}
+		cands = append(cands, c)
 	}
 	c := Choose(req, cands).Choices[0]
 	if c.NodeID == "" {

@@ -237,19 +237,23 @@ func Choose(req Request, nodes []Node) Result {
 		slices.SortFunc(ns, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
 	}
 	used := make([]Resources, len(ns))
-	index := make(map[string]int, len(ns))
 	for i := range ns {
 		used[i] = ns[i].Used
-		index[ns[i].ID] = i
 	}
 	q := compile(&req)
 	// Replicas of the request per node and per spread domain.
 	perNode := make([]int, len(ns))
 	perDomain := map[string]int{}
-	for _, id := range slices.Sorted(maps.Keys(req.Existing)) {
-		if i, ok := index[req.Existing[id]]; ok {
-			perNode[i]++
-			perDomain[q.domain(&ns[i])]++
+	if len(req.Existing) > 0 {
+		index := make(map[string]int, len(ns))
+		for i := range ns {
+			index[ns[i].ID] = i
+		}
+		for _, id := range slices.Sorted(maps.Keys(req.Existing)) {
+			if i, ok := index[req.Existing[id]]; ok {
+				perNode[i]++
+				perDomain[q.domain(&ns[i])]++
+			}
 		}
 	}
 	res := Result{Choices: make([]Choice, 0, len(req.Place))}
@@ -600,7 +604,10 @@ type score struct {
 }
 
 func (q *compiled) rank(n *Node, used *Resources, mine int, perDomain map[string]int) score {
-	s := score{spread: perDomain[q.domain(n)], mine: mine, id: n.ID}
+	s := score{mine: mine, id: n.ID}
+	if len(perDomain) > 0 {
+		s.spread = perDomain[q.domain(n)]
+	}
 	for _, k := range q.prefs {
 		if v, ok := n.Labels[k]; ok && v == q.req.Preferences[k] {
 			s.preferred++

@@ -115,9 +115,14 @@ func Satisfied(req Request, n Node) (Code, string) {
 	if req.Region != "" && n.Region != req.Region {
 		return ReasonRegion, "region is " + quote(n.Region) + ", wants " + quote(req.Region)
 	}
-	for _, k := range slices.Sorted(maps.Keys(req.NodeSelector)) {
-		if got, ok := n.Labels[k]; !ok || got != req.NodeSelector[k] {
-			return ReasonSelector, "label " + k + " is not " + req.NodeSelector[k]
+	for k, v := range req.NodeSelector {
+		if got, ok := n.Labels[k]; !ok || got != v {
+			// The first failing key in key order names the reason, so the text is stable.
+			for _, k := range slices.Sorted(maps.Keys(req.NodeSelector)) {
+				if got, ok := n.Labels[k]; !ok || got != req.NodeSelector[k] {
+					return ReasonSelector, "label " + k + " is not " + req.NodeSelector[k]
+				}
+			}
 		}
 	}
 	if req.Endpoint && !n.Endpoint {
