@@ -13,7 +13,6 @@ import (
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/runners"
-	"github.com/berthhq/berth/core/scheduler"
 	"github.com/berthhq/berth/core/store"
 )
 
@@ -65,18 +64,21 @@ func seedFleet(b testing.TB, st *store.Store, cred string) {
 	}
 }
 
-// BenchmarkPlacementSelect is the pure placement decision over 1,000 candidate nodes, in memory.
+// BenchmarkPlacementSelect is the pure placement decision of one runner project over 1,000
+// candidate runner nodes, in memory.
 func BenchmarkPlacementSelect(b *testing.B) {
-	cands := make([]scheduler.Candidate, fleetNodes)
-	for i := range cands {
-		cands[i] = scheduler.Candidate{ID: fmt.Sprintf("node-%04d", i), Region: fmt.Sprintf("r%d", i%4), Capacity: 64,
-			Reserved: i % 64, Labels: map[string]string{"isolation": "docker"}}
+	now := time.Now()
+	nodes := make(map[string]*runners.Node, fleetNodes)
+	for i := 0; i < fleetNodes; i++ {
+		id := fmt.Sprintf("node-%04d", i)
+		nodes[id] = &runners.Node{ID: id, Region: fmt.Sprintf("r%d", i%4), Capacity: 64, Reserved: i % 64,
+			Labels: map[string]string{"isolation": "docker"}, ExpiresAt: now.Add(time.Hour)}
 	}
-	d := scheduler.Demand{Units: 2, Region: "r1", Labels: map[string]string{"isolation": "docker"}}
+	p := &placement.Placement{ProjectID: "prj_bench", CapacityUnits: 2, Region: "r1", Requirements: placement.Requirements{Labels: map[string]string{"isolation": "docker"}}}
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		if _, ok := scheduler.Select(d, cands); !ok {
+		if act := placement.Decide(p, nodes, nil, now); act.Status != placement.Assigned {
 			b.Fatal("nothing fits")
 		}
 	}

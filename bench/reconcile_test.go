@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/rollout/rollouttest"
@@ -277,14 +278,8 @@ func BenchmarkSweep1000x3(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	load := map[string]int{}
-	for _, w := range wls {
-		if w.DesiredStatus != services.DesiredRemoved {
-			load[w.NodeID]++
-		}
-	}
 	start := time.Now()
-	out, err := f.prod.Sweep(f.ctx, svcs, ns, load)
+	out, err := f.prod.Sweep(f.ctx, svcs, ns, placement.UsageOf(svcs, wls))
 	steadyRollout := time.Since(start)
 	if err != nil {
 		b.Fatal(err)

@@ -37,7 +37,9 @@ func (n *fakeNode) driverLog() string { return filepath.Join(n.dir, "driver", "f
 // signal sends sig to the node's whole process group.
 func (n *fakeNode) signal(sig syscall.Signal) { _ = syscall.Kill(-n.proc.Cmd().Process.Pid, sig) }
 
-func startFakeNode(t *testing.T, cl *cluster, name string) *fakeNode {
+// startFakeNode enrolls and runs a fake-driver node labelled name=<name>; enrollArgs are further
+// flags of berth-agent enroll (--region, --label).
+func startFakeNode(t *testing.T, cl *cluster, name string, enrollArgs ...string) *fakeNode {
 	t.Helper()
 	ctx := context.Background()
 	jt, err := cl.c.CreateJoinToken(ctx, client.JoinTokenRequest{})
@@ -46,8 +48,8 @@ func startFakeNode(t *testing.T, cl *cluster, name string) *fakeNode {
 	}
 	n := &fakeNode{name: name, dir: filepath.Join(cl.dir, "agent-"+name)}
 	logPath := filepath.Join(cl.dir, "agent-"+name+".log")
-	enroll := start(t, logPath, "berth-agent", "enroll", "--server", cl.url, "--join-token", jt.Token,
-		"--fingerprint", cl.fingerprint, "--data-dir", n.dir, "--label", "name="+name)
+	enroll := start(t, logPath, "berth-agent", append([]string{"enroll", "--server", cl.url, "--join-token", jt.Token,
+		"--fingerprint", cl.fingerprint, "--data-dir", n.dir, "--label", "name=" + name}, enrollArgs...)...)
 	<-enroll.Done()
 	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
 		b, _ := os.ReadFile(logPath)

@@ -67,6 +67,17 @@ type serviceFile struct {
 	PlacementMode string     `json:"placement_mode,omitempty" yaml:"placement_mode"`
 	Lease         *leaseFile `json:"lease,omitempty" yaml:"lease"`
 
+	// The placement fields (docs/placement.md): what one replica reserves, where the replicas
+	// may run and how they spread. CapacityUnits sizes a replica when Resources is absent.
+	Resources     *resourcesFile    `json:"resources,omitempty" yaml:"resources"`
+	CapacityUnits int               `json:"capacity_units,omitempty" yaml:"capacity_units"`
+	NodeSelector  map[string]string `json:"node_selector,omitempty" yaml:"node_selector"`
+	Region        string            `json:"region,omitempty" yaml:"region"`
+	SpreadBy      string            `json:"spread_by,omitempty" yaml:"spread_by"`
+	MaxPerNode    int               `json:"max_per_node,omitempty" yaml:"max_per_node"`
+	AntiAffinity  []string          `json:"anti_affinity,omitempty" yaml:"anti_affinity"`
+	Preferences   map[string]string `json:"preferences,omitempty" yaml:"preferences"`
+
 	// The container fields (docs/plugins.md section 3).
 	Runtime   string `json:"runtime,omitempty" yaml:"runtime"`
 	Image     string `json:"image,omitempty" yaml:"image"`
@@ -145,6 +156,13 @@ func (r *rolloutFile) spec() *client.RolloutSpec {
 	return &client.RolloutSpec{MaxSurge: bound(r.MaxSurge), MaxUnavailable: bound(r.MaxUnavailable)}
 }
 
+// resourcesFile is the resources block of a serviceFile (docs/placement.md section 4).
+type resourcesFile struct {
+	CPUMilli  int64            `json:"cpu_m,omitempty" yaml:"cpu_m"`
+	MemoryMiB int64            `json:"memory_mib,omitempty" yaml:"memory_mib"`
+	Extended  map[string]int64 `json:"extended,omitempty" yaml:"extended"`
+}
+
 // leaseFile is the lease block of a stateful serviceFile.
 type leaseFile struct {
 	Mode       string `json:"mode,omitempty" yaml:"mode"`
@@ -178,7 +196,15 @@ func (f serviceFile) spec() client.ServiceSpec {
 			refs[k] = r.SecretRef
 		}
 	}
+	var res *client.Resources
+	if f.Resources != nil {
+		res = &client.Resources{CPUMilli: f.Resources.CPUMilli, MemoryMiB: f.Resources.MemoryMiB, Extended: f.Resources.Extended}
+	}
 	return client.ServiceSpec{
+		Resources:     res,
+		CapacityUnits: f.CapacityUnits,
+		Scheduling: client.Scheduling{NodeSelector: f.NodeSelector, Region: f.Region, SpreadBy: f.SpreadBy,
+			MaxPerNode: f.MaxPerNode, AntiAffinity: f.AntiAffinity, Preferences: f.Preferences},
 		Secrets:    refs,
 		SecretSets: f.SecretSets,
 		Lease:      lease,

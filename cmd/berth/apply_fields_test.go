@@ -62,3 +62,38 @@ func TestParseServiceFileRollout(t *testing.T) {
 		t.Errorf("a bad bound: %v", err)
 	}
 }
+
+// TestParseServiceFilePlacement: the placement fields of docs/placement.md reach the spec, in
+// YAML and JSON alike.
+func TestParseServiceFilePlacement(t *testing.T) {
+	for name, in := range map[string]string{
+		"svc.yaml": `
+name: web
+resources: {cpu_m: 250, memory_mib: 512, extended: {gpu: 1}}
+node_selector: {disk: ssd}
+region: eu
+spread_by: label:zone
+max_per_node: 1
+anti_affinity: [db]
+preferences: {tier: fast}
+`,
+		"svc.json": `{"name": "web", "resources": {"cpu_m": 250, "memory_mib": 512, "extended": {"gpu": 1}},
+  "node_selector": {"disk": "ssd"}, "region": "eu", "spread_by": "label:zone", "max_per_node": 1,
+  "anti_affinity": ["db"], "preferences": {"tier": "fast"}}`,
+	} {
+		docs, err := parseServiceFiles(strings.NewReader(in), name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got, _ := json.Marshal(docs[0].spec())
+		for _, want := range []string{
+			`"resources":{"cpu_m":250,"memory_mib":512,"extended":{"gpu":1}}`,
+			`"node_selector":{"disk":"ssd"}`, `"region":"eu"`, `"spread_by":"label:zone"`, `"max_per_node":1`,
+			`"anti_affinity":["db"]`, `"preferences":{"tier":"fast"}`,
+		} {
+			if !strings.Contains(string(got), want) {
+				t.Errorf("%s: spec %s\nwant it to hold %s", name, got, want)
+			}
+		}
+	}
+}

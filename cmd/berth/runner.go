@@ -99,7 +99,7 @@ With -o json it prints {"token", "node_id", "region", "expires_at"}.`,
 // newPlacementCmd is `berth placement`: a project's desired placement on runner nodes
 // (docs/runner-protocol.md section 4).
 func newPlacementCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{Use: "placement", RunE: groupRunE, Short: "Set and show a project's placement on runner nodes"}
+	cmd := &cobra.Command{Use: "placement", RunE: groupRunE, Short: "Set and show a project's placement on runner nodes; explain where a service's replicas run"}
 	var (
 		release, state, mode, region string
 		units                        int
@@ -224,7 +224,7 @@ Every step is safe to repeat: run it again while it reports waiting_for_provider
 			return nil
 		},
 	}
-	cmd.AddCommand(set, get, rollback, del)
+	cmd.AddCommand(set, get, rollback, del, newPlacementExplainCmd(a))
 	return cmd
 }
 

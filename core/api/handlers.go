@@ -32,6 +32,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		Command: s.Command, Env: s.Env, SecretSets: s.SecretSets, Port: s.Port, Domains: s.Domains, DNS: s.DNS, Replicas: s.Replicas,
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
 		Labels: s.Labels, CapacityUnits: s.CapacityUnits, PlacementMode: services.PlacementPortable,
+		Resources: client.Resources(s.ReplicaResources()), Scheduling: client.Scheduling(s.Scheduling),
 		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
 		Rollout: apiRollout(s.Rollout), RolloutPaused: s.RolloutPaused, RestartGeneration: s.RestartGeneration,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis,
@@ -190,7 +191,7 @@ func (s *Server) putService(c echo.Context) error {
 	if err := s.bind(c, &spec); err != nil {
 		return err
 	}
-	if err := deploy.ValidateSpec(&spec); err != nil {
+	if err := deploy.ValidateSpec(name, &spec); err != nil {
 		return err
 	}
 	p, err := s.project(c, true)

@@ -27,6 +27,7 @@ func (s *Server) registerRollout(v1 *echo.Group) {
 	v1.PUT("/projects/:project/services/:name/spec", s.putRuntimeSpec, s.auth(identity.ScopeServiceDeploy))
 	v1.GET("/projects/:project/services/:name/workloads", s.serviceSlots, s.auth(identity.ScopeServicesRead))
 	v1.GET("/projects/:project/services/:name/rollout", s.getRollout, s.auth(identity.ScopeServicesRead))
+	v1.GET("/projects/:project/services/:name/placement", s.explainPlacement, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/services/:name/rollout/undo", s.rolloutUndo, s.auth(identity.ScopeServiceDeploy))
 	for _, a := range []services.RolloutAction{services.RolloutPause, services.RolloutResume, services.RolloutRestart} {
 		v1.POST("/projects/:project/services/:name/rollout/"+string(a), s.rolloutControl(a), s.auth(identity.ScopeServiceDeploy))
@@ -36,6 +37,20 @@ func (s *Server) registerRollout(v1 *echo.Group) {
 
 func (s *Server) views() rollout.Views {
 	return rollout.Views{Store: s.runtime, Catalog: s.cfg.Catalog, Nodes: s.cfg.Nodes}
+}
+
+// explainPlacement answers where each replica of the service stands or would go, and why
+// (docs/placement.md section 6).
+func (s *Server) explainPlacement(c echo.Context) error {
+	_, svc, err := s.namedService(c)
+	if err != nil {
+		return err
+	}
+	out, err := s.views().Placement(c.Request().Context(), svc)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 // namedService reads the service of the request's :project and :name.

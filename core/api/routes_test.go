@@ -137,6 +137,7 @@ func everyRoute() map[string]routeRow {
 		"GET /api/v1/projects/:project/services/:name/spec": none, "PUT /api/v1/projects/:project/services/:name/spec": obj,
 		"GET /api/v1/projects/:project/services/:name/workloads":              none,
 		"GET /api/v1/projects/:project/services/:name/rollout":                none,
+		"GET /api/v1/projects/:project/services/:name/placement":              none,
 		"GET /api/v1/projects/:project/services/:name/releases":               none,
 		"POST /api/v1/projects/:project/services/:name/rollout/undo":          obj,
 		"POST /api/v1/projects/:project/services/:name/rollout/pause":         obj,

@@ -32,7 +32,7 @@ const DefaultPort = 8080
 func (d *Deployer) declare(ctx context.Context, ch Change, cur *services.Service) (*services.Service, *int64, error) {
 	spec := ch.Spec
 	p := ch.Project
-	if err := ValidateSpec(spec); err != nil {
+	if err := ValidateSpec(ch.Service, spec); err != nil {
 		return nil, nil, err
 	}
 	var bundleDigest string
@@ -80,9 +80,12 @@ func (d *Deployer) declare(ctx context.Context, ch Change, cur *services.Service
 		Runtime: spec.Runtime, Image: image, ImageTag: imageTag, DeployOnPush: spec.DeployOnPush, User: spec.User, MemoryMB: spec.MemoryMB, CPUMillis: spec.CPUMillis,
 		Name: ch.Service, Bundle: spec.Bundle, BundleDigest: bundleDigest, Command: spec.Command, Env: spec.Env,
 		Port: spec.Port, Domains: spec.Domains, DNS: spec.DNS, Replicas: 1, HealthCheck: services.HealthCheck(spec.HealthCheck),
-		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Timeouts: spec.Timeouts, TLS: services.TLS(spec.TLS), Stream: spec.Stream,
+		Labels: spec.Labels, CapacityUnits: spec.CapacityUnits, Scheduling: services.Scheduling(spec.Scheduling), Timeouts: spec.Timeouts, TLS: services.TLS(spec.TLS), Stream: spec.Stream,
 		ProgressDeadlineS: spec.ProgressDeadlineS, AutoRollback: spec.AutoRollback,
 		Rollout: rolloutSpec(spec.Rollout),
+	}
+	if spec.Resources != nil {
+		svc.Resources = services.Resources(*spec.Resources)
 	}
 	for _, v := range spec.Volumes {
 		svc.Volumes = append(svc.Volumes, services.Volume(v))

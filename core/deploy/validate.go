@@ -43,10 +43,10 @@ const maxProgressDeadlineS = 86400
 // maxVolumes bounds a service's volumes.
 const maxVolumes = 16
 
-// ValidateSpec checks the shape of a declared service alone, before anything is read from the
+// ValidateSpec checks the shape of service name's declaration alone, before anything is read from the
 // store, and normalises its domains (lower case, no trailing dot) and dns ("none" is empty).
 // Errors are 422 validation_failed naming the field.
-func ValidateSpec(spec *client.ServiceSpec) error {
+func ValidateSpec(name string, spec *client.ServiceSpec) error {
 	fail := func(format string, a ...any) error {
 		return abierrors.New(abierrors.ValidationFailed, fmt.Sprintf(format, a...))
 	}
@@ -93,6 +93,13 @@ func ValidateSpec(spec *client.ServiceSpec) error {
 			return fail("volume %q: path %q must be an absolute path without '..'", v.Name, v.Path)
 		}
 		volumes[v.Name] = true
+	}
+	var res services.Resources
+	if spec.Resources != nil {
+		res = services.Resources(*spec.Resources)
+	}
+	if err := services.ValidatePlacement(name, res, services.Scheduling(spec.Scheduling)); err != nil {
+		return fail("%s", err.Error())
 	}
 	if err := slots.ValidateRollout(rolloutSpec(spec.Rollout), spec.PlacementMode == services.PlacementStateful); err != nil {
 		var r *slots.Refusal

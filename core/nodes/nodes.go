@@ -99,6 +99,15 @@ type Node struct {
 	// (network_versions, e.g. ["nftables"]), sorted; empty when it runs none.
 	Networks []string `bson:"networks,omitempty"`
 
+	// Allocatable is what the node's agent last reported it can give to workloads (at
+	// enrollment, in hello and in status reports), after what the host keeps for itself.
+	Allocatable Resources `bson:"allocatable,omitempty"`
+	// CapacityOverride is the operator's capacity (berth node set-capacity): each stated field
+	// replaces the reported one in [Node.Capacity]; nil when none.
+	CapacityOverride *Resources `bson:"capacity_override,omitempty"`
+	// Cordoned reports whether the operator stopped new placements on the node.
+	Cordoned bool `bson:"cordoned,omitempty"`
+
 	// LogOutbox holds the node's changes not yet in the change log,
 	// written with the change (docs/node-protocol.md section 7.2).
 	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`

@@ -1,6 +1,7 @@
-// Package placement owns desired placements: one document per project with its release, run state,
-// generation, placement mode and node requirements, assigned to a runner node by reserving capacity
-// on that node (docs/runner-protocol.md section 4).
+// Package placement owns the one placement decider of Berth ([Choose]: feasibility, then ranking,
+// with a reason for every node; docs/placement.md), used by services, stateful lease grants and
+// runner projects, and the runner projects' desired placements: one document per project, assigned
+// to a runner node by reserving capacity on that node (docs/runner-protocol.md section 4).
 package placement
 
 import (
@@ -9,7 +10,7 @@ import (
 	"maps"
 	"time"
 
-	"github.com/berthhq/berth/core/scheduler"
+	"github.com/berthhq/berth/core/runners"
 )
 
 // Mode is a placement's data-mobility contract.
@@ -109,9 +110,44 @@ type Placement struct {
 	Revision  int64        `bson:"revision" json:"revision"`
 }
 
-// Demand returns what p needs from a node.
-func (p *Placement) Demand() scheduler.Demand {
-	return scheduler.Demand{Units: p.CapacityUnits, Region: p.Region, Labels: p.Requirements.Labels, Endpoint: p.Requirements.Endpoint}
+func units(n int) Resources { return Resources{Units: int64(n)} }
+
+// Request returns what p asks of a runner node: its capacity units (at least 1), region,
+// labels and endpoint, for its one replica "0".
+func (p *Placement) Request() Request {
+	return Request{Service: p.ProjectID, Resources: units(max(p.CapacityUnits, 1)),
+		Constraints: Constraints{Region: p.Region, NodeSelector: p.Requirements.Labels, Endpoint: p.Requirements.Endpoint},
+		Place:       []string{"0"}}
+}
+
+// RunnerNode returns runner node n at now as the decider sees it: its capacity units in
+// [Resources.Units], unavailable while revoked, draining or offline.
+func RunnerNode(n *runners.Node, now time.Time) Node {
+	why := ""
+	switch {
+	case n.Revoked:
+		why = "revoked"
+	case n.Draining:
+		why = "draining"
+	case n.Offline(now):
+		why = "offline (heartbeat expired)"
+	}
+	return Node{ID: n.ID, Region: n.Region, Labels: n.Labels, Capacity: units(n.Capacity), Used: units(n.Reserved),
+		Unavailable: why, Endpoint: n.Endpoint != ""}
+}
+
+// fits returns the ledger check of p's reservations at now: the decider's feasibility
+// ([Feasible]) of the node as the ledger holds it.
+func (p *Placement) fits(now time.Time) runners.Fits {
+	req := p.Request()
+	return func(n *runners.Node, reserved int, r runners.Reservation) bool {
+		node := RunnerNode(n, now)
+		node.Used = units(reserved)
+		q := req
+		q.Resources = units(max(r.Units, 1))
+		code, _ := Feasible(q, node)
+		return code == ""
+	}
 }
 
 // DesiredRequest is a new desired generation. Nil pointers inherit the previous generation's value
@@ -184,7 +220,7 @@ func Next(cur *Placement, req DesiredRequest, now time.Time) (Placement, error) 
 		if p.Pinned {
 			return p, ErrPinned
 		}
-		p.Requirements = Requirements{Endpoint: req.Requirements.Endpoint, Labels: scheduler.CloneLabels(req.Requirements.Labels)}
+		p.Requirements = Requirements{Endpoint: req.Requirements.Endpoint, Labels: cloneLabels(req.Requirements.Labels)}
 		p.NodeID = ""
 	}
 	p.Release, p.State = req.Release, req.State
@@ -218,17 +254,17 @@ type Action struct {
 	NodeID string
 }
 
-// Decide returns the step that brings p to a node, given the nodes (by id) at now:
+// Decide returns the step that brings p to a node, given the runner nodes (by id) at now:
 //
 //  1. a placement on an online, unrevoked node keeps it (draining nodes keep current work), and
 //     re-confirms the reservation when the demand grew;
 //  2. a stateful placement whose node is offline, revoked or gone is unavailable and keeps its node;
 //  3. a portable placement whose node is gone or unavailable, and a placement with no node, selects
-//     a node with [scheduler.Select], or waits with no node when none fits.
-func Decide(p *Placement, nodes map[string]scheduler.Candidate, reserved map[string]int) Action {
+//     a node with the decider ([Choose]), or waits with no node when none fits.
+func Decide(p *Placement, nodes map[string]*runners.Node, reserved map[string]int, now time.Time) Action {
 	if p.NodeID != "" {
 		n, ok := nodes[p.NodeID]
-		alive := ok && !n.Offline && !n.Revoked
+		alive := ok && !n.Offline(now) && !n.Revoked
 		switch {
 		case alive:
 			if reserved[p.NodeID] != p.CapacityUnits {
@@ -239,17 +275,31 @@ func Decide(p *Placement, nodes map[string]scheduler.Candidate, reserved map[str
 			return Action{Status: Unavailable, NodeID: p.NodeID}
 		}
 	}
-	cands := make([]scheduler.Candidate, 0, len(nodes))
-	for _, c := range nodes {
+	req := p.Request()
+	cands := make([]Node, 0, len(nodes))
+	for _, n := range nodes {
+		// Nodes that cannot take the placement whatever their room are left out before the
+		// decider: they would only be refused, and Decide gives no reasons.
+		if n.Revoked || n.Draining || n.Offline(now) || n.Capacity-n.Reserved < max(p.CapacityUnits, 1) {
+			continue
+		}
+		c := RunnerNode(n, now)
+		if code, _ := Satisfied(req, c); code != "" {
+			continue
+		}
 		cands = append(cands, c)
 	}
-	id, ok := scheduler.Select(p.Demand(), cands)
-	old := ""
-	if p.NodeID != "" {
-		old = p.NodeID
+	c := Choose(req, cands).Choices[0]
+	if c.NodeID == "" {
+		return Action{Release: p.NodeID, Status: Waiting}
 	}
-	if !ok {
-		return Action{Release: old, Status: Waiting}
+	return Action{Reserve: c.NodeID, Release: p.NodeID, Status: Assigned, NodeID: c.NodeID}
+}
+
+// cloneLabels returns a copy of labels (nil for an empty map).
+func cloneLabels(labels map[string]string) map[string]string {
+	if len(labels) == 0 {
+		return nil
 	}
-	return Action{Reserve: id, Release: old, Status: Assigned, NodeID: id}
+	return maps.Clone(labels)
 }

@@ -1,5 +1,8 @@
 package placement_test
 
-import "github.com/berthhq/berth/core/scheduler"
+import "github.com/berthhq/berth/core/runners"
 
-func placementDemand(units int) scheduler.Demand { return scheduler.Demand{Units: units} }
+// placementFits accepts any node with units free (a reservation made by hand in a test).
+func placementFits(units int) runners.Fits {
+	return func(n *runners.Node, reserved int, _ runners.Reservation) bool { return n.Capacity-reserved >= units }
+}

@@ -276,7 +276,7 @@ func TestSweepReleasesUnreferencedReservations(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.enroll("a", runners.Declaration{Capacity: 3})
-	if _, err := f.nodes.Reserve(f.ctx, "a", "prj_ghost", runners.Reservation{Units: 2, At: f.clk.Now()}, placementDemand(2)); err != nil {
+	if _, err := f.nodes.Reserve(f.ctx, "a", "prj_ghost", runners.Reservation{Units: 2, At: f.clk.Now()}, placementFits(2)); err != nil {
 		t.Fatal(err)
 	}
 	f.desire("prj_a", placement.DesiredRequest{Release: "r"})

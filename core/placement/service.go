@@ -15,7 +15,6 @@ import (
 
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/runners"
-	"github.com/berthhq/berth/core/scheduler"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/internal/buckets"
 )
@@ -144,10 +143,10 @@ func (s *Service) snapshotAge() time.Duration {
 // most maxRecheck of them), records them in the snapshot, and reports whether one of them fits p
 // now.
 func (s *Service) recheck(ctx context.Context, p *Placement, nodes map[string]*runners.Node) bool {
-	d := p.Demand()
+	req := p.Request()
 	var ids []string
 	for id, n := range nodes {
-		if scheduler.Capable(n.Candidate(s.nodes.Now()), d) {
+		if code, _ := Satisfied(req, RunnerNode(n, s.nodes.Now())); code == "" {
 			ids = append(ids, id)
 		}
 	}
@@ -162,11 +161,11 @@ func (s *Service) recheck(ctx context.Context, p *Placement, nodes map[string]*r
 			continue
 		}
 		s.remember(id, n)
-		c := n.Candidate(s.nodes.Now())
+		c := RunnerNode(n, s.nodes.Now())
 		if r, ok := n.Reservations[p.ProjectID]; ok {
-			c.Reserved -= r.Units
+			c.Used = units(n.Reserved - r.Units)
 		}
-		if scheduler.Fits(c, d) {
+		if code, _ := Feasible(req, c); code == "" {
 			fits = true
 		}
 	}
@@ -305,15 +304,13 @@ func (s *Service) Assign(ctx context.Context, projectID string) (*Placement, err
 			return nil, err
 		}
 		now := s.nodes.Now()
-		cands := make(map[string]scheduler.Candidate, len(nodes))
 		held := map[string]int{}
 		for id, n := range nodes {
-			cands[id] = n.Candidate(now)
 			if r, ok := n.Reservations[projectID]; ok {
 				held[id] = r.Units
 			}
 		}
-		act := Decide(p, cands, held)
+		act := Decide(p, nodes, held, now)
 		if act.Status == Waiting && !fresh {
 			// Nothing fits in the snapshot: read again, by id, the few nodes that have what p
 			// needs apart from state and room; read every node when none of those fits and the
@@ -338,7 +335,7 @@ func (s *Service) Assign(ctx context.Context, projectID string) (*Placement, err
 				}
 			}
 			res := runners.Reservation{Units: p.CapacityUnits, Labels: p.Requirements.Labels, Endpoint: p.Requirements.Endpoint, Generation: p.Generation, At: now}
-			got, err := s.nodes.TryReserve(ctx, n, projectID, res, p.Demand())
+			got, err := s.nodes.TryReserve(ctx, n, projectID, res, p.fits(now))
 			if errors.Is(err, store.ErrConflict) || errors.Is(err, runners.ErrNoFit) {
 				// The node changed since it was read, or does not fit as it is now: remember it as
 				// it is and select again.

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/berthhq/berth/core/nodes"
-	"github.com/berthhq/berth/core/scheduler"
+	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/services"
 )
 
@@ -29,27 +29,25 @@ func TestBuildSpecContainer(t *testing.T) {
 	}
 }
 
-// TestWithDriver: only nodes advertising a container runtime's driver are
-// schedulable for its services; the default runtime is placed as before.
-func TestWithDriver(t *testing.T) {
-	cands := []scheduler.Node{{ID: "a", Schedulable: true}, {ID: "b", Schedulable: true}, {ID: "c", Schedulable: true}, {ID: "d"}}
-	drivers := map[string][]string{"a": {"process"}, "b": {"containerd"}, "d": {"containerd"}}
-	sched := func(ns []scheduler.Node) (out []string) {
-		for _, n := range ns {
-			if n.Schedulable {
+// TestCandidatesNeedTheDriver: only nodes advertising a container runtime's driver take its
+// services' replicas; the default runtime is placed on any connected node.
+func TestCandidatesNeedTheDriver(t *testing.T) {
+	ns := []nodes.Node{{ID: "a", Status: nodes.StatusConnected, Drivers: []string{"process"}},
+		{ID: "b", Status: nodes.StatusConnected, Drivers: []string{"containerd"}},
+		{ID: "c", Status: nodes.StatusConnected}, {ID: "d", Status: nodes.StatusDisconnected, Drivers: []string{"containerd"}}}
+	avail := func(runtime string) (out []string) {
+		for _, n := range placement.Candidates(ns, nil, runtime) {
+			if n.Unavailable == "" {
 				out = append(out, n.ID)
 			}
 		}
 		return out
 	}
-	if got := sched(withDriver(cands, drivers, "containerd")); !slices.Equal(got, []string{"b"}) {
+	if got := avail("containerd"); !slices.Equal(got, []string{"b"}) {
 		t.Errorf("containerd on %v; want [b] (d is not connected)", got)
 	}
-	if got := sched(withDriver(cands, drivers, "")); !slices.Equal(got, []string{"a", "b", "c"}) {
+	if got := avail(""); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Errorf("process on %v; want [a b c]", got)
-	}
-	if !cands[1].Schedulable {
-		t.Errorf("withDriver changed its input")
 	}
 }
 

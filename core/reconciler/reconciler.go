@@ -1,5 +1,6 @@
-// Package reconciler converges the cluster on the declared services: it places
-// slots with core/scheduler, writes each node's desired state, and pushes the
+// Package reconciler converges the cluster on the declared services: it grants
+// stateful leases where core/placement decides, runs the rollout's sweep (which
+// places slots with the same decider), writes each node's desired state, and pushes the
 // route table to the gateway. Events wake the work they affect at once (a
 // service's or a node's key on a deduplicating [Queue]); a slow full pass,
 // level-triggered over everything in the store, is the safety net, so a
@@ -28,9 +29,9 @@ import (
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/routes"
-	"github.com/berthhq/berth/core/scheduler"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/core/store"
@@ -425,12 +426,7 @@ func (r *Reconciler) pass(ctx context.Context, sc *scope) (rollout.Outcome, erro
 	if err != nil {
 		return out, err
 	}
-	load := map[string]int{}
-	for _, w := range wls {
-		if w.DesiredStatus != services.DesiredRemoved {
-			load[w.NodeID]++
-		}
-	}
+	use := placement.UsageOf(svcs, wls)
 	var errs []error
 	var ids []string
 	for i := range svcs {
@@ -439,9 +435,9 @@ func (r *Reconciler) pass(ctx context.Context, sc *scope) (rollout.Outcome, erro
 		}
 	}
 	if only == nil {
-		out, err = r.cfg.Rollout.Sweep(ctx, svcs, ns, load)
+		out, err = r.cfg.Rollout.Sweep(ctx, svcs, ns, use)
 	} else {
-		out, err = r.cfg.Rollout.SweepServices(ctx, ids, svcs, ns, load)
+		out, err = r.cfg.Rollout.SweepServices(ctx, ids, svcs, ns, use)
 	}
 	if err != nil {
 		errs = append(errs, err)
@@ -512,22 +508,12 @@ func (r *Reconciler) leases(ctx context.Context) (map[string]*fencing.Lease, err
 // leases of services that are gone are then left to the full pass.
 func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []nodes.Node, wls []services.Workload, only map[string]bool) ([]fencing.Lease, error) {
 	var granted []fencing.Lease
-	load := map[string]int{}
-	bySvc := map[string][]scheduler.Workload{}
+	use := placement.UsageOf(svcs, wls)
+	current := map[string]string{} // the node of each service's replica "0"
 	for _, w := range wls {
-		load[w.NodeID]++
-		if w.Replica != "" && w.DesiredStatus != services.DesiredRemoved {
-			bySvc[w.ServiceID] = append(bySvc[w.ServiceID], scheduler.Workload{ID: w.ID, Slot: w.Slot, NodeID: w.NodeID, SpecHash: w.SpecHash})
+		if w.Replica == "0" && w.DesiredStatus != services.DesiredRemoved {
+			current[w.ServiceID] = w.NodeID
 		}
-	}
-	var cands []scheduler.Node
-	drivers := map[string][]string{}
-	for _, n := range ns {
-		if n.Status == nodes.StatusRemoved {
-			continue
-		}
-		cands = append(cands, scheduler.Node{ID: n.ID, Schedulable: n.Status == nodes.StatusConnected && n.Member(), Load: load[n.ID]})
-		drivers[n.ID] = n.Drivers
 	}
 	// live: stateful services whose document exists (a deleting one keeps its lease until its
 	// slot settled and the finalizer removed the document); known: every service listed.
@@ -542,16 +528,12 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 		if (only != nil && !only[s.ID]) || s.Deleting {
 			continue
 		}
-		l, ok := r.placeStateful(ctx, s, withDriver(cands, drivers, s.Runtime), bySvc[s.ID])
+		l, ok := r.placeStateful(ctx, s, placement.Candidates(ns, use, s.Runtime), current[s.ID])
 		if !ok || l == nil {
 			continue
 		}
 		granted = append(granted, *l)
-		for j := range cands {
-			if cands[j].ID == l.Holder {
-				cands[j].Load++
-			}
-		}
+		use.Add(l.Holder, placement.ServiceKey(s.Project, s.Name), placement.ReplicaResources(s))
 	}
 	// Workloads no slot names: of services that are gone (a slot set of a vanished service is
 	// core/rollout's), and of any service that an earlier version placed without a slot.
@@ -572,25 +554,25 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 	return granted, r.deleteLeases(ctx, live)
 }
 
-// placeStateful decides where a stateful service's lease should be held
-// ([scheduler.PlaceStateful] over the slot's current workload, existing) and grants it there
-// with one compare-and-set on the lease when it is not held there yet. It returns the lease
-// granted, nil when no grant was needed, and ok=false when the lease could not be read or
-// granted (a later pass decides again); a node the lease was moved from is revoked (reason
-// moved). The slot itself follows the holder in core/rollout.
-func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, cands []scheduler.Node, existing []scheduler.Workload) (*fencing.Lease, bool) {
+// placeStateful decides where a stateful service's lease should be held ([placement.LeaseTarget]
+// over the nodes cands and the node of its current workload) and grants it there with one
+// compare-and-set on the lease when it is not held there yet. It returns the lease granted, nil
+// when no grant was needed, and ok=false when the lease could not be read or granted (a later
+// pass decides again); a node the lease was moved from is revoked (reason moved). The slot
+// itself follows the holder in core/rollout.
+func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, cands []placement.Node, current string) (*fencing.Lease, bool) {
 	la := r.cfg.Leases
-	view := scheduler.Lease{Movable: true}
+	view := placement.Lease{Movable: true}
 	l, err := la.Get(ctx, fencing.LeaseID(s.ID))
 	if err == nil {
 		gate, timed := l.Gate()
-		view = scheduler.Lease{Holder: l.Holder, Blocked: l.Blocked() || l.Deleted,
+		view = placement.Lease{Holder: l.Holder, Blocked: l.Blocked() || l.Deleted,
 			Movable: !l.Blocked() && !l.Deleted && timed && !la.Now().Before(gate)}
 	} else if !errors.Is(err, store.ErrNotFound) {
 		r.log.Warn("read lease", "service", s.Project+"/"+s.Name, "err", err)
 		return nil, false
 	}
-	if l != nil && !view.Movable && !view.Blocked && l.Holder != "" && !schedulableIn(cands, l.Holder) {
+	if l != nil && !view.Movable && !view.Blocked && l.Holder != "" && !availableIn(cands, l.Holder) {
 		if gate, timed := l.Gate(); timed {
 			r.hintAt(gate.Sub(la.Now()))
 		}
@@ -599,15 +581,11 @@ func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, can
 		r.log.Warn("stateful service held back: its lease is blocked by an unacknowledged failed fence",
 			"service", s.Project+"/"+s.Name, "lease_id", l.ID, "fence_failed", l.FenceFailed)
 	}
-	// Only where the lease goes is read here: the slot's attempts (and their keys) are the
-	// slot table's, so every current workload counts as the one to keep.
-	cur := make([]scheduler.Workload, len(existing))
-	for i, w := range existing {
-		w.SpecHash = s.SpecHash()
-		cur[i] = w
-	}
-	grantTo, _ := scheduler.PlaceStateful(scheduler.Service{Replicas: s.Replicas, SpecHash: s.SpecHash()}, view, cands, cur)
+	grantTo, chosen := placement.LeaseTarget(view, s.Replicas > 0, placement.ServiceRequest(s), cands, current)
 	if grantTo == "" {
+		if chosen != nil && chosen.NodeID == "" {
+			r.log.Info("stateful service unplaceable", "service", s.Project+"/"+s.Name, "reason", chosen.Reason)
+		}
 		return nil, true
 	}
 	mode := node.LeaseMode(s.LeaseMode)
@@ -645,10 +623,11 @@ func (r *Reconciler) hintAt(d time.Duration) {
 	r.gateHint = time.AfterFunc(time.Until(at), func() { r.Hint("lease.gate") })
 }
 
-func schedulableIn(cands []scheduler.Node, id string) bool {
+// availableIn reports whether node id is among cands and takes new work.
+func availableIn(cands []placement.Node, id string) bool {
 	for _, n := range cands {
 		if n.ID == id {
-			return n.Schedulable
+			return n.Unavailable == ""
 		}
 	}
 	return false

@@ -19,6 +19,7 @@ import (
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/core/store"
@@ -71,6 +72,10 @@ type Config struct {
 // TypeRolloutFailed is the event of a rollout that went past its progress deadline.
 const TypeRolloutFailed = "rollout.failed"
 
+// TypeUnplaceable is the event of a service whose verdict turned waiting(unplaceable: ...), once
+// per change of the reason (docs/placement.md section 5).
+const TypeUnplaceable = "placement.unplaceable"
+
 // TypeRolloutDenied is the event of a service whose verdict turned refused(policy-denied...),
 // once per change of the policy's reasons (docs/reconciliation.md section 7.3).
 const TypeRolloutDenied = "rollout.denied"
@@ -109,10 +114,13 @@ type Outcome struct {
 
 // Sweep visits, in id order and [slots.PageSize] at a time, every service of svcs (the caller
 // leaves out stateful services, which run under their lease) and every service that still holds
-// a slot set, decides its slots and commits the steps. ns are every node, load the number of workloads
-// per node id (it is updated as runs are placed). A failure of one service is logged and the
+// a slot set, decides its slots and commits the steps. ns are every node, use what stands on
+// each ([placement.UsageOf] over every workload; nil: nothing) and is updated as runs are placed. A failure of one service is logged and the
 // sweep goes on; the error returned joins them.
-func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []nodes.Node, load map[string]int) (out Outcome, err error) {
+func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []nodes.Node, use *placement.Usage) (out Outcome, err error) {
+	if use == nil {
+		use = &placement.Usage{}
+	}
 	began := time.Now() // the duration is measured on the wall clock, not the core's decision clock
 	tally := p.cfg.Metrics.begin()
 	byID := map[string]*services.Service{}
@@ -134,7 +142,7 @@ func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []node
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	out, err = p.visit(ctx, ids, byID, ns, load, tally)
+	out, err = p.visit(ctx, ids, byID, ns, use, tally)
 	if rerr := p.retirements(ctx, ns); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
@@ -147,8 +155,11 @@ func (p *Producer) Sweep(ctx context.Context, svcs []services.Service, ns []node
 // SweepServices is [Producer.Sweep] limited to the services ids (the work an event woke:
 // docs/reconciliation.md section 6): it visits, once each and in id order, the ids that svcs
 // holds (a deleting service is still in svcs, so its slots settle); an id svcs lacks, and node
-// retirements, are left to the full sweep. svcs, ns and load are as for Sweep.
-func (p *Producer) SweepServices(ctx context.Context, ids []string, svcs []services.Service, ns []nodes.Node, load map[string]int) (Outcome, error) {
+// retirements, are left to the full sweep. svcs, ns and use are as for Sweep.
+func (p *Producer) SweepServices(ctx context.Context, ids []string, svcs []services.Service, ns []nodes.Node, use *placement.Usage) (Outcome, error) {
+	if use == nil {
+		use = &placement.Usage{}
+	}
 	byID := map[string]*services.Service{}
 	for i := range svcs {
 		byID[svcs[i].ID] = &svcs[i]
@@ -160,12 +171,12 @@ func (p *Producer) SweepServices(ctx context.Context, ids []string, svcs []servi
 		}
 	}
 	slices.Sort(visit)
-	return p.visit(ctx, slices.Compact(visit), byID, ns, load, nil) // a partial tally publishes nothing
+	return p.visit(ctx, slices.Compact(visit), byID, ns, use, nil) // a partial tally publishes nothing
 }
 
 // visit decides and commits each service of the sorted ids, page by page, counting verdicts and
 // workloads into tally (nil counts nothing).
-func (p *Producer) visit(ctx context.Context, ids []string, byID map[string]*services.Service, ns []nodes.Node, load map[string]int, tally *sweepTally) (Outcome, error) {
+func (p *Producer) visit(ctx context.Context, ids []string, byID map[string]*services.Service, ns []nodes.Node, use *placement.Usage, tally *sweepTally) (Outcome, error) {
 	var out Outcome
 	nodeByID := make(map[string]*nodes.Node, len(ns))
 	for i := range ns {
@@ -179,7 +190,7 @@ func (p *Producer) visit(ctx context.Context, ids []string, byID map[string]*ser
 				return out, ctx.Err()
 			}
 			out.Services++
-			r, err := p.service(ctx, id, byID[id], nodeByID, load, tally)
+			r, err := p.service(ctx, id, byID[id], ns, nodeByID, use, tally)
 			out.Commits += r.commits
 			out.Conflicts += r.conflicts
 			out.Changed = out.Changed || r.changed
@@ -255,7 +266,7 @@ func (p *Producer) read(ctx context.Context, id string, svc *services.Service, f
 }
 
 // service produces one service: receipts, desire, plan, commits, repairs, verdict.
-func (p *Producer) service(ctx context.Context, id string, svc *services.Service, ns map[string]*nodes.Node, load map[string]int, tally *sweepTally) (serviceResult, error) {
+func (p *Producer) service(ctx context.Context, id string, svc *services.Service, all []nodes.Node, ns map[string]*nodes.Node, use *placement.Usage, tally *sweepTally) (serviceResult, error) {
 	var res serviceResult
 	v, err := p.read(ctx, id, svc, svc == nil)
 	if err != nil {
@@ -285,8 +296,11 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 	} else if moved {
 		res.changed = true
 	}
-	placed := p.place(v, ns, load)
+	placed, unplaceable := place(v, all, ns, use)
 	in := p.input(v, ns, placed)
+	if unplaceable != "" && in.Refused == "" {
+		in.Unplaceable = slots.UnplaceableReason(unplaceable)
+	}
 	plan := slots.PlanService(in)
 	verdict := plan.Verdict
 	var held slots.Reason // the deploy hook's hold of the first slot in replica order it held
@@ -312,7 +326,7 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 			res.changed = true
 			p.cfg.Metrics.step(sp.Decision.Case, sp.Replica)
 			if sp.Decision.Step == slots.StepRun {
-				load[sp.NodeID]++
+				use.Add(sp.NodeID, placement.ServiceKey(v.svc.Project, v.svc.Name), placement.ReplicaResources(v.svc))
 			}
 		}
 	}
@@ -387,6 +401,9 @@ func (p *Producer) service(ctx context.Context, id string, svc *services.Service
 	if err := p.refusedByPolicy(ctx, v.svc, prev, verdict); err != nil {
 		return res, err
 	}
+	if err := p.unplaceable(ctx, v.svc, prev, verdict); err != nil {
+		return res, err
+	}
 	wrote, err := p.cfg.Store.writeVerdict(ctx, id, prev, verdict, v.svc.Revision, progress)
 	if err != nil {
 		return res, err
@@ -447,6 +464,35 @@ func (p *Producer) refusedByPolicy(ctx context.Context, svc *services.Service, p
 	if _, _, err := p.cfg.Events.Append(ctx, ev); err != nil {
 		return fmt.Errorf("record the deploy policy's refusal of %s: %w", serviceName(svc), err)
 	}
+	return nil
+}
+
+// unplaceable appends the event placement.unplaceable (subject the service; data: service,
+// revision, spec revision, verdict) when next is a waiting(unplaceable: ...) verdict that differs
+// from the stored one prev (nil: none), before next is written; its id derives from the service,
+// the verdict and when the stored one last changed, so a repeated pass stores it once. No Events
+// log, or no change, appends nothing (docs/placement.md section 5).
+func (p *Producer) unplaceable(ctx context.Context, svc *services.Service, prev *StatusDoc, next slots.Verdict) error {
+	if p.cfg.Events == nil || next.State != slots.Waiting || !slots.IsUnplaceable(next.Reason) {
+		return nil
+	}
+	since := "none"
+	if prev != nil {
+		if !slots.VerdictChanged(&prev.Verdict, next) {
+			return nil
+		}
+		since = prev.ChangedAt.UTC().Format(time.RFC3339Nano)
+	}
+	sum := sha256.Sum256([]byte(svc.ID + "/" + next.String() + "/" + since + "/" + TypeUnplaceable))
+	ev := events.Core(TypeUnplaceable, "", map[string]any{"service": serviceName(svc), "revision": svc.Revision,
+		"spec_revision": next.SpecRevision, "verdict": next.String()}, p.cfg.Now())
+	ev.ID = "evt_" + hex.EncodeToString(sum[:13])
+	ev.Subject = node.EventRef{Type: "service", ID: svc.ID}
+	ev.ProjectID = svc.ProjectID
+	if _, _, err := p.cfg.Events.Append(ctx, ev); err != nil {
+		return fmt.Errorf("record that %s is unplaceable: %w", serviceName(svc), err)
+	}
+	p.log.Warn("replica unplaceable", "service", serviceName(svc), "service_id", svc.ID, "verdict", next.String())
 	return nil
 }
 
@@ -594,55 +640,72 @@ func member(n *nodes.Node, svc *services.Service) bool {
 	return slices.Contains(n.Drivers, svc.Runtime)
 }
 
-// place returns the node of every scheduled replica: the node its slot stands on while that node
-// is a member, otherwise one the scheduler chooses among connected members: the fewest slots of
-// this service first, then the fewest workloads, then the lowest id. Replicas with no node
-// available are left out.
-func (p *Producer) place(v *view, ns map[string]*nodes.Node, load map[string]int) map[string]string {
+// place returns the node of every scheduled replica, and why the first replica that fits
+// nowhere does not ("" when all have a node). A replica keeps the node its slot stands on while
+// that node is a member that still meets the service's region and selector
+// ([placement.Satisfied]); the others are placed by the one decider ([placement.Choose]) over
+// every node, with what use says stands on each (capacity, cordon, requirements, spread,
+// preferences, load). The one slot of a leased (stateful) service stands where the lease is held,
+// and nowhere while it is not.
+// ns are every node, byID the same by id.
+func place(v *view, ns []nodes.Node, byID map[string]*nodes.Node, use *placement.Usage) (map[string]string, string) {
 	placed := map[string]string{}
 	if v.svc == nil || v.spec == nil || v.spec.Spec.Placement.Mode != slots.PlacementScheduled {
-		return placed
+		return placed, ""
 	}
-	if v.leased { // the one slot stands where the lease is held, and nowhere while it is not
-		if n := ns[v.holder]; n != nil && member(n, v.svc) {
+	if v.leased {
+		if n := byID[v.holder]; n != nil && member(n, v.svc) {
 			placed["0"] = v.holder
+			return placed, ""
 		}
-		return placed
+		if v.spec.Spec.Replicas.Total == 0 {
+			return placed, ""
+		}
+		// Nobody holds the lease: say why when no node could take the replica (the reconciler
+		// grants the lease where the same decider chooses).
+		req, cands := request(&view{svc: v.svc, spec: v.spec, set: &SlotSet{}}, ns, byID, use, map[string]string{})
+		req.Place = req.Place[:min(len(req.Place), 1)]
+		return placed, placement.Choose(req, cands).Unplaceable()
 	}
-	perNode := map[string]int{}
+	req, cands := request(v, ns, byID, use, placed)
+	res := placement.Choose(req, cands)
+	for r, id := range res.Placed() {
+		placed[r] = id
+	}
+	return placed, res.Unplaceable()
+}
+
+// request builds the decider's request for v's scheduled replicas: it records in placed the
+// replicas that keep their node, and returns the request for the others with the candidates
+// (none when every replica keeps its node, so a steady service costs no node list).
+func request(v *view, ns []nodes.Node, nodeByID map[string]*nodes.Node, use *placement.Usage, placed map[string]string) (placement.Request, []placement.Node) {
+	req := placement.ServiceRequest(v.svc)
+	req.Existing = map[string]string{}
 	for _, row := range v.set.Slots {
+		n := nodeByID[row.NodeID]
+		if n == nil || n.Status == nodes.StatusRemoved || !member(n, v.svc) {
+			continue
+		}
+		if code, _ := placement.Satisfied(req, placement.Node{ID: n.ID, Region: n.Region, Labels: n.Labels}); code != "" {
+			continue
+		}
 		// A replica's surge slot ("3~") places the replica as its primary does; the run
 		// (generation 1) wins over a slot on its way out.
 		r := slots.BaseReplica(row.Replica)
-		if n := ns[row.NodeID]; n != nil && member(n, v.svc) {
-			if _, ok := placed[r]; !ok || row.Generation == int(slots.GenRun) {
-				placed[r] = row.NodeID
-			}
-			perNode[row.NodeID]++
+		if _, ok := placed[r]; !ok || row.Generation == int(slots.GenRun) {
+			placed[r] = row.NodeID
+			req.Existing[r] = row.NodeID
 		}
 	}
-	var cands []string
-	for id, n := range ns {
-		if member(n, v.svc) && n.Status == nodes.StatusConnected {
-			cands = append(cands, id)
-		}
-	}
-	slices.Sort(cands)
 	for i := 0; i < v.spec.Spec.Replicas.Total; i++ {
-		r := strconv.Itoa(i)
-		if _, ok := placed[r]; ok || len(cands) == 0 {
-			continue
+		if r := strconv.Itoa(i); placed[r] == "" {
+			req.Place = append(req.Place, r)
 		}
-		best := cands[0]
-		for _, id := range cands[1:] {
-			if perNode[id] < perNode[best] || perNode[id] == perNode[best] && load[id] < load[best] {
-				best = id
-			}
-		}
-		placed[r] = best
-		perNode[best]++
 	}
-	return placed
+	if len(req.Place) == 0 {
+		return req, nil
+	}
+	return req, placement.Candidates(ns, use, v.svc.Runtime)
 }
 
 // input builds the planner's input from a read, the nodes and the placement chosen.

@@ -398,7 +398,7 @@ func TestSweepRacingSpecEditAbortsWithConflict(t *testing.T) {
 			t.Errorf("operator edit: %v", err)
 		}
 	})
-	out, err := h.prod.Sweep(h.ctx, mustList(t, h), mustNodes(t, h), map[string]int{})
+	out, err := h.prod.Sweep(h.ctx, mustList(t, h), mustNodes(t, h), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

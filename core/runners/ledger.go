@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/core/identity"
-	"github.com/berthhq/berth/core/scheduler"
 )
 
 // Errors of the ledger decider and of [Registry].
@@ -98,11 +97,10 @@ type Node struct {
 // Offline reports whether the node's heartbeat expired at now.
 func (n *Node) Offline(now time.Time) bool { return !now.Before(n.ExpiresAt) }
 
-// Candidate returns the node as the scheduler sees it at now.
-func (n *Node) Candidate(now time.Time) scheduler.Candidate {
-	return scheduler.Candidate{ID: n.ID, Region: n.Region, Capacity: n.Capacity, Reserved: n.Reserved, Labels: n.Labels,
-		Endpoint: n.Endpoint != "", Draining: n.Draining, Offline: n.Offline(now), Revoked: n.Revoked}
-}
+// Fits reports whether node n, with reserved units held by the other reservations, may take
+// reservation r: its state, capabilities and free capacity. core/placement supplies it (the
+// feasibility step of its decider), so the ledger applies the same rules the decider chose by.
+type Fits func(n *Node, reserved int, r Reservation) bool
 
 // CheckDeclaration decides whether n may advertise d: capacity at least its reservations, every
 // label and the endpoint its reservations require kept, and the region unchanged while it holds
@@ -127,23 +125,17 @@ func CheckDeclaration(n *Node, d Declaration) error {
 	return nil
 }
 
-// Reserve decides the ledger after adding (or resizing) key's reservation r on n at now. A new or
-// grown reservation requires the node to fit the added units ([scheduler.Fits]); a shrink or an
+// Reserve decides the ledger after adding (or resizing) key's reservation r on n. A new or grown
+// reservation requires fits to accept the node with the others' reservations; a shrink or an
 // unchanged one always succeeds. It returns the new ledger and its sum, or [ErrNoFit].
-func Reserve(n *Node, key string, r Reservation, d scheduler.Demand, now time.Time) (map[string]Reservation, int, error) {
+func Reserve(n *Node, key string, r Reservation, fits Fits) (map[string]Reservation, int, error) {
 	prev, had := n.Reservations[key]
 	add := r.Units
 	if had {
 		add -= prev.Units
 	}
-	if add > 0 || !had {
-		c := n.Candidate(now)
-		c.Reserved -= prev.Units
-		need := d
-		need.Units = r.Units
-		if !scheduler.Fits(c, need) {
-			return nil, 0, ErrNoFit
-		}
+	if (add > 0 || !had) && !fits(n, n.Reserved-prev.Units, r) {
+		return nil, 0, ErrNoFit
 	}
 	out := maps.Clone(n.Reservations)
 	if out == nil {

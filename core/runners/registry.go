@@ -13,7 +13,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/berthhq/berth/core/identity"
-	"github.com/berthhq/berth/core/scheduler"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/internal/buckets"
 )
@@ -376,12 +375,12 @@ func (r *Registry) ClaimGate(ctx context.Context, nodeID, cred string) (*Node, e
 // Reserve adds or resizes key's reservation on node id with one compare-and-set on the node's
 // document, so two control planes can never both take its last unit. Errors: wrapping [ErrNoFit]
 // when the node cannot take it; wrapping [store.ErrConflict] when the node kept changing.
-func (r *Registry) Reserve(ctx context.Context, id, key string, res Reservation, d scheduler.Demand) (*Node, error) {
-	return r.update(ctx, id, func(n *Node, now time.Time) (bson.M, error) {
+func (r *Registry) Reserve(ctx context.Context, id, key string, res Reservation, fits Fits) (*Node, error) {
+	return r.update(ctx, id, func(n *Node, _ time.Time) (bson.M, error) {
 		if cur, ok := n.Reservations[key]; ok && cur.Units == res.Units && cur.Endpoint == res.Endpoint && equalLabels(cur.Labels, res.Labels) {
 			return nil, nil
 		}
-		l, total, err := Reserve(n, key, res, d, now)
+		l, total, err := Reserve(n, key, res, fits)
 		if err != nil {
 			return nil, fmt.Errorf("runners: reserve %d units on %s: %w", res.Units, id, err)
 		}
@@ -393,8 +392,8 @@ func (r *Registry) Reserve(ctx context.Context, id, key string, res Reservation,
 // decides on n and writes with one compare-and-set on n.Revision. It returns the node as written
 // (a copy; n is not modified). Errors: wrapping [ErrNoFit], or wrapping [store.ErrConflict] when
 // the node changed since it was read (the caller re-reads and re-selects).
-func (r *Registry) TryReserve(ctx context.Context, n *Node, key string, res Reservation, d scheduler.Demand) (*Node, error) {
-	l, total, err := Reserve(n, key, res, d, r.Now())
+func (r *Registry) TryReserve(ctx context.Context, n *Node, key string, res Reservation, fits Fits) (*Node, error) {
+	l, total, err := Reserve(n, key, res, fits)
 	if err != nil {
 		return nil, fmt.Errorf("runners: reserve %d units on %s: %w", res.Units, n.ID, err)
 	}

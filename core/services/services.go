@@ -156,9 +156,16 @@ type Service struct {
 	// (server-sent events, long polls), as a route compiler may ask per route (docs/plugins.md
 	// section 5.2); copied onto its routes like Timeouts, without a rollout.
 	Stream bool `bson:"stream,omitempty"`
-	// Labels and CapacityUnits (per replica) are read by admission policies.
+	// Labels and CapacityUnits (per replica) are read by admission policies. CapacityUnits is
+	// also the older way to size a replica: with no Resources, one unit reserves
+	// [UnitCPUMilli] and [UnitMemoryMiB] ([Service.ReplicaResources]).
 	Labels        map[string]string `bson:"labels,omitempty"`
 	CapacityUnits int               `bson:"capacity_units,omitempty"`
+	// Resources is what one replica reserves on its node (docs/placement.md); zero fields take
+	// their defaults in [Service.ReplicaResources].
+	Resources Resources `bson:"resources,omitempty"`
+	// Scheduling restricts and ranks the nodes the replicas may use (docs/placement.md).
+	Scheduling Scheduling `bson:"scheduling,omitempty"`
 	// PlacementMode is PlacementPortable (also when empty) or PlacementStateful; it cannot
 	// change after creation.
 	PlacementMode string `bson:"placement_mode,omitempty"`
@@ -650,6 +657,7 @@ func SameDeclaration(a, b *Service) bool {
 		if len(n.Labels) == 0 {
 			n.Labels = nil
 		}
+		n.Resources, n.Scheduling = n.Resources.normal(), n.Scheduling.normal()
 		if len(n.Volumes) == 0 {
 			n.Volumes = nil
 		}

@@ -83,6 +83,9 @@ type ServiceInput struct {
 	Unplaced int
 	// Refused is the desire's own refusal ([DesireResult.Refused]), "" for none.
 	Refused Reason
+	// Unplaceable is why a replica the desire wants fits on no node ([UnplaceableReason]), ""
+	// when every replica has a node; the verdict waits on it.
+	Unplaceable Reason
 	// Blocker is set when the service's new work cannot be built this sweep.
 	Blocker *Blocker
 	// Slots are every slot row of the service, any order; more than [MaxSlots] is refused as
@@ -318,6 +321,8 @@ func verdict(in ServiceInput, plans []SlotPlan, incomplete, paused bool) Verdict
 		v.State, v.Reason = Waiting, backoffReason
 	case stuck != "":
 		v.State, v.Reason = Waiting, stuck
+	case in.Unplaceable != "":
+		v.State, v.Reason = Waiting, in.Unplaceable
 	case paused:
 		v.State, v.Reason = Waiting, ReasonRolloutPaused
 	case settled && in.Unplaced == 0 && !incomplete:
@@ -381,4 +386,22 @@ func SettlementPending(slots []Slot) Reason {
 		}
 	}
 	return ""
+}
+
+// ReasonUnplaceable (waiting): a replica the service wants fits on no node; the placement
+// decider's reason follows after ": ", as in "unplaceable: needs memory 512 MiB, largest free
+// 256 MiB on 3 nodes matching region=eu" (docs/placement.md section 5).
+const ReasonUnplaceable Reason = "unplaceable"
+
+// UnplaceableReason returns [ReasonUnplaceable] with the decider's reason why.
+func UnplaceableReason(why string) Reason {
+	if why == "" {
+		return ReasonUnplaceable
+	}
+	return Reason(string(ReasonUnplaceable) + ": " + why)
+}
+
+// IsUnplaceable reports whether r is a [ReasonUnplaceable] reason.
+func IsUnplaceable(r Reason) bool {
+	return r == ReasonUnplaceable || len(r) > len(ReasonUnplaceable)+2 && r[:len(ReasonUnplaceable)+2] == ReasonUnplaceable+": "
 }

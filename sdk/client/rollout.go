@@ -198,6 +198,16 @@ func (c *Client) Rollout(ctx context.Context, project, name string) (*RolloutSta
 	return &out, nil
 }
 
+// Placement explains where each replica of a service stands or would go and why each node was
+// taken or refused (GET /projects/{project}/services/{name}/placement; docs/placement.md).
+func (c *Client) Placement(ctx context.Context, project, name string) (*PlacementExplanation, error) {
+	var out PlacementExplanation
+	if err := c.do(ctx, http.MethodGet, servicePath(project, name)+"/placement", nil, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // RolloutUndo returns a service to its previous release with one compare-and-set on the service
 // (POST /projects/{project}/services/{name}/rollout/undo) and returns the service after it.
 // Errors: "no_previous_release" when the service never ran another release, "revision_conflict"

@@ -172,8 +172,17 @@ type ServiceSpec struct {
 	// Labels are free key/value pairs that admission policies may require.
 	Labels map[string]string `json:"labels,omitempty"`
 	// CapacityUnits is what one replica uses, in the operator's own units;
-	// admission policies may cap a project's total.
+	// admission policies may cap a project's total. Kept as an alias for sizing:
+	// with no Resources, one unit reserves 100 millicores and 128 MiB per replica
+	// (docs/placement.md).
 	CapacityUnits int `json:"capacity_units,omitempty"`
+	// Resources is what one replica reserves on its node (docs/placement.md):
+	// cpu_m (millicores; default the container's cpu_millis, else 100 per
+	// capacity unit), memory_mib (default memory_mb, else 128 per unit) and
+	// extended resources the nodes declare (no default).
+	Resources *Resources `json:"resources,omitempty"`
+	// Scheduling is where the replicas may run and how they spread (docs/placement.md).
+	Scheduling
 	// PlacementMode is "portable" (the default) or "stateful": a stateful service has at most
 	// one replica, runs on one node at a time under a lease with a fencing token, and cannot
 	// change its mode later (docs/api.md "Leases").
@@ -304,6 +313,10 @@ type Service struct {
 	// Labels and CapacityUnits are as in ServiceSpec.
 	Labels        map[string]string `json:"labels,omitempty"`
 	CapacityUnits int               `json:"capacity_units,omitempty"`
+	// Resources is what one replica reserves, its defaults filled in; Scheduling is as in
+	// ServiceSpec.
+	Resources Resources `json:"resources"`
+	Scheduling
 	// PlacementMode and Lease are as in ServiceSpec (Lease is set for stateful services).
 	PlacementMode string     `json:"placement_mode,omitempty"`
 	Lease         *LeaseSpec `json:"lease,omitempty"`
@@ -380,4 +393,56 @@ type Bundle struct {
 // List is the shape of every list answer.
 type List[T any] struct {
 	Items []T `json:"items"`
+}
+
+// Resources is what one replica of a service reserves on its node: CPUMilli in millicores,
+// MemoryMiB in MiB, Extended resources (gpu, ...) in the units the nodes declare them in.
+type Resources struct {
+	CPUMilli  int64            `json:"cpu_m,omitempty"`
+	MemoryMiB int64            `json:"memory_mib,omitempty"`
+	Extended  map[string]int64 `json:"extended,omitempty"`
+}
+
+// Scheduling restricts and ranks the nodes a service's replicas may use (docs/placement.md).
+// NodeSelector labels must be on a node with these exact values; Region, when set, must be its
+// region; SpreadBy is "node" (default), "region" or "label:<key>"; MaxPerNode (positive) bounds
+// the replicas on one node; AntiAffinity names services of the project a node must not run;
+// Preferences are labels that rank a node higher without excluding others.
+type Scheduling struct {
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	Region       string            `json:"region,omitempty"`
+	SpreadBy     string            `json:"spread_by,omitempty"`
+	MaxPerNode   int               `json:"max_per_node,omitempty"`
+	AntiAffinity []string          `json:"anti_affinity,omitempty"`
+	Preferences  map[string]string `json:"preferences,omitempty"`
+}
+
+// PlacementExplanation is GET /projects/{p}/services/{s}/placement (docs/placement.md section 6):
+// for each replica, the node it stands on or would go to, and the decider's word about every
+// node. Note says why there is nothing to explain (pinned or every-node placement) or what rules
+// a stateful service's replica follows.
+type PlacementExplanation struct {
+	Service  string             `json:"service"`
+	Note     string             `json:"note,omitempty"`
+	Replicas []ReplicaPlacement `json:"replicas"`
+}
+
+// ReplicaPlacement is one replica of a PlacementExplanation: NodeID is where it stands
+// (Standing) or where the next sweep puts it, empty when it fits nowhere (Reason says why).
+// Considered lists every node: the one taken first, then feasible nodes by rank (code
+// outranked), then refused nodes with their code (unavailable, cordoned, region,
+// node_selector, endpoint, anti_affinity, max_per_node, capacity) and text.
+type ReplicaPlacement struct {
+	Replica    string        `json:"replica"`
+	NodeID     string        `json:"node_id,omitempty"`
+	Standing   bool          `json:"standing,omitempty"`
+	Reason     string        `json:"reason,omitempty"`
+	Considered []NodeVerdict `json:"considered,omitempty"`
+}
+
+// NodeVerdict is the placement decider's word about one node for one replica.
+type NodeVerdict struct {
+	NodeID string `json:"node_id"`
+	Code   string `json:"code"`
+	Text   string `json:"text"`
 }
