@@ -519,11 +519,13 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 	}
 	var cands []scheduler.Node
 	drivers := map[string][]string{}
+	draining := map[string]bool{}
 	for _, n := range ns {
 		if n.Status == nodes.StatusRemoved {
 			continue
 		}
-		cands = append(cands, scheduler.Node{ID: n.ID, Schedulable: n.Status == nodes.StatusConnected && n.Member(), Load: load[n.ID]})
+		draining[n.ID] = n.Draining()
+		cands = append(cands, scheduler.Node{ID: n.ID, Schedulable: n.Status == nodes.StatusConnected && n.Schedulable(), Load: load[n.ID]})
 		drivers[n.ID] = n.Drivers
 	}
 	// live: stateful services whose document exists (a deleting one keeps its lease until its
@@ -539,7 +541,7 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 		if (only != nil && !only[s.ID]) || s.Deleting {
 			continue
 		}
-		l, ok := r.placeStateful(ctx, s, withDriver(cands, drivers, s.Runtime), bySvc[s.ID])
+		l, ok := r.placeStateful(ctx, s, withDriver(cands, drivers, s.Runtime), bySvc[s.ID], draining)
 		if !ok || l == nil {
 			continue
 		}
@@ -574,8 +576,9 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 // with one compare-and-set on the lease when it is not held there yet. It returns the lease
 // granted, nil when no grant was needed, and ok=false when the lease could not be read or
 // granted (a later pass decides again); a node the lease was moved from is revoked (reason
-// moved). The slot itself follows the holder in core/rollout.
-func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, cands []scheduler.Node, existing []scheduler.Workload) (*fencing.Lease, bool) {
+// moved), and a holder that drains (draining) is revoked with reason drain and nothing is
+// granted this pass. The slot itself follows the holder in core/rollout.
+func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, cands []scheduler.Node, existing []scheduler.Workload, draining map[string]bool) (*fencing.Lease, bool) {
 	la := r.cfg.Leases
 	view := scheduler.Lease{Movable: true}
 	l, err := la.Get(ctx, fencing.LeaseID(s.ID))
@@ -591,6 +594,13 @@ func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, can
 		if gate, timed := l.Gate(); timed {
 			r.hintAt(gate.Sub(la.Now()))
 		}
+	}
+	if l != nil && l.Holder != "" && !l.Blocked() && !l.Deleted && draining[l.Holder] && r.cfg.LeaseSender != nil {
+		// Handed over in order: the draining holder is asked to stop and give the lease back;
+		// its ok frees the lease (core/session), and a later pass grants it to a schedulable node.
+		r.log.Info("lease handed over: its holder drains", "service", s.Project+"/"+s.Name, "lease_id", l.ID, "node_id", l.Holder, "fencing_token", l.FencingToken)
+		r.cfg.LeaseSender.RevokeLease(ctx, l.Holder, l, node.RevokeDrain)
+		return nil, true
 	}
 	if l != nil && l.Blocked() && !l.Deleted {
 		r.log.Warn("stateful service held back: its lease is blocked by an unacknowledged failed fence",

@@ -582,7 +582,8 @@ func member(n *nodes.Node, svc *services.Service) bool {
 }
 
 // place returns the node of every scheduled replica: the node its slot stands on while that node
-// is a member, otherwise one the scheduler chooses among connected members: the fewest slots of
+// is a member and not draining, otherwise one the scheduler chooses among connected, schedulable
+// (neither cordoned nor draining) members: the fewest slots of
 // this service first, then the fewest workloads, then the lowest id. Replicas with no node
 // available are left out.
 func (p *Producer) place(v *view, ns map[string]*nodes.Node, load map[string]int) map[string]string {
@@ -598,14 +599,15 @@ func (p *Producer) place(v *view, ns map[string]*nodes.Node, load map[string]int
 	}
 	perNode := map[string]int{}
 	for _, row := range v.set.Slots {
-		if n := ns[row.NodeID]; n != nil && member(n, v.svc) {
+		// A replica on a draining node needs replacing: it is placed anew elsewhere.
+		if n := ns[row.NodeID]; n != nil && member(n, v.svc) && !n.Draining() {
 			placed[row.Replica] = row.NodeID
 			perNode[row.NodeID]++
 		}
 	}
 	var cands []string
 	for id, n := range ns {
-		if member(n, v.svc) && n.Status == nodes.StatusConnected {
+		if member(n, v.svc) && n.Schedulable() && n.Status == nodes.StatusConnected {
 			cands = append(cands, id)
 		}
 	}
