@@ -61,7 +61,8 @@ func (r *Registry) Cordon(ctx context.Context, id string, on bool) (*Node, error
 // (zero keeps the old one). Errors: ErrInvalid (a deadline not after now), ErrNotFound,
 // ErrNotMember, ErrConflict, or a store error.
 func (r *Registry) StartDrain(ctx context.Context, id string, deadline time.Time) (*Node, error) {
-	now := r.now().UTC()
+	now := r.now().UTC().Truncate(time.Millisecond) // the store keeps milliseconds
+	deadline = deadline.UTC().Truncate(time.Millisecond)
 	if !deadline.IsZero() && !deadline.After(now) {
 		return nil, fmt.Errorf("%w: the drain deadline %s is not in the future", ErrInvalid, deadline.UTC().Format(time.RFC3339))
 	}
