@@ -82,3 +82,52 @@ func TestNoLimitsSaysWhy(t *testing.T) {
 		return st.State == runtime.StateExited && st.ExitCode == 3 && st.ExitReason == ""
 	})
 }
+
+// TestLimitFilesAndOOMCount checks what setLimits writes for each request and how the oom_kill
+// count is read, on files laid out as a cgroup's (the kernel's own files need the controllers
+// TestMemoryLimitOOM checks for).
+func TestLimitFilesAndOOMCount(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	read := func(name string) string {
+		raw, _ := os.ReadFile(filepath.Join(dir, name))
+		return string(raw)
+	}
+	for _, f := range []string{"memory.max", "memory.swap.max", "cpu.max"} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := setLimits(dir, 64<<20, 250); err != nil {
+		t.Fatal(err)
+	}
+	if read("memory.max") != "67108864" || read("memory.swap.max") != "0" || read("cpu.max") != "25000 100000" {
+		t.Fatalf("limits written: memory.max %q swap %q cpu.max %q", read("memory.max"), read("memory.swap.max"), read("cpu.max"))
+	}
+	if err := setLimits(dir, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if read("memory.max") != "max" || read("memory.swap.max") != "max" || read("cpu.max") != "max 100000" {
+		t.Fatalf("no limits written: memory.max %q swap %q cpu.max %q", read("memory.max"), read("memory.swap.max"), read("cpu.max"))
+	}
+	if err := setLimits(dir, 0, 1); err != nil || read("cpu.max") != "1000 100000" {
+		t.Fatalf("a 1-millicore limit: cpu.max %q, %v; want the kernel's 1 ms floor", read("cpu.max"), err)
+	}
+	if oomKills(dir) != 0 {
+		t.Fatal("oom_kill read without memory.events")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory.events"), []byte("low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\noom_group_kill 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n := oomKills(dir); n != 2 {
+		t.Fatalf("oomKills = %d, want 2", n)
+	}
+	r := record{Cgroup: dir, OOMKillBase: 2}
+	if r.noteOOM(); r.ExitReason != "" {
+		t.Fatal("exit reason oom without a kill during the run")
+	}
+	r.OOMKillBase = 1
+	if r.noteOOM(); r.ExitReason != runtime.ExitReasonOOM {
+		t.Fatalf("exit reason %q after a kill during the run, want oom", r.ExitReason)
+	}
+}
