@@ -5,7 +5,11 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
+	"strings"
 	"testing"
+
+	"github.com/berthhq/berth/abi/node"
 )
 
 // TestNodeCapacityCordonDrainEndpoints: an enrollment carries allocatable resources; the
@@ -70,6 +74,23 @@ func TestNodeCapacityCordonDrainEndpoints(t *testing.T) {
 	}
 	if code, out = f.json("GET", "/api/v1/nodes", nil); code != 200 {
 		t.Fatalf("list: %d %v", code, out)
+	}
+	// Every change is in the change log, a clear as null.
+	code, out = f.json("GET", "/api/v1/changelog?from_seq=1", nil)
+	raw, _ := json.Marshal(out["entries"])
+	var entries []node.LogEntry
+	if err := json.Unmarshal(raw, &entries); code != 200 || err != nil {
+		t.Fatalf("changelog: %d %v %v", code, out, err)
+	}
+	var got []string
+	for _, e := range entries {
+		if e.EntityID == id && e.Op == node.OpUpdate {
+			got = append(got, string(e.Payload))
+		}
+	}
+	if len(got) != 5 || !strings.Contains(got[0], `"memory_mib":4096}`) || !strings.Contains(got[1], `"cordoned":true`) ||
+		!strings.Contains(got[2], `"drain":{"deadline"`) || !strings.Contains(got[3], `"drain":null`) || !strings.Contains(got[4], `"capacity_override":null`) {
+		t.Fatalf("node changes in the change log:\n%s", strings.Join(got, "\n"))
 	}
 	// A retiring node takes no operator change.
 	if code, out := f.json("POST", base+"/retire", nil); code != 202 {

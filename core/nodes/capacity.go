@@ -148,12 +148,13 @@ func (r *Registry) operatorChange(ctx context.Context, id, what string, change f
 		if set == nil {
 			return n, nil
 		}
+		payload := logPayload(set) // before unsetOf: a cleared field is logged as null
 		set["op_rev"] = n.OpRev + 1
 		update := bson.M{"$set": set}
 		if unset := unsetOf(set); len(unset) > 0 {
 			update["$unset"] = unset
 		}
-		pend, logged, err := logChange(ctx, id, node.OpUpdate, withoutNil(set))
+		pend, logged, err := logChange(ctx, id, node.OpUpdate, payload)
 		if err != nil {
 			return nil, err
 		}
@@ -190,13 +191,12 @@ func unsetOf(set bson.M) bson.M {
 	return unset
 }
 
-// withoutNil returns set without op_rev, for the change log's payload.
-func withoutNil(set bson.M) map[string]any {
-	out := map[string]any{}
+// logPayload is the change log's payload of an operator change: the fields set, a cleared one
+// as null.
+func logPayload(set bson.M) map[string]any {
+	out := make(map[string]any, len(set))
 	for k, v := range set {
-		if k != "op_rev" {
-			out[k] = v
-		}
+		out[k] = v
 	}
 	return out
 }
