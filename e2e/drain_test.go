@@ -8,7 +8,9 @@ import (
 	goruntime "runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -121,4 +123,48 @@ func TestNodeCapacityCordonDrain(t *testing.T) {
 	if ws := cl.workloads(t, "hello"); len(ws) != 1 || ws[0].NodeID != b.ID {
 		t.Fatalf("uncordon moved the replica: %+v", ws)
 	}
+}
+
+// TestDrainHandsStatefulLeaseOver: the node holding a stateful service's local lease (which never
+// moves by time) is drained; the real agent is sent lease_revoke drain, stops the workload and
+// answers, the lease is granted to the other node under the next token, and the driver logs show
+// the old run ended before the new one began. berth node drain --detach returns at once; the
+// drain then reports drained.
+func TestDrainHandsStatefulLeaseOver(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t)
+	ctx := context.Background()
+	cl.pushBundle(t, env.helloDir, "hello")
+	a, b := startFakeNode(t, cl, "a"), startFakeNode(t, cl, "b")
+	waitNodes(t, cl, a, b)
+	one := 1
+	svc, err := cl.c.ApplyService(ctx, "default", "db", client.ServiceSpec{Bundle: "hello", Command: []string{"./hello"}, Replicas: &one,
+		PlacementMode: "stateful", Lease: &client.LeaseSpec{Mode: string(node.LeaseLocal)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, other, l1, wl1 := waitHeldAndRunning(t, cl, svc, a, b, 0)
+
+	began := time.Now()
+	if out := cl.cli(t, "node", "drain", holder.id, "--detach"); !strings.Contains(out, "draining") {
+		t.Fatalf("node drain --detach printed:\n%s", out)
+	}
+	_, _, l2, wl2 := waitHeldAndRunning(t, cl, svc, other, other, l1.FencingToken)
+	if l2.Holder != other.id || l2.FencingToken != l1.FencingToken+1 {
+		t.Fatalf("lease after the drain %+v, want %s at token %d", l2, other.id, l1.FencingToken+1)
+	}
+	old := runIntervals(readDriverLog(t, holder.driverLog()), map[string]bool{wl1: true})
+	next := runIntervals(readDriverLog(t, other.driverLog()), map[string]bool{wl2: true})
+	if len(old) != 1 || old[0].end.IsZero() || len(next) != 1 || next[0].start.Before(old[0].end) {
+		t.Fatalf("runs: old holder %v, new holder %v: want the old run ended before the new one began", old, next)
+	}
+	t.Logf("handover: drain at %s, old run stopped %.2f s later, new run started %.2f s later",
+		began.UTC().Format(time.RFC3339Nano), old[0].end.Sub(began).Seconds(), next[0].start.Sub(began).Seconds())
+	waitFor(t, converge, "the drain reports drained", func() (bool, string) {
+		n, err := cl.c.GetNode(ctx, holder.id)
+		if err != nil || n.Drain == nil {
+			return false, fmt.Sprint(n, err)
+		}
+		return n.Drain.State == "drained", fmt.Sprintf("%+v", n.Drain)
+	})
 }
