@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/fencing"
@@ -197,4 +198,38 @@ func sameMap(a, b map[string]string) bool {
 		}
 	}
 	return len(a) == len(b)
+}
+
+// TestDrainWithNowhereToGoKeepsReplicas: draining the only node stops nothing: its replicas stay,
+// the drain lists them as remaining, and they move once another node can take them.
+func TestDrainWithNowhereToGoKeepsReplicas(t *testing.T) {
+	h := newHarness(t, 2)
+	other := h.nodes[1].ID
+	if _, err := h.reg.Cordon(h.ctx, other, true); err != nil {
+		t.Fatal(err)
+	}
+	svc := h.put("sha256:a", 2)
+	h.until(10, "converged", h.converged(svc.ID), nil)
+	only := h.nodes[0].ID
+	n, err := h.reg.StartDrain(h.ctx, only, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		h.step()
+		if got := h.serving(svc)["sha256:a"]; got != 2 {
+			t.Fatalf("%d replicas serving while the only schedulable node drains, want both kept", got)
+		}
+	}
+	views := rollout.Views{Store: h.rs, Catalog: h.cat, Nodes: h.reg}
+	if p, err := views.DrainProgress(h.ctx, n, nil, h.clk.Now()); err != nil || p.State != rollout.DrainDraining || len(p.Remaining) != 2 {
+		t.Fatalf("progress with nowhere to go: %+v %v", p, err)
+	}
+	if _, err := h.reg.Cordon(h.ctx, other, false); err != nil {
+		t.Fatal(err)
+	}
+	h.until(20, "both replicas moved", func() bool {
+		got := h.slotNodes(svc.ID)
+		return h.converged(svc.ID)() && len(got) == 2 && got["0"] == other && got["1"] == other
+	}, nil)
 }

@@ -582,8 +582,9 @@ func member(n *nodes.Node, svc *services.Service) bool {
 }
 
 // place returns the node of every scheduled replica: the node its slot stands on while that node
-// is a member and not draining, otherwise one the scheduler chooses among connected, schedulable
-// (neither cordoned nor draining) members: the fewest slots of
+// is a member and not draining (a draining node keeps it while no other node is schedulable),
+// otherwise one the scheduler chooses among connected, schedulable (neither cordoned nor
+// draining) members: the fewest slots of
 // this service first, then the fewest workloads, then the lowest id. Replicas with no node
 // available are left out.
 func (p *Producer) place(v *view, ns map[string]*nodes.Node, load map[string]int) map[string]string {
@@ -597,14 +598,6 @@ func (p *Producer) place(v *view, ns map[string]*nodes.Node, load map[string]int
 		}
 		return placed
 	}
-	perNode := map[string]int{}
-	for _, row := range v.set.Slots {
-		// A replica on a draining node needs replacing: it is placed anew elsewhere.
-		if n := ns[row.NodeID]; n != nil && member(n, v.svc) && !n.Draining() {
-			placed[row.Replica] = row.NodeID
-			perNode[row.NodeID]++
-		}
-	}
 	var cands []string
 	for id, n := range ns {
 		if member(n, v.svc) && n.Schedulable() && n.Status == nodes.StatusConnected {
@@ -612,6 +605,15 @@ func (p *Producer) place(v *view, ns map[string]*nodes.Node, load map[string]int
 		}
 	}
 	slices.Sort(cands)
+	perNode := map[string]int{}
+	for _, row := range v.set.Slots {
+		// A replica on a draining node needs replacing: it is placed anew elsewhere, and stays
+		// while there is nowhere else to go.
+		if n := ns[row.NodeID]; n != nil && member(n, v.svc) && (!n.Draining() || len(cands) == 0) {
+			placed[row.Replica] = row.NodeID
+			perNode[row.NodeID]++
+		}
+	}
 	for i := 0; i < v.spec.Spec.Replicas.Total; i++ {
 		r := strconv.Itoa(i)
 		if _, ok := placed[r]; ok || len(cands) == 0 {
