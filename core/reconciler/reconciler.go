@@ -576,8 +576,8 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 // with one compare-and-set on the lease when it is not held there yet. It returns the lease
 // granted, nil when no grant was needed, and ok=false when the lease could not be read or
 // granted (a later pass decides again); a node the lease was moved from is revoked (reason
-// moved), and a holder that drains (draining) is revoked with reason drain and nothing is
-// granted this pass. The slot itself follows the holder in core/rollout.
+// moved), and a holder that drains (draining) is revoked with reason drain, while another node
+// can take the lease, and nothing is granted this pass. The slot itself follows the holder in core/rollout.
 func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, cands []scheduler.Node, existing []scheduler.Workload, draining map[string]bool) (*fencing.Lease, bool) {
 	la := r.cfg.Leases
 	view := scheduler.Lease{Movable: true}
@@ -595,7 +595,7 @@ func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, can
 			r.hintAt(gate.Sub(la.Now()))
 		}
 	}
-	if l != nil && l.Holder != "" && !l.Blocked() && !l.Deleted && draining[l.Holder] && r.cfg.LeaseSender != nil {
+	if l != nil && l.Holder != "" && !l.Blocked() && !l.Deleted && draining[l.Holder] && r.cfg.LeaseSender != nil && elsewhere(cands, l.Holder) {
 		// Handed over in order: the draining holder is asked to stop and give the lease back;
 		// its ok frees the lease (core/session), and a later pass grants it to a schedulable node.
 		r.log.Info("lease handed over: its holder drains", "service", s.Project+"/"+s.Name, "lease_id", l.ID, "node_id", l.Holder, "fencing_token", l.FencingToken)
@@ -650,6 +650,17 @@ func (r *Reconciler) hintAt(d time.Duration) {
 	}
 	r.gateAt = at
 	r.gateHint = time.AfterFunc(time.Until(at), func() { r.Hint("lease.gate") })
+}
+
+// elsewhere reports whether a node of cands other than id is schedulable: where a lease handed
+// over by a draining holder can go.
+func elsewhere(cands []scheduler.Node, id string) bool {
+	for _, n := range cands {
+		if n.ID != id && n.Schedulable {
+			return true
+		}
+	}
+	return false
 }
 
 func schedulableIn(cands []scheduler.Node, id string) bool {

@@ -233,3 +233,37 @@ func TestDrainWithNowhereToGoKeepsReplicas(t *testing.T) {
 		return h.converged(svc.ID)() && len(got) == 2 && got["0"] == other && got["1"] == other
 	}, nil)
 }
+
+// TestDrainKeepsLeaseWithNowhereToGo: the drained holder of a stateful service keeps its lease,
+// and the service keeps running, while no other node is schedulable; it is handed over once one is.
+func TestDrainKeepsLeaseWithNowhereToGo(t *testing.T) {
+	h := newHarnessOpts(t, 2, nil, true)
+	ls := &leaseSender{h: h}
+	h.rec = reconciler.New(reconciler.Config{Catalog: h.cat, Nodes: h.reg, Routes: h.sink, Compiler: routes.Native{}, Rollout: h.prod, Leases: h.auth, LeaseSender: ls})
+	svc := h.putStateful("sha256:a")
+	h.until(10, "converged", h.converged(svc.ID), nil)
+	l, _ := h.auth.Get(h.ctx, fencing.LeaseID(svc.ID))
+	holder, other := l.Holder, h.nodes[0].ID
+	if other == holder {
+		other = h.nodes[1].ID
+	}
+	if _, err := h.reg.Cordon(h.ctx, other, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.reg.StartDrain(h.ctx, holder, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		h.step()
+	}
+	if got, _ := h.auth.Get(h.ctx, l.ID); got.Holder != holder || got.FencingToken != l.FencingToken || len(h.specWorkloads(holder, svc.ID)) != 1 {
+		t.Fatalf("with nowhere to go the lease moved or the service stopped: %+v", got)
+	}
+	if _, err := h.reg.Cordon(h.ctx, other, false); err != nil {
+		t.Fatal(err)
+	}
+	h.until(20, "handed over", func() bool {
+		got, _ := h.auth.Get(h.ctx, l.ID)
+		return got.Holder == other && h.converged(svc.ID)()
+	}, nil)
+}
