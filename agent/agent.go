@@ -84,6 +84,10 @@ type Config struct {
 	// in place with agent_upgrade (docs/upgrades.md section 3); nil refuses
 	// it with unimplemented.
 	SelfUpgrade *SelfUpgrade
+	// Resources are the extended resources the operator declares and what the
+	// host keeps ([Resources]); the zero value declares and keeps nothing. The
+	// node reports [Allocatable] of them in hello and status reports.
+	Resources Resources
 }
 
 // SelfUpgrade says which binaries an agent replaces when upgraded.
@@ -127,6 +131,12 @@ type Agent struct {
 	capacity node.Resources
 	closeMu  sync.Mutex
 	closed   bool
+}
+
+// allocatable is what the node reports it can give to workloads ([Allocatable]).
+func (a *Agent) allocatable() *node.Allocatable {
+	al := Allocatable(a.cfg.DataDir, a.cfg.Resources)
+	return &al
 }
 
 // New opens the local store of cfg.DataDir and reads the enrollment. It
@@ -260,6 +270,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("runtime driver ready", "driver", desc.Name, "driver_version", desc.Version,
 		"workloads_found", len(existing), "running", running, "node_id", a.id.NodeID)
+	if lim := desc.Capabilities.ResourceLimits; lim != runtime.LimitsCgroup2 && lim != runtime.LimitsContainer {
+		// Said once per run; the node reports it too (resource_limits), so operators see it.
+		a.log.Warn("workload memory and CPU limits are not enforced on this node: workloads run unlimited", "driver", desc.Name, "resource_limits", lim)
+	}
 
 	bundleOpts := []client.Option{client.WithToken(a.id.Credential)}
 	if a.cfg.HTTPClient != nil {
@@ -403,6 +417,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				StoredRev: stored, AppliedRev: applied, Capacity: a.capacity, Drivers: []string{desc.Name},
 				DriverVersions: map[string]string{desc.Name: desc.Version}, DroppedEvents: dropped,
 				LogSeq: logSeq, LogHash: logHash, Leases: leases.Hello(),
+				Allocatable: a.allocatable(), ResourceLimits: desc.Capabilities.ResourceLimits,
 			}
 			if netDesc != nil {
 				h.NetworkVersions = map[string]string{netDesc.Name: netDesc.Version}
@@ -413,6 +428,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			rep, err := loop.Status(ctx)
 			rep.Capacity = a.capacity
 			rep.DiskFreeGB = diskFreeGB(a.cfg.DataDir)
+			rep.Allocatable, rep.ResourceLimits = a.allocatable(), desc.Capabilities.ResourceLimits
 			return rep, err
 		},
 		OnStored: func(int64) { loop.Wake() },

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/crypto/nacl/box"
 
+	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/agent/localstore"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -28,6 +29,11 @@ const SecretKeyFileName = "secrets.key"
 
 // KeyFileName is the node's Ed25519 private key (PKCS#8 PEM, 0600) in the data directory.
 const KeyFileName = "node.key"
+
+// allocatableOf is a as the enrollment request carries it.
+func allocatableOf(a node.Allocatable) *client.Resources {
+	return &client.Resources{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB, DiskMiB: a.DiskMiB, Extended: a.Extended}
+}
 
 // EnrollConfig configures [Enroll]. Server, JoinToken and DataDir are required.
 type EnrollConfig struct {
@@ -43,6 +49,10 @@ type EnrollConfig struct {
 	Region      string            // empty means none
 	Address     string            // host address workloads bind to; empty means 127.0.0.1
 	Hostname    string            // empty means os.Hostname()
+	// Resources are the extended resources declared and what the host keeps,
+	// as for [Config.Resources]; reported at enrollment as the node's
+	// allocatable capacity.
+	Resources Resources
 	// HTTPClient sends the enroll request; nil means the client package default.
 	HTTPClient *http.Client
 	Logger     *slog.Logger     // nil means slog.Default()
@@ -142,6 +152,7 @@ func Enroll(ctx context.Context, cfg EnrollConfig) (string, error) {
 		Labels:       cfg.Labels,
 		Address:      cfg.Address,
 		Capacity:     client.Capacity{CPUs: capacity.CPUs, MemoryMB: capacity.MemoryMB},
+		Allocatable:  allocatableOf(Allocatable(dir, cfg.Resources)),
 	})
 	if err != nil {
 		return "", fmt.Errorf("enroll: %w", err)

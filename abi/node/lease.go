@@ -54,6 +54,9 @@ const (
 	RevokeDeleted    = "deleted"    // the resource is gone
 	RevokeSuperseded = "superseded" // a higher token exists (operator lost/fence-ack, stale hello)
 	RevokeLost       = "lost"       // an operator declared this node lost
+	// RevokeDrain: the node drains; it stops the lease's workloads and answers ok, which frees
+	// the lease for a grant to another node (a handover in order, docs/operating.md).
+	RevokeDrain = "drain"
 )
 
 // MinLeaseDuration is the shortest expiring lease; a shorter request is

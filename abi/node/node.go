@@ -67,7 +67,13 @@ type Hello struct {
 	AppliedRev   int64     `json:"applied_rev"`
 	Capacity     Resources `json:"capacity"`
 	Allocated    Resources `json:"allocated"`
-	Drivers      []string  `json:"drivers,omitempty"` // runtime drivers the node runs, e.g. ["process"]
+	// Allocatable is what the node can give to workloads, after what the host keeps
+	// (section 5.1); nil from agents older than the field.
+	Allocatable *Allocatable `json:"allocatable,omitempty"`
+	// ResourceLimits says how the node enforces workload memory and CPU limits: "cgroup2",
+	// "container", or "none: <why>" (section 5.1); "" when unknown.
+	ResourceLimits string   `json:"resource_limits,omitempty"`
+	Drivers        []string `json:"drivers,omitempty"` // runtime drivers the node runs, e.g. ["process"]
 	// DriverVersions maps each runtime driver's name to the version its
 	// Describe answered (the seed's engine_version).
 	DriverVersions map[string]string `json:"driver_versions,omitempty"`
@@ -100,6 +106,17 @@ type Resources struct {
 	CPUs     int   `json:"cpus"`
 	MemoryMB int64 `json:"memory_mb"`
 	DiskGB   int64 `json:"disk_gb,omitempty"`
+}
+
+// Allocatable is what a node can give to workloads (docs/node-protocol.md section 5.1): its
+// CPU in thousandths of a CPU, memory and disk for volumes in MiB (2^20 bytes), after what the
+// host keeps for itself, and the extended resources its operator declared (berth-agent run
+// --resource gpu=1), by name. A zero field is unknown.
+type Allocatable struct {
+	CPUMilli  int64            `json:"cpu_m,omitempty"`
+	MemoryMiB int64            `json:"memory_mib,omitempty"`
+	DiskMiB   int64            `json:"disk_mib,omitempty"`
+	Extended  map[string]int64 `json:"extended,omitempty"`
 }
 
 // Heartbeat is sent by the node every heartbeat interval (section 5.2).
@@ -137,6 +154,10 @@ type StatusReport struct {
 	// DiskFreeGB is the free space of the agent's data directory, in GB
 	// (10^9 bytes); zero when unknown.
 	DiskFreeGB float64 `json:"disk_free_gb,omitempty"`
+	// Allocatable and ResourceLimits are as in [Hello]; a report repeats them so a change
+	// (a disk filling up) reaches the core without a new session.
+	Allocatable    *Allocatable `json:"allocatable,omitempty"`
+	ResourceLimits string       `json:"resource_limits,omitempty"`
 }
 
 // RouteStatus is one hostname of the node's desired routes as served
@@ -190,6 +211,10 @@ type WorkloadStatus struct {
 	// fields (section 5.3.1); nil while it has not failed. Absent from
 	// older agents.
 	LastFailure *Failure `json:"last_failure,omitempty"`
+	// ExitReason is why the workload last exited when the runtime driver knows more than its
+	// exit code: "oom" when the kernel's OOM killer ended it for going over its memory limit;
+	// absent otherwise.
+	ExitReason string `json:"exit_reason,omitempty"`
 }
 
 // FailureKind names what failed (docs/node-protocol.md section 5.3.1).
@@ -212,6 +237,9 @@ const (
 	// FailureImage: the workload's bundle or image could not be fetched or
 	// unpacked.
 	FailureImage FailureKind = "image"
+	// FailureOOM: the kernel's OOM killer ended the process for going over the workload's
+	// memory limit (MemoryBytes); Signal is 9.
+	FailureOOM FailureKind = "oom"
 )
 
 // Failure is one failure of a workload (section 5.3.1). At is the node's

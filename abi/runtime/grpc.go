@@ -38,6 +38,7 @@ func (s *server) Describe(ctx context.Context, _ *pluginv1.DescribeRequest) (*ru
 		IsolationModes: r.Capabilities.IsolationModes,
 		Logs:           r.Capabilities.Logs,
 		Stats:          r.Capabilities.Stats,
+		ResourceLimits: r.Capabilities.ResourceLimits,
 	}}
 	for _, v := range r.APIVersions {
 		out.ApiVersions = append(out.ApiVersions, int32(v))
@@ -217,7 +218,8 @@ func (c *Client) Describe(ctx context.Context) (*DescribeResponse, error) {
 	}
 	out := &DescribeResponse{Name: r.GetName(), Version: r.GetVersion(), APIVersions: pluginapi.APIVersions(r.GetApiVersions())}
 	if cp := r.GetCapabilities(); cp != nil {
-		out.Capabilities = Capabilities{OutlivesDriver: cp.GetOutlivesDriver(), IsolationModes: cp.GetIsolationModes(), Logs: cp.GetLogs(), Stats: cp.GetStats()}
+		out.Capabilities = Capabilities{OutlivesDriver: cp.GetOutlivesDriver(), IsolationModes: cp.GetIsolationModes(), Logs: cp.GetLogs(), Stats: cp.GetStats(),
+			ResourceLimits: cp.GetResourceLimits()}
 	}
 	return out, nil
 }
@@ -383,6 +385,7 @@ func StateToProto(s *WorkloadState) *runtimev1.WorkloadState {
 		Pid:        int64(s.PID),
 		ExitCode:   int32(s.ExitCode),
 		Handle:     handleToProto(s.Handle),
+		ExitReason: s.ExitReason,
 	}
 	if !s.StartedAt.IsZero() {
 		out.StartedAt = timestamppb.New(s.StartedAt)
@@ -404,6 +407,7 @@ func StateFromProto(s *runtimev1.WorkloadState) *WorkloadState {
 		PID:        int(s.GetPid()),
 		ExitCode:   int(s.GetExitCode()),
 		Handle:     handleFromProto(s.GetHandle()),
+		ExitReason: s.GetExitReason(),
 	}
 	if s.GetStartedAt() != nil {
 		out.StartedAt = s.GetStartedAt().AsTime()

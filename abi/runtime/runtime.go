@@ -123,7 +123,22 @@ type Capabilities struct {
 	Logs bool
 	// Stats reports whether the driver implements [StatsReporter].
 	Stats bool
+	// ResourceLimits says how the driver enforces a workload's MemoryBytes and CPUMillis:
+	// [LimitsCgroup2], [LimitsContainer], or "none: <why>" when it runs workloads unlimited
+	// (e.g. the process driver without root or without cgroup v2 memory and cpu
+	// controllers); "" means unknown (a driver older than the field).
+	ResourceLimits string
 }
+
+// Values of [Capabilities.ResourceLimits] other than "none: <why>".
+const (
+	LimitsCgroup2   = "cgroup2"
+	LimitsContainer = "container"
+)
+
+// ExitReasonOOM is [WorkloadState.ExitReason] of a workload the kernel's OOM killer ended for
+// going over its memory limit.
+const ExitReasonOOM = "oom"
 
 // Handle is a driver's opaque, versioned reference to one workload. The host
 // persists it as given and never parses Data; the driver decodes Data by
@@ -321,4 +336,7 @@ type WorkloadState struct {
 	ExitedAt   time.Time // zero while running
 	ExitCode   int       // -1 when unknown (the driver did not reap it)
 	Handle     Handle    // to persist and give back to Recover
+	// ExitReason is why an exited workload ended when the driver knows more than its exit code:
+	// [ExitReasonOOM], or "" (older drivers and ordinary exits).
+	ExitReason string
 }

@@ -41,6 +41,11 @@ type UnitConfig struct {
 	DataDir   string // absolute path of the agent's data directory
 	PluginDir string // absolute path of the runtime-driver plugins; empty: the binary's directory
 	UnitDir   string // where the unit is written; empty: DefaultUnitDir
+	// Resources are the --resource NAME=COUNT values the unit runs the agent with (extended
+	// resources the node offers); Reserve is its --reserve value ("cpu_m=500,memory_mib=512");
+	// both empty for none. The caller checks their form.
+	Resources []string
+	Reserve   string
 }
 
 // Unit returns the systemd unit text for cfg: it runs `berth-agent run`,
@@ -51,14 +56,20 @@ func Unit(cfg UnitConfig) (string, error) {
 	if !filepath.IsAbs(cfg.Binary) || !filepath.IsAbs(cfg.DataDir) || (cfg.PluginDir != "" && !filepath.IsAbs(cfg.PluginDir)) {
 		return "", errors.New("hostsetup: Binary, DataDir and PluginDir must be absolute paths")
 	}
-	for _, p := range []string{cfg.Binary, cfg.DataDir, cfg.PluginDir} {
+	for _, p := range append([]string{cfg.Binary, cfg.DataDir, cfg.PluginDir, cfg.Reserve}, cfg.Resources...) {
 		if strings.ContainsAny(p, " \t\n\"'\\%$") {
-			return "", fmt.Errorf("hostsetup: path %q holds a character the unit would have to quote; use a plain path", p)
+			return "", fmt.Errorf("hostsetup: %q holds a character the unit would have to quote; use a plain value", p)
 		}
 	}
 	exec := cfg.Binary + " run --data-dir " + cfg.DataDir
 	if cfg.PluginDir != "" {
 		exec += " --plugin-dir " + cfg.PluginDir
+	}
+	for _, r := range cfg.Resources {
+		exec += " --resource " + r
+	}
+	if cfg.Reserve != "" {
+		exec += " --reserve " + cfg.Reserve
 	}
 	return fmt.Sprintf(`# Written by berth-agent install. Enable with:
 #   systemctl daemon-reload && systemctl enable --now berth-agent

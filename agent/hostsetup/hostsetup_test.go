@@ -36,6 +36,10 @@ func TestInstallWritesUnitAndNothingElse(t *testing.T) {
 	if _, _, err := Install(UnitConfig{Binary: "berth-agent", DataDir: "/x", UnitDir: dir}); err == nil {
 		t.Fatal("relative binary accepted")
 	}
+	withRes, err := Unit(UnitConfig{Binary: "/b/berth-agent", DataDir: "/d", Resources: []string{"gpu=1", "fpga=2"}, Reserve: "cpu_m=500,memory_mib=512"})
+	if err != nil || !strings.Contains(withRes, "ExecStart=/b/berth-agent run --data-dir /d --resource gpu=1 --resource fpga=2 --reserve cpu_m=500,memory_mib=512\n") {
+		t.Fatalf("unit with resources: %v\n%s", err, withRes)
+	}
 	if _, _, err := Install(UnitConfig{Binary: "/bin/a b", DataDir: "/x", UnitDir: dir}); err == nil {
 		t.Fatal("path with a space accepted")
 	}

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,5 +229,10 @@ func TestFail(t *testing.T) {
 	r = Crash(r, &runtime.WorkloadState{State: runtime.StateExited, ExitCode: 137}, t0)
 	if f := r.LastFailure; f.Kind != node.FailureSignal || f.Signal != 9 || f.ExitCode != nil || f.Count != 3 {
 		t.Fatalf("Crash after a signal: last failure = %+v", f)
+	}
+	// The driver saw the OOM killer end it: kind oom, still signal 9.
+	r = Crash(r, &runtime.WorkloadState{State: runtime.StateExited, ExitCode: 137, ExitReason: runtime.ExitReasonOOM}, t0)
+	if f := r.LastFailure; f.Kind != node.FailureOOM || f.Signal != 9 || f.Count != 4 || !strings.Contains(f.Message, "memory limit") {
+		t.Fatalf("Crash by the OOM killer: last failure = %+v", f)
 	}
 }

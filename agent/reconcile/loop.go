@@ -709,6 +709,9 @@ func (l *Loop) Status(ctx context.Context) (node.StatusReport, error) {
 				ws.LastExitCode = r.LastExitCode
 				ws.Message = r.Message
 				ws.LastFailure = r.LastFailure
+				if f := r.LastFailure; f != nil && f.Kind == node.FailureOOM {
+					ws.ExitReason = runtime.ExitReasonOOM
+				}
 				switch Phase(r.Phase) {
 				case PhaseRunning:
 					ws.ObservedStatus = node.StatusRunning

@@ -14,11 +14,13 @@ import (
 
 func newInstallCmd(stdout io.Writer) *cobra.Command {
 	var cfg hostsetup.UnitConfig
+	var res resourceFlags
 	cmd := &cobra.Command{
 		Use:   "install",
 		Short: "Write the systemd unit that runs this agent; starts nothing",
 		Long: `install writes berth-agent.service (default into /etc/systemd/system) that runs
-"berth-agent run" with this binary and --data-dir, restarts it 5 s after a
+"berth-agent run" with this binary and --data-dir (and --resource and
+--reserve when given), restarts it 5 s after a
 failure, and does not restart it after exit status 78, which the agent uses for
 configuration errors a restart cannot fix (not enrolled, node removed, driver
 plugin missing, bad flags). It prints the path and the unit it wrote. Run as
@@ -45,6 +47,10 @@ the two systemctl commands it prints.`,
 				}
 				*p = abs
 			}
+			if _, err := res.parse(); err != nil {
+				return configError{err}
+			}
+			cfg.Resources, cfg.Reserve = res.resources, res.reserve
 			path, text, err := hostsetup.Install(cfg)
 			if err != nil {
 				return configError{err}
@@ -69,5 +75,6 @@ the two systemctl commands it prints.`,
 	f.StringVar(&cfg.PluginDir, "plugin-dir", "", "runtime-driver plugin directory (default: the binary's directory)")
 	f.StringVar(&cfg.Binary, "binary", "", "berth-agent path the unit runs (default: this binary)")
 	f.StringVar(&cfg.UnitDir, "unit-dir", hostsetup.DefaultUnitDir, "directory the unit is written to")
+	res.register(f)
 	return cmd
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/berthhq/berth/agent"
 	"github.com/berthhq/berth/agent/hostsetup"
@@ -107,6 +108,7 @@ func newLogger(w io.Writer) *slog.Logger {
 func newEnrollCmd(stdout, stderr io.Writer) *cobra.Command {
 	var cfg agent.EnrollConfig
 	var labels []string
+	var res resourceFlags
 	cmd := &cobra.Command{
 		Use:   "enroll",
 		Short: "Enroll this machine as a node with a one-time join token",
@@ -119,6 +121,10 @@ func newEnrollCmd(stdout, stderr io.Writer) *cobra.Command {
 					return fmt.Errorf("--label %q: want key=value", l)
 				}
 				cfg.Labels[k] = v
+			}
+			var err error
+			if cfg.Resources, err = res.parse(); err != nil {
+				return err
 			}
 			cfg.Logger = newLogger(stderr)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -140,6 +146,7 @@ func newEnrollCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&cfg.Region, "region", "", "node region")
 	f.StringVar(&cfg.Address, "address", "127.0.0.1", "host address workloads bind to")
 	f.StringVar(&cfg.Hostname, "hostname", "", "node hostname (default: this machine's)")
+	res.register(f)
 	for _, n := range []string{"server", "join-token"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
@@ -150,15 +157,20 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 	var dataDir, pluginDir, driver, workloadUser string
 	var confirmWindow time.Duration
 	var network networkFlags
+	var res resourceFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the node: keep workloads as desired and the session to berthd",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			resources, err := res.parse()
+			if err != nil {
+				return err
+			}
 			log := newLogger(stderr)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return run(ctx, log, dataDir, pluginDir, driver, workloadUser, confirmWindow, network)
+			return run(ctx, log, dataDir, pluginDir, driver, workloadUser, confirmWindow, network, resources)
 		},
 	}
 	f := cmd.Flags()
@@ -168,7 +180,41 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 	f.DurationVar(&confirmWindow, "upgrade-confirm-window", upgrade.DefaultConfirmWindow, "after an upgrade, how long the new version has to be welcomed by berthd before the previous binary is put back")
 	f.StringVar(&driver, "driver", "process", "runtime driver plugin to run workloads with (berth-plugin-<driver>, launched with --state-dir DIR/driver/<driver>), e.g. process, containerd or a third-party driver's name with --plugin-dir; \"fake\", the deterministic test driver, only with "+testDriversEnv+"=1 in the environment (tests)")
 	f.StringVar(&workloadUser, "workload-user", reconcile.DefaultWorkloadUser, "when run as root: the system user process workloads run as unless their service sets user: (created when missing; empty runs them as root)")
+	res.register(f)
 	return cmd
+}
+
+// resourceFlags are --resource and --reserve of enroll and run.
+type resourceFlags struct {
+	resources []string
+	reserve   string
+}
+
+func (r *resourceFlags) register(f *pflag.FlagSet) {
+	f.StringArrayVar(&r.resources, "resource", nil, "an extended resource this node offers, NAME=COUNT, e.g. gpu=1 (repeatable); reported to berthd with the node's capacity")
+	f.StringVar(&r.reserve, "reserve", "", "what the host keeps for itself, subtracted from the CPU, memory and disk the node offers: cpu_m=N,memory_mib=N,disk_mib=N (e.g. cpu_m=500,memory_mib=512)")
+}
+
+func (r *resourceFlags) parse() (agent.Resources, error) {
+	var out agent.Resources
+	for _, s := range r.resources {
+		name, n, err := agent.ParseResource(s)
+		if err != nil {
+			return out, fmt.Errorf("--resource: %w", err)
+		}
+		if out.Extended == nil {
+			out.Extended = map[string]int64{}
+		}
+		if _, dup := out.Extended[name]; dup {
+			return out, fmt.Errorf("--resource %s given twice", name)
+		}
+		out.Extended[name] = n
+	}
+	var err error
+	if out.Reserve, err = agent.ParseReserve(r.reserve); err != nil {
+		return out, fmt.Errorf("--reserve: %w", err)
+	}
+	return out, nil
 }
 
 // testDriversEnv names the environment variable that admits the test-only
@@ -177,7 +223,7 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 // its workloads.
 const testDriversEnv = "BERTH_ALLOW_TEST_DRIVERS"
 
-func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver, workloadUser string, confirmWindow time.Duration, netFlags networkFlags) error {
+func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver, workloadUser string, confirmWindow time.Duration, netFlags networkFlags, resources agent.Resources) error {
 	if driver == "fake" && os.Getenv(testDriversEnv) != "1" {
 		return configError{fmt.Errorf("--driver fake is the test driver and runs no workload; tests set %s=1 to use it", testDriversEnv)}
 	}
@@ -264,7 +310,7 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver, work
 			log.Info("created the system user process workloads run as", "user", workloadUser)
 		}
 	}
-	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: nw.Network, WorkloadUser: workloadUser,
+	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: nw.Network, WorkloadUser: workloadUser, Resources: resources,
 		SelfUpgrade: &agent.SelfUpgrade{Path: exe, DriverPath: driverPath, NetworkPath: nw.Path, ConfirmWindow: confirmWindow}})
 	if err != nil {
 		return err

@@ -13,10 +13,11 @@ import (
 
 func newDescribeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "describe service NAME",
+		Use:   "describe service NAME | node ID",
 		RunE:  groupRunE,
 		Short: "Show one object in detail",
 	}
+	cmd.AddCommand(newDescribeNodeCmd(a))
 	cmd.AddCommand(&cobra.Command{
 		Use:     "service NAME",
 		Aliases: []string{"svc"},

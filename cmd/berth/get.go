@@ -171,9 +171,12 @@ func newGetNodesCmd(a *app) *cobra.Command {
 		Use:     "nodes",
 		Aliases: []string{"node", "no"},
 		Short:   "List the enrolled nodes",
-		Long: `nodes lists every enrolled node: status, region, address, number of
-workloads, the desired-state revision it applied against the one it should
-run, and when it was last seen.`,
+		Long: `nodes lists every enrolled node: status (draining, drained, cordoned and
+a drain past its deadline are said there), region, address, number of
+workloads, the CPU and memory it offers to placement (what its agent reports,
+with the operator's override from berth node set-capacity), the
+desired-state revision it applied against the one it should run, and when it
+was last seen. berth describe node ID shows the rest.`,
 		Example: `  berth get nodes
   berth get nodes -o json`,
 		Args: cobra.NoArgs,
@@ -190,18 +193,14 @@ run, and when it was last seen.`,
 				return printJSON(a.stdout, items)
 			}
 			tw := newTable(a.stdout)
-			row(tw, "ID", "HOSTNAME", "STATUS", "REGION", "ADDRESS", "WORKLOADS", "APPLIED/DESIRED", "LAST-SEEN")
+			row(tw, "ID", "HOSTNAME", "STATUS", "REGION", "ADDRESS", "WORKLOADS", "CPU", "MEMORY", "APPLIED/DESIRED", "LAST-SEEN")
 			for _, n := range items {
 				seen := "never"
 				if n.LastSeenAt != nil {
 					seen = a.since(*n.LastSeenAt) + " ago"
 				}
-				status := n.Status
-				if n.Retirement != "" && n.Status != "removed" {
-					status += " (retiring: " + n.Retirement + ")"
-				}
-				row(tw, n.ID, n.Hostname, status, orDash(n.Region), orDash(n.Address), n.Workloads,
-					fmt.Sprintf("%d/%d", n.AppliedRev, n.DesiredRev), seen)
+				row(tw, n.ID, n.Hostname, nodeStatusText(n), orDash(n.Region), orDash(n.Address), n.Workloads,
+					cpuText(n.Schedulable.CPUMilli), memText(n.Schedulable.MemoryMiB), fmt.Sprintf("%d/%d", n.AppliedRev, n.DesiredRev), seen)
 			}
 			return tw.Flush()
 		},

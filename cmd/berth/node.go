@@ -8,7 +8,7 @@ import (
 
 func newNodeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "node remove|retire|lost|fence-ack|metrics|upgrade|rotate-key ID",
+		Use:   "node remove|retire|lost|fence-ack|metrics|upgrade|rotate-key|set-capacity|cordon|uncordon|drain ID",
 		RunE:  groupRunE,
 		Short: "Manage enrolled nodes",
 	}
@@ -38,7 +38,8 @@ Needs the human-only scope node:remove.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(remove, newNodeRetireCmd(a), newNodeLostCmd(a), newNodeFenceAckCmd(a), newNodeMetricsCmd(a), newNodeUpgradeCmd(a), newNodeRotateKeyCmd(a))
+	cmd.AddCommand(remove, newNodeRetireCmd(a), newNodeLostCmd(a), newNodeFenceAckCmd(a), newNodeMetricsCmd(a), newNodeUpgradeCmd(a), newNodeRotateKeyCmd(a),
+		newNodeSetCapacityCmd(a), newNodeCordonCmd(a, true), newNodeCordonCmd(a, false), newNodeDrainCmd(a))
 	return cmd
 }
 

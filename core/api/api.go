@@ -264,6 +264,7 @@ func New(cfg Config) *Server {
 	s.registerIdentity(v1)
 	s.registerWasm(v1)
 	s.registerNodeOps(v1)
+	s.registerNodeCapacity(v1)
 	s.registerOrchestration(v1)
 	s.registerBackups(v1)
 	s.registerRunnerTransport(e)
@@ -302,6 +303,8 @@ func routeBody(c echo.Context) bodyKind {
 		"POST /api/v1/nodes/join-tokens",
 		"POST /api/v1/nodes/:id/fence-ack",
 		"POST /api/v1/nodes/:id/retire",
+		"PUT /api/v1/nodes/:id/capacity",
+		"POST /api/v1/nodes/:id/drain",
 		"POST /api/v1/nodes/:id/upgrade",
 		"POST /api/v1/cluster/signing-key/rotate",
 		"POST /api/v1/registry/gc",
@@ -634,6 +637,12 @@ func (s *Server) enroll(c echo.Context) error {
 			CPUs     int   `json:"cpus"`
 			MemoryMB int64 `json:"memory_mb"`
 		} `json:"capacity"`
+		Allocatable *struct {
+			CPUMilli  int64            `json:"cpu_m"`
+			MemoryMiB int64            `json:"memory_mib"`
+			DiskMiB   int64            `json:"disk_mib"`
+			Extended  map[string]int64 `json:"extended"`
+		} `json:"allocatable"`
 	}
 	if err := s.bind(c, &req); err != nil {
 		return err
@@ -647,11 +656,18 @@ func (s *Server) enroll(c echo.Context) error {
 	if err := validateEnroll(req.Hostname, req.Region, req.Address, req.Labels); err != nil {
 		return err
 	}
+	var alloc nodes.Resources
+	if a := req.Allocatable; a != nil {
+		alloc = nodes.Resources{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB, DiskMiB: a.DiskMiB, Extended: a.Extended}
+		if err := alloc.Validate("allocatable"); err != nil {
+			return problem(abierrors.ValidationFailed, err.Error())
+		}
+	}
 	wctx, done := s.changeCtx(c)
 	defer done()
 	n, cred, err := s.cfg.Nodes.Enroll(wctx, nodes.EnrollRequest{
 		JoinToken: req.JoinToken, PublicKey: req.PublicKey, BoxPublicKey: req.BoxPublicKey, Hostname: req.Hostname, Region: req.Region,
-		Labels: req.Labels, Address: req.Address, CPUs: req.Capacity.CPUs, MemoryMB: req.Capacity.MemoryMB,
+		Labels: req.Labels, Address: req.Address, CPUs: req.Capacity.CPUs, MemoryMB: req.Capacity.MemoryMB, Allocatable: alloc,
 		Admit: s.enrollAdmitter(c),
 	})
 	switch {

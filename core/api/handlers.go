@@ -32,7 +32,7 @@ func toAPIService(s *services.Service, ready int) client.Service {
 		Command: s.Command, Env: s.Env, SecretSets: s.SecretSets, Port: s.Port, Domains: s.Domains, DNS: s.DNS, Replicas: s.Replicas,
 		HealthCheck: client.HealthCheck(s.HealthCheck), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Ready: ready,
 		Labels: s.Labels, CapacityUnits: s.CapacityUnits, PlacementMode: services.PlacementPortable,
-		Resources: client.Resources(s.ReplicaResources()), Scheduling: client.Scheduling(s.Scheduling),
+		Resources: replicaResources(s.ReplicaResources()), Scheduling: client.Scheduling(s.Scheduling),
 		ProgressDeadlineS: s.ProgressDeadlineS, AutoRollback: s.AutoRollback, RollbackOf: s.RollbackOf,
 		Rollout: apiRollout(s.Rollout), RolloutPaused: s.RolloutPaused, RestartGeneration: s.RestartGeneration,
 		Container: client.Container{Runtime: s.Runtime, Image: s.Image, User: s.User, MemoryMB: s.MemoryMB, CPUMillis: s.CPUMillis,
@@ -371,9 +371,14 @@ func (s *Server) listWorkloads(c echo.Context) error {
 func (s *Server) apiNode(n *nodes.Node, workloads int) client.Node {
 	out := client.Node{
 		ID: n.ID, Hostname: n.Hostname, Region: n.Region, Labels: n.Labels, Address: n.Address,
-		Capacity: client.Capacity{CPUs: n.CPUs, MemoryMB: n.MemoryMB}, Status: n.Status,
+		Capacity: client.Capacity{CPUs: n.CPUs, MemoryMB: n.MemoryMB}, Status: n.ShownStatus(), Session: n.Status,
 		DesiredRev: n.DesiredRev, AppliedRev: n.AppliedRev, Workloads: workloads, EnrolledAt: n.EnrolledAt, LastSeenAt: n.LastSeenAt,
-		AgentVersion: n.AgentVersion,
+		AgentVersion: n.AgentVersion, Allocatable: apiResources(n.Allocatable), Schedulable: apiResources(n.Capacity()),
+		ResourceLimits: n.ResourceLimits, Cordoned: n.Cordoned,
+	}
+	if o := n.CapacityOverride; o != nil {
+		r := apiResources(*o)
+		out.CapacityOverride = &r
 	}
 	if r := n.Retirement; r != nil {
 		out.Retirement = r.Disposition + "/" + r.State
@@ -385,6 +390,11 @@ func (s *Server) apiNode(n *nodes.Node, workloads int) client.Node {
 		}
 	}
 	return out
+}
+
+// apiResources is r as the API shows it.
+func apiResources(r nodes.Resources) client.Resources {
+	return client.Resources{CPUMilli: r.CPUMilli, MemoryMiB: r.MemoryMiB, DiskMiB: r.DiskMiB, Extended: r.Extended}
 }
 
 // lastFramer is the optional part of [Config.Sessions] (*session.Server) that knows when a live
@@ -409,7 +419,11 @@ func (s *Server) listNodes(c echo.Context) error {
 	}
 	out := client.List[client.Node]{Items: []client.Node{}}
 	for i := range ns {
-		out.Items = append(out.Items, s.apiNode(&ns[i], count[ns[i].ID]))
+		n := s.apiNode(&ns[i], count[ns[i].ID])
+		if n.Drain, err = s.views().DrainProgress(ctx, &ns[i], s.cfg.Leases, s.now()); err != nil {
+			return err
+		}
+		out.Items = append(out.Items, n)
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -426,7 +440,11 @@ func (s *Server) getNode(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, s.apiNode(n, len(wls)))
+	out := s.apiNode(n, len(wls))
+	if out.Drain, err = s.views().DrainProgress(ctx, n, s.cfg.Leases, s.now()); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 func (s *Server) pushBundle(c echo.Context) error {
@@ -512,4 +530,9 @@ func (s *Server) downloadBundle(c echo.Context) error {
 	c.Response().WriteHeader(http.StatusOK)
 	_, _ = io.Copy(c.Response(), f)
 	return nil
+}
+
+// replicaResources is what one replica of a service reserves, as the API shows it.
+func replicaResources(r services.Resources) client.Resources {
+	return client.Resources{CPUMilli: r.CPUMilli, MemoryMiB: r.MemoryMiB, Extended: r.Extended}
 }

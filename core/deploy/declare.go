@@ -85,7 +85,7 @@ func (d *Deployer) declare(ctx context.Context, ch Change, cur *services.Service
 		Rollout: rolloutSpec(spec.Rollout),
 	}
 	if spec.Resources != nil {
-		svc.Resources = services.Resources(*spec.Resources)
+		svc.Resources = replicaResources(spec.Resources)
 	}
 	for _, v := range spec.Volumes {
 		svc.Volumes = append(svc.Volumes, services.Volume(v))
@@ -257,4 +257,13 @@ func rolloutSpec(r *client.RolloutSpec) *slots.RolloutSpec {
 		return &slots.Bound{Value: b.Value, Percent: b.Percent}
 	}
 	return &slots.RolloutSpec{MaxSurge: bound(r.MaxSurge), MaxUnavailable: bound(r.MaxUnavailable)}
+}
+
+// replicaResources converts the API's resources block of a service (nil: none) to what one
+// replica reserves; a disk amount is not part of it.
+func replicaResources(r *client.Resources) services.Resources {
+	if r == nil {
+		return services.Resources{}
+	}
+	return services.Resources{CPUMilli: r.CPUMilli, MemoryMiB: r.MemoryMiB, Extended: r.Extended}
 }

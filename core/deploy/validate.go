@@ -96,7 +96,7 @@ func ValidateSpec(name string, spec *client.ServiceSpec) error {
 	}
 	var res services.Resources
 	if spec.Resources != nil {
-		res = services.Resources(*spec.Resources)
+		res = replicaResources(spec.Resources)
 	}
 	if err := services.ValidatePlacement(name, res, services.Scheduling(spec.Scheduling)); err != nil {
 		return fail("%s", err.Error())

@@ -102,11 +102,21 @@ type Node struct {
 	// Allocatable is what the node's agent last reported it can give to workloads (at
 	// enrollment, in hello and in status reports), after what the host keeps for itself.
 	Allocatable Resources `bson:"allocatable,omitempty"`
+	// ResourceLimits says how the node enforces a workload's memory and CPU limits, as its agent
+	// reported it: "cgroup2", or "none: <why>" when limits are not enforced; "" when unknown.
+	ResourceLimits string `bson:"resource_limits,omitempty"`
+	// ReportRev guards Allocatable and ResourceLimits; it increases by one on each change.
+	ReportRev int64 `bson:"report_rev,omitempty"`
 	// CapacityOverride is the operator's capacity (berth node set-capacity): each stated field
 	// replaces the reported one in [Node.Capacity]; nil when none.
 	CapacityOverride *Resources `bson:"capacity_override,omitempty"`
 	// Cordoned reports whether the operator stopped new placements on the node.
 	Cordoned bool `bson:"cordoned,omitempty"`
+	// Drain is the node's drain, nil when it is not draining ([Node.Draining]).
+	Drain *Drain `bson:"drain,omitempty"`
+	// OpRev guards the operator's fields (CapacityOverride, Cordoned, Drain): every change is
+	// one compare-and-set on it, and it increases by one on each.
+	OpRev int64 `bson:"op_rev,omitempty"`
 
 	// LogOutbox holds the node's changes not yet in the change log,
 	// written with the change (docs/node-protocol.md section 7.2).
@@ -200,6 +210,9 @@ type EnrollRequest struct {
 	Address      string
 	CPUs         int
 	MemoryMB     int64
+	// Allocatable is what the node says it can give to workloads ([Node.Allocatable]); zero
+	// when the agent did not say (an older agent), until its first hello.
+	Allocatable Resources
 	// Admit, when not nil, is asked after the join token was consumed and
 	// before the node is recorded (the node.enroll policy hook); its error is
 	// returned as is and nothing is recorded. A refused enrollment uses up
@@ -221,6 +234,9 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 			return nil, "", fmt.Errorf("box_public_key: %w", errBadKey)
 		}
 	}
+	if err := req.Allocatable.Validate("allocatable"); err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	now := r.now().UTC()
 	digest := identity.Digest(req.JoinToken)
 	nodeID := identity.NewID("nod_")
@@ -234,7 +250,7 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 	n := &Node{
 		ID: nodeID, Hostname: req.Hostname, Region: req.Region, Labels: req.Labels,
 		Address: req.Address, CPUs: req.CPUs, MemoryMB: req.MemoryMB, PublicKey: req.PublicKey, BoxPublicKey: req.BoxPublicKey,
-		CredentialDigest: credDigest, Status: StatusPending, EnrolledAt: now,
+		Allocatable: req.Allocatable, CredentialDigest: credDigest, Status: StatusPending, EnrolledAt: now,
 	}
 	if req.Admit != nil {
 		if err := req.Admit(ctx, n); err != nil {

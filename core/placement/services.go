@@ -148,6 +148,8 @@ func Candidates(ns []nodes.Node, u *Usage, runtime string) []Node {
 		switch {
 		case !n.Member():
 			why = "retiring"
+		case n.Draining():
+			why = "draining"
 		case n.Status != nodes.StatusConnected:
 			why = "not connected (" + n.Status + ")"
 		case runtime != "" && runtime != "process" && !slices.Contains(n.Drivers, runtime):

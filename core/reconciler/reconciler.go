@@ -515,6 +515,10 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 			current[w.ServiceID] = w.NodeID
 		}
 	}
+	draining := map[string]bool{}
+	for i := range ns {
+		draining[ns[i].ID] = ns[i].Draining()
+	}
 	// live: stateful services whose document exists (a deleting one keeps its lease until its
 	// slot settled and the finalizer removed the document); known: every service listed.
 	live, known := map[string]bool{}, map[string]bool{}
@@ -528,7 +532,7 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 		if (only != nil && !only[s.ID]) || s.Deleting {
 			continue
 		}
-		l, ok := r.placeStateful(ctx, s, placement.Candidates(ns, use, s.Runtime), current[s.ID])
+		l, ok := r.placeStateful(ctx, s, placement.Candidates(ns, use, s.Runtime), current[s.ID], draining)
 		if !ok || l == nil {
 			continue
 		}
@@ -558,9 +562,10 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 // over the nodes cands and the node of its current workload) and grants it there with one
 // compare-and-set on the lease when it is not held there yet. It returns the lease granted, nil
 // when no grant was needed, and ok=false when the lease could not be read or granted (a later
-// pass decides again); a node the lease was moved from is revoked (reason moved). The slot
-// itself follows the holder in core/rollout.
-func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, cands []placement.Node, current string) (*fencing.Lease, bool) {
+// pass decides again); a node the lease was moved from is revoked (reason moved), and a holder
+// that drains (draining) is revoked with reason drain while another node can take the lease, and
+// nothing is granted that pass. The slot itself follows the holder in core/rollout.
+func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, cands []placement.Node, current string, draining map[string]bool) (*fencing.Lease, bool) {
 	la := r.cfg.Leases
 	view := placement.Lease{Movable: true}
 	l, err := la.Get(ctx, fencing.LeaseID(s.ID))
@@ -576,6 +581,13 @@ func (r *Reconciler) placeStateful(ctx context.Context, s *services.Service, can
 		if gate, timed := l.Gate(); timed {
 			r.hintAt(gate.Sub(la.Now()))
 		}
+	}
+	if l != nil && l.Holder != "" && !l.Blocked() && !l.Deleted && draining[l.Holder] && r.cfg.LeaseSender != nil && elsewhere(cands, l.Holder) {
+		// Handed over in order: the draining holder is asked to stop and give the lease back;
+		// its ok frees the lease (core/session), and a later pass grants it to a schedulable node.
+		r.log.Info("lease handed over: its holder drains", "service", s.Project+"/"+s.Name, "lease_id", l.ID, "node_id", l.Holder, "fencing_token", l.FencingToken)
+		r.cfg.LeaseSender.RevokeLease(ctx, l.Holder, l, node.RevokeDrain)
+		return nil, true
 	}
 	if l != nil && l.Blocked() && !l.Deleted {
 		r.log.Warn("stateful service held back: its lease is blocked by an unacknowledged failed fence",
@@ -621,6 +633,17 @@ func (r *Reconciler) hintAt(d time.Duration) {
 	}
 	r.gateAt = at
 	r.gateHint = time.AfterFunc(time.Until(at), func() { r.Hint("lease.gate") })
+}
+
+// elsewhere reports whether a node of cands other than id takes new work: where a lease handed
+// over by a draining holder can go.
+func elsewhere(cands []placement.Node, id string) bool {
+	for _, n := range cands {
+		if n.ID != id && n.Unavailable == "" && !n.Cordoned {
+			return true
+		}
+	}
+	return false
 }
 
 // availableIn reports whether node id is among cands and takes new work.

@@ -643,10 +643,11 @@ func member(n *nodes.Node, svc *services.Service) bool {
 // place returns the node of every scheduled replica, and why the first replica that fits
 // nowhere does not ("" when all have a node). A replica keeps the node its slot stands on while
 // that node is a member that still meets the service's region and selector
-// ([placement.Satisfied]); the others are placed by the one decider ([placement.Choose]) over
+// ([placement.Satisfied]) and is not draining; the others are placed by the one decider ([placement.Choose]) over
 // every node, with what use says stands on each (capacity, cordon, requirements, spread,
 // preferences, load). The one slot of a leased (stateful) service stands where the lease is held,
-// and nowhere while it is not.
+// and nowhere while it is not. A replica on a draining node is placed anew elsewhere, and keeps
+// its node while the decider finds nowhere else for it.
 // ns are every node, byID the same by id.
 func place(v *view, ns []nodes.Node, byID map[string]*nodes.Node, use *placement.Usage) (map[string]string, string) {
 	placed := map[string]string{}
@@ -663,22 +664,34 @@ func place(v *view, ns []nodes.Node, byID map[string]*nodes.Node, use *placement
 		}
 		// Nobody holds the lease: say why when no node could take the replica (the reconciler
 		// grants the lease where the same decider chooses).
-		req, cands := request(&view{svc: v.svc, spec: v.spec, set: &SlotSet{}}, ns, byID, use, map[string]string{})
+		req, cands := request(&view{svc: v.svc, spec: v.spec, set: &SlotSet{}}, ns, byID, use, map[string]string{}, nil)
 		req.Place = req.Place[:min(len(req.Place), 1)]
 		return placed, placement.Choose(req, cands).Unplaceable()
 	}
-	req, cands := request(v, ns, byID, use, placed)
+	draining := map[string]string{} // replica: the draining node its slot stands on
+	req, cands := request(v, ns, byID, use, placed, draining)
 	res := placement.Choose(req, cands)
 	for r, id := range res.Placed() {
 		placed[r] = id
 	}
-	return placed, res.Unplaceable()
+	for r, id := range draining {
+		if placed[r] == "" { // nowhere else to go: it stays where it is, serving
+			placed[r] = id
+		}
+	}
+	for _, c := range res.Choices {
+		if c.NodeID == "" && placed[c.Replica] == "" {
+			return placed, c.Reason
+		}
+	}
+	return placed, ""
 }
 
 // request builds the decider's request for v's scheduled replicas: it records in placed the
 // replicas that keep their node, and returns the request for the others with the candidates
-// (none when every replica keeps its node, so a steady service costs no node list).
-func request(v *view, ns []nodes.Node, nodeByID map[string]*nodes.Node, use *placement.Usage, placed map[string]string) (placement.Request, []placement.Node) {
+// (none when every replica keeps its node, so a steady service costs no node list). A replica on
+// a draining node is placed anew and recorded in draining (nil: none expected) with that node.
+func request(v *view, ns []nodes.Node, nodeByID map[string]*nodes.Node, use *placement.Usage, placed, draining map[string]string) (placement.Request, []placement.Node) {
 	req := placement.ServiceRequest(v.svc)
 	req.Existing = map[string]string{}
 	for _, row := range v.set.Slots {
@@ -692,6 +705,12 @@ func request(v *view, ns []nodes.Node, nodeByID map[string]*nodes.Node, use *pla
 		// A replica's surge slot ("3~") places the replica as its primary does; the run
 		// (generation 1) wins over a slot on its way out.
 		r := slots.BaseReplica(row.Replica)
+		if n.Draining() {
+			if draining != nil {
+				draining[r] = row.NodeID
+			}
+			continue
+		}
 		if _, ok := placed[r]; !ok || row.Generation == int(slots.GenRun) {
 			placed[r] = row.NodeID
 			req.Existing[r] = row.NodeID

@@ -472,6 +472,7 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 		s.log.Error("record session start", "node_id", c.nodeID, "err", err)
 		return "store_error"
 	}
+	s.reportAllocatable(ctx, c, hello.Allocatable, hello.ResourceLimits)
 	applied := hello.AppliedRev
 	c.seenApplied = -1 // always written at the handshake
 	s.seen(ctx, c, &applied)
@@ -577,6 +578,7 @@ func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string
 			return ""
 		}
 		s.observe(ctx, c, &rep)
+		s.reportAllocatable(ctx, c, rep.Allocatable, rep.ResourceLimits)
 	case node.TypeCommandResult:
 		var res node.CommandResult
 		if err := json.Unmarshal(env.Body, &res); err != nil {
@@ -675,6 +677,18 @@ func clip(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// reportAllocatable records what the node's hello or status report said it can give to
+// workloads and how it enforces limits (nil: an older agent that says nothing, left as stored).
+// A write happens only when either changed; a failure is logged and the session goes on.
+func (s *Server) reportAllocatable(ctx context.Context, c *conn, a *node.Allocatable, limits string) {
+	if a == nil {
+		return
+	}
+	if err := s.cfg.Nodes.ReportAllocatable(ctx, c.nodeID, nodes.ResourcesFromWire(*a), limits); err != nil {
+		s.log.Warn("record the node's allocatable resources", "node_id", c.nodeID, "err", err)
+	}
 }
 
 func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {

@@ -12,13 +12,15 @@ const (
 	FailureProbe  = "probe"
 	FailureStart  = "start"
 	FailureImage  = "image"
+	// FailureOOM: the kernel's OOM killer ended the run over its memory limit.
+	FailureOOM = "oom"
 )
 
 // Reasons of a verdict that name a slot's failure (docs/reconciliation.md section 7). The
 // crash-loop and unhealthy reasons carry their detail after ": ", as [CrashLoopReason] and
 // [UnhealthyReason] build them.
 const (
-	ReasonCrashLoop        Reason = "crash-loop"        // waiting: the run keeps exiting; "crash-loop: exit 2", "crash-loop: signal 9"
+	ReasonCrashLoop        Reason = "crash-loop"        // waiting: the run keeps exiting; "crash-loop: exit 2", "crash-loop: signal 9", "crash-loop: oom"
 	ReasonUnhealthy        Reason = "unhealthy"         // waiting: the run is up and its readiness probe fails; "unhealthy: probe /status/404 -> 404"
 	ReasonStartFailed      Reason = "start-failed"      // waiting: the node cannot start the run (port, directory, network, driver)
 	ReasonImageUnavailable Reason = "image-unavailable" // waiting: the node cannot fetch or unpack the run's bundle or image
@@ -40,7 +42,8 @@ type Failure struct {
 }
 
 // CrashLoopReason returns the waiting reason of a slot whose runs keep failing with f:
-// "crash-loop: exit <code>", "crash-loop: signal <n>", "crash-loop" for an exit of unknown code,
+// "crash-loop: exit <code>", "crash-loop: signal <n>", "crash-loop: oom" for runs the OOM killer
+// ended over their memory limit, "crash-loop" for an exit of unknown code,
 // start-failed, image-unavailable, and failure-backoff for f nil or any other kind.
 func CrashLoopReason(f *Failure) Reason {
 	if f == nil {
@@ -54,6 +57,8 @@ func CrashLoopReason(f *Failure) Reason {
 		return ReasonCrashLoop + Reason(": exit "+strconv.Itoa(*f.ExitCode))
 	case FailureSignal:
 		return ReasonCrashLoop + Reason(": signal "+strconv.Itoa(f.Signal))
+	case FailureOOM:
+		return ReasonCrashLoop + ": oom"
 	case FailureStart:
 		return ReasonStartFailed
 	case FailureImage:

@@ -48,6 +48,11 @@ func TestVerdictNamesTheFailure(t *testing.T) {
 			s.Observed.Phase, s.Observed.Failure = PhaseFailed, &Failure{Kind: FailureSignal, Signal: 9}
 			return s
 		}, Verdict{SpecRevision: 1, State: Waiting, Reason: "crash-loop: signal 9"}},
+		{"oom in backoff", func() Slot {
+			s := running(keyA)
+			s.Observed.Phase, s.Observed.Failure = PhaseFailed, &Failure{Kind: FailureOOM, Signal: 9}
+			return s
+		}, Verdict{SpecRevision: 1, State: Waiting, Reason: "crash-loop: oom"}},
 		{"image in backoff", func() Slot {
 			s := running(keyA)
 			s.Observed.Phase, s.Observed.Failure = PhaseFailed, &Failure{Kind: FailureImage}

@@ -256,6 +256,7 @@ func (d *Driver) Describe(context.Context) (*runtime.DescribeResponse, error) {
 			IsolationModes: []string{"container"},
 			Logs:           true,
 			Stats:          true,
+			ResourceLimits: runtime.LimitsContainer,
 		},
 	}, nil
 }

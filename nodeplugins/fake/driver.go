@@ -216,7 +216,8 @@ var errClosed = errors.New("fake driver: closed")
 // Describe implements runtime.Driver.
 func (d *Driver) Describe(context.Context) (*runtime.DescribeResponse, error) {
 	return &runtime.DescribeResponse{Name: "fake", Version: version.Version, APIVersions: []int{runtime.APIVersion},
-		Capabilities: runtime.Capabilities{OutlivesDriver: true, IsolationModes: []string{"none"}}}, nil
+		Capabilities: runtime.Capabilities{OutlivesDriver: true, IsolationModes: []string{"none"},
+			ResourceLimits: "none: the fake driver runs no processes"}}, nil
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -30,13 +32,27 @@ import (
 // cgroupParent is the directory of this driver's workload cgroups; ""
 // when cgroups are not used. It is made on first use.
 func findCgroupParent(stateDir string) (string, error) {
+	_, parent, err := cgroupParentIn(stateDir)
+	return parent, err
+}
+
+// cgroupParentIn is findCgroupParent that also returns the mount point of
+// the cgroup2 hierarchy.
+func cgroupParentIn(stateDir string) (mount, parent string, err error) {
 	if os.Geteuid() != 0 {
-		return "", errors.New("the driver does not run as root")
+		return "", "", errors.New("the driver does not run as root")
 	}
-	mount, err := cgroup2Mount()
+	mount, err = cgroup2Mount()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
+	parent, err = makeCgroupParent(mount, stateDir)
+	return mount, parent, err
+}
+
+// makeCgroupParent makes the parent of the workload cgroups of a driver on
+// stateDir inside the hierarchy mounted at mount.
+func makeCgroupParent(mount, stateDir string) (string, error) {
 	abs, err := filepath.Abs(stateDir)
 	if err != nil {
 		return "", err
@@ -167,4 +183,100 @@ func RemoveCgroups(ctx context.Context, stateDir string) error {
 	}
 	_ = os.Remove(parent)
 	return errors.Join(errs...)
+}
+
+// Limits. A workload's MemoryBytes and CPUMillis are enforced through the
+// memory and cpu controllers of its cgroup (memory.max, memory.swap.max 0, and
+// cpu.max with a 100 ms period), written before the process is cloned into
+// it. That needs both controllers in the cgroup v2 hierarchy (on a hybrid host
+// they may be bound to cgroup v1 instead) and enabled down to the driver's
+// parent (cgroup.subtree_control). When they cannot be, the driver logs why
+// once, reports "none: <why>" as its Capabilities.ResourceLimits, and runs
+// workloads without limits.
+
+// cpuPeriodMicros is the cpu.max period.
+const cpuPeriodMicros = 100_000
+
+// enableLimits makes the memory and cpu controllers available to the
+// workload cgroups under parent (inside the cgroup2 hierarchy mounted at
+// mount): it checks cgroup.controllers of mount and enables both in
+// cgroup.subtree_control of every directory from mount down to parent. It
+// returns why it cannot, nil when limits work.
+func enableLimits(mount, parent string) error {
+	raw, err := os.ReadFile(filepath.Join(mount, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("read the controllers of %s: %w", mount, err)
+	}
+	have := strings.Fields(string(raw))
+	for _, c := range []string{"memory", "cpu"} {
+		if !slices.Contains(have, c) {
+			return fmt.Errorf("the cgroup v2 hierarchy at %s offers no %s controller (offers %q; on a hybrid host it may be bound to cgroup v1)", mount, c, strings.TrimSpace(string(raw)))
+		}
+	}
+	rel, err := filepath.Rel(mount, parent)
+	if err != nil {
+		return err
+	}
+	dir := mount
+	for _, part := range append([]string{""}, strings.Split(rel, string(filepath.Separator))...) {
+		dir = filepath.Join(dir, part)
+		ctl := filepath.Join(dir, "cgroup.subtree_control")
+		cur, err := os.ReadFile(ctl)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", ctl, err)
+		}
+		if f := strings.Fields(string(cur)); slices.Contains(f, "memory") && slices.Contains(f, "cpu") {
+			continue
+		}
+		if err := os.WriteFile(ctl, []byte("+memory +cpu"), 0); err != nil {
+			return fmt.Errorf("enable the memory and cpu controllers in %s: %w", ctl, err)
+		}
+	}
+	return nil
+}
+
+// setLimits writes the limits of one run into its cgroup at path: memory.max
+// and memory.swap.max (no swap under a memory limit, so that going over it is
+// an OOM kill rather than swapping) from memoryBytes, cpu.max from cpuMillis;
+// zero writes "max" (a reused cgroup keeps no limit of an earlier run).
+func setLimits(path string, memoryBytes, cpuMillis int64) error {
+	mem, swap := "max", "max"
+	if memoryBytes > 0 {
+		mem, swap = strconv.FormatInt(memoryBytes, 10), "0"
+	}
+	cpu := "max " + strconv.Itoa(cpuPeriodMicros)
+	if cpuMillis > 0 {
+		cpu = strconv.FormatInt(max(cpuMillis*cpuPeriodMicros/1000, 1000), 10) + " " + strconv.Itoa(cpuPeriodMicros)
+	}
+	if err := os.WriteFile(filepath.Join(path, "memory.max"), []byte(mem), 0); err != nil {
+		return fmt.Errorf("set memory.max of %s: %w", path, err)
+	}
+	// memory.swap.max is absent without swap accounting: nothing to limit then.
+	if err := os.WriteFile(filepath.Join(path, "memory.swap.max"), []byte(swap), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("set memory.swap.max of %s: %w", path, err)
+	}
+	if err := os.WriteFile(filepath.Join(path, "cpu.max"), []byte(cpu), 0); err != nil {
+		return fmt.Errorf("set cpu.max of %s: %w", path, err)
+	}
+	return nil
+}
+
+// oomKills returns the oom_kill counter of the cgroup at path's memory.events:
+// how many of its processes the OOM killer ended since the cgroup was made. 0
+// when the cgroup or the file is missing.
+func oomKills(path string) int64 {
+	if path == "" {
+		return 0
+	}
+	raw, err := os.ReadFile(filepath.Join(path, "memory.events"))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }

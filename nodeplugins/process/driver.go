@@ -33,6 +33,13 @@
 // children that left the group, and is killed through cgroup.kill
 // (cgroup.go); without one the process group alone decides.
 //
+// Limits: with that cgroup, and the memory and cpu controllers of cgroup v2,
+// StartRequest.MemoryBytes and CPUMillis become the cgroup's memory.max and
+// cpu.max before the process runs, and a run the kernel's OOM killer ended
+// (memory.events oom_kill grew) exits with ExitReason "oom". Without them the
+// driver says why once in its log and in Capabilities.ResourceLimits
+// ("none: <why>") and runs workloads unlimited.
+//
 // Stop is also how the agent forgets a workload: once the workload has exited,
 // Stop removes its record and returns the final state; a later Stop or Inspect
 // of that id returns ErrNotFound, which callers treat as success. A workload
@@ -105,6 +112,9 @@ type Driver struct {
 	// cgroupParent is the directory of the workloads' cgroups (cgroup.go);
 	// "" when the driver cannot use cgroups and relies on process groups.
 	cgroupParent string
+	// limits is Capabilities.ResourceLimits: runtime.LimitsCgroup2 when the
+	// workloads' cgroups enforce memory and CPU limits, "none: <why>" otherwise.
+	limits string
 
 	mu        sync.Mutex
 	closed    bool                 // mu must be held
@@ -149,11 +159,20 @@ func New(cfg Config) (*Driver, error) {
 	if _, err := d.guards.Idempotency.Prune(time.Now().Add(-idempotencyKept)); err != nil {
 		d.log.Warn("could not prune idempotency records", "error", err)
 	}
-	if parent, err := findCgroupParent(cfg.StateDir); err != nil {
+	if mount, parent, err := cgroupParentIn(cfg.StateDir); err != nil {
 		d.log.Info("cgroup v2 not usable: workloads are stopped by their process group only", "reason", err.Error())
+		d.limits = "none: " + err.Error()
 	} else {
 		d.cgroupParent = parent
 		d.log.Info("each workload gets its own cgroup", "parent", parent)
+		if err := enableLimits(mount, parent); err != nil {
+			d.limits = "none: " + err.Error()
+		} else {
+			d.limits = runtime.LimitsCgroup2
+		}
+	}
+	if d.limits != runtime.LimitsCgroup2 {
+		d.log.Warn("memory and CPU limits of workloads are not enforced: they run unlimited", "reason", strings.TrimPrefix(d.limits, "none: "))
 	}
 	recs, err := d.loadRecords()
 	if err != nil {
@@ -222,6 +241,7 @@ func (d *Driver) Describe(context.Context) (*runtime.DescribeResponse, error) {
 			IsolationModes: []string{"none"},
 			Logs:           true,
 			Stats:          true,
+			ResourceLimits: d.limits,
 		},
 	}, nil
 }
@@ -321,6 +341,18 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 			attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
 		}
 	}
+	if req.MemoryBytes < 0 || req.CPUMillis < 0 {
+		return nil, fmt.Errorf("start workload %s: memory_bytes and cpu_millis must not be negative: %w", id, ErrInvalidRequest)
+	}
+	var oomBase int64
+	if cgroup != "" && d.limits == runtime.LimitsCgroup2 {
+		// Limits go in before the process is cloned into the cgroup; a limit that
+		// cannot be set fails the start rather than run it unlimited unasked.
+		if err := setLimits(cgroup, req.MemoryBytes, req.CPUMillis); err != nil {
+			return nil, fmt.Errorf("start workload %s: %w", id, err)
+		}
+		oomBase = oomKills(cgroup)
+	}
 	cmd := &exec.Cmd{
 		Path:   path,
 		Args:   slices.Clone(req.Command),
@@ -338,7 +370,7 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 			return nil, fmt.Errorf("start workload %s: %w", id, err)
 		}
 		// The kernel refused the cgroup (e.g. no clone3): start without.
-		d.log.Warn("workload runs without its own cgroup", "workload", id, "cgroup", cgroup, "error", err)
+		d.log.Warn("workload runs without its own cgroup, and so without limits", "workload", id, "cgroup", cgroup, "error", err)
 		cgroup, attr.UseCgroupFD, attr.CgroupFD = "", false, 0
 		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdin: devnull, Stdout: logf, Stderr: logf, SysProcAttr: attr}
 		if err := cmd.Start(); err != nil {
@@ -367,6 +399,7 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 			LogPath:     req.LogPath,
 			LogMaxBytes: maxBytes,
 			ExitCode:    -1,
+			OOMKillBase: oomBase,
 		},
 		done: make(chan struct{}),
 	}
@@ -396,7 +429,8 @@ func (d *Driver) reap(w *workload, cmd *exec.Cmd) {
 	}
 	w.rec.ExitCode = code
 	w.stopTrimmer()
-	d.log.Info("workload exited", "workload", w.rec.WorkloadID, "pid", w.rec.PID, "exit_code", code, "wait_error", err)
+	w.rec.noteOOM()
+	d.log.Info("workload exited", "workload", w.rec.WorkloadID, "pid", w.rec.PID, "exit_code", code, "exit_reason", w.rec.ExitReason, "wait_error", err)
 	d.persistExitLocked(w)
 }
 
@@ -553,6 +587,7 @@ func (d *Driver) refreshLocked(w *workload) bool {
 	w.rec.Exited = true
 	w.rec.ExitedAt = time.Now().UTC()
 	w.stopTrimmer()
+	w.rec.noteOOM()
 	d.persistExitLocked(w)
 	return false
 }
@@ -571,6 +606,7 @@ func (w *workload) state() *runtime.WorkloadState {
 		s.State = runtime.StateExited
 		s.ExitedAt = w.rec.ExitedAt
 		s.ExitCode = w.rec.ExitCode
+		s.ExitReason = w.rec.ExitReason
 	}
 	return s
 }

@@ -52,6 +52,19 @@ func runWorkload(mode string) int {
 		select {}
 	case "exit3":
 		return 3
+	case "hog": // touches memory 1 MiB at a time until something stops it
+		var keep [][]byte
+		fmt.Println("ready")
+		for i := 0; i < 4096; i++ {
+			b := make([]byte, 1<<20)
+			for j := range b {
+				b[j] = byte(i + j)
+			}
+			keep = append(keep, b)
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Println("allocated 4 GiB unharmed")
+		return 0
 	}
 	return 99
 }

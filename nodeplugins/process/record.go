@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/berthhq/berth/sdk/runtime"
 )
 
 // recordVersion is the version of the on-disk workload record. Bump it and
@@ -31,6 +33,19 @@ type record struct {
 	Exited      bool      `json:"exited,omitempty"`
 	ExitedAt    time.Time `json:"exited_at,omitzero"`
 	ExitCode    int       `json:"exit_code"` // -1 when unknown
+	// OOMKillBase is the cgroup's oom_kill count when the run started (a
+	// reused cgroup keeps its count); ExitReason is "oom" once the run exited
+	// with the count above it.
+	OOMKillBase int64  `json:"oom_kill_base,omitempty"`
+	ExitReason  string `json:"exit_reason,omitempty"`
+}
+
+// noteOOM sets r's ExitReason to "oom" when the OOM killer ended a process
+// of its cgroup during the run. Called once the run exited.
+func (r *record) noteOOM() {
+	if r.Cgroup != "" && r.ExitReason == "" && oomKills(r.Cgroup) > r.OOMKillBase {
+		r.ExitReason = runtime.ExitReasonOOM
+	}
 }
 
 // pgid is the workload's process group id: the leader's pid, since the

@@ -49,6 +49,58 @@ type EnrollRequest struct {
 	Labels       map[string]string `json:"labels,omitempty"`
 	Address      string            `json:"address,omitempty"`
 	Capacity     Capacity          `json:"capacity"`
+	// Allocatable is what the node can give to workloads (docs/node-protocol.md section 5.1);
+	// nil from agents older than the field.
+	Allocatable *Resources `json:"allocatable,omitempty"`
+}
+
+// Resources is an amount of resources: CPU in thousandths of a CPU (cpu_m), memory and disk in
+// MiB, and extended resources (gpu, ...) by name in the units the nodes declare them in. A zero
+// field is not stated. A node's capacity uses every field; what one replica of a service
+// reserves (ServiceSpec.Resources) states no disk (volumes are sized apart).
+type Resources struct {
+	CPUMilli  int64            `json:"cpu_m,omitempty"`
+	MemoryMiB int64            `json:"memory_mib,omitempty"`
+	DiskMiB   int64            `json:"disk_mib,omitempty"`
+	Extended  map[string]int64 `json:"extended,omitempty"`
+}
+
+// NodeDrain is a node's drain as the API shows it (docs/operating.md, "Cordon and drain").
+type NodeDrain struct {
+	StartedAt time.Time  `json:"started_at"`
+	Deadline  *time.Time `json:"deadline,omitempty"`
+	// State is "draining" while replicas or leases remain on the node, "drained" once none does;
+	// Late reports whether the deadline passed with some remaining.
+	State string `json:"state"`
+	Late  bool   `json:"late,omitempty"`
+	// Remaining lists what still has to leave the node.
+	Remaining []DrainItem `json:"remaining"`
+}
+
+// DrainItem is one replica or lease still on a draining node.
+type DrainItem struct {
+	// Kind is "replica" (a scheduled replica the rollout moves) or "lease" (a stateful
+	// service's lease handed over in order).
+	Kind       string `json:"kind"`
+	Service    string `json:"service"` // "project/name"
+	Replica    string `json:"replica,omitempty"`
+	WorkloadID string `json:"workload_id,omitempty"`
+	LeaseID    string `json:"lease_id,omitempty"`
+}
+
+// NodeCapacityRequest is the body of PUT /api/v1/nodes/{id}/capacity: the operator's capacity
+// override. Each stated (non-zero) field replaces what the node reports; an extended resource
+// listed replaces the reported one, 0 included. Clear, or a request stating nothing, removes
+// the override.
+type NodeCapacityRequest struct {
+	Resources
+	Clear bool `json:"clear,omitempty"`
+}
+
+// NodeDrainRequest is the body of POST /api/v1/nodes/{id}/drain. DeadlineS is how long the drain
+// should take, in seconds; 0 sets no deadline.
+type NodeDrainRequest struct {
+	DeadlineS int64 `json:"deadline_s,omitempty"`
 }
 
 // Capacity of a node.
@@ -95,6 +147,22 @@ type Node struct {
 	// Retirement is "<disposition>/<state>" ("withdrawn/retiring", "lost/retired") once the node
 	// was retired (docs/reconciliation.md section 10), "" otherwise.
 	Retirement string `json:"retirement,omitempty"`
+	// Session is the node's session status (connected, disconnected, pending, removed); Status
+	// shows draining instead while the node drains.
+	Session string `json:"session,omitempty"`
+	// Allocatable is what the node's agent reported it can give to workloads; CapacityOverride
+	// is the operator's override (nil: none); Schedulable is the two merged, what placement
+	// reads.
+	Allocatable      Resources  `json:"allocatable"`
+	CapacityOverride *Resources `json:"capacity_override,omitempty"`
+	Schedulable      Resources  `json:"schedulable"`
+	// ResourceLimits says how the node enforces workload memory and CPU limits ("cgroup2",
+	// "container", "none: <why>"); "" when its agent did not say.
+	ResourceLimits string `json:"resource_limits,omitempty"`
+	// Cordoned reports whether new placements on the node are stopped.
+	Cordoned bool `json:"cordoned,omitempty"`
+	// Drain is the node's drain and its progress; nil when it is not draining.
+	Drain *NodeDrain `json:"drain,omitempty"`
 }
 
 // Project is the tenancy unit.
@@ -393,14 +461,6 @@ type Bundle struct {
 // List is the shape of every list answer.
 type List[T any] struct {
 	Items []T `json:"items"`
-}
-
-// Resources is what one replica of a service reserves on its node: CPUMilli in millicores,
-// MemoryMiB in MiB, Extended resources (gpu, ...) in the units the nodes declare them in.
-type Resources struct {
-	CPUMilli  int64            `json:"cpu_m,omitempty"`
-	MemoryMiB int64            `json:"memory_mib,omitempty"`
-	Extended  map[string]int64 `json:"extended,omitempty"`
 }
 
 // Scheduling restricts and ranks the nodes a service's replicas may use (docs/placement.md).

@@ -45,6 +45,11 @@ const (
 	StateExited  = abiruntime.StateExited
 	StopGraceful = abiruntime.StopGraceful
 	StopForced   = abiruntime.StopForced
+	// LimitsCgroup2, LimitsContainer and ExitReasonOOM: see [abiruntime.Capabilities] and
+	// [abiruntime.WorkloadState].
+	LimitsCgroup2   = abiruntime.LimitsCgroup2
+	LimitsContainer = abiruntime.LimitsContainer
+	ExitReasonOOM   = abiruntime.ExitReasonOOM
 )
 
 // ErrNotFound is [abiruntime.ErrNotFound]: wrap it for an unknown workload.

@@ -103,10 +103,14 @@ type Capabilities struct {
 	// e.g. "none", "container", "vm". The first is the default.
 	IsolationModes []string `protobuf:"bytes,2,rep,name=isolation_modes,json=isolationModes,proto3" json:"isolation_modes,omitempty"`
 	// Report whether Logs and Stats are implemented.
-	Logs          bool `protobuf:"varint,3,opt,name=logs,proto3" json:"logs,omitempty"`
-	Stats         bool `protobuf:"varint,4,opt,name=stats,proto3" json:"stats,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Logs  bool `protobuf:"varint,3,opt,name=logs,proto3" json:"logs,omitempty"`
+	Stats bool `protobuf:"varint,4,opt,name=stats,proto3" json:"stats,omitempty"`
+	// How the driver enforces memory_bytes and cpu_millis: "cgroup2",
+	// "container", or "none: <why>" when it runs workloads unlimited; empty
+	// means unknown (older drivers).
+	ResourceLimits string `protobuf:"bytes,5,opt,name=resource_limits,json=resourceLimits,proto3" json:"resource_limits,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Capabilities) Reset() {
@@ -165,6 +169,13 @@ func (x *Capabilities) GetStats() bool {
 		return x.Stats
 	}
 	return false
+}
+
+func (x *Capabilities) GetResourceLimits() string {
+	if x != nil {
+		return x.ResourceLimits
+	}
+	return ""
 }
 
 // Handle is the driver's opaque, versioned reference to a workload. The host
@@ -1145,8 +1156,12 @@ type WorkloadState struct {
 	// Absent while running.
 	ExitedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=exited_at,json=exitedAt,proto3" json:"exited_at,omitempty"`
 	// -1 when unknown (the driver did not reap the process).
-	ExitCode      int32   `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Handle        *Handle `protobuf:"bytes,7,opt,name=handle,proto3" json:"handle,omitempty"`
+	ExitCode int32   `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Handle   *Handle `protobuf:"bytes,7,opt,name=handle,proto3" json:"handle,omitempty"`
+	// Why the workload exited when the driver knows more than its exit
+	// code: "oom" when the kernel's OOM killer ended it for going over its
+	// memory limit; empty otherwise.
+	ExitReason    string `protobuf:"bytes,8,opt,name=exit_reason,json=exitReason,proto3" json:"exit_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1230,6 +1245,13 @@ func (x *WorkloadState) GetHandle() *Handle {
 	return nil
 }
 
+func (x *WorkloadState) GetExitReason() string {
+	if x != nil {
+		return x.ExitReason
+	}
+	return ""
+}
+
 var File_runtime_v1_runtime_proto protoreflect.FileDescriptor
 
 const file_runtime_v1_runtime_proto_rawDesc = "" +
@@ -1239,12 +1261,13 @@ const file_runtime_v1_runtime_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12!\n" +
 	"\fapi_versions\x18\x03 \x03(\x05R\vapiVersions\x12B\n" +
-	"\fcapabilities\x18\x04 \x01(\v2\x1e.berth.runtime.v1.CapabilitiesR\fcapabilities\"\x8a\x01\n" +
+	"\fcapabilities\x18\x04 \x01(\v2\x1e.berth.runtime.v1.CapabilitiesR\fcapabilities\"\xb3\x01\n" +
 	"\fCapabilities\x12'\n" +
 	"\x0foutlives_driver\x18\x01 \x01(\bR\x0eoutlivesDriver\x12'\n" +
 	"\x0fisolation_modes\x18\x02 \x03(\tR\x0eisolationModes\x12\x12\n" +
 	"\x04logs\x18\x03 \x01(\bR\x04logs\x12\x14\n" +
-	"\x05stats\x18\x04 \x01(\bR\x05stats\"6\n" +
+	"\x05stats\x18\x04 \x01(\bR\x05stats\x12'\n" +
+	"\x0fresource_limits\x18\x05 \x01(\tR\x0eresourceLimits\"6\n" +
 	"\x06Handle\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"\xbb\x05\n" +
@@ -1319,7 +1342,7 @@ const file_runtime_v1_runtime_proto_rawDesc = "" +
 	"\vcpu_seconds\x18\x01 \x01(\x01R\n" +
 	"cpuSeconds\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x9b\x02\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xbc\x02\n" +
 	"\rWorkloadState\x12\x1f\n" +
 	"\vworkload_id\x18\x01 \x01(\tR\n" +
 	"workloadId\x12\x14\n" +
@@ -1329,7 +1352,9 @@ const file_runtime_v1_runtime_proto_rawDesc = "" +
 	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x127\n" +
 	"\texited_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bexitedAt\x12\x1b\n" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x120\n" +
-	"\x06handle\x18\a \x01(\v2\x18.berth.runtime.v1.HandleR\x06handle2\xb4\x05\n" +
+	"\x06handle\x18\a \x01(\v2\x18.berth.runtime.v1.HandleR\x06handle\x12\x1f\n" +
+	"\vexit_reason\x18\b \x01(\tR\n" +
+	"exitReason2\xb4\x05\n" +
 	"\rRuntimeDriver\x12P\n" +
 	"\bDescribe\x12 .berth.plugin.v1.DescribeRequest\x1a\".berth.runtime.v1.DescribeResponse\x12I\n" +
 	"\x06Health\x12\x1e.berth.plugin.v1.HealthRequest\x1a\x1d.berth.plugin.v1.HealthReport0\x01\x12H\n" +
