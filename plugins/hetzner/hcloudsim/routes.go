@@ -125,7 +125,14 @@ func (s *Sim) listServers(w http.ResponseWriter, q url.Values) {
 	name := q.Get("name")
 	s.mu.Lock()
 	out := []schema.Server{}
+	stale := len(sel) > 0 && s.staleLists > 0
+	if stale {
+		s.staleLists--
+	}
 	for _, sv := range s.servers {
+		if stale {
+			break
+		}
 		if (name == "" || sv.s.Name == name) && sel.matches(sv.s.Labels) {
 			out = append(out, sv.s)
 		}

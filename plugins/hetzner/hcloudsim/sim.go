@@ -36,8 +36,9 @@ const (
 type Request struct {
 	Method string
 	Path   string
-	Query  string // raw query string
-	Status int    // the status answered
+	Query  string    // raw query string
+	Status int       // the status answered
+	At     time.Time // when it arrived
 }
 
 // Sim is a running simulator. Its methods are safe for concurrent use.
@@ -65,6 +66,7 @@ type Sim struct {
 	// faults
 	fail        []failure
 	holdCreate  chan struct{} // non-nil: the next create waits on it before answering
+	staleLists  int           // server lists by label selector still to answer empty
 	stuck       map[string]bool
 	failStart   map[string]bool
 	limit       int
@@ -155,7 +157,7 @@ func (s *Sim) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.servers, s.actions, s.log, s.created = map[int64]*server{}, map[int64]*action{}, nil, 0
-	s.fail, s.stuck, s.failStart = nil, map[string]bool{}, map[string]bool{}
+	s.fail, s.stuck, s.failStart, s.staleLists = nil, map[string]bool{}, map[string]bool{}, 0
 	s.limit, s.remaining, s.resetAt = 3600, 3600, s.now()
 }
 
@@ -234,6 +236,15 @@ func (s *Sim) HoldNextCreate() (release func()) {
 	return func() { once.Do(func() { close(ch) }) }
 }
 
+// StaleNextLists makes the next n GET /servers with a label selector
+// answer an empty list, as a read that has not caught up with a create
+// would.
+func (s *Sim) StaleNextLists(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.staleLists = n
+}
+
 // StuckInitializing makes the server named name, once created, stay
 // initializing: its create_server action never finishes.
 func (s *Sim) StuckInitializing(name string) {
@@ -273,9 +284,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Sim) serve(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 	path := strings.TrimPrefix(r.URL.Path, "/v1")
+	arrived := s.now()
 	defer func() {
 		s.mu.Lock()
-		s.log = append(s.log, Request{Method: r.Method, Path: path, Query: r.URL.RawQuery, Status: rec.status})
+		s.log = append(s.log, Request{Method: r.Method, Path: path, Query: r.URL.RawQuery, Status: rec.status, At: arrived})
 		s.mu.Unlock()
 	}()
 	w = rec
