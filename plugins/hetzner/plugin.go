@@ -302,7 +302,8 @@ func (p *Plugin) ensure(ctx context.Context, c *conn, id string, a Attributes) e
 		if sv, err = p.create(ctx, c, id, a); err != nil {
 			return err
 		}
-	} else {
+	} else if sv.Status != hcloud.ServerStatusRunning {
+		// An earlier attempt created it: finish what it started.
 		p.log.Info("hetzner server adopted", "machine", id, "server", sv.ID, "status", string(sv.Status))
 		if err := p.settle(ctx, c, sv); err != nil {
 			return err

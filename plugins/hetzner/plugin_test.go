@@ -181,6 +181,19 @@ func TestCreateIsLabelledAndReadable(t *testing.T) {
 	if !got.State.Equal(st) {
 		t.Errorf("Read %s, want %s", got.State.Attributes, st.Attributes)
 	}
+	// With the catalog and names cached, a create costs the lookup, the
+	// POST and the polls of its two actions (they finish on the second).
+	before := len(sim.Log())
+	if _, err := apply(ctx(t), p, server("m-2", nil, nil), 1); err != nil {
+		t.Fatal(err)
+	}
+	var calls []string
+	for _, r := range sim.Log()[before:] {
+		calls = append(calls, r.Method+" "+r.Path)
+	}
+	if len(calls) > 5 {
+		t.Errorf("a create with a warm catalog made %d API calls, want at most 5: %v", len(calls), calls)
+	}
 }
 
 // TestRetriedCreateAfterTimeoutAdopts: the create's answer is lost to the
