@@ -464,3 +464,27 @@ func TestAPIErrorsMapToStableCodes(t *testing.T) {
 		t.Errorf("POST /servers with a read-only token: %d, want 1 (no retries)", n)
 	}
 }
+
+// TestCreateAnswered429IsSentAgain: a POST answered 429 was not carried
+// out; the limiter sends it again, body and all, after the reset, and the
+// create succeeds with one server.
+func TestCreateAnswered429IsSentAgain(t *testing.T) {
+	sim := simulator(t)
+	p := open(t, config(sim, nil))
+	sim.FailNext(http.MethodPost, "/servers", 1, http.StatusTooManyRequests, "rate_limit_exceeded")
+	if _, err := apply(ctx(t), p, server("m-429", map[string]string{"role": "web"}, nil), 1); err != nil {
+		t.Fatalf("a create answered 429 once: %v", err)
+	}
+	var statuses []int
+	for _, r := range sim.Log() {
+		if r.Method == http.MethodPost && r.Path == "/servers" {
+			statuses = append(statuses, r.Status)
+		}
+	}
+	if fmt.Sprint(statuses) != "[429 201]" {
+		t.Errorf("POST /servers answers %v, want [429 201]", statuses)
+	}
+	if sv := sim.Servers(); len(sv) != 1 || sv[0].Labels["role"] != "web" || sim.Created() != 1 {
+		t.Errorf("servers after the resent create: %+v (created %d)", sv, sim.Created())
+	}
+}
