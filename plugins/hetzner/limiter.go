@@ -43,7 +43,6 @@ type limiter struct {
 	window    int64         // the RateLimit-Reset that remaining came with; mu must be held
 	inflight  int           // requests sent and not answered; mu must be held
 	changed   chan struct{} // closed and replaced at every change; mu must be held
-	pauses    int           // pauses begun; mu must be held
 }
 
 func newLimiter(base http.RoundTripper, perHour, burst int, log *slog.Logger) *limiter {
@@ -184,7 +183,6 @@ func (l *limiter) done(resp *http.Response) {
 		return
 	}
 	if !l.until.After(now) {
-		l.pauses++
 		l.log.Warn("hetzner API rate limit reached: every call waits for the reset",
 			"status", resp.StatusCode, "remaining", resp.Header.Get("RateLimit-Remaining"),
 			"reset", until.UTC().Format(time.RFC3339), "wait", until.Sub(now).Round(time.Second).String())

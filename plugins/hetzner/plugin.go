@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,7 +136,7 @@ func (p *Plugin) ValidateConfig(_ context.Context, req *provider.ConfigRequest) 
 func (p *Plugin) Configure(_ context.Context, req *provider.ConfigRequest) error {
 	s, problems := parseConfig(req.Config)
 	if len(problems) > 0 {
-		return abierrors.New(abierrors.ValidationFailed, "hetzner configuration: "+joinProblems(problems))
+		return abierrors.New(abierrors.ValidationFailed, "hetzner configuration: "+strings.Join(problems, "; "))
 	}
 	c := p.connect(s, http.DefaultTransport)
 	p.mu.Lock()
@@ -149,17 +150,6 @@ func (p *Plugin) Configure(_ context.Context, req *provider.ConfigRequest) error
 	p.log.Info("hetzner provider configured", "endpoint", s.endpoint, "requests_per_hour", s.perHour, "burst", s.burst,
 		"poll_interval", s.pollInterval.String(), "create_timeout", s.createTimeout.String())
 	return nil
-}
-
-func joinProblems(p []string) string {
-	out := ""
-	for i, s := range p {
-		if i > 0 {
-			out += "; "
-		}
-		out += s
-	}
-	return out
 }
 
 // connect builds the API access of settings s over base.
