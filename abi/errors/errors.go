@@ -251,7 +251,40 @@ const (
 	BackupScheduleInvalid Code = "backup_schedule_invalid"
 )
 
+// Cloud provider codes: a machine provider plugin's refusals (docs/plugins-hetzner.md section 6).
+// The provider's own error codes map onto them; [ProviderRetryable] says which are worth a retry.
+const (
+	ProviderInvalidInput          Code = "provider_invalid_input"           // the cloud refused a field (unknown type, location, image); final (422)
+	ProviderForbidden             Code = "provider_forbidden"               // the cloud refused the API token (unknown, or read-only for a write); final (403)
+	ProviderResourceLimitExceeded Code = "provider_resource_limit_exceeded" // the project's quota (servers, cores) is used up; final (409)
+	ProviderResourceUnavailable   Code = "provider_resource_unavailable"    // the type or location has no capacity now, or a server did not finish booting; retried with backoff (503)
+	ProviderPlacementError        Code = "provider_placement_error"         // the cloud could not place the server (placement group spread); retried with backoff (503)
+	ProviderLocked                Code = "provider_locked"                  // another action holds the server's lock; retried with backoff (409)
+	ProviderActionFailed          Code = "provider_action_failed"           // an action the create started (start_server) failed; the server was deleted; final (502)
+	ProviderNameTaken             Code = "provider_name_taken"              // the machine id is the name of a server Berth did not create; final (409)
+)
+
+// ProviderRetryable reports whether a provider refusal of code c may succeed
+// when retried later: capacity, placement and locks change, quotas and
+// tokens do not; unavailable covers 5xx answers and timeouts.
+func ProviderRetryable(c Code) bool {
+	switch c {
+	case ProviderResourceUnavailable, ProviderPlacementError, ProviderLocked, Unavailable:
+		return true
+	}
+	return false
+}
+
 var statuses = map[Code]int{
+	ProviderInvalidInput:          http.StatusUnprocessableEntity,
+	ProviderForbidden:             http.StatusForbidden,
+	ProviderResourceLimitExceeded: http.StatusConflict,
+	ProviderResourceUnavailable:   http.StatusServiceUnavailable,
+	ProviderPlacementError:        http.StatusServiceUnavailable,
+	ProviderLocked:                http.StatusConflict,
+	ProviderActionFailed:          http.StatusBadGateway,
+	ProviderNameTaken:             http.StatusConflict,
+
 	BindingNotGranted:     http.StatusForbidden,
 	BindingKindUnknown:    http.StatusUnprocessableEntity,
 	BindingNameClash:      http.StatusUnprocessableEntity,
