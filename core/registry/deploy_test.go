@@ -441,3 +441,58 @@ func TestFollowCompletesAfterRestart(t *testing.T) {
 		t.Fatalf("a repeated delivery wrote web again: revision %d", web.Revision)
 	}
 }
+
+// TestOlderFollowLandingLastIsCaughtUp: two workers (two berthd replicas on one store) follow
+// two pushes of one tag; the older follow's service write lands after the newer one was
+// followed and settled. The worker that wrote the older digest loses its outcome write, sees
+// that the tag was followed at a newer digest, and follows that digest again, so the service
+// ends on the newest push.
+func TestOlderFollowLandingLastIsCaughtUp(t *testing.T) {
+	f := newFollowEnv(t)
+	imgs, digests := images(t, 3)
+	f.apply(t, &services.Service{Name: "web", Runtime: "containerd", Image: f.pinned(digests[0]), ImageTag: "shop/web:main", DeployOnPush: true, Replicas: 1, Port: 8080})
+	f.pushSettled(t, "main", imgs[0])
+
+	follow := f.catalogFollower()
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var slowCalls atomic.Int32
+	f.startFollows(t, registry.FollowerFunc(func(ctx context.Context, req registry.FollowRequest) (registry.FollowResult, error) {
+		if slowCalls.Add(1) == 1 {
+			close(entered)
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return registry.FollowResult{}, ctx.Err()
+			}
+		}
+		return follow(ctx, req)
+	}), fastRetry)
+	f.push(t, "main", imgs[1])
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first worker never started the follow")
+	}
+
+	// The second replica records and follows the newer push while the first one hangs.
+	f.startFollows(t, follow, fastRetry)
+	f.push(t, "main", imgs[2])
+	f.waitRelease(t, "main", "followed at the newer digest", settled(digests[2], registry.FollowFollowed))
+	if web := f.service(t, "web"); web.Image != f.pinned(digests[2]) {
+		t.Fatalf("the second worker left web at %s", web.Image)
+	}
+
+	close(gate) // the older follow now writes digest 1 over digest 2
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		web := f.service(t, "web")
+		if web.Image == f.pinned(digests[2]) && slowCalls.Load() >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("web runs %s at revision %d after the older follow landed (%d calls of the first worker); want %s", web.Image, web.Revision, slowCalls.Load(), f.pinned(digests[2]))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.waitRelease(t, "main", "still followed at the newer digest", settled(digests[2], registry.FollowFollowed))
+}

@@ -141,6 +141,10 @@ type FollowWorker struct {
 	due  map[string]time.Time // release id -> not before; zero: at once. mu must be held
 	wake chan struct{}
 
+	// behind holds, by release id, the digest this worker followed when its outcome write lost
+	// to a newer push of the tag: Run's goroutine only.
+	behind map[string]string
+
 	settled *prometheus.CounterVec // by outcome
 }
 
@@ -159,7 +163,7 @@ func NewFollowWorker(cfg FollowWorkerConfig) *FollowWorker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &FollowWorker{cfg: cfg, log: cfg.Logger, due: map[string]time.Time{}, wake: make(chan struct{}, 1),
+	w := &FollowWorker{cfg: cfg, log: cfg.Logger, due: map[string]time.Time{}, wake: make(chan struct{}, 1), behind: map[string]string{},
 		settled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "berth_registry_follows_total",
 			Help: "Deploy-on-push follows settled or retried, by outcome (followed, refused, failed, retry, none)."}, []string{"outcome"})}
 	if cfg.Metrics != nil {
@@ -314,7 +318,12 @@ func (w *FollowWorker) step(ctx context.Context, id string) (time.Time, bool) {
 		return now.Add(w.cfg.Retry.Backoff(1)), true
 	}
 	f := rel.Follow
+	followed, wasBehind := w.behind[id]
+	delete(w.behind, id)
 	if f == nil || f.State != FollowPending {
+		if wasBehind && f != nil && f.State == FollowFollowed && followed != rel.Digest {
+			w.catchUp(ctx, rel)
+		}
 		return time.Time{}, false
 	}
 	if now.Before(f.NextAt) {
@@ -335,6 +344,7 @@ func (w *FollowWorker) step(ctx context.Context, id string) (time.Time, bool) {
 		return now.Add(w.cfg.Retry.Backoff(1)), true
 	case !ok:
 		// A newer push was recorded (or another replica settled it): read it again at once.
+		w.behind[id] = rel.Digest
 		return time.Time{}, true
 	}
 	w.settled.WithLabelValues(outcome).Inc()
@@ -349,6 +359,18 @@ func (w *FollowWorker) step(ctx context.Context, id string) (time.Time, bool) {
 		w.log.Info("registry: deploy on push settled", attrs...)
 	}
 	return time.Time{}, false
+}
+
+// catchUp follows rel's digest once more after this worker followed an older one of the tag
+// while another replica (which wrote the outcome) followed rel's: the older write may have
+// landed last. The follow is idempotent, so services already at the digest are left alone. Its
+// error is logged: the outcome stays the other replica's.
+func (w *FollowWorker) catchUp(ctx context.Context, rel *Release) {
+	_, err := w.cfg.Follower.Follow(ctx, FollowRequest{Repository: rel.Repository, Tag: rel.Tag, Digest: rel.Digest,
+		Actor: changelog.Actor{Type: rel.Follow.ActorKind, ID: rel.Follow.Actor}})
+	if err != nil && ctx.Err() == nil {
+		w.log.Error("registry: follow the newest push again after following an older one", "repository", rel.Repository, "tag", rel.Tag, "digest", rel.Digest, "err", err)
+	}
 }
 
 // settle decides what a follow attempt leaves on the release: nil when no service follows the
