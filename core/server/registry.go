@@ -50,7 +50,7 @@ func loadOrCreateRegistryKey(dataDir string) ([]byte, error) {
 // newRegistry builds /v2 over the blob store's configuration: the
 // filesystem under DataDir/blobs/registry, or the S3 bucket.
 // Pushes are recorded as releases in rel (reserved tags checked first), each with the
-// deploy-on-push follow that follows settles.
+// deploy-on-push follow it owes, which follows settles after the push is answered.
 func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *registry.Releases, follows *registry.FollowWorker, tokens *identity.Tokens, reg *nodes.Registry, log *slog.Logger) (*registry.Registry, error) {
 	key, err := loadOrCreateRegistryKey(cfg.DataDir)
 	if err != nil {
