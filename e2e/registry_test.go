@@ -7,10 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/berthhq/berth/sdk/client"
 )
 
 // craneBinary finds crane (make test installs it).
@@ -99,4 +102,67 @@ func TestCranePushesToBerthRegistry(t *testing.T) {
 	if out, err := run("digest", ref); err == nil || !strings.Contains(out, "UNAUTHORIZED") {
 		t.Fatalf("a wrong token read %s: %v %s", ref, err, out)
 	}
+}
+
+// TestCranePushIsFollowedAfterItIsAnswered: a container service follows default/web:main
+// (deploy_on_push). crane pushes a new image to the tag and exits 0; berthd then rolls the
+// service to the pushed digest, and berth release list shows the tag's follow as followed (a
+// tag no service follows shows -).
+func TestCranePushIsFollowedAfterItIsAnswered(t *testing.T) {
+	t.Parallel()
+	crane := craneBinary(t)
+	cl := newCluster(t)
+	ctx := context.Background()
+	if _, err := cl.c.PutProject(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(crane, append(args, "--insecure")...)
+		cmd.Env = append(os.Environ(), "HOME="+cl.dir, "DOCKER_CONFIG="+filepath.Join(cl.dir, "docker"))
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := run("auth", "login", cl.api, "-u", "berth", "-p", cl.token); err != nil {
+		t.Fatalf("crane auth login: %v\n%s", err, out)
+	}
+	push := func(tag string) string {
+		t.Helper()
+		img, err := random.Image(1024, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := img.Digest()
+		tar := filepath.Join(t.TempDir(), "img.tar")
+		ref, _ := name.NewTag("default/web:" + tag)
+		if err := tarball.WriteToFile(tar, ref, img); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := run("push", tar, cl.api+"/default/web:"+tag); err != nil {
+			t.Fatalf("crane push %s: %v\n%s", tag, err, out)
+		}
+		return d.String()
+	}
+	push("main")
+	if _, err := cl.c.ApplyService(ctx, "default", "web", client.ServiceSpec{
+		Container: client.Container{Runtime: "containerd", Image: "default/web:main", DeployOnPush: true},
+	}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	d2 := push("main")
+	other := push("other")
+	waitFor(t, 60*time.Second, "web follows the pushed digest and the release shows it", func() (bool, string) {
+		svc, err := cl.c.GetService(ctx, "default", "web")
+		if err != nil {
+			return false, err.Error()
+		}
+		out := cl.cli(t, "release", "list", "web")
+		follows := map[string]string{}
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 4 {
+				follows[f[0]+" "+f[1]] = f[3]
+			}
+		}
+		ok := strings.HasSuffix(svc.Container.Image, "@"+d2) && follows["main "+d2] == "followed" && follows["other "+other] == "-"
+		return ok, svc.Container.Image + "\n" + out
+	})
 }

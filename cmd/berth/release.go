@@ -49,10 +49,17 @@ release_tag_invalid for latest or a name that is not a tag.`,
 		},
 	}
 	list := &cobra.Command{
-		Use:     "list SERVICE",
-		Short:   "List the release tags of a service's repository",
-		Example: `  berth release list web`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "list SERVICE",
+		Short: "List the release tags of a service's repository",
+		Long: `list prints each tag of the service's repository, newest first: the digest it
+names, who reserved it, and FOLLOW, where deploy on push stands for the digest:
+pending (pushed, the services that follow the tag not rolled yet), followed,
+refused(policy) (an admission policy refused the change; -o json has the
+reason), failed(<error>) (after its retries), or - when no service follows
+the tag. The push itself succeeded in every case.`,
+		Example: `  berth release list web
+  berth release list web -o json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, s, err := a.apiClient(cmd)
 			if err != nil {
@@ -155,12 +162,13 @@ what the first promotion answered.`,
 	return cmd
 }
 
-// printReleases writes a service's image releases as an aligned table.
+// printReleases writes a service's image releases as an aligned table; FOLLOW is where deploy
+// on push stands for the tag ("-": no service follows it).
 func printReleases(w io.Writer, rels []client.ImageRelease) error {
 	tw := newTable(w)
-	row(tw, "TAG", "DIGEST", "RESERVED")
+	row(tw, "TAG", "DIGEST", "RESERVED", "FOLLOW")
 	for _, r := range rels {
-		row(tw, r.Tag, orDash(r.Digest), orDash(r.ReservedBy))
+		row(tw, r.Tag, orDash(r.Digest), orDash(r.ReservedBy), orDash(r.Follow.Summary()))
 	}
 	return tw.Flush()
 }

@@ -56,7 +56,8 @@ func TestTablesAreAligned(t *testing.T) {
 			{ID: "bk_long_identifier_2", Service: "a-much-longer-service", Binding: "uploads", Kind: "volume", State: "failed", Size: 123456789, CreatedAt: when},
 		}},
 		"/projects/shop/services/web/releases": client.List[client.ImageRelease]{Items: []client.ImageRelease{
-			{Tag: "v1", Digest: "sha256:" + strings.Repeat("b", 64)},
+			{Tag: "v1", Digest: "sha256:" + strings.Repeat("b", 64), Follow: &client.ReleaseFollow{State: client.FollowRefused, Reason: "policy: pushed images wait for review"}},
+			{Tag: "main", Digest: "sha256:" + strings.Repeat("e", 64), Follow: &client.ReleaseFollow{State: client.FollowFollowed}},
 			{Tag: "release-2030-01-02", ReservedBy: "ci"},
 		}},
 		"/registry/gc": client.RegistryGCReport{DryRun: true, Deletions: []client.RegistryGCItem{
@@ -82,7 +83,13 @@ func TestTablesAreAligned(t *testing.T) {
 	c.env["BERTH_SERVER"], c.env["BERTH_TOKEN"], c.env["BERTH_PROJECT"] = srv.URL, "brt_good", "shop"
 
 	assertAligned(t, "backup ls", c.ok("", "backup", "ls"), []string{"ID", "SERVICE", "BINDING", "KIND", "STATE", "SIZE", "DIGEST", "WHEN", "DRILL"}, 2)
-	assertAligned(t, "release list", c.ok("", "release", "list", "web"), []string{"TAG", "DIGEST", "RESERVED"}, 2)
+	rl := c.ok("", "release", "list", "web")
+	assertAligned(t, "release list", rl, []string{"TAG", "DIGEST", "RESERVED", "FOLLOW"}, 3)
+	for _, want := range []string{"refused(policy)\n", "followed\n", "ci         -\n"} {
+		if !strings.Contains(rl, want) {
+			t.Errorf("release list lacks %q:\n%s", want, rl)
+		}
+	}
 	gc := c.ok("", "registry", "gc", "--dry-run")
 	assertAligned(t, "registry gc", gc, []string{"KIND", "REPOSITORY", "TAG", "DIGEST", "SIZE"}, 2)
 	if !strings.Contains(gc, "would delete 2 objects (1048576 blob bytes)") {

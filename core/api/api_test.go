@@ -115,7 +115,7 @@ func newFixtureWith(t *testing.T, change func(*Config)) *fixture {
 	cfg := Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil), Now: clock.now,
 		Secrets:       &SecretsConfig{Store: secrets.NewStore(st, kr, nil)},
-		ImageReleases: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)}
+		ImageReleases: registry.NewReleases(st, nil)}
 	if change != nil {
 		change(&cfg)
 	}

@@ -1,6 +1,10 @@
 package api
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 func TestReserveReleaseTag(t *testing.T) {
 	t.Parallel()
@@ -28,5 +32,21 @@ func TestReserveReleaseTag(t *testing.T) {
 	}
 	if code, out := f.json("POST", "/api/v1/projects/nope/services/web/releases", map[string]any{"tag": "v1"}); code != 404 {
 		t.Fatalf("unknown project: %d %v", code, out)
+	}
+
+	// A pushed tag lists the follow its push left (no worker runs here: it stays pending); the
+	// reservation, never pushed, has none.
+	d := "sha256:" + strings.Repeat("3c", 32)
+	f.recordPush("shop/web", "main", d)
+	_, out = f.json("GET", path, nil)
+	items, _ = out["items"].([]any)
+	follows := map[string]any{}
+	for _, it := range items {
+		r, _ := it.(map[string]any)
+		follows[fmt.Sprint(r["tag"])] = r["follow"]
+	}
+	main, _ := follows["main"].(map[string]any)
+	if len(items) != 2 || main["state"] != "pending" || main["digest"] != d || follows["v1.2.3"] != nil {
+		t.Fatalf("list after a push: %v", out)
 	}
 }

@@ -60,7 +60,7 @@ func fullServer(t *testing.T) *Server {
 		Sessions: http.NotFoundHandler(), NodeOps: stubCommander{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
 		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{}, RegistryGC: stubGC,
 		Leases: fencing.New(st, fencing.Config{}), Guard: fencing.NewGuard(st, nil),
-		ImageReleases: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil),
+		ImageReleases: registry.NewReleases(st, nil),
 		Bindings:      bindings.New(bindings.Config{Store: st, Queue: operations.NewQueue(st, operations.Config{}), Secrets: secStore})})
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/berthhq/berth/core/changelog"
@@ -150,6 +151,32 @@ func OnlyRefusals(err error) bool {
 	}
 	var de *policy.DeniedError
 	return errors.As(err, &de)
+}
+
+// RefusalReason classifies an error of [Deployer.FollowTag] for the release it follows
+// (docs/registry.md section 8.1): ok when err is made only of policy refusals ([OnlyRefusals]),
+// with the reason "policy: <the policies' reasons>"; a failure mixed in makes it not ok, so the
+// follow is tried again.
+func RefusalReason(err error) (string, bool) {
+	if !OnlyRefusals(err) {
+		return "", false
+	}
+	var reasons []string
+	var walk func(error)
+	walk = func(e error) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+			return
+		}
+		var de *policy.DeniedError
+		if errors.As(e, &de) {
+			reasons = append(reasons, de.Reasons...)
+		}
+	}
+	walk(err)
+	return "policy: " + strings.Join(slices.Compact(reasons), "; "), true
 }
 
 // FollowTag rolls every service with deploy_on_push that follows repoTag

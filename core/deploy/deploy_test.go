@@ -88,7 +88,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	sec := secrets.NewStore(st, kr, nil)
-	rel := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
+	rel := registry.NewReleases(st, nil)
 	rs := rollout.NewStore(st, cat, nil)
 	e := &env{ctx: ctx, st: st, cat: cat, eng: eng, ev: ev, sec: sec, rel: rel, rs: rs}
 	e.dep = New(Config{Catalog: cat, Runtime: rs, Bundles: bs, Secrets: sec, Policy: eng, Releases: rel, RegistryHost: "registry.test", Events: ev})

@@ -50,8 +50,9 @@ type env struct {
 	// nodes enrolls real nodes beside the one fixed credential nodeCred
 	// (node nod_1, always current).
 	nodes *nodes.Registry
-	// follow, when set, is the deploy-on-push step of every recorded push to a tag.
-	follow registry.FollowFunc
+	// follows, when set, is woken for every push recorded (deploy on push); its Run is the
+	// test's to start.
+	follows *registry.FollowWorker
 }
 
 const nodeCred = "brn_testnodecredential"
@@ -64,17 +65,17 @@ func newEnvAt(t *testing.T, s3 blobs.S3Config, now func() time.Time) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	st := storetest.Open(t)
-	e := &env{st: st, tokens: identity.NewTokens(st), images: map[string][]string{}, rel: registry.NewReleases(st.Collection(registry.ReleasesCollection), now),
+	e := &env{st: st, tokens: identity.NewTokens(st), images: map[string][]string{}, rel: registry.NewReleases(st, now),
 		nodes: nodes.NewRegistry(st, now)}
-	record := e.rel.RecordAndFollow(func(ctx context.Context, p registry.Push, digest string) error {
+	record := func(ctx context.Context, p registry.Push) error {
 		e.mu.Lock()
-		follow := e.follow
+		follows := e.follows
 		e.mu.Unlock()
-		if follow == nil {
-			return nil
+		if follows == nil {
+			return e.rel.Record(ctx, p)
 		}
-		return follow(ctx, p, digest)
-	})
+		return follows.OnPush(ctx, p)
+	}
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	reg, err := registry.New(ctx, registry.Config{

@@ -46,7 +46,11 @@ type Release struct {
 	ReservedBy string    `bson:"reserved_by,omitempty" json:"reserved_by,omitempty"`
 	ReservedAt time.Time `bson:"reserved_at,omitempty" json:"reserved_at,omitempty"`
 	// History holds the digests the tag named before, newest first.
-	History   []ReleaseDigest     `bson:"history,omitempty" json:"history,omitempty"`
+	History []ReleaseDigest `bson:"history,omitempty" json:"history,omitempty"`
+	// Follow is deploy on push's work for the digest the tag names (follow.go): written pending
+	// by the push that moved the tag, in the same compare-and-set, and settled by the
+	// [FollowWorker]. nil: nothing to follow (a reservation, or no service follows the tag).
+	Follow    *ReleaseFollow      `bson:"follow,omitempty" json:"follow,omitempty"`
 	Revision  int64               `bson:"revision" json:"revision"`
 	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
 }
@@ -60,16 +64,18 @@ type ReleaseDigest struct {
 // Releases records tags as releases: every write is one compare-and-set on
 // the tag's document, with its change-log entry in the same write.
 type Releases struct {
+	st   *store.Store
 	coll *mongo.Collection
 	now  func() time.Time
 }
 
-// NewReleases returns the release records in coll; now nil means time.Now.
-func NewReleases(coll *mongo.Collection, now func() time.Time) *Releases {
+// NewReleases returns the release records of st (collection ReleasesCollection); now nil means
+// time.Now.
+func NewReleases(st *store.Store, now func() time.Time) *Releases {
 	if now == nil {
 		now = time.Now
 	}
-	return &Releases{coll: coll, now: now}
+	return &Releases{st: st, coll: st.Collection(ReleasesCollection), now: now}
 }
 
 func releaseID(repo, tag string) string { return repo + ":" + tag }
@@ -133,12 +139,14 @@ func (r *Releases) CheckPush(ctx context.Context, p Push) error {
 }
 
 // Record notes a manifest written under a tag: the tag's digest moves (the
-// previous one goes to History) and a change-log entry rides in the same
-// write. Idempotent: recording the digest the tag already names changes
-// nothing. A compare-and-set lost to a concurrent push of the tag is tried
-// again on the document that push left, so the push recorded last is the
-// one the tag names. Errors: ErrConflict after RecordAttempts lost
-// compare-and-sets.
+// previous one goes to History), and a change-log entry and a pending
+// follow of the new digest ([ReleaseFollow], deploy on push) ride in the
+// same compare-and-set, so a push recorded is a follow owed whatever happens
+// to this process next. Idempotent: recording the digest the tag already
+// names changes nothing. A compare-and-set lost to a concurrent push of the
+// tag is tried again on the document that push left, so the push recorded
+// last is the one the tag names. Errors: ErrConflict after RecordAttempts
+// lost compare-and-sets.
 func (r *Releases) Record(ctx context.Context, p Push) error {
 	if isDigestRef(p.Reference) || p.Digest == "" {
 		return nil
@@ -162,8 +170,8 @@ func (r *Releases) Record(ctx context.Context, p Push) error {
 				rel.History = rel.History[:HistoryLimit]
 			}
 		}
-		prev := rel.Revision
-		rel.Digest, rel.PushedBy, rel.PushedAt, rel.Revision = p.Digest, p.Actor, now, prev+1
+		rel.Digest, rel.PushedBy, rel.PushedAt = p.Digest, p.Actor, now
+		rel.Follow = &ReleaseFollow{State: FollowPending, Digest: p.Digest, Actor: p.Actor, ActorKind: string(p.ActorKind), UpdatedAt: now}
 		op := node.OpUpdate
 		if fresh {
 			op = node.OpCreate
@@ -177,16 +185,20 @@ func (r *Releases) Record(ctx context.Context, p Push) error {
 		if err != nil {
 			return err
 		}
-		rel.LogOutbox = append(rel.LogOutbox, pend)
 		if fresh {
+			rel.Revision, rel.LogOutbox = 1, []changelog.Pending{pend}
 			_, err = r.coll.InsertOne(ctx, rel)
 			if store.IsDuplicateKey(err) {
 				continue
 			}
 		} else {
-			var res *mongo.UpdateResult
-			res, err = r.coll.ReplaceOne(ctx, bson.M{"_id": rel.ID, "revision": prev}, rel)
-			if err == nil && res.MatchedCount == 0 {
+			// Field by field, not a replacement: the change log clears appended entries from
+			// log_outbox by _id meanwhile, and a replacement would bring them back.
+			_, err = r.st.UpdateIfRevision(ctx, r.coll, rel.ID, rel.Revision, bson.M{
+				"$set":  bson.M{"digest": rel.Digest, "pushed_by": rel.PushedBy, "pushed_at": rel.PushedAt, "history": rel.History, "follow": rel.Follow},
+				"$push": bson.M{changelog.OutboxField: pend},
+			})
+			if errors.Is(err, store.ErrConflict) {
 				continue
 			}
 		}
@@ -260,39 +272,4 @@ func latest(r Release) time.Time {
 		return r.PushedAt
 	}
 	return r.ReservedAt
-}
-
-// FollowFunc is told, after a push p to a tag was recorded, the digest the tag names now; deploy on push rolls the services that follow the tag (docs/registry.md
-// section 8). An error answers the push 503, so the client's retry runs it again.
-type FollowFunc func(ctx context.Context, p Push, digest string) error
-
-// RecordAndFollow returns a push hook (Config.OnPush) that records p ([Releases.Record]) and
-// then, for a push to a tag, calls follow with the digest the tag names after the record: the
-// pushed one, or a concurrent push's when that one was recorded last, so two racing hooks roll to
-// the same digest. follow nil only records.
-func (r *Releases) RecordAndFollow(follow FollowFunc) func(ctx context.Context, p Push) error {
-	return func(ctx context.Context, p Push) error {
-		if err := r.Record(ctx, p); err != nil {
-			return err
-		}
-		if follow == nil || isDigestRef(p.Reference) || p.Digest == "" {
-			return nil
-		}
-		rel, err := r.Get(ctx, p.Repository, p.Reference)
-		if err != nil {
-			return err
-		}
-		return follow(ctx, p, rel.Digest)
-	}
-}
-
-// DeployOnPush returns the FollowFunc of deploy on push (docs/registry.md section 8): it names
-// the digest as "<host>/<repo>@<digest>" and calls roll with "<repo>:<tag>" and that image, ctx
-// carrying the pusher as the actor of the change log, so each service write records who pushed.
-// roll is core/deploy's Deployer.FollowTag, with the caller's logging and hints around it.
-func DeployOnPush(host string, roll func(ctx context.Context, repoTag, image string) error) FollowFunc {
-	return func(ctx context.Context, p Push, digest string) error {
-		ctx = changelog.WithActor(ctx, changelog.Actor{Type: string(p.ActorKind), ID: p.Actor})
-		return roll(ctx, p.Repository+":"+p.Reference, host+"/"+p.Repository+"@"+digest)
-	}
 }

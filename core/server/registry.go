@@ -15,10 +15,12 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/blobs"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/reconciler"
+	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/internal/securefile"
 )
@@ -48,15 +50,16 @@ func loadOrCreateRegistryKey(dataDir string) ([]byte, error) {
 
 // newRegistry builds /v2 over the blob store's configuration: the
 // filesystem under DataDir/blobs/registry, or the S3 bucket.
-// Pushes are recorded as releases in rel (reserved tags checked first).
-func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *registry.Releases, tokens *identity.Tokens, reg *nodes.Registry, log *slog.Logger, follow registry.FollowFunc) (*registry.Registry, error) {
+// Pushes are recorded as releases in rel (reserved tags checked first), each with the
+// deploy-on-push follow it owes, which follows settles after the push is answered.
+func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *registry.Releases, follows *registry.FollowWorker, tokens *identity.Tokens, reg *nodes.Registry, log *slog.Logger) (*registry.Registry, error) {
 	key, err := loadOrCreateRegistryKey(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	return registry.New(ctx, registry.Config{
 		Authorize: rel.CheckPush,
-		OnPush:    rel.RecordAndFollow(follow),
+		OnPush:    follows.OnPush,
 		TagDigest: rel.TagDigest,
 		RootDir:   filepath.Join(cfg.DataDir, "blobs", "registry"),
 		S3:        cfg.S3,
@@ -95,24 +98,57 @@ func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *regist
 	})
 }
 
-// deployOnPush rolls the services that follow a pushed tag (deploy_on_push, docs/registry.md
-// section 8) to "<registry host>/<repo>@<digest>" through the deployer (registry.push, admitted
-// like any change), the write attributed to the pusher in the change log, and wakes the
-// reconciler for each service written. A policy's refusal is recorded by the deployer (event,
-// verdict, metric) and does not fail the push: the manifest is stored and the push answered.
-func deployOnPush(cfg Config, deployer func() *deploy.Deployer, rec *reconciler.Reconciler, log *slog.Logger) registry.FollowFunc {
-	return registry.DeployOnPush(publicHost(cfg.PublicURL), func(ctx context.Context, repoTag, image string) error {
-		out, err := deployer().FollowTag(ctx, repoTag, image)
-		for _, s := range out {
-			log.Info("service follows pushed tag", "project", s.Project, "service", s.Name, "tag", repoTag, "image", s.Image, "revision", s.Revision)
-			rec.HintService("release.pushed", s.ID)
+// tagFollower is deploy on push's [registry.Follower]: it rolls the services that follow a
+// pushed tag to "<registry host>/<repo>@<digest>" through the deployer (cause registry.push,
+// admitted like any change; each write attributed to the pusher in the change log) and wakes the
+// reconciler for each service written.
+type tagFollower struct {
+	host     string
+	cat      *services.Catalog
+	deployer func() *deploy.Deployer
+	rec      *reconciler.Reconciler
+	log      *slog.Logger
+}
+
+func newTagFollower(cfg Config, cat *services.Catalog, deployer func() *deploy.Deployer, rec *reconciler.Reconciler, log *slog.Logger) tagFollower {
+	return tagFollower{host: publicHost(cfg.PublicURL), cat: cat, deployer: deployer, rec: rec, log: log}
+}
+
+// Follow implements [registry.Follower].
+func (f tagFollower) Follow(ctx context.Context, req registry.FollowRequest) (registry.FollowResult, error) {
+	repoTag, image := req.Repository+":"+req.Tag, f.host+"/"+req.Repository+"@"+req.Digest
+	out, err := f.deployer().FollowTag(changelog.WithActor(ctx, req.Actor), repoTag, image)
+	for _, s := range out {
+		f.log.Info("service follows pushed tag", "project", s.Project, "service", s.Name, "tag", repoTag, "image", s.Image, "revision", s.Revision)
+		f.rec.HintService("release.pushed", s.ID)
+	}
+	if err != nil {
+		return registry.FollowResult{}, err
+	}
+	n, err := f.followers(ctx, repoTag)
+	return registry.FollowResult{Followers: n}, err
+}
+
+// followers counts the services of the tag's project that follow it.
+func (f tagFollower) followers(ctx context.Context, repoTag string) (int, error) {
+	project, _, _ := strings.Cut(repoTag, "/")
+	p, err := f.cat.GetProject(ctx, project)
+	if errors.Is(err, services.ErrProjectNotFound) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	svcs, err := f.cat.Followers(ctx, p, repoTag)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range svcs {
+		if !s.Deleting {
+			n++
 		}
-		if deploy.OnlyRefusals(err) {
-			log.Warn("pushed tag not followed: refused by policy", "tag", repoTag, "image", image, "err", err)
-			return nil
-		}
-		return err
-	})
+	}
+	return n, nil
 }
 
 // publicHost is the host (and port) of publicURL, "" when it has none.

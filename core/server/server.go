@@ -453,8 +453,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return out
 	}
 	metrics.MustRegister(&plugin.StatusCollector{List: pluginStatuses})
-	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
-	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log, deployOnPush(cfg, deployer, rec, log))
+	imageReleases := registry.NewReleases(st, nil)
+	follows := registry.NewFollowWorker(registry.FollowWorkerConfig{Releases: imageReleases, Follower: newTagFollower(cfg, cat, deployer, rec, log), Refusal: deploy.RefusalReason, Logger: log, Metrics: metrics})
+	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, follows, tokens, reg, log)
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
@@ -512,6 +513,8 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { defer close(clogDone); clog.Run(rctx) }()
 	gcDone := make(chan struct{})
 	go func() { defer close(gcDone); gc.Run(rctx) }()
+	followDone := make(chan struct{})
+	go func() { defer close(followDone); follows.Run(rctx) }()
 	schedDone := make(chan struct{})
 	go func() {
 		defer close(schedDone)
@@ -542,6 +545,7 @@ func Run(ctx context.Context, cfg Config) error {
 		<-idemDone
 		<-clogDone
 		<-gcDone
+		<-followDone
 		<-schedDone
 		return fmt.Errorf("api server: %w", err)
 	}
@@ -559,6 +563,7 @@ func Run(ctx context.Context, cfg Config) error {
 	<-idemDone
 	<-clogDone
 	<-gcDone
+	<-followDone
 	<-schedDone
 	return nil
 }

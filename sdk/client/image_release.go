@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -21,7 +22,54 @@ type ImageRelease struct {
 		Digest string    `json:"digest"`
 		At     time.Time `json:"at"`
 	} `json:"history,omitempty"`
-	Revision int64 `json:"revision"`
+	// Follow is where deploy on push stands for the digest the tag names; nil when no service
+	// follows the tag (or nothing was pushed to it).
+	Follow   *ReleaseFollow `json:"follow,omitempty"`
+	Revision int64          `json:"revision"`
+}
+
+// Follow states of [ReleaseFollow] (docs/registry.md section 8).
+const (
+	FollowPending  = "pending"  // owed: the push is recorded, the services not rolled yet
+	FollowFollowed = "followed" // every service that follows the tag runs the digest
+	FollowRefused  = "refused"  // admission refused the change; Reason says why
+	FollowFailed   = "failed"   // the follow failed after its retries; Reason is the last error
+)
+
+// ReleaseFollow is the deploy-on-push outcome of a release: the services that follow its tag
+// roll to Digest after the push is answered, retried on failure.
+type ReleaseFollow struct {
+	State  string `json:"state"`
+	Digest string `json:"digest"`
+	// Reason: "policy: <the policy's reasons>" for a refusal, the error for a failure (and, while
+	// pending after a failed attempt, that attempt's error).
+	Reason    string    `json:"reason,omitempty"`
+	Attempts  int       `json:"attempts"`
+	NextAt    time.Time `json:"next_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Summary is the follow in one word, as berth release list shows it: "followed", "pending",
+// "refused(policy)" (the part of Reason before its first colon), "failed(<reason>)", or "" for
+// a nil follow.
+func (f *ReleaseFollow) Summary() string {
+	if f == nil {
+		return ""
+	}
+	switch f.State {
+	case FollowRefused:
+		kind, _, _ := strings.Cut(f.Reason, ":")
+		if kind == "" {
+			return f.State
+		}
+		return f.State + "(" + kind + ")"
+	case FollowFailed:
+		if f.Reason == "" {
+			return f.State
+		}
+		return f.State + "(" + f.Reason + ")"
+	}
+	return f.State
 }
 
 // ReserveRelease reserves tag in the repository of service for the caller:
