@@ -188,7 +188,7 @@ func (r *Records) apply(ctx context.Context, rec *Record, values []string, m plu
 // document when nobody holds the record any more and nothing changed since.
 func (r *Records) recordWritten(ctx context.Context, rec *Record, empty bool) error {
 	coll := r.cfg.Store.Collection(Collection)
-	for range maxCAS {
+	return store.RetryOnConflict(ctx, func() error {
 		var cur Record
 		err := store.FindByID(ctx, coll, rec.ID, &cur)
 		if errors.Is(err, store.ErrNotFound) {
@@ -205,18 +205,14 @@ func (r *Records) recordWritten(ctx context.Context, rec *Record, empty bool) er
 			if err != nil {
 				return err
 			}
-			if ok {
-				return nil
+			if !ok {
+				return fmt.Errorf("dnsrecords: record the write of %s: changed meanwhile: %w", rec.ID, store.ErrConflict)
 			}
-			continue
+			return nil
 		}
 		_, err = r.cfg.Store.UpdateIfRevision(ctx, coll, rec.ID, cur.Revision, bson.M{"$set": bson.M{"written": rec.Generation, "updated_at": time.Now().UTC()}})
-		if errors.Is(err, store.ErrConflict) {
-			continue
-		}
 		return err
-	}
-	return fmt.Errorf("dnsrecords: record the write of %s: %w", rec.ID, store.ErrConflict)
+	})
 }
 
 // recordFailure keeps a write's failure for good on the record (best effort: Wait then times out
@@ -227,18 +223,16 @@ func (r *Records) recordFailure(ctx context.Context, rec *Record, cause error) {
 	if len(msg) > 512 {
 		msg = msg[:512]
 	}
-	for range maxCAS {
+	_ = store.RetryOnConflict(ctx, func() error {
 		var cur Record
 		if err := store.FindByID(ctx, coll, rec.ID, &cur); err != nil {
-			return
+			return err
 		}
 		if cur.Failed >= rec.Generation {
-			return
+			return nil
 		}
 		_, err := r.cfg.Store.UpdateIfRevision(ctx, coll, rec.ID, cur.Revision, bson.M{"$set": bson.M{
 			"failed": rec.Generation, "last_error": msg, "last_code": string(abierrors.CodeOf(cause)), "updated_at": time.Now().UTC()}})
-		if !errors.Is(err, store.ErrConflict) {
-			return
-		}
-	}
+		return err
+	}) // best effort, as said
 }

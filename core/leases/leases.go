@@ -19,9 +19,6 @@ const Collection = "project_leases"
 // DefaultTTL is the lease lifetime when [Config.TTL] is zero.
 const DefaultTTL = 30 * time.Second
 
-// casAttempts bounds how often a write is re-decided after losing a compare-and-set race.
-const casAttempts = 3
-
 // Key returns the lease key of a project: "project:<id>".
 func Key(projectID string) string { return "project:" + projectID }
 
@@ -93,14 +90,15 @@ func (m *Manager) load(ctx context.Context, key string) (doc, bool, error) {
 // apply runs decide on the current state of key and writes its answer with one compare-and-set,
 // re-deciding after a lost race.
 func (m *Manager) apply(ctx context.Context, key string, decide func(State, time.Time) (State, error)) (State, error) {
-	for attempt := 0; ; attempt++ {
+	var out State
+	err := store.RetryOnConflictFunc(ctx, raced, func() error {
 		cur, exists, err := m.load(ctx, key)
 		if err != nil {
-			return State{}, fmt.Errorf("leases: read %s: %w", key, err)
+			return fmt.Errorf("leases: read %s: %w", key, err)
 		}
 		next, err := decide(cur.state(), m.cfg.Now().UTC())
 		if err != nil {
-			return State{}, fmt.Errorf("leases: %s: %w", key, err)
+			return fmt.Errorf("leases: %s: %w", key, err)
 		}
 		if !exists {
 			_, err = m.coll.InsertOne(ctx, doc{ID: key, Owner: next.Owner, Epoch: next.Epoch, ExpiresAt: next.ExpiresAt})
@@ -109,14 +107,32 @@ func (m *Manager) apply(ctx context.Context, key string, decide func(State, time
 				"owner": next.Owner, "epoch": next.Epoch, "expires_at": next.ExpiresAt,
 			}})
 		}
-		if err == nil {
-			return next, nil
+		if err != nil {
+			return fmt.Errorf("leases: write %s: %w", key, errLostRace{err})
 		}
-		raced := store.IsDuplicateKey(err) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound)
-		if !raced || attempt+1 >= casAttempts {
-			return State{}, fmt.Errorf("leases: write %s: %w", key, err)
-		}
+		out = next
+		return nil
+	})
+	if err != nil {
+		return State{}, err
 	}
+	return out, nil
+}
+
+// errLostRace marks a write of [Manager.apply] that lost to another writer (a duplicate insert,
+// a changed or vanished document), so that only the write, never the read or decide, is retried.
+type errLostRace struct{ err error }
+
+func (e errLostRace) Error() string { return e.err.Error() }
+func (e errLostRace) Unwrap() error { return e.err }
+
+// raced reports whether err is a lost race of [Manager.apply]'s write.
+func raced(err error) bool {
+	var lost errLostRace
+	if !errors.As(err, &lost) {
+		return false
+	}
+	return store.IsDuplicateKey(lost.err) || errors.Is(lost.err, store.ErrConflict) || errors.Is(lost.err, store.ErrNotFound)
 }
 
 // Acquire takes the lease on key for this worker. Errors: wrapping [ErrBusy] when another owner
