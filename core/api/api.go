@@ -26,6 +26,7 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
+	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
@@ -125,9 +126,12 @@ type Config struct {
 	// Leases serves /leases, /nodes/{id}/lost, /nodes/{id}/fence and /nodes/{id}/fence-ack, and
 	// supersedes a removed node's leases (leases.go); nil leaves the routes out.
 	Leases *fencing.Authority
-	// Runtime holds runtime specs, slots and verdicts (docs/reconciliation.md); nil opens one
-	// over the Catalog's store.
+	// Runtime holds runtime specs, slots and verdicts (docs/reconciliation.md). Required.
 	Runtime *rollout.Store
+	// Idempotency holds the Idempotency-Key records (docs/api.md section 1.7). Required.
+	Idempotency *idempotency.Records
+	// Certificates reads the certificate statuses shown with domains; nil shows none.
+	Certificates CertificateStatuses
 	// Now is the clock of Idempotency-Key records; nil means time.Now.
 	Now func() time.Time
 	// Releases serves /releases and the binaries POST /nodes/{id}/upgrade
@@ -185,9 +189,6 @@ func New(cfg Config) *Server {
 		now = time.Now
 	}
 	s.logins = newLoginSources(cfg.LoginLimit, now)
-	if s.runtime == nil {
-		s.runtime = rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil)
-	}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_api_requests_total", Help: "API requests by route and status code.",
 	}, []string{"route", "code"})

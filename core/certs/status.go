@@ -194,3 +194,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	return m
 }
+
+// StatusReader reads the stored certificate statuses of a store (for the API's domain views).
+type StatusReader struct{ st *store.Store }
+
+// NewStatusReader returns the status reader of st.
+func NewStatusReader(st *store.Store) StatusReader { return StatusReader{st: st} }
+
+// Statuses is [Statuses] on the reader's store.
+func (r StatusReader) Statuses(ctx context.Context, hostnames []string) (map[string]Status, error) {
+	return Statuses(ctx, r.st, hostnames)
+}

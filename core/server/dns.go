@@ -7,9 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/berthhq/berth/core/dnsrecords"
 	"github.com/berthhq/berth/core/nodes"
@@ -21,32 +19,15 @@ import (
 	"github.com/berthhq/berth/internal/securefile"
 )
 
-// dnsSyncEvery is the period of the managed-records pass (docs/dns.md section 7).
-const dnsSyncEvery = 5 * time.Second
-
 // dnsStateDir is the DNS plugin's state directory under DATA/plugins.
 const dnsStateDir = "dns"
-
-// EdgeAddressLabel is the node label naming the public addresses (comma-separated IPs) of an
-// edge node: while the node is connected, managed domains point at them too (docs/dns.md
-// section 7).
-const EdgeAddressLabel = "edge-address"
-
-// edgeGrace is how long a disconnected edge node keeps its addresses in the records: a berthd
-// restart (which marks every node disconnected until it reconnects) or a short network blip does
-// not make the domains flap.
-const edgeGrace = 2 * time.Minute
 
 // dns is berthd's DNS part: the plugin, the records and the managed-records pass.
 type dns struct {
 	records *dnsrecords.Records
 	handle  *plugin.Provider
-	cat     *services.Catalog
-	nodes   *nodes.Registry
-	edge    []string
+	sync    *dnsrecords.Sync
 	zones   []string // the plugin's configured zones
-	log     *slog.Logger
-	now     func() time.Time // nil means time.Now
 }
 
 // checkEdgeAddresses refuses an edge address that is not an IP address.
@@ -109,9 +90,10 @@ func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.
 	}
 	log.Info("dns plugin running", "zones", zones.Zones, "edge_addresses", cfg.EdgeAddresses, "pid", h.Status().PID)
 	if len(cfg.EdgeAddresses) == 0 {
-		log.Warn("dns: no --edge-addresses: managed domains point only at connected nodes labelled " + EdgeAddressLabel)
+		log.Warn("dns: no --edge-addresses: managed domains point only at connected nodes labelled " + dnsrecords.EdgeAddressLabel)
 	}
-	return &dns{records: recs, handle: h, cat: cat, nodes: reg, edge: cfg.EdgeAddresses, zones: zones.Zones, log: log.With("component", "dns")}, nil
+	sync := &dnsrecords.Sync{Records: recs, Catalog: cat, Nodes: reg, Edge: cfg.EdgeAddresses, Logger: log.With("component", "dns")}
+	return &dns{records: recs, handle: h, sync: sync, zones: zones.Zones}, nil
 }
 
 // resolveTSIG returns the configuration obj with its tsig_secret_ref replaced by the value of
@@ -143,89 +125,6 @@ func resolveTSIG(ctx context.Context, obj map[string]json.RawMessage, rawRef jso
 		return nil, fmt.Errorf("encode the dns configuration: %w", err)
 	}
 	return out, nil
-}
-
-// run runs the write worker and the managed-records pass until ctx ends.
-func (d *dns) run(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { defer close(done); d.records.Run(ctx) }()
-	t := time.NewTicker(dnsSyncEvery)
-	defer t.Stop()
-	var lastSkipped []string
-	for {
-		skipped, err := d.sync(ctx)
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn("dns: managed records pass", "error", err)
-		}
-		if !slices.Equal(skipped, lastSkipped) && len(skipped) > 0 {
-			d.log.Warn("dns: managed domains outside the DNS zones get no records", "domains", strings.Join(skipped, ", "))
-		}
-		lastSkipped = skipped
-		select {
-		case <-ctx.Done():
-			<-done
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// sync is one managed-records pass: every domain of every service with `dns: managed` that is
-// not being deleted.
-func (d *dns) sync(ctx context.Context) ([]string, error) {
-	projects, err := d.cat.ListProjects(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var domains []dnsrecords.Domain
-	for i := range projects {
-		svcs, err := d.cat.ListServices(ctx, &projects[i])
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range svcs {
-			if s.DNS != services.DNSManaged || s.Deleting {
-				continue
-			}
-			for _, host := range s.Domains {
-				domains = append(domains, dnsrecords.Domain{Holder: dnsrecords.ServiceHolder(s.ID), Host: host})
-			}
-		}
-	}
-	edge, err := d.edgeAddresses(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return d.records.SyncManaged(ctx, domains, edge)
-}
-
-// edgeAddresses is --edge-addresses and the addresses in the edge-address label of every
-// connected node, and of every disconnected one seen within edgeGrace; an address that is not an
-// IP is dropped. A draining or removed node's addresses go at once.
-func (d *dns) edgeAddresses(ctx context.Context) ([]string, error) {
-	out := slices.Clone(d.edge)
-	ns, err := d.nodes.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now
-	if d.now != nil {
-		now = d.now
-	}
-	for _, n := range ns {
-		v, ok := n.Labels[EdgeAddressLabel]
-		recent := n.Status == nodes.StatusDisconnected && n.LastSeenAt != nil && now().Sub(*n.LastSeenAt) < edgeGrace
-		if !ok || (n.Status != nodes.StatusConnected && !recent) {
-			continue
-		}
-		for _, a := range strings.Split(v, ",") {
-			if a = strings.TrimSpace(a); net.ParseIP(a) != nil {
-				out = append(out, a)
-			}
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
 }
 
 // close stops the plugin.

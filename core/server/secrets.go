@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"sync"
 
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/store"
@@ -46,51 +45,4 @@ func openSecrets(ctx context.Context, cfg Config, st *store.Store, log *slog.Log
 		}
 	}
 	return s, nil
-}
-
-// rewrapper runs [secrets.Store.Rewrap] in the background, one run at a time: a Kick during a
-// run makes it run once more after, so a rotation started meanwhile is not missed.
-type rewrapper struct {
-	ctx    context.Context
-	store  *secrets.Store
-	rate   int
-	also   []secrets.SealedSet // re-wrapped with the secrets: stored certificates
-	log    *slog.Logger
-	mu     sync.Mutex
-	active bool
-	again  bool
-}
-
-func newRewrapper(ctx context.Context, s *secrets.Store, rate int, log *slog.Logger, also ...secrets.SealedSet) *rewrapper {
-	return &rewrapper{ctx: ctx, store: s, rate: rate, log: log, also: also}
-}
-
-// Kick starts a run unless one is running, in which case that run goes once more; it returns
-// at once.
-func (r *rewrapper) Kick() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.active {
-		r.again = true
-		return
-	}
-	r.active = true
-	go r.loop()
-}
-
-func (r *rewrapper) loop() {
-	for {
-		err := r.store.Rewrap(r.ctx, secrets.RewrapConfig{PerSecond: r.rate, Logger: r.log, Also: r.also})
-		if err != nil && r.ctx.Err() == nil {
-			r.log.Error("keyring rotation stopped; it resumes at the next start or rotation", "err", err)
-		}
-		r.mu.Lock()
-		if !r.again || r.ctx.Err() != nil {
-			r.active = false
-			r.mu.Unlock()
-			return
-		}
-		r.again = false
-		r.mu.Unlock()
-	}
 }
