@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	abierrors "github.com/berthhq/berth/abi/errors"
 	abiprovider "github.com/berthhq/berth/abi/provider"
 	"github.com/berthhq/berth/core/operations"
@@ -207,11 +205,10 @@ func (r *Records) set(ctx context.Context, fqdn, typ, holder string, values []st
 		return 0, err
 	}
 	values = slices.Compact(slices.Sorted(slices.Values(values)))
-	coll := r.cfg.Store.Collection(Collection)
 	var gen int64
 	err = store.RetryOnConflict(ctx, func() error {
 		var cur Record
-		err := store.FindByID(ctx, coll, id, &cur)
+		err := r.cfg.Store.Get(ctx, Collection, id, &cur)
 		if errors.Is(err, store.ErrNotFound) {
 			if len(values) == 0 {
 				gen = 0
@@ -220,7 +217,7 @@ func (r *Records) set(ctx context.Context, fqdn, typ, holder string, values []st
 			now := r.cfg.Now().UTC()
 			doc := Record{ID: id, FQDN: dnsFQDN(fqdn), Type: typ, TTL: ttl, Holdings: []Holding{{Holder: holder, Values: values, Since: now}},
 				Generation: 1, UpdatedAt: now}
-			if _, err := coll.InsertOne(ctx, doc); store.IsDuplicateKey(err) {
+			if err := r.cfg.Store.Insert(ctx, Collection, doc); store.IsDuplicateKey(err) {
 				return fmt.Errorf("dnsrecords: create %s: created meanwhile: %w", id, store.ErrConflict)
 			} else if err != nil {
 				return fmt.Errorf("dnsrecords: create %s: %w", id, err)
@@ -242,8 +239,8 @@ func (r *Records) set(ctx context.Context, fqdn, typ, holder string, values []st
 			return nil
 		}
 		cur.Holdings, cur.Generation, cur.UpdatedAt = next, cur.Generation+1, r.cfg.Now().UTC()
-		rev, err := r.cfg.Store.UpdateIfRevision(ctx, coll, id, cur.Revision, bson.M{"$set": bson.M{
-			"holdings": cur.Holdings, "generation": cur.Generation, "updated_at": cur.UpdatedAt}})
+		rev, err := r.cfg.Store.SetIfRevision(ctx, Collection, id, cur.Revision, store.Fields{
+			"holdings": cur.Holdings, "generation": cur.Generation, "updated_at": cur.UpdatedAt})
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("dnsrecords: update %s: removed meanwhile: %w", id, store.ErrConflict)
 		}
@@ -309,7 +306,7 @@ func (r *Records) Get(ctx context.Context, fqdn, typ string) (*Record, error) {
 		return nil, err
 	}
 	var rec Record
-	if err := store.FindByID(ctx, r.cfg.Store.Collection(Collection), id, &rec); err != nil {
+	if err := r.cfg.Store.Get(ctx, Collection, id, &rec); err != nil {
 		return nil, fmt.Errorf("dnsrecords: %w", err)
 	}
 	return &rec, nil

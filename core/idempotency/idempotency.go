@@ -9,9 +9,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/berthhq/berth/core/store"
 )
 
@@ -48,17 +45,14 @@ type Record struct {
 }
 
 // Records is the idempotency collection of a store. Safe for concurrent use.
-type Records struct {
-	st   *store.Store
-	coll *mongo.Collection
-}
+type Records struct{ st *store.Store }
 
 // New returns the records of collection [Collection] of st.
-func New(st *store.Store) *Records { return &Records{st: st, coll: st.Collection(Collection)} }
+func New(st *store.Store) *Records { return &Records{st: st} }
 
 // Insert claims rec.ID with rec (one insert). Errors: wrapping [ErrClaimed] when the id exists.
 func (r *Records) Insert(ctx context.Context, rec Record) error {
-	_, err := r.coll.InsertOne(ctx, rec)
+	err := r.st.Insert(ctx, Collection, rec)
 	if store.IsDuplicateKey(err) {
 		return fmt.Errorf("idempotency: claim %s: %w", rec.ID, ErrClaimed)
 	}
@@ -71,7 +65,7 @@ func (r *Records) Insert(ctx context.Context, rec Record) error {
 // Get returns record id. Errors: wrapping store.ErrNotFound.
 func (r *Records) Get(ctx context.Context, id string) (*Record, error) {
 	var rec Record
-	if err := store.FindByID(ctx, r.coll, id, &rec); err != nil {
+	if err := r.st.Get(ctx, Collection, id, &rec); err != nil {
 		return nil, fmt.Errorf("idempotency: read %s: %w", id, err)
 	}
 	return &rec, nil
@@ -80,10 +74,9 @@ func (r *Records) Get(ctx context.Context, id string) (*Record, error) {
 // TakeOver replaces record id with a fresh pending claim rec (answer fields cleared) when its
 // claim is still old; it reports whether it did (one compare-and-set on the claim).
 func (r *Records) TakeOver(ctx context.Context, id, old string, rec Record) (bool, error) {
-	ok, err := r.st.UpdateIf(ctx, r.coll, id, bson.D{{Key: "claim", Value: old}}, bson.M{
-		"$set":   bson.M{"claim": rec.Claim, "state": Pending, "request": rec.Request, "claimed_at": rec.ClaimedAt, "expires_at": rec.ExpiresAt},
-		"$unset": bson.M{"status": "", "content_type": "", "sealed": ""},
-	})
+	ok, err := r.st.SetIf(ctx, Collection, id, store.Fields{"claim": old},
+		store.Fields{"claim": rec.Claim, "state": Pending, "request": rec.Request, "claimed_at": rec.ClaimedAt, "expires_at": rec.ExpiresAt},
+		"status", "content_type", "sealed")
 	if err != nil {
 		return false, fmt.Errorf("idempotency: take over %s: %w", id, err)
 	}
@@ -93,9 +86,8 @@ func (r *Records) TakeOver(ctx context.Context, id, old string, rec Record) (boo
 // Settle records the answer (status, content type, sealed body) on record id while claim holds
 // it; it reports whether it did (one compare-and-set on the claim).
 func (r *Records) Settle(ctx context.Context, id, claim string, status int, contentType string, sealed []byte) (bool, error) {
-	ok, err := r.st.UpdateIf(ctx, r.coll, id, bson.D{{Key: "claim", Value: claim}}, bson.M{"$set": bson.M{
-		"state": Done, "status": status, "content_type": contentType, "sealed": sealed,
-	}})
+	ok, err := r.st.SetIf(ctx, Collection, id, store.Fields{"claim": claim},
+		store.Fields{"state": Done, "status": status, "content_type": contentType, "sealed": sealed})
 	if err != nil {
 		return false, fmt.Errorf("idempotency: record the answer of %s: %w", id, err)
 	}
@@ -104,7 +96,7 @@ func (r *Records) Settle(ctx context.Context, id, claim string, status int, cont
 
 // Release deletes record id while claim holds it; it reports whether it did.
 func (r *Records) Release(ctx context.Context, id, claim string) (bool, error) {
-	ok, err := r.st.DeleteIf(ctx, r.coll, id, bson.D{{Key: "claim", Value: claim}})
+	ok, err := r.st.DeleteWhen(ctx, Collection, id, store.Fields{"claim": claim})
 	if err != nil {
 		return false, fmt.Errorf("idempotency: release %s: %w", id, err)
 	}
@@ -115,9 +107,9 @@ func (r *Records) Release(ctx context.Context, id, claim string) (bool, error) {
 // collection on the embedded store, so it runs periodically, never per request. Safe to run
 // from several processes.
 func (r *Records) Sweep(ctx context.Context, now time.Time) (int64, error) {
-	res, err := r.coll.DeleteMany(ctx, bson.M{"expires_at": bson.M{"$lte": now}})
+	n, err := r.st.DeleteNotAfter(ctx, Collection, "expires_at", now)
 	if err != nil {
-		return 0, fmt.Errorf("idempotency: sweep: %w", err)
+		return 0, fmt.Errorf("idempotency: %w", err)
 	}
-	return res.DeletedCount, nil
+	return n, nil
 }

@@ -7,9 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/berthhq/berth/core/store"
 )
 
@@ -45,9 +42,8 @@ type Config struct {
 // Manager acquires, renews and releases leases in the store. Every change is one compare-and-set
 // on the lease's own document (DESIGN.md section 4). Safe for concurrent use.
 type Manager struct {
-	coll *mongo.Collection
-	view *store.View // reads; every change is a compare-and-set on coll
-	cfg  Config
+	st  *store.Store // reads from its view; every change is a compare-and-set
+	cfg Config
 }
 
 // NewManager returns a Manager over s. It does no I/O.
@@ -61,7 +57,7 @@ func NewManager(s *store.Store, cfg Config) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{coll: s.Collection(Collection), view: s.View(), cfg: cfg}
+	return &Manager{st: s, cfg: cfg}
 }
 
 // TTL returns the lifetime of a holding.
@@ -80,7 +76,7 @@ func (d doc) state() State { return State{Owner: d.Owner, Epoch: d.Epoch, Expire
 // load returns the lease document of key, or ok=false when there is none.
 func (m *Manager) load(ctx context.Context, key string) (doc, bool, error) {
 	var d doc
-	err := m.view.Get(ctx, m.coll, key, &d)
+	err := m.st.ViewGet(ctx, Collection, key, &d)
 	if errors.Is(err, store.ErrNotFound) {
 		return doc{ID: key}, false, nil
 	}
@@ -101,11 +97,11 @@ func (m *Manager) apply(ctx context.Context, key string, decide func(State, time
 			return fmt.Errorf("leases: %s: %w", key, err)
 		}
 		if !exists {
-			_, err = m.coll.InsertOne(ctx, doc{ID: key, Owner: next.Owner, Epoch: next.Epoch, ExpiresAt: next.ExpiresAt})
+			err = m.st.Insert(ctx, Collection, doc{ID: key, Owner: next.Owner, Epoch: next.Epoch, ExpiresAt: next.ExpiresAt})
 		} else {
-			_, err = store.UpdateIfRevision(ctx, m.coll, key, cur.Revision, bson.M{"$set": bson.M{
+			_, err = m.st.SetIfRevision(ctx, Collection, key, cur.Revision, store.Fields{
 				"owner": next.Owner, "epoch": next.Epoch, "expires_at": next.ExpiresAt,
-			}})
+			})
 		}
 		if err != nil {
 			return fmt.Errorf("leases: write %s: %w", key, errLostRace{err})

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
-	"strings"
 
 	"github.com/berthhq/berth/core/dnsrecords"
 	"github.com/berthhq/berth/core/nodes"
@@ -40,13 +39,6 @@ func checkEdgeAddresses(addrs []string) error {
 	return nil
 }
 
-// secretRef names the project secret holding the TSIG secret (docs/dns.md section 9).
-type secretRef struct {
-	Project string `json:"project"`
-	Secret  string `json:"secret"`
-	Version int    `json:"version,omitempty"` // 0: the current version
-}
-
 // startDNS launches the DNS provider plugin with the configuration in cfg.DNSConfig (a JSON
 // object, owner-only, that may hold the TSIG secret; docs/dns.md section 9) and returns the DNS
 // part, or nil when no configuration is given. A tsig_secret_ref in the file is resolved here,
@@ -67,7 +59,7 @@ func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.
 		return nil, fmt.Errorf("dns configuration %s: not a JSON object with zones", cfg.DNSConfig)
 	}
 	if ref, ok := obj["tsig_secret_ref"]; ok {
-		if raw, err = resolveTSIG(ctx, obj, ref, cat, sec); err != nil {
+		if raw, err = dnsrecords.ResolveTSIG(ctx, obj, ref, sec, projectID(cat)); err != nil {
 			return nil, fmt.Errorf("dns configuration %s: %w", cfg.DNSConfig, err)
 		}
 	}
@@ -94,37 +86,6 @@ func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.
 	}
 	sync := &dnsrecords.Sync{Records: recs, Catalog: cat, Nodes: reg, Edge: cfg.EdgeAddresses, Logger: log.With("component", "dns")}
 	return &dns{records: recs, handle: h, sync: sync, zones: zones.Zones}, nil
-}
-
-// resolveTSIG returns the configuration obj with its tsig_secret_ref replaced by the value of
-// that secret as tsig_secret. The value is never logged.
-func resolveTSIG(ctx context.Context, obj map[string]json.RawMessage, rawRef json.RawMessage, cat *services.Catalog, sec *secrets.Store) (json.RawMessage, error) {
-	var ref secretRef
-	if err := json.Unmarshal(rawRef, &ref); err != nil || ref.Project == "" || ref.Secret == "" {
-		return nil, fmt.Errorf("tsig_secret_ref must be {\"project\": ..., \"secret\": ...}")
-	}
-	if _, both := obj["tsig_secret"]; both {
-		return nil, fmt.Errorf("give tsig_secret_ref or tsig_secret, not both")
-	}
-	p, err := cat.GetProject(ctx, ref.Project)
-	if err != nil {
-		return nil, fmt.Errorf("tsig_secret_ref: project %s: %w", ref.Project, err)
-	}
-	s, v, err := sec.Resolve(ctx, p.ID, ref.Secret, ref.Version)
-	if err != nil {
-		return nil, fmt.Errorf("tsig_secret_ref: %w", err)
-	}
-	value, err := sec.Open(s, v)
-	if err != nil {
-		return nil, fmt.Errorf("tsig_secret_ref: %w", err)
-	}
-	delete(obj, "tsig_secret_ref")
-	obj["tsig_secret"], _ = json.Marshal(strings.TrimSpace(string(value))) // a string: cannot fail
-	out, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("encode the dns configuration: %w", err)
-	}
-	return out, nil
 }
 
 // close stops the plugin.

@@ -1,4 +1,4 @@
-package server
+package dnsrecords_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berthhq/berth/core/dnsrecords"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -36,7 +37,13 @@ func TestResolveTSIGFromSecrets(t *testing.T) {
 		if err := json.Unmarshal([]byte(conf), &obj); err != nil {
 			t.Fatal(err)
 		}
-		raw, err := resolveTSIG(ctx, obj, obj["tsig_secret_ref"], cat, sec)
+		raw, err := dnsrecords.ResolveTSIG(ctx, obj, obj["tsig_secret_ref"], sec, func(ctx context.Context, name string) (string, error) {
+			p, err := cat.GetProject(ctx, name)
+			if err != nil {
+				return "", err
+			}
+			return p.ID, nil
+		})
 		if err != nil {
 			return nil, err
 		}
