@@ -194,49 +194,60 @@ func (s *Server) uploadLimit(c echo.Context) int64 {
 }
 
 // claimKey claims id for this request and returns the claim; "" with a nil error means an
-// answer was replayed, and an error is the refusal to return. The loop is bounded: each round
-// either claims, answers, or saw the record change under it.
+// answer was replayed, and an error is the refusal to return. A round that saw the record change
+// under it is tried again as [store.RetryOnConflict] says.
 func (s *Server) claimKey(c echo.Context, id, digest string, seal []byte) (string, error) {
 	ctx := context.WithoutCancel(c.Request().Context())
 	recs := s.cfg.Idempotency
-	for range 4 {
+	var claimed string
+	err := store.RetryOnConflict(ctx, func() error {
 		now := s.now()
 		claim := rand.Text()
 		fresh := idempotency.Record{ID: id, Claim: claim, State: idempotency.Pending, Request: digest, ClaimedAt: now, ExpiresAt: now.Add(IdempotencyTTL)}
 		err := recs.Insert(ctx, fresh)
 		if err == nil {
-			return claim, nil
+			claimed = claim
+			return nil
 		}
 		if !errors.Is(err, idempotency.ErrClaimed) {
-			return "", fmt.Errorf("claim idempotency key: %w", err)
+			return fmt.Errorf("claim idempotency key: %w", err)
 		}
 		rec, err := recs.Get(ctx, id)
 		if errors.Is(err, store.ErrNotFound) {
-			continue // swept between the insert and the read
+			return fmt.Errorf("claim idempotency key: swept between the insert and the read: %w", store.ErrConflict)
 		}
 		if err != nil {
-			return "", fmt.Errorf("read idempotency record: %w", err)
+			return fmt.Errorf("read idempotency record: %w", err)
 		}
 		stale := !now.Before(rec.ExpiresAt) || (rec.State == idempotency.Pending && now.Sub(rec.ClaimedAt) >= IdempotencyClaimTimeout)
 		switch {
 		case stale:
 			ok, err := recs.TakeOver(ctx, id, rec.Claim, fresh)
 			if err != nil {
-				return "", fmt.Errorf("take over idempotency key: %w", err)
+				return fmt.Errorf("take over idempotency key: %w", err)
 			}
-			if ok {
-				return claim, nil
+			if !ok {
+				return fmt.Errorf("take over idempotency key: taken over meanwhile: %w", store.ErrConflict)
 			}
+			claimed = claim
+			return nil
 		case rec.Request != digest:
-			return "", problem(abierrors.IdempotencyKeyReused, "this Idempotency-Key was used with another request (method, path, query or body)")
+			return problem(abierrors.IdempotencyKeyReused, "this Idempotency-Key was used with another request (method, path, query or body)")
 		case rec.State == idempotency.Pending:
 			c.Response().Header().Set("Retry-After", "1")
-			return "", problem(abierrors.IdempotencyKeyInFlight, "the first request with this Idempotency-Key has not answered yet; retry shortly")
+			return problem(abierrors.IdempotencyKeyInFlight, "the first request with this Idempotency-Key has not answered yet; retry shortly")
 		default:
-			return "", s.replay(c, rec, seal)
+			return s.replay(c, rec, seal) // claimed stays "": answered
 		}
+	})
+	if errors.Is(err, store.ErrRetriesExhausted) {
+		c.Response().Header().Set("Retry-After", "1")
+		return "", problem(abierrors.IdempotencyKeyInFlight, "this Idempotency-Key is changing hands; retry shortly")
 	}
-	return "", problem(abierrors.IdempotencyKeyInFlight, "this Idempotency-Key is changing hands; retry shortly")
+	if err != nil {
+		return "", err
+	}
+	return claimed, nil
 }
 
 // replay writes the recorded answer of rec.
