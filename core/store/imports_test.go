@@ -26,7 +26,6 @@ var driverAllowed = map[string]string{
 	"core/bundles":    "the bundle catalog (bundles): upserts carrying a change-log outbox push",
 	"core/certs":      "certificate statuses and certmagic's storage (sealed values, locks with conditional filters)",
 	"core/changelog":  "the hash-chained log itself: ordered inserts, head documents, outbox drains of every tracked collection",
-	"core/events":     "the event log: a seq index and range reads by seq",
 	"core/fencing":    "leases, fencing tokens and the write guard: conditional $lte filters, outbox pushes",
 	"core/identity":   "users, tokens and token names: unique indexes, sessions, outbox pushes",
 	"core/nodes":      "node documents and join tokens: status transitions conditional on status and session",

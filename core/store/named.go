@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Fields names top-level fields of a document and their values: the conditions and the changes
@@ -100,6 +102,35 @@ func (s *Store) All(ctx context.Context, coll string, out any) error {
 	}
 	if err := cur.All(ctx, out); err != nil {
 		return fmt.Errorf("store: list %s: %w", coll, err)
+	}
+	return nil
+}
+
+// EnsureIndex creates an ascending index on field of collection coll; idempotent.
+func (s *Store) EnsureIndex(ctx context.Context, coll, field string) error {
+	if _, err := s.Collection(coll).Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: field, Value: 1}}}); err != nil {
+		return fmt.Errorf("store: index %s on %s: %w", coll, field, err)
+	}
+	return nil
+}
+
+// FindAfter decodes into out (a pointer to a slice) up to limit documents of collection coll
+// whose field is greater than after and whose fields in match equal their values, in ascending
+// order of field; limit <= 0 means no bound. It is a range query: on the embedded store it
+// reads the whole collection, so it serves listings, never a hot path.
+func (s *Store) FindAfter(ctx context.Context, coll, field string, after any, match Fields, limit int, out any) error {
+	filter := bson.D{{Key: field, Value: bson.M{"$gt": after}}}
+	filter = append(filter, match.doc()...)
+	opts := options.Find().SetSort(bson.D{{Key: field, Value: 1}})
+	if limit > 0 {
+		opts.SetLimit(int64(limit))
+	}
+	cur, err := s.Collection(coll).Find(ctx, filter, opts)
+	if err != nil {
+		return fmt.Errorf("store: list %s after %s %v: %w", coll, field, after, err)
+	}
+	if err := cur.All(ctx, out); err != nil {
+		return fmt.Errorf("store: list %s after %s %v: %w", coll, field, after, err)
 	}
 	return nil
 }
