@@ -183,6 +183,9 @@ func New(cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = prometheus.NewRegistry()
 	}
+	if cfg.Runtime == nil || cfg.Idempotency == nil {
+		panic("api: Config.Runtime and Config.Idempotency are required") // a wiring bug
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), runtime: cfg.Runtime}
 	now := cfg.Now
 	if now == nil {

@@ -165,6 +165,9 @@ func New(cfg Config) *Reconciler {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Rollout == nil {
+		if cfg.Runtime == nil {
+			panic("reconciler: Config.Runtime is required when Config.Rollout is nil") // a wiring bug
+		}
 		rc := rollout.Config{Store: cfg.Runtime, Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger, Events: cfg.Events,
 			Leases: cfg.Leases}
 		if cfg.Admit != nil {
