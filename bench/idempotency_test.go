@@ -6,6 +6,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
+	"github.com/berthhq/berth/core/idempotency"
+	"github.com/berthhq/berth/core/rollout"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -48,7 +50,7 @@ func BenchmarkIdempotencyKey(b *testing.B) {
 		b.Fatal(err)
 	}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	srv := httptest.NewServer(api.New(api.Config{Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens,
+	srv := httptest.NewServer(api.New(api.Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens,
 		Hinter: nopHinter{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_bench", ClusterPublicKey: pub}))
 	b.Cleanup(srv.Close)
 	put := func(b *testing.B, key string, want int) {

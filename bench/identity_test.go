@@ -5,6 +5,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
+	"github.com/berthhq/berth/core/idempotency"
+	"github.com/berthhq/berth/core/rollout"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -100,7 +102,7 @@ func BenchmarkIdentity(b *testing.B) {
 		b.Fatal(err)
 	}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	srv := httptest.NewServer(api.New(api.Config{Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil),
+	srv := httptest.NewServer(api.New(api.Config{Runtime: rollout.NewStore(st, services.NewCatalog(st, nil), nil), Idempotency: idempotency.New(st), Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil),
 		Bundles: bs, Tokens: tokens, Hinter: noHints{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_bench", ClusterPublicKey: pub}))
 	b.Cleanup(srv.Close)
 	tok, _, err := tokens.CreateMachine(ctx, identity.MachineTokenRequest{Name: "bench", Scopes: []identity.Scope{identity.ScopeServicesRead}})

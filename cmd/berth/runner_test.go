@@ -5,6 +5,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"github.com/berthhq/berth/core/idempotency"
+	"github.com/berthhq/berth/core/rollout"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -57,7 +59,7 @@ func realAPI(t *testing.T) (string, string) {
 	orch := &api.Orchestration{Leases: leases.NewManager(st, leases.Config{Owner: "brd_cli_test"}), Runners: reg,
 		Operations: ops, Placement: placement.NewService(st, reg, ops), Transport: true}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	srv := httptest.NewServer(api.New(api.Config{Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens,
+	srv := httptest.NewServer(api.New(api.Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens,
 		Hinter: quietHinter{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_cli", ClusterPublicKey: pub, Orchestration: orch}))
 	t.Cleanup(srv.Close)
 	return srv.URL, admin

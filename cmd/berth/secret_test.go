@@ -6,6 +6,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"github.com/berthhq/berth/core/idempotency"
+	"github.com/berthhq/berth/core/rollout"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -56,7 +58,7 @@ func secretAPI(t *testing.T) (*secrets.Store, *services.Catalog, string, string)
 	}
 	sec := secrets.NewStore(st, kr, nil)
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	h := api.New(api.Config{Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens, Hinter: quietHinter{},
+	h := api.New(api.Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens, Hinter: quietHinter{},
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil),
 		Secrets: &api.SecretsConfig{Store: sec}})
 	srv := httptest.NewServer(h)

@@ -27,6 +27,7 @@ import (
 	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
+	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
@@ -126,9 +127,12 @@ type Config struct {
 	// Leases serves /leases, /nodes/{id}/lost, /nodes/{id}/fence and /nodes/{id}/fence-ack, and
 	// supersedes a removed node's leases (leases.go); nil leaves the routes out.
 	Leases *fencing.Authority
-	// Runtime holds runtime specs, slots and verdicts (docs/reconciliation.md); nil opens one
-	// over the Catalog's store.
+	// Runtime holds runtime specs, slots and verdicts (docs/reconciliation.md). Required.
 	Runtime *rollout.Store
+	// Idempotency holds the Idempotency-Key records (docs/api.md section 1.7). Required.
+	Idempotency *idempotency.Records
+	// Certificates reads the certificate statuses shown with domains; nil shows none.
+	Certificates CertificateStatuses
 	// Now is the clock of Idempotency-Key records; nil means time.Now.
 	Now func() time.Time
 	// Releases serves /releases and the binaries POST /nodes/{id}/upgrade
@@ -185,15 +189,15 @@ func New(cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = prometheus.NewRegistry()
 	}
+	if cfg.Runtime == nil || cfg.Idempotency == nil {
+		panic("api: Config.Runtime and Config.Idempotency are required") // a wiring bug
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), runtime: cfg.Runtime}
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
 	}
 	s.logins = newLoginSources(cfg.LoginLimit, now)
-	if s.runtime == nil {
-		s.runtime = rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil)
-	}
 	s.deployer = cfg.Deployer
 	if s.deployer == nil {
 		s.deployer = s.newDeployer()

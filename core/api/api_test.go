@@ -11,6 +11,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/berthhq/berth/core/certs"
+	"github.com/berthhq/berth/core/idempotency"
+	"github.com/berthhq/berth/core/rollout"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -112,7 +115,9 @@ func newFixtureWith(t *testing.T, change func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
+	testStores.Store(cat, st)
+	cfg := Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Certificates: certs.NewStatusReader(st),
+		Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil), Now: clock.now,
 		Secrets:       &SecretsConfig{Store: secrets.NewStore(st, kr, nil)},
 		ImageReleases: registry.NewReleases(st, nil)}
@@ -516,4 +521,17 @@ func TestUnchangedApplyWritesNothing(t *testing.T) {
 	if _, has := out["changed"]; code != 200 || has {
 		t.Fatalf("GET answers changed: %d %v", code, out)
 	}
+}
+
+// testStores maps a fixture's catalog to its store, for the fixture changes that build parts
+// of their own over it (storeOf).
+var testStores sync.Map // *services.Catalog -> *store.Store
+
+// storeOf returns the store the fixture being built opened c's catalog over.
+func storeOf(c *Config) *store.Store {
+	st, ok := testStores.Load(c.Catalog)
+	if !ok {
+		panic("api test: storeOf: the catalog was not made by newFixtureWith")
+	}
+	return st.(*store.Store)
 }

@@ -18,7 +18,7 @@ func TestServiceBindingsDeclaredAtApply(t *testing.T) {
 	t.Parallel()
 	var q *operations.Queue
 	f := newFixtureWith(t, func(c *Config) {
-		st := c.Catalog.Backing()
+		st := storeOf(c)
 		q = operations.NewQueue(st, operations.Config{})
 		c.Bindings = bindings.New(bindings.Config{Store: st, Queue: q, Secrets: c.Secrets.Store})
 	})

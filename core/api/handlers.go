@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"go.mongodb.org/mongo-driver/v2/bson"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/core/bundles"
@@ -245,7 +244,7 @@ func (s *Server) getService(c echo.Context) error {
 	if err != nil {
 		return serviceError(err)
 	}
-	wls, err := s.cfg.Catalog.ListWorkloads(ctx, bson.M{"service_id": svc.ID})
+	wls, err := s.cfg.Catalog.FindWorkloads(ctx, services.WorkloadFilter{ServiceID: svc.ID})
 	if err != nil {
 		return err
 	}
@@ -285,7 +284,7 @@ func (s *Server) listServices(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	wls, err := s.cfg.Catalog.ListWorkloads(ctx, bson.M{"project_id": p.ID})
+	wls, err := s.cfg.Catalog.FindWorkloads(ctx, services.WorkloadFilter{ProjectID: p.ID})
 	if err != nil {
 		return err
 	}
@@ -346,18 +345,16 @@ func (s *Server) deleteService(c echo.Context) error {
 }
 
 func (s *Server) listWorkloads(c echo.Context) error {
-	filter := bson.M{}
+	var filter services.WorkloadFilter
 	if c.Param("project") != "" {
 		p, err := s.project(c, false)
 		if err != nil {
 			return err
 		}
-		filter["project_id"] = p.ID
+		filter.ProjectID = p.ID
 	}
-	if svc := c.QueryParam("service"); svc != "" {
-		filter["service"] = svc
-	}
-	wls, err := s.cfg.Catalog.ListWorkloads(c.Request().Context(), filter)
+	filter.Service = c.QueryParam("service")
+	wls, err := s.cfg.Catalog.FindWorkloads(c.Request().Context(), filter)
 	if err != nil {
 		return err
 	}
@@ -436,7 +433,7 @@ func (s *Server) getNode(c echo.Context) error {
 	} else if err != nil {
 		return err
 	}
-	wls, err := s.cfg.Catalog.ListWorkloads(ctx, bson.M{"node_id": n.ID})
+	wls, err := s.cfg.Catalog.FindWorkloads(ctx, services.WorkloadFilter{NodeID: n.ID})
 	if err != nil {
 		return err
 	}

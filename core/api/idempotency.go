@@ -16,12 +16,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/labstack/echo/v4"
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/store"
+	"github.com/labstack/echo/v4"
 )
 
 // Idempotency-Key handling of every mutating /api/v1 endpoint (docs/api.md section 1.7).
@@ -44,49 +42,15 @@ const (
 	DefaultIdempotencySweepInterval = time.Hour
 )
 
-// idempotencyCollection holds one document per claimed key, looked up by _id only.
-const idempotencyCollection = "idempotency"
-
 // maxRecordedAnswer bounds an answer body the record keeps; a larger 2xx answer is not recorded
 // (the key is released) and is logged.
 const maxRecordedAnswer = 1 << 20
-
-// Record states.
-const (
-	idemPending = "pending" // claimed by a request that has not answered
-	idemDone    = "done"    // holds the answer
-)
-
-// idemRecord is a document of collection "idempotency". Its _id is a digest of the bearer's
-// digest, the method, the route pattern and the key, so a lookup is by _id alone. The answer
-// body is sealed with AES-256-GCM under a key derived from the bearer itself and the
-// Idempotency-Key, neither of which is stored, so the record reveals no answer (join tokens and
-// enrollment tokens are answers) to a reader of the store.
-type idemRecord struct {
-	ID string `bson:"_id"`
-	// Claim is the random id of the request that claimed or took over the key; every later
-	// write of the record is a compare-and-set on it.
-	Claim string `bson:"claim"`
-	State string `bson:"state"`
-	// Request is the keyed digest of what the request asked: method, path, query, content type
-	// and body. Another digest under the same _id is idempotency_key_reused.
-	Request     string    `bson:"request"`
-	Status      int       `bson:"status,omitempty"`
-	ContentType string    `bson:"content_type,omitempty"`
-	Sealed      []byte    `bson:"sealed,omitempty"`
-	ClaimedAt   time.Time `bson:"claimed_at"`
-	ExpiresAt   time.Time `bson:"expires_at"`
-}
 
 func (s *Server) now() time.Time {
 	if s.cfg.Now != nil {
 		return s.cfg.Now().UTC()
 	}
 	return time.Now().UTC()
-}
-
-func (s *Server) idemColl() *mongo.Collection {
-	return s.cfg.Catalog.Backing().Collection(idempotencyCollection)
 }
 
 // mutating reports whether method changes state.
@@ -230,57 +194,64 @@ func (s *Server) uploadLimit(c echo.Context) int64 {
 }
 
 // claimKey claims id for this request and returns the claim; "" with a nil error means an
-// answer was replayed, and an error is the refusal to return. The loop is bounded: each round
-// either claims, answers, or saw the record change under it.
+// answer was replayed, and an error is the refusal to return. A round that saw the record change
+// under it is tried again as [store.RetryOnConflict] says.
 func (s *Server) claimKey(c echo.Context, id, digest string, seal []byte) (string, error) {
 	ctx := context.WithoutCancel(c.Request().Context())
-	coll, st := s.idemColl(), s.cfg.Catalog.Backing()
-	for range 4 {
+	recs := s.cfg.Idempotency
+	var claimed string
+	err := store.RetryOnConflict(ctx, func() error {
 		now := s.now()
 		claim := rand.Text()
-		fresh := idemRecord{ID: id, Claim: claim, State: idemPending, Request: digest, ClaimedAt: now, ExpiresAt: now.Add(IdempotencyTTL)}
-		_, err := coll.InsertOne(ctx, fresh)
+		fresh := idempotency.Record{ID: id, Claim: claim, State: idempotency.Pending, Request: digest, ClaimedAt: now, ExpiresAt: now.Add(IdempotencyTTL)}
+		err := recs.Insert(ctx, fresh)
 		if err == nil {
-			return claim, nil
+			claimed = claim
+			return nil
 		}
-		if !store.IsDuplicateKey(err) {
-			return "", fmt.Errorf("claim idempotency key: %w", err)
+		if !errors.Is(err, idempotency.ErrClaimed) {
+			return fmt.Errorf("claim idempotency key: %w", err)
 		}
-		var rec idemRecord
-		err = store.FindByID(ctx, coll, id, &rec)
+		rec, err := recs.Get(ctx, id)
 		if errors.Is(err, store.ErrNotFound) {
-			continue // swept between the insert and the read
+			return fmt.Errorf("claim idempotency key: swept between the insert and the read: %w", store.ErrConflict)
 		}
 		if err != nil {
-			return "", fmt.Errorf("read idempotency record: %w", err)
+			return fmt.Errorf("read idempotency record: %w", err)
 		}
-		stale := !now.Before(rec.ExpiresAt) || (rec.State == idemPending && now.Sub(rec.ClaimedAt) >= IdempotencyClaimTimeout)
+		stale := !now.Before(rec.ExpiresAt) || (rec.State == idempotency.Pending && now.Sub(rec.ClaimedAt) >= IdempotencyClaimTimeout)
 		switch {
 		case stale:
-			ok, err := st.UpdateIf(ctx, coll, id, bson.D{{Key: "claim", Value: rec.Claim}}, bson.M{
-				"$set":   bson.M{"claim": claim, "state": idemPending, "request": digest, "claimed_at": now, "expires_at": now.Add(IdempotencyTTL)},
-				"$unset": bson.M{"status": "", "content_type": "", "sealed": ""},
-			})
+			ok, err := recs.TakeOver(ctx, id, rec.Claim, fresh)
 			if err != nil {
-				return "", fmt.Errorf("take over idempotency key: %w", err)
+				return fmt.Errorf("take over idempotency key: %w", err)
 			}
-			if ok {
-				return claim, nil
+			if !ok {
+				return fmt.Errorf("take over idempotency key: taken over meanwhile: %w", store.ErrConflict)
 			}
+			claimed = claim
+			return nil
 		case rec.Request != digest:
-			return "", problem(abierrors.IdempotencyKeyReused, "this Idempotency-Key was used with another request (method, path, query or body)")
-		case rec.State == idemPending:
+			return problem(abierrors.IdempotencyKeyReused, "this Idempotency-Key was used with another request (method, path, query or body)")
+		case rec.State == idempotency.Pending:
 			c.Response().Header().Set("Retry-After", "1")
-			return "", problem(abierrors.IdempotencyKeyInFlight, "the first request with this Idempotency-Key has not answered yet; retry shortly")
+			return problem(abierrors.IdempotencyKeyInFlight, "the first request with this Idempotency-Key has not answered yet; retry shortly")
 		default:
-			return "", s.replay(c, &rec, seal)
+			return s.replay(c, rec, seal) // claimed stays "": answered
 		}
+	})
+	if errors.Is(err, store.ErrRetriesExhausted) {
+		c.Response().Header().Set("Retry-After", "1")
+		return "", problem(abierrors.IdempotencyKeyInFlight, "this Idempotency-Key is changing hands; retry shortly")
 	}
-	return "", problem(abierrors.IdempotencyKeyInFlight, "this Idempotency-Key is changing hands; retry shortly")
+	if err != nil {
+		return "", err
+	}
+	return claimed, nil
 }
 
 // replay writes the recorded answer of rec.
-func (s *Server) replay(c echo.Context, rec *idemRecord, seal []byte) error {
+func (s *Server) replay(c echo.Context, rec *idempotency.Record, seal []byte) error {
 	body, err := unseal(seal, rec.ID, rec.Sealed)
 	if err != nil {
 		return fmt.Errorf("replay idempotency record %s: %w", rec.ID, err)
@@ -307,7 +278,7 @@ func (s *Server) runClaimed(c echo.Context, next echo.HandlerFunc, id, claim str
 	release := func() {
 		// The refused request changed nothing, and neither does its claim: it is deleted, unless
 		// another request took it over meanwhile.
-		if _, err := s.cfg.Catalog.Backing().DeleteIf(ctx, s.idemColl(), id, bson.D{{Key: "claim", Value: claim}}); err != nil {
+		if _, err := s.cfg.Idempotency.Release(ctx, id, claim); err != nil {
 			s.log.Warn("idempotency key not released; it frees itself after the claim timeout", "err", err)
 		}
 	}
@@ -331,9 +302,7 @@ func (s *Server) runClaimed(c echo.Context, next echo.HandlerFunc, id, claim str
 	sealed, err := sealAnswer(seal, id, rec.buf.Bytes())
 	if err == nil {
 		var ok bool
-		ok, err = s.cfg.Catalog.Backing().UpdateIf(ctx, s.idemColl(), id, bson.D{{Key: "claim", Value: claim}}, bson.M{"$set": bson.M{
-			"state": idemDone, "status": status, "content_type": res.Header().Get(echo.HeaderContentType), "sealed": sealed,
-		}})
+		ok, err = s.cfg.Idempotency.Settle(ctx, id, claim, status, res.Header().Get(echo.HeaderContentType), sealed)
 		if err == nil && !ok {
 			err = errors.New("the claim was taken over")
 		}
@@ -407,11 +376,7 @@ func newAEAD(key []byte) (cipher.AEAD, error) {
 // ([Server.RunIdempotencySweep]), never per request; lookups treat an expired record as absent
 // whether or not it was swept yet. Safe to run from several processes.
 func (s *Server) SweepIdempotency(ctx context.Context) (int64, error) {
-	res, err := s.idemColl().DeleteMany(ctx, bson.M{"expires_at": bson.M{"$lte": s.now()}})
-	if err != nil {
-		return 0, fmt.Errorf("sweep idempotency records: %w", err)
-	}
-	return res.DeletedCount, nil
+	return s.cfg.Idempotency.Sweep(ctx, s.now())
 }
 
 // RunIdempotencySweep runs [Server.SweepIdempotency] every interval (zero:

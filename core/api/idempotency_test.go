@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/berthhq/berth/core/idempotency"
 	"io"
 	"net/http"
 	"slices"
@@ -389,7 +390,7 @@ func TestIdempotencyClaimRefusesEveryKeyedRoute(t *testing.T) {
 	now := f.clock.now().UTC()
 	for _, r := range keyed {
 		k := claimKey(r.Method + " " + r.Path)
-		if _, err := f.api.idemColl().InsertOne(ctx, idemRecord{ID: idempotencyID(f.admin, r.Method, r.Path, k), Claim: "c", State: idemPending,
+		if err := f.api.cfg.Idempotency.Insert(ctx, idempotency.Record{ID: idempotencyID(f.admin, r.Method, r.Path, k), Claim: "c", State: idempotency.Pending,
 			Request: "another", ClaimedAt: now, ExpiresAt: now.Add(IdempotencyTTL)}); err != nil {
 			t.Fatal(err)
 		}
@@ -457,7 +458,7 @@ func TestIdempotencyInFlightFailedAndExpired(t *testing.T) {
 	// In flight: a fresh pending claim of the same request.
 	now := f.clock.now().UTC()
 	id := idempotencyID(f.admin, "POST", path, "k1")
-	if _, err := f.api.idemColl().InsertOne(ctx, idemRecord{ID: id, Claim: "other", State: idemPending,
+	if err := f.api.cfg.Idempotency.Insert(ctx, idempotency.Record{ID: id, Claim: "other", State: idempotency.Pending,
 		Request: requestDigest(f.admin, "k1", "POST", path, "", "", nil), ClaimedAt: now, ExpiresAt: now.Add(IdempotencyTTL)}); err != nil {
 		t.Fatal(err)
 	}

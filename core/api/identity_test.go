@@ -24,7 +24,7 @@ func identityFixture(t *testing.T) *fixture {
 	t.Helper()
 	clk := &fakeClock{t: time.Now()}
 	f := newFixtureWith(t, func(c *Config) {
-		c.Tokens = testTokens(c.Catalog.Backing(), identity.WithClock(clk.now))
+		c.Tokens = testTokens(storeOf(c), identity.WithClock(clk.now))
 	})
 	f.clock = clk
 	return f

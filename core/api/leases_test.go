@@ -8,6 +8,8 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"github.com/berthhq/berth/core/idempotency"
+	"github.com/berthhq/berth/core/rollout"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
@@ -54,7 +56,8 @@ func newLeaseAPI(t *testing.T) *leaseAPI {
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	auth := fencing.New(st, fencing.Config{})
 	clog := changelog.New(st, 1, nil)
-	s := New(Config{Changelog: clog, Catalog: services.NewCatalog(st, nil), Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
+	cat := services.NewCatalog(st, nil)
+	s := New(Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Changelog: clog, Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Leases: auth, Guard: fencing.NewGuard(st, nil)})
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)

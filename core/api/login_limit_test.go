@@ -68,7 +68,7 @@ func loginFixture(t *testing.T, concurrency int, gate *verifyGate, change func(*
 	t.Helper()
 	clk := &fakeClock{t: time.Now()}
 	f := newFixtureWith(t, func(c *Config) {
-		c.Tokens = testTokens(c.Catalog.Backing(), identity.WithClock(clk.now),
+		c.Tokens = testTokens(storeOf(c), identity.WithClock(clk.now),
 			identity.WithLoginConcurrency(concurrency), identity.WithVerifyHookForTest(gate.hook))
 		c.Now = clk.now
 		if change != nil {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/berthhq/berth/core/services"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"go.mongodb.org/mongo-driver/v2/bson"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
@@ -53,7 +53,7 @@ func (s *Server) workloadLogs(c echo.Context) error {
 	if !strings.HasPrefix(id, "wl_") {
 		return problem(abierrors.NotFound, "no workload "+id)
 	}
-	wls, err := s.cfg.Catalog.ListWorkloads(c.Request().Context(), bson.M{"_id": id})
+	wls, err := s.cfg.Catalog.FindWorkloads(c.Request().Context(), services.WorkloadFilter{ID: id})
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ var stubGC = registryGCFunc(func(_ context.Context, dryRun bool) (*registry.GCRe
 func newFullFixture(t *testing.T) *fixture {
 	t.Helper()
 	return newFixtureWith(t, func(c *Config) {
-		st := c.Catalog.Backing()
+		st := storeOf(c)
 		ctx := context.Background()
 		rt, err := hostwasm.New(ctx, hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
 		if err != nil {

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/berthhq/berth/core/idempotency"
+	"github.com/berthhq/berth/core/rollout"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -151,7 +153,7 @@ func newOrchFixture(t *testing.T, transport bool, leaseTTL time.Duration) *orchF
 	orch := &Orchestration{Leases: leases.NewManager(st, leases.Config{Owner: "brd_test", Now: clk.Now}), Runners: reg,
 		Operations: ops, Placement: placement.NewService(st, reg, ops), Transport: transport}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	s := New(Config{Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
+	s := New(Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Orchestration: orch})
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)

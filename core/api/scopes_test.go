@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"github.com/berthhq/berth/core/idempotency"
+	"github.com/berthhq/berth/core/rollout"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -55,7 +57,8 @@ func fullServer(t *testing.T) *Server {
 	}
 	secStore := secrets.NewStore(st, kr, nil)
 	ops := operations.NewQueue(st, operations.Config{})
-	return New(Config{Backups: testBackups(t, st, ops), Secrets: &SecretsConfig{Store: secStore}, Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
+	cat := services.NewCatalog(st, nil)
+	return New(Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Backups: testBackups(t, st, ops), Secrets: &SecretsConfig{Store: secStore}, Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
 		Tokens: testTokens(st), Hinter: nopHinter{}, Events: events.New(st, nil), Changelog: changelog.New(st, 1, nil),
 		Sessions: http.NotFoundHandler(), NodeOps: stubCommander{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
 		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{}, RegistryGC: stubGC,

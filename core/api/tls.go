@@ -13,7 +13,10 @@ func (s *Server) certificateStatuses(ctx context.Context, hostnames []string) (m
 	if len(hostnames) == 0 {
 		return nil, nil
 	}
-	st, err := certs.Statuses(ctx, s.cfg.Catalog.Backing(), hostnames)
+	if s.cfg.Certificates == nil {
+		return nil, nil // no certificate manager: no statuses
+	}
+	st, err := s.cfg.Certificates.Statuses(ctx, hostnames)
 	if err != nil {
 		return nil, err
 	}
@@ -23,6 +26,12 @@ func (s *Server) certificateStatuses(ctx context.Context, hostnames []string) (m
 			LastError: c.LastError, UpdatedAt: c.UpdatedAt}
 	}
 	return out, nil
+}
+
+// CertificateStatuses reads stored certificate statuses ([certs.StatusReader]).
+type CertificateStatuses interface {
+	// Statuses returns the stored status of each of hostnames that has one, by hostname.
+	Statuses(ctx context.Context, hostnames []string) (map[string]certs.Status, error)
 }
 
 // DomainChecker reports why no ACME challenge can prove a domain, or nil

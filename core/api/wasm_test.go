@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"github.com/berthhq/berth/core/idempotency"
+	"github.com/berthhq/berth/core/rollout"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -91,7 +93,7 @@ func newPolicyFixtureHints(t *testing.T) (*fixture, *hintLog) {
 	table := abiroutes.Table{Revision: 3, Routes: []abiroutes.Route{{Hostname: "hello.localhost", Project: "default", Service: "hello", TLSMode: "none", Upstreams: []abiroutes.Upstream{}}}}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	hints := &hintLog{}
-	s := New(Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: hints,
+	s := New(Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: hints,
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Policy: eng, Changelog: clog,
 		Routes: fixedRoutes{Table: table, SHA256: table.Digest(), Compiler: "test", CompiledAt: time.Now()}})
 	srv := httptest.NewServer(s)

@@ -5,7 +5,6 @@ package bindings
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -222,42 +221,48 @@ func (m *Manager) Declare(ctx context.Context, projectID, project, service strin
 // needs new work.
 func (m *Manager) declareOne(ctx context.Context, projectID, project, service string, s Spec, cur *Binding) (*Binding, error) {
 	now := m.cfg.Now().UTC()
-	for range 5 {
+	var out *Binding
+	again := false
+	err := store.RetryOnConflict(ctx, func() error {
+		if again { // a lost race: judge what won
+			var err error
+			if cur, err = m.Get(ctx, projectID, service, s.Name); err != nil {
+				return err
+			}
+		}
+		again = true
 		if cur == nil {
 			b := &Binding{ID: bindingID(projectID, service, s.Name), ProjectID: projectID, Project: project, Service: service,
 				Name: s.Name, Kind: s.Kind, Generation: 1, State: StatePending, UpdatedAt: now}
 			_, err := m.coll.InsertOne(ctx, b)
-			if err == nil {
-				return b, nil
+			if store.IsDuplicateKey(err) {
+				return fmt.Errorf("bindings: declare %s/%s: declared meanwhile: %w", service, s.Name, store.ErrConflict)
 			}
-			if !store.IsDuplicateKey(err) {
-				return nil, fmt.Errorf("bindings: declare %s/%s: %w", service, s.Name, err)
+			if err != nil {
+				return fmt.Errorf("bindings: declare %s/%s: %w", service, s.Name, err)
 			}
-			if cur, err = m.Get(ctx, projectID, service, s.Name); err != nil {
-				return nil, err
-			}
-			continue
+			out = b
+			return nil
 		}
 		if cur.Kind == s.Kind && cur.State != StateReleased && cur.State != StatePurged {
-			return cur, nil
+			out = cur
+			return nil
 		}
 		set := bson.M{"kind": s.Kind, "generation": cur.Generation + 1, "state": StatePending, "last_error": "",
 			"failures": 0, "updated_at": now}
 		rev, err := m.cfg.Store.UpdateIfRevision(ctx, m.coll, cur.ID, cur.Revision, bson.M{"$set": set})
-		if errors.Is(err, store.ErrConflict) {
-			if cur, err = m.Get(ctx, projectID, service, s.Name); err != nil {
-				return nil, err
-			}
-			continue
-		}
 		if err != nil {
-			return nil, fmt.Errorf("bindings: declare %s/%s: %w", service, s.Name, err)
+			return fmt.Errorf("bindings: declare %s/%s: %w", service, s.Name, err)
 		}
 		next := *cur
 		next.Kind, next.Generation, next.State, next.LastError, next.Failures, next.Revision = s.Kind, cur.Generation+1, StatePending, "", 0, rev
-		return &next, nil
+		out = &next
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("bindings: declare %s/%s: %w", service, s.Name, store.ErrConflict)
+	return out, nil
 }
 
 // payload is an operation's input: which binding at which generation. No secrets.
@@ -314,22 +319,23 @@ func (m *Manager) Purge(ctx context.Context, projectID, service, name string) (*
 
 // retire moves b to a new generation in state released and enqueues kind's operation for it.
 func (m *Manager) retire(ctx context.Context, b *Binding, kind string) error {
-	for range 5 {
-		now := m.cfg.Now().UTC()
-		set := bson.M{"generation": b.Generation + 1, "state": StateReleased, "last_error": "", "failures": 0, "updated_at": now}
-		rev, err := m.cfg.Store.UpdateIfRevision(ctx, m.coll, b.ID, b.Revision, bson.M{"$set": set})
-		if errors.Is(err, store.ErrConflict) {
+	again := false
+	return store.RetryOnConflict(ctx, func() error {
+		if again { // a lost race: retire what won
+			var err error
 			if b, err = m.Get(ctx, b.ProjectID, b.Service, b.Name); err != nil {
 				return err
 			}
-			continue
 		}
+		again = true
+		now := m.cfg.Now().UTC()
+		set := bson.M{"generation": b.Generation + 1, "state": StateReleased, "last_error": "", "failures": 0, "updated_at": now}
+		rev, err := m.cfg.Store.UpdateIfRevision(ctx, m.coll, b.ID, b.Revision, bson.M{"$set": set})
 		if err != nil {
 			return fmt.Errorf("bindings: %s %s: %w", kind, b.ID, err)
 		}
 		next := *b
 		next.Generation, next.State, next.Revision = b.Generation+1, StateReleased, rev
 		return m.enqueue(ctx, &next, kind)
-	}
-	return fmt.Errorf("bindings: %s %s: %w", kind, b.ID, store.ErrConflict)
+	})
 }

@@ -58,10 +58,6 @@ type Status struct {
 	Revision  int64     `bson:"revision" json:"-"`
 }
 
-// statusAttempts bounds the re-decisions of one status write that lost a
-// compare-and-set race.
-const statusAttempts = 5
-
 type statusStore struct {
 	coll *mongo.Collection
 	st   *store.Store
@@ -73,7 +69,7 @@ type statusStore struct {
 // or one compare-and-set on the document's revision, re-decided on a lost
 // race.
 func (s *statusStore) update(ctx context.Context, h string, decide func(*Status) bool) error {
-	for range statusAttempts {
+	return store.RetryOnConflict(ctx, func() error {
 		var cur Status
 		err := store.FindByID(ctx, s.coll, h, &cur)
 		found := err == nil
@@ -93,7 +89,7 @@ func (s *statusStore) update(ctx context.Context, h string, decide func(*Status)
 			next.Revision = 1
 			_, err := s.coll.InsertOne(ctx, next)
 			if store.IsDuplicateKey(err) {
-				continue
+				return fmt.Errorf("certs: store status of %s: written meanwhile: %w", h, store.ErrConflict)
 			}
 			if err != nil {
 				return fmt.Errorf("certs: store status of %s: %w", h, err)
@@ -104,15 +100,14 @@ func (s *statusStore) update(ctx context.Context, h string, decide func(*Status)
 			"state": next.State, "challenge": next.Challenge, "not_after": next.NotAfter,
 			"last_error": next.LastError, "updated_at": next.UpdatedAt,
 		}})
-		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-			continue
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("certs: store status of %s: cleared meanwhile: %w", h, store.ErrConflict)
 		}
 		if err != nil {
 			return fmt.Errorf("certs: store status of %s: %w", h, err)
 		}
 		return nil
-	}
-	return fmt.Errorf("certs: store status of %s: %d compare-and-set races lost: %w", h, statusAttempts, store.ErrConflict)
+	})
 }
 
 // clear removes h's status (a withdrawn hostname); absent is done.
@@ -198,4 +193,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.failures, m.orders, m.notAfter)
 	}
 	return m
+}
+
+// StatusReader reads the stored certificate statuses of a store (for the API's domain views).
+type StatusReader struct{ st *store.Store }
+
+// NewStatusReader returns the status reader of st.
+func NewStatusReader(st *store.Store) StatusReader { return StatusReader{st: st} }
+
+// Statuses is [Statuses] on the reader's store.
+func (r StatusReader) Statuses(ctx context.Context, hostnames []string) (map[string]Status, error) {
+	return Statuses(ctx, r.st, hostnames)
 }

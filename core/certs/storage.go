@@ -245,45 +245,48 @@ func (s *Storage) RewrapTo(ctx context.Context, kekID string, pace func(context.
 
 // rewrapOne re-wraps the value at key unless it is under kekID already, with
 // one compare-and-set on the sealed value read (re-read and retried when it
-// changed meanwhile, at most 5 rounds). It reports whether it wrote. Errors:
+// changed meanwhile, as [store.RetryOnConflict] says). It reports whether it wrote. Errors:
 // wrapping [secrets.ErrOpenFailed] or [secrets.ErrUnknownKEK] when the value
 // does not open (changed, or under a key retired before); the store's.
 func (s *Storage) rewrapOne(ctx context.Context, key, kekID string, pace func(context.Context) error) (bool, error) {
-	for range 5 {
+	wrote := false
+	err := store.RetryOnConflict(ctx, func() error {
 		var d storageDoc
 		err := store.FindByID(ctx, s.coll, key, &d)
 		if errors.Is(err, store.ErrNotFound) {
-			return false, nil
+			return nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("certs: re-wrap %s: %w", key, err)
+			return fmt.Errorf("certs: re-wrap %s: %w", key, err)
 		}
 		if d.Sealed.KEKID == kekID {
-			return false, nil
+			return nil
 		}
 		w, err := secrets.Rewrap(s.kr, binding(key), d.Sealed)
 		if err != nil {
-			return false, fmt.Errorf("certs: re-wrap %s: %w", key, err)
+			return fmt.Errorf("certs: re-wrap %s: %w", key, err)
 		}
 		if w.KEKID != kekID {
-			return false, fmt.Errorf("certs: re-wrap %s: the keyring's active key is %s, not %s", key, w.KEKID, kekID)
+			return fmt.Errorf("certs: re-wrap %s: the keyring's active key is %s, not %s", key, w.KEKID, kekID)
 		}
 		if pace != nil {
 			if err := pace(ctx); err != nil {
-				return false, err
+				return err
 			}
 		}
 		res, err := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: key},
 			{Key: "sealed.kek_id", Value: d.Sealed.KEKID}, {Key: "sealed.wrapped_key", Value: d.Sealed.WrappedKey}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "sealed", Value: w}}}})
 		if err != nil {
-			return false, fmt.Errorf("certs: re-wrap %s: %w", key, err)
+			return fmt.Errorf("certs: re-wrap %s: %w", key, err)
 		}
-		if res.MatchedCount == 1 {
-			return true, nil
+		if res.MatchedCount != 1 {
+			return fmt.Errorf("certs: re-wrap %s: changed meanwhile: %w", key, store.ErrConflict)
 		}
-	}
-	return false, fmt.Errorf("certs: re-wrap %s: %w", key, store.ErrConflict)
+		wrote = true
+		return nil
+	})
+	return wrote, err
 }
 
 // String names the storage in certmagic's logs.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/secrets"
@@ -133,6 +134,22 @@ func (d *Deployer) PublishBinding(ctx context.Context, p *services.Project, name
 			return &next, nil
 		},
 	})
+}
+
+// PublishReady is the binding manager's OnReady (docs/bindings.md): it publishes the secret
+// references of ready binding b to its service ([Deployer.PublishBinding], cause
+// binding.publish, at the revision read and decided again after a concurrent write). A service
+// that is gone, being deleted or no longer declares b is left alone (an unchanged Result).
+func (d *Deployer) PublishReady(ctx context.Context, b *bindings.Binding) (Result, error) {
+	p, err := d.cfg.Catalog.GetProject(ctx, b.Project)
+	if err != nil {
+		return Result{}, fmt.Errorf("publish binding %s: %w", b.ID, err)
+	}
+	res, err := d.PublishBinding(ctx, p, b.Service, b.Name, b.Secrets, nil)
+	if err != nil {
+		return res, fmt.Errorf("publish binding %s: %w", b.ID, err)
+	}
+	return res, nil
 }
 
 // OnlyRefusals reports whether err (from [Deployer.FollowTag], or any Apply) is made only of

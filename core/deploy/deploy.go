@@ -83,8 +83,8 @@ type ManifestChecker interface {
 type Config struct {
 	// Catalog holds projects and services; its ApplyService is the write.
 	Catalog *services.Catalog
-	// Runtime holds runtime specs and the refusal records the verdict shows; nil opens one over
-	// the Catalog's store.
+	// Runtime holds runtime specs and the refusal records the verdict shows. Required: New
+	// panics without it (a wiring bug).
 	Runtime *rollout.Store
 	// Bundles resolves bundle names to digests; nil refuses a service that names a bundle by
 	// name (bundle_not_found).
@@ -138,8 +138,8 @@ func New(cfg Config) *Deployer {
 	if cfg.ConflictRetries <= 0 {
 		cfg.ConflictRetries = DefaultConflictRetries
 	}
-	if cfg.Runtime == nil {
-		cfg.Runtime = rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil)
+	if cfg.Catalog == nil || cfg.Runtime == nil {
+		panic("deploy: Config.Catalog and Config.Runtime are required") // a wiring bug
 	}
 	d := &Deployer{cfg: cfg, log: cfg.Logger.With("component", "deploy")}
 	d.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{

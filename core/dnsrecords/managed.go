@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // Domain is one domain of a service whose DNS Berth manages (`dns: managed`, docs/dns.md
@@ -51,12 +49,8 @@ func (r *Records) SyncManaged(ctx context.Context, domains []Domain, edge []stri
 		}
 	}
 	var recs []Record
-	cur, err := r.cfg.Store.Collection(Collection).Find(ctx, bson.M{})
-	if err != nil {
-		return skipped, fmt.Errorf("dnsrecords: list: %w", err)
-	}
-	if err := cur.All(ctx, &recs); err != nil {
-		return skipped, fmt.Errorf("dnsrecords: list: %w", err)
+	if err := r.cfg.Store.All(ctx, Collection, &recs); err != nil {
+		return skipped, fmt.Errorf("dnsrecords: %w", err)
 	}
 	for _, rec := range recs {
 		for _, h := range rec.Holdings {

@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	abierrors "github.com/berthhq/berth/abi/errors"
 	abiprovider "github.com/berthhq/berth/abi/provider"
 	"github.com/berthhq/berth/core/operations"
@@ -190,9 +188,6 @@ func (r *Records) recordID(fqdn, typ string) (string, error) {
 	return zone + "/" + name + "/" + typ, nil
 }
 
-// maxCAS bounds the compare-and-set rounds of one change.
-const maxCAS = 8
-
 // Set makes holder's values of fqdn's record of type typ ("A", "AAAA", "TXT", "CNAME") exactly
 // values (nil or empty removes the holding) with one compare-and-set on the record's document,
 // then enqueues the write. It returns the record's generation after the change; a call that
@@ -210,48 +205,53 @@ func (r *Records) set(ctx context.Context, fqdn, typ, holder string, values []st
 		return 0, err
 	}
 	values = slices.Compact(slices.Sorted(slices.Values(values)))
-	coll := r.cfg.Store.Collection(Collection)
-	for range maxCAS {
+	var gen int64
+	err = store.RetryOnConflict(ctx, func() error {
 		var cur Record
-		err := store.FindByID(ctx, coll, id, &cur)
+		err := r.cfg.Store.Get(ctx, Collection, id, &cur)
 		if errors.Is(err, store.ErrNotFound) {
 			if len(values) == 0 {
-				return 0, nil // nothing held, nothing to withdraw
+				gen = 0
+				return nil // nothing held, nothing to withdraw
 			}
 			now := r.cfg.Now().UTC()
 			doc := Record{ID: id, FQDN: dnsFQDN(fqdn), Type: typ, TTL: ttl, Holdings: []Holding{{Holder: holder, Values: values, Since: now}},
 				Generation: 1, UpdatedAt: now}
-			if _, err := coll.InsertOne(ctx, doc); store.IsDuplicateKey(err) {
-				continue
+			if err := r.cfg.Store.Insert(ctx, Collection, doc); store.IsDuplicateKey(err) {
+				return fmt.Errorf("dnsrecords: create %s: created meanwhile: %w", id, store.ErrConflict)
 			} else if err != nil {
-				return 0, fmt.Errorf("dnsrecords: create %s: %w", id, err)
+				return fmt.Errorf("dnsrecords: create %s: %w", id, err)
 			}
-			return 1, r.enqueue(ctx, &doc)
+			gen = 1
+			return r.enqueue(ctx, &doc)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("dnsrecords: %w", err)
+			return fmt.Errorf("dnsrecords: %w", err)
 		}
 		next := withHolding(cur.Holdings, holder, values, r.cfg.Now().UTC())
 		same := slices.EqualFunc(next, cur.Holdings, func(a, b Holding) bool { return a.Holder == b.Holder && slices.Equal(a.Values, b.Values) })
 		if same && !(retryFailed && cur.Failed >= cur.Generation) {
 			if cur.Written < cur.Generation && cur.Failed < cur.Generation {
-				return cur.Generation, r.enqueue(ctx, &cur)
+				gen = cur.Generation
+				return r.enqueue(ctx, &cur)
 			}
-			return cur.Generation, nil
+			gen = cur.Generation
+			return nil
 		}
 		cur.Holdings, cur.Generation, cur.UpdatedAt = next, cur.Generation+1, r.cfg.Now().UTC()
-		rev, err := r.cfg.Store.UpdateIfRevision(ctx, coll, id, cur.Revision, bson.M{"$set": bson.M{
-			"holdings": cur.Holdings, "generation": cur.Generation, "updated_at": cur.UpdatedAt}})
-		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-			continue
+		rev, err := r.cfg.Store.SetIfRevision(ctx, Collection, id, cur.Revision, store.Fields{
+			"holdings": cur.Holdings, "generation": cur.Generation, "updated_at": cur.UpdatedAt})
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("dnsrecords: update %s: removed meanwhile: %w", id, store.ErrConflict)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("dnsrecords: update %s: %w", id, err)
+			return fmt.Errorf("dnsrecords: update %s: %w", id, err)
 		}
 		cur.Revision = rev
-		return cur.Generation, r.enqueue(ctx, &cur)
-	}
-	return 0, fmt.Errorf("dnsrecords: update %s: %w", id, store.ErrConflict)
+		gen = cur.Generation
+		return r.enqueue(ctx, &cur)
+	})
+	return gen, err
 }
 
 func dnsFQDN(s string) string { return strings.TrimSuffix(strings.ToLower(s), ".") + "." }
@@ -306,7 +306,7 @@ func (r *Records) Get(ctx context.Context, fqdn, typ string) (*Record, error) {
 		return nil, err
 	}
 	var rec Record
-	if err := store.FindByID(ctx, r.cfg.Store.Collection(Collection), id, &rec); err != nil {
+	if err := r.cfg.Store.Get(ctx, Collection, id, &rec); err != nil {
 		return nil, fmt.Errorf("dnsrecords: %w", err)
 	}
 	return &rec, nil

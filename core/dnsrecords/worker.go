@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/pluginapi"
 	abiprovider "github.com/berthhq/berth/abi/provider"
@@ -61,12 +59,8 @@ func (r *Records) Run(ctx context.Context) {
 // every challenge value held for longer than ChallengeMaxAge.
 func (r *Records) Resume(ctx context.Context) error {
 	var recs []Record
-	cur, err := r.cfg.Store.Collection(Collection).Find(ctx, bson.M{})
-	if err != nil {
-		return fmt.Errorf("dnsrecords: list: %w", err)
-	}
-	if err := cur.All(ctx, &recs); err != nil {
-		return fmt.Errorf("dnsrecords: list: %w", err)
+	if err := r.cfg.Store.All(ctx, Collection, &recs); err != nil {
+		return fmt.Errorf("dnsrecords: %w", err)
 	}
 	old := r.cfg.Now().Add(-r.cfg.ChallengeMaxAge)
 	for i := range recs {
@@ -126,9 +120,8 @@ func (r *Records) execute(ctx context.Context, c operations.Claimed) {
 		_, _ = r.cfg.Queue.Fail(ctx, op.ID, h, "payload is not a DNS write", false)
 		return
 	}
-	coll := r.cfg.Store.Collection(Collection)
 	var rec Record
-	err := store.FindByID(ctx, coll, p.Record, &rec)
+	err := r.cfg.Store.Get(ctx, Collection, p.Record, &rec)
 	if errors.Is(err, store.ErrNotFound) {
 		_, _ = r.cfg.Queue.Complete(ctx, op.ID, h, nil) // withdrawn and removed since
 		return
@@ -187,10 +180,9 @@ func (r *Records) apply(ctx context.Context, rec *Record, values []string, m plu
 // recordWritten raises rec's Written to the generation read (never lowers it) and removes the
 // document when nobody holds the record any more and nothing changed since.
 func (r *Records) recordWritten(ctx context.Context, rec *Record, empty bool) error {
-	coll := r.cfg.Store.Collection(Collection)
-	for range maxCAS {
+	return store.RetryOnConflict(ctx, func() error {
 		var cur Record
-		err := store.FindByID(ctx, coll, rec.ID, &cur)
+		err := r.cfg.Store.Get(ctx, Collection, rec.ID, &cur)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}
@@ -201,44 +193,37 @@ func (r *Records) recordWritten(ctx context.Context, rec *Record, empty bool) er
 			return nil
 		}
 		if empty && cur.Generation == rec.Generation {
-			ok, err := r.cfg.Store.DeleteIf(ctx, coll, rec.ID, bson.D{{Key: "revision", Value: cur.Revision}})
+			ok, err := r.cfg.Store.DeleteWhen(ctx, Collection, rec.ID, store.Fields{"revision": cur.Revision})
 			if err != nil {
 				return err
 			}
-			if ok {
-				return nil
+			if !ok {
+				return fmt.Errorf("dnsrecords: record the write of %s: changed meanwhile: %w", rec.ID, store.ErrConflict)
 			}
-			continue
+			return nil
 		}
-		_, err = r.cfg.Store.UpdateIfRevision(ctx, coll, rec.ID, cur.Revision, bson.M{"$set": bson.M{"written": rec.Generation, "updated_at": time.Now().UTC()}})
-		if errors.Is(err, store.ErrConflict) {
-			continue
-		}
+		_, err = r.cfg.Store.SetIfRevision(ctx, Collection, rec.ID, cur.Revision, store.Fields{"written": rec.Generation, "updated_at": time.Now().UTC()})
 		return err
-	}
-	return fmt.Errorf("dnsrecords: record the write of %s: %w", rec.ID, store.ErrConflict)
+	})
 }
 
 // recordFailure keeps a write's failure for good on the record (best effort: Wait then times out
 // instead of returning the reason).
 func (r *Records) recordFailure(ctx context.Context, rec *Record, cause error) {
-	coll := r.cfg.Store.Collection(Collection)
 	msg := cause.Error()
 	if len(msg) > 512 {
 		msg = msg[:512]
 	}
-	for range maxCAS {
+	_ = store.RetryOnConflict(ctx, func() error {
 		var cur Record
-		if err := store.FindByID(ctx, coll, rec.ID, &cur); err != nil {
-			return
+		if err := r.cfg.Store.Get(ctx, Collection, rec.ID, &cur); err != nil {
+			return err
 		}
 		if cur.Failed >= rec.Generation {
-			return
+			return nil
 		}
-		_, err := r.cfg.Store.UpdateIfRevision(ctx, coll, rec.ID, cur.Revision, bson.M{"$set": bson.M{
-			"failed": rec.Generation, "last_error": msg, "last_code": string(abierrors.CodeOf(cause)), "updated_at": time.Now().UTC()}})
-		if !errors.Is(err, store.ErrConflict) {
-			return
-		}
-	}
+		_, err := r.cfg.Store.SetIfRevision(ctx, Collection, rec.ID, cur.Revision, store.Fields{
+			"failed": rec.Generation, "last_error": msg, "last_code": string(abierrors.CodeOf(cause)), "updated_at": time.Now().UTC()})
+		return err
+	}) // best effort, as said
 }

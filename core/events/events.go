@@ -8,10 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
@@ -50,9 +46,8 @@ type doc struct {
 
 // Log appends and reads events. It is safe for concurrent use.
 type Log struct {
-	st   *store.Store
-	coll *mongo.Collection
-	now  func() time.Time
+	st  *store.Store
+	now func() time.Time
 }
 
 // New returns a Log over s; now nil means time.Now.
@@ -60,14 +55,13 @@ func New(s *store.Store, now func() time.Time) *Log {
 	if now == nil {
 		now = time.Now
 	}
-	return &Log{st: s, coll: s.Collection(Collection), now: now}
+	return &Log{st: s, now: now}
 }
 
 // EnsureIndexes creates the seq index; idempotent.
 func (l *Log) EnsureIndexes(ctx context.Context) error {
-	_, err := l.coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "seq", Value: 1}}})
-	if err != nil {
-		return fmt.Errorf("events: create seq index: %w", err)
+	if err := l.st.EnsureIndex(ctx, Collection, "seq"); err != nil {
+		return fmt.Errorf("events: %w", err)
 	}
 	return nil
 }
@@ -95,7 +89,7 @@ func (l *Log) Append(ctx context.Context, ev node.Event) (int64, bool, error) {
 	if err != nil {
 		return 0, false, err
 	}
-	_, err = l.coll.InsertOne(ctx, doc{ID: ev.ID, Seq: seq, ReceivedAt: l.now().UTC(), Type: ev.Type, NodeID: ev.Source.NodeID, Body: raw})
+	err = l.st.Insert(ctx, Collection, doc{ID: ev.ID, Seq: seq, ReceivedAt: l.now().UTC(), Type: ev.Type, NodeID: ev.Source.NodeID, Body: raw})
 	if store.IsDuplicateKey(err) {
 		seq, _, err := l.seqOf(ctx, ev.ID)
 		return seq, true, err
@@ -108,8 +102,8 @@ func (l *Log) Append(ctx context.Context, ev node.Event) (int64, bool, error) {
 
 func (l *Log) seqOf(ctx context.Context, id string) (int64, bool, error) {
 	var d doc
-	err := l.coll.FindOne(ctx, bson.M{"_id": id}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
+	err := l.st.Get(ctx, Collection, id, &d)
+	if errors.Is(err, store.ErrNotFound) {
 		return 0, false, nil
 	}
 	if err != nil {
@@ -124,17 +118,13 @@ func (l *Log) List(ctx context.Context, afterSeq int64, typ string, limit int) (
 	if limit <= 0 {
 		limit = 100
 	}
-	filter := bson.M{"seq": bson.M{"$gt": afterSeq}}
+	match := store.Fields{}
 	if typ != "" {
-		filter["type"] = typ
-	}
-	cur, err := l.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).SetLimit(int64(limit)))
-	if err != nil {
-		return nil, fmt.Errorf("events: list: %w", err)
+		match["type"] = typ
 	}
 	var docs []doc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("events: list: %w", err)
+	if err := l.st.FindAfter(ctx, Collection, "seq", afterSeq, match, limit, &docs); err != nil {
+		return nil, fmt.Errorf("events: %w", err)
 	}
 	out := make([]Record, 0, len(docs))
 	for _, d := range docs {

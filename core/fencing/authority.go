@@ -21,9 +21,6 @@ import (
 // Collection holds one lease document per leased resource, with _id the lease id.
 const Collection = "leases"
 
-// casAttempts bounds how often a lease change is re-decided after losing a compare-and-set race.
-const casAttempts = 8
-
 // Lease is one lease document (docs/node-protocol.md section 8, docs/api.md "Leases").
 type Lease struct {
 	ID           string         `bson:"_id" json:"lease_id"`
@@ -194,7 +191,7 @@ func (a *Authority) HeldBy(ctx context.Context, nodeID string) ([]Lease, error) 
 
 // apply reads lease id (a fresh one for resource when absent), runs decide on it at the
 // authority's clock and writes the result with one compare-and-set, re-deciding after a lost race
-// (at most casAttempts times). decide returns changed=false to write nothing. It returns the lease
+// (as [store.RetryOnConflict] says). decide returns changed=false to write nothing. It returns the lease
 // as written (or as read when unchanged) and decide's error, unwrapped.
 func (a *Authority) apply(ctx context.Context, id, resType, resID string, create bool, decide func(State, time.Time) (State, bool, error)) (*Lease, error) {
 	return a.applyLogged(ctx, id, resType, resID, create, decide, nil)
@@ -207,25 +204,24 @@ func (a *Authority) apply(ctx context.Context, id, resType, resID string, create
 // as that write left it.
 func (a *Authority) applyLogged(ctx context.Context, id, resType, resID string, create bool, decide func(State, time.Time) (State, bool, error), logged func(*Lease) changelog.Change) (*Lease, error) {
 	actor, withActor := changelog.ActorFrom(ctx)
-	var lastErr error
-	for attempt := 0; attempt < casAttempts; attempt++ {
+	var out *Lease
+	err := store.RetryOnConflictFunc(ctx, lostLeaseRace, func() error {
 		var l Lease
+		out = nil
 		err := store.FindByID(ctx, a.leases, id, &l)
 		exists := err == nil
 		switch {
 		case errors.Is(err, store.ErrNotFound) && create:
 			l = Lease{ID: id, ResourceType: resType, ResourceID: resID, FenceFailed: []string{}}
 		case errors.Is(err, store.ErrNotFound):
-			return nil, fmt.Errorf("fencing: lease %s: %w", id, err)
+			return fmt.Errorf("fencing: lease %s: %w", id, err)
 		case err != nil:
-			return nil, fmt.Errorf("fencing: read lease %s: %w", id, err)
+			return fmt.Errorf("fencing: read lease %s: %w", id, err)
 		}
 		next, changed, derr := decide(l.State(), a.now().UTC())
-		if derr != nil {
-			return &l, derr
-		}
-		if !changed {
-			return &l, nil
+		if derr != nil || !changed {
+			out = &l
+			return derr
 		}
 		prev := l.Revision
 		l.set(next)
@@ -237,7 +233,7 @@ func (a *Authority) applyLogged(ctx context.Context, id, resType, resID string, 
 			ch.ActorType, ch.ActorID = actor.Type, actor.ID
 			p, err := changelog.Prepare(ch)
 			if err != nil {
-				return nil, fmt.Errorf("fencing: lease %s: %w", id, err)
+				return fmt.Errorf("fencing: lease %s: %w", id, err)
 			}
 			push = &p
 		}
@@ -260,15 +256,29 @@ func (a *Authority) applyLogged(ctx context.Context, id, resType, resID string, 
 				l.LogOutbox = append(l.LogOutbox, *push)
 			}
 		}
-		if err == nil {
-			return &l, nil
+		if err != nil {
+			return fmt.Errorf("fencing: write lease %s: %w", id, errLostRace{err})
 		}
-		if !store.IsDuplicateKey(err) && !errors.Is(err, store.ErrConflict) {
-			return nil, fmt.Errorf("fencing: write lease %s: %w", id, err)
-		}
-		lastErr = err
+		out = &l
+		return nil
+	})
+	if err != nil && out == nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("fencing: write lease %s: gave up after %d lost races: %w", id, casAttempts, lastErr)
+	return out, err // out with an error: decide's, unwrapped
+}
+
+// errLostRace marks the write of [Authority.applyLogged], so that only a write that lost to
+// another writer (a duplicate insert, a changed revision) is retried, never decide's answer.
+type errLostRace struct{ err error }
+
+func (e errLostRace) Error() string { return e.err.Error() }
+func (e errLostRace) Unwrap() error { return e.err }
+
+// lostLeaseRace reports whether err is a lease write that lost a race.
+func lostLeaseRace(err error) bool {
+	var lost errLostRace
+	return errors.As(err, &lost) && (store.IsDuplicateKey(lost.err) || errors.Is(lost.err, store.ErrConflict))
 }
 
 // GrantRequest asks for a lease on a resource for a node.

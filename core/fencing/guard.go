@@ -46,7 +46,7 @@ func (g *Guard) Check(ctx context.Context, resource string, token int64) error {
 	if resource == "" {
 		return errors.New("fencing: guard: empty resource")
 	}
-	for attempt := 0; attempt < casAttempts; attempt++ {
+	return store.RetryOnConflict(ctx, func() error {
 		if token >= 1 {
 			res, err := g.coll.UpdateOne(ctx, bson.M{"_id": resource, "token": bson.M{"$lte": token}},
 				bson.M{"$set": bson.M{"token": token}, "$inc": bson.M{"accepted": int64(1)}})
@@ -71,7 +71,8 @@ func (g *Guard) Check(ctx context.Context, resource string, token int64) error {
 			return fmt.Errorf("fencing: guard %s: %w", resource, err)
 		}
 		if token >= 1 && cur.Token <= token {
-			continue // raced with a concurrent first insert or a lower writer; decide again
+			// Raced with a concurrent first insert or a lower writer; decide again.
+			return fmt.Errorf("fencing: guard %s: %w", resource, store.ErrConflict)
 		}
 		_, err := g.coll.UpdateOne(ctx, bson.M{"_id": resource},
 			bson.M{"$inc": bson.M{"rejected": int64(1)}, "$set": bson.M{"last_rejected_token": token, "last_rejected_at": g.now().UTC()}})
@@ -79,8 +80,7 @@ func (g *Guard) Check(ctx context.Context, resource string, token int64) error {
 			return fmt.Errorf("fencing: guard %s: record rejection: %w", resource, err)
 		}
 		return fmt.Errorf("%w: resource %s, token %d, highest seen %d", ErrStaleToken, resource, token, cur.Token)
-	}
-	return fmt.Errorf("fencing: guard %s: gave up after %d lost races: %w", resource, casAttempts, store.ErrConflict)
+	})
 }
 
 // GuardRecord is what the guard knows of one resource.

@@ -73,7 +73,7 @@ func (a *Authority) casNode(ctx context.Context, n *nodes.Node, set bson.M, push
 }
 
 // updateNode re-reads node nodeID and applies change to it with [Authority.casNode] until it
-// wins (at most casAttempts times). change returns nil to write nothing.
+// wins (as [store.RetryOnConflict] says). change returns nil to write nothing.
 func (a *Authority) updateNode(ctx context.Context, nodeID string, change func(n *nodes.Node) (bson.M, error)) (*nodes.Node, error) {
 	return a.updateNodeLogged(ctx, nodeID, change, nil)
 }
@@ -83,14 +83,17 @@ func (a *Authority) updateNode(ctx context.Context, nodeID string, change func(n
 // the compare-and-set that writes set. The node returned is as read before that write.
 func (a *Authority) updateNodeLogged(ctx context.Context, nodeID string, change func(n *nodes.Node) (bson.M, error), logged func(n *nodes.Node) changelog.Change) (*nodes.Node, error) {
 	actor, withActor := changelog.ActorFrom(ctx)
-	for attempt := 0; attempt < casAttempts; attempt++ {
+	var out *nodes.Node
+	err := store.RetryOnConflict(ctx, func() error {
+		out = nil
 		n, err := a.readNode(ctx, nodeID)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		set, err := change(n)
 		if err != nil || set == nil {
-			return n, err
+			out = n
+			return err
 		}
 		var push *changelog.Pending
 		if logged != nil && withActor {
@@ -98,19 +101,24 @@ func (a *Authority) updateNodeLogged(ctx context.Context, nodeID string, change 
 			ch.ActorType, ch.ActorID = actor.Type, actor.ID
 			p, err := changelog.Prepare(ch)
 			if err != nil {
-				return nil, fmt.Errorf("fencing: node %s: %w", nodeID, err)
+				return fmt.Errorf("fencing: node %s: %w", nodeID, err)
 			}
 			push = &p
 		}
 		ok, err := a.casNode(ctx, n, set, push)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if ok {
-			return n, nil
+		if !ok {
+			return fmt.Errorf("fencing: update fence state of node %s: %w", nodeID, store.ErrConflict)
 		}
+		out = n
+		return nil
+	})
+	if err != nil && out == nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("fencing: update fence state of node %s: gave up after %d lost races: %w", nodeID, casAttempts, store.ErrConflict)
+	return out, err // out with an error: change's
 }
 
 // RecordFenceFailure records that nodeID's fence of f.LeaseID failed (a lease_revoke answered

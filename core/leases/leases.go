@@ -7,9 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/berthhq/berth/core/store"
 )
 
@@ -18,9 +15,6 @@ const Collection = "project_leases"
 
 // DefaultTTL is the lease lifetime when [Config.TTL] is zero.
 const DefaultTTL = 30 * time.Second
-
-// casAttempts bounds how often a write is re-decided after losing a compare-and-set race.
-const casAttempts = 3
 
 // Key returns the lease key of a project: "project:<id>".
 func Key(projectID string) string { return "project:" + projectID }
@@ -48,9 +42,8 @@ type Config struct {
 // Manager acquires, renews and releases leases in the store. Every change is one compare-and-set
 // on the lease's own document (DESIGN.md section 4). Safe for concurrent use.
 type Manager struct {
-	coll *mongo.Collection
-	view *store.View // reads; every change is a compare-and-set on coll
-	cfg  Config
+	st  *store.Store // reads from its view; every change is a compare-and-set
+	cfg Config
 }
 
 // NewManager returns a Manager over s. It does no I/O.
@@ -64,7 +57,7 @@ func NewManager(s *store.Store, cfg Config) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{coll: s.Collection(Collection), view: s.View(), cfg: cfg}
+	return &Manager{st: s, cfg: cfg}
 }
 
 // TTL returns the lifetime of a holding.
@@ -83,7 +76,7 @@ func (d doc) state() State { return State{Owner: d.Owner, Epoch: d.Epoch, Expire
 // load returns the lease document of key, or ok=false when there is none.
 func (m *Manager) load(ctx context.Context, key string) (doc, bool, error) {
 	var d doc
-	err := m.view.Get(ctx, m.coll, key, &d)
+	err := m.st.ViewGet(ctx, Collection, key, &d)
 	if errors.Is(err, store.ErrNotFound) {
 		return doc{ID: key}, false, nil
 	}
@@ -93,30 +86,49 @@ func (m *Manager) load(ctx context.Context, key string) (doc, bool, error) {
 // apply runs decide on the current state of key and writes its answer with one compare-and-set,
 // re-deciding after a lost race.
 func (m *Manager) apply(ctx context.Context, key string, decide func(State, time.Time) (State, error)) (State, error) {
-	for attempt := 0; ; attempt++ {
+	var out State
+	err := store.RetryOnConflictFunc(ctx, raced, func() error {
 		cur, exists, err := m.load(ctx, key)
 		if err != nil {
-			return State{}, fmt.Errorf("leases: read %s: %w", key, err)
+			return fmt.Errorf("leases: read %s: %w", key, err)
 		}
 		next, err := decide(cur.state(), m.cfg.Now().UTC())
 		if err != nil {
-			return State{}, fmt.Errorf("leases: %s: %w", key, err)
+			return fmt.Errorf("leases: %s: %w", key, err)
 		}
 		if !exists {
-			_, err = m.coll.InsertOne(ctx, doc{ID: key, Owner: next.Owner, Epoch: next.Epoch, ExpiresAt: next.ExpiresAt})
+			err = m.st.Insert(ctx, Collection, doc{ID: key, Owner: next.Owner, Epoch: next.Epoch, ExpiresAt: next.ExpiresAt})
 		} else {
-			_, err = store.UpdateIfRevision(ctx, m.coll, key, cur.Revision, bson.M{"$set": bson.M{
+			_, err = m.st.SetIfRevision(ctx, Collection, key, cur.Revision, store.Fields{
 				"owner": next.Owner, "epoch": next.Epoch, "expires_at": next.ExpiresAt,
-			}})
+			})
 		}
-		if err == nil {
-			return next, nil
+		if err != nil {
+			return fmt.Errorf("leases: write %s: %w", key, errLostRace{err})
 		}
-		raced := store.IsDuplicateKey(err) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound)
-		if !raced || attempt+1 >= casAttempts {
-			return State{}, fmt.Errorf("leases: write %s: %w", key, err)
-		}
+		out = next
+		return nil
+	})
+	if err != nil {
+		return State{}, err
 	}
+	return out, nil
+}
+
+// errLostRace marks a write of [Manager.apply] that lost to another writer (a duplicate insert,
+// a changed or vanished document), so that only the write, never the read or decide, is retried.
+type errLostRace struct{ err error }
+
+func (e errLostRace) Error() string { return e.err.Error() }
+func (e errLostRace) Unwrap() error { return e.err }
+
+// raced reports whether err is a lost race of [Manager.apply]'s write.
+func raced(err error) bool {
+	var lost errLostRace
+	if !errors.As(err, &lost) {
+		return false
+	}
+	return store.IsDuplicateKey(lost.err) || errors.Is(lost.err, store.ErrConflict) || errors.Is(lost.err, store.ErrNotFound)
 }
 
 // Acquire takes the lease on key for this worker. Errors: wrapping [ErrBusy] when another owner

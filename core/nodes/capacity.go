@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/berthhq/berth/core/store"
 	"maps"
 	"regexp"
 	"slices"
@@ -238,13 +239,13 @@ func (r *Registry) ReportAllocatable(ctx context.Context, id string, a Resources
 	if err := a.Validate("allocatable"); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	for range maxStatusAttempts {
+	err := store.RetryOnConflict(ctx, func() error {
 		n, err := r.Get(ctx, id)
 		if errors.Is(err, ErrNotFound) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("record allocatable of node %s: %w", id, err)
+			return err
 		}
 		if n.Status == StatusRemoved || n.Allocatable.Equal(a) && n.ResourceLimits == limits {
 			return nil
@@ -256,11 +257,15 @@ func (r *Registry) ReportAllocatable(ctx context.Context, id string, a Resources
 		ok, err := r.st.UpdateIf(ctx, r.nodes, id, bson.D{{Key: "report_rev", Value: rev}},
 			bson.M{"$set": bson.M{"allocatable": a, "resource_limits": limits, "report_rev": n.ReportRev + 1}})
 		if err != nil {
-			return fmt.Errorf("record allocatable of node %s: %w", id, err)
+			return err
 		}
-		if ok {
-			return nil
+		if !ok {
+			return ErrConflict
 		}
+		return nil
+	}, ErrConflict)
+	if err != nil {
+		return fmt.Errorf("record allocatable of node %s: %w", id, err)
 	}
-	return fmt.Errorf("record allocatable of node %s: %w", id, ErrConflict)
+	return nil
 }

@@ -417,7 +417,7 @@ func (r *Registry) List(ctx context.Context) ([]Node, error) {
 func (r *Registry) SessionStarted(ctx context.Context, nodeID, sessionID, agentVersion string, drivers []string, networks ...string) error {
 	now := r.now().UTC()
 	set := bson.M{"$set": bson.M{"status": StatusConnected, "session_id": sessionID, "last_seen_at": now, "agent_version": agentVersion, "drivers": drivers, "networks": networks}}
-	for range maxStatusAttempts {
+	return store.RetryOnConflict(ctx, func() error {
 		n, err := r.Get(ctx, nodeID)
 		if errors.Is(err, ErrNotFound) {
 			return nil
@@ -432,16 +432,12 @@ func (r *Registry) SessionStarted(ctx context.Context, nodeID, sessionID, agentV
 		if err != nil {
 			return fmt.Errorf("mark node %s connected: %w", nodeID, err)
 		}
-		if ok {
-			return nil
+		if !ok {
+			return fmt.Errorf("mark node %s connected: %w", nodeID, ErrConflict)
 		}
-	}
-	return fmt.Errorf("mark node %s connected: %w", nodeID, ErrConflict)
+		return nil
+	}, ErrConflict)
 }
-
-// maxStatusAttempts bounds the compare-and-set retries of a session's
-// status change against concurrent writers of the same node.
-const maxStatusAttempts = 8
 
 // SessionEnded marks the node disconnected, but only while sessionID is still
 // its current session (a newer session is not overwritten).

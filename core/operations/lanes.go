@@ -99,7 +99,7 @@ func (q *Queue) publish(ctx context.Context, o *Operation) error {
 // relane queues pending operation id under a new slot of its target's lane: one compare-and-set
 // of its lane field, then the slot. Idempotent; a settled or leased operation is left alone.
 func (q *Queue) relane(ctx context.Context, id string) error {
-	for attempt := 0; attempt < 4; attempt++ {
+	return store.RetryOnConflict(ctx, func() error {
 		o, err := q.getLive(ctx, id)
 		if errors.Is(err, ErrNotFound) {
 			return nil
@@ -114,16 +114,15 @@ func (q *Queue) relane(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if _, err := store.UpdateIfRevision(ctx, q.live.For(id), id, o.Revision, bson.M{"$set": bson.M{"lane": key}}); errors.Is(err, store.ErrConflict) {
-			continue
-		} else if err != nil {
+		if _, err := store.UpdateIfRevision(ctx, q.live.For(id), id, o.Revision, bson.M{"$set": bson.M{"lane": key}}); err != nil {
 			return fmt.Errorf("operations: queue %s: %w", id, err)
 		}
-		if ok, err := q.writeSlot(ctx, key, id); err != nil || ok {
-			return err
+		ok, err := q.writeSlot(ctx, key, id)
+		if err == nil && !ok {
+			return fmt.Errorf("operations: queue %s: slot %s taken meanwhile: %w", id, key, store.ErrConflict)
 		}
-	}
-	return fmt.Errorf("operations: queue %s: %w", id, store.ErrConflict)
+		return err
+	})
 }
 
 // laneState reads the lane's head and the last slot taken.

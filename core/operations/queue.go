@@ -387,24 +387,26 @@ func newLeaseToken() (token, digest string, err error) { return identity.NewToke
 // operation is decided on as read from the archive (nothing to write) and a newly settled one is
 // moved there.
 func (q *Queue) casLoop(ctx context.Context, id string, extra bson.M, decide func(Status, time.Time) (Status, error)) (*Operation, error) {
-	for attempt := 0; ; attempt++ {
+	var out *Operation
+	err := store.RetryOnConflict(ctx, func() error {
 		o, err := q.getLive(ctx, id)
 		if errors.Is(err, ErrNotFound) {
 			if o, err = q.Get(ctx, id); err != nil {
-				return nil, err
+				return err
 			}
 			if _, err := decide(o.status(), q.now().UTC()); err != nil {
-				return nil, fmt.Errorf("operations: %s: %w", id, err)
+				return fmt.Errorf("operations: %s: %w", id, err)
 			}
-			return o, nil // settled: no decider changes a terminal status
+			out = o
+			return nil // settled: no decider changes a terminal status
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		now := q.now().UTC()
 		next, err := decide(o.status(), now)
 		if err != nil {
-			return nil, fmt.Errorf("operations: %s: %w", id, err)
+			return fmt.Errorf("operations: %s: %w", id, err)
 		}
 		set := statusSet(next, now)
 		for k, v := range extra {
@@ -425,17 +427,17 @@ func (q *Queue) casLoop(ctx context.Context, id string, extra bson.M, decide fun
 			lane = o.Lane
 		case pending:
 			if lane, err = q.nextSlot(ctx, target); err != nil {
-				return nil, err
+				return err
 			}
 			publish = true
 		}
 		set["lane"] = lane
 		rev, err := store.UpdateIfRevision(ctx, q.live.For(id), id, o.Revision, bson.M{"$set": set})
-		if (errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound)) && attempt < 3 {
-			continue
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("operations: update %s: settled meanwhile: %w", id, store.ErrConflict) // read it from the archive
 		}
 		if err != nil {
-			return nil, fmt.Errorf("operations: update %s: %w", id, err)
+			return fmt.Errorf("operations: update %s: %w", id, err)
 		}
 		o.setStatus(next, now)
 		o.Revision, o.Lane, o.TargetNode = rev, lane, target
@@ -443,18 +445,23 @@ func (q *Queue) casLoop(ctx context.Context, id string, extra bson.M, decide fun
 			o.Result = r
 		}
 		if err := q.archiveOp(ctx, o); err != nil {
-			return nil, err
+			return err
 		}
 		if publish {
 			if err := q.publish(ctx, o); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if o.State == Leased {
 			q.noteDue(o.LeaseExpiresAt)
 		}
-		return o, nil
+		out = o
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 // Renew extends h's lease on operation id by the lease TTL. Errors: wrapping [ErrLeaseLost].

@@ -96,26 +96,30 @@ func (s *Service) Delete(ctx context.Context, projectID string) (*DeleteResult, 
 
 // hold marks the placement as being deleted (one compare-and-set); nil when there is none.
 func (s *Service) hold(ctx context.Context, projectID string) (*Placement, error) {
-	for i := 0; i < attempts; i++ {
+	var out *Placement
+	err := store.RetryOnConflict(ctx, func() error {
 		p, err := s.Get(ctx, projectID)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, nil
+			out = nil
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if p.Deleting {
-			return p, nil
+			out = p
+			return nil
 		}
 		rev, err := store.UpdateIfRevision(ctx, s.colls.For(projectID), projectID, p.Revision, bson.M{"$set": bson.M{"deleting": true}})
-		if errors.Is(err, store.ErrConflict) {
-			continue
-		}
 		if err != nil {
-			return nil, fmt.Errorf("placement: hold %s: %w", projectID, err)
+			return fmt.Errorf("placement: hold %s: %w", projectID, err)
 		}
 		p.Deleting, p.Revision = true, rev
-		return p, nil
+		out = p
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("placement: hold %s: %w", projectID, store.ErrConflict)
+	return out, nil
 }

@@ -232,27 +232,28 @@ func (s *Service) write(ctx context.Context, cur *Placement, next Placement) (Pl
 // compare-and-set on the placement document) and then assigns it ([Service.Assign]). Errors:
 // [ErrInvalid], [ErrModeImmutable], [ErrPinned] (wrapped).
 func (s *Service) SetDesired(ctx context.Context, projectID string, req DesiredRequest) (*Placement, error) {
-	for i := 0; i < attempts; i++ {
+	err := store.RetryOnConflict(ctx, func() error {
 		cur, err := s.Get(ctx, projectID)
 		if errors.Is(err, store.ErrNotFound) {
 			cur, err = nil, nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		next, err := Next(cur, req, s.nodes.Now())
 		if err != nil {
-			return nil, fmt.Errorf("placement: %s: %w", projectID, err)
+			return fmt.Errorf("placement: %s: %w", projectID, err)
 		}
 		next.ProjectID = projectID
-		if _, err := s.write(ctx, cur, next); errors.Is(err, store.ErrConflict) {
-			continue
-		} else if err != nil {
-			return nil, fmt.Errorf("placement: write %s: %w", projectID, err)
+		if _, err := s.write(ctx, cur, next); err != nil {
+			return fmt.Errorf("placement: write %s: %w", projectID, err)
 		}
-		return s.Assign(ctx, projectID)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("placement: %s: %w", projectID, store.ErrConflict)
+	return s.Assign(ctx, projectID)
 }
 
 // candidates returns the nodes p may use: the open nodes of its region (every region when it names
@@ -439,25 +440,24 @@ func (s *Service) Lifecycle(ctx context.Context, projectID, kind string) (*opera
 // Errors: wrapping [ErrStale] for a report from another node or for an older generation than the
 // one recorded.
 func (s *Service) Observe(ctx context.Context, projectID string, obs Observation) (*Placement, error) {
-	for i := 0; i < attempts; i++ {
+	err := store.RetryOnConflict(ctx, func() error {
 		p, err := s.Get(ctx, projectID)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := Observe(p, obs); err != nil {
-			return nil, fmt.Errorf("placement: observe %s generation %d: %w", projectID, obs.Generation, err)
+			return fmt.Errorf("placement: observe %s generation %d: %w", projectID, obs.Generation, err)
 		}
 		obs.At = s.nodes.Now()
-		_, err = store.UpdateIfRevision(ctx, s.colls.For(projectID), projectID, p.Revision, bson.M{"$set": bson.M{"observed": obs}})
-		if errors.Is(err, store.ErrConflict) {
-			continue
+		if _, err = store.UpdateIfRevision(ctx, s.colls.For(projectID), projectID, p.Revision, bson.M{"$set": bson.M{"observed": obs}}); err != nil {
+			return fmt.Errorf("placement: observe %s: %w", projectID, err)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("placement: observe %s: %w", projectID, err)
-		}
-		return s.Get(ctx, projectID)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("placement: observe %s: %w", projectID, store.ErrConflict)
+	return s.Get(ctx, projectID)
 }
 
 // List returns every placement.

@@ -13,6 +13,7 @@ import (
 
 	abiroutes "github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -81,7 +82,7 @@ func testRouteClaims(t *testing.T, compiler routes.Compiler) {
 	enroll(t, reg)
 	rec := &recorder{pushed: map[string]int{}}
 	logs := &logTally{msgs: map[string]int{}}
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: rec, Routes: rec, Compiler: compiler, Logger: slog.New(logs)})
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: rec, Routes: rec, Compiler: compiler, Logger: slog.New(logs)})
 	shop, _, _ := cat.EnsureProject(ctx, "shop")
 	blog, _, _ := cat.EnsureProject(ctx, "blog")
 	apply := func(p *services.Project, name string, domains ...string) error {
@@ -232,7 +233,7 @@ func TestRouteCompilerCannotServeAnExcludedHostname(t *testing.T) {
 	}
 	src := &bindings{modules: map[string][]byte{}}
 	rec := &recorder{pushed: map[string]int{}}
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: rec, Routes: rec,
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: rec, Routes: rec,
 		Compiler: routes.NewBindable(routes.BindableConfig{Default: routes.Wasm{Module: def}, Source: src, Runtime: rt})})
 	p, _, _ := cat.EnsureProject(ctx, "shop")
 	for _, name := range []string{"a", "b"} {
@@ -288,7 +289,7 @@ func TestRouteCompilerCannotTakeAHeldHostname(t *testing.T) {
 	}
 	src := &bindings{modules: map[string][]byte{}}
 	rec := &recorder{pushed: map[string]int{}}
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: rec, Routes: rec,
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: rec, Routes: rec,
 		Compiler: routes.NewBindable(routes.BindableConfig{Default: routes.Wasm{Module: def}, Source: src, Runtime: rt})})
 	p, _, _ := cat.EnsureProject(ctx, "default")
 	for _, name := range []string{"api", "web"} {

@@ -13,6 +13,7 @@ import (
 	"github.com/berthhq/berth/abi/node"
 	abiroutes "github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
@@ -80,7 +81,7 @@ func TestKeyedHintsRunWithoutTheSweep(t *testing.T) {
 	a, b := enroll(t, reg), enroll(t, reg)
 	sink := &signalling{changed: make(chan struct{}, 1)}
 	metrics := prometheus.NewRegistry()
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{},
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{},
 		Sweep: slots.SweepConfig{Quiet: time.Hour, Period: time.Hour, Floor: time.Hour}, Metrics: metrics})
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()

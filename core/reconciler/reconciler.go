@@ -98,6 +98,9 @@ type Config struct {
 	// Rollout produces the slots and workloads of every service (docs/reconciliation.md);
 	// nil builds one over the Catalog's store with the Admit policy and Leases.
 	Rollout *rollout.Producer
+	// Runtime is the store of the runtime specs and slots the built Rollout works on; required
+	// when Rollout is nil, not used otherwise.
+	Runtime *rollout.Store
 	// Events, when not nil, receives the events the built Rollout emits (rollout.failed, rollout.denied); it
 	// is not used when Rollout is given.
 	Events *events.Log
@@ -166,7 +169,10 @@ func New(cfg Config) *Reconciler {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Rollout == nil {
-		rc := rollout.Config{Store: rollout.NewStore(cfg.Catalog.Backing(), cfg.Catalog, nil), Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger, Events: cfg.Events,
+		if cfg.Runtime == nil {
+			panic("reconciler: Config.Runtime is required when Config.Rollout is nil") // a wiring bug
+		}
+		rc := rollout.Config{Store: cfg.Runtime, Catalog: cfg.Catalog, Nodes: cfg.Nodes, Logger: cfg.Logger, Events: cfg.Events,
 			Leases: cfg.Leases, RollBack: cfg.RollBack}
 		if cfg.Admit != nil {
 			rc.Admit = cfg.Admit

@@ -14,6 +14,7 @@ import (
 	"github.com/berthhq/berth/abi/node"
 	abiroutes "github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -61,7 +62,7 @@ func TestPassPlacesPublishesAndWithdraws(t *testing.T) {
 	cat := services.NewCatalog(st, nil)
 	a, b := enroll(t, reg), enroll(t, reg)
 	rec := &recorder{pushed: map[string]int{}}
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: rec, Routes: rec, Compiler: routes.Native{}})
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: rec, Routes: rec, Compiler: routes.Native{}})
 
 	p, _, _ := cat.EnsureProject(ctx, "default")
 	svc, _, err := cat.PutService(ctx, p, &services.Service{Name: "web", BundleDigest: "sha256:1", Command: []string{"./web"}, Port: 8080, Replicas: 2, Domains: []string{"web.localhost"}}, nil)
@@ -142,7 +143,7 @@ func TestDisconnectedNodeKeepsItsWorkloads(t *testing.T) {
 	reg := nodes.NewRegistry(st, nil)
 	cat := services.NewCatalog(st, nil)
 	a := enroll(t, reg)
-	r := New(Config{Catalog: cat, Nodes: reg, Compiler: routes.Native{}})
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Compiler: routes.Native{}})
 	p, _, _ := cat.EnsureProject(ctx, "default")
 	if _, _, err := cat.PutService(ctx, p, &services.Service{Name: "web", BundleDigest: "sha256:1", Command: []string{"x"}, Replicas: 1}, nil); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	abiroutes "github.com/berthhq/berth/abi/routes"
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -89,7 +90,7 @@ func TestBoundRouteCompiler(t *testing.T) {
 	}
 	src := &bindings{modules: map[string][]byte{}}
 	rec := &recorder{pushed: map[string]int{}}
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: rec, Routes: rec,
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: rec, Routes: rec,
 		Compiler: routes.NewBindable(routes.BindableConfig{Default: routes.Wasm{Module: def}, Source: src, Runtime: rt})})
 	p, _, _ := cat.EnsureProject(ctx, "default")
 	if _, _, err := cat.PutService(ctx, p, &services.Service{Name: "web", BundleDigest: "sha256:1", Command: []string{"./web"}, Port: 8080, Replicas: 1, Domains: []string{"web.localhost"}}, nil); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -70,7 +71,7 @@ func TestStatefulFollowsItsLease(t *testing.T) {
 			auth := fencing.New(st, fencing.Config{Now: clock.Now})
 			a, b := enroll(t, reg), enroll(t, reg)
 			lr := &leaseRecorder{}
-			r := New(Config{Catalog: cat, Nodes: reg, Compiler: routes.Native{}, Leases: auth, LeaseSender: lr})
+			r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Compiler: routes.Native{}, Leases: auth, LeaseSender: lr})
 
 			p, _, _ := cat.EnsureProject(ctx, "default")
 			svc := &services.Service{Name: "db", BundleDigest: "sha256:1", Command: []string{"./db"}, Replicas: 1,
@@ -176,7 +177,7 @@ func TestStatefulBlockedByFailedFence(t *testing.T) {
 	cat := services.NewCatalog(st, nil)
 	auth := fencing.New(st, fencing.Config{})
 	a, b := enroll(t, reg), enroll(t, reg)
-	r := New(Config{Catalog: cat, Nodes: reg, Compiler: routes.Native{}, Leases: auth})
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Compiler: routes.Native{}, Leases: auth})
 	p, _, _ := cat.EnsureProject(ctx, "default")
 	svc, _, err := cat.PutService(ctx, p, &services.Service{Name: "db", BundleDigest: "sha256:1", Command: []string{"./db"}, Replicas: 1,
 		PlacementMode: services.PlacementStateful, LeaseMode: "local"}, nil)

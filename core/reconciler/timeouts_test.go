@@ -6,6 +6,7 @@ import (
 
 	abiroutes "github.com/berthhq/berth/abi/routes"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -22,7 +23,7 @@ func TestServiceTimeoutsRideOnItsRoutes(t *testing.T) {
 	cat := services.NewCatalog(st, nil)
 	enroll(t, reg)
 	rec := &recorder{pushed: map[string]int{}}
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: rec, Routes: rec, Compiler: routes.Native{}})
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: rec, Routes: rec, Compiler: routes.Native{}})
 	p, _, _ := cat.EnsureProject(ctx, "default")
 	put := func(name string, to abiroutes.Timeouts, domains ...string) {
 		t.Helper()
@@ -73,7 +74,7 @@ func TestServiceStreamRidesOnItsRoutes(t *testing.T) {
 	cat := services.NewCatalog(st, nil)
 	enroll(t, reg)
 	rec := &recorder{pushed: map[string]int{}}
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: rec, Routes: rec, Compiler: routes.Native{}})
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: rec, Routes: rec, Compiler: routes.Native{}})
 	p, _, _ := cat.EnsureProject(ctx, "default")
 	put := func(name string, stream bool, domains ...string) {
 		t.Helper()

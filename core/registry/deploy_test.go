@@ -24,6 +24,7 @@ import (
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/registry"
+	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/services"
 	hostwasm "github.com/berthhq/berth/host/wasm"
 	"github.com/berthhq/berth/internal/wasmtest"
@@ -60,7 +61,7 @@ func newFollowEnv(t *testing.T) *followEnv {
 func (f *followEnv) catalogFollower() registry.FollowerFunc {
 	return func(ctx context.Context, req registry.FollowRequest) (registry.FollowResult, error) {
 		repoTag := req.Repository + ":" + req.Tag
-		if _, err := deploy.New(deploy.Config{Catalog: f.cat}).FollowTag(changelog.WithActor(ctx, req.Actor), repoTag, f.host+"/"+req.Repository+"@"+req.Digest); err != nil {
+		if _, err := deploy.New(deploy.Config{Catalog: f.cat, Runtime: rollout.NewStore(f.st, f.cat, nil)}).FollowTag(changelog.WithActor(ctx, req.Actor), repoTag, f.host+"/"+req.Repository+"@"+req.Digest); err != nil {
 			return registry.FollowResult{}, err
 		}
 		return registry.FollowResult{Followers: f.followers(ctx, repoTag)}, nil

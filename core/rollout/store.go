@@ -179,16 +179,16 @@ func DerivedSpec(svc *services.Service) slots.Spec {
 // spec in force.
 func (s *Store) EnsureDerivedSpec(ctx context.Context, svc *services.Service) (*SpecDoc, error) {
 	// Two writers (an API request and a sweep) may derive at once: the loser reads the winner's
-	// spec and derives again, a bounded number of times.
-	var err error
-	for range 3 {
-		var d *SpecDoc
+	// spec and derives again, as the store's retry policy says.
+	var d *SpecDoc
+	err := store.RetryOnConflict(ctx, func() (err error) {
 		d, err = s.ensureDerivedSpec(ctx, svc)
-		if !errors.Is(err, &slots.Refusal{Reason: slots.ReasonConflict}) {
-			return d, err
-		}
+		return err
+	}, &slots.Refusal{Reason: slots.ReasonConflict})
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	return d, nil
 }
 
 func (s *Store) ensureDerivedSpec(ctx context.Context, svc *services.Service) (*SpecDoc, error) {

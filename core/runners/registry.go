@@ -38,9 +38,6 @@ const (
 	MaxEnrollmentTTL     = 7 * 24 * time.Hour
 )
 
-// casAttempts bounds how often a node write is re-decided after a lost compare-and-set.
-const casAttempts = 8
-
 // Config configures a [Registry]. The zero value works.
 type Config struct {
 	// NodeTTL is how long a heartbeat keeps a node online for placement; zero means 45 s.
@@ -164,39 +161,42 @@ func (r *Registry) record(ctx context.Context, nodeID string, d Declaration, now
 	if err != nil {
 		return nil, "", err
 	}
-	for attempt := 0; attempt < casAttempts; attempt++ {
+	var out *Node
+	err = store.RetryOnConflict(ctx, func() error {
 		n, err := r.Get(ctx, nodeID)
 		if errors.Is(err, ErrNotFound) {
 			n = &Node{ID: nodeID, Region: d.Region, Endpoint: d.Endpoint, Capacity: d.Capacity, Labels: d.Labels,
 				CredentialDigest: digest, EnrolledAt: now, LastHeartbeatAt: now, ExpiresAt: now.Add(r.ttl),
 				Reservations: map[string]Reservation{}}
 			if _, err := r.nodes.For(nodeID).InsertOne(ctx, n); store.IsDuplicateKey(err) {
-				continue
+				return fmt.Errorf("runners: record node %s: enrolled meanwhile: %w", nodeID, store.ErrConflict)
 			} else if err != nil {
-				return nil, "", fmt.Errorf("runners: record node %s: %w", nodeID, err)
+				return fmt.Errorf("runners: record node %s: %w", nodeID, err)
 			}
-			return n, cred, nil
+			out = n
+			return nil
 		}
 		if err != nil {
-			return nil, "", err
+			return err
 		}
 		if err := CheckDeclaration(n, d); err != nil {
-			return nil, "", fmt.Errorf("runners: register %s: %w", nodeID, err)
+			return fmt.Errorf("runners: register %s: %w", nodeID, err)
 		}
 		set := declSet(d)
 		set["credential_digest"], set["revoked"], set["last_heartbeat_at"], set["expires_at"] = digest, false, now, now.Add(r.ttl)
 		rev, err := store.UpdateIfRevision(ctx, r.nodes.For(nodeID), nodeID, n.Revision, bson.M{"$set": set})
-		if errors.Is(err, store.ErrConflict) {
-			continue
-		}
 		if err != nil {
-			return nil, "", fmt.Errorf("runners: rotate credential of %s: %w", nodeID, err)
+			return fmt.Errorf("runners: rotate credential of %s: %w", nodeID, err)
 		}
 		n.Region, n.Endpoint, n.Capacity, n.Labels, n.CredentialDigest, n.Revoked = d.Region, d.Endpoint, d.Capacity, d.Labels, digest, false
 		n.LastHeartbeatAt, n.ExpiresAt, n.Revision = now, now.Add(r.ttl), rev
-		return n, cred, nil
+		out = n
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
 	}
-	return nil, "", fmt.Errorf("runners: register %s: %w", nodeID, store.ErrConflict)
+	return out, cred, nil
 }
 
 func declSet(d Declaration) bson.M {
@@ -265,25 +265,28 @@ func (r *Registry) Find(ctx context.Context, filter bson.M) ([]Node, error) {
 // update re-reads node id, asks decide for a $set and writes it with one compare-and-set,
 // re-deciding after a lost race. decide may return nil to write nothing.
 func (r *Registry) update(ctx context.Context, id string, decide func(n *Node, now time.Time) (bson.M, error)) (*Node, error) {
-	for attempt := 0; attempt < casAttempts; attempt++ {
+	var out *Node
+	written := false
+	err := store.RetryOnConflict(ctx, func() error {
 		n, err := r.Get(ctx, id)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		set, err := decide(n, r.Now())
 		if err != nil || set == nil {
-			return n, err
+			out = n
+			return err
 		}
-		_, err = store.UpdateIfRevision(ctx, r.nodes.For(id), id, n.Revision, bson.M{"$set": set})
-		if errors.Is(err, store.ErrConflict) {
-			continue
+		if _, err = store.UpdateIfRevision(ctx, r.nodes.For(id), id, n.Revision, bson.M{"$set": set}); err != nil {
+			return fmt.Errorf("runners: update %s: %w", id, err)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("runners: update %s: %w", id, err)
-		}
-		return r.Get(ctx, id)
+		written = true
+		return nil
+	})
+	if !written {
+		return out, err // decide's answer, or the lost races
 	}
-	return nil, fmt.Errorf("runners: update %s: %w", id, store.ErrConflict)
+	return r.Get(ctx, id)
 }
 
 // HeartbeatRequest is what [Registry.Heartbeat] applies.

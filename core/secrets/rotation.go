@@ -292,18 +292,19 @@ func (s *Store) rewrapPass(ctx context.Context, r *Rotation, pace <-chan time.Ti
 }
 
 // rewrapDoc re-wraps the versions of secret id not wrapped by target, with one compare-and-set
-// (retried on a concurrent write, at most 5 rounds), and returns how many it moved.
+// (retried on a concurrent write as [store.RetryOnConflict] says), and returns how many it moved.
 func (s *Store) rewrapDoc(ctx context.Context, id, target string) (int, error) {
-	for range 5 {
+	moved := 0
+	err := store.RetryOnConflict(ctx, func() error {
 		var sec Secret
+		moved = 0
 		err := store.FindByID(ctx, s.secrets, id, &sec)
 		if errors.Is(err, store.ErrNotFound) {
-			return 0, nil
+			return nil
 		}
 		if err != nil {
-			return 0, fmt.Errorf("secrets: rotation: read %s: %w", id, err)
+			return fmt.Errorf("secrets: rotation: read %s: %w", id, err)
 		}
-		moved := 0
 		for i := range sec.Versions {
 			v := &sec.Versions[i]
 			if v.Sealed.KEKID == target {
@@ -311,24 +312,27 @@ func (s *Store) rewrapDoc(ctx context.Context, id, target string) (int, error) {
 			}
 			w, err := Rewrap(s.kr, sec.binding(v.Version), v.Sealed)
 			if err != nil {
-				return 0, fmt.Errorf("secrets: rotation: %s/%s: %w", sec.Project, sec.Name, err)
+				return fmt.Errorf("secrets: rotation: %s/%s: %w", sec.Project, sec.Name, err)
 			}
 			v.Sealed = w
 			moved++
 		}
 		if moved == 0 {
-			return 0, nil
+			return nil
 		}
-		_, err = s.st.UpdateIfRevision(ctx, s.secrets, id, sec.Revision, bson.M{"$set": bson.M{"versions": sec.Versions}})
-		if errors.Is(err, store.ErrConflict) {
-			continue
+		if _, err = s.st.UpdateIfRevision(ctx, s.secrets, id, sec.Revision, bson.M{"$set": bson.M{"versions": sec.Versions}}); err != nil {
+			moved = 0
+			return fmt.Errorf("secrets: rotation: write %s: %w", id, err)
 		}
-		if err != nil {
-			return 0, fmt.Errorf("secrets: rotation: write %s: %w", id, err)
-		}
-		return moved, nil
+		return nil
+	})
+	if errors.Is(err, store.ErrRetriesExhausted) {
+		return 0, fmt.Errorf("%w: %s kept changing during the re-wrap: %w", ErrConflict, id, err)
 	}
-	return 0, fmt.Errorf("%w: %s kept changing during the re-wrap", ErrConflict, id)
+	if err != nil {
+		return 0, err
+	}
+	return moved, nil
 }
 
 // WrappedBy counts the stored versions by the KEK their data key is wrapped by (a scan of

@@ -301,14 +301,19 @@ func (s *Store) Put(ctx context.Context, projectID, project, name string, value 
 	if len(value) > MaxValueBytes {
 		return nil, nil, fmt.Errorf("%w: the value is larger than %d bytes", ErrInvalid, MaxValueBytes)
 	}
-	for range 5 {
-		sec, v, err := s.putOnce(ctx, projectID, project, name, value, author)
-		if errors.Is(err, ErrConflict) {
-			continue
-		}
-		return sec, v, err
+	var sec *Secret
+	var v *Version
+	err := store.RetryOnConflict(ctx, func() (err error) {
+		sec, v, err = s.putOnce(ctx, projectID, project, name, value, author)
+		return err
+	}, ErrConflict)
+	if errors.Is(err, store.ErrRetriesExhausted) {
+		return nil, nil, fmt.Errorf("%s kept changing; retry: %w", name, err)
 	}
-	return nil, nil, fmt.Errorf("%w: %s kept changing; retry", ErrConflict, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sec, v, nil
 }
 
 func (s *Store) putOnce(ctx context.Context, projectID, project, name string, value []byte, author string) (*Secret, *Version, error) {

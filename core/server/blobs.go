@@ -5,14 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"time"
 
 	"github.com/berthhq/berth/core/blobs"
 )
-
-// migrateRetry is how long a bundle migration that failed waits before the
-// next pass.
-const migrateRetry = time.Minute
 
 // openBlobs returns berthd's blob store: the filesystem under
 // DataDir/blobs, or, when cfg.S3 names an endpoint, that bucket with the
@@ -37,27 +32,8 @@ func openBlobs(ctx context.Context, cfg Config, log *slog.Logger) (store blobs.S
 		return nil, nil, err
 	}
 	log.Info("blob store: S3", "endpoint", s3cfg.Endpoint, "bucket", s3cfg.Bucket, "region", s3cfg.Region)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			res, err := blobs.Migrate(ctx, local, s3, "sha256/", log)
-			if err == nil {
-				if res.Moved+res.Present > 0 {
-					log.Info("local bundles moved to S3", "moved", res.Moved, "already_there", res.Present, "bytes", res.Bytes)
-				}
-				return
-			}
-			log.Warn("moving local bundles to S3 stopped; retrying", "moved", res.Moved, "err", err, "retry_in", migrateRetry)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(migrateRetry):
-			}
-		}
-	}()
-	return blobs.Fallback{Primary: s3, Secondary: local}, func() { cancel(); <-done }, nil
+	served, stop := blobs.StartMigration(ctx, local, s3, log)
+	return served, stop, nil
 }
 
 // checkS3Config refuses an incomplete S3 configuration.

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -88,7 +87,7 @@ func startCerts(cfg ACMEConfig, st *store.Store, sec *secrets.Store, cat *servic
 		Store: st, Keyring: sec.Keyring(), Next: gw, Owner: identity.NewID("brd_"),
 		DirectoryURL: cfg.Directory, CARootFile: cfg.CARootFile, Email: cfg.Email,
 		DNS: cfg.DNS, DNS01Zones: cfg.DNS01Zones, HTTP01Reachable: cfg.HTTP01Reachable,
-		RenewCheckInterval: cfg.RenewCheckInterval, Manual: secretsManual{cat: cat, sec: sec},
+		RenewCheckInterval: cfg.RenewCheckInterval, Manual: certs.SecretSource{Catalog: cat, Secrets: sec},
 		Events: evlog, Metrics: metrics, Logger: log,
 	}
 	m, err := certs.New(cc)
@@ -96,31 +95,4 @@ func startCerts(cfg ACMEConfig, st *store.Store, sec *secrets.Store, cat *servic
 		return nil, nil, fmt.Errorf("certificates: %w", err)
 	}
 	return m, m.Close, nil
-}
-
-// secretsManual reads a tls mode manual service's certificate and key from
-// the project secret its tls block names (current version).
-type secretsManual struct {
-	cat *services.Catalog
-	sec *secrets.Store
-}
-
-func (s secretsManual) ManualCertificate(ctx context.Context, project, service string) ([]byte, []byte, error) {
-	p, err := s.cat.GetProject(ctx, project)
-	if err != nil {
-		return nil, nil, fmt.Errorf("tls secret of %s/%s: %w", project, service, err)
-	}
-	svc, err := s.cat.GetService(ctx, p, service)
-	if err != nil {
-		return nil, nil, fmt.Errorf("tls secret of %s/%s: %w", project, service, err)
-	}
-	sec, v, err := s.sec.Resolve(ctx, p.ID, svc.TLS.Secret, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("tls secret %s of %s/%s: %w", svc.TLS.Secret, project, service, err)
-	}
-	value, err := s.sec.Open(sec, v)
-	if err != nil {
-		return nil, nil, fmt.Errorf("tls secret %s of %s/%s: %w", svc.TLS.Secret, project, service, err)
-	}
-	return certs.SplitPEM(value)
 }

@@ -7,9 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
-	"slices"
-	"strings"
-	"time"
 
 	"github.com/berthhq/berth/core/dnsrecords"
 	"github.com/berthhq/berth/core/nodes"
@@ -21,32 +18,15 @@ import (
 	"github.com/berthhq/berth/internal/securefile"
 )
 
-// dnsSyncEvery is the period of the managed-records pass (docs/dns.md section 7).
-const dnsSyncEvery = 5 * time.Second
-
 // dnsStateDir is the DNS plugin's state directory under DATA/plugins.
 const dnsStateDir = "dns"
-
-// EdgeAddressLabel is the node label naming the public addresses (comma-separated IPs) of an
-// edge node: while the node is connected, managed domains point at them too (docs/dns.md
-// section 7).
-const EdgeAddressLabel = "edge-address"
-
-// edgeGrace is how long a disconnected edge node keeps its addresses in the records: a berthd
-// restart (which marks every node disconnected until it reconnects) or a short network blip does
-// not make the domains flap.
-const edgeGrace = 2 * time.Minute
 
 // dns is berthd's DNS part: the plugin, the records and the managed-records pass.
 type dns struct {
 	records *dnsrecords.Records
 	handle  *plugin.Provider
-	cat     *services.Catalog
-	nodes   *nodes.Registry
-	edge    []string
+	sync    *dnsrecords.Sync
 	zones   []string // the plugin's configured zones
-	log     *slog.Logger
-	now     func() time.Time // nil means time.Now
 }
 
 // checkEdgeAddresses refuses an edge address that is not an IP address.
@@ -57,13 +37,6 @@ func checkEdgeAddresses(addrs []string) error {
 		}
 	}
 	return nil
-}
-
-// secretRef names the project secret holding the TSIG secret (docs/dns.md section 9).
-type secretRef struct {
-	Project string `json:"project"`
-	Secret  string `json:"secret"`
-	Version int    `json:"version,omitempty"` // 0: the current version
 }
 
 // startDNS launches the DNS provider plugin with the configuration in cfg.DNSConfig (a JSON
@@ -86,7 +59,7 @@ func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.
 		return nil, fmt.Errorf("dns configuration %s: not a JSON object with zones", cfg.DNSConfig)
 	}
 	if ref, ok := obj["tsig_secret_ref"]; ok {
-		if raw, err = resolveTSIG(ctx, obj, ref, cat, sec); err != nil {
+		if raw, err = dnsrecords.ResolveTSIG(ctx, obj, ref, sec, projectID(cat)); err != nil {
 			return nil, fmt.Errorf("dns configuration %s: %w", cfg.DNSConfig, err)
 		}
 	}
@@ -109,123 +82,10 @@ func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.
 	}
 	log.Info("dns plugin running", "zones", zones.Zones, "edge_addresses", cfg.EdgeAddresses, "pid", h.Status().PID)
 	if len(cfg.EdgeAddresses) == 0 {
-		log.Warn("dns: no --edge-addresses: managed domains point only at connected nodes labelled " + EdgeAddressLabel)
+		log.Warn("dns: no --edge-addresses: managed domains point only at connected nodes labelled " + dnsrecords.EdgeAddressLabel)
 	}
-	return &dns{records: recs, handle: h, cat: cat, nodes: reg, edge: cfg.EdgeAddresses, zones: zones.Zones, log: log.With("component", "dns")}, nil
-}
-
-// resolveTSIG returns the configuration obj with its tsig_secret_ref replaced by the value of
-// that secret as tsig_secret. The value is never logged.
-func resolveTSIG(ctx context.Context, obj map[string]json.RawMessage, rawRef json.RawMessage, cat *services.Catalog, sec *secrets.Store) (json.RawMessage, error) {
-	var ref secretRef
-	if err := json.Unmarshal(rawRef, &ref); err != nil || ref.Project == "" || ref.Secret == "" {
-		return nil, fmt.Errorf("tsig_secret_ref must be {\"project\": ..., \"secret\": ...}")
-	}
-	if _, both := obj["tsig_secret"]; both {
-		return nil, fmt.Errorf("give tsig_secret_ref or tsig_secret, not both")
-	}
-	p, err := cat.GetProject(ctx, ref.Project)
-	if err != nil {
-		return nil, fmt.Errorf("tsig_secret_ref: project %s: %w", ref.Project, err)
-	}
-	s, v, err := sec.Resolve(ctx, p.ID, ref.Secret, ref.Version)
-	if err != nil {
-		return nil, fmt.Errorf("tsig_secret_ref: %w", err)
-	}
-	value, err := sec.Open(s, v)
-	if err != nil {
-		return nil, fmt.Errorf("tsig_secret_ref: %w", err)
-	}
-	delete(obj, "tsig_secret_ref")
-	obj["tsig_secret"], _ = json.Marshal(strings.TrimSpace(string(value))) // a string: cannot fail
-	out, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("encode the dns configuration: %w", err)
-	}
-	return out, nil
-}
-
-// run runs the write worker and the managed-records pass until ctx ends.
-func (d *dns) run(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { defer close(done); d.records.Run(ctx) }()
-	t := time.NewTicker(dnsSyncEvery)
-	defer t.Stop()
-	var lastSkipped []string
-	for {
-		skipped, err := d.sync(ctx)
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn("dns: managed records pass", "error", err)
-		}
-		if !slices.Equal(skipped, lastSkipped) && len(skipped) > 0 {
-			d.log.Warn("dns: managed domains outside the DNS zones get no records", "domains", strings.Join(skipped, ", "))
-		}
-		lastSkipped = skipped
-		select {
-		case <-ctx.Done():
-			<-done
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// sync is one managed-records pass: every domain of every service with `dns: managed` that is
-// not being deleted.
-func (d *dns) sync(ctx context.Context) ([]string, error) {
-	projects, err := d.cat.ListProjects(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var domains []dnsrecords.Domain
-	for i := range projects {
-		svcs, err := d.cat.ListServices(ctx, &projects[i])
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range svcs {
-			if s.DNS != services.DNSManaged || s.Deleting {
-				continue
-			}
-			for _, host := range s.Domains {
-				domains = append(domains, dnsrecords.Domain{Holder: dnsrecords.ServiceHolder(s.ID), Host: host})
-			}
-		}
-	}
-	edge, err := d.edgeAddresses(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return d.records.SyncManaged(ctx, domains, edge)
-}
-
-// edgeAddresses is --edge-addresses and the addresses in the edge-address label of every
-// connected node, and of every disconnected one seen within edgeGrace; an address that is not an
-// IP is dropped. A draining or removed node's addresses go at once.
-func (d *dns) edgeAddresses(ctx context.Context) ([]string, error) {
-	out := slices.Clone(d.edge)
-	ns, err := d.nodes.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now
-	if d.now != nil {
-		now = d.now
-	}
-	for _, n := range ns {
-		v, ok := n.Labels[EdgeAddressLabel]
-		recent := n.Status == nodes.StatusDisconnected && n.LastSeenAt != nil && now().Sub(*n.LastSeenAt) < edgeGrace
-		if !ok || (n.Status != nodes.StatusConnected && !recent) {
-			continue
-		}
-		for _, a := range strings.Split(v, ",") {
-			if a = strings.TrimSpace(a); net.ParseIP(a) != nil {
-				out = append(out, a)
-			}
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	sync := &dnsrecords.Sync{Records: recs, Catalog: cat, Nodes: reg, Edge: cfg.EdgeAddresses, Logger: log.With("component", "dns")}
+	return &dns{records: recs, handle: h, sync: sync, zones: zones.Zones}, nil
 }
 
 // close stops the plugin.

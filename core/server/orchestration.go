@@ -18,10 +18,10 @@ import (
 
 // DefaultOrchestrationInterval is the period of the placement pass and the operation sweep when
 // [Config.OrchestrationInterval] is zero.
-const DefaultOrchestrationInterval = 5 * time.Second
+const DefaultOrchestrationInterval = placement.DefaultPassInterval
 
 // orchestration is the wiring of docs/runner-protocol.md: project leases, runner nodes, placements
-// and the operation queue, plus the loop that reassigns placements and sweeps expired leases.
+// and the operation queue; [placement.Service.Run] is its loop.
 type orchestration struct {
 	api      *api.Orchestration
 	interval time.Duration
@@ -30,9 +30,6 @@ type orchestration struct {
 
 // newOrchestration creates the services and their indexes. Each berthd process is one lease owner.
 func newOrchestration(ctx context.Context, st *store.Store, blobs *bundles.Store, transport bool, interval time.Duration, log *slog.Logger) (*orchestration, error) {
-	if interval <= 0 {
-		interval = DefaultOrchestrationInterval
-	}
 	reg := runners.NewRegistry(st, runners.Config{})
 	ops := operations.NewQueue(st, operations.Config{})
 	if err := ops.EnsureIndexes(ctx); err != nil {
@@ -68,6 +65,11 @@ func newOrchestration(ctx context.Context, st *store.Store, blobs *bundles.Store
 	}, nil
 }
 
+// run is the placement pass and operation sweep (placement.Service.Run) until ctx ends.
+func (o *orchestration) run(ctx context.Context) {
+	o.api.Placement.Run(ctx, o.interval, o.log)
+}
+
 // legacy turns on the legacy shared registration secret when secret is not empty, and says so in
 // the log on every start.
 func (o *orchestration) legacy(secret string) error {
@@ -81,27 +83,4 @@ func (o *orchestration) legacy(secret string) error {
 	o.api.LegacyRegistration = ls
 	o.log.Warn("legacy shared runner registration secret is on: it can rotate any named node; prefer one-time enrollment tokens")
 	return nil
-}
-
-// run reassigns placements (failover, waiting capacity, returning stateful nodes), releases
-// orphaned reservations and sweeps expired operation leases every interval until ctx ends.
-// Every step is a compare-and-set, so several berthd processes may run it at once.
-func (o *orchestration) run(ctx context.Context) {
-	t := time.NewTicker(o.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := o.api.Placement.Pass(ctx); err != nil && ctx.Err() == nil {
-			o.log.Warn("placement pass", "err", err)
-		}
-		if n, err := o.api.Operations.Sweep(ctx); err != nil && ctx.Err() == nil {
-			o.log.Warn("operation sweep", "err", err)
-		} else if n > 0 {
-			o.log.Info("expired operation leases swept", "count", n)
-		}
-	}
 }

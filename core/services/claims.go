@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/berthhq/berth/core/store"
 )
@@ -31,10 +32,6 @@ type RouteClaim struct {
 // an apply in flight keeps the hostname it is taking.
 const claimGrace = time.Minute
 
-// claimAttempts bounds how often claimDomains re-reads a claim another
-// writer moved under it.
-const claimAttempts = 3
-
 // ListRouteClaims returns every route claim by hostname, from the read view.
 // Claims whose service is gone or no longer declares the hostname are listed
 // too: a reader treats them as no claim.
@@ -55,51 +52,55 @@ func (c *Catalog) ListRouteClaims(ctx context.Context) ([]RouteClaim, error) {
 func (c *Catalog) claimDomains(ctx context.Context, p *Project, s *Service) error {
 	coll := c.st.Collection("route_claims")
 	for _, d := range s.Domains {
-		taken := false
-		for attempt := 0; attempt < claimAttempts && !taken; attempt++ {
-			var cur RouteClaim
-			err := c.st.View().Get(ctx, coll, d, &cur)
-			switch {
-			case errors.Is(err, store.ErrNotFound):
-				doc := RouteClaim{Hostname: d, ProjectID: p.ID, Project: p.Name, Service: s.Name, Revision: 1, ClaimedAt: c.now().UTC()}
-				if _, err := coll.InsertOne(ctx, doc); err != nil {
-					if store.IsDuplicateKey(err) {
-						continue // taken meanwhile: judge the winner
-					}
-					return fmt.Errorf("claim domain %s: %w", d, err)
-				}
-				taken = true
-				continue
-			case err != nil:
-				return fmt.Errorf("claim domain %s: %w", d, err)
-			}
-			if cur.ProjectID == p.ID && cur.Service == s.Name {
-				taken = true
-				continue
-			}
-			held, err := c.claimHeld(ctx, &cur)
-			if err != nil {
-				return err
-			}
-			if held {
-				return fmt.Errorf("%w: domain %s is claimed by %s/%s", ErrDomainTaken, d, cur.Project, cur.Service)
-			}
-			_, err = c.st.UpdateIfRevision(ctx, coll, d, cur.Revision, bson.M{"$set": bson.M{
-				"project_id": p.ID, "project": p.Name, "service": s.Name, "claimed_at": c.now().UTC()}})
-			switch {
-			case err == nil:
-				taken = true
-			case errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound):
-				// moved or released meanwhile: read it again
-			default:
-				return fmt.Errorf("claim domain %s: %w", d, err)
-			}
+		err := store.RetryOnConflict(ctx, func() error { return c.claimDomain(ctx, coll, p, s, d) })
+		if errors.Is(err, store.ErrRetriesExhausted) {
+			return fmt.Errorf("%w: the claim on domain %s kept changing while it was taken; apply again: %w", ErrRevisionConflict, d, err)
 		}
-		if !taken {
-			return fmt.Errorf("%w: the claim on domain %s changed %d times while it was taken; apply again", ErrRevisionConflict, d, claimAttempts)
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// claimDomain is one attempt of claimDomains at hostname d: an error wrapping store.ErrConflict
+// means the claim moved meanwhile and the attempt is to be made again.
+func (c *Catalog) claimDomain(ctx context.Context, coll *mongo.Collection, p *Project, s *Service, d string) error {
+	var cur RouteClaim
+	err := c.st.View().Get(ctx, coll, d, &cur)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		doc := RouteClaim{Hostname: d, ProjectID: p.ID, Project: p.Name, Service: s.Name, Revision: 1, ClaimedAt: c.now().UTC()}
+		if _, err := coll.InsertOne(ctx, doc); err != nil {
+			if store.IsDuplicateKey(err) {
+				return fmt.Errorf("claim domain %s: taken meanwhile: %w", d, store.ErrConflict) // judge the winner
+			}
+			return fmt.Errorf("claim domain %s: %w", d, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("claim domain %s: %w", d, err)
+	}
+	if cur.ProjectID == p.ID && cur.Service == s.Name {
+		return nil
+	}
+	held, err := c.claimHeld(ctx, &cur)
+	if err != nil {
+		return err
+	}
+	if held {
+		return fmt.Errorf("%w: domain %s is claimed by %s/%s", ErrDomainTaken, d, cur.Project, cur.Service)
+	}
+	_, err = c.st.UpdateIfRevision(ctx, coll, d, cur.Revision, bson.M{"$set": bson.M{
+		"project_id": p.ID, "project": p.Name, "service": s.Name, "claimed_at": c.now().UTC()}})
+	switch {
+	case err == nil, errors.Is(err, store.ErrConflict):
+		return err // a conflict: moved meanwhile, read it again
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("claim domain %s: released meanwhile: %w", d, store.ErrConflict)
+	default:
+		return fmt.Errorf("claim domain %s: %w", d, err)
+	}
 }
 
 // claimHeld reports whether cl is still held (see claimDomains).

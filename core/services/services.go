@@ -1037,5 +1037,24 @@ func findStore[T any](ctx context.Context, coll *mongo.Collection, filter bson.M
 	return out, nil
 }
 
-// Backing returns the store the Catalog reads and writes.
-func (c *Catalog) Backing() *store.Store { return c.st }
+// WorkloadFilter selects workloads by equality on the fields that are set; the zero value
+// selects every workload.
+type WorkloadFilter struct {
+	ID        string // the workload's id
+	ProjectID string
+	ServiceID string
+	Service   string // the service's name
+	NodeID    string
+}
+
+// FindWorkloads is [Catalog.ListWorkloads] with the filter f, sorted by project, service and
+// slot.
+func (c *Catalog) FindWorkloads(ctx context.Context, f WorkloadFilter) ([]Workload, error) {
+	filter := bson.M{}
+	for k, v := range map[string]string{"_id": f.ID, "project_id": f.ProjectID, "service_id": f.ServiceID, "service": f.Service, "node_id": f.NodeID} {
+		if v != "" {
+			filter[k] = v
+		}
+	}
+	return c.ListWorkloads(ctx, filter)
+}

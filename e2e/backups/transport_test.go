@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"github.com/berthhq/berth/core/idempotency"
+	"github.com/berthhq/berth/core/rollout"
 	"net/http/httptest"
 	"testing"
 
@@ -48,7 +50,7 @@ func newTransport(t *testing.T, c *core, st *store.Store) *transport {
 	orch := &api.Orchestration{Leases: leases.NewManager(st, leases.Config{Owner: "brd_test", Now: c.clk.Now}), Runners: reg,
 		Operations: c.q, Placement: placement.NewService(st, reg, c.q), Transport: true}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	srv := httptest.NewServer(api.New(api.Config{Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Tokens: tokens,
+	srv := httptest.NewServer(api.New(api.Config{Runtime: rollout.NewStore(st, services.NewCatalog(st, nil), nil), Idempotency: idempotency.New(st), Catalog: services.NewCatalog(st, nil), Nodes: nodes.NewRegistry(st, nil), Tokens: tokens,
 		Hinter: nopHinter{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Orchestration: orch,
 		Backups: &api.BackupsConfig{Manager: c.m}}))
 	t.Cleanup(srv.Close)

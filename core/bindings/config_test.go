@@ -1,11 +1,13 @@
-package server
+package bindings_test
 
 import (
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store/storetest"
@@ -26,12 +28,19 @@ func TestCorestoreConfigTakesSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	projectID := func(ctx context.Context, name string) (string, error) {
+		p, err := cat.GetProject(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		return p.ID, nil
+	}
 	const url = "postgres://postgres:s3cret@db:5432/postgres"
 	if _, _, err := sec.Put(ctx, p.ID, p.Name, "pg-admin", []byte(url), "test"); err != nil {
 		t.Fatal(err)
 	}
 	raw := []byte(`{"postgres": {"admin_url": "secret:platform/pg-admin", "host": "db"}, "s3": {"endpoint": "s3:7070", "secret_key": "plain"}}`)
-	out, err := resolveConfigSecrets(ctx, raw, sec, cat)
+	out, err := bindings.ResolveConfigSecrets(ctx, raw, sec, projectID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +58,7 @@ func TestCorestoreConfigTakesSecrets(t *testing.T) {
 		t.Fatalf("resolved %s", out)
 	}
 	for _, bad := range []string{`{"a": "secret:platform/missing"}`, `{"a": "secret:nowhere/pg-admin"}`, `{"a": "secret:no-slash"}`} {
-		if _, err := resolveConfigSecrets(ctx, []byte(bad), sec, cat); err == nil || !strings.Contains(err.Error(), "secret:") {
+		if _, err := bindings.ResolveConfigSecrets(ctx, []byte(bad), sec, projectID); err == nil || !strings.Contains(err.Error(), "secret:") {
 			t.Errorf("%s: %v, want an error naming the reference", bad, err)
 		}
 	}
