@@ -1,9 +1,10 @@
 // Package reconciler converges the cluster on the declared services: it places
 // slots with core/scheduler, writes each node's desired state, and pushes the
-// route table to the gateway. Events wake the work they affect at once (a
-// service's or a node's key on a deduplicating [Queue]); a slow full pass,
-// level-triggered over everything in the store, is the safety net, so a
-// missed event only delays convergence.
+// route table to the gateway. A service's change is carried by the reconcile
+// request written with it, which the reconciler learns of from the store and
+// clears once a focused pass acted on it; node news wakes the work it affects
+// through the same deduplicating [Queue]; a slow full pass, level-triggered
+// over everything in the store, is the safety net.
 package reconciler
 
 import (
@@ -132,6 +133,12 @@ type Reconciler struct {
 	hints chan struct{}
 	// svcQ and nodeQ hold the keys that events woke (docs/reconciliation.md section 6).
 	svcQ, nodeQ *Queue[string]
+	// held are the services whose reconcile requests a pass could not act on (no node was
+	// schedulable, or the pass failed): the next focused pass takes them again, and a hint (a
+	// node connected, enrolled, ...) queues them. Only the Run goroutine touches it.
+	held map[string]bool
+	// cleared counts the reconcile requests cleared, for [Reconciler.Stats].
+	cleared atomic.Int64
 	// fullPasses and focusedPasses count the passes run, for [Reconciler.Stats].
 	fullPasses, focusedPasses atomic.Int64
 	// passSeconds is berth_reconcile_pass_duration_seconds by kind (full or focused); nil
@@ -177,7 +184,7 @@ func New(cfg Config) *Reconciler {
 	}
 	cfg.PushWorkers = max(cfg.PushWorkers, 1)
 	r := &Reconciler{cfg: cfg, log: cfg.Logger.With("component", "reconciler"), hints: make(chan struct{}, 1),
-		svcQ: NewQueue[string](cfg.QueueLimit), nodeQ: NewQueue[string](cfg.QueueLimit)}
+		svcQ: NewQueue[string](cfg.QueueLimit), nodeQ: NewQueue[string](cfg.QueueLimit), held: map[string]bool{}}
 	if cfg.Metrics != nil {
 		r.passSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "berth_reconcile_pass_duration_seconds",
 			Help:    "Duration of reconcile passes: full (the sweep) or focused (woken by a service's or node's change).",
@@ -194,10 +201,11 @@ func (r *Reconciler) observePass(kind string, start time.Time) {
 	}
 }
 
-// HintService records a committed change of service serviceID's desired state (an apply, a
-// delete, an undo, a spec write, a lease change) and wakes a focused pass for it at once,
-// without the sweep's waits. It never blocks; a service hinted again before its pass ran is
-// done once, and one hinted during its pass is done once more after it.
+// HintService wakes a focused pass for service serviceID at once, without the sweep's waits.
+// Writes of a service document need no hint: their reconcile request wakes the reconciler
+// through the store ([Reconciler.Run]); HintService is for changes kept elsewhere (a slot spec,
+// a lease). It never blocks; a service hinted again before its pass ran is done once, and one
+// hinted during its pass is done once more after it.
 func (r *Reconciler) HintService(reason, serviceID string) {
 	r.svcQ.Add(serviceID)
 	r.log.Debug("reconcile hinted", "reason", reason, "service_id", serviceID)
@@ -214,12 +222,14 @@ func (r *Reconciler) HintNode(reason, nodeID string) {
 // PassStats counts the passes a Reconciler ran since New.
 type PassStats struct {
 	Full    int64 // full passes (the sweep's)
-	Focused int64 // focused passes (woken by keyed hints)
+	Focused int64 // focused passes (woken by reconcile requests and keyed hints)
+	// Cleared counts the reconcile requests the passes acted on and cleared.
+	Cleared int64
 }
 
 // Stats returns the passes run so far; safe for concurrent use.
 func (r *Reconciler) Stats() PassStats {
-	return PassStats{Full: r.fullPasses.Load(), Focused: r.focusedPasses.Load()}
+	return PassStats{Full: r.fullPasses.Load(), Focused: r.focusedPasses.Load(), Cleared: r.cleared.Load()}
 }
 
 // Hint records a committed change whose scope is not one service or node (an enrollment, a
@@ -237,7 +247,21 @@ func (r *Reconciler) Hint(reason string) {
 // queued; further full passes as the [slots.Sweeper] schedules them, when a failure backoff a
 // pass reported ends, and at once when a work queue overflowed. A failed pass is logged and
 // retried by the next.
+//
+// Reconcile requests (docs/reconciliation.md section 6) reach the service queue two ways:
+//
+//  1. at start, every pending request in the store (one read of the services in the read view);
+//  2. while running, from a subscription to the writes of service documents
+//     ([services.Catalog.WatchServices]): each written service that holds a request is queued.
+//     The subscription is made before step 1, so no write falls between the two.
+//
+// After a pass acted on a request (the pass succeeded and some node was schedulable) it is
+// cleared by a compare-and-set on the revision the pass read; otherwise the service is held
+// and taken again by the next focused pass and by any hint.
 func (r *Reconciler) Run(ctx context.Context) {
+	sub := r.cfg.Catalog.WatchServices(r.cfg.QueueLimit)
+	defer sub.Close()
+	r.queuePending(ctx)
 	sw := slots.NewSweeper(r.cfg.Sweep, time.Now())
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -248,7 +272,10 @@ func (r *Reconciler) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.hints:
-			sw.Hint(time.Now())
+			r.hinted(sw)
+			continue
+		case <-sub.Ready():
+			r.written(ctx, sub)
 			continue
 		case <-r.svcQ.Ready():
 			r.runFocused(ctx, sw)
@@ -263,23 +290,114 @@ func (r *Reconciler) Run(ctx context.Context) {
 		}
 		r.fullPasses.Add(1)
 		start := time.Now()
-		out, err := r.pass(ctx, nil)
+		res, err := r.pass(ctx, nil)
 		r.observePass("full", start)
 		if err != nil && ctx.Err() == nil {
 			r.log.Error("reconcile pass failed", "err", err)
 		}
+		r.consume(ctx, nil, res, err)
 		select { // a hint during the pass earns one follow-up
 		case <-r.hints:
-			sw.Hint(time.Now())
+			r.hinted(sw)
 		default:
 		}
 		sw.Finish(time.Now())
-		sw.Wake(out.WakeAt)
+		sw.Wake(res.out.WakeAt)
 	}
 }
 
-// runFocused takes every queued key and runs one focused pass over them; an overflow of either
-// queue forces a full pass instead (the keys taken are covered by it).
+// hinted records an unkeyed hint: a full pass once hints are quiet, and at once a focused pass
+// for the held services, since what a hint reports (a node connected or enrolled, a lease
+// released) may be what their requests waited for.
+func (r *Reconciler) hinted(sw *slots.Sweeper) {
+	sw.Hint(time.Now())
+	for id := range r.held {
+		r.svcQ.Add(id)
+	}
+}
+
+// queuePending queues every service that holds a reconcile request (Run's step 1). A failed
+// read is logged: the first full pass, due at once, acts on every request anyway.
+func (r *Reconciler) queuePending(ctx context.Context) {
+	svcs, err := r.cfg.Catalog.ListServices(ctx, nil)
+	if err != nil {
+		r.log.Warn("read pending reconcile requests; the first full pass covers them", "err", err)
+		return
+	}
+	n := 0
+	for i := range svcs {
+		if svcs[i].Reconcile != nil {
+			r.svcQ.Add(svcs[i].ID)
+			n++
+		}
+	}
+	if n > 0 {
+		r.log.Info("pending reconcile requests queued", "services", n)
+	}
+}
+
+// written queues the services that writes named and that hold a reconcile request (Run's step
+// 2). A write that named no particular service (or more than the subscription holds) costs one
+// scan of the services in the read view. A write without a request (the reconciler's own clear,
+// a change-log tidy, a deletion) queues nothing.
+func (r *Reconciler) written(ctx context.Context, sub *store.Subscription) {
+	ids, all := sub.Take()
+	if all {
+		r.queuePending(ctx)
+		return
+	}
+	for _, id := range ids {
+		s, err := r.cfg.Catalog.GetServiceByID(ctx, id)
+		if errors.Is(err, services.ErrServiceNotFound) {
+			continue
+		}
+		if err != nil {
+			// The request stays in the store: the full pass, or the next write, acts on it.
+			r.log.Warn("read a written service", "service_id", id, "err", err)
+			continue
+		}
+		if s.Reconcile != nil {
+			r.svcQ.Add(id)
+			r.log.Debug("reconcile requested", "service_id", id, "cause", s.Reconcile.Cause, "revision", s.Reconcile.Revision)
+		}
+	}
+}
+
+// consume ends the reconcile requests a pass read (res.requests): when the pass succeeded and
+// some node was schedulable, each is cleared with a compare-and-set on the revision the pass
+// read, so a request written meanwhile stays (and its write has queued its service again);
+// otherwise each service is held for the next focused pass. A held service the pass worked on
+// (scoped; nil: every service) that has no request any more is let go.
+func (r *Reconciler) consume(ctx context.Context, scoped []string, res passResult, passErr error) {
+	for id := range r.held {
+		if _, pending := res.requests[id]; !pending && (scoped == nil || slices.Contains(scoped, id)) && res.requests != nil {
+			delete(r.held, id)
+		}
+	}
+	if passErr != nil || !res.schedulable {
+		for id := range res.requests {
+			r.held[id] = true
+		}
+		return
+	}
+	for id, rev := range res.requests {
+		ok, err := r.cfg.Catalog.ClearReconcile(ctx, id, rev)
+		if err != nil {
+			r.held[id] = true
+			if ctx.Err() == nil {
+				r.log.Warn("reconcile request not cleared; the next pass takes it again", "service_id", id, "revision", rev, "err", err)
+			}
+			continue
+		}
+		delete(r.held, id)
+		if ok {
+			r.cleared.Add(1)
+		}
+	}
+}
+
+// runFocused takes every queued key and runs one focused pass over them and the held services;
+// an overflow of either queue forces a full pass instead (the keys taken are covered by it).
 func (r *Reconciler) runFocused(ctx context.Context, sw *slots.Sweeper) {
 	svcKeys, svcOver := r.svcQ.Take(0)
 	nodeKeys, nodeOver := r.nodeQ.Take(0)
@@ -299,14 +417,21 @@ func (r *Reconciler) runFocused(ctx context.Context, sw *slots.Sweeper) {
 	if len(svcKeys) == 0 && len(nodeKeys) == 0 {
 		return
 	}
+	scoped := slices.Clone(svcKeys)
+	for id := range r.held {
+		if !slices.Contains(scoped, id) {
+			scoped = append(scoped, id)
+		}
+	}
 	r.focusedPasses.Add(1)
 	start := time.Now()
-	out, err := r.pass(ctx, &scope{services: svcKeys, nodes: nodeKeys})
+	res, err := r.pass(ctx, &scope{services: scoped, nodes: nodeKeys})
 	r.observePass("focused", start)
 	if err != nil && ctx.Err() == nil {
-		r.log.Error("focused reconcile pass failed", "services", len(svcKeys), "nodes", len(nodeKeys), "err", err)
+		r.log.Error("focused reconcile pass failed", "services", len(scoped), "nodes", len(nodeKeys), "err", err)
 	}
-	sw.Wake(out.WakeAt)
+	r.consume(ctx, scoped, res, err)
+	sw.Wake(res.out.WakeAt)
 }
 
 // scope is the work of a focused pass: the keys that events woke.
@@ -353,6 +478,7 @@ func describe(c routes.Compiler) string {
 // Pass runs one reconcile pass: placement of stateful services with their leases, the slots
 // of portable services (core/rollout), then routes, then node desired states, then the lease
 // grants decided.
+// It neither reads nor clears reconcile requests: [Reconciler.Run] does.
 func (r *Reconciler) Pass(ctx context.Context) error {
 	_, err := r.pass(ctx, nil)
 	return err
@@ -362,14 +488,34 @@ func (r *Reconciler) Pass(ctx context.Context) error {
 // when they are hinted): the node keys add every service with a workload on the node; the
 // services are placed and rolled out, the routes recompiled, and the desired state of every node
 // that holds (before or after) a workload of those services, or was named, is written and pushed.
-// Leases are not swept and node retirements not finished: the full pass does those.
+// Leases are not swept and node retirements not finished: the full pass does those. Like Pass,
+// it leaves reconcile requests alone.
 func (r *Reconciler) PassFor(ctx context.Context, serviceIDs, nodeIDs []string) error {
 	_, err := r.pass(ctx, &scope{services: serviceIDs, nodes: nodeIDs})
 	return err
 }
 
+// passResult is what a pass reports besides its error.
+type passResult struct {
+	out rollout.Outcome
+	// requests are the reconcile requests of the services the pass worked on, as it read them:
+	// service id to the service revision read.
+	requests map[string]int64
+	// schedulable reports whether some node could take work when the pass read the nodes.
+	schedulable bool
+}
+
 // pass runs a full pass (sc nil) or a focused one over sc.
-func (r *Reconciler) pass(ctx context.Context, sc *scope) (rollout.Outcome, error) {
+func (r *Reconciler) pass(ctx context.Context, sc *scope) (passResult, error) {
+	var res passResult
+	out, err := r.passOnce(ctx, sc, &res)
+	res.out = out
+	return res, err
+}
+
+// passOnce is pass; it fills res.requests and res.schedulable once it read the services and
+// nodes.
+func (r *Reconciler) passOnce(ctx context.Context, sc *scope, res *passResult) (rollout.Outcome, error) {
 	var out rollout.Outcome
 	if r.cfg.Leases != nil && sc == nil {
 		if err := r.cfg.Leases.Sweep(ctx); err != nil {
@@ -388,6 +534,13 @@ func (r *Reconciler) pass(ctx context.Context, sc *scope) (rollout.Outcome, erro
 	if err != nil {
 		return out, err
 	}
+	res.requests = map[string]int64{}
+	for i := range svcs {
+		if svcs[i].Reconcile != nil && (sc == nil || slices.Contains(sc.services, svcs[i].ID)) {
+			res.requests[svcs[i].ID] = svcs[i].Revision
+		}
+	}
+	res.schedulable = slices.ContainsFunc(ns, func(n nodes.Node) bool { return n.Status == nodes.StatusConnected && n.Member() })
 	// only (nil in a full pass) is the services a focused pass works on; touched the nodes whose
 	// desired state it rewrites: the named ones and those of the services' workloads, before and
 	// after the pass.
