@@ -135,7 +135,6 @@ func (s *Server) promoteRelease(c echo.Context) error {
 		return c.JSON(http.StatusOK, appliedService(out, false))
 	}
 	s.log.Info("release promoted", "project", p.Name, "service", svc.Name, "tag", tag, "image", image, "revision", out.Revision)
-	s.hintService("release.promote", out.ID)
 	s.awaitChange(c, "services", out.ID, out.LogOutbox)
 	return c.JSON(http.StatusOK, appliedService(out, true))
 }

@@ -243,7 +243,6 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 		return serviceError(err)
 	}
 	s.log.Info("rollout undone", "project", p.Name, "service", svc.Name, "service_id", svc.ID, "release", out.Release().Digest(), "revision", out.Revision)
-	s.hintService("rollout.undo", out.ID)
 	s.awaitChange(c, "services", out.ID, out.LogOutbox)
 	return c.JSON(http.StatusOK, client.UndoResult{Service: toAPIService(out, 0), Changes: apiUndoChanges(changes)})
 }

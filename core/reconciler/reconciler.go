@@ -219,7 +219,7 @@ func (r *Reconciler) HintNode(reason, nodeID string) {
 	r.log.Debug("reconcile hinted", "reason", reason, "node_id", nodeID)
 }
 
-// PassStats counts the passes a Reconciler ran since New.
+// PassStats counts the passes a Reconciler finished since New.
 type PassStats struct {
 	Full    int64 // full passes (the sweep's)
 	Focused int64 // focused passes (woken by reconcile requests and keyed hints)
@@ -288,10 +288,10 @@ func (r *Reconciler) Run(ctx context.Context) {
 		if !sw.Start(time.Now()) {
 			continue
 		}
-		r.fullPasses.Add(1)
 		start := time.Now()
 		res, err := r.pass(ctx, nil)
 		r.observePass("full", start)
+		r.fullPasses.Add(1)
 		if err != nil && ctx.Err() == nil {
 			r.log.Error("reconcile pass failed", "err", err)
 		}
@@ -337,9 +337,10 @@ func (r *Reconciler) queuePending(ctx context.Context) {
 }
 
 // written queues the services that writes named and that hold a reconcile request (Run's step
-// 2). A write that named no particular service (or more than the subscription holds) costs one
-// scan of the services in the read view. A write without a request (the reconciler's own clear,
-// a change-log tidy, a deletion) queues nothing.
+// 2), and those whose document is gone (their workloads and slots go). A write that named no
+// particular service (or more than the subscription holds) costs one scan of the services in
+// the read view. A write without a request (the reconciler's own clear, a change-log tidy)
+// queues nothing.
 func (r *Reconciler) written(ctx context.Context, sub *store.Subscription) {
 	ids, all := sub.Take()
 	if all {
@@ -349,6 +350,7 @@ func (r *Reconciler) written(ctx context.Context, sub *store.Subscription) {
 	for _, id := range ids {
 		s, err := r.cfg.Catalog.GetServiceByID(ctx, id)
 		if errors.Is(err, services.ErrServiceNotFound) {
+			r.svcQ.Add(id)
 			continue
 		}
 		if err != nil {
@@ -423,10 +425,10 @@ func (r *Reconciler) runFocused(ctx context.Context, sw *slots.Sweeper) {
 			scoped = append(scoped, id)
 		}
 	}
-	r.focusedPasses.Add(1)
 	start := time.Now()
 	res, err := r.pass(ctx, &scope{services: scoped, nodes: nodeKeys})
 	r.observePass("focused", start)
+	r.focusedPasses.Add(1)
 	if err != nil && ctx.Err() == nil {
 		r.log.Error("focused reconcile pass failed", "services", len(scoped), "nodes", len(nodeKeys), "err", err)
 	}

@@ -33,7 +33,7 @@ const corestoreStateDir = "corestore"
 // the binding manager, whose worker the caller runs, and the plugin handle the caller closes.
 // With no configuration file it returns nil: services with bindings are then refused.
 func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secrets.Store, cat *services.Catalog, exec executorAccess,
-	hint func(reason, serviceID string), log *slog.Logger) (*bindings.Manager, *plugin.Provider, error) {
+	log *slog.Logger) (*bindings.Manager, *plugin.Provider, error) {
 	if cfg.CorestoreConfig == "" {
 		return nil, nil, nil
 	}
@@ -64,7 +64,7 @@ func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secret
 	}
 	m := bindings.New(bindings.Config{
 		Store: st, Queue: operations.NewQueue(st, operations.Config{}), Secrets: sec, Provider: h, Logger: log,
-		OnReady: func(ctx context.Context, b *bindings.Binding) error { return publishBinding(ctx, cat, hint, b) },
+		OnReady: func(ctx context.Context, b *bindings.Binding) error { return publishBinding(ctx, cat, b) },
 	})
 	return m, h, nil
 }
@@ -163,8 +163,9 @@ func resolveConfigSecrets(ctx context.Context, raw []byte, sec *secrets.Store, c
 
 // publishBinding adds the secret references of ready binding b to its service, with one
 // compare-and-set carrying its change-log entry (retried on a concurrent write), so the next
-// rollout delivers the credentials. A service that is gone or no longer declares b is left alone.
-func publishBinding(ctx context.Context, cat *services.Catalog, hint func(reason, serviceID string), b *bindings.Binding) error {
+// rollout delivers the credentials (the write carries its reconcile request). A service that is
+// gone or no longer declares b is left alone.
+func publishBinding(ctx context.Context, cat *services.Catalog, b *bindings.Binding) error {
 	p, err := cat.GetProject(ctx, b.Project)
 	if err != nil {
 		return err
@@ -195,17 +196,11 @@ func publishBinding(ctx context.Context, cat *services.Catalog, hint func(reason
 		maps.Copy(next.Secrets, b.Secrets)
 		maps.Copy(next.ResolvedSecrets, b.Secrets)
 		rev := cur.Revision
-		out, outcome, err := cat.ApplyService(ctx, p, &next, &rev)
+		_, _, err = cat.ApplyService(ctx, p, &next, &rev)
 		if errors.Is(err, services.ErrRevisionConflict) {
 			continue
 		}
-		if err != nil {
-			return err
-		}
-		if outcome != services.PutUnchanged && hint != nil {
-			hint("binding.ready", out.ID)
-		}
-		return nil
+		return err
 	}
 	return fmt.Errorf("publish binding %s: %w", b.ID, services.ErrRevisionConflict)
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
-	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/internal/securefile"
@@ -97,8 +96,8 @@ func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *regist
 
 // deployOnPush rolls the services that follow a pushed tag (deploy_on_push, docs/registry.md
 // section 8) to "<registry host>/<repo>@<digest>", the write attributed to the pusher in the
-// change log, and wakes the reconciler for each service written.
-func deployOnPush(cfg Config, cat *services.Catalog, rec *reconciler.Reconciler, log *slog.Logger) registry.FollowFunc {
+// change log; each write carries its reconcile request, which wakes the reconciler.
+func deployOnPush(cfg Config, cat *services.Catalog, log *slog.Logger) registry.FollowFunc {
 	host := ""
 	if u, err := url.Parse(cfg.PublicURL); err == nil {
 		host = u.Host
@@ -107,7 +106,6 @@ func deployOnPush(cfg Config, cat *services.Catalog, rec *reconciler.Reconciler,
 		out, err := cat.FollowTag(ctx, repoTag, image)
 		for _, s := range out {
 			log.Info("service follows pushed tag", "project", s.Project, "service", s.Name, "tag", repoTag, "image", s.Image, "revision", s.Revision)
-			rec.HintService("release.pushed", s.ID)
 		}
 		return err
 	})

@@ -425,11 +425,7 @@ func Run(ctx context.Context, cfg Config) error {
 		supervised = append(supervised, dnsPart.handle)
 	}
 	exec := executorAccess{runners: orch.api.Runners, url: loopbackURL(ln.Addr()), fingerprint: servTLS.Fingerprint}
-	binds, corestoreHandle, err := startBindings(ctx, cfg, st, sec, cat, exec, func(reason, id string) {
-		if rec != nil {
-			rec.HintService(reason, id)
-		}
-	}, log)
+	binds, corestoreHandle, err := startBindings(ctx, cfg, st, sec, cat, exec, log)
 	if err != nil {
 		return err
 	}
@@ -446,7 +442,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	metrics.MustRegister(&plugin.StatusCollector{List: pluginStatuses})
 	imageReleases := registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)
-	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log, deployOnPush(cfg, cat, rec, log))
+	oci, err := newRegistry(ctx, cfg, blobStore, imageReleases, tokens, reg, log, deployOnPush(cfg, cat, log))
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
