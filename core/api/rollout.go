@@ -138,7 +138,6 @@ func (s *Server) putRuntimeSpec(c echo.Context) error {
 		return refusalError(err)
 	}
 	s.log.Info("runtime spec written", "project", svc.Project, "service", svc.Name, "revision", d.Revision)
-	s.hintService("spec.written", d.ServiceID)
 	s.awaitChange(c, "runtime_specs", d.ServiceID, d.LogOutbox)
 	out, err := toSpecDoc(svc, d)
 	if err != nil {

@@ -105,8 +105,8 @@ type Config struct {
 	Logger  *slog.Logger
 	// Sweep sets the timing of full passes (docs/reconciliation.md section 6): quiet 1 s after
 	// the last unkeyed hint, at the latest 30 s after the last pass, never sooner than 5 s after
-	// it (zero fields take these defaults). Keyed hints ([Reconciler.HintService],
-	// [Reconciler.HintNode]) do not wait for it.
+	// it (zero fields take these defaults). Reconcile requests and node hints
+	// ([Reconciler.HintNode]) do not wait for it.
 	Sweep slots.SweepConfig
 	// QueueLimit bounds each work queue (services, nodes) in distinct keys; zero means
 	// [DefaultQueueLimit]. Keys beyond it are dropped and a full pass runs instead.
@@ -201,19 +201,12 @@ func (r *Reconciler) observePass(kind string, start time.Time) {
 	}
 }
 
-// HintService wakes a focused pass for service serviceID at once, without the sweep's waits.
-// Writes of a service document need no hint: their reconcile request wakes the reconciler
-// through the store ([Reconciler.Run]); HintService is for changes kept elsewhere (a slot spec,
-// a lease). It never blocks; a service hinted again before its pass ran is done once, and one
-// hinted during its pass is done once more after it.
-func (r *Reconciler) HintService(reason, serviceID string) {
-	r.svcQ.Add(serviceID)
-	r.log.Debug("reconcile hinted", "reason", reason, "service_id", serviceID)
-}
-
 // HintNode records a committed change about node nodeID (an accepted status report, a health
-// transition of its workloads) and wakes a focused pass for the node
-// and every service with a workload on it. It never blocks; deduplicated as HintService.
+// transition of its workloads) and wakes a focused pass for the node and every service with a
+// workload on it, without the sweep's waits. A service's own changes need no hint: each write
+// carries its reconcile request, which wakes the reconciler through the store
+// ([Reconciler.Run]). It never blocks; a node hinted again before its pass ran is done once, and
+// one hinted during its pass is done once more after it.
 func (r *Reconciler) HintNode(reason, nodeID string) {
 	r.nodeQ.Add(nodeID)
 	r.log.Debug("reconcile hinted", "reason", reason, "node_id", nodeID)
@@ -248,12 +241,15 @@ func (r *Reconciler) Hint(reason string) {
 // pass reported ends, and at once when a work queue overflowed. A failed pass is logged and
 // retried by the next.
 //
-// Reconcile requests (docs/reconciliation.md section 6) reach the service queue two ways:
+// Reconcile requests (docs/reconciliation.md section 6), on service documents and on operators'
+// runtime specs, reach the service queue two ways:
 //
-//  1. at start, every pending request in the store (one read of the services in the read view);
-//  2. while running, from a subscription to the writes of service documents
-//     ([services.Catalog.WatchServices]): each written service that holds a request is queued.
-//     The subscription is made before step 1, so no write falls between the two.
+//  1. at start, every pending request in the store (one read of the services and the specs in
+//     the read view);
+//  2. while running, from subscriptions to the writes of service documents and runtime specs
+//     ([services.Catalog.WatchServices], [rollout.Store.WatchSpecs]): each written service or
+//     spec that holds a request queues its service. The subscriptions are made before step 1,
+//     so no write falls between the two.
 //
 // After a pass acted on a request (the pass succeeded and some node was schedulable) it is
 // cleared by a compare-and-set on the revision the pass read; otherwise the service is held
@@ -261,6 +257,8 @@ func (r *Reconciler) Hint(reason string) {
 func (r *Reconciler) Run(ctx context.Context) {
 	sub := r.cfg.Catalog.WatchServices(r.cfg.QueueLimit)
 	defer sub.Close()
+	specSub := r.cfg.Rollout.Store().WatchSpecs(r.cfg.QueueLimit)
+	defer specSub.Close()
 	r.queuePending(ctx)
 	sw := slots.NewSweeper(r.cfg.Sweep, time.Now())
 	timer := time.NewTimer(0)
@@ -276,6 +274,9 @@ func (r *Reconciler) Run(ctx context.Context) {
 			continue
 		case <-sub.Ready():
 			r.written(ctx, sub)
+			continue
+		case <-specSub.Ready():
+			r.writtenSpecs(ctx, specSub)
 			continue
 		case <-r.svcQ.Ready():
 			r.runFocused(ctx, sw)
@@ -331,6 +332,14 @@ func (r *Reconciler) queuePending(ctx context.Context) {
 			n++
 		}
 	}
+	specs, err := r.cfg.Rollout.Store().PendingSpecs(ctx)
+	if err != nil {
+		r.log.Warn("read pending reconcile requests of runtime specs; the first full pass covers them", "err", err)
+	}
+	for id := range specs {
+		r.svcQ.Add(id)
+		n++
+	}
 	if n > 0 {
 		r.log.Info("pending reconcile requests queued", "services", n)
 	}
@@ -365,14 +374,36 @@ func (r *Reconciler) written(ctx context.Context, sub *store.Subscription) {
 	}
 }
 
-// consume ends the reconcile requests a pass read (res.requests): when the pass succeeded and
+// writtenSpecs is [Reconciler.written] for runtime specs: a written spec that holds a reconcile
+// request queues its service.
+func (r *Reconciler) writtenSpecs(ctx context.Context, sub *store.Subscription) {
+	ids, all := sub.Take()
+	if all {
+		r.queuePending(ctx)
+		return
+	}
+	for _, id := range ids {
+		d, err := r.cfg.Rollout.Store().Spec(ctx, id)
+		if err != nil {
+			r.log.Warn("read a written runtime spec", "service_id", id, "err", err)
+			continue
+		}
+		if d != nil && d.Reconcile != nil {
+			r.svcQ.Add(id)
+		}
+	}
+}
+
+// consume ends the reconcile requests a pass read (res.requests and res.specRequests): when the pass succeeded and
 // some node was schedulable, each is cleared with a compare-and-set on the revision the pass
 // read, so a request written meanwhile stays (and its write has queued its service again);
 // otherwise each service is held for the next focused pass. A held service the pass worked on
 // (scoped; nil: every service) that has no request any more is let go.
 func (r *Reconciler) consume(ctx context.Context, scoped []string, res passResult, passErr error) {
 	for id := range r.held {
-		if _, pending := res.requests[id]; !pending && (scoped == nil || slices.Contains(scoped, id)) && res.requests != nil {
+		_, svcPending := res.requests[id]
+		_, specPending := res.specRequests[id]
+		if !svcPending && !specPending && (scoped == nil || slices.Contains(scoped, id)) && res.requests != nil {
 			delete(r.held, id)
 		}
 	}
@@ -380,22 +411,29 @@ func (r *Reconciler) consume(ctx context.Context, scoped []string, res passResul
 		for id := range res.requests {
 			r.held[id] = true
 		}
+		for id := range res.specRequests {
+			r.held[id] = true
+		}
 		return
 	}
-	for id, rev := range res.requests {
-		ok, err := r.cfg.Catalog.ClearReconcile(ctx, id, rev)
-		if err != nil {
-			r.held[id] = true
-			if ctx.Err() == nil {
-				r.log.Warn("reconcile request not cleared; the next pass takes it again", "service_id", id, "revision", rev, "err", err)
+	clearAll := func(what string, reqs map[string]int64, f func(context.Context, string, int64) (bool, error)) {
+		for id, rev := range reqs {
+			ok, err := f(ctx, id, rev)
+			if err != nil {
+				r.held[id] = true
+				if ctx.Err() == nil {
+					r.log.Warn("reconcile request not cleared; the next pass takes it again", "of", what, "service_id", id, "revision", rev, "err", err)
+				}
+				continue
 			}
-			continue
-		}
-		delete(r.held, id)
-		if ok {
-			r.cleared.Add(1)
+			delete(r.held, id)
+			if ok {
+				r.cleared.Add(1)
+			}
 		}
 	}
+	clearAll("service", res.requests, r.cfg.Catalog.ClearReconcile)
+	clearAll("runtime spec", res.specRequests, r.cfg.Rollout.Store().ClearSpecReconcile)
 }
 
 // runFocused takes every queued key and runs one focused pass over them and the held services;
@@ -501,8 +539,9 @@ func (r *Reconciler) PassFor(ctx context.Context, serviceIDs, nodeIDs []string) 
 type passResult struct {
 	out rollout.Outcome
 	// requests are the reconcile requests of the services the pass worked on, as it read them:
-	// service id to the service revision read.
-	requests map[string]int64
+	// service id to the service revision read; specRequests those of their runtime specs, to
+	// the spec revision read.
+	requests, specRequests map[string]int64
 	// schedulable reports whether some node could take work when the pass read the nodes.
 	schedulable bool
 }
@@ -536,10 +575,25 @@ func (r *Reconciler) passOnce(ctx context.Context, sc *scope, res *passResult) (
 	if err != nil {
 		return out, err
 	}
-	res.requests = map[string]int64{}
+	res.requests, res.specRequests = map[string]int64{}, map[string]int64{}
 	for i := range svcs {
 		if svcs[i].Reconcile != nil && (sc == nil || slices.Contains(sc.services, svcs[i].ID)) {
 			res.requests[svcs[i].ID] = svcs[i].Revision
+		}
+	}
+	if sc == nil {
+		if res.specRequests, err = r.cfg.Rollout.Store().PendingSpecs(ctx); err != nil {
+			return out, err
+		}
+	} else {
+		for _, id := range sc.services {
+			d, err := r.cfg.Rollout.Store().Spec(ctx, id)
+			if err != nil {
+				return out, err
+			}
+			if d != nil && d.Reconcile != nil {
+				res.specRequests[id] = d.Revision
+			}
 		}
 	}
 	res.schedulable = slices.ContainsFunc(ns, func(n nodes.Node) bool { return n.Status == nodes.StatusConnected && n.Member() })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/routes"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
@@ -206,6 +207,46 @@ func TestPendingRequestsWaitForANode(t *testing.T) {
 	r.Hint("node.connected")
 	sink.await(t, "the node desires the service", func() bool { return desires(t, reg, a, svc.ID) })
 	sink.await(t, "the request cleared", func() bool { return pending(t, cat, svc.ID) == nil })
+	if s := r.Stats(); s.Full != 1 {
+		t.Fatalf("passes %+v: a full pass ran", s)
+	}
+}
+
+// TestSpecWriteWakesAFocusedPass: an operator's runtime spec write (what `berth scale` does)
+// carries its reconcile request like a service write: with the sweep an hour away and no hint,
+// a focused pass places the second replica it asks for and clears the spec's request.
+func TestSpecWriteWakesAFocusedPass(t *testing.T) {
+	st := storetest.Open(t)
+	ctx := context.Background()
+	reg := nodes.NewRegistry(st, nil)
+	cat := services.NewCatalog(st, nil)
+	a, b := enroll(t, reg), enroll(t, reg)
+	sink := &signalling{changed: make(chan struct{}, 1)}
+	r := New(Config{Catalog: cat, Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{}, Sweep: hourly})
+	runLoop(t, r)
+	sink.await(t, "the first full pass", func() bool { return r.Stats().Full == 1 })
+
+	p, _, _ := cat.EnsureProject(ctx, "default")
+	svc, _, err := cat.PutService(ctx, p, &services.Service{Name: "web", BundleDigest: "sha256:1", Command: []string{"./web"}, Port: 8080, Replicas: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.await(t, "one node desires the replica", func() bool { return desires(t, reg, a, svc.ID) || desires(t, reg, b, svc.ID) })
+	sink.await(t, "the apply's request cleared", func() bool { return pending(t, cat, svc.ID) == nil })
+
+	specs := rollout.NewStore(st, cat, nil)
+	doc, err := specs.PutSpec(ctx, svc, slots.SpecWrite{Spec: slots.Spec{Replicas: slots.Replicas{Total: 2}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Reconcile == nil || doc.Reconcile.Revision != doc.Revision || doc.Reconcile.Cause != services.CauseSpec {
+		t.Fatalf("spec written with request %+v; want one at revision %d", doc.Reconcile, doc.Revision)
+	}
+	sink.await(t, "both nodes desire a replica, with no hint", func() bool { return desires(t, reg, a, svc.ID) && desires(t, reg, b, svc.ID) })
+	sink.await(t, "the spec's request cleared", func() bool {
+		d, err := specs.Spec(ctx, svc.ID)
+		return err == nil && d != nil && d.Reconcile == nil && d.Revision == doc.Revision
+	})
 	if s := r.Stats(); s.Full != 1 {
 		t.Fatalf("passes %+v: a full pass ran", s)
 	}

@@ -251,6 +251,7 @@ const (
 	CauseDeleting = "service.deleting"      // MarkDeleting began its deletion
 	CauseUndo     = "rollout.undo"          // UndoRelease returned it to its previous release
 	CauseRollback = "rollout.auto_rollback" // RollBack undid a failed rollout
+	CauseSpec     = "spec.written"          // an operator wrote the service's runtime spec (core/rollout)
 )
 
 // newRequest returns the reconcile request of a write of cause that leaves the service at rev.
