@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -394,16 +395,18 @@ func (r *Reconciler) writtenSpecs(ctx context.Context, sub *store.Subscription) 
 	}
 }
 
-// consume ends the reconcile requests a pass read (res.requests and res.specRequests): when the pass succeeded and
-// some node was schedulable, each is cleared with a compare-and-set on the revision the pass
-// read, so a request written meanwhile stays (and its write has queued its service again);
-// otherwise each service is held for the next focused pass. A held service the pass worked on
-// (scoped; nil: every service) that has no request any more is let go.
-func (r *Reconciler) consume(ctx context.Context, scoped []string, res passResult, passErr error) {
+// consume ends the reconcile requests a pass read (res.requests and res.specRequests): when the
+// pass succeeded and some node was schedulable, each is cleared with a compare-and-set on the
+// revision the pass read, so a request written meanwhile stays (and its write has queued its
+// service again); otherwise each service is held for the next focused pass. A held service the
+// pass worked on (scoped; nil: every service) that has no request any more is let go. A pass
+// that keeps failing keeps its services held: each focused pass retries them, as each full
+// pass would.
+func (r *Reconciler) consume(ctx context.Context, scoped map[string]bool, res passResult, passErr error) {
 	for id := range r.held {
 		_, svcPending := res.requests[id]
 		_, specPending := res.specRequests[id]
-		if !svcPending && !specPending && (scoped == nil || slices.Contains(scoped, id)) && res.requests != nil {
+		if !svcPending && !specPending && (scoped == nil || scoped[id]) && res.requests != nil {
 			delete(r.held, id)
 		}
 	}
@@ -457,18 +460,20 @@ func (r *Reconciler) runFocused(ctx context.Context, sw *slots.Sweeper) {
 	if len(svcKeys) == 0 && len(nodeKeys) == 0 {
 		return
 	}
-	scoped := slices.Clone(svcKeys)
-	for id := range r.held {
-		if !slices.Contains(scoped, id) {
-			scoped = append(scoped, id)
-		}
+	scoped := make(map[string]bool, len(svcKeys)+len(r.held))
+	for _, id := range svcKeys {
+		scoped[id] = true
 	}
+	for id := range r.held {
+		scoped[id] = true
+	}
+	ids := slices.Sorted(maps.Keys(scoped))
 	start := time.Now()
-	res, err := r.pass(ctx, &scope{services: scoped, nodes: nodeKeys})
+	res, err := r.pass(ctx, &scope{services: ids, nodes: nodeKeys})
 	r.observePass("focused", start)
 	r.focusedPasses.Add(1)
 	if err != nil && ctx.Err() == nil {
-		r.log.Error("focused reconcile pass failed", "services", len(scoped), "nodes", len(nodeKeys), "err", err)
+		r.log.Error("focused reconcile pass failed", "services", len(ids), "nodes", len(nodeKeys), "err", err)
 	}
 	r.consume(ctx, scoped, res, err)
 	sw.Wake(res.out.WakeAt)
@@ -576,8 +581,15 @@ func (r *Reconciler) passOnce(ctx context.Context, sc *scope, res *passResult) (
 		return out, err
 	}
 	res.requests, res.specRequests = map[string]int64{}, map[string]int64{}
+	var named map[string]bool
+	if sc != nil {
+		named = make(map[string]bool, len(sc.services))
+		for _, id := range sc.services {
+			named[id] = true
+		}
+	}
 	for i := range svcs {
-		if svcs[i].Reconcile != nil && (sc == nil || slices.Contains(sc.services, svcs[i].ID)) {
+		if svcs[i].Reconcile != nil && (sc == nil || named[svcs[i].ID]) {
 			res.requests[svcs[i].ID] = svcs[i].Revision
 		}
 	}
