@@ -138,8 +138,10 @@ type Reconciler struct {
 	// schedulable, or the pass failed): the next focused pass takes them again, and a hint (a
 	// node connected, enrolled, ...) queues them. Only the Run goroutine touches it.
 	held map[string]bool
-	// cleared counts the reconcile requests cleared, for [Reconciler.Stats].
-	cleared atomic.Int64
+	// cleared counts the reconcile requests cleared, for [Reconciler.Stats] and
+	// berth_reconcile_requests_cleared_total; heldCount is len(held) for
+	// berth_reconcile_requests_held.
+	cleared, heldCount atomic.Int64
 	// fullPasses and focusedPasses count the passes run, for [Reconciler.Stats].
 	fullPasses, focusedPasses atomic.Int64
 	// passSeconds is berth_reconcile_pass_duration_seconds by kind (full or focused); nil
@@ -190,7 +192,13 @@ func New(cfg Config) *Reconciler {
 		r.passSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "berth_reconcile_pass_duration_seconds",
 			Help:    "Duration of reconcile passes: full (the sweep) or focused (woken by a service's or node's change).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"kind"})
-		cfg.Metrics.MustRegister(r.passSeconds)
+		cfg.Metrics.MustRegister(r.passSeconds,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "berth_reconcile_requests_cleared_total",
+				Help: "Reconcile requests (written with a service's or a runtime spec's change) that a pass acted on and cleared."},
+				func() float64 { return float64(r.cleared.Load()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "berth_reconcile_requests_held",
+				Help: "Services whose reconcile request waits for a pass that can act on it: no node was schedulable, or the pass failed."},
+				func() float64 { return float64(r.heldCount.Load()) }))
 	}
 	return r
 }
@@ -417,6 +425,7 @@ func (r *Reconciler) consume(ctx context.Context, scoped map[string]bool, res pa
 		for id := range res.specRequests {
 			r.held[id] = true
 		}
+		r.heldCount.Store(int64(len(r.held)))
 		return
 	}
 	clearAll := func(what string, reqs map[string]int64, f func(context.Context, string, int64) (bool, error)) {
@@ -437,6 +446,7 @@ func (r *Reconciler) consume(ctx context.Context, scoped map[string]bool, res pa
 	}
 	clearAll("service", res.requests, r.cfg.Catalog.ClearReconcile)
 	clearAll("runtime spec", res.specRequests, r.cfg.Rollout.Store().ClearSpecReconcile)
+	r.heldCount.Store(int64(len(r.held)))
 }
 
 // runFocused takes every queued key and runs one focused pass over them and the held services;
