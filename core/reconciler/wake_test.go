@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -138,15 +139,23 @@ func TestANewerRequestOutlivesAnOlderPass(t *testing.T) {
 	sink.await(t, "the first full pass", func() bool { return r.Stats().Full == 1 })
 
 	p, _, _ := cat.EnsureProject(ctx, "default")
-	var svc *services.Service
 	written := make(chan error, 1)
 	sink.mu.Lock()
 	sink.onPush = func() {
 		// Inside the pass for revision 1: scale to 2 replicas (revision 2).
-		next := *svc
-		rev := svc.Revision
+		cur, err := cat.GetService(ctx, p, "web")
+		if err != nil {
+			written <- err
+			return
+		}
+		if cur.Revision != 1 {
+			written <- fmt.Errorf("the first push came from a pass over revision %d, not 1", cur.Revision)
+			return
+		}
+		next := *cur
+		rev := cur.Revision
 		next.Replicas = 2
-		_, _, err := cat.ApplyService(ctx, p, &next, &rev)
+		_, _, err = cat.ApplyService(ctx, p, &next, &rev)
 		written <- err
 	}
 	sink.mu.Unlock()
