@@ -104,7 +104,9 @@ func TestApplyAndDeleteWithoutSweep(t *testing.T) {
 func newClusterWith(t *testing.T, extra ...string) *cluster {
 	t.Helper()
 	cl := &cluster{dir: t.TempDir(), api: proctest.FreeAddr(t), gateway: proctest.FreeAddr(t), extra: extra}
-	t.Cleanup(func() { cl.killWorkloads(t) })
+	// Registered first, so it runs last (as newCluster's): a berthd killed with SIGKILL leaves
+	// its gateway behind by design.
+	t.Cleanup(func() { cl.killWorkloads(t); cl.killGateway(t) })
 	startBerthd(t, cl)
 	t.Cleanup(func() { cl.dumpLogs(t) })
 	return cl

@@ -32,6 +32,7 @@ var movedFamilies = []string{
 	"berth_service_verdicts",
 	"berth_reconcile_passes_total",
 	"berth_reconcile_pass_duration_seconds",
+	"berth_reconcile_requests_cleared_total",
 	"berth_rollout_sweep_duration_seconds",
 	"berth_plugin_health",
 	"berth_plugin_state",
@@ -42,7 +43,7 @@ var movedFamilies = []string{
 }
 
 // presentFamilies must be exported, with any value.
-var presentFamilies = []string{"berth_plugin_restarts_total", "berth_plugin_crashes"}
+var presentFamilies = []string{"berth_plugin_restarts_total", "berth_plugin_crashes", "berth_reconcile_requests_held"}
 
 // scrapeMetrics reads and parses berthd's /metrics.
 func (cl *cluster) scrapeMetrics(t *testing.T) (map[string]*dto.MetricFamily, error) {

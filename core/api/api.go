@@ -40,25 +40,11 @@ import (
 // DefaultMaxBodyBytes bounds a JSON request body when Config.MaxBodyBytes is zero: 1 MiB.
 const DefaultMaxBodyBytes = 1 << 20
 
-// Hinter is told that desired state changed, so a reconcile pass runs soon.
+// Hinter is told that state beyond one service changed (a node enrolled, retired, lost or
+// removed, a secret or a route compiler binding written), so a full reconcile pass runs soon. A
+// service's changes need no hint: each write carries its reconcile request, which wakes the
+// reconciler through the store (docs/reconciliation.md section 6).
 type Hinter interface{ Hint(reason string) }
-
-// ServiceHinter is the optional extension of a [Hinter] (*reconciler.Reconciler implements it)
-// that is told which service changed, so that service's work runs at once rather than at the
-// next sweep (docs/reconciliation.md section 6).
-type ServiceHinter interface {
-	HintService(reason, serviceID string)
-}
-
-// hintService tells the Hinter that service id changed: by key when it takes keys, else as an
-// unkeyed hint.
-func (s *Server) hintService(reason, id string) {
-	if h, ok := s.cfg.Hinter.(ServiceHinter); ok {
-		h.HintService(reason, id)
-		return
-	}
-	s.cfg.Hinter.Hint(reason)
-}
 
 // Config wires the API. Every pointer field is required except Metrics,
 // Sessions and Ready.

@@ -208,13 +208,13 @@ func (s *Server) putService(c echo.Context) error {
 	}
 	out := res.Service
 	if !res.Changed() {
-		// Nothing was written, so nothing is recorded in the change log and no pass is hinted.
+		// Nothing was written, so nothing is recorded in the change log and no pass is asked for.
 		s.log.Info("service unchanged", "project", p.Name, "service", name, "revision", out.Revision)
 		return c.JSON(http.StatusOK, appliedService(out, false))
 	}
 	s.log.Info("service applied", "project", p.Name, "service", name, "revision", out.Revision, "replicas", out.Replicas, "bundle", out.BundleDigest)
-	// The write is committed: its work starts while the change log records it.
-	s.hintService("service.applied", out.ID)
+	// The write is committed with its reconcile request: its work starts while the change log
+	// records it.
 	s.awaitChange(c, "services", out.ID, out.LogOutbox)
 	status := http.StatusOK
 	if res.Outcome == services.PutCreated {
@@ -339,7 +339,6 @@ func (s *Server) deleteService(c echo.Context) error {
 		return serviceError(err)
 	}
 	s.log.Info("service deleting: its routes are withdrawn and its slots settle before it is removed", "project", p.Name, "service", c.Param("name"))
-	s.hintService("service.deleted", gone.ID)
 	s.awaitChange(c, "services", gone.ID, gone.LogOutbox)
 	return c.JSON(http.StatusAccepted, toAPIService(gone, 0))
 }

@@ -79,7 +79,6 @@ func (s *Server) promoteRelease(c echo.Context) error {
 	}
 	out := res.Service
 	s.log.Info("release promoted", "project", p.Name, "service", svc.Name, "tag", tag, "image", image, "revision", out.Revision)
-	s.hintService("release.promote", out.ID)
 	s.awaitChange(c, "services", out.ID, out.LogOutbox)
 	return c.JSON(http.StatusOK, appliedService(out, true))
 }

@@ -157,7 +157,6 @@ func (s *Server) putRuntimeSpec(c echo.Context) error {
 		return refusalError(err)
 	}
 	s.log.Info("runtime spec written", "project", svc.Project, "service", svc.Name, "revision", d.Revision)
-	s.hintService("spec.written", d.ServiceID)
 	s.awaitChange(c, "runtime_specs", d.ServiceID, d.LogOutbox)
 	out, err := toSpecDoc(svc, d)
 	if err != nil {
@@ -265,7 +264,6 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 	}
 	out := res.Service
 	s.log.Info("rollout undone", "project", p.Name, "service", svc.Name, "service_id", svc.ID, "release", out.Release().Digest(), "revision", out.Revision)
-	s.hintService("rollout.undo", out.ID)
 	s.awaitChange(c, "services", out.ID, out.LogOutbox)
 	return c.JSON(http.StatusOK, client.UndoResult{Service: toAPIService(out, 0), Changes: apiUndoChanges(changes)})
 }

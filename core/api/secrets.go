@@ -580,7 +580,6 @@ func (s *Server) rollSecretUsers(c echo.Context, p *services.Project, secret, se
 		out := res.Service
 		s.log.Info("service rolls to new secret versions", "project", p.Name, "service", u.Service, "revision", out.Revision)
 		s.awaitChange(c, "services", out.ID, out.LogOutbox)
-		s.cfg.Hinter.Hint("service.secrets")
 	}
 }
 

@@ -291,6 +291,8 @@ func (d *Deployer) apply(ctx context.Context, ch Change) (Result, error) {
 	if err != nil {
 		return Result{Warnings: warnings}, err
 	}
+	// The reconcile request written with the change names the change's cause.
+	next.Reconcile = &services.ReconcileRequest{Cause: string(ch.Cause)}
 	out, outcome, err := d.cfg.Catalog.ApplyService(ctx, p, next, expected)
 	if err != nil {
 		return Result{Warnings: warnings}, err

@@ -1,10 +1,11 @@
 // Package reconciler converges the cluster on the declared services: it grants
 // stateful leases where core/placement decides, runs the rollout's sweep (which
 // places slots with the same decider), writes each node's desired state, and pushes the
-// route table to the gateway. Events wake the work they affect at once (a
-// service's or a node's key on a deduplicating [Queue]); a slow full pass,
-// level-triggered over everything in the store, is the safety net, so a
-// missed event only delays convergence.
+// route table to the gateway. A service's change is carried by the reconcile
+// request written with it, which the reconciler learns of from the store and
+// clears once a focused pass acted on it; node news wakes the work it affects
+// through the same deduplicating [Queue]; a slow full pass, level-triggered
+// over everything in the store, is the safety net.
 package reconciler
 
 import (
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -111,8 +113,8 @@ type Config struct {
 	Logger  *slog.Logger
 	// Sweep sets the timing of full passes (docs/reconciliation.md section 6): quiet 1 s after
 	// the last unkeyed hint, at the latest 30 s after the last pass, never sooner than 5 s after
-	// it (zero fields take these defaults). Keyed hints ([Reconciler.HintService],
-	// [Reconciler.HintNode]) do not wait for it.
+	// it (zero fields take these defaults). Reconcile requests and node hints
+	// ([Reconciler.HintNode]) do not wait for it.
 	Sweep slots.SweepConfig
 	// QueueLimit bounds each work queue (services, nodes) in distinct keys; zero means
 	// [DefaultQueueLimit]. Keys beyond it are dropped and a full pass runs instead.
@@ -139,6 +141,14 @@ type Reconciler struct {
 	hints chan struct{}
 	// svcQ and nodeQ hold the keys that events woke (docs/reconciliation.md section 6).
 	svcQ, nodeQ *Queue[string]
+	// held are the services whose reconcile requests a pass could not act on (no node was
+	// schedulable, or the pass failed): the next focused pass takes them again, and a hint (a
+	// node connected, enrolled, ...) queues them. Only the Run goroutine touches it.
+	held map[string]bool
+	// cleared counts the reconcile requests cleared, for [Reconciler.Stats] and
+	// berth_reconcile_requests_cleared_total; heldCount is len(held) for
+	// berth_reconcile_requests_held.
+	cleared, heldCount atomic.Int64
 	// fullPasses and focusedPasses count the passes run, for [Reconciler.Stats].
 	fullPasses, focusedPasses atomic.Int64
 	// passSeconds is berth_reconcile_pass_duration_seconds by kind (full or focused); nil
@@ -187,12 +197,18 @@ func New(cfg Config) *Reconciler {
 	}
 	cfg.PushWorkers = max(cfg.PushWorkers, 1)
 	r := &Reconciler{cfg: cfg, log: cfg.Logger.With("component", "reconciler"), hints: make(chan struct{}, 1),
-		svcQ: NewQueue[string](cfg.QueueLimit), nodeQ: NewQueue[string](cfg.QueueLimit)}
+		svcQ: NewQueue[string](cfg.QueueLimit), nodeQ: NewQueue[string](cfg.QueueLimit), held: map[string]bool{}}
 	if cfg.Metrics != nil {
 		r.passSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "berth_reconcile_pass_duration_seconds",
 			Help:    "Duration of reconcile passes: full (the sweep) or focused (woken by a service's or node's change).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"kind"})
-		cfg.Metrics.MustRegister(r.passSeconds)
+		cfg.Metrics.MustRegister(r.passSeconds,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "berth_reconcile_requests_cleared_total",
+				Help: "Reconcile requests (written with a service's or a runtime spec's change) that a pass acted on and cleared."},
+				func() float64 { return float64(r.cleared.Load()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "berth_reconcile_requests_held",
+				Help: "Services whose reconcile request waits for a pass that can act on it: no node was schedulable, or the pass failed."},
+				func() float64 { return float64(r.heldCount.Load()) }))
 	}
 	return r
 }
@@ -204,32 +220,28 @@ func (r *Reconciler) observePass(kind string, start time.Time) {
 	}
 }
 
-// HintService records a committed change of service serviceID's desired state (an apply, a
-// delete, an undo, a spec write, a lease change) and wakes a focused pass for it at once,
-// without the sweep's waits. It never blocks; a service hinted again before its pass ran is
-// done once, and one hinted during its pass is done once more after it.
-func (r *Reconciler) HintService(reason, serviceID string) {
-	r.svcQ.Add(serviceID)
-	r.log.Debug("reconcile hinted", "reason", reason, "service_id", serviceID)
-}
-
 // HintNode records a committed change about node nodeID (an accepted status report, a health
-// transition of its workloads) and wakes a focused pass for the node
-// and every service with a workload on it. It never blocks; deduplicated as HintService.
+// transition of its workloads) and wakes a focused pass for the node and every service with a
+// workload on it, without the sweep's waits. A service's own changes need no hint: each write
+// carries its reconcile request, which wakes the reconciler through the store
+// ([Reconciler.Run]). It never blocks; a node hinted again before its pass ran is done once, and
+// one hinted during its pass is done once more after it.
 func (r *Reconciler) HintNode(reason, nodeID string) {
 	r.nodeQ.Add(nodeID)
 	r.log.Debug("reconcile hinted", "reason", reason, "node_id", nodeID)
 }
 
-// PassStats counts the passes a Reconciler ran since New.
+// PassStats counts the passes a Reconciler finished since New.
 type PassStats struct {
 	Full    int64 // full passes (the sweep's)
-	Focused int64 // focused passes (woken by keyed hints)
+	Focused int64 // focused passes (woken by reconcile requests and keyed hints)
+	// Cleared counts the reconcile requests the passes acted on and cleared.
+	Cleared int64
 }
 
 // Stats returns the passes run so far; safe for concurrent use.
 func (r *Reconciler) Stats() PassStats {
-	return PassStats{Full: r.fullPasses.Load(), Focused: r.focusedPasses.Load()}
+	return PassStats{Full: r.fullPasses.Load(), Focused: r.focusedPasses.Load(), Cleared: r.cleared.Load()}
 }
 
 // Hint records a committed change whose scope is not one service or node (an enrollment, a
@@ -247,7 +259,26 @@ func (r *Reconciler) Hint(reason string) {
 // queued; further full passes as the [slots.Sweeper] schedules them, when a failure backoff a
 // pass reported ends, and at once when a work queue overflowed. A failed pass is logged and
 // retried by the next.
+//
+// Reconcile requests (docs/reconciliation.md section 6), on service documents and on operators'
+// runtime specs, reach the service queue two ways:
+//
+//  1. at start, every pending request in the store (one read of the services and the specs in
+//     the read view);
+//  2. while running, from subscriptions to the writes of service documents and runtime specs
+//     ([services.Catalog.WatchServices], [rollout.Store.WatchSpecs]): each written service or
+//     spec that holds a request queues its service. The subscriptions are made before step 1,
+//     so no write falls between the two.
+//
+// After a pass acted on a request (the pass succeeded and some node was schedulable) it is
+// cleared by a compare-and-set on the revision the pass read; otherwise the service is held
+// and taken again by the next focused pass and by any hint.
 func (r *Reconciler) Run(ctx context.Context) {
+	sub := r.cfg.Catalog.WatchServices(r.cfg.QueueLimit)
+	defer sub.Close()
+	specSub := r.cfg.Rollout.Store().WatchSpecs(r.cfg.QueueLimit)
+	defer specSub.Close()
+	r.queuePending(ctx)
 	sw := slots.NewSweeper(r.cfg.Sweep, time.Now())
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -258,7 +289,13 @@ func (r *Reconciler) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.hints:
-			sw.Hint(time.Now())
+			r.hinted(sw)
+			continue
+		case <-sub.Ready():
+			r.written(ctx, sub)
+			continue
+		case <-specSub.Ready():
+			r.writtenSpecs(ctx, specSub)
 			continue
 		case <-r.svcQ.Ready():
 			r.runFocused(ctx, sw)
@@ -271,25 +308,159 @@ func (r *Reconciler) Run(ctx context.Context) {
 		if !sw.Start(time.Now()) {
 			continue
 		}
-		r.fullPasses.Add(1)
 		start := time.Now()
-		out, err := r.pass(ctx, nil)
+		res, err := r.pass(ctx, nil)
 		r.observePass("full", start)
+		r.fullPasses.Add(1)
 		if err != nil && ctx.Err() == nil {
 			r.log.Error("reconcile pass failed", "err", err)
 		}
+		r.consume(ctx, nil, res, err)
 		select { // a hint during the pass earns one follow-up
 		case <-r.hints:
-			sw.Hint(time.Now())
+			r.hinted(sw)
 		default:
 		}
 		sw.Finish(time.Now())
-		sw.Wake(out.WakeAt)
+		sw.Wake(res.out.WakeAt)
 	}
 }
 
-// runFocused takes every queued key and runs one focused pass over them; an overflow of either
-// queue forces a full pass instead (the keys taken are covered by it).
+// hinted records an unkeyed hint: a full pass once hints are quiet, and at once a focused pass
+// for the held services, since what a hint reports (a node connected or enrolled, a lease
+// released) may be what their requests waited for.
+func (r *Reconciler) hinted(sw *slots.Sweeper) {
+	sw.Hint(time.Now())
+	for id := range r.held {
+		r.svcQ.Add(id)
+	}
+}
+
+// queuePending queues every service that holds a reconcile request (Run's step 1). A failed
+// read is logged: the first full pass, due at once, acts on every request anyway.
+func (r *Reconciler) queuePending(ctx context.Context) {
+	svcs, err := r.cfg.Catalog.ListServices(ctx, nil)
+	if err != nil {
+		r.log.Warn("read pending reconcile requests; the first full pass covers them", "err", err)
+		return
+	}
+	n := 0
+	for i := range svcs {
+		if svcs[i].Reconcile != nil {
+			r.svcQ.Add(svcs[i].ID)
+			n++
+		}
+	}
+	specs, err := r.cfg.Rollout.Store().PendingSpecs(ctx)
+	if err != nil {
+		r.log.Warn("read pending reconcile requests of runtime specs; the first full pass covers them", "err", err)
+	}
+	for id := range specs {
+		r.svcQ.Add(id)
+		n++
+	}
+	if n > 0 {
+		r.log.Info("pending reconcile requests queued", "services", n)
+	}
+}
+
+// written queues the services that writes named and that hold a reconcile request (Run's step
+// 2), and those whose document is gone (their workloads and slots go). A write that named no
+// particular service (or more than the subscription holds) costs one scan of the services in
+// the read view. A write without a request (the reconciler's own clear, a change-log tidy)
+// queues nothing.
+func (r *Reconciler) written(ctx context.Context, sub *store.Subscription) {
+	ids, all := sub.Take()
+	if all {
+		r.queuePending(ctx)
+		return
+	}
+	for _, id := range ids {
+		s, err := r.cfg.Catalog.GetServiceByID(ctx, id)
+		if errors.Is(err, services.ErrServiceNotFound) {
+			r.svcQ.Add(id)
+			continue
+		}
+		if err != nil {
+			// The request stays in the store: the full pass, or the next write, acts on it.
+			r.log.Warn("read a written service", "service_id", id, "err", err)
+			continue
+		}
+		if s.Reconcile != nil {
+			r.svcQ.Add(id)
+			r.log.Debug("reconcile requested", "service_id", id, "cause", s.Reconcile.Cause, "revision", s.Reconcile.Revision)
+		}
+	}
+}
+
+// writtenSpecs is [Reconciler.written] for runtime specs: a written spec that holds a reconcile
+// request queues its service.
+func (r *Reconciler) writtenSpecs(ctx context.Context, sub *store.Subscription) {
+	ids, all := sub.Take()
+	if all {
+		r.queuePending(ctx)
+		return
+	}
+	for _, id := range ids {
+		d, err := r.cfg.Rollout.Store().Spec(ctx, id)
+		if err != nil {
+			r.log.Warn("read a written runtime spec", "service_id", id, "err", err)
+			continue
+		}
+		if d != nil && d.Reconcile != nil {
+			r.svcQ.Add(id)
+		}
+	}
+}
+
+// consume ends the reconcile requests a pass read (res.requests and res.specRequests): when the
+// pass succeeded and some node was schedulable, each is cleared with a compare-and-set on the
+// revision the pass read, so a request written meanwhile stays (and its write has queued its
+// service again); otherwise each service is held for the next focused pass. A held service the
+// pass worked on (scoped; nil: every service) that has no request any more is let go. A pass
+// that keeps failing keeps its services held: each focused pass retries them, as each full
+// pass would.
+func (r *Reconciler) consume(ctx context.Context, scoped map[string]bool, res passResult, passErr error) {
+	for id := range r.held {
+		_, svcPending := res.requests[id]
+		_, specPending := res.specRequests[id]
+		if !svcPending && !specPending && (scoped == nil || scoped[id]) && res.requests != nil {
+			delete(r.held, id)
+		}
+	}
+	if passErr != nil || !res.schedulable {
+		for id := range res.requests {
+			r.held[id] = true
+		}
+		for id := range res.specRequests {
+			r.held[id] = true
+		}
+		r.heldCount.Store(int64(len(r.held)))
+		return
+	}
+	clearAll := func(what string, reqs map[string]int64, f func(context.Context, string, int64) (bool, error)) {
+		for id, rev := range reqs {
+			ok, err := f(ctx, id, rev)
+			if err != nil {
+				r.held[id] = true
+				if ctx.Err() == nil {
+					r.log.Warn("reconcile request not cleared; the next pass takes it again", "of", what, "service_id", id, "revision", rev, "err", err)
+				}
+				continue
+			}
+			delete(r.held, id)
+			if ok {
+				r.cleared.Add(1)
+			}
+		}
+	}
+	clearAll("service", res.requests, r.cfg.Catalog.ClearReconcile)
+	clearAll("runtime spec", res.specRequests, r.cfg.Rollout.Store().ClearSpecReconcile)
+	r.heldCount.Store(int64(len(r.held)))
+}
+
+// runFocused takes every queued key and runs one focused pass over them and the held services;
+// an overflow of either queue forces a full pass instead (the keys taken are covered by it).
 func (r *Reconciler) runFocused(ctx context.Context, sw *slots.Sweeper) {
 	svcKeys, svcOver := r.svcQ.Take(0)
 	nodeKeys, nodeOver := r.nodeQ.Take(0)
@@ -309,14 +480,23 @@ func (r *Reconciler) runFocused(ctx context.Context, sw *slots.Sweeper) {
 	if len(svcKeys) == 0 && len(nodeKeys) == 0 {
 		return
 	}
-	r.focusedPasses.Add(1)
-	start := time.Now()
-	out, err := r.pass(ctx, &scope{services: svcKeys, nodes: nodeKeys})
-	r.observePass("focused", start)
-	if err != nil && ctx.Err() == nil {
-		r.log.Error("focused reconcile pass failed", "services", len(svcKeys), "nodes", len(nodeKeys), "err", err)
+	scoped := make(map[string]bool, len(svcKeys)+len(r.held))
+	for _, id := range svcKeys {
+		scoped[id] = true
 	}
-	sw.Wake(out.WakeAt)
+	for id := range r.held {
+		scoped[id] = true
+	}
+	ids := slices.Sorted(maps.Keys(scoped))
+	start := time.Now()
+	res, err := r.pass(ctx, &scope{services: ids, nodes: nodeKeys})
+	r.observePass("focused", start)
+	r.focusedPasses.Add(1)
+	if err != nil && ctx.Err() == nil {
+		r.log.Error("focused reconcile pass failed", "services", len(ids), "nodes", len(nodeKeys), "err", err)
+	}
+	r.consume(ctx, scoped, res, err)
+	sw.Wake(res.out.WakeAt)
 }
 
 // scope is the work of a focused pass: the keys that events woke.
@@ -363,6 +543,7 @@ func describe(c routes.Compiler) string {
 // Pass runs one reconcile pass: placement of stateful services with their leases, the slots
 // of portable services (core/rollout), then routes, then node desired states, then the lease
 // grants decided.
+// It neither reads nor clears reconcile requests: [Reconciler.Run] does.
 func (r *Reconciler) Pass(ctx context.Context) error {
 	_, err := r.pass(ctx, nil)
 	return err
@@ -372,14 +553,35 @@ func (r *Reconciler) Pass(ctx context.Context) error {
 // when they are hinted): the node keys add every service with a workload on the node; the
 // services are placed and rolled out, the routes recompiled, and the desired state of every node
 // that holds (before or after) a workload of those services, or was named, is written and pushed.
-// Leases are not swept and node retirements not finished: the full pass does those.
+// Leases are not swept and node retirements not finished: the full pass does those. Like Pass,
+// it leaves reconcile requests alone.
 func (r *Reconciler) PassFor(ctx context.Context, serviceIDs, nodeIDs []string) error {
 	_, err := r.pass(ctx, &scope{services: serviceIDs, nodes: nodeIDs})
 	return err
 }
 
+// passResult is what a pass reports besides its error.
+type passResult struct {
+	out rollout.Outcome
+	// requests are the reconcile requests of the services the pass worked on, as it read them:
+	// service id to the service revision read; specRequests those of their runtime specs, to
+	// the spec revision read.
+	requests, specRequests map[string]int64
+	// schedulable reports whether some node could take work when the pass read the nodes.
+	schedulable bool
+}
+
 // pass runs a full pass (sc nil) or a focused one over sc.
-func (r *Reconciler) pass(ctx context.Context, sc *scope) (rollout.Outcome, error) {
+func (r *Reconciler) pass(ctx context.Context, sc *scope) (passResult, error) {
+	var res passResult
+	out, err := r.passOnce(ctx, sc, &res)
+	res.out = out
+	return res, err
+}
+
+// passOnce is pass; it fills res.requests and res.schedulable once it read the services and
+// nodes.
+func (r *Reconciler) passOnce(ctx context.Context, sc *scope, res *passResult) (rollout.Outcome, error) {
 	var out rollout.Outcome
 	if r.cfg.Leases != nil && sc == nil {
 		if err := r.cfg.Leases.Sweep(ctx); err != nil {
@@ -398,6 +600,35 @@ func (r *Reconciler) pass(ctx context.Context, sc *scope) (rollout.Outcome, erro
 	if err != nil {
 		return out, err
 	}
+	res.requests, res.specRequests = map[string]int64{}, map[string]int64{}
+	var named map[string]bool
+	if sc != nil {
+		named = make(map[string]bool, len(sc.services))
+		for _, id := range sc.services {
+			named[id] = true
+		}
+	}
+	for i := range svcs {
+		if svcs[i].Reconcile != nil && (sc == nil || named[svcs[i].ID]) {
+			res.requests[svcs[i].ID] = svcs[i].Revision
+		}
+	}
+	if sc == nil {
+		if res.specRequests, err = r.cfg.Rollout.Store().PendingSpecs(ctx); err != nil {
+			return out, err
+		}
+	} else {
+		for _, id := range sc.services {
+			d, err := r.cfg.Rollout.Store().Spec(ctx, id)
+			if err != nil {
+				return out, err
+			}
+			if d != nil && d.Reconcile != nil {
+				res.specRequests[id] = d.Revision
+			}
+		}
+	}
+	res.schedulable = slices.ContainsFunc(ns, func(n nodes.Node) bool { return n.Status == nodes.StatusConnected && n.Member() })
 	// only (nil in a full pass) is the services a focused pass works on; touched the nodes whose
 	// desired state it rewrites: the named ones and those of the services' workloads, before and
 	// after the pass.

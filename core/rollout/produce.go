@@ -90,6 +90,9 @@ type Producer struct {
 	beforeCommit func()
 }
 
+// Store returns the store of specs, slots and verdicts the Producer works on.
+func (p *Producer) Store() *Store { return p.cfg.Store }
+
 // NewProducer returns a Producer.
 func NewProducer(cfg Config) *Producer {
 	if cfg.Logger == nil {

@@ -37,6 +37,11 @@ type SpecDoc struct {
 	// LogOutbox holds the operator writes of this spec not yet in the
 	// change log, written with them (docs/node-protocol.md section 7.2).
 	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
+	// Reconcile is the pending reconcile request of an operator's write of the spec, written in
+	// the same compare-and-set and cleared by the reconciler once a pass acted on it
+	// ([Store.ClearSpecReconcile]), as a service document's ([services.Service.Reconcile]); nil
+	// when none is pending. A derived spec writes none: the service's own write carries it.
+	Reconcile *services.ReconcileRequest `bson:"reconcile,omitempty" json:"-"`
 }
 
 // AttemptRow is one attempt of a slot as stored.
@@ -275,6 +280,9 @@ func (s *Store) writeSpec(ctx context.Context, serviceID string, cur *SpecDoc, n
 		pend = &p
 		d.LogOutbox = []changelog.Pending{p}
 	}
+	if source == SourceOperator {
+		d.Reconcile = &services.ReconcileRequest{Revision: next.Revision, Cause: services.CauseSpec, At: d.UpdatedAt}
+	}
 	if cur == nil {
 		if _, err := s.specs.InsertOne(ctx, d); err != nil {
 			if store.IsDuplicateKey(err) {
@@ -285,6 +293,9 @@ func (s *Store) writeSpec(ctx context.Context, serviceID string, cur *SpecDoc, n
 		return d, nil
 	}
 	update := bson.M{"$set": bson.M{"source": source, "spec": next, "updated_at": d.UpdatedAt}}
+	if d.Reconcile != nil {
+		update["$set"].(bson.M)["reconcile"] = d.Reconcile
+	}
 	if pend != nil {
 		update["$push"] = bson.M{changelog.OutboxField: *pend}
 	}
@@ -296,6 +307,41 @@ func (s *Store) writeSpec(ctx context.Context, serviceID string, cur *SpecDoc, n
 		return nil, fmt.Errorf("store runtime spec of %s: %w", serviceID, err)
 	}
 	return d, nil
+}
+
+// ClearSpecReconcile removes the reconcile request of service serviceID's runtime spec while the
+// spec is still at revision rev, with one compare-and-set that leaves the revision alone; it
+// reports whether it cleared (false: a newer write, whose request stays, or no spec). Only the
+// reconciler calls it.
+func (s *Store) ClearSpecReconcile(ctx context.Context, serviceID string, rev int64) (bool, error) {
+	ok, err := s.st.UpdateIf(ctx, s.specs, serviceID, bson.D{{Key: store.RevisionField, Value: rev}},
+		bson.M{"$unset": bson.M{"reconcile": ""}})
+	if err != nil {
+		return false, fmt.Errorf("clear reconcile request of the runtime spec of %s at revision %d: %w", serviceID, rev, err)
+	}
+	return ok, nil
+}
+
+// PendingSpecs returns the ids of the services whose runtime spec holds a reconcile request,
+// each with the spec revision; read from the store's read view.
+func (s *Store) PendingSpecs(ctx context.Context) (map[string]int64, error) {
+	var docs []SpecDoc
+	if err := s.st.View().Find(ctx, s.specs, nil, &docs); err != nil {
+		return nil, fmt.Errorf("pending runtime spec requests: %w", err)
+	}
+	out := map[string]int64{}
+	for _, d := range docs {
+		if d.Reconcile != nil {
+			out[d.ServiceID] = d.Revision
+		}
+	}
+	return out, nil
+}
+
+// WatchSpecs returns a subscription to the writes of runtime specs (by service id), as
+// [services.Catalog.WatchServices] does for services. The caller closes it.
+func (s *Store) WatchSpecs(limit int) *store.Subscription {
+	return s.st.View().Subscribe(s.specs.Name(), limit)
 }
 
 func specOf(d *SpecDoc) *slots.Spec {

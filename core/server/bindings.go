@@ -28,7 +28,7 @@ const corestoreStateDir = "corestore"
 // the binding manager, whose worker the caller runs, and the plugin handle the caller closes.
 // With no configuration file it returns nil: services with bindings are then refused.
 func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secrets.Store, cat *services.Catalog, deployer func() *deploy.Deployer, exec bindings.ExecutorAccess,
-	hint func(reason, serviceID string), log *slog.Logger) (*bindings.Manager, *plugin.Provider, error) {
+	log *slog.Logger) (*bindings.Manager, *plugin.Provider, error) {
 	if cfg.CorestoreConfig == "" {
 		return nil, nil, nil
 	}
@@ -60,10 +60,8 @@ func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secret
 	m := bindings.New(bindings.Config{
 		Store: st, Queue: operations.NewQueue(st, operations.Config{}), Secrets: sec, Provider: h, Logger: log,
 		OnReady: func(ctx context.Context, b *bindings.Binding) error {
-			res, err := deployer().PublishReady(ctx, b)
-			if err == nil && res.Changed() && hint != nil {
-				hint("binding.ready", res.Service.ID)
-			}
+			// The write carries its reconcile request: nothing to wake.
+			_, err := deployer().PublishReady(ctx, b)
 			return err
 		},
 	})

@@ -14,7 +14,6 @@ import (
 	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
-	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/services"
 )
@@ -46,18 +45,17 @@ func newRegistry(ctx context.Context, cfg Config, store blobs.Store, rel *regist
 
 // tagFollower is deploy on push's [registry.Follower]: it rolls the services that follow a
 // pushed tag to "<registry host>/<repo>@<digest>" through the deployer (cause registry.push,
-// admitted like any change; each write attributed to the pusher in the change log) and wakes the
-// reconciler for each service written.
+// admitted like any change; each write attributed to the pusher in the change log and carrying
+// its reconcile request).
 type tagFollower struct {
 	host     string
 	cat      *services.Catalog
 	deployer func() *deploy.Deployer
-	rec      *reconciler.Reconciler
 	log      *slog.Logger
 }
 
-func newTagFollower(cfg Config, cat *services.Catalog, deployer func() *deploy.Deployer, rec *reconciler.Reconciler, log *slog.Logger) tagFollower {
-	return tagFollower{host: publicHost(cfg.PublicURL), cat: cat, deployer: deployer, rec: rec, log: log}
+func newTagFollower(cfg Config, cat *services.Catalog, deployer func() *deploy.Deployer, log *slog.Logger) tagFollower {
+	return tagFollower{host: publicHost(cfg.PublicURL), cat: cat, deployer: deployer, log: log}
 }
 
 // Follow implements [registry.Follower].
@@ -66,7 +64,6 @@ func (f tagFollower) Follow(ctx context.Context, req registry.FollowRequest) (re
 	out, err := f.deployer().FollowTag(changelog.WithActor(ctx, req.Actor), repoTag, image)
 	for _, s := range out {
 		f.log.Info("service follows pushed tag", "project", s.Project, "service", s.Name, "tag", repoTag, "image", s.Image, "revision", s.Revision)
-		f.rec.HintService("release.pushed", s.ID)
 	}
 	if err != nil {
 		return registry.FollowResult{}, err

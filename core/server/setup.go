@@ -384,7 +384,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 	log := cfg.Logger
 	f := &front{}
 	exec := bindings.ExecutorAccess{Runners: p.orch.api.Runners, URL: loopbackURL(b.apiAddr), Fingerprint: b.tls.Fingerprint}
-	binds, corestore, err := startBindings(ctx, cfg, b.st, p.sec, s.cat, c.deployer, exec, func(reason, id string) { c.rec.HintService(reason, id) }, log)
+	binds, corestore, err := startBindings(ctx, cfg, b.st, p.sec, s.cat, c.deployer, exec, log)
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +403,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 	}
 	b.metrics.MustRegister(&plugin.StatusCollector{List: pluginStatuses})
 	imageReleases := registry.NewReleases(b.st, nil)
-	f.follows = registry.NewFollowWorker(registry.FollowWorkerConfig{Releases: imageReleases, Follower: newTagFollower(cfg, s.cat, c.deployer, c.rec, log),
+	f.follows = registry.NewFollowWorker(registry.FollowWorkerConfig{Releases: imageReleases, Follower: newTagFollower(cfg, s.cat, c.deployer, log),
 		Refusal: deploy.RefusalReason, Logger: log, Metrics: b.metrics})
 	oci, err := newRegistry(ctx, cfg, s.blobStore, imageReleases, f.follows, s.tokens, s.reg, log)
 	if err != nil {

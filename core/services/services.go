@@ -238,6 +238,51 @@ type Service struct {
 	// oldest first, written in the same compare-and-set as the change
 	// (docs/node-protocol.md section 7.2); not part of the service.
 	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
+
+	// Reconcile is the service's pending reconcile request: every write of what the service
+	// declares (create, update, delete mark, undo, rollback) sets it in the same compare-and-set,
+	// and the reconciler clears it once a pass acted on that revision ([Catalog.ClearReconcile]);
+	// nil when no change waits for the reconciler (docs/reconciliation.md section 6). Not part of
+	// the service.
+	Reconcile *ReconcileRequest `bson:"reconcile,omitempty" json:"-"`
+}
+
+// ReconcileRequest is the durable wake-up of the reconciler written with a change of a service:
+// the write that sets it and the change are one compare-and-set, so no change is left without
+// one, whatever happens to the process that wrote it.
+type ReconcileRequest struct {
+	// Revision is the service revision the request was written with; the reconciler clears the
+	// request only while the service is still at it, so a newer request is never cleared by a
+	// pass that did not see it.
+	Revision int64 `bson:"revision" json:"revision"`
+	// Cause names the write: one of the Cause constants.
+	Cause string `bson:"cause" json:"cause"`
+	// At is when the request was written (the core's clock, UTC).
+	At time.Time `bson:"at" json:"at"`
+}
+
+// Causes of a [ReconcileRequest]: the kind of write that asked for it.
+const (
+	CauseCreated  = "service.created"       // ApplyService inserted the service (no cause named)
+	CauseUpdated  = "service.updated"       // ApplyService replaced it (no cause named; core/deploy names its change's)
+	CauseDeleting = "service.deleting"      // MarkDeleting began its deletion
+	CauseUndo     = "rollout.undo"          // an undo returned it to its previous release
+	CauseRollback = "rollout.auto_rollback" // the automatic rollback undid a failed rollout
+	CauseSpec     = "spec.written"          // an operator wrote the service's runtime spec (core/rollout)
+)
+
+// causeOf is the cause of the reconcile request of a write of s: the one the caller named in
+// s.Reconcile (core/deploy names its change's cause there), else def.
+func causeOf(s *Service, def string) string {
+	if s.Reconcile != nil && s.Reconcile.Cause != "" {
+		return s.Reconcile.Cause
+	}
+	return def
+}
+
+// newRequest returns the reconcile request of a write of cause that leaves the service at rev.
+func newRequest(cause string, rev int64, at time.Time) *ReconcileRequest {
+	return &ReconcileRequest{Revision: rev, Cause: cause, At: at}
 }
 
 // logChange prepares the change-log item of a write of s (nil payload for
@@ -579,7 +624,7 @@ func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expe
 			return nil, 0, fmt.Errorf("%w: service %s/%s does not exist (expected revision %d)", ErrRevisionConflict, p.Name, s.Name, *expected)
 		}
 		s.ID, s.ProjectID, s.Project, s.Revision, s.CreatedAt, s.UpdatedAt = identity.NewID("svc_"), p.ID, p.Name, 1, now, now
-		s.LogOutbox = nil
+		s.LogOutbox, s.Reconcile = nil, newRequest(causeOf(s, CauseCreated), 1, now)
 		if pend, ok, err := logChange(ctx, s.ID, node.OpCreate, s); err != nil {
 			return nil, 0, err
 		} else if ok {
@@ -613,6 +658,9 @@ func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expe
 		s.Previous = was
 	}
 	s.ID, s.ProjectID, s.Project, s.Revision, s.CreatedAt, s.UpdatedAt = cur.ID, p.ID, p.Name, cur.Revision+1, cur.CreatedAt, now
+	// The reconcile request of this revision replaces any older one still pending: the pass
+	// that acts on this revision acts on everything before it.
+	s.Reconcile = newRequest(causeOf(s, CauseUpdated), s.Revision, now)
 	// Changes still pending in the outbox stay there: the appender clears
 	// each by value once it is in the log.
 	s.LogOutbox = cur.LogOutbox
@@ -621,11 +669,11 @@ func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expe
 	} else if ok {
 		s.LogOutbox = append(slices.Clip(s.LogOutbox), pend)
 	}
-	res, err := c.services.ReplaceOne(ctx, bson.M{"_id": cur.ID, "revision": cur.Revision}, s)
+	matched, err := c.st.ReplaceIfRevision(ctx, c.services, cur.ID, cur.Revision, s)
 	if err != nil {
 		return nil, 0, fmt.Errorf("update service: %w", err)
 	}
-	if res.MatchedCount == 0 {
+	if !matched {
 		return nil, 0, fmt.Errorf("%w: service %s/%s changed concurrently", ErrRevisionConflict, p.Name, s.Name)
 	}
 	return s, PutUpdated, nil
@@ -640,7 +688,7 @@ func SameDeclaration(a, b *Service) bool {
 	norm := func(s *Service) Service {
 		n := *s
 		n.ID, n.ProjectID, n.Project, n.Revision = "", "", "", 0
-		n.CreatedAt, n.UpdatedAt, n.Deleting, n.Previous, n.LogOutbox = time.Time{}, time.Time{}, false, nil, nil
+		n.CreatedAt, n.UpdatedAt, n.Deleting, n.Previous, n.LogOutbox, n.Reconcile = time.Time{}, time.Time{}, false, nil, nil, nil
 		n.RollbackOf, n.PurgeVolumes, n.RolloutPaused, n.RestartGeneration = 0, false, false, 0
 		if len(n.Env) == 0 {
 			n.Env = nil
@@ -740,7 +788,8 @@ func (c *Catalog) MarkDeletingWith(ctx context.Context, p *Project, name string,
 		return nil, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", ErrRevisionConflict, p.Name, name, cur.Revision, *expected)
 	}
 	now := c.now().UTC()
-	set := bson.M{"deleting": true, "updated_at": now}
+	req := newRequest(CauseDeleting, cur.Revision+1, now)
+	set := bson.M{"deleting": true, "updated_at": now, reconcileField: req}
 	if purgeVolumes {
 		set["purge_volumes"] = true
 	}
@@ -758,7 +807,7 @@ func (c *Catalog) MarkDeletingWith(ctx context.Context, p *Project, name string,
 		}
 		return nil, fmt.Errorf("mark service deleting: %w", err)
 	}
-	cur.Deleting, cur.PurgeVolumes, cur.Revision, cur.UpdatedAt = true, cur.PurgeVolumes || purgeVolumes, cur.Revision+1, now
+	cur.Deleting, cur.PurgeVolumes, cur.Revision, cur.UpdatedAt, cur.Reconcile = true, cur.PurgeVolumes || purgeVolumes, cur.Revision+1, now, req
 	if logged {
 		cur.LogOutbox = append(cur.LogOutbox, pend)
 	}
@@ -795,6 +844,30 @@ func Undone(cur *Service, auto bool) (*Service, error) {
 // with deploy_on_push (docs/registry.md section 8). It scans the project's services.
 func (c *Catalog) Followers(ctx context.Context, p *Project, repoTag string) ([]Service, error) {
 	return findAll[Service](ctx, c.st, c.services, bson.M{"project_id": p.ID, "image_tag": repoTag, "deploy_on_push": true}, nil)
+}
+
+// reconcileField is the service document field that holds [Service.Reconcile].
+const reconcileField = "reconcile"
+
+// ClearReconcile removes the reconcile request of service id while the service is still at
+// revision rev, the revision a reconcile pass acted on, with one compare-and-set on the service
+// document that leaves its revision as it is (a client's expected revision stays valid). It
+// reports whether it cleared: false when the service moved on (the newer write carries its own
+// request, which stays) or is gone. Only the reconciler calls it.
+func (c *Catalog) ClearReconcile(ctx context.Context, id string, rev int64) (bool, error) {
+	ok, err := c.st.UpdateIf(ctx, c.services, id, bson.D{{Key: store.RevisionField, Value: rev}},
+		bson.M{"$unset": bson.M{reconcileField: ""}})
+	if err != nil {
+		return false, fmt.Errorf("clear reconcile request of service %s at revision %d: %w", id, rev, err)
+	}
+	return ok, nil
+}
+
+// WatchServices returns a subscription to the writes of service documents, by any path of this
+// process and, on a MongoDB replica set, of every other berthd ([store.View.Subscribe]), holding
+// at most limit ids (limit < 1: the store's default). The caller closes it.
+func (c *Catalog) WatchServices(limit int) *store.Subscription {
+	return c.st.View().Subscribe(c.services.Name(), limit)
 }
 
 // DeleteServiceByID removes the service document with id; a missing one is not an error. Only

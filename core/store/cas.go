@@ -93,6 +93,37 @@ func (s *Store) UpdateIfRevision(ctx context.Context, coll *mongo.Collection, id
 	return expected + 1, nil
 }
 
+// ReplaceIfRevision replaces the document {_id: id} of coll by doc only if its revision field
+// equals expected, as one compare-and-set; doc carries its own new revision (the caller sets
+// expected+1). It reports whether the document matched; no document is a miss, not an error.
+//
+// On MongoDB it is one ReplaceOne with the filter {_id, revision}. On FerretDB it reads by _id,
+// compares and replaces by _id under the lock every [Store.UpdateIf] shares, so a replacement
+// never interleaves with another compare-and-set of the same document (an UpdateIf whose
+// condition the replacement would falsify), and the server answers by _id instead of scanning.
+func (s *Store) ReplaceIfRevision(ctx context.Context, coll *mongo.Collection, id any, expected int64, doc any) (bool, error) {
+	if !s.ferret {
+		res, err := coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: RevisionField, Value: expected}}, doc)
+		if err != nil {
+			return false, fmt.Errorf("store: replace %s %v at revision %d: %w", coll.Name(), id, expected, err)
+		}
+		return res.MatchedCount == 1, nil
+	}
+	s.casMu.Lock()
+	defer s.casMu.Unlock()
+	if ok, err := s.matchesLocked(ctx, coll, id, bson.D{{Key: RevisionField, Value: expected}}); !ok || err != nil {
+		if err == nil {
+			_ = s.view.Invalidate(ctx, coll, id) // a miss sends no write: refresh the view's copy
+		}
+		return false, err
+	}
+	res, err := coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}}, doc)
+	if err != nil {
+		return false, fmt.Errorf("store: replace %s %v at revision %d: %w", coll.Name(), id, expected, err)
+	}
+	return res.MatchedCount == 1, nil
+}
+
 // withRevisionInc returns update with revision incremented by one.
 func withRevisionInc(coll *mongo.Collection, id any, update bson.M) (bson.M, error) {
 	merged := make(bson.M, len(update)+1)

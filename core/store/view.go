@@ -92,6 +92,12 @@ type View struct {
 	colls map[string]*viewColl // loaded collections; mu must be held
 	marks uint64               // counts document marks, so each mark's version is unique; mu must be held
 
+	// subs are the write subscriptions (viewsub.go); subscribed reports whether there is one, so
+	// the monitor parses writes for them even with the view off.
+	subsMu     sync.Mutex
+	subs       map[*Subscription]struct{}
+	subscribed atomic.Bool
+
 	loads   atomic.Int64 // full loads done (tests and metrics)
 	rereads atomic.Int64 // documents re-read
 }
@@ -149,7 +155,7 @@ func (v *View) Rereads() int64 { return v.rereads.Load() }
 func (v *View) monitor() *event.CommandMonitor {
 	return &event.CommandMonitor{
 		Started: func(_ context.Context, e *event.CommandStartedEvent) {
-			if !v.enabled.Load() {
+			if !v.enabled.Load() && !v.subscribed.Load() {
 				return
 			}
 			t, ok := parseWrite(e.CommandName, e.Command, v.database)
@@ -188,8 +194,15 @@ func (v *View) finish(conn string, req int64, failed bool) {
 }
 
 // mark records t in the loaded collections it names (a collection not loaded has nothing to
-// mark: its first read loads it after this write finished).
+// mark: its first read loads it after this write finished), then hands it to the write
+// subscriptions (viewsub.go): after, so a subscriber's read re-reads what t names.
 func (v *View) mark(t touch) {
+	v.markDocs(t)
+	v.notify(t)
+}
+
+// markDocs is mark without the subscriptions.
+func (v *View) markDocs(t touch) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if t.all {
