@@ -221,3 +221,32 @@ func TestWasmGuestSnippetsCarryBuildTag(t *testing.T) {
 		t.Errorf("found %d Go guest snippets, want those of docs/wasm-abi.md and sdk/wasm", guests)
 	}
 }
+
+// TestReadmeLayoutNamesEveryPackage: README's layout table names every package under core/,
+// plugins/ and nodeplugins/ (as `core/name` in a row, or as `name` in the row of `core/`), so
+// the map a newcomer reads first does not fall behind the code.
+func TestReadmeLayoutNamesEveryPackage(t *testing.T) {
+	root := moduleRoot(t)
+	readme := readDoc(t, root, "README.md")
+	var table []string
+	for _, line := range strings.Split(readme, "\n") {
+		if strings.HasPrefix(line, "| `") {
+			table = append(table, line)
+		}
+	}
+	rows := strings.Join(table, "\n")
+	for _, dir := range []string{"core", "plugins", "nodeplugins"} {
+		entries, err := os.ReadDir(filepath.Join(root, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if !e.IsDir() {
+				continue
+			}
+			if name := dir + "/" + e.Name(); !strings.Contains(rows, "`"+name+"`") && !strings.Contains(rows, "`"+name+"/") {
+				t.Errorf("README's layout table does not name %s", name)
+			}
+		}
+	}
+}
