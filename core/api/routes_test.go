@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"strings"
 	"testing"
+	"time"
 
 	abibackups "github.com/berthhq/berth/abi/backups"
 	"github.com/berthhq/berth/core/backups"
@@ -214,6 +215,15 @@ func seedServiceAndNode(t *testing.T, f *fixture) string {
 		"hostname": "n1", "capacity": map[string]any{"cpus": 1, "memory_mb": 512}})
 	if code != 201 {
 		t.Fatalf("enroll: %d %v", code, out)
+	}
+	// The enrollment's change-log entry is appended in the background: wait for it, so the
+	// walk starts from a store nothing else is writing to.
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Contains(f.snapshot(), `"log_outbox":[{`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the change log outboxes did not drain in 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	return out["node_id"].(string)
 }
