@@ -91,7 +91,7 @@ func TestStoreWritesWakeFocusedPasses(t *testing.T) {
 	cat := services.NewCatalog(st, nil)
 	a, b := enroll(t, reg), enroll(t, reg)
 	sink := &signalling{changed: make(chan struct{}, 1)}
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{}, Sweep: hourly})
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{}, Sweep: hourly})
 	runLoop(t, r)
 	sink.await(t, "the first full pass", func() bool { return r.Stats().Full == 1 })
 
@@ -134,7 +134,7 @@ func TestANewerRequestOutlivesAnOlderPass(t *testing.T) {
 	cat := services.NewCatalog(st, nil)
 	a, b := enroll(t, reg), enroll(t, reg)
 	sink := &hookedSink{signalling: &signalling{changed: make(chan struct{}, 1)}}
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{}, Sweep: hourly})
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{}, Sweep: hourly})
 	runLoop(t, r)
 	sink.await(t, "the first full pass", func() bool { return r.Stats().Full == 1 })
 
@@ -197,7 +197,7 @@ func TestPendingRequestsWaitForANode(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := &signalling{changed: make(chan struct{}, 1)}
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{}, Sweep: hourly})
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{}, Sweep: hourly})
 	runLoop(t, r)
 	sink.await(t, "the first full pass and the focused pass of the pending request", func() bool {
 		s := r.Stats()
@@ -231,7 +231,7 @@ func TestSpecWriteWakesAFocusedPass(t *testing.T) {
 	cat := services.NewCatalog(st, nil)
 	a, b := enroll(t, reg), enroll(t, reg)
 	sink := &signalling{changed: make(chan struct{}, 1)}
-	r := New(Config{Catalog: cat, Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{}, Sweep: hourly})
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: sink, Routes: sink, Compiler: routes.Native{}, Sweep: hourly})
 	runLoop(t, r)
 	sink.await(t, "the first full pass", func() bool { return r.Stats().Full == 1 })
 
