@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,7 +176,7 @@ func TestPolicyTestUnknownField(t *testing.T) {
 	}
 	out, errOut, code := newCLI(t).run("", "policy", "test", dir)
 	if code != 1 || !strings.Contains(out, "ok    known fields") ||
-		!strings.Contains(out, `FAIL  a misspelt field: input: the input does not follow schema/policy_input.json 1.1: at /object: unknown field "health"`) {
+		!strings.Contains(out, `FAIL  a misspelt field: input: the input does not follow schema/policy_input.json `+abiwasm.InputSchemaVersion+`: at /object: unknown field "health"`) {
 		t.Errorf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }

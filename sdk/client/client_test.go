@@ -103,7 +103,7 @@ func TestRequests(t *testing.T) {
 			answer: `{"items":[{"id":"nod_1","hostname":"h1","address":"10.0.0.1","capacity":{"cpus":1,"memory_mb":1},"status":"connected","desired_rev":3,"applied_rev":3,"workloads":1,"enrolled_at":"2030-01-01T00:00:00Z"}]}`,
 			call:   func(ctx context.Context, c *Client) (any, error) { return c.ListNodes(ctx) },
 			method: "GET", path: "/api/v1/nodes", auth: true,
-			wantResult: `[{"id":"nod_1","hostname":"h1","address":"10.0.0.1","capacity":{"cpus":1,"memory_mb":1},"status":"connected","desired_rev":3,"applied_rev":3,"workloads":1,"enrolled_at":"2030-01-01T00:00:00Z"}]`,
+			wantResult: `[{"id":"nod_1","hostname":"h1","address":"10.0.0.1","capacity":{"cpus":1,"memory_mb":1},"status":"connected","desired_rev":3,"applied_rev":3,"workloads":1,"allocatable":{},"schedulable":{},"enrolled_at":"2030-01-01T00:00:00Z"}]`,
 		},
 		{
 			name: "empty list is empty slice", status: 200, answer: `{"items":null}`,
@@ -125,7 +125,7 @@ func TestRequests(t *testing.T) {
 			},
 			method: "PUT", path: "/api/v1/projects/default/services/hello", auth: true, ctype: "application/json",
 			wantBody:   `{"bundle":"hello","command":["./run"],"port":8080,"replicas":2,"health_check":{},"expected_revision":7}`,
-			wantResult: `{"id":"svc_1","project":"default","name":"hello","revision":8,"bundle":"hello","bundle_digest":"sha256:ab","command":["./run"],"port":8080,"domains":null,"replicas":2,"health_check":{},"created_at":"2030-01-01T00:00:00Z","updated_at":"2030-01-01T00:00:00Z","ready":0}`,
+			wantResult: `{"id":"svc_1","project":"default","name":"hello","revision":8,"bundle":"hello","bundle_digest":"sha256:ab","command":["./run"],"port":8080,"domains":null,"replicas":2,"health_check":{},"resources":{},"created_at":"2030-01-01T00:00:00Z","updated_at":"2030-01-01T00:00:00Z","ready":0}`,
 		},
 		{
 			name: "get service escapes path", status: 200, answer: `{"name":"a b"}`,
