@@ -206,6 +206,21 @@ func cgroupPopulated(path string) bool {
 	return false
 }
 
+// writeCgroupFile writes v to the cgroup file at path, which must exist: a
+// file the kernel does not offer is an error wrapping os.ErrNotExist, never a
+// file created in its place.
+func writeCgroupFile(path, v string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(v)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // cgroupProcs returns the live (not zombie) processes listed in the
 // cgroup.procs of the cgroup at path; none for a missing cgroup.
 func cgroupProcs(path string) []int {
@@ -235,7 +250,7 @@ func signalCgroup(path string, sig syscall.Signal) {
 	if path == "" {
 		return
 	}
-	if sig == syscall.SIGKILL && os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0) == nil {
+	if sig == syscall.SIGKILL && writeCgroupFile(filepath.Join(path, "cgroup.kill"), "1") == nil {
 		return
 	}
 	for _, pid := range cgroupProcs(path) {
@@ -334,7 +349,7 @@ func enableLimits(mount, parent string) error {
 		if f := strings.Fields(string(cur)); slices.Contains(f, "memory") && slices.Contains(f, "cpu") {
 			continue
 		}
-		if err := os.WriteFile(ctl, []byte("+memory +cpu"), 0); err != nil {
+		if err := writeCgroupFile(ctl, "+memory +cpu"); err != nil {
 			return fmt.Errorf("enable the memory and cpu controllers in %s: %w", ctl, err)
 		}
 	}
@@ -370,14 +385,14 @@ func setLimits(path string, memoryBytes, cpuMillis int64) error {
 	if cpuMillis > 0 {
 		cpu = strconv.FormatInt(max(cpuMillis*cpuPeriodMicros/1000, 1000), 10) + " " + strconv.Itoa(cpuPeriodMicros)
 	}
-	if err := os.WriteFile(filepath.Join(path, "memory.max"), []byte(mem), 0); err != nil {
+	if err := writeCgroupFile(filepath.Join(path, "memory.max"), mem); err != nil {
 		return fmt.Errorf("set memory.max of %s: %w", path, err)
 	}
 	// memory.swap.max is absent without swap accounting: nothing to limit then.
-	if err := os.WriteFile(filepath.Join(path, "memory.swap.max"), []byte(swap), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := writeCgroupFile(filepath.Join(path, "memory.swap.max"), swap); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("set memory.swap.max of %s: %w", path, err)
 	}
-	if err := os.WriteFile(filepath.Join(path, "cpu.max"), []byte(cpu), 0); err != nil {
+	if err := writeCgroupFile(filepath.Join(path, "cpu.max"), cpu); err != nil {
 		return fmt.Errorf("set cpu.max of %s: %w", path, err)
 	}
 	return nil

@@ -121,7 +121,7 @@ func makeCgroup1(memParent, cpuParent, id string) (mem, cpu string, err error) {
 // group cpu (see the comment at the top of this file).
 func setLimits1(mem, cpu string, memoryBytes, cpuMillis int64) error {
 	write := func(dir, file, v string) error {
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0); err != nil {
+		if err := writeCgroupFile(filepath.Join(dir, file), v); err != nil {
 			return fmt.Errorf("set %s of %s to %s: %w", file, dir, v, err)
 		}
 		return nil
@@ -195,7 +195,7 @@ func placeStopped(pid int, groups ...string) error {
 		return fmt.Errorf("process %d stopped by %v before its exec", pid, sig)
 	}
 	for _, g := range groups {
-		if err := os.WriteFile(filepath.Join(g, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		if err := writeCgroupFile(filepath.Join(g, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("place process %d in cgroup %s: %w", pid, g, err)
 		}
 	}
