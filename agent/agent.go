@@ -270,7 +270,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("runtime driver ready", "driver", desc.Name, "driver_version", desc.Version,
 		"workloads_found", len(existing), "running", running, "node_id", a.id.NodeID)
-	if lim := desc.Capabilities.ResourceLimits; lim != runtime.LimitsCgroup2 && lim != runtime.LimitsContainer {
+	if lim := desc.Capabilities.ResourceLimits; lim != runtime.LimitsCgroup2 && lim != runtime.LimitsCgroup1 && lim != runtime.LimitsContainer {
 		// Said once per run; the node reports it too (resource_limits), so operators see it.
 		a.log.Warn("workload memory and CPU limits are not enforced on this node: workloads run unlimited", "driver", desc.Name, "resource_limits", lim)
 	}

@@ -267,9 +267,9 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 			if len(d.Capabilities.IsolationModes) == 0 {
 				t.Errorf("%s", failure("Describe", "at least one isolation mode", "none"))
 			}
-			if lim := d.Capabilities.ResourceLimits; lim != "" && lim != runtime.LimitsCgroup2 && lim != runtime.LimitsContainer &&
+			if lim := d.Capabilities.ResourceLimits; lim != "" && lim != runtime.LimitsCgroup2 && lim != runtime.LimitsCgroup1 && lim != runtime.LimitsContainer &&
 				(!strings.HasPrefix(lim, "none: ") || len(lim) == len("none: ")) {
-				t.Errorf("%s", failure("Describe", `resource_limits empty, "cgroup2", "container" or "none: <why>"`, fmt.Sprintf("%q", lim)))
+				t.Errorf("%s", failure("Describe", `resource_limits empty, "cgroup2", "cgroup1", "container" or "none: <why>"`, fmt.Sprintf("%q", lim)))
 			}
 		}},
 		{"health", func(t T) { checkHealth(t, cfg.launch(t, t.TempDir()).d) }},

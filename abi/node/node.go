@@ -71,7 +71,7 @@ type Hello struct {
 	// (section 5.1); nil from agents older than the field.
 	Allocatable *Allocatable `json:"allocatable,omitempty"`
 	// ResourceLimits says how the node enforces workload memory and CPU limits: "cgroup2",
-	// "container", or "none: <why>" (section 5.1); "" when unknown.
+	// "cgroup1", "container", or "none: <why>" (section 5.1); "" when unknown.
 	ResourceLimits string   `json:"resource_limits,omitempty"`
 	Drivers        []string `json:"drivers,omitempty"` // runtime drivers the node runs, e.g. ["process"]
 	// DriverVersions maps each runtime driver's name to the version its

@@ -124,16 +124,18 @@ type Capabilities struct {
 	// Stats reports whether the driver implements [StatsReporter].
 	Stats bool
 	// ResourceLimits says how the driver enforces a workload's MemoryBytes and CPUMillis:
-	// [LimitsCgroup2], [LimitsContainer], or "none: <why>" when it runs workloads unlimited
-	// (e.g. the process driver without root or without cgroup v2 memory and cpu
-	// controllers); "" means unknown (a driver older than the field).
+	// [LimitsCgroup2], [LimitsCgroup1], [LimitsContainer], or "none: <why>" when it runs
+	// workloads unlimited (e.g. the process driver without root, or with neither cgroup v2
+	// nor cgroup v1 memory and cpu controllers); "" means unknown (a driver older than the
+	// field).
 	ResourceLimits string
 }
 
 // Values of [Capabilities.ResourceLimits] other than "none: <why>".
 const (
-	LimitsCgroup2   = "cgroup2"
-	LimitsContainer = "container"
+	LimitsCgroup2   = "cgroup2"   // the memory and cpu controllers of cgroup v2
+	LimitsCgroup1   = "cgroup1"   // the memory and cpu hierarchies of cgroup v1
+	LimitsContainer = "container" // the container runtime's own
 )
 
 // ExitReasonOOM is [WorkloadState.ExitReason] of a workload the kernel's OOM killer ended for

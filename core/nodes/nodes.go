@@ -103,7 +103,8 @@ type Node struct {
 	// enrollment, in hello and in status reports), after what the host keeps for itself.
 	Allocatable Resources `bson:"allocatable,omitempty"`
 	// ResourceLimits says how the node enforces a workload's memory and CPU limits, as its agent
-	// reported it: "cgroup2", or "none: <why>" when limits are not enforced; "" when unknown.
+	// reported it: "cgroup2", "cgroup1", "container", or "none: <why>" when limits are not
+	// enforced; "" when unknown.
 	ResourceLimits string `bson:"resource_limits,omitempty"`
 	// ReportRev guards Allocatable and ResourceLimits; it increases by one on each change.
 	ReportRev int64 `bson:"report_rev,omitempty"`

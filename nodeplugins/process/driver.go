@@ -28,17 +28,17 @@
 // leader's pid, persisted in the record and the handle), and a workload counts
 // as stopped only when no live member of the group is left, so children a
 // killed leader left behind are ended too. A Start that replaces an exited
-// run first kills what is left of the old group (group.go). As root with a
-// cgroup v2 hierarchy each workload also gets its own cgroup, which catches
-// children that left the group, and is killed through cgroup.kill
-// (cgroup.go); without one the process group alone decides.
+// run first kills what is left of the old group (group.go). As root each
+// workload also gets its own cgroup (cgroup v2, or the memory and cpu
+// hierarchies of cgroup v1), which catches children that left the group
+// (cgroup.go, cgroup1.go); without one the process group alone decides.
 //
-// Limits: with that cgroup, and the memory and cpu controllers of cgroup v2,
-// StartRequest.MemoryBytes and CPUMillis become the cgroup's memory.max and
-// cpu.max before the process runs, and a run the kernel's OOM killer ended
-// (memory.events oom_kill grew) exits with ExitReason "oom". Without them the
-// driver says why once in its log and in Capabilities.ResourceLimits
-// ("none: <why>") and runs workloads unlimited.
+// Limits: with the memory and cpu controllers of cgroup v2, or else of
+// cgroup v1, StartRequest.MemoryBytes and CPUMillis become the limits of the
+// workload's cgroups before the process runs, and a run the kernel's OOM
+// killer ended exits with ExitReason "oom". Capabilities.ResourceLimits says
+// which ("cgroup2", "cgroup1"); without either the driver says why once in its
+// log and there ("none: <why>") and runs workloads unlimited.
 //
 // Stop is also how the agent forgets a workload: once the workload has exited,
 // Stop removes its record and returns the final state; a later Stop or Inspect
@@ -57,6 +57,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	goruntime "runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -109,11 +110,16 @@ type Driver struct {
 
 	trimmers sync.WaitGroup // running log trimmers
 	guards   *guard.Guards
-	// cgroupParent is the directory of the workloads' cgroups (cgroup.go);
+	// cgroupParent is the directory of the workloads' cgroups (cgroup.go):
+	// in the cgroup v2 hierarchy, or in the memory hierarchy of cgroup v1;
 	// "" when the driver cannot use cgroups and relies on process groups.
 	cgroupParent string
-	// limits is Capabilities.ResourceLimits: runtime.LimitsCgroup2 when the
-	// workloads' cgroups enforce memory and CPU limits, "none: <why>" otherwise.
+	// cpuParent is the directory of the workloads' groups in the cpu
+	// hierarchy of cgroup v1 (cgroup1.go); "" unless limits is cgroup1.
+	cpuParent string
+	// limits is Capabilities.ResourceLimits: runtime.LimitsCgroup2 or
+	// runtime.LimitsCgroup1 when the workloads' cgroups enforce memory and CPU
+	// limits, "none: <why>" otherwise.
 	limits string
 
 	mu        sync.Mutex
@@ -159,19 +165,19 @@ func New(cfg Config) (*Driver, error) {
 	if _, err := d.guards.Idempotency.Prune(time.Now().Add(-idempotencyKept)); err != nil {
 		d.log.Warn("could not prune idempotency records", "error", err)
 	}
-	if mount, parent, err := cgroupParentIn(cfg.StateDir); err != nil {
-		d.log.Info("cgroup v2 not usable: workloads are stopped by their process group only", "reason", err.Error())
-		d.limits = "none: " + err.Error()
-	} else {
-		d.cgroupParent = parent
-		d.log.Info("each workload gets its own cgroup", "parent", parent)
-		if err := enableLimits(mount, parent); err != nil {
-			d.limits = "none: " + err.Error()
-		} else {
-			d.limits = runtime.LimitsCgroup2
-		}
+	cg := chooseCgroups(cfg.StateDir)
+	d.cgroupParent, d.cpuParent, d.limits = cg.parent, cg.cpuParent, cg.limits
+	switch {
+	case d.cgroupParent == "":
+		d.log.Info("no usable cgroups: workloads are stopped by their process group only")
+	case d.cpuParent != "":
+		d.log.Info("each workload gets its own cgroup v1 groups", "memory_parent", d.cgroupParent, "cpu_parent", d.cpuParent)
+	default:
+		d.log.Info("each workload gets its own cgroup", "parent", d.cgroupParent)
 	}
-	if d.limits != runtime.LimitsCgroup2 {
+	if limited(d.limits) {
+		d.log.Info("memory and CPU limits of workloads are enforced", "resource_limits", d.limits)
+	} else {
 		d.log.Warn("memory and CPU limits of workloads are not enforced: they run unlimited", "reason", strings.TrimPrefix(d.limits, "none: "))
 	}
 	recs, err := d.loadRecords()
@@ -189,7 +195,23 @@ func New(cfg Config) (*Driver, error) {
 			d.log.Info("found running workload", "workload", r.WorkloadID, "pid", r.PID)
 		}
 	}
+	// What a driver that crashed left: the empty cgroups of workloads that
+	// ended meanwhile (their OOM count was read above). A later Start makes
+	// its cgroups again.
+	for _, parent := range []string{d.cgroupParent, d.cpuParent} {
+		if parent != "" {
+			if err := removeEmptyCgroups(context.Background(), parent); err != nil {
+				d.log.Warn("could not remove the cgroups of ended workloads", "parent", parent, "error", err)
+			}
+		}
+	}
 	return d, nil
+}
+
+// limited reports whether a Capabilities.ResourceLimits of this driver
+// means limits are enforced.
+func limited(limits string) bool {
+	return limits == runtime.LimitsCgroup2 || limits == runtime.LimitsCgroup1
 }
 
 // Close stops the driver's log trimmers and its bookkeeping of exits: once it
@@ -202,16 +224,19 @@ func (d *Driver) Close() error {
 	d.mu.Unlock()
 	d.stop()
 	d.trimmers.Wait()
-	if d.cgroupParent != "" {
-		// Empty cgroups go (a later Start makes its cgroup again); those of
-		// running workloads stay, and with them the parent.
-		entries, _ := os.ReadDir(d.cgroupParent)
+	// Empty cgroups go (a later Start makes its cgroup again); those of
+	// running workloads stay, and with them the parent.
+	for _, parent := range []string{d.cgroupParent, d.cpuParent} {
+		if parent == "" {
+			continue
+		}
+		entries, _ := os.ReadDir(parent)
 		for _, e := range entries {
-			if p := filepath.Join(d.cgroupParent, e.Name()); e.IsDir() && !cgroupPopulated(p) {
+			if p := filepath.Join(parent, e.Name()); e.IsDir() && !cgroupPopulated(p) {
 				_ = os.Remove(p)
 			}
 		}
-		_ = os.Remove(d.cgroupParent)
+		_ = os.Remove(parent)
 	}
 	return nil
 }
@@ -329,29 +354,48 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 	}
 	defer devnull.Close()
 
-	attr := &syscall.SysProcAttr{Setsid: true, Credential: cred}
-	cgroup := ""
-	if d.cgroupParent != "" {
-		cg, dir, err := makeCgroup(d.cgroupParent, id)
-		if err != nil {
-			d.log.Warn("workload runs without its own cgroup", "workload", id, "error", err)
-		} else {
-			defer dir.Close()
-			cgroup = cg
-			attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
-		}
-	}
 	if req.MemoryBytes < 0 || req.CPUMillis < 0 {
 		return nil, fmt.Errorf("start workload %s: memory_bytes and cpu_millis must not be negative: %w", id, ErrInvalidRequest)
 	}
+	attr := &syscall.SysProcAttr{Setsid: true, Credential: cred}
+	cgroup, cgroupCPU := "", ""
 	var oomBase int64
-	if cgroup != "" && d.limits == runtime.LimitsCgroup2 {
-		// Limits go in before the process is cloned into the cgroup; a limit that
-		// cannot be set fails the start rather than run it unlimited unasked.
-		if err := setLimits(cgroup, req.MemoryBytes, req.CPUMillis); err != nil {
+	switch {
+	case d.limits == runtime.LimitsCgroup1:
+		// Limits go in before the process runs; a group that cannot be made or
+		// limited fails the start rather than run it unlimited unasked.
+		mem, cpu, err := makeCgroup1(d.cgroupParent, d.cpuParent, id)
+		if err != nil {
 			return nil, fmt.Errorf("start workload %s: %w", id, err)
 		}
-		oomBase = oomKills(cgroup)
+		if err := setLimits1(mem, cpu, req.MemoryBytes, req.CPUMillis); err != nil {
+			return nil, fmt.Errorf("start workload %s: %w", id, err)
+		}
+		cgroup, cgroupCPU = mem, cpu
+		oomBase, _ = oomCount(mem)
+		// No CLONE_INTO_CGROUP in v1: the process starts stopped at its exec
+		// and is placed before it runs (placeStopped); only the thread that
+		// started it may let it go.
+		attr.Ptrace = true
+		goruntime.LockOSThread()
+		defer goruntime.UnlockOSThread()
+	case d.cgroupParent != "":
+		cg, dir, err := makeCgroup(d.cgroupParent, id)
+		if err != nil {
+			d.log.Warn("workload runs without its own cgroup", "workload", id, "error", err)
+			break
+		}
+		defer dir.Close()
+		cgroup = cg
+		attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
+		if d.limits == runtime.LimitsCgroup2 {
+			// Limits go in before the process is cloned into the cgroup; a limit that
+			// cannot be set fails the start rather than run it unlimited unasked.
+			if err := setLimits(cgroup, req.MemoryBytes, req.CPUMillis); err != nil {
+				return nil, fmt.Errorf("start workload %s: %w", id, err)
+			}
+			oomBase, _ = oomCount(cgroup)
+		}
 	}
 	cmd := &exec.Cmd{
 		Path:   path,
@@ -366,6 +410,9 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		SysProcAttr: attr,
 	}
 	if err := cmd.Start(); err != nil {
+		if attr.Ptrace {
+			return nil, fmt.Errorf("start workload %s (stopped at its exec, to place it in its cgroup v1 groups): %w", id, err)
+		}
 		if cgroup == "" {
 			return nil, fmt.Errorf("start workload %s: %w", id, err)
 		}
@@ -378,6 +425,13 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		}
 	}
 	pid := cmd.Process.Pid
+	if attr.Ptrace {
+		if err := placeStopped(pid, cgroup, cgroupCPU); err != nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL) // stopped before its first instruction: nothing else of it exists
+			_ = cmd.Wait()
+			return nil, fmt.Errorf("start workload %s: %w", id, err)
+		}
+	}
 	// The child cannot be reaped before cmd.Wait, so its /proc entry exists
 	// even if it has already exited.
 	st, err := readProcStat(pid)
@@ -393,6 +447,7 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 			PID:         pid,
 			PGID:        pid, // Setsid: the leader's pid is the group's id
 			Cgroup:      cgroup,
+			CgroupCPU:   cgroupCPU,
 			StartTicks:  st.StartTicks,
 			Command:     slices.Clone(req.Command),
 			StartedAt:   time.Now().UTC(),
@@ -530,7 +585,7 @@ func (d *Driver) stopWorkload(ctx context.Context, req *runtime.StopRequest) (*r
 		}
 		if req.Mode != runtime.StopForced {
 			procs.signal(syscall.SIGTERM)
-			if err := procs.waitGone(ctx, timeout); err != nil && ctx.Err() != nil {
+			if err := procs.waitGone(ctx, timeout, 0); err != nil && ctx.Err() != nil {
 				return nil, fmt.Errorf("stop workload %s: %w", req.WorkloadID, err)
 			}
 		}
@@ -550,7 +605,7 @@ func (d *Driver) stopWorkload(ctx context.Context, req *runtime.StopRequest) (*r
 		}
 		delete(d.workloads, req.WorkloadID)
 		w.stopTrimmer()
-		if err := removeCgroup(ctx, procs.cgroup); err != nil {
+		if err := procs.removeCgroups(ctx); err != nil {
 			d.log.Warn("could not remove the workload's cgroup", "workload", req.WorkloadID, "error", err)
 		}
 	}

@@ -84,17 +84,15 @@ func newFixture(t *testing.T) *fixture {
 	// cgroups the drivers of this fixture made (their processes are dead).
 	t.Cleanup(func() {
 		for _, st := range []string{first, f.state} {
-			parent, err := findCgroupParent(st)
-			if err != nil {
-				continue
-			}
-			entries, _ := os.ReadDir(parent)
-			for _, e := range entries {
-				if e.IsDir() {
-					_ = removeCgroup(context.Background(), filepath.Join(parent, e.Name()))
+			for _, parent := range cgroupParents(st) {
+				entries, _ := os.ReadDir(parent)
+				for _, e := range entries {
+					if e.IsDir() {
+						_ = removeCgroup(context.Background(), filepath.Join(parent, e.Name()))
+					}
 				}
+				_ = os.Remove(parent)
 			}
-			_ = os.Remove(parent)
 		}
 	})
 	return f

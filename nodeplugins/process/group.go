@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,15 +94,16 @@ func signalWorkloadGroup(pgid int, leaderTicks uint64, sig syscall.Signal) {
 }
 
 // procSet is everything of one run of a workload that a stop must end: its
-// process group and, when it has one, its cgroup.
+// process group and, when it has them, its cgroups.
 type procSet struct {
-	pgid   int
-	ticks  uint64 // the leader's start time
-	cgroup string // "" when the run has no cgroup
+	pgid      int
+	ticks     uint64 // the leader's start time
+	cgroup    string // "" when the run has no cgroup
+	cgroupCPU string // the cgroup v1 cpu group; "" otherwise
 }
 
 func (r *record) procs() procSet {
-	return procSet{pgid: r.pgid(), ticks: r.StartTicks, cgroup: r.Cgroup}
+	return procSet{pgid: r.pgid(), ticks: r.StartTicks, cgroup: r.Cgroup, cgroupCPU: r.CgroupCPU}
 }
 
 // alive reports whether anything of the run is left: a live member of its
@@ -114,21 +114,12 @@ func (p procSet) alive() bool { return groupAlive(p.pgid, p.ticks) || cgroupPopu
 // (also those that left the group).
 func (p procSet) signal(sig syscall.Signal) {
 	signalWorkloadGroup(p.pgid, p.ticks, sig)
-	if p.cgroup == "" {
-		return
-	}
-	if sig == syscall.SIGKILL {
-		_ = killCgroup(p.cgroup) // a failed write leaves the per-pid kill below
-	}
-	raw, err := os.ReadFile(filepath.Join(p.cgroup, "cgroup.procs"))
-	if err != nil {
-		return
-	}
-	for _, f := range strings.Fields(string(raw)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-			_ = syscall.Kill(pid, sig)
-		}
-	}
+	signalCgroup(p.cgroup, sig)
+}
+
+// removeCgroups removes the run's cgroups, once nothing of it is left.
+func (p procSet) removeCgroups(ctx context.Context) error {
+	return errors.Join(removeCgroup(ctx, p.cgroup), removeCgroup(ctx, p.cgroupCPU))
 }
 
 // ErrGroupSurvived is returned (wrapped) by Stop and Start when processes
@@ -138,9 +129,11 @@ func (p procSet) signal(sig syscall.Signal) {
 var ErrGroupSurvived = abierrors.New(abierrors.Unavailable, "workload processes survived SIGKILL")
 
 // waitGone waits until nothing of the run is left, looking every
-// procPollInterval, for at most timeout. It returns ctx's error when ctx
+// procPollInterval, for at most timeout; a resend other than 0 is sent again
+// at every look (a v1 cgroup has no atomic kill: a process forked while it
+// was signalled is caught at the next). It returns ctx's error when ctx
 // ends first, and an error naming the remaining group members after timeout.
-func (p procSet) waitGone(ctx context.Context, timeout time.Duration) error {
+func (p procSet) waitGone(ctx context.Context, timeout time.Duration, resend syscall.Signal) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(procPollInterval)
@@ -152,6 +145,9 @@ func (p procSet) waitGone(ctx context.Context, timeout time.Duration) error {
 		case <-deadline.C:
 			return fmt.Errorf("process group %d (members %v, cgroup %q) still running after %s", p.pgid, groupMembers(p.pgid), p.cgroup, timeout)
 		case <-tick.C:
+			if resend != 0 {
+				p.signal(resend)
+			}
 		}
 	}
 	return nil
@@ -165,7 +161,7 @@ func (p procSet) kill(ctx context.Context) error {
 		return nil
 	}
 	p.signal(syscall.SIGKILL)
-	if err := p.waitGone(ctx, killWait); err != nil {
+	if err := p.waitGone(ctx, killWait, syscall.SIGKILL); err != nil {
 		if ctx.Err() != nil {
 			return err
 		}

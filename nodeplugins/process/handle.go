@@ -25,8 +25,9 @@ const handleVersion = 1
 // workload without its record.
 type handleV1 struct {
 	PID         int       `json:"pid"`
-	PGID        int       `json:"pgid,omitempty"`   // 0 in handles of older drivers means PID
-	Cgroup      string    `json:"cgroup,omitempty"` // "" when the run has no cgroup
+	PGID        int       `json:"pgid,omitempty"`       // 0 in handles of older drivers means PID
+	Cgroup      string    `json:"cgroup,omitempty"`     // "" when the run has no cgroup
+	CgroupCPU   string    `json:"cgroup_cpu,omitempty"` // the cgroup v1 cpu group; "" otherwise
 	StartTicks  uint64    `json:"start_ticks"`
 	StartedAt   time.Time `json:"started_at"`
 	LogPath     string    `json:"log_path"`
@@ -35,7 +36,7 @@ type handleV1 struct {
 }
 
 func encodeHandle(r record) runtime.Handle {
-	raw, _ := json.Marshal(handleV1{PID: r.PID, PGID: r.pgid(), Cgroup: r.Cgroup, StartTicks: r.StartTicks, StartedAt: r.StartedAt,
+	raw, _ := json.Marshal(handleV1{PID: r.PID, PGID: r.pgid(), Cgroup: r.Cgroup, CgroupCPU: r.CgroupCPU, StartTicks: r.StartTicks, StartedAt: r.StartedAt,
 		LogPath: r.LogPath, LogMaxBytes: r.LogMaxBytes, Command: r.Command}) // plain struct: cannot fail
 	return runtime.Handle{Version: handleVersion, Data: raw}
 }
@@ -73,6 +74,10 @@ func (d *Driver) Recover(ctx context.Context, req *runtime.RecoverRequest) (*run
 		d.log.Warn("ignoring a handle's cgroup outside the driver's", "workload", req.WorkloadID, "cgroup", h.Cgroup)
 		h.Cgroup = ""
 	}
+	if h.CgroupCPU != "" && (d.cpuParent == "" || filepath.Dir(h.CgroupCPU) != d.cpuParent) {
+		d.log.Warn("ignoring a handle's cgroup outside the driver's", "workload", req.WorkloadID, "cgroup", h.CgroupCPU)
+		h.CgroupCPU = ""
+	}
 	pgid := h.PGID
 	if pgid <= 0 {
 		pgid = h.PID
@@ -91,7 +96,7 @@ func (d *Driver) Recover(ctx context.Context, req *runtime.RecoverRequest) (*run
 		return w.state(), nil
 	}
 	w := &workload{rec: record{
-		Version: recordVersion, WorkloadID: req.WorkloadID, PID: h.PID, PGID: h.PGID, Cgroup: h.Cgroup, StartTicks: h.StartTicks,
+		Version: recordVersion, WorkloadID: req.WorkloadID, PID: h.PID, PGID: h.PGID, Cgroup: h.Cgroup, CgroupCPU: h.CgroupCPU, StartTicks: h.StartTicks,
 		Command: h.Command, StartedAt: h.StartedAt, LogPath: h.LogPath, LogMaxBytes: h.LogMaxBytes, ExitCode: -1,
 	}}
 	if !leader {

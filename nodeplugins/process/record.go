@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/berthhq/berth/sdk/runtime"
@@ -23,9 +24,10 @@ type record struct {
 	Version     int       `json:"version"`
 	WorkloadID  string    `json:"workload_id"`
 	PID         int       `json:"pid"`
-	PGID        int       `json:"pgid,omitempty"`   // process group (and session) id; 0 in older records means PID
-	Cgroup      string    `json:"cgroup,omitempty"` // the run's cgroup directory; "" when it has none
-	StartTicks  uint64    `json:"start_ticks"`      // /proc/<pid>/stat field 22, clock ticks since boot
+	PGID        int       `json:"pgid,omitempty"`       // process group (and session) id; 0 in older records means PID
+	Cgroup      string    `json:"cgroup,omitempty"`     // the run's cgroup directory (v2, or v1 memory); "" when it has none
+	CgroupCPU   string    `json:"cgroup_cpu,omitempty"` // the run's group in the cgroup v1 cpu hierarchy; "" otherwise
+	StartTicks  uint64    `json:"start_ticks"`          // /proc/<pid>/stat field 22, clock ticks since boot
 	Command     []string  `json:"command"`
 	StartedAt   time.Time `json:"started_at"`
 	LogPath     string    `json:"log_path"`
@@ -33,17 +35,22 @@ type record struct {
 	Exited      bool      `json:"exited,omitempty"`
 	ExitedAt    time.Time `json:"exited_at,omitzero"`
 	ExitCode    int       `json:"exit_code"` // -1 when unknown
-	// OOMKillBase is the cgroup's oom_kill count when the run started (a
-	// reused cgroup keeps its count); ExitReason is "oom" once the run exited
-	// with the count above it.
+	// OOMKillBase is the cgroup's OOM count (oomCount) when the run started
+	// (a reused cgroup keeps its count); ExitReason is "oom" once the run
+	// exited with the count above it.
 	OOMKillBase int64  `json:"oom_kill_base,omitempty"`
 	ExitReason  string `json:"exit_reason,omitempty"`
 }
 
 // noteOOM sets r's ExitReason to "oom" when the OOM killer ended a process
-// of its cgroup during the run. Called once the run exited.
+// of its cgroup during the run. Called once the run exited, and again when
+// its exit code becomes known (the inexact count of an old v1 kernel needs a
+// death by SIGKILL).
 func (r *record) noteOOM() {
-	if r.Cgroup != "" && r.ExitReason == "" && oomKills(r.Cgroup) > r.OOMKillBase {
+	if r.Cgroup == "" || r.ExitReason != "" {
+		return
+	}
+	if n, exact := oomCount(r.Cgroup); n > r.OOMKillBase && (exact || r.ExitCode == 128+int(syscall.SIGKILL)) {
 		r.ExitReason = runtime.ExitReasonOOM
 	}
 }

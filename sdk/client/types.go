@@ -157,7 +157,7 @@ type Node struct {
 	CapacityOverride *Resources `json:"capacity_override,omitempty"`
 	Schedulable      Resources  `json:"schedulable"`
 	// ResourceLimits says how the node enforces workload memory and CPU limits ("cgroup2",
-	// "container", "none: <why>"); "" when its agent did not say.
+	// "cgroup1", "container", "none: <why>"); "" when its agent did not say.
 	ResourceLimits string `json:"resource_limits,omitempty"`
 	// Cordoned reports whether new placements on the node are stopped.
 	Cordoned bool `json:"cordoned,omitempty"`

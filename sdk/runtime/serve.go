@@ -45,9 +45,10 @@ const (
 	StateExited  = abiruntime.StateExited
 	StopGraceful = abiruntime.StopGraceful
 	StopForced   = abiruntime.StopForced
-	// LimitsCgroup2, LimitsContainer and ExitReasonOOM: see [abiruntime.Capabilities] and
-	// [abiruntime.WorkloadState].
+	// LimitsCgroup2, LimitsCgroup1, LimitsContainer and ExitReasonOOM: see
+	// [abiruntime.Capabilities] and [abiruntime.WorkloadState].
 	LimitsCgroup2   = abiruntime.LimitsCgroup2
+	LimitsCgroup1   = abiruntime.LimitsCgroup1
 	LimitsContainer = abiruntime.LimitsContainer
 	ExitReasonOOM   = abiruntime.ExitReasonOOM
 )

@@ -106,7 +106,7 @@ type Capabilities struct {
 	Logs  bool `protobuf:"varint,3,opt,name=logs,proto3" json:"logs,omitempty"`
 	Stats bool `protobuf:"varint,4,opt,name=stats,proto3" json:"stats,omitempty"`
 	// How the driver enforces memory_bytes and cpu_millis: "cgroup2",
-	// "container", or "none: <why>" when it runs workloads unlimited; empty
+	// "cgroup1", "container", or "none: <why>" when it runs workloads unlimited; empty
 	// means unknown (older drivers).
 	ResourceLimits string `protobuf:"bytes,5,opt,name=resource_limits,json=resourceLimits,proto3" json:"resource_limits,omitempty"`
 	unknownFields  protoimpl.UnknownFields
