@@ -44,6 +44,7 @@ func (h Hook) Valid() bool {
 // Changelog:
 //   - "1.2" (2026-12): service.apply inputs carry cause, what made the change
 //     ([Cause]); other hooks leave it out. A policy that ignores it decides as before.
+//     rollout.rebalance joined the causes later in the same month.
 //   - "1.1" (ABI 1.1, 2026-12): the service object carries every field the
 //     API accepts: health_check, placement_mode, lease, runtime, image,
 //     user, memory_mb, cpu_millis; every object is closed (no other field).
