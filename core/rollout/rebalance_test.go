@@ -88,6 +88,10 @@ func TestRebalanceMovesOneReplicaToTheNewNode(t *testing.T) {
 		cur.Reconcile == nil || cur.Reconcile.Cause != string(deploy.CauseRolloutRebalance) {
 		t.Fatalf("the recorded rebalance: revision %d, %+v, reconcile %+v", cur.Revision, cur.Rebalance, cur.Reconcile)
 	}
+	// An apply of the same declaration writes nothing and keeps the record.
+	if again := h.put("sha256:a", 3); again.Revision != cur.Revision || again.Rebalance == nil || again.Rebalance.Generation != 1 {
+		t.Fatalf("an unchanged apply after the rebalance: revision %d (was %d), rebalance %+v", again.Revision, cur.Revision, again.Rebalance)
+	}
 	// Recording the same moves again writes nothing.
 	if _, again := h.rebalance(d, svc, false); again {
 		t.Fatal("a rebalance recording the moves already pending wrote again")

@@ -654,14 +654,14 @@ func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expe
 	if cur.Stateful() != s.Stateful() {
 		return nil, 0, fmt.Errorf("%w: service %s/%s is %s", ErrPlacementModeImmutable, p.Name, s.Name, placementOf(cur))
 	}
+	if s.Rebalance == nil {
+		s.Rebalance = cur.Rebalance // an apply declares none and keeps it; a rebalance writes its own
+	}
 	if SameDeclaration(cur, s) && SameRebalance(cur, s) {
 		return cur, PutUnchanged, nil
 	}
 	s.Previous = cur.Previous
 	s.RolloutPaused, s.RestartGeneration = cur.RolloutPaused, cur.RestartGeneration
-	if s.Rebalance == nil {
-		s.Rebalance = cur.Rebalance // an apply declares none; a rebalance writes its own
-	}
 	if was := InvocationOf(cur); !was.same(InvocationOf(s)) {
 		s.Previous = was
 	}
