@@ -44,6 +44,7 @@ func (h Hook) Valid() bool {
 // Changelog:
 //   - "1.2" (2026-12): service.apply inputs carry cause, what made the change
 //     ([Cause]); other hooks leave it out. A policy that ignores it decides as before.
+//     rollout.rebalance joined the causes later in the same month.
 //   - "1.1" (ABI 1.1, 2026-12): the service object carries every field the
 //     API accepts: health_check, placement_mode, lease, runtime, image,
 //     user, memory_mb, cpu_millis; every object is closed (no other field).
@@ -69,8 +70,8 @@ type PolicyInput struct {
 
 // Cause names what made a change to what a service runs, as service.apply sees it
 // (docs/deploy.md): an API apply, a release promotion, a registry push to a followed
-// tag, a secret's new version, a binding's credentials, an operator's undo or the
-// automatic rollback of a failed rollout.
+// tag, a secret's new version, a binding's credentials, an operator's undo, the
+// automatic rollback of a failed rollout or an operator's rebalance.
 type Cause string
 
 // Causes of a service.apply admission.
@@ -82,12 +83,15 @@ const (
 	CauseBindingPublish Cause = "binding.publish"
 	CauseRolloutUndo    Cause = "rollout.undo"
 	CauseAutoRollback   Cause = "rollout.auto_rollback"
+	// CauseRolloutRebalance: an operator's rebalance recorded replica moves on the
+	// service (its declaration is unchanged).
+	CauseRolloutRebalance Cause = "rollout.rebalance"
 )
 
 // Causes returns every [Cause], in documentation order.
 func Causes() []Cause {
 	return []Cause{CauseAPIPut, CauseReleasePromote, CauseRegistryPush, CauseSecretRollover, CauseBindingPublish,
-		CauseRolloutUndo, CauseAutoRollback}
+		CauseRolloutUndo, CauseAutoRollback, CauseRolloutRebalance}
 }
 
 // Actor is who asked: Kind "token" (an API token, ID its id), "node" (a node

@@ -136,6 +136,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newPluginsCmd(a),
 		newRunnerCmd(a),
 		newPlacementCmd(a),
+		newRebalanceCmd(a),
 		newOperationCmd(a),
 		newLogsCmd(a),
 		newTokenCmd(a),

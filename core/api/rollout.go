@@ -29,6 +29,7 @@ func (s *Server) registerRollout(v1 *echo.Group) {
 	v1.GET("/projects/:project/services/:name/rollout", s.getRollout, s.auth(identity.ScopeServicesRead))
 	v1.GET("/projects/:project/services/:name/placement", s.explainPlacement, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/services/:name/rollout/undo", s.rolloutUndo, s.auth(identity.ScopeServiceDeploy))
+	v1.POST("/projects/:project/services/:name/rebalance", s.rebalance, s.auth(identity.ScopeServiceDeploy))
 	for _, a := range []services.RolloutAction{services.RolloutPause, services.RolloutResume, services.RolloutRestart} {
 		v1.POST("/projects/:project/services/:name/rollout/"+string(a), s.rolloutControl(a), s.auth(identity.ScopeServiceDeploy))
 	}
@@ -50,6 +51,54 @@ func (s *Server) explainPlacement(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// rebalance serves POST /api/v1/projects/{p}/services/{s}/rebalance (docs/placement.md section
+// 7): the decider's moves that improve the service's spread, recorded on the service through
+// the deployer (cause rollout.rebalance) and carried out by the rollout under its bounds. The
+// optional body {"dry_run": bool, "expected_revision": int} asks only for the moves (nothing is
+// written), or records them only while the service is at that revision. Moves that equal what
+// the service already carries, or none over none pending, write nothing.
+func (s *Server) rebalance(c echo.Context) error {
+	var req client.RebalanceRequest
+	if err := s.bindOptional(c, &req); err != nil {
+		return err
+	}
+	p, svc, err := s.namedService(c)
+	if err != nil {
+		return err
+	}
+	if req.ExpectedRevision != nil && *req.ExpectedRevision != svc.Revision {
+		return serviceError(fmt.Errorf("%w: service %s/%s is at revision %d, not %d", services.ErrRevisionConflict, p.Name, svc.Name, svc.Revision, *req.ExpectedRevision))
+	}
+	ctx := c.Request().Context()
+	plan, err := s.views().Rebalance(ctx, svc)
+	if err != nil {
+		return err
+	}
+	if req.DryRun || !plan.NeedsWrite() {
+		out := plan.Result(svc)
+		out.DryRun = req.DryRun
+		return c.JSON(http.StatusOK, out)
+	}
+	// The moves were decided over this revision: record them only while it stands.
+	ch := s.change(c, deploy.CauseRolloutRebalance, p, svc.Name, &svc.Revision)
+	wctx, done := s.changeCtx(c)
+	res, err := s.deployer.Rebalance(wctx, ch, plan.Recorded())
+	done()
+	s.policyWarnings(c, res.Warnings)
+	if err != nil {
+		return deployError(err)
+	}
+	written := res.Service
+	s.log.Info("service rebalanced", "project", p.Name, "service", svc.Name, "service_id", svc.ID, "revision", written.Revision,
+		"generation", written.Rebalance.Generation, "moves", len(plan.Moves), "spread_before", plan.Before.Domains, "spread_after", plan.After.Domains)
+	if res.Changed() {
+		s.awaitChange(c, "services", written.ID, written.LogOutbox)
+	}
+	out := plan.Result(written)
+	out.Recorded = res.Changed()
 	return c.JSON(http.StatusOK, out)
 }
 

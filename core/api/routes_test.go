@@ -145,6 +145,7 @@ func everyRoute() map[string]routeRow {
 		"POST /api/v1/projects/:project/services/:name/rollout/pause":         obj,
 		"POST /api/v1/projects/:project/services/:name/rollout/resume":        obj,
 		"POST /api/v1/projects/:project/services/:name/rollout/restart":       obj,
+		"POST /api/v1/projects/:project/services/:name/rebalance":             obj,
 		"POST /api/v1/projects/:project/services/:name/releases":              obj,
 		"POST /api/v1/projects/:project/services/:name/releases/:tag/promote": obj,
 		"POST /api/v1/projects/:project/services/:name/backups":               obj,

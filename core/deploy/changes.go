@@ -243,3 +243,31 @@ func (d *Deployer) FollowTag(ctx context.Context, repoTag, image string) ([]*ser
 	}
 	return out, errors.Join(errs...)
 }
+
+// Rebalance records moves as the service's rebalance (rollout.rebalance, docs/placement.md
+// section 7): the next generation of [services.Rebalance], which the rollout's placement honours
+// while each move stays feasible, carried out under the rollout's bounds like any change of a
+// replica's node. The service's declaration is unchanged; the write carries its change-log
+// entry and reconcile request as every service write does. moves may be empty: it clears moves
+// an earlier rebalance left that no longer improve anything. Errors: ErrServiceNotFound,
+// ErrServiceDeleting, and Apply's (ErrRevisionConflict with ch.ExpectedRevision).
+func (d *Deployer) Rebalance(ctx context.Context, ch Change, moves []services.RebalanceMove) (Result, error) {
+	ch.Cause = CauseRolloutRebalance
+	ch.Next = func(cur *services.Service) (*services.Service, error) {
+		if cur == nil {
+			return nil, fmt.Errorf("%w: no service %q in project %q", services.ErrServiceNotFound, ch.Service, ch.Project.Name)
+		}
+		if cur.Deleting {
+			return nil, fmt.Errorf("%w: %s/%s", services.ErrServiceDeleting, ch.Project.Name, ch.Service)
+		}
+		next := *cur
+		next.LogOutbox = nil
+		r := &services.Rebalance{Generation: 1, Moves: slices.Clone(moves)}
+		if cur.Rebalance != nil {
+			r.Generation = cur.Rebalance.Generation + 1
+		}
+		next.Rebalance = r
+		return &next, nil
+	}
+	return d.Apply(ctx, ch)
+}

@@ -50,6 +50,8 @@ const (
 	CauseRolloutUndo = abiwasm.CauseRolloutUndo
 	// CauseAutoRollback: the automatic rollback of a rollout past its progress deadline.
 	CauseAutoRollback = abiwasm.CauseAutoRollback
+	// CauseRolloutRebalance: POST .../rebalance (berth rebalance) records replica moves.
+	CauseRolloutRebalance = abiwasm.CauseRolloutRebalance
 )
 
 // Unattended reports whether no caller waits for the answer of a change of cause c, so a refusal
@@ -273,7 +275,7 @@ func (d *Deployer) apply(ctx context.Context, ch Change) (Result, error) {
 		if err := d.resolve(ctx, p, next); err != nil {
 			return Result{}, err
 		}
-		if cur != nil && services.SameDeclaration(cur, next) {
+		if cur != nil && services.SameDeclaration(cur, next) && services.SameRebalance(cur, next) {
 			// Nothing to change, so nothing to admit or write (an API apply is admitted
 			// either way: its caller asked to be judged).
 			return Result{Service: cur, Outcome: services.PutUnchanged}, nil

@@ -134,7 +134,7 @@ func image(p *services.Project, digest string) string {
 	return "registry.test/" + p.Name + "/web@" + digest
 }
 
-// TestEveryCauseIsAdmitted: for each of the seven causes of a change to what a service runs, a
+// TestEveryCauseIsAdmitted: for each of the eight causes of a change to what a service runs, a
 // bound service.apply policy that refuses a marked release refuses the change; the service is
 // left as it was; the refusal is counted by cause and recorded as a deploy.refused event; and
 // where no caller answers it (push, rollover, binding, automatic rollback) the service's verdict
@@ -233,6 +233,14 @@ func TestEveryCauseIsAdmitted(t *testing.T) {
 					t.Fatal(err)
 				}
 				_, err = e.dep.RollBack(e.ctx, cur)
+				return err
+			}},
+		{CauseRolloutRebalance,
+			func(t *testing.T, p *services.Project) {
+				e.put(t, p, services.Service{Runtime: "containerd", Image: image(p, marked), Replicas: 2, Port: 8080})
+			},
+			func(t *testing.T, p *services.Project) error {
+				_, err := e.dep.Rebalance(e.ctx, Change{Project: p, Service: "web"}, []services.RebalanceMove{{Replica: "1", From: "nod_a", To: "nod_b"}})
 				return err
 			}},
 	}

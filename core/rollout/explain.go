@@ -60,7 +60,7 @@ func (v Views) Placement(ctx context.Context, svc *services.Service) (*client.Pl
 	for i := range ns {
 		byID[ns[i].ID] = &ns[i]
 	}
-	req, cands := request(r, ns, byID, use, placed, nil)
+	req, cands := request(r, ns, byID, use, placed, nil, nil)
 	if cands == nil {
 		cands = placement.Candidates(ns, use, svc.Runtime)
 	}

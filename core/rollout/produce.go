@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -650,7 +651,9 @@ func member(n *nodes.Node, svc *services.Service) bool {
 // every node, with what use says stands on each (capacity, cordon, requirements, spread,
 // preferences, load). The one slot of a leased (stateful) service stands where the lease is held,
 // and nowhere while it is not. A replica on a draining node is placed anew elsewhere, and keeps
-// its node while the decider finds nowhere else for it.
+// its node while the decider finds nowhere else for it. A replica a rebalance moves
+// ([services.Rebalance]) goes to its target while the target is feasible for it
+// ([placement.Feasible]), and keeps its node otherwise.
 // ns are every node, byID the same by id.
 func place(v *view, ns []nodes.Node, byID map[string]*nodes.Node, use *placement.Usage) (map[string]string, string) {
 	placed := map[string]string{}
@@ -667,12 +670,18 @@ func place(v *view, ns []nodes.Node, byID map[string]*nodes.Node, use *placement
 		}
 		// Nobody holds the lease: say why when no node could take the replica (the reconciler
 		// grants the lease where the same decider chooses).
-		req, cands := request(&view{svc: v.svc, spec: v.spec, set: &SlotSet{}}, ns, byID, use, map[string]string{}, nil)
+		req, cands := request(&view{svc: v.svc, spec: v.spec, set: &SlotSet{}}, ns, byID, use, map[string]string{}, nil, nil)
 		req.Place = req.Place[:min(len(req.Place), 1)]
 		return placed, placement.Choose(req, cands).Unplaceable()
 	}
 	draining := map[string]string{} // replica: the draining node its slot stands on
-	req, cands := request(v, ns, byID, use, placed, draining)
+	moving := map[string]string{}   // replica: the node a rebalance moves it to
+	req, cands := request(v, ns, byID, use, placed, draining, moving)
+	for _, r := range slices.SortedFunc(maps.Keys(moving), compareReplica) {
+		if moveTo(&req, cands, r, moving[r]) {
+			placed[r] = moving[r]
+		}
+	}
 	res := placement.Choose(req, cands)
 	for r, id := range res.Placed() {
 		placed[r] = id
@@ -692,11 +701,18 @@ func place(v *view, ns []nodes.Node, byID map[string]*nodes.Node, use *placement
 
 // request builds the decider's request for v's scheduled replicas: it records in placed the
 // replicas that keep their node, and returns the request for the others with the candidates
-// (none when every replica keeps its node, so a steady service costs no node list). A replica on
-// a draining node is placed anew and recorded in draining (nil: none expected) with that node.
-func request(v *view, ns []nodes.Node, nodeByID map[string]*nodes.Node, use *placement.Usage, placed, draining map[string]string) (placement.Request, []placement.Node) {
+// (none when every replica keeps its node and none moves, so a steady service costs no node
+// list). A replica on a draining node is placed anew and recorded in draining (nil: none
+// expected) with that node. A kept replica that the service's rebalance moves from its node is
+// recorded in moving (nil: rebalances are not honoured) with the node it moves to; one that
+// already has a slot on that node stands there.
+func request(v *view, ns []nodes.Node, nodeByID map[string]*nodes.Node, use *placement.Usage, placed, draining, moving map[string]string) (placement.Request, []placement.Node) {
 	req := placement.ServiceRequest(v.svc)
 	req.Existing = map[string]string{}
+	var stands map[[2]string]bool // replica and node of every kept slot, only when moves are honoured
+	if moving != nil && v.svc.Rebalance != nil {
+		stands = map[[2]string]bool{}
+	}
 	for _, row := range v.set.Slots {
 		n := nodeByID[row.NodeID]
 		if n == nil || n.Status == nodes.StatusRemoved || !member(n, v.svc) {
@@ -714,9 +730,22 @@ func request(v *view, ns []nodes.Node, nodeByID map[string]*nodes.Node, use *pla
 			}
 			continue
 		}
+		if stands != nil {
+			stands[[2]string{r, row.NodeID}] = true
+		}
 		if _, ok := placed[r]; !ok || row.Generation == int(slots.GenRun) {
 			placed[r] = row.NodeID
 			req.Existing[r] = row.NodeID
+		}
+	}
+	for r, from := range placed {
+		to := v.svc.Rebalance.MoveOf(r, from)
+		switch {
+		case stands == nil || to == "":
+		case stands[[2]string{r, to}]:
+			placed[r], req.Existing[r] = to, to // under way: its successor stands there
+		default:
+			moving[r] = to
 		}
 	}
 	for i := 0; i < v.spec.Spec.Replicas.Total; i++ {
@@ -724,10 +753,34 @@ func request(v *view, ns []nodes.Node, nodeByID map[string]*nodes.Node, use *pla
 			req.Place = append(req.Place, r)
 		}
 	}
-	if len(req.Place) == 0 {
+	if len(req.Place) == 0 && len(moving) == 0 {
 		return req, nil
 	}
 	return req, placement.Candidates(ns, use, v.svc.Runtime)
+}
+
+// moveTo moves replica r of req to node to when to is among cands and feasible for one more
+// replica with r counted off its old node ([placement.Feasible]): req.Existing and to's Used
+// take it (its old node keeps its reservation until it has gone, as a surge successor's does).
+// It reports whether r moved.
+func moveTo(req *placement.Request, cands []placement.Node, r, to string) bool {
+	i := slices.IndexFunc(cands, func(n placement.Node) bool { return n.ID == to })
+	if i < 0 {
+		return false
+	}
+	check := *req
+	check.Existing = make(map[string]string, len(req.Existing))
+	for k, id := range req.Existing {
+		if k != r {
+			check.Existing[k] = id
+		}
+	}
+	if code, _ := placement.Feasible(check, cands[i]); code != "" {
+		return false
+	}
+	req.Existing[r] = to
+	cands[i].Used = cands[i].Used.Add(req.Resources)
+	return true
 }
 
 // input builds the planner's input from a read, the nodes and the placement chosen.

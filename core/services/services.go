@@ -214,6 +214,10 @@ type Service struct {
 	// for every replica. Neither is declared by an apply, which keeps them.
 	RolloutPaused     bool  `bson:"rollout_paused,omitempty"`
 	RestartGeneration int64 `bson:"restart_generation,omitempty"`
+	// Rebalance is the latest `berth rebalance` of the service (docs/placement.md section 7):
+	// the replica moves the rollout carries out while each stays feasible. Not declared by an
+	// apply, which keeps it; nil: never rebalanced.
+	Rebalance *Rebalance `bson:"rebalance,omitempty"`
 
 	// Runtime is the node runtime driver: "process" (also when empty) or
 	// "containerd"; Image, User, MemoryMB and CPUMillis are the container
@@ -263,12 +267,13 @@ type ReconcileRequest struct {
 
 // Causes of a [ReconcileRequest]: the kind of write that asked for it.
 const (
-	CauseCreated  = "service.created"       // ApplyService inserted the service (no cause named)
-	CauseUpdated  = "service.updated"       // ApplyService replaced it (no cause named; core/deploy names its change's)
-	CauseDeleting = "service.deleting"      // MarkDeleting began its deletion
-	CauseUndo     = "rollout.undo"          // an undo returned it to its previous release
-	CauseRollback = "rollout.auto_rollback" // the automatic rollback undid a failed rollout
-	CauseSpec     = "spec.written"          // an operator wrote the service's runtime spec (core/rollout)
+	CauseCreated   = "service.created"       // ApplyService inserted the service (no cause named)
+	CauseUpdated   = "service.updated"       // ApplyService replaced it (no cause named; core/deploy names its change's)
+	CauseDeleting  = "service.deleting"      // MarkDeleting began its deletion
+	CauseUndo      = "rollout.undo"          // an undo returned it to its previous release
+	CauseRollback  = "rollout.auto_rollback" // the automatic rollback undid a failed rollout
+	CauseRebalance = "rollout.rebalance"     // an operator's rebalance recorded replica moves
+	CauseSpec      = "spec.written"          // an operator wrote the service's runtime spec (core/rollout)
 )
 
 // causeOf is the cause of the reconcile request of a write of s: the one the caller named in
@@ -649,7 +654,10 @@ func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expe
 	if cur.Stateful() != s.Stateful() {
 		return nil, 0, fmt.Errorf("%w: service %s/%s is %s", ErrPlacementModeImmutable, p.Name, s.Name, placementOf(cur))
 	}
-	if SameDeclaration(cur, s) {
+	if s.Rebalance == nil {
+		s.Rebalance = cur.Rebalance // an apply declares none and keeps it; a rebalance writes its own
+	}
+	if SameDeclaration(cur, s) && SameRebalance(cur, s) {
 		return cur, PutUnchanged, nil
 	}
 	s.Previous = cur.Previous
@@ -682,14 +690,15 @@ func (c *Catalog) ApplyService(ctx context.Context, p *Project, s *Service, expe
 // SameDeclaration reports whether a and b declare the same service: equal in every field the
 // operator sets through an apply (release, command, environment, port, domains, replicas, health
 // check, labels, capacity, placement, lease, container fields), ignoring identity, revision,
-// timestamps, the deletion mark, Previous and the rollout's pause and restart generation. Nil
+// timestamps, the deletion mark, Previous, the rollout's pause and restart generation and the
+// latest rebalance. Nil
 // and empty maps and lists are equal.
 func SameDeclaration(a, b *Service) bool {
 	norm := func(s *Service) Service {
 		n := *s
 		n.ID, n.ProjectID, n.Project, n.Revision = "", "", "", 0
 		n.CreatedAt, n.UpdatedAt, n.Deleting, n.Previous, n.LogOutbox, n.Reconcile = time.Time{}, time.Time{}, false, nil, nil, nil
-		n.RollbackOf, n.PurgeVolumes, n.RolloutPaused, n.RestartGeneration = 0, false, false, 0
+		n.RollbackOf, n.PurgeVolumes, n.RolloutPaused, n.RestartGeneration, n.Rebalance = 0, false, false, 0, nil
 		if len(n.Env) == 0 {
 			n.Env = nil
 		}

@@ -279,3 +279,56 @@ func (c *Client) RetireNode(ctx context.Context, nodeID, disposition string) (*R
 	}
 	return &out, nil
 }
+
+// RebalanceRequest is the body of POST /projects/{p}/services/{s}/rebalance: DryRun asks only
+// for the moves (nothing is written); ExpectedRevision (nil: the revision the server reads)
+// records them only while the service is at that revision.
+type RebalanceRequest struct {
+	DryRun           bool   `json:"dry_run,omitempty"`
+	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
+}
+
+// RebalanceMove is one replica a rebalance moves: from the node it stands on to another, and
+// why the spread improves.
+type RebalanceMove struct {
+	Replica string `json:"replica"`
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Why     string `json:"why"`
+}
+
+// SpreadScore is how unevenly a service's replicas are spread (docs/placement.md section 7):
+// the sum over spread domains, then over nodes, of the square of the replicas in each; lower is
+// better.
+type SpreadScore struct {
+	Domains int `json:"domains"`
+	Nodes   int `json:"nodes"`
+}
+
+// RebalanceResult is the answer of a rebalance: the moves (empty when the spread is as good as
+// the decider can make it), the spread score now and after the moves, whether the moves were
+// written (Recorded; false for a dry run, for no moves, and when the service already carries
+// the same moves), the rebalance generation the service carries, and the service's revision.
+// Note says why a service has nothing to rebalance (stateful, pinned or every-node).
+type RebalanceResult struct {
+	Service    string          `json:"service"`
+	Moves      []RebalanceMove `json:"moves"`
+	Before     SpreadScore     `json:"before"`
+	After      SpreadScore     `json:"after"`
+	DryRun     bool            `json:"dry_run,omitempty"`
+	Recorded   bool            `json:"recorded"`
+	Generation int64           `json:"generation"`
+	Revision   int64           `json:"revision"`
+	Note       string          `json:"note,omitempty"`
+}
+
+// Rebalance moves replicas of a service for a better spread within its rollout's bounds
+// (POST /projects/{project}/services/{name}/rebalance; docs/placement.md section 7). Errors:
+// "service_not_found", "revision_conflict" (ExpectedRevision), "policy_denied".
+func (c *Client) Rebalance(ctx context.Context, project, name string, req RebalanceRequest) (*RebalanceResult, error) {
+	var out RebalanceResult
+	if err := c.doJSON(ctx, http.MethodPost, servicePath(project, name)+"/rebalance", req, true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
