@@ -111,21 +111,46 @@ func (a *app) printLogs(out *client.WorkloadLogs) error {
 	return nil
 }
 
-// slotOf returns replica of project/service as the slots view answers it.
+// slotOf returns replica of project/service as the slots view answers it. A replica runs under
+// two slot names while a rollout surges ("0" and its successor "0~"): naming the replica ("0")
+// reads the slot that runs its current attempt (the successor while it starts, fails or takes
+// over), and the incumbent while no current one has a workload; "0~" names that slot alone.
 func slotOf(ctx context.Context, c *client.Client, project, service, replica string) (*client.SlotView, error) {
 	items, err := c.ServiceSlots(ctx, project, service)
 	if err != nil {
 		return nil, fmt.Errorf("list slots of %s/%s: %w", project, service, err)
 	}
-	for i := range items {
-		if items[i].Replica == replica {
-			if items[i].WorkloadID == "" {
-				return nil, fmt.Errorf("slot %s/%s has no workload yet", service, replica)
-			}
-			return &items[i], nil
+	var best *client.SlotView
+	rank := func(sv *client.SlotView) int {
+		switch {
+		case sv.WorkloadID == "":
+			return 0
+		case sv.Current && sv.Disposition == "run":
+			return 3
+		case sv.Disposition == "run":
+			return 2
+		default:
+			return 1
 		}
 	}
-	return nil, fmt.Errorf("service %s/%s has no slot %q", project, service, replica)
+	found := false
+	for i := range items {
+		sv := &items[i]
+		if sv.Replica != replica && (strings.Contains(replica, "~") || strings.TrimSuffix(sv.Replica, "~") != replica) {
+			continue
+		}
+		found = true
+		if best == nil || rank(sv) > rank(best) {
+			best = sv
+		}
+	}
+	switch {
+	case !found:
+		return nil, fmt.Errorf("service %s/%s has no slot %q", project, service, replica)
+	case best.WorkloadID == "":
+		return nil, fmt.Errorf("slot %s/%s has no workload yet", service, replica)
+	}
+	return best, nil
 }
 
 // followSlot follows the output of a slot across its attempts: it follows the workload the slot

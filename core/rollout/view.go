@@ -112,10 +112,10 @@ func (v Views) Rollout(ctx context.Context, svc *services.Service) (*client.Roll
 		return nil, err
 	}
 	desired := 0
+	if !svc.Deleting {
+		out.WaitingOn = waitingOn(rows, out.Verdict)
+	}
 	for _, r := range rows {
-		if out.WaitingOn == nil && !svc.Deleting {
-			out.WaitingOn = waitOf(r, out.Verdict)
-		}
 		if r.Disposition != "run" {
 			continue
 		}
@@ -131,6 +131,28 @@ func (v Views) Rollout(ctx context.Context, svc *services.Service) (*client.Roll
 		out.Desired = desired
 	}
 	return out, nil
+}
+
+// waitingOn returns what the rollout waits on (nil: nothing): the first slot that runs the
+// current attempt and is not ready, else the first slot of any other kind that waits. While a
+// rollout surges, a replica's incumbent is outdated until its successor is ready: the successor
+// is what it waits on. The replica is named without its second slot name's "~".
+func waitingOn(rows []client.SlotView, v client.Verdict) *client.SlotWait {
+	var first *client.SlotWait
+	for _, r := range rows {
+		w := waitOf(r, v)
+		if w == nil {
+			continue
+		}
+		w.Replica = slots.BaseReplica(w.Replica)
+		if r.Current && r.Disposition == "run" {
+			return w
+		}
+		if first == nil {
+			first = w
+		}
+	}
+	return first
 }
 
 // waitOf returns what slot r waits on under verdict v, nil when r runs the current attempt
