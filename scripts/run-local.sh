@@ -93,9 +93,22 @@ stop_run() {
       --subnet "$WORKLOAD_SUBNET" || true
     ./scripts/containerd-test.sh stop "$RUN_DIR/containerd" || true
   fi
-  for pid in $(leftovers); do
-    # A workload leads its own process group: stop the group.
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  # What is left is killed, berthd and the agent first: one still stopping (slow on a loaded
+  # machine) would start again a gateway or a workload killed before it. A few rounds, so
+  # nothing started meanwhile survives.
+  local left round
+  for round in 1 2 3 4 5; do
+    for f in "$PID_DIR/agent.pid" "$PID_DIR/berthd.pid"; do
+      pid=$(cat "$f" 2>/dev/null) || continue
+      if ours "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
+    done
+    left=$(leftovers)
+    [ -z "$left" ] && break
+    for pid in $left; do
+      # A workload leads its own process group: stop the group.
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    done
+    sleep 0.2
   done
   rm -f "$PID_DIR"/*.pid
 }
