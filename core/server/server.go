@@ -45,6 +45,7 @@ import (
 	"github.com/berthhq/berth/core/session"
 	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/core/ui"
 	"github.com/berthhq/berth/host/plugin"
 )
 
@@ -488,8 +489,9 @@ func Run(ctx context.Context, cfg Config) error {
 		Bindings: binds,
 		Deployer: dep,
 	})
+	dashboard := ui.New(ui.Config{API: handler, Logger: log})
 	srv := &http.Server{
-		Handler:           withRegistry(handler, oci),
+		Handler:           withRegistry(withDashboard(handler, dashboard), oci),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
