@@ -318,6 +318,46 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 
+	// A form posted without its CSRF token is refused, from the page's own origin too.
+	status, err := chromedp.Run(tctx, chromedp.Evaluate[int](`fetch("/ui/logout", {method: "POST"}).then(r => r.status)`, chromedp.EvalAwaitPromise))
+	if err != nil || status != 403 {
+		t.Errorf("a logout posted without its CSRF token answered %d (%v), want 403", status, err)
+	}
+
+	// Undo: hello changes (revision 2), the undo page shows the change first, and the
+	// undo through it returns hello to what revision 1 ran.
+	one := 1
+	if _, err := cl.c.ApplyService(ctx, "default", "hello", client.ServiceSpec{Bundle: "hello", Command: []string{"./hello"}, Replicas: &one,
+		HealthCheck: client.HealthCheck{Path: "/healthz", IntervalS: 1}, Env: map[string]string{"GREETING": "second"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/services/default/hello/undo"), chromedp.WaitVisible(chromedp.CSS("#undo-changes")), shot("undo")); err != nil {
+		t.Fatalf("the undo preview: %v", err)
+	}
+	diff, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("#undo-changes")))
+	if err != nil || !strings.Contains(diff, "env") || !strings.Contains(diff, "GREETING") || strings.Contains(diff, "second") {
+		t.Fatalf("the undo preview does not name the env change by key alone (%v):\n%s", err, diff)
+	}
+	if err := chromedp.Do(tctx, chromedp.Click(chromedp.CSS("button.primary")), chromedp.WaitVisible(chromedp.CSS("#verdict"))); err != nil {
+		t.Fatalf("undo: %v", err)
+	}
+	hello, err := cl.c.GetService(ctx, "default", "hello")
+	if err != nil || hello.Revision != 3 || hello.Env["GREETING"] != "" {
+		t.Fatalf("after the undo hello is at revision %d with env %v (%v), want revision 3 without GREETING", hello.Revision, hello.Env, err)
+	}
+
+	// Restart the rollout from the service page: the API counts one restart.
+	if err := chromedp.Do(tctx, chromedp.Click(chromedp.Search(`//button[text()="Restart the rollout"]`)), chromedp.WaitVisible(chromedp.CSS("#verdict"))); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	proctest.WaitFor(t, 10*time.Second, "restart generation 1", func() (bool, string) {
+		s, err := cl.c.GetService(ctx, "default", "hello")
+		if err != nil {
+			return false, err.Error()
+		}
+		return s.RestartGeneration == 1, fmt.Sprint(s.RestartGeneration)
+	})
+
 	// Every request went to berthd's own origin; every document carried the policy.
 	log.mu.Lock()
 	defer log.mu.Unlock()
