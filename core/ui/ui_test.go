@@ -392,3 +392,39 @@ func TestStreamSendsLiveRegion(t *testing.T) {
 		t.Fatalf("stream without a session: %d, want 401", resp.StatusCode)
 	}
 }
+
+// TestActionsCarryTheFormsIdempotencyKey submits the same rendered restart form twice (a
+// double click, a resubmitted page): the API restarts once, replaying the first answer;
+// a newly rendered form restarts again.
+func TestActionsCarryTheFormsIdempotencyKey(t *testing.T) {
+	f := newFixture(t, false)
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	keyRE := regexp.MustCompile(`name="idempotency_key" value="([^"]+)"`)
+	restart := func() url.Values {
+		_, page := get(t, hc, f.srv.URL, "/ui/services/default/web")
+		return url.Values{"csrf": {csrfRE.FindStringSubmatch(page)[1]}, "idempotency_key": {keyRE.FindStringSubmatch(page)[1]}}
+	}
+	generation := func() int64 {
+		s, err := f.api(t, f.admin).GetService(context.Background(), "default", "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.RestartGeneration
+	}
+	form := restart()
+	for i := range 2 {
+		if resp, body := post(t, hc, f.srv.URL, "/ui/services/default/web/restart", form); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("restart %d: %d\n%s", i, resp.StatusCode, body)
+		}
+	}
+	if g := generation(); g != 1 {
+		t.Fatalf("one form submitted twice restarted %d times, want 1", g)
+	}
+	if resp, _ := post(t, hc, f.srv.URL, "/ui/services/default/web/restart", restart()); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("restart from a new form: %d", resp.StatusCode)
+	}
+	if g := generation(); g != 2 {
+		t.Fatalf("a second form restarted to generation %d, want 2", g)
+	}
+}
