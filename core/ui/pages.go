@@ -33,11 +33,19 @@ type crashingWorkload struct {
 type overviewData struct {
 	Failing   []failingService
 	Crashing  []crashingWorkload
-	BadNodes  []client.Node
+	BadNodes  []nodeAttention
 	Rollouts  []client.RolloutStatus
 	Latest    []client.Service
 	NodeCount []statusCount
 	Services  int
+}
+
+// nodeAttention is a node that is not serving as a member should, with its fencing state:
+// leases it failed to fence and those that wait for an operator's fence-ack.
+type nodeAttention struct {
+	Node          client.Node
+	FenceFailures int
+	AckPending    int
 }
 
 // statusCount is how many nodes have one status.
@@ -59,6 +67,9 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 		return nil, err
 	}
 	d := &overviewData{Services: len(svcs)}
+	// The last failure of the workload each failing rollout waits on, by workload id: the
+	// node's own words, which the workload list does not carry.
+	lastFailure := map[string]string{}
 	for _, s := range svcs {
 		if s.Verdict == nil {
 			continue
@@ -70,6 +81,7 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 				f.WaitingOn = ro.WaitingOn.Replica + ": " + ro.WaitingOn.Reason
 				if ro.WaitingOn.LastFailure != nil {
 					f.LastFailure = ro.WaitingOn.LastFailure.String()
+					lastFailure[ro.WaitingOn.WorkloadID] = f.LastFailure
 				}
 			}
 			d.Failing = append(d.Failing, f)
@@ -95,10 +107,7 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 			continue
 		}
 		if w.ObservedStatus == "crashed" || w.RestartCount >= crashRestarts {
-			f := w.Message
-			if f == "" {
-				f = w.ObservedStatus
-			}
+			f := cmp.Or(lastFailure[w.ID], w.Message, w.ObservedStatus)
 			d.Crashing = append(d.Crashing, crashingWorkload{Workload: w, Failure: f})
 		}
 	}
@@ -111,7 +120,12 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 	for _, n := range nodes {
 		counts[n.Status]++
 		if nodeNeedsAttention(n) {
-			d.BadNodes = append(d.BadNodes, n)
+			a := nodeAttention{Node: n}
+			// Without the lease subsystem the fence endpoint does not exist (404): no fencing.
+			if f, err := c.NodeFence(ctx, n.ID); err == nil {
+				a.FenceFailures, a.AckPending = len(f.FenceFailure), len(f.FenceAckPending)
+			}
+			d.BadNodes = append(d.BadNodes, a)
 		}
 	}
 	for st, n := range counts {

@@ -82,6 +82,7 @@ const converge = 120 * time.Second
 type cluster struct {
 	dir, url string
 	c        *client.Client
+	agent    *proctest.Proc
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -110,7 +111,7 @@ func newCluster(t *testing.T) *cluster {
 	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("berth-agent enroll exited %d", code)
 	}
-	proctest.Start(t, filepath.Join(dir, "agent.log"), filepath.Join(env.bin, "berth-agent"), "run", "--data-dir", agentDir)
+	cl.agent = proctest.Start(t, filepath.Join(dir, "agent.log"), filepath.Join(env.bin, "berth-agent"), "run", "--data-dir", agentDir)
 	proctest.WaitFor(t, converge, "node connected", func() (bool, string) {
 		ns, err := cl.c.ListNodes(ctx)
 		if err != nil || len(ns) != 1 {
@@ -357,6 +358,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		return s.RestartGeneration == 1, fmt.Sprint(s.RestartGeneration)
 	})
+
+	// The agent stops while the overview is open: its node shows up as needing attention,
+	// live.
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#failing-services"))); err != nil {
+		t.Fatal(err)
+	}
+	cl.agent.Stop()
+	nctx, cancelNode := context.WithTimeout(tctx, converge)
+	err = chromedp.Do(nctx, chromedp.WaitVisible(chromedp.Search(`//table[@id="bad-nodes"]//span[text()="disconnected"]`)))
+	cancelNode()
+	if err != nil {
+		t.Fatalf("the overview did not show the node disconnected: %v", err)
+	}
+	if err := chromedp.Do(tctx, shot("overview-node-down")); err != nil {
+		t.Fatal(err)
+	}
 
 	// Every request went to berthd's own origin; every document carried the policy.
 	log.mu.Lock()
