@@ -489,7 +489,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Bindings: binds,
 		Deployer: dep,
 	})
-	dashboard := ui.New(ui.Config{API: handler, Logger: log})
+	dashboard := ui.New(ui.Config{API: handler, Metrics: metrics, Logger: log})
 	srv := &http.Server{
 		Handler:           withRegistry(withDashboard(handler, dashboard), oci),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -185,11 +185,13 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 			maxAge = int(h.cfg.SessionTTL / time.Second)
 		}
 	default:
+		h.m.logins.WithLabelValues("failed").Inc()
 		h.renderLogin(w, r, http.StatusUnauthorized, errLoginFailed)
 		return
 	}
 	http.SetCookie(w, newCookie(r, loginCookie, "", -1))
 	http.SetCookie(w, newCookie(r, sessionCookie, bearer, maxAge))
+	h.m.logins.WithLabelValues("ok").Inc()
 	h.log.Info("dashboard login", "remote", r.RemoteAddr, "by", map[bool]string{true: "token", false: "password"}[token != ""])
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 }
@@ -200,10 +202,13 @@ func (h *Handler) loginFailed(w http.ResponseWriter, r *http.Request, err error)
 	var apiErr *client.APIError
 	switch {
 	case errors.As(err, &apiErr) && apiErr.Status == http.StatusTooManyRequests:
+		h.m.logins.WithLabelValues("throttled").Inc()
 		h.renderLogin(w, r, http.StatusTooManyRequests, "Too many login attempts. Wait a minute and try again.")
 	case errors.As(err, &apiErr) && apiErr.Status < 500:
+		h.m.logins.WithLabelValues("failed").Inc()
 		h.renderLogin(w, r, http.StatusUnauthorized, errLoginFailed)
 	default:
+		h.m.logins.WithLabelValues("unavailable").Inc()
 		h.log.Warn("dashboard login: the API failed", "err", err)
 		h.renderLogin(w, r, http.StatusServiceUnavailable, "Login is unavailable right now. Try again shortly.")
 	}

@@ -36,6 +36,8 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte(": berth dashboard stream\n\n"))
 	flusher.Flush()
+	h.m.streams.Inc()
+	defer h.m.streams.Dec()
 
 	var wake <-chan struct{}
 	if h.cfg.Wake != nil {

@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Prefix is the path the dashboard is served under.
@@ -39,6 +41,8 @@ type Config struct {
 	StreamMaxAge time.Duration
 	// SessionTTL is the lifetime of a password login's session; zero means 12 hours.
 	SessionTTL time.Duration
+	// Metrics registers the dashboard's metrics (berth_ui_*); nil registers them nowhere.
+	Metrics prometheus.Registerer
 	// Logger receives the dashboard's logs; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -53,6 +57,29 @@ type Handler struct {
 	mux   *http.ServeMux
 	// api is the transport every sdk/client call of the dashboard goes through.
 	api http.RoundTripper
+	m   metrics
+}
+
+// metrics are what an operator watches of the dashboard.
+type metrics struct {
+	streams prometheus.Gauge
+	logins  *prometheus.CounterVec
+	csrf    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) metrics {
+	m := metrics{
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_ui_streams_open",
+			Help: "Live dashboard streams (Server-Sent Events) open now."}),
+		logins: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "berth_ui_logins_total",
+			Help: "Dashboard logins by result: ok, failed, throttled, unavailable."}, []string{"result"}),
+		csrf: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_ui_csrf_refusals_total",
+			Help: "Dashboard form posts refused for a missing or wrong CSRF token."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.streams, m.logins, m.csrf)
+	}
+	return m
 }
 
 // New returns the dashboard handler over cfg.API. It parses the embedded templates and
@@ -76,7 +103,7 @@ func New(cfg Config) *Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger.With("component", "ui"), api: inProcess{api: cfg.API}}
+	h := &Handler{cfg: cfg, log: cfg.Logger.With("component", "ui"), api: inProcess{api: cfg.API}, m: newMetrics(cfg.Metrics)}
 	h.pages = parsePages()
 	h.routes()
 	return h
@@ -126,6 +153,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hdr.Set("Strict-Transport-Security", "max-age=31536000")
 	}
 	if r.Method == http.MethodPost && !h.csrfOK(w, r) {
+		h.m.csrf.Inc()
 		h.log.Warn("refused a form without a valid CSRF token", "path", r.URL.Path, "remote", r.RemoteAddr)
 		h.renderError(w, r, http.StatusForbidden, "The form's security token is missing or stale. Reload the page and try again.")
 		return

@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/berthhq/berth/core/api"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
@@ -45,6 +48,7 @@ func (nopHinter) Hint(string) {}
 // served the way berthd serves them: one handler, the dashboard under /ui/.
 type fixture struct {
 	srv   *httptest.Server
+	reg   *prometheus.Registry
 	admin string
 	cat   *services.Catalog
 }
@@ -89,7 +93,8 @@ func newFixture(t *testing.T, useTLS bool) *fixture {
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil),
 		Secrets:       &api.SecretsConfig{Store: secrets.NewStore(st, kr, nil)},
 		ImageReleases: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)})
-	dash := ui.New(ui.Config{API: apiSrv, StreamInterval: 50 * time.Millisecond})
+	mreg := prometheus.NewRegistry()
+	dash := ui.New(ui.Config{API: apiSrv, StreamInterval: 50 * time.Millisecond, Metrics: mreg})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ui.Owns(r.URL.Path) {
 			dash.ServeHTTP(w, r)
@@ -104,7 +109,7 @@ func newFixture(t *testing.T, useTLS bool) *fixture {
 		srv = httptest.NewServer(h)
 	}
 	t.Cleanup(srv.Close)
-	f := &fixture{srv: srv, admin: admin, cat: cat}
+	f := &fixture{srv: srv, admin: admin, cat: cat, reg: mreg}
 	f.seed(t)
 	return f
 }
@@ -268,6 +273,10 @@ func TestPostWithoutCSRFTokenRefused(t *testing.T) {
 			}
 		}
 	}
+	want := "# HELP berth_ui_csrf_refusals_total Dashboard form posts refused for a missing or wrong CSRF token.\n# TYPE berth_ui_csrf_refusals_total counter\nberth_ui_csrf_refusals_total 9\n"
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "berth_ui_csrf_refusals_total"); err != nil {
+		t.Error(err)
+	}
 	// The session still works (the refused logout did nothing) ...
 	if resp, _ := get(t, hc, f.srv.URL, "/ui/"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("after refused posts the overview answers %d", resp.StatusCode)
@@ -355,6 +364,10 @@ func TestLoginFailureIsGeneric(t *testing.T) {
 			t.Errorf("attempt %d answered differently from attempt 0", i)
 		}
 	}
+	want := "# HELP berth_ui_logins_total Dashboard logins by result: ok, failed, throttled, unavailable.\n# TYPE berth_ui_logins_total counter\nberth_ui_logins_total{result=\"failed\"} 4\n"
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "berth_ui_logins_total"); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestStreamSendsLiveRegion opens the overview's live stream and reads one SSE message that
@@ -428,3 +441,4 @@ func TestActionsCarryTheFormsIdempotencyKey(t *testing.T) {
 		t.Fatalf("a second form restarted to generation %d, want 2", g)
 	}
 }
+
