@@ -441,4 +441,3 @@ func TestActionsCarryTheFormsIdempotencyKey(t *testing.T) {
 		t.Fatalf("a second form restarted to generation %d, want 2", g)
 	}
 }
-
