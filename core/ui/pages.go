@@ -23,6 +23,18 @@ type failingService struct {
 	LastFailure string
 }
 
+// rolloutRow is a service whose verdict is converging, with its rollout's progress when the
+// overview read it (the first detailLimit of them).
+type rolloutRow struct {
+	Service client.Service
+	Status  *client.RolloutStatus
+}
+
+// detailLimit is how many failing services and how many rollouts in progress the overview
+// reads the rollout detail of (one API read each); the rest are listed from the service list
+// alone, so a fleet-wide rollout costs a bounded number of reads.
+const detailLimit = 20
+
 // crashingWorkload is a workload that should run and does not stay up.
 type crashingWorkload struct {
 	Workload client.Workload
@@ -31,10 +43,13 @@ type crashingWorkload struct {
 
 // overviewData is what the overview shows, failing things first.
 type overviewData struct {
-	Failing   []failingService
-	Crashing  []crashingWorkload
-	BadNodes  []nodeAttention
-	Rollouts  []client.RolloutStatus
+	Failing  []failingService
+	Crashing []crashingWorkload
+	BadNodes []nodeAttention
+	Rollouts []rolloutRow
+	// More counts the failing services and rollouts listed without their per-slot detail
+	// (beyond detailLimit of each).
+	More      int
 	Latest    []client.Service
 	NodeCount []statusCount
 	Services  int
@@ -77,6 +92,11 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 		switch s.Verdict.State {
 		case "refused", "waiting":
 			f := failingService{Service: s, State: s.Verdict.State, Reason: s.Verdict.Reason, Since: s.Verdict.ChangedAt}
+			if len(d.Failing) >= detailLimit {
+				d.More++
+				d.Failing = append(d.Failing, f)
+				continue
+			}
 			if ro, err := c.Rollout(ctx, s.Project, s.Name); err == nil && ro.WaitingOn != nil {
 				f.WaitingOn = ro.WaitingOn.Replica + ": " + ro.WaitingOn.Reason
 				if ro.WaitingOn.LastFailure != nil {
@@ -86,9 +106,15 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 			}
 			d.Failing = append(d.Failing, f)
 		case "converging":
-			if ro, err := c.Rollout(ctx, s.Project, s.Name); err == nil {
-				d.Rollouts = append(d.Rollouts, *ro)
+			row := rolloutRow{Service: s}
+			if len(d.Rollouts) < detailLimit {
+				if ro, err := c.Rollout(ctx, s.Project, s.Name); err == nil {
+					row.Status = ro
+				}
+			} else {
+				d.More++
 			}
+			d.Rollouts = append(d.Rollouts, row)
 		}
 	}
 	// Refused before waiting, then the longest-standing first.
@@ -121,9 +147,12 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 		counts[n.Status]++
 		if nodeNeedsAttention(n) {
 			a := nodeAttention{Node: n}
-			// Without the lease subsystem the fence endpoint does not exist (404): no fencing.
-			if f, err := c.NodeFence(ctx, n.ID); err == nil {
-				a.FenceFailures, a.AckPending = len(f.FenceFailure), len(f.FenceAckPending)
+			// Only a node that lost its session has leases to fence. Without the lease
+			// subsystem the fence endpoint does not exist (404): no fencing to show.
+			if n.Status == "disconnected" {
+				if f, err := c.NodeFence(ctx, n.ID); err == nil {
+					a.FenceFailures, a.AckPending = len(f.FenceFailure), len(f.FenceAckPending)
+				}
 			}
 			d.BadNodes = append(d.BadNodes, a)
 		}
