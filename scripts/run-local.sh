@@ -263,8 +263,8 @@ cat <<MSG
 
   The dashboard: https://$API/ui/
     Log in with the admin token: paste the one line of $RUN_DIR/berthd/admin-token
-    into the Token field. The browser warns about berthd's self-signed certificate;
-    its SHA-256 fingerprint must read $BERTH_FINGERPRINT.
+    into the Token field. The browser warns about berthd's self-signed certificate:
+    accept it only if its SHA-256 fingerprint has the hex digits of $BERTH_FINGERPRINT.
 
   The CLI, from another shell:
     export BERTH_SERVER=https://$API BERTH_TOKEN=\$(cat $RUN_DIR/berthd/admin-token)
