@@ -18,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/berthhq/berth/internal/proctest"
@@ -178,11 +180,27 @@ func spki(t *testing.T, addr string) string {
 	return base64.StdEncoding.EncodeToString(sum[:])
 }
 
+// submit clicks the form button sel and waits for the page the form's answer leads to, which
+// must be want and answer 200.
+func submit[S chromedp.Selectable](ctx context.Context, sel S, want string) error {
+	resp, err := chromedp.RunResponse(ctx, chromedp.Click(sel))
+	if err != nil {
+		return err
+	}
+	if resp.Status != 200 || resp.URL != want {
+		return fmt.Errorf("the form led to %s (%d), want %s (200)", resp.URL, resp.Status, want)
+	}
+	return nil
+}
+
 // browserLog records every request the page made and every document's answer headers.
 type browserLog struct {
 	mu        sync.Mutex
 	requests  []string
 	documents map[string]network.Headers
+	// problems are the browser's errors: console and log entries of level error (a refused
+	// script, a CSP violation) and uncaught exceptions.
+	problems []string
 }
 
 func (l *browserLog) listen(ev any) {
@@ -194,6 +212,16 @@ func (l *browserLog) listen(ev any) {
 	case *network.EventResponseReceived:
 		if e.Type == network.ResourceTypeDocument {
 			l.documents[e.Response.URL] = e.Response.Headers
+		}
+	case *cdplog.EventEntryAdded:
+		if e.Entry.Level == cdplog.EntryLevelError {
+			l.problems = append(l.problems, string(e.Entry.Source)+": "+e.Entry.Text+" "+e.Entry.URL)
+		}
+	case *runtime.EventExceptionThrown:
+		l.problems = append(l.problems, "exception: "+e.ExceptionDetails.Text)
+	case *runtime.EventConsoleAPICalled:
+		if e.Type == runtime.ConsoleAPICalledTypeError {
+			l.problems = append(l.problems, "console.error")
 		}
 	}
 }
@@ -339,7 +367,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil || !strings.Contains(diff, "env") || !strings.Contains(diff, "GREETING") || strings.Contains(diff, "second") {
 		t.Fatalf("the undo preview does not name the env change by key alone (%v):\n%s", err, diff)
 	}
-	if err := chromedp.Do(tctx, chromedp.Click(chromedp.CSS("button.primary")), chromedp.WaitVisible(chromedp.CSS("#verdict"))); err != nil {
+	if err := submit(tctx, chromedp.CSS("button.primary"), cl.url+"/ui/services/default/hello"); err != nil {
 		t.Fatalf("undo: %v", err)
 	}
 	hello, err := cl.c.GetService(ctx, "default", "hello")
@@ -348,7 +376,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	// Restart the rollout from the service page: the API counts one restart.
-	if err := chromedp.Do(tctx, chromedp.Click(chromedp.Search(`//button[text()="Restart the rollout"]`)), chromedp.WaitVisible(chromedp.CSS("#verdict"))); err != nil {
+	if err := submit(tctx, chromedp.Search(`//button[text()="Restart the rollout"]`), cl.url+"/ui/services/default/hello"); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
 	proctest.WaitFor(t, 10*time.Second, "restart generation 1", func() (bool, string) {
@@ -395,6 +423,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		if !strings.Contains(csp, "default-src 'self'") {
 			t.Errorf("document %s came without the Content-Security-Policy (headers %v)", u, h)
 		}
+	}
+	for _, p := range log.problems {
+		// The one expected error: the page's own CSRF-less post above, answered 403.
+		if strings.Contains(p, "/ui/logout") && strings.Contains(p, "403") {
+			continue
+		}
+		t.Errorf("the browser reported: %s", p)
 	}
 	t.Logf("screenshots in %s; %d requests, all same-origin", shots, len(log.requests))
 }
