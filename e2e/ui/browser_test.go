@@ -218,10 +218,18 @@ func (l *browserLog) listen(ev any) {
 			l.problems = append(l.problems, string(e.Entry.Source)+": "+e.Entry.Text+" "+e.Entry.URL)
 		}
 	case *runtime.EventExceptionThrown:
-		l.problems = append(l.problems, "exception: "+e.ExceptionDetails.Text)
+		msg := e.ExceptionDetails.Text
+		if ex := e.ExceptionDetails.Exception; ex != nil {
+			msg += " " + ex.Description
+		}
+		l.problems = append(l.problems, "exception: "+msg)
 	case *runtime.EventConsoleAPICalled:
 		if e.Type == runtime.ConsoleAPICalledTypeError {
-			l.problems = append(l.problems, "console.error")
+			msg := "console.error:"
+			for _, a := range e.Args {
+				msg += " " + a.Description + " " + string(a.Value)
+			}
+			l.problems = append(l.problems, msg)
 		}
 	}
 }
@@ -313,6 +321,32 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if strings.Contains(cookies, "berth_session") {
 		t.Errorf("the session cookie is readable from script: %q", cookies)
+	}
+
+	// htmx does not evaluate code from attributes: an hx-on handler added to the page is
+	// refused by the dashboard's own extension (its message) and never runs.
+	if _, err := chromedp.Run(tctx, chromedp.Evaluate[string](`(() => {
+		const b = document.createElement("button");
+		b.setAttribute("hx-on:click", "window.berthEvaluated = 'yes'");
+		document.body.appendChild(b);
+		htmx.process(b);
+		b.click();
+		return "clicked";
+	})()`)); err != nil {
+		t.Fatal(err)
+	}
+	proctest.WaitFor(t, 10*time.Second, "the refusal of an hx-on handler", func() (bool, string) {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		for _, p := range log.problems {
+			if strings.Contains(p, "evaluating code from attributes is disabled") {
+				return true, ""
+			}
+		}
+		return false, strings.Join(log.problems, "; ")
+	})
+	if v, err := chromedp.Run(tctx, chromedp.Evaluate[string](`String(window.berthEvaluated)`)); err != nil || v != "undefined" {
+		t.Fatalf("an hx-on handler ran (window.berthEvaluated = %q, %v)", v, err)
 	}
 
 	// A second service starts failing while the page is open: the page shows it without a
@@ -427,6 +461,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	for _, p := range log.problems {
 		// The one expected error: the page's own CSRF-less post above, answered 403.
 		if strings.Contains(p, "/ui/logout") && strings.Contains(p, "403") {
+			continue
+		}
+		// The other: the hx-on handler planted above, refused.
+		if strings.Contains(p, "evaluating code from attributes is disabled") {
 			continue
 		}
 		t.Errorf("the browser reported: %s", p)
