@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"html/template"
-	"io/fs"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -137,5 +136,3 @@ func parseRevision(s string) (int64, bool) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	return n, err == nil && n > 0
 }
-
-var _ fs.FS = embedded

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/tls"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -330,7 +329,6 @@ func TestSessionCookieFlags(t *testing.T) {
 			}
 		})
 	}
-	_ = tls.VersionTLS12
 }
 
 // TestLoginFailureIsGeneric checks a wrong password, an unknown user and a wrong token are
