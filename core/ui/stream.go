@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/berthhq/berth/sdk/client"
 )
 
 // stream serves a page's live region as Server-Sent Events (text/event-stream): the region
@@ -50,10 +52,17 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 		c, cctx := h.client(r.WithContext(ctx), v.Bearer)
 		data, err := h.loadLive(cctx, c, name, q)
 		if err != nil {
+			if client.IsCode(err, "unauthenticated") {
+				// The session was revoked or expired while the page was open: say so in the
+				// page instead of leaving it frozen.
+				_, _ = w.Write(sseMessage([]byte(sessionEnded)))
+				flusher.Flush()
+				return
+			}
 			if ctx.Err() == nil {
 				h.log.Info("dashboard stream ended: the API refused a read", "page", name, "err", err)
 			}
-			return // the browser reconnects; a revoked session is sent to login then
+			return // the browser reconnects
 		}
 		body, err := h.renderLive(name, &pageData{Viewer: v, Data: data, Query: q, Nav: name})
 		if err != nil {
@@ -96,6 +105,9 @@ func (h *Handler) waitStream(ctx context.Context, w http.ResponseWriter, f http.
 		}
 	}
 }
+
+// sessionEnded replaces a live region whose session the API stopped accepting.
+const sessionEnded = `<p class="notice bad" role="alert" id="session-ended">Your session ended. <a href="/ui/login">Log in again</a>.</p>`
 
 // sseMessage frames body as one unnamed SSE message: each line of it a "data:" line.
 func sseMessage(body []byte) []byte {

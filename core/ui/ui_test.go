@@ -439,3 +439,32 @@ func TestActionsCarryTheFormsIdempotencyKey(t *testing.T) {
 		t.Fatalf("a second form restarted to generation %d, want 2", g)
 	}
 }
+
+// TestStreamSaysWhenTheSessionEnds opens a live stream, ends the session at the API (the
+// user's sessions revoked), and sees the stream replace the region with a login link and end.
+func TestStreamSaysWhenTheSessionEnds(t *testing.T) {
+	f := newFixture(t, false)
+	hc := f.browser(t)
+	resp, _ := login(t, hc, f.srv.URL, url.Values{"name": {"ops"}, "password": {userPassword}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login: %d", resp.StatusCode)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/ui/stream/nodes", nil)
+	stream, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	if _, err := f.api(t, f.admin).ChangeCredential(ctx, "ops", "revoke_sessions", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(stream.Body) // the stream ends by itself once it told the page
+	if err != nil {
+		t.Fatalf("read the stream: %v\n%s", err, b)
+	}
+	if !strings.Contains(string(b), `id="session-ended"`) {
+		t.Fatalf("the stream did not say the session ended:\n%s", b)
+	}
+}
