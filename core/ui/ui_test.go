@@ -52,7 +52,10 @@ type fixture struct {
 	cat   *services.Catalog
 }
 
-func newFixture(t *testing.T, useTLS bool) *fixture {
+func newFixture(t *testing.T, useTLS bool) *fixture { return newFixtureWith(t, useTLS, nil) }
+
+// newFixtureWith is newFixture with a change to the dashboard's configuration.
+func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	unlock, err := store.LockDir(dir)
@@ -93,7 +96,11 @@ func newFixture(t *testing.T, useTLS bool) *fixture {
 		Secrets:       &api.SecretsConfig{Store: secrets.NewStore(st, kr, nil)},
 		ImageReleases: registry.NewReleases(st.Collection(registry.ReleasesCollection), nil)})
 	mreg := prometheus.NewRegistry()
-	dash := ui.New(ui.Config{API: apiSrv, StreamInterval: 50 * time.Millisecond, Metrics: mreg})
+	cfg := ui.Config{API: apiSrv, StreamInterval: 50 * time.Millisecond, Metrics: mreg}
+	if change != nil {
+		change(&cfg)
+	}
+	dash := ui.New(cfg)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ui.Owns(r.URL.Path) {
 			dash.ServeHTTP(w, r)
@@ -467,4 +474,94 @@ func TestStreamSaysWhenTheSessionEnds(t *testing.T) {
 	if !strings.Contains(string(b), `id="session-ended"`) {
 		t.Fatalf("the stream did not say the session ended:\n%s", b)
 	}
+}
+
+// TestStreamFollowsTheChangeFeed gives the dashboard a change feed (Config.Wake): a stream
+// sends only keep-alives while the feed is quiet, even when the state changed, and the new
+// state once the feed signals.
+func TestStreamFollowsTheChangeFeed(t *testing.T) {
+	wake := make(chan struct{}, 1)
+	f := newFixtureWith(t, false, func(c *ui.Config) {
+		c.Wake = func(context.Context) <-chan struct{} { return wake }
+		c.StreamInterval = 20 * time.Millisecond
+	})
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/ui/stream/services", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := make(chan string, 64)
+	go func() {
+		defer close(events)
+		buf := make([]byte, 64<<10)
+		var pending strings.Builder
+		for {
+			n, err := resp.Body.Read(buf)
+			pending.WriteString(string(buf[:n]))
+			for {
+				s := pending.String()
+				i := strings.Index(s, "\n\n")
+				if i < 0 {
+					break
+				}
+				select {
+				case events <- s[:i]:
+				case <-ctx.Done():
+					return
+				}
+				pending.Reset()
+				pending.WriteString(s[i+2:])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case e, ok := <-events:
+			if !ok {
+				t.Fatalf("the stream ended waiting for %s", what)
+			}
+			return e
+		case <-ctx.Done():
+			t.Fatalf("no %s in time", what)
+		}
+		return ""
+	}
+	next("the stream's opening comment")
+	if e := next("the first region"); !strings.Contains(e, "default/web") {
+		t.Fatalf("first message: %q", e)
+	}
+	p, err := f.cat.GetProject(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.cat.PutService(ctx, p, &services.Service{Name: "api", Bundle: "api", BundleDigest: "sha256:" + strings.Repeat("cd", 32),
+		Command: []string{"./api"}, Replicas: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Ten ticks of a quiet feed: keep-alives only, the new service not yet sent.
+	for range 10 {
+		if e := next("a keep-alive"); e != ": keep-alive" {
+			t.Fatalf("a quiet feed sent %q, want a keep-alive", e)
+		}
+	}
+	wake <- struct{}{}
+	for range 100 {
+		e := next("the region after the wake-up")
+		if strings.HasPrefix(e, "data: ") {
+			if !strings.Contains(e, "default/api") {
+				t.Fatalf("the region after the wake-up lacks the new service: %q", e)
+			}
+			return
+		}
+	}
+	t.Fatal("no region after the wake-up")
 }
