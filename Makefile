@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/berthhq/berth/internal/version.Version=$(VERSION)
 BIN     := $(CURDIR)/bin
 HTTPBIN := github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin
 
-.PHONY: build run run-bins test test-containers bench generate lint bundles clean wasm modules dist opa
+.PHONY: build run run-bins test test-containers bench generate lint bundles clean wasm modules dist opa ui-assets
 
 # The container tests: real containerd (started by scripts/containerd-test.sh,
 # installed from Debian when missing), network namespaces and nftables.
@@ -110,6 +110,7 @@ SLOW_TEST_PKGS := ./e2e ./core/api ./e2e/corestore ./core/store ./e2e/images ./c
 test: build opa $(AS_WASM) $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(CADDY) $(PEBBLE) $(PEBBLE_CHALLTESTSRV)
 	./scripts/install-postgres.sh
 	./scripts/install-knot.sh
+	./scripts/install-chromium.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 35m $(SLOW_TEST_PKGS) ./...
 
 ## test-containers: only the container tests (containerd driver, nftables network)
@@ -125,6 +126,11 @@ bench: build opa $(AS_WASM) $(CADDY) $(PEBBLE)
 	./scripts/install-postgres.sh
 	./scripts/containerd-test.sh run env BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./... | ./scripts/bench-figures.sh
 	cd bench/opa && BERTH_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -count=1 -timeout 30m . | ../../scripts/bench-figures.sh
+
+## ui-assets: the dashboard's vendored htmx and uPlot (committed under core/ui/assets/vendor),
+## fetched from npm at the versions and SHA-256 digests of core/ui/assets/MANIFEST
+ui-assets:
+	./scripts/ui-assets.sh
 
 ## generate: protobuf code (committed)
 generate:

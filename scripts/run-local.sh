@@ -182,6 +182,7 @@ export BERTH_SERVER="https://$API" BERTH_TOKEN BERTH_FINGERPRINT
 BERTH_TOKEN=$(cat "$RUN_DIR/berthd/admin-token")
 BERTH_FINGERPRINT=$(cat "$RUN_DIR/berthd/server-fingerprint")
 say "server certificate fingerprint $BERTH_FINGERPRINT"
+say "dashboard https://$API/ui/ (log in with the token in $RUN_DIR/berthd/admin-token)"
 
 if [ -s "$RUN_DIR/agent/agent.db" ]; then
   # The agent dials the address it enrolled with; after a change of
@@ -272,6 +273,11 @@ cat <<MSG
     curl -H 'Host: hello.localhost' http://$GATEWAY/
     curl http://hello.localhost:${GATEWAY##*:}/
     curl -H 'Host: httpbin.localhost' http://$GATEWAY/headers
+
+  The dashboard: https://$API/ui/
+    Log in with the admin token: paste the one line of $RUN_DIR/berthd/admin-token
+    into the Token field. The browser warns about berthd's self-signed certificate:
+    accept it only if its SHA-256 fingerprint has the hex digits of $BERTH_FINGERPRINT.
 
   The CLI, from another shell:
     export BERTH_SERVER=https://$API BERTH_TOKEN=\$(cat $RUN_DIR/berthd/admin-token)

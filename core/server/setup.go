@@ -41,6 +41,7 @@ import (
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/session"
 	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/core/ui"
 	"github.com/berthhq/berth/host/plugin"
 )
 
@@ -443,7 +444,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Deployer:     c.dep,
 	})
 	f.srv = &http.Server{
-		Handler:           withRegistry(f.api, oci),
+		Handler:           withRegistry(withDashboard(f.api, ui.New(ui.Config{API: f.api, Metrics: b.metrics, Logger: log})), oci),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -1,0 +1,353 @@
+package ui
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// failingService is a service whose verdict is refused or waiting, with the reason and, when
+// the rollout names one, the slot it waits on and that slot's last failure.
+type failingService struct {
+	Service     client.Service
+	State       string
+	Reason      string
+	Since       time.Time
+	WaitingOn   string
+	LastFailure string
+}
+
+// rolloutRow is a service whose verdict is converging, with its rollout's progress when the
+// overview read it (the first detailLimit of them).
+type rolloutRow struct {
+	Service client.Service
+	Status  *client.RolloutStatus
+}
+
+// detailLimit is how many failing services and how many rollouts in progress the overview
+// reads the rollout detail of (one API read each); the rest are listed from the service list
+// alone, so a fleet-wide rollout costs a bounded number of reads.
+const detailLimit = 20
+
+// crashingWorkload is a workload that should run and does not stay up.
+type crashingWorkload struct {
+	Workload client.Workload
+	Failure  string
+}
+
+// overviewData is what the overview shows, failing things first.
+type overviewData struct {
+	Failing  []failingService
+	Crashing []crashingWorkload
+	BadNodes []nodeAttention
+	Rollouts []rolloutRow
+	// More counts the failing services and rollouts listed without their per-slot detail
+	// (beyond detailLimit of each).
+	More      int
+	Latest    []client.Service
+	NodeCount []statusCount
+	Services  int
+}
+
+// nodeAttention is a node that is not serving as a member should, with its fencing state:
+// leases it failed to fence and those that wait for an operator's fence-ack.
+type nodeAttention struct {
+	Node          client.Node
+	FenceFailures int
+	AckPending    int
+}
+
+// statusCount is how many nodes have one status.
+type statusCount struct {
+	Status string
+	Count  int
+}
+
+// crashRestarts is the restart count from which a running workload counts as crash-looping.
+const crashRestarts = 3
+
+// latestDeployments is how many recently changed services the overview lists.
+const latestDeployments = 10
+
+// loadOverview reads the overview through the API as v.
+func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overviewData, error) {
+	svcs, err := allServices(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	d := &overviewData{Services: len(svcs)}
+	// The last failure of the workload each failing rollout waits on, by workload id: the
+	// node's own words, which the workload list does not carry.
+	lastFailure := map[string]string{}
+	for _, s := range svcs {
+		if s.Verdict == nil {
+			continue
+		}
+		switch s.Verdict.State {
+		case "refused", "waiting":
+			f := failingService{Service: s, State: s.Verdict.State, Reason: s.Verdict.Reason, Since: s.Verdict.ChangedAt}
+			if len(d.Failing) >= detailLimit {
+				d.More++
+				d.Failing = append(d.Failing, f)
+				continue
+			}
+			if ro, err := c.Rollout(ctx, s.Project, s.Name); err == nil && ro.WaitingOn != nil {
+				f.WaitingOn = ro.WaitingOn.Replica + ": " + ro.WaitingOn.Reason
+				if ro.WaitingOn.LastFailure != nil {
+					f.LastFailure = ro.WaitingOn.LastFailure.String()
+					lastFailure[ro.WaitingOn.WorkloadID] = f.LastFailure
+				}
+			}
+			d.Failing = append(d.Failing, f)
+		case "converging":
+			row := rolloutRow{Service: s}
+			if len(d.Rollouts) < detailLimit {
+				if ro, err := c.Rollout(ctx, s.Project, s.Name); err == nil {
+					row.Status = ro
+				}
+			} else {
+				d.More++
+			}
+			d.Rollouts = append(d.Rollouts, row)
+		}
+	}
+	// Refused before waiting, then the longest-standing first.
+	slices.SortStableFunc(d.Failing, func(a, b failingService) int {
+		if a.State != b.State {
+			return cmp.Compare(stateRank(a.State), stateRank(b.State))
+		}
+		return a.Since.Compare(b.Since)
+	})
+	wls, err := c.ListWorkloads(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range wls {
+		if w.DesiredStatus != "running" {
+			continue
+		}
+		if w.ObservedStatus == "crashed" || w.RestartCount >= crashRestarts {
+			f := cmp.Or(lastFailure[w.ID], w.Message, w.ObservedStatus)
+			d.Crashing = append(d.Crashing, crashingWorkload{Workload: w, Failure: f})
+		}
+	}
+	slices.SortStableFunc(d.Crashing, func(a, b crashingWorkload) int { return cmp.Compare(b.Workload.RestartCount, a.Workload.RestartCount) })
+	nodes, err := c.ListNodes(ctx)
+	if err != nil && !client.IsCode(err, "forbidden") {
+		return nil, err
+	}
+	counts := map[string]int{}
+	for _, n := range nodes {
+		counts[n.Status]++
+		if nodeNeedsAttention(n) {
+			a := nodeAttention{Node: n}
+			// Only a node that lost its session has leases to fence. Without the lease
+			// subsystem the fence endpoint does not exist (404): no fencing to show.
+			if n.Status == "disconnected" {
+				if f, err := c.NodeFence(ctx, n.ID); err == nil {
+					a.FenceFailures, a.AckPending = len(f.FenceFailure), len(f.FenceAckPending)
+				}
+			}
+			d.BadNodes = append(d.BadNodes, a)
+		}
+	}
+	for st, n := range counts {
+		d.NodeCount = append(d.NodeCount, statusCount{Status: st, Count: n})
+	}
+	slices.SortFunc(d.NodeCount, func(a, b statusCount) int { return strings.Compare(a.Status, b.Status) })
+	latest := slices.Clone(svcs)
+	slices.SortFunc(latest, func(a, b client.Service) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
+	d.Latest = latest[:min(len(latest), latestDeployments)]
+	return d, nil
+}
+
+// stateRank orders verdict states for the failing list.
+func stateRank(state string) int {
+	if state == "refused" {
+		return 0
+	}
+	return 1
+}
+
+// nodeNeedsAttention reports whether node n is not serving as a member should: disconnected,
+// draining, not yet connected, or retired.
+func nodeNeedsAttention(n client.Node) bool {
+	return n.Status != "connected" && n.Status != "removed" || n.Retirement != ""
+}
+
+// allServices lists the services of every project the viewer may read.
+func allServices(ctx context.Context, c *client.Client) ([]client.Service, error) {
+	projects, err := c.ListProjects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []client.Service
+	for _, p := range projects {
+		svcs, err := c.ListServices(ctx, p.Name)
+		if client.IsCode(err, "forbidden") {
+			continue // a token bound to another project
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, svcs...)
+	}
+	slices.SortFunc(out, func(a, b client.Service) int {
+		return cmp.Or(strings.Compare(a.Project, b.Project), strings.Compare(a.Name, b.Name))
+	})
+	return out, nil
+}
+
+// serviceData is what a service's page shows.
+type serviceData struct {
+	Service  *client.Service
+	Rollout  *client.RolloutStatus
+	Slots    []client.SlotView
+	Releases []client.ImageRelease
+	// Idem is the Idempotency-Key the page's action forms send: a repeated submit of the same
+	// rendered form is the same request to the API.
+	Idem string
+}
+
+func (h *Handler) loadService(ctx context.Context, c *client.Client, project, name string) (*serviceData, error) {
+	svc, err := c.GetService(ctx, project, name)
+	if err != nil {
+		return nil, err
+	}
+	d := &serviceData{Service: svc, Idem: "ui-" + randomToken()}
+	if d.Rollout, err = c.Rollout(ctx, project, name); err != nil {
+		return nil, err
+	}
+	if d.Slots, err = c.ServiceSlots(ctx, project, name); err != nil {
+		return nil, err
+	}
+	rels, err := c.ListImageReleases(ctx, project, name)
+	if err == nil {
+		d.Releases = rels
+	}
+	return d, nil
+}
+
+// live is what a page's live region is rendered from.
+func (h *Handler) loadLive(ctx context.Context, c *client.Client, page string, q map[string]string) (any, error) {
+	switch page {
+	case "overview":
+		return h.loadOverview(ctx, c)
+	case "services":
+		return allServices(ctx, c)
+	case "nodes":
+		nodes, err := c.ListNodes(ctx)
+		slices.SortFunc(nodes, func(a, b client.Node) int { return strings.Compare(a.Hostname, b.Hostname) })
+		return nodes, err
+	case "service":
+		return h.loadService(ctx, c, q["project"], q["name"])
+	}
+	return nil, errNoPage
+}
+
+var errNoPage = errors.New("ui: no such page")
+
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request, v *viewer) {
+	h.page(w, r, v, "overview", "Overview", nil)
+}
+
+func (h *Handler) servicesPage(w http.ResponseWriter, r *http.Request, v *viewer) {
+	h.page(w, r, v, "services", "Services", nil)
+}
+
+func (h *Handler) nodesPage(w http.ResponseWriter, r *http.Request, v *viewer) {
+	h.page(w, r, v, "nodes", "Nodes", nil)
+}
+
+func (h *Handler) servicePage(w http.ResponseWriter, r *http.Request, v *viewer) {
+	q := map[string]string{"project": r.PathValue("project"), "name": r.PathValue("name")}
+	h.page(w, r, v, "service", q["project"]+"/"+q["name"], q)
+}
+
+// page renders a page with a live region: the region's data through the API, and the stream
+// URL that keeps it current.
+func (h *Handler) page(w http.ResponseWriter, r *http.Request, v *viewer, name, title string, q map[string]string) {
+	c, ctx := h.client(r, v.Bearer)
+	data, err := h.loadLive(ctx, c, name, q)
+	if err != nil {
+		h.apiError(w, r, err)
+		return
+	}
+	stream := "/ui/stream/" + name
+	if q != nil {
+		stream += "?project=" + urlQuery(q["project"]) + "&name=" + urlQuery(q["name"])
+	}
+	h.render(w, r, http.StatusOK, name, &pageData{Viewer: v, Title: title, Nav: name, Stream: stream, Data: data, Query: q})
+}
+
+// pageData is the data of every page template.
+type pageData struct {
+	Viewer *viewer
+	Title  string
+	Nav    string
+	Stream string
+	Data   any
+	Query  map[string]string
+	// Notice is a one-line message above the page (the outcome of an action).
+	Notice string
+}
+
+// undoPreview shows what an undo would change (a dry run through the API) and the form that
+// does it at the revision shown.
+func (h *Handler) undoPreview(w http.ResponseWriter, r *http.Request, v *viewer) {
+	project, name := r.PathValue("project"), r.PathValue("name")
+	c, ctx := h.client(r, v.Bearer)
+	res, err := c.RolloutUndoWith(ctx, project, name, client.UndoRequest{DryRun: true})
+	if err != nil {
+		h.apiError(w, r, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "undo", &pageData{Viewer: v, Title: "Undo " + project + "/" + name, Nav: "services",
+		Data: map[string]any{"Result": res, "Idem": "ui-" + randomToken()}, Query: map[string]string{"project": project, "name": name}})
+}
+
+// undo undoes the service's last rollout at the revision the preview showed, with the
+// Idempotency-Key the preview's form carries.
+func (h *Handler) undo(w http.ResponseWriter, r *http.Request, v *viewer) {
+	project, name := r.PathValue("project"), r.PathValue("name")
+	rev, ok := parseRevision(r.PostFormValue("expected_revision"))
+	if !ok {
+		h.renderError(w, r, http.StatusBadRequest, "The undo form has no revision. Open the undo preview again.")
+		return
+	}
+	c, ctx := h.client(r, v.Bearer)
+	c = c.WithIdempotencyKey(formKey(r))
+	if _, err := c.RolloutUndoWith(ctx, project, name, client.UndoRequest{ExpectedRevision: &rev}); err != nil {
+		h.apiError(w, r, err)
+		return
+	}
+	http.Redirect(w, r, serviceURL(project, name), http.StatusSeeOther)
+}
+
+// restart restarts the service's rollout (POST .../rollout/restart) with the form's
+// Idempotency-Key.
+func (h *Handler) restart(w http.ResponseWriter, r *http.Request, v *viewer) {
+	project, name := r.PathValue("project"), r.PathValue("name")
+	c, ctx := h.client(r, v.Bearer)
+	c = c.WithIdempotencyKey(formKey(r))
+	if _, err := c.RolloutRestart(ctx, project, name); err != nil {
+		h.apiError(w, r, err)
+		return
+	}
+	http.Redirect(w, r, serviceURL(project, name), http.StatusSeeOther)
+}
+
+// formKey is the Idempotency-Key a form carries (rendered with the form), or a fresh one.
+func formKey(r *http.Request) string {
+	k := r.PostFormValue("idempotency_key")
+	if k == "" || len(k) > 200 {
+		return "ui-" + randomToken()
+	}
+	return k
+}
