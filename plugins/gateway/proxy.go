@@ -655,23 +655,24 @@ func (p *Proxy) serve(w *recorder, r *http.Request) {
 	if r.Header.Get("Upgrade") != "" {
 		r = r.WithContext(context.WithValue(r.Context(), upgradeKey{}, w))
 	}
-	start := rt.next.Add(1) - 1
-	var err error
-	for i := range n {
-		u := rt.healthy[(start+uint64(i))%uint64(n)]
-		w.upstream, w.up, w.err = u.Address, u, nil
-		u.rp.ServeHTTP(w, r)
-		if err = w.err; err == nil {
-			return
+	tried, err := p.attempt(w, r, host, rt, nil)
+	if err != nil && retryable(r, err) {
+		// The route table may have changed since this request read it: a rollout withdraws a
+		// workload from the table before its node stops it, and a request that picked the old
+		// table just before the swap finds the workload gone. It is tried once more on the
+		// upstreams the current table names that it has not tried (never sent: see retryable).
+		if now := p.state.Load(); now != st {
+			if vh := now.lookup(host); vh != nil {
+				if rt2 := vh.match(r); rt2 != nil && len(rt2.healthy) > 0 {
+					w.retries++
+					w.service, w.route = rt2.service, rt2
+					_, err = p.attempt(w, r, host, rt2, tried)
+				}
+			}
 		}
-		w.upstreamErrors++
-		p.obs.upstreamError(rt.service, u.Address, err)
-		retry := i+1 < n && retryable(r, err)
-		p.logError(r, host, u.Upstream, err, retry)
-		if !retry {
-			break
-		}
-		w.retries++
+	}
+	if err == nil {
+		return
 	}
 	if timedOut(err) {
 		writeProblem(w, http.StatusGatewayTimeout, abierrors.GatewayTimeout, "gateway-timeout",
@@ -681,6 +682,42 @@ func (p *Proxy) serve(w *recorder, r *http.Request) {
 	writeProblem(w, http.StatusBadGateway, abierrors.BadGateway, "bad-gateway",
 		"bad gateway", fmt.Sprintf("no upstream of the service at host %q could be reached", host))
 }
+
+// attempt sends r to the healthy upstreams of rt in round-robin order, skipping those in
+// skip (addresses already tried), moving to the next only while the failure is retryable. It
+// returns the addresses it tried, and nil once an upstream answered, else the last error.
+func (p *Proxy) attempt(w *recorder, r *http.Request, host string, rt *route, skip []string) ([]string, error) {
+	n := len(rt.healthy)
+	start := rt.next.Add(1) - 1
+	err := error(errNoUpstreamLeft)
+	tried := skip // grows only on a failure: a request answered at once allocates nothing here
+	for i := range n {
+		u := rt.healthy[(start+uint64(i))%uint64(n)]
+		if slices.Contains(skip, u.Address) {
+			continue
+		}
+		if len(tried) > len(skip) {
+			w.retries++
+		}
+		w.upstream, w.up, w.err = u.Address, u, nil
+		u.rp.ServeHTTP(w, r)
+		if err = w.err; err == nil {
+			return tried, nil
+		}
+		tried = append(tried, u.Address)
+		w.upstreamErrors++
+		p.obs.upstreamError(rt.service, u.Address, err)
+		retry := i+1 < n && retryable(r, err)
+		p.logError(r, host, u.Upstream, err, retry)
+		if !retry {
+			break
+		}
+	}
+	return tried, err
+}
+
+// errNoUpstreamLeft is attempt's error when every healthy upstream was tried already.
+var errNoUpstreamLeft = errors.New("gateway: every upstream of the route was tried")
 
 // acmeChallengePath is the prefix of ACME HTTP-01 requests (RFC 8555
 // section 8.3).

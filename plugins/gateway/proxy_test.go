@@ -643,3 +643,34 @@ func TestTLSModeNotServedInPlainHTTP(t *testing.T) {
 		wantProblem(t, resp, body, http.StatusMisdirectedRequest, "tls_unavailable", "tls-unavailable")
 	}
 }
+
+// TestRequestAfterTheTableSwapTriesTheNewTable: a request that read the route table just before
+// a swap withdrew its upstream (a rollout withdraws a workload before its node stops it) finds
+// that upstream gone, and is sent to the upstream the new table names instead of answered 502.
+func TestRequestAfterTheTableSwapTriesTheNewTable(t *testing.T) {
+	t.Parallel()
+	live := named(t, "live")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	p, srv, logs := gateway(t, oneRoute(healthy("wl_old", ln.Addr().String())))
+	next := oneRoute(healthy("wl_new", addr(live)))
+	next.Revision = 2
+	go func() {
+		// The old workload: the table moves on as its process goes, and the connection the
+		// request made is reset before anything is read from it.
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		p.SetTable(next)
+		_ = c.(*net.TCPConn).SetLinger(0)
+		_ = c.Close()
+	}()
+	resp, body := send(t, srv, http.MethodGet, testHost, "/", nil)
+	if resp.StatusCode != http.StatusOK || string(body) != "live" {
+		t.Fatalf("GET: %d %q, want 200 \"live\" from the new table's upstream\n%s", resp.StatusCode, body, logs.String())
+	}
+}
