@@ -111,6 +111,8 @@ func TestRobfigDiffers(t *testing.T) {
 	for _, tc := range []struct{ name, spec, after, ours string }{
 		{"berlin gap", "CRON_TZ=Europe/Berlin 30 2 * * *", "2026-03-28T12:00:00Z", "2026-03-29T01:00:00Z"},
 		{"new york gap", "CRON_TZ=America/New_York 30 2 * * *", "2026-03-07T12:00:00Z", "2026-03-08T07:00:00Z"},
+		{"berlin fall-back second pass", "CRON_TZ=Europe/Berlin 30 2 * * *", "2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"},
+		{"new york fall-back second pass", "CRON_TZ=America/New_York 30 1 * * *", "2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"},
 	} {
 		s, err := cron.ParseStandard(tc.spec)
 		if err != nil {
