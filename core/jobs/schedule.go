@@ -49,7 +49,7 @@ type Compiled struct {
 	loc   *time.Location
 	// wall reports whether the hour field names hours (not "*"): such a schedule fires once per
 	// wall-clock time, at the end of a spring-forward gap when that time does not exist; one
-	// whose hour is "*" fires at every instant whose local time matches (docs/jobs.md 3).
+	// whose hour is "*" fires at every instant whose local time matches (docs/jobs.md section 3).
 	wall bool
 }
 
@@ -104,7 +104,7 @@ func Next(spec Schedule, after time.Time) time.Time {
 }
 
 // Next returns the first fire time strictly after after, in UTC, or the zero time when there is
-// none (within about five years). Fire times are whole seconds. The rules (docs/jobs.md 3):
+// none (within about five years). Fire times are whole seconds. The rules (docs/jobs.md section 3):
 //
 //  1. "@every d" fires at the instants that are whole multiples of d since the Unix epoch, so
 //     every dispatcher computes the same fire times whatever instant it asks from.

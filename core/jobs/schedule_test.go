@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,5 +154,90 @@ func TestScheduleValidate(t *testing.T) {
 		if !tc.ok && !jobs.Next(tc.s, utc("2026-01-01T00:00:00Z")).IsZero() {
 			t.Errorf("Next of invalid %+v is not zero", tc.s)
 		}
+	}
+}
+
+// TestNextAgainstReference compares Next, around both transitions of two zones, with a
+// brute-force reading of the rules over every minute: a schedule whose hour field is "*" fires
+// at each minute instant whose local time matches; any other fires, for each matching wall-clock
+// minute, at the first instant whose local time is that minute or later (its only or first
+// occurrence, or the end of the gap that skips it).
+func TestNextAgainstReference(t *testing.T) {
+	t.Parallel()
+	specs := []string{"30 2 * * *", "*/15 2 * * *", "0 * * * *", "*/30 * * * *", "0 1-3 * * *", "* 2 * * *", "45 1,2 * * *", "0 */2 * * *", "59 1 * * *", "0 3 * * *"}
+	windows := []struct{ zone, day string }{
+		{"Europe/Berlin", "2026-03-28"}, {"Europe/Berlin", "2026-10-24"},
+		{"America/New_York", "2026-03-07"}, {"America/New_York", "2026-10-31"},
+	}
+	for _, w := range windows {
+		loc, err := time.LoadLocation(w.zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := time.ParseInLocation("2006-01-02", w.day, loc)
+		start, end := d, d.AddDate(0, 0, 3) // three local days with the transition in the middle
+		var instants []time.Time
+		for i := start; i.Before(end); i = i.Add(time.Minute) {
+			instants = append(instants, i.UTC())
+		}
+		wallOf := func(i time.Time) time.Time {
+			l := i.In(loc)
+			return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), 0, 0, time.UTC)
+		}
+		for _, spec := range specs {
+			parsed, err := cron.ParseStandard(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := *parsed.(*cron.SpecSchedule)
+			ref.Location = time.UTC
+			matches := func(wall time.Time) bool { return ref.Next(wall.Add(-time.Second)).Equal(wall) }
+			hourStar := strings.HasPrefix(strings.Fields(spec)[1], "*") && !strings.Contains(strings.Fields(spec)[1], "/")
+
+			want := map[time.Time]bool{}
+			if hourStar {
+				for _, i := range instants {
+					if matches(wallOf(i)) {
+						want[i] = true
+					}
+				}
+			} else {
+				for c := wallOf(start); c.Before(wallOf(end)); c = c.Add(time.Minute) {
+					if !matches(c) {
+						continue
+					}
+					for _, i := range instants {
+						if !wallOf(i).Before(c) {
+							want[i] = true
+							break
+						}
+					}
+				}
+			}
+			var got []time.Time
+			c := compile(t, spec, w.zone)
+			for f := c.Next(start.Add(-time.Second)); f.Before(end) && len(got) < 5000; f = c.Next(f) {
+				got = append(got, f)
+			}
+			gotSet := map[time.Time]bool{}
+			for _, f := range got {
+				gotSet[f] = true
+				if !want[f] {
+					t.Errorf("%s in %s around %s: Next fires at %s (%s), the rules do not", spec, w.zone, w.day, f.Format(time.RFC3339), f.In(loc).Format("15:04 MST"))
+				}
+			}
+			for f := range want {
+				if !gotSet[f] {
+					t.Errorf("%s in %s around %s: the rules fire at %s (%s), Next does not", spec, w.zone, w.day, f.Format(time.RFC3339), f.In(loc).Format("15:04 MST"))
+				}
+			}
+		}
+	}
+}
+
+func TestNextNever(t *testing.T) {
+	t.Parallel()
+	if got := jobs.Next(jobs.Schedule{Cron: "0 0 30 2 *"}, utc("2026-01-01T00:00:00Z")); !got.IsZero() {
+		t.Errorf("30 February fires at %s", got)
 	}
 }
