@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -95,5 +96,60 @@ func TestRunID(t *testing.T) {
 	got := jobs.RunID("nightly", time.Date(2026, 12, 2, 4, 0, 0, 0, berlin))
 	if want := "nightly@2026-12-02T03:00:00Z"; got != want {
 		t.Errorf("RunID = %q, want %q", got, want)
+	}
+}
+
+// TestPlanStepsCoverEveryFireTime: a run of steps at random instants (a fixed seed), each
+// starting from the cursor the previous one returned, records every fire time of the schedule
+// exactly once (missed or due), and a fire time is due only when it is the latest of its step
+// and within the deadline.
+func TestPlanStepsCoverEveryFireTime(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(38, 1))
+	t0 := utc("2026-03-27T00:00:00Z")
+	for _, s := range []jobs.Schedule{
+		{Cron: "@every 2s"}, {Cron: "@every 7s"}, {Cron: "*/5 * * * *", TimeZone: "Europe/Berlin"},
+		{Cron: "30 2 * * *", TimeZone: "Europe/Berlin"}, {Cron: "0 * * * *", TimeZone: "America/New_York"},
+	} {
+		c := compile(t, s.Cron, s.TimeZone)
+		seen := map[time.Time]bool{}
+		cursor, now := t0, t0
+		for step := 0; step < 300; step++ {
+			now = now.Add(time.Duration(rng.IntN(1800)) * time.Second)
+			p, err := jobs.Plan(jobs.PlanInput{Schedule: c, Last: cursor, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Skipped != 0 {
+				t.Fatalf("%s: step %d skipped %d", s.Cron, step, p.Skipped)
+			}
+			rec := append([]time.Time(nil), p.Missed...)
+			if !p.Due.IsZero() {
+				if now.Sub(p.Due) > jobs.DefaultStartingDeadline {
+					t.Fatalf("%s: due %s is older than the deadline at %s", s.Cron, p.Due, now)
+				}
+				rec = append(rec, p.Due)
+			}
+			for _, f := range rec {
+				if seen[f] {
+					t.Fatalf("%s: fire time %s recorded twice", s.Cron, f)
+				}
+				if !f.After(cursor) || f.After(now) {
+					t.Fatalf("%s: fire time %s outside (%s, %s]", s.Cron, f, cursor, now)
+				}
+				seen[f] = true
+			}
+			cursor = p.Cursor
+		}
+		n := 0
+		for f := c.Next(t0); !f.After(cursor); f = c.Next(f) {
+			if !seen[f] {
+				t.Fatalf("%s: fire time %s was never recorded", s.Cron, f)
+			}
+			n++
+		}
+		if n != len(seen) {
+			t.Fatalf("%s: %d fire times recorded, the schedule has %d up to the cursor", s.Cron, len(seen), n)
+		}
 	}
 }
