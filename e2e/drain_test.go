@@ -39,7 +39,8 @@ func (cl *cluster) enrollNamed(t *testing.T, hostname string, extra ...string) c
 		for _, n := range ns {
 			if n.Hostname == hostname {
 				out = n
-				return n.Status == "connected" && n.Allocatable.CPUMilli > 0, fmt.Sprintf("%+v", n)
+				// resource_limits comes with the session's hello, after the enrollment's capacity.
+				return n.Status == "connected" && n.Allocatable.CPUMilli > 0 && n.ResourceLimits != "", fmt.Sprintf("%+v", n)
 			}
 		}
 		return false, fmt.Sprint(ns)
