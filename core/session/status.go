@@ -88,8 +88,6 @@ type statusWriter struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	done     chan struct{}
-	// failedLast reports whether the last pass met a store failure; only the loop touches it.
-	failedLast bool
 
 	pendingGauge prometheus.GaugeFunc
 	failures     prometheus.Counter
@@ -179,17 +177,22 @@ func (w *statusWriter) loop() {
 		case <-w.kick:
 		case <-w.stop:
 			ctx, cancel := context.WithTimeout(context.Background(), statusCloseTimeout)
-			for w.pass(ctx) && ctx.Err() == nil {
+			for {
+				more, failed := w.pass(ctx)
+				if !more || failed || ctx.Err() != nil {
+					break
+				}
 			}
 			cancel()
 			return
 		}
-		more := w.pass(context.Background())
-		if w.failedLast {
+		more, failed := w.pass(context.Background())
+		if failed {
 			select {
 			case <-time.After(statusRetry):
 			case <-w.stop:
 			}
+			more = true
 		}
 		if more {
 			select {
@@ -200,46 +203,48 @@ func (w *statusWriter) loop() {
 	}
 }
 
-// pass writes up to statusBatch nodes' pending status and reports whether any is left.
-func (w *statusWriter) pass(ctx context.Context) bool {
+// pass writes up to statusBatch nodes' pending status. It reports whether any is left, and
+// whether the store failed: the pass then stops at the first failure and puts that node and
+// those it had not reached back, so a stalled store costs one bounded write per pass.
+func (w *statusWriter) pass(ctx context.Context) (more, failed bool) {
 	w.mu.Lock()
-	batch := make(map[string]*nodeStatus, min(len(w.pending), statusBatch))
+	ids := make([]string, 0, min(len(w.pending), statusBatch))
+	batch := make(map[string]*nodeStatus, cap(ids))
 	for id, st := range w.pending {
-		if len(batch) == statusBatch {
+		if len(ids) == statusBatch {
 			break
 		}
+		ids = append(ids, id)
 		batch[id] = st
 		delete(w.pending, id)
 	}
-	w.writing = len(batch)
+	w.writing = len(ids)
 	w.mu.Unlock()
-	failed := 0
-	for id, st := range batch {
-		if err := w.write(ctx, id, st); err != nil {
-			failed++
-			if w.failures != nil {
-				w.failures.Inc()
-			}
-			w.mu.Lock()
-			if cur := w.pending[id]; cur != nil {
-				cur.merge(st)
+	for i, id := range ids {
+		err := w.write(ctx, id, batch[id])
+		if err == nil {
+			continue
+		}
+		failed = true
+		if w.failures != nil {
+			w.failures.Inc()
+		}
+		w.log.Warn("record node session status: the store refused or did not answer; retrying", "node_id", id, "nodes_waiting", len(ids)-i, "err", err)
+		w.mu.Lock()
+		for _, back := range ids[i:] {
+			if cur := w.pending[back]; cur != nil {
+				cur.merge(batch[back])
 			} else {
-				w.pending[id] = st
-			}
-			w.mu.Unlock()
-			if ctx.Err() != nil {
-				break
+				w.pending[back] = batch[back]
 			}
 		}
-	}
-	w.failedLast = failed > 0
-	if failed > 0 {
-		w.log.Warn("record node session status: the store refused or did not answer; retrying", "nodes", failed)
+		w.mu.Unlock()
+		break
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.writing = 0
-	return len(w.pending) > 0 && !w.failedLast
+	return len(w.pending) > 0, failed
 }
 
 // write writes one node's folded status: the ended sessions first, then the start (which
