@@ -9,7 +9,6 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
@@ -74,8 +73,10 @@ type credentialDoc struct {
 // digest once and indexed then.
 func (r *Registry) byCredential(ctx context.Context, digest string) (*Node, error) {
 	var cd credentialDoc
-	err := r.creds.FindOne(ctx, bson.M{"_id": digest}).Decode(&cd)
-	if errors.Is(err, mongo.ErrNoDocuments) {
+	// From the read view too: a dialling fleet's credential checks cost map lookups, not store
+	// round trips (a re-read by _id after the entry was written).
+	err := r.st.View().Get(ctx, r.creds, digest, &cd)
+	if errors.Is(err, store.ErrNotFound) {
 		// From the read view: an unknown credential must not make the store scan the nodes.
 		var found []Node
 		if err := r.st.View().Find(ctx, r.nodes, bson.D{{Key: "credential_digest", Value: digest}}, &found); err != nil {

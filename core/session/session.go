@@ -95,6 +95,8 @@ type Server struct {
 	// keys are the current signing key and the retired ones ([Server.RotateSigningKey]).
 	keys    keyRing
 	metrics *metrics
+	// status writes what sessions change in their nodes' documents (status.go).
+	status *statusWriter
 }
 
 // New returns a Server.
@@ -124,7 +126,24 @@ func New(cfg Config) *Server {
 	for id, k := range cfg.RetiredKeys {
 		s.keys.retired[id] = k
 	}
+	s.status = newStatusWriter(cfg.Nodes, s.log, cfg.Metrics, s.statusWritten)
 	return s
+}
+
+// statusWritten wakes the reconciler once a session's start, end or applied revision is in the
+// node's document, so that what it reads already shows the change.
+func (s *Server) statusWritten(nodeID string, connected, disconnected, applied bool) {
+	why := "status_report"
+	switch {
+	case connected:
+		why = "node.connected"
+	case disconnected:
+		why = "node.disconnected"
+	case !applied:
+		return
+	}
+	s.cfg.OnChange(why)
+	s.cfg.OnNodeChange(why, nodeID)
 }
 
 // conn is one live session.
@@ -155,6 +174,9 @@ type conn struct {
 	// removed is set when the node was removed while this session lived; its
 	// end then records no node.disconnected.
 	removed atomic.Bool
+	// started reports whether the session's start was handed to the status writer, so that
+	// its end is too. Only the session's handler touches it.
+	started bool
 	// follow is the change-log follower, set after desired_state.
 	follow atomic.Pointer[follow]
 	// waits pairs command_result and stream messages with their requests.
@@ -179,18 +201,15 @@ type conn struct {
 // the stored time is for operators and may lag by this much.
 const seenWriteInterval = 30 * time.Second
 
-// seen records a frame from the node in the store when its applied revision
-// changed or the stored last_seen_at is older than seenWriteInterval. It runs
-// on the session's read loop only.
-func (s *Server) seen(ctx context.Context, c *conn, applied *int64) {
+// seen records a frame from the node in its document (through the status writer) when its
+// applied revision changed or the recorded last_seen_at is older than seenWriteInterval. It
+// runs on the session's read loop only and never waits for the store.
+func (s *Server) seen(c *conn, applied *int64) {
 	now := time.Now()
 	if (applied == nil || *applied == c.seenApplied) && now.Sub(c.seenAt) < seenWriteInterval {
 		return
 	}
-	if err := s.cfg.Nodes.Seen(ctx, c.nodeID, applied); err != nil {
-		s.log.Warn("record node seen", "node_id", c.nodeID, "err", err)
-		return
-	}
+	s.status.seen(c.nodeID, applied)
 	c.seenAt = now
 	if applied != nil {
 		c.seenApplied = *applied
@@ -246,12 +265,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cancel()
 	s.endAllStreams(c)
 	current := s.unregister(c)
-	// The store update must outlive the request: use a fresh bounded ctx.
+	// The event must outlive the request: use a fresh bounded ctx.
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer ucancel()
-	if err := s.cfg.Nodes.SessionEnded(uctx, c.nodeID, c.id); err != nil {
-		s.log.Error("record session end", "node_id", c.nodeID, "err", err)
-	}
 	s.log.Info("node disconnected", "node_id", c.nodeID, "session", c.id, "reason", reason)
 	// A session replaced by a newer one is not a disconnection of the node.
 	switch {
@@ -268,8 +284,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.sessionEnded(why)
 		s.emit(uctx, events.Core(events.TypeNodeDisconnected, c.nodeID, map[string]any{"reason": why, "detail": reason}, time.Now()))
 	}
-	s.cfg.OnChange("node.disconnected")
-	s.cfg.OnNodeChange("node.disconnected", c.nodeID)
+	if c.started {
+		// After the event, so that whoever the writer wakes finds it.
+		s.status.ended(c.nodeID, c.id)
+	} else {
+		// Nothing was recorded for this session; the status writer wakes the reconciler
+		// once the end of one that was is in the node's document.
+		s.cfg.OnChange("node.disconnected")
+		s.cfg.OnNodeChange("node.disconnected", c.nodeID)
+	}
 }
 
 // refuseRemoved answers a removed node's hello with fatal node_removed and
@@ -440,6 +463,7 @@ func (s *Server) Close() {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.status.close()
 }
 
 // run performs the handshake and the steady-state read loop; it returns why the session ended.
@@ -468,14 +492,15 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 	if done := s.refuseSkew(ctx, c, env.ID, &hello); done != "" {
 		return done
 	}
-	if err := s.cfg.Nodes.SessionStarted(ctx, c.nodeID, c.id, hello.AgentVersion, hello.Drivers, sortedKeys(hello.NetworkVersions)...); err != nil {
-		s.log.Error("record session start", "node_id", c.nodeID, "err", err)
-		return "store_error"
-	}
+	// Recorded by the status writer, not here: a session never waits for the store to mark
+	// its node connected (the reconciler is woken once the mark is written).
+	s.status.started(c.nodeID, started{session: c.id, agentVersion: hello.AgentVersion, drivers: hello.Drivers, networks: sortedKeys(hello.NetworkVersions)})
+	c.started = true
+	// What the node can give to workloads is written only when it changed since the last report.
 	s.reportAllocatable(ctx, c, hello.Allocatable, hello.ResourceLimits)
 	applied := hello.AppliedRev
 	c.seenApplied = -1 // always written at the handshake
-	s.seen(ctx, c, &applied)
+	s.seen(c, &applied)
 	s.log.Info("node connected", "node_id", c.nodeID, "session", c.id, "agent_version", hello.AgentVersion, "stored_rev", hello.StoredRev, "applied_rev", hello.AppliedRev)
 	// 2. welcome is the core's first message.
 	if err := s.write(ctx, c, node.TypeWelcome, env.ID, node.Welcome{
@@ -513,8 +538,6 @@ func (s *Server) run(ctx context.Context, c *conn) string {
 		s.log.Warn("node dropped buffered events while disconnected", "node_id", c.nodeID, "dropped_events", hello.DroppedEvents)
 	}
 	s.emit(ctx, events.Core(events.TypeNodeConnected, c.nodeID, data, time.Now()))
-	s.cfg.OnChange("node.connected")
-	s.cfg.OnNodeChange("node.connected", c.nodeID)
 	for {
 		env, err := s.read(ctx, c)
 		if errors.Is(err, errTooLarge) {
@@ -545,7 +568,7 @@ func (s *Server) refuseFirst(ctx context.Context, c *conn, re, msg string) strin
 }
 
 func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string {
-	s.seen(ctx, c, nil)
+	s.seen(c, nil)
 	s.metrics.message(env.Type)
 	switch env.Type {
 	case node.TypeHeartbeat:
@@ -740,9 +763,9 @@ func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {
 	}
 	c.reportedIDs = reported
 	applied := rep.AppliedRev
-	// A newer applied revision may acknowledge slot steps (docs/reconciliation.md section 3).
-	changed = changed || applied != c.seenApplied
-	s.seen(ctx, c, &applied)
+	// A newer applied revision may acknowledge slot steps (docs/reconciliation.md section 3):
+	// the status writer wakes the reconciler once it is in the node's document.
+	s.seen(c, &applied)
 	if changed {
 		s.cfg.OnChange("status_report")
 		s.cfg.OnNodeChange("status_report", c.nodeID)

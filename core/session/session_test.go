@@ -35,6 +35,7 @@ type fixture struct {
 	events  *events.Log
 	clog    *changelog.Log
 	st      *store.Store
+	s       *Server
 }
 
 func newFixture(t *testing.T, opts ...func(*Config)) *fixture {
@@ -64,6 +65,7 @@ func newFixture(t *testing.T, opts ...func(*Config)) *fixture {
 		o(&cfg)
 	}
 	s := New(cfg)
+	f.s = s
 	f.srv = httptest.NewServer(s)
 	t.Cleanup(func() { s.Close(); f.srv.Close() })
 	return f
@@ -184,10 +186,8 @@ func TestSessionHandshakeAndSteadyState(t *testing.T) {
 	if ds.Rev != 0 || len(ds.Spec.Workloads) != 0 {
 		t.Fatalf("fresh node got %+v", ds)
 	}
-	n, _ := f.reg.Get(context.Background(), f.node.ID)
-	if n.Status != nodes.StatusConnected {
-		t.Fatalf("status %s after hello", n.Status)
-	}
+	// The status writer records the start off the session's path: wait for it.
+	f.waitNode(t, "connected after hello", func(n *nodes.Node) bool { return n.Status == nodes.StatusConnected })
 
 	// Unknown type and oversize frame: non-fatal, the session goes on.
 	p.send(1, "no_such_type", struct{}{})
@@ -230,7 +230,7 @@ func TestSessionHandshakeAndSteadyState(t *testing.T) {
 	}
 
 	// Pushing a newer desired state delivers it, signed.
-	n, _ = f.reg.Get(ctx, f.node.ID)
+	n, _ := f.reg.Get(ctx, f.node.ID)
 	if _, _, err := f.reg.SetDesired(ctx, n, "h1", `{"workloads":[],"routes":[],"network":{"address":"127.0.0.1"}}`); err != nil {
 		t.Fatal(err)
 	}
@@ -350,10 +350,15 @@ func TestNewerSessionClosesOlder(t *testing.T) {
 	if env := fresh.next(); env.Type != node.TypePong {
 		t.Fatalf("got %s", env.Type)
 	}
-	n, _ := f.reg.Get(context.Background(), f.node.ID)
-	if n.Status != nodes.StatusConnected {
-		t.Fatalf("status %s, want connected (the old session's end must not mark the node disconnected)", n.Status)
-	}
+	// The old session's end went to the status writer when its handler returned: wait until
+	// the writer has nothing pending and the node shows the fresh session.
+	f.s.mu.Lock()
+	current := f.s.sessions[f.node.ID].id
+	f.s.mu.Unlock()
+	waitFor(t, "the status writer drained", f.s.status.idle)
+	f.waitNode(t, "connected under the fresh session", func(n *nodes.Node) bool {
+		return n.SessionID == current && n.Status == nodes.StatusConnected
+	})
 }
 
 func TestSilentNodeTimesOut(t *testing.T) {
@@ -372,6 +377,34 @@ func TestSilentNodeTimesOut(t *testing.T) {
 		t.Fatalf("status %s, want disconnected", n.Status)
 	}
 	expectEvents(t, f, events.TypeNodeDisconnected, "heartbeat_timeout")
+}
+
+// waitNode waits (10 s at most) until the node's stored document satisfies ok, and returns it.
+func (f *fixture) waitNode(t *testing.T, what string, ok func(*nodes.Node) bool) *nodes.Node {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := f.reg.Get(context.Background(), f.node.ID)
+		if err == nil && ok(n) {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node not %s within 10 s: %+v (err %v)", what, n, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitFor waits (10 s at most) until ok reports true.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s within 10 s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func waitChange(t *testing.T, ch <-chan string, want string) {
@@ -408,7 +441,7 @@ func TestLastFrameFollowsEveryFrame(t *testing.T) {
 	if !ok {
 		t.Fatal("no last frame after the hello")
 	}
-	stored, _ := f.reg.Get(context.Background(), f.node.ID)
+	stored := f.waitNode(t, "seen at the handshake", func(n *nodes.Node) bool { return n.LastSeenAt != nil })
 	before := time.Now()
 	p.send(1, node.TypePing, struct{}{})
 	if env := p.next(); env.Type != node.TypePong {
@@ -433,7 +466,12 @@ func TestSessionStoreFailureIs503(t *testing.T) {
 	if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("wrong credential: err %v resp %v, want 401", err, resp)
 	}
-	// The store goes away under the server: every read of it fails from now on.
+	// The node's document is written, so the read view must re-read it by _id before it can
+	// answer; then the store goes away under the server: every read of it fails from now on.
+	// (A credential whose entries the view holds unchanged is answered from memory.)
+	if err := f.reg.Seen(context.Background(), f.node.ID, nil); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.st.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

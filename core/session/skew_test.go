@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/nodes"
 )
 
 // TestSessionVersionSkew: berthd 0.4.0 welcomes agents and driver plugins
@@ -92,10 +93,7 @@ func TestSessionNetworkPlugin(t *testing.T) {
 	if env := p.next(); env.Type != node.TypeWelcome {
 		t.Fatalf("first answer %s %s, want welcome", env.Type, env.Body)
 	}
-	n, err := f.reg.Get(ctx, f.node.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := f.waitNode(t, "recorded with its network plugins", func(n *nodes.Node) bool { return n.Status == nodes.StatusConnected })
 	if len(n.Networks) != 1 || n.Networks[0] != "nftables" {
 		t.Fatalf("node's network plugins %v, want [nftables]", n.Networks)
 	}

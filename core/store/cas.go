@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -258,4 +259,16 @@ func (s *Store) DeleteIf(ctx context.Context, coll *mongo.Collection, id any, co
 		return false, fmt.Errorf("store: delete %s %v: %w", coll.Name(), id, err)
 	}
 	return res.DeletedCount == 1, nil
+}
+
+// HoldCASForTest takes the Store's compare-and-set lock and returns its release: until then
+// every compare-and-set of the embedded store waits, as it does behind a stalled store. Against
+// a store that takes no such lock (MongoDB) it holds nothing.
+func (s *Store) HoldCASForTest() (release func()) {
+	if !s.ferret {
+		return func() {}
+	}
+	s.casMu.Lock()
+	var once sync.Once
+	return func() { once.Do(s.casMu.Unlock) }
 }

@@ -62,6 +62,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"golang.org/x/sync/singleflight"
 )
 
 // failedRecheck is how long after a failed write its documents are marked a second time.
@@ -98,6 +99,9 @@ type View struct {
 	subs       map[*Subscription]struct{}
 	subscribed atomic.Bool
 
+	// loading makes concurrent loads of one collection one load.
+	loading singleflight.Group
+
 	loads   atomic.Int64 // full loads done (tests and metrics)
 	rereads atomic.Int64 // documents re-read
 }
@@ -123,6 +127,9 @@ type viewColl struct {
 	// write named no _id); wholeGen counts those marks the same way.
 	whole    bool
 	wholeGen uint64
+	// loaded reports whether the collection was loaded at least once, so that a whole mark
+	// since then is caught up by one background load while single reads go by _id.
+	loaded bool
 }
 
 func newView(database string, log *slog.Logger) *View {
@@ -232,8 +239,17 @@ func (c *viewColl) markWhole() {
 	c.wholeGen++
 }
 
+// loadTimeout bounds one shared load of a collection: it runs on its own context, since
+// every reader waiting on it may give up while the others still want it.
+const loadTimeout = time.Minute
+
+// cursorCloseTimeout bounds closing a cursor whose read was cancelled: the close runs on a
+// fresh context so the server still hears it and frees what the cursor held.
+const cursorCloseTimeout = 5 * time.Second
+
 // ensure returns once collection name is loaded and not marked whole, loading it when needed.
 // It reports false when a load kept being overtaken by marks (the caller reads the store).
+// Concurrent callers share one load of a collection ([View.load]).
 func (v *View) ensure(ctx context.Context, name string) (bool, error) {
 	for attempt := 0; attempt < readAttempts; attempt++ {
 		v.mu.Lock()
@@ -242,27 +258,52 @@ func (v *View) ensure(ctx context.Context, name string) (bool, error) {
 			c = &viewColl{docs: map[string]bson.Raw{}, stale: map[string]bson.RawValue{}, ver: map[string]uint64{}, whole: true}
 			v.colls[name] = c
 		}
-		if !c.whole {
-			v.mu.Unlock()
+		whole := c.whole
+		v.mu.Unlock()
+		if !whole {
 			return true, nil
+		}
+		select {
+		case r := <-v.load(name):
+			if r.Err != nil {
+				return false, r.Err
+			}
+		case <-ctx.Done():
+			return false, fmt.Errorf("store: load %s into the read view: %w", name, ctx.Err())
+		}
+	}
+	return false, nil
+}
+
+// load starts a load of collection name, or joins the one in flight, and returns where its
+// result arrives. The load reads on its own bounded context, so a reader that gives up
+// neither cancels it for the others nor leaves its cursor open. It installs what it read only
+// if no whole mark arrived meanwhile; marks of single documents made while it read stay and
+// are re-read on use.
+func (v *View) load(name string) <-chan singleflight.Result {
+	return v.loading.DoChan(name, func() (any, error) {
+		v.mu.Lock()
+		c := v.colls[name]
+		if c == nil || !c.whole {
+			v.mu.Unlock()
+			return nil, nil
 		}
 		gen := c.wholeGen
 		v.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
+		defer cancel()
 		docs, err := v.readAll(ctx, name)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		v.mu.Lock()
+		defer v.mu.Unlock()
 		if cur := v.colls[name]; cur == c && c.wholeGen == gen {
-			// Marks of single documents made while loading stay: they are re-read on use.
-			c.docs, c.sorted, c.whole = docs, nil, false
-			v.mu.Unlock()
+			c.docs, c.sorted, c.whole, c.loaded = docs, nil, false, true
 			v.loads.Add(1)
-			return true, nil
 		}
-		v.mu.Unlock()
-	}
-	return false, nil
+		return nil, nil
+	})
 }
 
 func (v *View) readAll(ctx context.Context, name string) (map[string]bson.Raw, error) {
@@ -270,7 +311,7 @@ func (v *View) readAll(ctx context.Context, name string) (map[string]bson.Raw, e
 	if err != nil {
 		return nil, fmt.Errorf("store: load %s into the read view: %w", name, err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	docs := map[string]bson.Raw{}
 	for cur.Next(ctx) {
 		raw := slices.Clone(cur.Current)
@@ -286,16 +327,40 @@ func (v *View) readAll(ctx context.Context, name string) (map[string]bson.Raw, e
 	return docs, nil
 }
 
-// fresh returns the current state of document k of collection name (nil: absent), re-reading it
-// when it is marked stale. It reports false when the collection must be read from the store.
-func (v *View) fresh(ctx context.Context, name, k string) (bson.Raw, bool, error) {
+// closeCursor closes cur on a fresh context bounded by [cursorCloseTimeout], so a read
+// abandoned because ctx ended still tells the server to free the cursor (and what it holds).
+func closeCursor(ctx context.Context, cur *mongo.Cursor) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cursorCloseTimeout)
+	defer cancel()
+	_ = cur.Close(cctx)
+}
+
+// fresh returns the current state of document id of collection name (nil: absent), re-reading
+// it when it is marked stale. A collection loaded once and since marked whole is not loaded
+// again for one document: the document alone is re-read by _id, and one shared load is started
+// in the background for the view to catch up. It reports false when the collection must be
+// read from the store.
+func (v *View) fresh(ctx context.Context, name string, id bson.RawValue) (bson.Raw, bool, error) {
+	k := idKey(id)
 	for attempt := 0; attempt < readAttempts; attempt++ {
+		v.mu.RLock()
+		c := v.colls[name]
+		rewhole := c != nil && c.whole && c.loaded
+		v.mu.RUnlock()
+		if rewhole {
+			v.load(name) // not awaited: the view catches up while this read goes by _id
+			got, err := v.reread(ctx, name, id)
+			if err != nil {
+				return nil, false, err
+			}
+			return got, true, nil
+		}
 		if ok, err := v.ensure(ctx, name); !ok || err != nil {
 			return nil, false, err
 		}
 		v.mu.RLock()
-		c := v.colls[name]
-		id, stale := c.stale[k]
+		c = v.colls[name]
+		sid, stale := c.stale[k]
 		raw, ver, gen, whole := c.docs[k], c.ver[k], c.wholeGen, c.whole
 		v.mu.RUnlock()
 		if whole {
@@ -304,7 +369,7 @@ func (v *View) fresh(ctx context.Context, name, k string) (bson.Raw, bool, error
 		if !stale {
 			return raw, true, nil
 		}
-		got, err := v.reread(ctx, name, id)
+		got, err := v.reread(ctx, name, sid)
 		if err != nil {
 			return nil, false, err
 		}
@@ -402,7 +467,7 @@ func (v *View) Get(ctx context.Context, coll *mongo.Collection, id any, out any)
 	if err != nil {
 		return fmt.Errorf("store: find %s %v: %w", coll.Name(), id, err)
 	}
-	raw, ok, err := v.fresh(ctx, coll.Name(), idKey(bson.RawValue{Type: t, Value: data}))
+	raw, ok, err := v.fresh(ctx, coll.Name(), bson.RawValue{Type: t, Value: data})
 	if err != nil {
 		return err
 	}
@@ -564,6 +629,7 @@ func findStore(ctx context.Context, coll *mongo.Collection, eq bson.D, sort bson
 	if err != nil {
 		return fmt.Errorf("store: find in %s: %w", coll.Name(), err)
 	}
+	defer closeCursor(ctx, cur)
 	if err := cur.All(ctx, out); err != nil {
 		return fmt.Errorf("store: find in %s: %w", coll.Name(), err)
 	}

@@ -374,3 +374,107 @@ func TestViewOffWhenOthersMayWrite(t *testing.T) {
 		t.Fatalf("reads with the view off: %+v, want both documents", got)
 	}
 }
+
+// TestViewWholeMarkRereadsOneDocument: once a loaded collection is marked whole (a write that
+// named no _id, a lost feed), a read of one document re-reads that document by _id instead of
+// waiting for the collection to load again, and concurrent reads start at most one load between
+// them; a scan afterwards sees the store. Before, each such read reloaded the whole collection.
+func TestViewWholeMarkRereadsOneDocument(t *testing.T) {
+	t.Parallel()
+	st := storetest.Open(t)
+	ctx := viewCtx(t)
+	v := st.View()
+	coll := st.Collection("view_whole")
+	docs := make([]any, 200)
+	for i := range docs {
+		docs[i] = viewDoc{ID: fmt.Sprintf("w%03d", i), N: int64(i)}
+	}
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	_ = viewDocs(t, ctx, v, coll, nil)
+	// The view's copy of w005 goes wrong behind its back, so only a read from the store answers
+	// it right.
+	bogus, _ := bson.Marshal(viewDoc{ID: "w005", N: -1})
+	v.CorruptForTest(coll.Name(), "w005", bogus)
+	if err := v.ResyncForTest(ctx); err != nil {
+		t.Fatal(err)
+	}
+	loads, rereads := v.Loads(), v.Rereads()
+	const readers = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, readers)
+	for i := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("w%03d", i%10)
+			var got viewDoc
+			if err := v.Get(ctx, coll, id, &got); err != nil {
+				errs <- err
+				return
+			}
+			if got.ID != id || got.N != int64(i%10) {
+				errs <- fmt.Errorf("get %s: %+v", id, got)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := v.Rereads() - rereads; got < readers {
+		t.Fatalf("%d documents re-read by _id for %d reads of a whole-marked collection, want one each", got, readers)
+	}
+	if got := v.Loads() - loads; got > 1 {
+		t.Fatalf("%d loads of one collection for %d concurrent reads, want at most one", got, readers)
+	}
+	if diff := cmp.Diff(storeDocs(t, ctx, coll), viewDocs(t, ctx, v, coll, nil)); diff != "" {
+		t.Fatalf("view differs from the store after the background load (-store +view):\n%s", diff)
+	}
+}
+
+// TestViewSharesOneLoad: scans that need a collection loaded at the same moment share one load.
+func TestViewSharesOneLoad(t *testing.T) {
+	t.Parallel()
+	st := storetest.Open(t)
+	ctx := viewCtx(t)
+	v := st.View()
+	coll := st.Collection("view_shared")
+	docs := make([]any, 500)
+	for i := range docs {
+		docs[i] = viewDoc{ID: fmt.Sprintf("s%03d", i), N: int64(i), Tag: "red"}
+	}
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	loads := v.Loads()
+	const readers = 32
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	counts := make(chan int, readers)
+	for range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			var out []viewDoc
+			if err := v.Find(ctx, coll, bson.D{{Key: "tag", Value: "red"}}, &out); err != nil {
+				t.Error(err)
+			}
+			counts <- len(out)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(counts)
+	for n := range counts {
+		if n != len(docs) {
+			t.Fatalf("a scan found %d documents, want %d", n, len(docs))
+		}
+	}
+	if got := v.Loads() - loads; got != 1 {
+		t.Fatalf("%d loads for %d concurrent first scans of one collection, want 1", got, readers)
+	}
+}
