@@ -154,7 +154,7 @@ func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		streams.Add(1)
 		go func() {
 			defer streams.Done()
-			c.serveStream(ctx, id, st)
+			c.serveStream(ctx, id, sess, st)
 		}()
 	}
 	_ = sess.Close()
@@ -164,7 +164,7 @@ func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveStream reads the header under its deadline and hands the stream on, or refuses it.
-func (c *Core) serveStream(ctx context.Context, relayID string, st *yamux.Stream) {
+func (c *Core) serveStream(ctx context.Context, relayID string, sess *yamux.Session, st *yamux.Stream) {
 	_ = st.SetReadDeadline(time.Now().Add(c.cfg.HeaderTimeout))
 	h, err := abirelay.ReadHeader(st)
 	if err != nil {
@@ -173,7 +173,7 @@ func (c *Core) serveStream(ctx context.Context, relayID string, st *yamux.Stream
 		return
 	}
 	_ = st.SetReadDeadline(time.Time{})
-	c.cfg.Handler(ctx, st, h)
+	c.cfg.Handler(ctx, guardedStream{Stream: st, sess: sess}, h)
 }
 
 func (c *Core) track(s *yamux.Session) bool {

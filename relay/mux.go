@@ -4,6 +4,7 @@
 package relay
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"time"
@@ -54,7 +55,7 @@ func muxConfig(log *slog.Logger, writeTimeout, openTimeout, keepAlive time.Durat
 		ConnectionWriteTimeout: writeTimeout,
 		MaxStreamWindowSize:    DefaultStreamWindow,
 		StreamOpenTimeout:      openTimeout,
-		StreamCloseTimeout:     DefaultWriteTimeout,
+		StreamCloseTimeout:     writeTimeout,
 		Logger:                 slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		LogOutput:              nil,
 	}
@@ -62,3 +63,21 @@ func muxConfig(log *slog.Logger, writeTimeout, openTimeout, keepAlive time.Durat
 
 // discard is a logger that drops everything, for a zero Config.
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// guardedStream is a stream that ends its whole session when a write times out on the session's
+// send queue (yamux.ErrConnectionWriteTimeout). yamux v0.1.2 leaves the session and the stream as
+// they were in that case, so the peer's Read waiting for those bytes would hang until the session
+// ended on its own (hashicorp/yamux#142); ending the session makes both sides see the loss at once
+// and the relay reconnect.
+type guardedStream struct {
+	*yamux.Stream
+	sess *yamux.Session
+}
+
+func (g guardedStream) Write(b []byte) (int, error) {
+	n, err := g.Stream.Write(b)
+	if errors.Is(err, yamux.ErrConnectionWriteTimeout) {
+		_ = g.sess.Close()
+	}
+	return n, err
+}

@@ -412,7 +412,7 @@ func (r *Relay) carry(c net.Conn) {
 	}()
 
 	upDone := make(chan error, 1)
-	go func() { upDone <- pipe(st, c, r.cfg.WriteTimeout) }() // node → core
+	go func() { upDone <- pipe(guardedStream{Stream: st, sess: sess}, c, r.cfg.WriteTimeout) }() // node → core
 	downErr := make(chan error, 1)
 	go func() { downErr <- pipe(c, st, r.cfg.WriteTimeout) }() // core → node
 

@@ -315,7 +315,7 @@ func TestCoreRefusesUnknownProtocolVersion(t *testing.T) {
 }
 
 func TestCoreSessionLossClosesNodesAndRelayReconnects(t *testing.T) {
-	const spacing = 20 * time.Millisecond
+	const spacing = 50 * time.Millisecond
 	h := newHarness(t, func(c *Config) { c.ReregisterSpacing = spacing })
 	const nodes = 5
 	conns := make([]*tls.Conn, nodes)
@@ -343,19 +343,35 @@ func TestCoreSessionLossClosesNodesAndRelayReconnects(t *testing.T) {
 	})
 	// Every node of the lost session is closed, paced, so it re-registers.
 	closedAt := make([]time.Time, nodes)
+	readErr := make([]error, nodes)
+	var wg sync.WaitGroup
 	for i, c := range conns {
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		_, err := c.Read(make([]byte, 1))
-		if err == nil {
-			t.Fatalf("node %d read data after the loss", i)
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			t.Fatalf("node %d was not closed after the core session was lost", i)
-		}
-		closedAt[i] = time.Now()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, readErr[i] = c.Read(make([]byte, 1))
+			closedAt[i] = time.Now()
+		}()
 	}
-	if took := time.Since(lost); took > DefaultReregisterWindow+3*time.Second {
+	wg.Wait()
+	first, last := closedAt[0], closedAt[0]
+	for i, err := range readErr {
+		var ne net.Error
+		if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("node %d was not closed after the core session was lost: %v", i, err)
+		}
+		if closedAt[i].Before(first) {
+			first = closedAt[i]
+		}
+		if closedAt[i].After(last) {
+			last = closedAt[i]
+		}
+	}
+	if gap := last.Sub(first); gap < (nodes-1)*spacing*8/10 {
+		t.Fatalf("the nodes were closed within %v, not paced %v apart", gap, spacing)
+	}
+	if took := last.Sub(lost); took > DefaultReregisterWindow+3*time.Second {
 		t.Fatalf("closing the nodes took %v", took)
 	}
 	// New node connections work again, on session 2.
@@ -366,10 +382,10 @@ func TestCoreSessionLossClosesNodesAndRelayReconnects(t *testing.T) {
 		t.Fatalf("a node after the reconnect: %v", err)
 	}
 	h.mu.Lock()
-	last := h.headers[len(h.headers)-1]
+	newest := h.headers[len(h.headers)-1]
 	h.mu.Unlock()
-	if last.Registration.Session != 2 {
-		t.Fatalf("stream after the reconnect names session %d, want 2", last.Registration.Session)
+	if newest.Registration.Session != 2 {
+		t.Fatalf("stream after the reconnect names session %d, want 2", newest.Registration.Session)
 	}
 }
 
