@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -427,19 +428,30 @@ func (r *Relay) carry(c net.Conn) {
 	case <-r.ctx.Done():
 	}
 	nodeEOF := !upOpen && upErr == nil
+	nodeGone := !upOpen && !isWriteError(upErr)
 	switch {
-	case sess.IsClosed() && r.ctx.Err() == nil && !nodeEOF && !n.kicked():
+	case sess.IsClosed() && r.ctx.Err() == nil && !nodeGone && !n.kicked():
 		// The core session is gone under a node whose own connection stands: keep the node until
 		// the next session asks it to re-register, so a reconnect does not close every node at once.
 		var upc <-chan error
 		if upOpen {
 			upc = upDone
 		}
-		select {
-		case <-n.kick:
-		case <-r.ctx.Done():
-		case <-upc:
-			upOpen = false
+	wait:
+		for {
+			select {
+			case <-n.kick:
+				break wait
+			case <-r.ctx.Done():
+				break wait
+			case err := <-upc:
+				upOpen, upc = false, nil
+				if !isWriteError(err) {
+					break wait // the node went away
+				}
+				// The node spoke into the lost session: its bytes are gone with it, and the node
+				// stays until it is asked to re-register.
+			}
 		}
 	case nodeEOF && dnOpen:
 		// The node ended its side: half-close the stream and give the core its write budget to finish.
@@ -466,6 +478,16 @@ func (r *Relay) carry(c net.Conn) {
 	log.Debug("relay: node connection ended", "err", upErr)
 }
 
+// writeError is a pipe's failure to write to its destination, told apart from its source ending.
+type writeError struct{ error }
+
+func (e writeError) Unwrap() error { return e.error }
+
+func isWriteError(err error) bool {
+	var we writeError
+	return errors.As(err, &we)
+}
+
 // pipe copies src to dst with one bounded buffer, each write under its own deadline, so a peer that
 // stops reading ends its own connection and never blocks another.
 func pipe(dst, src net.Conn, writeTimeout time.Duration) error {
@@ -475,7 +497,7 @@ func pipe(dst, src net.Conn, writeTimeout time.Duration) error {
 		if n > 0 {
 			_ = dst.SetWriteDeadline(time.Now().Add(writeTimeout))
 			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return werr
+				return writeError{werr}
 			}
 		}
 		if err != nil {
@@ -485,4 +507,22 @@ func pipe(dst, src net.Conn, writeTimeout time.Duration) error {
 			return err
 		}
 	}
+}
+
+// ReadyHandler answers /readyz: 200 with {"ready":true} while the relay holds an established core
+// session, otherwise 503 with {"ready":false,"refusals":[...]} naming why not.
+func (r *Relay) ReadyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := r.Ready()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		body := map[string]any{"ready": ok}
+		if !ok {
+			body["refusals"] = why
+		}
+		_ = json.NewEncoder(w).Encode(body)
+	})
 }

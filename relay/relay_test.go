@@ -47,6 +47,11 @@ type harness struct {
 	floodEnded chan struct{}
 }
 
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -316,7 +321,10 @@ func TestCoreRefusesUnknownProtocolVersion(t *testing.T) {
 
 func TestCoreSessionLossClosesNodesAndRelayReconnects(t *testing.T) {
 	const spacing = 50 * time.Millisecond
-	h := newHarness(t, func(c *Config) { c.ReregisterSpacing = spacing })
+	h := newHarness(t, func(c *Config) {
+		c.ReregisterSpacing = spacing
+		c.BackoffMin, c.BackoffMax = 400*time.Millisecond, 800*time.Millisecond
+	})
 	const nodes = 5
 	conns := make([]*tls.Conn, nodes)
 	for i := range conns {
@@ -336,7 +344,16 @@ func TestCoreSessionLossClosesNodesAndRelayReconnects(t *testing.T) {
 
 	lost := time.Now()
 	h.core.Drop()
-	// Reconnect within the backoff bound (200 ms, jittered below it) plus the dial on loopback.
+	waitFor(t, 3*time.Second, "the relay notices the loss", func() bool { ok, _ := h.relay.Ready(); return !ok })
+	// A node that speaks while there is no session is kept, not closed: closing is the next session's.
+	if _, err := conns[0].Write([]byte("lost")); err != nil {
+		t.Fatal(err)
+	}
+	_ = conns[0].SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := conns[0].Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("a node that spoke during the outage was closed at once: %v", err)
+	}
+	// Reconnect within the backoff bound (800 ms, jittered below it) plus the dial on loopback.
 	waitFor(t, 3*time.Second, "the relay has a new core session", func() bool {
 		ok, _ := h.relay.Ready()
 		return ok && h.core.Sessions() == 1
@@ -391,12 +408,22 @@ func TestCoreSessionLossClosesNodesAndRelayReconnects(t *testing.T) {
 
 func TestNodeWaitsForSessionThenIsRefused(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.SessionWait = 300 * time.Millisecond })
+	rec := httptest.NewRecorder()
+	h.relay.ReadyHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/readyz with a core session: %d %s", rec.Code, rec.Body)
+	}
 	// Stop the core from accepting: the relay loses its session and cannot get another.
 	_ = h.core.Close()
 	waitFor(t, 5*time.Second, "the relay reports no session", func() bool { ok, _ := h.relay.Ready(); return !ok })
 	_, why := h.relay.Ready()
 	if len(why) == 0 || !strings.Contains(why[0], "no core session") {
 		t.Fatalf("readiness names no reason: %v", why)
+	}
+	rec = httptest.NewRecorder()
+	h.relay.ReadyHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "no core session") {
+		t.Fatalf("/readyz without a core session: %d %s", rec.Code, rec.Body)
 	}
 	c := h.dialNode()
 	defer c.Close()
