@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/hashicorp/yamux"
+	"github.com/prometheus/client_golang/prometheus"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	abirelay "github.com/berthhq/berth/abi/relay"
@@ -36,6 +37,8 @@ type CoreConfig struct {
 	Authenticate Authenticator
 	// Logger receives the transport's logs; nil drops them.
 	Logger *slog.Logger
+	// Metrics registers the core side's metric families; nil registers none.
+	Metrics prometheus.Registerer
 	// HeaderTimeout bounds reading one stream's header (default DefaultHeaderTimeout).
 	HeaderTimeout time.Duration
 	// WriteTimeout bounds each write on the session (default DefaultWriteTimeout).
@@ -49,6 +52,7 @@ type CoreConfig struct {
 type Core struct {
 	cfg    CoreConfig
 	log    *slog.Logger
+	met    *coreMetrics
 	mu     sync.Mutex
 	closed bool
 	sess   map[*yamux.Session]struct{}
@@ -72,7 +76,9 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 	if cfg.KeepAlive <= 0 {
 		cfg.KeepAlive = DefaultKeepAlive
 	}
-	return &Core{cfg: cfg, log: cfg.Logger, sess: map[*yamux.Session]struct{}{}}, nil
+	c := &Core{cfg: cfg, log: cfg.Logger, sess: map[*yamux.Session]struct{}{}}
+	c.met = newCoreMetrics(cfg.Metrics, c)
+	return c, nil
 }
 
 // offersSubprotocol reports whether the upgrade request offers the protocol version this core speaks.
@@ -169,6 +175,7 @@ func (c *Core) serveStream(ctx context.Context, relayID string, sess *yamux.Sess
 	h, err := abirelay.ReadHeader(st)
 	if err != nil {
 		c.log.Warn("relay stream refused", "code", abierrors.RelayHeaderInvalid, "relay", relayID, "err", err)
+		c.met.streamRefused()
 		_ = st.Close()
 		return
 	}

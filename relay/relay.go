@@ -18,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/hashicorp/yamux"
+	"github.com/prometheus/client_golang/prometheus"
 
 	abirelay "github.com/berthhq/berth/abi/relay"
 )
@@ -34,6 +35,8 @@ type Config struct {
 	HTTPClient *http.Client
 	// Logger receives the relay's logs; nil drops them.
 	Logger *slog.Logger
+	// Metrics registers the relay's metric families; nil registers none.
+	Metrics prometheus.Registerer
 
 	// SessionWait bounds how long a new node connection waits for a core session (default 5 s).
 	SessionWait time.Duration
@@ -90,6 +93,7 @@ type Relay struct {
 	cfg Config
 	log *slog.Logger
 	id  string
+	met *relayMetrics
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -134,6 +138,7 @@ func Start(cfg Config) (*Relay, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Relay{cfg: cfg, log: cfg.Logger, id: hex.EncodeToString(idb[:]), ctx: ctx, cancel: cancel,
 		up: make(chan struct{}), lastErr: "not yet connected", nodes: map[*node]struct{}{}}
+	r.met = newRelayMetrics(cfg.Metrics, r)
 	r.wg.Add(2)
 	go r.sessionLoop()
 	go r.acceptLoop()
@@ -180,6 +185,7 @@ func (r *Relay) sessionLoop() {
 		sess, scancel, err := r.dial()
 		if err != nil {
 			r.setDown(err.Error())
+			r.met.dialFailed()
 			r.log.Warn("relay: core session failed", "err", err)
 			if !r.pause(&backoff) {
 				return
@@ -187,6 +193,7 @@ func (r *Relay) sessionLoop() {
 			continue
 		}
 		seq := r.setUp(sess)
+		r.met.sessionUp()
 		began := time.Now()
 		r.log.Info("relay: core session established", "relay", r.id, "session", seq)
 		if seq > 1 {
@@ -327,6 +334,7 @@ func (r *Relay) reregister(seq uint64) {
 			}
 		}
 		r.log.Info("relay: node asked to re-register: the relay's core session changed", "node", n.conn.RemoteAddr().String())
+		r.met.nodeReregistered()
 		n.close()
 	}
 }
@@ -364,6 +372,7 @@ func (r *Relay) carry(c net.Conn) {
 		cancel()
 		if err != nil {
 			log.Warn("relay: node TLS handshake", "err", err)
+			r.met.nodeRefused("tls_handshake")
 			return
 		}
 	}
@@ -382,12 +391,14 @@ func (r *Relay) carry(c net.Conn) {
 		}
 		if sess == nil {
 			log.Warn("relay: node refused", "reason", fmt.Sprintf("no core session after waiting %d ms", r.cfg.SessionWait.Milliseconds()))
+			r.met.nodeRefused("no_core_session")
 			return
 		}
 	}
 	st, err := sess.OpenStream()
 	if err != nil {
 		log.Warn("relay: open stream", "err", err)
+		r.met.nodeRefused("open_stream")
 		return
 	}
 	defer st.Close()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/hashicorp/yamux"
+	"github.com/prometheus/client_golang/prometheus"
 
 	abirelay "github.com/berthhq/berth/abi/relay"
 	"github.com/berthhq/berth/internal/tlstest"
@@ -40,11 +41,32 @@ type harness struct {
 	relay     *Relay
 	nodeAddr  string
 	clientTLS *tls.Config
+	coreReg   *prometheus.Registry
+	relayReg  *prometheus.Registry
 
 	mu         sync.Mutex
 	headers    []abirelay.StreamHeader
 	handled    atomic.Int64
 	floodEnded chan struct{}
+}
+
+// metricValue sums every series of the named family in reg.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
 }
 
 func isTimeout(err error) bool {
@@ -66,8 +88,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 func newHarness(t *testing.T, tweak func(*Config)) *harness {
 	t.Helper()
 	before := runtime.NumGoroutine()
-	h := &harness{t: t, floodEnded: make(chan struct{}, 16)}
-	core, err := NewCore(CoreConfig{Handler: h.handle, KeepAlive: time.Second})
+	h := &harness{t: t, floodEnded: make(chan struct{}, 16), coreReg: prometheus.NewRegistry(), relayReg: prometheus.NewRegistry()}
+	core, err := NewCore(CoreConfig{Handler: h.handle, KeepAlive: time.Second, Metrics: h.coreReg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +109,7 @@ func newHarness(t *testing.T, tweak func(*Config)) *harness {
 	h.nodeAddr = ln.Addr().String()
 	h.clientTLS = &tls.Config{RootCAs: ca.Pool, ServerName: "relay.test"}
 	cfg := Config{CoreURL: "ws" + strings.TrimPrefix(h.srv.URL, "http") + "/relay", Listener: ln,
-		BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, KeepAlive: time.Second}
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, KeepAlive: time.Second, Metrics: h.relayReg}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -285,6 +307,9 @@ func TestMalformedOrOversizedHeaderIsRefused(t *testing.T) {
 	if n := h.handled.Load(); n != 0 {
 		t.Fatalf("the handler served %d refused streams", n)
 	}
+	if n := metricValue(t, h.coreReg, "berth_relay_streams_refused_total"); n != float64(len(cases)) {
+		t.Fatalf("berth_relay_streams_refused_total %v, want %d", n, len(cases))
+	}
 	// The same session still carries a well-formed stream.
 	st, err := sess.OpenStream()
 	if err != nil {
@@ -404,6 +429,12 @@ func TestCoreSessionLossClosesNodesAndRelayReconnects(t *testing.T) {
 	if newest.Registration.Session != 2 {
 		t.Fatalf("stream after the reconnect names session %d, want 2", newest.Registration.Session)
 	}
+	if n := metricValue(t, h.relayReg, "berth_relay_core_sessions_total"); n != 2 {
+		t.Fatalf("berth_relay_core_sessions_total %v, want 2", n)
+	}
+	if n := metricValue(t, h.relayReg, "berth_relay_node_reregistrations_total"); n != nodes {
+		t.Fatalf("berth_relay_node_reregistrations_total %v, want %d", n, nodes)
+	}
 }
 
 func TestNodeWaitsForSessionThenIsRefused(t *testing.T) {
@@ -436,6 +467,9 @@ func TestNodeWaitsForSessionThenIsRefused(t *testing.T) {
 	}
 	if took := time.Since(start); took < 200*time.Millisecond {
 		t.Fatalf("the node was closed after %v, before its session wait", took)
+	}
+	if n := metricValue(t, h.relayReg, "berth_relay_node_connections_refused_total"); n != 1 {
+		t.Fatalf("berth_relay_node_connections_refused_total %v, want 1", n)
 	}
 }
 

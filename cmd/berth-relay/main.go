@@ -20,6 +20,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/berthhq/berth/internal/securefile"
 	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/relay"
@@ -35,7 +39,7 @@ is lost the relay reconnects with jittered backoff and, once it is back, asks th
 to reconnect, spaced out over at most 5 s.
 
 /readyz on --health-listen answers 200 only while the session to berthd is established and
-otherwise 503 with the reasons. See docs/relay.md.
+otherwise 503 with the reasons; /healthz and /metrics (Prometheus) are beside it. See docs/relay.md.
 
 Usage: berth-relay --core-url wss://berthd.example:8443/... --tls-cert F --tls-key F [flags]
 
@@ -64,7 +68,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain the listener presents (required)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert (required)")
 	fs.StringVar(&o.credentialFile, "credential-file", "", "file holding the cluster's relay credential, mode 0600 (sent as the bearer of the session)")
-	fs.StringVar(&o.healthListen, "health-listen", "127.0.0.1:9184", "address of the /readyz and /healthz listener (empty: none)")
+	fs.StringVar(&o.healthListen, "health-listen", "127.0.0.1:9184", "address of the /readyz, /healthz and /metrics listener (empty: none)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -155,7 +159,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	r, err := relay.Start(relay.Config{CoreURL: o.coreURL, Listener: ln, Credential: credential, Logger: log,
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r, err := relay.Start(relay.Config{CoreURL: o.coreURL, Listener: ln, Credential: credential, Logger: log, Metrics: reg,
 		HTTPClient: &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS, Proxy: http.ProxyFromEnvironment}}})
 	if err != nil {
 		_ = ln.Close()
@@ -167,6 +173,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if o.healthListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /readyz", r.ReadyHandler())
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		hl, err := net.Listen("tcp", o.healthListen)
 		if err != nil {
