@@ -510,3 +510,32 @@ func TestStalledNodeDoesNotBlockOthers(t *testing.T) {
 		t.Fatal("the flood to a node that never reads was never ended")
 	}
 }
+
+func TestCloseEndsLiveNodesAndEveryGoroutine(t *testing.T) {
+	h := newHarness(t, nil) // its cleanup checks the goroutine count after Close
+	conns := make([]*tls.Conn, 10)
+	for i := range conns {
+		conns[i] = h.dialNode()
+		defer conns[i].Close()
+		if _, err := conns[i].Write([]byte{cmdEcho, 'x'}); err != nil {
+			t.Fatal(err)
+		}
+		_ = conns[i].SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(conns[i], make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "the relay carries every node", func() bool { return h.relay.Nodes() == len(conns) })
+	if err := h.relay.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+			t.Fatalf("node %d still open after Close: %v", i, err)
+		}
+	}
+	if h.relay.Nodes() != 0 {
+		t.Fatalf("the relay still counts %d nodes after Close", h.relay.Nodes())
+	}
+}
