@@ -98,7 +98,8 @@ func TestDistShipsOnlyWhatOperatorsRun(t *testing.T) {
 	pkgs := strings.Fields(string(out))
 	for _, want := range []string{"./cmd/berthd", "./cmd/berth", "./cmd/berth-agent", "./cmd/berth-plugin-gateway",
 		"./cmd/berth-plugin-process", "./cmd/berth-plugin-containerd", "./cmd/berth-plugin-nftables",
-		"./cmd/berth-plugin-corestore", "./cmd/berth-plugin-dns", "./cmd/berth-plugin-caddy", "./cmd/berth-plugin-hetzner"} {
+		"./cmd/berth-plugin-corestore", "./cmd/berth-plugin-dns", "./cmd/berth-plugin-caddy", "./cmd/berth-plugin-hetzner",
+		"./cmd/berth-relay"} {
 		if !slices.Contains(pkgs, want) {
 			t.Errorf("the release lacks %s: %v", want, pkgs)
 		}
