@@ -444,11 +444,19 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Deployer:     c.dep,
 	})
 	f.srv = &http.Server{
-		Handler:           withRegistry(withDashboard(f.api, ui.New(ui.Config{API: f.api, Metrics: b.metrics, Logger: log})), oci),
+		Handler:           withRegistry(withDashboard(f.api, ui.New(ui.Config{API: f.api, Metrics: b.metrics, Logger: log, Wake: dashboardFeed(b.st)})), oci),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{b.tls.Certificate}},
 	}
 	return f, nil
+}
+
+// dashboardFeed is the dashboard's change feed: a live page re-renders after a write to what its
+// pages show (services, their workloads, slots and verdicts, nodes), not on a timer.
+func dashboardFeed(st *store.Store) func(ctx context.Context) <-chan struct{} {
+	return func(ctx context.Context) <-chan struct{} {
+		return st.View().Notify(ctx, "services", "workloads", "slots", "runtime_status", "nodes")
+	}
 }

@@ -16,7 +16,10 @@ package store
 // stream's position turn the set into "every document" ([Subscription.Take] reports all), so a
 // subscriber never misses a write, at the price of one scan of its collection in the view.
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // DefaultSubscriptionLimit is how many distinct ids a [Subscription] holds before it reports
 // every document instead.
@@ -56,6 +59,34 @@ func (v *View) Subscribe(coll string, limit int) *Subscription {
 	v.subscribed.Store(true)
 	v.subsMu.Unlock()
 	return sub
+}
+
+// Notify returns a channel that receives a value after writes to any of the collections colls,
+// until ctx ends: the change feed of a reader that re-reads what it shows on any change (the
+// dashboard's live pages) and needs no ids. One value stands for any number of writes; a reader
+// that is busy loses nothing but the count. It holds one subscription and one goroutine per
+// collection, both gone once ctx ends.
+func (v *View) Notify(ctx context.Context, colls ...string) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	for _, coll := range colls {
+		sub := v.Subscribe(coll, 1) // the ids are not read: the smallest set
+		go func() {
+			defer sub.Close()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-sub.Ready():
+					sub.Take()
+					select {
+					case out <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	return out
 }
 
 // Ready receives a value once ids are pending after a write; the receiver then calls

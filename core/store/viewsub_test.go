@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -130,4 +131,39 @@ func TestSubscriptionSeesTheWriteItNames(t *testing.T) {
 			t.Fatalf("woken by write %d, the subscriber read n=%d", n, got)
 		}
 	}
+}
+
+// TestNotifyFollowsItsCollections: Notify receives after a write to any collection it follows,
+// and not after a write to another.
+func TestNotifyFollowsItsCollections(t *testing.T) {
+	t.Parallel()
+	st := storetest.Open(t)
+	ctx := viewCtx(t)
+	nctx, cancel := context.WithCancel(ctx)
+	feed := st.View().Notify(nctx, "followed-a", "followed-b")
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-feed:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no notice after %s in 30 s", what)
+		}
+	}
+	if _, err := st.Collection("unfollowed").InsertOne(ctx, viewDoc{ID: "x", Revision: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Collection("followed-b").InsertOne(ctx, viewDoc{ID: "b", Revision: 1}); err != nil {
+		t.Fatal(err)
+	}
+	wait("a write to followed-b")
+	select {
+	case <-feed:
+		t.Fatal("a second notice for one write (or one for the unfollowed collection)")
+	default:
+	}
+	if _, err := st.Collection("followed-a").InsertOne(ctx, viewDoc{ID: "a", Revision: 1}); err != nil {
+		t.Fatal(err)
+	}
+	wait("a write to followed-a")
+	cancel()
 }
