@@ -34,9 +34,10 @@ build: $(ROUTES_WASM)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 # What make run starts: berthd with its gateway, the CLI, the agent and the
-# runtime and network plugins of both RUNTIMEs; nothing else.
-RUN_CMDS := ./cmd/berth ./cmd/berthd ./cmd/berth-agent ./cmd/berth-plugin-gateway \
-	./cmd/berth-plugin-process ./cmd/berth-plugin-containerd ./cmd/berth-plugin-nftables
+# runtime driver, plus the containerd driver and the node network with
+# RUNTIME=containerd only (they are the slowest to compile); nothing else.
+RUN_CMDS = ./cmd/berth ./cmd/berthd ./cmd/berth-agent ./cmd/berth-plugin-gateway ./cmd/berth-plugin-process \
+	$(if $(filter containerd,$(RUNTIME)),./cmd/berth-plugin-containerd ./cmd/berth-plugin-nftables)
 run-bins: $(ROUTES_WASM)
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(RUN_CMDS)
