@@ -199,7 +199,7 @@ func RefusalReason(err error) (string, bool) {
 // FollowTag rolls every service with deploy_on_push that follows repoTag
 // ("<project>/<repo>:<tag>") to image ("<host>/<project>/<repo>@sha256:<hex>", what the tag
 // names now), each as one registry.push change at the revision read, decided again when the
-// service changed meanwhile (Config.ConflictRetries). Services of other projects than the
+// service changed meanwhile (under store.RetryOnConflict). Services of other projects than the
 // repository's never follow it; a service already at image, deleting, or no longer following
 // the tag is skipped. Idempotent: a repeat writes nothing. It returns the services it wrote,
 // and the errors of the others joined (a policy refusal wraps *policy.DeniedError and is

@@ -28,6 +28,7 @@ import (
 	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -64,10 +65,6 @@ func Unattended(c Cause) bool {
 	}
 	return false
 }
-
-// DefaultConflictRetries is how many times Apply runs the chain again after a lost
-// compare-and-set of a change without a caller-supplied expected revision ([Config]).
-const DefaultConflictRetries = 5
 
 // DomainChecker reports why no ACME challenge can prove a domain, or nil (certs.Config).
 type DomainChecker interface {
@@ -118,8 +115,6 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
-	// ConflictRetries bounds re-runs after a lost compare-and-set (0: DefaultConflictRetries).
-	ConflictRetries int
 }
 
 // Deployer applies changes to services. Build one with [New]; it is safe for concurrent use.
@@ -136,9 +131,6 @@ func New(cfg Config) *Deployer {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
-	}
-	if cfg.ConflictRetries <= 0 {
-		cfg.ConflictRetries = DefaultConflictRetries
 	}
 	if cfg.Catalog == nil || cfg.Runtime == nil {
 		panic("deploy: Config.Catalog and Config.Runtime are required") // a wiring bug
@@ -235,14 +227,19 @@ func (d *Deployer) Apply(ctx context.Context, ch Change) (Result, error) {
 			ch.PolicyActor.Kind = "token"
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		res, err := d.apply(ctx, ch)
-		if errors.Is(err, services.ErrRevisionConflict) && ch.ExpectedRevision == nil && attempt < d.cfg.ConflictRetries {
-			d.log.Debug("service changed meanwhile; deciding again", "project", ch.Project.Name, "service", ch.Service, "cause", ch.Cause, "attempt", attempt+1)
-			continue
-		}
-		return res, err
+	if ch.ExpectedRevision != nil {
+		// The caller judged a revision: a lost compare-and-set is its conflict to answer.
+		return d.apply(ctx, ch)
 	}
+	// Otherwise the chain is decided again over the service as it is now, under the store's one
+	// retry policy for lost compare-and-sets.
+	var res Result
+	err := store.RetryOnConflict(ctx, func() error {
+		var err error
+		res, err = d.apply(ctx, ch)
+		return err
+	}, services.ErrRevisionConflict)
+	return res, err
 }
 
 // apply is one run of the chain.
