@@ -343,9 +343,9 @@ func (s *Server) retireNode(c echo.Context) error {
 	case errors.Is(err, nodes.ErrBadDisposition):
 		return problem(abierrors.ValidationFailed, "disposition must be withdrawn or lost")
 	case errors.Is(err, nodes.ErrAlreadyRetired):
-		return problem(abierrors.NodeAlreadyRetired, trimSentinel(err))
+		return problem(abierrors.NodeAlreadyRetired, deploy.TrimSentinel(err))
 	case errors.Is(err, nodes.ErrStillReporting):
-		return problem(abierrors.NodeStillReporting, trimSentinel(err))
+		return problem(abierrors.NodeStillReporting, deploy.TrimSentinel(err))
 	case err != nil:
 		return err
 	}

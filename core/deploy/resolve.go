@@ -344,19 +344,19 @@ func (d *Deployer) withBindingSecrets(ctx context.Context, projectID, service st
 func SecretError(err error) error {
 	switch {
 	case errors.Is(err, secrets.ErrNotFound), errors.Is(err, secrets.ErrVersionNotFound):
-		return abierrors.Wrap(abierrors.SecretNotFound, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.SecretNotFound, TrimSentinel(err), nil)
 	case errors.Is(err, secrets.ErrSetNotFound):
-		return abierrors.Wrap(abierrors.SecretSetNotFound, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.SecretSetNotFound, TrimSentinel(err), nil)
 	case errors.Is(err, secrets.ErrConflict):
-		return abierrors.Wrap(abierrors.RevisionConflict, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.RevisionConflict, TrimSentinel(err), nil)
 	case errors.Is(err, secrets.ErrTooManyVersions):
-		return abierrors.Wrap(abierrors.SecretVersionsFull, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.SecretVersionsFull, TrimSentinel(err), nil)
 	case errors.Is(err, secrets.ErrInvalid):
-		return abierrors.Wrap(abierrors.ValidationFailed, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.ValidationFailed, TrimSentinel(err), nil)
 	case errors.Is(err, secrets.ErrRotationRunning):
-		return abierrors.Wrap(abierrors.KeyringRotationRunning, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.KeyringRotationRunning, TrimSentinel(err), nil)
 	case errors.Is(err, changelog.ErrEntryTooLarge):
-		return abierrors.Wrap(abierrors.ChangeTooLarge, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.ChangeTooLarge, TrimSentinel(err), nil)
 	}
 	return err
 }
@@ -365,13 +365,14 @@ func SecretError(err error) error {
 // secret_unknown naming it. Any other error is mapped as [SecretError] maps it.
 func SecretRefError(err error) error {
 	if errors.Is(err, secrets.ErrNotFound) || errors.Is(err, secrets.ErrVersionNotFound) || errors.Is(err, secrets.ErrSetNotFound) {
-		return abierrors.Wrap(abierrors.SecretUnknown, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.SecretUnknown, TrimSentinel(err), nil)
 	}
 	return SecretError(err)
 }
 
-// trimSentinel drops the "berth: ..." sentinel text before the first ": ".
-func trimSentinel(err error) string {
+// TrimSentinel returns err's message without the "berth: ..." sentinel text before the first
+// ": ", the part a problem's detail shows; a message without that prefix is returned whole.
+func TrimSentinel(err error) string {
 	msg := err.Error()
 	for i := 0; i+1 < len(msg); i++ {
 		if msg[i] == ':' && msg[i+1] == ' ' && i > 6 && msg[:6] == "berth:" {
