@@ -158,12 +158,9 @@ func (s *Server) getRuntimeSpec(c echo.Context) error {
 	if svc.Stateful() {
 		return problem(abierrors.NotFound, "a stateful service is placed under its lease and has no runtime spec")
 	}
-	d, err := s.runtime.Spec(c.Request().Context(), svc.ID)
+	d, err := s.runtime.SpecInForce(c.Request().Context(), svc)
 	if err != nil {
 		return err
-	}
-	if d == nil {
-		d = &rollout.SpecDoc{ServiceID: svc.ID, Source: rollout.SourceService, Spec: rollout.DerivedSpec(svc)}
 	}
 	out, err := toSpecDoc(svc, d)
 	if err != nil {
