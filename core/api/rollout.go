@@ -62,10 +62,7 @@ func (s *Server) explainPlacement(c echo.Context) error {
 // the service already carries, or none over none pending, write nothing.
 func (s *Server) rebalance(c echo.Context) error {
 	var req client.RebalanceRequest
-	if err := s.bindOptional(c, &req); err != nil {
-		return err
-	}
-	p, svc, err := s.namedService(c)
+	p, svc, err := s.boundService(c, &req)
 	if err != nil {
 		return err
 	}
@@ -100,6 +97,21 @@ func (s *Server) rebalance(c echo.Context) error {
 	out := plan.Result(written)
 	out.Recorded = res.Changed()
 	return c.JSON(http.StatusOK, out)
+}
+
+// revisionBody is the optional body {"expected_revision": int} of a change to a named
+// service: the change is made only while the service is at that revision (nil: at any).
+type revisionBody struct {
+	ExpectedRevision *int64 `json:"expected_revision"`
+}
+
+// boundService binds the request's optional body into req, then reads the service of the
+// request's :project and :name ([Server.namedService]).
+func (s *Server) boundService(c echo.Context, req any) (*services.Project, *services.Service, error) {
+	if err := s.bindOptional(c, req); err != nil {
+		return nil, nil, err
+	}
+	return s.namedService(c)
 }
 
 // namedService reads the service of the request's :project and :name.
@@ -265,10 +277,7 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 		DryRun           bool   `json:"dry_run"`
 		ExpectedRevision *int64 `json:"expected_revision"`
 	}
-	if err := s.bindOptional(c, &req); err != nil {
-		return err
-	}
-	p, svc, err := s.namedService(c)
+	p, svc, err := s.boundService(c, &req)
 	if err != nil {
 		return err
 	}
@@ -362,13 +371,8 @@ func (s *Server) retireNode(c echo.Context) error {
 // The body may state expected_revision.
 func (s *Server) rolloutControl(action services.RolloutAction) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		var req struct {
-			ExpectedRevision *int64 `json:"expected_revision"`
-		}
-		if err := s.bindOptional(c, &req); err != nil {
-			return err
-		}
-		p, svc, err := s.namedService(c)
+		var req revisionBody
+		p, svc, err := s.boundService(c, &req)
 		if err != nil {
 			return err
 		}
