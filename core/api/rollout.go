@@ -43,15 +43,7 @@ func (s *Server) views() rollout.Views {
 // explainPlacement answers where each replica of the service stands or would go, and why
 // (docs/placement.md section 6).
 func (s *Server) explainPlacement(c echo.Context) error {
-	_, svc, err := s.namedService(c)
-	if err != nil {
-		return err
-	}
-	out, err := s.views().Placement(c.Request().Context(), svc)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out)
+	return serviceView(s, c, s.views().Placement)
 }
 
 // rebalance serves POST /api/v1/projects/{p}/services/{s}/rebalance (docs/placement.md section
@@ -241,28 +233,29 @@ func (s *Server) memberNodes(ctx context.Context) (map[string]bool, error) {
 // serviceSlots serves GET /api/v1/projects/{p}/services/{s}/workloads (docs/reconciliation.md
 // section 11): the service's slots in replica order, read from the stored rows only.
 func (s *Server) serviceSlots(c echo.Context) error {
-	_, svc, err := s.namedService(c)
-	if err != nil {
-		return err
-	}
-	rows, err := s.views().Slots(c.Request().Context(), svc)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, client.List[client.SlotView]{Items: rows})
+	return serviceView(s, c, func(ctx context.Context, svc *services.Service) (client.List[client.SlotView], error) {
+		rows, err := s.views().Slots(ctx, svc)
+		return client.List[client.SlotView]{Items: rows}, err
+	})
 }
 
-// getRollout serves GET /api/v1/projects/{p}/services/{s}/rollout.
-func (s *Server) getRollout(c echo.Context) error {
+// serviceView answers 200 with what view, a read-only runtime view, says of the service the
+// request names.
+func serviceView[T any](s *Server, c echo.Context, view func(context.Context, *services.Service) (T, error)) error {
 	_, svc, err := s.namedService(c)
 	if err != nil {
 		return err
 	}
-	out, err := s.views().Rollout(c.Request().Context(), svc)
+	out, err := view(c.Request().Context(), svc)
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// getRollout serves GET /api/v1/projects/{p}/services/{s}/rollout.
+func (s *Server) getRollout(c echo.Context) error {
+	return serviceView(s, c, s.views().Rollout)
 }
 
 // rolloutUndo serves POST /api/v1/projects/{p}/services/{s}/rollout/undo: the service returns to
