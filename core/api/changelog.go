@@ -12,6 +12,7 @@ import (
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/deploy"
 )
 
 // changeTimeout bounds how long a request waits for the entry of its change
@@ -77,7 +78,7 @@ func refuseLargeChange(entityType string, payload any) error {
 	wide := strings.Repeat("x", 64)
 	_, err := changelog.Prepare(changelog.Change{ActorType: wide, ActorID: wide, EntityType: entityType, EntityID: wide, Op: node.OpCreate, Payload: payload})
 	if errors.Is(err, changelog.ErrEntryTooLarge) {
-		return abierrors.Wrap(abierrors.ChangeTooLarge, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.ChangeTooLarge, deploy.TrimSentinel(err), nil)
 	}
 	return err
 }

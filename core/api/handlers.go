@@ -152,30 +152,19 @@ func (s *Server) listProjects(c echo.Context) error {
 func serviceError(err error) error {
 	switch {
 	case errors.Is(err, services.ErrServiceNotFound):
-		return abierrors.Wrap(abierrors.ServiceNotFound, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.ServiceNotFound, deploy.TrimSentinel(err), nil)
 	case errors.Is(err, services.ErrRevisionConflict):
-		return abierrors.Wrap(abierrors.RevisionConflict, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.RevisionConflict, deploy.TrimSentinel(err), nil)
 	case errors.Is(err, services.ErrDomainTaken):
-		return abierrors.Wrap(abierrors.AlreadyExists, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.AlreadyExists, deploy.TrimSentinel(err), nil)
 	case errors.Is(err, services.ErrPlacementModeImmutable):
-		return abierrors.Wrap(abierrors.PlacementModeImmutable, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.PlacementModeImmutable, deploy.TrimSentinel(err), nil)
 	case errors.Is(err, services.ErrServiceDeleting):
-		return abierrors.Wrap(abierrors.ServiceDeleting, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.ServiceDeleting, deploy.TrimSentinel(err), nil)
 	case errors.Is(err, changelog.ErrEntryTooLarge):
-		return abierrors.Wrap(abierrors.ChangeTooLarge, trimSentinel(err)+"; make the service smaller (env values, command)", nil)
+		return abierrors.Wrap(abierrors.ChangeTooLarge, deploy.TrimSentinel(err)+"; make the service smaller (env values, command)", nil)
 	}
 	return err
-}
-
-// trimSentinel drops the "berth: ..." sentinel text before the first ": ".
-func trimSentinel(err error) string {
-	msg := err.Error()
-	for i := 0; i+1 < len(msg); i++ {
-		if msg[i] == ':' && msg[i+1] == ' ' && i > 6 && msg[:6] == "berth:" {
-			return msg[i+2:]
-		}
-	}
-	return msg
 }
 
 func (s *Server) putService(c echo.Context) error {
@@ -474,7 +463,7 @@ func (s *Server) pushBundle(c echo.Context) error {
 	case errors.As(err, &mbe), errors.Is(err, bundles.ErrTooLarge):
 		return problem(abierrors.BodyTooLarge, fmt.Sprintf("bundle is larger than the limit of %d bytes", s.cfg.Bundles.MaxBytes()))
 	case errors.Is(err, bundles.ErrDigestMismatch):
-		return problem(abierrors.DigestMismatch, trimSentinel(err))
+		return problem(abierrors.DigestMismatch, deploy.TrimSentinel(err))
 	case errors.Is(err, bundle.ErrInvalid), errors.Is(err, bundle.ErrTooLarge):
 		return abierrors.Wrap(abierrors.BundleInvalid, err.Error(), nil)
 	case err != nil:

@@ -50,13 +50,8 @@ type ManifestChecker = deploy.ManifestChecker
 // digest); 404 image_release_not_found (also for a release whose manifest retention removed);
 // 409 release_not_pushed, service_not_container, revision_conflict.
 func (s *Server) promoteRelease(c echo.Context) error {
-	var req struct {
-		ExpectedRevision *int64 `json:"expected_revision"`
-	}
-	if err := s.bindOptional(c, &req); err != nil {
-		return err
-	}
-	p, svc, err := s.namedService(c)
+	var req revisionBody
+	p, svc, err := s.boundService(c, &req)
 	if err != nil {
 		return err
 	}

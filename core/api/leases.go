@@ -12,6 +12,7 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/sdk/client"
@@ -139,7 +140,7 @@ func (s *Server) fenceAck(c echo.Context) error {
 	case errors.Is(err, fencing.ErrNodeNotFound):
 		return problem(abierrors.NodeNotFound, fmt.Sprintf("no node %q", c.Param("id")))
 	case errors.Is(err, fencing.ErrAckMismatch):
-		return problem(abierrors.FenceAckMismatch, trimSentinel(err))
+		return problem(abierrors.FenceAckMismatch, deploy.TrimSentinel(err))
 	case err != nil:
 		return err
 	}
@@ -201,7 +202,7 @@ func (s *Server) checkFencing(c echo.Context) error {
 	}
 	if err := s.cfg.Guard.Check(c.Request().Context(), res, token); errors.Is(err, fencing.ErrStaleToken) {
 		s.log.Warn("write refused: stale fencing token", "resource", res, "token", token)
-		return problem(abierrors.StaleFencingToken, trimSentinel(err))
+		return problem(abierrors.StaleFencingToken, deploy.TrimSentinel(err))
 	} else if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/sdk/client"
@@ -32,7 +33,7 @@ func nodeChangeError(id string, err error) error {
 	case errors.Is(err, nodes.ErrNotFound):
 		return problem(abierrors.NodeNotFound, fmt.Sprintf("no node %q", id))
 	case errors.Is(err, nodes.ErrInvalid):
-		return problem(abierrors.ValidationFailed, trimSentinel(err))
+		return problem(abierrors.ValidationFailed, deploy.TrimSentinel(err))
 	case errors.Is(err, nodes.ErrNotMember):
 		return problem(abierrors.NodeAlreadyRetired, fmt.Sprintf("node %s is removed or retiring: it takes no placement", id))
 	case errors.Is(err, nodes.ErrConflict):

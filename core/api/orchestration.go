@@ -13,6 +13,7 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/leases"
 	"github.com/berthhq/berth/core/operations"
@@ -129,7 +130,7 @@ func orchestrationProblem(err error) error {
 	case errors.Is(err, placement.ErrPinned):
 		return problem(abierrors.PlacementPinned, "the placement is pinned to its node: region and requirements cannot change")
 	case errors.Is(err, placement.ErrInvalid):
-		return problem(abierrors.ValidationFailed, trimSentinel(err))
+		return problem(abierrors.ValidationFailed, deploy.TrimSentinel(err))
 	case errors.Is(err, placement.ErrStale):
 		return problem(abierrors.ValidationFailed, "the observation is older than the recorded one or not from the assigned node")
 	case errors.Is(err, runners.ErrCapacityInUse):

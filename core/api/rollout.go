@@ -43,15 +43,7 @@ func (s *Server) views() rollout.Views {
 // explainPlacement answers where each replica of the service stands or would go, and why
 // (docs/placement.md section 6).
 func (s *Server) explainPlacement(c echo.Context) error {
-	_, svc, err := s.namedService(c)
-	if err != nil {
-		return err
-	}
-	out, err := s.views().Placement(c.Request().Context(), svc)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out)
+	return serviceView(s, c, s.views().Placement)
 }
 
 // rebalance serves POST /api/v1/projects/{p}/services/{s}/rebalance (docs/placement.md section
@@ -62,10 +54,7 @@ func (s *Server) explainPlacement(c echo.Context) error {
 // the service already carries, or none over none pending, write nothing.
 func (s *Server) rebalance(c echo.Context) error {
 	var req client.RebalanceRequest
-	if err := s.bindOptional(c, &req); err != nil {
-		return err
-	}
-	p, svc, err := s.namedService(c)
+	p, svc, err := s.boundService(c, &req)
 	if err != nil {
 		return err
 	}
@@ -100,6 +89,21 @@ func (s *Server) rebalance(c echo.Context) error {
 	out := plan.Result(written)
 	out.Recorded = res.Changed()
 	return c.JSON(http.StatusOK, out)
+}
+
+// revisionBody is the optional body {"expected_revision": int} of a change to a named
+// service: the change is made only while the service is at that revision (nil: at any).
+type revisionBody struct {
+	ExpectedRevision *int64 `json:"expected_revision"`
+}
+
+// boundService binds the request's optional body into req, then reads the service of the
+// request's :project and :name ([Server.namedService]).
+func (s *Server) boundService(c echo.Context, req any) (*services.Project, *services.Service, error) {
+	if err := s.bindOptional(c, req); err != nil {
+		return nil, nil, err
+	}
+	return s.namedService(c)
 }
 
 // namedService reads the service of the request's :project and :name.
@@ -158,12 +162,9 @@ func (s *Server) getRuntimeSpec(c echo.Context) error {
 	if svc.Stateful() {
 		return problem(abierrors.NotFound, "a stateful service is placed under its lease and has no runtime spec")
 	}
-	d, err := s.runtime.Spec(c.Request().Context(), svc.ID)
+	d, err := s.runtime.SpecInForce(c.Request().Context(), svc)
 	if err != nil {
 		return err
-	}
-	if d == nil {
-		d = &rollout.SpecDoc{ServiceID: svc.ID, Source: rollout.SourceService, Spec: rollout.DerivedSpec(svc)}
 	}
 	out, err := toSpecDoc(svc, d)
 	if err != nil {
@@ -232,28 +233,29 @@ func (s *Server) memberNodes(ctx context.Context) (map[string]bool, error) {
 // serviceSlots serves GET /api/v1/projects/{p}/services/{s}/workloads (docs/reconciliation.md
 // section 11): the service's slots in replica order, read from the stored rows only.
 func (s *Server) serviceSlots(c echo.Context) error {
-	_, svc, err := s.namedService(c)
-	if err != nil {
-		return err
-	}
-	rows, err := s.views().Slots(c.Request().Context(), svc)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, client.List[client.SlotView]{Items: rows})
+	return serviceView(s, c, func(ctx context.Context, svc *services.Service) (client.List[client.SlotView], error) {
+		rows, err := s.views().Slots(ctx, svc)
+		return client.List[client.SlotView]{Items: rows}, err
+	})
 }
 
-// getRollout serves GET /api/v1/projects/{p}/services/{s}/rollout.
-func (s *Server) getRollout(c echo.Context) error {
+// serviceView answers 200 with what view, a read-only runtime view, says of the service the
+// request names.
+func serviceView[T any](s *Server, c echo.Context, view func(context.Context, *services.Service) (T, error)) error {
 	_, svc, err := s.namedService(c)
 	if err != nil {
 		return err
 	}
-	out, err := s.views().Rollout(c.Request().Context(), svc)
+	out, err := view(c.Request().Context(), svc)
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// getRollout serves GET /api/v1/projects/{p}/services/{s}/rollout.
+func (s *Server) getRollout(c echo.Context) error {
+	return serviceView(s, c, s.views().Rollout)
 }
 
 // rolloutUndo serves POST /api/v1/projects/{p}/services/{s}/rollout/undo: the service returns to
@@ -268,10 +270,7 @@ func (s *Server) rolloutUndo(c echo.Context) error {
 		DryRun           bool   `json:"dry_run"`
 		ExpectedRevision *int64 `json:"expected_revision"`
 	}
-	if err := s.bindOptional(c, &req); err != nil {
-		return err
-	}
-	p, svc, err := s.namedService(c)
+	p, svc, err := s.boundService(c, &req)
 	if err != nil {
 		return err
 	}
@@ -343,9 +342,9 @@ func (s *Server) retireNode(c echo.Context) error {
 	case errors.Is(err, nodes.ErrBadDisposition):
 		return problem(abierrors.ValidationFailed, "disposition must be withdrawn or lost")
 	case errors.Is(err, nodes.ErrAlreadyRetired):
-		return problem(abierrors.NodeAlreadyRetired, trimSentinel(err))
+		return problem(abierrors.NodeAlreadyRetired, deploy.TrimSentinel(err))
 	case errors.Is(err, nodes.ErrStillReporting):
-		return problem(abierrors.NodeStillReporting, trimSentinel(err))
+		return problem(abierrors.NodeStillReporting, deploy.TrimSentinel(err))
 	case err != nil:
 		return err
 	}
@@ -365,13 +364,8 @@ func (s *Server) retireNode(c echo.Context) error {
 // The body may state expected_revision.
 func (s *Server) rolloutControl(action services.RolloutAction) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		var req struct {
-			ExpectedRevision *int64 `json:"expected_revision"`
-		}
-		if err := s.bindOptional(c, &req); err != nil {
-			return err
-		}
-		p, svc, err := s.namedService(c)
+		var req revisionBody
+		p, svc, err := s.boundService(c, &req)
 		if err != nil {
 			return err
 		}

@@ -17,7 +17,7 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
-	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
@@ -91,36 +91,6 @@ func (s *Server) rotateNodeSecretKey(c echo.Context) error {
 }
 
 func (s *Server) secretStore() *secrets.Store { return s.cfg.Secrets.Store }
-
-// secretError maps the errors of core/secrets to problems; none carries a value.
-func secretError(err error) error {
-	switch {
-	case errors.Is(err, secrets.ErrNotFound), errors.Is(err, secrets.ErrVersionNotFound):
-		return abierrors.Wrap(abierrors.SecretNotFound, trimSentinel(err), nil)
-	case errors.Is(err, secrets.ErrSetNotFound):
-		return abierrors.Wrap(abierrors.SecretSetNotFound, trimSentinel(err), nil)
-	case errors.Is(err, secrets.ErrConflict):
-		return abierrors.Wrap(abierrors.RevisionConflict, trimSentinel(err), nil)
-	case errors.Is(err, secrets.ErrTooManyVersions):
-		return abierrors.Wrap(abierrors.SecretVersionsFull, trimSentinel(err), nil)
-	case errors.Is(err, secrets.ErrInvalid):
-		return abierrors.Wrap(abierrors.ValidationFailed, trimSentinel(err), nil)
-	case errors.Is(err, secrets.ErrRotationRunning):
-		return abierrors.Wrap(abierrors.KeyringRotationRunning, trimSentinel(err), nil)
-	case errors.Is(err, changelog.ErrEntryTooLarge):
-		return abierrors.Wrap(abierrors.ChangeTooLarge, trimSentinel(err), nil)
-	}
-	return err
-}
-
-// refError answers a service or set reference to a missing secret, version or set: 422
-// secret_unknown naming it.
-func refError(err error) error {
-	if errors.Is(err, secrets.ErrNotFound) || errors.Is(err, secrets.ErrVersionNotFound) || errors.Is(err, secrets.ErrSetNotFound) {
-		return abierrors.Wrap(abierrors.SecretUnknown, trimSentinel(err), nil)
-	}
-	return secretError(err)
-}
 
 func checkSecretName(kind, name string) error {
 	if !secrets.ValidName(name) {
@@ -249,7 +219,7 @@ func (s *Server) putSecret(c echo.Context) error {
 	sec, ver, err := s.secretStore().Put(wctx, p.ID, p.Name, name, value, author(c))
 	done()
 	if err != nil {
-		return secretError(err)
+		return deploy.SecretError(err)
 	}
 	s.log.Info("secret version written", "project", p.Name, "secret", name, "version", ver.Version)
 	s.awaitChange(c, secrets.Collection, sec.ID, sec.LogOutbox)
@@ -278,7 +248,7 @@ func (s *Server) getSecret(c echo.Context) error {
 	ctx := c.Request().Context()
 	sec, err := s.secretStore().Get(ctx, p.ID, name)
 	if err != nil {
-		return secretError(err)
+		return deploy.SecretError(err)
 	}
 	bySecret, _, err := s.uses(ctx, p)
 	if err != nil {
@@ -358,7 +328,7 @@ func (s *Server) deleteSecret(c echo.Context) error {
 	sec, err := s.secretStore().Delete(wctx, p.ID, name, expected)
 	done()
 	if err != nil {
-		return secretError(err)
+		return deploy.SecretError(err)
 	}
 	s.log.Info("secret deleted", "project", p.Name, "secret", name)
 	s.awaitChange(c, secrets.Collection, sec.ID, sec.LogOutbox)
@@ -392,7 +362,7 @@ func (s *Server) putSecretSet(c echo.Context) error {
 	set, created, err := s.secretStore().PutSet(wctx, p.ID, p.Name, name, refs, spec.ExpectedRevision)
 	done()
 	if err != nil {
-		return refError(err)
+		return deploy.SecretRefError(err)
 	}
 	if len(set.LogOutbox) > 0 {
 		s.log.Info("secret set written", "project", p.Name, "set", name, "revision", set.Revision)
@@ -423,7 +393,7 @@ func (s *Server) getSecretSet(c echo.Context) error {
 	ctx := c.Request().Context()
 	set, err := s.secretStore().GetSet(ctx, p.ID, name)
 	if err != nil {
-		return secretError(err)
+		return deploy.SecretError(err)
 	}
 	_, bySet, err := s.uses(ctx, p)
 	if err != nil {
@@ -477,7 +447,7 @@ func (s *Server) deleteSecretSet(c echo.Context) error {
 	set, err := s.secretStore().DeleteSet(wctx, p.ID, name, expected)
 	done()
 	if err != nil {
-		return secretError(err)
+		return deploy.SecretError(err)
 	}
 	s.log.Info("secret set deleted", "project", p.Name, "set", name)
 	s.awaitChange(c, secrets.SetsCollection, set.ID, set.LogOutbox)
@@ -531,7 +501,7 @@ func (s *Server) rotateKeyring(c echo.Context) error {
 	ctx := c.Request().Context()
 	r, err := s.secretStore().StartRotation(ctx, req.RetireOld)
 	if err != nil {
-		return secretError(err)
+		return deploy.SecretError(err)
 	}
 	s.log.Info("keyring rotation started", "kek_id", r.TargetKEK, "retire_old", r.RetireOld)
 	if s.cfg.Secrets.Rewrap != nil {

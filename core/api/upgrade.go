@@ -15,6 +15,7 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/releases"
 	"github.com/berthhq/berth/core/session"
@@ -112,7 +113,7 @@ func (s *Server) upgradeNode(c echo.Context) error {
 		}
 	}
 	if _, err := version.Parse(target); err != nil {
-		return problem(abierrors.ValidationFailed, "version: "+trimSentinel(err))
+		return problem(abierrors.ValidationFailed, "version: "+deploy.TrimSentinel(err))
 	}
 	from := n.AgentVersion
 	if isPlugin {
@@ -130,7 +131,7 @@ func (s *Server) upgradeNode(c echo.Context) error {
 		}
 	}
 	if err := version.CheckSkew(s.coreVersion(), target); err != nil && !req.Force {
-		return problem(abierrors.AgentVersionSkew, program+" "+trimSentinel(err))
+		return problem(abierrors.AgentVersionSkew, program+" "+deploy.TrimSentinel(err))
 	}
 	files, err := s.cfg.Releases.Find(program, target)
 	if errors.Is(err, releases.ErrNotFound) {

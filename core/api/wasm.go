@@ -16,6 +16,7 @@ import (
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/certs"
+	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
@@ -152,7 +153,7 @@ func (s *Server) bindPolicy(c echo.Context) error {
 	case errors.Is(err, policy.ErrModuleNotFound):
 		return problem(abierrors.ModuleNotFound, fmt.Sprintf("no module with digest %q; push it with 'berth module push'", digest))
 	case errors.Is(err, policy.ErrInvalidBinding):
-		return problem(abierrors.ValidationFailed, trimSentinel(err))
+		return problem(abierrors.ValidationFailed, deploy.TrimSentinel(err))
 	case err != nil:
 		return err
 	}

@@ -146,7 +146,7 @@ func (d *Deployer) checkTLS(ctx context.Context, p *services.Project, spec *clie
 		}
 		sec, v, err := d.cfg.Secrets.Resolve(ctx, p.ID, spec.TLS.Secret, 0)
 		if err != nil {
-			return refError(fmt.Errorf("tls.secret: %w", err))
+			return SecretRefError(fmt.Errorf("tls.secret: %w", err))
 		}
 		value, err := d.cfg.Secrets.Open(sec, v)
 		if errors.Is(err, secrets.ErrOpenFailed) {
@@ -180,7 +180,7 @@ func (d *Deployer) checkSecretRefs(ctx context.Context, p *services.Project, spe
 	for k, r := range spec.Secrets {
 		ref := secrets.Ref(r)
 		if err := ref.Validate(k); err != nil {
-			return nil, secretError(err)
+			return nil, SecretError(err)
 		}
 		if _, dup := spec.Env[k]; dup {
 			return nil, abierrors.New(abierrors.ValidationFailed, fmt.Sprintf("%s is both in env and in secrets", k))
@@ -188,7 +188,7 @@ func (d *Deployer) checkSecretRefs(ctx context.Context, p *services.Project, spe
 		refs[k] = ref
 	}
 	if err := d.cfg.Secrets.ValidateRefs(ctx, p.ID, refs); err != nil {
-		return nil, refError(err)
+		return nil, SecretRefError(err)
 	}
 	if len(spec.SecretSets) > 16 {
 		return nil, abierrors.New(abierrors.ValidationFailed, "a service attaches at most 16 secret sets")
@@ -204,7 +204,7 @@ func (d *Deployer) checkSecretRefs(ctx context.Context, p *services.Project, spe
 		from["set:"+name] = name
 		set, err := d.cfg.Secrets.GetSet(ctx, p.ID, name)
 		if err != nil {
-			return nil, refError(err)
+			return nil, SecretRefError(err)
 		}
 		for k := range set.Secrets {
 			_, inEnv := spec.Env[k]
@@ -239,7 +239,7 @@ func (d *Deployer) resolveSecrets(ctx context.Context, projectID string, refs ma
 	for _, name := range sets {
 		set, err := d.cfg.Secrets.GetSet(ctx, projectID, name)
 		if err != nil {
-			return nil, refError(err)
+			return nil, SecretRefError(err)
 		}
 		for k, r := range set.Secrets {
 			if _, dup := all[k]; !dup {
@@ -251,7 +251,7 @@ func (d *Deployer) resolveSecrets(ctx context.Context, projectID string, refs ma
 	for k, r := range all {
 		_, v, err := d.cfg.Secrets.Resolve(ctx, projectID, r.Secret, r.Version)
 		if err != nil {
-			return nil, refError(fmt.Errorf("%s: %w", k, err))
+			return nil, SecretRefError(fmt.Errorf("%s: %w", k, err))
 		}
 		r.Version = v.Version
 		out[k] = r
@@ -272,11 +272,11 @@ func (d *Deployer) CheckEnvValues(ctx context.Context, projectID string, refs ma
 		}
 		sec, v, err := d.cfg.Secrets.Resolve(ctx, projectID, r.Secret, r.Version)
 		if err != nil {
-			return refError(fmt.Errorf("%s: %w", k, err))
+			return SecretRefError(fmt.Errorf("%s: %w", k, err))
 		}
 		ok, err := d.cfg.Secrets.EnvSafe(sec, v)
 		if err != nil {
-			return secretError(err)
+			return SecretError(err)
 		}
 		if !ok {
 			return abierrors.New(abierrors.ValidationFailed, fmt.Sprintf("%s: version %d of secret %s holds a NUL byte or bytes that are not UTF-8, which an environment variable cannot carry; deliver it as a file (as: file)", k, v.Version, r.Secret))
@@ -338,38 +338,41 @@ func (d *Deployer) withBindingSecrets(ctx context.Context, projectID, service st
 	return out, nil
 }
 
-// secretError maps the errors of core/secrets to problems; none carries a value.
-func secretError(err error) error {
+// SecretError maps the errors of core/secrets to problems: a missing secret or version is
+// secret_not_found, a missing set secret_set_not_found, and so on; none carries a value. An
+// error it does not know is returned as is.
+func SecretError(err error) error {
 	switch {
 	case errors.Is(err, secrets.ErrNotFound), errors.Is(err, secrets.ErrVersionNotFound):
-		return abierrors.Wrap(abierrors.SecretNotFound, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.SecretNotFound, TrimSentinel(err), nil)
 	case errors.Is(err, secrets.ErrSetNotFound):
-		return abierrors.Wrap(abierrors.SecretSetNotFound, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.SecretSetNotFound, TrimSentinel(err), nil)
 	case errors.Is(err, secrets.ErrConflict):
-		return abierrors.Wrap(abierrors.RevisionConflict, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.RevisionConflict, TrimSentinel(err), nil)
 	case errors.Is(err, secrets.ErrTooManyVersions):
-		return abierrors.Wrap(abierrors.SecretVersionsFull, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.SecretVersionsFull, TrimSentinel(err), nil)
 	case errors.Is(err, secrets.ErrInvalid):
-		return abierrors.Wrap(abierrors.ValidationFailed, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.ValidationFailed, TrimSentinel(err), nil)
 	case errors.Is(err, secrets.ErrRotationRunning):
-		return abierrors.Wrap(abierrors.KeyringRotationRunning, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.KeyringRotationRunning, TrimSentinel(err), nil)
 	case errors.Is(err, changelog.ErrEntryTooLarge):
-		return abierrors.Wrap(abierrors.ChangeTooLarge, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.ChangeTooLarge, TrimSentinel(err), nil)
 	}
 	return err
 }
 
-// refError answers a service or set reference to a missing secret, version or set: 422
-// secret_unknown naming it.
-func refError(err error) error {
+// SecretRefError answers a service or set reference to a missing secret, version or set: 422
+// secret_unknown naming it. Any other error is mapped as [SecretError] maps it.
+func SecretRefError(err error) error {
 	if errors.Is(err, secrets.ErrNotFound) || errors.Is(err, secrets.ErrVersionNotFound) || errors.Is(err, secrets.ErrSetNotFound) {
-		return abierrors.Wrap(abierrors.SecretUnknown, trimSentinel(err), nil)
+		return abierrors.Wrap(abierrors.SecretUnknown, TrimSentinel(err), nil)
 	}
-	return secretError(err)
+	return SecretError(err)
 }
 
-// trimSentinel drops the "berth: ..." sentinel text before the first ": ".
-func trimSentinel(err error) string {
+// TrimSentinel returns err's message without the "berth: ..." sentinel text before the first
+// ": ", the part a problem's detail shows; a message without that prefix is returned whole.
+func TrimSentinel(err error) string {
 	msg := err.Error()
 	for i := 0; i+1 < len(msg); i++ {
 		if msg[i] == ':' && msg[i+1] == ' ' && i > 6 && msg[:6] == "berth:" {

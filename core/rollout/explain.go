@@ -20,31 +20,16 @@ import (
 // sweep would. It writes nothing.
 func (v Views) Placement(ctx context.Context, svc *services.Service) (*client.PlacementExplanation, error) {
 	out := &client.PlacementExplanation{Service: svc.Project + "/" + svc.Name, Replicas: []client.ReplicaPlacement{}}
-	doc, err := v.Store.Spec(ctx, svc.ID)
+	doc, err := v.Store.SpecInForce(ctx, svc)
 	if err != nil {
 		return nil, err
 	}
-	spec := DerivedSpec(svc)
-	if doc != nil {
-		spec = doc.Spec
-	}
+	spec := doc.Spec
 	if spec.Placement.Mode != slots.PlacementScheduled {
 		out.Note = fmt.Sprintf("placement %s: the runtime spec names the nodes; the decider chooses none", spec.Placement.Mode)
 		return out, nil
 	}
-	set, err := v.Store.Slots(ctx, svc.ID)
-	if err != nil {
-		return nil, err
-	}
-	ns, err := v.Nodes.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	svcs, err := v.Catalog.ListServices(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	wls, err := v.Catalog.ListWorkloads(ctx, nil)
+	in, err := v.placementInputs(ctx, svc.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -53,13 +38,9 @@ func (v Views) Placement(ctx context.Context, svc *services.Service) (*client.Pl
 		total = min(total, 1)
 		out.Note = "stateful: the replica runs where the service's lease is held; the lease moves only by the lease rules"
 	}
-	use := placement.UsageOf(svcs, wls)
-	r := &view{svc: svc, spec: &SpecDoc{Spec: spec}, set: set}
+	ns, byID, use := in.nodes, in.byID, in.use
+	r := &view{svc: svc, spec: &SpecDoc{Spec: spec}, set: in.set}
 	placed := map[string]string{}
-	byID := make(map[string]*nodes.Node, len(ns))
-	for i := range ns {
-		byID[ns[i].ID] = &ns[i]
-	}
 	req, cands := request(r, ns, byID, use, placed, nil, nil)
 	if cands == nil {
 		cands = placement.Candidates(ns, use, svc.Runtime)
@@ -109,4 +90,39 @@ func (v Views) Placement(ctx context.Context, svc *services.Service) (*client.Pl
 // subtract returns r - o.
 func subtract(r, o placement.Resources) placement.Resources {
 	return r.Add(o.Times(-1))
+}
+
+// placementInputs is what explaining a service's placement and planning its rebalance read
+// besides the service and its spec, as they are now.
+type placementInputs struct {
+	set   *SlotSet               // the service's slots
+	nodes []nodes.Node           // every node
+	byID  map[string]*nodes.Node // nodes by id
+	use   *placement.Usage       // the usage of every service and workload
+}
+
+// placementInputs reads the slots of service serviceID, the nodes, and the services and
+// workloads whose usage the decider weighs.
+func (v Views) placementInputs(ctx context.Context, serviceID string) (*placementInputs, error) {
+	set, err := v.Store.Slots(ctx, serviceID)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := v.Nodes.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	svcs, err := v.Catalog.ListServices(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	wls, err := v.Catalog.ListWorkloads(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]*nodes.Node, len(ns))
+	for i := range ns {
+		byID[ns[i].ID] = &ns[i]
+	}
+	return &placementInputs{set: set, nodes: ns, byID: byID, use: placement.UsageOf(svcs, wls)}, nil
 }

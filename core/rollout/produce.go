@@ -452,23 +452,33 @@ func (p *Producer) refusedByPolicy(ctx context.Context, svc *services.Service, p
 	if p.cfg.Events == nil || next.State != slots.Refused || !slots.IsPolicyDenied(next.Reason) {
 		return nil
 	}
+	_, err := p.verdictEvent(ctx, svc, prev, next, TypeRolloutDenied, "record the deploy policy's refusal of "+serviceName(svc))
+	return err
+}
+
+// verdictEvent appends the event typ about svc's verdict next (subject the service; data:
+// service, revision, spec revision, verdict) unless next equals the stored verdict prev (nil:
+// none). Its id derives from the service, the verdict, typ and when the stored verdict last
+// changed, so a pass that dies before its verdict write and decides again stores it once. It
+// reports whether it appended; an error of the append is wrapped with doing.
+func (p *Producer) verdictEvent(ctx context.Context, svc *services.Service, prev *StatusDoc, next slots.Verdict, typ, doing string) (bool, error) {
 	since := "none"
 	if prev != nil {
 		if !slots.VerdictChanged(&prev.Verdict, next) {
-			return nil
+			return false, nil
 		}
 		since = prev.ChangedAt.UTC().Format(time.RFC3339Nano)
 	}
-	sum := sha256.Sum256([]byte(svc.ID + "/" + next.String() + "/" + since + "/" + TypeRolloutDenied))
-	ev := events.Core(TypeRolloutDenied, "", map[string]any{"service": serviceName(svc), "revision": svc.Revision,
+	sum := sha256.Sum256([]byte(svc.ID + "/" + next.String() + "/" + since + "/" + typ))
+	ev := events.Core(typ, "", map[string]any{"service": serviceName(svc), "revision": svc.Revision,
 		"spec_revision": next.SpecRevision, "verdict": next.String()}, p.cfg.Now())
 	ev.ID = "evt_" + hex.EncodeToString(sum[:13])
 	ev.Subject = node.EventRef{Type: "service", ID: svc.ID}
 	ev.ProjectID = svc.ProjectID
 	if _, _, err := p.cfg.Events.Append(ctx, ev); err != nil {
-		return fmt.Errorf("record the deploy policy's refusal of %s: %w", serviceName(svc), err)
+		return false, fmt.Errorf("%s: %w", doing, err)
 	}
-	return nil
+	return true, nil
 }
 
 // unplaceable appends the event placement.unplaceable (subject the service; data: service,
@@ -480,21 +490,9 @@ func (p *Producer) unplaceable(ctx context.Context, svc *services.Service, prev 
 	if p.cfg.Events == nil || next.State != slots.Waiting || !slots.IsUnplaceable(next.Reason) {
 		return nil
 	}
-	since := "none"
-	if prev != nil {
-		if !slots.VerdictChanged(&prev.Verdict, next) {
-			return nil
-		}
-		since = prev.ChangedAt.UTC().Format(time.RFC3339Nano)
-	}
-	sum := sha256.Sum256([]byte(svc.ID + "/" + next.String() + "/" + since + "/" + TypeUnplaceable))
-	ev := events.Core(TypeUnplaceable, "", map[string]any{"service": serviceName(svc), "revision": svc.Revision,
-		"spec_revision": next.SpecRevision, "verdict": next.String()}, p.cfg.Now())
-	ev.ID = "evt_" + hex.EncodeToString(sum[:13])
-	ev.Subject = node.EventRef{Type: "service", ID: svc.ID}
-	ev.ProjectID = svc.ProjectID
-	if _, _, err := p.cfg.Events.Append(ctx, ev); err != nil {
-		return fmt.Errorf("record that %s is unplaceable: %w", serviceName(svc), err)
+	appended, err := p.verdictEvent(ctx, svc, prev, next, TypeUnplaceable, "record that "+serviceName(svc)+" is unplaceable")
+	if err != nil || !appended {
+		return err
 	}
 	p.log.Warn("replica unplaceable", "service", serviceName(svc), "service_id", svc.ID, "verdict", next.String())
 	return nil

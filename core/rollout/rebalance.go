@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
@@ -66,41 +65,22 @@ func (v Views) Rebalance(ctx context.Context, svc *services.Service) (*Rebalance
 		plan.Note = "stateful: the replica runs where the service's lease is held; the lease moves only by the lease rules"
 		return plan, nil
 	}
-	doc, err := v.Store.Spec(ctx, svc.ID)
+	doc, err := v.Store.SpecInForce(ctx, svc)
 	if err != nil {
 		return nil, err
 	}
-	spec := DerivedSpec(svc)
-	if doc != nil {
-		spec = doc.Spec
-	}
+	spec := doc.Spec
 	if spec.Placement.Mode != slots.PlacementScheduled {
 		plan.Note = fmt.Sprintf("placement %s: the runtime spec names the nodes; nothing to rebalance", spec.Placement.Mode)
 		return plan, nil
 	}
-	set, err := v.Store.Slots(ctx, svc.ID)
+	in, err := v.placementInputs(ctx, svc.ID)
 	if err != nil {
 		return nil, err
 	}
-	ns, err := v.Nodes.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	svcs, err := v.Catalog.ListServices(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	wls, err := v.Catalog.ListWorkloads(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	use := placement.UsageOf(svcs, wls)
-	byID := make(map[string]*nodes.Node, len(ns))
-	for i := range ns {
-		byID[ns[i].ID] = &ns[i]
-	}
+	ns, byID, use := in.nodes, in.byID, in.use
 	placed := map[string]string{}
-	req, _ := request(&view{svc: svc, spec: &SpecDoc{Spec: spec}, set: set}, ns, byID, use, placed, nil, nil)
+	req, _ := request(&view{svc: svc, spec: &SpecDoc{Spec: spec}, set: in.set}, ns, byID, use, placed, nil, nil)
 	if svc.Rebalance != nil {
 		for _, m := range svc.Rebalance.Moves {
 			if placed[m.Replica] == m.From && m.To != m.From {

@@ -178,6 +178,20 @@ func DerivedSpec(svc *services.Service) slots.Spec {
 	return sp
 }
 
+// SpecInForce returns the spec svc runs under: its stored spec, or, while none is stored, an
+// unstored document of source service holding [DerivedSpec] of svc (revision 0). It writes
+// nothing.
+func (s *Store) SpecInForce(ctx context.Context, svc *services.Service) (*SpecDoc, error) {
+	d, err := s.Spec(ctx, svc.ID)
+	if err != nil {
+		return nil, err
+	}
+	if d == nil {
+		d = &SpecDoc{ServiceID: svc.ID, Source: SourceService, Spec: DerivedSpec(svc)}
+	}
+	return d, nil
+}
+
 // EnsureDerivedSpec keeps the spec of a service that has no operator spec equal to
 // [DerivedSpec]: it inserts one at revision 1, or replaces a stale derived one with one
 // compare-and-set on its revision. An operator spec is returned unchanged. It returns the

@@ -149,27 +149,36 @@ func cgroupParents(stateDir string) []string {
 // cgroup2Mount returns the mount point of the cgroup v2 hierarchy, from
 // /proc/self/mountinfo (the unified hierarchy of a hybrid setup counts).
 func cgroup2Mount() (string, error) {
+	m, ok, err := mountPoint(func(fs []string) bool { return len(fs) > 0 && fs[0] == "cgroup2" })
+	if err != nil || ok {
+		return m, err
+	}
+	return "", errors.New("no cgroup2 hierarchy is mounted")
+}
+
+// mountPoint returns the mount point of the first mount in /proc/self/mountinfo whose fields
+// after the " - " separator (fstype, source, super options) match says, and false when none
+// does.
+func mountPoint(match func(fs []string) bool) (string, bool, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
+		if !ok || !match(strings.Fields(post)) {
 			continue
 		}
-		if fs := strings.Fields(post); len(fs) > 0 && fs[0] == "cgroup2" {
-			if f := strings.Fields(pre); len(f) >= 5 {
-				return f[4], nil
-			}
+		if f := strings.Fields(pre); len(f) >= 5 {
+			return f[4], true, nil
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return "", err
+		return "", false, err
 	}
-	return "", errors.New("no cgroup2 hierarchy is mounted")
+	return "", false, nil
 }
 
 // makeCgroup creates (or empties and reuses) the cgroup of workload id

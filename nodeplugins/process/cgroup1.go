@@ -1,7 +1,6 @@
 package process
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -47,28 +46,12 @@ import (
 // controller bound (e.g. "cpu" also where it is mounted as "cpu,cpuacct"),
 // from /proc/self/mountinfo.
 func cgroup1Mount(controller string) (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		// post: fstype source super-options
-		fs := strings.Fields(post)
-		if len(fs) < 3 || fs[0] != "cgroup" || !slices.Contains(strings.Split(fs[2], ","), controller) {
-			continue
-		}
-		if f := strings.Fields(pre); len(f) >= 5 {
-			return f[4], nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
+	m, ok, err := mountPoint(func(fs []string) bool {
+		// fs: fstype source super-options
+		return len(fs) >= 3 && fs[0] == "cgroup" && slices.Contains(strings.Split(fs[2], ","), controller)
+	})
+	if err != nil || ok {
+		return m, err
 	}
 	return "", fmt.Errorf("no cgroup v1 hierarchy with the %s controller is mounted", controller)
 }
