@@ -74,10 +74,18 @@ func TestReconcileRequestWrittenWithEveryChange(t *testing.T) {
 	want("undo", 3, services.CauseUndo)
 	undo(true, services.CauseRollback)
 	want("rollback", 4, services.CauseRollback)
+	if _, _, err := cat.ControlRollout(ctx, p, "web", services.RolloutPause, nil); err != nil {
+		t.Fatal(err)
+	}
+	want("pause", 5, "rollout.pause")
+	if _, _, err := cat.ControlRollout(ctx, p, "web", services.RolloutRestart, nil); err != nil {
+		t.Fatal(err)
+	}
+	want("restart", 6, "rollout.restart")
 	if _, err := cat.MarkDeleting(ctx, p, "web", nil); err != nil {
 		t.Fatal(err)
 	}
-	want("delete mark", 5, services.CauseDeleting)
+	want("delete mark", 7, services.CauseDeleting)
 }
 
 // TestClearReconcileKeepsANewerRequest is the consume step's compare-and-set: a pass that read

@@ -64,7 +64,10 @@ func (c *Catalog) ControlRollout(ctx context.Context, p *Project, name string, a
 		return nil, false, fmt.Errorf("%w: %q", ErrRolloutAction, action)
 	}
 	next.Revision, next.UpdatedAt = cur.Revision+1, c.now().UTC()
-	set["updated_at"] = next.UpdatedAt
+	// The reconcile request rides in the same compare-and-set: the pause, the resume or the
+	// restart takes effect at the focused pass it wakes, not at the next sweep.
+	next.Reconcile = newRequest("rollout."+string(action), next.Revision, next.UpdatedAt)
+	set["updated_at"], set[reconcileField] = next.UpdatedAt, next.Reconcile
 	update := bson.M{"$set": set}
 	pend, logged, err := logChange(ctx, cur.ID, node.OpUpdate, &next)
 	if err != nil {

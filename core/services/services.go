@@ -274,6 +274,8 @@ const (
 	CauseRollback  = "rollout.auto_rollback" // the automatic rollback undid a failed rollout
 	CauseRebalance = "rollout.rebalance"     // an operator's rebalance recorded replica moves
 	CauseSpec      = "spec.written"          // an operator wrote the service's runtime spec (core/rollout)
+	// A pause, resume or restart of the rollout ([Catalog.ControlRollout]) is "rollout." and the
+	// action: "rollout.pause", "rollout.resume", "rollout.restart".
 )
 
 // causeOf is the cause of the reconcile request of a write of s: the one the caller named in
