@@ -30,8 +30,8 @@ MiB, and extended resources such as gpu) with the operator's numbers. Each
 flag given replaces that field; a field not given (or 0) keeps what the agent
 reports. --extended NAME=N replaces that extended resource, 0 included (hide a
 reported gpu with --extended gpu=0). The override replaces an earlier one as a
-whole; --clear removes it. berth get nodes and berth describe node show the
-reported, the override and the merged figures. Needs scope admin.`,
+whole; --clear removes it. berth describe node shows the reported, the override
+and the merged figures; berth get nodes shows the merged ones. Needs scope admin.`,
 		Example: `  berth node set-capacity nod_01JC9Y2M4Q7V8B1N6T3R5K9XZP --cpu-m 6000 --memory-mib 28672
   berth node set-capacity nod_01JC9Y2M4Q7V8B1N6T3R5K9XZP --extended gpu=2
   berth node set-capacity nod_01JC9Y2M4Q7V8B1N6T3R5K9XZP --clear`,

@@ -284,7 +284,7 @@ and retry), and service_deleting while the service is being deleted.`,
 				return nil
 			}
 			if a.output != outputJSON {
-				a.printUndoChanges(args[0], plan, "changes")
+				a.printUndoChanges(args[0], plan, "will change")
 			}
 			rev := plan.Revision
 			done, err := c.RolloutUndoWith(cmd.Context(), s.Project, args[0], client.UndoRequest{ExpectedRevision: &rev})

@@ -353,7 +353,7 @@ func TestRolloutUndo(t *testing.T) {
 	if n := api.bodyCount(); n != 0 {
 		t.Fatalf("a dry run undid: %d undo bodies", n)
 	}
-	if out := c.ok("", "rollout", "undo", "hello"); out != fmt.Sprintf(changes, "changes")+"hello: back to sha256:1111111111111111aaaa (revision 8)\n" {
+	if out := c.ok("", "rollout", "undo", "hello"); out != fmt.Sprintf(changes, "will change")+"hello: back to sha256:1111111111111111aaaa (revision 8)\n" {
 		t.Errorf("undo output %q", out)
 	}
 	_, errOut, code := c.run("", "rollout", "undo", "fresh")
