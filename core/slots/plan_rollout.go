@@ -214,7 +214,10 @@ func (p *planner) replace(j job) {
 			cost = 0 // another incumbent stays ready
 		}
 	}
-	if cost > p.stops {
+	// A stop that costs no availability is never held by the unavailability bound: the bound
+	// may already be overspent (a replica that is not ready spends it, so stops is negative
+	// while it crash-loops), and waiting would keep the failed incumbent forever.
+	if cost > 0 && cost > p.stops {
 		p.wait(j)
 		return
 	}

@@ -69,6 +69,25 @@ func TestSurgeHoldsWhileTheSuccessorCrashes(t *testing.T) {
 	}
 }
 
+// TestSurgeReplacesAFailedLoneIncumbentInPlace: under the default bounds (surge 1,
+// unavailable 0), a lone replica that crash-loops (never ready, so the unavailability bound is
+// already overspent) is replaced in place when its desire changes: it stops at once, costing no
+// availability, rather than waiting on the bound forever.
+func TestSurgeReplacesAFailedLoneIncumbentInPlace(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.rollout = ResolveRollout(nil, 1, false, false)
+	w.sweep(desireOf(keyA, "0"))
+	w.ackAll()
+	w.node(PhaseFailed, false, "0")
+	p := w.sweep(desireOf(keyB, "0"))
+	wantCases(t, p, map[string]Case{"0": CaseDrift})
+	w.ackAll()
+	wantCases(t, w.sweep(desireOf(keyB, "0")), map[string]Case{"0": CaseRemove})
+	w.ackAll()
+	wantCases(t, w.sweep(desireOf(keyB, "0")), map[string]Case{"0": CaseAdmitRunSuccessor})
+}
+
 // TestReplicaCountChangeStartsOnlyTheNewReplica: raising replicas from 2 to 3 at the same key
 // starts replica 2 and decides nothing for 0 and 1; lowering to 1 stops replica 2 and 1 only.
 func TestReplicaCountChangeStartsOnlyTheNewReplica(t *testing.T) {
