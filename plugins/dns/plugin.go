@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -56,19 +55,9 @@ func Open(stateDir string, log *slog.Logger) (*Plugin, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if stateDir != "" {
-		if err := os.MkdirAll(stateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("dns state directory: %w", err)
-		}
-	}
-	g, err := guard.Open(stateDir)
+	g, err := guard.OpenPruned(stateDir, idempotencyKeep)
 	if err != nil {
 		return nil, fmt.Errorf("dns state directory: %w", err)
-	}
-	if stateDir != "" {
-		if _, err := g.Idempotency.Prune(time.Now().Add(-idempotencyKeep)); err != nil {
-			return nil, fmt.Errorf("dns state directory: %w", err)
-		}
 	}
 	return &Plugin{guards: g, stateDir: stateDir, log: log}, nil
 }

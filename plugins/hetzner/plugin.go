@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,19 +71,9 @@ func Open(stateDir string, log *slog.Logger) (*Plugin, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if stateDir != "" {
-		if err := os.MkdirAll(stateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("hetzner state directory: %w", err)
-		}
-	}
-	g, err := guard.Open(stateDir)
+	g, err := guard.OpenPruned(stateDir, idempotencyKeep)
 	if err != nil {
 		return nil, fmt.Errorf("hetzner state directory: %w", err)
-	}
-	if stateDir != "" {
-		if _, err := g.Idempotency.Prune(time.Now().Add(-idempotencyKeep)); err != nil {
-			return nil, fmt.Errorf("hetzner state directory: %w", err)
-		}
 	}
 	recs, err := openRecords(stateDir)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/berthhq/berth/abi/pluginapi"
 )
@@ -58,6 +59,27 @@ func Open(stateDir string) (*Guards, error) {
 		return nil, err
 	}
 	return &Guards{Fence: f, Idempotency: s, locks: map[string]*resourceLock{}}, nil
+}
+
+// OpenPruned is [Open] for a provider plugin's state directory: it creates stateDir (0700) when
+// it is not empty, opens the guards there, and drops idempotency records older than keep, as a
+// plugin does once at start. An empty stateDir keeps the guards in memory, with nothing to prune.
+func OpenPruned(stateDir string, keep time.Duration) (*Guards, error) {
+	if stateDir != "" {
+		if err := os.MkdirAll(stateDir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	g, err := Open(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	if stateDir != "" {
+		if _, err := g.Idempotency.Prune(time.Now().Add(-keep)); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
 }
 
 // Lock takes the lock of resource and returns its release function.
