@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -91,12 +90,11 @@ func testMain(m *testing.M) int {
 }
 
 func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := proctest.ReserveAddr()
 	if err != nil {
 		return "127.0.0.1:0"
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // killWorkloads SIGKILLs the processes whose working directory is under dir

@@ -27,6 +27,8 @@ import (
 	"github.com/berthhq/berth/abi/runtime"
 	"github.com/berthhq/berth/host/plugin"
 	"github.com/berthhq/berth/internal/syncbuf"
+
+	"github.com/berthhq/berth/internal/proctest"
 )
 
 // binDir holds the plugin binaries built once by TestMain.
@@ -233,16 +235,7 @@ func TestWrongKindFailsHandshake(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+func freeAddr(t *testing.T) string { t.Helper(); return proctest.FreeAddr(t) }
 
 func get(addr, host string) (int, string, error) {
 	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)

@@ -13,6 +13,8 @@ import (
 	"github.com/berthhq/berth/internal/ferrettest"
 	"github.com/berthhq/berth/internal/pgtest"
 	"github.com/berthhq/berth/internal/s3test"
+
+	"github.com/berthhq/berth/internal/proctest"
 )
 
 // Servers are the running servers; Stop ends them.
@@ -84,11 +86,13 @@ func (s *Servers) Stop() {
 	}
 }
 
+// freePort is a loopback port reserved for this process (proctest.ReserveAddr).
 func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := proctest.ReserveAddr()
 	if err != nil {
 		panic(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	_, port, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(port)
+	return n
 }

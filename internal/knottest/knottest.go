@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/berthhq/berth/internal/proctest"
 )
 
 // KeyName and Algorithm name the TSIG key of every server Start runs; the
@@ -291,24 +293,8 @@ func (s *Server) Lookup(name string, rrtype uint16) ([]dns.RR, error) {
 }
 
 // freeAddr returns a loopback address whose port is free for both TCP and
-// UDP now.
-func freeAddr() (string, error) {
-	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", fmt.Errorf("knottest: %w", err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		pc, err := net.ListenPacket("udp", addr)
-		if err != nil {
-			continue
-		}
-		pc.Close()
-		return addr, nil
-	}
-	return "", errors.New("knottest: no free loopback port for TCP and UDP")
-}
+// UDP and reserved for this process (proctest.ReserveAddrTCPUDP).
+func freeAddr() (string, error) { return proctest.ReserveAddrTCPUDP() }
 
 // Addresses is the sorted A or AAAA values (rrtype dns.TypeA or
 // dns.TypeAAAA) the server answers for name now; a failed query fails t.

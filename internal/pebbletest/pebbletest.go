@@ -20,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berthhq/berth/internal/proctest"
 )
 
 // Module is the pebble module whose binaries, test configuration and
@@ -328,14 +330,8 @@ func dotted(s string) string {
 	return s + "."
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("pebbletest: free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+// freeAddr is a loopback address reserved for this process (proctest.ReserveAddr).
+func freeAddr() (string, error) { return proctest.ReserveAddr() }
 
 func freePort() (int, error) {
 	a, err := freeAddr()

@@ -1,21 +1,9 @@
 package proctest
 
 import (
-	"net"
 	"testing"
 	"time"
 )
-
-// FreeAddr returns a loopback address ("127.0.0.1:port") nothing listens on now.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // WaitFor is WaitForEvery polling every 100 ms.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {

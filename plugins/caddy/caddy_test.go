@@ -21,6 +21,8 @@ import (
 	"github.com/berthhq/berth/internal/caddytest"
 	"github.com/berthhq/berth/plugins/caddy"
 	"github.com/berthhq/berth/sdk/provider"
+
+	"github.com/berthhq/berth/internal/proctest"
 )
 
 // srv is the one real Caddy of this package, started by TestMain.
@@ -80,15 +82,7 @@ func TestGatewayConformance(t *testing.T) {
 
 func freeAddr(t *testing.T) string { t.Helper(); return freeAddrB(t) }
 
-func freeAddrB(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddrB(t testing.TB) string { t.Helper(); return proctest.FreeAddr(t) }
 
 func tableResource(t *testing.T, tb routes.Table) provider.Resource {
 	t.Helper()

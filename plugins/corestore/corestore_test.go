@@ -29,6 +29,8 @@ import (
 	"github.com/berthhq/berth/internal/pgtest"
 	"github.com/berthhq/berth/internal/s3test"
 	"github.com/berthhq/berth/plugins/corestore"
+
+	"github.com/berthhq/berth/internal/proctest"
 )
 
 // One PostgreSQL, one FerretDB and one versitygw (with IAM) for the package,
@@ -40,14 +42,7 @@ var servers struct {
 	bin    string
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+func freeAddr() (string, error) { return proctest.ReserveAddr() }
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
