@@ -242,8 +242,12 @@ func (s *simNode) session(ctx context.Context, u string, hc *http.Client, logSeq
 		defer cancel()
 		return ws.Write(wctx, websocket.MessageText, frame)
 	}
+	// Allocatable as berth-agent reports it (section 5.1): without it berthd knows no capacity,
+	// ranks every node as equally loaded, and the decider's lowest-id tie-break put every
+	// service's replicas on the same 100 nodes, so the other 900 never got one.
 	if err := send(node.TypeHello, "", node.Hello{NodeID: s.id, AgentVersion: "bench", Drivers: []string{"process"},
-		Capacity: node.Resources{CPUs: 4, MemoryMB: 8192}, LogSeq: logSeq, LogHash: logHash}); err != nil {
+		Capacity: node.Resources{CPUs: 4, MemoryMB: 8192}, Allocatable: &node.Allocatable{CPUMilli: 4000, MemoryMiB: 8192},
+		LogSeq: logSeq, LogHash: logHash}); err != nil {
 		return err
 	}
 	sctx, cancel := context.WithCancel(ctx)

@@ -181,17 +181,32 @@ func (l *Log) Head(ctx context.Context) (int64, string, error) {
 		h.Seq, h.Hash = e.Seq, e.Hash
 	}
 	l.mu.Unlock()
-	// Roll a lagging hint forward over entries stored after it.
+	// Roll a lagging hint forward over entries stored after it: one range
+	// read per MaxLogBatch entries (the embedded store scans for an
+	// integer-keyed entry, so reading them one by one cost a scan each and,
+	// after a crash left the hint 256 entries behind, outlasted a batch).
 	rolled := false
 	for range maxAppendAttempts {
-		e, ok, err := l.entry(ctx, h.Seq+1)
+		for range tailSize { // what the tail holds costs nothing
+			e, ok := l.tailAt(h.Seq + 1)
+			if !ok {
+				break
+			}
+			h.Seq, h.Hash, rolled = e.Seq, e.Hash, true
+		}
+		page, err := l.readRange(ctx, h.Seq+1, node.MaxLogBatch)
 		if err != nil {
 			return 0, "", err
 		}
-		if !ok {
+		for _, e := range page {
+			if e.Seq != h.Seq+1 {
+				break
+			}
+			h.Seq, h.Hash, rolled = e.Seq, e.Hash, true
+		}
+		if len(page) < node.MaxLogBatch {
 			break
 		}
-		h.Seq, h.Hash, rolled = e.Seq, e.Hash, true
 	}
 	if rolled {
 		l.advanceHead(ctx, node.LogEntry{Seq: h.Seq, Hash: h.Hash})
@@ -303,6 +318,26 @@ func (l *Log) Range(ctx context.Context, fromSeq int64, limit int) ([]node.LogEn
 	if out, ok := l.fromTail(fromSeq, limit); ok {
 		return out, nil
 	}
+	out, err := l.readRange(ctx, fromSeq, limit)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(out) == 0:
+		// Learn the head, so that followers waiting at it are answered from
+		// memory from now on.
+		if _, _, err := l.Head(ctx); err != nil {
+			return nil, err
+		}
+	case len(out) < limit:
+		l.sawHead(out[len(out)-1].Seq)
+	}
+	return out, nil
+}
+
+// readRange reads up to limit stored entries from fromSeq, in order, with one
+// query, and keeps them in the tail.
+func (l *Log) readRange(ctx context.Context, fromSeq int64, limit int) ([]node.LogEntry, error) {
 	cur, err := l.coll.Find(ctx, bson.M{"_id": bson.M{"$gte": fromSeq, "$lt": fromSeq + int64(limit)}},
 		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
@@ -321,17 +356,15 @@ func (l *Log) Range(ctx context.Context, fromSeq int64, limit int) ([]node.LogEn
 		out = append(out, e)
 		l.remember(e)
 	}
-	switch {
-	case len(out) == 0:
-		// Learn the head, so that followers waiting at it are answered from
-		// memory from now on.
-		if _, _, err := l.Head(ctx); err != nil {
-			return nil, err
-		}
-	case len(out) < limit:
-		l.sawHead(out[len(out)-1].Seq)
-	}
 	return out, nil
+}
+
+// tailAt returns entry seq when the tail holds it.
+func (l *Log) tailAt(seq int64) (node.LogEntry, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.tail[seq]
+	return e, ok
 }
 
 // fromTail answers Range from memory when the head is known and every

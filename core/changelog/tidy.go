@@ -187,23 +187,30 @@ func (l *Log) Cleared(ctx context.Context) error {
 }
 
 // clearOutboxes takes each change of clears out of its outbox and sets the
-// tracked seq field, with one ordered bulk write per collection (one round
-// trip per [clearsPerCommand] statements; the store applies them one after
-// another), in the order given. A document deleted by its change ([Ref.RemoveOn]) is
-// removed instead. A failure only leaves changes there: they are in the
-// log, which [Log.Recover] finds before appending anything.
+// tracked seq field, with one update per document however many of its
+// changes the pass clears ($pullAll of them all, the seq field set to the
+// newest one's seq), and one ordered bulk write per collection (one round
+// trip per [clearsPerCommand] documents; the store applies them one after
+// another), in the order the documents first appear in clears. On the
+// embedded store every update statement is a query and a transaction of its
+// own, so a document written many times in a burst (a node, a service) costs
+// one of them per pass, not one per change (docs/node-protocol.md section
+// 7.2.1). A document deleted by one of its changes ([Ref.RemoveOn]) is
+// removed instead. A failure only leaves changes there: they are in the log,
+// which [Log.Recover] finds before appending anything.
 func (l *Log) clearOutboxes(ctx context.Context, clears []clear) {
 	byColl := map[string][]mongo.WriteModel{}
 	var order []string
-	for _, c := range clears {
-		m := clearModel(c)
+	for _, g := range groupClears(clears) {
+		m := clearModel(g)
 		if m == nil {
 			continue
 		}
-		if _, ok := byColl[c.ref.Collection]; !ok {
-			order = append(order, c.ref.Collection)
+		coll := g[0].ref.Collection
+		if _, ok := byColl[coll]; !ok {
+			order = append(order, coll)
 		}
-		byColl[c.ref.Collection] = append(byColl[c.ref.Collection], m)
+		byColl[coll] = append(byColl[coll], m)
 	}
 	for _, coll := range order {
 		for models := range slices.Chunk(byColl[coll], clearsPerCommand) {
@@ -216,27 +223,63 @@ func (l *Log) clearOutboxes(ctx context.Context, clears []clear) {
 			if errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 {
 				failed = len(models) - bwe.WriteErrors[0].Index // ordered: it stopped at the first
 			}
-			l.log.Warn("clear appended changes from their outboxes; they stay until the next recovery", "collection", coll, "clears", len(models), "not_cleared", failed, "err", err)
+			l.log.Warn("clear appended changes from their outboxes; they stay until the next recovery", "collection", coll, "documents", len(models), "not_cleared", failed, "err", err)
 		}
 	}
 }
 
-// clearModel is the write that clears c: nil for a change held nowhere but
-// in memory.
-func clearModel(c clear) mongo.WriteModel {
-	if c.ref.Collection == "" {
+// groupClears groups clears by document (collection and _id), in the order
+// each document first appears, keeping each document's clears in order.
+// Clears of changes held nowhere but in memory are left out.
+func groupClears(clears []clear) [][]clear {
+	idx := map[string]int{}
+	var out [][]clear
+	for _, c := range clears {
+		if c.ref.Collection == "" {
+			continue
+		}
+		k := fmt.Sprintf("%s\x00%T\x00%v", c.ref.Collection, c.ref.ID, c.ref.ID)
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], c)
+	}
+	return out
+}
+
+// clearModel is the one write that clears the changes of g, all of one
+// document: nil for none. A document that one of them deletes
+// ([Ref.RemoveOn]) is removed (its other changes go with it); else the
+// changes are pulled together and the seq field, when tracked, set to the
+// newest seq among them.
+func clearModel(g []clear) mongo.WriteModel {
+	if len(g) == 0 || g[0].ref.Collection == "" {
 		return nil
 	}
-	if c.ref.RemoveOn != "" && c.ref.RemoveOn == c.p.ID {
-		// The document was deleted by this change: now it may go.
-		return mongo.NewDeleteOneModel().SetFilter(bson.M{"_id": c.ref.ID, RemoveOnField: c.p.ID})
+	for _, c := range g {
+		if c.ref.RemoveOn != "" && c.ref.RemoveOn == c.p.ID {
+			// The document was deleted by this change: now it may go.
+			return mongo.NewDeleteOneModel().SetFilter(bson.M{"_id": c.ref.ID, RemoveOnField: c.p.ID})
+		}
 	}
 	// The embedded store's $pull matches whole values only (a condition
-	// such as {"id": ...} removes nothing), so the item is named in full:
+	// such as {"id": ...} removes nothing), so each item is named in full:
 	// Pending holds times at millisecond precision, as stored.
-	update := bson.M{"$pull": bson.M{OutboxField: c.p}}
-	if c.ref.SeqField != "" && c.seq > 0 {
-		update["$set"] = bson.M{c.ref.SeqField: c.seq}
+	items := make(bson.A, 0, len(g))
+	var field string
+	var seq int64
+	for _, c := range g {
+		items = append(items, c.p)
+		if c.ref.SeqField != "" && c.seq > seq {
+			field, seq = c.ref.SeqField, c.seq
+		}
 	}
-	return mongo.NewUpdateOneModel().SetFilter(bson.M{"_id": c.ref.ID}).SetUpdate(update)
+	update := bson.M{"$pullAll": bson.M{OutboxField: items}}
+	if seq > 0 {
+		update["$set"] = bson.M{field: seq}
+	}
+	return mongo.NewUpdateOneModel().SetFilter(bson.M{"_id": g[0].ref.ID}).SetUpdate(update)
 }

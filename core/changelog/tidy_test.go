@@ -169,3 +169,59 @@ func TestSecondWriteBeforeClear(t *testing.T) {
 		}
 	}
 }
+
+// TestClearCoalescesPerDocument: the changes of one document appended while
+// the housekeeping was busy are cleared by one update of that document (its
+// whole outbox pulled, its seq field set to the newest entry), not one update
+// per change; another document in the same pass gets its own one.
+func TestClearCoalescesPerDocument(t *testing.T) {
+	st := storetest.Open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l := New(st, 1, nil)
+	release := holdCleaner(t, l)
+	things := st.Collection("things")
+	const n = 6
+	var outbox []Pending
+	for i := range n {
+		outbox = append(outbox, prepare(t, "thing_hot", i))
+	}
+	other := prepare(t, "thing_cold", 0)
+	if _, err := things.InsertOne(ctx, thing{ID: "thing_hot", Outbox: outbox}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := things.InsertOne(ctx, thing{ID: "thing_cold", Outbox: []Pending{other}}); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for _, p := range outbox {
+		e, err := l.Record(ctx, Ref{Collection: "things", ID: "thing_hot", SeqField: "seq"}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = e.Seq
+	}
+	if _, err := l.Record(ctx, Ref{Collection: "things", ID: "thing_cold", SeqField: "seq"}, other); err != nil {
+		t.Fatal(err)
+	}
+	// What the held pass will write: one model per document.
+	l.cmu.Lock()
+	var all []clear
+	for _, c := range l.chores {
+		all = append(all, c.clears...)
+	}
+	l.cmu.Unlock()
+	// (The held pass took the first batch's chore before it stopped at the
+	// gate; the others queued behind it and go in the next pass.)
+	if g := groupClears(all); len(all) < n || len(g) != 2 || len(g[0]) != len(all)-1 || len(g[1]) != 1 {
+		t.Fatalf("%d queued clears grouped as %d documents; want one group of %d for the hot document and one for the cold", len(all), len(g), len(all)-1)
+	}
+	release()
+	cleared(t, l)
+	if got := readThing(t, ctx, l, "thing_hot"); len(got.Outbox) != 0 || got.Seq != last {
+		t.Fatalf("hot document after the pass: outbox %d, seq %d; want empty and %d", len(got.Outbox), got.Seq, last)
+	}
+	if got := readThing(t, ctx, l, "thing_cold"); len(got.Outbox) != 0 || got.Seq == 0 {
+		t.Fatalf("cold document after the pass: outbox %d, seq %d", len(got.Outbox), got.Seq)
+	}
+}

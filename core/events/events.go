@@ -44,10 +44,19 @@ type doc struct {
 	Body string `bson:"body"`
 }
 
-// Log appends and reads events. It is safe for concurrent use.
+// Log appends and reads events. It is safe for concurrent use: concurrent
+// [Log.Append] calls are written together, one sequence reservation and one
+// insert command per batch (docs/store.md section 2.2).
 type Log struct {
-	st  *store.Store
-	now func() time.Time
+	st    *store.Store
+	now   func() time.Time
+	batch *store.Batcher[node.Event, appended]
+}
+
+// appended is one event's outcome in a batch.
+type appended struct {
+	seq       int64
+	duplicate bool
 }
 
 // New returns a Log over s; now nil means time.Now.
@@ -55,7 +64,9 @@ func New(s *store.Store, now func() time.Time) *Log {
 	if now == nil {
 		now = time.Now
 	}
-	return &Log{st: s, now: now}
+	l := &Log{st: s, now: now}
+	l.batch = store.NewBatcher(store.BatchConfig{}, l.write)
+	return l
 }
 
 // EnsureIndexes creates the seq index; idempotent.
@@ -71,6 +82,12 @@ func (l *Log) EnsureIndexes(ctx context.Context) error {
 // given a fresh "evt_" id. The id is the document key, so two concurrent
 // appends of one id store one row; the loser reports a duplicate (its seq
 // number is then unused: seqs increase but may skip).
+//
+// Appends made at once share one batch: one reservation of their seqs and one
+// unordered insert of their documents, so an append costs two store commands
+// shared by up to [store.DefaultBatchSize] callers. Append returns once its
+// batch is stored; when ctx ends first it returns ctx's error and the event is
+// stored anyway.
 func (l *Log) Append(ctx context.Context, ev node.Event) (int64, bool, error) {
 	if ev.ID == "" {
 		ev.ID = identity.NewID("evt_")
@@ -78,26 +95,73 @@ func (l *Log) Append(ctx context.Context, ev node.Event) (int64, bool, error) {
 	if ev.SchemaVersion == 0 {
 		ev.SchemaVersion = 1
 	}
-	if seq, ok, err := l.seqOf(ctx, ev.ID); err != nil || ok {
-		return seq, ok, err
+	r, err := l.batch.Do(ctx, ev)
+	return r.seq, r.duplicate, err
+}
+
+// write stores one batch of events: it reserves one seq per event with one
+// update and inserts them all with one unordered insert. An event whose id is
+// stored already (an earlier batch, or twice in this one) reports that
+// event's seq as a duplicate.
+func (l *Log) write(ctx context.Context, evs []node.Event) ([]appended, []error) {
+	out := make([]appended, len(evs))
+	errs := make([]error, len(evs))
+	fail := func(err error) ([]appended, []error) {
+		for i := range errs {
+			errs[i] = err
+		}
+		return out, errs
 	}
-	seq, err := store.NextSequence(ctx, l.st, sequence)
+	first := map[string]int{} // id -> index of its first event in this batch
+	var docs []any
+	var at []int // docs[k] is evs[at[k]]
+	for i, ev := range evs {
+		if _, ok := first[ev.ID]; ok {
+			continue
+		}
+		first[ev.ID] = i
+		at = append(at, i)
+	}
+	last, err := store.NextSequenceN(ctx, l.st, sequence, int64(len(at)))
 	if err != nil {
-		return 0, false, fmt.Errorf("events: %w", err)
+		return fail(fmt.Errorf("events: %w", err))
 	}
-	raw, err := marshal(ev)
-	if err != nil {
-		return 0, false, err
+	seq := last - int64(len(at))
+	received := l.now().UTC()
+	for _, i := range at {
+		ev := evs[i]
+		raw, err := marshal(ev)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		seq++
+		out[i].seq = seq
+		docs = append(docs, doc{ID: ev.ID, Seq: seq, ReceivedAt: received, Type: ev.Type, NodeID: ev.Source.NodeID, Body: raw})
 	}
-	err = l.st.Insert(ctx, Collection, doc{ID: ev.ID, Seq: seq, ReceivedAt: l.now().UTC(), Type: ev.Type, NodeID: ev.Source.NodeID, Body: raw})
-	if store.IsDuplicateKey(err) {
-		seq, _, err := l.seqOf(ctx, ev.ID)
-		return seq, true, err
+	// docs holds the events that encoded, in the order of at.
+	var stored []int
+	for _, i := range at {
+		if errs[i] == nil {
+			stored = append(stored, i)
+		}
 	}
-	if err != nil {
-		return 0, false, fmt.Errorf("events: store %s: %w", ev.ID, err)
+	for k, err := range l.st.InsertEach(ctx, Collection, docs) {
+		i := stored[k]
+		switch {
+		case store.IsDuplicateKey(err):
+			seq, _, err := l.seqOf(ctx, evs[i].ID)
+			out[i], errs[i] = appended{seq: seq, duplicate: true}, err
+		case err != nil:
+			out[i], errs[i] = appended{}, fmt.Errorf("events: store %s: %w", evs[i].ID, err)
+		}
 	}
-	return seq, false, nil
+	for i, ev := range evs {
+		if j := first[ev.ID]; j != i {
+			out[i], errs[i] = appended{seq: out[j].seq, duplicate: true}, errs[j]
+		}
+	}
+	return out, errs
 }
 
 func (l *Log) seqOf(ctx context.Context, id string) (int64, bool, error) {

@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,5 +44,84 @@ func TestAppendDeduplicatesByID(t *testing.T) {
 	only, err := l.List(ctx, 0, "app.down", 0)
 	if err != nil || len(only) != 1 {
 		t.Fatalf("list by type: %+v %v", only, err)
+	}
+}
+
+// TestConcurrentAppendsBatch: many callers at once, on the real embedded
+// store, each answered only once its event is stored: every event is in the
+// log with the seq its caller was given, seqs are unique, a resent id in the
+// same burst stores one row and answers every caller with its seq
+// (docs/store.md section 2.2).
+func TestConcurrentAppendsBatch(t *testing.T) {
+	l := New(storetest.Open(t), nil)
+	ctx := context.Background()
+	if err := l.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const callers, each = 48, 10
+	type answer struct {
+		id  string
+		seq int64
+		dup bool
+	}
+	answers := make(chan answer, callers*each+callers)
+	errs := make(chan error, callers*each+callers)
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				id := fmt.Sprintf("evt_c%02d_%02d", c, i)
+				if i == each-1 {
+					id = "evt_shared" // every caller's last event has one id
+				}
+				seq, dup, err := l.Append(ctx, node.Event{ID: id, Type: "test.batch", Time: time.Now().UTC(),
+					Source: node.EventSource{Kind: "core"}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				answers <- answer{id, seq, dup}
+			}
+		}()
+	}
+	wg.Wait()
+	close(answers)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	seqOf := map[string]int64{}
+	fresh := 0
+	for a := range answers {
+		if prev, ok := seqOf[a.id]; ok && prev != a.seq {
+			t.Fatalf("%s answered with seq %d and %d", a.id, prev, a.seq)
+		}
+		seqOf[a.id] = a.seq
+		if !a.dup {
+			fresh++
+		}
+	}
+	wantRows := callers*(each-1) + 1
+	if fresh != wantRows {
+		t.Fatalf("%d appends reported as new, want %d (one per distinct id)", fresh, wantRows)
+	}
+	stored, err := l.List(ctx, 0, "", wantRows+10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != wantRows {
+		t.Fatalf("%d events stored, want %d", len(stored), wantRows)
+	}
+	seen := map[int64]bool{}
+	for _, r := range stored {
+		if seen[r.Seq] {
+			t.Fatalf("seq %d stored twice", r.Seq)
+		}
+		seen[r.Seq] = true
+		if seqOf[r.Event.ID] != r.Seq {
+			t.Fatalf("%s stored at seq %d, its caller was told %d", r.Event.ID, r.Seq, seqOf[r.Event.ID])
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -215,8 +216,8 @@ type Engine struct {
 
 	recent inputRing // the newest inputs, for RecordedInput
 
-	liveBindings group[struct{}, bindingsRead] // every live binding, read once per burst
-	storeRecords group[[]decisionDoc, []bool]  // decisions, written once per burst
+	liveBindings *store.Batcher[struct{}, bindingsRead] // every live binding, read once per burst
+	storeRecords *store.Batcher[[]decisionDoc, []bool]  // decisions, written once per burst
 }
 
 // bindingsRead is one read of every live binding, oldest first.
@@ -252,9 +253,11 @@ func New(cfg Config) *Engine {
 		memo:      map[string]memoEntry{},
 		metrics:   newMetrics(cfg.Metrics),
 	}
-	e.liveBindings.run = e.readBindings
-	e.storeRecords.run = e.insertRecords
-	e.storeRecords.max = maxRecordBatch
+	// Both answer each caller from a run that started after it asked (the
+	// store's group-commit writer, without its wait: a burst forms while the
+	// run before it is in flight).
+	e.liveBindings = store.NewBatcher(store.BatchConfig{Size: math.MaxInt32, Wait: -1}, unfailing(e.readBindings))
+	e.storeRecords = store.NewBatcher(store.BatchConfig{Size: maxRecordBatch, Wait: -1}, unfailing(e.insertRecords))
 	return e
 }
 
@@ -286,10 +289,16 @@ func (e *Engine) readBindings(ctx context.Context, items []struct{}) []bindingsR
 	return out
 }
 
+// unfailing adapts a batch run that reports its outcome in its results to a
+// [store.FlushFunc].
+func unfailing[T, R any](run func(ctx context.Context, items []T) []R) store.FlushFunc[T, R] {
+	return func(ctx context.Context, items []T) ([]R, []error) { return run(ctx, items), nil }
+}
+
 // bindingsFor returns the live bindings of hook, oldest first, read after
-// the call began (group.do joins only a read that starts later).
+// the call began (a batched read joins only a run that starts later).
 func (e *Engine) bindingsFor(ctx context.Context, hook abiwasm.Hook) ([]Binding, error) {
-	r, err := e.liveBindings.do(ctx, struct{}{})
+	r, err := e.liveBindings.Do(ctx, struct{}{})
 	if err == nil {
 		err = r.err
 	}
@@ -762,7 +771,7 @@ func (e *Engine) recordDetached(ctx context.Context, actor abiwasm.Actor, ds []*
 			docs[i].Outbox = []changelog.Pending{*pending[i]}
 		}
 	}
-	stored, err := e.storeRecords.do(ctx, docs)
+	stored, err := e.storeRecords.Do(ctx, docs)
 	e.metrics.spent(stageIndex, start)
 	if err != nil || len(stored) != len(ds) { // not with a ctx that cannot end
 		return

@@ -52,6 +52,17 @@ type SpecPusher interface {
 	PushSpec(ctx context.Context, nodeID string, rev int64, spec node.Spec)
 }
 
+// LiveSessions is the optional extension of a [Pusher] (*session.Server implements it) that
+// says which nodes hold a live session on this core right now. A node's stored status is
+// written behind its session (docs/store.md section 1.2), so right after many nodes dial in
+// most documents still say pending or disconnected; a pass counts a node with a live session
+// here as connected whatever its document says, so a placement made at that moment spreads
+// over every connected node instead of the few whose status was written already.
+type LiveSessions interface {
+	// Connected reports whether nodeID has a live session on this core.
+	Connected(nodeID string) bool
+}
+
 // DefaultPushWorkers is how many nodes' desired states one pass writes and pushes at once.
 const DefaultPushWorkers = 16
 
@@ -592,7 +603,7 @@ func (r *Reconciler) passOnce(ctx context.Context, sc *scope, res *passResult) (
 	if err != nil {
 		return out, err
 	}
-	ns, err := r.cfg.Nodes.List(ctx)
+	ns, err := r.nodes(ctx)
 	if err != nil {
 		return out, err
 	}
@@ -684,7 +695,7 @@ func (r *Reconciler) passOnce(ctx context.Context, sc *scope, res *passResult) (
 		if svcs, err = r.cfg.Catalog.ListServices(ctx, nil); err != nil {
 			return out, err
 		}
-		if ns, err = r.cfg.Nodes.List(ctx); err != nil {
+		if ns, err = r.nodes(ctx); err != nil {
 			return out, err
 		}
 	}
@@ -720,6 +731,25 @@ func (r *Reconciler) passOnce(ctx context.Context, sc *scope, res *passResult) (
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// nodes lists the nodes as a pass sees them: as stored, except that a node with a live session
+// on this core ([LiveSessions]) whose document is still pending or disconnected is connected.
+func (r *Reconciler) nodes(ctx context.Context) ([]nodes.Node, error) {
+	ns, err := r.cfg.Nodes.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	live, ok := r.cfg.Pusher.(LiveSessions)
+	if !ok {
+		return ns, nil
+	}
+	for i := range ns {
+		if (ns[i].Status == nodes.StatusPending || ns[i].Status == nodes.StatusDisconnected) && live.Connected(ns[i].ID) {
+			ns[i].Status = nodes.StatusConnected
+		}
+	}
+	return ns, nil
 }
 
 // leases returns the lease of every stateful service by service id (nil without an authority).

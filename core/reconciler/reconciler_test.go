@@ -163,3 +163,58 @@ func TestDisconnectedNodeKeepsItsWorkloads(t *testing.T) {
 		t.Fatalf("workloads moved off a disconnected node: %+v -> %+v", before, after)
 	}
 }
+
+// liveRecorder is a recorder that also says which nodes hold a live session,
+// as the session server does.
+type liveRecorder struct {
+	*recorder
+	live map[string]bool
+}
+
+func (r *liveRecorder) Connected(id string) bool { return r.live[id] }
+
+var _ LiveSessions = (*liveRecorder)(nil)
+
+// TestPlacementCountsLiveSessions: nodes that dialled in a moment ago hold a
+// live session while their documents still say pending (their status is
+// written behind the session); a pass places on them as connected nodes and
+// pushes their desired state, and a node without a session here stays out.
+func TestPlacementCountsLiveSessions(t *testing.T) {
+	st := storetest.Open(t)
+	ctx := context.Background()
+	reg := nodes.NewRegistry(st, nil)
+	cat := services.NewCatalog(st, nil)
+	var ids []string
+	for range 3 {
+		tok, _, _ := reg.CreateJoinToken(ctx, 0)
+		pub, _, _ := ed25519.GenerateKey(rand.Reader)
+		n, _, err := reg.Enroll(ctx, nodes.EnrollRequest{JoinToken: tok, PublicKey: base64.StdEncoding.EncodeToString(pub), Hostname: "h", Address: "127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, n.ID) // no SessionStarted: the document says pending
+	}
+	rec := &liveRecorder{recorder: &recorder{pushed: map[string]int{}}, live: map[string]bool{ids[0]: true, ids[2]: true}}
+	r := New(Config{Catalog: cat, Runtime: rollout.NewStore(st, cat, nil), Nodes: reg, Pusher: rec, Routes: rec, Compiler: routes.Native{}})
+	p, _, _ := cat.EnsureProject(ctx, "default")
+	svc, _, err := cat.PutService(ctx, p, &services.Service{Name: "web", BundleDigest: "sha256:1", Command: []string{"./web"}, Port: 8080, Replicas: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := cat.ListWorkloads(ctx, bson.M{"service_id": svc.ID})
+	on := map[string]bool{}
+	for _, w := range ws {
+		on[w.NodeID] = true
+	}
+	if len(ws) != 2 || !on[ids[0]] || !on[ids[2]] {
+		t.Fatalf("2 replicas should stand on the two nodes with live sessions %s and %s: %+v", ids[0], ids[2], ws)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.pushed[ids[0]] == 0 || rec.pushed[ids[2]] == 0 {
+		t.Fatalf("desired state not pushed to the live nodes: %v", rec.pushed)
+	}
+}

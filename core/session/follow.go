@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
@@ -21,6 +22,11 @@ type ChangeLog interface {
 	// Changed returns a channel closed after the next append.
 	Changed() <-chan struct{}
 }
+
+// DefaultLogFollowDelay is [Config.LogFollowDelay]'s default: with 1,000 sessions and a burst
+// of appends (enrollments, policy decisions), a follower at the head takes at most one batch a
+// second instead of one per append, and an entry reaches every node within about a second.
+const DefaultLogFollowDelay = time.Second
 
 // follow is one session's change-log follower state. At most one
 // log_entries batch is in flight: the next is sent once the node acknowledged
@@ -68,7 +74,6 @@ func (s *Server) startFollow(ctx context.Context, c *conn, hello *node.Hello, he
 		f.acked, f.hash, f.sent = hello.LogSeq, hello.LogHash, hello.LogSeq
 	}
 	c.follow.Store(f)
-	f.kick <- struct{}{}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -113,6 +118,18 @@ func (s *Server) runFollow(ctx context.Context, c *conn, f *follow) {
 			return
 		case <-f.kick:
 		case <-changed:
+			if !idle || s.cfg.LogFollowDelay <= 0 {
+				continue
+			}
+			// At the head and woken by an append: let the burst end, so its entries go
+			// out as one batch (the delay bounds how late an entry reaches a node).
+			t := time.NewTimer(s.cfg.LogFollowDelay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
 	}
 }

@@ -276,3 +276,39 @@ func TestLogFollowCutsBatchesToTheFrameLimit(t *testing.T) {
 		p.send(1, node.TypeLogAck, node.LogAck{Seq: seq, Hash: hash})
 	}
 }
+
+// TestLogFollowCoalescesBursts: a follower at the head is not sent each
+// append of a burst as a batch of its own to acknowledge: what is appended
+// within the follow delay reaches it as one log_entries batch (one ack), and
+// a follower with a batch in flight is sent nothing more until it acks.
+func TestLogFollowCoalescesBursts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *Config) { c.LogFollowDelay = 5 * time.Second })
+	p, _, err := f.dial(t, f.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handshake(t, p)
+	const burst = 5
+	got := f.appendN(t, burst) // each Append returns once its entry is stored
+	b := p.awaitLog(0, "")
+	if len(b.Entries) != burst {
+		t.Fatalf("the burst of %d appends came as a batch of %d; want one batch of all", burst, len(b.Entries))
+	}
+	// Nothing more was sent: the next message answers a ping.
+	p.send(1, node.TypePing, struct{}{})
+	if env := p.next(); env.Type != node.TypePong {
+		t.Fatalf("got %s after the one batch, want pong", env.Type)
+	}
+	p.send(1, node.TypeLogAck, node.LogAck{Seq: got[burst-1].Seq, Hash: got[burst-1].Hash})
+	if seq, ok := f.srv.Config.Handler.(*Server).LogPosition(f.node.ID); !ok || seq != got[burst-1].Seq {
+		// The ack is handled on the session's reader; LogPosition may lag it by a frame.
+		p.send(1, node.TypePing, struct{}{})
+		if env := p.next(); env.Type != node.TypePong {
+			t.Fatalf("got %s, want pong", env.Type)
+		}
+		if seq, ok := f.srv.Config.Handler.(*Server).LogPosition(f.node.ID); !ok || seq != got[burst-1].Seq {
+			t.Fatalf("log position %d after the ack, want %d", seq, got[burst-1].Seq)
+		}
+	}
+}

@@ -63,6 +63,11 @@ type Config struct {
 	// Changelog, when not nil, is delivered to every node after its desired
 	// state (log_entries, section 7.4); nil means nodes follow no log.
 	Changelog ChangeLog
+	// LogFollowDelay is how long a follower that is at the head of the change log waits after
+	// an append before it reads what is new, so that the entries of a burst reach each node as
+	// one log_entries batch with one log_ack, not one batch and ack per append
+	// (docs/node-protocol.md section 7.4). Zero means [DefaultLogFollowDelay], negative none.
+	LogFollowDelay time.Duration
 	// HeartbeatInterval and SessionTimeout are sent in welcome; zero means the
 	// protocol defaults (5 s and 15 s).
 	HeartbeatInterval time.Duration
@@ -109,6 +114,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.OnNodeChange == nil {
 		cfg.OnNodeChange = func(string, string) {}
+	}
+	if cfg.LogFollowDelay == 0 {
+		cfg.LogFollowDelay = DefaultLogFollowDelay
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = node.DefaultHeartbeatInterval
