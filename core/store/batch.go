@@ -42,13 +42,13 @@ type BatchConfig struct {
 // once what it reports as written is durable.
 type FlushFunc[T, R any] func(ctx context.Context, items []T) (results []R, errs []error)
 
-// Batcher is a group-commit writer: many goroutines [Batcher.Do] an item each, and one of them
-// (the first that finds no flush under way) writes what is queued with one [FlushFunc] call per
+// Batcher is a group-commit writer: many goroutines [Batcher.Do] an item each, and one goroutine
+// (started by the first that finds no flush under way) writes what is queued with one [FlushFunc] call per
 // batch of at most Size items, after waiting at most Wait for the batch to fill. Each caller is
 // answered with its own item's result once its batch was flushed. It is the one mechanism for
 // insert-shaped writes that many callers make at once (events, operation enqueues); the change
 // log's appender follows the same scheme with its own recovery (docs/store.md section 2.2).
-// Safe for concurrent use; it owns no goroutine between batches.
+// Safe for concurrent use; it owns no goroutine while nothing is queued.
 type Batcher[T, R any] struct {
 	flush FlushFunc[T, R]
 	cfg   BatchConfig
@@ -97,7 +97,9 @@ func (b *Batcher[T, R]) Do(ctx context.Context, v T) (R, error) {
 	}
 	b.mu.Unlock()
 	if lead {
-		b.run(context.WithoutCancel(ctx), it, true)
+		// On a goroutine of its own: a caller whose ctx ends stops waiting at once, even
+		// while the store stalls its batch.
+		go b.run(context.WithoutCancel(ctx))
 	}
 	select {
 	case <-it.done: // done wins over a ctx that ended meanwhile
@@ -113,10 +115,9 @@ func (b *Batcher[T, R]) Do(ctx context.Context, v T) (R, error) {
 	}
 }
 
-// run flushes batch after batch until the queue is empty; the caller set b.flushing. Once own
-// (the calling Do's item; nil on a goroutine of its own) is written and more is queued, the rest
-// is handed to a goroutine of its own, so no caller writes other callers' batches for long.
-func (b *Batcher[T, R]) run(ctx context.Context, own *batchItem[T, R], first bool) {
+// run flushes batch after batch until the queue is empty; the caller set b.flushing.
+func (b *Batcher[T, R]) run(ctx context.Context) {
+	first := true
 	for {
 		if first && b.cfg.Wait > 0 {
 			// Let the batch fill: the callers arriving meanwhile join it.
@@ -133,11 +134,6 @@ func (b *Batcher[T, R]) run(ctx context.Context, own *batchItem[T, R], first boo
 		if n == 0 {
 			b.flushing = false
 			b.mu.Unlock()
-			return
-		}
-		if own != nil && isDone(own.done) {
-			b.mu.Unlock()
-			go b.run(ctx, nil, false) // b.flushing stays set: that goroutine goes on
 			return
 		}
 		batch := b.queue[:n:n]
@@ -165,15 +161,6 @@ func (b *Batcher[T, R]) run(ctx context.Context, own *batchItem[T, R], first boo
 			}
 			close(it.done)
 		}
-	}
-}
-
-func isDone(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
 
