@@ -60,6 +60,8 @@ func runWorkload(mode string) int {
 		return 3
 	case "count":
 		return countLines()
+	case "flood":
+		return floodLines()
 	case "longline": // one 10 MiB line in pieces, then a short one
 		piece := strings.Repeat("0123456789abcdef", 4096)
 		for range 10 << 20 / len(piece) {
