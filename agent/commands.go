@@ -119,6 +119,11 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 				res.Detail = fmt.Sprintf("the newest %d lines, as asked", q.Tail)
 			}
 		}
+		if hasRecords {
+			if lost := stamped.dropped(); lost != "" {
+				res.Detail = strings.TrimPrefix(res.Detail+"; "+lost, "; ")
+			}
+		}
 		return res
 	case node.CommandFenceAck:
 		var p node.FenceAckParams

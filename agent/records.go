@@ -151,3 +151,21 @@ func followRecords(ctx context.Context, src recordSource, id string, tail int, s
 		next = n
 	}
 }
+
+// dropped says which records the log directory's disk bound removed before
+// they were shipped (docs/logs.md section 3.3), or "" when none were.
+func (src recordSource) dropped() string {
+	if src.dir == "" {
+		return ""
+	}
+	drops, err := logseg.Drops(src.dir)
+	if err != nil || len(drops) == 0 {
+		return ""
+	}
+	var records int64
+	for _, d := range drops {
+		records += d.LastSeq - d.FirstSeq + 1
+	}
+	return fmt.Sprintf("%d segments (%d records, sequence %d to %d) were dropped on this node when its log disk limit was reached",
+		len(drops), records, drops[0].FirstSeq, drops[len(drops)-1].LastSeq)
+}

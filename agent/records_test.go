@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,3 +109,33 @@ func TestLogsFromStampedRecords(t *testing.T) {
 }
 
 func removeAll(dir string) error { return os.RemoveAll(dir) }
+
+// TestLogsReportDiskLimitDrops: records the disk bound removed unshipped are said in the answer,
+// never silently missing.
+func TestLogsReportDiskLimitDrops(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	id := "wl_drops"
+	w, err := logseg.OpenWriter(reconcile.LogDir(data, id), logseg.WriterOptions{SegmentBytes: 256, MaxDiskBytes: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 100; i++ {
+		fmt.Fprintf(w.Stream(logseg.Stdout), "line %d %s\n", i, strings.Repeat("q", 40))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := &commands{dataDir: data, now: time.Now}
+	params, _ := json.Marshal(node.LogsQuery{WorkloadID: id})
+	res := c.Command(context.Background(), node.Command{Kind: node.CommandLogsQuery, Params: params})
+	if res.Status != "ok" || len(res.Lines) == 0 || res.Lines[len(res.Lines)-1].Line != "line 100 "+strings.Repeat("q", 40) {
+		t.Fatalf("answer %+v", res)
+	}
+	if !strings.Contains(res.Detail, "dropped on this node when its log disk limit was reached") || !strings.Contains(res.Detail, "sequence 1 to") {
+		t.Fatalf("detail %q does not report the drop", res.Detail)
+	}
+	if res.Lines[0].Seq == 1 {
+		t.Fatal("the oldest records were not dropped")
+	}
+}
