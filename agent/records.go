@@ -76,7 +76,9 @@ func recordLine(id string, r logseg.Record) node.LogLine {
 func queryRecords(src recordSource, q node.LogsQuery) ([]node.LogLine, bool, error) {
 	var lines []node.LogLine
 	size, dropped := 0, false
-	_, err := src.read(1, func(r logseg.Record) error {
+	from := src.startFor(q.Since)
+	dropped = from > 1 && q.Since == nil
+	_, err := src.read(from, func(r logseg.Record) error {
 		if (q.Since != nil && r.Time.Before(*q.Since)) || (q.Until != nil && r.Time.After(*q.Until)) {
 			return nil
 		}
@@ -95,6 +97,36 @@ func queryRecords(src recordSource, q node.LogsQuery) ([]node.LogLine, bool, err
 		lines = []node.LogLine{}
 	}
 	return lines, dropped, nil
+}
+
+// startFor is the sequence a query for records since since (nil: the newest
+// that fit one answer) can start reading at, so a long log is not read
+// whole: the first sealed segment that ends at or after since, or the
+// newest segments that hold twice an answer's bytes.
+func (src recordSource) startFor(since *time.Time) int64 {
+	if src.dir == "" {
+		return 1
+	}
+	segs, err := logseg.Segments(src.dir)
+	if err != nil || len(segs) == 0 {
+		return 1
+	}
+	if since != nil {
+		for _, s := range segs {
+			if !s.LastTime.Before(*since) {
+				return s.FirstSeq
+			}
+		}
+		return segs[len(segs)-1].LastSeq + 1
+	}
+	var raw int64
+	for i := len(segs) - 1; i >= 0; i-- {
+		raw += segs[i].RawBytes
+		if raw >= 2*answerBudget {
+			return segs[i].FirstSeq
+		}
+	}
+	return 1
 }
 
 // followRecords serves app_logs from stamped records: the newest tail

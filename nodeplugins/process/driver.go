@@ -332,11 +332,14 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 	// otherwise run beside the new process.
 	d.mu.Lock()
 	if w, ok := d.workloads[id]; ok && !d.refreshLocked(w) {
-		old := w.rec.procs()
+		old, oldRec := w.rec.procs(), w.rec
 		d.mu.Unlock()
 		if err := old.kill(ctx); err != nil {
 			return nil, fmt.Errorf("start workload %s: clear the previous run's process group %d: %w", id, old.pgid, err)
 		}
+		// The previous run's log writer seals its last segment and lets go
+		// of the log directory before the next run's writer takes it.
+		awaitLogWriter(ctx, oldRec)
 		d.mu.Lock()
 	}
 	defer d.mu.Unlock()

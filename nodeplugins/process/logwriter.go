@@ -49,7 +49,13 @@ func LogWriterMain(args []string) int {
 		return 2
 	}
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
-	w, err := logseg.OpenWriter(*dir, logseg.WriterOptions{SegmentBytes: *segBytes, SegmentAge: *segAge, MaxDiskBytes: *maxDisk})
+	opts := logseg.WriterOptions{SegmentBytes: *segBytes, SegmentAge: *segAge, MaxDiskBytes: *maxDisk}
+	w, err := logseg.OpenWriter(*dir, opts)
+	// A previous run's writer may still be sealing its last segment.
+	for deadline := time.Now().Add(writerWait); errors.Is(err, logseg.ErrWriterHeld) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		w, err = logseg.OpenWriter(*dir, opts)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "logwriter: %v\n", err)
 		// Keep draining, so the workload does not block or die of SIGPIPE.

@@ -255,3 +255,31 @@ func TestLogWriterOutlivesKilledDriver(t *testing.T) {
 	stopWhenExited(t, d, "wl_survivor")
 	checkCounted(t, dir, n, 5*time.Second)
 }
+
+// A run restarted in place continues its log directory: the second run's
+// writer waits for the first to let go, and the sequence goes on.
+func TestLogWriterRestartInPlaceContinues(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	d := f.writerDriver()
+	for run := 1; run <= 2; run++ {
+		f.start(d, "wl_again", "count", map[string]string{countN: "30", countEvery: "1ms"})
+		waitFor(t, time.Minute, "run to exit", func() bool { return inspect(t, d, "wl_again").State == runtime.StateExited })
+	}
+	stopWhenExited(t, d, "wl_again")
+	var seqs []int64
+	if _, err := logseg.ReadFrom(logseg.DirOf(f.logPath("wl_again")), 1, func(r logseg.Record) error {
+		seqs = append(seqs, r.Seq)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seqs) != 60 || seqs[0] != 1 || seqs[59] != 60 {
+		t.Fatalf("%d records, seqs %v", len(seqs), seqs)
+	}
+	for i, s := range seqs {
+		if s != int64(i+1) {
+			t.Fatalf("seq %d at %d", s, i)
+		}
+	}
+}
