@@ -250,3 +250,59 @@ func TestPruneShippedFirstAndRecordsDrops(t *testing.T) {
 		t.Fatalf("last seq %d", all[len(all)-1].Seq)
 	}
 }
+
+// TestReadFromWhileSealing: a reader that reads on from the sequence after the last record it
+// got, while the writer keeps sealing tiny segments, gets every record once, in order.
+func TestReadFromWhileSealing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	w, err := OpenWriter(dir, WriterOptions{SegmentBytes: 300, MaxDiskBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1500
+	done := make(chan error, 1)
+	go func() {
+		s := w.Stream(Stdout)
+		for i := 1; i <= n; i++ {
+			if _, err := fmt.Fprintf(s, "line %d\n", i); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- w.Close()
+	}()
+	next, got := int64(1), 0
+	writing := true
+	defer func() {
+		if writing {
+			<-done // the writer ends before the directory is removed
+		}
+	}()
+	for deadline := time.Now().Add(time.Minute); got < n && time.Now().Before(deadline); {
+		if writing {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+				writing = false
+			default:
+			}
+		}
+		var err error
+		next, err = ReadFrom(dir, next, func(r Record) error {
+			got++
+			if r.Seq != int64(got) || string(r.Text) != fmt.Sprintf("line %d", got) {
+				return fmt.Errorf("record %d: seq %d %q", got, r.Seq, r.Text)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got != n {
+		t.Fatalf("read %d of %d records", got, n)
+	}
+}
