@@ -92,12 +92,20 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 		if err := json.Unmarshal(cmd.Params, &q); err != nil || q.WorkloadID == "" {
 			return errorResult(berrors.BadMessage, "logs_query needs workload_id")
 		}
-		if q.Since != nil || q.Until != nil {
+		stamped, hasRecords := c.recordsOf(q.WorkloadID)
+		if (q.Since != nil || q.Until != nil) && !hasRecords {
 			// Output kept without line times cannot be cut by time; saying so
 			// beats answering lines outside the asked window.
 			return errorResult(berrors.Unimplemented, "this node's runtime driver keeps output without line times, so since and until cannot apply; ask with tail instead")
 		}
-		lines, dropped, err := c.queryLogs(ctx, q)
+		var lines []node.LogLine
+		var dropped bool
+		var err error
+		if hasRecords {
+			lines, dropped, err = queryRecords(stamped, q)
+		} else {
+			lines, dropped, err = c.queryLogs(ctx, q)
+		}
 		if err != nil {
 			if errors.Is(err, runtime.ErrNotFound) {
 				return errorResult(berrors.NotFound, "no workload "+q.WorkloadID+" on this node")
@@ -109,6 +117,11 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 			res.Detail = "older lines were left out to fit the message limit"
 			if q.Tail > 0 && len(lines) == q.Tail {
 				res.Detail = fmt.Sprintf("the newest %d lines, as asked", q.Tail)
+			}
+		}
+		if hasRecords {
+			if lost := stamped.dropped(); lost != "" {
+				res.Detail = strings.TrimPrefix(res.Detail+"; "+lost, "; ")
 			}
 		}
 		return res
@@ -231,13 +244,16 @@ func (c *commands) Stream(ctx context.Context, open node.StreamOpen, send func([
 	if err := json.Unmarshal(open.Params, &q); err != nil || q.WorkloadID == "" {
 		return berrors.New(berrors.BadMessage, "app_logs needs params.workload_id")
 	}
-	ls, ok := c.driver.(runtime.LogStreamer)
-	if !ok {
-		return berrors.New(berrors.Unimplemented, "the runtime driver serves no logs")
-	}
 	tail := q.Tail
 	if tail <= 0 {
 		tail = 100
+	}
+	if src, ok := c.recordsOf(q.WorkloadID); ok {
+		return followRecords(ctx, src, q.WorkloadID, tail, send)
+	}
+	ls, ok := c.driver.(runtime.LogStreamer)
+	if !ok {
+		return berrors.New(berrors.Unimplemented, "the runtime driver serves no logs")
 	}
 	// The driver writes the kept output (up to 64 KiB) first, then follows;
 	// the writer keeps only the newest tail lines of that first write.

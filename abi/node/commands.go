@@ -57,15 +57,21 @@ type LogsQuery struct {
 	Tail       int        `json:"tail,omitempty"`
 }
 
-// LogLine is one line of workload output (section 5.7). Time is when the
-// node read it, zero when unknown (lines already in the file when the
-// agent started); Stream is "stdout", "stderr", or "output" when the runtime
-// driver merges both into one file, as the process driver does.
+// LogLine is one line of workload output (section 5.7). For output a log
+// writer stamped (docs/logs.md), Time is when the workload wrote it, Stream
+// "stdout" or "stderr", Seq the record's sequence number and Partial reports
+// whether the line goes on in a later line of the same stream (a line split
+// at 16 KiB, or text without its newline). For other output Time is when the
+// node read it, zero when unknown (lines already in the file when the agent
+// started), Seq is 0, and Stream is "output" when the runtime driver merges
+// both streams into one file.
 type LogLine struct {
 	Time       *time.Time `json:"time,omitempty"`
 	Stream     string     `json:"stream"`
 	Line       string     `json:"line"`
 	WorkloadID string     `json:"workload_id,omitempty"`
+	Seq        int64      `json:"seq,omitempty"`
+	Partial    bool       `json:"partial,omitempty"`
 }
 
 // MetricsQuery is the params of metrics_query: Node asks for the node's

@@ -156,7 +156,9 @@ func (h Handle) IsZero() bool { return h.Version == 0 && len(h.Data) == 0 }
 // StartRequest starts one workload. WorkDir exists and holds the extracted
 // bundle; Command[0] is resolved relative to WorkDir when it has no slash.
 // Env is the complete environment (the agent includes PORT). LogPath is the
-// file stdout and stderr go to, kept at most LogMaxBytes (zero means 1 MiB).
+// file stdout and stderr go to, kept at most LogMaxBytes (zero means 1 MiB);
+// a driver that stamps output through a log writer keeps it instead as
+// records in the directory next to it (docs/logs.md section 3).
 // Isolation is one of Capabilities.IsolationModes; empty means the first.
 //
 // User is who the workload runs as: for a container "uid", "uid:gid" or a

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/berthhq/berth/internal/logseg"
 	"log/slog"
 	"net"
 	"os"
@@ -352,7 +353,7 @@ func (l *Loop) remove(ctx context.Context, id string, rec *localstore.Workload, 
 	if err := l.detachNetwork(ctx, id, lease.StopMutation("detach", id, rec, rev)); err != nil {
 		return err
 	}
-	if err := KeepPreviousLog(l.cfg.DataDir, id, filepath.Join(l.workloadDir(id), "output.log")); err != nil {
+	if err := KeepPreviousLog(l.cfg.DataDir, id, LogPath(l.cfg.DataDir, id)); err != nil {
 		l.log.Warn("could not keep the output of a removed workload", "workload_id", id, "error", err)
 	}
 	if err := os.RemoveAll(l.workloadDir(id)); err != nil {
@@ -371,6 +372,16 @@ func (l *Loop) remove(ctx context.Context, id string, rec *localstore.Workload, 
 }
 
 func (l *Loop) workloadDir(id string) string { return filepath.Join(l.cfg.DataDir, "workloads", id) }
+
+// LogPath is the log path the agent hands the runtime driver for workload id
+// under dataDir.
+func LogPath(dataDir, id string) string {
+	return filepath.Join(dataDir, "workloads", id, "output.log")
+}
+
+// LogDir is where a driver with a log writer keeps the stamped records of
+// workload id under dataDir (docs/logs.md section 3).
+func LogDir(dataDir, id string) string { return logseg.DirOf(LogPath(dataDir, id)) }
 
 // start brings a.Spec up: record first (so an agent crash mid-start finds it),
 // then port, bundle, working directory, and the driver's Start. A failure is
@@ -536,7 +547,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 		Command:             slices.Clone(spec.Command),
 		Env:                 env,
 		WorkDir:             appDir,
-		LogPath:             filepath.Join(dir, "output.log"),
+		LogPath:             LogPath(l.cfg.DataDir, spec.WorkloadID),
 		LogMaxBytes:         DefaultLogMaxBytes,
 		Mutation:            mut,
 		FenceResource:       StartFence(spec),

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/berthhq/berth/internal/logseg"
 )
 
 // Limits of the output kept of removed workloads (docs/node-protocol.md section 5.17).
@@ -17,6 +19,53 @@ const (
 	PreviousLogBytes = 64 << 10 // the newest bytes of a removed workload's output that are kept
 	PreviousLogFiles = 64       // how many removed workloads' output is kept, newest first
 )
+
+// PreviousRecordsPath is where the newest stamped records of removed workload id are kept
+// under dataDir, in the record format of docs/logs.md section 2, when its driver stamped them.
+func PreviousRecordsPath(dataDir, id string) string {
+	return filepath.Join(dataDir, "previous-logs", id+".records")
+}
+
+// keepPreviousRecords keeps the newest [PreviousLogBytes] of the records in log directory dir
+// at [PreviousRecordsPath], written to a temporary file and renamed.
+func keepPreviousRecords(dataDir, id, dir string) error {
+	var all []byte
+	if _, err := logseg.ReadFrom(dir, 1, func(r logseg.Record) error {
+		all = logseg.AppendRecord(all, r)
+		if len(all) > 2*PreviousLogBytes {
+			all = append(all[:0], all[len(all)-PreviousLogBytes:]...)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("keep output of %s: %w", id, err)
+	}
+	if len(all) > PreviousLogBytes {
+		all = all[len(all)-PreviousLogBytes:]
+		if i := slices.Index(all, '\n'); i >= 0 {
+			all = all[i+1:] // whole records only
+		}
+	}
+	dst := PreviousRecordsPath(dataDir, id)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return fmt.Errorf("keep output of %s: %w", id, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".keep-*")
+	if err != nil {
+		return fmt.Errorf("keep output of %s: %w", id, err)
+	}
+	_, err = tmp.Write(all)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("keep output of %s: %w", id, err)
+	}
+	return prunePrevious(filepath.Dir(dst))
+}
 
 // PreviousLogPath is where the output of removed workload id is kept under dataDir.
 func PreviousLogPath(dataDir, id string) string {
@@ -29,6 +78,9 @@ func PreviousLogPath(dataDir, id string) string {
 // files. A missing logPath keeps nothing and is no error. The copy is written to a temporary
 // file and renamed, so a reader never sees half of it.
 func KeepPreviousLog(dataDir, id, logPath string) error {
+	if _, err := os.Stat(logseg.DirOf(logPath)); err == nil {
+		return keepPreviousRecords(dataDir, id, logseg.DirOf(logPath))
+	}
 	src, err := os.Open(logPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -76,7 +128,7 @@ func prunePrevious(dir string) error {
 	}
 	var all []kept
 	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".log") || strings.HasPrefix(e.Name(), ".") {
+		if !(strings.HasSuffix(e.Name(), ".log") || strings.HasSuffix(e.Name(), ".records")) || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		if info, err := e.Info(); err == nil {

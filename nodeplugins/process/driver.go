@@ -12,7 +12,11 @@
 // life (it reaps them); for the others ExitCode is -1. A workload killed by a
 // signal reports 128 + the signal number, as a shell does.
 //
-// Logs: stdout and stderr are appended (O_APPEND) to StartRequest.LogPath. While
+// Logs: with Config.LogWriter set, stdout and stderr go through pipes to a
+// log writer process of the workload's own (logwriter.go), which stamps each
+// line when written and keeps segments in the directory logseg.DirOf(LogPath)
+// (docs/logs.md); Logs renders them as the plain output. Without it, stdout
+// and stderr are appended (O_APPEND) to StartRequest.LogPath. While
 // the driver runs it keeps the file at most about LogMaxBytes by dropping the
 // oldest half once the file grows past it (checked every quarter second, so the
 // file may briefly exceed the limit by what the workload writes in that time).
@@ -66,6 +70,7 @@ import (
 	"time"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/internal/logseg"
 	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/runtime"
@@ -98,6 +103,19 @@ type Config struct {
 	StateDir string
 	// Logger receives the driver's own logs; nil discards them.
 	Logger *slog.Logger
+	// LogWriter is the command (path and leading arguments) of the
+	// per-workload log writer: the driver appends --dir and the segment
+	// options and runs it in a session of its own, with the workload's stdout
+	// and stderr as fds 3 and 4 (docs/logs.md section 4). The plugin binary
+	// runs itself with [LogWriterCommand]. Empty: no log writer, and output is
+	// appended to StartRequest.LogPath as before.
+	LogWriter []string
+	// LogSegmentBytes, LogSegmentAge and LogMaxDiskBytes are the log writer's
+	// segment size and age and its disk bound per workload (see
+	// internal/logseg.WriterOptions); zero means its defaults.
+	LogSegmentBytes int64
+	LogSegmentAge   time.Duration
+	LogMaxDiskBytes int64
 }
 
 // Driver is the process runtime driver. It implements runtime.Driver and is
@@ -314,11 +332,14 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 	// otherwise run beside the new process.
 	d.mu.Lock()
 	if w, ok := d.workloads[id]; ok && !d.refreshLocked(w) {
-		old := w.rec.procs()
+		old, oldRec := w.rec.procs(), w.rec
 		d.mu.Unlock()
 		if err := old.kill(ctx); err != nil {
 			return nil, fmt.Errorf("start workload %s: clear the previous run's process group %d: %w", id, old.pgid, err)
 		}
+		// The previous run's log writer seals its last segment and lets go
+		// of the log directory before the next run's writer takes it.
+		awaitLogWriter(ctx, oldRec)
 		d.mu.Lock()
 	}
 	defer d.mu.Unlock()
@@ -343,11 +364,27 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 	if err := os.MkdirAll(filepath.Dir(req.LogPath), 0o750); err != nil {
 		return nil, fmt.Errorf("start workload %s: create log directory: %w", id, err)
 	}
-	logf, err := os.OpenFile(req.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-	if err != nil {
-		return nil, fmt.Errorf("start workload %s: open log: %w", id, err)
+	var stdout, stderr *os.File
+	var lw *logWriter
+	logDir := ""
+	if len(d.cfg.LogWriter) > 0 {
+		logDir = logseg.DirOf(req.LogPath)
+		if lw, err = d.startLogWriter(logDir); err != nil {
+			return nil, fmt.Errorf("start workload %s: %w", id, err)
+		}
+		// Closed here once the workload holds them: the log writer then sees
+		// the end of the output when the workload's last process ends.
+		defer lw.stdout.Close()
+		defer lw.stderr.Close()
+		stdout, stderr = lw.stdout, lw.stderr
+	} else {
+		logf, err := os.OpenFile(req.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+		if err != nil {
+			return nil, fmt.Errorf("start workload %s: open log: %w", id, err)
+		}
+		defer logf.Close()
+		stdout, stderr = logf, logf
 	}
-	defer logf.Close()
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, fmt.Errorf("start workload %s: open %s: %w", id, os.DevNull, err)
@@ -403,8 +440,8 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		Env:    envList(req.Env),
 		Dir:    req.WorkDir,
 		Stdin:  devnull,
-		Stdout: logf,
-		Stderr: logf,
+		Stdout: stdout,
+		Stderr: stderr,
 		// Own session and process group: no controlling terminal, no signal
 		// from the driver's group, and Stop can signal the whole group.
 		SysProcAttr: attr,
@@ -419,7 +456,7 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		// The kernel refused the cgroup (e.g. no clone3): start without.
 		d.log.Warn("workload runs without its own cgroup, and so without limits", "workload", id, "cgroup", cgroup, "error", err)
 		cgroup, attr.UseCgroupFD, attr.CgroupFD = "", false, 0
-		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdin: devnull, Stdout: logf, Stderr: logf, SysProcAttr: attr}
+		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdin: devnull, Stdout: stdout, Stderr: stderr, SysProcAttr: attr}
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("start workload %s: %w", id, err)
 		}
@@ -453,10 +490,14 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 			StartedAt:   time.Now().UTC(),
 			LogPath:     req.LogPath,
 			LogMaxBytes: maxBytes,
+			LogDir:      logDir,
 			ExitCode:    -1,
 			OOMKillBase: oomBase,
 		},
 		done: make(chan struct{}),
+	}
+	if lw != nil {
+		w.rec.WriterPID, w.rec.WriterTicks = lw.pid, lw.ticks
 	}
 	if err := d.writeRecord(&w.rec); err != nil {
 		// Without a record a restarted driver could not find it: do not leave it running.
@@ -594,6 +635,10 @@ func (d *Driver) stopWorkload(ctx context.Context, req *runtime.StopRequest) (*r
 		}
 	}
 	d.awaitReap(ctx, w)
+	d.mu.Lock()
+	rec := w.rec
+	d.mu.Unlock()
+	awaitLogWriter(ctx, rec)
 
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -20,6 +20,12 @@ import (
 const modeEnv = "BERTH_PROCESS_TEST_WORKLOAD"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == LogWriterCommand {
+		os.Exit(LogWriterMain(os.Args[2:]))
+	}
+	if state := os.Getenv(driverHostEnv); state != "" {
+		os.Exit(runDriverHost(state))
+	}
 	if mode := os.Getenv(modeEnv); mode != "" {
 		os.Exit(runWorkload(mode))
 	}
@@ -52,6 +58,17 @@ func runWorkload(mode string) int {
 		select {}
 	case "exit3":
 		return 3
+	case "count":
+		return countLines()
+	case "flood":
+		return floodLines()
+	case "longline": // one 10 MiB line in pieces, then a short one
+		piece := strings.Repeat("0123456789abcdef", 4096)
+		for range 10 << 20 / len(piece) {
+			os.Stdout.WriteString(piece)
+		}
+		os.Stdout.WriteString("\nend\n")
+		return 0
 	case "hog": // touches memory 1 MiB at a time until something stops it
 		var keep [][]byte
 		fmt.Println("ready")

@@ -9,7 +9,12 @@ import (
 
 // startTrimmer starts the goroutine that keeps r's log file bounded and returns
 // the function that ends it. It also ends with the driver's life.
+// A workload whose output goes to a log writer has no trimmer: the writer
+// bounds its own directory (it returns a no-op).
 func (d *Driver) startTrimmer(r record) context.CancelFunc {
+	if r.LogDir != "" {
+		return func() {}
+	}
 	ctx, cancel := context.WithCancel(d.life)
 	d.trimmers.Add(1)
 	go func() {

@@ -32,6 +32,12 @@ type record struct {
 	StartedAt   time.Time `json:"started_at"`
 	LogPath     string    `json:"log_path"`
 	LogMaxBytes int64     `json:"log_max_bytes"`
+	// LogDir is the log writer's directory (logseg.DirOf(LogPath)); "" when
+	// the output goes to LogPath itself. WriterPID and WriterTicks name the
+	// log writer process (pid and /proc start time); 0 when there is none.
+	LogDir      string    `json:"log_dir,omitempty"`
+	WriterPID   int       `json:"writer_pid,omitempty"`
+	WriterTicks uint64    `json:"writer_ticks,omitempty"`
 	Exited      bool      `json:"exited,omitempty"`
 	ExitedAt    time.Time `json:"exited_at,omitzero"`
 	ExitCode    int       `json:"exit_code"` // -1 when unknown
