@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -133,4 +134,31 @@ func (s *Store) FindAfter(ctx context.Context, coll, field string, after any, ma
 		return fmt.Errorf("store: list %s after %s %v: %w", coll, field, after, err)
 	}
 	return nil
+}
+
+// EnsureCollections creates every collection of names that does not exist yet; idempotent.
+// Create a collection before the first write that would create it implicitly where a crash is
+// likely: FerretDB v1 creates a collection's SQLite table and records it in its metadata in two
+// steps, and a process killed between them leaves a table the metadata does not know, so every
+// later write to that collection fails with "table ... already exists" (docs/store.md section 2.3).
+func (s *Store) EnsureCollections(ctx context.Context, names ...string) error {
+	have, err := s.db.ListCollectionNames(ctx, bson.D{})
+	if err != nil {
+		return fmt.Errorf("store: list collections: %w", err)
+	}
+	for _, n := range names {
+		if slices.Contains(have, n) {
+			continue
+		}
+		if err := s.db.CreateCollection(ctx, n); err != nil && !isNamespaceExists(err) {
+			return fmt.Errorf("store: create collection %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// isNamespaceExists reports whether err says the collection exists already (code 48).
+func isNamespaceExists(err error) bool {
+	var ce mongo.CommandError
+	return errors.As(err, &ce) && ce.Code == 48
 }

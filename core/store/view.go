@@ -104,6 +104,9 @@ type View struct {
 
 	loads   atomic.Int64 // full loads done (tests and metrics)
 	rereads atomic.Int64 // documents re-read
+
+	// folds are the plan entries durable but not yet materialized (viewfold.go).
+	folds folds
 }
 
 // touch is what one write may have changed: ids of one collection, or whole collections.
@@ -460,6 +463,20 @@ func (v *View) CorruptForTest(coll string, id any, raw bson.Raw) {
 // map lookup and one decode, plus one read by _id when the document was written since it was last
 // read (and one load of the collection on its first read).
 func (v *View) Get(ctx context.Context, coll *mongo.Collection, id any, out any) error {
+	if sid, ok := id.(string); ok && v.foldedFor(coll.Name(), stringKey(sid)) != nil {
+		// Folded plan writes lie over this document (viewfold.go).
+		raw, err := v.getRaw(ctx, coll, sid, nil)
+		if err != nil {
+			return err
+		}
+		if raw == nil {
+			return fmt.Errorf("store: find %s %v: %w", coll.Name(), id, ErrNotFound)
+		}
+		if err := bson.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("store: decode %s %v: %w", coll.Name(), id, err)
+		}
+		return nil
+	}
 	if !v.Enabled() {
 		return FindByID(ctx, coll, id, out)
 	}
@@ -572,24 +589,62 @@ func (v *View) scan(ctx context.Context, name string, eq bson.D, want []bson.Raw
 			c.sorted = sortedKeys(c.docs)
 		}
 		keys := c.sorted
+		folded := v.foldedKeys(name)
 		var matches []bson.Raw
+		var ferr error
 		for _, k := range keys {
 			raw, ok := c.docs[k]
 			if o, over := overlay[k]; over {
 				raw, ok = o, o != nil
 			}
+			if id, f := folded[k]; f {
+				var in bson.Raw
+				if ok {
+					in = raw
+				}
+				if raw, ferr = v.overlay(name, k, id, in, nil); ferr != nil {
+					break
+				}
+				ok = raw != nil
+			}
 			if ok && matchesRaw(raw, eq, want) {
 				matches = append(matches, raw)
 			}
 		}
-		// Overlaid documents the view does not hold yet (created since the last read).
+		// Overlaid documents the view does not hold yet (created since the last read, or by a
+		// folded plan entry not yet materialized).
 		var extra []string
 		for k, o := range overlay {
-			if _, in := c.docs[k]; !in && o != nil && matchesRaw(o, eq, want) {
+			if _, in := c.docs[k]; !in && o != nil {
+				if id, f := folded[k]; f && ferr == nil {
+					o, ferr = v.overlay(name, k, id, o, nil)
+					overlay[k] = o
+				}
+				if o != nil && matchesRaw(o, eq, want) {
+					extra = append(extra, k)
+				}
+			}
+		}
+		for k, id := range folded {
+			if ferr != nil {
+				break
+			}
+			if _, in := c.docs[k]; in {
+				continue
+			}
+			if _, over := overlay[k]; over {
+				continue
+			}
+			var o bson.Raw
+			if o, ferr = v.overlay(name, k, id, nil, nil); o != nil && matchesRaw(o, eq, want) {
+				overlay[k] = o
 				extra = append(extra, k)
 			}
 		}
 		v.mu.Unlock()
+		if ferr != nil {
+			return nil, false, ferr
+		}
 		if len(extra) > 0 {
 			for _, k := range extra {
 				matches = append(matches, overlay[k])
