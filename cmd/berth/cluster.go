@@ -15,7 +15,7 @@ func newClusterCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster",
 		RunE:  groupRunE,
-		Short: "Create clusters, show their relays and nodes, and issue relay credentials",
+		Short: "Clusters, their relays and relay credentials; cluster-wide operations",
 		Long: `A cluster is a group of nodes. Every node belongs to one: the cluster its join token
 names (berth join-token create --cluster NAME), or the default cluster. A cluster created with
 --requires-relay is reached through one berth-relay: its nodes dial the relay, never berthd
@@ -162,8 +162,46 @@ not ready, and never registers again) until it is restarted with the new one.`,
 				return c.RotateRelayCredential(cmd.Context(), name)
 			}),
 	)
-	cmd.AddCommand(create, list, status, rcCmd)
+	cmd.AddCommand(create, list, status, rcCmd, newRotateSigningKeyCmd(a))
 	return cmd
+}
+
+// newRotateSigningKeyCmd is berth cluster rotate-signing-key: the key of this berthd's whole
+// fleet, every cluster's nodes included.
+func newRotateSigningKeyCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rotate-signing-key",
+		Short: "Replace the key that signs every node's desired state",
+		Long: `rotate-signing-key makes berthd generate a new cluster signing key
+(docs/node-protocol.md section 5.21). berthd keeps the old key, sends every
+connected node signing_key_rotate signed by the key it pins, and signs
+everything after with the new key. A node that is not connected is handed the
+new key when it next connects. Needs the admin scope.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			out, err := c.RotateSigningKey(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("rotate the signing key: %w", err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, out)
+			}
+			acked := 0
+			for _, n := range out.Nodes {
+				if n.Acknowledged {
+					acked++
+				} else {
+					fmt.Fprintf(a.stdout, "node %s did not acknowledge (%s); it gets the key at its next session\n", n.NodeID, n.Error)
+				}
+			}
+			fmt.Fprintf(a.stdout, "Signing key rotated to %s; %d of %d connected nodes acknowledged.\n", out.KeyID, acked, len(out.Nodes))
+			return nil
+		},
+	}
 }
 
 func printClusterStatus(a *app, st *client.ClusterStatus) error {

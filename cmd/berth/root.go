@@ -122,7 +122,6 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newDeleteCmd(a),
 		newBindingCmd(a),
 		newJoinTokenCmd(a),
-		newClusterCmd(a),
 		newNodeCmd(a),
 		newClusterCmd(a),
 		newBundleCmd(a),
