@@ -21,13 +21,32 @@ import (
 )
 
 // StreamHandler serves one node connection carried by a relay. conn is the stream after its header;
-// the handler owns it and must close it. ctx ends when the relay's session ends.
+// the handler owns it and must close it. ctx ends when the relay's session ends and carries what
+// the relay's [Admission.Context] put in it.
 type StreamHandler func(ctx context.Context, conn net.Conn, h abirelay.StreamHeader)
 
-// Authenticator judges a relay's upgrade request after its protocol version was accepted and returns
-// the relay's identity for the logs (later: its cluster and credential generation). A nil
-// Authenticator accepts every relay.
-type Authenticator func(r *http.Request) (string, error)
+// Admission is an accepted relay: what the core side needs to serve its session. Every field but
+// ID may be nil.
+type Admission struct {
+	// ID names the relay in logs.
+	ID string
+	// Context derives the session's context, the one every StreamHandler of it receives.
+	Context func(ctx context.Context) context.Context
+	// Check judges each stream's header before anything of the stream is served; an error
+	// refuses the stream (closed, logged with the error).
+	Check func(h abirelay.StreamHeader) error
+	// Run runs while the session stands, its ctx ending with it; calling end ends the session
+	// (the relay reconnects). For renewals.
+	Run func(ctx context.Context, end func())
+	// Done is called once the session ended and every stream handler returned.
+	Done func()
+}
+
+// Authenticator judges a relay's upgrade request after its protocol version was accepted. It may
+// set headers of the answer on w (never write it). An *abierrors.Error is answered with its code
+// and status and its message as the detail; any other error as 401 unauthenticated. A nil
+// Authenticator accepts every relay with an empty Admission.
+type Authenticator func(w http.ResponseWriter, r *http.Request) (*Admission, error)
 
 // CoreConfig configures the core side.
 type CoreConfig struct {
@@ -116,16 +135,26 @@ func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				abirelay.Subprotocol, r.Header.Get("Sec-WebSocket-Protocol")))
 		return
 	}
-	id := r.RemoteAddr
+	adm := &Admission{ID: r.RemoteAddr}
 	if c.cfg.Authenticate != nil {
-		who, err := c.cfg.Authenticate(r)
+		got, err := c.cfg.Authenticate(w, r)
 		if err != nil {
 			c.log.Warn("relay refused", "remote", r.RemoteAddr, "err", err)
+			c.met.relayRefused()
+			var coded *abierrors.Error
+			if errors.As(err, &coded) {
+				writeProblem(w, coded.Code.HTTPStatus(), coded.Code, coded.Message)
+				return
+			}
 			writeProblem(w, http.StatusUnauthorized, abierrors.Unauthenticated, "the relay credential is not valid")
 			return
 		}
-		id = who
+		adm = got
 	}
+	if adm.Done != nil {
+		defer adm.Done()
+	}
+	id := adm.ID
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{abirelay.Subprotocol}})
 	if err != nil {
 		c.log.Warn("relay upgrade failed", "remote", r.RemoteAddr, "err", err)
@@ -135,6 +164,9 @@ func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	nc := websocket.NetConn(ctx, ws, websocket.MessageBinary)
+	if adm.Context != nil {
+		ctx = adm.Context(ctx)
+	}
 	sess, err := yamux.Server(nc, muxConfig(c.log, c.cfg.WriteTimeout, DefaultStreamOpenTimeout, c.cfg.KeepAlive))
 	if err != nil {
 		c.log.Error("relay session", "err", err)
@@ -152,6 +184,9 @@ func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		cancel()
 	}()
 	var streams sync.WaitGroup
+	if adm.Run != nil {
+		streams.Go(func() { adm.Run(ctx, func() { _ = sess.Close() }) })
+	}
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
@@ -160,7 +195,7 @@ func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		streams.Add(1)
 		go func() {
 			defer streams.Done()
-			c.serveStream(ctx, id, sess, st)
+			c.serveStream(ctx, adm, sess, st)
 		}()
 	}
 	_ = sess.Close()
@@ -170,14 +205,22 @@ func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveStream reads the header under its deadline and hands the stream on, or refuses it.
-func (c *Core) serveStream(ctx context.Context, relayID string, sess *yamux.Session, st *yamux.Stream) {
+func (c *Core) serveStream(ctx context.Context, adm *Admission, sess *yamux.Session, st *yamux.Stream) {
 	_ = st.SetReadDeadline(time.Now().Add(c.cfg.HeaderTimeout))
 	h, err := abirelay.ReadHeader(st)
 	if err != nil {
-		c.log.Warn("relay stream refused", "code", abierrors.RelayHeaderInvalid, "relay", relayID, "err", err)
+		c.log.Warn("relay stream refused", "code", abierrors.RelayHeaderInvalid, "relay", adm.ID, "err", err)
 		c.met.streamRefused()
 		_ = st.Close()
 		return
+	}
+	if adm.Check != nil {
+		if err := adm.Check(h); err != nil {
+			c.log.Warn("relay stream refused", "relay", adm.ID, "remote", h.RemoteAddr, "err", err)
+			c.met.streamRefused()
+			_ = st.Close()
+			return
+		}
 	}
 	_ = st.SetReadDeadline(time.Time{})
 	c.cfg.Handler(ctx, guardedStream{Stream: st, sess: sess}, h)

@@ -11,6 +11,7 @@ type relayMetrics struct {
 	dialFailures prometheus.Counter
 	refused      *prometheus.CounterVec
 	reregistered prometheus.Counter
+	parkedGauge  prometheus.Gauge
 }
 
 func newRelayMetrics(reg prometheus.Registerer, r *Relay) *relayMetrics {
@@ -26,6 +27,8 @@ func newRelayMetrics(reg prometheus.Registerer, r *Relay) *relayMetrics {
 			Help: "Node connections closed before they were carried, by reason: tls_handshake, no_core_session, open_stream."}, []string{"reason"}),
 		reregistered: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_relay_node_reregistrations_total",
 			Help: "Node connections closed after a reconnect so the node registers on the new session."}),
+		parkedGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_relay_parked",
+			Help: "1 once the relay parked: its credential's generation was rotated away and it registers no more."}),
 	}
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "berth_relay_core_session_up",
 		Help: "1 while the relay holds an established session to the core."}, func() float64 {
@@ -36,7 +39,7 @@ func newRelayMetrics(reg prometheus.Registerer, r *Relay) *relayMetrics {
 	})
 	nodes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "berth_relay_node_connections",
 		Help: "Node connections the relay carries."}, func() float64 { return float64(r.Nodes()) })
-	reg.MustRegister(m.sessions, m.dialFailures, m.refused, m.reregistered, up, nodes)
+	reg.MustRegister(m.sessions, m.dialFailures, m.refused, m.reregistered, m.parkedGauge, up, nodes)
 	return m
 }
 
@@ -66,7 +69,8 @@ func (m *relayMetrics) nodeReregistered() {
 
 // coreMetrics are the core side's families; nil without a registry.
 type coreMetrics struct {
-	refused prometheus.Counter
+	refused       prometheus.Counter
+	relaysRefused prometheus.Counter
 }
 
 func newCoreMetrics(reg prometheus.Registerer, c *Core) *coreMetrics {
@@ -74,15 +78,29 @@ func newCoreMetrics(reg prometheus.Registerer, c *Core) *coreMetrics {
 		return nil
 	}
 	m := &coreMetrics{refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_relay_streams_refused_total",
-		Help: "Relay streams refused for a malformed or oversized header (relay_header_invalid)."})}
+		Help: "Relay streams refused: a malformed or oversized header (relay_header_invalid), or a stream the relay's admission refused (another cluster's node, a superseded registration)."}),
+		relaysRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_relay_sessions_refused_total",
+			Help: "Relay upgrades refused after the protocol version: a bad or stale credential, a refused registration."})}
 	sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "berth_relay_sessions",
 		Help: "Relay sessions this core serves."}, func() float64 { return float64(c.Sessions()) })
-	reg.MustRegister(m.refused, sessions)
+	reg.MustRegister(m.refused, m.relaysRefused, sessions)
 	return m
 }
 
 func (m *coreMetrics) streamRefused() {
 	if m != nil {
 		m.refused.Inc()
+	}
+}
+
+func (m *coreMetrics) relayRefused() {
+	if m != nil {
+		m.relaysRefused.Inc()
+	}
+}
+
+func (m *relayMetrics) parked() {
+	if m != nil {
+		m.parkedGauge.Set(1)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/hashicorp/yamux"
 	"github.com/prometheus/client_golang/prometheus"
 
+	abierrors "github.com/berthhq/berth/abi/errors"
 	abirelay "github.com/berthhq/berth/abi/relay"
 )
 
@@ -31,6 +33,12 @@ type Config struct {
 	Listener net.Listener
 	// Credential is sent as the bearer of the upgrade request; empty sends none.
 	Credential string
+	// Build is the relay's version, sent in its registration.
+	Build string
+	// NodeID is the node the relay runs on as the core knows it; empty names none.
+	NodeID string
+	// Address is the listen address the registration names (default: the listener's address).
+	Address string
 	// HTTPClient dials the core (its TLS configuration included); nil uses http.DefaultClient.
 	HTTPClient *http.Client
 	// Logger receives the relay's logs; nil drops them.
@@ -61,6 +69,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Listener == nil {
 		return errors.New("relay: a node listener is required")
+	}
+	if c.Address == "" {
+		c.Address = c.Listener.Addr().String()
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = http.DefaultClient
@@ -102,6 +113,10 @@ type Relay struct {
 	mu      sync.Mutex
 	sess    *yamux.Session
 	seq     uint64        // sequence of the current (or last) core session; only grows
+	regSeq  uint64        // sequence of the last registration offered (one per dial); only grows
+	gen     int64         // the credential generation the first accepted registration pinned; 0 before
+	cluster string        // the cluster the core accepted the relay for
+	parked  string        // why the relay parked, "" while it is not parked
 	up      chan struct{} // closed while a session is up; replaced when it goes down
 	lastErr string        // why the last dial or session failed
 	nodes   map[*node]struct{}
@@ -164,6 +179,9 @@ func (r *Relay) Close() error {
 func (r *Relay) Ready() (bool, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.parked != "" {
+		return false, []string{"parked: " + r.parked + "; only a restart with the bearer of the cluster's current relay credential serves the cluster again"}
+	}
 	if r.sess != nil && !r.sess.IsClosed() {
 		return true, nil
 	}
@@ -182,7 +200,12 @@ func (r *Relay) sessionLoop() {
 	defer r.wg.Done()
 	backoff := r.cfg.BackoffMin
 	for {
-		sess, scancel, err := r.dial()
+		sess, seq, scancel, err := r.dial()
+		var pe parkError
+		if errors.As(err, &pe) {
+			r.park(pe.why)
+			return
+		}
 		if err != nil {
 			r.setDown(err.Error())
 			r.met.dialFailed()
@@ -192,7 +215,7 @@ func (r *Relay) sessionLoop() {
 			}
 			continue
 		}
-		seq := r.setUp(sess)
+		r.setUp(sess, seq)
 		r.met.sessionUp()
 		began := time.Now()
 		r.log.Info("relay: core session established", "relay", r.id, "session", seq)
@@ -240,11 +263,60 @@ func (r *Relay) pause(backoff *time.Duration) bool {
 	}
 }
 
-// dial opens the WebSocket, checks the negotiated version and starts the yamux client on it.
-func (r *Relay) dial() (*yamux.Session, context.CancelFunc, error) {
+// parkError ends the session loop for good: the credential's generation is gone.
+type parkError struct{ why string }
+
+func (e parkError) Error() string { return e.why }
+
+// park stops the relay from registering again for the rest of the process (docs/relay.md
+// section 10): not ready, says why once, keeps its listener and the nodes it carries, never exits.
+func (r *Relay) park(why string) {
+	r.mu.Lock()
+	r.parked = why
+	r.lastErr = why
+	if r.sess != nil {
+		r.sess = nil
+		r.up = make(chan struct{})
+	}
+	r.mu.Unlock()
+	r.met.parked()
+	r.log.Error("relay: parked: it will not register again; restart it with the bearer of the cluster's current relay credential", "reason", why)
+}
+
+// coreProblem reads the code and detail of a problem+json answer (at most the 1 KiB the
+// WebSocket client keeps of a refused upgrade).
+func coreProblem(resp *http.Response) (code, detail string) {
+	if resp == nil || resp.Body == nil {
+		return "", ""
+	}
+	var p struct {
+		Code   string `json:"code"`
+		Detail string `json:"detail"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&p) != nil {
+		return "", ""
+	}
+	return p.Code, p.Detail
+}
+
+// dial offers the next registration, opens the WebSocket, checks the negotiated version and the
+// accepted credential generation, and starts the yamux client on it. It returns the registration's
+// sequence, which names the session in every stream header. A parkError when the core says the
+// credential's generation is gone or accepted another generation than the pinned one.
+func (r *Relay) dial() (*yamux.Session, uint64, context.CancelFunc, error) {
 	dctx, cancel := context.WithTimeout(r.ctx, r.cfg.DialTimeout)
 	defer cancel()
+	r.mu.Lock()
+	r.regSeq++
+	seq := r.regSeq
+	pinned := r.gen
+	r.mu.Unlock()
+	reg, err := abirelay.RelayRegistration{RelayID: r.id, Build: r.cfg.Build, NodeID: r.cfg.NodeID, Address: r.cfg.Address, Sequence: seq}.Encode()
+	if err != nil {
+		return nil, 0, nil, err
+	}
 	h := http.Header{}
+	h.Set(abirelay.HeaderRegistration, reg)
 	if r.cfg.Credential != "" {
 		h.Set("Authorization", "Bearer "+r.cfg.Credential)
 	}
@@ -252,13 +324,38 @@ func (r *Relay) dial() (*yamux.Session, context.CancelFunc, error) {
 		HTTPClient: r.cfg.HTTPClient, HTTPHeader: h, Subprotocols: []string{abirelay.Subprotocol}})
 	if err != nil {
 		if resp != nil {
-			return nil, nil, fmt.Errorf("dial %s: the core answered %s: %w", r.cfg.CoreURL, resp.Status, err)
+			code, detail := coreProblem(resp)
+			if code == string(abierrors.RelayCredentialStale) {
+				return nil, 0, nil, parkError{fmt.Sprintf("the core refused this relay's credential as rotated away (%s): %s", code, detail)}
+			}
+			if code != "" {
+				return nil, 0, nil, fmt.Errorf("dial %s: the core answered %s, %s: %s", r.cfg.CoreURL, resp.Status, code, detail)
+			}
+			return nil, 0, nil, fmt.Errorf("dial %s: the core answered %s: %w", r.cfg.CoreURL, resp.Status, err)
 		}
-		return nil, nil, fmt.Errorf("dial %s: %w", r.cfg.CoreURL, err)
+		return nil, 0, nil, fmt.Errorf("dial %s: %w", r.cfg.CoreURL, err)
 	}
 	if ws.Subprotocol() != abirelay.Subprotocol {
 		_ = ws.Close(websocket.StatusProtocolError, "relay protocol "+abirelay.Subprotocol+" required")
-		return nil, nil, fmt.Errorf("dial %s: the core did not accept the relay protocol %s", r.cfg.CoreURL, abirelay.Subprotocol)
+		return nil, 0, nil, fmt.Errorf("dial %s: the core did not accept the relay protocol %s", r.cfg.CoreURL, abirelay.Subprotocol)
+	}
+	if g := resp.Header.Get(abirelay.HeaderGeneration); g != "" {
+		gen, perr := strconv.ParseInt(g, 10, 64)
+		if perr != nil || gen <= 0 {
+			_ = ws.Close(websocket.StatusProtocolError, "malformed credential generation")
+			return nil, 0, nil, fmt.Errorf("dial %s: the core answered the credential generation %q", r.cfg.CoreURL, g)
+		}
+		if pinned != 0 && gen != pinned {
+			_ = ws.Close(websocket.StatusPolicyViolation, "relay parked")
+			return nil, 0, nil, parkError{fmt.Sprintf("this relay is bound to credential generation %d and the core accepted it as generation %d", pinned, gen)}
+		}
+		r.mu.Lock()
+		if r.gen == 0 {
+			r.gen = gen
+			r.cluster = resp.Header.Get(abirelay.HeaderCluster)
+			r.log.Info("relay: registration accepted", "cluster", r.cluster, "generation", gen)
+		}
+		r.mu.Unlock()
 	}
 	ws.SetReadLimit(wsReadLimit)
 	// The NetConn lives until the session closes it or the relay stops.
@@ -268,19 +365,18 @@ func (r *Relay) dial() (*yamux.Session, context.CancelFunc, error) {
 	if err != nil {
 		_ = nc.Close()
 		scancel()
-		return nil, nil, fmt.Errorf("start the mux: %w", err)
+		return nil, 0, nil, fmt.Errorf("start the mux: %w", err)
 	}
-	return sess, scancel, nil
+	return sess, seq, scancel, nil
 }
 
-func (r *Relay) setUp(s *yamux.Session) uint64 {
+func (r *Relay) setUp(s *yamux.Session, seq uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seq++
+	r.seq = seq
 	r.sess = s
 	r.lastErr = ""
 	close(r.up)
-	return r.seq
 }
 
 func (r *Relay) setDown(why string) {

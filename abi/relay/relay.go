@@ -114,3 +114,68 @@ func ReadHeader(r io.Reader) (StreamHeader, error) {
 	}
 	return h, nil
 }
+
+// Header names of the upgrade request and its answer (docs/relay.md section 10).
+const (
+	// HeaderRegistration carries the relay's registration, one line of JSON (a Registration of
+	// the session protocol, below), on every upgrade request.
+	HeaderRegistration = "Berth-Relay-Registration"
+	// HeaderCluster and HeaderGeneration answer an accepted upgrade: the cluster the relay's
+	// credential belongs to and the credential generation the core accepted it as.
+	HeaderCluster    = "Berth-Relay-Cluster"
+	HeaderGeneration = "Berth-Relay-Generation"
+)
+
+// MaxRegistrationSize bounds the encoded registration header.
+const MaxRegistrationSize = 1024
+
+// RelayRegistration is what a relay tells the core about itself on each upgrade: its build, the
+// node it runs on (optional), the address its node listener bound, and a sequence that only
+// grows within one relay process (one per dial). The sequence of an accepted registration is
+// the Session of every stream header on that session.
+type RelayRegistration struct {
+	RelayID  string `json:"relay_id"`
+	Build    string `json:"build"`
+	NodeID   string `json:"node_id,omitempty"`
+	Address  string `json:"address"`
+	Sequence uint64 `json:"sequence"`
+}
+
+// ErrRegistrationMalformed is returned by ParseRegistration for a header that is not one
+// RelayRegistration.
+var ErrRegistrationMalformed = errors.New("relay registration is malformed")
+
+// Encode returns the header value of g.
+func (g RelayRegistration) Encode() (string, error) {
+	b, err := json.Marshal(g)
+	if err != nil {
+		return "", fmt.Errorf("encode relay registration: %w", err)
+	}
+	return string(b), nil
+}
+
+// ParseRegistration reads a HeaderRegistration value: exactly the fields of RelayRegistration,
+// a relay id and address of at most 256 bytes, a build of at most 128, a sequence above 0.
+func ParseRegistration(v string) (RelayRegistration, error) {
+	var g RelayRegistration
+	if v == "" || len(v) > MaxRegistrationSize {
+		return g, fmt.Errorf("%w: %d bytes (1 to %d)", ErrRegistrationMalformed, len(v), MaxRegistrationSize)
+	}
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&g); err != nil || dec.More() {
+		return RelayRegistration{}, fmt.Errorf("%w: not one JSON object of its fields", ErrRegistrationMalformed)
+	}
+	bad := func(s string, max int) bool { return len(s) > max || strings.ContainsAny(s, "\x00\r\n") }
+	switch {
+	case g.RelayID == "" || bad(g.RelayID, 128):
+		return RelayRegistration{}, fmt.Errorf("%w: relay id %q", ErrRegistrationMalformed, g.RelayID)
+	case g.Address == "" || bad(g.Address, 256):
+		return RelayRegistration{}, fmt.Errorf("%w: address %q", ErrRegistrationMalformed, g.Address)
+	case bad(g.Build, 128) || bad(g.NodeID, 128):
+		return RelayRegistration{}, fmt.Errorf("%w: build or node id", ErrRegistrationMalformed)
+	case g.Sequence == 0:
+		return RelayRegistration{}, fmt.Errorf("%w: sequence 0", ErrRegistrationMalformed)
+	}
+	return g, nil
+}

@@ -38,6 +38,12 @@ stream to berthd; the relay never reads or changes what a node sends. When the s
 is lost the relay reconnects with jittered backoff and, once it is back, asks the nodes it carried
 to reconnect, spaced out over at most 5 s.
 
+Each dial is a registration (this build, --node-id, the bound or --advertise address, and a
+sequence that only grows). The first accepted one pins the cluster's credential generation; when
+berthd says that generation was rotated away, the relay parks: it stays up, carries what it
+carries, answers not ready and never registers again until it is restarted with the current
+credential (--credential-file, from berth cluster relay-credential ensure|rotate).
+
 /readyz on --health-listen answers 200 only while the session to berthd is established and
 otherwise 503 with the reasons; /healthz and /metrics (Prometheus) are beside it. See docs/relay.md.
 
@@ -50,6 +56,7 @@ Flags:
 type options struct {
 	coreURL, coreCA, listen, healthListen string
 	tlsCert, tlsKey, credentialFile       string
+	nodeID, advertise                     string
 	logLevel                              string
 	showVersion                           bool
 }
@@ -68,6 +75,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain the listener presents (required)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert (required)")
 	fs.StringVar(&o.credentialFile, "credential-file", "", "file holding the cluster's relay credential, mode 0600 (sent as the bearer of the session)")
+	fs.StringVar(&o.nodeID, "node-id", "", "the node this relay runs on as berthd knows it (nod_...), named in its registration; empty names none")
+	fs.StringVar(&o.advertise, "advertise", "", "the address the nodes dial, named in the registration (default: the address --listen bound)")
 	fs.StringVar(&o.healthListen, "health-listen", "127.0.0.1:9184", "address of the /readyz, /healthz and /metrics listener (empty: none)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
@@ -162,6 +171,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	r, err := relay.Start(relay.Config{CoreURL: o.coreURL, Listener: ln, Credential: credential, Logger: log, Metrics: reg,
+		Build: version.Version, NodeID: o.nodeID, Address: o.advertise,
 		HTTPClient: &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS, Proxy: http.ProxyFromEnvironment}}})
 	if err != nil {
 		_ = ln.Close()

@@ -16,8 +16,9 @@ func newJoinTokenCmd(a *app) *cobra.Command {
 		Short: "Create node join tokens",
 	}
 	var ttl time.Duration
+	var cluster string
 	create := &cobra.Command{
-		Use:   "create [--ttl 1h]",
+		Use:   "create [--ttl 1h] [--cluster NAME]",
 		Short: "Create a one-time token that enrolls one node",
 		Long: `create makes a join token that enrolls exactly one node before it expires,
 and prints the berth-agent command to run on that node. When this user cannot
@@ -36,7 +37,7 @@ The server keeps only a digest of the token: it is shown once. With -o json it p
 			if err != nil {
 				return err
 			}
-			tok, err := c.CreateJoinToken(cmd.Context(), client.JoinTokenRequest{TTLSeconds: int(ttl / time.Second)})
+			tok, err := c.CreateJoinToken(cmd.Context(), client.JoinTokenRequest{TTLSeconds: int(ttl / time.Second), Cluster: cluster})
 			if err != nil {
 				return fmt.Errorf("create join token: %w", err)
 			}
@@ -58,6 +59,7 @@ The server keeps only a digest of the token: it is shown once. With -o json it p
 		},
 	}
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
+	create.Flags().StringVar(&cluster, "cluster", "", "the cluster the node joins (default: the default cluster); for a cluster\nreached through a relay, run the printed command with --server naming the relay and\n--fingerprint its certificate's")
 	cmd.AddCommand(create)
 	return cmd
 }

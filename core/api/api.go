@@ -24,6 +24,7 @@ import (
 	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/clusters"
 	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
@@ -51,7 +52,13 @@ type Hinter interface{ Hint(reason string) }
 type Config struct {
 	Catalog *services.Catalog
 	Nodes   *nodes.Registry
-	Bundles *bundles.Store
+	// Clusters serves /api/v1/clusters and names the cluster of join tokens; nil leaves the
+	// routes out and every node in the default cluster.
+	Clusters *clusters.Registry
+	// RelaysRotated, when not nil, is called after a cluster's relay credential was rotated, so
+	// the relay sessions this process serves under the old generation end at once.
+	RelaysRotated func(cluster string)
+	Bundles       *bundles.Store
 	// ImageReleases records and reserves registry tags (docs/registry.md
 	// section 7); nil serves no release routes.
 	ImageReleases *registry.Releases
@@ -257,6 +264,7 @@ func New(cfg Config) *Server {
 	s.registerNodeCapacity(v1)
 	s.registerOrchestration(v1)
 	s.registerBackups(v1)
+	s.registerClusters(v1)
 	s.registerRunnerTransport(e)
 	e.RouteNotFound("/*", func(c echo.Context) error {
 		return problem(abierrors.NotFound, "no such endpoint: "+c.Request().Method+" "+c.Request().URL.Path)
@@ -291,6 +299,7 @@ func routeBody(c echo.Context) bodyKind {
 	switch c.Request().Method + " " + c.Path() {
 	case "POST /api/v1/nodes/enroll",
 		"POST /api/v1/nodes/join-tokens",
+		"POST /api/v1/clusters",
 		"POST /api/v1/nodes/:id/fence-ack",
 		"POST /api/v1/nodes/:id/retire",
 		"PUT /api/v1/nodes/:id/capacity",
@@ -587,27 +596,36 @@ func principal(c echo.Context) *identity.Principal {
 
 func (s *Server) createJoinToken(c echo.Context) error {
 	var req struct {
-		TTLSeconds int `json:"ttl_seconds"`
+		TTLSeconds int    `json:"ttl_seconds"`
+		Cluster    string `json:"cluster"`
 	}
 	if err := s.bindOptional(c, &req); err != nil {
+		return err
+	}
+	cluster, err := s.joinTokenCluster(c.Request().Context(), req.Cluster)
+	if err != nil {
 		return err
 	}
 	ttl := time.Duration(req.TTLSeconds) * time.Second
 	if req.TTLSeconds < 0 || ttl > nodes.MaxJoinTokenTTL {
 		return problem(abierrors.ValidationFailed, fmt.Sprintf("ttl_seconds must be between 0 and %d", int(nodes.MaxJoinTokenTTL.Seconds())))
 	}
-	tok, exp, err := s.cfg.Nodes.CreateJoinToken(c.Request().Context(), ttl)
+	tok, exp, err := s.cfg.Nodes.CreateClusterJoinToken(c.Request().Context(), ttl, cluster)
 	if err != nil {
 		return err
 	}
-	s.log.Info("join token created", "expires_at", exp)
+	s.log.Info("join token created", "expires_at", exp, "cluster", cluster)
 	// The join command carries exactly three values: server URL, join token
 	// and certificate fingerprint (docs/node-protocol.md section 2.2).
 	cmd := fmt.Sprintf("berth-agent enroll --server %s --join-token %s", s.cfg.PublicURL, tok)
 	if s.cfg.ServerFingerprint != "" {
 		cmd += " --fingerprint " + s.cfg.ServerFingerprint
 	}
+	if cluster == "" {
+		cluster = clusters.Default
+	}
 	return c.JSON(http.StatusCreated, map[string]any{
+		"cluster":      cluster,
 		"token":        tok,
 		"join_command": cmd,
 		"fingerprint":  s.cfg.ServerFingerprint,
@@ -659,7 +677,7 @@ func (s *Server) enroll(c echo.Context) error {
 	n, cred, err := s.cfg.Nodes.Enroll(wctx, nodes.EnrollRequest{
 		JoinToken: req.JoinToken, PublicKey: req.PublicKey, BoxPublicKey: req.BoxPublicKey, Hostname: req.Hostname, Region: req.Region,
 		Labels: req.Labels, Address: req.Address, CPUs: req.Capacity.CPUs, MemoryMB: req.Capacity.MemoryMB, Allocatable: alloc,
-		Admit: s.enrollAdmitter(c),
+		Admit: s.enrollAdmitter(c, carrierAdmits),
 	})
 	switch {
 	case errors.Is(err, nodes.ErrJoinTokenUsed):

@@ -338,12 +338,16 @@ func (s *Server) admitDelete(c echo.Context, p *services.Project, name string) e
 	})
 }
 
-// enrollAdmitter returns the node.enroll hook for nodes.EnrollRequest.Admit.
-func (s *Server) enrollAdmitter(c echo.Context) func(ctx context.Context, n *nodes.Node) error {
-	if s.cfg.Policy == nil {
-		return nil
-	}
+// enrollAdmitter returns nodes.EnrollRequest.Admit: first (the relay check), then the node.enroll
+// policy hook when policies are configured.
+func (s *Server) enrollAdmitter(c echo.Context, first func(ctx context.Context, n *nodes.Node) error) func(ctx context.Context, n *nodes.Node) error {
 	return func(ctx context.Context, n *nodes.Node) error {
+		if err := first(ctx, n); err != nil {
+			return err
+		}
+		if s.cfg.Policy == nil {
+			return nil
+		}
 		return s.admit(c, "", abiwasm.PolicyInput{
 			Hook: abiwasm.HookNodeEnroll, Actor: abiwasm.Actor{Kind: "join_token"},
 			Object: policy.Raw(policy.NodeObject(n)), OldObject: policy.Raw(nil),

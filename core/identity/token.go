@@ -22,6 +22,7 @@ const (
 	PrefixNode    = "brn_" // node credentials, issued at enrollment
 	PrefixJoin    = "brj_" // node join tokens
 	PrefixRunner  = "bre_" // runner enrollment tokens
+	PrefixRelay   = "brr_" // cluster relay credentials (docs/relay.md section 10)
 
 	tokenRawBytes = 32
 	tokenBodyLen  = 43 // base64url without padding of 32 bytes

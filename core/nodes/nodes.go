@@ -17,6 +17,7 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/clusters"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
 )
@@ -63,14 +64,17 @@ type Node struct {
 	PublicKey string            `bson:"public_key"`
 	// BoxPublicKey is the node's X25519 public key (base64) workload secrets are sealed to
 	// (docs/node-protocol.md section 6.6); empty when the agent registered none.
-	BoxPublicKey     string     `bson:"box_public_key,omitempty"`
-	CredentialDigest string     `bson:"credential_digest"`
-	Status           string     `bson:"status"`
-	Drivers          []string   `bson:"drivers,omitempty"`
-	AgentVersion     string     `bson:"agent_version,omitempty"`
-	EnrolledAt       time.Time  `bson:"enrolled_at"`
-	LastSeenAt       *time.Time `bson:"last_seen_at,omitempty"`
-	SessionID        string     `bson:"session_id,omitempty"`
+	BoxPublicKey     string `bson:"box_public_key,omitempty"`
+	CredentialDigest string `bson:"credential_digest"`
+	Status           string `bson:"status"`
+	// Cluster is the cluster the node belongs to, named by its join token; "" (a node enrolled
+	// before clusters existed) is the default cluster ([Node.ClusterName]).
+	Cluster      string     `bson:"cluster,omitempty"`
+	Drivers      []string   `bson:"drivers,omitempty"`
+	AgentVersion string     `bson:"agent_version,omitempty"`
+	EnrolledAt   time.Time  `bson:"enrolled_at"`
+	LastSeenAt   *time.Time `bson:"last_seen_at,omitempty"`
+	SessionID    string     `bson:"session_id,omitempty"`
 	// DesiredRev is the revision of DesiredSpec; it only increases.
 	DesiredRev  int64  `bson:"desired_rev"`
 	DesiredHash string `bson:"desired_hash,omitempty"`
@@ -124,6 +128,14 @@ type Node struct {
 	LogOutbox []changelog.Pending `bson:"log_outbox,omitempty" json:"-"`
 }
 
+// ClusterName is the cluster n belongs to: [Node.Cluster], or clusters.Default when empty.
+func (n *Node) ClusterName() string {
+	if n.Cluster == "" {
+		return clusters.Default
+	}
+	return n.Cluster
+}
+
 // Member reports whether n takes part in placement: enrolled, not removed and not retiring.
 // An offline node stays a member.
 func (n *Node) Member() bool { return n.Status != StatusRemoved && n.Retirement == nil }
@@ -145,6 +157,8 @@ type joinToken struct {
 	ExpiresAt time.Time  `bson:"expires_at"`
 	UsedAt    *time.Time `bson:"used_at,omitempty"`
 	NodeID    string     `bson:"node_id,omitempty"`
+	// Cluster is the cluster the enrolled node joins; "" is the default cluster.
+	Cluster string `bson:"cluster,omitempty"`
 }
 
 // Registry reads and writes nodes and join tokens.
@@ -184,6 +198,12 @@ func (r *Registry) EnsureIndexes(ctx context.Context) error {
 // CreateJoinToken makes a one-time join token valid for ttl (zero means
 // DefaultJoinTokenTTL). The secret is returned once; only its digest is stored.
 func (r *Registry) CreateJoinToken(ctx context.Context, ttl time.Duration) (token string, expires time.Time, err error) {
+	return r.CreateClusterJoinToken(ctx, ttl, "")
+}
+
+// CreateClusterJoinToken is [Registry.CreateJoinToken] for a node of cluster ("" is the default
+// cluster). The caller checked that the cluster exists.
+func (r *Registry) CreateClusterJoinToken(ctx context.Context, ttl time.Duration, cluster string) (token string, expires time.Time, err error) {
 	if ttl <= 0 {
 		ttl = DefaultJoinTokenTTL
 	}
@@ -192,7 +212,7 @@ func (r *Registry) CreateJoinToken(ctx context.Context, ttl time.Duration) (toke
 		return "", time.Time{}, err
 	}
 	now := r.now().UTC()
-	jt := joinToken{Digest: digest, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	jt := joinToken{Digest: digest, CreatedAt: now, ExpiresAt: now.Add(ttl), Cluster: cluster}
 	if _, err := r.tokens.InsertOne(ctx, jt); err != nil {
 		return "", time.Time{}, fmt.Errorf("store join token: %w", err)
 	}
@@ -241,7 +261,8 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 	now := r.now().UTC()
 	digest := identity.Digest(req.JoinToken)
 	nodeID := identity.NewID("nod_")
-	if err := r.consumeJoinToken(ctx, digest, nodeID, now); err != nil {
+	cluster, err := r.consumeJoinToken(ctx, digest, nodeID, now)
+	if err != nil {
 		return nil, "", err
 	}
 	cred, credDigest, err := identity.NewToken("brn_")
@@ -251,7 +272,7 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 	n := &Node{
 		ID: nodeID, Hostname: req.Hostname, Region: req.Region, Labels: req.Labels,
 		Address: req.Address, CPUs: req.CPUs, MemoryMB: req.MemoryMB, PublicKey: req.PublicKey, BoxPublicKey: req.BoxPublicKey,
-		Allocatable: req.Allocatable, CredentialDigest: credDigest, Status: StatusPending, EnrolledAt: now,
+		Allocatable: req.Allocatable, CredentialDigest: credDigest, Status: StatusPending, EnrolledAt: now, Cluster: cluster,
 	}
 	if req.Admit != nil {
 		if err := req.Admit(ctx, n); err != nil {
@@ -278,11 +299,11 @@ func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string
 	return n, cred, nil
 }
 
-// consumeJoinToken marks the join token whose digest is digest used by nodeID at now, once.
-// Errors: ErrJoinTokenUsed, ErrJoinTokenExpired (also for an unknown token), or a store error.
-// On the embedded store it is a read and an update by _id under tokMu; elsewhere one
-// conditional update, atomic on the server.
-func (r *Registry) consumeJoinToken(ctx context.Context, digest, nodeID string, now time.Time) error {
+// consumeJoinToken marks the join token whose digest is digest used by nodeID at now, once, and
+// returns the cluster it names. Errors: ErrJoinTokenUsed, ErrJoinTokenExpired (also for an
+// unknown token), or a store error. On the embedded store it is a read and an update by _id
+// under tokMu; elsewhere one conditional update, atomic on the server.
+func (r *Registry) consumeJoinToken(ctx context.Context, digest, nodeID string, now time.Time) (string, error) {
 	if r.st.Embedded() {
 		r.tokMu.Lock()
 		defer r.tokMu.Unlock()
@@ -290,33 +311,34 @@ func (r *Registry) consumeJoinToken(ctx context.Context, digest, nodeID string, 
 		err := r.tokens.FindOne(ctx, bson.D{{Key: "_id", Value: digest}}).Decode(&jt)
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments):
-			return ErrJoinTokenExpired
+			return "", ErrJoinTokenExpired
 		case err != nil:
-			return fmt.Errorf("read join token: %w", err)
+			return "", fmt.Errorf("read join token: %w", err)
 		case jt.UsedAt != nil:
-			return ErrJoinTokenUsed
+			return "", ErrJoinTokenUsed
 		case !jt.ExpiresAt.After(now):
-			return ErrJoinTokenExpired
+			return "", ErrJoinTokenExpired
 		}
 		if _, err := r.tokens.UpdateOne(ctx, bson.D{{Key: "_id", Value: digest}}, bson.M{"$set": bson.M{"used_at": now, "node_id": nodeID}}); err != nil {
-			return fmt.Errorf("consume join token: %w", err)
+			return "", fmt.Errorf("consume join token: %w", err)
 		}
-		return nil
+		return jt.Cluster, nil
 	}
-	res := r.tokens.FindOneAndUpdate(ctx,
+	var jt joinToken
+	err := r.tokens.FindOneAndUpdate(ctx,
 		bson.M{"_id": digest, "used_at": bson.M{"$exists": false}, "expires_at": bson.M{"$gt": now}},
-		bson.M{"$set": bson.M{"used_at": now, "node_id": nodeID}})
-	if err := res.Err(); errors.Is(err, mongo.ErrNoDocuments) {
+		bson.M{"$set": bson.M{"used_at": now, "node_id": nodeID}}).Decode(&jt)
+	if errors.Is(err, mongo.ErrNoDocuments) {
 		var jt joinToken
 		err := r.tokens.FindOne(ctx, bson.M{"_id": digest}).Decode(&jt)
 		if err == nil && jt.UsedAt != nil {
-			return ErrJoinTokenUsed
+			return "", ErrJoinTokenUsed
 		}
-		return ErrJoinTokenExpired
+		return "", ErrJoinTokenExpired
 	} else if err != nil {
-		return fmt.Errorf("consume join token: %w", err)
+		return "", fmt.Errorf("consume join token: %w", err)
 	}
-	return nil
+	return jt.Cluster, nil
 }
 
 var errBadKey = errors.New("not a base64 Ed25519 public key")

@@ -30,6 +30,7 @@ import (
 	digest "github.com/opencontainers/go-digest"
 
 	"github.com/berthhq/berth/core/blobs"
+	"github.com/berthhq/berth/core/clusters"
 	"github.com/berthhq/berth/core/identity"
 )
 
@@ -681,10 +682,12 @@ func (r *Registry) challenge(w http.ResponseWriter, req *http.Request, n need, e
 	serveError(w, http.StatusUnauthorized, errcode.ErrorCodeUnauthorized.WithMessage("authentication required"))
 }
 
-// realmURL is the token endpoint on the host the client used.
+// realmURL is the token endpoint on the host the client used. A request a cluster relay carried
+// came over the relay's TLS listener (the relay terminates it), so its realm is https on the
+// relay's origin, the Host the node asked (docs/relay.md section 12).
 func realmURL(req *http.Request) string {
 	scheme := "https"
-	if req.TLS == nil {
+	if _, carried := clusters.CarrierFrom(req.Context()); req.TLS == nil && !carried {
 		scheme = "http"
 	}
 	return (&url.URL{Scheme: scheme, Host: req.Host, Path: "/v2/token"}).String()

@@ -25,6 +25,7 @@ import (
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/clusters"
 	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
@@ -138,6 +139,7 @@ func openBase(ctx context.Context, cfg *Config, ln net.Listener, closers *closeS
 type state struct {
 	tokens    *identity.Tokens
 	reg       *nodes.Registry
+	clusters  *clusters.Registry
 	cat       *services.Catalog
 	clog      *changelog.Log
 	evlog     *events.Log
@@ -163,6 +165,10 @@ func openState(ctx context.Context, cfg Config, b *base, closers *closeStack) (*
 		return nil, err
 	}
 	if err := s.reg.MarkAllDisconnected(ctx); err != nil {
+		return nil, err
+	}
+	s.clusters = clusters.New(b.st, nil)
+	if err := s.clusters.EnsureDefault(ctx); err != nil {
 		return nil, err
 	}
 	var err error
@@ -378,6 +384,7 @@ type front struct {
 	gc      *registry.Collector
 	backups *backups.Manager
 	api     *api.Server
+	relays  *relayFront
 	srv     *http.Server
 }
 
@@ -442,9 +449,24 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Idempotency:  idempotency.New(b.st),
 		Certificates: certs.NewStatusReader(b.st),
 		Deployer:     c.dep,
+		Clusters:     s.clusters,
+		RelaysRotated: func(cluster string) {
+			if f.relays != nil {
+				f.relays.rotated(cluster)
+			}
+		},
+	})
+	handler := withRegistry(withDashboard(f.api, ui.New(ui.Config{API: f.api, Metrics: b.metrics, Logger: log, Wake: dashboardFeed(b.st)})), oci)
+	if f.relays, err = newRelayFront(s.clusters, handler, b.metrics, log); err != nil {
+		return nil, fmt.Errorf("relay endpoint: %w", err)
+	}
+	closers.push(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		f.relays.close(ctx)
 	})
 	f.srv = &http.Server{
-		Handler:           withRegistry(withDashboard(f.api, ui.New(ui.Config{API: f.api, Metrics: b.metrics, Logger: log, Wake: dashboardFeed(b.st)})), oci),
+		Handler:           f.relays.wrap(handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -24,6 +24,7 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/clusters"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/identity"
@@ -249,6 +250,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeUnavailable(w)
 		return
 	}
+	if carrier, ok := clusters.CarrierFrom(r.Context()); ok && carrier.Cluster != n.ClusterName() {
+		// A node of one cluster carried by another cluster's relay (docs/relay.md section 11).
+		s.log.Warn("node session refused: carried by another cluster's relay", "node_id", n.ID, "cluster", n.ClusterName(), "relay_cluster", carrier.Cluster, "relay", carrier.RelayID)
+		writeProblem(w, http.StatusForbidden, abierrors.RelayClusterMismatch, "this node belongs to another cluster than the relay that carried it")
+		return
+	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		s.log.Info("session upgrade failed", "node_id", n.ID, "err", err)
@@ -361,6 +368,13 @@ func writeUnavailable(w http.ResponseWriter) {
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = fmt.Fprintf(w, `{"title":"Service Unavailable","status":503,"code":%q,"detail":"the node credential could not be checked; dial again later"}`+"\n",
 		abierrors.Unavailable)
+}
+
+// writeProblem answers a refused upgrade with problem+json.
+func writeProblem(w http.ResponseWriter, status int, code abierrors.Code, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"title": http.StatusText(status), "status": status, "code": code, "detail": detail})
 }
 
 func writeUnauthenticated(w http.ResponseWriter) {

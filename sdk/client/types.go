@@ -23,12 +23,15 @@ type Problem struct {
 // JoinTokenRequest creates a one-time join token. TTLSeconds zero means one hour.
 type JoinTokenRequest struct {
 	TTLSeconds int `json:"ttl_seconds,omitempty"`
+	// Cluster names the cluster the node joins; empty is the default cluster.
+	Cluster string `json:"cluster,omitempty"`
 }
 
 // JoinToken is shown once. JoinCommand is the berth-agent command line that
 // enrolls a node; it carries the server URL, the token and Fingerprint, the pin
 // of the server's TLS certificate ("sha256:<64 hex>", docs/node-protocol.md section 2.2).
 type JoinToken struct {
+	Cluster     string    `json:"cluster,omitempty"`
 	Token       string    `json:"token"`
 	JoinCommand string    `json:"join_command"`
 	Fingerprint string    `json:"fingerprint,omitempty"`
