@@ -444,7 +444,8 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Deployer:     c.dep,
 	})
 	f.srv = &http.Server{
-		Handler:           withRegistry(withDashboard(f.api, ui.New(ui.Config{API: f.api, Metrics: b.metrics, Logger: log, Wake: dashboardFeed(b.st)})), oci),
+		Handler: withRegistry(withDashboard(f.api, ui.New(ui.Config{API: f.api, Metrics: b.metrics, Logger: log, Wake: dashboardFeed(b.st),
+			Generation: ui.Generation(b.st.View(), dashboardCollections()...)})), oci),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -457,6 +458,6 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 // pages show (services, their workloads, slots and verdicts, nodes), not on a timer.
 func dashboardFeed(st *store.Store) func(ctx context.Context) <-chan struct{} {
 	return func(ctx context.Context) <-chan struct{} {
-		return st.View().Notify(ctx, "services", "workloads", "slots", "runtime_status", "nodes")
+		return st.View().Notify(ctx, dashboardCollections()...)
 	}
 }

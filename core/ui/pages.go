@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -49,10 +50,14 @@ type overviewData struct {
 	Rollouts []rolloutRow
 	// More counts the failing services and rollouts listed without their per-slot detail
 	// (beyond detailLimit of each).
-	More      int
-	Latest    []client.Service
-	NodeCount []statusCount
-	Services  int
+	More int
+	// FailingHidden and RolloutsHidden count the rows beyond overviewRows of each list: the
+	// overview shows them as a count with a link to the services page, so its size (and its
+	// time to render) does not grow with a fleet-wide rollout.
+	FailingHidden, RolloutsHidden int
+	Latest                        []client.Service
+	NodeCount                     []statusCount
+	Services                      int
 }
 
 // nodeAttention is a node that is not serving as a member should, with its fencing state:
@@ -71,6 +76,10 @@ type statusCount struct {
 
 // crashRestarts is the restart count from which a running workload counts as crash-looping.
 const crashRestarts = 3
+
+// overviewRows is how many failing services and how many rollouts in progress the overview
+// lists at most; the rest are counted.
+const overviewRows = 50
 
 // latestDeployments is how many recently changed services the overview lists.
 const latestDeployments = 10
@@ -136,6 +145,14 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 			f := cmp.Or(lastFailure[w.ID], w.Message, w.ObservedStatus)
 			d.Crashing = append(d.Crashing, crashingWorkload{Workload: w, Failure: f})
 		}
+	}
+	if len(d.Failing) > overviewRows {
+		d.FailingHidden = len(d.Failing) - overviewRows
+		d.Failing = d.Failing[:overviewRows]
+	}
+	if len(d.Rollouts) > overviewRows {
+		d.RolloutsHidden = len(d.Rollouts) - overviewRows
+		d.Rollouts = d.Rollouts[:overviewRows]
 	}
 	slices.SortStableFunc(d.Crashing, func(a, b crashingWorkload) int { return cmp.Compare(b.Workload.RestartCount, a.Workload.RestartCount) })
 	nodes, err := c.ListNodes(ctx)
@@ -234,8 +251,17 @@ func (h *Handler) loadService(ctx context.Context, c *client.Client, project, na
 	return d, nil
 }
 
-// live is what a page's live region is rendered from.
-func (h *Handler) loadLive(ctx context.Context, c *client.Client, page string, q map[string]string) (any, error) {
+// loadLive returns what page's live region is rendered from: through the session's cache for
+// the pages whose data it may keep ([liveCache]), through the API otherwise.
+func (h *Handler) loadLive(ctx context.Context, c *client.Client, v *viewer, page string, q map[string]string) (any, error) {
+	if !cached(page) {
+		return h.readLive(ctx, c, page, q)
+	}
+	return h.cache.get(ctx, v.Bearer, page, func(ctx context.Context) (any, error) { return h.readLive(ctx, c, page, q) })
+}
+
+// readLive reads what page's live region is rendered from through the API.
+func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q map[string]string) (any, error) {
 	switch page {
 	case "overview":
 		return h.loadOverview(ctx, c)
@@ -247,6 +273,12 @@ func (h *Handler) loadLive(ctx context.Context, c *client.Client, page string, q
 		return nodes, err
 	case "service":
 		return h.loadService(ctx, c, q["project"], q["name"])
+	case "workloads":
+		return workloadRows(ctx, c)
+	case "workload":
+		return loadWorkload(ctx, c, q["id"])
+	case "node":
+		return loadNode(ctx, c, q["id"])
 	}
 	return nil, errNoPage
 }
@@ -274,14 +306,18 @@ func (h *Handler) servicePage(w http.ResponseWriter, r *http.Request, v *viewer)
 // URL that keeps it current.
 func (h *Handler) page(w http.ResponseWriter, r *http.Request, v *viewer, name, title string, q map[string]string) {
 	c, ctx := h.client(r, v.Bearer)
-	data, err := h.loadLive(ctx, c, name, q)
+	data, err := h.loadLive(ctx, c, v, name, q)
 	if err != nil {
 		h.apiError(w, r, err)
 		return
 	}
 	stream := "/ui/stream/" + name
 	if q != nil {
-		stream += "?project=" + urlQuery(q["project"]) + "&name=" + urlQuery(q["name"])
+		vals := url.Values{}
+		for k, v := range q {
+			vals.Set(k, v)
+		}
+		stream += "?" + vals.Encode()
 	}
 	h.render(w, r, http.StatusOK, name, &pageData{Viewer: v, Title: title, Nav: name, Stream: stream, Data: data, Query: q})
 }
