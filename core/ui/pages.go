@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -227,6 +228,9 @@ type serviceData struct {
 	Rollout  *client.RolloutStatus
 	Slots    []client.SlotView
 	Releases []client.ImageRelease
+	// Spec is the service's runtime spec (what the scale form writes); nil when the API did
+	// not give it.
+	Spec *client.RuntimeSpecDoc
 	// Idem is the Idempotency-Key the page's action forms send: a repeated submit of the same
 	// rendered form is the same request to the API.
 	Idem string
@@ -248,7 +252,61 @@ func (h *Handler) loadService(ctx context.Context, c *client.Client, project, na
 	if err == nil {
 		d.Releases = rels
 	}
+	if spec, err := c.GetRuntimeSpec(ctx, project, name); err == nil {
+		d.Spec = spec
+	}
 	return d, nil
+}
+
+// specRevisionField is the scale form's expected spec revision: "" while the spec is derived
+// from the service (no operator spec was read), the revision otherwise.
+func specRevisionField(d *client.RuntimeSpecDoc) string {
+	if d == nil || d.Source != "operator" {
+		return ""
+	}
+	return strconv.FormatInt(d.Spec.Revision, 10)
+}
+
+// maxScale bounds the replica count the scale form accepts (the API has its own bounds).
+const maxScale = 1000
+
+// scale sets the replica count of a scheduled service through the runtime spec endpoint
+// (PUT .../spec): the spec the form was rendered from, read again and written with the
+// form's expected revision and Idempotency-Key, so a change meanwhile is the API's conflict.
+func (h *Handler) scale(w http.ResponseWriter, r *http.Request, v *viewer) {
+	project, name := r.PathValue("project"), r.PathValue("name")
+	n, err := strconv.Atoi(r.PostFormValue("replicas"))
+	if err != nil || n < 0 || n > maxScale {
+		h.renderError(w, r, http.StatusBadRequest, "Replicas must be a whole number from 0 to "+strconv.Itoa(maxScale)+".")
+		return
+	}
+	var expected *int64
+	if f := r.PostFormValue("spec_revision"); f != "" {
+		rev, ok := parseRevision(f)
+		if !ok {
+			h.renderError(w, r, http.StatusBadRequest, "The scale form's spec revision is not a number. Reload the page.")
+			return
+		}
+		expected = &rev
+	}
+	c, ctx := h.client(r, v.Bearer)
+	doc, err := c.GetRuntimeSpec(ctx, project, name)
+	if err != nil {
+		h.apiError(w, r, err)
+		return
+	}
+	if doc.Spec.Placement.Mode != "" && doc.Spec.Placement.Mode != "scheduled" {
+		h.renderError(w, r, http.StatusConflict, "Only a service with scheduled placement is scaled by a total; this one places "+doc.Spec.Placement.Mode+".")
+		return
+	}
+	spec := doc.Spec
+	spec.Replicas = client.RuntimeReplicas{Total: n}
+	c = c.WithIdempotencyKey(formKey(r))
+	if _, err := c.PutRuntimeSpec(ctx, project, name, client.SpecWrite{ExpectedRevision: expected, Spec: spec}); err != nil {
+		h.apiError(w, r, err)
+		return
+	}
+	http.Redirect(w, r, serviceURL(project, name), http.StatusSeeOther)
 }
 
 // loadLive returns what page's live region is rendered from: through the session's cache for

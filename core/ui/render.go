@@ -29,6 +29,7 @@ func parsePages() map[string]*template.Template {
 		"logTime":  logTime,
 		"mib":      mib,
 		"percent":  percent,
+		"specRev":  specRevisionField,
 		"stateCSS": stateClass,
 		"time":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 	}

@@ -147,6 +147,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /ui/services/{project}/{name}/undo", h.authed(h.undoPreview))
 	m.HandleFunc("POST /ui/services/{project}/{name}/undo", h.authed(h.undo))
 	m.HandleFunc("POST /ui/services/{project}/{name}/restart", h.authed(h.restart))
+	m.HandleFunc("POST /ui/services/{project}/{name}/scale", h.authed(h.scale))
 	m.HandleFunc("GET /ui/nodes", h.authed(h.nodesPage))
 	m.HandleFunc("GET /ui/nodes/{id}", h.authed(h.nodePage))
 	m.HandleFunc("GET /ui/nodes/{id}/metrics", h.authed(h.nodeMetrics))

@@ -663,3 +663,36 @@ func TestWorkloadPages(t *testing.T) {
 		t.Fatalf("an unknown node answered %d, want 404", resp.StatusCode)
 	}
 }
+
+// TestScaleWritesTheRuntimeSpec scales a service from its page's form: the API's runtime spec
+// then states the new total; the same rendered form sent again with a stale spec revision is
+// the API's conflict, not a second write.
+func TestScaleWritesTheRuntimeSpec(t *testing.T) {
+	f := newFixture(t, false)
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	_, page := get(t, hc, f.srv.URL, "/ui/services/default/web")
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil || !strings.Contains(page, `id="scale"`) {
+		t.Fatalf("the service page has no scale form:\n%s", page)
+	}
+	form := url.Values{"csrf": {m[1]}, "replicas": {"3"}, "spec_revision": {""}, "idempotency_key": {"ui-test-scale-1"}}
+	if resp, body := post(t, hc, f.srv.URL, "/ui/services/default/web/scale", form); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("scale answered %d:\n%s", resp.StatusCode, body)
+	}
+	doc, err := f.api(t, f.admin).GetRuntimeSpec(context.Background(), "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Source != "operator" || doc.Spec.Replicas.Total != 3 {
+		t.Fatalf("after scaling the spec is %s with %d replicas, want operator with 3", doc.Source, doc.Spec.Replicas.Total)
+	}
+	form.Set("replicas", "5")
+	form.Set("idempotency_key", "ui-test-scale-2")
+	if resp, _ := post(t, hc, f.srv.URL, "/ui/services/default/web/scale", form); resp.StatusCode != http.StatusConflict {
+		t.Fatalf("a scale with a stale spec revision answered %d, want 409", resp.StatusCode)
+	}
+	if resp, _ := post(t, hc, f.srv.URL, "/ui/services/default/web/scale", url.Values{"csrf": {m[1]}, "replicas": {"-1"}}); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a negative replica count answered %d, want 400", resp.StatusCode)
+	}
+}
