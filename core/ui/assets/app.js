@@ -18,7 +18,8 @@
 // Node charts: an element with data-node-metrics names the same-origin URL of
 // the node's metrics ring as uPlot columns (time, CPU %, memory MiB); the two
 // charts are drawn from it and redrawn every 10 s while the page is open.
-(function () {
+// The script loads in the page's head: it starts once the document is parsed.
+document.addEventListener("DOMContentLoaded", function () {
   "use strict";
   var box = document.querySelector("[data-node-metrics]");
   if (!box || typeof uPlot === "undefined") {
@@ -61,4 +62,4 @@
   }
   load();
   setInterval(load, 10000);
-})();
+});
