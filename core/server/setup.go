@@ -456,7 +456,8 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 			}
 		},
 	})
-	handler := withRegistry(withDashboard(f.api, ui.New(ui.Config{API: f.api, Metrics: b.metrics, Logger: log, Wake: dashboardFeed(b.st)})), oci)
+	handler := withRegistry(withDashboard(f.api, ui.New(ui.Config{API: f.api, Metrics: b.metrics, Logger: log, Wake: dashboardFeed(b.st),
+		Generation: ui.Generation(b.st.View(), dashboardCollections()...)})), oci)
 	if f.relays, err = newRelayFront(s.clusters, handler, b.metrics, log); err != nil {
 		return nil, fmt.Errorf("relay endpoint: %w", err)
 	}
@@ -479,6 +480,6 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 // pages show (services, their workloads, slots and verdicts, nodes), not on a timer.
 func dashboardFeed(st *store.Store) func(ctx context.Context) <-chan struct{} {
 	return func(ctx context.Context) <-chan struct{} {
-		return st.View().Notify(ctx, "services", "workloads", "slots", "runtime_status", "nodes")
+		return st.View().Notify(ctx, dashboardCollections()...)
 	}
 }

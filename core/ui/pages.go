@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,10 +51,14 @@ type overviewData struct {
 	Rollouts []rolloutRow
 	// More counts the failing services and rollouts listed without their per-slot detail
 	// (beyond detailLimit of each).
-	More      int
-	Latest    []client.Service
-	NodeCount []statusCount
-	Services  int
+	More int
+	// FailingHidden and RolloutsHidden count the rows beyond overviewRows of each list: the
+	// overview shows them as a count with a link to the services page, so its size (and its
+	// time to render) does not grow with a fleet-wide rollout.
+	FailingHidden, RolloutsHidden int
+	Latest                        []client.Service
+	NodeCount                     []statusCount
+	Services                      int
 }
 
 // nodeAttention is a node that is not serving as a member should, with its fencing state:
@@ -71,6 +77,10 @@ type statusCount struct {
 
 // crashRestarts is the restart count from which a running workload counts as crash-looping.
 const crashRestarts = 3
+
+// overviewRows is how many failing services and how many rollouts in progress the overview
+// lists at most; the rest are counted.
+const overviewRows = 50
 
 // latestDeployments is how many recently changed services the overview lists.
 const latestDeployments = 10
@@ -136,6 +146,14 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 			f := cmp.Or(lastFailure[w.ID], w.Message, w.ObservedStatus)
 			d.Crashing = append(d.Crashing, crashingWorkload{Workload: w, Failure: f})
 		}
+	}
+	if len(d.Failing) > overviewRows {
+		d.FailingHidden = len(d.Failing) - overviewRows
+		d.Failing = d.Failing[:overviewRows]
+	}
+	if len(d.Rollouts) > overviewRows {
+		d.RolloutsHidden = len(d.Rollouts) - overviewRows
+		d.Rollouts = d.Rollouts[:overviewRows]
 	}
 	slices.SortStableFunc(d.Crashing, func(a, b crashingWorkload) int { return cmp.Compare(b.Workload.RestartCount, a.Workload.RestartCount) })
 	nodes, err := c.ListNodes(ctx)
@@ -210,6 +228,9 @@ type serviceData struct {
 	Rollout  *client.RolloutStatus
 	Slots    []client.SlotView
 	Releases []client.ImageRelease
+	// Spec is the service's runtime spec (what the scale form writes); nil when the API did
+	// not give it.
+	Spec *client.RuntimeSpecDoc
 	// Idem is the Idempotency-Key the page's action forms send: a repeated submit of the same
 	// rendered form is the same request to the API.
 	Idem string
@@ -231,11 +252,74 @@ func (h *Handler) loadService(ctx context.Context, c *client.Client, project, na
 	if err == nil {
 		d.Releases = rels
 	}
+	if spec, err := c.GetRuntimeSpec(ctx, project, name); err == nil {
+		d.Spec = spec
+	}
 	return d, nil
 }
 
-// live is what a page's live region is rendered from.
-func (h *Handler) loadLive(ctx context.Context, c *client.Client, page string, q map[string]string) (any, error) {
+// specRevisionField is the scale form's expected spec revision: "" while the spec is derived
+// from the service (no operator spec was read), the revision otherwise.
+func specRevisionField(d *client.RuntimeSpecDoc) string {
+	if d == nil || d.Source != "operator" {
+		return ""
+	}
+	return strconv.FormatInt(d.Spec.Revision, 10)
+}
+
+// maxScale bounds the replica count the scale form accepts (the API has its own bounds).
+const maxScale = 1000
+
+// scale sets the replica count of a scheduled service through the runtime spec endpoint
+// (PUT .../spec): the spec the form was rendered from, read again and written with the
+// form's expected revision and Idempotency-Key, so a change meanwhile is the API's conflict.
+func (h *Handler) scale(w http.ResponseWriter, r *http.Request, v *viewer) {
+	project, name := r.PathValue("project"), r.PathValue("name")
+	n, err := strconv.Atoi(r.PostFormValue("replicas"))
+	if err != nil || n < 0 || n > maxScale {
+		h.renderError(w, r, http.StatusBadRequest, "Replicas must be a whole number from 0 to "+strconv.Itoa(maxScale)+".")
+		return
+	}
+	var expected *int64
+	if f := r.PostFormValue("spec_revision"); f != "" {
+		rev, ok := parseRevision(f)
+		if !ok {
+			h.renderError(w, r, http.StatusBadRequest, "The scale form's spec revision is not a number. Reload the page.")
+			return
+		}
+		expected = &rev
+	}
+	c, ctx := h.client(r, v.Bearer)
+	doc, err := c.GetRuntimeSpec(ctx, project, name)
+	if err != nil {
+		h.apiError(w, r, err)
+		return
+	}
+	if doc.Spec.Placement.Mode != "" && doc.Spec.Placement.Mode != "scheduled" {
+		h.renderError(w, r, http.StatusConflict, "Only a service with scheduled placement is scaled by a total; this one places "+doc.Spec.Placement.Mode+".")
+		return
+	}
+	spec := doc.Spec
+	spec.Replicas = client.RuntimeReplicas{Total: n}
+	c = c.WithIdempotencyKey(formKey(r))
+	if _, err := c.PutRuntimeSpec(ctx, project, name, client.SpecWrite{ExpectedRevision: expected, Spec: spec}); err != nil {
+		h.apiError(w, r, err)
+		return
+	}
+	http.Redirect(w, r, serviceURL(project, name), http.StatusSeeOther)
+}
+
+// loadLive returns what page's live region is rendered from: through the session's cache for
+// the pages whose data it may keep ([liveCache]), through the API otherwise.
+func (h *Handler) loadLive(ctx context.Context, c *client.Client, v *viewer, page string, q map[string]string) (any, error) {
+	if !cached(page) {
+		return h.readLive(ctx, c, page, q)
+	}
+	return h.cache.get(ctx, v.Bearer, page, func(ctx context.Context) (any, error) { return h.readLive(ctx, c, page, q) })
+}
+
+// readLive reads what page's live region is rendered from through the API.
+func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q map[string]string) (any, error) {
 	switch page {
 	case "overview":
 		return h.loadOverview(ctx, c)
@@ -247,6 +331,12 @@ func (h *Handler) loadLive(ctx context.Context, c *client.Client, page string, q
 		return nodes, err
 	case "service":
 		return h.loadService(ctx, c, q["project"], q["name"])
+	case "workloads":
+		return workloadRows(ctx, c)
+	case "workload":
+		return loadWorkload(ctx, c, q["id"])
+	case "node":
+		return loadNode(ctx, c, q["id"])
 	}
 	return nil, errNoPage
 }
@@ -274,14 +364,18 @@ func (h *Handler) servicePage(w http.ResponseWriter, r *http.Request, v *viewer)
 // URL that keeps it current.
 func (h *Handler) page(w http.ResponseWriter, r *http.Request, v *viewer, name, title string, q map[string]string) {
 	c, ctx := h.client(r, v.Bearer)
-	data, err := h.loadLive(ctx, c, name, q)
+	data, err := h.loadLive(ctx, c, v, name, q)
 	if err != nil {
 		h.apiError(w, r, err)
 		return
 	}
 	stream := "/ui/stream/" + name
 	if q != nil {
-		stream += "?project=" + urlQuery(q["project"]) + "&name=" + urlQuery(q["name"])
+		vals := url.Values{}
+		for k, v := range q {
+			vals.Set(k, v)
+		}
+		stream += "?" + vals.Encode()
 	}
 	h.render(w, r, http.StatusOK, name, &pageData{Viewer: v, Title: title, Nav: name, Stream: stream, Data: data, Query: q})
 }

@@ -15,7 +15,7 @@ import (
 
 // pageNames are the page templates under templates/, each parsed with layout.html. A page
 // template defines "main" (the page's body) and, for a page with a live region, "live".
-var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo"}
+var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node"}
 
 // parsePages parses every page with the layout and the shared helpers.
 func parsePages() map[string]*template.Template {
@@ -24,6 +24,12 @@ func parsePages() map[string]*template.Template {
 		"short":    shortDigest,
 		"upper":    strings.ToUpper,
 		"svcURL":   serviceURL,
+		"wlURL":    workloadURL,
+		"nodeURL":  nodeURL,
+		"logTime":  logTime,
+		"mib":      mib,
+		"percent":  percent,
+		"specRev":  specRevisionField,
 		"stateCSS": stateClass,
 		"time":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 	}
@@ -38,10 +44,31 @@ func parsePages() map[string]*template.Template {
 	return out
 }
 
+// maxPooledBuffer is the largest render buffer [Handler.bufs] keeps for the next page.
+const maxPooledBuffer = 1 << 20
+
+// getBuffer returns an empty render buffer from the handler's pool, so a page costs no growth
+// of a fresh buffer.
+func (h *Handler) getBuffer() *bytes.Buffer {
+	if b, ok := h.bufs.Get().(*bytes.Buffer); ok {
+		return b
+	}
+	return new(bytes.Buffer)
+}
+
+// putBuffer returns b to the pool unless it grew beyond maxPooledBuffer.
+func (h *Handler) putBuffer(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBuffer {
+		b.Reset()
+		h.bufs.Put(b)
+	}
+}
+
 // render writes page name with data, buffered so a template error never sends half a page.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, code int, name string, data any) {
-	var buf bytes.Buffer
-	if err := h.pages[name].ExecuteTemplate(&buf, "layout", data); err != nil {
+	buf := h.getBuffer()
+	defer h.putBuffer(buf)
+	if err := h.pages[name].ExecuteTemplate(buf, "layout", data); err != nil {
 		h.log.Error("render a dashboard page", "page", name, "err", err)
 		http.Error(w, "the page could not be rendered; the server log says why", http.StatusInternalServerError)
 		return
@@ -129,8 +156,6 @@ func stateClass(state string) string {
 func serviceURL(project, name string) string {
 	return "/ui/services/" + url.PathEscape(project) + "/" + url.PathEscape(name)
 }
-
-func urlQuery(s string) string { return url.QueryEscape(s) }
 
 func parseRevision(s string) (int64, bool) {
 	n, err := strconv.ParseInt(s, 10, 64)

@@ -27,7 +27,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 		http.Error(w, "streaming is not supported on this connection", http.StatusInternalServerError)
 		return
 	}
-	q := map[string]string{"project": r.URL.Query().Get("project"), "name": r.URL.Query().Get("name")}
+	q := map[string]string{"project": r.URL.Query().Get("project"), "name": r.URL.Query().Get("name"), "id": r.URL.Query().Get("id")}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.StreamMaxAge)
 	defer cancel()
 	rc := http.NewResponseController(w)
@@ -50,7 +50,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 	var last [32]byte
 	for {
 		c, cctx := h.client(r.WithContext(ctx), v.Bearer)
-		data, err := h.loadLive(cctx, c, name, q)
+		data, err := h.loadLive(cctx, c, v, name, q)
 		if err != nil {
 			if client.IsCode(err, "unauthenticated") {
 				// The session was revoked or expired while the page was open: say so in the
@@ -76,21 +76,26 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 			}
 			flusher.Flush()
 		}
-		if !h.waitStream(ctx, w, flusher, tick.C, &wake) {
+		if !h.waitStream(ctx, w, flusher, tick.C, &wake, polled(name)) {
 			return
 		}
 	}
 }
 
-// waitStream waits for the next re-render of a stream: a tick without a change feed, a wake-up
-// with one (ticks then send a keep-alive comment). It reports false when the stream ends.
-func (h *Handler) waitStream(ctx context.Context, w http.ResponseWriter, f http.Flusher, tick <-chan time.Time, wake *<-chan struct{}) bool {
+// polled reports whether page shows what the store does not hold and its feed cannot announce
+// (a workload's output, read from its node): its stream re-renders on every tick as well.
+func polled(page string) bool { return page == "workload" || page == "node" }
+
+// waitStream waits for the next re-render of a stream: a tick without a change feed or when
+// every tick re-renders (tickAlways), a wake-up with a feed (ticks then send a keep-alive
+// comment). It reports false when the stream ends.
+func (h *Handler) waitStream(ctx context.Context, w http.ResponseWriter, f http.Flusher, tick <-chan time.Time, wake *<-chan struct{}, tickAlways bool) bool {
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-tick:
-			if *wake == nil {
+			if *wake == nil || tickAlways {
 				return true
 			}
 			if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil {

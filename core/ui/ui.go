@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,14 @@ type Config struct {
 	// StreamMaxAge ends a live stream after this long (the browser reconnects), so no stream
 	// outlives a revoked session by more than it; zero means 10 minutes.
 	StreamMaxAge time.Duration
+	// Generation, when set, returns a number that changes after every change to the state the
+	// pages show (the same collections Wake follows); the overview, services and nodes data of a
+	// session is then read once per change and reused until the number moves or the data is
+	// CacheMaxAge old. nil: every render reads through the API.
+	Generation func() uint64
+	// CacheMaxAge is how long a cached page's data is used at most while Generation stands
+	// still (the store records no write for a node session's last frame); zero means 5 s.
+	CacheMaxAge time.Duration
 	// SessionTTL is the lifetime of a password login's session; zero means 12 hours.
 	SessionTTL time.Duration
 	// Metrics registers the dashboard's metrics (berth_ui_*); nil registers them nowhere.
@@ -56,8 +65,11 @@ type Handler struct {
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 	// api is the transport every sdk/client call of the dashboard goes through.
-	api http.RoundTripper
-	m   metrics
+	api   http.RoundTripper
+	m     metrics
+	cache *liveCache
+	// bufs pools the buffers pages render into (render.go).
+	bufs sync.Pool
 }
 
 // metrics are what an operator watches of the dashboard.
@@ -94,6 +106,9 @@ func New(cfg Config) *Handler {
 	if cfg.StreamMaxAge <= 0 {
 		cfg.StreamMaxAge = 10 * time.Minute
 	}
+	if cfg.CacheMaxAge <= 0 {
+		cfg.CacheMaxAge = 5 * time.Second
+	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 12 * time.Hour
 	}
@@ -104,6 +119,7 @@ func New(cfg Config) *Handler {
 		cfg.Now = time.Now
 	}
 	h := &Handler{cfg: cfg, log: cfg.Logger.With("component", "ui"), api: inProcess{api: cfg.API}, m: newMetrics(cfg.Metrics)}
+	h.cache = &liveCache{gen: cfg.Generation, maxAge: cfg.CacheMaxAge, now: cfg.Now, entries: map[[32]byte]*cacheEntry{}}
 	h.pages = parsePages()
 	h.routes()
 	return h
@@ -131,7 +147,12 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /ui/services/{project}/{name}/undo", h.authed(h.undoPreview))
 	m.HandleFunc("POST /ui/services/{project}/{name}/undo", h.authed(h.undo))
 	m.HandleFunc("POST /ui/services/{project}/{name}/restart", h.authed(h.restart))
+	m.HandleFunc("POST /ui/services/{project}/{name}/scale", h.authed(h.scale))
 	m.HandleFunc("GET /ui/nodes", h.authed(h.nodesPage))
+	m.HandleFunc("GET /ui/nodes/{id}", h.authed(h.nodePage))
+	m.HandleFunc("GET /ui/nodes/{id}/metrics", h.authed(h.nodeMetrics))
+	m.HandleFunc("GET /ui/workloads", h.authed(h.workloadsPage))
+	m.HandleFunc("GET /ui/workloads/{id}", h.authed(h.workloadPage))
 	m.HandleFunc("GET /ui/stream/{page}", h.authed(h.stream))
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, http.StatusNotFound, "There is no such page.")

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +54,7 @@ type fixture struct {
 	reg   *prometheus.Registry
 	admin string
 	cat   *services.Catalog
+	st    *store.Store
 }
 
 func newFixture(t *testing.T, useTLS bool) *fixture { return newFixtureWith(t, useTLS, nil) }
@@ -119,7 +121,7 @@ func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture
 		srv = httptest.NewServer(h)
 	}
 	t.Cleanup(srv.Close)
-	f := &fixture{srv: srv, admin: admin, cat: cat, reg: mreg}
+	f := &fixture{srv: srv, admin: admin, cat: cat, reg: mreg, st: st}
 	f.seed(t)
 	return f
 }
@@ -229,7 +231,7 @@ func TestPagesCarryCSPAndRenderNoSecret(t *testing.T) {
 			if bearer == "" {
 				t.Fatal("no session cookie after login")
 			}
-			paths := []string{"/ui/", "/ui/services", "/ui/nodes", "/ui/services/default/web", "/ui/services/default/web/undo",
+			paths := []string{"/ui/", "/ui/services", "/ui/nodes", "/ui/workloads", "/ui/nodes/no-such-node", "/ui/services/default/web", "/ui/services/default/web/undo",
 				"/ui/login", "/ui/no-such-page", "/ui/assets/app.css", "/ui/assets/app.js", "/ui/assets/vendor/htmx.min.js"}
 			for _, p := range paths {
 				resp, body := get(t, hc, f.srv.URL, p)
@@ -568,4 +570,129 @@ func TestStreamFollowsTheChangeFeed(t *testing.T) {
 		}
 	}
 	t.Fatal("no region after the wake-up")
+}
+
+// TestCachedPageFollowsTheGeneration gives the dashboard a change generation it controls: a
+// page whose data was read is served from the session's cache while the generation stands
+// still (a service written meanwhile is not shown yet) and read again once it moves.
+func TestCachedPageFollowsTheGeneration(t *testing.T) {
+	var gen atomic.Uint64
+	f := newFixtureWith(t, false, func(c *ui.Config) {
+		c.Generation = gen.Load
+		c.CacheMaxAge = time.Hour
+	})
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	if _, body := get(t, hc, f.srv.URL, "/ui/services"); !strings.Contains(body, "default/web") {
+		t.Fatalf("the services page lacks default/web:\n%s", body)
+	}
+	ctx := context.Background()
+	p, err := f.cat.GetProject(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.cat.PutService(ctx, p, &services.Service{Name: "api", Bundle: "api", BundleDigest: "sha256:" + strings.Repeat("cd", 32),
+		Command: []string{"./api"}, Replicas: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := get(t, hc, f.srv.URL, "/ui/services"); strings.Contains(body, "default/api") {
+		t.Fatal("the services page read the API again although the generation stood still")
+	}
+	gen.Add(1)
+	if _, body := get(t, hc, f.srv.URL, "/ui/services"); !strings.Contains(body, "default/api") {
+		t.Fatalf("the services page did not read again after the generation moved:\n%s", body)
+	}
+}
+
+// TestGenerationMovesOnAWrite checks ui.Generation over the real read view: it stands still
+// while nothing is written and moves after a write to a followed collection returned.
+func TestGenerationMovesOnAWrite(t *testing.T) {
+	f := newFixture(t, false)
+	gen := ui.Generation(f.st.View(), "services", "nodes")
+	g0 := gen()
+	if g1 := gen(); g1 != g0 {
+		t.Fatalf("the generation moved from %d to %d with no write", g0, g1)
+	}
+	ctx := context.Background()
+	p, err := f.cat.GetProject(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.cat.PutService(ctx, p, &services.Service{Name: "api", Bundle: "api", BundleDigest: "sha256:" + strings.Repeat("cd", 32),
+		Command: []string{"./api"}, Replicas: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if g2 := gen(); g2 == g0 {
+		t.Fatal("the generation did not move after a service was written")
+	}
+}
+
+// TestWorkloadPages lists a workload on the workloads page, links it to its own page, and
+// shows there its status and, when its node does not answer, why its output is missing; a
+// node the API does not know is the API's 404.
+func TestWorkloadPages(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	p, err := f.cat.GetProject(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := f.cat.GetService(ctx, p, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, err := f.cat.CreateWorkload(ctx, svc, 0, "node-gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	resp, body := get(t, hc, f.srv.URL, "/ui/workloads")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `href="/ui/workloads/`+wl.ID+`"`) {
+		t.Fatalf("the workloads page (%d) does not link %s:\n%s", resp.StatusCode, wl.ID, body)
+	}
+	resp, body = get(t, hc, f.srv.URL, "/ui/workloads/"+wl.ID)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `id="workload-status">creating<`) ||
+		!strings.Contains(body, "The node did not give the output") {
+		t.Fatalf("the workload page (%d) lacks the status or the reason its output is missing:\n%s", resp.StatusCode, body)
+	}
+	if resp, _ := get(t, hc, f.srv.URL, "/ui/workloads/wl_nosuch"); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("an unknown workload answered %d, want 404", resp.StatusCode)
+	}
+	if resp, _ := get(t, hc, f.srv.URL, "/ui/nodes/no-such-node"); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("an unknown node answered %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestScaleWritesTheRuntimeSpec scales a service from its page's form: the API's runtime spec
+// then states the new total; the same rendered form sent again with a stale spec revision is
+// the API's conflict, not a second write.
+func TestScaleWritesTheRuntimeSpec(t *testing.T) {
+	f := newFixture(t, false)
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	_, page := get(t, hc, f.srv.URL, "/ui/services/default/web")
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil || !strings.Contains(page, `id="scale"`) {
+		t.Fatalf("the service page has no scale form:\n%s", page)
+	}
+	form := url.Values{"csrf": {m[1]}, "replicas": {"3"}, "spec_revision": {""}, "idempotency_key": {"ui-test-scale-1"}}
+	if resp, body := post(t, hc, f.srv.URL, "/ui/services/default/web/scale", form); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("scale answered %d:\n%s", resp.StatusCode, body)
+	}
+	doc, err := f.api(t, f.admin).GetRuntimeSpec(context.Background(), "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Source != "operator" || doc.Spec.Replicas.Total != 3 {
+		t.Fatalf("after scaling the spec is %s with %d replicas, want operator with 3", doc.Source, doc.Spec.Replicas.Total)
+	}
+	form.Set("replicas", "5")
+	form.Set("idempotency_key", "ui-test-scale-2")
+	if resp, _ := post(t, hc, f.srv.URL, "/ui/services/default/web/scale", form); resp.StatusCode != http.StatusConflict {
+		t.Fatalf("a scale with a stale spec revision answered %d, want 409", resp.StatusCode)
+	}
+	if resp, _ := post(t, hc, f.srv.URL, "/ui/services/default/web/scale", url.Values{"csrf": {m[1]}, "replicas": {"-1"}}); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a negative replica count answered %d, want 400", resp.StatusCode)
+	}
 }

@@ -301,11 +301,13 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The first section is the failing one, and its first row is the broken service with
 	// its reason; the session cookie is not readable from script.
-	firstSection, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("main section")))
+	// Read in one script each: the live region may be swapped by its stream between a query
+	// and a read of the node it found.
+	firstSection, err := chromedp.Run(tctx, chromedp.Evaluate[string](`document.querySelector("main section").innerText`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	firstRow, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("#failing-services tbody tr")))
+	firstRow, err := chromedp.Run(tctx, chromedp.Evaluate[string](`document.querySelector("#failing-services tbody tr").innerText`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,10 +377,45 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/services/default/broken", "#slots", "service"},
 		{"/ui/services/default/hello", "#verdict", "service-hello"},
 		{"/ui/nodes", "#nodes", "nodes"},
+		{"/ui/workloads", "#workloads", "workloads"},
 	} {
 		if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)), shot(p.name)); err != nil {
 			t.Fatalf("%s: %v", p.path, err)
 		}
+	}
+
+	// A workload's page shows its output, read from its node: hello's own start-up line.
+	wls, err := cl.c.ListWorkloads(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var helloWL, nodeID string
+	for _, w := range wls {
+		if w.Service == "hello" && w.ObservedStatus == "running" {
+			helloWL, nodeID = w.ID, w.NodeID
+		}
+	}
+	if helloWL == "" {
+		t.Fatalf("no running hello workload in %+v", wls)
+	}
+	wctx, cancelWL := context.WithTimeout(tctx, converge)
+	err = chromedp.Do(wctx, chromedp.Navigate(cl.url+"/ui/workloads/"+helloWL),
+		chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"][contains(., "hello: listening")]`)), shot("workload"))
+	cancelWL()
+	if err != nil {
+		t.Fatalf("the workload page did not show hello's output: %v", err)
+	}
+
+	// A node's page shows its capacity and draws its CPU and memory charts from its metrics
+	// ring (uPlot draws into a canvas in each chart's box).
+	nctx0, cancelN0 := context.WithTimeout(tctx, converge)
+	err = chromedp.Do(nctx0, chromedp.Navigate(cl.url+"/ui/nodes/"+nodeID),
+		chromedp.WaitVisible(chromedp.CSS("#node-status")),
+		chromedp.WaitVisible(chromedp.CSS("#chart-cpu canvas")),
+		chromedp.WaitVisible(chromedp.CSS("#chart-memory canvas")), shot("node"))
+	cancelN0()
+	if err != nil {
+		t.Fatalf("the node page did not draw its charts: %v", err)
 	}
 
 	// A form posted without its CSRF token is refused, from the page's own origin too.

@@ -14,3 +14,52 @@
     },
   });
 })();
+
+// Node charts: an element with data-node-metrics names the same-origin URL of
+// the node's metrics ring as uPlot columns (time, CPU %, memory MiB); the two
+// charts are drawn from it and redrawn every 10 s while the page is open.
+// The script loads in the page's head: it starts once the document is parsed.
+document.addEventListener("DOMContentLoaded", function () {
+  "use strict";
+  var box = document.querySelector("[data-node-metrics]");
+  if (!box || typeof uPlot === "undefined") {
+    return;
+  }
+  var url = box.getAttribute("data-node-metrics");
+  var note = document.getElementById("chart-note");
+  var plots = {};
+  function draw(id, label, stroke, xs, ys) {
+    var el = document.getElementById(id);
+    var width = Math.max(240, el.clientWidth || 480);
+    var data = [xs, ys];
+    if (plots[id]) {
+      plots[id].setData(data);
+      return;
+    }
+    plots[id] = new uPlot({
+      width: width, height: 180,
+      series: [{}, { label: label, stroke: stroke, width: 2 }],
+      axes: [{}, {}],
+      legend: { show: true },
+    }, data, el);
+  }
+  function load() {
+    fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } })
+      .then(function (r) {
+        if (!r.ok) {
+          return r.text().then(function (t) { throw new Error(t || ("HTTP " + r.status)); });
+        }
+        return r.json();
+      })
+      .then(function (m) {
+        note.textContent = m.time.length ? (m.time.length + " samples") : "No sample yet.";
+        draw("chart-cpu", "CPU %", "#1a4fb5", m.time, m.cpu_percent);
+        draw("chart-memory", "Memory MiB", "#1e6b34", m.time, m.memory_mib);
+      })
+      .catch(function (e) {
+        note.textContent = "The node's metrics are not available: " + e.message;
+      });
+  }
+  load();
+  setInterval(load, 10000);
+});
