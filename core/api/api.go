@@ -25,6 +25,7 @@ import (
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/deploy"
+	"github.com/berthhq/berth/core/jobs"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/idempotency"
@@ -151,6 +152,8 @@ type Config struct {
 	// Config (Catalog, Runtime, Bundles, Secrets, Bindings, Policy, ImageReleases, Manifests,
 	// ACME, Events, Metrics).
 	Deployer *deploy.Deployer
+	// Jobs serves the job routes (jobs.go, docs/jobs.md section 7); nil leaves them out.
+	Jobs *jobs.Controller
 }
 
 // Server is the API's HTTP handler.
@@ -245,6 +248,9 @@ func New(cfg Config) *Server {
 	v1.DELETE("/projects/:project/services/:name", s.deleteService, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	s.registerRollout(v1)
+	if cfg.Jobs != nil {
+		s.registerJobs(v1)
+	}
 	s.registerReleases(v1)
 	v1.GET("/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServiceDeploy, anyService))
