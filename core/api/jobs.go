@@ -100,9 +100,6 @@ func (s *Server) jobRuns(c echo.Context) error {
 // runJob serves POST /api/v1/projects/{p}/jobs/{name}/run (berth job run): a manual run,
 // placed at once when a node fits; 201 with the run.
 func (s *Server) runJob(c echo.Context) error {
-	if err := s.bindOptional(c, &struct{}{}); err != nil {
-		return err
-	}
 	_, svc, err := s.namedJob(c)
 	if err != nil {
 		return err
@@ -121,9 +118,6 @@ func (s *Server) runJob(c echo.Context) error {
 // job.control).
 func (s *Server) suspendJob(suspended bool) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if err := s.bindOptional(c, &struct{}{}); err != nil {
-			return err
-		}
 		p, svc, err := s.namedJob(c)
 		if err != nil {
 			return err
@@ -173,9 +167,6 @@ func (s *Server) getJobRun(c echo.Context) error {
 // cancelJobRun serves POST /api/v1/projects/{p}/job-runs/{run}/cancel: a live run is stopped
 // and recorded cancelled; an ended one is answered as it is.
 func (s *Server) cancelJobRun(c echo.Context) error {
-	if err := s.bindOptional(c, &struct{}{}); err != nil {
-		return err
-	}
 	r, err := s.runOf(c)
 	if err != nil {
 		return err

@@ -81,7 +81,7 @@ func (c *Client) JobRuns(ctx context.Context, project, name string) ([]JobRun, e
 // RunJob starts a manual run of job name now and returns it.
 func (c *Client) RunJob(ctx context.Context, project, name string) (*JobRun, error) {
 	var out JobRun
-	if err := c.doJSON(ctx, http.MethodPost, jobPath(project, name)+"/run", struct{}{}, true, &out); err != nil {
+	if err := c.do(ctx, http.MethodPost, jobPath(project, name)+"/run", nil, nil, "", true, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -93,7 +93,7 @@ func (c *Client) SuspendJob(ctx context.Context, project, name string, suspend b
 	if suspend {
 		action = "/suspend"
 	}
-	return c.doJSON(ctx, http.MethodPost, jobPath(project, name)+action, struct{}{}, true, nil)
+	return c.do(ctx, http.MethodPost, jobPath(project, name)+action, nil, nil, "", true, nil)
 }
 
 // GetJobRun reads run ("<job>@<instant>") of project.
@@ -108,7 +108,7 @@ func (c *Client) GetJobRun(ctx context.Context, project, run string) (*JobRun, e
 // CancelJobRun stops a live run and records it cancelled; an ended run is returned as it is.
 func (c *Client) CancelJobRun(ctx context.Context, project, run string) (*JobRun, error) {
 	var out JobRun
-	if err := c.doJSON(ctx, http.MethodPost, runPath(project, run)+"/cancel", struct{}{}, true, &out); err != nil {
+	if err := c.do(ctx, http.MethodPost, runPath(project, run)+"/cancel", nil, nil, "", true, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
