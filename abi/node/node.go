@@ -215,7 +215,56 @@ type WorkloadStatus struct {
 	// exit code: "oom" when the kernel's OOM killer ended it for going over its memory limit;
 	// absent otherwise.
 	ExitReason string `json:"exit_reason,omitempty"`
+	// Job is how a job run's workload ended or stands (docs/jobs.md section 7); nil for a
+	// service's workload and from older agents.
+	Job *JobOutcome `json:"job,omitempty"`
 }
+
+// Job run results of a [JobOutcome] (docs/jobs.md section 7).
+const (
+	// JobRunning: the run's process is running, or waits for its retry's backoff.
+	JobRunning = "running"
+	// JobSucceeded: the process exited 0; it is never started again.
+	JobSucceeded = "succeeded"
+	// JobFailed: the process exited non-zero or died of a signal and no retry is left.
+	JobFailed = "failed"
+	// JobTimedOut: the run outlived its timeout and the agent stopped it (graceful, then forced).
+	JobTimedOut = "timed_out"
+)
+
+// JobRun marks a workload as one run of a job (docs/jobs.md section 7): it runs to
+// completion instead of being kept running.
+type JobRun struct {
+	// RunID is the run's id in the core (`<project>/<job>@<fire instant>`).
+	RunID string `json:"run_id"`
+	// TimeoutS bounds the whole run, retries included, in seconds from its first start; 0 means
+	// no bound.
+	TimeoutS int `json:"timeout_s,omitempty"`
+	// Retries is how many times a failed attempt is started again, after the slot backoff.
+	Retries int `json:"retries,omitempty"`
+}
+
+// JobOutcome is what the node reports of a job run's workload.
+type JobOutcome struct {
+	// Result is [JobRunning], [JobSucceeded], [JobFailed] or [JobTimedOut].
+	Result string `json:"result"`
+	// Attempts counts the starts of the run's process (1 without retries).
+	Attempts int `json:"attempts"`
+	// ExitCode is the last attempt's exit code; nil when it died of a signal or is running.
+	ExitCode *int `json:"exit_code,omitempty"`
+	// Signal is the signal number that ended the last attempt; 0 when none.
+	Signal int `json:"signal,omitempty"`
+	// StartedAt is the node's clock at the first start; EndedAt when the run ended (zero while
+	// it runs).
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
+	// OutputTail is the end of the run's output (at most [JobOutputTailBytes] bytes), once it
+	// ended.
+	OutputTail string `json:"output_tail,omitempty"`
+}
+
+// JobOutputTailBytes bounds [JobOutcome.OutputTail].
+const JobOutputTailBytes = 4096
 
 // FailureKind names what failed (docs/node-protocol.md section 5.3.1).
 type FailureKind string
@@ -380,6 +429,9 @@ type WorkloadSpec struct {
 	// Volumes are the service's persistent directories (docs/node-protocol.md section 6.7);
 	// absent when it has none.
 	Volumes []Volume `json:"volumes,omitempty"`
+	// Job, when set, marks the workload as one run of a job: the agent records its exit
+	// instead of restarting it (docs/jobs.md section 7). Nil for a service's workload.
+	Job *JobRun `json:"job,omitempty"`
 }
 
 // Volume is one persistent directory of a service: Name is a lowercase label unique within

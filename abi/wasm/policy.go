@@ -86,12 +86,15 @@ const (
 	// CauseRolloutRebalance: an operator's rebalance recorded replica moves on the
 	// service (its declaration is unchanged).
 	CauseRolloutRebalance Cause = "rollout.rebalance"
+	// CauseJobControl: an operator suspended or resumed a job's schedule (berth job
+	// suspend|resume; docs/jobs.md section 7).
+	CauseJobControl Cause = "job.control"
 )
 
 // Causes returns every [Cause], in documentation order.
 func Causes() []Cause {
 	return []Cause{CauseAPIPut, CauseReleasePromote, CauseRegistryPush, CauseSecretRollover, CauseBindingPublish,
-		CauseRolloutUndo, CauseAutoRollback, CauseRolloutRebalance}
+		CauseRolloutUndo, CauseAutoRollback, CauseRolloutRebalance, CauseJobControl}
 }
 
 // Actor is who asked: Kind "token" (an API token, ID its id), "node" (a node

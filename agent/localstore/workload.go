@@ -52,6 +52,9 @@ type Workload struct {
 	// 5.3.1); nil when it has not failed. Probe failures are not recorded
 	// here: the prober keeps them while they last.
 	LastFailure *node.Failure
+	// EndedAt is when a job run's workload ended for good (succeeded, failed or timed out:
+	// docs/jobs.md section 7); zero for a service's workload and while the run goes on.
+	EndedAt time.Time
 }
 
 // DriverHandle is a runtime driver's handle as the agent stores it: a
@@ -114,9 +117,12 @@ func migrateAttempts(ctx context.Context, db *sql.DB) error {
 			return fmt.Errorf("migrate store: add %s: %w", col, err)
 		}
 	}
-	if !have["last_failure"] {
-		if _, err := db.ExecContext(ctx, `ALTER TABLE workloads ADD COLUMN last_failure TEXT NOT NULL DEFAULT ''`); err != nil {
-			return fmt.Errorf("migrate store: add last_failure: %w", err)
+	for _, col := range []string{"last_failure", "ended_at"} {
+		if have[col] {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, `ALTER TABLE workloads ADD COLUMN `+col+` TEXT NOT NULL DEFAULT ''`); err != nil {
+			return fmt.Errorf("migrate store: add %s: %w", col, err)
 		}
 	}
 	return nil
@@ -165,10 +171,10 @@ func (s *Store) PutWorkload(ctx context.Context, w Workload) error {
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO workloads (workload_id, driver, phase, port,
 		spec_hash, restart_generation, restart_count, last_exit_code, backoff_step, next_start_at,
-		started_at, message, driver_handle, lease_id, start_attempt, fence_token, start_rev, last_failure) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		started_at, message, driver_handle, lease_id, start_attempt, fence_token, start_rev, last_failure, ended_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		w.WorkloadID, w.Driver, w.Phase, w.Port, w.SpecHash, w.RestartGeneration, w.RestartCount, exit,
 		w.BackoffStep, formatTime(w.NextStartAt), formatTime(w.StartedAt), w.Message, encodeHandle(w.DriverHandle), w.LeaseID,
-		w.StartAttempt, w.FenceToken, w.StartRev, encodeFailure(w.LastFailure))
+		w.StartAttempt, w.FenceToken, w.StartRev, encodeFailure(w.LastFailure), formatTime(w.EndedAt))
 	if err != nil {
 		return fmt.Errorf("put workload %s: %w", w.WorkloadID, err)
 	}
@@ -187,7 +193,7 @@ func (s *Store) DeleteWorkload(ctx context.Context, id string) error {
 func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT workload_id, driver, phase, port, spec_hash,
 		restart_generation, restart_count, last_exit_code, backoff_step, next_start_at, started_at, message, driver_handle, lease_id,
-		start_attempt, fence_token, start_rev, last_failure FROM workloads ORDER BY workload_id`)
+		start_attempt, fence_token, start_rev, last_failure, ended_at FROM workloads ORDER BY workload_id`)
 	if err != nil {
 		return nil, fmt.Errorf("list workloads: %w", err)
 	}
@@ -196,10 +202,10 @@ func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 	for rows.Next() {
 		var w Workload
 		var exit sql.NullInt64
-		var next, started, handle, failure string
+		var next, started, handle, failure, ended string
 		if err := rows.Scan(&w.WorkloadID, &w.Driver, &w.Phase, &w.Port, &w.SpecHash, &w.RestartGeneration,
 			&w.RestartCount, &exit, &w.BackoffStep, &next, &started, &w.Message, &handle, &w.LeaseID,
-			&w.StartAttempt, &w.FenceToken, &w.StartRev, &failure); err != nil {
+			&w.StartAttempt, &w.FenceToken, &w.StartRev, &failure, &ended); err != nil {
 			return nil, fmt.Errorf("list workloads: %w", err)
 		}
 		if exit.Valid {
@@ -210,6 +216,7 @@ func (s *Store) Workloads(ctx context.Context) ([]Workload, error) {
 		w.StartedAt = parseTime(started)
 		w.DriverHandle = decodeHandle(handle)
 		w.LastFailure = decodeFailure(failure)
+		w.EndedAt = parseTime(ended)
 		out = append(out, w)
 	}
 	if err := rows.Err(); err != nil {

@@ -24,7 +24,18 @@ const (
 	PhaseCrashed  Phase = "crashed"  // exited unasked; restarts when NextStartAt passes
 	PhaseFailed   Phase = "failed"   // could not be started (bundle, driver); retries when NextStartAt passes
 	PhaseStopped  Phase = "stopped"  // stopped because its desired status is stopped
+
+	// The final phases of a job run's workload (docs/jobs.md section 7): it is never started
+	// again, whatever the driver says.
+	PhaseSucceeded Phase = "succeeded"  // a job run's process exited 0
+	PhaseJobFailed Phase = "job_failed" // a job run's last attempt failed and no retry is left
+	PhaseTimedOut  Phase = "timed_out"  // a job run's attempt outlived timeout_s and was stopped
 )
+
+// Ended reports whether p is a final phase of a job run's workload.
+func (p Phase) Ended() bool {
+	return p == PhaseSucceeded || p == PhaseJobFailed || p == PhaseTimedOut
+}
 
 // Backoff bounds of the crash path (docs/node-protocol.md section 6.3).
 const (
@@ -39,7 +50,7 @@ type ActionKind string
 // Action kinds, in the order the loop executes them (section 6.2: stop before start).
 const (
 	ActRemove  ActionKind = "remove"  // stop (graceful), delete its directories and record
-	ActStop    ActionKind = "stop"    // stop (graceful), keep it as stopped
+	ActStop    ActionKind = "stop"    // stop (graceful, then forced), keep it as stopped (or as Record's final job phase)
 	ActRecord  ActionKind = "record"  // persist Record as is (crash, adoption, backoff reset, stopped)
 	ActRestart ActionKind = "restart" // stop, then start from Spec (spec or restart_generation changed)
 	ActStart   ActionKind = "start"   // start from Spec
@@ -207,6 +218,9 @@ func decideOne(spec *node.WorkloadSpec, rec *localstore.Workload, st *runtime.Wo
 		return nil, time.Time{}
 	}
 
+	if spec.Job != nil {
+		return decideJob(spec, rec, st, now)
+	}
 	if rec == nil {
 		if running {
 			// Running without a record: the agent cannot know its port. Restart
@@ -260,6 +274,75 @@ func decideOne(spec *node.WorkloadSpec, rec *localstore.Workload, st *runtime.Wo
 		return &Action{Kind: ActStart, WorkloadID: id, Reason: "not running", Spec: spec, Record: rec}, time.Time{}
 	}
 }
+
+// decideJob decides for the workload of a job run (docs/jobs.md section 7), which runs to
+// completion instead of being kept running:
+//
+//   - an exit 0 records the run succeeded, and it is never started again;
+//   - a non-zero exit or a signal starts it again after the slot backoff while retries are
+//     left ([Crash]), and records it failed once none is;
+//   - an attempt running longer than timeout_s is stopped (graceful, then forced) and recorded
+//     timed_out;
+//   - an ended run stays ended: no restart, no spec change restarts it.
+func decideJob(spec *node.WorkloadSpec, rec *localstore.Workload, st *runtime.WorkloadState, now time.Time) (*Action, time.Time) {
+	running := st != nil && st.State == runtime.StateRunning
+	id := spec.WorkloadID
+	if rec == nil {
+		if running {
+			return &Action{Kind: ActRestart, WorkloadID: id, Reason: "job run running without a record", Spec: spec}, time.Time{}
+		}
+		return &Action{Kind: ActStart, WorkloadID: id, Reason: "new job run", Spec: spec}, time.Time{}
+	}
+	phase := Phase(rec.Phase)
+	if phase.Ended() {
+		if running { // a stop that did not finish before the record was written
+			return &Action{Kind: ActStop, WorkloadID: id, Reason: "job run ended", Record: rec}, time.Time{}
+		}
+		return nil, time.Time{}
+	}
+	if running {
+		if Replays(rec, st) {
+			return &Action{Kind: ActStart, WorkloadID: id, Reason: reasonReplay, Spec: spec, Record: rec}, time.Time{}
+		}
+		if phase != PhaseRunning {
+			return adopt(rec, st), time.Time{}
+		}
+		if t := spec.Job.TimeoutS; t > 0 && !rec.StartedAt.IsZero() {
+			deadline := rec.StartedAt.Add(time.Duration(t) * time.Second)
+			if !now.Before(deadline) {
+				r := *rec
+				r.Phase, r.EndedAt = string(PhaseTimedOut), now
+				r.Message = fmt.Sprintf("timed out after %ds: stopped", t)
+				return &Action{Kind: ActStop, WorkloadID: id, Reason: "job run timed out", Record: &r}, time.Time{}
+			}
+			return nil, deadline
+		}
+		return nil, time.Time{}
+	}
+	switch phase {
+	case PhaseRunning:
+		r := Crash(*rec, st, now)
+		if r.LastExitCode != nil && *r.LastExitCode == 0 {
+			r = *rec
+			r.Phase, r.EndedAt, r.Message, r.LastExitCode = string(PhaseSucceeded), now, "", intPtr(0)
+			return &Action{Kind: ActRecord, WorkloadID: id, Reason: "job run succeeded", Record: &r}, time.Time{}
+		}
+		if rec.RestartCount < spec.Job.Retries {
+			return &Action{Kind: ActRecord, WorkloadID: id, Reason: "job run failed: retry after backoff", Record: &r}, r.NextStartAt
+		}
+		r.Phase, r.EndedAt, r.NextStartAt, r.RestartCount, r.BackoffStep = string(PhaseJobFailed), now, time.Time{}, rec.RestartCount, rec.BackoffStep
+		return &Action{Kind: ActRecord, WorkloadID: id, Reason: "job run failed: no retry left", Record: &r}, time.Time{}
+	case PhaseCrashed, PhaseFailed:
+		if now.Before(rec.NextStartAt) {
+			return nil, rec.NextStartAt
+		}
+		return &Action{Kind: ActStart, WorkloadID: id, Reason: "job run retry: backoff over", Spec: spec, Record: rec}, time.Time{}
+	default: // starting (interrupted start) or stopped
+		return &Action{Kind: ActStart, WorkloadID: id, Reason: "job run not started", Spec: spec, Record: rec}, time.Time{}
+	}
+}
+
+func intPtr(i int) *int { return &i }
 
 // reasonReplay is the reason of a start that retries an interrupted attempt.
 const reasonReplay = "retry interrupted start"

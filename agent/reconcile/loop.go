@@ -3,11 +3,12 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/berthhq/berth/internal/logseg"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"github.com/berthhq/berth/agent/health"
 	"github.com/berthhq/berth/agent/lease"
 	"github.com/berthhq/berth/agent/localstore"
+	"github.com/berthhq/berth/internal/logseg"
 )
 
 // Defaults of [Config].
@@ -319,7 +321,9 @@ func (l *Loop) act(ctx context.Context, a Action, st *runtime.WorkloadState, rec
 			return nil
 		}
 		r := *a.Record
-		r.Phase = string(PhaseStopped)
+		if !Phase(r.Phase).Ended() { // a job run stopped at its timeout keeps its final phase
+			r.Phase = string(PhaseStopped)
+		}
 		return l.cfg.Store.PutWorkload(ctx, r)
 	case ActRemove:
 		return l.remove(ctx, a.WorkloadID, a.Record, rev)
@@ -690,6 +694,56 @@ func (l *Loop) syncProbes(ctx context.Context) error {
 	return nil
 }
 
+// jobOutcome is what the node reports of the job run whose workload record is r
+// (docs/jobs.md section 7): its result, attempts, last exit, times and, once it ended, the tail
+// of its output.
+func (l *Loop) jobOutcome(r localstore.Workload) *node.JobOutcome {
+	o := &node.JobOutcome{Result: node.JobRunning, Attempts: int(r.StartAttempt), StartedAt: r.StartedAt}
+	switch Phase(r.Phase) {
+	case PhaseSucceeded:
+		o.Result = node.JobSucceeded
+	case PhaseJobFailed:
+		o.Result = node.JobFailed
+	case PhaseTimedOut:
+		o.Result = node.JobTimedOut
+	default:
+		return o
+	}
+	o.EndedAt = r.EndedAt
+	if f := r.LastFailure; f != nil && f.Kind == node.FailureSignal && o.Result != node.JobSucceeded {
+		o.Signal = f.Signal
+	} else if o.Result != node.JobTimedOut {
+		o.ExitCode = r.LastExitCode
+	}
+	o.OutputTail = tailOf(filepath.Join(l.workloadDir(r.WorkloadID), "output.log"), node.JobOutputTailBytes)
+	return o
+}
+
+// tailOf returns the last n bytes of the file at path, cut to start at a line; "" when it
+// cannot be read.
+func tailOf(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-n, 0)
+	buf := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	if off > 0 {
+		if i := bytes.IndexByte(buf, '\n'); i >= 0 {
+			buf = buf[i+1:]
+		}
+	}
+	return strings.ToValidUTF8(string(buf), "")
+}
+
 // Status returns the node's status report as the loop last observed it:
 // applied_rev and one entry per desired workload, plus removed ones as deleted.
 // Capacity and Allocated are left for the caller to fill.
@@ -741,6 +795,11 @@ func (l *Loop) Status(ctx context.Context) (node.StatusReport, error) {
 				case PhaseStopped:
 					ws.ObservedStatus = node.StatusStopped
 					ws.Message = "" // a stateful workload waiting for its lease is no error (section 6.4)
+				case PhaseSucceeded, PhaseJobFailed, PhaseTimedOut:
+					ws.ObservedStatus = node.StatusStopped
+				}
+				if spec.Job != nil {
+					ws.Job = l.jobOutcome(r)
 				}
 			} else if spec.DesiredStatus == node.DesiredStopped {
 				ws.ObservedStatus = node.StatusStopped

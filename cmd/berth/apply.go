@@ -78,6 +78,17 @@ type serviceFile struct {
 	AntiAffinity  []string          `json:"anti_affinity,omitempty" yaml:"anti_affinity"`
 	Preferences   map[string]string `json:"preferences,omitempty" yaml:"preferences"`
 
+	// The job fields (docs/jobs.md section 7): kind job runs to completion, once per fire time
+	// of schedule or when asked.
+	Kind              string `json:"kind,omitempty" yaml:"kind"`
+	Schedule          string `json:"schedule,omitempty" yaml:"schedule"`
+	TimeZone          string `json:"time_zone,omitempty" yaml:"time_zone"`
+	Concurrency       string `json:"concurrency,omitempty" yaml:"concurrency"`
+	TimeoutS          int    `json:"timeout_s,omitempty" yaml:"timeout_s"`
+	Retries           int    `json:"retries,omitempty" yaml:"retries"`
+	StartingDeadlineS int    `json:"starting_deadline_s,omitempty" yaml:"starting_deadline_s"`
+	KeepHistory       int    `json:"keep_history,omitempty" yaml:"keep_history"`
+
 	// The container fields (docs/plugins.md section 3).
 	Runtime   string `json:"runtime,omitempty" yaml:"runtime"`
 	Image     string `json:"image,omitempty" yaml:"image"`
@@ -200,7 +211,16 @@ func (f serviceFile) spec() client.ServiceSpec {
 	if f.Resources != nil {
 		res = &client.Resources{CPUMilli: f.Resources.CPUMilli, MemoryMiB: f.Resources.MemoryMiB, Extended: f.Resources.Extended}
 	}
+	var job *client.JobSpec
+	if f.Kind == "job" || f.Schedule != "" || f.TimeZone != "" || f.Concurrency != "" || f.TimeoutS != 0 || f.Retries != 0 ||
+		f.StartingDeadlineS != 0 || f.KeepHistory != 0 {
+		// A job field without kind: job reaches the server, which says what is wrong.
+		job = &client.JobSpec{Schedule: f.Schedule, TimeZone: f.TimeZone, Concurrency: f.Concurrency, TimeoutS: f.TimeoutS,
+			Retries: f.Retries, StartingDeadlineS: f.StartingDeadlineS, KeepHistory: f.KeepHistory}
+	}
 	return client.ServiceSpec{
+		Kind:          f.Kind,
+		Job:           job,
 		Resources:     res,
 		CapacityUnits: f.CapacityUnits,
 		Scheduling: client.Scheduling{NodeSelector: f.NodeSelector, Region: f.Region, SpreadBy: f.SpreadBy,
@@ -290,6 +310,24 @@ JSON (one object, several objects in a row, or an array). Fields:
   memory_mb, cpu_millis
                      containerd: the memory limit (MiB) and CPU limit
                      (thousandths of a CPU) of each replica
+
+A job (kind: job) runs to completion instead of being kept running
+(docs/jobs.md); it takes the fields above but replicas, domains and
+health_check, plus:
+  kind               "service" (default) or "job"
+  schedule           cron ("30 2 * * *"), a descriptor ("@daily") or
+                     "@every 2s"; absent: the job runs only when asked
+                     ('berth job run')
+  time_zone          IANA zone the schedule is read in (default UTC)
+  concurrency        forbid (default: a fire time while a run is live is
+                     recorded missed), replace (the live run is stopped
+                     first) or allow
+  timeout_s          seconds an attempt may run before it is stopped and
+                     recorded timed_out (default: no bound)
+  retries            attempts after a failed one, with the slot backoff (0-10)
+  starting_deadline_s
+                     how late a fire time may still start (default 300)
+  keep_history       ended runs kept (default 20)
 
 An unknown field is an error.`,
 		Example: `  berth apply -f hello.yaml

@@ -52,6 +52,13 @@ func run(ctx context.Context, a *app, args []string) int {
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
+		var st exitStatus
+		if errors.As(err, &st) { // the command said what happened; its code is the answer
+			if st.msg != "" {
+				fmt.Fprintln(a.stderr, st.msg)
+			}
+			return st.code
+		}
 		if a.output == outputJSON {
 			printErrorJSON(a.stdout, err)
 		}
@@ -118,6 +125,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newGetCmd(a),
 		newDescribeCmd(a),
 		newRolloutCmd(a),
+		newJobCmd(a),
 		newSpecCmd(a),
 		newDeleteCmd(a),
 		newBindingCmd(a),

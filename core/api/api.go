@@ -30,6 +30,7 @@ import (
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/jobs"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/registry"
@@ -158,6 +159,8 @@ type Config struct {
 	// Config (Catalog, Runtime, Bundles, Secrets, Bindings, Policy, ImageReleases, Manifests,
 	// ACME, Events, Metrics).
 	Deployer *deploy.Deployer
+	// Jobs serves the job routes (jobs.go, docs/jobs.md section 7); nil leaves them out.
+	Jobs *jobs.Controller
 }
 
 // Server is the API's HTTP handler.
@@ -252,6 +255,9 @@ func New(cfg Config) *Server {
 	v1.DELETE("/projects/:project/services/:name", s.deleteService, s.auth(identity.ScopeServicesWrite))
 	v1.GET("/projects/:project/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	s.registerRollout(v1)
+	if cfg.Jobs != nil {
+		s.registerJobs(v1)
+	}
 	s.registerReleases(v1)
 	v1.GET("/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/bundles", s.pushBundle, s.auth(identity.ScopeServiceDeploy, anyService))

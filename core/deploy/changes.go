@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/policy"
@@ -267,6 +268,40 @@ func (d *Deployer) Rebalance(ctx context.Context, ch Change, moves []services.Re
 			r.Generation = cur.Rebalance.Generation + 1
 		}
 		next.Rebalance = r
+		return &next, nil
+	}
+	return d.Apply(ctx, ch)
+}
+
+// ErrNotAJob is returned by [Deployer.SuspendJob] for a service that is not a job.
+var ErrNotAJob = abierrors.New(abierrors.ValidationFailed, "not a job")
+
+// SuspendJob holds (suspended) or continues a job's schedule (docs/jobs.md section 7) as a
+// change of cause job.control: admitted by the service.apply policies and written with its
+// change-log entry like every other. Runs already placed go on; fire times while it is held
+// are not recorded (the cursor does not move, so on resume only the latest within the
+// starting deadline runs). Suspending a suspended job writes nothing. Errors: not found or
+// deleting as for every change, [ErrNotAJob] for a service.
+func (d *Deployer) SuspendJob(ctx context.Context, ch Change, suspended bool) (Result, error) {
+	ch.Cause = CauseJobControl
+	ch.Next = func(cur *services.Service) (*services.Service, error) {
+		if cur == nil {
+			return nil, fmt.Errorf("%w: no job %q in project %q", services.ErrServiceNotFound, ch.Service, ch.Project.Name)
+		}
+		if cur.Deleting {
+			return nil, fmt.Errorf("%w: %s/%s", services.ErrServiceDeleting, ch.Project.Name, ch.Service)
+		}
+		if !cur.IsJob() || cur.Job == nil {
+			return nil, fmt.Errorf("%w: %s/%s is a service", ErrNotAJob, ch.Project.Name, ch.Service)
+		}
+		if cur.Job.Suspended == suspended {
+			return nil, ErrNoChange
+		}
+		next := *cur
+		next.LogOutbox = nil
+		j := *cur.Job
+		j.Suspended = suspended
+		next.Job = &j
 		return &next, nil
 	}
 	return d.Apply(ctx, ch)

@@ -99,6 +99,9 @@ func (d *Deployer) declare(ctx context.Context, ch Change, cur *services.Service
 		svc.Backup = &services.BackupSchedule{Cron: sched.Cron, Keep: sched.Keep, Drill: sched.Drill}
 	}
 	applyDefaults(spec, svc)
+	if svc.Job = jobSettings(spec, cur); svc.Job != nil {
+		svc.Kind, svc.Replicas = services.KindJob, 0 // its runs are placed one by one (core/jobs)
+	}
 	if err := d.checkSpecOwnership(ctx, cur, svc, spec.Replicas != nil); err != nil {
 		return nil, nil, err
 	}

@@ -53,6 +53,8 @@ const (
 	CauseAutoRollback = abiwasm.CauseAutoRollback
 	// CauseRolloutRebalance: POST .../rebalance (berth rebalance) records replica moves.
 	CauseRolloutRebalance = abiwasm.CauseRolloutRebalance
+	// CauseJobControl: POST .../jobs/{name}/suspend or /resume (berth job suspend|resume).
+	CauseJobControl = abiwasm.CauseJobControl
 )
 
 // Unattended reports whether no caller waits for the answer of a change of cause c, so a refusal

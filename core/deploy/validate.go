@@ -12,6 +12,7 @@ import (
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/jobs"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/sdk/client"
@@ -75,6 +76,9 @@ func ValidateSpec(name string, spec *client.ServiceSpec) error {
 		if argv += n; argv > services.MaxArgsBytes {
 			return fail("command argument %d brings the arguments to more than %d bytes (the sum of each with a NUL)", i, services.MaxArgsBytes)
 		}
+	}
+	if err := validateJob(spec); err != nil {
+		return fail("%s", err.Error())
 	}
 	if spec.Replicas != nil && (*spec.Replicas < 0 || *spec.Replicas > maxReplicas) {
 		return fail("replicas must be between 0 and %d", maxReplicas)
@@ -333,3 +337,95 @@ func validateUser(u string) error {
 }
 
 var userRE = regexp.MustCompile(`^[A-Za-z0-9._-]+(:[A-Za-z0-9._-]+)?$`)
+
+// Bounds of a job's run policy (docs/jobs.md section 7).
+const (
+	maxJobRetries     = 10
+	maxJobKeepHistory = 1000
+)
+
+// validateJob checks the kind of spec and, for a job, its schedule and run policy
+// (docs/jobs.md section 7): a job states no replicas, domains, health check path or stateful
+// placement, and its job block takes a valid schedule, a known concurrency and bounded numbers.
+func validateJob(spec *client.ServiceSpec) error {
+	switch spec.Kind {
+	case "", "service":
+		if spec.Job != nil {
+			return errors.New("a job block needs kind: job")
+		}
+		return nil
+	case services.KindJob:
+	default:
+		return fmt.Errorf("kind %q is not service or job", spec.Kind)
+	}
+	switch {
+	case spec.Replicas != nil:
+		return errors.New("a job has no replicas: each run is placed on its own (leave replicas out)")
+	case len(spec.Domains) > 0:
+		return errors.New("a job serves no domains")
+	case spec.HealthCheck.Path != "":
+		return errors.New("a job has no health check: it runs to completion")
+	case spec.PlacementMode == services.PlacementStateful:
+		return errors.New("a job cannot be stateful")
+	}
+	j := spec.Job
+	if j == nil {
+		return nil
+	}
+	if j.Schedule != "" {
+		if err := (jobs.Schedule{Cron: j.Schedule, TimeZone: j.TimeZone}).Validate(); err != nil {
+			return err
+		}
+	} else if j.TimeZone != "" {
+		return errors.New("time_zone needs a schedule")
+	}
+	switch j.Concurrency {
+	case "", services.ConcurrencyForbid, services.ConcurrencyReplace, services.ConcurrencyAllow:
+	default:
+		return fmt.Errorf("concurrency %q is not forbid, replace or allow", j.Concurrency)
+	}
+	switch {
+	case j.TimeoutS < 0:
+		return errors.New("timeout_s must not be negative (0: no timeout)")
+	case j.Retries < 0 || j.Retries > maxJobRetries:
+		return fmt.Errorf("retries must be between 0 and %d", maxJobRetries)
+	case j.StartingDeadlineS < 0:
+		return errors.New("starting_deadline_s must not be negative (0: the default, 300)")
+	case j.KeepHistory < 0 || j.KeepHistory > maxJobKeepHistory:
+		return fmt.Errorf("keep_history must be between 0 and %d (0: the default, 20)", maxJobKeepHistory)
+	}
+	return nil
+}
+
+// jobSettings returns the stored run policy of a job declared with spec, defaults written out,
+// keeping cur's suspension (an apply does not resume a suspended job); nil for a service.
+func jobSettings(spec *client.ServiceSpec, cur *services.Service) *services.JobSettings {
+	if spec.Kind != services.KindJob {
+		return nil
+	}
+	j := spec.Job
+	if j == nil {
+		j = &client.JobSpec{}
+	}
+	out := &services.JobSettings{Schedule: j.Schedule, TimeZone: j.TimeZone, Concurrency: j.Concurrency, TimeoutS: j.TimeoutS,
+		Retries: j.Retries, StartingDeadlineS: j.StartingDeadlineS, KeepHistory: j.KeepHistory}
+	if out.Concurrency == "" {
+		out.Concurrency = services.ConcurrencyForbid
+	}
+	if out.StartingDeadlineS == 0 {
+		out.StartingDeadlineS = DefaultStartingDeadlineS
+	}
+	if out.KeepHistory == 0 {
+		out.KeepHistory = DefaultKeepHistory
+	}
+	if cur != nil && cur.Job != nil {
+		out.Suspended = cur.Job.Suspended
+	}
+	return out
+}
+
+// Defaults of a job's run policy (docs/jobs.md section 7).
+const (
+	DefaultStartingDeadlineS = 300
+	DefaultKeepHistory       = 20
+)

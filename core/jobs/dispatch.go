@@ -160,7 +160,7 @@ func (d *Dispatcher) Record(ctx context.Context, job string, plan FirePlan, now 
 // insert records job's run for fire in state. It reports whether this call inserted it; when
 // the _id was taken it returns the stored run instead.
 func (d *Dispatcher) insert(ctx context.Context, job string, fire time.Time, state RunState, now time.Time) (bool, Run, error) {
-	run := Run{ID: RunID(job, fire), Job: job, FireTime: fire.UTC(), State: state, RecordedAt: now.UTC(), RecordedBy: d.id}
+	run := Run{ID: RunID(job, fire), Job: job, FireTime: fire.UTC(), State: state, RecordedAt: now.UTC(), RecordedBy: d.id, Trigger: TriggerSchedule}
 	err := d.st.Insert(ctx, RunsCollection, run)
 	if err == nil {
 		return true, run, nil

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"strings"
 	"time"
 )
 
@@ -65,6 +66,44 @@ type Run struct {
 	RecordedBy string `bson:"recorded_by" json:"recorded_by"`
 	// Revision is the compare-and-set revision of later state changes; 0 when inserted.
 	Revision int64 `bson:"revision" json:"revision"`
+
+	// Trigger is TriggerSchedule (a fire time) or TriggerManual (berth job run).
+	Trigger string `bson:"trigger,omitempty" json:"trigger,omitempty"`
+	// WorkloadID and NodeID name the workload the run was placed as and its node (section 7);
+	// empty until placed.
+	WorkloadID string `bson:"workload_id,omitempty" json:"workload_id,omitempty"`
+	NodeID     string `bson:"node_id,omitempty" json:"node_id,omitempty"`
+	// PlacedAt is the core's clock when the run was placed; StartedAt and EndedAt the node's
+	// clock at its first start and at its end.
+	PlacedAt  time.Time `bson:"placed_at,omitempty" json:"placed_at,omitzero"`
+	StartedAt time.Time `bson:"started_at,omitempty" json:"started_at,omitzero"`
+	EndedAt   time.Time `bson:"ended_at,omitempty" json:"ended_at,omitzero"`
+	// DurationS is EndedAt - StartedAt in seconds, once ended.
+	DurationS float64 `bson:"duration_s,omitempty" json:"duration_s,omitempty"`
+	// Attempts counts the starts of its process; ExitCode and Signal say how the last ended.
+	Attempts int  `bson:"attempts,omitempty" json:"attempts,omitempty"`
+	ExitCode *int `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
+	Signal   int  `bson:"signal,omitempty" json:"signal,omitempty"`
+	// OutputTail is the end of its output (at most 4 KiB), once ended.
+	OutputTail string `bson:"output_tail,omitempty" json:"output_tail,omitempty"`
+	// Message says why a run waits (no node fits), was missed, cancelled or failed without an
+	// exit.
+	Message string `bson:"message,omitempty" json:"message,omitempty"`
+}
+
+// Triggers of a run.
+const (
+	TriggerSchedule = "schedule"
+	TriggerManual   = "manual"
+)
+
+// Name returns the run id without its job's project: "nightly@2026-12-02T03:00:00Z" of
+// "default/nightly@2026-12-02T03:00:00Z".
+func (r Run) Name() string {
+	if _, after, ok := strings.Cut(r.ID, "/"); ok {
+		return after
+	}
+	return r.ID
 }
 
 // RunID is the _id of job's run for fire time fire: "<job>@<fire instant, UTC, RFC 3339>",

@@ -812,7 +812,7 @@ func (r *Reconciler) place(ctx context.Context, svcs []services.Service, ns []no
 		if only != nil && !only[w.ServiceID] {
 			continue
 		}
-		if w.Replica == "" || !known[w.ServiceID] {
+		if (w.Replica == "" && w.JobRun == "") || !known[w.ServiceID] {
 			if err := r.cfg.Catalog.RemoveWorkload(ctx, w.ID); err != nil {
 				return granted, err
 			}
@@ -1153,6 +1153,9 @@ func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services
 		}
 		if w.DesiredStatus == services.DesiredStopped {
 			ws.DesiredStatus = node.DesiredStopped
+		}
+		if w.JobRun != "" { // one run of a job: it runs to completion (docs/jobs.md section 7)
+			ws.Job = &node.JobRun{RunID: w.JobRun, TimeoutS: w.JobTimeoutS, Retries: w.JobRetries}
 		}
 		if w.MemoryBytes > 0 {
 			ws.MemoryBytes = w.MemoryBytes

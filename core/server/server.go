@@ -164,7 +164,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	loops := []func(context.Context){ctl.rec.Run, pl.orch.run, func(ctx context.Context) { front.api.RunIdempotencySweep(ctx, 0) }, st.clog.Run, front.gc.Run, front.follows.Run}
+	loops := []func(context.Context){ctl.rec.Run, ctl.jobs.Run, pl.orch.run, func(ctx context.Context) { front.api.RunIdempotencySweep(ctx, 0) }, st.clog.Run, front.gc.Run, front.follows.Run}
 	if front.binds != nil {
 		loops = append(loops,
 			func(ctx context.Context) { front.binds.Run(ctx, bindingWorkInterval) },

@@ -31,6 +31,7 @@ import (
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/jobs"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/reconciler"
@@ -313,6 +314,8 @@ type control struct {
 	rec      *reconciler.Reconciler
 	runtime  *rollout.Store
 	acme     ACMEConfig
+	// jobs records fire times and places job runs (core/jobs; docs/jobs.md section 8).
+	jobs *jobs.Controller
 }
 
 func newControl(ctx context.Context, cfg Config, b *base, s *state, p *parts, closers *closeStack) (*control, error) {
@@ -361,6 +364,10 @@ func newControl(ctx context.Context, cfg Config, b *base, s *state, p *parts, cl
 			return c.deployer().RollBack(ctx, svc)
 		},
 	})
+	if c.jobs, err = jobs.NewController(jobs.ControllerConfig{Store: b.st, Catalog: s.cat, Nodes: s.reg, Events: s.evlog,
+		Metrics: b.metrics, Logger: log, Wake: func(nodeID string) { c.rec.HintNode("job.run", nodeID) }}); err != nil {
+		return nil, err
+	}
 	for kind, count := range map[string]func() int64{
 		"full":    func() int64 { return c.rec.Stats().Full },
 		"focused": func() int64 { return c.rec.Stats().Focused },
@@ -449,6 +456,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Idempotency:  idempotency.New(b.st),
 		Certificates: certs.NewStatusReader(b.st),
 		Deployer:     c.dep,
+		Jobs:         c.jobs,
 		Clusters:     s.clusters,
 		RelaysRotated: func(cluster string) {
 			if f.relays != nil {

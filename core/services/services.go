@@ -197,6 +197,11 @@ type Service struct {
 	// Backup is the service's backup block (docs/backups.md section 4.3): schedule, retention
 	// and drill frequency of its bindings' backups; nil: backups on demand only, keeping 24.
 	Backup *BackupSchedule `bson:"backup,omitempty"`
+	// Kind is KindJob for a job (docs/jobs.md section 7), empty for a service: a job has no
+	// replicas, and its runs are placed one by one by core/jobs.
+	Kind string `bson:"kind,omitempty"`
+	// Job is a job's schedule and run policy; nil for a service.
+	Job *JobSettings `bson:"job,omitempty"`
 	// ProgressDeadlineS is how long, in seconds, a rollout may go without progress before it
 	// is failed (0: the default, 600); AutoRollback says whether a failed rollout restores
 	// Previous (docs/reconciliation.md section 7.2).
@@ -427,6 +432,60 @@ type Workload struct {
 	// node reports of this one; a successor starts with its slot's carried failure as
 	// LastFailure, so the slot's last failure stays visible across attempts.
 	FailureBase int `bson:"failure_base,omitempty"`
+	// JobRun is the id of the job run this workload runs (docs/jobs.md section 7), empty for
+	// a service's workload; such a workload has no slot and runs to completion. JobTimeoutS and
+	// JobRetries are the job's, copied when the run was placed.
+	JobRun      string `bson:"job_run,omitempty"`
+	JobTimeoutS int    `bson:"job_timeout_s,omitempty"`
+	JobRetries  int    `bson:"job_retries,omitempty"`
+	// JobOutcome is the node's newest report of the run (nil before the first).
+	JobOutcome *JobOutcome `bson:"job_outcome,omitempty"`
+}
+
+// JobOutcome is a job run's workload as its node reported it (abi/node JobOutcome).
+type JobOutcome struct {
+	Result     string    `bson:"result"`
+	Attempts   int       `bson:"attempts"`
+	ExitCode   *int      `bson:"exit_code,omitempty"`
+	Signal     int       `bson:"signal,omitempty"`
+	StartedAt  time.Time `bson:"started_at,omitempty"`
+	EndedAt    time.Time `bson:"ended_at,omitempty"`
+	OutputTail string    `bson:"output_tail,omitempty"`
+}
+
+// KindJob is [Service.Kind] of a job.
+const KindJob = "job"
+
+// IsJob reports whether s is a job rather than a service.
+func (s *Service) IsJob() bool { return s.Kind == KindJob }
+
+// Concurrency policies of a job (docs/jobs.md section 7).
+const (
+	ConcurrencyForbid  = "forbid"
+	ConcurrencyReplace = "replace"
+	ConcurrencyAllow   = "allow"
+)
+
+// JobSettings is a job's schedule and run policy as stored, defaults written out
+// (docs/jobs.md section 7).
+type JobSettings struct {
+	// Schedule and TimeZone say when it fires (docs/jobs.md sections 1 to 3); an empty
+	// Schedule runs only when asked.
+	Schedule string `bson:"schedule,omitempty"`
+	TimeZone string `bson:"time_zone,omitempty"`
+	// Concurrency is ConcurrencyForbid, ConcurrencyReplace or ConcurrencyAllow.
+	Concurrency string `bson:"concurrency"`
+	// TimeoutS bounds each attempt in seconds (0: none); Retries counts the attempts after
+	// the first.
+	TimeoutS int `bson:"timeout_s,omitempty"`
+	Retries  int `bson:"retries,omitempty"`
+	// StartingDeadlineS is how late a fire time may still start, in seconds.
+	StartingDeadlineS int `bson:"starting_deadline_s"`
+	// KeepHistory is how many ended runs are kept.
+	KeepHistory int `bson:"keep_history"`
+	// Suspended reports whether an operator suspended the schedule (berth job suspend); an
+	// apply keeps it.
+	Suspended bool `bson:"suspended,omitempty"`
 }
 
 // Volume is one persistent directory of a service: a name unique within it and, for
@@ -1041,6 +1100,8 @@ type Observation struct {
 	// LastFailure is the node's newest failure of the workload; nil keeps
 	// the one stored (a failure is never forgotten by a report that omits it).
 	LastFailure *Failure
+	// Job is the node's report of a job run's workload; nil keeps the one stored.
+	Job *JobOutcome
 }
 
 // Observe records a node's report of its workloads. Only workloads placed on
@@ -1067,14 +1128,25 @@ func (c *Catalog) Observe(ctx context.Context, nodeID string, obs []Observation)
 			reported = &f
 		}
 		newFailure := reported != nil && !reported.Equal(cur.LastFailure)
+		var job *JobOutcome
+		if o.Job != nil {
+			j := *o.Job
+			j.StartedAt, j.EndedAt = j.StartedAt.UTC().Truncate(time.Millisecond), j.EndedAt.UTC().Truncate(time.Millisecond)
+			if cur.JobOutcome == nil || !reflect.DeepEqual(*cur.JobOutcome, j) {
+				job = &j
+			}
+		}
 		if cur.NodeID != nodeID || (cur.ObservedStatus == o.ObservedStatus && cur.Health == o.Health &&
-			cur.Address == o.Address && cur.RestartCount == o.RestartCount && cur.Message == o.Message && !newFailure) {
+			cur.Address == o.Address && cur.RestartCount == o.RestartCount && cur.Message == o.Message && !newFailure && job == nil) {
 			continue
 		}
 		set := bson.M{"observed_status": o.ObservedStatus, "health": o.Health, "address": o.Address,
 			"restart_count": o.RestartCount, "message": o.Message, "observed_at": now}
 		if newFailure {
 			set["last_failure"] = *reported
+		}
+		if job != nil {
+			set["job_outcome"] = *job
 		}
 		switch {
 		case o.ObservedStatus == "running" && o.Health == "passing":

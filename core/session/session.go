@@ -736,12 +736,22 @@ func (s *Server) reportAllocatable(ctx context.Context, c *conn, a *node.Allocat
 	}
 }
 
+// jobOutcomeOf is the core's record of a node's job run report (nil: none).
+func jobOutcomeOf(j *node.JobOutcome) *services.JobOutcome {
+	if j == nil {
+		return nil
+	}
+	return &services.JobOutcome{Result: j.Result, Attempts: j.Attempts, ExitCode: j.ExitCode, Signal: j.Signal,
+		StartedAt: j.StartedAt, EndedAt: j.EndedAt, OutputTail: j.OutputTail}
+}
+
 func (s *Server) observe(ctx context.Context, c *conn, rep *node.StatusReport) {
 	obs := make([]services.Observation, 0, len(rep.Workloads))
 	for _, w := range rep.Workloads {
 		obs = append(obs, services.Observation{
 			WorkloadID: w.WorkloadID, ObservedStatus: w.ObservedStatus, Health: w.Health,
 			Address: w.Address, RestartCount: w.RestartCount, Message: w.Message, LastFailure: failureOf(w.LastFailure),
+			Job: jobOutcomeOf(w.Job),
 		})
 	}
 	changed, err := s.cfg.Catalog.Observe(ctx, c.nodeID, obs)

@@ -286,9 +286,37 @@ type ServiceSpec struct {
 	// DNS to the operator (docs/dns.md section 7).
 	DNS string `json:"dns,omitempty"`
 
+	// Kind is "service" (also when empty: kept running) or "job" (runs to completion, once per
+	// fire time of Job.Schedule or when asked: docs/jobs.md section 7).
+	Kind string `json:"kind,omitempty"`
+	// Job is a job's schedule and run policy; only with kind job, where nil means a job run
+	// only when asked (berth job run).
+	Job *JobSpec `json:"job,omitempty"`
+
 	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 	// Container is the container part of the spec (docs/api.md; docs/plugins.md section 3).
 	Container
+}
+
+// JobSpec is what a job adds to its spec (docs/jobs.md section 7). Zero fields take the
+// defaults named.
+type JobSpec struct {
+	// Schedule is a cron expression, a descriptor or "@every <duration>" (docs/jobs.md section
+	// 1); empty: the job runs only when asked.
+	Schedule string `json:"schedule,omitempty"`
+	// TimeZone is the IANA zone the schedule is read in; empty means UTC.
+	TimeZone string `json:"time_zone,omitempty"`
+	// Concurrency says what a fire time does while a run of the job is live: "forbid" (the
+	// default: it is recorded missed), "replace" (the live run is stopped first) or "allow".
+	Concurrency string `json:"concurrency,omitempty"`
+	// TimeoutS bounds each attempt of a run, in seconds; 0 means none.
+	TimeoutS int `json:"timeout_s,omitempty"`
+	// Retries is how many times a failed attempt starts again, after the slot backoff (0 to 10).
+	Retries int `json:"retries,omitempty"`
+	// StartingDeadlineS is how late a fire time may still start (default 300).
+	StartingDeadlineS int `json:"starting_deadline_s,omitempty"`
+	// KeepHistory is how many ended runs are kept (default 20, at most 1000).
+	KeepHistory int `json:"keep_history,omitempty"`
 }
 
 // Container is what a service on the containerd runtime adds to its spec.

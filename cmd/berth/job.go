@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// exitStatus ends the CLI with code after printing msg (when not empty) on stderr: how a
+// command that ran something reports that thing's exit code (berth job run --wait).
+type exitStatus struct {
+	code int
+	msg  string
+}
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d: %s", e.code, e.msg) }
+
+func newJobCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "job ls|runs|run|cancel|suspend|resume",
+		RunE:  groupRunE,
+		Short: "List jobs and their runs, run a job now, cancel a run, suspend or resume a schedule",
+		Long: `A job is declared like a service, with kind: job in the apply file, and runs
+to completion: once per fire time of its schedule, or when asked
+(docs/jobs.md). Its runs are named JOB@INSTANT, the fire time in UTC
+(nightly@2026-12-02T03:00:00Z), or JOB@INSTANT-manual-XXXXXXXX for a run
+started with 'berth job run'.`,
+		Example: `  berth job ls
+  berth job runs nightly
+  berth job run nightly --wait
+  berth job cancel nightly@2026-12-02T03:00:00Z
+  berth job suspend nightly`,
+	}
+	cmd.AddCommand(newJobLsCmd(a), newJobRunsCmd(a), newJobRunCmd(a), newJobCancelCmd(a), newJobSuspendCmd(a, true), newJobSuspendCmd(a, false))
+	return cmd
+}
+
+func newJobLsCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls",
+		Short: "List the project's jobs with their schedule and last run",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			jobs, err := c.Jobs(cmd.Context(), s.Project)
+			if err != nil {
+				return fmt.Errorf("list jobs of %s: %w", s.Project, err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, jobs)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSCHEDULE\tCONCURRENCY\tSUSPENDED\tLAST RUN\tSTATE")
+			for _, j := range jobs {
+				sched := j.Schedule
+				if sched == "" {
+					sched = "(on demand)"
+				} else if j.TimeZone != "" {
+					sched += " " + j.TimeZone
+				}
+				last, state := "-", "-"
+				if j.LastRun != nil {
+					last, state = j.LastRun.Name(), j.LastRun.State
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%s\t%s\n", j.Name, sched, j.Concurrency, j.Suspended, last, state)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newJobRunsCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "runs JOB",
+		Short: "List a job's runs, oldest first, with how each ended",
+		Long: `runs lists the runs the job keeps (keep_history, 20 by default): each fire
+time recorded, placed or missed, and each manual run, with its state, exit
+code or signal, duration and node.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			project, name := splitService(args[0], s.Project)
+			runs, err := c.JobRuns(cmd.Context(), project, name)
+			if err != nil {
+				return fmt.Errorf("runs of job %s/%s: %w", project, name, err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, runs)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "RUN\tSTATE\tEXIT\tDURATION\tATTEMPTS\tNODE\tMESSAGE")
+			for _, r := range runs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Name(), r.State, exitOf(r), durationOf(r), r.Attempts, dash(r.NodeID), r.Message)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func exitOf(r client.JobRun) string {
+	switch {
+	case r.Signal != 0:
+		return fmt.Sprintf("signal %d", r.Signal)
+	case r.ExitCode != nil:
+		return fmt.Sprint(*r.ExitCode)
+	}
+	return "-"
+}
+
+func durationOf(r client.JobRun) string {
+	if r.DurationS == 0 && r.EndedAt.IsZero() {
+		return "-"
+	}
+	return (time.Duration(r.DurationS * float64(time.Second))).Round(time.Millisecond).String()
+}
+
+func newJobRunCmd(a *app) *cobra.Command {
+	var (
+		wait    bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "run JOB",
+		Short: "Run a job now, outside its schedule",
+		Long: `run starts a run of the job now and prints its name. A manual run ignores the
+job's concurrency policy and starting deadline; it is placed like any run,
+on a node the placement decider chooses, and stays pending while none fits.
+
+With --wait it follows the run until it ends, prints the tail of its output
+(at most 4 KiB), and exits with the run's exit code: 0 when it succeeded, the
+process's code when it failed, 128+N when signal N killed it, and 1 when it
+timed out, was cancelled, or --timeout passed first.`,
+		Example: `  berth job run nightly
+  berth job run migrate --wait --timeout 30m`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			project, name := splitService(args[0], s.Project)
+			run, err := c.RunJob(cmd.Context(), project, name)
+			if err != nil {
+				return fmt.Errorf("run job %s/%s: %w", project, name, err)
+			}
+			if !wait {
+				if a.output == outputJSON {
+					return printJSON(a.stdout, run)
+				}
+				fmt.Fprintln(a.stdout, run.Name())
+				return nil
+			}
+			fmt.Fprintln(a.stderr, "run "+run.Name()+" started; waiting for it to end")
+			return a.waitRun(cmd.Context(), c, project, run.Name(), timeout)
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the run until it ends and exit with its exit code")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "with --wait: how long to wait at most")
+	return cmd
+}
+
+// waitRun polls run until it ends or timeout passes, prints its output tail, and returns the
+// exitStatus of the run.
+func (a *app) waitRun(ctx context.Context, c *client.Client, project, name string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		r, err := c.GetJobRun(ctx, project, name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return exitStatus{code: 1, msg: fmt.Sprintf("run %s did not end within %s", name, timeout)}
+			}
+			return fmt.Errorf("read run %s: %w", name, err)
+		}
+		if r.Final() {
+			if a.output == outputJSON {
+				if err := printJSON(a.stdout, r); err != nil {
+					return err
+				}
+			} else if r.OutputTail != "" {
+				fmt.Fprint(a.stdout, r.OutputTail)
+				if !strings.HasSuffix(r.OutputTail, "\n") {
+					fmt.Fprintln(a.stdout)
+				}
+			}
+			msg := fmt.Sprintf("run %s %s (exit %s, %s)", name, r.State, exitOf(*r), durationOf(*r))
+			if r.Message != "" {
+				msg += ": " + r.Message
+			}
+			switch {
+			case r.State == "succeeded":
+				fmt.Fprintln(a.stderr, msg)
+				return nil
+			case r.Signal != 0:
+				return exitStatus{code: 128 + r.Signal, msg: msg}
+			case r.ExitCode != nil && *r.ExitCode != 0 && r.State == "failed":
+				return exitStatus{code: *r.ExitCode, msg: msg}
+			}
+			return exitStatus{code: 1, msg: msg}
+		}
+		select {
+		case <-ctx.Done():
+			return exitStatus{code: 1, msg: fmt.Sprintf("run %s did not end within %s (it is %s)", name, timeout, r.State)}
+		case <-tick.C:
+		}
+	}
+}
+
+func newJobCancelCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel RUN",
+		Short: "Stop a live run and record it cancelled",
+		Long: `cancel removes a pending or running run's workload from its node, which stops
+it (gracefully, then forcibly), and records the run cancelled. A run that
+ended already is shown as it is. RUN is JOB@INSTANT as 'berth job runs' shows it.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			r, err := c.CancelJobRun(cmd.Context(), s.Project, args[0])
+			if err != nil {
+				return fmt.Errorf("cancel run %s: %w", args[0], err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, r)
+			}
+			fmt.Fprintf(a.stdout, "run %s %s\n", r.Name(), r.State)
+			return nil
+		},
+	}
+}
+
+func newJobSuspendCmd(a *app, suspend bool) *cobra.Command {
+	use, short := "resume JOB", "Continue a suspended job's schedule"
+	long := `resume lets the job's schedule fire again. Fire times while it was suspended are
+not run, except the latest when it is within the starting deadline.`
+	if suspend {
+		use, short = "suspend JOB", "Hold a job's schedule (runs under way go on)"
+		long = `suspend stops the job's schedule from recording new runs until 'berth job
+resume'; runs under way go on. Like every change of what runs, it is admitted
+by the service.apply policies (cause job.control) and kept in the change log.`
+	}
+	return &cobra.Command{
+		Use: use, Short: short, Long: long,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			project, name := splitService(args[0], s.Project)
+			if err := c.SuspendJob(cmd.Context(), project, name, suspend); err != nil {
+				return fmt.Errorf("%s job %s/%s: %w", strings.Fields(use)[0], project, name, err)
+			}
+			state := "resumed"
+			if suspend {
+				state = "suspended"
+			}
+			fmt.Fprintf(a.stdout, "job %s/%s %s\n", project, name, state)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,115 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Job is one job as GET /api/v1/projects/{p}/jobs lists it (docs/jobs.md section 7).
+type Job struct {
+	Name        string  `json:"name"`
+	Revision    int64   `json:"revision"`
+	Schedule    string  `json:"schedule,omitempty"`
+	TimeZone    string  `json:"time_zone,omitempty"`
+	Concurrency string  `json:"concurrency"`
+	TimeoutS    int     `json:"timeout_s,omitempty"`
+	Retries     int     `json:"retries,omitempty"`
+	Suspended   bool    `json:"suspended,omitempty"`
+	LastRun     *JobRun `json:"last_run,omitempty"`
+}
+
+// JobRun is one run of a job (docs/jobs.md sections 4 to 7). ID is "<project>/<job>@<instant>";
+// State is pending, running, succeeded, failed, timed_out, missed or cancelled.
+type JobRun struct {
+	ID         string    `json:"id"`
+	Job        string    `json:"job"`
+	FireTime   time.Time `json:"fire_time"`
+	State      string    `json:"state"`
+	Trigger    string    `json:"trigger,omitempty"`
+	WorkloadID string    `json:"workload_id,omitempty"`
+	NodeID     string    `json:"node_id,omitempty"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	EndedAt    time.Time `json:"ended_at,omitzero"`
+	DurationS  float64   `json:"duration_s,omitempty"`
+	Attempts   int       `json:"attempts,omitempty"`
+	ExitCode   *int      `json:"exit_code,omitempty"`
+	Signal     int       `json:"signal,omitempty"`
+	OutputTail string    `json:"output_tail,omitempty"`
+	Message    string    `json:"message,omitempty"`
+}
+
+// Name is the run's id without its project: "<job>@<instant>", what the run routes take.
+func (r JobRun) Name() string {
+	for i := range len(r.ID) {
+		if r.ID[i] == '/' {
+			return r.ID[i+1:]
+		}
+	}
+	return r.ID
+}
+
+// Final reports whether the run ended (it never changes again).
+func (r JobRun) Final() bool { return r.State != "pending" && r.State != "running" }
+
+func jobPath(project, name string) string {
+	return "/projects/" + pathEscape(project) + "/jobs/" + pathEscape(name)
+}
+
+func runPath(project, run string) string {
+	return "/projects/" + pathEscape(project) + "/job-runs/" + pathEscape(run)
+}
+
+// Jobs lists the jobs of project.
+func (c *Client) Jobs(ctx context.Context, project string) ([]Job, error) {
+	var out struct {
+		Jobs []Job `json:"jobs"`
+	}
+	err := c.do(ctx, http.MethodGet, "/projects/"+pathEscape(project)+"/jobs", nil, nil, "", true, &out)
+	return out.Jobs, err
+}
+
+// JobRuns lists the runs of job name, oldest first.
+func (c *Client) JobRuns(ctx context.Context, project, name string) ([]JobRun, error) {
+	var out struct {
+		Runs []JobRun `json:"runs"`
+	}
+	err := c.do(ctx, http.MethodGet, jobPath(project, name)+"/runs", nil, nil, "", true, &out)
+	return out.Runs, err
+}
+
+// RunJob starts a manual run of job name now and returns it.
+func (c *Client) RunJob(ctx context.Context, project, name string) (*JobRun, error) {
+	var out JobRun
+	if err := c.do(ctx, http.MethodPost, jobPath(project, name)+"/run", nil, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SuspendJob holds (suspend true) or continues job name's schedule.
+func (c *Client) SuspendJob(ctx context.Context, project, name string, suspend bool) error {
+	action := "/resume"
+	if suspend {
+		action = "/suspend"
+	}
+	return c.do(ctx, http.MethodPost, jobPath(project, name)+action, nil, nil, "", true, nil)
+}
+
+// GetJobRun reads run ("<job>@<instant>") of project.
+func (c *Client) GetJobRun(ctx context.Context, project, run string) (*JobRun, error) {
+	var out JobRun
+	if err := c.do(ctx, http.MethodGet, runPath(project, run), nil, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// CancelJobRun stops a live run and records it cancelled; an ended run is returned as it is.
+func (c *Client) CancelJobRun(ctx context.Context, project, run string) (*JobRun, error) {
+	var out JobRun
+	if err := c.do(ctx, http.MethodPost, runPath(project, run)+"/cancel", nil, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
