@@ -77,7 +77,11 @@ type Config struct {
 	// ("sha256:<64 hex>"), written into join commands (docs/node-protocol.md
 	// section 2.2); empty leaves --fingerprint out.
 	ServerFingerprint string
-	ClusterID         string
+	// PublicKeyPin is curl's pin of the server's public key ("sha256//<base64>",
+	// identity.PublicKeyPin), written into join commands and setup scripts
+	// (docs/joining.md section 3); empty trusts the system CAs.
+	PublicKeyPin string
+	ClusterID    string
 	// ClusterPublicKey is the cluster signing key handed to enrolling nodes;
 	// CurrentPublicKey, when not nil, is asked instead, so that nodes
 	// enrolled after a key rotation pin the new key.
@@ -211,6 +215,9 @@ func New(cfg Config) *Server {
 	v1.GET("/bundles/:digest", s.downloadBundle, s.auth(scopeNodeOrRead))
 
 	v1.POST("/nodes/join-tokens", s.createJoinToken, s.auth(identity.ScopeNodeEnroll))
+	v1.POST("/nodes/join-codes", s.createJoinCode, s.auth(identity.ScopeNodeEnroll))
+	e.GET("/join/:code/setup.sh", s.joinSetup) // the join code is the proof
+	e.GET("/downloads/:name", s.download)
 	v1.GET("/nodes", s.listNodes, s.auth(identity.ScopeNodesRead))
 	v1.GET("/nodes/:id", s.getNode, s.auth(identity.ScopeNodesRead))
 	v1.DELETE("/nodes/:id", s.removeNode, s.auth(identity.ScopeNodeRemove, reauth))
@@ -291,6 +298,7 @@ func routeBody(c echo.Context) bodyKind {
 	switch c.Request().Method + " " + c.Path() {
 	case "POST /api/v1/nodes/enroll",
 		"POST /api/v1/nodes/join-tokens",
+		"POST /api/v1/nodes/join-codes",
 		"POST /api/v1/nodes/:id/fence-ack",
 		"POST /api/v1/nodes/:id/retire",
 		"PUT /api/v1/nodes/:id/capacity",

@@ -430,12 +430,14 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Manifests:     oci,
 		Secrets:       &api.SecretsConfig{Store: p.sec, Rewrap: p.rewrap.Kick},
 		Catalog:       s.cat, Nodes: s.reg, Bundles: s.bundles, Tokens: s.tokens, Hinter: c.rec, Sessions: c.sessions, NodeOps: c.sessions, Events: s.evlog, Changelog: s.clog,
-		PublicURL: cfg.PublicURL, ServerFingerprint: b.tls.Fingerprint, ClusterID: b.clusterID, ClusterPublicKey: b.key.Public().(ed25519.PublicKey), CurrentPublicKey: c.sessions.PublicKey,
+		PublicURL: cfg.PublicURL, ServerFingerprint: b.tls.Fingerprint, PublicKeyPin: b.tls.PublicKeyPin, ClusterID: b.clusterID, ClusterPublicKey: b.key.Public().(ed25519.PublicKey), CurrentPublicKey: c.sessions.PublicKey,
 		Logger: log, Metrics: b.metrics,
 		Ready:  func(ctx context.Context) error { return b.st.Ping(ctx) },
 		Policy: p.ext.policy, Routes: c.rec, KeyRotator: keyRotator{dataDir: cfg.DataDir, sessions: c.sessions},
 		Orchestration: p.orch.api, Leases: c.leases, Guard: fencing.NewGuard(b.st, nil), ACME: acmeChecker(c.acme),
-		Releases:     releases.New(cfg.ReleaseDir),
+		// The release directory, and the binaries berthd was shipped with (beside its plugins):
+		// upgrades and the setup scripts of join codes download from both (docs/joining.md).
+		Releases:     releases.New(cfg.ReleaseDir).WithShipped(cfg.PluginDir),
 		Plugins:      pluginStatuses,
 		Bindings:     binds,
 		Runtime:      c.runtime,
