@@ -121,7 +121,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newSpecCmd(a),
 		newDeleteCmd(a),
 		newBindingCmd(a),
-		newJoinTokenCmd(a), newJoinCodeCmd(a),
+		newJoinTokenCmd(a), newJoinCodeCmd(a), newMachineCmd(a),
 		newNodeCmd(a),
 		newClusterCmd(a),
 		newBundleCmd(a),

@@ -29,6 +29,7 @@ import (
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/machines"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/registry"
@@ -155,6 +156,8 @@ type Config struct {
 	// Config (Catalog, Runtime, Bundles, Secrets, Bindings, Policy, ImageReleases, Manifests,
 	// ACME, Events, Metrics).
 	Deployer *deploy.Deployer
+	// Machines serves /machines (machines.go, docs/machines.md); nil leaves the routes out.
+	Machines *machines.Machines
 }
 
 // Server is the API's HTTP handler.
@@ -264,6 +267,7 @@ func New(cfg Config) *Server {
 	s.registerNodeCapacity(v1)
 	s.registerOrchestration(v1)
 	s.registerBackups(v1)
+	s.registerMachines(v1)
 	s.registerRunnerTransport(e)
 	e.RouteNotFound("/*", func(c echo.Context) error {
 		return problem(abierrors.NotFound, "no such endpoint: "+c.Request().Method+" "+c.Request().URL.Path)
@@ -299,6 +303,7 @@ func routeBody(c echo.Context) bodyKind {
 	case "POST /api/v1/nodes/enroll",
 		"POST /api/v1/nodes/join-tokens",
 		"POST /api/v1/nodes/join-codes",
+		"POST /api/v1/machines",
 		"POST /api/v1/nodes/:id/fence-ack",
 		"POST /api/v1/nodes/:id/retire",
 		"PUT /api/v1/nodes/:id/capacity",

@@ -30,6 +30,7 @@ import (
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/machines"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/reconciler"
@@ -240,13 +241,16 @@ func openChangelog(ctx context.Context, st *store.Store, log *slog.Logger) (*cha
 // parts are the processes and engines berthd drives: orchestration, the WebAssembly
 // extensions, the gateway, secrets with their re-wrapper, and the DNS plugin.
 type parts struct {
-	orch       *orchestration
-	ext        *extensions
-	gw         reconciler.RouteSink
-	sec        *secrets.Store
-	rewrap     *secrets.Rewrapper
-	dns        *dns
-	supervised []*plugin.Provider // the provider plugins in GET /api/v1/plugins
+	orch     *orchestration
+	ext      *extensions
+	gw       reconciler.RouteSink
+	sec      *secrets.Store
+	rewrap   *secrets.Rewrapper
+	dns      *dns
+	machines *machines.Machines
+	// machineProviders are the machine provider plugins; the machine worker runs when there is one.
+	machineProviders []*plugin.Provider
+	supervised       []*plugin.Provider // the provider plugins in GET /api/v1/plugins
 }
 
 func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *closeStack) (*parts, error) {
@@ -292,6 +296,16 @@ func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *clo
 	if p.dns != nil {
 		closers.push(p.dns.close)
 		p.supervised = append(p.supervised, p.dns.handle)
+	}
+	// Machines and their provider plugins (docs/machines.md).
+	m, handles, err := startMachines(ctx, cfg, b.st, p.orch.api.Operations, s.reg, p.sec, s.cat, b.tls.PublicKeyPin, log)
+	if err != nil {
+		return nil, err
+	}
+	p.machines, p.machineProviders = m, handles
+	for _, h := range handles {
+		closers.push(func() { _ = h.Close() })
+		p.supervised = append(p.supervised, h)
 	}
 	return p, nil
 }
@@ -444,6 +458,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Idempotency:  idempotency.New(b.st),
 		Certificates: certs.NewStatusReader(b.st),
 		Deployer:     c.dep,
+		Machines:     p.machines,
 	})
 	f.srv = &http.Server{
 		Handler:           withRegistry(withDashboard(f.api, ui.New(ui.Config{API: f.api, Metrics: b.metrics, Logger: log, Wake: dashboardFeed(b.st)})), oci),
