@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -109,11 +110,15 @@ func newEnrollCmd(stdout, stderr io.Writer) *cobra.Command {
 	var cfg agent.EnrollConfig
 	var labels []string
 	var res resourceFlags
+	var tokenStdin bool
 	cmd := &cobra.Command{
 		Use:   "enroll",
-		Short: "Enroll this machine as a node with a one-time join token",
+		Short: "Enroll this machine as a node with a one-time join token or join code",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := readJoinToken(cmd.InOrStdin(), tokenStdin, &cfg.JoinToken); err != nil {
+				return err
+			}
 			cfg.Labels = map[string]string{}
 			for _, l := range labels {
 				k, v, ok := strings.Cut(l, "=")
@@ -139,7 +144,8 @@ func newEnrollCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Server, "server", "", "berthd URL, e.g. https://berth.example.com (required)")
-	f.StringVar(&cfg.JoinToken, "join-token", "", "one-time join token (required)")
+	f.StringVar(&cfg.JoinToken, "join-token", "", "one-time join token or join code (this or --join-token-stdin)")
+	f.BoolVar(&tokenStdin, "join-token-stdin", false, "read the join token or code from the first line of stdin, so it never shows in a process list (the setup script's way)")
 	f.StringVar(&cfg.Fingerprint, "fingerprint", "", "SHA-256 fingerprint of berthd's TLS certificate to pin (from the join command; empty trusts the system CAs)")
 	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir, "agent data directory")
 	f.StringArrayVar(&labels, "label", nil, "node label key=value (repeatable)")
@@ -147,10 +153,29 @@ func newEnrollCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&cfg.Address, "address", "127.0.0.1", "host address workloads bind to")
 	f.StringVar(&cfg.Hostname, "hostname", "", "node hostname (default: this machine's)")
 	res.register(f)
-	for _, n := range []string{"server", "join-token"} {
-		_ = cmd.MarkFlagRequired(n)
-	}
+	_ = cmd.MarkFlagRequired("server")
 	return cmd
+}
+
+// readJoinToken sets *token from the first line of in when fromStdin, and
+// refuses both or neither of --join-token and --join-token-stdin.
+func readJoinToken(in io.Reader, fromStdin bool, token *string) error {
+	switch {
+	case fromStdin && *token != "":
+		return fmt.Errorf("give --join-token or --join-token-stdin, not both")
+	case !fromStdin && *token == "":
+		return fmt.Errorf("a join token is required: --join-token or --join-token-stdin")
+	case !fromStdin:
+		return nil
+	}
+	line, err := bufio.NewReader(io.LimitReader(in, 4096)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read the join token from stdin: %w", err)
+	}
+	if *token = strings.TrimSpace(line); *token == "" {
+		return fmt.Errorf("--join-token-stdin: stdin holds no join token")
+	}
+	return nil
 }
 
 func newRunCmd(stderr io.Writer) *cobra.Command {

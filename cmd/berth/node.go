@@ -45,6 +45,7 @@ Needs the human-only scope node:remove.`,
 
 func newNodeRetireCmd(a *app) *cobra.Command {
 	var disposition string
+	var deleteMachine bool
 	cmd := &cobra.Command{
 		Use:   "retire NODE_ID [--disposition withdrawn|lost]",
 		Short: "Retire a node from placement; its replicas move to other nodes",
@@ -64,8 +65,9 @@ section 5). How its slots are let go depends on --disposition:
 
 The answer shows the retirement's state (retiring or retired), what it waits
 on, and how many slots it covers. Also refused with node_not_found and
-node_already_retired.`,
-		Example: `  berth node retire nod_01JC9Y2M4Q7V8B1N6T3R5K9XZP
+node_already_retired. With --delete-machine, the server of the machine bound
+to the node is deleted once the retirement is recorded (docs/machines.md).`,
+		Example: `  berth node retire nod_01JC9Y2M4Q7V8B1N6T3R5K9XZP --delete-machine
   berth node retire nod_01JC9Y2M4Q7V8B1N6T3R5K9XZP --disposition lost`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -90,10 +92,27 @@ node_already_retired.`,
 				wait = ", waiting on " + out.Wait
 			}
 			fmt.Fprintf(a.stdout, "node %s %s (%s)%s, %d slot(s)\n", args[0], out.State, orDash(out.Disposition), wait, out.Slots)
+			if deleteMachine {
+				ms, err := c.ListMachines(cmd.Context())
+				if err != nil {
+					return fmt.Errorf("find the machine of node %s: %w", args[0], err)
+				}
+				for _, m := range ms {
+					if m.NodeID == args[0] && m.State != "deleted" {
+						if _, err := c.DeleteMachine(cmd.Context(), m.ID); err != nil {
+							return fmt.Errorf("delete machine %s of node %s: %w", m.ID, args[0], err)
+						}
+						fmt.Fprintf(a.stdout, "machine %s deleting\n", m.ID)
+						return nil
+					}
+				}
+				return fmt.Errorf("--delete-machine: no machine is bound to node %s", args[0])
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&disposition, "disposition", "withdrawn", "withdrawn (stop and remove its slots first) or lost (release them at once)")
+	cmd.Flags().BoolVar(&deleteMachine, "delete-machine", false, "also delete the server of the machine bound to the node")
 	return cmd
 }
 

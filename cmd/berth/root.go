@@ -129,7 +129,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newSpecCmd(a),
 		newDeleteCmd(a),
 		newBindingCmd(a),
-		newJoinTokenCmd(a),
+		newJoinTokenCmd(a), newJoinCodeCmd(a), newMachineCmd(a),
 		newNodeCmd(a),
 		newClusterCmd(a),
 		newBundleCmd(a),

@@ -119,6 +119,8 @@ func serveFlags(cfg *server.Config, level *slog.Level, configFile *string) *pfla
 	fs.BoolVar(&cfg.RunnerTransport, "runner-transport", false, "serve the runner transport /api/runner/v1 (off: 404 on the whole prefix)")
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "loopback address serving Go runtime profiles at /debug/pprof/ (default: none)")
 	fs.StringVar(&cfg.CorestoreConfig, "corestore-config", "", "JSON file (0600) configuring the corestore plugin: the PostgreSQL, MongoDB and S3 servers bindings are made on; values \"secret:PROJECT/NAME\" are taken from berthd's secrets (default: no bindings; docs/bindings.md)")
+	fs.StringVar(&cfg.HetznerConfig, "hetzner-config", "", "0600 JSON file of the Hetzner provider plugin's configuration: token, token_file or token_secret_ref {project, secret}, endpoint (docs/machines.md; default: no machine provider)")
+	fs.DurationVar(&cfg.MachineJoinTimeout, "machine-join-timeout", 0, "how long a machine create waits for its node to enroll before it deletes the server (default 15m)")
 	fs.StringVar(&cfg.DNSConfig, "dns-config", "", "0600 JSON file of the DNS plugin's configuration, TSIG secret included (docs/dns.md; default: no DNS plugin)")
 	fs.StringSliceVar(&cfg.EdgeAddresses, "edge-addresses", nil, "comma-separated IP addresses the domains of dns: managed services point at (docs/dns.md)")
 	fs.DurationVar(&cfg.Sweep.Quiet, "sweep-quiet", slots.DefaultQuiet, "reconcile once hints have been quiet this long")

@@ -31,6 +31,7 @@ import (
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/jobs"
+	"github.com/berthhq/berth/core/machines"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/registry"
@@ -85,7 +86,11 @@ type Config struct {
 	// ("sha256:<64 hex>"), written into join commands (docs/node-protocol.md
 	// section 2.2); empty leaves --fingerprint out.
 	ServerFingerprint string
-	ClusterID         string
+	// PublicKeyPin is curl's pin of the server's public key ("sha256//<base64>",
+	// identity.PublicKeyPin), written into join commands and setup scripts
+	// (docs/joining.md section 3); empty trusts the system CAs.
+	PublicKeyPin string
+	ClusterID    string
 	// ClusterPublicKey is the cluster signing key handed to enrolling nodes;
 	// CurrentPublicKey, when not nil, is asked instead, so that nodes
 	// enrolled after a key rotation pin the new key.
@@ -161,6 +166,8 @@ type Config struct {
 	Deployer *deploy.Deployer
 	// Jobs serves the job routes (jobs.go, docs/jobs.md section 7); nil leaves them out.
 	Jobs *jobs.Controller
+	// Machines serves /machines (machines.go, docs/machines.md); nil leaves the routes out.
+	Machines *machines.Machines
 }
 
 // Server is the API's HTTP handler.
@@ -221,6 +228,9 @@ func New(cfg Config) *Server {
 	v1.GET("/bundles/:digest", s.downloadBundle, s.auth(scopeNodeOrRead))
 
 	v1.POST("/nodes/join-tokens", s.createJoinToken, s.auth(identity.ScopeNodeEnroll))
+	v1.POST("/nodes/join-codes", s.createJoinCode, s.auth(identity.ScopeNodeEnroll))
+	e.GET("/join/:code/setup.sh", s.joinSetup) // the join code is the proof
+	e.GET("/downloads/:name", s.download)
 	v1.GET("/nodes", s.listNodes, s.auth(identity.ScopeNodesRead))
 	v1.GET("/nodes/:id", s.getNode, s.auth(identity.ScopeNodesRead))
 	v1.DELETE("/nodes/:id", s.removeNode, s.auth(identity.ScopeNodeRemove, reauth))
@@ -271,6 +281,7 @@ func New(cfg Config) *Server {
 	s.registerOrchestration(v1)
 	s.registerBackups(v1)
 	s.registerClusters(v1)
+	s.registerMachines(v1)
 	s.registerRunnerTransport(e)
 	e.RouteNotFound("/*", func(c echo.Context) error {
 		return problem(abierrors.NotFound, "no such endpoint: "+c.Request().Method+" "+c.Request().URL.Path)
@@ -306,6 +317,8 @@ func routeBody(c echo.Context) bodyKind {
 	case "POST /api/v1/nodes/enroll",
 		"POST /api/v1/nodes/join-tokens",
 		"POST /api/v1/clusters",
+		"POST /api/v1/nodes/join-codes",
+		"POST /api/v1/machines",
 		"POST /api/v1/nodes/:id/fence-ack",
 		"POST /api/v1/nodes/:id/retire",
 		"PUT /api/v1/nodes/:id/capacity",

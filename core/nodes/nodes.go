@@ -4,8 +4,6 @@ package nodes
 
 import (
 	"context"
-	"crypto/ed25519"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
@@ -15,18 +13,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/clusters"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/store"
 )
-
-// DefaultJoinTokenTTL is the lifetime of a join token when none is asked for.
-const DefaultJoinTokenTTL = time.Hour
-
-// MaxJoinTokenTTL bounds the lifetime an operator may ask for.
-const MaxJoinTokenTTL = 7 * 24 * time.Hour
 
 // Errors of [Registry] methods.
 var (
@@ -151,16 +142,6 @@ type FenceFailure struct {
 	At           time.Time `bson:"at" json:"at"`
 }
 
-type joinToken struct {
-	Digest    string     `bson:"_id"`
-	CreatedAt time.Time  `bson:"created_at"`
-	ExpiresAt time.Time  `bson:"expires_at"`
-	UsedAt    *time.Time `bson:"used_at,omitempty"`
-	NodeID    string     `bson:"node_id,omitempty"`
-	// Cluster is the cluster the enrolled node joins; "" is the default cluster.
-	Cluster string `bson:"cluster,omitempty"`
-}
-
 // Registry reads and writes nodes and join tokens.
 type Registry struct {
 	st     *store.Store
@@ -195,30 +176,6 @@ func (r *Registry) EnsureIndexes(ctx context.Context) error {
 	return nil
 }
 
-// CreateJoinToken makes a one-time join token valid for ttl (zero means
-// DefaultJoinTokenTTL). The secret is returned once; only its digest is stored.
-func (r *Registry) CreateJoinToken(ctx context.Context, ttl time.Duration) (token string, expires time.Time, err error) {
-	return r.CreateClusterJoinToken(ctx, ttl, "")
-}
-
-// CreateClusterJoinToken is [Registry.CreateJoinToken] for a node of cluster ("" is the default
-// cluster). The caller checked that the cluster exists.
-func (r *Registry) CreateClusterJoinToken(ctx context.Context, ttl time.Duration, cluster string) (token string, expires time.Time, err error) {
-	if ttl <= 0 {
-		ttl = DefaultJoinTokenTTL
-	}
-	token, digest, err := identity.NewToken("brj_")
-	if err != nil {
-		return "", time.Time{}, err
-	}
-	now := r.now().UTC()
-	jt := joinToken{Digest: digest, CreatedAt: now, ExpiresAt: now.Add(ttl), Cluster: cluster}
-	if _, err := r.tokens.InsertOne(ctx, jt); err != nil {
-		return "", time.Time{}, fmt.Errorf("store join token: %w", err)
-	}
-	return token, jt.ExpiresAt, nil
-}
-
 // EnrollRequest is what a node proves and declares at enrollment.
 type EnrollRequest struct {
 	JoinToken string
@@ -239,64 +196,6 @@ type EnrollRequest struct {
 	// returned as is and nothing is recorded. A refused enrollment uses up
 	// its join token.
 	Admit func(ctx context.Context, n *Node) error
-}
-
-// Enroll consumes the join token (one compare-and-set on its document) and
-// records the node as pending. It returns the node and its credential, which
-// is shown once and stored only as a digest. Errors: ErrJoinTokenUsed,
-// ErrJoinTokenExpired, or a store error. A token consumed by an enrollment that
-// died before its node was recorded stays used: the operator makes a new one.
-func (r *Registry) Enroll(ctx context.Context, req EnrollRequest) (*Node, string, error) {
-	if pk, err := base64.StdEncoding.DecodeString(req.PublicKey); err != nil || len(pk) != ed25519.PublicKeySize {
-		return nil, "", fmt.Errorf("public_key: %w", errBadKey)
-	}
-	if req.BoxPublicKey != "" {
-		if bk, err := base64.StdEncoding.DecodeString(req.BoxPublicKey); err != nil || len(bk) != 32 {
-			return nil, "", fmt.Errorf("box_public_key: %w", errBadKey)
-		}
-	}
-	if err := req.Allocatable.Validate("allocatable"); err != nil {
-		return nil, "", fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	now := r.now().UTC()
-	digest := identity.Digest(req.JoinToken)
-	nodeID := identity.NewID("nod_")
-	cluster, err := r.consumeJoinToken(ctx, digest, nodeID, now)
-	if err != nil {
-		return nil, "", err
-	}
-	cred, credDigest, err := identity.NewToken("brn_")
-	if err != nil {
-		return nil, "", err
-	}
-	n := &Node{
-		ID: nodeID, Hostname: req.Hostname, Region: req.Region, Labels: req.Labels,
-		Address: req.Address, CPUs: req.CPUs, MemoryMB: req.MemoryMB, PublicKey: req.PublicKey, BoxPublicKey: req.BoxPublicKey,
-		Allocatable: req.Allocatable, CredentialDigest: credDigest, Status: StatusPending, EnrolledAt: now, Cluster: cluster,
-	}
-	if req.Admit != nil {
-		if err := req.Admit(ctx, n); err != nil {
-			return nil, "", err
-		}
-	}
-	// The credential index first: a crash before the node is stored leaves
-	// an entry that names no node, which authenticates nothing.
-	if _, err := r.creds.InsertOne(ctx, credentialDoc{Digest: credDigest, NodeID: nodeID}); err != nil {
-		return nil, "", fmt.Errorf("index node credential: %w", err)
-	}
-	if _, ok := changelog.ActorFrom(ctx); ok {
-		// Enrollment is recorded with the new node as its actor: the join
-		// token, not a principal, is the proof.
-		p, err := changelog.Prepare(changelog.Change{ActorType: "node", ActorID: n.ID, EntityType: "node", EntityID: n.ID, Op: node.OpCreate, Payload: n.LogPayload()})
-		if err != nil {
-			return nil, "", fmt.Errorf("record node: %w", err)
-		}
-		n.LogOutbox = []changelog.Pending{p}
-	}
-	if _, err := r.nodes.InsertOne(ctx, n); err != nil {
-		return nil, "", fmt.Errorf("record node: %w", err)
-	}
-	return n, cred, nil
 }
 
 // consumeJoinToken marks the join token whose digest is digest used by nodeID at now, once, and

@@ -34,10 +34,11 @@ var namePattern = regexp.MustCompile(`^(berth(?:-[a-z][a-z0-9]*)+)-([0-9][0-9A-Z
 // Catalog is safe for concurrent use. Files are hashed once per (size,
 // modification time) and re-read when either changes.
 type Catalog struct {
-	dir string
+	dir     string
+	shipped string // see [Catalog.WithShipped]
 
 	mu    sync.Mutex
-	cache map[string]entry // file name -> its last hash; mu must be held
+	cache map[string]entry // file name (or shipped path) -> its last hash; mu must be held
 }
 
 type entry struct {

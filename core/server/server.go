@@ -96,6 +96,13 @@ type Config struct {
 	// the domains of `dns: managed` services point at (docs/dns.md section 7).
 	DNSConfig     string
 	EdgeAddresses []string
+	// HetznerConfig is a JSON file (owner-only) holding the Hetzner provider plugin's
+	// configuration, its API token as token, token_file or token_secret_ref (docs/machines.md
+	// section 5); empty runs no machine provider and refuses machine creates.
+	HetznerConfig string
+	// MachineJoinTimeout bounds how long a machine create waits for its node to enroll; zero
+	// means 15 min.
+	MachineJoinTimeout time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -172,6 +179,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if pl.dns != nil {
 		loops = append(loops, pl.dns.sync.Run)
+	}
+	if len(pl.machineProviders) > 0 {
+		loops = append(loops, pl.machines.Run)
 	}
 	lctx, stopLoops := context.WithCancel(ctx)
 	var running sync.WaitGroup

@@ -32,6 +32,7 @@ import (
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/jobs"
+	"github.com/berthhq/berth/core/machines"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/reconciler"
@@ -247,13 +248,16 @@ func openChangelog(ctx context.Context, st *store.Store, log *slog.Logger) (*cha
 // parts are the processes and engines berthd drives: orchestration, the WebAssembly
 // extensions, the gateway, secrets with their re-wrapper, and the DNS plugin.
 type parts struct {
-	orch       *orchestration
-	ext        *extensions
-	gw         reconciler.RouteSink
-	sec        *secrets.Store
-	rewrap     *secrets.Rewrapper
-	dns        *dns
-	supervised []*plugin.Provider // the provider plugins in GET /api/v1/plugins
+	orch     *orchestration
+	ext      *extensions
+	gw       reconciler.RouteSink
+	sec      *secrets.Store
+	rewrap   *secrets.Rewrapper
+	dns      *dns
+	machines *machines.Machines
+	// machineProviders are the machine provider plugins; the machine worker runs when there is one.
+	machineProviders []*plugin.Provider
+	supervised       []*plugin.Provider // the provider plugins in GET /api/v1/plugins
 }
 
 func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *closeStack) (*parts, error) {
@@ -299,6 +303,16 @@ func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *clo
 	if p.dns != nil {
 		closers.push(p.dns.close)
 		p.supervised = append(p.supervised, p.dns.handle)
+	}
+	// Machines and their provider plugins (docs/machines.md).
+	m, handles, err := startMachines(ctx, cfg, b.st, p.orch.api.Operations, s.reg, p.sec, s.cat, b.tls.PublicKeyPin, log)
+	if err != nil {
+		return nil, err
+	}
+	p.machines, p.machineProviders = m, handles
+	for _, h := range handles {
+		closers.push(func() { _ = h.Close() })
+		p.supervised = append(p.supervised, h)
 	}
 	return p, nil
 }
@@ -444,12 +458,14 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Manifests:     oci,
 		Secrets:       &api.SecretsConfig{Store: p.sec, Rewrap: p.rewrap.Kick},
 		Catalog:       s.cat, Nodes: s.reg, Bundles: s.bundles, Tokens: s.tokens, Hinter: c.rec, Sessions: c.sessions, NodeOps: c.sessions, Events: s.evlog, Changelog: s.clog,
-		PublicURL: cfg.PublicURL, ServerFingerprint: b.tls.Fingerprint, ClusterID: b.clusterID, ClusterPublicKey: b.key.Public().(ed25519.PublicKey), CurrentPublicKey: c.sessions.PublicKey,
+		PublicURL: cfg.PublicURL, ServerFingerprint: b.tls.Fingerprint, PublicKeyPin: b.tls.PublicKeyPin, ClusterID: b.clusterID, ClusterPublicKey: b.key.Public().(ed25519.PublicKey), CurrentPublicKey: c.sessions.PublicKey,
 		Logger: log, Metrics: b.metrics,
 		Ready:  func(ctx context.Context) error { return b.st.Ping(ctx) },
 		Policy: p.ext.policy, Routes: c.rec, KeyRotator: keyRotator{dataDir: cfg.DataDir, sessions: c.sessions},
 		Orchestration: p.orch.api, Leases: c.leases, Guard: fencing.NewGuard(b.st, nil), ACME: acmeChecker(c.acme),
-		Releases:     releases.New(cfg.ReleaseDir),
+		// The release directory, and the binaries berthd was shipped with (beside its plugins):
+		// upgrades and the setup scripts of join codes download from both (docs/joining.md).
+		Releases:     releases.New(cfg.ReleaseDir).WithShipped(cfg.PluginDir),
 		Plugins:      pluginStatuses,
 		Bindings:     binds,
 		Runtime:      c.runtime,
@@ -457,6 +473,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Certificates: certs.NewStatusReader(b.st),
 		Deployer:     c.dep,
 		Jobs:         c.jobs,
+		Machines:     p.machines,
 		Clusters:     s.clusters,
 		RelaysRotated: func(cluster string) {
 			if f.relays != nil {

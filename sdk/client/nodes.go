@@ -16,6 +16,16 @@ func (c *Client) CreateJoinToken(ctx context.Context, req JoinTokenRequest) (*Jo
 	return &out, nil
 }
 
+// CreateJoinCode creates a one-time join code (POST /nodes/join-codes). The
+// code is shown once; the server keeps only its digest.
+func (c *Client) CreateJoinCode(ctx context.Context, req JoinCodeRequest) (*JoinCode, error) {
+	var out JoinCode
+	if err := c.doJSON(ctx, http.MethodPost, "/nodes/join-codes", req, true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Enroll enrolls a node with its join token (POST /nodes/enroll). It sends no
 // bearer: the join token in req is the credential. The answer's node
 // credential is shown once.

@@ -38,6 +38,25 @@ type JoinToken struct {
 	ExpiresAt   time.Time `json:"expires_at"`
 }
 
+// JoinCodeRequest creates a join code (docs/joining.md section 1). TTLSeconds
+// zero means 30 minutes, at most 24 hours; Labels are given to the node it
+// enrolls.
+type JoinCodeRequest struct {
+	TTLSeconds int               `json:"ttl_seconds,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+}
+
+// JoinCode is shown once: the code, the id the node it enrolls will have, the
+// one-line command that sets a host up with it (curl ... | sh) and the setup
+// script's URL.
+type JoinCode struct {
+	Code        string    `json:"code"`
+	NodeID      string    `json:"node_id"`
+	JoinCommand string    `json:"join_command"`
+	SetupURL    string    `json:"setup_url"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
 // EnrollRequest is sent by a node with its join token (docs/node-protocol.md section 2.3).
 // PublicKey is the node's Ed25519 public key, base64 std encoding. Address is the
 // host address the node's workloads are reachable on (default "127.0.0.1").
