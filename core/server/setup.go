@@ -247,11 +247,13 @@ type parts struct {
 	rewrap     *secrets.Rewrapper
 	dns        *dns
 	supervised []*plugin.Provider // the provider plugins in GET /api/v1/plugins
+	// providers is the registry of every provider plugin by the resource types it declares.
+	providers *providers
 }
 
 func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *closeStack) (*parts, error) {
 	log := cfg.Logger
-	p := &parts{}
+	p := &parts{providers: newProviders()}
 	var err error
 	// The corestore plugin's backup executor is a runner node, so bindings need the transport.
 	if p.orch, err = newOrchestration(ctx, b.st, s.bundles, cfg.RunnerTransport || cfg.CorestoreConfig != "", cfg.OrchestrationInterval, log); err != nil {
@@ -265,7 +267,7 @@ func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *clo
 	}
 	closers.push(p.ext.close)
 	if cfg.GatewayListen != "off" {
-		sink, err := startGateway(ctx, cfg, log)
+		sink, err := startGateway(ctx, cfg, p.providers, log)
 		if err != nil {
 			return nil, err
 		}
@@ -286,13 +288,19 @@ func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *clo
 		Also: []secrets.SealedSet{certs.NewStorage(b.st, p.sec.Keyring(), nil, log, nil)}})
 	p.rewrap.Kick() // resumes a rotation an earlier berthd did not finish
 	// The DNS plugin and the records it writes (docs/dns.md section 9).
-	if p.dns, err = startDNS(ctx, cfg, b.st, p.orch.api.Operations, s.cat, s.reg, p.sec, log); err != nil {
+	if p.dns, err = startDNS(ctx, cfg, p.providers, b.st, p.orch.api.Operations, s.cat, s.reg, p.sec, log); err != nil {
 		return nil, err
 	}
 	if p.dns != nil {
 		closers.push(p.dns.close)
 		p.supervised = append(p.supervised, p.dns.handle)
 	}
+	// Every other provider of the catalog, by the types it declares (docs/plugins.md section 4.6).
+	closers.push(p.providers.closeVendors)
+	if err := p.providers.startVendors(ctx, cfg, log); err != nil {
+		return nil, err
+	}
+	p.supervised = append(p.supervised, p.providers.vendors...)
 	return p, nil
 }
 
@@ -385,7 +393,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 	log := cfg.Logger
 	f := &front{}
 	exec := bindings.ExecutorAccess{Runners: p.orch.api.Runners, URL: loopbackURL(b.apiAddr), Fingerprint: b.tls.Fingerprint}
-	binds, corestore, err := startBindings(ctx, cfg, b.st, p.sec, s.cat, c.deployer, exec, log)
+	binds, corestore, err := startBindings(ctx, cfg, p.providers, b.st, p.sec, s.cat, c.deployer, exec, log)
 	if err != nil {
 		return nil, err
 	}
