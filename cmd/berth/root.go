@@ -121,6 +121,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newSpecCmd(a),
 		newDeleteCmd(a),
 		newBindingCmd(a),
+		newResourceCmd(a),
 		newJoinTokenCmd(a),
 		newNodeCmd(a),
 		newClusterCmd(a),

@@ -120,6 +120,7 @@ func serveFlags(cfg *server.Config, level *slog.Level, configFile *string) *pfla
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "loopback address serving Go runtime profiles at /debug/pprof/ (default: none)")
 	fs.StringVar(&cfg.CorestoreConfig, "corestore-config", "", "JSON file (0600) configuring the corestore plugin: the PostgreSQL, MongoDB and S3 servers bindings are made on; values \"secret:PROJECT/NAME\" are taken from berthd's secrets (default: no bindings; docs/bindings.md)")
 	fs.StringVar(&cfg.DNSConfig, "dns-config", "", "0600 JSON file of the DNS plugin's configuration, TSIG secret included (docs/dns.md; default: no DNS plugin)")
+	fs.DurationVar(&cfg.ResourceDriftInterval, "resource-drift-interval", 0, "how often each declared resource is read through its provider to find drift, when its type declares no interval (default 5m; docs/resources.md)")
 	fs.StringSliceVar(&cfg.EdgeAddresses, "edge-addresses", nil, "comma-separated IP addresses the domains of dns: managed services point at (docs/dns.md)")
 	fs.DurationVar(&cfg.Sweep.Quiet, "sweep-quiet", slots.DefaultQuiet, "reconcile once hints have been quiet this long")
 	fs.DurationVar(&cfg.Sweep.Period, "sweep-period", slots.DefaultPeriod, "reconcile at the latest this long after the last pass")

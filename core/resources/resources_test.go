@@ -38,7 +38,7 @@ type env struct {
 	admit func(next, old *resources.Resource) error
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	st := storetest.Open(t)
 	e := &env{clk: &clock{t: time.Now().UTC().Truncate(time.Millisecond)}, state: t.TempDir()}

@@ -96,7 +96,14 @@ type Config struct {
 	// the domains of `dns: managed` services point at (docs/dns.md section 7).
 	DNSConfig     string
 	EdgeAddresses []string
+	// ResourceDriftInterval is how often each declared resource is read to find drift when its
+	// type declares no interval (docs/resources.md section 4); zero means 5 minutes.
+	ResourceDriftInterval time.Duration
 }
+
+// resourceWorkInterval is how often berthd's resource worker looks for due resource operations
+// and runs a drift pass.
+const resourceWorkInterval = time.Second
 
 func (c *Config) defaults() error {
 	if c.DataDir == "" {
@@ -170,6 +177,7 @@ func Run(ctx context.Context, cfg Config) error {
 			func(ctx context.Context) { front.binds.Run(ctx, bindingWorkInterval) },
 			func(ctx context.Context) { front.backups.RunSchedules(ctx, st.cat, log) })
 	}
+	loops = append(loops, func(ctx context.Context) { front.res.Run(ctx, resourceWorkInterval) })
 	if pl.dns != nil {
 		loops = append(loops, pl.dns.sync.Run)
 	}

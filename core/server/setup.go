@@ -34,6 +34,7 @@ import (
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/registry"
+	"github.com/berthhq/berth/core/resources"
 	"github.com/berthhq/berth/core/releases"
 	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/secrets"
@@ -383,6 +384,8 @@ func (c *control) deployer() *deploy.Deployer { return c.dep }
 type front struct {
 	follows *registry.FollowWorker // deploy on push's follows (docs/registry.md section 8.1)
 	binds   *bindings.Manager
+	// res are the declared resources of the provider plugins' types (docs/resources.md).
+	res *resources.Manager
 	gc      *registry.Collector
 	backups *backups.Manager
 	api     *api.Server
@@ -398,6 +401,9 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		return nil, err
 	}
 	f.binds = binds
+	// Every provider is launched by now: the registry holds every declared type.
+	f.res = resources.New(resources.Config{Store: b.st, Queue: p.orch.api.Operations, Types: p.providers.types,
+		Events: s.evlog, Metrics: b.metrics, DriftInterval: cfg.ResourceDriftInterval, Logger: log.With("component", "resources")})
 	supervised := p.supervised
 	if corestore != nil {
 		closers.push(func() { _ = corestore.Close() })
@@ -446,6 +452,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Releases:     releases.New(cfg.ReleaseDir),
 		Plugins:      pluginStatuses,
 		Bindings:     binds,
+		Resources:    &api.ResourcesConfig{Manager: f.res, Types: p.providers.types.List},
 		Runtime:      c.runtime,
 		Idempotency:  idempotency.New(b.st),
 		Certificates: certs.NewStatusReader(b.st),
