@@ -34,8 +34,8 @@ import (
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/registry"
-	"github.com/berthhq/berth/core/resources"
 	"github.com/berthhq/berth/core/releases"
+	"github.com/berthhq/berth/core/resources"
 	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/secrets/delivery"
@@ -385,7 +385,7 @@ type front struct {
 	follows *registry.FollowWorker // deploy on push's follows (docs/registry.md section 8.1)
 	binds   *bindings.Manager
 	// res are the declared resources of the provider plugins' types (docs/resources.md).
-	res *resources.Manager
+	res     *resources.Manager
 	gc      *registry.Collector
 	backups *backups.Manager
 	api     *api.Server
