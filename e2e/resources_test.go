@@ -219,7 +219,7 @@ func TestTwoPluginsDeclaringOneTypeStopBerthd(t *testing.T) {
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("berthd did not stop at start (err %v, ctx %v):\n%s", err, ctx.Err(), out)
 	}
-	for _, want := range []string{`"hello.greeting"`, "plugin hello-a", "plugin hello-b"} {
+	for _, want := range []string{"hello.greeting", "plugin hello-a", "plugin hello-b"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("berthd's error does not name %s:\n%s", want, out)
 		}

@@ -60,13 +60,13 @@ type ResourcePlan struct {
 }
 
 func resourcePath(project, typ, name string) string {
-	return "/api/v1/projects/" + url.PathEscape(project) + "/resources/" + url.PathEscape(typ) + "/" + url.PathEscape(name)
+	return "/projects/" + url.PathEscape(project) + "/resources/" + url.PathEscape(typ) + "/" + url.PathEscape(name)
 }
 
 // ResourceTypes lists the resource types of berthd's provider plugins.
 func (c *Client) ResourceTypes(ctx context.Context) ([]ResourceType, error) {
 	var out List[ResourceType]
-	err := c.do(ctx, http.MethodGet, "/api/v1/resource-types", nil, nil, "", true, &out)
+	err := c.do(ctx, http.MethodGet, "/resource-types", nil, nil, "", true, &out)
 	return out.Items, err
 }
 
@@ -100,7 +100,7 @@ func (c *Client) GetResource(ctx context.Context, project, typ, name string) (*R
 // ListResources returns a project's resources.
 func (c *Client) ListResources(ctx context.Context, project string) ([]Resource, error) {
 	var out List[Resource]
-	err := c.do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(project)+"/resources", nil, nil, "", true, &out)
+	err := c.do(ctx, http.MethodGet, "/projects/"+url.PathEscape(project)+"/resources", nil, nil, "", true, &out)
 	return out.Items, err
 }
 
