@@ -320,6 +320,7 @@ func routeBody(c echo.Context) bodyKind {
 		"PUT /api/v1/projects/:project/placement",
 		"POST /api/v1/projects/:project/placement/rollback",
 		"POST /api/v1/projects/:project/operations",
+		"PUT /api/v1/projects/:project/resources/:type/:name", "POST /api/v1/projects/:project/resources/:type/:name/plan",
 		"POST /api/v1/login",
 		"POST /api/v1/users",
 		"POST /api/v1/users/:user/credential",
