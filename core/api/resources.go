@@ -123,11 +123,17 @@ func (s *Server) planResource(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// A project that does not exist yet holds no resource: the plan is of a new one (the apply
+	// creates the project, as it does for services).
+	projectID, projectName := "", c.Param("project")
 	p, err := s.project(c, false)
-	if err != nil {
+	switch {
+	case err == nil:
+		projectID, projectName = p.ID, p.Name
+	case abierrors.CodeOf(err) != abierrors.ProjectNotFound:
 		return err
 	}
-	pl, err := s.cfg.Resources.Manager.Plan(c.Request().Context(), p.ID, p.Name, d)
+	pl, err := s.cfg.Resources.Manager.Plan(c.Request().Context(), projectID, projectName, d)
 	if err != nil {
 		return err
 	}
