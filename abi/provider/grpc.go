@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -36,7 +37,8 @@ func (s *server) Describe(ctx context.Context, _ *pluginv1.DescribeRequest) (*pr
 		out.ApiVersions = append(out.ApiVersions, int32(v))
 	}
 	for _, t := range r.Capabilities.ResourceTypes {
-		rt := &providerv1.ResourceType{Name: t.Name, Variants: t.Variants, ExampleId: t.ExampleID}
+		rt := &providerv1.ResourceType{Name: t.Name, Variants: t.Variants, ExampleId: t.ExampleID, Schema: t.Schema,
+			DriftIntervalSeconds: uint32(max(t.DriftInterval, 0) / time.Second)}
 		for _, a := range t.ExampleAttributes {
 			rt.ExampleAttributes = append(rt.ExampleAttributes, a)
 		}
@@ -158,7 +160,11 @@ func (c *Client) Describe(ctx context.Context) (*DescribeResponse, error) {
 	if cp := r.GetCapabilities(); cp != nil {
 		out.Capabilities.DurableState = cp.GetDurableState()
 		for _, t := range cp.GetResourceTypes() {
-			rt := ResourceType{Name: t.GetName(), Variants: t.GetVariants(), ExampleID: t.GetExampleId()}
+			rt := ResourceType{Name: t.GetName(), Variants: t.GetVariants(), ExampleID: t.GetExampleId(),
+				DriftInterval: time.Duration(t.GetDriftIntervalSeconds()) * time.Second}
+			if len(t.GetSchema()) > 0 {
+				rt.Schema = json.RawMessage(t.GetSchema())
+			}
 			for _, a := range t.GetExampleAttributes() {
 				rt.ExampleAttributes = append(rt.ExampleAttributes, json.RawMessage(a))
 			}

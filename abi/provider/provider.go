@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"time"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/abi/pluginapi"
@@ -25,6 +26,10 @@ import (
 //     contract: Describe, Health, ValidateConfig, Configure, Plan, Apply,
 //     Read, Delete. The gateway's route table is the resource type
 //     "gateway.route_table" (abi/routes).
+//   - 1 (2026-12-02) ResourceType gains Schema and DriftInterval, both
+//     optional: hosts that predate them ignore them and plugins that leave
+//     them out keep working, so the version stays 1 (docs/plugins.md
+//     section 1.2).
 const APIVersion = 1
 
 // Provider manages typed resources outside Berth: a route table, DNS records,
@@ -114,6 +119,16 @@ type ResourceType struct {
 	// (docs/plugins.md section 6.1). Both empty means no examples.
 	ExampleID         string
 	ExampleAttributes []json.RawMessage
+	// Schema, optional, is a JSON Schema of the attributes of a desired
+	// state (draft 2020-12 unless its $schema names another). berthd
+	// checks a declared resource's spec against it before storing it and
+	// refuses one that does not fit, naming the field (docs/plugins.md
+	// section 4.6). nil: specs of the type are checked only by Plan.
+	Schema json.RawMessage
+	// DriftInterval is how often berthd reads each resource of the type to
+	// find drift (docs/plugins.md section 4.6); zero lets berthd choose.
+	// Whole seconds on the wire.
+	DriftInterval time.Duration
 }
 
 // Examples returns the first two declared example states as resources, and

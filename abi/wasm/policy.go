@@ -11,11 +11,13 @@ type Hook string
 //	HookServiceDelete  Object: null; OldObject: the stored service
 //	HookNodeEnroll     Object: the enrolling [Node]; OldObject: null
 //	HookDeploy         Object: a [Placement] (the service, the slot and the chosen node); OldObject: null
+//	HookResourceApply  Object: the declared [Resource] as it would be stored; OldObject: the stored one, or null
 const (
 	HookServiceApply  Hook = "service.apply"
 	HookServiceDelete Hook = "service.delete"
 	HookNodeEnroll    Hook = "node.enroll"
 	HookDeploy        Hook = "deploy"
+	HookResourceApply Hook = "resource.apply"
 )
 
 // HookRoutesCompile is where an operator binds a route compiler ([KindRoutes])
@@ -25,7 +27,9 @@ const (
 const HookRoutesCompile Hook = "routes.compile"
 
 // Hooks returns every policy hook, in documentation order.
-func Hooks() []Hook { return []Hook{HookServiceApply, HookServiceDelete, HookNodeEnroll, HookDeploy} }
+func Hooks() []Hook {
+	return []Hook{HookServiceApply, HookServiceDelete, HookNodeEnroll, HookDeploy, HookResourceApply}
+}
 
 // Valid reports whether h is one of [Hooks].
 func (h Hook) Valid() bool {
@@ -42,6 +46,9 @@ func (h Hook) Valid() bool {
 // (docs/wasm-abi.md section 5.2).
 //
 // Changelog:
+//   - "1.3" (2026-12-02): the hook resource.apply, whose object is a declared
+//     [Resource] (docs/resources.md section 1). Inputs of the other hooks are
+//     unchanged.
 //   - "1.2" (2026-12): service.apply inputs carry cause, what made the change
 //     ([Cause]); other hooks leave it out. A policy that ignores it decides as before.
 //     rollout.rebalance joined the causes later in the same month.
@@ -49,7 +56,19 @@ func (h Hook) Valid() bool {
 //     API accepts: health_check, placement_mode, lease, runtime, image,
 //     user, memory_mb, cpu_millis; every object is closed (no other field).
 //   - "1.0" (ABI 1.0): no schema_version field; the service without those.
-const InputSchemaVersion = "1.2"
+const InputSchemaVersion = "1.3"
+
+// Resource is the object of HookResourceApply: a declared resource of a type a
+// provider plugin declares (docs/resources.md). Spec is the JSON object the
+// operator declared, already checked against the type's schema.
+type Resource struct {
+	Type       string          `json:"type"`
+	Name       string          `json:"name"`
+	Project    string          `json:"project"`
+	Spec       json.RawMessage `json:"spec"`
+	OnDrift    string          `json:"on_drift"`
+	Generation int64           `json:"generation"`
+}
 
 // PolicyInput is what policy_evaluate receives (schema/policy_input.json).
 // SchemaVersion is [InputSchemaVersion]. Config is the binding's

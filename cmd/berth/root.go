@@ -129,6 +129,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newSpecCmd(a),
 		newDeleteCmd(a),
 		newBindingCmd(a),
+		newResourceCmd(a),
 		newJoinTokenCmd(a), newJoinCodeCmd(a), newMachineCmd(a),
 		newNodeCmd(a),
 		newClusterCmd(a),

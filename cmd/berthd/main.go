@@ -122,6 +122,7 @@ func serveFlags(cfg *server.Config, level *slog.Level, configFile *string) *pfla
 	fs.StringVar(&cfg.HetznerConfig, "hetzner-config", "", "0600 JSON file of the Hetzner provider plugin's configuration: token, token_file or token_secret_ref {project, secret}, endpoint (docs/machines.md; default: no machine provider)")
 	fs.DurationVar(&cfg.MachineJoinTimeout, "machine-join-timeout", 0, "how long a machine create waits for its node to enroll before it deletes the server (default 15m)")
 	fs.StringVar(&cfg.DNSConfig, "dns-config", "", "0600 JSON file of the DNS plugin's configuration, TSIG secret included (docs/dns.md; default: no DNS plugin)")
+	fs.DurationVar(&cfg.ResourceDriftInterval, "resource-drift-interval", 0, "how often each declared resource is read through its provider to find drift, when its type declares no interval (default 5m; docs/resources.md)")
 	fs.StringSliceVar(&cfg.EdgeAddresses, "edge-addresses", nil, "comma-separated IP addresses the domains of dns: managed services point at (docs/dns.md)")
 	fs.DurationVar(&cfg.Sweep.Quiet, "sweep-quiet", slots.DefaultQuiet, "reconcile once hints have been quiet this long")
 	fs.DurationVar(&cfg.Sweep.Period, "sweep-period", slots.DefaultPeriod, "reconcile at the latest this long after the last pass")

@@ -144,6 +144,9 @@ type Config struct {
 	// Bindings declares service bindings at apply and serves /projects/{p}/bindings and
 	// binding deletion (bindings.go, docs/bindings.md); nil refuses services with bindings.
 	Bindings *bindings.Manager
+	// Resources serves declared resources (resources.go, docs/resources.md); nil leaves the
+	// routes out.
+	Resources *ResourcesConfig
 	// Secrets serves the secret routes and checks services' secret references (secrets.go,
 	// docs/api.md section 10); nil leaves the routes out and refuses references.
 	Secrets *SecretsConfig
@@ -274,6 +277,7 @@ func New(cfg Config) *Server {
 	v1.GET("/projects/:project/bundles", s.listBundles, s.auth(identity.ScopeServicesRead))
 	s.registerSecrets(v1)
 	s.registerBindings(v1)
+	s.registerResources(v1)
 	s.registerIdentity(v1)
 	s.registerWasm(v1)
 	s.registerNodeOps(v1)
@@ -344,6 +348,7 @@ func routeBody(c echo.Context) bodyKind {
 		"PUT /api/v1/projects/:project/placement",
 		"POST /api/v1/projects/:project/placement/rollback",
 		"POST /api/v1/projects/:project/operations",
+		"PUT /api/v1/projects/:project/resources/:type/:name", "POST /api/v1/projects/:project/resources/:type/:name/plan",
 		"POST /api/v1/login",
 		"POST /api/v1/users",
 		"POST /api/v1/users/:user/credential",

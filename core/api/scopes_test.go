@@ -23,10 +23,12 @@ import (
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/registry"
+	"github.com/berthhq/berth/core/resources"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/session"
 	"github.com/berthhq/berth/core/store/storetest"
+	"github.com/berthhq/berth/host/plugin"
 )
 
 type stubRotator struct{}
@@ -64,7 +66,8 @@ func fullServer(t *testing.T) *Server {
 		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{}, RegistryGC: stubGC,
 		Leases: fencing.New(st, fencing.Config{}), Guard: fencing.NewGuard(st, nil),
 		ImageReleases: registry.NewReleases(st, nil),
-		Bindings:      bindings.New(bindings.Config{Store: st, Queue: operations.NewQueue(st, operations.Config{}), Secrets: secStore})})
+		Bindings:      bindings.New(bindings.Config{Store: st, Queue: operations.NewQueue(st, operations.Config{}), Secrets: secStore}),
+		Resources:     &ResourcesConfig{Manager: resources.New(resources.Config{Store: st, Queue: ops, Types: plugin.NewTypes()}), Types: plugin.NewTypes().List}})
 }
 
 // TestRouteScopeTable walks the router and fails on a route that docs/api.md's route table

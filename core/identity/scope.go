@@ -33,12 +33,16 @@ const (
 	// write that keeps the references the service has needs no more than the write's own scope
 	// (docs/api.md section 10.2). It reads nothing through the API.
 	ScopeSecretUse Scope = "secret:use"
+	// ScopeResourceRead lists, reads and plans declared resources (docs/resources.md section 5).
+	ScopeResourceRead Scope = "resource:read"
+	// ScopeResourceWrite applies and deletes declared resources; implies ScopeResourceRead.
+	ScopeResourceWrite Scope = "resource:write"
 )
 
 // allScopes is every scope, in the order [Known] lists them.
 var allScopes = []Scope{ScopeAdmin, ScopeNodeEnroll, ScopeNodeRemove, ScopeNodeFenceAck,
 	ScopeServicesRead, ScopeServicesWrite, ScopeServiceDeploy, ScopeNodesRead, ScopeTokensWrite,
-	ScopeSecretRead, ScopeSecretWrite, ScopeSecretUse}
+	ScopeSecretRead, ScopeSecretWrite, ScopeSecretUse, ScopeResourceRead, ScopeResourceWrite}
 
 // HumanOnly reports whether s may only be held by a human or the admin principal, never by a
 // machine token or a node.
@@ -64,6 +68,8 @@ func implies(held, want Scope) bool {
 		return want == ScopeServicesRead
 	case held == ScopeSecretWrite:
 		return want == ScopeSecretRead || want == ScopeSecretUse
+	case held == ScopeResourceWrite:
+		return want == ScopeResourceRead
 	}
 	return false
 }
@@ -89,13 +95,13 @@ func (r Role) Scopes(k Kind) []Scope {
 	case RoleAdmin:
 		return []Scope{ScopeAdmin}
 	case RoleOperator:
-		s := []Scope{ScopeServicesRead, ScopeServicesWrite, ScopeNodesRead, ScopeTokensWrite, ScopeSecretWrite}
+		s := []Scope{ScopeServicesRead, ScopeServicesWrite, ScopeNodesRead, ScopeTokensWrite, ScopeSecretWrite, ScopeResourceWrite}
 		if k == KindHuman {
 			s = append(s, ScopeNodeEnroll, ScopeNodeRemove, ScopeNodeFenceAck)
 		}
 		return s
 	case RoleViewer:
-		return []Scope{ScopeServicesRead, ScopeNodesRead, ScopeSecretRead}
+		return []Scope{ScopeServicesRead, ScopeNodesRead, ScopeSecretRead, ScopeResourceRead}
 	}
 	return nil
 }

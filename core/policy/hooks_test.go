@@ -63,6 +63,8 @@ func TestInputsFollowSchema(t *testing.T) {
 		inputs["deploy "+s.Name] = abiwasm.PolicyInput{Hook: abiwasm.HookDeploy, Actor: abiwasm.Actor{Kind: "system"},
 			Project: &abiwasm.Project{Name: s.Project}, Object: Raw(abiwasm.Placement{Service: ServiceObject(s), Slot: 0, Node: NodeObject(n)}), OldObject: Raw(nil)}
 	}
+	res := abiwasm.Resource{Type: "hello.greeting", Name: "w1", Project: "default", Spec: json.RawMessage(`{"message":"hi"}`), OnDrift: "report", Generation: 2}
+	inputs["resource.apply"] = abiwasm.PolicyInput{Hook: abiwasm.HookResourceApply, Actor: abiwasm.Actor{Kind: "system"}, Object: Raw(res), OldObject: Raw(res)}
 	inputs["node.enroll"] = abiwasm.PolicyInput{Hook: abiwasm.HookNodeEnroll, Actor: abiwasm.Actor{Kind: "join_token"}, Object: Raw(NodeObject(n)), OldObject: Raw(nil)}
 
 	for name, in := range inputs {

@@ -27,7 +27,7 @@ const corestoreStateDir = "corestore"
 // (JSON, 0600: it holds the servers' admin credentials, docs/bindings.md section 5) and returns
 // the binding manager, whose worker the caller runs, and the plugin handle the caller closes.
 // With no configuration file it returns nil: services with bindings are then refused.
-func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secrets.Store, cat *services.Catalog, deployer func() *deploy.Deployer, exec bindings.ExecutorAccess,
+func startBindings(ctx context.Context, cfg Config, ps *providers, st *store.Store, sec *secrets.Store, cat *services.Catalog, deployer func() *deploy.Deployer, exec bindings.ExecutorAccess,
 	log *slog.Logger) (*bindings.Manager, *plugin.Provider, error) {
 	if cfg.CorestoreConfig == "" {
 		return nil, nil, nil
@@ -53,7 +53,7 @@ func startBindings(ctx context.Context, cfg Config, st *store.Store, sec *secret
 		Logger: log,
 	})
 	pc.PluginConfig = conf // the file, not the catalog entry: it holds the admin credentials
-	h, err := plugin.LaunchProvider(ctx, pc)
+	h, err := ps.launch(ctx, "corestore", pc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start corestore plugin: %w", err)
 	}

@@ -43,7 +43,7 @@ func checkEdgeAddresses(addrs []string) error {
 // object, owner-only, that may hold the TSIG secret; docs/dns.md section 9) and returns the DNS
 // part, or nil when no configuration is given. A tsig_secret_ref in the file is resolved here,
 // from core/secrets, into the tsig_secret the plugin receives.
-func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.Queue, cat *services.Catalog, reg *nodes.Registry, sec *secrets.Store, log *slog.Logger) (*dns, error) {
+func startDNS(ctx context.Context, cfg Config, ps *providers, st *store.Store, ops *operations.Queue, cat *services.Catalog, reg *nodes.Registry, sec *secrets.Store, log *slog.Logger) (*dns, error) {
 	if cfg.DNSConfig == "" {
 		return nil, nil
 	}
@@ -70,7 +70,7 @@ func startDNS(ctx context.Context, cfg Config, st *store.Store, ops *operations.
 	pdir := filepath.Join(cfg.DataDir, "plugins")
 	pc := entry.Apply(plugin.Config{Args: []string{"--state-dir", filepath.Join(pdir, dnsStateDir)}, PidDir: pdir, Logger: log})
 	pc.PluginConfig = raw
-	h, err := plugin.LaunchProvider(ctx, pc)
+	h, err := ps.launch(ctx, "dns", pc)
 	if err != nil {
 		// The plugin's answer names the problems; it never quotes the secret.
 		return nil, fmt.Errorf("start dns plugin: %w", err)

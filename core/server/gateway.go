@@ -55,7 +55,7 @@ type gatewaySink struct {
 // startGateway reattaches to the gateway left running by the previous berthd
 // or launches a new one (host/plugin Config.ReattachPath), after counting up
 // the generation.
-func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (gatewaySink, error) {
+func startGateway(ctx context.Context, cfg Config, ps *providers, log *slog.Logger) (gatewaySink, error) {
 	entry, err := plugin.ResolveProvider(cfg.PluginDir, "gateway")
 	if err != nil {
 		return gatewaySink{}, fmt.Errorf("gateway plugin: %w", err)
@@ -78,7 +78,7 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (gatewaySin
 		// is still reattached to (the recorded arguments match).
 		args = append(args, "--tls-listen", cfg.GatewayTLSListen)
 	}
-	h, err := plugin.LaunchProvider(ctx, entry.Apply(plugin.Config{
+	h, err := ps.launch(ctx, "gateway", entry.Apply(plugin.Config{
 		Args:         args,
 		PidDir:       pdir,
 		ReattachPath: filepath.Join(pdir, gatewayReattachFile),

@@ -36,7 +36,7 @@ func TestGatewayTLSListen(t *testing.T) {
 	cfg := Config{DataDir: t.TempDir(), PluginDir: pluginDir, GatewayListen: proctest.FreeAddr(t), GatewayTLSListen: proctest.FreeAddr(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sink, err := startGateway(ctx, cfg, slog.New(slog.DiscardHandler))
+	sink, err := startGateway(ctx, cfg, newProviders(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,14 @@ type Config struct {
 	// MachineJoinTimeout bounds how long a machine create waits for its node to enroll; zero
 	// means 15 min.
 	MachineJoinTimeout time.Duration
+	// ResourceDriftInterval is how often each declared resource is read to find drift when its
+	// type declares no interval (docs/resources.md section 4); zero means 5 minutes.
+	ResourceDriftInterval time.Duration
 }
+
+// resourceWorkInterval is how often berthd's resource worker looks for due resource operations
+// and runs a drift pass.
+const resourceWorkInterval = time.Second
 
 func (c *Config) defaults() error {
 	if c.DataDir == "" {
@@ -177,6 +184,7 @@ func Run(ctx context.Context, cfg Config) error {
 			func(ctx context.Context) { front.binds.Run(ctx, bindingWorkInterval) },
 			func(ctx context.Context) { front.backups.RunSchedules(ctx, st.cat, log) })
 	}
+	loops = append(loops, func(ctx context.Context) { front.res.Run(ctx, resourceWorkInterval) })
 	if pl.dns != nil {
 		loops = append(loops, pl.dns.sync.Run)
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/releases"
+	"github.com/berthhq/berth/core/resources"
 	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/secrets/delivery"
@@ -258,11 +259,13 @@ type parts struct {
 	// machineProviders are the machine provider plugins; the machine worker runs when there is one.
 	machineProviders []*plugin.Provider
 	supervised       []*plugin.Provider // the provider plugins in GET /api/v1/plugins
+	// providers is the registry of every provider plugin by the resource types it declares.
+	providers *providers
 }
 
 func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *closeStack) (*parts, error) {
 	log := cfg.Logger
-	p := &parts{}
+	p := &parts{providers: newProviders()}
 	var err error
 	// The corestore plugin's backup executor is a runner node, so bindings need the transport.
 	if p.orch, err = newOrchestration(ctx, b.st, s.bundles, cfg.RunnerTransport || cfg.CorestoreConfig != "", cfg.OrchestrationInterval, log); err != nil {
@@ -276,7 +279,7 @@ func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *clo
 	}
 	closers.push(p.ext.close)
 	if cfg.GatewayListen != "off" {
-		sink, err := startGateway(ctx, cfg, log)
+		sink, err := startGateway(ctx, cfg, p.providers, log)
 		if err != nil {
 			return nil, err
 		}
@@ -297,7 +300,7 @@ func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *clo
 		Also: []secrets.SealedSet{certs.NewStorage(b.st, p.sec.Keyring(), nil, log, nil)}})
 	p.rewrap.Kick() // resumes a rotation an earlier berthd did not finish
 	// The DNS plugin and the records it writes (docs/dns.md section 9).
-	if p.dns, err = startDNS(ctx, cfg, b.st, p.orch.api.Operations, s.cat, s.reg, p.sec, log); err != nil {
+	if p.dns, err = startDNS(ctx, cfg, p.providers, b.st, p.orch.api.Operations, s.cat, s.reg, p.sec, log); err != nil {
 		return nil, err
 	}
 	if p.dns != nil {
@@ -314,6 +317,12 @@ func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *clo
 		closers.push(func() { _ = h.Close() })
 		p.supervised = append(p.supervised, h)
 	}
+	// Every other provider of the catalog, by the types it declares (docs/plugins.md section 4.6).
+	closers.push(p.providers.closeVendors)
+	if err := p.providers.startVendors(ctx, cfg, log); err != nil {
+		return nil, err
+	}
+	p.supervised = append(p.supervised, p.providers.vendors...)
 	return p, nil
 }
 
@@ -402,6 +411,8 @@ func (c *control) deployer() *deploy.Deployer { return c.dep }
 type front struct {
 	follows *registry.FollowWorker // deploy on push's follows (docs/registry.md section 8.1)
 	binds   *bindings.Manager
+	// res are the declared resources of the provider plugins' types (docs/resources.md).
+	res     *resources.Manager
 	gc      *registry.Collector
 	backups *backups.Manager
 	api     *api.Server
@@ -413,11 +424,15 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 	log := cfg.Logger
 	f := &front{}
 	exec := bindings.ExecutorAccess{Runners: p.orch.api.Runners, URL: loopbackURL(b.apiAddr), Fingerprint: b.tls.Fingerprint}
-	binds, corestore, err := startBindings(ctx, cfg, b.st, p.sec, s.cat, c.deployer, exec, log)
+	binds, corestore, err := startBindings(ctx, cfg, p.providers, b.st, p.sec, s.cat, c.deployer, exec, log)
 	if err != nil {
 		return nil, err
 	}
 	f.binds = binds
+	// Every provider is launched by now: the registry holds every declared type.
+	f.res = resources.New(resources.Config{Store: b.st, Queue: p.orch.api.Operations, Types: p.providers.types,
+		Admit: resourceAdmission(p.ext.policy), Events: s.evlog, Metrics: b.metrics, DriftInterval: cfg.ResourceDriftInterval,
+		Logger: log.With("component", "resources")})
 	supervised := p.supervised
 	if corestore != nil {
 		closers.push(func() { _ = corestore.Close() })
@@ -468,6 +483,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Releases:     releases.New(cfg.ReleaseDir).WithShipped(cfg.PluginDir),
 		Plugins:      pluginStatuses,
 		Bindings:     binds,
+		Resources:    &api.ResourcesConfig{Manager: f.res, Types: p.providers.types.List},
 		Runtime:      c.runtime,
 		Idempotency:  idempotency.New(b.st),
 		Certificates: certs.NewStatusReader(b.st),

@@ -118,6 +118,20 @@ func LaunchProvider(ctx context.Context, cfg Config) (*Provider, error) {
 	return p, nil
 }
 
+// Declared returns the resource types the plugin's latest Describe declared
+// (checked at launch: at least one). The slice is the caller's.
+func (p *Provider) Declared() []provider.ResourceType {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.desc == nil {
+		return nil
+	}
+	return append([]provider.ResourceType(nil), p.desc.Capabilities.ResourceTypes...)
+}
+
+// Name returns the plugin's catalog name (Config.Name).
+func (p *Provider) Name() string { return p.s.cfg.Name }
+
 // Close kills the plugin process (gracefully, then with SIGKILL after 2 s)
 // and stops relaunching it; it returns once the process is gone. Idempotent.
 func (p *Provider) Close() error { return p.s.close() }

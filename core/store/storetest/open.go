@@ -11,7 +11,7 @@ import (
 // Open returns a store for a test: a database of its own on the MongoDB at
 // BERTH_TEST_MONGO_URI when that is set (dropped at cleanup), otherwise the
 // embedded store in a temporary directory (locked, closed at cleanup).
-func Open(t *testing.T) *store.Store {
+func Open(t testing.TB) *store.Store {
 	t.Helper()
 	ctx := context.Background()
 	cfg := store.Config{}

@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/sdk/guard"
@@ -38,9 +39,27 @@ type Greeting struct {
 
 // Config is the plugin's configuration (its catalog entry's "config").
 // MaxMessageBytes bounds a greeting's message, 1 to 200; zero means 200.
+// ApplyDelayMS, 0 to 10000, makes every Apply wait that many milliseconds
+// before it stores anything: a slow system to drive, for demonstrations and
+// for tests that stop the plugin in the middle of an Apply.
 type Config struct {
 	MaxMessageBytes int `json:"max_message_bytes,omitempty"`
+	ApplyDelayMS    int `json:"apply_delay_ms,omitempty"`
 }
+
+// Schema is the JSON Schema of a greeting's attributes, declared in
+// Describe so that berthd refuses a greeting that does not fit before it
+// stores it (docs/plugins.md section 4.6).
+const Schema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "message": {"type": "string", "minLength": 1, "maxLength": 200},
+    "loud": {"type": "boolean"}
+  },
+  "required": ["message"],
+  "additionalProperties": false
+}`
 
 // maxMessage is the largest message a greeting may hold.
 const maxMessage = 200
@@ -51,6 +70,7 @@ type Provider struct {
 	dir      string
 	guards   *guard.Guards
 	maxBytes atomic.Int64 // set by Configure; 0 means maxMessage
+	delay    atomic.Int64 // set by Configure: Apply's wait, in milliseconds
 	// trimOnApply is the deliberate fault of [WithTrimOnApply].
 	trimOnApply bool
 }
@@ -100,7 +120,8 @@ func (p *Provider) Describe(context.Context) (*provider.DescribeResponse, error)
 		Name: "hello", Version: Version, APIVersions: []int{provider.APIVersion},
 		Capabilities: provider.Capabilities{
 			ResourceTypes: []provider.ResourceType{{
-				Name: ResourceType,
+				Name:   ResourceType,
+				Schema: json.RawMessage(Schema),
 				// Two valid states of one greeting: what `berth conformance
 				// plugin` checks when it is given no --samples.
 				ExampleID: "world",
@@ -131,6 +152,7 @@ func (p *Provider) Configure(_ context.Context, req *provider.ConfigRequest) err
 		return abierrors.Wrap(abierrors.ValidationFailed, "configure", err)
 	}
 	p.maxBytes.Store(int64(c.MaxMessageBytes))
+	p.delay.Store(int64(c.ApplyDelayMS))
 	return nil
 }
 
@@ -146,6 +168,9 @@ func parseConfig(raw json.RawMessage) (Config, error) {
 	}
 	if c.MaxMessageBytes < 0 || c.MaxMessageBytes > maxMessage {
 		return c, fmt.Errorf("config: max_message_bytes must be 1 to %d (0 for %d)", maxMessage, maxMessage)
+	}
+	if c.ApplyDelayMS < 0 || c.ApplyDelayMS > 10000 {
+		return c, errors.New("config: apply_delay_ms must be 0 to 10000")
 	}
 	return c, nil
 }
@@ -202,6 +227,13 @@ func (p *Provider) Plan(_ context.Context, req *provider.PlanRequest) (*provider
 // exactly the plan.
 func (p *Provider) Apply(ctx context.Context, req *provider.ApplyRequest) (*provider.ApplyResponse, error) {
 	return guard.Mutate(ctx, p.guards, req.Planned.Type+"/"+req.Planned.ID, req.Mutation, req, func() (*provider.ApplyResponse, error) {
+		if d := time.Duration(p.delay.Load()) * time.Millisecond; d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 		state, err := p.Put(req.Planned)
 		if err != nil {
 			return nil, err

@@ -160,8 +160,17 @@ type ResourceType struct {
 	// example_id, all different; at least two when given. Authors' tools
 	// (`berth conformance plugin` without --samples) use the first two.
 	ExampleAttributes [][]byte `protobuf:"bytes,4,rep,name=example_attributes,json=exampleAttributes,proto3" json:"example_attributes,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A JSON Schema (draft 2020-12 unless its $schema says otherwise) of the
+	// attributes of a desired state; empty when the type declares none. The
+	// host checks a declared resource's spec against it before storing it
+	// (docs/plugins.md section 4.6). Added 2026-12-02, optional: hosts that
+	// predate it ignore it, and plugins that leave it out are not checked.
+	Schema []byte `protobuf:"bytes,5,opt,name=schema,proto3" json:"schema,omitempty"`
+	// How often, in seconds, the host reads each resource of this type to
+	// find drift; zero lets the host choose (docs/plugins.md section 4.6).
+	DriftIntervalSeconds uint32 `protobuf:"varint,6,opt,name=drift_interval_seconds,json=driftIntervalSeconds,proto3" json:"drift_interval_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *ResourceType) Reset() {
@@ -220,6 +229,20 @@ func (x *ResourceType) GetExampleAttributes() [][]byte {
 		return x.ExampleAttributes
 	}
 	return nil
+}
+
+func (x *ResourceType) GetSchema() []byte {
+	if x != nil {
+		return x.Schema
+	}
+	return nil
+}
+
+func (x *ResourceType) GetDriftIntervalSeconds() uint32 {
+	if x != nil {
+		return x.DriftIntervalSeconds
+	}
+	return 0
 }
 
 // Resource is one managed object: its type, its id within the type and its
@@ -712,13 +735,15 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\fcapabilities\x18\x04 \x01(\v2\x1f.berth.provider.v1.CapabilitiesR\fcapabilities\"{\n" +
 	"\fCapabilities\x12F\n" +
 	"\x0eresource_types\x18\x01 \x03(\v2\x1f.berth.provider.v1.ResourceTypeR\rresourceTypes\x12#\n" +
-	"\rdurable_state\x18\x02 \x01(\bR\fdurableState\"\x8c\x01\n" +
+	"\rdurable_state\x18\x02 \x01(\bR\fdurableState\"\xda\x01\n" +
 	"\fResourceType\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bvariants\x18\x02 \x03(\tR\bvariants\x12\x1d\n" +
 	"\n" +
 	"example_id\x18\x03 \x01(\tR\texampleId\x12-\n" +
-	"\x12example_attributes\x18\x04 \x03(\fR\x11exampleAttributes\"N\n" +
+	"\x12example_attributes\x18\x04 \x03(\fR\x11exampleAttributes\x12\x16\n" +
+	"\x06schema\x18\x05 \x01(\fR\x06schema\x124\n" +
+	"\x16drift_interval_seconds\x18\x06 \x01(\rR\x14driftIntervalSeconds\"N\n" +
 	"\bResource\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1e\n" +
