@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,17 +37,9 @@ prints {"code", "node_id", "join_command", "setup_url", "expires_at"}.`,
 				return fmt.Errorf("--expires %s: want at most 24h", expires)
 			}
 			req := client.JoinCodeRequest{TTLSeconds: int(expires / time.Second)}
-			for _, l := range labels {
-				for _, kv := range strings.Split(l, ",") {
-					k, v, ok := strings.Cut(kv, "=")
-					if !ok || k == "" {
-						return fmt.Errorf("--labels %q: want key=value[,key=value]", l)
-					}
-					if req.Labels == nil {
-						req.Labels = map[string]string{}
-					}
-					req.Labels[k] = v
-				}
+			var err error
+			if req.Labels, err = parseLabels(labels); err != nil {
+				return err
 			}
 			c, _, err := a.apiClient(cmd)
 			if err != nil {

@@ -31,17 +31,9 @@ It returns at once; follow the machine with berth machine ls.`,
 		Example: `  berth machine create --provider hetzner --type cx22 --location fsn1 --labels role=web`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for _, l := range labels {
-				for _, kv := range strings.Split(l, ",") {
-					k, v, ok := strings.Cut(kv, "=")
-					if !ok || k == "" {
-						return fmt.Errorf("--labels %q: want key=value[,key=value]", l)
-					}
-					if req.Labels == nil {
-						req.Labels = map[string]string{}
-					}
-					req.Labels[k] = v
-				}
+			var err error
+			if req.Labels, err = parseLabels(labels); err != nil {
+				return err
 			}
 			c, _, err := a.apiClient(cmd)
 			if err != nil {
@@ -114,4 +106,23 @@ It returns at once; follow the machine with berth machine ls.`,
 	}
 	cmd.AddCommand(create, ls, del)
 	return cmd
+}
+
+// parseLabels reads repeated --labels values, each key=value[,key=value], into one map; nil when
+// none is given. A pair without '=' or with an empty key is refused naming the flag value.
+func parseLabels(values []string) (map[string]string, error) {
+	var labels map[string]string
+	for _, l := range values {
+		for _, kv := range strings.Split(l, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("--labels %q: want key=value[,key=value]", l)
+			}
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[k] = v
+		}
+	}
+	return labels, nil
 }
