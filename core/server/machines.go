@@ -30,10 +30,10 @@ const hetznerResourceType = "hetzner.server"
 // plugin alone, from cfg.HetznerConfig (a JSON object, owner-only: the
 // plugin's configuration, whose token_secret_ref is resolved here from
 // core/secrets into the token the plugin receives; docs/machines.md
-// section 5). It is the one place berthd launches a machine provider; once
-// berthd loads providers by the resource types they declare, this folds into
-// that. It returns no provider when none is configured.
-func machineProviders(ctx context.Context, cfg Config, sec *secrets.Store, cat *services.Catalog, log *slog.Logger) (map[string]machines.ProviderEntry, []*plugin.Provider, error) {
+// section 5). It launches through ps, the one path of every provider plugin,
+// so the types the plugin declares are registered like any other provider's.
+// It returns no provider when none is configured.
+func machineProviders(ctx context.Context, cfg Config, ps *providers, sec *secrets.Store, cat *services.Catalog, log *slog.Logger) (map[string]machines.ProviderEntry, []*plugin.Provider, error) {
 	if cfg.HetznerConfig == "" {
 		return nil, nil, nil
 	}
@@ -57,7 +57,7 @@ func machineProviders(ctx context.Context, cfg Config, sec *secrets.Store, cat *
 	pdir := filepath.Join(cfg.DataDir, "plugins")
 	pc := entry.Apply(plugin.Config{Args: []string{"--state-dir", filepath.Join(pdir, hetznerStateDir)}, PidDir: pdir, Logger: log})
 	pc.PluginConfig = raw
-	h, err := plugin.LaunchProvider(ctx, pc)
+	h, err := ps.launch(ctx, "hetzner", pc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start hetzner plugin: %w", err) // its answer never quotes the token
 	}
@@ -66,8 +66,8 @@ func machineProviders(ctx context.Context, cfg Config, sec *secrets.Store, cat *
 }
 
 // startMachines returns the machines part over the machine providers.
-func startMachines(ctx context.Context, cfg Config, st *store.Store, ops *operations.Queue, reg *nodes.Registry, sec *secrets.Store, cat *services.Catalog, pin string, log *slog.Logger) (*machines.Machines, []*plugin.Provider, error) {
-	provs, handles, err := machineProviders(ctx, cfg, sec, cat, log)
+func startMachines(ctx context.Context, cfg Config, ps *providers, st *store.Store, ops *operations.Queue, reg *nodes.Registry, sec *secrets.Store, cat *services.Catalog, pin string, log *slog.Logger) (*machines.Machines, []*plugin.Provider, error) {
+	provs, handles, err := machineProviders(ctx, cfg, ps, sec, cat, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -308,7 +308,7 @@ func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *clo
 		p.supervised = append(p.supervised, p.dns.handle)
 	}
 	// Machines and their provider plugins (docs/machines.md).
-	m, handles, err := startMachines(ctx, cfg, b.st, p.orch.api.Operations, s.reg, p.sec, s.cat, b.tls.PublicKeyPin, log)
+	m, handles, err := startMachines(ctx, cfg, p.providers, b.st, p.orch.api.Operations, s.reg, p.sec, s.cat, b.tls.PublicKeyPin, log)
 	if err != nil {
 		return nil, err
 	}
