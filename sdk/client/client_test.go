@@ -106,6 +106,17 @@ func TestRequests(t *testing.T) {
 			wantResult: `[{"id":"nod_1","hostname":"h1","address":"10.0.0.1","capacity":{"cpus":1,"memory_mb":1},"status":"connected","desired_rev":3,"applied_rev":3,"workloads":1,"allocatable":{},"schedulable":{},"enrolled_at":"2030-01-01T00:00:00Z"}]`,
 		},
 		{
+			name: "list machines sends no body", status: 200, answer: `{"items":[]}`,
+			call:   func(ctx context.Context, c *Client) (any, error) { return c.ListMachines(ctx) },
+			method: "GET", path: "/api/v1/machines", auth: true, wantResult: `[]`,
+		},
+		{
+			name: "delete machine sends no body", status: 200, answer: `{"id":"mch_1"}`,
+			call:   func(ctx context.Context, c *Client) (any, error) { return c.DeleteMachine(ctx, "mch_1") },
+			method: "DELETE", path: "/api/v1/machines/mch_1", auth: true,
+			wantResult: `{"created_at":"0001-01-01T00:00:00Z","id":"mch_1","image":"","join_by":"0001-01-01T00:00:00Z","location":"","operation":"","provider":"","state":"","type":""}`,
+		},
+		{
 			name: "empty list is empty slice", status: 200, answer: `{"items":null}`,
 			call:   func(ctx context.Context, c *Client) (any, error) { return c.ListProjects(ctx) },
 			method: "GET", path: "/api/v1/projects", auth: true, wantResult: `[]`,

@@ -47,7 +47,7 @@ func (c *Client) CreateMachine(ctx context.Context, req MachineRequest) (*Machin
 // ListMachines lists every machine, oldest first (GET /machines).
 func (c *Client) ListMachines(ctx context.Context) ([]Machine, error) {
 	var out List[Machine]
-	if err := c.doJSON(ctx, http.MethodGet, "/machines", nil, true, &out); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/machines", nil, nil, "", true, &out); err != nil {
 		return nil, err
 	}
 	return out.Items, nil
@@ -56,7 +56,7 @@ func (c *Client) ListMachines(ctx context.Context) ([]Machine, error) {
 // DeleteMachine enqueues the deletion of a machine's server (DELETE /machines/{id}).
 func (c *Client) DeleteMachine(ctx context.Context, id string) (*Machine, error) {
 	var out Machine
-	if err := c.doJSON(ctx, http.MethodDelete, "/machines/"+url.PathEscape(id), nil, true, &out); err != nil {
+	if err := c.do(ctx, http.MethodDelete, "/machines/"+url.PathEscape(id), nil, nil, "", true, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
