@@ -722,6 +722,9 @@ func (l *Loop) jobOutcome(r localstore.Workload) *node.JobOutcome {
 // tailOf returns the last n bytes of the file at path, cut to start at a line; "" when it
 // cannot be read.
 func tailOf(path string, n int64) string {
+	if dir := logseg.DirOf(path); isDir(dir) {
+		return recordsTail(dir, n)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
@@ -742,6 +745,39 @@ func tailOf(path string, n int64) string {
 		}
 	}
 	return strings.ToValidUTF8(string(buf), "")
+}
+
+// recordsTail is tailOf for a workload whose driver stamps its output into the log directory
+// dir (docs/logs.md): the last n bytes of the output as the workload wrote it, cut to start at a
+// line; "" when nothing can be read.
+func recordsTail(dir string, n int64) string {
+	var out []byte
+	_, err := logseg.ReadFrom(dir, 1, func(r logseg.Record) error {
+		out = append(out, r.Text...)
+		if !r.Partial {
+			out = append(out, '\n')
+		}
+		if int64(len(out)) > 2*n {
+			out = append(out[:0], out[int64(len(out))-n:]...)
+		}
+		return nil
+	})
+	if err != nil && len(out) == 0 {
+		return ""
+	}
+	if int64(len(out)) > n {
+		out = out[int64(len(out))-n:]
+		if i := bytes.IndexByte(out, '\n'); i >= 0 {
+			out = out[i+1:]
+		}
+	}
+	return strings.ToValidUTF8(string(out), "")
+}
+
+// isDir reports whether path names a directory.
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // Status returns the node's status report as the loop last observed it:
