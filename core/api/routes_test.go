@@ -126,7 +126,7 @@ func everyRoute() map[string]routeRow {
 		"POST /api/v1/nodes/enroll":      {body: bodyJSON, note: "unauthenticated: the join token in the body is the proof"},
 		"GET /api/v1/nodes/session":      {body: bodyNone, note: "WebSocket upgrade: no body before the upgrade"},
 		"GET /api/v1/bundles/:digest":    none,
-		"POST /api/v1/nodes/join-tokens": obj, "GET /api/v1/nodes": none, "GET /api/v1/nodes/:id": none,
+		"POST /api/v1/nodes/join-tokens": obj, "POST /api/v1/nodes/join-codes": obj, "GET /join/:code/setup.sh": none, "GET /downloads/:name": none, "GET /api/v1/nodes": none, "GET /api/v1/nodes/:id": none,
 		"DELETE /api/v1/nodes/:id": none, "GET /api/v1/leases": none, "GET /api/v1/nodes/:id/fence": none,
 		"POST /api/v1/nodes/:id/lost": none, "POST /api/v1/nodes/:id/fence-ack": obj,
 		"POST /api/v1/nodes/:id/upgrade": obj, "PUT /api/v1/nodes/:id/capacity": obj, "POST /api/v1/nodes/:id/drain": obj,
