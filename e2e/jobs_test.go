@@ -117,6 +117,19 @@ func TestJobs(t *testing.T) {
 		t.Errorf("job run tick --wait: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
 
+	// The README's example job (examples/jobs/report), declared as the README declares it.
+	cl.pushBundle(t, filepath.Join("..", "examples", "jobs", "report"), "report")
+	readme := filepath.Join(cl.dir, "report.yaml")
+	if err := os.WriteFile(readme, []byte("kind: job\nname: report\nbundle: report\ncommand: [\"./report\", \"--since\", \"24h\"]\n"+
+		"schedule: \"30 2 * * *\"\ntime_zone: Europe/Berlin\nconcurrency: forbid\ntimeout_s: 600\nretries: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl.cli(t, "apply", "-f", readme)
+	stdout, stderr, code = cl.runCLI(t, "job", "run", "report", "--wait", "--timeout", "90s")
+	if code != 0 || !strings.Contains(stdout, "report: the last 24h, run wl_") {
+		t.Errorf("job run report --wait (the README's example): exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+
 	// A failing job: retried once after the backoff, then failed; --wait exits with its code.
 	stdout, stderr, code = cl.runCLI(t, "job", "run", "flaky", "--wait", "--timeout", "90s")
 	if code != 3 || !strings.Contains(stderr, "failed") {

@@ -153,6 +153,9 @@ type workload struct {
 	done chan struct{}
 	// stopTrim ends the log trimmer.
 	stopTrim context.CancelFunc
+	// deadSince is when refreshLocked first found the process gone while its log writer was
+	// still draining the output; zero otherwise.
+	deadSince time.Time
 }
 
 var _ runtime.Driver = (*Driver)(nil)
@@ -516,6 +519,13 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 func (d *Driver) reap(w *workload, cmd *exec.Cmd) {
 	err := cmd.Wait()
 	code := exitCode(cmd.ProcessState)
+	// The exit is recorded once the workload's output is whole: its log writer drains what the
+	// process wrote last and seals it (bounded by writerWait), so whoever reads the output
+	// after seeing the exit (a job run's tail, logs --previous) finds all of it.
+	d.mu.Lock()
+	rec := w.rec
+	d.mu.Unlock()
+	awaitLogWriter(d.life, rec)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer close(w.done)
@@ -683,6 +693,16 @@ func (d *Driver) refreshLocked(w *workload) bool {
 	}
 	if alive(w.rec.PID, w.rec.StartTicks) {
 		return true
+	}
+	// The exit is reported once the output is whole: while the log writer still drains what
+	// the process wrote last (at most writerWait), the workload reads as running.
+	if w.rec.WriterPID > 0 && alive(w.rec.WriterPID, w.rec.WriterTicks) {
+		if w.deadSince.IsZero() {
+			w.deadSince = time.Now()
+		}
+		if time.Since(w.deadSince) < writerWait {
+			return true
+		}
 	}
 	w.rec.Exited = true
 	w.rec.ExitedAt = time.Now().UTC()

@@ -77,7 +77,10 @@ func BenchmarkLogWriter(b *testing.B) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		awaitLogWriter(context.Background(), d.workloads["wl_flood"].rec)
+		d.mu.Lock()
+		rec := d.workloads["wl_flood"].rec
+		d.mu.Unlock()
+		awaitLogWriter(context.Background(), rec)
 		through += time.Since(start)
 		d.Close()
 		var n int

@@ -147,7 +147,10 @@ func TestLogWriterLogsRendersOutput(t *testing.T) {
 	d := f.writerDriver()
 	f.start(d, "wl_render", "count", map[string]string{countN: "50", countEvery: "1ms"})
 	waitFor(t, time.Minute, "wl_render to exit", func() bool { return inspect(t, d, "wl_render").State == runtime.StateExited })
-	awaitLogWriter(context.Background(), d.workloads["wl_render"].rec)
+	d.mu.Lock()
+	rec := d.workloads["wl_render"].rec
+	d.mu.Unlock()
+	awaitLogWriter(context.Background(), rec)
 	var b strings.Builder
 	if err := d.Logs(context.Background(), &runtime.LogsRequest{WorkloadID: "wl_render"}, &b); err != nil {
 		t.Fatal(err)
