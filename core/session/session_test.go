@@ -441,6 +441,10 @@ func TestLastFrameFollowsEveryFrame(t *testing.T) {
 	if !ok {
 		t.Fatal("no last frame after the hello")
 	}
+	// The hello queues two writes (the session's start, then last_seen_at with the applied
+	// revision) before the welcome is sent; the writer may take them in one pass or two, so the
+	// stored time is read once it has written both.
+	waitFor(t, "the status writer drained", f.s.status.idle)
 	stored := f.waitNode(t, "seen at the handshake", func(n *nodes.Node) bool { return n.LastSeenAt != nil })
 	before := time.Now()
 	p.send(1, node.TypePing, struct{}{})
