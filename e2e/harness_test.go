@@ -158,7 +158,7 @@ func newCluster(t *testing.T) *cluster {
 	// Registered first, so it runs last: workloads outlive the agent and the
 	// gateway outlives berthd by design, and a test must leave no process
 	// behind.
-	t.Cleanup(func() { cl.killWorkloads(t); cl.killGateway(t) })
+	t.Cleanup(func() { cl.killWorkloads(t); cl.killGateway(t); proctest.KillUnder(t, cl.dir) })
 	startBerthd(t, cl)
 	t.Cleanup(func() { cl.dumpLogs(t) })
 	return cl

@@ -90,6 +90,9 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	dir := t.TempDir()
+	// Registered first, so it runs last: the workloads, their log writers and the runtime
+	// driver outlive the agent by design, and a test leaves no process behind.
+	t.Cleanup(func() { proctest.KillUnder(t, dir) })
 	api := proctest.FreeAddr(t)
 	data := filepath.Join(dir, "berthd")
 	berthd := proctest.Start(t, filepath.Join(dir, "berthd.log"), filepath.Join(env.bin, "berthd"),

@@ -6,6 +6,9 @@ package proctest
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -91,4 +94,54 @@ func (p *Proc) StopWithin(grace time.Duration) {
 func (p *Proc) Kill9() {
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+}
+
+// KillUnder SIGKILLs every process of this machine, other than the calling one, whose working
+// directory is dir or under it, or whose command line names a path under dir, and returns how
+// many it signalled. Tests register it as their first cleanup (so it runs last) over the
+// directory they gave their processes: workloads outlive the agent and runtime drivers by
+// design, and a test must leave nothing behind. Processes it cannot inspect are skipped.
+func KillUnder(t testing.TB, dir string) int {
+	t.Helper()
+	dir = filepath.Clean(dir)
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Errorf("list processes: %v", err)
+		return 0
+	}
+	self := os.Getpid()
+	n := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if !namesDir(pid, dir) {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			t.Logf("killed leftover process %d: %s", pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " "))
+			n++
+		}
+	}
+	return n
+}
+
+// namesDir reports whether process pid works in dir or names a path under it in its command line.
+func namesDir(pid int, dir string) bool {
+	p := filepath.Join("/proc", strconv.Itoa(pid))
+	if cwd, err := os.Readlink(filepath.Join(p, "cwd")); err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) {
+		return true
+	}
+	cmdline, err := os.ReadFile(filepath.Join(p, "cmdline"))
+	if err != nil {
+		return false
+	}
+	for _, arg := range strings.Split(string(cmdline), "\x00") {
+		if arg == dir || strings.Contains(arg, dir+"/") {
+			return true
+		}
+	}
+	return false
 }
