@@ -10,13 +10,14 @@ import (
 	"os"
 
 	"github.com/berthhq/berth/internal/version"
+	"github.com/berthhq/berth/nodeplugins/logwriter"
 	"github.com/berthhq/berth/nodeplugins/process"
 	"github.com/berthhq/berth/sdk/runtime"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == process.LogWriterCommand {
-		os.Exit(process.LogWriterMain(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == logwriter.Command {
+		os.Exit(logwriter.Main(os.Args[2:]))
 	}
 	stateDir := flag.String("state-dir", "", "directory of the driver's workload records (required)")
 	logWriter := flag.Bool("log-writer", true, "give each workload a log writer process that stamps its output into segments (docs/logs.md); false appends it to one file")
@@ -37,7 +38,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "berth-plugin-process: find own binary for the log writer: %v\n", err)
 			os.Exit(1)
 		}
-		cfg.LogWriter = []string{exe, process.LogWriterCommand}
+		cfg.LogWriter = []string{exe, logwriter.Command}
 	}
 	d, err := process.New(cfg)
 	if err != nil {

@@ -44,6 +44,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/internal/logseg"
 	"github.com/berthhq/berth/internal/version"
 	"github.com/berthhq/berth/sdk/guard"
 	"github.com/berthhq/berth/sdk/runtime"
@@ -65,6 +66,7 @@ const (
 	LabelLogMaxBytes = "berth.log-max-bytes" // decimal bytes
 	LabelStartedAt   = "berth.started-at"    // RFC 3339 with nanoseconds, UTC
 	LabelImage       = "berth.image"         // StartRequest.Image
+	LabelLogDir      = "berth.log-dir"       // the log writer's directory; absent when output goes to LabelLogPath
 )
 
 const (
@@ -114,6 +116,13 @@ type Config struct {
 	PlainHTTPRegistries []string
 	// Logger receives the driver's own logs; nil discards them.
 	Logger *slog.Logger
+	// LogWriter is the absolute path of a binary that runs the log writer
+	// when containerd's shim starts it as a binary logger (a driver binary
+	// whose main runs logwriter.Main when logwriter.StartedByShim): each
+	// workload's output is then stamped into segments in the directory
+	// logseg.DirOf(LogPath) (docs/logs.md section 4). Empty: the shim appends
+	// stdout and stderr to StartRequest.LogPath, trimmed to its limit.
+	LogWriter string
 }
 
 // Driver is the containerd runtime driver. It implements runtime.Driver,
@@ -363,6 +372,9 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		LabelStartedAt:   startedAt.Format(time.RFC3339Nano),
 		LabelImage:       req.Image,
 	}
+	if d.cfg.LogWriter != "" {
+		labels[LabelLogDir] = logseg.DirOf(req.LogPath)
+	}
 	c, err := d.client.NewContainer(ctx, id,
 		ctd.WithImage(img),
 		ctd.WithSnapshotter(d.cfg.Snapshotter),
@@ -378,7 +390,18 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 		d.cleanup(c)
 		return nil, fmt.Errorf("start workload %s: create log directory: %w", id, err)
 	}
-	task, err := c.NewTask(ctx, cio.LogFile(req.LogPath))
+	output := cio.LogFile(req.LogPath)
+	if d.cfg.LogWriter != "" {
+		// The shim starts the log writer with stdout and stderr as fds 3 and 4
+		// and waits for it to close fd 5; the writer outlives this driver and
+		// the agent as the container does.
+		if err := os.MkdirAll(labels[LabelLogDir], 0o750); err != nil {
+			d.cleanup(c)
+			return nil, fmt.Errorf("start workload %s: create log directory: %w", id, err)
+		}
+		output = cio.BinaryIO(d.cfg.LogWriter, map[string]string{"--dir": labels[LabelLogDir], "--ready-fd": "5"})
+	}
+	task, err := c.NewTask(ctx, output)
 	if err != nil {
 		d.cleanup(c)
 		return nil, fmt.Errorf("start workload %s: create task: %w", id, err)

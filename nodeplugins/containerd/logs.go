@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/internal/logtrim"
+	"github.com/berthhq/berth/nodeplugins/logwriter"
 	"github.com/berthhq/berth/sdk/runtime"
 )
 
@@ -20,7 +21,8 @@ const (
 // Logs implements runtime.LogStreamer: it copies the workload's log file
 // (what its shim appended from stdout and stderr), the last TailBytes when
 // positive, and with Follow keeps copying new output until ctx ends, then
-// returns nil. ErrNotFound for an unknown workload.
+// returns nil; a workload with a log writer has its records rendered instead
+// (logwriter.Render). ErrNotFound for an unknown workload.
 func (d *Driver) Logs(ctx context.Context, req *runtime.LogsRequest, w io.Writer) error {
 	if d.isClosed() {
 		return fmt.Errorf("logs of workload %s: %w", req.WorkloadID, errClosed)
@@ -32,6 +34,9 @@ func (d *Driver) Logs(ctx context.Context, req *runtime.LogsRequest, w io.Writer
 	labels, err := c.Labels(ctx)
 	if err != nil {
 		return fmt.Errorf("logs of workload %s: %w", req.WorkloadID, err)
+	}
+	if dir := labels[LabelLogDir]; dir != "" {
+		return logwriter.Render(ctx, req, dir, w)
 	}
 	path := labels[LabelLogPath]
 	var off int64
@@ -106,6 +111,9 @@ func (d *Driver) trimLogs(ctx context.Context) {
 			labels, err := c.Labels(ctx)
 			if err != nil {
 				continue
+			}
+			if labels[LabelLogDir] != "" {
+				continue // the log writer bounds its own disk
 			}
 			maxBytes, err := strconv.ParseInt(labels[LabelLogMaxBytes], 10, 64)
 			if err != nil || maxBytes <= 0 {

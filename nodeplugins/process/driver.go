@@ -107,7 +107,7 @@ type Config struct {
 	// per-workload log writer: the driver appends --dir and the segment
 	// options and runs it in a session of its own, with the workload's stdout
 	// and stderr as fds 3 and 4 (docs/logs.md section 4). The plugin binary
-	// runs itself with [LogWriterCommand]. Empty: no log writer, and output is
+	// runs itself with [logwriter.Command]. Empty: no log writer, and output is
 	// appended to StartRequest.LogPath as before.
 	LogWriter []string
 	// LogSegmentBytes, LogSegmentAge and LogMaxDiskBytes are the log writer's

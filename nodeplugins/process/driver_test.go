@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthhq/berth/nodeplugins/logwriter"
 	"github.com/berthhq/berth/sdk/runtime"
 )
 
@@ -20,8 +21,8 @@ import (
 const modeEnv = "BERTH_PROCESS_TEST_WORKLOAD"
 
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == LogWriterCommand {
-		os.Exit(LogWriterMain(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == logwriter.Command {
+		os.Exit(logwriter.Main(os.Args[2:]))
 	}
 	if state := os.Getenv(driverHostEnv); state != "" {
 		os.Exit(runDriverHost(state))

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
-	"github.com/berthhq/berth/internal/logseg"
+	"github.com/berthhq/berth/nodeplugins/logwriter"
 	"github.com/berthhq/berth/sdk/runtime"
 )
 
@@ -140,7 +140,7 @@ func (d *Driver) Logs(ctx context.Context, req *runtime.LogsRequest, w io.Writer
 		return fmt.Errorf("logs of workload %s: %w", req.WorkloadID, runtime.ErrNotFound)
 	}
 	if dir != "" {
-		return segmentLogs(ctx, req, dir, w)
+		return logwriter.Render(ctx, req, dir, w)
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) && !req.Follow {
@@ -230,71 +230,4 @@ func (d *Driver) Stats(ctx context.Context, req *runtime.StatsRequest) (*runtime
 		MemoryBytes: rss * int64(os.Getpagesize()),
 		At:          time.Now().UTC(),
 	}, nil
-}
-
-// segmentLogs is Logs of a workload with a log writer: the records of dir
-// rendered as the output the workload wrote (each record's text, with a
-// newline after those that end their line), its last TailBytes when
-// positive, then with Follow new records as they are written.
-func segmentLogs(ctx context.Context, req *runtime.LogsRequest, dir string, w io.Writer) error {
-	from := int64(1)
-	if req.TailBytes > 0 {
-		// Start at the newest segments that hold the tail, then cut the front.
-		segs, err := logseg.Segments(dir)
-		if err != nil {
-			return fmt.Errorf("logs of workload %s: %w", req.WorkloadID, err)
-		}
-		var raw int64
-		for i := len(segs) - 1; i >= 0 && raw < req.TailBytes; i-- {
-			raw += segs[i].RawBytes
-			from = segs[i].FirstSeq
-		}
-		if len(segs) > 0 && raw < req.TailBytes {
-			from = 1
-		}
-	}
-	var out []byte
-	next, err := logseg.ReadFrom(dir, from, func(r logseg.Record) error {
-		out = appendText(out, r)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("logs of workload %s: %w", req.WorkloadID, err)
-	}
-	if req.TailBytes > 0 && int64(len(out)) > req.TailBytes {
-		out = out[int64(len(out))-req.TailBytes:]
-	}
-	if _, err := w.Write(out); err != nil || !req.Follow {
-		return err
-	}
-	t := time.NewTicker(logFollowInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		out = out[:0]
-		if next, err = logseg.ReadFrom(dir, next, func(r logseg.Record) error {
-			out = appendText(out, r)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("logs of workload %s: %w", req.WorkloadID, err)
-		}
-		if len(out) > 0 {
-			if _, err := w.Write(out); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// appendText appends r's text as the workload wrote it.
-func appendText(b []byte, r logseg.Record) []byte {
-	b = append(b, r.Text...)
-	if !r.Partial {
-		b = append(b, '\n')
-	}
-	return b
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/internal/logseg"
+	"github.com/berthhq/berth/nodeplugins/logwriter"
 	"github.com/berthhq/berth/sdk/runtime"
 )
 
@@ -57,7 +58,7 @@ func BenchmarkLogWriter(b *testing.B) {
 		direct += time.Since(start)
 		f.Close()
 
-		d, err := New(Config{StateDir: filepath.Join(dir, "state"), LogWriter: []string{exe, LogWriterCommand}})
+		d, err := New(Config{StateDir: filepath.Join(dir, "state"), LogWriter: []string{exe, logwriter.Command}})
 		if err != nil {
 			b.Fatal(err)
 		}

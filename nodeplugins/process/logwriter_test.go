@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/internal/logseg"
+	"github.com/berthhq/berth/nodeplugins/logwriter"
 	"github.com/berthhq/berth/sdk/runtime"
 )
 
@@ -47,7 +48,7 @@ func writerConfig(t testing.TB, state string) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Config{StateDir: state, LogWriter: []string{exe, LogWriterCommand}, LogSegmentBytes: 8 << 10}
+	return Config{StateDir: state, LogWriter: []string{exe, logwriter.Command}, LogSegmentBytes: 8 << 10}
 }
 
 func (f *fixture) writerDriver() *Driver {
@@ -200,7 +201,7 @@ func TestLogWriterSplitsLongLine(t *testing.T) {
 // runDriverHost is the body of the driver host process (driverHostEnv).
 func runDriverHost(state string) int {
 	exe, _ := os.Executable()
-	d, err := New(Config{StateDir: state, LogWriter: []string{exe, LogWriterCommand}, LogSegmentBytes: 8 << 10})
+	d, err := New(Config{StateDir: state, LogWriter: []string{exe, logwriter.Command}, LogSegmentBytes: 8 << 10})
 	if err != nil {
 		fmt.Println(err)
 		return 1
