@@ -8,9 +8,13 @@
 // writes as JUnit) the [Report]. Each case is a named subtest; on a binary
 // the first is "launch", and when the binary does not start every other
 // case is skipped with one line. Cases that need a capability the plugin
-// does not advertise, or a subprocess when the plugin is given as a factory,
-// are skipped and say why. A failure says what the suite did, what it
-// expected and what it got.
+// does not advertise are skipped naming it ([Result.Capability]), unless the
+// configuration requires it (RequireCapabilities, the CLI's
+// --require-capability), which makes them fail; cases that need a
+// subprocess when the plugin is given as a factory are skipped and say why.
+// A provider whose state lives outside its state directory gets a reset
+// before every case (ProviderConfig.Reset, the CLI's --reset-command). A
+// failure says what the suite did, what it expected and what it got.
 package conformance
 
 import (
@@ -65,6 +69,10 @@ type Result struct {
 	Status   Status
 	Messages []string
 	Duration time.Duration
+	// Capability names the capability the case needs and the plugin does
+	// not advertise ("durable_state", [ProviderCapabilities]) when the case
+	// was skipped for it, or failed because it was required; "" otherwise.
+	Capability string
 }
 
 // Report is the outcome of a whole run.
@@ -79,6 +87,18 @@ func (r *Report) Failed() []string { return r.names(Failed) }
 
 // Skipped returns the names of the skipped cases, sorted.
 func (r *Report) Skipped() []string { return r.names(Skipped) }
+
+// SkippedForCapability maps each case skipped because the plugin does not
+// advertise a capability to that capability's name.
+func (r *Report) SkippedForCapability() map[string]string {
+	out := map[string]string{}
+	for _, c := range r.Results {
+		if c.Status == Skipped && c.Capability != "" {
+			out[c.Name] = c.Capability
+		}
+	}
+	return out
+}
 
 // OK reports whether no case failed.
 func (r *Report) OK() bool { return len(r.Failed()) == 0 }
@@ -95,7 +115,10 @@ func (r *Report) names(s Status) []string {
 }
 
 // WriteText writes one line per case ("PASS name (12ms)") followed by its
-// messages, and a summary line.
+// messages, a summary line, and, when cases were skipped because the plugin
+// does not advertise a capability, one more line naming each case and the
+// capability ("skipped for want of a capability: durable_state (needs
+// durable_state)").
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	for _, c := range r.Results {
@@ -107,6 +130,16 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "%s conformance of %s: %d passed, %d failed, %d skipped\n", r.Suite, r.Plugin,
 		len(r.names(Passed)), len(r.Failed()), len(r.Skipped()))
+	var caps []string
+	for _, c := range r.Results {
+		if c.Status == Skipped && c.Capability != "" {
+			caps = append(caps, fmt.Sprintf("%s (needs %s)", c.Name, c.Capability))
+		}
+	}
+	if len(caps) > 0 {
+		fmt.Fprintf(&b, "skipped for want of a capability the plugin does not advertise: %s; --require-capability NAME makes such a skip a failure\n",
+			strings.Join(caps, ", "))
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -176,12 +209,22 @@ func junitMessage(messages []string) string {
 	return strings.Join(lines, "; ")
 }
 
-// runTesting runs cases as subtests of t.
-func runTesting(t *testing.T, cases []testCase) {
+// runTesting runs cases as subtests of t and returns their results.
+func runTesting(t *testing.T, cases []testCase) []Result {
 	t.Helper()
+	out := make([]Result, 0, len(cases))
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { c.run(t) })
+		var res Result
+		t.Run(c.name, func(st *testing.T) {
+			rt := &recT{T: st}
+			start := time.Now()
+			// Deferred: Fatalf and Skipf end the subtest's goroutine.
+			defer func() { res = rt.result(c.name, time.Since(start)) }()
+			c.run(rt)
+		})
+		out = append(out, res)
 	}
+	return out
 }
 
 // runReport runs cases one after another outside `go test` and collects a report.
@@ -197,7 +240,7 @@ func runReport(ctx context.Context, suite, plugin string, cases []testCase) *Rep
 			c.run(ct)
 		}()
 		<-done
-		r.Results = append(r.Results, Result{Name: c.name, Status: ct.status(), Messages: ct.messages(), Duration: time.Since(start)})
+		r.Results = append(r.Results, Result{Name: c.name, Status: ct.status(), Messages: ct.messages(), Duration: time.Since(start), Capability: ct.capabilityName()})
 	}
 	return r
 }
@@ -212,6 +255,19 @@ type caseT struct {
 	skipped  bool
 	cleanups []func()
 	dirs     []string
+	capab    string // the capability the case needed and the plugin lacks
+}
+
+func (c *caseT) markCapability(name string) {
+	c.mu.Lock()
+	c.capab = name
+	c.mu.Unlock()
+}
+
+func (c *caseT) capabilityName() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.capab
 }
 
 func (c *caseT) Helper() {}

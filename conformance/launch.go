@@ -14,9 +14,13 @@ func launchCase(start func(t T) error) (testCase, *launchGate) {
 	return testCase{name: "launch", run: func(t T) {
 		if err := start(t); err != nil {
 			var refused *configRefusedError
-			if errors.As(err, &refused) {
+			var reset *resetError
+			switch {
+			case errors.As(err, &refused):
 				g.fail("the plugin refused its configuration")
-			} else {
+			case errors.As(err, &reset):
+				g.fail("the reset before case launch failed")
+			default:
 				g.fail("the plugin did not start")
 			}
 			t.Fatalf("%v", err)
@@ -31,6 +35,13 @@ type configRefusedError struct{ err error }
 
 func (e *configRefusedError) Error() string { return e.err.Error() }
 func (e *configRefusedError) Unwrap() error { return e.err }
+
+// resetError is a failed ProviderConfig.Reset: before launch, every later
+// case is skipped, since each would need the same reset.
+type resetError struct{ err error }
+
+func (e *resetError) Error() string { return e.err.Error() }
+func (e *resetError) Unwrap() error { return e.err }
 
 // launchGate records why the launch case failed, if it did.
 type launchGate struct {

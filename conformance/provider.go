@@ -44,11 +44,25 @@ type ProviderConfig struct {
 	Samples [2]provider.Resource
 	// Stderr receives the plugin's stderr in subprocess mode; nil discards it.
 	Stderr io.Writer
+	// Reset, when set, runs before every case (launch included) with the
+	// case's name, and puts back in its first state whatever the plugin
+	// keeps outside its state directory: the zone of a DNS server, the
+	// databases of a shared server, a vendor's test account. An error
+	// fails the case without running it. The CLI's --reset-command runs a
+	// shell command here (docs/plugins.md 6.3).
+	Reset func(ctx context.Context, caseName string) error
+	// RequireCapabilities names capabilities (of [ProviderCapabilities])
+	// whose cases must run: a case skipped because the plugin does not
+	// advertise one of them fails instead. The CLI's --require-capability.
+	RequireCapabilities []string
 }
 
 func (c ProviderConfig) validate() error {
 	if (c.Binary == "") == (c.Factory == nil) {
 		return errors.New("conformance: set exactly one of Binary and Factory")
+	}
+	if err := checkRequired("provider", c.RequireCapabilities, ProviderCapabilities); err != nil {
+		return err
 	}
 	if c.Binary != "" && c.noSamples() {
 		return nil // from Describe, in the launch case
@@ -84,14 +98,17 @@ var providerKind = kind{
 	},
 }
 
-// RunProvider runs the provider suite as subtests of t. It fails t at once
-// when cfg is invalid.
-func RunProvider(t *testing.T, cfg ProviderConfig) {
+// RunProvider runs the provider suite as subtests of t and returns the
+// report of what they did: each case's outcome and messages, and for a case
+// skipped because the plugin does not advertise a capability, that
+// capability ([Result.Capability], [Report.SkippedForCapability]). It fails
+// t at once when cfg is invalid.
+func RunProvider(t *testing.T, cfg ProviderConfig) *Report {
 	t.Helper()
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	runTesting(t, cfg.cases())
+	return &Report{Suite: "provider", Plugin: cfg.Binary, Results: runTesting(t, cfg.cases())}
 }
 
 // CheckProvider runs the provider suite on cfg outside `go test` and
@@ -109,9 +126,12 @@ func CheckProvider(ctx context.Context, cfg ProviderConfig) (*Report, error) {
 func (cfg ProviderConfig) cases() []testCase {
 	pc := &cfg
 	if cfg.Binary == "" {
-		return providerCases(pc)
+		return cfg.withReset(providerCases(pc))
 	}
 	return gated(func(t T) error {
+		if err := cfg.reset(t, "launch"); err != nil {
+			return err
+		}
 		var args []string
 		if cfg.Args != nil {
 			args = cfg.Args(t.TempDir())
@@ -149,7 +169,40 @@ func (cfg ProviderConfig) cases() []testCase {
 		return fmt.Errorf("no samples were given, and Describe declares no resource type with two examples " +
 			"(ResourceType.ExampleID and ExampleAttributes); declare them, or pass two states of one resource " +
 			"(--samples FILE, or ProviderConfig.Samples)")
-	}, providerCases(pc))
+	}, cfg.withReset(providerCases(pc)))
+}
+
+// resetBudget bounds one run of ProviderConfig.Reset.
+const resetBudget = 2 * time.Minute
+
+// reset runs cfg.Reset, when set, before the case named name.
+func (cfg ProviderConfig) reset(t T, name string) error {
+	if cfg.Reset == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), resetBudget)
+	defer cancel()
+	if err := cfg.Reset(ctx, name); err != nil {
+		return &resetError{err: fmt.Errorf("the reset before case %s (--reset-command, or ProviderConfig.Reset) failed, so the case did not run: %w", name, err)}
+	}
+	return nil
+}
+
+// withReset makes each case run cfg.Reset first (launch runs it itself).
+func (cfg ProviderConfig) withReset(cases []testCase) []testCase {
+	if cfg.Reset == nil {
+		return cases
+	}
+	out := make([]testCase, len(cases))
+	for i, c := range cases {
+		out[i] = testCase{name: c.name, run: func(t T) {
+			if err := cfg.reset(t, c.name); err != nil {
+				t.Fatalf("%v", err)
+			}
+			c.run(t)
+		}}
+	}
+	return out
 }
 
 // checkConfigAccepted gives config ({} when empty) to the launched
@@ -483,16 +536,14 @@ func providerCases(cfg *ProviderConfig) []testCase {
 			})
 		}},
 		{"durable_state", func(t T) {
-			needProcess(t)
 			dir := t.TempDir()
 			s := cfg.launch(t, dir)
 			d, err := s.p.Describe(s.ctx(t))
 			if err != nil {
 				t.Fatalf("Describe: %v", err)
 			}
-			if !d.Capabilities.DurableState {
-				t.Skipf("capability durable_state not advertised")
-			}
+			needCapability(t, cfg.RequireCapabilities, "durable_state", d.Capabilities.DurableState)
+			needProcess(t)
 			stA := s.mustApply(t, a, nil, s.key("a"), 7)
 			if err := s.in.crash(); err != nil {
 				t.Fatalf("kill the plugin: %v", err)

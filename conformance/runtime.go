@@ -50,6 +50,10 @@ type RuntimeConfig struct {
 	// Prepare, when set, adjusts every StartRequest the suite sends, e.g.
 	// to name the image a container driver runs Command in.
 	Prepare func(req *runtime.StartRequest)
+	// RequireCapabilities names capabilities (of [RuntimeCapabilities])
+	// whose cases must run: a case skipped because the driver does not
+	// advertise one of them fails instead. The CLI's --require-capability.
+	RequireCapabilities []string
 }
 
 func (c RuntimeConfig) prepare(req *runtime.StartRequest) *runtime.StartRequest {
@@ -63,7 +67,7 @@ func (c RuntimeConfig) validate() error {
 	if (c.Binary == "") == (c.Factory == nil) {
 		return errors.New("conformance: set exactly one of Binary and Factory")
 	}
-	return nil
+	return checkRequired("runtime", c.RequireCapabilities, RuntimeCapabilities)
 }
 
 func (c RuntimeConfig) command() []string {
@@ -383,9 +387,7 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 			needProcess(t)
 			dir := t.TempDir()
 			s := cfg.launch(t, dir)
-			if !s.desc.Capabilities.OutlivesDriver {
-				t.Skipf("capability outlives_driver not advertised")
-			}
+			needCapability(t, cfg.RequireCapabilities, "outlives_driver", s.desc.Capabilities.OutlivesDriver)
 			st := s.start(t, "wl_conf_g", 1)
 			if err := s.in.crash(); err != nil {
 				t.Fatalf("kill the driver: %v", err)
@@ -423,9 +425,7 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 		}},
 		{"logs", func(t T) {
 			s := cfg.launch(t, t.TempDir())
-			if !s.desc.Capabilities.Logs {
-				t.Skipf("capability logs not advertised")
-			}
+			needCapability(t, cfg.RequireCapabilities, "logs", s.desc.Capabilities.Logs)
 			s.start(t, "wl_conf_h", 1)
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
@@ -439,9 +439,7 @@ func runtimeCases(cfg RuntimeConfig) []testCase {
 		}},
 		{"stats", func(t T) {
 			s := cfg.launch(t, t.TempDir())
-			if !s.desc.Capabilities.Stats {
-				t.Skipf("capability stats not advertised")
-			}
+			needCapability(t, cfg.RequireCapabilities, "stats", s.desc.Capabilities.Stats)
 			s.start(t, "wl_conf_i", 1)
 			// A process that was just started may not have run yet (its resident set is
 			// still empty on a loaded machine): ask again until it has, for at most 10 s.

@@ -35,8 +35,8 @@ berthd against the node session protocol (docs/node-protocol.md).`,
 }
 
 func newConformancePluginCmd(a *app) *cobra.Command {
-	var kind, junit, samples, config, subnet string
-	var args, teardownArgs []string
+	var kind, junit, samples, config, subnet, resetCommand string
+	var args, teardownArgs, requireCaps []string
 	var image, imageArchive string
 	cmd := &cobra.Command{
 		Use:   "plugin PATH",
@@ -76,12 +76,26 @@ case.
 manages, [{"type": ..., "id": ..., "attributes": {...}}, {...}] (same type and
 id, different attributes). Without it the suite takes the first two examples
 the plugin declares for a resource type in Describe (ExampleID and
-ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
+ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.
+
+--reset-command CMD (providers) runs CMD with /bin/sh -c before every case,
+launch included, with BERTH_CONFORMANCE_CASE set to the case's name: it puts
+back what the plugin keeps outside its state directory (a DNS server's zone,
+a database server, a vendor's test account), so the cases of a plugin whose
+state lives elsewhere do not see each other's writes. A command that exits
+non-zero fails the case, with its output, without running it.
+
+A case that needs a capability the plugin does not advertise (durable_state
+for providers; outlives_driver, logs and stats for runtime drivers) is
+skipped, and the report names the capability. --require-capability NAME,
+repeated for each, turns such a skip into a failure, so a plugin that
+advertises nothing cannot pass a job that needs it.`,
 		Example: `  berth conformance plugin bin/berth-plugin-process --kind runtime
   berth conformance plugin bin/berth-plugin-nftables --kind network --arg=--state-dir --arg={state} --teardown-arg=teardown --teardown-arg=--state-dir --teardown-arg={state} --teardown-arg=--subnet --teardown-arg=10.213.0.0/24
   berth conformance plugin bin/berth-plugin-gateway --arg=--listen --arg={listen} --arg=--state-dir --arg={state}
   berth conformance plugin ./provider-hello --arg=--state-dir --arg={state} --config examples/provider-hello/config.json --junit report.xml
-  berth conformance plugin ./provider-hello --arg=--state-dir --arg={state} --samples examples/provider-hello/samples.json`,
+  berth conformance plugin ./provider-hello --arg=--state-dir --arg={state} --samples examples/provider-hello/samples.json
+  berth conformance plugin bin/berth-plugin-dns --arg=--state-dir --arg={state} --config dns.json --samples records.json --reset-command ./reset-zone.sh --require-capability durable_state`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			gatewayArgs := func(state, listen string) []string {
@@ -100,6 +114,12 @@ ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
 				}
 				return gatewayArgs(state, listen)
 			}
+			if resetCommand != "" && kind != "provider" {
+				return fmt.Errorf("--reset-command is for providers (--kind provider); network plugins have --teardown-arg")
+			}
+			if len(requireCaps) > 0 && kind == "network" {
+				return fmt.Errorf("--require-capability: the network suite has no capability-gated case")
+			}
 			var report *conformance.Report
 			var err error
 			switch kind {
@@ -107,7 +127,7 @@ ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
 				if !cmd.Flags().Changed("arg") {
 					args = []string{"--state-dir", "{state}"}
 				}
-				rc := conformance.RuntimeConfig{Binary: pos[0], Args: argsFor}
+				rc := conformance.RuntimeConfig{Binary: pos[0], Args: argsFor, RequireCapabilities: requireCaps}
 				if image != "" { // a container driver runs the suite's shell in this image
 					rc.Prepare = func(req *runtime.StartRequest) { req.Image, req.ImageArchive = image, imageArchive }
 					rc.Env = map[string]string{"PATH": "/bin:/usr/bin"}
@@ -122,7 +142,11 @@ ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
 				if cerr != nil {
 					return cerr
 				}
-				report, err = conformance.CheckProvider(cmd.Context(), conformance.ProviderConfig{Binary: pos[0], Args: argsFor, Samples: s, PluginConfig: pc})
+				pcfg := conformance.ProviderConfig{Binary: pos[0], Args: argsFor, Samples: s, PluginConfig: pc, RequireCapabilities: requireCaps}
+				if resetCommand != "" {
+					pcfg.Reset = func(ctx context.Context, caseName string) error { return runResetCommand(ctx, resetCommand, caseName) }
+				}
+				report, err = conformance.CheckProvider(cmd.Context(), pcfg)
 				if err == nil && slices.ContainsFunc(args, func(s string) bool { return strings.Contains(s, "{listen}") }) {
 					var gw *conformance.Report
 					gw, err = conformance.CheckGateway(cmd.Context(), conformance.GatewayConfig{Binary: pos[0], Args: gatewayArgs, PluginConfig: pc})
@@ -183,9 +207,25 @@ ExampleAttributes, docs/plugins.md section 6.1) and says so in case launch.`,
 	f.StringArrayVar(&args, "arg", nil, `argument for the plugin binary (repeatable); "{state}" becomes a per-case state directory`)
 	f.StringVar(&samples, "samples", "", "JSON file with two states of one resource (providers; default: the examples the plugin declares in Describe)")
 	f.StringVar(&config, "config", "", "JSON file with the plugin's configuration, an object (providers; default {})")
+	f.StringVar(&resetCommand, "reset-command", "", "providers: shell command run before every case to put back the state the plugin keeps outside its state directory ($BERTH_CONFORMANCE_CASE names the case)")
+	f.StringArrayVar(&requireCaps, "require-capability", nil, "capability (repeatable) whose capability-gated case must run: skipping it for want of the capability fails instead")
 	f.StringVar(&image, "image", "", "runtime drivers of containers: the image (with /bin/sh) every workload of the suite runs in, pinned by digest")
 	f.StringVar(&imageArchive, "image-archive", "", "with --image sha256:...: the OCI image layout tar holding it")
 	return cmd
+}
+
+// runResetCommand runs command with /bin/sh -c before the case caseName
+// (BERTH_CONFORMANCE_CASE in its environment) and returns an error holding
+// its output when it exits non-zero.
+func runResetCommand(ctx context.Context, command, caseName string) error {
+	c := exec.CommandContext(ctx, "/bin/sh", "-c", command)
+	c.Env = append(os.Environ(), "BERTH_CONFORMANCE_CASE="+caseName)
+	c.WaitDelay = 5 * time.Second // a child that keeps the output open past the deadline
+	out, err := c.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("reset command %q: %w: %s", command, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // freeLoopback returns a loopback address no listener holds right now.

@@ -5,10 +5,12 @@ import (
 	abiwasm "github.com/berthhq/berth/abi/wasm"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/berthhq/berth/conformance"
+	"github.com/berthhq/berth/internal/knottest"
 	"github.com/berthhq/berth/internal/wasmtest"
 )
 
@@ -199,5 +201,106 @@ func TestConformancePluginRunsTheGatewayCases(t *testing.T) {
 	out = newCLI(t).ok("", "conformance", "plugin", bin, "--arg=--listen", "--arg=127.0.0.1:0")
 	if strings.Contains(out, "gateway_") {
 		t.Errorf("gateway cases ran without {listen}:\n%s", out)
+	}
+}
+
+// TestConformancePluginDNSAgainstKnot runs `berth conformance plugin` on the
+// built DNS plugin against a real knotd: the records (and the fences kept
+// beside them) live on the server, so without a reset a case sees the
+// records of the one before and fails; with a --reset-command that purges
+// the zone and loads it again from its file, every case passes. Without a
+// state directory the plugin does not advertise durable_state: the case is
+// listed as skipped for that capability, and --require-capability
+// durable_state makes it fail.
+func TestConformancePluginDNSAgainstKnot(t *testing.T) {
+	t.Parallel()
+	knotd := knottest.Binary(t)
+	k := knottest.Start(t, "example.test")
+	bin := conformance.BuildPlugin(t, "github.com/berthhq/berth/cmd/berth-plugin-dns")
+	dir := t.TempDir()
+	config := filepath.Join(dir, "dns.json")
+	cfg := fmt.Sprintf(`{"server": %q, "zones": ["example.test"], "tsig_key_name": %q, "tsig_secret": %q}`, k.Addr, k.Key.Name, k.Key.Secret)
+	samples := filepath.Join(dir, "records.json")
+	smp := `[{"type": "dns.record", "id": "example.test/conf/A", "attributes": {"values": ["192.0.2.1"], "ttl": 60}},
+		{"type": "dns.record", "id": "example.test/conf/A", "attributes": {"values": ["192.0.2.1", "192.0.2.2"], "ttl": 60}}]`
+	for f, body := range map[string]string{config: cfg, samples: smp} {
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	knotc := filepath.Join(filepath.Dir(knotd), "knotc")
+	conf := filepath.Join(k.Dir, "knot.conf")
+	reset := fmt.Sprintf("%[1]s -c %[2]s -b zone-purge -f +expire +journal +timers example.test && %[1]s -c %[2]s -b zone-reload example.test", knotc, conf)
+	base := []string{"conformance", "plugin", bin, "--config", config, "--samples", samples}
+	stateArgs := []string{"--arg=--state-dir", "--arg={state}"}
+	cases := len(conformance.ProviderCaseNames()) + 1 // and launch
+
+	out, errOut, code := newCLI(t).run("", append(slices.Clone(base), stateArgs...)...)
+	if code != 1 || !strings.Contains(out, "FAIL ") {
+		t.Errorf("without a reset: exit %d, want 1 and failed cases (each case sees the records of the one before):\n%s\n%s", code, out, errOut)
+	}
+
+	out, errOut, code = newCLI(t).run("", append(append(slices.Clone(base), stateArgs...), "--reset-command", reset, "--require-capability", "durable_state")...)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d passed, 0 failed, 0 skipped", cases)) {
+		t.Fatalf("with the reset command: exit %d, want every case to pass:\n%s\n%s", code, out, errOut)
+	}
+
+	out, errOut, code = newCLI(t).run("", append(slices.Clone(base), "--reset-command", reset)...)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d passed, 0 failed, 1 skipped", cases-1)) ||
+		!strings.Contains(out, "capability durable_state not advertised") ||
+		!strings.Contains(out, "skipped for want of a capability the plugin does not advertise: durable_state (needs durable_state)") {
+		t.Errorf("without a state directory: exit %d, want a pass with durable_state listed as skipped for its capability:\n%s\n%s", code, out, errOut)
+	}
+
+	out, errOut, code = newCLI(t).run("", append(slices.Clone(base), "--reset-command", reset, "--require-capability", "durable_state")...)
+	if code != 1 || !strings.Contains(out, "FAIL durable_state ") || strings.Count(out, "FAIL ") != 1 ||
+		!strings.Contains(out, "capability durable_state is required") {
+		t.Errorf("without a state directory, durable_state required: exit %d, want 1 and only durable_state failing:\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "durable_state") {
+		t.Errorf("the error does not name the failed case: %q", errOut)
+	}
+}
+
+// TestConformancePluginRequireCapabilityChecksTheName: a capability no case
+// of the suite checks is refused before any plugin starts, naming the ones
+// there are; --reset-command is refused for a runtime driver.
+func TestConformancePluginRequireCapabilityChecksTheName(t *testing.T) {
+	t.Parallel()
+	_, errOut, code := newCLI(t).run("", "conformance", "plugin", "/nonexistent", "--require-capability", "teleport")
+	if code != 1 || !strings.Contains(errOut, `"teleport"`) || !strings.Contains(errOut, "durable_state") {
+		t.Errorf("exit %d, stderr %q; want a refusal naming teleport and durable_state", code, errOut)
+	}
+	_, errOut, code = newCLI(t).run("", "conformance", "plugin", "/nonexistent", "--kind", "runtime", "--reset-command", "true")
+	if code != 1 || !strings.Contains(errOut, "--reset-command is for providers") {
+		t.Errorf("exit %d, stderr %q; want --reset-command refused for a runtime driver", code, errOut)
+	}
+}
+
+// TestConformancePluginResetCommand: the reset command runs before every
+// case, launch first, with the case's name in BERTH_CONFORMANCE_CASE; a
+// reset that fails before launch fails launch with its output and every
+// other case is skipped naming the reset.
+func TestConformancePluginResetCommand(t *testing.T) {
+	t.Parallel()
+	bin := conformance.BuildPlugin(t, "github.com/berthhq/berth/examples/provider-hello")
+	log := filepath.Join(t.TempDir(), "resets")
+	newCLI(t).ok("", "conformance", "plugin", bin, "--arg=--state-dir", "--arg={state}",
+		"--reset-command", `echo "$BERTH_CONFORMANCE_CASE" >> `+log)
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Fields(string(raw)), append([]string{"launch"}, conformance.ProviderCaseNames()...); !slices.Equal(got, want) {
+		t.Errorf("resets before %v, want before each of %v", got, want)
+	}
+
+	out, _, code := newCLI(t).run("", "conformance", "plugin", bin, "--arg=--state-dir", "--arg={state}",
+		"--reset-command", "echo the zone is locked >&2; exit 3")
+	if code != 1 || !strings.Contains(out, "FAIL launch") || !strings.Contains(out, "the zone is locked") || strings.Count(out, "FAIL ") != 1 {
+		t.Errorf("a failing reset: exit %d, want 1 with launch failing on the command's output:\n%s", code, out)
+	}
+	if n := strings.Count(out, "not run: the reset before case launch failed"); n != len(conformance.ProviderCaseNames()) {
+		t.Errorf("%d cases skipped naming the reset, want %d:\n%s", n, len(conformance.ProviderCaseNames()), out)
 	}
 }
