@@ -18,6 +18,12 @@ CONTAINER_PKGS := ./nodeplugins/containerd/... ./nodeplugins/nftables/...
 ROUTES_WASM := core/routes/default_routes.wasm
 AS_WASM     := examples/policies/require-digest-as/policy.wasm
 
+# axe-core for the dashboard's browser test (e2e/ui), fetched from npm and checked against
+# its pinned SHA-256 (e2e/ui/testdata/axe/MANIFEST); not committed.
+AXE := e2e/ui/testdata/axe/axe.min.js
+$(AXE): e2e/ui/testdata/axe/MANIFEST scripts/ui-assets.sh
+	./scripts/ui-assets.sh e2e/ui/testdata/axe/MANIFEST e2e/ui/testdata/axe
+
 ## modules: the generated WebAssembly modules (rebuilt when their sources change)
 modules: $(ROUTES_WASM) $(AS_WASM)
 
@@ -108,7 +114,7 @@ SLOW_TEST_PKGS := ./e2e ./core/api ./e2e/corestore ./core/store ./e2e/images ./c
 
 ## test: everything CI runs (builds the binaries the end-to-end tests start;
 ## starts a private containerd for the container tests and stops it after)
-test: build opa $(AS_WASM) $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(CADDY) $(PEBBLE) $(PEBBLE_CHALLTESTSRV)
+test: build opa $(AS_WASM) $(AXE) $(VERSITYGW) $(OCI_CONFORMANCE) $(CRANE) $(CADDY) $(PEBBLE) $(PEBBLE_CHALLTESTSRV)
 	./scripts/install-postgres.sh
 	./scripts/install-knot.sh
 	./scripts/install-chromium.sh
@@ -151,4 +157,4 @@ lint: modules
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 clean:
-	rm -rf bin build dist .berth-run $(ROUTES_WASM) $(AS_WASM)
+	rm -rf bin build dist .berth-run $(ROUTES_WASM) $(AS_WASM) $(AXE)

@@ -7,12 +7,17 @@
 # core/ui/assets/vendor/. Any mismatch stops the script and leaves the
 # vendored file untouched. With --check it fetches and compares but writes
 # nothing, and also checks the committed copies.
+#
+#   scripts/ui-assets.sh [--check] [MANIFEST DIR]
+#
+# MANIFEST and DIR default to the dashboard's; the browser tests fetch
+# axe-core (not committed, not embedded) with e2e/ui/testdata/axe/MANIFEST.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MANIFEST=core/ui/assets/MANIFEST
-VENDOR=core/ui/assets/vendor
 check=""
-[ "${1:-}" = "--check" ] && check=1
+[ "${1:-}" = "--check" ] && { check=1; shift; }
+MANIFEST=${1:-core/ui/assets/MANIFEST}
+VENDOR=${2:-core/ui/assets/vendor}
 command -v npm >/dev/null || { echo "ui-assets.sh: npm is needed (apt-get install -y npm)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -278,16 +278,35 @@ func TestDashboardInBrowser(t *testing.T) {
 	tctx, cancelTimeout := context.WithTimeout(bctx, 4*time.Minute)
 	defer cancelTimeout()
 
+	// Each page is photographed and audited by axe-core: its serious and critical
+	// accessibility violations are collected and reported at the end, page by page.
 	shots := t.ArtifactDir()
+	axeSource := readAxe(t)
+	var violations []string
 	shot := func(name string) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			png, err := chromedp.FullScreenshot(100)(ctx, tg)
 			if err != nil {
 				return err
 			}
-			return os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644)
+			if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
+				return err
+			}
+			found, err := audit(ctx, tg, axeSource)
+			if err != nil {
+				return fmt.Errorf("axe-core on the %s page: %w", name, err)
+			}
+			for _, v := range found {
+				violations = append(violations, name+": "+v)
+			}
+			return nil
 		})
 	}
+	defer func() {
+		if len(violations) > 0 {
+			t.Errorf("axe-core found %d serious or critical accessibility violations:\n%s", len(violations), strings.Join(violations, "\n"))
+		}
+	}()
 
 	// Log in with the password.
 	if err := chromedp.Do(tctx,
@@ -333,9 +352,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	if _, err := chromedp.Run(tctx, chromedp.Evaluate[string](`(() => {
 		const b = document.createElement("button");
 		b.setAttribute("hx-on:click", "window.berthEvaluated = 'yes'");
+		b.textContent = "hx-on probe";
 		document.body.appendChild(b);
 		htmx.process(b);
 		b.click();
+		b.remove();
 		return "clicked";
 	})()`)); err != nil {
 		t.Fatal(err)
@@ -510,4 +531,34 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the browser reported: %s", p)
 	}
 	t.Logf("screenshots in %s; %d requests, all same-origin", shots, len(log.requests))
+}
+
+// axePath is axe-core's script, fetched by make test (the Makefile's AXE target).
+const axePath = "testdata/axe/axe.min.js"
+
+// readAxe returns axe-core's source; the test fails when make test has not fetched it.
+func readAxe(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(axePath)
+	if err != nil {
+		t.Fatalf("axe-core is not fetched (make test fetches it: make %s in the repository's root): %v", "e2e/ui/"+axePath, err)
+	}
+	return string(b)
+}
+
+// audit runs axe-core on the current page, injecting it first when the page does not have it
+// yet, and returns its serious and critical violations, one line each: the rule, its impact,
+// its help text and up to three of the elements it names.
+func audit(ctx context.Context, tg *chromedp.Target, source string) ([]string, error) {
+	if _, err := chromedp.Evaluate[bool](`typeof axe === "undefined" && (() => { `+source+` ; return true })()`)(ctx, tg); err != nil {
+		return nil, fmt.Errorf("inject: %w", err)
+	}
+	found, err := chromedp.Evaluate[[]string](`axe.run(document, {resultTypes: ["violations"]}).then(r => r.violations
+		.filter(v => v.impact === "serious" || v.impact === "critical")
+		.map(v => v.id + " (" + v.impact + "): " + v.help + " at " + v.nodes.slice(0, 3).map(n => n.target.join(" ")).join(", ")))`,
+		chromedp.EvalAwaitPromise)(ctx, tg)
+	if err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	return found, nil
 }
