@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -47,8 +49,11 @@ type EnrollConfig struct {
 	DataDir     string            // the agent's data directory; created 0700 when absent
 	Labels      map[string]string // node labels; nil means none
 	Region      string            // empty means none
-	Address     string            // host address workloads bind to; empty means 127.0.0.1
-	Hostname    string            // empty means os.Hostname()
+	// Address is the host address workloads bind to, where the gateway and other nodes reach
+	// them. Empty means 127.0.0.1 (one machine); [AddressAuto] means the address this host
+	// uses to reach Server (the source address its routing table picks).
+	Address  string
+	Hostname string // empty means os.Hostname()
 	// Resources are the extended resources declared and what the host keeps,
 	// as for [Config.Resources]; reported at enrollment as the node's
 	// allocatable capacity.
@@ -57,6 +62,36 @@ type EnrollConfig struct {
 	HTTPClient *http.Client
 	Logger     *slog.Logger     // nil means slog.Default()
 	Now        func() time.Time // nil means time.Now
+}
+
+// AddressAuto as [EnrollConfig.Address] asks Enroll to pick the node's address itself: the
+// source address of this host's route to berthd (docs/joining.md section 3).
+const AddressAuto = "auto"
+
+// SourceAddress returns the local IP address this host would send from to reach the host of
+// server (a URL; its port, 443 by default): the routing table's choice, found by connecting a
+// UDP socket, which sends nothing. Errors: a server URL without a host, a name that does not
+// resolve, no route.
+func SourceAddress(ctx context.Context, server string) (string, error) {
+	u, err := url.Parse(server)
+	if err != nil || u.Hostname() == "" {
+		return "", fmt.Errorf("server %q is not a URL with a host", server)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "udp", net.JoinHostPort(u.Hostname(), port))
+	if err != nil {
+		return "", fmt.Errorf("find the address this host reaches %s from: %w", u.Host, err)
+	}
+	defer c.Close()
+	ip := c.LocalAddr().(*net.UDPAddr).IP
+	if ip.IsUnspecified() {
+		return "", fmt.Errorf("no source address toward %s", u.Host)
+	}
+	return ip.String(), nil
 }
 
 // Enroll enrolls this machine once (docs/node-protocol.md section 2): it
@@ -75,8 +110,16 @@ func Enroll(ctx context.Context, cfg EnrollConfig) (string, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Address == "" {
+	switch cfg.Address {
+	case "":
 		cfg.Address = "127.0.0.1"
+	case AddressAuto:
+		a, err := SourceAddress(ctx, cfg.Server)
+		if err != nil {
+			return "", fmt.Errorf("enroll: --address auto: %w", err)
+		}
+		cfg.Address = a
+		cfg.Logger.Info("node address chosen: the one this host reaches berthd from", "address", a)
 	}
 	if cfg.Hostname == "" {
 		h, err := os.Hostname()

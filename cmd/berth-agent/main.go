@@ -150,7 +150,7 @@ func newEnrollCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir, "agent data directory")
 	f.StringArrayVar(&labels, "label", nil, "node label key=value (repeatable)")
 	f.StringVar(&cfg.Region, "region", "", "node region")
-	f.StringVar(&cfg.Address, "address", "127.0.0.1", "host address workloads bind to")
+	f.StringVar(&cfg.Address, "address", "127.0.0.1", "host address workloads bind to, where the gateway and other nodes reach them; \"auto\": the address this host reaches --server from (the setup script's default)")
 	f.StringVar(&cfg.Hostname, "hostname", "", "node hostname (default: this machine's)")
 	res.register(f)
 	_ = cmd.MarkFlagRequired("server")

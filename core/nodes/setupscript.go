@@ -69,6 +69,7 @@ fingerprint='{{.Fingerprint}}'
 install_dir="${BERTH_INSTALL_DIR:-/usr/local/bin}"
 data_dir="${BERTH_DATA_DIR:-/var/lib/berth-agent}"
 unit_dir="${BERTH_UNIT_DIR:-/etc/systemd/system}"
+address="${BERTH_ADDRESS:-auto}"
 
 fail() { echo "berth setup: $*" >&2; exit 1; }
 command -v curl >/dev/null 2>&1 || fail "curl is required"
@@ -105,7 +106,7 @@ mkdir -p "$install_dir"
 install -m 0755 "$tmp/berth-agent-linux-$arch" "$install_dir/berth-agent"
 install -m 0755 "$tmp/berth-plugin-process-linux-$arch" "$install_dir/berth-plugin-process"
 
-set -- --server "$server" --data-dir "$data_dir" --join-token-stdin
+set -- --server "$server" --data-dir "$data_dir" --address "$address" --join-token-stdin
 [ -n "$fingerprint" ] && set -- "$@" --fingerprint "$fingerprint"
 printf '%s\n' '{{.Code}}' | "$install_dir/berth-agent" enroll "$@" || fail "enrollment refused (see above)"
 mkdir -p "$unit_dir"
