@@ -272,7 +272,8 @@ func providerCatalog(t *testing.T, plugins ...catalogPlugin) string {
 // policy bound to resource.apply refuses a password given as a value; the providers receive the
 // values, and no API answer (get, list, describe, plan, events, operations), no log and no file
 // of berthd's data directory (the store's resource and operation documents among them) holds
-// one; reading the same value back is no drift; the token output becomes a project secret.
+// one; reading the same value back is no drift, a changed one is drift shown masked; the token
+// output becomes a project secret that a service takes.
 func TestVendorProviderSecretsAndOutputs(t *testing.T) {
 	t.Parallel()
 	dir := providerCatalog(t,
@@ -394,6 +395,22 @@ func TestVendorProviderSecretsAndOutputs(t *testing.T) {
 		t.Fatalf("describe:\n%s", desc)
 	}
 
+	// A service takes the output like any secret.
+	cl.pushBundle(t, env.helloDir, "hello")
+	svc := filepath.Join(cl.dir, "svc.yaml")
+	if err := os.WriteFile(svc, []byte("name: web\nbundle: hello\ncommand: [\"./hello\"]\nsecrets:\n  ACCOUNTS_TOKEN: "+tok.Secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keep(cl.cli(t, "apply", "-f", svc))
+	web, err := cl.c.GetService(ctx, "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep(web)
+	if ref := web.ResolvedSecrets["ACCOUNTS_TOKEN"]; ref.Secret != tok.Secret || ref.Version != 1 {
+		t.Fatalf("the service's secrets: %+v", web.ResolvedSecrets)
+	}
+
 	// Read back by the drift pass (every 2 s) the values are no drift: each type has reads
 	// counted "same" and none "drifted".
 	sameReads := func() (map[string]float64, error) {
@@ -441,6 +458,20 @@ func TestVendorProviderSecretsAndOutputs(t *testing.T) {
 			t.Fatalf("%s plans a change of its own values: %+v", id, *p)
 		}
 	}
+	// The greeting changed behind Berth's back is drift, shown masked: a keyed digest of what the
+	// provider holds now, not the value.
+	greetingPath := filepath.Join(dir, "state-hello", "greetings", "g1.json")
+	if err := os.WriteFile(greetingPath, []byte(`{"message":"changed behind the back"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "g1 drifted", func() (bool, string) {
+		r, err := cl.c.GetResource(ctx, "default", "hello.greeting", "g1")
+		if err != nil {
+			return false, err.Error()
+		}
+		return r.Status == "drifted" && strings.Contains(r.Reason, `~ message: "secret:greeting" -> "secret:greeting (differs, hmac-sha256:`), r.Reason
+	})
+	keep(cl.cli(t, "resource", "describe", "hello.greeting/g1"))
 	list, err := cl.c.ListResources(ctx, "default")
 	if err != nil {
 		t.Fatal(err)
