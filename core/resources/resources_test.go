@@ -43,7 +43,10 @@ type env struct {
 	admit func(next, old *resources.Resource) error
 }
 
-func newEnv(t testing.TB) *env {
+func newEnv(t testing.TB) *env { t.Helper(); return newEnvWrapped(t, nil) }
+
+// newEnvWrapped is newEnv with the hello provider served through wrap (nil: as it is).
+func newEnvWrapped(t testing.TB, wrap func(*hello.Provider) provider.Provider) *env {
 	t.Helper()
 	st := storetest.Open(t)
 	e := &env{st: st, clk: &clock{t: time.Now().UTC().Truncate(time.Millisecond)}, state: t.TempDir(), users: t.TempDir()}
@@ -53,7 +56,11 @@ func newEnv(t testing.TB) *env {
 	}
 	desc, _ := p.Describe(context.Background())
 	types := plugin.NewTypes()
-	if err := types.Add("hello", "", p, desc.Capabilities.ResourceTypes); err != nil {
+	var served provider.Provider = p
+	if wrap != nil {
+		served = wrap(p)
+	}
+	if err := types.Add("hello", "", served, desc.Capabilities.ResourceTypes); err != nil {
 		t.Fatal(err)
 	}
 	a, err := accounts.New(e.users)

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	abierrors "github.com/berthhq/berth/abi/errors"
+	"github.com/berthhq/berth/abi/provider"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/resources"
 	"github.com/berthhq/berth/examples/provider-accounts/accounts"
+	"github.com/berthhq/berth/examples/provider-hello/hello"
 )
 
 // storeHolds reports the collections of the store whose documents hold s.
@@ -165,5 +167,43 @@ func TestOutputsPublishedAsSecrets(t *testing.T) {
 		if where := e.storeHolds(t, v); len(where) > 0 {
 			t.Fatalf("the store holds a secret value in %v", where)
 		}
+	}
+}
+
+// leaky is the hello provider with an Apply that fails quoting what it was asked to store, the
+// way a careless provider's error might.
+type leaky struct{ *hello.Provider }
+
+func (l leaky) Apply(_ context.Context, req *provider.ApplyRequest) (*provider.ApplyResponse, error) {
+	return nil, abierrors.New(abierrors.Unavailable, "cannot store "+string(req.Planned.Attributes))
+}
+
+// TestProviderErrorsAreMasked: a provider's error quoting a secret value is recorded (the
+// resource's message, the operation's last error, the failure event) with the value masked.
+func TestProviderErrorsAreMasked(t *testing.T) {
+	t.Parallel()
+	e := newEnvWrapped(t, func(p *hello.Provider) provider.Provider { return leaky{p} })
+	ctx := context.Background()
+	const value = "zq9-error-mark"
+	if _, _, err := e.sec.Put(ctx, "prj_a", "a", "greeting", []byte(value), "test"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.m.Apply(ctx, "prj_a", "a", decl("w1", `{"message":"secret:greeting"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Work(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	r = e.get(t, "w1")
+	op, err := e.q.Get(ctx, r.OperationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != resources.StatusFailed || !strings.Contains(r.Message, `cannot store {"message":"secret:greeting"}`) || !strings.Contains(op.LastError, "secret:greeting") {
+		t.Fatalf("failure as recorded: %+v, operation error %q", r, op.LastError)
+	}
+	if where := e.storeHolds(t, value); len(where) > 0 {
+		t.Fatalf("the store holds a secret value in %v", where)
 	}
 }
