@@ -140,8 +140,8 @@ func (m *Manager) openSecrets(ctx context.Context, r *Resource) (*opened, error)
 	if err != nil || len(refs) == 0 {
 		return out, err
 	}
-	if err := m.checkSecrets(ctx, r.ProjectID, r.Project, refs); err != nil {
-		return nil, err
+	if m.cfg.Secrets == nil || r.ProjectID == "" {
+		return nil, m.checkSecrets(ctx, r.ProjectID, r.Project, refs) // refuses, naming the first
 	}
 	doc, err := decodeJSON(out.Spec)
 	if err != nil {
@@ -149,8 +149,11 @@ func (m *Manager) openSecrets(ctx context.Context, r *Resource) (*opened, error)
 	}
 	for _, ref := range refs {
 		sec, v, err := m.cfg.Secrets.Resolve(ctx, r.ProjectID, ref.name, 0)
-		if err != nil {
+		if errors.Is(err, secrets.ErrNotFound) || errors.Is(err, secrets.ErrVersionNotFound) {
 			return nil, abierrors.New(abierrors.ValidationFailed, fmt.Sprintf("%s: project %s has no secret %s", ref.field(), r.Project, ref.name))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("resources: %s: secret %s: %w", ref.field(), ref.name, err)
 		}
 		val, err := m.cfg.Secrets.Open(sec, v)
 		if err != nil {
