@@ -146,7 +146,7 @@ generate:
 ## wasm: the example policies and route compiler as WebAssembly modules under ./build/wasm
 wasm: modules
 	@mkdir -p build/wasm
-	for p in require-digest require-labels cap-replicas domain-zones require-health-check; do \
+	for p in require-digest require-labels cap-replicas domain-zones require-health-check require-secret-refs; do \
 	  ./scripts/build-wasm.sh examples/policies/$$p build/wasm/$$p.wasm || exit 1; done
 	cp $(AS_WASM) build/wasm/require-digest-as.wasm
 	./scripts/build-wasm.sh examples/routes-internal build/wasm/routes-internal.wasm

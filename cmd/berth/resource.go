@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -191,6 +193,9 @@ resource's current state and prints the difference, one line per field:
 			}
 			fmt.Fprintf(a.stdout, "Generation:  %d (applied %d)\nOn drift:    %s\nDrifts:      %d\nOperation:   %s\nSpec:        %s\nApplied:     %s\n",
 				r.Generation, r.AppliedGeneration, r.OnDrift, r.Drifts, orDash(r.OperationID), r.Spec, orDash(string(r.Applied)))
+			for _, k := range slices.Sorted(maps.Keys(r.Outputs)) {
+				fmt.Fprintf(a.stdout, "Output:      %s in secret %s (version %d)\n", k, r.Outputs[k].Secret, r.Outputs[k].Version)
+			}
 			return nil
 		},
 	}

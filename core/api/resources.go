@@ -36,7 +36,14 @@ func (s *Server) registerResources(v1 *echo.Group) {
 }
 
 func toAPIResource(r *resources.Resource) client.Resource {
-	return client.Resource{Type: r.Type, Name: r.Name, Project: r.Project, Spec: r.SpecJSON(), OnDrift: r.OnDrift,
+	var outs map[string]client.ResourceOutput
+	for k, ref := range r.Outputs {
+		if outs == nil {
+			outs = map[string]client.ResourceOutput{}
+		}
+		outs[k] = client.ResourceOutput{Secret: ref.Secret, Version: ref.Version}
+	}
+	return client.Resource{Outputs: outs, Type: r.Type, Name: r.Name, Project: r.Project, Spec: r.SpecJSON(), OnDrift: r.OnDrift,
 		Generation: r.Generation, AppliedGeneration: r.AppliedGeneration, Applied: r.AppliedJSON(), Status: string(r.Status),
 		Reason: r.Reason, Message: r.Message, OperationID: r.OperationID, Drifts: r.Drifts, ObservedAt: r.ObservedAt, UpdatedAt: r.UpdatedAt}
 }

@@ -125,16 +125,28 @@ func (m *Manager) observe(ctx context.Context, r *Resource, now time.Time) {
 		m.metrics.reads.WithLabelValues(r.Type, "error").Inc()
 		return
 	}
+	// The secrets the spec refers to mask what the Read returns, as they masked the applied
+	// state: the same value reads the same, a changed one shows as a difference, never as itself.
+	spec, err := m.openSecrets(ctx, r)
+	if err != nil {
+		m.metrics.reads.WithLabelValues(r.Type, "error").Inc()
+		m.cfg.Logger.Warn("resource drift read skipped", "resource", r.ID, "error", err)
+		return
+	}
 	cur, err := readCurrent(ctx, prov, r)
 	if err != nil {
 		m.metrics.reads.WithLabelValues(r.Type, "error").Inc()
-		m.cfg.Logger.Warn("resource drift read failed", "resource", r.ID, "error", err)
+		m.cfg.Logger.Warn("resource drift read failed", "resource", r.ID, "error", spec.maskErr(err))
 		return
 	}
 	var got json.RawMessage
 	result := "absent"
 	if cur != nil {
-		if got, err = canonical(cur.Attributes); err != nil {
+		got, err = spec.Mask(cur.Attributes)
+		if err == nil {
+			got, err = canonical(got)
+		}
+		if err != nil {
 			m.metrics.reads.WithLabelValues(r.Type, "error").Inc()
 			return
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/operations"
+	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/host/plugin"
 )
@@ -72,8 +73,9 @@ type Declaration struct {
 }
 
 // Resource is a document in [Collection]. Revision is its compare-and-set guard. Spec and
-// Applied are canonical JSON strings (the declared spec and the state the provider last
-// returned); a spec holds no secret value.
+// Applied are canonical JSON strings (the declared spec, with its secret references as
+// declared, and the state the provider last returned with secret values masked, see
+// [opened.Mask]); neither holds a secret value.
 type Resource struct {
 	ID         string `bson:"_id" json:"id"` // <type>/<name>
 	Type       string `bson:"type" json:"type"`
@@ -94,6 +96,9 @@ type Resource struct {
 	Deleting          bool   `bson:"deleting,omitempty" json:"deleting,omitempty"`
 	Purge             bool   `bson:"purge,omitempty" json:"purge,omitempty"`
 	OperationID       string `bson:"operation_id,omitempty" json:"operation_id,omitempty"`
+	// Outputs are the provider's outputs (its Apply's credentials) published as secrets of the
+	// project, by output key (docs/resources.md section 8): names and versions only.
+	Outputs map[string]secrets.Ref `bson:"outputs,omitempty" json:"outputs,omitempty"`
 	// Drifts counts the drifts found since the resource was declared.
 	Drifts     int64     `bson:"drifts,omitempty" json:"drifts,omitempty"`
 	ObservedAt time.Time `bson:"observed_at,omitzero" json:"observed_at,omitzero"`
@@ -127,6 +132,9 @@ type Config struct {
 	Store *store.Store
 	Queue *operations.Queue
 	Types Types
+	// Secrets, optional, opens the secrets a spec refers to ("secret:NAME") and holds the
+	// outputs a provider publishes; nil refuses specs with references and drops outputs.
+	Secrets *secrets.Store
 	// Admit, optional, is the resource.apply admission hook; nil admits everything.
 	Admit AdmitFunc
 	// Events, optional, receives resource.drifted and resource.failed events.
@@ -228,6 +236,16 @@ func (m *Manager) check(d *Declaration) (plugin.TypeEntry, []byte, error) {
 	return e, canon, nil
 }
 
+// checkSpecSecrets refuses a spec whose secret references are malformed or name a secret the
+// project does not have (validation_failed naming the field and the secret); it opens nothing.
+func (m *Manager) checkSpecSecrets(ctx context.Context, projectID, project string, spec []byte) error {
+	refs, err := secretRefs(spec)
+	if err != nil {
+		return err
+	}
+	return m.checkSecrets(ctx, projectID, project, refs)
+}
+
 // canonical re-encodes a JSON document with sorted keys and no insignificant space.
 func canonical(raw []byte) ([]byte, error) {
 	var v any
@@ -294,6 +312,9 @@ func (m *Manager) Apply(ctx context.Context, projectID, project string, d Declar
 	if err != nil {
 		return nil, err
 	}
+	if err := m.checkSpecSecrets(ctx, projectID, project, spec); err != nil {
+		return nil, err
+	}
 	id := ID(d.Type, d.Name)
 	var out *Resource
 	err = store.RetryOnConflict(ctx, func() error {
@@ -315,7 +336,7 @@ func (m *Manager) Apply(ctx context.Context, projectID, project string, d Declar
 				return nil
 			}
 			next.Generation, next.AppliedGeneration, next.Applied, next.Drifts = cur.Generation+1, cur.AppliedGeneration, cur.Applied, cur.Drifts
-			next.ObservedAt, next.Revision = cur.ObservedAt, cur.Revision
+			next.ObservedAt, next.Revision, next.Outputs = cur.ObservedAt, cur.Revision, cur.Outputs
 		}
 		if m.cfg.Admit != nil {
 			if err := m.cfg.Admit(ctx, &next, cur); err != nil {

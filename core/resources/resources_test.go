@@ -15,8 +15,10 @@ import (
 	"github.com/berthhq/berth/abi/provider"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/resources"
+	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/core/store/storetest"
+	"github.com/berthhq/berth/examples/provider-accounts/accounts"
 	"github.com/berthhq/berth/examples/provider-hello/hello"
 	"github.com/berthhq/berth/host/plugin"
 )
@@ -33,26 +35,49 @@ func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 type env struct {
 	m     *resources.Manager
 	q     *operations.Queue
+	st    *store.Store
+	sec   *secrets.Store
 	clk   *clock
 	state string // the hello provider's state directory
+	users string // the accounts provider's state directory
 	admit func(next, old *resources.Resource) error
 }
 
-func newEnv(t testing.TB) *env {
+func newEnv(t testing.TB) *env { t.Helper(); return newEnvWrapped(t, nil) }
+
+// newEnvWrapped is newEnv with the hello provider served through wrap (nil: as it is).
+func newEnvWrapped(t testing.TB, wrap func(*hello.Provider) provider.Provider) *env {
 	t.Helper()
 	st := storetest.Open(t)
-	e := &env{clk: &clock{t: time.Now().UTC().Truncate(time.Millisecond)}, state: t.TempDir()}
+	e := &env{st: st, clk: &clock{t: time.Now().UTC().Truncate(time.Millisecond)}, state: t.TempDir(), users: t.TempDir()}
 	p, err := hello.New(e.state)
 	if err != nil {
 		t.Fatal(err)
 	}
 	desc, _ := p.Describe(context.Background())
 	types := plugin.NewTypes()
-	if err := types.Add("hello", "", p, desc.Capabilities.ResourceTypes); err != nil {
+	var served provider.Provider = p
+	if wrap != nil {
+		served = wrap(p)
+	}
+	if err := types.Add("hello", "", served, desc.Capabilities.ResourceTypes); err != nil {
 		t.Fatal(err)
 	}
+	a, err := accounts.New(e.users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, _ = a.Describe(context.Background())
+	if err := types.Add("accounts", "", a, desc.Capabilities.ResourceTypes); err != nil {
+		t.Fatal(err)
+	}
+	kr, _, err := secrets.LoadOrCreateKeyring(filepath.Join(t.TempDir(), "keyring.json"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sec = secrets.NewStore(st, kr, e.clk.now)
 	e.q = operations.NewQueue(st, operations.Config{Now: e.clk.now})
-	e.m = resources.New(resources.Config{Store: st, Queue: e.q, Types: types, Now: e.clk.now, DriftInterval: time.Minute,
+	e.m = resources.New(resources.Config{Store: st, Queue: e.q, Types: types, Secrets: e.sec, Now: e.clk.now, DriftInterval: time.Minute,
 		Admit: func(_ context.Context, next, old *resources.Resource) error {
 			if e.admit != nil {
 				return e.admit(next, old)

@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,7 +79,7 @@ func (m *Manager) run(ctx context.Context, c operations.Claimed) {
 		return
 	}
 	mut := pluginapi.Mutation{OperationID: op.ID, IdempotencyKey: op.IdempotencyKey, FencingToken: uint64(op.Fence)}
-	result, err := m.execute(ctx, op.Kind, &r, mut)
+	result, err := m.execute(ctx, op.Kind, &r, mut, op.Attempts)
 	if err != nil {
 		m.settleFailure(ctx, op, h, &r, err)
 		return
@@ -129,8 +130,11 @@ func (m *Manager) provider(typ string) (provider.Provider, error) {
 	return e.Provider, nil
 }
 
-// execute does the provider work of kind on r under mut.
-func (m *Manager) execute(ctx context.Context, kind string, r *Resource, mut pluginapi.Mutation) (json.RawMessage, error) {
+// execute does the provider work of kind on r under mut; attempt is the operation's attempt
+// (1 for the first). The spec's secret references are opened here, in the operation's work, and
+// reach only the provider: what is recorded (applied state, error messages, the result) is
+// masked ([opened.Mask]).
+func (m *Manager) execute(ctx context.Context, kind string, r *Resource, mut pluginapi.Mutation, attempt int) (json.RawMessage, error) {
 	prov, err := m.provider(r.Type)
 	if err != nil {
 		return nil, err
@@ -151,30 +155,48 @@ func (m *Manager) execute(ctx context.Context, kind string, r *Resource, mut plu
 	default:
 		return nil, abierrors.New(abierrors.ValidationFailed, "unknown resource operation "+kind)
 	}
+	spec, err := m.openSecrets(ctx, r)
+	if err != nil {
+		return nil, err
+	}
 	current, err := readCurrent(ctx, prov, r)
 	if err != nil {
-		return nil, err
+		return nil, spec.maskErr(err)
 	}
-	plan, err := prov.Plan(ctx, &provider.PlanRequest{Desired: provider.Resource{Type: r.Type, ID: r.Name, Attributes: r.SpecJSON()}, Current: current})
+	plan, err := prov.Plan(ctx, &provider.PlanRequest{Desired: provider.Resource{Type: r.Type, ID: r.Name, Attributes: spec.Spec}, Current: current})
 	if err != nil {
-		return nil, err
+		return nil, spec.maskErr(err)
 	}
 	state := plan.Planned
-	if plan.Changes || current == nil {
+	var outputs json.RawMessage
+	// A retried attempt applies again even when the plan shows no change: the earlier attempt
+	// may have applied, and only the replay under the same key returns its outputs.
+	if plan.Changes || current == nil || attempt > 1 {
 		resp, err := prov.Apply(ctx, &provider.ApplyRequest{Planned: plan.Planned, Mutation: mut})
 		if err != nil {
-			return nil, err
+			return nil, spec.maskErr(err)
 		}
-		state = resp.State
+		state, outputs = resp.State, resp.Credentials
 	}
-	applied, err := canonical(state.Attributes)
+	masked, err := spec.Mask(state.Attributes)
+	if err == nil {
+		masked, err = canonical(masked)
+	}
 	if err != nil {
 		return nil, abierrors.Wrap(abierrors.Internal, "the provider returned a state that is not JSON (a bug in the plugin)", err)
 	}
+	set := store.Fields{}
+	if len(bytes.TrimSpace(outputs)) > 0 && !bytes.Equal(bytes.TrimSpace(outputs), []byte("null")) {
+		refs, err := m.publish(ctx, r, outputs)
+		if err != nil {
+			return nil, err
+		}
+		set["outputs"] = refs
+	}
 	now := m.cfg.Now().UTC()
-	ok, err := m.setAt(ctx, r.ID, r.Generation, store.Fields{
-		"status": StatusReady, "applied": string(applied), "applied_generation": r.Generation, "reason": "", "message": "",
-		"observed_at": now, "updated_at": now})
+	set["status"], set["applied"], set["applied_generation"], set["reason"], set["message"] = StatusReady, string(masked), r.Generation, "", ""
+	set["observed_at"], set["updated_at"] = now, now
+	ok, err := m.setAt(ctx, r.ID, r.Generation, set)
 	if err != nil {
 		return nil, fmt.Errorf("resources: record %s: %w", r.ID, err)
 	}
@@ -218,6 +240,9 @@ func (m *Manager) Plan(ctx context.Context, projectID, project string, d Declara
 	if err != nil {
 		return nil, err
 	}
+	if err := m.checkSpecSecrets(ctx, projectID, project, spec); err != nil {
+		return nil, err
+	}
 	stored, err := m.Get(ctx, d.Type, d.Name)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, err
@@ -235,23 +260,33 @@ func (m *Manager) Plan(ctx context.Context, projectID, project string, d Declara
 	if err != nil {
 		return nil, err
 	}
+	// The plan is the provider's over the spec as it would be sent, secrets opened; what is
+	// answered is masked.
+	desired, err := m.openSecrets(ctx, next)
+	if err != nil {
+		return nil, err
+	}
 	current, err := readCurrent(ctx, prov, next)
 	if err != nil {
-		return nil, err
+		return nil, desired.maskErr(err)
 	}
-	plan, err := prov.Plan(ctx, &provider.PlanRequest{Desired: provider.Resource{Type: d.Type, ID: d.Name, Attributes: spec}, Current: current})
+	plan, err := prov.Plan(ctx, &provider.PlanRequest{Desired: provider.Resource{Type: d.Type, ID: d.Name, Attributes: desired.Spec}, Current: current})
 	if err != nil {
-		return nil, err
+		return nil, desired.maskErr(err)
 	}
-	out := &PlanResult{Type: d.Type, Name: d.Name, Planned: plan.Planned.Attributes, Changes: plan.Changes || current == nil}
+	out := &PlanResult{Type: d.Type, Name: d.Name, Changes: plan.Changes || current == nil}
 	if stored != nil {
 		out.Generation = stored.Generation
 	}
-	var before json.RawMessage
-	if current != nil {
-		out.Current, before = current.Attributes, current.Attributes
+	if out.Planned, err = desired.Mask(plan.Planned.Attributes); err != nil {
+		return nil, abierrors.Wrap(abierrors.Internal, "the provider's plan is not JSON (a bug in the plugin)", err)
 	}
-	if out.Diff, err = Diff(before, plan.Planned.Attributes); err != nil {
+	if current != nil {
+		if out.Current, err = desired.Mask(current.Attributes); err != nil {
+			return nil, abierrors.Wrap(abierrors.Internal, "the provider's state is not JSON (a bug in the plugin)", err)
+		}
+	}
+	if out.Diff, err = Diff(out.Current, out.Planned); err != nil {
 		return nil, abierrors.Wrap(abierrors.Internal, "the provider's plan is not JSON (a bug in the plugin)", err)
 	}
 	return out, nil

@@ -430,7 +430,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 	}
 	f.binds = binds
 	// Every provider is launched by now: the registry holds every declared type.
-	f.res = resources.New(resources.Config{Store: b.st, Queue: p.orch.api.Operations, Types: p.providers.types,
+	f.res = resources.New(resources.Config{Store: b.st, Queue: p.orch.api.Operations, Types: p.providers.types, Secrets: p.sec,
 		Admit: resourceAdmission(p.ext.policy), Events: s.evlog, Metrics: b.metrics, DriftInterval: cfg.ResourceDriftInterval,
 		Logger: log.With("component", "resources")})
 	supervised := p.supervised

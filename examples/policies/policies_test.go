@@ -17,7 +17,7 @@ import (
 	"github.com/berthhq/berth/internal/wasmtest"
 )
 
-var goExamples = []string{"require-digest", "require-labels", "cap-replicas", "domain-zones", "require-health-check"}
+var goExamples = []string{"require-digest", "require-labels", "cap-replicas", "domain-zones", "require-health-check", "require-secret-refs"}
 
 func TestExamples(t *testing.T) {
 	ctx := context.Background()

@@ -42,9 +42,18 @@ type Resource struct {
 	Reason            string          `json:"reason,omitempty"`
 	Message           string          `json:"message,omitempty"`
 	OperationID       string          `json:"operation_id,omitempty"`
-	Drifts            int64           `json:"drifts,omitempty"`
-	ObservedAt        time.Time       `json:"observed_at,omitzero"`
-	UpdatedAt         time.Time       `json:"updated_at"`
+	// Outputs are the provider's outputs published as project secrets, by output key
+	// (docs/resources.md section 8): names and versions, never values.
+	Outputs    map[string]ResourceOutput `json:"outputs,omitempty"`
+	Drifts     int64                     `json:"drifts,omitempty"`
+	ObservedAt time.Time                 `json:"observed_at,omitzero"`
+	UpdatedAt  time.Time                 `json:"updated_at"`
+}
+
+// ResourceOutput names the project secret holding one output of a resource, and its version.
+type ResourceOutput struct {
+	Secret  string `json:"secret"`
+	Version int    `json:"version"`
 }
 
 // ResourcePlan is what an apply would do (POST .../plan): the provider's current and planned
