@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -219,6 +220,18 @@ func TestRunCommand(t *testing.T) {
 	// berth job logs reads the run's output again, from its node.
 	if out := cl.cli(t, "job", "logs", name); out != want.String() {
 		t.Errorf("berth job logs %s: %d bytes, want %d", name, len(out), want.Len())
+	}
+
+	// describe of a job shows its runs with how each ended.
+	job := client.ServiceSpec{Kind: "job", Bundle: "app", Command: []string{"./job", "fail"}, Job: &client.JobSpec{}}
+	if _, err := cl.c.ApplyService(ctx, "default", "once", job); err != nil {
+		t.Fatalf("apply job once: %v", err)
+	}
+	if _, stderr, code := cl.runCLI(t, "job", "run", "once", "--wait"); code != 3 {
+		t.Fatalf("job run once --wait: exit %d, want 3\n%s", code, stderr)
+	}
+	if out := cl.cli(t, "describe", "job", "once"); !strings.Contains(out, "Runs (newest 1 of 1 kept)") || !regexp.MustCompile(`once@\S+\s+failed\s+3\s`).MatchString(out) {
+		t.Errorf("describe job once: want its failed run with exit 3:\n%s", out)
 	}
 
 	// -i is refused, saying why.
