@@ -222,6 +222,14 @@ func TestRunCommand(t *testing.T) {
 		t.Errorf("berth job logs %s: %d bytes, want %d", name, len(out), want.Len())
 	}
 
+	// The service's one-off runs are listed, and shown by describe.
+	if out := cl.cli(t, "job", "runs", "web"); !strings.Contains(out, name) || !strings.Contains(out, "failed") {
+		t.Errorf("job runs web: want both one-off runs:\n%s", out)
+	}
+	if out := cl.cli(t, "describe", "service", "web"); !strings.Contains(out, "Runs (newest 2 of 2 kept)") {
+		t.Errorf("describe service web: want its two one-off runs:\n%s", out)
+	}
+
 	// describe of a job shows its runs with how each ended.
 	job := client.ServiceSpec{Kind: "job", Bundle: "app", Command: []string{"./job", "fail"}, Job: &client.JobSpec{}}
 	if _, err := cl.c.ApplyService(ctx, "default", "once", job); err != nil {

@@ -26,8 +26,9 @@ func newDescribeCmd(a *app) *cobra.Command {
 environment, port, domains, replicas, health check, revision) and the
 workloads that run it. With -o json it prints {"service": ..., "workloads": [...]}.
 For a job (describe job NAME) it also shows its newest 10 runs with how each
-ended (state, exit code or signal, duration), and -o json adds "runs": every
-run the job keeps, oldest first.`,
+ended (state, exit code or signal, duration), for a service those of its
+one-off commands (berth run), and -o json adds "runs": every run kept, oldest
+first.`,
 		Example: `  berth describe service hello
   berth describe service hello --project shop -o json
   berth describe job nightly`,
@@ -51,9 +52,8 @@ run the job keeps, oldest first.`,
 					wls = append(wls, w)
 				}
 			}
-			// A job answers its runs; a service is not_found there.
+			// A job's runs, or a service's one-off commands' (a server without jobs has none).
 			runs, err := c.JobRuns(cmd.Context(), s.Project, svc.Name)
-			isJob := err == nil
 			if err != nil && !client.IsCode(err, "not_found") {
 				return fmt.Errorf("runs of %s: %w", svc.Name, err)
 			}
@@ -65,7 +65,7 @@ run the job keeps, oldest first.`,
 				}{svc, wls, runs})
 			}
 			a.describeService(svc)
-			if isJob {
+			if len(runs) > 0 {
 				if err := a.describeRuns(runs); err != nil {
 					return err
 				}
@@ -109,13 +109,10 @@ run the job keeps, oldest first.`,
 	return cmd
 }
 
-// describeRuns prints the newest 10 of a job's runs (given oldest first), newest first.
+// describeRuns prints the newest 10 of runs (a job's, or a service's one-off commands', given
+// oldest first), newest first.
 func (a *app) describeRuns(runs []client.JobRun) error {
 	fmt.Fprintln(a.stdout)
-	if len(runs) == 0 {
-		fmt.Fprintln(a.stdout, "Runs: none")
-		return nil
-	}
 	fmt.Fprintf(a.stdout, "Runs (newest %d of %d kept):\n", min(10, len(runs)), len(runs))
 	tw := newTable(a.stdout)
 	row(tw, "  RUN", "STATE", "EXIT", "DURATION", "ATTEMPTS", "NODE", "MESSAGE")

@@ -81,11 +81,12 @@ func newJobLsCmd(a *app) *cobra.Command {
 
 func newJobRunsCmd(a *app) *cobra.Command {
 	return &cobra.Command{
-		Use:   "runs JOB",
-		Short: "List a job's runs, oldest first, with how each ended",
+		Use:   "runs JOB|SERVICE",
+		Short: "List a job's runs (or a service's one-off commands), oldest first, with how each ended",
 		Long: `runs lists the runs the job keeps (keep_history, 20 by default): each fire
-time recorded, placed or missed, and each manual run, with its state, exit
-code or signal, duration and node.`,
+time recorded, placed or missed, each manual run and each one-off command run
+in it, with its state, exit code or signal, duration and node. Of a service it
+lists the runs of its one-off commands (berth run; the newest 20 are kept).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, s, err := a.apiClient(cmd)

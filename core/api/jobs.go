@@ -85,9 +85,10 @@ func (s *Server) namedJob(c echo.Context) (*services.Project, *services.Service,
 	return p, svc, nil
 }
 
-// jobRuns serves GET /api/v1/projects/{p}/jobs/{name}/runs: its runs, oldest first.
+// jobRuns serves GET /api/v1/projects/{p}/jobs/{name}/runs: its runs, oldest first; of a
+// service, the runs of its one-off commands (docs/jobs.md section 9).
 func (s *Server) jobRuns(c echo.Context) error {
-	p, svc, err := s.namedJob(c)
+	p, svc, err := s.namedService(c)
 	if err != nil {
 		return err
 	}
