@@ -222,7 +222,7 @@ func (f *seqFilter) line(l node.LogLine) error {
 			return nil
 		}
 		if l.Seq > f.last+1 {
-			fmt.Fprintf(f.a.stderr, "(output lines %d to %d are no longer kept on the node)\n", f.last+1, l.Seq-1)
+			fmt.Fprintf(f.a.stderr, "(output lines %d to %d could not be read: the node no longer keeps them, or they did not fit its answer)\n", f.last+1, l.Seq-1)
 		}
 		f.last = l.Seq
 	}
