@@ -179,7 +179,8 @@ func TestJobs(t *testing.T) {
 // TestRunCommand runs one-off commands in a service's environment with berth run, on one node
 // with the process driver (docs/jobs.md section 9): the command's exit code is the CLI's, its
 // stdout and stderr arrive on the CLI's, a long output arrives whole and in order, berth job
-// logs reads the run's output again, and -i is refused.
+// logs reads the run's output again, the runs are listed and described, an interrupt cancels
+// the run, and -i is refused.
 func TestRunCommand(t *testing.T) {
 	t.Parallel()
 	cl := newCluster(t)
@@ -241,6 +242,52 @@ func TestRunCommand(t *testing.T) {
 	if out := cl.cli(t, "describe", "job", "once"); !strings.Contains(out, "Runs (newest 1 of 1 kept)") || !regexp.MustCompile(`once@\S+\s+failed\s+3\s`).MatchString(out) {
 		t.Errorf("describe job once: want its failed run with exit 3:\n%s", out)
 	}
+
+	// Interrupting berth run cancels the run: exit 130, the run cancelled, its process gone.
+	bg := exec.Command(filepath.Join(env.bin, "berth"), "--server", cl.url, "--token", cl.token, "--fingerprint", cl.fingerprint,
+		"run", "web", "--", "sleep", "300")
+	bg.Env = append(os.Environ(), "HOME="+cl.dir, "XDG_CONFIG_HOME="+filepath.Join(cl.dir, "config"))
+	var bgErr bytes.Buffer
+	bg.Stderr = &bgErr
+	if err := bg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bgDone := make(chan error, 1)
+	go func() { bgDone <- bg.Wait() }()
+	t.Cleanup(func() { _ = bg.Process.Kill(); <-bgDone })
+	var sleeping client.JobRun
+	waitFor(t, 60*time.Second, "the sleep run's process running", func() (bool, string) {
+		runs, err := cl.c.JobRuns(ctx, "default", "web")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, r := range runs {
+			if len(r.Command) == 2 && r.Command[0] == "sleep" && r.State == "running" && len(cl.workloadPIDs(t)[r.WorkloadID]) > 0 {
+				sleeping = r
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", runs)
+	})
+	if err := bg.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-bgDone:
+		bgDone <- nil // for the cleanup
+	case <-time.After(60 * time.Second):
+		t.Fatalf("berth run did not end within 60 s of an interrupt\n%s", bgErr.String())
+	}
+	if code := bg.ProcessState.ExitCode(); code != 130 || !strings.Contains(bgErr.String(), "cancelled") {
+		t.Errorf("interrupted berth run: exit %d, want 130\n%s", code, bgErr.String())
+	}
+	if r, err := cl.c.GetJobRun(ctx, "default", sleeping.Name()); err != nil || r.State != "cancelled" {
+		t.Errorf("the interrupted run: %+v %v; want cancelled", r, err)
+	}
+	waitFor(t, 30*time.Second, "the cancelled run's process gone", func() (bool, string) {
+		pids := cl.workloadPIDs(t)[sleeping.WorkloadID]
+		return len(pids) == 0, fmt.Sprint(pids)
+	})
 
 	// -i is refused, saying why.
 	if _, stderr, code := cl.runCLI(t, "run", "-i", "web", "--", "sh"); code != 1 || !strings.Contains(stderr, "cannot attach stdin") {
