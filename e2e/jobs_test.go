@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -30,10 +31,13 @@ func jobBundle(t *testing.T, dir string) string {
 	return dir
 }
 
-// runCLI runs the berth CLI against cl and returns its stdout, stderr and exit code.
+// runCLI runs the berth CLI against cl and returns its stdout, stderr and exit code; a CLI
+// still running after five minutes is killed (and fails the test by its exit code).
 func (cl *cluster) runCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(env.bin, "berth"), append([]string{"--server", cl.url, "--token", cl.token, "--fingerprint", cl.fingerprint}, args...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(env.bin, "berth"), append([]string{"--server", cl.url, "--token", cl.token, "--fingerprint", cl.fingerprint}, args...)...)
 	cmd.Env = append(os.Environ(), "HOME="+cl.dir, "XDG_CONFIG_HOME="+filepath.Join(cl.dir, "config"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -169,5 +173,124 @@ func TestJobs(t *testing.T) {
 		if r.ID > last && r.Trigger == "schedule" {
 			t.Errorf("run %s recorded while tick was suspended", r.ID)
 		}
+	}
+}
+
+// TestRunCommand runs one-off commands in a service's environment with berth run, on one node
+// with the process driver (docs/jobs.md section 9): the command's exit code is the CLI's, its
+// stdout and stderr arrive on the CLI's, a long output arrives whole and in order, berth job
+// logs reads the run's output again, the runs are listed and described, an interrupt cancels
+// the run, and -i is refused.
+func TestRunCommand(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t)
+	ctx := context.Background()
+	startAgent(t, cl, "a")
+	cl.pushBundle(t, jobBundle(t, filepath.Join(t.TempDir(), "app")), "app")
+	spec := client.ServiceSpec{Bundle: "app", Command: []string{"./job", "sleep"}, Env: map[string]string{"GREETING": "hello"}}
+	if _, err := cl.c.ApplyService(ctx, "default", "web", spec); err != nil {
+		t.Fatalf("apply web: %v", err)
+	}
+
+	// Exit code, both streams, and the service's env.
+	stdout, stderr, code := cl.runCLI(t, "run", "web", "--", "sh", "-c", "echo a $GREETING; echo b >&2; exit 7")
+	if code != 7 || stdout != "a hello\n" || !strings.Contains(stderr, "b\n") {
+		t.Errorf("berth run web -- sh -c '...exit 7': exit %d, want 7\nstdout %q\nstderr %q", code, stdout, stderr)
+	}
+
+	// A long output arrives whole and in order.
+	const n = 5000
+	var want strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	stdout, stderr, code = cl.runCLI(t, "run", "web", "--", "sh", "-c", fmt.Sprintf("i=1; while [ $i -le %d ]; do echo \"line $i\"; i=$((i+1)); done", n))
+	if code != 0 || stdout != want.String() {
+		t.Errorf("berth run web (%d lines): exit %d, %d bytes of stdout, want %d\nstderr %s", n, code, len(stdout), want.Len(), stderr)
+	}
+	_, name, ok := strings.Cut(strings.SplitN(stderr, "\n", 2)[0], "(run ")
+	name = strings.TrimSuffix(name, ")")
+	if !ok || !strings.HasPrefix(name, "web@") || !strings.Contains(name, "-run-") {
+		t.Fatalf("berth run did not name its run first on stderr: %q", stderr)
+	}
+	r, err := cl.c.GetJobRun(ctx, "default", name)
+	if err != nil || r.State != "succeeded" || r.Trigger != "command" || len(r.Command) != 3 {
+		t.Errorf("run %s: %+v %v; want a succeeded command run", name, r, err)
+	}
+
+	// berth job logs reads the run's output again, from its node.
+	if out := cl.cli(t, "job", "logs", name); out != want.String() {
+		t.Errorf("berth job logs %s: %d bytes, want %d", name, len(out), want.Len())
+	}
+
+	// The service's one-off runs are listed, and shown by describe.
+	if out := cl.cli(t, "job", "runs", "web"); !strings.Contains(out, name) || !strings.Contains(out, "failed") {
+		t.Errorf("job runs web: want both one-off runs:\n%s", out)
+	}
+	if out := cl.cli(t, "describe", "service", "web"); !strings.Contains(out, "Runs (newest 2 of 2 kept)") {
+		t.Errorf("describe service web: want its two one-off runs:\n%s", out)
+	}
+
+	// describe of a job shows its runs with how each ended.
+	job := client.ServiceSpec{Kind: "job", Bundle: "app", Command: []string{"./job", "fail"}, Job: &client.JobSpec{}}
+	if _, err := cl.c.ApplyService(ctx, "default", "once", job); err != nil {
+		t.Fatalf("apply job once: %v", err)
+	}
+	if _, stderr, code := cl.runCLI(t, "job", "run", "once", "--wait"); code != 3 {
+		t.Fatalf("job run once --wait: exit %d, want 3\n%s", code, stderr)
+	}
+	if out := cl.cli(t, "describe", "job", "once"); !strings.Contains(out, "Runs (newest 1 of 1 kept)") || !regexp.MustCompile(`once@\S+\s+failed\s+3\s`).MatchString(out) {
+		t.Errorf("describe job once: want its failed run with exit 3:\n%s", out)
+	}
+
+	// Interrupting berth run cancels the run: exit 130, the run cancelled, its process gone.
+	bg := exec.Command(filepath.Join(env.bin, "berth"), "--server", cl.url, "--token", cl.token, "--fingerprint", cl.fingerprint,
+		"run", "web", "--", "sleep", "300")
+	bg.Env = append(os.Environ(), "HOME="+cl.dir, "XDG_CONFIG_HOME="+filepath.Join(cl.dir, "config"))
+	var bgErr bytes.Buffer
+	bg.Stderr = &bgErr
+	if err := bg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bgDone := make(chan error, 1)
+	go func() { bgDone <- bg.Wait() }()
+	t.Cleanup(func() { _ = bg.Process.Kill(); <-bgDone })
+	var sleeping client.JobRun
+	waitFor(t, 60*time.Second, "the sleep run's process running", func() (bool, string) {
+		runs, err := cl.c.JobRuns(ctx, "default", "web")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, r := range runs {
+			if len(r.Command) == 2 && r.Command[0] == "sleep" && r.State == "running" && len(cl.workloadPIDs(t)[r.WorkloadID]) > 0 {
+				sleeping = r
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", runs)
+	})
+	if err := bg.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-bgDone:
+		bgDone <- nil // for the cleanup
+	case <-time.After(60 * time.Second):
+		t.Fatalf("berth run did not end within 60 s of an interrupt\n%s", bgErr.String())
+	}
+	if code := bg.ProcessState.ExitCode(); code != 130 || !strings.Contains(bgErr.String(), "cancelled") {
+		t.Errorf("interrupted berth run: exit %d, want 130\n%s", code, bgErr.String())
+	}
+	if r, err := cl.c.GetJobRun(ctx, "default", sleeping.Name()); err != nil || r.State != "cancelled" {
+		t.Errorf("the interrupted run: %+v %v; want cancelled", r, err)
+	}
+	waitFor(t, 30*time.Second, "the cancelled run's process gone", func() (bool, string) {
+		pids := cl.workloadPIDs(t)[sleeping.WorkloadID]
+		return len(pids) == 0, fmt.Sprint(pids)
+	})
+
+	// -i is refused, saying why.
+	if _, stderr, code := cl.runCLI(t, "run", "-i", "web", "--", "sh"); code != 1 || !strings.Contains(stderr, "cannot attach stdin") {
+		t.Errorf("berth run -i: exit %d, stderr %q; want 1 and the refusal", code, stderr)
 	}
 }

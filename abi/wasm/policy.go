@@ -108,12 +108,16 @@ const (
 	// CauseJobControl: an operator suspended or resumed a job's schedule (berth job
 	// suspend|resume; docs/jobs.md section 7).
 	CauseJobControl Cause = "job.control"
+	// CauseJobCommand: an operator asked for a one-off command in a service's environment
+	// (berth run; docs/jobs.md section 9). The object is the service as the run would run
+	// it: kind job, its command replaced; nothing is written to the service.
+	CauseJobCommand Cause = "job.command"
 )
 
 // Causes returns every [Cause], in documentation order.
 func Causes() []Cause {
 	return []Cause{CauseAPIPut, CauseReleasePromote, CauseRegistryPush, CauseSecretRollover, CauseBindingPublish,
-		CauseRolloutUndo, CauseAutoRollback, CauseRolloutRebalance, CauseJobControl}
+		CauseRolloutUndo, CauseAutoRollback, CauseRolloutRebalance, CauseJobControl, CauseJobCommand}
 }
 
 // Actor is who asked: Kind "token" (an API token, ID its id), "node" (a node

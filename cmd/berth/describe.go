@@ -20,13 +20,18 @@ func newDescribeCmd(a *app) *cobra.Command {
 	cmd.AddCommand(newDescribeNodeCmd(a))
 	cmd.AddCommand(&cobra.Command{
 		Use:     "service NAME",
-		Aliases: []string{"svc"},
-		Short:   "Show a service and its workloads",
+		Aliases: []string{"svc", "job"},
+		Short:   "Show a service and its workloads, or a job and its last runs",
 		Long: `service shows everything stored about one service (bundle, command,
 environment, port, domains, replicas, health check, revision) and the
-workloads that run it. With -o json it prints {"service": ..., "workloads": [...]}.`,
+workloads that run it. With -o json it prints {"service": ..., "workloads": [...]}.
+For a job (describe job NAME) it also shows its newest 10 runs with how each
+ended (state, exit code or signal, duration), for a service those of its
+one-off commands (berth run), and -o json adds "runs": every run kept, oldest
+first.`,
 		Example: `  berth describe service hello
-  berth describe service hello --project shop -o json`,
+  berth describe service hello --project shop -o json
+  berth describe job nightly`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, s, err := a.apiClient(cmd)
@@ -47,13 +52,24 @@ workloads that run it. With -o json it prints {"service": ..., "workloads": [...
 					wls = append(wls, w)
 				}
 			}
+			// A job's runs, or a service's one-off commands' (a server without jobs has none).
+			runs, err := c.JobRuns(cmd.Context(), s.Project, svc.Name)
+			if err != nil && !client.IsCode(err, "not_found") {
+				return fmt.Errorf("runs of %s: %w", svc.Name, err)
+			}
 			if a.output == outputJSON {
 				return printJSON(a.stdout, struct {
 					Service   *client.Service   `json:"service"`
 					Workloads []client.Workload `json:"workloads"`
-				}{svc, wls})
+					Runs      []client.JobRun   `json:"runs,omitempty"`
+				}{svc, wls, runs})
 			}
 			a.describeService(svc)
+			if len(runs) > 0 {
+				if err := a.describeRuns(runs); err != nil {
+					return err
+				}
+			}
 			if len(svc.Bindings) > 0 {
 				bs, err := c.ListServiceBindings(cmd.Context(), s.Project, svc.Name)
 				if err != nil {
@@ -91,6 +107,20 @@ workloads that run it. With -o json it prints {"service": ..., "workloads": [...
 		},
 	})
 	return cmd
+}
+
+// describeRuns prints the newest 10 of runs (a job's, or a service's one-off commands', given
+// oldest first), newest first.
+func (a *app) describeRuns(runs []client.JobRun) error {
+	fmt.Fprintln(a.stdout)
+	fmt.Fprintf(a.stdout, "Runs (newest %d of %d kept):\n", min(10, len(runs)), len(runs))
+	tw := newTable(a.stdout)
+	row(tw, "  RUN", "STATE", "EXIT", "DURATION", "ATTEMPTS", "NODE", "MESSAGE")
+	for i := len(runs) - 1; i >= 0 && i >= len(runs)-10; i-- {
+		r := runs[i]
+		row(tw, "  "+r.Name(), r.State, exitOf(r), durationOf(r), strconv.Itoa(r.Attempts), orDash(r.NodeID), orDash(oneLine(r.Message)))
+	}
+	return tw.Flush()
 }
 
 // describeService prints the readable block of one service.

@@ -23,7 +23,7 @@ func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d: %s", e.
 
 func newJobCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "job ls|runs|run|cancel|suspend|resume",
+		Use:   "job ls|runs|run|logs|cancel|suspend|resume",
 		RunE:  groupRunE,
 		Short: "List jobs and their runs, run a job now, cancel a run, suspend or resume a schedule",
 		Long: `A job is declared like a service, with kind: job in the apply file, and runs
@@ -34,10 +34,11 @@ started with 'berth job run'.`,
 		Example: `  berth job ls
   berth job runs nightly
   berth job run nightly --wait
+  berth job logs nightly@2026-12-02T03:00:00Z
   berth job cancel nightly@2026-12-02T03:00:00Z
   berth job suspend nightly`,
 	}
-	cmd.AddCommand(newJobLsCmd(a), newJobRunsCmd(a), newJobRunCmd(a), newJobCancelCmd(a), newJobSuspendCmd(a, true), newJobSuspendCmd(a, false))
+	cmd.AddCommand(newJobLsCmd(a), newJobRunsCmd(a), newJobRunCmd(a), newJobLogsCmd(a), newJobCancelCmd(a), newJobSuspendCmd(a, true), newJobSuspendCmd(a, false))
 	return cmd
 }
 
@@ -80,11 +81,12 @@ func newJobLsCmd(a *app) *cobra.Command {
 
 func newJobRunsCmd(a *app) *cobra.Command {
 	return &cobra.Command{
-		Use:   "runs JOB",
-		Short: "List a job's runs, oldest first, with how each ended",
+		Use:   "runs JOB|SERVICE",
+		Short: "List a job's runs (or a service's one-off commands), oldest first, with how each ended",
 		Long: `runs lists the runs the job keeps (keep_history, 20 by default): each fire
-time recorded, placed or missed, and each manual run, with its state, exit
-code or signal, duration and node.`,
+time recorded, placed or missed, each manual run and each one-off command run
+in it, with its state, exit code or signal, duration and node. Of a service it
+lists the runs of its one-off commands (berth run; the newest 20 are kept).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, s, err := a.apiClient(cmd)
@@ -218,6 +220,59 @@ func (a *app) waitRun(ctx context.Context, c *client.Client, project, name strin
 		case <-tick.C:
 		}
 	}
+}
+
+func newJobLogsCmd(a *app) *cobra.Command {
+	var (
+		follow bool
+		tail   int
+	)
+	cmd := &cobra.Command{
+		Use:   "logs RUN",
+		Short: "Show a run's output, read from the node that ran it",
+		Long: `logs prints the output of a run (of a job, or a one-off 'berth run'), read from
+its node through the node's log records, as 'berth logs' reads a workload's.
+While the run's workload is on its node the whole output is there (bounded by
+the node's log disk limit); once the run ended and its workload was removed,
+the node keeps its newest 64 KiB. With -f it follows a live run until it ends,
+prints each line once, and exits with the run's exit code as 'berth job run
+--wait' does. RUN is JOB@INSTANT as 'berth job runs' shows it.`,
+		Example: `  berth job logs nightly@2026-12-02T03:00:00Z
+  berth job logs web@2026-12-02T10:15:04Z-run-3f9a0c2e -f`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if tail < 0 || tail > 10000 {
+				return fmt.Errorf("--tail must be from 0 to 10000")
+			}
+			c, s, err := a.apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if follow {
+				return a.attachRun(cmd.Context(), c, s.Project, args[0])
+			}
+			out, err := c.JobRunLogs(cmd.Context(), s.Project, args[0], tail)
+			if err != nil {
+				return fmt.Errorf("logs of run %s: %w", args[0], err)
+			}
+			if a.output == outputJSON {
+				return printJSON(a.stdout, out)
+			}
+			p := &runPrinter{a: a}
+			for _, l := range out.Lines {
+				if err := p.print(l); err != nil {
+					return err
+				}
+			}
+			if out.Detail != "" {
+				fmt.Fprintf(a.stderr, "(%s)\n", out.Detail)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow a live run until it ends, then exit with its exit code")
+	cmd.Flags().IntVar(&tail, "tail", 0, "newest lines to show (0: as many as fit one answer)")
+	return cmd
 }
 
 func newJobCancelCmd(a *app) *cobra.Command {

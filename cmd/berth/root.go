@@ -126,6 +126,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newDescribeCmd(a),
 		newRolloutCmd(a),
 		newJobCmd(a),
+		newRunCmd(a),
 		newSpecCmd(a),
 		newDeleteCmd(a),
 		newBindingCmd(a),

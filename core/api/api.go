@@ -341,6 +341,7 @@ func routeBody(c echo.Context) bodyKind {
 		"POST /api/v1/projects/:project/services/:name/rollout/pause", "POST /api/v1/projects/:project/services/:name/rollout/resume",
 		"POST /api/v1/projects/:project/services/:name/rollout/restart",
 		"POST /api/v1/projects/:project/services/:name/rebalance",
+		"POST /api/v1/projects/:project/services/:name/run",
 		"POST /api/v1/projects/:project/services/:name/releases",
 		"POST /api/v1/projects/:project/services/:name/releases/:tag/promote",
 		"POST /api/v1/policy-bindings",

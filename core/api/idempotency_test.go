@@ -124,6 +124,9 @@ func claimedOnlyRoutes() map[string]string {
 		"POST /api/v1/logout": "identity", "POST /api/v1/users": "identity", "PUT /api/v1/users/:user/roles": "identity",
 		"POST /api/v1/users/:user/credential": "identity", "POST /api/v1/tokens": "identity",
 		"DELETE /api/v1/tokens/:token": "identity", "POST /api/v1/tokens/:token/rotate": "identity",
+		// The job routes' success paths need a declared job and a run; e2e.TestJobs drives them.
+		"POST /api/v1/projects/:project/jobs/:name/run": "needs a job", "POST /api/v1/projects/:project/jobs/:name/suspend": "needs a job",
+		"POST /api/v1/projects/:project/jobs/:name/resume": "needs a job", "POST /api/v1/projects/:project/job-runs/:run/cancel": "needs a run",
 	}
 }
 
@@ -146,7 +149,7 @@ func drivenIdemRoutes() []string {
 		"POST /api/v1/projects/:project/operations", "DELETE /api/v1/projects/:project/placement",
 		"PUT /api/v1/projects/:project/secrets/:secret", "PUT /api/v1/projects/:project/secret-sets/:set",
 		"DELETE /api/v1/projects/:project/secret-sets/:set", "DELETE /api/v1/projects/:project/secrets/:secret",
-		"POST /api/v1/secrets/keyring/rotate", "POST /api/v1/registry/gc",
+		"POST /api/v1/secrets/keyring/rotate", "POST /api/v1/registry/gc", "POST /api/v1/projects/:project/services/:name/run",
 	}
 }
 
@@ -314,6 +317,8 @@ func TestIdempotencyKeyOnEveryMutatingRoute(t *testing.T) {
 			other: js("POST", "/api/v1/secrets/keyring/rotate", map[string]any{"retire_old": true})},
 		{route: "POST /api/v1/registry/gc", first: js("POST", "/api/v1/registry/gc", map[string]any{"dry_run": true}),
 			other: js("POST", "/api/v1/registry/gc", map[string]any{"dry_run": false})},
+		{route: "POST /api/v1/projects/:project/services/:name/run", first: js("POST", svc+"web/run", map[string]any{"command": []string{"./app", "--once"}}),
+			other: js("POST", svc+"web/run", map[string]any{"command": []string{"./app", "--twice"}})},
 	}
 	for i, tc := range cases {
 		t.Run(tc.route, func(t *testing.T) {

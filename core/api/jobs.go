@@ -22,6 +22,10 @@ func (s *Server) registerJobs(v1 *echo.Group) {
 	v1.POST("/projects/:project/jobs/:name/resume", s.suspendJob(false), s.auth(identity.ScopeServiceDeploy))
 	v1.GET("/projects/:project/job-runs/:run", s.getJobRun, s.auth(identity.ScopeServicesRead))
 	v1.POST("/projects/:project/job-runs/:run/cancel", s.cancelJobRun, s.auth(identity.ScopeServiceDeploy))
+	v1.POST("/projects/:project/services/:name/run", s.runCommand, s.auth(identity.ScopeServiceDeploy))
+	if s.cfg.NodeOps != nil {
+		v1.GET("/projects/:project/job-runs/:run/logs", s.jobRunLogs, s.auth(identity.ScopeServicesRead))
+	}
 }
 
 // jobView is one job as GET .../jobs lists it.
@@ -81,9 +85,10 @@ func (s *Server) namedJob(c echo.Context) (*services.Project, *services.Service,
 	return p, svc, nil
 }
 
-// jobRuns serves GET /api/v1/projects/{p}/jobs/{name}/runs: its runs, oldest first.
+// jobRuns serves GET /api/v1/projects/{p}/jobs/{name}/runs: its runs, oldest first; of a
+// service, the runs of its one-off commands (docs/jobs.md section 9).
 func (s *Server) jobRuns(c echo.Context) error {
-	p, svc, err := s.namedJob(c)
+	p, svc, err := s.namedService(c)
 	if err != nil {
 		return err
 	}
@@ -179,4 +184,59 @@ func (s *Server) cancelJobRun(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, r)
+}
+
+// commandRequest is the body of POST .../services/{name}/run.
+type commandRequest struct {
+	Command  []string `json:"command"`
+	TimeoutS int      `json:"timeout_s"`
+}
+
+// runCommand serves POST /api/v1/projects/{p}/services/{name}/run (berth run): a one-off
+// command in the environment of a service or job (docs/jobs.md section 9), admitted by the
+// service.apply policies (cause job.command), then recorded and placed as a run; 201 with the
+// run. Errors: validation_failed, secret_use_forbidden, policy_denied, not found.
+func (s *Server) runCommand(c echo.Context) error {
+	var req commandRequest
+	if err := s.bind(c, &req); err != nil {
+		return err
+	}
+	cr := jobs.CommandRequest{Command: req.Command, TimeoutS: req.TimeoutS}
+	if err := cr.Validate(); err != nil {
+		return err
+	}
+	p, svc, err := s.namedService(c)
+	if err != nil {
+		return err
+	}
+	ctx, done := s.changeCtx(c)
+	defer done()
+	svc, warnings, err := s.deployer.AdmitCommand(ctx, s.change(c, "", p, svc.Name, nil), cr.Command)
+	s.policyWarnings(c, warnings)
+	if err != nil {
+		return deployError(err)
+	}
+	run, err := s.cfg.Jobs.RunCommand(ctx, svc, cr)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, run)
+}
+
+// jobRunLogs serves GET /api/v1/projects/{p}/job-runs/{run}/logs?tail=N[&follow=true]: the
+// run's output read from its node through the workload logs path (the run's workload id), once
+// or followed. Errors: not_found for a run that never ran, unavailable while it is not placed
+// yet or its node has no live session.
+func (s *Server) jobRunLogs(c echo.Context) error {
+	r, err := s.runOf(c)
+	if err != nil {
+		return err
+	}
+	if r.WorkloadID == "" || r.NodeID == "" {
+		if r.State.Final() {
+			return problem(abierrors.NotFound, "run "+r.Name()+" never ran ("+string(r.State)+"): it has no output")
+		}
+		return problem(abierrors.Unavailable, "run "+r.Name()+" is not placed on a node yet; try again when it runs")
+	}
+	return s.logs(c, r.NodeID, r.WorkloadID)
 }

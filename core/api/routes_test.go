@@ -16,6 +16,7 @@ import (
 	"github.com/berthhq/berth/core/blobs"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
+	"github.com/berthhq/berth/core/jobs"
 	"github.com/berthhq/berth/core/leases"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/placement"
@@ -86,6 +87,11 @@ func newFullFixture(t *testing.T) *fixture {
 			Operations: ops, Placement: placement.NewService(st, reg, ops), Transport: true}
 		c.Bindings = bindings.New(bindings.Config{Store: st, Queue: ops, Secrets: c.Secrets.Store})
 		c.Backups = testBackups(t, st, ops)
+		jc, err := jobs.NewController(jobs.ControllerConfig{Store: st, Catalog: c.Catalog, Nodes: c.Nodes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Jobs = jc
 	})
 }
 
@@ -137,15 +143,20 @@ func everyRoute() map[string]routeRow {
 		"PUT /api/v1/projects/:project/services/:name": obj, "GET /api/v1/projects/:project/services/:name": none,
 		"DELETE /api/v1/projects/:project/services/:name": none, "GET /api/v1/projects/:project/workloads": none,
 		"GET /api/v1/projects/:project/services/:name/spec": none, "PUT /api/v1/projects/:project/services/:name/spec": obj,
-		"GET /api/v1/projects/:project/services/:name/workloads":              none,
-		"GET /api/v1/projects/:project/services/:name/rollout":                none,
-		"GET /api/v1/projects/:project/services/:name/placement":              none,
-		"GET /api/v1/projects/:project/services/:name/releases":               none,
-		"POST /api/v1/projects/:project/services/:name/rollout/undo":          obj,
-		"POST /api/v1/projects/:project/services/:name/rollout/pause":         obj,
-		"POST /api/v1/projects/:project/services/:name/rollout/resume":        obj,
-		"POST /api/v1/projects/:project/services/:name/rollout/restart":       obj,
-		"POST /api/v1/projects/:project/services/:name/rebalance":             obj,
+		"GET /api/v1/projects/:project/services/:name/workloads":        none,
+		"GET /api/v1/projects/:project/services/:name/rollout":          none,
+		"GET /api/v1/projects/:project/services/:name/placement":        none,
+		"GET /api/v1/projects/:project/services/:name/releases":         none,
+		"POST /api/v1/projects/:project/services/:name/rollout/undo":    obj,
+		"POST /api/v1/projects/:project/services/:name/rollout/pause":   obj,
+		"POST /api/v1/projects/:project/services/:name/rollout/resume":  obj,
+		"POST /api/v1/projects/:project/services/:name/rollout/restart": obj,
+		"POST /api/v1/projects/:project/services/:name/rebalance":       obj,
+		"GET /api/v1/projects/:project/jobs":                            none, "GET /api/v1/projects/:project/jobs/:name/runs": none,
+		"POST /api/v1/projects/:project/jobs/:name/run": none, "POST /api/v1/projects/:project/jobs/:name/suspend": none,
+		"POST /api/v1/projects/:project/jobs/:name/resume": none, "GET /api/v1/projects/:project/job-runs/:run": none,
+		"POST /api/v1/projects/:project/job-runs/:run/cancel": none, "GET /api/v1/projects/:project/job-runs/:run/logs": none,
+		"POST /api/v1/projects/:project/services/:name/run":                   obj,
 		"POST /api/v1/projects/:project/services/:name/releases":              obj,
 		"POST /api/v1/projects/:project/services/:name/releases/:tag/promote": obj,
 		"POST /api/v1/projects/:project/services/:name/backups":               obj,

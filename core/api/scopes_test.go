@@ -20,6 +20,7 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
+	"github.com/berthhq/berth/core/jobs"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/registry"
@@ -60,7 +61,11 @@ func fullServer(t *testing.T) *Server {
 	secStore := secrets.NewStore(st, kr, nil)
 	ops := operations.NewQueue(st, operations.Config{})
 	cat := services.NewCatalog(st, nil)
-	return New(Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Backups: testBackups(t, st, ops), Secrets: &SecretsConfig{Store: secStore}, Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
+	jc, err := jobs.NewController(jobs.ControllerConfig{Store: st, Catalog: cat, Nodes: nodes.NewRegistry(st, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Config{Jobs: jc, Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Backups: testBackups(t, st, ops), Secrets: &SecretsConfig{Store: secStore}, Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
 		Tokens: testTokens(st), Hinter: nopHinter{}, Events: events.New(st, nil), Changelog: changelog.New(st, 1, nil),
 		Sessions: http.NotFoundHandler(), NodeOps: stubCommander{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
 		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{}, RegistryGC: stubGC,

@@ -306,3 +306,39 @@ func (d *Deployer) SuspendJob(ctx context.Context, ch Change, suspended bool) (R
 	}
 	return d.Apply(ctx, ch)
 }
+
+// AdmitCommand asks the service.apply policies whether command may run once in the
+// environment of ch.Service (berth run; docs/jobs.md section 9), as a change of cause
+// job.command: the object judged is the stored service as the run would run it (kind job, its
+// command replaced), the old object the service as stored. Nothing is written; the jobs
+// controller records the run after an allowed answer. A service that takes secrets needs an
+// actor that may take them ([Change.MayTakeSecrets]): the command could read them. It returns
+// the stored service and the policies' warnings. Errors: not found or deleting as for every
+// change, 403 secret_use_forbidden, and a refusal as [Deployer.Apply] answers it (recorded as a
+// deploy.refused event).
+func (d *Deployer) AdmitCommand(ctx context.Context, ch Change, command []string) (*services.Service, []string, error) {
+	ch.Cause = CauseJobCommand
+	if ch.PolicyActor.Kind == "" {
+		ch.PolicyActor.Kind, ch.PolicyActor.ID = "system", "berthd"
+	}
+	p := ch.Project
+	cur, err := d.cfg.Catalog.GetService(ctx, p, ch.Service)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cur.Deleting {
+		return nil, nil, fmt.Errorf("%w: %s/%s", services.ErrServiceDeleting, p.Name, ch.Service)
+	}
+	if (len(cur.Secrets) > 0 || len(cur.SecretSets) > 0) && !ch.MayTakeSecrets {
+		return nil, nil, abierrors.New(abierrors.SecretUseForbidden, fmt.Sprintf("service %s/%s takes secrets, and a command in its environment could read them: running one needs secret:use on it", p.Name, ch.Service))
+	}
+	next := *cur
+	next.LogOutbox = nil
+	next.Kind = services.KindJob
+	next.Command = append([]string(nil), command...)
+	warnings, err := d.admit(ctx, ch, p, cur, &next)
+	if err != nil {
+		return nil, warnings, err
+	}
+	return cur, warnings, nil
+}

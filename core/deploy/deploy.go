@@ -55,6 +55,8 @@ const (
 	CauseRolloutRebalance = abiwasm.CauseRolloutRebalance
 	// CauseJobControl: POST .../jobs/{name}/suspend or /resume (berth job suspend|resume).
 	CauseJobControl = abiwasm.CauseJobControl
+	// CauseJobCommand: POST .../services/{s}/run (berth run), judged by [Deployer.AdmitCommand].
+	CauseJobCommand = abiwasm.CauseJobCommand
 )
 
 // Unattended reports whether no caller waits for the answer of a change of cause c, so a refusal

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	abierrors "github.com/berthhq/berth/abi/errors"
 	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/changelog"
@@ -134,7 +135,7 @@ func image(p *services.Project, digest string) string {
 	return "registry.test/" + p.Name + "/web@" + digest
 }
 
-// TestEveryCauseIsAdmitted: for each of the eight causes of a change to what a service runs, a
+// TestEveryCauseIsAdmitted: for each of the causes of a change to what a service runs, a
 // bound service.apply policy that refuses a marked release refuses the change; the service is
 // left as it was; the refusal is counted by cause and recorded as a deploy.refused event; and
 // where no caller answers it (push, rollover, binding, automatic rollback) the service's verdict
@@ -243,6 +244,14 @@ func TestEveryCauseIsAdmitted(t *testing.T) {
 				_, err := e.dep.Rebalance(e.ctx, Change{Project: p, Service: "web"}, []services.RebalanceMove{{Replica: "1", From: "nod_a", To: "nod_b"}})
 				return err
 			}},
+		{CauseJobCommand,
+			func(t *testing.T, p *services.Project) {
+				e.put(t, p, services.Service{Runtime: "containerd", Image: image(p, marked), Replicas: 1, Port: 8080})
+			},
+			func(t *testing.T, p *services.Project) error {
+				_, _, err := e.dep.AdmitCommand(e.ctx, Change{Project: p, Service: "web"}, []string{"./migrate"})
+				return err
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(string(tc.cause), func(t *testing.T) {
@@ -347,5 +356,26 @@ func TestConflictRetriedOnlyWithoutExpectedRevision(t *testing.T) {
 		case !withExpected && (err != nil || runs != 2 || res.Service.Image != image(p, other) || res.Service.Replicas != cur.Replicas+1):
 			t.Fatalf("without: %+v, %v after %d runs; want the image written over the concurrent change after 2", res.Service, err, runs)
 		}
+	}
+}
+
+// TestAdmitCommandNeedsSecretUse: a one-off command in the environment of a service that takes
+// secrets could read them, so admitting it needs an actor that may take them; the policies are
+// not asked before, and nothing is written either way.
+func TestAdmitCommandNeedsSecretUse(t *testing.T) {
+	e := newEnv(t)
+	p := e.project(t, "cmd-secrets")
+	if _, _, err := e.sec.Put(e.ctx, p.ID, p.Name, "token", []byte("one"), "test"); err != nil {
+		t.Fatal(err)
+	}
+	before := e.put(t, p, services.Service{Runtime: "containerd", Image: image(p, clean), Replicas: 1, Port: 8080,
+		Secrets: map[string]secrets.Ref{"TOKEN": {Secret: "token"}}})
+	_, _, err := e.dep.AdmitCommand(e.ctx, Change{Project: p, Service: "web"}, []string{"env"})
+	if abierrors.CodeOf(err) != abierrors.SecretUseForbidden {
+		t.Fatalf("without secret:use: %v, want secret_use_forbidden", err)
+	}
+	svc, _, err := e.dep.AdmitCommand(e.ctx, Change{Project: p, Service: "web", MayTakeSecrets: true}, []string{"env"})
+	if err != nil || svc.Revision != before.Revision || len(svc.Command) != 0 {
+		t.Fatalf("with secret:use: %+v %v; want the stored service, unchanged", svc, err)
 	}
 }

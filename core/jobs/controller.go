@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/nodes"
@@ -144,20 +145,24 @@ type pass struct {
 	now  time.Time
 	svcs []services.Service
 	jobs map[string]*services.Service // by JobKey
+	all  map[string]*services.Service // every service and job not being deleted, by JobKey
 	wls  []services.Workload
 	byWl map[string]*services.Workload // workloads of runs, by run id
 	ns   []nodes.Node
 }
 
 func (c *Controller) read(ctx context.Context) (*pass, error) {
-	p := &pass{now: c.cfg.Now().UTC(), jobs: map[string]*services.Service{}, byWl: map[string]*services.Workload{}}
+	p := &pass{now: c.cfg.Now().UTC(), jobs: map[string]*services.Service{}, all: map[string]*services.Service{}, byWl: map[string]*services.Workload{}}
 	var err error
 	if p.svcs, err = c.cfg.Catalog.ListServices(ctx, nil); err != nil {
 		return nil, err
 	}
 	for i := range p.svcs {
-		if s := &p.svcs[i]; s.IsJob() && !s.Deleting {
-			p.jobs[JobKey(s.Project, s.Name)] = s
+		if s := &p.svcs[i]; !s.Deleting {
+			p.all[JobKey(s.Project, s.Name)] = s
+			if s.IsJob() {
+				p.jobs[JobKey(s.Project, s.Name)] = s
+			}
 		}
 	}
 	if p.wls, err = c.cfg.Catalog.ListWorkloads(ctx, nil); err != nil {
@@ -174,6 +179,15 @@ func (c *Controller) read(ctx context.Context) (*pass, error) {
 	return p, nil
 }
 
+// owner is the job of run r, or for a one-off command the service (or job) it runs in; nil
+// when that is gone or being deleted.
+func (p *pass) owner(r *Run) *services.Service {
+	if r.Trigger == TriggerCommand {
+		return p.all[r.Job]
+	}
+	return p.jobs[r.Job]
+}
+
 // Pass runs one pass:
 //
 //  1. every live run (pending or running) is brought forward: a run whose workload reported
@@ -181,7 +195,8 @@ func (c *Controller) read(ctx context.Context) (*pass, error) {
 //     pending one is placed (or recorded missed past its starting deadline), and a running
 //     one whose workload is gone is placed again on its node or failed;
 //  2. every scheduled, unsuspended job is stepped ([Dispatcher.Step]) and the run it owns is
-//     placed under the job's concurrency policy.
+//     placed under the job's concurrency policy;
+//  3. the workloads of ended runs still standing are removed ([Controller.collect]).
 //
 // Idempotent: every write is a compare-and-set on one run or an insert under a known id.
 func (c *Controller) Pass(ctx context.Context) error {
@@ -194,7 +209,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	isLive := make(map[string]bool, len(live))
 	for i := range live {
+		isLive[live[i].ID] = true
 		if err := c.advance(ctx, p, &live[i]); err != nil {
 			errs = append(errs, err)
 		}
@@ -226,6 +243,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 			}
 		}
 	}
+	if err := c.collect(ctx, p, isLive); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -245,14 +265,13 @@ func (c *Controller) liveRuns(ctx context.Context) ([]Run, error) {
 
 // advance brings one live run forward (step 1 of [Controller.Pass]).
 func (c *Controller) advance(ctx context.Context, p *pass, r *Run) error {
-	svc := p.jobs[r.Job]
+	svc := p.owner(r)
 	switch r.State {
 	case RunPending:
 		if svc == nil {
 			return c.end(ctx, p, svc, r, RunCancelled, "the job was deleted before the run was placed", nil)
 		}
-		deadline := time.Duration(svc.Job.StartingDeadlineS) * time.Second
-		if r.Trigger == TriggerSchedule && p.now.Sub(r.FireTime) > deadline {
+		if r.Trigger == TriggerSchedule && p.now.Sub(r.FireTime) > time.Duration(svc.Job.StartingDeadlineS)*time.Second {
 			return c.end(ctx, p, svc, r, RunMissed, fmt.Sprintf("not placed within the starting deadline of %ds", svc.Job.StartingDeadlineS), nil)
 		}
 		return c.start(ctx, p, svc, r)
@@ -291,7 +310,7 @@ func (c *Controller) advance(ctx context.Context, p *pass, r *Run) error {
 // end it is inserted again (idempotent under its id) while its node is enrolled, and failed
 // otherwise.
 func (c *Controller) replace(ctx context.Context, p *pass, r *Run) error {
-	svc := p.jobs[r.Job]
+	svc := p.owner(r)
 	for i := range p.ns {
 		if n := &p.ns[i]; svc != nil && n.ID == r.NodeID && n.Status != nodes.StatusRemoved {
 			w := runWorkload(svc, r, r.NodeID, r.PlacedAt)
@@ -313,6 +332,9 @@ func runWorkload(svc *services.Service, r *Run, nodeID string, at time.Time) *se
 	if svc.Job != nil {
 		w.JobTimeoutS, w.JobRetries = svc.Job.TimeoutS, svc.Job.Retries
 	}
+	if r.Trigger == TriggerCommand {
+		commandInvocation(w, r)
+	}
 	return w
 }
 
@@ -322,7 +344,7 @@ func runWorkload(svc *services.Service, r *Run, nodeID string, at time.Time) *se
 // the run is marked running with its workload id and node (one compare-and-set) and the
 // workload inserted under that id. A run no node fits stays pending, saying why.
 func (c *Controller) start(ctx context.Context, p *pass, svc *services.Service, r *Run) error {
-	if r.Trigger != TriggerManual {
+	if r.Trigger == TriggerSchedule {
 		var others []*services.Workload
 		for id, w := range p.byWl {
 			if id != r.ID && w.ServiceID == svc.ID && (w.JobOutcome == nil || w.JobOutcome.Result == node.JobRunning) {
@@ -346,6 +368,11 @@ func (c *Controller) start(ctx context.Context, p *pass, svc *services.Service, 
 	use := placement.UsageOf(p.svcs, p.wls)
 	req := placement.ServiceRequest(svc)
 	req.Place = []string{r.ID}
+	if r.Trigger == TriggerCommand {
+		// A one-off command is not a replica of its service: the service's max_per_node and
+		// spread do not hold it back; its resources and node constraints still apply.
+		req.Service, req.MaxPerNode = r.ID, 0
+	}
 	res := placement.Choose(req, placement.Candidates(p.ns, use, svc.Runtime))
 	nodeID := res.Placed()[r.ID]
 	if nodeID == "" {
@@ -442,7 +469,9 @@ func (c *Controller) end(ctx context.Context, p *pass, svc *services.Service, r 
 		c.event(ctx, svc, *r, EventRunMissed, data)
 	}
 	c.log.Info("job run ended", "run", r.ID, "state", state, "message", msg)
-	if r.WorkloadID != "" {
+	// A one-off command's workload stays (ended, never started again) for CommandOutputLinger,
+	// so the caller reads all of its output from the node; collect removes it then.
+	if r.WorkloadID != "" && r.Trigger != TriggerCommand {
 		if err := c.cfg.Catalog.RemoveWorkload(ctx, r.WorkloadID); err != nil {
 			return err
 		}
@@ -451,8 +480,11 @@ func (c *Controller) end(ctx context.Context, p *pass, svc *services.Service, r 
 		}
 		c.wake(r.NodeID)
 	}
-	if svc != nil && svc.Job != nil {
+	switch {
+	case svc != nil && svc.Job != nil:
 		return c.prune(ctx, r.Job, svc.Job.KeepHistory)
+	case r.Trigger == TriggerCommand:
+		return c.prune(ctx, r.Job, CommandKeepHistory)
 	}
 	return nil
 }
@@ -500,13 +532,34 @@ func (c *Controller) Get(ctx context.Context, id string) (*Run, error) {
 // Trigger records a manual run of job svc now (berth job run) and places it at once; a run no
 // node fits stays pending and is placed by a later pass. It returns the run as recorded.
 func (c *Controller) Trigger(ctx context.Context, svc *services.Service) (*Run, error) {
+	r := c.newRun(ctx, svc, TriggerManual)
+	return c.record(ctx, svc, r)
+}
+
+// newRun is a pending run of svc started now by the caller ctx carries, with trigger
+// TriggerManual or TriggerCommand.
+func (c *Controller) newRun(ctx context.Context, svc *services.Service, trigger string) Run {
 	now := c.cfg.Now().UTC()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	key := JobKey(svc.Project, svc.Name)
-	// The suffix keeps two manual runs in one second apart; the id still sorts by time.
-	r := Run{ID: key + "@" + now.Format(time.RFC3339) + "-manual-" + hex.EncodeToString(b[:]), Job: key, FireTime: now.Truncate(time.Second),
-		State: RunPending, RecordedAt: now, RecordedBy: c.cfg.ID, Trigger: TriggerManual}
+	kind := "manual"
+	if trigger == TriggerCommand {
+		kind = "run"
+	}
+	// The suffix keeps two runs in one second apart; the id still sorts by time.
+	r := Run{ID: key + "@" + now.Format(time.RFC3339) + "-" + kind + "-" + hex.EncodeToString(b[:]), Job: key, FireTime: now.Truncate(time.Second),
+		State: RunPending, RecordedAt: now, RecordedBy: c.cfg.ID, Trigger: trigger}
+	if a, ok := changelog.ActorFrom(ctx); ok {
+		r.RequestedBy = a.Type + ":" + a.ID
+	}
+	return r
+}
+
+// record inserts pending run r of svc and places it at once; a run no node fits stays pending
+// and is placed by a later pass. It returns the run as recorded.
+func (c *Controller) record(ctx context.Context, svc *services.Service, r Run) (*Run, error) {
+	key := r.Job
 	if err := c.cfg.Store.Insert(ctx, RunsCollection, r); err != nil {
 		return nil, fmt.Errorf("jobs: record run of %s: %w", key, err)
 	}

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// RunsCollection holds one document per fire time of every job (and, later, per one-off run):
+// RunsCollection holds one document per fire time of every job, per manual run and per one-off
+// command (docs/jobs.md section 9):
 // its _id is [RunID], inserted before anything is placed, so a fire time is recorded at most
 // once whoever computes it.
 const RunsCollection = "job_runs"
@@ -67,8 +68,16 @@ type Run struct {
 	// Revision is the compare-and-set revision of later state changes; 0 when inserted.
 	Revision int64 `bson:"revision" json:"revision"`
 
-	// Trigger is TriggerSchedule (a fire time) or TriggerManual (berth job run).
+	// Trigger is TriggerSchedule (a fire time), TriggerManual (berth job run) or TriggerCommand
+	// (berth run: Job then names a service or job, and Command is what runs).
 	Trigger string `bson:"trigger,omitempty" json:"trigger,omitempty"`
+	// Command is what a TriggerCommand run runs instead of its service's command, in the
+	// service's release, env, secrets and bindings; TimeoutS bounds it (0: no bound).
+	Command  []string `bson:"command,omitempty" json:"command,omitempty"`
+	TimeoutS int      `bson:"timeout_s,omitempty" json:"timeout_s,omitempty"`
+	// RequestedBy is who started a manual or command run, "<type>:<id>" as the change log
+	// names actors; empty for scheduled runs.
+	RequestedBy string `bson:"requested_by,omitempty" json:"requested_by,omitempty"`
 	// WorkloadID and NodeID name the workload the run was placed as and its node (section 7);
 	// empty until placed.
 	WorkloadID string `bson:"workload_id,omitempty" json:"workload_id,omitempty"`
@@ -95,6 +104,7 @@ type Run struct {
 const (
 	TriggerSchedule = "schedule"
 	TriggerManual   = "manual"
+	TriggerCommand  = "command"
 )
 
 // Name returns the run id without its job's project: "nightly@2026-12-02T03:00:00Z" of

@@ -1167,7 +1167,7 @@ func BuildSpec(n *nodes.Node, wls []services.Workload, svcs map[string]*services
 			ws.HealthCheck = node.HealthCheck{Path: p.Path, IntervalS: p.IntervalS, TimeoutS: p.TimeoutS, Failures: p.Failures}
 		}
 		spec.Workloads = append(spec.Workloads, ws)
-		if ws.DesiredStatus != node.DesiredRunning || s.Deleting {
+		if ws.DesiredStatus != node.DesiredRunning || s.Deleting || w.JobRun != "" { // a run serves no route
 			continue
 		}
 		for _, d := range s.Domains {
@@ -1214,7 +1214,8 @@ func (r *Reconciler) route(ctx context.Context, svcs []services.Service, ns []no
 		}
 	}
 	for _, w := range wls {
-		if deleting[w.ServiceID] || w.DesiredStatus != services.DesiredRunning {
+		// A job run or one-off command (docs/jobs.md) is never a backend of its service's routes.
+		if deleting[w.ServiceID] || w.DesiredStatus != services.DesiredRunning || w.JobRun != "" {
 			continue
 		}
 		in.Workloads = append(in.Workloads, routes.Workload{ID: w.ID, ServiceID: w.ServiceID, NodeID: w.NodeID, NodeAddress: nodeAddr[w.NodeID],

@@ -3,7 +3,11 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/url"
+	"strconv"
 	"time"
+
+	"github.com/berthhq/berth/abi/node"
 )
 
 // Job is one job as GET /api/v1/projects/{p}/jobs lists it (docs/jobs.md section 7).
@@ -37,6 +41,11 @@ type JobRun struct {
 	Signal     int       `json:"signal,omitempty"`
 	OutputTail string    `json:"output_tail,omitempty"`
 	Message    string    `json:"message,omitempty"`
+	// Command and TimeoutS are a one-off run's (trigger "command", berth run); RequestedBy
+	// names who started a manual or one-off run.
+	Command     []string `json:"command,omitempty"`
+	TimeoutS    int      `json:"timeout_s,omitempty"`
+	RequestedBy string   `json:"requested_by,omitempty"`
 }
 
 // Name is the run's id without its project: "<job>@<instant>", what the run routes take.
@@ -112,4 +121,40 @@ func (c *Client) CancelJobRun(ctx context.Context, project, run string) (*JobRun
 		return nil, err
 	}
 	return &out, nil
+}
+
+// RunCommand starts a one-off run of command in the environment of service (or job) name:
+// its release, env, secrets, bindings and node constraints (docs/jobs.md section 9). timeoutS
+// bounds it (0: no bound). It returns the run, placed when a node fits; its output is read
+// with [Client.JobRunLogs] and [Client.FollowJobRunLogs]. Errors carry the API's code:
+// policy_denied, secret_use_forbidden, validation_failed.
+func (c *Client) RunCommand(ctx context.Context, project, name string, command []string, timeoutS int) (*JobRun, error) {
+	body := map[string]any{"command": command, "timeout_s": timeoutS}
+	var out JobRun
+	if err := c.doJSON(ctx, http.MethodPost, "/projects/"+pathEscape(project)+"/services/"+pathEscape(name)+"/run", body, true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// JobRunLogs reads the output of run ("<job>@<instant>") from its node: the newest lines, at
+// most tail (0: as many as fit one answer), with their sequence numbers. Errors carry the
+// API's code: unavailable while the run is not placed or its node is away, not_found for a run
+// that never ran.
+func (c *Client) JobRunLogs(ctx context.Context, project, run string, tail int) (*WorkloadLogs, error) {
+	q := url.Values{}
+	if tail > 0 {
+		q.Set("tail", strconv.Itoa(tail))
+	}
+	var out WorkloadLogs
+	if err := c.do(ctx, http.MethodGet, runPath(project, run)+"/logs", q, nil, "", true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// FollowJobRunLogs streams the output of run as [Client.FollowWorkloadLogs] does: the newest
+// tail lines (0: 100), then new lines as they come, until ctx ends or the stream ends.
+func (c *Client) FollowJobRunLogs(ctx context.Context, project, run string, tail int, fn func(node.LogLine) error) error {
+	return c.followLogs(ctx, runPath(project, run)+"/logs", url.Values{}, tail, fn)
 }
