@@ -337,6 +337,10 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 		return loadWorkload(ctx, c, q["id"])
 	case "node":
 		return loadNode(ctx, c, q["id"])
+	case "operations":
+		return loadOperations(ctx, c, q["state"])
+	case "changelog":
+		return loadChangelog(ctx, c)
 	}
 	return nil, errNoPage
 }

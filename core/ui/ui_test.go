@@ -25,6 +25,10 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/leases"
+	"github.com/berthhq/berth/core/operations"
+	"github.com/berthhq/berth/core/placement"
+	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/rollout"
@@ -91,6 +95,13 @@ func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture
 	if err != nil {
 		t.Fatal(err)
 	}
+	ops := operations.NewQueue(st, operations.Config{})
+	if err := ops.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runnerReg := runners.NewRegistry(st, runners.Config{})
+	orch := &api.Orchestration{Leases: leases.NewManager(st, leases.Config{Owner: "brd_ui_test"}), Runners: runnerReg,
+		Operations: ops, Placement: placement.NewService(st, runnerReg, ops)}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	kr, _, err := secrets.LoadOrCreateKeyring(filepath.Join(dir, secrets.KeyringFile), true)
 	if err != nil {
@@ -100,7 +111,8 @@ func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil),
 		Secrets:       &api.SecretsConfig{Store: secrets.NewStore(st, kr, nil)},
 		ImageReleases: registry.NewReleases(st, nil),
-		Runtime:       rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Certificates: certs.NewStatusReader(st)})
+		Runtime:       rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Certificates: certs.NewStatusReader(st),
+		Orchestration: orch})
 	mreg := prometheus.NewRegistry()
 	cfg := ui.Config{API: apiSrv, StreamInterval: 50 * time.Millisecond, Metrics: mreg}
 	if change != nil {
@@ -232,6 +244,7 @@ func TestPagesCarryCSPAndRenderNoSecret(t *testing.T) {
 				t.Fatal("no session cookie after login")
 			}
 			paths := []string{"/ui/", "/ui/services", "/ui/nodes", "/ui/workloads", "/ui/nodes/no-such-node", "/ui/services/default/web", "/ui/services/default/web/undo",
+				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog",
 				"/ui/login", "/ui/no-such-page", "/ui/assets/app.css", "/ui/assets/app.js", "/ui/assets/vendor/htmx.min.js"}
 			for _, p := range paths {
 				resp, body := get(t, hc, f.srv.URL, p)

@@ -1,0 +1,98 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// readOnlyPage is one read-only page of the dashboard: what it must show after the fixture's
+// seed and the page's own setup.
+type readOnlyPage struct {
+	path string
+	// want are strings the page must contain.
+	want []string
+	// nav is the navigation link the page marks as current.
+	nav string
+}
+
+// checkReadOnlyPage opens p without a session (sent to the login page), then with the admin's
+// session: 200, every wanted string, the navigation link marked current, and no secret value.
+func checkReadOnlyPage(t *testing.T, f *fixture, p readOnlyPage) {
+	t.Helper()
+	anon := f.browser(t)
+	if resp, body := get(t, anon, f.srv.URL, p.path); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/login" {
+		t.Fatalf("%s without a session answered %d (Location %q), want 303 to /ui/login:\n%s", p.path, resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	hc := f.browser(t)
+	if resp, body := login(t, hc, f.srv.URL, url.Values{"token": {f.admin}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login answered %d:\n%s", resp.StatusCode, body)
+	}
+	resp, body := get(t, hc, f.srv.URL, p.path)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s answered %d:\n%s", p.path, resp.StatusCode, body)
+	}
+	for _, w := range p.want {
+		if !strings.Contains(body, w) {
+			t.Errorf("%s does not show %q:\n%s", p.path, w, body)
+		}
+	}
+	if !strings.Contains(body, `href="`+p.nav+`" aria-current="page"`) {
+		t.Errorf("%s does not mark its navigation link %s as current", p.path, p.nav)
+	}
+	for _, secret := range []string{envSecret, secretValue, userPassword, f.admin} {
+		if strings.Contains(body, secret) {
+			t.Errorf("%s renders a secret value (%.8s...)", p.path, secret)
+		}
+	}
+}
+
+// TestOperationsPage enqueues two operations through the API, fails one, and sees the queue
+// with kind, state, attempts and last error; the state filter keeps only the failed one, and a
+// filter that names no state is refused.
+func TestOperationsPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	c := f.api(t, f.admin)
+	queued, _, err := c.EnqueueOperation(ctx, "default", "ui-test-queued", client.OperationRequest{Kind: "ui-probe-queued", Payload: json.RawMessage(`{"password":"` + secretValue + `"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/operations", nav: "/ui/operations",
+		want: []string{queued.ID, "ui-probe-queued", ">queued<", "0 of " + strconv.Itoa(queued.MaxAttempts), `href="/ui/operations?state=queued"`, "queued (1)"}})
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	resp, body := get(t, hc, f.srv.URL, "/ui/operations?state=failed")
+	if resp.StatusCode != http.StatusOK || strings.Contains(body, queued.ID) || !strings.Contains(body, "No operation in state failed") {
+		t.Fatalf("the failed filter (%d) lists the queued operation or misses its empty note:\n%s", resp.StatusCode, body)
+	}
+	if resp, body := get(t, hc, f.srv.URL, "/ui/operations?state=queued"); resp.StatusCode != http.StatusOK || !strings.Contains(body, queued.ID) {
+		t.Fatalf("the queued filter (%d) does not list %s:\n%s", resp.StatusCode, queued.ID, body)
+	}
+	if resp, _ := get(t, hc, f.srv.URL, "/ui/operations?state=bogus"); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a filter naming no state answered %d, want 400", resp.StatusCode)
+	}
+}
+
+// TestChangelogPage sees the change log's newest entries, newest first: the secret and the
+// user the fixture wrote through the API, with their actor, and never a payload.
+func TestChangelogPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	entries, head, err := f.api(t, f.admin).Changelog(ctx, 1, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head < 1 || len(entries) == 0 {
+		t.Fatalf("the fixture's writes left no change-log entry (head %d)", head)
+	}
+	last := entries[len(entries)-1]
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/changelog", nav: "/ui/changelog",
+		want: []string{"<td>" + strconv.FormatInt(last.Seq, 10) + "</td>", last.EntityType + " " + last.Op, last.ActorType + " " + last.ActorID}})
+}
