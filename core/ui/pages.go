@@ -341,6 +341,8 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 		return loadOperations(ctx, c, q["state"])
 	case "changelog":
 		return loadChangelog(ctx, c)
+	case "domains":
+		return loadDomains(ctx, c)
 	}
 	return nil, errNoPage
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -95,4 +96,25 @@ func TestChangelogPage(t *testing.T) {
 	last := entries[len(entries)-1]
 	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/changelog", nav: "/ui/changelog",
 		want: []string{"<td>" + strconv.FormatInt(last.Seq, 10) + "</td>", last.EntityType + " " + last.Op, last.ActorType + " " + last.ActorID}})
+}
+
+// TestDomainsPage lists the domains of two services: one whose certificate Berth gets from
+// ACME (pending until issued, read from the service's GET) and one without TLS.
+func TestDomainsPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	p, err := f.cat.GetProject(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tls := range map[string]string{"shop": "acme", "plain": ""} {
+		svc := &services.Service{Name: name, Bundle: "web", BundleDigest: "sha256:" + strings.Repeat("cd", 32), Command: []string{"./web"},
+			Replicas: 1, Port: 8080, Domains: []string{name + ".example.test"}, TLS: services.TLS{Mode: tls}}
+		if _, _, err := f.cat.PutService(ctx, p, svc, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/domains", nav: "/ui/domains",
+		want: []string{"<td>shop.example.test</td>", `href="/ui/services/default/shop"`, "<td>acme</td>", `class="state warn">pending<`,
+			"<td>plain.example.test</td>", "<td>none</td>"}})
 }

@@ -15,7 +15,7 @@ import (
 
 // pageNames are the page templates under templates/, each parsed with layout.html. A page
 // template defines "main" (the page's body) and, for a page with a live region, "live".
-var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog"}
+var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains"}
 
 // parsePages parses every page with the layout and the shared helpers.
 func parsePages() map[string]*template.Template {
@@ -144,9 +144,9 @@ func stateClass(state string) string {
 	switch state {
 	case "refused", "crashed", "failed", "disconnected":
 		return "bad"
-	case "waiting", "converging", "draining", "pending", "starting", "queued", "leased", "retry", "expiring":
+	case "waiting", "converging", "draining", "pending", "starting", "queued", "leased", "retry", "expiring", "renewing":
 		return "warn"
-	case "converged", "connected", "running", "succeeded", "valid", "healthy":
+	case "converged", "connected", "running", "succeeded", "issued", "healthy":
 		return "ok"
 	}
 	return "none"

@@ -244,7 +244,7 @@ func TestPagesCarryCSPAndRenderNoSecret(t *testing.T) {
 				t.Fatal("no session cookie after login")
 			}
 			paths := []string{"/ui/", "/ui/services", "/ui/nodes", "/ui/workloads", "/ui/nodes/no-such-node", "/ui/services/default/web", "/ui/services/default/web/undo",
-				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog",
+				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains",
 				"/ui/login", "/ui/no-such-page", "/ui/assets/app.css", "/ui/assets/app.js", "/ui/assets/vendor/htmx.min.js"}
 			for _, p := range paths {
 				resp, body := get(t, hc, f.srv.URL, p)

@@ -402,6 +402,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/services/default/hello", "#verdict", "service-hello"},
 		{"/ui/nodes", "#nodes", "nodes"},
 		{"/ui/workloads", "#workloads", "workloads"},
+		{"/ui/domains", "#domains", "domains"},
 		{"/ui/operations", "#operations", "operations"},
 		{"/ui/changelog", "#changelog", "changelog"},
 	} {
