@@ -343,6 +343,8 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 		return loadChangelog(ctx, c)
 	case "domains":
 		return loadDomains(ctx, c)
+	case "registry":
+		return loadRegistry(ctx, c)
 	}
 	return nil, errNoPage
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -117,4 +118,25 @@ func TestDomainsPage(t *testing.T) {
 	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/domains", nav: "/ui/domains",
 		want: []string{"<td>shop.example.test</td>", `href="/ui/services/default/shop"`, "<td>acme</td>", `class="state warn">pending<`,
 			"<td>plain.example.test</td>", "<td>none</td>"}})
+}
+
+// TestRegistryPage records two pushes of one tag and one of another to the web service's
+// repository and sees the repository with both tags, the digest each names and the digest
+// the first named before.
+func TestRegistryPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	d1, d2, d3 := "sha256:"+strings.Repeat("1a", 32), "sha256:"+strings.Repeat("2b", 32), "sha256:"+strings.Repeat("3c", 32)
+	for _, p := range []registry.Push{
+		{Repository: "default/web", Reference: "v1", Digest: d1, Actor: "tok_ci", ActorKind: "machine"},
+		{Repository: "default/web", Reference: "v1", Digest: d2, Actor: "tok_ci", ActorKind: "machine"},
+		{Repository: "default/web", Reference: "v2", Digest: d3, Actor: "tok_ci", ActorKind: "machine"},
+	} {
+		if err := f.rels.Record(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short := func(d string) string { return d[:7+12] }
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/registry", nav: "/ui/registry",
+		want: []string{"default/web", "<td>v1</td>", "<td>v2</td>", `title="` + d2 + `">` + short(d2), `title="` + d3 + `">` + short(d3), short(d1) + "</span> ("}})
 }

@@ -15,7 +15,7 @@ import (
 
 // pageNames are the page templates under templates/, each parsed with layout.html. A page
 // template defines "main" (the page's body) and, for a page with a live region, "live".
-var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains"}
+var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains", "registry"}
 
 // parsePages parses every page with the layout and the shared helpers.
 func parsePages() map[string]*template.Template {
@@ -146,7 +146,7 @@ func stateClass(state string) string {
 		return "bad"
 	case "waiting", "converging", "draining", "pending", "starting", "queued", "leased", "retry", "expiring", "renewing":
 		return "warn"
-	case "converged", "connected", "running", "succeeded", "issued", "healthy":
+	case "converged", "connected", "running", "succeeded", "issued", "followed", "healthy":
 		return "ok"
 	}
 	return "none"

@@ -59,6 +59,8 @@ type fixture struct {
 	admin string
 	cat   *services.Catalog
 	st    *store.Store
+	// rels is the API's image release store (the registry's record of pushes).
+	rels *registry.Releases
 }
 
 func newFixture(t *testing.T, useTLS bool) *fixture { return newFixtureWith(t, useTLS, nil) }
@@ -95,6 +97,7 @@ func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture
 	if err != nil {
 		t.Fatal(err)
 	}
+	rels := registry.NewReleases(st, nil)
 	ops := operations.NewQueue(st, operations.Config{})
 	if err := ops.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
@@ -110,7 +113,7 @@ func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture
 	apiSrv := api.New(api.Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil),
 		Secrets:       &api.SecretsConfig{Store: secrets.NewStore(st, kr, nil)},
-		ImageReleases: registry.NewReleases(st, nil),
+		ImageReleases: rels,
 		Runtime:       rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Certificates: certs.NewStatusReader(st),
 		Orchestration: orch})
 	mreg := prometheus.NewRegistry()
@@ -133,7 +136,7 @@ func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture
 		srv = httptest.NewServer(h)
 	}
 	t.Cleanup(srv.Close)
-	f := &fixture{srv: srv, admin: admin, cat: cat, reg: mreg, st: st}
+	f := &fixture{srv: srv, admin: admin, cat: cat, reg: mreg, st: st, rels: rels}
 	f.seed(t)
 	return f
 }
@@ -244,7 +247,7 @@ func TestPagesCarryCSPAndRenderNoSecret(t *testing.T) {
 				t.Fatal("no session cookie after login")
 			}
 			paths := []string{"/ui/", "/ui/services", "/ui/nodes", "/ui/workloads", "/ui/nodes/no-such-node", "/ui/services/default/web", "/ui/services/default/web/undo",
-				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains",
+				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains", "/ui/registry",
 				"/ui/login", "/ui/no-such-page", "/ui/assets/app.css", "/ui/assets/app.js", "/ui/assets/vendor/htmx.min.js"}
 			for _, p := range paths {
 				resp, body := get(t, hc, f.srv.URL, p)

@@ -403,6 +403,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/nodes", "#nodes", "nodes"},
 		{"/ui/workloads", "#workloads", "workloads"},
 		{"/ui/domains", "#domains", "domains"},
+		{"/ui/registry", "#registry", "registry"},
 		{"/ui/operations", "#operations", "operations"},
 		{"/ui/changelog", "#changelog", "changelog"},
 	} {
