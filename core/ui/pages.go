@@ -345,6 +345,10 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 		return loadDomains(ctx, c)
 	case "registry":
 		return loadRegistry(ctx, c)
+	case "secrets":
+		return loadSecrets(ctx, c)
+	case "access":
+		return loadAccess(ctx, c)
 	}
 	return nil, errNoPage
 }

@@ -8,8 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berthhq/berth/core/registry"
+	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -139,4 +141,49 @@ func TestRegistryPage(t *testing.T) {
 	short := func(d string) string { return d[:7+12] }
 	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/registry", nav: "/ui/registry",
 		want: []string{"default/web", "<td>v1</td>", "<td>v2</td>", `title="` + d2 + `">` + short(d2), `title="` + d3 + `">` + short(d3), short(d1) + "</span> ("}})
+}
+
+// TestSecretsPage sees the fixture's secret by name, version and keyed digest, with the
+// service that uses it, and never its value.
+func TestSecretsPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	p, err := f.cat.GetProject(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &services.Service{Name: "api", Bundle: "web", BundleDigest: "sha256:" + strings.Repeat("ef", 32), Command: []string{"./web"},
+		Replicas: 1, Port: 8080, Secrets: map[string]secrets.Ref{"DB_PASSWORD": {Secret: "db-password"}}}
+	if _, _, err := f.cat.PutService(ctx, p, svc, nil); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := f.api(t, f.admin).GetSecret(ctx, "default", "db-password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sec.UsedBy) == 0 {
+		t.Fatalf("the API does not say the api service uses db-password: %+v", sec)
+	}
+	digest := sec.Versions[len(sec.Versions)-1].Digest
+	i := strings.Index(digest, "sha256:")
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/secrets", nav: "/ui/secrets",
+		want: []string{"<td>default/db-password</td>", "<td>1 <span", digest[:i+7+12], `href="/ui/services/default/api">api</a>`, "as DB_PASSWORD"}})
+}
+
+// TestAccessPage sees, as an admin, a token by name, scopes and expiry (never its bearer)
+// and the users with their roles.
+func TestAccessPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	issued, err := f.api(t, f.admin).CreateToken(ctx, client.NewMachineToken{Name: "ci-deployer", Scopes: []string{"services:read"}, ExpiresIn: 48 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/access", nav: "/ui/access",
+		want: []string{"ci-deployer", "<td>services:read</td>", "<td>ops <span", "<td>admin</td>", `class="state ok">active<`}})
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	if _, body := get(t, hc, f.srv.URL, "/ui/access"); strings.Contains(body, issued.Token) {
+		t.Fatal("the access page renders a token's bearer")
+	}
 }

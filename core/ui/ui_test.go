@@ -26,12 +26,12 @@ import (
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/leases"
+	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/placement"
-	"github.com/berthhq/berth/core/runners"
-	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/rollout"
+	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store"
@@ -247,7 +247,7 @@ func TestPagesCarryCSPAndRenderNoSecret(t *testing.T) {
 				t.Fatal("no session cookie after login")
 			}
 			paths := []string{"/ui/", "/ui/services", "/ui/nodes", "/ui/workloads", "/ui/nodes/no-such-node", "/ui/services/default/web", "/ui/services/default/web/undo",
-				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains", "/ui/registry",
+				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains", "/ui/registry", "/ui/secrets", "/ui/access",
 				"/ui/login", "/ui/no-such-page", "/ui/assets/app.css", "/ui/assets/app.js", "/ui/assets/vendor/htmx.min.js"}
 			for _, p := range paths {
 				resp, body := get(t, hc, f.srv.URL, p)

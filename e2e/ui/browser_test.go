@@ -404,6 +404,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/workloads", "#workloads", "workloads"},
 		{"/ui/domains", "#domains", "domains"},
 		{"/ui/registry", "#registry", "registry"},
+		{"/ui/secrets", "#secrets", "secrets"},
+		{"/ui/access", "#access", "access"},
 		{"/ui/operations", "#operations", "operations"},
 		{"/ui/changelog", "#changelog", "changelog"},
 	} {
