@@ -349,6 +349,8 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 		return loadSecrets(ctx, c)
 	case "access":
 		return loadAccess(ctx, c)
+	case "plugins":
+		return loadPlugins(ctx, c)
 	}
 	return nil, errNoPage
 }

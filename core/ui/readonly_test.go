@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -10,9 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthhq/berth/core/api"
+	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/host/plugin"
+	hostwasm "github.com/berthhq/berth/host/wasm"
+	"github.com/berthhq/berth/internal/wasmtest"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -185,5 +193,46 @@ func TestAccessPage(t *testing.T) {
 	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
 	if _, body := get(t, hc, f.srv.URL, "/ui/access"); strings.Contains(body, issued.Token) {
 		t.Fatal("the access page renders a token's bearer")
+	}
+}
+
+// TestPluginsPage sees a quarantined provider plugin as the API lists it (the plugin lister
+// berthd gives the API, here a fixed one), a WebAssembly policy module pushed through the
+// API, and its binding (never its config); no decision is recorded yet, and the page says so.
+func TestPluginsPage(t *testing.T) {
+	const configValue = "binding-config-that-must-not-render-5d1e"
+	f := newFixtureAPI(t, false, nil, func(st *store.Store, bs *bundles.Store, cfg *api.Config) {
+		rt, err := hostwasm.New(context.Background(), hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rt.Close(context.Background()) })
+		eng := policy.New(policy.Config{Store: st, Blobs: bs, Runtime: rt, Changelog: cfg.Changelog})
+		if err := eng.EnsureIndexes(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Policy = eng
+		cfg.Plugins = func() []plugin.Status {
+			return []plugin.Status{{Name: "dns-provider", Kind: "provider", Version: "1.4.2", APIVersion: 1, State: plugin.StateQuarantined,
+				Launches: 3, Crashes: 3, LastError: "exit status 2"}}
+		}
+	})
+	ctx := context.Background()
+	c := f.api(t, f.admin)
+	mod, err := c.PushModule(ctx, bytes.NewReader(wasmtest.Policy(wasmtest.PolicyOptions{Name: "ui-probe-policy"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Bind(ctx, client.BindingRequest{Hook: "service.apply", Module: mod.Digest, Config: json.RawMessage(`{"token":"` + configValue + `"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/plugins", nav: "/ui/plugins",
+		want: []string{"<td>dns-provider</td>", `class="state bad">quarantined<`, "3 <span class=\"muted\">of 3 launches", "exit status 2",
+			"ui-probe-policy", mod.Digest[:7+12], "<td>" + b.ID + "</td>", "<td>service.apply</td>", "No decision recorded."}})
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	if _, body := get(t, hc, f.srv.URL, "/ui/plugins"); strings.Contains(body, configValue) {
+		t.Fatal("the plugins page renders a binding's config")
 	}
 }

@@ -159,6 +159,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /ui/registry", h.authed(h.registryPage))
 	m.HandleFunc("GET /ui/secrets", h.authed(h.secretsPage))
 	m.HandleFunc("GET /ui/access", h.authed(h.accessPage))
+	m.HandleFunc("GET /ui/plugins", h.authed(h.pluginsPage))
 	m.HandleFunc("GET /ui/stream/{page}", h.authed(h.stream))
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, http.StatusNotFound, "There is no such page.")

@@ -68,6 +68,13 @@ func newFixture(t *testing.T, useTLS bool) *fixture { return newFixtureWith(t, u
 // newFixtureWith is newFixture with a change to the dashboard's configuration.
 func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture {
 	t.Helper()
+	return newFixtureAPI(t, useTLS, change, nil)
+}
+
+// newFixtureAPI is newFixtureWith with a change to the API's configuration as well, made
+// with the fixture's store and bundle store before the API is built.
+func newFixtureAPI(t *testing.T, useTLS bool, change func(*ui.Config), apiChange func(*store.Store, *bundles.Store, *api.Config)) *fixture {
+	t.Helper()
 	dir := t.TempDir()
 	unlock, err := store.LockDir(dir)
 	if err != nil {
@@ -110,12 +117,16 @@ func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiSrv := api.New(api.Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
+	apiCfg := api.Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil),
 		Secrets:       &api.SecretsConfig{Store: secrets.NewStore(st, kr, nil)},
 		ImageReleases: rels,
 		Runtime:       rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Certificates: certs.NewStatusReader(st),
-		Orchestration: orch})
+		Orchestration: orch}
+	if apiChange != nil {
+		apiChange(st, bs, &apiCfg)
+	}
+	apiSrv := api.New(apiCfg)
 	mreg := prometheus.NewRegistry()
 	cfg := ui.Config{API: apiSrv, StreamInterval: 50 * time.Millisecond, Metrics: mreg}
 	if change != nil {
@@ -247,7 +258,7 @@ func TestPagesCarryCSPAndRenderNoSecret(t *testing.T) {
 				t.Fatal("no session cookie after login")
 			}
 			paths := []string{"/ui/", "/ui/services", "/ui/nodes", "/ui/workloads", "/ui/nodes/no-such-node", "/ui/services/default/web", "/ui/services/default/web/undo",
-				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains", "/ui/registry", "/ui/secrets", "/ui/access",
+				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains", "/ui/registry", "/ui/secrets", "/ui/access", "/ui/plugins",
 				"/ui/login", "/ui/no-such-page", "/ui/assets/app.css", "/ui/assets/app.js", "/ui/assets/vendor/htmx.min.js"}
 			for _, p := range paths {
 				resp, body := get(t, hc, f.srv.URL, p)

@@ -406,6 +406,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/registry", "#registry", "registry"},
 		{"/ui/secrets", "#secrets", "secrets"},
 		{"/ui/access", "#access", "access"},
+		{"/ui/plugins", "#plugins", "plugins"},
 		{"/ui/operations", "#operations", "operations"},
 		{"/ui/changelog", "#changelog", "changelog"},
 	} {
