@@ -337,6 +337,20 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 		return loadWorkload(ctx, c, q["id"])
 	case "node":
 		return loadNode(ctx, c, q["id"])
+	case "operations":
+		return loadOperations(ctx, c, q["state"])
+	case "changelog":
+		return loadChangelog(ctx, c)
+	case "domains":
+		return loadDomains(ctx, c)
+	case "registry":
+		return loadRegistry(ctx, c)
+	case "secrets":
+		return loadSecrets(ctx, c)
+	case "access":
+		return loadAccess(ctx, c)
+	case "plugins":
+		return loadPlugins(ctx, c)
 	}
 	return nil, errNoPage
 }

@@ -15,13 +15,14 @@ import (
 
 // pageNames are the page templates under templates/, each parsed with layout.html. A page
 // template defines "main" (the page's body) and, for a page with a live region, "live".
-var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node"}
+var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains", "registry", "secrets", "access", "plugins"}
 
 // parsePages parses every page with the layout and the shared helpers.
 func parsePages() map[string]*template.Template {
 	funcs := template.FuncMap{
 		"ago":      ago,
 		"short":    shortDigest,
+		"digestOf": currentDigest,
 		"upper":    strings.ToUpper,
 		"svcURL":   serviceURL,
 		"wlURL":    workloadURL,
@@ -142,11 +143,11 @@ func shortDigest(s string) string {
 // stateClass is the CSS class of a verdict or status.
 func stateClass(state string) string {
 	switch state {
-	case "refused", "crashed", "failed", "disconnected":
+	case "refused", "crashed", "failed", "disconnected", "quarantined", "unhealthy", "deny", "error":
 		return "bad"
-	case "waiting", "converging", "draining", "pending", "starting":
+	case "waiting", "converging", "draining", "pending", "starting", "queued", "leased", "retry", "expiring", "renewing", "restarting":
 		return "warn"
-	case "converged", "connected", "running":
+	case "converged", "connected", "running", "succeeded", "issued", "followed", "healthy", "allow":
 		return "ok"
 	}
 	return "none"

@@ -27,7 +27,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 		http.Error(w, "streaming is not supported on this connection", http.StatusInternalServerError)
 		return
 	}
-	q := map[string]string{"project": r.URL.Query().Get("project"), "name": r.URL.Query().Get("name"), "id": r.URL.Query().Get("id")}
+	q := map[string]string{"project": r.URL.Query().Get("project"), "name": r.URL.Query().Get("name"), "id": r.URL.Query().Get("id"), "state": r.URL.Query().Get("state")}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.StreamMaxAge)
 	defer cancel()
 	rc := http.NewResponseController(w)

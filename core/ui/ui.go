@@ -153,6 +153,13 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /ui/nodes/{id}/metrics", h.authed(h.nodeMetrics))
 	m.HandleFunc("GET /ui/workloads", h.authed(h.workloadsPage))
 	m.HandleFunc("GET /ui/workloads/{id}", h.authed(h.workloadPage))
+	m.HandleFunc("GET /ui/operations", h.authed(h.operationsPage))
+	m.HandleFunc("GET /ui/changelog", h.authed(h.changelogPage))
+	m.HandleFunc("GET /ui/domains", h.authed(h.domainsPage))
+	m.HandleFunc("GET /ui/registry", h.authed(h.registryPage))
+	m.HandleFunc("GET /ui/secrets", h.authed(h.secretsPage))
+	m.HandleFunc("GET /ui/access", h.authed(h.accessPage))
+	m.HandleFunc("GET /ui/plugins", h.authed(h.pluginsPage))
 	m.HandleFunc("GET /ui/stream/{page}", h.authed(h.stream))
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, http.StatusNotFound, "There is no such page.")

@@ -25,9 +25,13 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/leases"
 	"github.com/berthhq/berth/core/nodes"
+	"github.com/berthhq/berth/core/operations"
+	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/rollout"
+	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store"
@@ -55,12 +59,21 @@ type fixture struct {
 	admin string
 	cat   *services.Catalog
 	st    *store.Store
+	// rels is the API's image release store (the registry's record of pushes).
+	rels *registry.Releases
 }
 
 func newFixture(t *testing.T, useTLS bool) *fixture { return newFixtureWith(t, useTLS, nil) }
 
 // newFixtureWith is newFixture with a change to the dashboard's configuration.
 func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture {
+	t.Helper()
+	return newFixtureAPI(t, useTLS, change, nil)
+}
+
+// newFixtureAPI is newFixtureWith with a change to the API's configuration as well, made
+// with the fixture's store and bundle store before the API is built.
+func newFixtureAPI(t *testing.T, useTLS bool, change func(*ui.Config), apiChange func(*store.Store, *bundles.Store, *api.Config)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	unlock, err := store.LockDir(dir)
@@ -91,16 +104,29 @@ func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture
 	if err != nil {
 		t.Fatal(err)
 	}
+	rels := registry.NewReleases(st, nil)
+	ops := operations.NewQueue(st, operations.Config{})
+	if err := ops.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runnerReg := runners.NewRegistry(st, runners.Config{})
+	orch := &api.Orchestration{Leases: leases.NewManager(st, leases.Config{Owner: "brd_ui_test"}), Runners: runnerReg,
+		Operations: ops, Placement: placement.NewService(st, runnerReg, ops)}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	kr, _, err := secrets.LoadOrCreateKeyring(filepath.Join(dir, secrets.KeyringFile), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiSrv := api.New(api.Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
+	apiCfg := api.Config{Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil),
 		Secrets:       &api.SecretsConfig{Store: secrets.NewStore(st, kr, nil)},
-		ImageReleases: registry.NewReleases(st, nil),
-		Runtime:       rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Certificates: certs.NewStatusReader(st)})
+		ImageReleases: rels,
+		Runtime:       rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Certificates: certs.NewStatusReader(st),
+		Orchestration: orch}
+	if apiChange != nil {
+		apiChange(st, bs, &apiCfg)
+	}
+	apiSrv := api.New(apiCfg)
 	mreg := prometheus.NewRegistry()
 	cfg := ui.Config{API: apiSrv, StreamInterval: 50 * time.Millisecond, Metrics: mreg}
 	if change != nil {
@@ -121,7 +147,7 @@ func newFixtureWith(t *testing.T, useTLS bool, change func(*ui.Config)) *fixture
 		srv = httptest.NewServer(h)
 	}
 	t.Cleanup(srv.Close)
-	f := &fixture{srv: srv, admin: admin, cat: cat, reg: mreg, st: st}
+	f := &fixture{srv: srv, admin: admin, cat: cat, reg: mreg, st: st, rels: rels}
 	f.seed(t)
 	return f
 }
@@ -232,6 +258,7 @@ func TestPagesCarryCSPAndRenderNoSecret(t *testing.T) {
 				t.Fatal("no session cookie after login")
 			}
 			paths := []string{"/ui/", "/ui/services", "/ui/nodes", "/ui/workloads", "/ui/nodes/no-such-node", "/ui/services/default/web", "/ui/services/default/web/undo",
+				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains", "/ui/registry", "/ui/secrets", "/ui/access", "/ui/plugins",
 				"/ui/login", "/ui/no-such-page", "/ui/assets/app.css", "/ui/assets/app.js", "/ui/assets/vendor/htmx.min.js"}
 			for _, p := range paths {
 				resp, body := get(t, hc, f.srv.URL, p)

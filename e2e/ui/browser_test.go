@@ -402,6 +402,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/services/default/hello", "#verdict", "service-hello"},
 		{"/ui/nodes", "#nodes", "nodes"},
 		{"/ui/workloads", "#workloads", "workloads"},
+		{"/ui/domains", "#domains", "domains"},
+		{"/ui/registry", "#registry", "registry"},
+		{"/ui/secrets", "#secrets", "secrets"},
+		{"/ui/access", "#access", "access"},
+		{"/ui/plugins", "#plugins", "plugins"},
+		{"/ui/operations", "#operations", "operations"},
+		{"/ui/changelog", "#changelog", "changelog"},
 	} {
 		if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)), shot(p.name)); err != nil {
 			t.Fatalf("%s: %v", p.path, err)

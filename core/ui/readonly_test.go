@@ -1,0 +1,238 @@
+package ui_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthhq/berth/core/api"
+	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/policy"
+	"github.com/berthhq/berth/core/registry"
+	"github.com/berthhq/berth/core/secrets"
+	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/host/plugin"
+	hostwasm "github.com/berthhq/berth/host/wasm"
+	"github.com/berthhq/berth/internal/wasmtest"
+	"github.com/berthhq/berth/sdk/client"
+)
+
+// readOnlyPage is one read-only page of the dashboard: what it must show after the fixture's
+// seed and the page's own setup.
+type readOnlyPage struct {
+	path string
+	// want are strings the page must contain.
+	want []string
+	// nav is the navigation link the page marks as current.
+	nav string
+}
+
+// checkReadOnlyPage opens p without a session (sent to the login page), then with the admin's
+// session: 200, every wanted string, the navigation link marked current, and no secret value.
+func checkReadOnlyPage(t *testing.T, f *fixture, p readOnlyPage) {
+	t.Helper()
+	anon := f.browser(t)
+	if resp, body := get(t, anon, f.srv.URL, p.path); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/login" {
+		t.Fatalf("%s without a session answered %d (Location %q), want 303 to /ui/login:\n%s", p.path, resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	hc := f.browser(t)
+	if resp, body := login(t, hc, f.srv.URL, url.Values{"token": {f.admin}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login answered %d:\n%s", resp.StatusCode, body)
+	}
+	resp, body := get(t, hc, f.srv.URL, p.path)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s answered %d:\n%s", p.path, resp.StatusCode, body)
+	}
+	for _, w := range p.want {
+		if !strings.Contains(body, w) {
+			t.Errorf("%s does not show %q:\n%s", p.path, w, body)
+		}
+	}
+	if !strings.Contains(body, `href="`+p.nav+`" aria-current="page"`) {
+		t.Errorf("%s does not mark its navigation link %s as current", p.path, p.nav)
+	}
+	for _, secret := range []string{envSecret, secretValue, userPassword, f.admin} {
+		if strings.Contains(body, secret) {
+			t.Errorf("%s renders a secret value (%.8s...)", p.path, secret)
+		}
+	}
+}
+
+// TestOperationsPage enqueues two operations through the API, fails one, and sees the queue
+// with kind, state, attempts and last error; the state filter keeps only the failed one, and a
+// filter that names no state is refused.
+func TestOperationsPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	c := f.api(t, f.admin)
+	queued, _, err := c.EnqueueOperation(ctx, "default", "ui-test-queued", client.OperationRequest{Kind: "ui-probe-queued", Payload: json.RawMessage(`{"password":"` + secretValue + `"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/operations", nav: "/ui/operations",
+		want: []string{queued.ID, "ui-probe-queued", ">queued<", "0 of " + strconv.Itoa(queued.MaxAttempts), `href="/ui/operations?state=queued"`, "queued (1)"}})
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	resp, body := get(t, hc, f.srv.URL, "/ui/operations?state=failed")
+	if resp.StatusCode != http.StatusOK || strings.Contains(body, queued.ID) || !strings.Contains(body, "No operation in state failed") {
+		t.Fatalf("the failed filter (%d) lists the queued operation or misses its empty note:\n%s", resp.StatusCode, body)
+	}
+	if resp, body := get(t, hc, f.srv.URL, "/ui/operations?state=queued"); resp.StatusCode != http.StatusOK || !strings.Contains(body, queued.ID) {
+		t.Fatalf("the queued filter (%d) does not list %s:\n%s", resp.StatusCode, queued.ID, body)
+	}
+	if resp, _ := get(t, hc, f.srv.URL, "/ui/operations?state=bogus"); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a filter naming no state answered %d, want 400", resp.StatusCode)
+	}
+}
+
+// TestChangelogPage sees the change log's newest entries, newest first: the secret and the
+// user the fixture wrote through the API, with their actor, and never a payload.
+func TestChangelogPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	entries, head, err := f.api(t, f.admin).Changelog(ctx, 1, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head < 1 || len(entries) == 0 {
+		t.Fatalf("the fixture's writes left no change-log entry (head %d)", head)
+	}
+	last := entries[len(entries)-1]
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/changelog", nav: "/ui/changelog",
+		want: []string{"<td>" + strconv.FormatInt(last.Seq, 10) + "</td>", last.EntityType + " " + last.Op, last.ActorType + " " + last.ActorID}})
+}
+
+// TestDomainsPage lists the domains of two services: one whose certificate Berth gets from
+// ACME (pending until issued, read from the service's GET) and one without TLS.
+func TestDomainsPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	p, err := f.cat.GetProject(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tls := range map[string]string{"shop": "acme", "plain": ""} {
+		svc := &services.Service{Name: name, Bundle: "web", BundleDigest: "sha256:" + strings.Repeat("cd", 32), Command: []string{"./web"},
+			Replicas: 1, Port: 8080, Domains: []string{name + ".example.test"}, TLS: services.TLS{Mode: tls}}
+		if _, _, err := f.cat.PutService(ctx, p, svc, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/domains", nav: "/ui/domains",
+		want: []string{"<td>shop.example.test</td>", `href="/ui/services/default/shop"`, "<td>acme</td>", `class="state warn">pending<`,
+			"<td>plain.example.test</td>", "<td>none</td>"}})
+}
+
+// TestRegistryPage records two pushes of one tag and one of another to the web service's
+// repository and sees the repository with both tags, the digest each names and the digest
+// the first named before.
+func TestRegistryPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	d1, d2, d3 := "sha256:"+strings.Repeat("1a", 32), "sha256:"+strings.Repeat("2b", 32), "sha256:"+strings.Repeat("3c", 32)
+	for _, p := range []registry.Push{
+		{Repository: "default/web", Reference: "v1", Digest: d1, Actor: "tok_ci", ActorKind: "machine"},
+		{Repository: "default/web", Reference: "v1", Digest: d2, Actor: "tok_ci", ActorKind: "machine"},
+		{Repository: "default/web", Reference: "v2", Digest: d3, Actor: "tok_ci", ActorKind: "machine"},
+	} {
+		if err := f.rels.Record(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short := func(d string) string { return d[:7+12] }
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/registry", nav: "/ui/registry",
+		want: []string{"default/web", "<td>v1</td>", "<td>v2</td>", `title="` + d2 + `">` + short(d2), `title="` + d3 + `">` + short(d3), short(d1) + "</span> ("}})
+}
+
+// TestSecretsPage sees the fixture's secret by name, version and keyed digest, with the
+// service that uses it, and never its value.
+func TestSecretsPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	p, err := f.cat.GetProject(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &services.Service{Name: "api", Bundle: "web", BundleDigest: "sha256:" + strings.Repeat("ef", 32), Command: []string{"./web"},
+		Replicas: 1, Port: 8080, Secrets: map[string]secrets.Ref{"DB_PASSWORD": {Secret: "db-password"}}}
+	if _, _, err := f.cat.PutService(ctx, p, svc, nil); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := f.api(t, f.admin).GetSecret(ctx, "default", "db-password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sec.UsedBy) == 0 {
+		t.Fatalf("the API does not say the api service uses db-password: %+v", sec)
+	}
+	digest := sec.Versions[len(sec.Versions)-1].Digest
+	i := strings.Index(digest, "sha256:")
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/secrets", nav: "/ui/secrets",
+		want: []string{"<td>default/db-password</td>", "<td>1 <span", digest[:i+7+12], `href="/ui/services/default/api">api</a>`, "as DB_PASSWORD"}})
+}
+
+// TestAccessPage sees, as an admin, a token by name, scopes and expiry (never its bearer)
+// and the users with their roles.
+func TestAccessPage(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	issued, err := f.api(t, f.admin).CreateToken(ctx, client.NewMachineToken{Name: "ci-deployer", Scopes: []string{"services:read"}, ExpiresIn: 48 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/access", nav: "/ui/access",
+		want: []string{"ci-deployer", "<td>services:read</td>", "<td>ops <span", "<td>admin</td>", `class="state ok">active<`}})
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	if _, body := get(t, hc, f.srv.URL, "/ui/access"); strings.Contains(body, issued.Token) {
+		t.Fatal("the access page renders a token's bearer")
+	}
+}
+
+// TestPluginsPage sees a quarantined provider plugin as the API lists it (the plugin lister
+// berthd gives the API, here a fixed one), a WebAssembly policy module pushed through the
+// API, and its binding (never its config); no decision is recorded yet, and the page says so.
+func TestPluginsPage(t *testing.T) {
+	const configValue = "binding-config-that-must-not-render-5d1e"
+	f := newFixtureAPI(t, false, nil, func(st *store.Store, bs *bundles.Store, cfg *api.Config) {
+		rt, err := hostwasm.New(context.Background(), hostwasm.Config{CacheDir: wasmtest.CacheDir(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rt.Close(context.Background()) })
+		eng := policy.New(policy.Config{Store: st, Blobs: bs, Runtime: rt, Changelog: cfg.Changelog})
+		if err := eng.EnsureIndexes(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Policy = eng
+		cfg.Plugins = func() []plugin.Status {
+			return []plugin.Status{{Name: "dns-provider", Kind: "provider", Version: "1.4.2", APIVersion: 1, State: plugin.StateQuarantined,
+				Launches: 3, Crashes: 3, LastError: "exit status 2"}}
+		}
+	})
+	ctx := context.Background()
+	c := f.api(t, f.admin)
+	mod, err := c.PushModule(ctx, bytes.NewReader(wasmtest.Policy(wasmtest.PolicyOptions{Name: "ui-probe-policy"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Bind(ctx, client.BindingRequest{Hook: "service.apply", Module: mod.Digest, Config: json.RawMessage(`{"token":"` + configValue + `"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/plugins", nav: "/ui/plugins",
+		want: []string{"<td>dns-provider</td>", `class="state bad">quarantined<`, "3 <span class=\"muted\">of 3 launches", "exit status 2",
+			"ui-probe-policy", mod.Digest[:7+12], "<td>" + b.ID + "</td>", "<td>service.apply</td>", "No decision recorded."}})
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	if _, body := get(t, hc, f.srv.URL, "/ui/plugins"); strings.Contains(body, configValue) {
+		t.Fatal("the plugins page renders a binding's config")
+	}
+}
