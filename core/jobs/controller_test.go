@@ -42,7 +42,7 @@ type controllerFixture struct {
 	key string
 }
 
-func newControllerFixture(t *testing.T, conc string, t0 time.Time) *controllerFixture {
+func newControllerFixture(t testing.TB, conc string, t0 time.Time) *controllerFixture {
 	t.Helper()
 	ctx := testCtx(t)
 	f := &controllerFixture{st: storetest.Open(t), clk: &clock{now: t0}}
@@ -51,11 +51,7 @@ func newControllerFixture(t *testing.T, conc string, t0 time.Time) *controllerFi
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &services.Service{Name: "tick", Kind: services.KindJob, Bundle: "tick", BundleDigest: "sha256:" + strings.Repeat("ab", 32),
-		Command: []string{"./tick"}, Job: &services.JobSettings{Schedule: "@every 2s", Concurrency: conc, StartingDeadlineS: 300, KeepHistory: 100}}
-	if f.svc, _, err = f.cat.PutService(ctx, p, svc, nil); err != nil {
-		t.Fatal(err)
-	}
+	f.svc = f.addJob(t, p, "tick", "@every 2s", conc)
 	f.key = jobs.JobKey("default", "tick")
 	if f.c, err = jobs.NewController(jobs.ControllerConfig{Store: f.st, Catalog: f.cat, Nodes: oneNode{}, Now: f.clk.Now}); err != nil {
 		t.Fatal(err)
@@ -63,8 +59,20 @@ func newControllerFixture(t *testing.T, conc string, t0 time.Time) *controllerFi
 	return f
 }
 
+// addJob declares job name of project p with schedule spec and concurrency conc.
+func (f *controllerFixture) addJob(t testing.TB, p *services.Project, name, spec, conc string) *services.Service {
+	t.Helper()
+	svc := &services.Service{Name: name, Kind: services.KindJob, Bundle: "tick", BundleDigest: "sha256:" + strings.Repeat("ab", 32),
+		Command: []string{"./tick"}, Job: &services.JobSettings{Schedule: spec, Concurrency: conc, StartingDeadlineS: 300, KeepHistory: 100}}
+	out, _, err := f.cat.PutService(testCtx(t), p, svc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // pass runs one controller pass at now.
-func (f *controllerFixture) pass(t *testing.T, now time.Time) {
+func (f *controllerFixture) pass(t testing.TB, now time.Time) {
 	t.Helper()
 	f.clk.Set(now)
 	if err := f.c.Pass(testCtx(t)); err != nil {
@@ -73,7 +81,7 @@ func (f *controllerFixture) pass(t *testing.T, now time.Time) {
 }
 
 // runs returns the job's runs by fire time, and its workloads by run id.
-func (f *controllerFixture) runs(t *testing.T) (map[time.Time]jobs.Run, map[string]services.Workload) {
+func (f *controllerFixture) runs(t testing.TB) (map[time.Time]jobs.Run, map[string]services.Workload) {
 	t.Helper()
 	ctx := testCtx(t)
 	rs, err := f.c.Runs(ctx, f.key)
@@ -98,7 +106,7 @@ func (f *controllerFixture) runs(t *testing.T) (map[time.Time]jobs.Run, map[stri
 }
 
 // report records what node nod_a says of run r's workload.
-func (f *controllerFixture) report(t *testing.T, r jobs.Run, o services.JobOutcome) {
+func (f *controllerFixture) report(t testing.TB, r jobs.Run, o services.JobOutcome) {
 	t.Helper()
 	if _, err := f.cat.Observe(testCtx(t), "nod_a", []services.Observation{{WorkloadID: r.WorkloadID, ObservedStatus: "running", Health: "unknown", Job: &o}}); err != nil {
 		t.Fatal(err)
@@ -171,4 +179,25 @@ func TestForbidNeverOverlaps(t *testing.T) {
 		t.Errorf("%d missed, %d ran of %d fire times", missed, ran, fires)
 	}
 	t.Logf("%d fire times: %d ran, %d missed under forbid", fires, ran, missed)
+}
+
+// TestPassRemovesTheWorkloadOfAnEndedRun: a crash after a run was recorded final and before its
+// workload was removed leaves the workload; the next pass removes it.
+func TestPassRemovesTheWorkloadOfAnEndedRun(t *testing.T) {
+	t0 := utc("2026-12-02T10:00:01Z")
+	f := newControllerFixture(t, services.ConcurrencyAllow, t0)
+	f.pass(t, t0.Add(time.Second))
+	byFire, wls := f.runs(t)
+	r, ok := byFire[t0.Add(time.Second)]
+	if !ok || r.State != jobs.RunRunning || len(wls) != 1 {
+		t.Fatalf("after the first pass: run %+v, %d workloads; want it running with its workload", r, len(wls))
+	}
+	// What end does, cut short by a crash: the run is final, its workload still there.
+	if _, err := f.st.SetIfRevision(testCtx(t), jobs.RunsCollection, r.ID, r.Revision, store.Fields{"state": jobs.RunSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	f.pass(t, t0.Add(1500*time.Millisecond))
+	if _, wls := f.runs(t); len(wls) != 0 {
+		t.Fatalf("the ended run's workload is still there: %+v", wls)
+	}
 }
