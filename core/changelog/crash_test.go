@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/internal/proctest"
 )
 
 // crashChildEnv names the data directory a re-run of this test binary appends
@@ -121,64 +121,36 @@ func TestBatchedAppendsSurviveKill9(t *testing.T) {
 // it acknowledged.
 func runAndKill(t *testing.T, dir string, d time.Duration) map[int64]string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	defer func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}()
+	child := proctest.StartChild(t, crashChildEnv+"="+dir)
 	got := map[int64]string{}
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
+	note := func(l string) {
+		f := strings.Fields(l)
+		if len(f) == 3 && f[0] == "ok" {
+			seq, _ := strconv.ParseInt(f[1], 10, 64)
+			got[seq] = f[2]
 		}
-	}()
+	}
 	start := time.NewTimer(2 * time.Minute) // the child's store start, on a loaded machine
 	defer start.Stop()
 	var kill <-chan time.Time
 	for {
 		select {
-		case l, ok := <-lines:
+		case l, ok := <-child.Lines():
 			if !ok {
-				t.Fatalf("crash child ended before it was killed: %v", cmd.Wait())
+				t.Fatalf("crash child ended before it was killed: %v", child.Wait())
 			}
-			f := strings.Fields(l)
-			if len(f) == 3 && f[0] == "ok" {
-				seq, _ := strconv.ParseInt(f[1], 10, 64)
-				got[seq] = f[2]
-				if kill == nil {
-					kill = time.After(d)
-				}
+			note(l)
+			if kill == nil && len(got) > 0 {
+				kill = time.After(d)
 			}
 		case <-start.C:
 			if kill == nil {
 				t.Fatal("crash child acknowledged no append within 2 min")
 			}
 		case <-kill:
-			_ = cmd.Process.Kill() // SIGKILL: no deferred work, no clean store close
-			killed = true
-			for l := range lines { // what it printed before it died counts too
-				f := strings.Fields(l)
-				if len(f) == 3 && f[0] == "ok" {
-					seq, _ := strconv.ParseInt(f[1], 10, 64)
-					got[seq] = f[2]
-				}
+			for _, l := range child.Kill9() { // what it printed before it died counts too
+				note(l)
 			}
-			_ = cmd.Wait()
 			return got
 		}
 	}

@@ -39,7 +39,7 @@ func allRuns(ctx context.Context, t *testing.T, st *store.Store) map[string]jobs
 	return out
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	t.Cleanup(cancel)

@@ -57,6 +57,20 @@ var nextCases = []struct {
 	{"every 2s across the berlin gap", "@every 2s", "Europe/Berlin", "2026-03-29T00:59:59Z", "2026-03-29T01:00:00Z"},
 	{"every 1m is on the minute", "@every 1m", "", "2026-12-02T10:00:59.999Z", "2026-12-02T10:01:00Z"},
 	{"sub-second after rounds down", "0 3 * * *", "", "2026-03-29T02:59:59.9Z", "2026-03-29T03:00:00Z"},
+	{"berlin 02:00 in the gap fires when the gap ends", "0 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00Z", "2026-03-29T01:00:00Z"},
+	{"berlin 01:59 before the gap is unaffected", "59 1 * * *", "Europe/Berlin", "2026-03-28T12:00:00Z", "2026-03-29T00:59:00Z"},
+	{"berlin 02:00 in the fall-back hour fires at its first pass", "0 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z", "2026-10-25T00:00:00Z"},
+	{"berlin 02:00 fall-back, then the next day", "0 2 * * *", "Europe/Berlin", "2026-10-25T00:00:00Z", "2026-10-26T01:00:00Z"},
+	{"new york 02:00 in the gap fires when the gap ends", "0 2 * * *", "America/New_York", "2026-03-07T12:00:00Z", "2026-03-08T07:00:00Z"},
+	{"new york 02:59 in the gap fires when the gap ends", "59 2 * * *", "America/New_York", "2026-03-07T12:00:00Z", "2026-03-08T07:00:00Z"},
+	{"new york 01:00 in the fall-back hour fires at its first pass", "0 1 * * *", "America/New_York", "2026-10-31T12:00:00Z", "2026-11-01T05:00:00Z"},
+	{"new york 01:00 fall-back, then the next day", "0 1 * * *", "America/New_York", "2026-11-01T05:00:00Z", "2026-11-02T06:00:00Z"},
+	{"leap day in new york", "30 23 29 2 *", "America/New_York", "2027-03-01T00:00:00Z", "2028-03-01T04:30:00Z"},
+	{"the 29th skips february of a common year", "0 0 29 * *", "", "2027-01-29T00:00:00Z", "2027-03-29T00:00:00Z"},
+	{"the 29th of february of a leap year", "0 0 29 * *", "", "2028-01-29T00:00:00Z", "2028-02-29T00:00:00Z"},
+	{"every 1h into a leap day", "@every 1h", "", "2028-02-28T23:30:00Z", "2028-02-29T00:00:00Z"},
+	{"every 1h out of a leap day", "@every 1h", "America/New_York", "2028-02-29T23:59:59Z", "2028-03-01T00:00:00Z"},
+	{"every 90m is on epoch multiples, not the hour", "@every 90m", "", "2026-12-02T10:00:00Z", "2026-12-02T10:30:00Z"},
 }
 
 func TestNext(t *testing.T) {
@@ -101,6 +115,31 @@ func TestNextSequenceAcrossTransitions(t *testing.T) {
 			if n != 365 {
 				t.Errorf("%s in %s fired %d times in 2026, want 365 (once a day)", spec, zone, n)
 			}
+		}
+	}
+}
+
+// TestEveryIgnoresDaylightSaving: "@every 1h" fires every real hour, 25 times over the New York
+// fall-back day and 23 times over the Berlin spring-forward day, whatever the zone.
+func TestEveryIgnoresDaylightSaving(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		zone, day string
+		want      int
+	}{{"America/New_York", "2026-11-01", 25}, {"Europe/Berlin", "2026-03-29", 23}, {"Europe/Berlin", "2026-10-25", 25}} {
+		loc, err := time.LoadLocation(tc.zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start, _ := time.ParseInLocation("2006-01-02", tc.day, loc)
+		end := start.AddDate(0, 0, 1)
+		c := compile(t, "@every 1h", tc.zone)
+		n := 0
+		for f := c.Next(start.Add(-time.Second)); f.Before(end) && n < 100; f = c.Next(f) {
+			n++
+		}
+		if n != tc.want {
+			t.Errorf("@every 1h in %s on %s fired %d times, want %d", tc.zone, tc.day, n, tc.want)
 		}
 	}
 }

@@ -1,21 +1,19 @@
 package plans_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/berthhq/berth/core/plans"
 	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/internal/proctest"
 )
 
 // The crash test runs a real applier on the real embedded store in a child process (this test
@@ -107,10 +105,6 @@ func TestCrashKeepsAcknowledgedDecisions(t *testing.T) {
 	t.Logf("seed %d (set %s to repeat)", seed, crashSeedEnv)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	dir := t.TempDir()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	withStore(t, dir, func(st *store.Store) {
 		seedNodes(t, st, crashNodes, crashCapacity)
 		seedOps(t, st, crashOps)
@@ -121,30 +115,20 @@ func TestCrashKeepsAcknowledgedDecisions(t *testing.T) {
 	placed := map[string]string{}  // acknowledged: key -> node
 	claimed := map[string]string{} // acknowledged: op -> holder
 	for round := 1; round <= crashRounds; round++ {
-		cmd := exec.Command(self, "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, fmt.Sprintf("%s=%d", crashSeedEnv, seed+uint64(round)))
-		cmd.Stderr = os.Stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		child := proctest.StartChild(t, crashChildEnv+"="+dir, fmt.Sprintf("%s=%d", crashSeedEnv, seed+uint64(round)))
 		// Kill after a random number of acknowledgements (1 to 200), or a random time (20 ms
 		// to 1.5 s) after the child is ready, whichever comes first; the child's own bound ends
 		// the rest.
 		killAfter := 1 + rng.IntN(200)
 		killIn := time.Duration(20+rng.IntN(1480)) * time.Millisecond
-		guard := time.AfterFunc(crashChildLife+10*time.Second, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+		guard := time.AfterFunc(crashChildLife+10*time.Second, child.Signal9)
 		var timer *time.Timer
-		lines := bufio.NewScanner(stdout)
 		acks := 0
-		for lines.Scan() {
-			f := strings.Fields(lines.Text())
+		for l := range child.Lines() {
+			f := strings.Fields(l)
 			switch {
 			case len(f) == 1 && f[0] == "ready" && timer == nil:
-				timer = time.AfterFunc(killIn, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+				timer = time.AfterFunc(killIn, child.Signal9)
 			case len(f) == 4 && f[0] == "place":
 				if prev, ok := placed[f[1]]; ok {
 					t.Fatalf("round %d: %s acknowledged twice (%s, %s)", round, f[1], prev, f[2])
@@ -159,15 +143,14 @@ func TestCrashKeepsAcknowledgedDecisions(t *testing.T) {
 				acks++
 			}
 			if acks >= killAfter {
-				_ = cmd.Process.Signal(syscall.SIGKILL)
+				child.Signal9()
 			}
 		}
 		guard.Stop()
 		if timer != nil {
 			timer.Stop()
 		}
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
+		child.Kill9()
 		t.Logf("round %d: killed after %d acknowledgements (%d placed, %d claimed so far)", round, acks, len(placed), len(claimed))
 		withStore(t, dir, func(st *store.Store) { checkCrashState(t, round, st, placed, claimed) })
 	}

@@ -1,6 +1,7 @@
 // Package proctest runs real processes for tests and benchmarks in other packages: start one
 // with its output in a log file, stop it at cleanup, wait for a condition with a bounded poll,
-// and wait for a berthd to be ready. It imports std and sdk/client only.
+// wait for a berthd to be ready, and run the test binary again as a crash child a test kills with
+// SIGKILL (StartChild). It imports std and sdk/client only.
 package proctest
 
 import (

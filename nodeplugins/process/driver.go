@@ -153,6 +153,10 @@ type workload struct {
 	done chan struct{}
 	// stopTrim ends the log trimmer.
 	stopTrim context.CancelFunc
+	// reaped is set, with reapedCode, once this life's reaper took the process's exit code
+	// (before it waits for the log writer to drain). Guarded by the Driver's mu.
+	reaped     bool
+	reapedCode int
 	// deadSince is when refreshLocked first found the process gone while its log writer was
 	// still draining the output; zero otherwise.
 	deadSince time.Time
@@ -519,6 +523,9 @@ func (d *Driver) start(ctx context.Context, req *runtime.StartRequest) (*runtime
 func (d *Driver) reap(w *workload, cmd *exec.Cmd) {
 	err := cmd.Wait()
 	code := exitCode(cmd.ProcessState)
+	d.mu.Lock()
+	w.reaped, w.reapedCode = true, code
+	d.mu.Unlock()
 	// The exit is recorded once the workload's output is whole: its log writer drains what the
 	// process wrote last and seals it (bounded by writerWait), so whoever reads the output
 	// after seeing the exit (a job run's tail, logs --previous) finds all of it.
@@ -694,6 +701,13 @@ func (d *Driver) refreshLocked(w *workload) bool {
 	if alive(w.rec.PID, w.rec.StartTicks) {
 		return true
 	}
+	if w.done != nil && !w.reaped {
+		// Our child is dead but this life's reaper has not taken its exit code yet (Wait
+		// returns as it ends: its output goes to files): it reads as running until then, so
+		// its exit is never reported without its code (a job run that exited 0 was recorded
+		// failed when a listing came in between).
+		return true
+	}
 	// The exit is reported once the output is whole: while the log writer still drains what
 	// the process wrote last (at most writerWait), the workload reads as running.
 	if w.rec.WriterPID > 0 && alive(w.rec.WriterPID, w.rec.WriterTicks) {
@@ -706,6 +720,9 @@ func (d *Driver) refreshLocked(w *workload) bool {
 	}
 	w.rec.Exited = true
 	w.rec.ExitedAt = time.Now().UTC()
+	if w.reaped {
+		w.rec.ExitCode = w.reapedCode
+	}
 	w.stopTrimmer()
 	w.rec.noteOOM()
 	d.persistExitLocked(w)

@@ -232,6 +232,40 @@ func TestExitCodeOfOwnChild(t *testing.T) {
 	})
 }
 
+// TestListNeverReportsAnExitWithoutItsCode: workloads that exit 3 at once, listed in a tight
+// loop, read as running until they are reported exited with code 3: never exited without the
+// code, which happened when a listing came between the reaper taking the exit and recording it
+// (a job run that exited 0 was then recorded failed).
+func TestListNeverReportsAnExitWithoutItsCode(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	d := f.driver()
+	const n = 10
+	for i := range n {
+		f.start(d, fmt.Sprintf("wl_exit%d", i), "exit3", nil)
+	}
+	exited := map[string]bool{}
+	deadline := time.Now().Add(time.Minute)
+	for len(exited) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d exits reported within a minute", len(exited), n)
+		}
+		list, err := d.List(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range list {
+			if st.State != runtime.StateExited {
+				continue
+			}
+			if st.ExitCode != 3 {
+				t.Fatalf("%s reported exited with code %d, want 3", st.WorkloadID, st.ExitCode)
+			}
+			exited[st.WorkloadID] = true
+		}
+	}
+}
+
 func TestLogBounded(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
