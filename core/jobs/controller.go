@@ -216,9 +216,6 @@ func (c *Controller) Pass(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := c.removeLeftovers(ctx, p, live); err != nil {
-		errs = append(errs, err)
-	}
 	keys := make([]string, 0, len(p.jobs))
 	for k := range p.jobs {
 		keys = append(keys, k)
@@ -248,32 +245,6 @@ func (c *Controller) Pass(ctx context.Context) error {
 	}
 	if err := c.collect(ctx, p, isLive); err != nil {
 		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// removeLeftovers removes the workloads of runs that are not live: a crash after [Controller.end]
-// or [Controller.Cancel] recorded a run final and before its workload was removed leaves one,
-// which no later pass would see otherwise (final runs are not read again). The workloads were
-// read before the live runs, and a run is marked running before its workload is inserted, so a
-// workload read whose run is not among live is one of a run that ended (or was pruned).
-func (c *Controller) removeLeftovers(ctx context.Context, p *pass, live []Run) error {
-	isLive := make(map[string]bool, len(live))
-	for i := range live {
-		isLive[live[i].ID] = true
-	}
-	var errs []error
-	for id, w := range p.byWl {
-		if isLive[id] {
-			continue
-		}
-		if err := c.cfg.Catalog.RemoveWorkload(ctx, w.ID); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.log.Info("removed the workload of an ended run", "run", id, "workload_id", w.ID)
-		delete(p.byWl, id)
-		c.wake(w.NodeID)
 	}
 	return errors.Join(errs...)
 }
