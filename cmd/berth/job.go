@@ -43,14 +43,23 @@ started with 'berth job run'.`,
 }
 
 func newJobLsCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var platform bool
+	cmd := &cobra.Command{
 		Use:   "ls",
-		Short: "List the project's jobs with their schedule and last run",
-		Args:  cobra.NoArgs,
+		Short: "List the project's jobs with their schedule and last run (--platform: berthd's own periodic work)",
+		Long: `ls lists the project's jobs with their schedule, concurrency policy and newest run.
+
+With --platform it lists berthd's own periodic work instead (registry garbage
+collection, the expiry of idempotency records, backup schedules): when each last
+ran, how it ended, and how many of its passes failed (docs/jobs.md section 10).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, s, err := a.apiClient(cmd)
 			if err != nil {
 				return err
+			}
+			if platform {
+				return printPlatformJobs(cmd, a, c)
 			}
 			jobs, err := c.Jobs(cmd.Context(), s.Project)
 			if err != nil {
@@ -77,6 +86,34 @@ func newJobLsCmd(a *app) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&platform, "platform", false, "list berthd's own periodic work (platform jobs) instead of the project's jobs")
+	return cmd
+}
+
+// printPlatformJobs prints the platform tasks: last pass, its result, and failures of all passes.
+func printPlatformJobs(cmd *cobra.Command, a *app, c *client.Client) error {
+	tasks, err := c.PlatformJobs(cmd.Context())
+	if err != nil {
+		return fmt.Errorf("list platform jobs: %w", err)
+	}
+	if a.output == outputJSON {
+		return printJSON(a.stdout, tasks)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tEVERY\tLAST RUN\tTOOK\tRESULT\tFAILED/PASSES\tMESSAGE")
+	for _, t := range tasks {
+		last, took, result, msg := "-", "-", "-", ""
+		if t.Last != nil {
+			last = t.Last.StartedAt.Local().Format(time.DateTime)
+			took = t.Last.EndedAt.Sub(t.Last.StartedAt).Round(time.Millisecond).String()
+			result, msg = t.Last.Result, t.Last.Message
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", t.Name, time.Duration(t.EveryS)*time.Second, last, took, result, t.Failures, t.Passes, msg)
+	}
+	if len(tasks) == 0 {
+		fmt.Fprintln(tw, "(no pass recorded yet: the first passes run minutes after berthd starts)")
+	}
+	return tw.Flush()
 }
 
 func newJobRunsCmd(a *app) *cobra.Command {

@@ -169,6 +169,9 @@ type Config struct {
 	Deployer *deploy.Deployer
 	// Jobs serves the job routes (jobs.go, docs/jobs.md section 7); nil leaves them out.
 	Jobs *jobs.Controller
+	// Platform serves GET /platform-jobs, berthd's own periodic work with its last passes
+	// (docs/jobs.md section 10); nil leaves the route out.
+	Platform *jobs.Platform
 	// Machines serves /machines (machines.go, docs/machines.md); nil leaves the routes out.
 	Machines *machines.Machines
 }
@@ -270,6 +273,9 @@ func New(cfg Config) *Server {
 	s.registerRollout(v1)
 	if cfg.Jobs != nil {
 		s.registerJobs(v1)
+	}
+	if s.cfg.Platform != nil {
+		v1.GET("/platform-jobs", s.listPlatformJobs, s.auth(identity.ScopeNodesRead))
 	}
 	s.registerReleases(v1)
 	v1.GET("/workloads", s.listWorkloads, s.auth(identity.ScopeServicesRead))

@@ -379,24 +379,15 @@ func (s *Server) SweepIdempotency(ctx context.Context) (int64, error) {
 	return s.cfg.Idempotency.Sweep(ctx, s.now())
 }
 
-// RunIdempotencySweep runs [Server.SweepIdempotency] every interval (zero:
-// DefaultIdempotencySweepInterval) until ctx ends; berthd runs it on its lifetime context.
-func (s *Server) RunIdempotencySweep(ctx context.Context, interval time.Duration) {
-	if interval <= 0 {
-		interval = DefaultIdempotencySweepInterval
+// IdempotencySweepPass deletes the expired idempotency records once (berthd runs it as the
+// platform task "idempotency.expiry" every DefaultIdempotencySweepInterval) and returns that
+// interval as the wait before the next pass.
+func (s *Server) IdempotencySweepPass(ctx context.Context) (time.Duration, error) {
+	n, err := s.SweepIdempotency(ctx)
+	if err != nil {
+		s.log.Warn("idempotency sweep", "err", err)
+	} else if n > 0 {
+		s.log.Info("expired idempotency records swept", "count", n)
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if n, err := s.SweepIdempotency(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("idempotency sweep", "err", err)
-		} else if n > 0 {
-			s.log.Info("expired idempotency records swept", "count", n)
-		}
-	}
+	return DefaultIdempotencySweepInterval, err
 }

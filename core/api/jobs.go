@@ -240,3 +240,17 @@ func (s *Server) jobRunLogs(c echo.Context) error {
 	}
 	return s.logs(c, r.NodeID, r.WorkloadID)
 }
+
+// listPlatformJobs serves GET /api/v1/platform-jobs: every platform task (registry garbage
+// collection, the expiry of idempotency records, backup schedules) with its last pass and the
+// passes kept before it (docs/jobs.md section 10).
+func (s *Server) listPlatformJobs(c echo.Context) error {
+	tasks, err := s.cfg.Platform.List(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	if tasks == nil {
+		tasks = []jobs.PlatformTask{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"platform_jobs": tasks})
+}

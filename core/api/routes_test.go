@@ -92,6 +92,7 @@ func newFullFixture(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 		c.Jobs = jc
+		c.Platform = jobs.NewPlatform(st, nil)
 	})
 }
 
@@ -153,6 +154,7 @@ func everyRoute() map[string]routeRow {
 		"POST /api/v1/projects/:project/services/:name/rollout/restart": obj,
 		"POST /api/v1/projects/:project/services/:name/rebalance":       obj,
 		"GET /api/v1/projects/:project/jobs":                            none, "GET /api/v1/projects/:project/jobs/:name/runs": none,
+		"GET /api/v1/platform-jobs":                     none,
 		"POST /api/v1/projects/:project/jobs/:name/run": none, "POST /api/v1/projects/:project/jobs/:name/suspend": none,
 		"POST /api/v1/projects/:project/jobs/:name/resume": none, "GET /api/v1/projects/:project/job-runs/:run": none,
 		"POST /api/v1/projects/:project/job-runs/:run/cancel": none, "GET /api/v1/projects/:project/job-runs/:run/logs": none,

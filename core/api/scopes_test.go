@@ -65,7 +65,7 @@ func fullServer(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(Config{Jobs: jc, Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Backups: testBackups(t, st, ops), Secrets: &SecretsConfig{Store: secStore}, Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
+	return New(Config{Jobs: jc, Platform: jobs.NewPlatform(st, nil), Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Backups: testBackups(t, st, ops), Secrets: &SecretsConfig{Store: secStore}, Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs,
 		Tokens: testTokens(st), Hinter: nopHinter{}, Events: events.New(st, nil), Changelog: changelog.New(st, 1, nil),
 		Sessions: http.NotFoundHandler(), NodeOps: stubCommander{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
 		ClusterPublicKey: pub, Orchestration: &Orchestration{Transport: true}, KeyRotator: stubRotator{}, RegistryGC: stubGC,

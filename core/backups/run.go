@@ -13,33 +13,26 @@ import (
 // services' backup blocks make due (docs/backups.md section 4.3): cron's own resolution.
 const TickInterval = time.Minute
 
-// RunSchedules ticks m once a minute, until ctx ends, with every binding of every service of cat
-// that has a backup block ([ScheduledBindings]). A tick's error is logged and the next tick goes
-// on; every request a tick makes is idempotent, so a repeated or concurrent tick (another
-// berthd) is harmless.
-func (m *Manager) RunSchedules(ctx context.Context, cat *services.Catalog, log *slog.Logger) {
+// SchedulePass requests the backups and restore drills whose schedules are due now (berthd
+// runs it as the platform task "backups.schedule" every TickInterval) and returns TickInterval
+// as the wait before the next pass. Every request it makes is idempotent, so a repeated or
+// concurrent pass (another berthd) requests each backup once.
+func (m *Manager) SchedulePass(ctx context.Context, cat *services.Catalog, log *slog.Logger) (time.Duration, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := time.NewTicker(TickInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			list, err := ScheduledBindings(ctx, cat)
-			if err != nil {
-				log.Warn("backup schedules not read", "err", err)
-				continue
-			}
-			if n, err := m.Tick(ctx, list, now); err != nil {
-				log.Warn("backup schedule tick", "requested", n, "err", err)
-			} else if n > 0 {
-				log.Info("scheduled backups and drills requested", "count", n)
-			}
-		}
+	list, err := ScheduledBindings(ctx, cat)
+	if err != nil {
+		log.Warn("backup schedules not read", "err", err)
+		return TickInterval, err
 	}
+	n, err := m.Tick(ctx, list, time.Now())
+	if err != nil {
+		log.Warn("backup schedule tick", "requested", n, "err", err)
+	} else if n > 0 {
+		log.Info("scheduled backups and drills requested", "count", n)
+	}
+	return TickInterval, err
 }
 
 // ScheduledBindings lists the bindings of the services of cat with a backup block, skipping

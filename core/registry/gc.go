@@ -688,28 +688,18 @@ const (
 	GCRetryAfter = time.Hour       // after a pass that left work or failed
 )
 
-// Run runs a pass GCFirstPass after it is called, then every GCPeriod, or
-// GCRetryAfter after a pass that left work behind or failed, until ctx
-// ends. A failed pass is logged, never returned.
-func (c *Collector) Run(ctx context.Context) {
-	wait := GCFirstPass
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		rep, err := c.Collect(ctx, false)
-		switch {
-		case err != nil:
-			c.log.Error("registry gc pass failed", "err", err)
-			wait = GCRetryAfter
-		case rep.Remaining:
-			wait = GCRetryAfter
-		default:
-			wait = GCPeriod
-		}
+// Pass runs one collection (berthd runs it as the platform task "registry.gc", first
+// GCFirstPass after start) and returns how long to wait before the next: GCPeriod after a pass
+// that finished its work, GCRetryAfter after one that left work behind or failed.
+func (c *Collector) Pass(ctx context.Context) (time.Duration, error) {
+	rep, err := c.Collect(ctx, false)
+	switch {
+	case err != nil:
+		c.log.Error("registry gc pass failed", "err", err)
+		return GCRetryAfter, err
+	case rep.Remaining:
+		return GCRetryAfter, nil
+	default:
+		return GCPeriod, nil
 	}
 }

@@ -16,8 +16,10 @@ import (
 
 	abibackups "github.com/berthhq/berth/abi/backups"
 	"github.com/berthhq/berth/core/api"
+	"github.com/berthhq/berth/core/backups"
 	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/blobs"
+	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
 )
@@ -178,11 +180,22 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	loops := []func(context.Context){ctl.rec.Run, ctl.jobs.Run, pl.orch.run, func(ctx context.Context) { front.api.RunIdempotencySweep(ctx, 0) }, st.clog.Run, front.gc.Run, front.follows.Run}
+	// The platform tasks (docs/jobs.md section 10) run through one loop that records each pass.
+	loops := []func(context.Context){ctl.rec.Run, ctl.jobs.Run, pl.orch.run, st.clog.Run, front.follows.Run,
+		func(ctx context.Context) {
+			ctl.platform.Every(ctx, "idempotency.expiry", api.DefaultIdempotencySweepInterval, time.Minute, front.api.IdempotencySweepPass)
+		},
+		func(ctx context.Context) {
+			ctl.platform.Every(ctx, "registry.gc", registry.GCPeriod, registry.GCFirstPass, front.gc.Pass)
+		}}
 	if front.binds != nil {
 		loops = append(loops,
 			func(ctx context.Context) { front.binds.Run(ctx, bindingWorkInterval) },
-			func(ctx context.Context) { front.backups.RunSchedules(ctx, st.cat, log) })
+			func(ctx context.Context) {
+				ctl.platform.Every(ctx, "backups.schedule", backups.TickInterval, backups.TickInterval, func(ctx context.Context) (time.Duration, error) {
+					return front.backups.SchedulePass(ctx, st.cat, log)
+				})
+			})
 	}
 	loops = append(loops, func(ctx context.Context) { front.res.Run(ctx, resourceWorkInterval) })
 	if pl.dns != nil {

@@ -339,6 +339,8 @@ type control struct {
 	acme     ACMEConfig
 	// jobs records fire times and places job runs (core/jobs; docs/jobs.md section 8).
 	jobs *jobs.Controller
+	// platform runs and records berthd's own periodic work (docs/jobs.md section 10).
+	platform *jobs.Platform
 }
 
 func newControl(ctx context.Context, cfg Config, b *base, s *state, p *parts, closers *closeStack) (*control, error) {
@@ -391,6 +393,7 @@ func newControl(ctx context.Context, cfg Config, b *base, s *state, p *parts, cl
 		Metrics: b.metrics, Logger: log, Wake: func(nodeID string) { c.rec.HintNode("job.run", nodeID) }}); err != nil {
 		return nil, err
 	}
+	c.platform = jobs.NewPlatform(b.st, log)
 	for kind, count := range map[string]func() int64{
 		"full":    func() int64 { return c.rec.Stats().Full },
 		"focused": func() int64 { return c.rec.Stats().Focused },
@@ -489,6 +492,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Certificates: certs.NewStatusReader(b.st),
 		Deployer:     c.dep,
 		Jobs:         c.jobs,
+		Platform:     c.platform,
 		Machines:     p.machines,
 		Clusters:     s.clusters,
 		RelaysRotated: func(cluster string) {

@@ -78,6 +78,34 @@ func (c *Client) Jobs(ctx context.Context, project string) ([]Job, error) {
 	return out.Jobs, err
 }
 
+// PlatformPass is one pass of a platform task (docs/jobs.md section 10).
+type PlatformPass struct {
+	StartedAt time.Time `json:"started_at"`
+	EndedAt   time.Time `json:"ended_at"`
+	Result    string    `json:"result"` // succeeded | failed
+	Message   string    `json:"message,omitempty"`
+}
+
+// PlatformJob is berthd's own periodic work (registry.gc, idempotency.expiry,
+// backups.schedule) with its last pass and the passes kept before it, newest last.
+type PlatformJob struct {
+	Name     string         `json:"name"`
+	EveryS   int64          `json:"every_s"` // its usual period, seconds
+	Passes   int64          `json:"passes"`
+	Failures int64          `json:"failures"`
+	Last     *PlatformPass  `json:"last,omitempty"`
+	History  []PlatformPass `json:"history"`
+}
+
+// PlatformJobs lists the platform tasks (GET /api/v1/platform-jobs, scope nodes:read).
+func (c *Client) PlatformJobs(ctx context.Context) ([]PlatformJob, error) {
+	var out struct {
+		Jobs []PlatformJob `json:"platform_jobs"`
+	}
+	err := c.do(ctx, http.MethodGet, "/platform-jobs", nil, nil, "", true, &out)
+	return out.Jobs, err
+}
+
 // JobRuns lists the runs of job name, oldest first.
 func (c *Client) JobRuns(ctx context.Context, project, name string) ([]JobRun, error) {
 	var out struct {
