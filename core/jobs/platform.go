@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/berthhq/berth/core/store"
@@ -110,15 +111,7 @@ func (p *Platform) List(ctx context.Context) ([]PlatformTask, error) {
 	if err := p.st.All(ctx, PlatformCollection, &out); err != nil {
 		return nil, fmt.Errorf("jobs: list platform tasks: %w", err)
 	}
-	slices.SortFunc(out, func(a, b PlatformTask) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b PlatformTask) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
