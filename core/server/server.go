@@ -3,6 +3,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/berthhq/berth/core/api"
 	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/blobs"
+	"github.com/berthhq/berth/core/logs"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
 )
@@ -61,8 +63,13 @@ type Config struct {
 	S3 blobs.S3Config
 	// Sweep is the reconcile pass timing (docs/reconciliation.md section 6); zero fields take
 	// the defaults: quiet 1 s, period 30 s, floor 5 s.
-	Sweep  slots.SweepConfig
-	Logger *slog.Logger
+	Sweep slots.SweepConfig
+	// LogRetention is how long and how much shipped workload log every project keeps
+	// (docs/logs.md section 7); the zero value means logs.DefaultRetention.
+	LogRetention logs.Retention
+	// LogSweepInterval is the period of the log retention sweep; zero means 10 minutes.
+	LogSweepInterval time.Duration
+	Logger           *slog.Logger
 	// Ready, when not nil, is called once the API listens and the gateway runs.
 	Ready func(apiAddr string)
 	// RunnerTransport serves /api/runner/v1 (docs/runner-protocol.md section 6); false answers
@@ -178,7 +185,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	loops := []func(context.Context){ctl.rec.Run, ctl.jobs.Run, pl.orch.run, func(ctx context.Context) { front.api.RunIdempotencySweep(ctx, 0) }, st.clog.Run, front.gc.Run, front.follows.Run}
+	loops := []func(context.Context){ctl.rec.Run, ctl.jobs.Run, pl.orch.run, func(ctx context.Context) { front.api.RunIdempotencySweep(ctx, 0) }, st.clog.Run, front.gc.Run, front.follows.Run,
+		func(ctx context.Context) {
+			st.logs.RunSweeper(ctx, cmp.Or(cfg.LogSweepInterval, 10*time.Minute), func(err error) { log.Warn("log retention sweep", "err", err) })
+		}}
 	if front.binds != nil {
 		loops = append(loops,
 			func(ctx context.Context) { front.binds.Run(ctx, bindingWorkInterval) },
