@@ -90,7 +90,7 @@ type Config struct {
 	// host keeps ([Resources]); the zero value declares and keeps nothing. The
 	// node reports [Allocatable] of them in hello and status reports.
 	Resources Resources
-	// NoLogShipping turns off shipping sealed log segments to berthd (docs/logs.md section 5);
+	// NoLogShipping turns off shipping sealed log segments to berthd (docs/logs.md section 6);
 	// a removed workload's log is then deleted with it, apart from what --previous keeps.
 	NoLogShipping bool
 	// Metrics, when not nil, gets the agent's counters (berth_log_bytes_shipped_total,

@@ -20,7 +20,7 @@ import (
 	"github.com/berthhq/berth/internal/logseg"
 )
 
-// Shipping sealed log segments to berthd (docs/logs.md section 5).
+// Shipping sealed log segments to berthd (docs/logs.md section 6).
 const (
 	// shipInterval is how often the shipper looks for sealed, unshipped segments.
 	shipInterval = 2 * time.Second

@@ -105,7 +105,7 @@ var errAnswerFull = errors.New("answer full")
 
 // afterRecords answers a logs_query with after_seq: the records after q.AfterSeq within
 // q.Since and q.Until, oldest first, as many as fit answerBudget; more reports that further
-// records were left for the next query (docs/logs.md section 6).
+// records were left for the next query (docs/logs.md section 7).
 func afterRecords(src recordSource, q node.LogsQuery) ([]node.LogLine, bool, error) {
 	lines := []node.LogLine{}
 	size, more := 0, false
@@ -181,7 +181,7 @@ func followRecords(ctx context.Context, src recordSource, id string, tail int, s
 
 // followRecordsFrom sends every record from sequence next on, in sequence order and in
 // batches, until ctx ends; the core follows this way after the records it holds shipped
-// (logs_query's after_seq, docs/logs.md section 6).
+// (logs_query's after_seq, docs/logs.md section 7).
 func followRecordsFrom(ctx context.Context, src recordSource, id string, next int64, send func([]node.LogLine) error) error {
 	t := time.NewTicker(recordFollowInterval)
 	defer t.Stop()

@@ -2,8 +2,8 @@ package node
 
 import "time"
 
-// Shipping sealed log segments to the core (docs/node-protocol.md section 5.25, docs/logs.md
-// section 5).
+// Shipping sealed log segments to the core (docs/node-protocol.md section 5.24, docs/logs.md
+// section 6).
 const (
 	TypeLogSegment    Type = "log_segment"     // node to core: one piece of a sealed segment
 	TypeLogSegmentAck Type = "log_segment_ack" // core to node; answers a log_segment

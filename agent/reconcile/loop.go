@@ -60,7 +60,7 @@ type Config struct {
 	StopTimeout time.Duration
 	// ShipLogs reports whether a log shipper serves this node: a removed workload's log
 	// directory then waits under PendingLogsDir until its segments are shipped, instead of
-	// being deleted with the workload (docs/logs.md section 5).
+	// being deleted with the workload (docs/logs.md section 6).
 	ShipLogs bool
 	// MaxBundleBytes bounds a downloaded bundle; zero means 1 GiB.
 	MaxBundleBytes int64

@@ -153,7 +153,7 @@ func prunePrevious(dir string) error {
 }
 
 // PendingLogsDir is where the log directories of removed workloads wait until their segments
-// are shipped (docs/logs.md section 5).
+// are shipped (docs/logs.md section 6).
 func PendingLogsDir(dataDir string) string { return filepath.Join(dataDir, "logs-pending") }
 
 // keepForShipping moves the log directory of removed workload id (inside its workload

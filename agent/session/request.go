@@ -61,7 +61,7 @@ func (r *requests) refuse(re string, eb node.ErrorBody) bool {
 }
 
 // ShipLogSegment sends one log_segment on the current session and waits for its
-// log_segment_ack (docs/node-protocol.md section 5.25), at most until ctx ends. Errors:
+// log_segment_ack (docs/node-protocol.md section 5.24), at most until ctx ends. Errors:
 // [ErrNoSession] when no welcomed session is open or it ended before the answer; ctx's error.
 // Safe for concurrent use, though a shipper sends one piece at a time.
 func (c *Client) ShipLogSegment(ctx context.Context, seg node.LogSegment) (node.LogSegmentAck, error) {

@@ -78,7 +78,7 @@ type Config struct {
 	// nodes over their sessions (nodeops.go).
 	NodeOps NodeCommander
 	// ShippedLogs, when not nil, is the index of shipped log segments: workload logs merge it
-	// with the node's live tail and outlive the node (docs/logs.md section 6).
+	// with the node's live tail and outlive the node (docs/logs.md section 7).
 	ShippedLogs *logs.Index
 	// PublicURL is how nodes reach this server, e.g. "http://127.0.0.1:7070";
 	// it is written into join commands.

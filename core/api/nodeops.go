@@ -45,7 +45,7 @@ func (s *Server) registerNodeOps(v1 *echo.Group) {
 }
 
 // workloadLogs serves GET /api/v1/workloads/{id}/logs?tail=N[&since=][&until=][&grep=][&follow=true]
-// (docs/api.md, docs/logs.md section 6). Without follow it answers {"lines": [...], "detail":
+// (docs/api.md, docs/logs.md section 7). Without follow it answers {"lines": [...], "detail":
 // "..."}: the workload's shipped segments merged by sequence number with the live tail its node
 // has not shipped yet. With follow it writes the same as one JSON log line per text line
 // (application/x-ndjson), then the node's new lines until the client leaves or the stream ends.
@@ -171,7 +171,7 @@ func (l nodeLive) After(ctx context.Context, nodeID, workloadID string, after in
 }
 
 // logs answers nodeID's (empty: the node the shipped log names) output of workloadID, once or
-// followed: shipped segments and the live tail merged (docs/logs.md section 6).
+// followed: shipped segments and the live tail merged (docs/logs.md section 7).
 func (s *Server) logs(c echo.Context, nodeID, workloadID string) error {
 	ctx := c.Request().Context()
 	lq, err := decodeLogQuery(c)

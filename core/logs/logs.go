@@ -1,5 +1,5 @@
 // Package logs owns the workload log segments nodes ship to berthd: their bytes in the blob
-// store, their index in the store, reading them back, and retention (docs/logs.md section 5).
+// store, their index in the store, reading them back, and retention (docs/logs.md section 6).
 //
 // Layout (DESIGN.md section 4: no read by anything but _id):
 //   - a segment's bytes are the blob "logs/sha256/<hex>", named by their content address;

@@ -12,7 +12,7 @@ import (
 )
 
 // Retention is how long and how much of a project's shipped logs berthd keeps
-// (docs/logs.md section 7).
+// (docs/logs.md section 8).
 type Retention struct {
 	// MaxAge: a segment whose last record is older than this is deleted; zero or negative
 	// means no age limit.

@@ -65,7 +65,7 @@ type Config struct {
 	// the defaults: quiet 1 s, period 30 s, floor 5 s.
 	Sweep slots.SweepConfig
 	// LogRetention is how long and how much shipped workload log every project keeps
-	// (docs/logs.md section 7); the zero value means logs.DefaultRetention.
+	// (docs/logs.md section 8); the zero value means logs.DefaultRetention.
 	LogRetention logs.Retention
 	// LogSweepInterval is the period of the log retention sweep; zero means 10 minutes.
 	LogSweepInterval time.Duration

@@ -149,7 +149,7 @@ type state struct {
 	evlog     *events.Log
 	blobStore blobs.Store
 	bundles   *bundles.Store
-	// logs indexes the workload log segments nodes ship (core/logs; docs/logs.md section 5).
+	// logs indexes the workload log segments nodes ship (core/logs; docs/logs.md section 6).
 	logs *logs.Index
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/berthhq/berth/core/store"
 )
 
-// LogIndex stores shipped log segments (docs/node-protocol.md section 5.25); *logs.Index is one.
+// LogIndex stores shipped log segments (docs/node-protocol.md section 5.24); *logs.Index is one.
 type LogIndex interface {
 	Have(ctx context.Context, info node.LogSegmentInfo) (bool, error)
 	Put(ctx context.Context, owner logs.Owner, info node.LogSegmentInfo, data []byte) error
@@ -28,7 +28,7 @@ type segmentUpload struct {
 	data  []byte
 }
 
-// onLogSegment answers one log_segment (section 5.25): a piece with no segment registers the
+// onLogSegment answers one log_segment (section 5.24): a piece with no segment registers the
 // workload's log; a first piece of a segment the core holds is answered have; other pieces are
 // gathered in order and the last one stores the segment. Every answer is a log_segment_ack.
 func (s *Server) onLogSegment(ctx context.Context, c *conn, env *node.Envelope) {

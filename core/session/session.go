@@ -87,7 +87,7 @@ type Config struct {
 	// docs/node-protocol.md section 6.8); nil refuses every challenge dns_zone_not_served.
 	DNS DNSChallenger
 	// Logs, when not nil, stores the log segments nodes ship (logship.go, docs/node-protocol.md
-	// section 5.25); nil refuses log_segment unimplemented.
+	// section 5.24); nil refuses log_segment unimplemented.
 	Logs LogIndex
 }
 

@@ -23,7 +23,7 @@ type WorkloadLogs struct {
 	Detail     string         `json:"detail,omitempty"`
 }
 
-// LogsOptions narrows a logs read (docs/logs.md section 6); the zero value narrows nothing.
+// LogsOptions narrows a logs read (docs/logs.md section 7); the zero value narrows nothing.
 type LogsOptions struct {
 	Since string // RFC 3339 time or a duration ago ("2h"); empty: from the start
 	Until string // the same; empty: to the end
