@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/internal/logseg"
+	"github.com/berthhq/berth/internal/proctest"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -111,7 +115,9 @@ func TestLogsOutliveTheNode(t *testing.T) {
 	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("enroll exited %d", code)
 	}
-	runArgs := []string{"run", "--data-dir", agentDir, "--driver-arg=--log-segment-bytes=2048", "--driver-arg=--log-segment-age=1s"}
+	metricsAddr := proctest.FreeAddr(t)
+	runArgs := []string{"run", "--data-dir", agentDir, "--driver-arg=--log-segment-bytes=2048", "--driver-arg=--log-segment-age=1s",
+		"--metrics-listen", metricsAddr}
 	agent := start(t, agentLog, "berth-agent", runArgs...)
 	cl.nodeStatus(t, "connected")
 
@@ -163,6 +169,18 @@ func TestLogsOutliveTheNode(t *testing.T) {
 	})
 	lines, _ := readLogs(t, cl, wl.ID)
 	everyLineOnce(t, lines, countLines)
+
+	// The restarted agent counted what it shipped, and dropped nothing.
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^berth_log_bytes_shipped_total [1-9]`).Match(body) ||
+		!regexp.MustCompile(`(?m)^berth_log_segments_dropped_total 0$`).Match(body) {
+		t.Fatalf("agent metrics:\n%s", body)
+	}
 
 	// One stored copy per segment, though the restarted agent offered some again.
 	blobs, err := os.ReadDir(filepath.Join(cl.dataDir(), "blobs", "logs", "sha256"))
