@@ -366,6 +366,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	observed := make(chan struct{}, 1)
+	var shipper *LogShipper
+	if !a.cfg.NoLogShipping {
+		// The session is made below; the shipper reaches it through this closure.
+		shipper = NewLogShipper(a.cfg.DataDir, func(ctx context.Context, m node.LogSegment) (node.LogSegmentAck, error) {
+			return sess.ShipLogSegment(ctx, m)
+		}, a.log.With("component", "logship"), a.cfg.Metrics)
+	}
 	registryCred, err := a.registryCredential(ctx)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -386,6 +393,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		Now:          a.cfg.Now,
 		PollInterval: a.cfg.PollInterval,
 		OnStatusChange: func() {
+			if shipper != nil {
+				shipper.Wake()
+			}
 			if sess != nil {
 				sess.ReportStatus()
 			}
@@ -482,8 +492,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 	var wg sync.WaitGroup
-	if !a.cfg.NoLogShipping {
-		shipper := NewLogShipper(a.cfg.DataDir, sess.ShipLogSegment, a.log.With("component", "logship"), a.cfg.Metrics)
+	if shipper != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

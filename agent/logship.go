@@ -46,12 +46,13 @@ type LogShipper struct {
 	log     *slog.Logger
 	shipped prometheus.Counter
 	dropped prometheus.Counter
+	wake    chan struct{}
 }
 
 // NewLogShipper returns a shipper of the log directories under dataDir through ship (the
 // session's [session.Client.ShipLogSegment]); reg, when not nil, gets its counters.
 func NewLogShipper(dataDir string, ship func(context.Context, node.LogSegment) (node.LogSegmentAck, error), log *slog.Logger, reg prometheus.Registerer) *LogShipper {
-	s := &LogShipper{dataDir: dataDir, ship: ship, log: log,
+	s := &LogShipper{dataDir: dataDir, ship: ship, log: log, wake: make(chan struct{}, 1),
 		shipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_log_bytes_shipped_total",
 			Help: "Compressed bytes of log segments berthd acknowledged storing (segments it held already count nothing)."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_log_segments_dropped_total",
@@ -63,7 +64,7 @@ func NewLogShipper(dataDir string, ship func(context.Context, node.LogSegment) (
 	return s
 }
 
-// Run ships every interval until ctx ends.
+// Run ships every shipInterval, and at once after [LogShipper.Wake], until ctx ends.
 func (s *LogShipper) Run(ctx context.Context) {
 	t := time.NewTicker(shipInterval)
 	defer t.Stop()
@@ -73,7 +74,18 @@ func (s *LogShipper) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.wake:
 		}
+	}
+}
+
+// Wake asks for a pass now, without blocking: the agent calls it when a workload's status
+// changes, so a new workload's log is registered with berthd while its record exists (a short
+// job run's record is removed soon after it ends, docs/node-protocol.md section 5.24).
+func (s *LogShipper) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 
