@@ -68,6 +68,7 @@ type SegmentRef struct {
 	FirstTime time.Time `bson:"first_time" json:"first_time"`
 	LastTime  time.Time `bson:"last_time" json:"last_time"`
 	Records   int64     `bson:"records" json:"records"`
+	RawBytes  int64     `bson:"raw_bytes" json:"raw_bytes"` // bytes of records before compression
 	Bytes     int64     `bson:"bytes" json:"bytes"`
 	StoredAt  time.Time `bson:"stored_at" json:"stored_at"`
 }
@@ -95,13 +96,14 @@ type segmentDoc struct {
 	FirstTime  time.Time `bson:"first_time"`
 	LastTime   time.Time `bson:"last_time"`
 	Records    int64     `bson:"records"`
+	RawBytes   int64     `bson:"raw_bytes"`
 	Bytes      int64     `bson:"bytes"`
 	StoredAt   time.Time `bson:"stored_at"`
 }
 
 func (d segmentDoc) ref() SegmentRef {
 	return SegmentRef{SHA256: d.ID[len("sha256:"):], FirstSeq: d.FirstSeq, LastSeq: d.LastSeq, FirstTime: d.FirstTime,
-		LastTime: d.LastTime, Records: d.Records, Bytes: d.Bytes, StoredAt: d.StoredAt}
+		LastTime: d.LastTime, Records: d.Records, RawBytes: d.RawBytes, Bytes: d.Bytes, StoredAt: d.StoredAt}
 }
 
 // Config wires an Index. Store and Blobs are required.
@@ -152,9 +154,9 @@ func validHex(s string) bool {
 }
 
 // Have reports whether the segment with content address info.SHA256 is stored; when it is, it
-// makes sure the segment is in its workload's list (the last step of a [Index.Put] cut short).
-// One read by _id when it is not stored.
-func (x *Index) Have(ctx context.Context, info node.LogSegmentInfo) (bool, error) {
+// makes sure the segment is in its workload's list, owned by owner (the last step of a
+// [Index.Put] cut short). One read by _id when it is not stored.
+func (x *Index) Have(ctx context.Context, owner Owner, info node.LogSegmentInfo) (bool, error) {
 	if !validHex(info.SHA256) {
 		return false, fmt.Errorf("%w: sha256 %q is not 64 lowercase hex digits", ErrBadSegment, info.SHA256)
 	}
@@ -166,7 +168,7 @@ func (x *Index) Have(ctx context.Context, info node.LogSegmentInfo) (bool, error
 	if err != nil {
 		return false, fmt.Errorf("logs: read segment: %w", err)
 	}
-	if err := x.list(ctx, d, Owner{ProjectID: d.ProjectID}); err != nil {
+	if err := x.list(ctx, d, owner); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -199,7 +201,7 @@ func (x *Index) Put(ctx context.Context, owner Owner, info node.LogSegmentInfo, 
 	}
 	d := segmentDoc{ID: "sha256:" + info.SHA256, WorkloadID: info.WorkloadID, ProjectID: owner.ProjectID,
 		FirstSeq: info.FirstSeq, LastSeq: info.LastSeq, FirstTime: info.FirstTime.UTC(), LastTime: info.LastTime.UTC(),
-		Records: info.Records, Bytes: info.Bytes, StoredAt: x.cfg.Now().UTC()}
+		Records: info.Records, RawBytes: info.RawBytes, Bytes: info.Bytes, StoredAt: x.cfg.Now().UTC()}
 	if err := x.cfg.Store.Insert(ctx, SegmentsCollection, d); err != nil {
 		if !store.IsDuplicateKey(err) {
 			return fmt.Errorf("logs: index segment: %w", err)

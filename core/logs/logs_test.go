@@ -93,7 +93,7 @@ func ship(t *testing.T, x *logs.Index, dir string) (stored int) {
 	for _, s := range segs {
 		info := node.LogSegmentInfo{WorkloadID: wl, Name: s.Name, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq, FirstTime: s.FirstTime,
 			LastTime: s.LastTime, Records: s.Records, RawBytes: s.RawBytes, Bytes: s.Bytes, SHA256: s.SHA256}
-		have, err := x.Have(ctx, info)
+		have, err := x.Have(ctx, logs.Owner{ProjectID: "prj_1", NodeID: "nod_1"}, info)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,6 +174,15 @@ func TestShippedAndLiveMergeOnceInOrder(t *testing.T) {
 	checkLines(t, res.Lines, 1, 900)
 	if !strings.Contains(res.LiveUnavailable, "node gone") {
 		t.Fatalf("live unavailable %q", res.LiveUnavailable)
+	}
+
+	// A small answer reads only the newest segments and says older lines were left out.
+	res, err = x.Read(ctx, logs.Query{WorkloadID: wl, MaxBytes: 100}, goneLive{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(res.Lines); !res.Truncated || n == 0 || res.Lines[n-1].Line != "line 900" || res.Shipped != 1 {
+		t.Fatalf("a bounded read: truncated %v, %d segments read, %d lines", res.Truncated, res.Shipped, n)
 	}
 
 	// grep and tail.

@@ -90,9 +90,13 @@ func (x *Index) Read(ctx context.Context, q Query, live Live) (*Result, error) {
 	}
 	var shippedTo int64
 	if w != nil {
-		for _, ref := range w.Segments {
+		first := x.firstToRead(w.Segments, q)
+		if first > 0 {
+			out.truncated = true // older segments were not read
+		}
+		for i, ref := range w.Segments {
 			shippedTo = max(shippedTo, ref.LastSeq)
-			if (q.Since != nil && ref.LastTime.Before(*q.Since)) || (q.Until != nil && ref.FirstTime.After(*q.Until)) {
+			if i < first || (q.Since != nil && ref.LastTime.Before(*q.Since)) || (q.Until != nil && ref.FirstTime.After(*q.Until)) {
 				continue
 			}
 			res.Shipped++
@@ -142,6 +146,39 @@ func (x *Index) Read(ctx context.Context, q Query, live Live) (*Result, error) {
 		res.NextSeq = next + 1
 	}
 	return res, nil
+}
+
+// scanFactor bounds the shipped bytes a read without since goes through: the newest segments
+// holding scanFactor times the answer's bound (grepScanFactor with grep, which may keep few
+// lines of many).
+const (
+	scanFactor     = 2
+	grepScanFactor = 64
+)
+
+// firstToRead is the index of the oldest segment a read needs. With since it is the first
+// (segments before since are skipped by time); without, only the newest segments whose raw
+// bytes reach the scan bound can contribute to an answer that keeps the newest lines, so a
+// week of log is not read to answer its last lines.
+func (x *Index) firstToRead(segs []SegmentRef, q Query) int {
+	if q.Since != nil {
+		return 0
+	}
+	limit := int64(q.MaxBytes) * scanFactor
+	if q.Grep != nil {
+		limit = int64(q.MaxBytes) * grepScanFactor
+	}
+	var raw int64
+	for i := len(segs) - 1; i >= 0; i-- {
+		if q.Until != nil && segs[i].FirstTime.After(*q.Until) {
+			continue // read for nothing: after until
+		}
+		raw += max(segs[i].RawBytes, segs[i].Bytes)
+		if raw >= limit {
+			return i
+		}
+	}
+	return 0
 }
 
 // lineRing keeps the newest lines within a byte bound and a count.

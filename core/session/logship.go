@@ -14,7 +14,7 @@ import (
 
 // LogIndex stores shipped log segments (docs/node-protocol.md section 5.24); *logs.Index is one.
 type LogIndex interface {
-	Have(ctx context.Context, info node.LogSegmentInfo) (bool, error)
+	Have(ctx context.Context, owner logs.Owner, info node.LogSegmentInfo) (bool, error)
 	Put(ctx context.Context, owner logs.Owner, info node.LogSegmentInfo, data []byte) error
 	Register(ctx context.Context, id string, owner logs.Owner) (*logs.Workload, error)
 	Workload(ctx context.Context, id string) (*logs.Workload, error)
@@ -62,7 +62,7 @@ func (s *Server) onLogSegment(ctx context.Context, c *conn, env *node.Envelope) 
 			refuse(abierrors.BadMessage, fmt.Sprintf("a segment holds 1 to %d bytes", node.LogSegmentMaxBytes))
 			return
 		}
-		have, err := s.cfg.Logs.Have(ctx, info)
+		have, err := s.cfg.Logs.Have(ctx, owner, info)
 		if errors.Is(err, logs.ErrBadSegment) {
 			refuse(abierrors.BadMessage, err.Error())
 			return
@@ -80,7 +80,7 @@ func (s *Server) onLogSegment(ctx context.Context, c *conn, env *node.Envelope) 
 	}
 	u := c.upload
 	switch {
-	case u == nil || u.info != info || m.Offset != int64(len(u.data)):
+	case u == nil || !sameSegment(u.info, info) || m.Offset != int64(len(u.data)):
 		refuse(abierrors.BadMessage, "a log_segment piece out of order; start the segment again at offset 0")
 		return
 	case len(m.Data) > node.LogSegmentChunkBytes || int64(len(u.data)+len(m.Data)) > info.Bytes:
@@ -134,4 +134,9 @@ func (s *Server) logOwner(ctx context.Context, c *conn, id string) (logs.Owner, 
 		return logs.Owner{}, abierrors.Unavailable, "the log index could not be written; try again later"
 	}
 	return owner, "", ""
+}
+
+// sameSegment reports whether a and b describe the same segment upload.
+func sameSegment(a, b node.LogSegmentInfo) bool {
+	return a.WorkloadID == b.WorkloadID && a.SHA256 == b.SHA256 && a.Bytes == b.Bytes && a.FirstSeq == b.FirstSeq && a.LastSeq == b.LastSeq
 }
