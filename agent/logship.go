@@ -125,17 +125,35 @@ func (s *LogShipper) Pass(ctx context.Context) {
 			return
 		}
 		s.countDrops(d.dir)
+		if d.pending {
+			sealLeftover(d.dir)
+		}
 		done, err := s.shipDir(ctx, d)
 		if err != nil {
 			s.log.Debug("log shipping paused", "workload_id", d.id, "error", err)
 			return
 		}
-		if d.pending && done {
+		if d.pending && done && !hasOpenRecords(d.dir) {
 			if err := os.RemoveAll(d.dir); err != nil {
 				s.log.Warn("remove a shipped log directory", "workload_id", d.id, "error", err)
 			}
 		}
 	}
+}
+
+// sealLeftover seals the records a removed workload's log writer left in the open segment of
+// dir (a writer killed before it sealed at the end of the output), so they are shipped too; a
+// writer still alive holds the directory and is left to finish.
+func sealLeftover(dir string) {
+	fi, err := os.Stat(filepath.Join(dir, logseg.CurrentFile))
+	if err != nil || fi.Size() == 0 {
+		return
+	}
+	w, err := logseg.OpenWriter(dir, logseg.WriterOptions{MaxDiskBytes: -1})
+	if err != nil {
+		return // held by a live writer, or unreadable: the next pass tries again
+	}
+	_ = w.Close() // seals what recovery found
 }
 
 // shipDir ships the unshipped sealed segments of d in sequence order and reports whether none
@@ -309,4 +327,10 @@ func (s *LogShipper) prunePending() {
 		s.dropped.Add(float64(n))
 		s.log.Warn("a removed workload's unshipped log was dropped: too many wait to be shipped", "workload_id", a.name, "segments", n)
 	}
+}
+
+// hasOpenRecords reports whether dir's open segment holds records not sealed yet.
+func hasOpenRecords(dir string) bool {
+	fi, err := os.Stat(filepath.Join(dir, logseg.CurrentFile))
+	return err == nil && fi.Size() > 0
 }

@@ -365,7 +365,7 @@ func (l *Loop) remove(ctx context.Context, id string, rec *localstore.Workload, 
 		l.log.Warn("could not keep the output of a removed workload", "workload_id", id, "error", err)
 	}
 	if l.cfg.ShipLogs {
-		if err := keepForShipping(l.cfg.DataDir, id); err != nil {
+		if err := KeepForShipping(l.cfg.DataDir, id); err != nil {
 			l.log.Warn("could not keep a removed workload's unshipped log for shipping", "workload_id", id, "error", err)
 		}
 	}

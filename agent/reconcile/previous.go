@@ -156,11 +156,11 @@ func prunePrevious(dir string) error {
 // are shipped (docs/logs.md section 6).
 func PendingLogsDir(dataDir string) string { return filepath.Join(dataDir, "logs-pending") }
 
-// keepForShipping moves the log directory of removed workload id (inside its workload
+// KeepForShipping moves the log directory of removed workload id (inside its workload
 // directory, about to be deleted) to [PendingLogsDir], so its unshipped segments outlive the
 // workload until the shipper has them stored by berthd. A directory with nothing unshipped is
 // left to be deleted.
-func keepForShipping(dataDir, id string) error {
+func KeepForShipping(dataDir, id string) error {
 	src := LogDir(dataDir, id)
 	segs, err := logseg.Segments(src)
 	if err != nil || !slices.ContainsFunc(segs, func(s logseg.Segment) bool { return !logseg.Shipped(src, s.Name) }) {
