@@ -46,8 +46,7 @@ func (c *coreLogs) ship(_ context.Context, m node.LogSegment) (node.LogSegmentAc
 
 // TestRemovedWorkloadsLogIsShippedThenDeleted: a removed workload's log directory with a sealed
 // segment and records its killed writer left unsealed is kept for shipping; the shipper seals
-// the leftover, ships both segments
-// and deletes the directory once everything in it is stored.
+// the leftover, ships both segments and deletes the directory once everything in it is stored.
 func TestRemovedWorkloadsLogIsShippedThenDeleted(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
