@@ -216,3 +216,53 @@ func TestLogsOutliveTheNode(t *testing.T) {
 		t.Fatalf("the answer does not say the live tail is unavailable: %q", detail)
 	}
 }
+
+// TestShippedLogRetention: berthd's retention sweep deletes shipped segments older than the
+// retention from the blob store and the index; the log's newest lines stay readable from the
+// node (docs/logs.md section 8).
+func TestShippedLogRetention(t *testing.T) {
+	t.Parallel()
+	cl := newClusterWith(t, "--log-retention", "2s", "--log-sweep-interval", "1s")
+	ctx := context.Background()
+	jt, err := cl.c.CreateJoinToken(ctx, client.JoinTokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentDir, agentLog := filepath.Join(cl.dir, "agent-a"), filepath.Join(cl.dir, "agent.log")
+	enroll := start(t, agentLog, "berth-agent", "enroll", "--server", cl.url, "--join-token", jt.Token,
+		"--fingerprint", cl.fingerprint, "--data-dir", agentDir)
+	<-enroll.Done()
+	if code := enroll.Cmd().ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("enroll exited %d", code)
+	}
+	start(t, agentLog, "berth-agent", "run", "--data-dir", agentDir, "--driver-arg=--log-segment-bytes=2048", "--driver-arg=--log-segment-age=1s")
+	cl.nodeStatus(t, "connected")
+	cl.pushBundle(t, counterBundle(t, filepath.Join(t.TempDir(), "count")), "count")
+	if _, err := cl.c.ApplyService(ctx, "default", "counter", client.ServiceSpec{Bundle: "count", Command: []string{"./count"}}); err != nil {
+		t.Fatal(err)
+	}
+	blobDir := filepath.Join(cl.dataDir(), "blobs", "logs", "sha256")
+	stored := 0
+	waitFor(t, converge, "segments stored", func() (bool, string) {
+		ents, _ := os.ReadDir(blobDir)
+		stored = max(stored, len(ents))
+		return stored >= 3, fmt.Sprintf("%d segment blobs", len(ents))
+	})
+	// The counter is done after a few seconds; then every segment ages past 2 s and goes.
+	waitFor(t, 2*converge, "old segments deleted", func() (bool, string) {
+		ents, _ := os.ReadDir(blobDir)
+		ws := cl.workloads(t, "counter")
+		if len(ws) != 1 {
+			return false, fmt.Sprint(ws)
+		}
+		segs, shipped, last, open := logShipState(filepath.Join(agentDir, "workloads", ws[0].ID, "output.segments"))
+		return len(ents) == 0 && last == countLines && shipped == segs && !open,
+			fmt.Sprintf("%d blobs; node: %d segments, %d shipped, last %d", len(ents), segs, shipped, last)
+	})
+	// The node still holds its newest records; the answer reads them live.
+	ws := cl.workloads(t, "counter")
+	lines, _ := readLogs(t, cl, ws[0].ID, "--tail", "5")
+	if len(lines) != 5 || lines[4].Line != fmt.Sprintf("line %d", countLines) {
+		t.Fatalf("the newest lines after retention: %+v", lines)
+	}
+}
