@@ -16,6 +16,8 @@ import (
 	"time"
 
 	berrors "github.com/berthhq/berth/abi/errors"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/berthhq/berth/abi/network"
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/abi/runtime"
@@ -88,6 +90,12 @@ type Config struct {
 	// host keeps ([Resources]); the zero value declares and keeps nothing. The
 	// node reports [Allocatable] of them in hello and status reports.
 	Resources Resources
+	// NoLogShipping turns off shipping sealed log segments to berthd (docs/logs.md section 6);
+	// a removed workload's log is then deleted with it, apart from what --previous keeps.
+	NoLogShipping bool
+	// Metrics, when not nil, gets the agent's counters (berth_log_bytes_shipped_total,
+	// berth_log_segments_dropped_total); nil counts without exposing them.
+	Metrics prometheus.Registerer
 }
 
 // SelfUpgrade says which binaries an agent replaces when upgraded.
@@ -358,11 +366,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	observed := make(chan struct{}, 1)
+	var shipper *LogShipper
+	if !a.cfg.NoLogShipping {
+		// The session is made below; the shipper reaches it through this closure.
+		shipper = NewLogShipper(a.cfg.DataDir, func(ctx context.Context, m node.LogSegment) (node.LogSegmentAck, error) {
+			return sess.ShipLogSegment(ctx, m)
+		}, a.log.With("component", "logship"), a.cfg.Metrics)
+	}
 	registryCred, err := a.registryCredential(ctx)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	loop, err = reconcile.New(reconcile.Config{
+		ShipLogs:     !a.cfg.NoLogShipping,
 		Registry:     registryCred,
 		Network:      a.cfg.Network,
 		WorkloadUser: a.cfg.WorkloadUser,
@@ -377,6 +393,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		Now:          a.cfg.Now,
 		PollInterval: a.cfg.PollInterval,
 		OnStatusChange: func() {
+			if shipper != nil {
+				shipper.Wake()
+			}
 			if sess != nil {
 				sess.ReportStatus()
 			}
@@ -473,6 +492,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 	var wg sync.WaitGroup
+	if shipper != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			shipper.Run(ctx)
+		}()
+	}
 	wg.Add(5)
 	go func() {
 		defer wg.Done()

@@ -99,9 +99,11 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 			return errorResult(berrors.Unimplemented, "this node's runtime driver keeps output without line times, so since and until cannot apply; ask with tail instead")
 		}
 		var lines []node.LogLine
-		var dropped bool
+		var dropped, more bool
 		var err error
-		if hasRecords {
+		if hasRecords && q.AfterSeq > 0 {
+			lines, more, err = afterRecords(stamped, q)
+		} else if hasRecords {
 			lines, dropped, err = queryRecords(stamped, q)
 		} else {
 			lines, dropped, err = c.queryLogs(ctx, q)
@@ -112,7 +114,7 @@ func (c *commands) Command(ctx context.Context, cmd node.Command) node.CommandRe
 			}
 			return errorResult(berrors.Unavailable, err.Error())
 		}
-		res := node.CommandResult{Status: "ok", Lines: lines}
+		res := node.CommandResult{Status: "ok", Lines: lines, More: more}
 		if dropped {
 			res.Detail = "older lines were left out to fit the message limit"
 			if q.Tail > 0 && len(lines) == q.Tail {
@@ -249,6 +251,9 @@ func (c *commands) Stream(ctx context.Context, open node.StreamOpen, send func([
 		tail = 100
 	}
 	if src, ok := c.recordsOf(q.WorkloadID); ok {
+		if q.AfterSeq > 0 {
+			return followRecordsFrom(ctx, src, q.WorkloadID, q.AfterSeq+1, send)
+		}
 		return followRecords(ctx, src, q.WorkloadID, tail, send)
 	}
 	ls, ok := c.driver.(runtime.LogStreamer)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -99,6 +100,33 @@ func queryRecords(src recordSource, q node.LogsQuery) ([]node.LogLine, bool, err
 	return lines, dropped, nil
 }
 
+// errAnswerFull stops a read once an answer holds all it can carry.
+var errAnswerFull = errors.New("answer full")
+
+// afterRecords answers a logs_query with after_seq: the records after q.AfterSeq within
+// q.Since and q.Until, oldest first, as many as fit answerBudget; more reports that further
+// records were left for the next query (docs/logs.md section 7).
+func afterRecords(src recordSource, q node.LogsQuery) ([]node.LogLine, bool, error) {
+	lines := []node.LogLine{}
+	size, more := 0, false
+	_, err := src.read(q.AfterSeq+1, func(r logseg.Record) error {
+		if size+len(r.Text)+128 > answerBudget {
+			more = true
+			return errAnswerFull
+		}
+		if (q.Since != nil && r.Time.Before(*q.Since)) || (q.Until != nil && r.Time.After(*q.Until)) {
+			return nil
+		}
+		lines = append(lines, recordLine(q.WorkloadID, r))
+		size += len(r.Text) + 128
+		return nil
+	})
+	if err != nil && !errors.Is(err, errAnswerFull) {
+		return nil, false, fmt.Errorf("read logs of %s: %w", q.WorkloadID, err)
+	}
+	return lines, more, nil
+}
+
 // startFor is the sequence a query for records since since (nil: the newest
 // that fit one answer) can start reading at, so a long log is not read
 // whole: the first sealed segment that ends at or after since, or the
@@ -148,6 +176,13 @@ func followRecords(ctx context.Context, src recordSource, id string, tail int, s
 			first = first[k:]
 		}
 	}
+	return followRecordsFrom(ctx, src, id, next, send)
+}
+
+// followRecordsFrom sends every record from sequence next on, in sequence order and in
+// batches, until ctx ends; the core follows this way after the records it holds shipped
+// (logs_query's after_seq, docs/logs.md section 7).
+func followRecordsFrom(ctx context.Context, src recordSource, id string, next int64, send func([]node.LogLine) error) error {
 	t := time.NewTicker(recordFollowInterval)
 	defer t.Stop()
 	for {

@@ -55,6 +55,11 @@ type LogsQuery struct {
 	Since      *time.Time `json:"since,omitempty"`
 	Until      *time.Time `json:"until,omitempty"`
 	Tail       int        `json:"tail,omitempty"`
+	// AfterSeq, when above zero, asks for the records after this sequence number, oldest
+	// first, as many as fit one answer; [CommandResult.More] reports that more follow.
+	// The core reads the live tail after what it holds shipped this way (docs/logs.md
+	// section 6). Nodes that do not know the field answer as without it.
+	AfterSeq int64 `json:"after_seq,omitempty"`
 }
 
 // LogLine is one line of workload output (section 5.7). For output a log

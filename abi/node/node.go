@@ -326,12 +326,15 @@ func ExitFailure(code int, at time.Time, count int) Failure {
 // Lines answers logs_query, Metrics metrics_query and Probe probe; each is
 // absent otherwise.
 type CommandResult struct {
-	Status  string     `json:"status"` // "ok" or "error"
-	Detail  string     `json:"detail,omitempty"`
-	Error   *ErrorBody `json:"error,omitempty"`
-	Lines   []LogLine  `json:"lines,omitempty"`
-	Metrics *Metrics   `json:"metrics,omitempty"`
-	Probe   *Probe     `json:"probe,omitempty"`
+	Status string     `json:"status"` // "ok" or "error"
+	Detail string     `json:"detail,omitempty"`
+	Error  *ErrorBody `json:"error,omitempty"`
+	Lines  []LogLine  `json:"lines,omitempty"`
+	// More reports, for a logs_query with after_seq, that records after the last of Lines
+	// exist which did not fit the answer.
+	More    bool     `json:"more,omitempty"`
+	Metrics *Metrics `json:"metrics,omitempty"`
+	Probe   *Probe   `json:"probe,omitempty"`
 	// SecretKey answers secret_key_rotate: the node's new X25519 public key, base64.
 	SecretKey string `json:"secret_key,omitempty"`
 }

@@ -58,6 +58,10 @@ type Config struct {
 	PollInterval time.Duration
 	// StopTimeout is the graceful stop timeout; zero means 10 s.
 	StopTimeout time.Duration
+	// ShipLogs reports whether a log shipper serves this node: a removed workload's log
+	// directory then waits under PendingLogsDir until its segments are shipped, instead of
+	// being deleted with the workload (docs/logs.md section 6).
+	ShipLogs bool
 	// MaxBundleBytes bounds a downloaded bundle; zero means 1 GiB.
 	MaxBundleBytes int64
 	// MaxExpandedBytes bounds an extracted bundle; zero means the bundle package default (4 GiB).
@@ -359,6 +363,11 @@ func (l *Loop) remove(ctx context.Context, id string, rec *localstore.Workload, 
 	}
 	if err := KeepPreviousLog(l.cfg.DataDir, id, LogPath(l.cfg.DataDir, id)); err != nil {
 		l.log.Warn("could not keep the output of a removed workload", "workload_id", id, "error", err)
+	}
+	if l.cfg.ShipLogs {
+		if err := KeepForShipping(l.cfg.DataDir, id); err != nil {
+			l.log.Warn("could not keep a removed workload's unshipped log for shipping", "workload_id", id, "error", err)
+		}
 	}
 	if err := os.RemoveAll(l.workloadDir(id)); err != nil {
 		return fmt.Errorf("remove workload %s directory: %w", id, err)

@@ -151,3 +151,30 @@ func prunePrevious(dir string) error {
 	}
 	return nil
 }
+
+// PendingLogsDir is where the log directories of removed workloads wait until their segments
+// are shipped (docs/logs.md section 6).
+func PendingLogsDir(dataDir string) string { return filepath.Join(dataDir, "logs-pending") }
+
+// KeepForShipping moves the log directory of removed workload id (inside its workload
+// directory, about to be deleted) to [PendingLogsDir], so its unshipped segments outlive the
+// workload until the shipper has them stored by berthd. A directory with nothing unshipped is
+// left to be deleted.
+func KeepForShipping(dataDir, id string) error {
+	src := LogDir(dataDir, id)
+	segs, err := logseg.Segments(src)
+	if err != nil || !slices.ContainsFunc(segs, func(s logseg.Segment) bool { return !logseg.Shipped(src, s.Name) }) {
+		return err
+	}
+	dst := filepath.Join(PendingLogsDir(dataDir), id)
+	if err := os.MkdirAll(PendingLogsDir(dataDir), 0o700); err != nil {
+		return fmt.Errorf("keep log of %s for shipping: %w", id, err)
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return fmt.Errorf("keep log of %s for shipping: %w", id, err)
+	}
+	if err := os.Rename(src, dst); err != nil {
+		return fmt.Errorf("keep log of %s for shipping: %w", id, err)
+	}
+	return nil
+}

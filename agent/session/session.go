@@ -175,6 +175,8 @@ type Client struct {
 	log    *slog.Logger
 	report chan struct{}
 	events chan struct{}
+	// current is the welcomed session, nil between sessions (request.go).
+	current atomic.Pointer[conn]
 }
 
 // New validates cfg, fills its defaults and returns a Client.
@@ -335,6 +337,8 @@ type conn struct {
 	timers  chan timers
 	dropped int64 // dropped_events the hello carried
 	streams streams
+	reqs    requests      // node-initiated requests awaiting the core's answer
+	done    chan struct{} // closed when the session ends
 }
 
 type timers struct {
@@ -409,7 +413,11 @@ func (c *Client) session(ctx context.Context) error {
 
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
-	s := &conn{c: c, ws: ws, timers: make(chan timers, 1), streams: streams{open: map[string]context.CancelFunc{}}}
+	s := &conn{c: c, ws: ws, timers: make(chan timers, 1), streams: streams{open: map[string]context.CancelFunc{}}, done: make(chan struct{})}
+	defer func() {
+		c.current.CompareAndSwap(s, nil)
+		close(s.done)
+	}()
 	s.timeout.Store(int64(c.cfg.SessionTimeout))
 
 	hello, err := c.cfg.Hello(sctx)
@@ -664,6 +672,7 @@ func (s *conn) readLoop(ctx context.Context, welcomed chan struct{}) error {
 			if !gotWelcome {
 				gotWelcome = true
 				close(welcomed)
+				c.current.Store(s)
 				if c.cfg.OnWelcome != nil {
 					c.cfg.OnWelcome()
 				}
@@ -708,11 +717,16 @@ func (s *conn) readLoop(ctx context.Context, welcomed chan struct{}) error {
 			if err := s.send(ctx, node.TypePong, env.ID, struct{}{}); err != nil {
 				return err
 			}
+		case node.TypeLogSegmentAck:
+			s.reqs.answer(env.Re, env.Body)
 		case node.TypePong, node.TypeCommandResult:
 			// Answers to nothing this agent asks yet; ignored.
 		case node.TypeError:
 			var eb node.ErrorBody
 			_ = json.Unmarshal(env.Body, &eb)
+			if env.Re != "" && !eb.Fatal && s.reqs.refuse(env.Re, eb) {
+				continue // a core without log shipping refused a log_segment
+			}
 			if eb.Fatal {
 				return &FatalError{Code: eb.Code, Message: eb.Message}
 			}

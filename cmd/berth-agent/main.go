@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -180,6 +184,9 @@ func readJoinToken(in io.Reader, fromStdin bool, token *string) error {
 
 func newRunCmd(stderr io.Writer) *cobra.Command {
 	var dataDir, pluginDir, driver, workloadUser string
+	var driverArgs []string
+	var noLogShipping bool
+	var metricsListen string
 	var confirmWindow time.Duration
 	var network networkFlags
 	var res resourceFlags
@@ -195,7 +202,8 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 			log := newLogger(stderr)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return run(ctx, log, dataDir, pluginDir, driver, workloadUser, confirmWindow, network, resources)
+			return run(ctx, log, runOptions{dataDir: dataDir, pluginDir: pluginDir, driver: driver, workloadUser: workloadUser,
+				driverArgs: driverArgs, noLogShipping: noLogShipping, metricsListen: metricsListen}, confirmWindow, network, resources)
 		},
 	}
 	f := cmd.Flags()
@@ -205,8 +213,40 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 	f.DurationVar(&confirmWindow, "upgrade-confirm-window", upgrade.DefaultConfirmWindow, "after an upgrade, how long the new version has to be welcomed by berthd before the previous binary is put back")
 	f.StringVar(&driver, "driver", "process", "runtime driver plugin to run workloads with (berth-plugin-<driver>, launched with --state-dir DIR/driver/<driver>), e.g. process, containerd or a third-party driver's name with --plugin-dir; \"fake\", the deterministic test driver, only with "+testDriversEnv+"=1 in the environment (tests)")
 	f.StringVar(&workloadUser, "workload-user", reconcile.DefaultWorkloadUser, "when run as root: the system user process workloads run as unless their service sets user: (created when missing; empty runs them as root)")
+	f.StringArrayVar(&driverArgs, "driver-arg", nil, "a flag passed on to the runtime driver plugin (repeatable), e.g. --driver-arg=--log-segment-bytes=1048576")
+	f.StringVar(&metricsListen, "metrics-listen", "", "serve the agent's Prometheus metrics (berth_log_bytes_shipped_total, berth_log_segments_dropped_total) at http://ADDR/metrics, e.g. 127.0.0.1:9102; empty serves none")
+	f.BoolVar(&noLogShipping, "no-log-shipping", false, "keep workload log segments on this node only instead of shipping them to berthd (docs/logs.md)")
 	res.register(f)
 	return cmd
+}
+
+// runOptions are the flags of run that pick what the agent runs with.
+type runOptions struct {
+	dataDir, pluginDir, driver, workloadUser string
+	driverArgs                               []string
+	noLogShipping                            bool
+	metricsListen                            string
+}
+
+// serveMetrics serves reg at http://addr/metrics until ctx ends.
+func serveMetrics(ctx context.Context, log *slog.Logger, addr string, reg *prometheus.Registry) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return configError{fmt.Errorf("--metrics-listen %s: %w", addr, err)}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics listener stopped", "error", err)
+		}
+	}()
+	return nil
 }
 
 // resourceFlags are --resource and --reserve of enroll and run.
@@ -248,7 +288,14 @@ func (r *resourceFlags) parse() (agent.Resources, error) {
 // its workloads.
 const testDriversEnv = "BERTH_ALLOW_TEST_DRIVERS"
 
-func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver, workloadUser string, confirmWindow time.Duration, netFlags networkFlags, resources agent.Resources) error {
+func run(ctx context.Context, log *slog.Logger, o runOptions, confirmWindow time.Duration, netFlags networkFlags, resources agent.Resources) error {
+	dataDir, pluginDir, driver, workloadUser := o.dataDir, o.pluginDir, o.driver, o.workloadUser
+	reg := prometheus.NewRegistry()
+	if o.metricsListen != "" {
+		if err := serveMetrics(ctx, log, o.metricsListen, reg); err != nil {
+			return err
+		}
+	}
 	if driver == "fake" && os.Getenv(testDriversEnv) != "1" {
 		return configError{fmt.Errorf("--driver fake is the test driver and runs no workload; tests set %s=1 to use it", testDriversEnv)}
 	}
@@ -305,7 +352,7 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver, work
 		}
 	}
 	drv, err := plugin.LaunchDriver(ctx, entry.Apply(plugin.Config{
-		Args:   []string{"--state-dir", stateDir},
+		Args:   append([]string{"--state-dir", stateDir}, o.driverArgs...),
 		PidDir: filepath.Join(dataDir, "plugins"),
 		Logger: log,
 	}))
@@ -335,7 +382,7 @@ func run(ctx context.Context, log *slog.Logger, dataDir, pluginDir, driver, work
 			log.Info("created the system user process workloads run as", "user", workloadUser)
 		}
 	}
-	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: nw.Network, WorkloadUser: workloadUser, Resources: resources,
+	a, err := agent.New(agent.Config{DataDir: dataDir, Driver: drv, Logger: log, Network: nw.Network, WorkloadUser: workloadUser, Resources: resources, NoLogShipping: o.noLogShipping, Metrics: reg,
 		SelfUpgrade: &agent.SelfUpgrade{Path: exe, DriverPath: driverPath, NetworkPath: nw.Path, ConfirmWindow: confirmWindow}})
 	if err != nil {
 		return err

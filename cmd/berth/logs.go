@@ -17,12 +17,17 @@ import (
 func newLogsCmd(a *app) *cobra.Command {
 	var tail int
 	var follow, previous bool
+	var opt client.LogsOptions
 	cmd := &cobra.Command{
 		Use:   "logs WORKLOAD_ID | SERVICE[/SLOT]",
-		Short: "Show a workload's or a slot's output, read from its node",
-		Long: `logs asks the node that runs the workload for its newest output
-(docs/node-protocol.md section 5.17). Name a workload id (from "berth get
-workloads") or a service's slot: SERVICE/SLOT, or SERVICE alone for slot 0.
+		Short: "Show a workload's or a slot's output: shipped segments and its node's live tail",
+		Long: `logs reads a workload's output: the log segments its node shipped to berthd,
+merged in order with the newest output the node has not shipped yet (docs/logs.md).
+A workload whose node is gone (removed or disconnected) is read from its shipped
+segments alone, and logs says the live tail is unavailable. Name a workload id
+(from "berth get workloads") or a service's slot: SERVICE/SLOT, or SERVICE alone
+for slot 0. --since and --until take an RFC 3339 time or a duration ago ("2h");
+--grep keeps the lines matching a regular expression (RE2).
 A slot is read from whatever attempt it runs now; with --follow, when the slot
 moves to a new attempt (a restart after a crash, a rollout), logs follows the
 new one and says so on stderr. --previous prints the output the node kept of
@@ -30,6 +35,8 @@ the slot's attempt before the current one (its newest 64 KiB, while the node
 keeps it). The node must be connected; a node's session carries at most 32
 followed streams at once.`,
 		Example: `  berth logs hello --tail 50
+  berth logs hello --since 2h --grep 'error|panic'
+  berth logs wl_01JC9Z8K2M4P6R8T0V2X4Z6B8D --since 2026-12-01T10:00:00Z --until 2026-12-01T11:00:00Z
   berth logs hello/1 -f
   berth logs hello --previous
   berth logs wl_01JC9Z8K2M4P6R8T0V2X4Z6B8D -f`,
@@ -64,7 +71,7 @@ followed streams at once.`,
 					return a.printLogs(out)
 				}
 				if follow {
-					return a.followSlot(ctx, c, s.Project, service, replica, tail)
+					return a.followSlot(ctx, c, s.Project, service, replica, tail, opt)
 				}
 				sv, err := slotOf(ctx, c, s.Project, service, replica)
 				if err != nil {
@@ -75,15 +82,19 @@ followed streams at once.`,
 				return fmt.Errorf("--previous needs SERVICE[/SLOT], not a workload id")
 			}
 			if follow {
-				err := c.FollowWorkloadLogs(ctx, target, tail, func(l node.LogLine) error {
+				err := c.FollowWorkloadLogsWith(ctx, target, tail, opt, func(l node.LogLine) error {
 					return printLogLine(a.stdout, a.output, l)
 				})
+				if errors.Is(err, client.ErrLiveTailUnavailable) {
+					fmt.Fprintf(a.stderr, "(%s)\n", strings.TrimPrefix(err.Error(), "berth: "))
+					return nil
+				}
 				if err != nil {
 					return fmt.Errorf("follow logs of %s: %w", target, err)
 				}
 				return nil
 			}
-			out, err := c.WorkloadLogs(ctx, target, tail)
+			out, err := c.WorkloadLogsWith(ctx, target, tail, opt)
 			if err != nil {
 				return fmt.Errorf("logs of %s: %w", target, err)
 			}
@@ -93,6 +104,9 @@ followed streams at once.`,
 	cmd.Flags().IntVar(&tail, "tail", 0, "newest lines to show (0: as many as fit one answer; 100 when following)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until interrupted")
 	cmd.Flags().BoolVarP(&previous, "previous", "p", false, "print the output of the slot's previous attempt")
+	cmd.Flags().StringVar(&opt.Since, "since", "", "only lines written at or after this time (RFC 3339, or a duration ago such as 2h)")
+	cmd.Flags().StringVar(&opt.Until, "until", "", "only lines written at or before this time (RFC 3339, or a duration ago)")
+	cmd.Flags().StringVar(&opt.Grep, "grep", "", "only lines matching this regular expression (RE2)")
 	return cmd
 }
 
@@ -156,7 +170,7 @@ func slotOf(ctx context.Context, c *client.Client, project, service, replica str
 // followSlot follows the output of a slot across its attempts: it follows the workload the slot
 // runs now and, when that stream ends or the workload is gone, reads the slot again (at most
 // once a second) and follows its next attempt, until ctx ends.
-func (a *app) followSlot(ctx context.Context, c *client.Client, project, service, replica string, tail int) error {
+func (a *app) followSlot(ctx context.Context, c *client.Client, project, service, replica string, tail int, opt client.LogsOptions) error {
 	current := ""
 	for ctx.Err() == nil {
 		sv, err := slotOf(ctx, c, project, service, replica)
@@ -168,9 +182,12 @@ func (a *app) followSlot(ctx context.Context, c *client.Client, project, service
 				fmt.Fprintf(a.stderr, "(slot %s/%s now runs %s)\n", service, replica, sv.WorkloadID)
 			}
 			current = sv.WorkloadID
-			err = c.FollowWorkloadLogs(ctx, current, tail, func(l node.LogLine) error {
+			err = c.FollowWorkloadLogsWith(ctx, current, tail, opt, func(l node.LogLine) error {
 				return printLogLine(a.stdout, a.output, l)
 			})
+			if errors.Is(err, client.ErrLiveTailUnavailable) {
+				err = nil // the slot's node is away: read the slot again
+			}
 			var ae *client.APIError
 			if err != nil && ctx.Err() == nil && !(errors.As(err, &ae) && (ae.Problem.Code == "not_found" || ae.Problem.Code == "unavailable")) {
 				return fmt.Errorf("follow logs of %s: %w", current, err)

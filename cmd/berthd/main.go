@@ -15,10 +15,12 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 
+	"github.com/berthhq/berth/core/logs"
 	"github.com/berthhq/berth/core/server"
 	"github.com/berthhq/berth/core/slots"
 	"github.com/berthhq/berth/internal/config"
@@ -124,6 +126,9 @@ func serveFlags(cfg *server.Config, level *slog.Level, configFile *string) *pfla
 	fs.StringVar(&cfg.DNSConfig, "dns-config", "", "0600 JSON file of the DNS plugin's configuration, TSIG secret included (docs/dns.md; default: no DNS plugin)")
 	fs.DurationVar(&cfg.ResourceDriftInterval, "resource-drift-interval", 0, "how often each declared resource is read through its provider to find drift, when its type declares no interval (default 5m; docs/resources.md)")
 	fs.StringSliceVar(&cfg.EdgeAddresses, "edge-addresses", nil, "comma-separated IP addresses the domains of dns: managed services point at (docs/dns.md)")
+	fs.DurationVar(&cfg.LogRetention.MaxAge, "log-retention", logs.DefaultRetention.MaxAge, "how long shipped workload log segments are kept, per project (negative: no age limit; docs/logs.md section 8)")
+	fs.Int64Var(&cfg.LogRetention.MaxBytes, "log-retention-bytes", logs.DefaultRetention.MaxBytes, "compressed bytes of shipped workload log each project keeps, oldest segments deleted first (negative: no size limit)")
+	fs.DurationVar(&cfg.LogSweepInterval, "log-sweep-interval", 10*time.Minute, "how often the log retention sweep runs")
 	fs.DurationVar(&cfg.Sweep.Quiet, "sweep-quiet", slots.DefaultQuiet, "reconcile once hints have been quiet this long")
 	fs.DurationVar(&cfg.Sweep.Period, "sweep-period", slots.DefaultPeriod, "reconcile at the latest this long after the last pass")
 	fs.DurationVar(&cfg.Sweep.Floor, "sweep-floor", slots.DefaultFloor, "never start a scheduled pass sooner than this after the last one; each rollout step takes at least one pass")

@@ -31,6 +31,7 @@ import (
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/jobs"
+	"github.com/berthhq/berth/core/logs"
 	"github.com/berthhq/berth/core/machines"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
@@ -76,6 +77,9 @@ type Config struct {
 	// NodeOps, when not nil, serves workload logs and node metrics by asking
 	// nodes over their sessions (nodeops.go).
 	NodeOps NodeCommander
+	// ShippedLogs, when not nil, is the index of shipped log segments: workload logs merge it
+	// with the node's live tail and outlive the node (docs/logs.md section 7).
+	ShippedLogs *logs.Index
 	// PublicURL is how nodes reach this server, e.g. "http://127.0.0.1:7070";
 	// it is written into join commands.
 	PublicURL string

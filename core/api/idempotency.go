@@ -384,9 +384,7 @@ func (s *Server) SweepIdempotency(ctx context.Context) (int64, error) {
 // interval as the wait before the next pass.
 func (s *Server) IdempotencySweepPass(ctx context.Context) (time.Duration, error) {
 	n, err := s.SweepIdempotency(ctx)
-	if err != nil {
-		s.log.Warn("idempotency sweep", "err", err)
-	} else if n > 0 {
+	if err == nil && n > 0 {
 		s.log.Info("expired idempotency records swept", "count", n)
 	}
 	return DefaultIdempotencySweepInterval, err

@@ -2,6 +2,7 @@ package backups
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -23,16 +24,16 @@ func (m *Manager) SchedulePass(ctx context.Context, cat *services.Catalog, log *
 	}
 	list, err := ScheduledBindings(ctx, cat)
 	if err != nil {
-		log.Warn("backup schedules not read", "err", err)
-		return TickInterval, err
+		return TickInterval, fmt.Errorf("read the backup schedules: %w", err)
 	}
 	n, err := m.Tick(ctx, list, time.Now())
 	if err != nil {
-		log.Warn("backup schedule tick", "requested", n, "err", err)
-	} else if n > 0 {
+		return TickInterval, fmt.Errorf("request scheduled backups (%d requested): %w", n, err)
+	}
+	if n > 0 {
 		log.Info("scheduled backups and drills requested", "count", n)
 	}
-	return TickInterval, err
+	return TickInterval, nil
 }
 
 // ScheduledBindings lists the bindings of the services of cat with a backup block, skipping

@@ -115,9 +115,10 @@ func (p *Platform) List(ctx context.Context) ([]PlatformTask, error) {
 	return out, nil
 }
 
-// Every runs pass as platform task name until ctx ends, recording each pass: the first after
-// first, each next after the wait the pass returns (its usual period, or a shorter one when it
-// left work). every is the usual period, recorded for operators.
+// Every runs pass as platform task name until ctx ends, recording each pass (a failed one is
+// also logged here, so passes need not log their own error): the first after first, each next
+// after the wait the pass returns (its usual period, or a shorter one when it left work). every
+// is the usual period, recorded for operators.
 func (p *Platform) Every(ctx context.Context, name string, every, first time.Duration, pass func(ctx context.Context) (time.Duration, error)) {
 	wait := first
 	for {
@@ -132,6 +133,9 @@ func (p *Platform) Every(ctx context.Context, name string, every, first time.Dur
 		next, err := pass(ctx)
 		if ctx.Err() != nil {
 			return // stopped mid-pass: not a result of the task
+		}
+		if err != nil {
+			p.log.Warn("platform task pass failed", "task", name, "err", err)
 		}
 		_ = p.Record(ctx, name, every, started, err)
 		wait = next

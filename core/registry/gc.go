@@ -695,7 +695,6 @@ func (c *Collector) Pass(ctx context.Context) (time.Duration, error) {
 	rep, err := c.Collect(ctx, false)
 	switch {
 	case err != nil:
-		c.log.Error("registry gc pass failed", "err", err)
 		return GCRetryAfter, err
 	case rep.Remaining:
 		return GCRetryAfter, nil

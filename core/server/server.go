@@ -3,6 +3,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/berthhq/berth/core/backups"
 	"github.com/berthhq/berth/core/bindings"
 	"github.com/berthhq/berth/core/blobs"
+	"github.com/berthhq/berth/core/logs"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/slots"
@@ -63,8 +65,13 @@ type Config struct {
 	S3 blobs.S3Config
 	// Sweep is the reconcile pass timing (docs/reconciliation.md section 6); zero fields take
 	// the defaults: quiet 1 s, period 30 s, floor 5 s.
-	Sweep  slots.SweepConfig
-	Logger *slog.Logger
+	Sweep slots.SweepConfig
+	// LogRetention is how long and how much shipped workload log every project keeps
+	// (docs/logs.md section 8); the zero value means logs.DefaultRetention.
+	LogRetention logs.Retention
+	// LogSweepInterval is the period of the log retention sweep; zero means 10 minutes.
+	LogSweepInterval time.Duration
+	Logger           *slog.Logger
 	// Ready, when not nil, is called once the API listens and the gateway runs.
 	Ready func(apiAddr string)
 	// RunnerTransport serves /api/runner/v1 (docs/runner-protocol.md section 6); false answers
@@ -181,12 +188,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	// The platform tasks (docs/jobs.md section 10) run through one loop that records each pass.
+	logSweep := cmp.Or(cfg.LogSweepInterval, 10*time.Minute)
 	loops := []func(context.Context){ctl.rec.Run, ctl.jobs.Run, pl.orch.run, st.clog.Run, front.follows.Run,
 		func(ctx context.Context) {
 			ctl.platform.Every(ctx, "idempotency.expiry", api.DefaultIdempotencySweepInterval, time.Minute, front.api.IdempotencySweepPass)
 		},
 		func(ctx context.Context) {
 			ctl.platform.Every(ctx, "registry.gc", registry.GCPeriod, registry.GCFirstPass, front.gc.Pass)
+		},
+		func(ctx context.Context) {
+			ctl.platform.Every(ctx, "logs.retention", logSweep, logSweep, func(ctx context.Context) (time.Duration, error) {
+				return st.logs.SweepPass(ctx, logSweep)
+			})
 		}}
 	if front.binds != nil {
 		loops = append(loops,

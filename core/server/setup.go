@@ -32,6 +32,7 @@ import (
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/jobs"
+	"github.com/berthhq/berth/core/logs"
 	"github.com/berthhq/berth/core/machines"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/policy"
@@ -148,6 +149,8 @@ type state struct {
 	evlog     *events.Log
 	blobStore blobs.Store
 	bundles   *bundles.Store
+	// logs indexes the workload log segments nodes ship (core/logs; docs/logs.md section 6).
+	logs *logs.Index
 }
 
 func openState(ctx context.Context, cfg Config, b *base, closers *closeStack) (*state, error) {
@@ -188,6 +191,13 @@ func openState(ctx context.Context, cfg Config, b *base, closers *closeStack) (*
 	}
 	closers.push(stopMigrate)
 	s.blobStore = blobStore
+	retention := cfg.LogRetention
+	if retention == (logs.Retention{}) {
+		retention = logs.DefaultRetention
+	}
+	if s.logs, err = logs.New(ctx, logs.Config{Store: b.st, Blobs: blobStore, Retention: func(string) logs.Retention { return retention }}); err != nil {
+		return nil, err
+	}
 	if s.bundles, err = bundles.Open(b.st, blobStore, filepath.Join(cfg.DataDir, "blobs", ".incoming"), cfg.MaxBundleBytes); err != nil {
 		return nil, err
 	}
@@ -356,6 +366,7 @@ func newControl(ctx context.Context, cfg Config, b *base, s *state, p *parts, cl
 	}
 	c.sessions = session.New(session.Config{
 		DNS:    dnsChallenges,
+		Logs:   s.logs,
 		Leases: c.leases, Nodes: s.reg, Catalog: s.cat, SigningKey: b.key, RetiredKeys: retired, ClusterID: b.clusterID, Logger: log, Events: s.evlog, Changelog: s.clog,
 		OnChange: func(reason string) {
 			// A session's start or end changes which nodes are schedulable: any service's
@@ -475,7 +486,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		ImageReleases: imageReleases,
 		Manifests:     oci,
 		Secrets:       &api.SecretsConfig{Store: p.sec, Rewrap: p.rewrap.Kick},
-		Catalog:       s.cat, Nodes: s.reg, Bundles: s.bundles, Tokens: s.tokens, Hinter: c.rec, Sessions: c.sessions, NodeOps: c.sessions, Events: s.evlog, Changelog: s.clog,
+		Catalog:       s.cat, Nodes: s.reg, Bundles: s.bundles, Tokens: s.tokens, Hinter: c.rec, Sessions: c.sessions, NodeOps: c.sessions, ShippedLogs: s.logs, Events: s.evlog, Changelog: s.clog,
 		PublicURL: cfg.PublicURL, ServerFingerprint: b.tls.Fingerprint, PublicKeyPin: b.tls.PublicKeyPin, ClusterID: b.clusterID, ClusterPublicKey: b.key.Public().(ed25519.PublicKey), CurrentPublicKey: c.sessions.PublicKey,
 		Logger: log, Metrics: b.metrics,
 		Ready:  func(ctx context.Context) error { return b.st.Ping(ctx) },

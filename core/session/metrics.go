@@ -19,6 +19,7 @@ var knownTypes = map[node.Type]bool{
 	node.TypeHello: true, node.TypeHeartbeat: true, node.TypeStatusReport: true, node.TypeCommandResult: true,
 	node.TypeEvent: true, node.TypeError: true, node.TypePing: true, node.TypePong: true, node.TypeLeaseRenew: true,
 	node.TypeStreamData: true, node.TypeStreamEnd: true, node.TypeLogAck: true, node.TypeDNSChallenge: true,
+	node.TypeLogSegment: true,
 }
 
 // newMetrics registers the families on reg (nil: none) with a gauge of s's open sessions.

@@ -86,6 +86,9 @@ type Config struct {
 	// DNS, when not nil, writes the TXT records of the nodes' dns_challenge (dns.go,
 	// docs/node-protocol.md section 6.8); nil refuses every challenge dns_zone_not_served.
 	DNS DNSChallenger
+	// Logs, when not nil, stores the log segments nodes ship (logship.go, docs/node-protocol.md
+	// section 5.24); nil refuses log_segment unimplemented.
+	Logs LogIndex
 }
 
 // Server accepts node sessions; one per node, the newest wins.
@@ -186,6 +189,8 @@ type conn struct {
 	// started reports whether the session's start was handed to the status writer, so that
 	// its end is too. Only the session's handler touches it.
 	started bool
+	// upload is the log segment being received (logship.go); only the handler touches it.
+	upload *segmentUpload
 	// follow is the change-log follower, set after desired_state.
 	follow atomic.Pointer[follow]
 	// waits pairs command_result and stream messages with their requests.
@@ -639,6 +644,8 @@ func (s *Server) handle(ctx context.Context, c *conn, env *node.Envelope) string
 		s.onStreamEnd(ctx, c, env)
 	case node.TypeLogAck:
 		s.onLogAck(ctx, c, env)
+	case node.TypeLogSegment:
+		s.onLogSegment(ctx, c, env)
 	case node.TypePing:
 		_ = s.write(ctx, c, node.TypePong, env.ID, struct{}{})
 	case node.TypePong:

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -22,14 +23,40 @@ type WorkloadLogs struct {
 	Detail     string         `json:"detail,omitempty"`
 }
 
+// LogsOptions narrows a logs read (docs/logs.md section 7); the zero value narrows nothing.
+type LogsOptions struct {
+	Since string // RFC 3339 time or a duration ago ("2h"); empty: from the start
+	Until string // the same; empty: to the end
+	Grep  string // RE2 regular expression a line must match; empty: every line
+}
+
+func (o LogsOptions) set(q url.Values) {
+	for k, v := range map[string]string{"since": o.Since, "until": o.Until, "grep": o.Grep} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+}
+
+// ErrLiveTailUnavailable is returned by a follow of a workload whose node could not be asked
+// after every shipped line was delivered: the node is gone or not connected.
+var ErrLiveTailUnavailable = errors.New("berth: the shipped log ended and the live tail is unavailable: the workload's node is gone or not connected")
+
 // WorkloadLogs asks the workload's node for its newest output; tail 0 means
 // as many lines as fit one answer (1 MiB). Errors carry the API's code
 // (unavailable when the node is not connected).
 func (c *Client) WorkloadLogs(ctx context.Context, workloadID string, tail int) (*WorkloadLogs, error) {
+	return c.WorkloadLogsWith(ctx, workloadID, tail, LogsOptions{})
+}
+
+// WorkloadLogsWith is WorkloadLogs narrowed by opt: the workload's shipped log merged with its
+// node's live tail, answered from the shipped log alone (Detail says so) when the node is gone.
+func (c *Client) WorkloadLogsWith(ctx context.Context, workloadID string, tail int, opt LogsOptions) (*WorkloadLogs, error) {
 	q := url.Values{}
 	if tail > 0 {
 		q.Set("tail", strconv.Itoa(tail))
 	}
+	opt.set(q)
 	var out WorkloadLogs
 	if err := c.do(ctx, http.MethodGet, "/workloads/"+url.PathEscape(workloadID)+"/logs", q, nil, "", true, &out); err != nil {
 		return nil, err
@@ -59,6 +86,14 @@ func (c *Client) NodeLogs(ctx context.Context, nodeID, workloadID string, tail i
 // ended because the client's bearer stopped being valid (revoked, rotated).
 func (c *Client) FollowWorkloadLogs(ctx context.Context, workloadID string, tail int, fn func(node.LogLine) error) error {
 	return c.followLogs(ctx, "/workloads/"+url.PathEscape(workloadID)+"/logs", url.Values{}, tail, fn)
+}
+
+// FollowWorkloadLogsWith is FollowWorkloadLogs narrowed by opt. It returns
+// [ErrLiveTailUnavailable] after the shipped lines when the workload's node cannot be asked.
+func (c *Client) FollowWorkloadLogsWith(ctx context.Context, workloadID string, tail int, opt LogsOptions, fn func(node.LogLine) error) error {
+	q := url.Values{}
+	opt.set(q)
+	return c.followLogs(ctx, "/workloads/"+url.PathEscape(workloadID)+"/logs", q, tail, fn)
 }
 
 // FollowNodeLogs is FollowWorkloadLogs addressed to a node, for a workload
@@ -95,6 +130,9 @@ func (c *Client) followLogs(ctx context.Context, path string, q url.Values, tail
 		return fmt.Errorf("GET %s: %w", path, err)
 	}
 	// The server's trailer says why the stream ended (docs/api.md section 9).
+	if resp.Trailer.Get("Berth-Stream-End") == "live_unavailable" {
+		return ErrLiveTailUnavailable
+	}
 	if resp.Trailer.Get("Berth-Stream-End") == "unauthenticated" {
 		return &APIError{Status: http.StatusUnauthorized, Problem: Problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
 			Detail: "the log stream ended: the token was revoked, rotated or outdated"}}
