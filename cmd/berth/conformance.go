@@ -115,7 +115,11 @@ advertises nothing cannot pass a job that needs it.`,
 				return gatewayArgs(state, listen)
 			}
 			if resetCommand != "" && kind != "provider" {
-				return fmt.Errorf("--reset-command is for providers (--kind provider); network plugins have --teardown-arg")
+				msg := "--reset-command is for providers (--kind provider)"
+				if kind == "network" {
+					msg += "; network plugins have --teardown-arg"
+				}
+				return errors.New(msg)
 			}
 			if len(requireCaps) > 0 && kind == "network" {
 				return fmt.Errorf("--require-capability: the network suite has no capability-gated case")

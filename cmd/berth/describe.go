@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,7 +14,7 @@ import (
 
 func newDescribeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "describe service NAME | node ID",
+		Use:   "describe service NAME | job NAME | node ID",
 		RunE:  groupRunE,
 		Short: "Show one object in detail",
 	}
@@ -142,6 +143,11 @@ func (a *app) describeService(svc *client.Service) {
 		field("Image", imageCell(svc.Container))
 	}
 	field("Command", orDash(strings.Join(svc.Command, " ")))
+	// A job runs to completion: no port, domains, replicas, verdict or health check.
+	job := svc.Kind == "job" && svc.Job != nil
+	if job {
+		a.describeJob(field, svc)
+	}
 	port := "-"
 	switch {
 	case svc.Port != 0 && container:
@@ -149,13 +155,17 @@ func (a *app) describeService(svc *client.Service) {
 	case svc.Port != 0:
 		port = fmt.Sprintf("%d (process workloads get a free $PORT; see ADDRESS below)", svc.Port)
 	}
-	field("Port", port)
-	field("Domains", orDash(strings.Join(svc.Domains, ", ")))
+	if !job {
+		field("Port", port)
+		field("Domains", orDash(strings.Join(svc.Domains, ", ")))
+	}
 	tlsMode := orDefault(svc.TLS.Mode, "none")
 	if svc.TLS.Secret != "" {
 		tlsMode += " (secret " + svc.TLS.Secret + ")"
 	}
-	field("TLS", tlsMode)
+	if !job {
+		field("TLS", tlsMode)
+	}
 	for i, c := range svc.Certificates {
 		line := c.Hostname + ": " + certificateState(c)
 		if c.LastError != "" {
@@ -167,12 +177,14 @@ func (a *app) describeService(svc *client.Service) {
 			fmt.Fprintf(tw, "\t%s\n", line)
 		}
 	}
-	field("Replicas", fmt.Sprintf("%d desired, %d ready", svc.Replicas, svc.Ready))
-	verdict := "-"
-	if svc.Verdict != nil {
-		verdict = svc.Verdict.String()
+	if !job {
+		field("Replicas", fmt.Sprintf("%d desired, %d ready", svc.Replicas, svc.Ready))
+		verdict := "-"
+		if svc.Verdict != nil {
+			verdict = svc.Verdict.String()
+		}
+		field("Verdict", verdict)
 	}
-	field("Verdict", verdict)
 	if len(svc.Volumes) > 0 {
 		var vs []string
 		for _, v := range svc.Volumes {
@@ -188,9 +200,10 @@ func (a *app) describeService(svc *client.Service) {
 		}
 		field("Volumes", strings.Join(vs, ", ")+" ("+where+")")
 	}
-	hc := svc.HealthCheck
-	field("Health check", fmt.Sprintf("GET %s every %s, timeout %s, unhealthy after %s failures",
-		orDefault(hc.Path, "/"), secondsOr(hc.IntervalS, "10s"), secondsOr(hc.TimeoutS, "2s"), countOr(hc.Failures, "3")))
+	if hc := svc.HealthCheck; !job {
+		field("Health check", fmt.Sprintf("GET %s every %s, timeout %s, unhealthy after %s failures",
+			orDefault(hc.Path, "/"), secondsOr(hc.IntervalS, "10s"), secondsOr(hc.TimeoutS, "2s"), countOr(hc.Failures, "3")))
+	}
 	if len(svc.Env) == 0 {
 		field("Env", "-")
 	} else {
@@ -257,4 +270,34 @@ func countOr(n int, def string) string {
 		return def
 	}
 	return fmt.Sprint(n)
+}
+
+// describeJob prints what a job adds (docs/jobs.md section 7): its schedule and next fire time,
+// concurrency policy, timeout, retries, starting deadline, the runs it keeps, and whether its
+// schedule is held.
+func (a *app) describeJob(field func(string, any), svc *client.Service) {
+	j := svc.Job
+	field("Kind", "job")
+	sched := "(on demand: berth job run " + svc.Name + ")"
+	if j.Schedule != "" {
+		sched = j.Schedule + " (" + orDefault(j.TimeZone, "UTC") + ")"
+	}
+	field("Schedule", sched)
+	next := "-"
+	switch {
+	case svc.Suspended:
+		next = "- (suspended: berth job resume " + svc.Name + ")"
+	case svc.NextFire != nil:
+		next = svc.NextFire.Local().Format(time.DateTime+" MST") + " (in " + time.Until(*svc.NextFire).Round(time.Second).String() + ")"
+	}
+	field("Next fire", next)
+	field("Concurrency", orDefault(j.Concurrency, "forbid"))
+	timeout := "none"
+	if j.TimeoutS > 0 {
+		timeout = (time.Duration(j.TimeoutS) * time.Second).String() + " per attempt"
+	}
+	field("Timeout", timeout)
+	field("Retries", j.Retries)
+	field("Starting deadline", (time.Duration(j.StartingDeadlineS) * time.Second).String())
+	field("Keep history", fmt.Sprintf("%d runs", j.KeepHistory))
 }

@@ -50,8 +50,11 @@ func newJobLsCmd(a *app) *cobra.Command {
 		Long: `ls lists the project's jobs with their schedule, concurrency policy and newest run.
 
 With --platform it lists berthd's own periodic work instead (registry garbage
-collection, the expiry of idempotency records, backup schedules): when each last
-ran, how it ended, and how many of its passes failed (docs/jobs.md section 10).`,
+collection, the expiry of idempotency records, backup schedules, log retention):
+when each last ran, how it ended, and how many of its passes failed (docs/jobs.md
+section 10). A task is listed from its first pass on: idempotency expiry a minute
+after berthd starts, registry GC after 3 minutes, log retention after its interval
+(10 minutes by default).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, s, err := a.apiClient(cmd)

@@ -16,6 +16,7 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/deploy"
 	"github.com/berthhq/berth/core/identity"
+	"github.com/berthhq/berth/core/jobs"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/rollout"
 	"github.com/berthhq/berth/core/services"
@@ -62,6 +63,17 @@ func toAPIService(s *services.Service, ready int) client.Service {
 	}
 	if s.Backup != nil {
 		out.Backup = &client.BackupSpec{Cron: s.Backup.Cron, Keep: s.Backup.Keep, Drill: s.Backup.Drill}
+	}
+	if s.IsJob() && s.Job != nil {
+		j := s.Job
+		out.Kind, out.Suspended = s.Kind, j.Suspended
+		out.Job = &client.JobSpec{Schedule: j.Schedule, TimeZone: j.TimeZone, Concurrency: j.Concurrency, TimeoutS: j.TimeoutS,
+			Retries: j.Retries, StartingDeadlineS: j.StartingDeadlineS, KeepHistory: j.KeepHistory}
+		if j.Schedule != "" && !j.Suspended {
+			if next := jobs.Next(jobs.Schedule{Cron: j.Schedule, TimeZone: j.TimeZone}, time.Now()); !next.IsZero() {
+				out.NextFire = &next
+			}
+		}
 	}
 	return out
 }

@@ -585,7 +585,13 @@ func (c *Controller) Cancel(ctx context.Context, id, why string) error {
 		if r.State.Final() {
 			return nil
 		}
-		f := store.Fields{"state": RunCancelled, "message": why, "ended_at": c.cfg.Now().UTC()}
+		now := c.cfg.Now().UTC()
+		f := store.Fields{"state": RunCancelled, "message": why, "ended_at": now}
+		if !r.StartedAt.IsZero() {
+			// It ran until now: its duration, and at least the attempt that was running.
+			f["duration_s"] = max(0, now.Sub(r.StartedAt).Seconds())
+			f["attempts"] = max(r.Attempts, 1)
+		}
 		if _, err := c.cfg.Store.SetIfRevision(ctx, RunsCollection, r.ID, r.Revision, f); err != nil {
 			return err
 		}

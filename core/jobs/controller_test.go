@@ -201,3 +201,30 @@ func TestPassRemovesTheWorkloadOfAnEndedRun(t *testing.T) {
 		t.Fatalf("the ended run's workload is still there: %+v", wls)
 	}
 }
+
+// TestCancelRecordsDurationAndAttempt: a run cancelled while its process runs is recorded with
+// how long it ran and the attempt that was running (a trial found both zero).
+func TestCancelRecordsDurationAndAttempt(t *testing.T) {
+	t0 := utc("2026-12-02T10:00:01Z")
+	f := newControllerFixture(t, services.ConcurrencyAllow, t0)
+	f.pass(t, t0.Add(time.Second))
+	byFire, _ := f.runs(t)
+	r := byFire[t0.Add(time.Second)]
+	if r.State != jobs.RunRunning {
+		t.Fatalf("run %+v, want running", r)
+	}
+	if _, err := f.st.SetIfRevision(testCtx(t), jobs.RunsCollection, r.ID, r.Revision, store.Fields{"started_at": t0.Add(1500 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Set(t0.Add(4500 * time.Millisecond))
+	if err := f.c.Cancel(testCtx(t), r.ID, "asked"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.c.Get(testCtx(t), r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != jobs.RunCancelled || got.DurationS != 3 || got.Attempts != 1 {
+		t.Errorf("cancelled run: state %s, duration %v s, attempts %d; want cancelled, 3 s, 1", got.State, got.DurationS, got.Attempts)
+	}
+}

@@ -428,6 +428,13 @@ type Service struct {
 	// acme or manual (GET of one service only).
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
 	Stream       bool                `json:"stream,omitempty"`
+	// Kind and Job are as in ServiceSpec, Job with its defaults filled in; for a job, Suspended
+	// says whether its schedule is held and NextFire is its next fire time (absent when it has
+	// no schedule or is suspended). docs/jobs.md section 7.
+	Kind      string     `json:"kind,omitempty"`
+	Job       *JobSpec   `json:"job,omitempty"`
+	Suspended bool       `json:"suspended,omitempty"`
+	NextFire  *time.Time `json:"next_fire,omitempty"`
 	// Labels and CapacityUnits are as in ServiceSpec.
 	Labels        map[string]string `json:"labels,omitempty"`
 	CapacityUnits int               `json:"capacity_units,omitempty"`
