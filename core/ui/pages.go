@@ -347,6 +347,8 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 		return loadRegistry(ctx, c)
 	case "secrets":
 		return loadSecrets(ctx, c)
+	case "jobs":
+		return loadJobs(ctx, c)
 	case "access":
 		return loadAccess(ctx, c)
 	case "plugins":

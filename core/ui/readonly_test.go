@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/berthhq/berth/core/api"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/jobs"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/secrets"
@@ -235,4 +237,33 @@ func TestPluginsPage(t *testing.T) {
 	if _, body := get(t, hc, f.srv.URL, "/ui/plugins"); strings.Contains(body, configValue) {
 		t.Fatal("the plugins page renders a binding's config")
 	}
+}
+
+// TestJobsPage sees a job with its schedule and policy and a platform task with its last pass,
+// as berth job ls and berth job ls --platform show them.
+func TestJobsPage(t *testing.T) {
+	f := newFixtureAPI(t, false, nil, func(st *store.Store, _ *bundles.Store, c *api.Config) {
+		jc, err := jobs.NewController(jobs.ControllerConfig{Store: st, Catalog: c.Catalog, Nodes: c.Nodes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Jobs = jc
+		c.Platform = jobs.NewPlatform(st, nil)
+		if err := c.Platform.Record(context.Background(), "registry.gc", time.Hour, time.Now().Add(-time.Minute), errors.New("blob store unreachable")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx := context.Background()
+	p, err := f.cat.GetProject(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &services.Service{Name: "report", Kind: services.KindJob, Bundle: "report", BundleDigest: "sha256:" + strings.Repeat("ab", 32),
+		Command: []string{"./report"}, Job: &services.JobSettings{Schedule: "*/5 * * * *", TimeZone: "Europe/Berlin", Concurrency: services.ConcurrencyForbid, StartingDeadlineS: 300, KeepHistory: 20}}
+	if _, _, err := f.cat.PutService(ctx, p, job, nil); err != nil {
+		t.Fatal(err)
+	}
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/jobs", nav: "/ui/jobs",
+		want: []string{`href="/ui/services/default/report">default/report</a>`, "*/5 * * * *", "Europe/Berlin", "<td>forbid</td>", "no run yet",
+			"<td>registry.gc</td>", `class="state bad">failed<`, "1 / 1", "blob store unreachable"}})
 }

@@ -15,7 +15,7 @@ import (
 
 // pageNames are the page templates under templates/, each parsed with layout.html. A page
 // template defines "main" (the page's body) and, for a page with a live region, "live".
-var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains", "registry", "secrets", "access", "plugins"}
+var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains", "registry", "secrets", "access", "plugins", "jobs"}
 
 // parsePages parses every page with the layout and the shared helpers.
 func parsePages() map[string]*template.Template {
@@ -143,7 +143,7 @@ func shortDigest(s string) string {
 // stateClass is the CSS class of a verdict or status.
 func stateClass(state string) string {
 	switch state {
-	case "refused", "crashed", "failed", "disconnected", "quarantined", "unhealthy", "deny", "error":
+	case "refused", "crashed", "failed", "timed_out", "disconnected", "quarantined", "unhealthy", "deny", "error":
 		return "bad"
 	case "waiting", "converging", "draining", "pending", "starting", "queued", "leased", "retry", "expiring", "renewing", "restarting":
 		return "warn"

@@ -158,6 +158,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /ui/domains", h.authed(h.domainsPage))
 	m.HandleFunc("GET /ui/registry", h.authed(h.registryPage))
 	m.HandleFunc("GET /ui/secrets", h.authed(h.secretsPage))
+	m.HandleFunc("GET /ui/jobs", h.authed(h.jobsPage))
 	m.HandleFunc("GET /ui/access", h.authed(h.accessPage))
 	m.HandleFunc("GET /ui/plugins", h.authed(h.pluginsPage))
 	m.HandleFunc("GET /ui/stream/{page}", h.authed(h.stream))

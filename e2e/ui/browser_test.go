@@ -407,6 +407,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/secrets", "#secrets", "secrets"},
 		{"/ui/access", "#access", "access"},
 		{"/ui/plugins", "#plugins", "plugins"},
+		{"/ui/jobs", "#jobs", "jobs"},
 		{"/ui/operations", "#operations", "operations"},
 		{"/ui/changelog", "#changelog", "changelog"},
 	} {
