@@ -377,7 +377,11 @@ An unknown field is an error.`,
 					if svc.Changed != nil && !*svc.Changed {
 						verb = "unchanged" // the server already held exactly this; nothing was written
 					}
-					fmt.Fprintf(a.stdout, "service %s/%s %s (revision %d)\n", project, d.Name, verb, svc.Revision)
+					kind := "service"
+					if svc.Kind == "job" {
+						kind = "job"
+					}
+					fmt.Fprintf(a.stdout, "%s %s/%s %s (revision %d)\n", kind, project, d.Name, verb, svc.Revision)
 				}
 			}
 			if a.output == outputJSON {

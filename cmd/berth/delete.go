@@ -19,8 +19,8 @@ func newDeleteCmd(a *app) *cobra.Command {
 	var purge bool
 	svc := &cobra.Command{
 		Use:     "service NAME",
-		Aliases: []string{"svc", "services"},
-		Short:   "Delete a service; its workloads are stopped, then it is removed",
+		Aliases: []string{"svc", "services", "job"},
+		Short:   "Delete a service (or a job: delete job NAME); its workloads are stopped, then it is removed",
 		Long: `service deletes one service of the project. The service is marked deleting at
 once: its routes are withdrawn and it accepts no writes. Its workloads are then
 stopped and removed by the nodes, and the service disappears once every node
@@ -32,6 +32,7 @@ Its volumes are kept on the nodes unless --purge-volumes is given: then each
 node that holds a workload of the service removes the service's volume
 directories once the workload is gone, before it acknowledges the removal.`,
 		Example: `  berth delete service hello
+  berth delete job nightly-report
   berth delete service db --purge-volumes
   berth delete service hello --project shop --expected-revision 4`,
 		Args: cobra.ExactArgs(1),
