@@ -21,7 +21,8 @@ import (
 const orphanScript = `trap "" TERM; sleep 3600 & echo started; wait`
 
 // startOrphaning starts orphanScript as id, kills its shell with SIGKILL and
-// returns the workload's process group id once only the grandchild is left.
+// returns the workload's process group id once only the grandchild is left
+// and the driver reports the workload exited.
 func (f *fixture) startOrphaning(d *Driver, id string) int {
 	f.t.Helper()
 	r, err := d.Start(context.Background(), &runtime.StartRequest{
@@ -44,6 +45,11 @@ func (f *fixture) startOrphaning(d *Driver, id string) int {
 	waitFor(f.t, 10*time.Second, "the shell gone, its grandchild left", func() bool {
 		m := groupMembers(pgid)
 		return len(m) == 1 && !slices.Contains(m, pgid)
+	})
+	// The driver reports the exit once its reaper took the shell's code and
+	// the log writer drained (at most 5 s), not the moment the shell is gone.
+	waitFor(f.t, 10*time.Second, id+" reported exited", func() bool {
+		return inspect(f.t, d, id).State == runtime.StateExited
 	})
 	return pgid
 }
