@@ -106,8 +106,9 @@ func VolumeEnv(name string) string {
 // (PORT, HOST, BERTH_*): the service's own, then, where it sets none, PATH ([DefaultPath]),
 // HOME (the first volume's directory, else the app directory) and TMPDIR (dir/tmp, emptied by
 // the workload's removal). It creates the volume directories (0700) and TMPDIR, sets
-// BERTH_VOLUME_<NAME> for each volume, and for a workload run from a bundle (no image) points
-// the service's [AppLink] at appDir and names it in BERTH_APP_DIR.
+// BERTH_VOLUME_<NAME> for each volume, and for a workload run from a bundle (no image) of a
+// named project and service points the service's [AppLink] at appDir and names it in
+// BERTH_APP_DIR.
 func (l *Loop) workloadEnv(spec *node.WorkloadSpec, dir, appDir string) (map[string]string, error) {
 	env := make(map[string]string, len(spec.Env)+8)
 	home := appDir
@@ -129,7 +130,7 @@ func (l *Loop) workloadEnv(spec *node.WorkloadSpec, dir, appDir string) (map[str
 		return nil, fmt.Errorf("create TMPDIR of %s: %w", spec.WorkloadID, err)
 	}
 	env["PATH"], env["HOME"], env["TMPDIR"] = DefaultPath, home, tmp
-	if spec.Image == "" {
+	if spec.Image == "" && spec.Project != "" && spec.Service != "" {
 		link, err := l.linkAppDir(spec, appDir)
 		if err != nil {
 			return nil, err
