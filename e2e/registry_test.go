@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/berthhq/berth/internal/wasmtest"
 	"github.com/berthhq/berth/sdk/client"
 )
 
@@ -107,7 +109,8 @@ func TestCranePushesToBerthRegistry(t *testing.T) {
 // TestCranePushIsFollowedAfterItIsAnswered: a container service follows default/web:main
 // (deploy_on_push). crane pushes a new image to the tag and exits 0; berthd then rolls the
 // service to the pushed digest, and berth release list shows the tag's follow as followed (a
-// tag no service follows shows -).
+// tag no service follows shows -); with a bound policy that refuses, the next push is still answered
+// and its follow shows refused(policy) while the service keeps its digest.
 func TestCranePushIsFollowedAfterItIsAnswered(t *testing.T) {
 	t.Parallel()
 	crane := craneBinary(t)
@@ -165,4 +168,35 @@ func TestCranePushIsFollowedAfterItIsAnswered(t *testing.T) {
 		ok := strings.HasSuffix(svc.Container.Image, "@"+d2) && follows["main "+d2] == "followed" && follows["other "+other] == "-"
 		return ok, svc.Container.Image + "\n" + out
 	})
+
+	// A bound service.apply policy refuses every change: the next push is still answered (crane
+	// exits 0: the manifest is stored), its follow is refused, berth release list says so, and
+	// the service keeps the digest it ran (docs/deploy.md section 3).
+	path := filepath.Join(cl.dir, "refuse-all.wasm")
+	deny := `{"decision":"deny","reasons":["pushed images wait for review"]}`
+	if err := os.WriteFile(path, wasmtest.Policy(wasmtest.PolicyOptions{Name: "refuse-all", Answer: deny}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var m client.Module
+	if err := json.Unmarshal([]byte(cl.cli(t, "module", "push", path, "-o", "json")), &m); err != nil {
+		t.Fatal(err)
+	}
+	cl.cli(t, "module", "bind", m.Digest, "--hook", "service.apply")
+	d3 := push("main")
+	waitFor(t, 60*time.Second, "the follow of the refused push shows refused(policy)", func() (bool, string) {
+		out := cl.cli(t, "release", "list", "web")
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 4 && f[0] == "main" && f[1] == d3 {
+				return f[3] == "refused(policy)", out
+			}
+		}
+		return false, out
+	})
+	svc, err := cl.c.GetService(ctx, "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(svc.Container.Image, "@"+d2) {
+		t.Fatalf("after a refused follow web runs %s, want the digest it ran, %s", svc.Container.Image, d2)
+	}
 }

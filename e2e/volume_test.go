@@ -41,6 +41,7 @@ func keeperBundle(t *testing.T, dir string) string {
 	// exited: a stop-before-start replacement writes the old attempt's "stopped" line before
 	// the new attempt's start.
 	script := "#!/bin/sh\necho \"$BERTH_WORKLOAD_ID $HOME $PATH\" >> \"$BERTH_VOLUME_DATA/starts\"\n" +
+		"echo \"$BERTH_APP_DIR $(cd \"$BERTH_APP_DIR\" && pwd -P) $(pwd -P)\" >> \"$BERTH_VOLUME_DATA/appdirs\"\n" +
 		"./go-httpbin & pid=$!\n" +
 		"trap 'kill $pid 2>/dev/null; wait $pid; echo \"$BERTH_WORKLOAD_ID stopped\" >> \"$BERTH_VOLUME_DATA/starts\"; exit 0' TERM\n" +
 		"wait $pid\n"
@@ -143,6 +144,28 @@ func TestVolumeKeptAcrossRolloutAndAgentRestart(t *testing.T) {
 	}
 	if out := cl.cli(t, "get", "services"); !strings.Contains(out, "converged") {
 		t.Errorf("get services shows no converged verdict for the stateful service:\n%s", out)
+	}
+	// BERTH_APP_DIR is the same path in both attempts, and at each start it led to that
+	// attempt's own app directory (its working directory), which changed with the rollout.
+	b, err := os.ReadFile(filepath.Join(vol, "appdirs"))
+	if err != nil {
+		t.Fatalf("the workload wrote no app directory line: %v", err)
+	}
+	link := filepath.Join(agentDir, "apps", "default", "db")
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("app directory lines %q, want one per start", lines)
+	}
+	var wds []string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 3 || f[0] != link || f[1] != f[2] {
+			t.Fatalf("app directory line %q: want %s, then the directory it led to equal to the working directory", l, link)
+		}
+		wds = append(wds, f[2])
+	}
+	if wds[0] == wds[1] {
+		t.Fatalf("both attempts ran in %s: the rollout was to change the app directory", wds[0])
 	}
 
 	// The agent is killed and started again: the workload is adopted, the volume is still there.

@@ -25,6 +25,20 @@ func exitingBundle(t *testing.T, dir string, code int) string {
 	return dir
 }
 
+// hogBundle writes a release whose ./app doubles a shell string 24 times (256 MiB, more with the
+// shell's copies), then sleeps: over any limit of a few MiB, and bounded where none is set.
+func hogBundle(t *testing.T, dir string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\nx=0123456789abcdef\ni=0\nwhile [ $i -lt 24 ]; do x=\"$x$x\"; i=$((i+1)); done\nsleep 600\n"
+	if err := os.WriteFile(filepath.Join(dir, "app"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // rolloutJSON is `berth rollout status NAME --watch=false -o json`.
 func (cl *cluster) rolloutJSON(t *testing.T, name string) client.RolloutStatus {
 	t.Helper()
@@ -117,6 +131,29 @@ func TestSayWhyAndAutoRollback(t *testing.T) {
 		out, errOut, code := cl.berth(t, cl.token, "", "logs", "crash", "--previous")
 		return code == 0 && strings.Contains(out, "release gives up"), out + errOut
 	})
+
+	// A release that grows without bound under a 32 MiB limit: the process driver runs it in
+	// its memory cgroup (the agent runs as root here), the kernel's OOM killer ends it, and
+	// every view names oom, not a bare exit 137 (docs/placement.md section 4).
+	// The limit is the runtime spec's (docs/reconciliation.md section 1), written before the
+	// replica exists, so the release never runs unlimited.
+	zero := 0
+	hog := good
+	hog.Bundle, hog.Command, hog.Replicas = "hog", []string{"./app"}, &zero
+	cl.pushBundle(t, hogBundle(t, filepath.Join(t.TempDir(), "hog")), "hog")
+	if _, err := cl.c.ApplyService(ctx, "default", "hog", hog); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := cl.c.GetRuntimeSpec(ctx, "default", "hog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := doc.Spec
+	rs.Replicas.Total, rs.Resources.MemoryBytes = 1, 32<<20
+	if _, err := cl.c.PutRuntimeSpec(ctx, "default", "hog", client.SpecWrite{Spec: rs} /* no operator spec was read */); err != nil {
+		t.Fatal(err)
+	}
+	cl.waitSaysWhy(t, "hog", "crash-loop: oom", "oom: killed by the OOM killer over its memory limit")
 
 	// A short progress deadline with auto_rollback: the stalled rollout of web is failed, an
 	// event says so, and the previous release (health check /status/200) comes back.

@@ -170,10 +170,10 @@ func TestCommandExpansionDocumented(t *testing.T) {
 }
 
 // TestAppDirDocumented: the node protocol says the app directory changes with every rollout
-// and names the stable path (a volume) instead.
+// and names the stable path, BERTH_APP_DIR, with the directory the agent keeps it in.
 func TestAppDirDocumented(t *testing.T) {
 	doc := strings.Join(strings.Fields(readDoc(t, moduleRoot(t), "docs/node-protocol.md")), " ")
-	if !strings.Contains(doc, "absolute path changes with every rollout") || !strings.Contains(doc, "no stable `BERTH_APP_DIR`") {
+	if !strings.Contains(doc, "absolute path changes with every rollout") || !strings.Contains(doc, "The stable path is `BERTH_APP_DIR`: `DATA/apps/<project>/<service>`") {
 		t.Error("docs/node-protocol.md does not say the app directory changes with every rollout and what is stable")
 	}
 }

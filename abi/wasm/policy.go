@@ -51,7 +51,8 @@ func (h Hook) Valid() bool {
 //     unchanged.
 //   - "1.2" (2026-12): service.apply inputs carry cause, what made the change
 //     ([Cause]); other hooks leave it out. A policy that ignores it decides as before.
-//     rollout.rebalance joined the causes later in the same month.
+//     rollout.rebalance, job.control and job.command joined the causes later in the same
+//     month, and rollout.pause, rollout.resume and rollout.restart on 2026-12-03.
 //   - "1.1" (ABI 1.1, 2026-12): the service object carries every field the
 //     API accepts: health_check, placement_mode, lease, runtime, image,
 //     user, memory_mb, cpu_millis; every object is closed (no other field).
@@ -90,7 +91,8 @@ type PolicyInput struct {
 // Cause names what made a change to what a service runs, as service.apply sees it
 // (docs/deploy.md): an API apply, a release promotion, a registry push to a followed
 // tag, a secret's new version, a binding's credentials, an operator's undo, the
-// automatic rollback of a failed rollout or an operator's rebalance.
+// automatic rollback of a failed rollout, an operator's rebalance, pause, resume or
+// restart of a rollout, and a job's control or one-off command.
 type Cause string
 
 // Causes of a service.apply admission.
@@ -105,6 +107,14 @@ const (
 	// CauseRolloutRebalance: an operator's rebalance recorded replica moves on the
 	// service (its declaration is unchanged).
 	CauseRolloutRebalance Cause = "rollout.rebalance"
+	// CauseRolloutPause, CauseRolloutResume, CauseRolloutRestart: an operator paused,
+	// resumed or restarted a service's rollout (berth rollout pause|resume|restart;
+	// docs/reconciliation.md section 5.2). The object is the service as stored: a pause and a
+	// resume change no declared field, a restart replaces every replica with the same
+	// declaration.
+	CauseRolloutPause   Cause = "rollout.pause"
+	CauseRolloutResume  Cause = "rollout.resume"
+	CauseRolloutRestart Cause = "rollout.restart"
 	// CauseJobControl: an operator suspended or resumed a job's schedule (berth job
 	// suspend|resume; docs/jobs.md section 7).
 	CauseJobControl Cause = "job.control"
@@ -117,7 +127,8 @@ const (
 // Causes returns every [Cause], in documentation order.
 func Causes() []Cause {
 	return []Cause{CauseAPIPut, CauseReleasePromote, CauseRegistryPush, CauseSecretRollover, CauseBindingPublish,
-		CauseRolloutUndo, CauseAutoRollback, CauseRolloutRebalance, CauseJobControl, CauseJobCommand}
+		CauseRolloutUndo, CauseAutoRollback, CauseRolloutRebalance, CauseRolloutPause, CauseRolloutResume, CauseRolloutRestart,
+		CauseJobControl, CauseJobCommand}
 }
 
 // Actor is who asked: Kind "token" (an API token, ID its id), "node" (a node

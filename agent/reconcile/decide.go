@@ -376,7 +376,7 @@ func Crash(rec localstore.Workload, st *runtime.WorkloadState, now time.Time) lo
 	f := node.ExitFailure(code, now, failureCount(rec.LastFailure)+1)
 	if st != nil && st.ExitReason == runtime.ExitReasonOOM {
 		// The driver saw its OOM killer end it: over the memory limit, not a crash of its own.
-		f.Kind, f.Message = node.FailureOOM, "killed by the kernel's OOM killer: over its memory limit"
+		f.Kind, f.Message = node.FailureOOM, "killed by the OOM killer over its memory limit"
 	}
 	rec.LastFailure = &f
 	return rec

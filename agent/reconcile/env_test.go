@@ -29,7 +29,8 @@ func TestWorkloadEnv(t *testing.T) {
 	}
 	vol := filepath.Join(data, "volumes", "shop", "db", "data")
 	want := map[string]string{"PATH": DefaultPath, "HOME": vol, "TMPDIR": filepath.Join(dir, "tmp"), "GREETING": "hi",
-		"BERTH_VOLUME_DATA": vol, "BERTH_VOLUME_WAL_LOGS": filepath.Join(data, "volumes", "shop", "db", "wal-logs")}
+		"BERTH_VOLUME_DATA": vol, "BERTH_VOLUME_WAL_LOGS": filepath.Join(data, "volumes", "shop", "db", "wal-logs"),
+		"BERTH_APP_DIR": filepath.Join(data, "apps", "shop", "db")}
 	if len(env) != len(want) {
 		t.Fatalf("env %v, want %v", env, want)
 	}
@@ -42,6 +43,29 @@ func TestWorkloadEnv(t *testing.T) {
 		if st, err := os.Stat(d); err != nil || !st.IsDir() || st.Mode().Perm() != 0o700 {
 			t.Errorf("%s: %v %v", d, st, err)
 		}
+	}
+	// BERTH_APP_DIR is a stable path: a link to the app directory of the workload started last.
+	if got, err := os.Readlink(want["BERTH_APP_DIR"]); err != nil || got != app {
+		t.Fatalf("app link -> %q, %v; want %q", got, err, app)
+	}
+	app2 := filepath.Join(data, "workloads", "wl_a2", "app")
+	spec2 := &node.WorkloadSpec{WorkloadID: "wl_a2", Project: "shop", Service: "db"}
+	if env, err := l.workloadEnv(spec2, filepath.Dir(app2), app2); err != nil || env["BERTH_APP_DIR"] != want["BERTH_APP_DIR"] {
+		t.Fatalf("second workload: env %v, err %v", env, err)
+	}
+	if got, err := os.Readlink(want["BERTH_APP_DIR"]); err != nil || got != app2 {
+		t.Fatalf("after the second start the app link -> %q, %v; want %q", got, err, app2)
+	}
+	if st, err := os.Stat(filepath.Join(data, "apps", "shop")); err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("apps directory: %v %v", st, err)
+	}
+	// A container workload has no app directory of ours: no link, no variable.
+	spec2 = &node.WorkloadSpec{WorkloadID: "wl_img", Project: "shop", Service: "img", Image: "registry.test/shop/img@sha256:aa"}
+	if env, err := l.workloadEnv(spec2, dir, app); err != nil || env["BERTH_APP_DIR"] != "" {
+		t.Fatalf("container workload: env %v, err %v", env, err)
+	}
+	if _, err := os.Lstat(AppLink(data, "shop", "img")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("container workload got an app link: %v", err)
 	}
 	// A service's own PATH and HOME win; without volumes HOME is the app directory.
 	spec = &node.WorkloadSpec{WorkloadID: "wl_b", Project: "shop", Service: "web", Env: map[string]string{"PATH": "/opt/bin"}}

@@ -254,7 +254,8 @@ func TestStartThenRemoveUndesired(t *testing.T) {
 	}
 	wantEnv := map[string]string{"GREETING": "hi", "PORT": itoa(rec.Port), "HOST": "127.0.0.1",
 		"BERTH_WORKLOAD_ID": "wl_a", "BERTH_SERVICE": "web", "BERTH_PROJECT": "shop",
-		"PATH": DefaultPath, "HOME": filepath.Join(h.dir, "workloads", "wl_a", "app"), "TMPDIR": filepath.Join(h.dir, "workloads", "wl_a", "tmp")}
+		"PATH": DefaultPath, "HOME": filepath.Join(h.dir, "workloads", "wl_a", "app"), "TMPDIR": filepath.Join(h.dir, "workloads", "wl_a", "tmp"),
+		"BERTH_APP_DIR": filepath.Join(h.dir, "apps", "shop", "web")}
 	if !mapsEqual(req.Env, wantEnv) {
 		t.Errorf("env = %v, want %v", req.Env, wantEnv)
 	}

@@ -61,3 +61,34 @@ func TestApplyPrintsPolicyWarnings(t *testing.T) {
 		t.Errorf("apply -o json stderr %q; want the warnings there too", errOut)
 	}
 }
+
+// TestApplyRefusedUnderJSONIsJSON: an apply the API refuses prints, under -o json, one JSON
+// object on stdout naming the problem's code, status and message (and nothing else there), and
+// exits non-zero; without -o json the refusal is a line on stderr naming the code once.
+func TestApplyRefusedUnderJSONIsJSON(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem(w, 422, "validation_failed", "replicas must be between 0 and 1000")
+	}))
+	t.Cleanup(srv.Close)
+	c := newCLI(t)
+	base := []string{"--server", srv.URL, "--token", "brt_x", "--project", "shop"}
+	file := "name: web\nbundle: web\ncommand: [./server]\nreplicas: 5000\n"
+
+	out, _, code := c.run(file, append(base, "-o", "json", "apply", "-f", "-")...)
+	var refusal struct {
+		Error struct {
+			Message string `json:"message"`
+			Code    string `json:"code"`
+			Status  int    `json:"status"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(out), &refusal); code == 0 || err != nil || refusal.Error.Code != "validation_failed" ||
+		refusal.Error.Status != 422 || !strings.Contains(refusal.Error.Message, "replicas must be between") {
+		t.Fatalf("apply -o json refused: exit %d, stdout %q (%v)", code, out, err)
+	}
+	out, errOut, code := c.run(file, append(base, "apply", "-f", "-")...)
+	if code == 0 || out != "" || strings.Count(errOut, "validation_failed") != 1 || !strings.Contains(errOut, "replicas must be between") {
+		t.Fatalf("apply refused: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

@@ -267,10 +267,16 @@ func (a *app) failureCell(f *client.Failure, message string) string {
 	return a.failureLine(f, 60)
 }
 
-// failureLine is f in one line, its words cut to their last n characters: "probe /status/404 ->
-// 404 (x2, 5s ago)".
+// failureLine is f in one line, its words cut to their last n characters, the failure's kind
+// kept in front of a cut message: "probe /status/404 -> 404 (x2, 5s ago)", "oom: …its memory
+// limit (3s ago)".
 func (a *app) failureLine(f *client.Failure, n int) string {
-	what := tail(f.String(), n)
+	what := f.String()
+	if msg, ok := strings.CutPrefix(what, f.Kind+": "); ok && f.Kind != "" && len([]rune(what)) > n {
+		what = f.Kind + ": " + tail(msg, max(n-len(f.Kind)-2, 8))
+	} else {
+		what = tail(what, n)
+	}
 	if f.Count > 1 {
 		return fmt.Sprintf("%s (x%d, %s ago)", what, f.Count, a.since(f.At))
 	}

@@ -360,8 +360,9 @@ func (s *Server) retireNode(c echo.Context) error {
 }
 
 // rolloutControl serves POST /api/v1/projects/{p}/services/{s}/rollout/{pause,resume,restart}
-// (docs/reconciliation.md section 5.2): one compare-and-set on the service, in the change log.
-// The body may state expected_revision.
+// (docs/reconciliation.md section 5.2): a change of cause rollout.pause, rollout.resume or
+// rollout.restart through the deployer (admitted by the service.apply policies, then one
+// compare-and-set on the service, in the change log). The body may state expected_revision.
 func (s *Server) rolloutControl(action services.RolloutAction) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		var req revisionBody
@@ -370,17 +371,17 @@ func (s *Server) rolloutControl(action services.RolloutAction) echo.HandlerFunc 
 			return err
 		}
 		wctx, done := s.changeCtx(c)
-		out, wrote, err := s.cfg.Catalog.ControlRollout(wctx, p, svc.Name, action, req.ExpectedRevision)
+		res, err := s.deployer.ControlRollout(wctx, s.change(c, "", p, svc.Name, req.ExpectedRevision), action)
 		done()
+		s.policyWarnings(c, res.Warnings)
 		if err != nil {
-			return serviceError(err)
+			return deployError(err)
 		}
-		s.log.Info("rollout "+string(action), "project", p.Name, "service", svc.Name, "service_id", svc.ID, "revision", out.Revision,
-			"changed", wrote, "paused", out.RolloutPaused, "restart_generation", out.RestartGeneration)
-		if wrote {
+		out := res.Service
+		if res.Changed() {
 			s.awaitChange(c, "services", out.ID, out.LogOutbox)
 		}
-		return c.JSON(http.StatusOK, client.RolloutControl{Service: toAPIService(out, 0), Changed: wrote})
+		return c.JSON(http.StatusOK, client.RolloutControl{Service: toAPIService(out, 0), Changed: res.Changed()})
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
+	"github.com/berthhq/berth/core/store"
 )
 
 // This file holds the changes of the causes other than api.put, each one [Change] through
@@ -341,4 +342,71 @@ func (d *Deployer) AdmitCommand(ctx context.Context, ch Change, command []string
 		return nil, warnings, err
 	}
 	return cur, warnings, nil
+}
+
+// ControlRollout pauses, resumes or restarts the rollout of ch.Service (berth rollout
+// pause|resume|restart; docs/reconciliation.md section 5.2) as a change of cause rollout.pause,
+// rollout.resume or rollout.restart: the service.apply policies judge the service as stored (a
+// restart replaces every replica, a pause holds the rollout: both change what runs), and only
+// an admitted change is written, by [services.Catalog.ControlRollout], pinned to the revision
+// judged, with its change-log entry and reconcile request. Pausing a paused rollout and resuming
+// a running one are not judged and write nothing. Without ch.ExpectedRevision, a write lost to a
+// concurrent one is decided again under the store's retry policy. Errors: ErrServiceNotFound,
+// ErrServiceDeleting, ErrRevisionConflict (with ch.ExpectedRevision), ErrRolloutAction, and a
+// refusal as [Deployer.Apply] answers it.
+func (d *Deployer) ControlRollout(ctx context.Context, ch Change, action services.RolloutAction) (Result, error) {
+	switch action {
+	case services.RolloutPause:
+		ch.Cause = CauseRolloutPause
+	case services.RolloutResume:
+		ch.Cause = CauseRolloutResume
+	case services.RolloutRestart:
+		ch.Cause = CauseRolloutRestart
+	default:
+		return Result{}, fmt.Errorf("%w: %q", services.ErrRolloutAction, action)
+	}
+	ctx = ch.settleActors(ctx)
+	control := func() (Result, error) {
+		p := ch.Project
+		cur, err := d.cfg.Catalog.GetService(ctx, p, ch.Service)
+		if err != nil {
+			return Result{}, err
+		}
+		switch {
+		case ch.ExpectedRevision != nil && *ch.ExpectedRevision != cur.Revision:
+			return Result{}, fmt.Errorf("%w: service %s/%s is at revision %d, not %d", services.ErrRevisionConflict, p.Name, ch.Service, cur.Revision, *ch.ExpectedRevision)
+		case cur.Deleting:
+			return Result{}, fmt.Errorf("%w: %s/%s", services.ErrServiceDeleting, p.Name, ch.Service)
+		case action == services.RolloutPause && cur.RolloutPaused, action == services.RolloutResume && !cur.RolloutPaused:
+			return Result{Service: cur, Outcome: services.PutUnchanged}, nil
+		}
+		next := *cur
+		next.LogOutbox = nil
+		warnings, err := d.admit(ctx, ch, p, cur, &next)
+		if err != nil {
+			return Result{Warnings: warnings}, err
+		}
+		judged := cur.Revision
+		out, wrote, err := d.cfg.Catalog.ControlRollout(ctx, p, ch.Service, action, &judged)
+		if err != nil {
+			return Result{Warnings: warnings}, err
+		}
+		res := Result{Service: out, Outcome: services.PutUnchanged, Warnings: warnings}
+		if wrote {
+			res.Outcome = services.PutUpdated
+			d.log.Info("rollout "+string(action), "project", p.Name, "service", out.Name, "service_id", out.ID, "cause", ch.Cause,
+				"revision", out.Revision, "paused", out.RolloutPaused, "restart_generation", out.RestartGeneration)
+		}
+		return res, nil
+	}
+	if ch.ExpectedRevision != nil {
+		return control()
+	}
+	var res Result
+	err := store.RetryOnConflict(ctx, func() error {
+		var err error
+		res, err = control()
+		return err
+	}, services.ErrRevisionConflict)
+	return res, err
 }

@@ -53,6 +53,12 @@ const (
 	CauseAutoRollback = abiwasm.CauseAutoRollback
 	// CauseRolloutRebalance: POST .../rebalance (berth rebalance) records replica moves.
 	CauseRolloutRebalance = abiwasm.CauseRolloutRebalance
+	// CauseRolloutPause: POST .../rollout/pause (berth rollout pause), judged by [Deployer.ControlRollout].
+	CauseRolloutPause = abiwasm.CauseRolloutPause
+	// CauseRolloutResume: POST .../rollout/resume (berth rollout resume).
+	CauseRolloutResume = abiwasm.CauseRolloutResume
+	// CauseRolloutRestart: POST .../rollout/restart (berth rollout restart).
+	CauseRolloutRestart = abiwasm.CauseRolloutRestart
 	// CauseJobControl: POST .../jobs/{name}/suspend or /resume (berth job suspend|resume).
 	CauseJobControl = abiwasm.CauseJobControl
 	// CauseJobCommand: POST .../services/{s}/run (berth run), judged by [Deployer.AdmitCommand].
@@ -213,8 +219,27 @@ func (d *Deployer) Apply(ctx context.Context, ch Change) (Result, error) {
 	if ch.Project == nil || ch.Service == "" || ch.Cause == "" || (ch.Spec == nil) == (ch.Next == nil) {
 		return Result{}, fmt.Errorf("deploy: a change needs a cause, a project, a service and exactly one of Spec and Next")
 	}
+	ctx = ch.settleActors(ctx)
+	if ch.ExpectedRevision != nil {
+		// The caller judged a revision: a lost compare-and-set is its conflict to answer.
+		return d.apply(ctx, ch)
+	}
+	// Otherwise the chain is decided again over the service as it is now, under the store's one
+	// retry policy for lost compare-and-sets.
+	var res Result
+	err := store.RetryOnConflict(ctx, func() error {
+		var err error
+		res, err = d.apply(ctx, ch)
+		return err
+	}, services.ErrRevisionConflict)
+	return res, err
+}
+
+// settleActors fills the change's actors: a zero Actor takes the one ctx carries (a berthd
+// without a change log carries none) or the system's; a given Actor goes into the returned
+// context, which the change log reads; a zero PolicyActor is derived from Actor.
+func (ch *Change) settleActors(ctx context.Context) context.Context {
 	if ch.Actor == (changelog.Actor{}) {
-		// The change log records what ctx carries (a berthd without a change log carries none).
 		if a, ok := changelog.ActorFrom(ctx); ok {
 			ch.Actor = a
 		} else {
@@ -231,19 +256,7 @@ func (d *Deployer) Apply(ctx context.Context, ch Change) (Result, error) {
 			ch.PolicyActor.Kind = "token"
 		}
 	}
-	if ch.ExpectedRevision != nil {
-		// The caller judged a revision: a lost compare-and-set is its conflict to answer.
-		return d.apply(ctx, ch)
-	}
-	// Otherwise the chain is decided again over the service as it is now, under the store's one
-	// retry policy for lost compare-and-sets.
-	var res Result
-	err := store.RetryOnConflict(ctx, func() error {
-		var err error
-		res, err = d.apply(ctx, ch)
-		return err
-	}, services.ErrRevisionConflict)
-	return res, err
+	return ctx
 }
 
 // apply is one run of the chain.

@@ -244,6 +244,42 @@ func TestEveryCauseIsAdmitted(t *testing.T) {
 				_, err := e.dep.Rebalance(e.ctx, Change{Project: p, Service: "web"}, []services.RebalanceMove{{Replica: "1", From: "nod_a", To: "nod_b"}})
 				return err
 			}},
+		{CauseRolloutPause,
+			func(t *testing.T, p *services.Project) {
+				e.put(t, p, services.Service{Runtime: "containerd", Image: image(p, marked), Replicas: 1, Port: 8080})
+			},
+			func(t *testing.T, p *services.Project) error {
+				_, err := e.dep.ControlRollout(e.ctx, Change{Project: p, Service: "web"}, services.RolloutPause)
+				return err
+			}},
+		{CauseRolloutResume,
+			func(t *testing.T, p *services.Project) {
+				e.put(t, p, services.Service{Runtime: "containerd", Image: image(p, marked), Replicas: 1, Port: 8080})
+				if _, err := e.dep.ControlRollout(e.ctx, Change{Project: p, Service: "web"}, services.RolloutPause); err != nil {
+					t.Fatal(err)
+				}
+			},
+			func(t *testing.T, p *services.Project) error {
+				_, err := e.dep.ControlRollout(e.ctx, Change{Project: p, Service: "web"}, services.RolloutResume)
+				return err
+			}},
+		{CauseRolloutRestart,
+			func(t *testing.T, p *services.Project) {
+				e.put(t, p, services.Service{Runtime: "containerd", Image: image(p, marked), Replicas: 1, Port: 8080})
+			},
+			func(t *testing.T, p *services.Project) error {
+				_, err := e.dep.ControlRollout(e.ctx, Change{Project: p, Service: "web"}, services.RolloutRestart)
+				return err
+			}},
+		{CauseJobControl,
+			func(t *testing.T, p *services.Project) {
+				e.put(t, p, services.Service{Kind: services.KindJob, Runtime: "containerd", Image: image(p, marked), Replicas: 0,
+					Job: &services.JobSettings{Schedule: "@hourly", Concurrency: services.ConcurrencyForbid}})
+			},
+			func(t *testing.T, p *services.Project) error {
+				_, err := e.dep.SuspendJob(e.ctx, Change{Project: p, Service: "web"}, true)
+				return err
+			}},
 		{CauseJobCommand,
 			func(t *testing.T, p *services.Project) {
 				e.put(t, p, services.Service{Runtime: "containerd", Image: image(p, marked), Replicas: 1, Port: 8080})
@@ -273,6 +309,8 @@ func TestEveryCauseIsAdmitted(t *testing.T) {
 				t.Fatal(err)
 			}
 			if after.Revision != before.Revision || after.Image != before.Image || len(after.ResolvedSecrets) != len(before.ResolvedSecrets) ||
+				after.RolloutPaused != before.RolloutPaused || after.RestartGeneration != before.RestartGeneration ||
+				(after.Job != nil && before.Job != nil && after.Job.Suspended != before.Job.Suspended) ||
 				after.ResolvedSecrets["TOKEN"] != before.ResolvedSecrets["TOKEN"] || len(after.Secrets) != len(before.Secrets) {
 				t.Fatalf("%s: the service changed: revision %d -> %d, image %s -> %s, secrets %v -> %v", tc.cause,
 					before.Revision, after.Revision, before.Image, after.Image, before.ResolvedSecrets, after.ResolvedSecrets)

@@ -30,11 +30,13 @@ const (
 // ErrRolloutAction is returned by [Catalog.ControlRollout] for an action it does not know.
 var ErrRolloutAction = errors.New("berth: unknown rollout action")
 
-// ControlRollout applies action to the rollout of the service name in p with one
+// ControlRollout writes action to the rollout of the service name in p with one
 // compare-and-set on its revision (expected, when not nil, is the revision the caller read),
 // recorded in the change log as any service write, and returns the service after it and
 // whether it wrote. Pausing a paused service and resuming a running one write nothing
-// (idempotent); every restart writes a new generation. Errors: ErrServiceNotFound,
+// (idempotent); every restart writes a new generation. It judges nothing: the one caller
+// outside tests is core/deploy's ControlRollout, which runs the admission policies first and
+// passes the revision they judged as expected. Errors: ErrServiceNotFound,
 // ErrServiceDeleting, ErrRevisionConflict, ErrRolloutAction.
 func (c *Catalog) ControlRollout(ctx context.Context, p *Project, name string, action RolloutAction, expected *int64) (*Service, bool, error) {
 	cur, err := c.GetService(ctx, p, name)
