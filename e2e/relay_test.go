@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -160,6 +164,10 @@ func TestRelayInNamespaces(t *testing.T) {
 			t.Fatalf("berth cluster status edge does not show %q:\n%s", want, status)
 		}
 	}
+
+	// A node of the cluster may enroll directly, but its session is refused there: the cluster
+	// is reached only through its relay.
+	refuseDirectSession(t, cl)
 
 	// A service with a replica on each relayed node; their bundle comes through the relay.
 	cl.pushBundle(t, env.helloDir, "hello")
@@ -553,5 +561,45 @@ func pullThroughRelay(t *testing.T, cl *cluster, crane string, rn *relayNet) {
 	}
 	if out, err := run(rn.nodeNS[0], relayCA, "push", tar, relayHost+"/default/relayed:v2"); err == nil {
 		t.Fatalf("a push through the relay was accepted:\n%s", out)
+	}
+}
+
+// refuseDirectSession enrolls a node of cluster edge straight at berthd and dials its node
+// session there: 403 relay_required, before any session opens.
+func refuseDirectSession(t *testing.T, cl *cluster) {
+	t.Helper()
+	ctx := context.Background()
+	jt, err := cl.c.CreateJoinToken(ctx, client.JoinTokenRequest{Cluster: "edge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	en, err := cl.c.Enroll(ctx, client.EnrollRequest{JoinToken: jt.Token, PublicKey: base64.StdEncoding.EncodeToString(pub),
+		Hostname: "direct-edge", Address: "127.0.0.1", Capacity: client.Capacity{CPUs: 1, MemoryMB: 512}})
+	if err != nil {
+		t.Fatalf("enroll a node of edge directly: %v", err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(dctx, "wss://"+cl.api+"/api/v1/nodes/session", &websocket.DialOptions{HTTPClient: cl.hc,
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + en.Credential}}})
+	if err == nil {
+		_ = ws.CloseNow()
+		t.Fatal("berthd opened a direct session for a node of a cluster that requires a relay")
+	}
+	if resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("direct session of a node of edge: %v %v, want 403 relay_required", resp, err)
+	}
+	var p struct {
+		Code string `json:"code"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil || p.Code != "relay_required" {
+		t.Fatalf("direct session of a node of edge: code %q (%v), want relay_required", p.Code, err)
+	}
+	if err := cl.c.RemoveNode(ctx, en.NodeID); err != nil {
+		t.Fatal(err)
 	}
 }
