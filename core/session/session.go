@@ -266,7 +266,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusForbidden, abierrors.RelayClusterMismatch, "this node belongs to another cluster than the relay that carried it")
 		return
 	}
-	if _, carried := clusters.CarrierFrom(r.Context()); !carried && s.cfg.RelayRequired != nil && n.ClusterName() != clusters.Default {
+	// A removed node is let through, to be told it was removed (it stops dialling).
+	if _, carried := clusters.CarrierFrom(r.Context()); !carried && s.cfg.RelayRequired != nil && n.ClusterName() != clusters.Default &&
+		n.Status != nodes.StatusRemoved {
 		rctx, rcancel := context.WithTimeout(r.Context(), credentialLookupTimeout)
 		required, err := s.cfg.RelayRequired(rctx, n.ClusterName())
 		rcancel()
