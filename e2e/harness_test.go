@@ -154,7 +154,13 @@ func startBerthd(t *testing.T, cl *cluster) {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	cl := &cluster{dir: t.TempDir(), api: proctest.FreeAddr(t), gateway: proctest.FreeAddr(t)}
+	return newClusterAt(t, proctest.FreeAddr(t))
+}
+
+// newClusterAt is newCluster with berthd's API listening on api (host:port).
+func newClusterAt(t *testing.T, api string) *cluster {
+	t.Helper()
+	cl := &cluster{dir: t.TempDir(), api: api, gateway: proctest.FreeAddr(t)}
 	// Registered first, so it runs last: workloads outlive the agent and the
 	// gateway outlives berthd by design, and a test must leave no process
 	// behind.

@@ -2,7 +2,8 @@
 # Starts or stops a private containerd for the container tests, without
 # systemd: its own socket, root and state directories and configuration
 # under one temporary directory. Installs containerd and runc from Debian
-# when they are missing.
+# when they are missing, and busybox and iproute2, which the network tests
+# and the relay's end-to-end test (network namespaces, veths) need.
 #
 #   scripts/containerd-test.sh start DIR   # prints the socket path; DIR is created
 #   scripts/containerd-test.sh stop DIR    # stops it and removes DIR

@@ -320,6 +320,7 @@ var statuses = map[Code]int{
 	RelayCredentialStale:     http.StatusUnauthorized,
 	RelayRegistrationRefused: http.StatusConflict,
 	RelayClusterMismatch:     http.StatusForbidden,
+	RelayRequired:            http.StatusForbidden,
 	ClusterNotFound:          http.StatusNotFound,
 	ClusterNoRelay:           http.StatusConflict,
 	BackupCorrupt:            http.StatusUnprocessableEntity,

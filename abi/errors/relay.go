@@ -20,6 +20,9 @@ const (
 	// RelayClusterMismatch: a node or join token of one cluster came through the relay of another;
 	// nothing of it was served (403).
 	RelayClusterMismatch Code = "relay_cluster_mismatch"
+	// RelayRequired: a node of a cluster that requires a relay dialled the core directly; its
+	// session is not opened, and it keeps redialling until it is pointed at its relay (403).
+	RelayRequired Code = "relay_required"
 	// ClusterNotFound: no cluster of that name (404).
 	ClusterNotFound Code = "cluster_not_found"
 	// ClusterNoRelay: a relay credential asked for a cluster that does not use a relay (409).

@@ -1,6 +1,7 @@
 // Package node measures berthd's side of the node session
-// (docs/node-protocol.md): how many simulated agents one berthd holds, and
-// how fast a change fans out to 1,000 nodes. Run with make bench.
+// (docs/node-protocol.md): how many simulated agents one berthd holds, how
+// fast a change fans out to 1,000 nodes, and what a cluster relay costs
+// (docs/relay.md section 13). Run with make bench.
 package node
 
 import (
@@ -29,13 +30,13 @@ import (
 
 	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/internal/proctest"
-	"github.com/berthhq/berth/sdk/bundle"
 	"github.com/berthhq/berth/sdk/client"
 )
 
 // berthd is one berthd process started by a benchmark.
 type berthd struct {
 	proc        *proctest.Proc
+	dataDir     string
 	url         string
 	token       string
 	fingerprint string
@@ -53,7 +54,7 @@ func binDir(b *testing.B) string {
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/berthd")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/berthd", "./cmd/berth-relay")
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(out)))
 	if o, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, o)
@@ -65,7 +66,7 @@ func startBerthd(b *testing.B) *berthd {
 	b.Helper()
 	dir := b.TempDir()
 	ln := proctest.FreeAddr(b)
-	d := &berthd{url: "https://" + ln}
+	d := &berthd{url: "https://" + ln, dataDir: filepath.Join(dir, "data")}
 	args := []string{"--data-dir", filepath.Join(dir, "data"), "--listen", ln, "--gateway-listen", "off", "--log-level", "warn"}
 	if v := os.Getenv("BERTH_BENCH_DEBUG_LISTEN"); v != "" {
 		args = append(args, "--debug-listen", v) // profile berthd while it runs
@@ -85,7 +86,19 @@ func startBerthd(b *testing.B) *berthd {
 // cpuSeconds is berthd's user+system CPU time so far.
 func (d *berthd) cpuSeconds(b *testing.B) float64 {
 	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.proc.Cmd().Process.Pid))
+	return procCPUSeconds(b, d.proc.Cmd().Process.Pid)
+}
+
+// rssBytes is berthd's resident memory.
+func (d *berthd) rssBytes(b *testing.B) float64 {
+	b.Helper()
+	return procRSSBytes(b, d.proc.Cmd().Process.Pid)
+}
+
+// procCPUSeconds is process pid's user+system CPU time so far.
+func procCPUSeconds(b *testing.B, pid int) float64 {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,10 +108,10 @@ func (d *berthd) cpuSeconds(b *testing.B) float64 {
 	return (ut + st) / 100 // USER_HZ
 }
 
-// rssBytes is berthd's resident memory.
-func (d *berthd) rssBytes(b *testing.B) float64 {
+// procRSSBytes is process pid's resident memory.
+func procRSSBytes(b *testing.B, pid int) float64 {
 	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.proc.Cmd().Process.Pid))
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -149,6 +162,9 @@ type simNode struct {
 	dropped   atomic.Int64 // sessions that ended while the benchmark ran
 	mu        sync.Mutex
 	sawAt     time.Time // when the node acknowledged a desired_state holding wanted
+	// sawLag is how long that desired_state took from its issued_at (stamped by berthd right
+	// before it signs and sends it) to this node's reading it: the transport alone.
+	sawLag time.Duration
 	// wanted is the generation watched for: a workload with env BENCH_GEN=wanted, or a route
 	// whose hostname starts with "gen<wanted>-".
 	wanted string
@@ -157,10 +173,11 @@ type simNode struct {
 	lastReport node.StatusReport
 }
 
-// enroll enrolls n nodes: it makes their join tokens first (8 requests at a time), then
-// enrolls them 16 at a time, and returns the nodes and the enrollments per second (the
-// enrollments alone, without the token creation). It fails b when ctx ends first.
-func enroll(ctx context.Context, b *testing.B, d *berthd, n int) ([]*simNode, float64) {
+// enroll enrolls n nodes into cluster (empty: the default one), labelled sim=<cluster>-<i>
+// (sim=default-<i>): it makes their join tokens first (8 requests at a time), then enrolls
+// them 16 at a time, and returns the nodes and the enrollments per second (the enrollments
+// alone, without the token creation). It fails b when ctx ends first.
+func enroll(ctx context.Context, b *testing.B, d *berthd, n int, cluster string) ([]*simNode, float64) {
 	b.Helper()
 	out := make([]*simNode, n)
 	tokens := make([]string, n)
@@ -186,7 +203,7 @@ func enroll(ctx context.Context, b *testing.B, d *berthd, n int) ([]*simNode, fl
 		}
 	}
 	parallel(8, func(i int) error {
-		jt, err := d.c.CreateJoinToken(ctx, client.JoinTokenRequest{})
+		jt, err := d.c.CreateJoinToken(ctx, client.JoinTokenRequest{Cluster: cluster})
 		if err == nil {
 			tokens[i] = jt.Token
 		}
@@ -196,7 +213,8 @@ func enroll(ctx context.Context, b *testing.B, d *berthd, n int) ([]*simNode, fl
 	parallel(16, func(i int) error {
 		pub, _, _ := ed25519.GenerateKey(rand.Reader)
 		r, err := d.c.Enroll(ctx, client.EnrollRequest{JoinToken: tokens[i], PublicKey: base64.StdEncoding.EncodeToString(pub),
-			Hostname: fmt.Sprintf("sim-%d", i), Address: "127.0.0.1", Capacity: client.Capacity{CPUs: 4, MemoryMB: 8192}})
+			Hostname: fmt.Sprintf("sim-%d", i), Address: "127.0.0.1", Capacity: client.Capacity{CPUs: 4, MemoryMB: 8192},
+			Labels: map[string]string{"sim": simLabel(cluster, i)}})
 		if err != nil {
 			return err
 		}
@@ -206,11 +224,20 @@ func enroll(ctx context.Context, b *testing.B, d *berthd, n int) ([]*simNode, fl
 	return out, float64(n) / time.Since(t0).Seconds()
 }
 
-// run keeps the node's session until ctx ends.
-func (s *simNode) run(ctx context.Context, d *berthd, logSeq int64, logHash string) {
-	u := "wss" + strings.TrimPrefix(d.url, "https") + "/api/v1/nodes/session"
+// simLabel is the sim label enroll gives node i of cluster.
+func simLabel(cluster string, i int) string {
+	if cluster == "" {
+		cluster = "default"
+	}
+	return fmt.Sprintf("%s-%d", cluster, i)
+}
+
+// run keeps the node's session until ctx ends, dialling base (berthd's URL, or a relay's) with
+// hc, and dialling again 1 s after a session ended.
+func (s *simNode) run(ctx context.Context, base string, hc *http.Client, logSeq int64, logHash string) {
+	u := "wss" + strings.TrimPrefix(base, "https") + "/api/v1/nodes/session"
 	for ctx.Err() == nil {
-		err := s.session(ctx, u, d.hc, logSeq, logHash)
+		err := s.session(ctx, u, hc, logSeq, logHash)
 		s.connected.Store(false)
 		if ctx.Err() != nil {
 			return
@@ -310,6 +337,9 @@ func (s *simNode) session(ctx context.Context, u string, hc *http.Client, logSeq
 					if strings.HasPrefix(r.Hostname, "gen"+s.wanted+"-") {
 						s.sawAt = time.Now()
 					}
+				}
+				if !s.sawAt.IsZero() {
+					s.sawLag = s.sawAt.Sub(ds.IssuedAt)
 				}
 			}
 			s.mu.Unlock()
@@ -421,7 +451,7 @@ func BenchmarkSessions(b *testing.B) {
 	// that every live session is sent and acknowledges, so enrolling beside thousands of
 	// sessions measures the log's fan-out, not the sessions held.
 	sizes := steps("1000,5000")
-	all, rate := enroll(ctx, b, d, sizes[len(sizes)-1])
+	all, rate := enroll(ctx, b, d, sizes[len(sizes)-1], "")
 	note(b, "enrolled %d nodes at %.0f nodes/s", len(all), rate)
 	seq, hash := d.logHead(ctx, b)
 	var nodes []*simNode
@@ -436,7 +466,7 @@ func BenchmarkSessions(b *testing.B) {
 		more := all[len(nodes):n]
 		for _, s := range more {
 			wg.Add(1)
-			go func() { defer wg.Done(); s.run(ctx, d, seq, hash) }()
+			go func() { defer wg.Done(); s.run(ctx, d.url, d.hc, seq, hash) }()
 		}
 		nodes = append(nodes, more...)
 		// Connecting may take what the budget leaves but the settle and the measured window.
@@ -491,30 +521,20 @@ func BenchmarkFanOut(b *testing.B) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	var wg sync.WaitGroup
 	b.Cleanup(func() { cancel(); wg.Wait() })
-	nodes, rate := enroll(ctx, b, d, n)
+	nodes, rate := enroll(ctx, b, d, n, "")
 	note(b, "enrolled %d nodes at %.0f nodes/s", n, rate)
 	b.ReportMetric(rate, "enroll_nodes/s")
 	seq, hash := d.logHead(ctx, b)
 	for _, s := range nodes {
 		wg.Add(1)
-		go func() { defer wg.Done(); s.run(ctx, d, seq, hash) }()
+		go func() { defer wg.Done(); s.run(ctx, d.url, d.hc, seq, hash) }()
 	}
 	if !waitConnected(b, nodes, min(3*time.Minute, time.Until(deadline))) {
 		c, dropped := countConnected(nodes)
 		b.Fatalf("%d of %d nodes connected within 3 min (%d sessions dropped)", c, n, dropped)
 	}
 	note(b, "%d sessions up", n)
-	dir := b.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "app"), []byte("#!/bin/sh\nexec sleep 3600\n"), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if _, _, err := bundle.Create(ctx, dir, &buf); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := d.c.PushBundle(ctx, "default", "app", &buf); err != nil {
-		b.Fatal(err)
-	}
+	pushApp(ctx, b, d)
 	// apply applies generation gen to every service: the first generation places them, a later
 	// one gives them the domain gen<gen>-fan<i>.localhost. A domain reaches every node holding
 	// the service's workloads as a route of its desired state without replacing the workload (it

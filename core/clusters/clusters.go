@@ -159,6 +159,19 @@ func (r *Registry) Get(ctx context.Context, name string) (*Cluster, error) {
 	return &c, nil
 }
 
+// RequiresRelay reports whether the cluster named requires a relay; false for a cluster that
+// does not exist (its nodes are refused elsewhere). Errors: the store's.
+func (r *Registry) RequiresRelay(ctx context.Context, name string) (bool, error) {
+	c, err := r.Get(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return c.RequiresRelay, nil
+}
+
 // List returns every cluster, ordered by name.
 func (r *Registry) List(ctx context.Context) ([]Cluster, error) {
 	var out []Cluster

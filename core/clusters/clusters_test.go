@@ -30,6 +30,11 @@ func TestCredentialGenerationsAndElection(t *testing.T) {
 	if _, err := r.Create(ctx, "eu-1", true); !errors.Is(err, clusters.ErrExists) {
 		t.Fatalf("duplicate: %v", err)
 	}
+	for name, want := range map[string]bool{"eu-1": true, clusters.Default: false, "nowhere": false} {
+		if got, err := r.RequiresRelay(ctx, name); err != nil || got != want {
+			t.Fatalf("RequiresRelay(%s) = %v, %v; want %v", name, got, err, want)
+		}
+	}
 	if _, _, err := r.EnsureCredential(ctx, clusters.Default); !errors.Is(err, clusters.ErrNoRelay) {
 		t.Fatalf("credential of a cluster without relay: %v", err)
 	}

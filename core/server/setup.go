@@ -368,6 +368,7 @@ func newControl(ctx context.Context, cfg Config, b *base, s *state, p *parts, cl
 		DNS:    dnsChallenges,
 		Logs:   s.logs,
 		Leases: c.leases, Nodes: s.reg, Catalog: s.cat, SigningKey: b.key, RetiredKeys: retired, ClusterID: b.clusterID, Logger: log, Events: s.evlog, Changelog: s.clog,
+		RelayRequired: s.clusters.RequiresRelay,
 		OnChange: func(reason string) {
 			// A session's start or end changes which nodes are schedulable: any service's
 			// placement may move, which is the full pass's work.

@@ -69,6 +69,11 @@ type Config struct {
 	// one log_entries batch with one log_ack, not one batch and ack per append
 	// (docs/node-protocol.md section 7.4). Zero means [DefaultLogFollowDelay], negative none.
 	LogFollowDelay time.Duration
+	// RelayRequired, when not nil, reports whether the cluster named requires a relay: a node
+	// of such a cluster that dials the core directly is refused 403 relay_required before its
+	// session opens (docs/relay.md section 8). An error answers 503, as a stalled store does.
+	// Nil admits every direct node. Not asked for nodes of the default cluster.
+	RelayRequired func(ctx context.Context, cluster string) (bool, error)
 	// HeartbeatInterval and SessionTimeout are sent in welcome; zero means the
 	// protocol defaults (5 s and 15 s).
 	HeartbeatInterval time.Duration
@@ -260,6 +265,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("node session refused: carried by another cluster's relay", "node_id", n.ID, "cluster", n.ClusterName(), "relay_cluster", carrier.Cluster, "relay", carrier.RelayID)
 		writeProblem(w, http.StatusForbidden, abierrors.RelayClusterMismatch, "this node belongs to another cluster than the relay that carried it")
 		return
+	}
+	// A removed node is let through, to be told it was removed (it stops dialling).
+	if _, carried := clusters.CarrierFrom(r.Context()); !carried && s.cfg.RelayRequired != nil && n.ClusterName() != clusters.Default &&
+		n.Status != nodes.StatusRemoved {
+		rctx, rcancel := context.WithTimeout(r.Context(), credentialLookupTimeout)
+		required, err := s.cfg.RelayRequired(rctx, n.ClusterName())
+		rcancel()
+		if err != nil {
+			s.log.Warn("node cluster lookup failed", "node_id", n.ID, "cluster", n.ClusterName(), "err", err)
+			writeUnavailable(w)
+			return
+		}
+		if required {
+			s.log.Warn("node session refused: its cluster is reached only through its relay", "node_id", n.ID, "cluster", n.ClusterName())
+			writeProblem(w, http.StatusForbidden, abierrors.RelayRequired,
+				"this node belongs to cluster "+n.ClusterName()+", which requires a relay: point the agent's server at the cluster's relay")
+			return
+		}
 	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
