@@ -120,6 +120,30 @@ func TestJobs(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "job ok in wl_") {
 		t.Errorf("job run tick --wait: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
+	// The manual run's whole output outlives its workload: once the controller removed the
+	// workload, berth logs RUN reads it from the segments its node shipped (docs/jobs.md
+	// section 9, docs/logs.md), with the filters of any log.
+	var manual client.JobRun
+	if runs, err := cl.c.JobRuns(ctx, "default", "tick"); err == nil {
+		for _, r := range runs {
+			if r.Trigger == "manual" {
+				manual = r
+			}
+		}
+	}
+	if manual.WorkloadID == "" {
+		t.Fatalf("no manual run of tick with a workload")
+	}
+	waitFor(t, 90*time.Second, "the manual run's workload removed and its output read by berth logs RUN", func() (bool, string) {
+		for _, w := range cl.workloads(t, "tick") {
+			if w.ID == manual.WorkloadID {
+				return false, "workload " + w.ID + " still there"
+			}
+		}
+		out, errOut, code := cl.runCLI(t, "logs", manual.Name(), "--grep", "job ok")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		return code == 0 && len(lines) == 1 && strings.HasSuffix(lines[0], " job ok in "+manual.WorkloadID), out + errOut
+	})
 
 	// The README's example job (examples/jobs/report), declared as the README declares it.
 	cl.pushBundle(t, filepath.Join("..", "examples", "jobs", "report"), "report")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -180,10 +179,12 @@ func newJobRunCmd(a *app) *cobra.Command {
 job's concurrency policy and starting deadline; it is placed like any run,
 on a node the placement decider chooses, and stays pending while none fits.
 
-With --wait it follows the run until it ends, prints the tail of its output
-(at most 4 KiB), and exits with the run's exit code: 0 when it succeeded, the
-process's code when it failed, 128+N when signal N killed it, and 1 when it
-timed out, was cancelled, or --timeout passed first.`,
+With --wait it follows the run's output as it is written (stdout to stdout,
+stderr to stderr, every line once) until the run ends, and exits with the
+run's exit code: 0 when it succeeded, the process's code when it failed,
+128+N when signal N killed it, and 1 when it timed out or was cancelled.
+When --timeout passes first it exits 1 and the run goes on; Ctrl-C cancels
+the run.`,
 		Example: `  berth job run nightly
   berth job run migrate --wait --timeout 30m`,
 		Args: cobra.ExactArgs(1),
@@ -204,62 +205,13 @@ timed out, was cancelled, or --timeout passed first.`,
 				fmt.Fprintln(a.stdout, run.Name())
 				return nil
 			}
-			fmt.Fprintln(a.stderr, "run "+run.Name()+" started; waiting for it to end")
-			return a.waitRun(cmd.Context(), c, project, run.Name(), timeout)
+			fmt.Fprintln(a.stderr, "run "+run.Name()+" started; following its output until it ends")
+			return a.attachRun(cmd.Context(), c, project, run.Name(), timeout)
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "follow the run until it ends and exit with its exit code")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "with --wait: how long to wait at most")
 	return cmd
-}
-
-// waitRun polls run until it ends or timeout passes, prints its output tail, and returns the
-// exitStatus of the run.
-func (a *app) waitRun(ctx context.Context, c *client.Client, project, name string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		r, err := c.GetJobRun(ctx, project, name)
-		if err != nil {
-			if ctx.Err() != nil {
-				return exitStatus{code: 1, msg: fmt.Sprintf("run %s did not end within %s", name, timeout)}
-			}
-			return fmt.Errorf("read run %s: %w", name, err)
-		}
-		if r.Final() {
-			if a.output == outputJSON {
-				if err := printJSON(a.stdout, r); err != nil {
-					return err
-				}
-			} else if r.OutputTail != "" {
-				fmt.Fprint(a.stdout, r.OutputTail)
-				if !strings.HasSuffix(r.OutputTail, "\n") {
-					fmt.Fprintln(a.stdout)
-				}
-			}
-			msg := fmt.Sprintf("run %s %s (exit %s, %s)", name, r.State, exitOf(*r), durationOf(*r))
-			if r.Message != "" {
-				msg += ": " + r.Message
-			}
-			switch {
-			case r.State == "succeeded":
-				fmt.Fprintln(a.stderr, msg)
-				return nil
-			case r.Signal != 0:
-				return exitStatus{code: 128 + r.Signal, msg: msg}
-			case r.ExitCode != nil && *r.ExitCode != 0 && r.State == "failed":
-				return exitStatus{code: *r.ExitCode, msg: msg}
-			}
-			return exitStatus{code: 1, msg: msg}
-		}
-		select {
-		case <-ctx.Done():
-			return exitStatus{code: 1, msg: fmt.Sprintf("run %s did not end within %s (it is %s)", name, timeout, r.State)}
-		case <-tick.C:
-		}
-	}
 }
 
 func newJobLogsCmd(a *app) *cobra.Command {
@@ -270,13 +222,13 @@ func newJobLogsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logs RUN",
 		Short: "Show a run's output, read from the node that ran it",
-		Long: `logs prints the output of a run (of a job, or a one-off 'berth run'), read from
-its node through the node's log records, as 'berth logs' reads a workload's.
-While the run's workload is on its node the whole output is there (bounded by
-the node's log disk limit); once the run ended and its workload was removed,
-the node keeps its newest 64 KiB. With -f it follows a live run until it ends,
-prints each line once, and exits with the run's exit code as 'berth job run
---wait' does. RUN is JOB@INSTANT as 'berth job runs' shows it.`,
+		Long: `logs prints the whole output of a run (of a job, or a one-off 'berth run') as
+'berth logs' reads a workload's: the segments its node shipped to berthd merged
+with the tail the node has not shipped yet, so it stays readable after the
+run's workload and its node are gone. With -f it follows a live run until it
+ends, prints each line once, and exits with the run's exit code as 'berth job
+run --wait' does. RUN is JOB@INSTANT as 'berth job runs' shows it; 'berth logs
+RUN' reads it with --since, --until and --grep.`,
 		Example: `  berth job logs nightly@2026-12-02T03:00:00Z
   berth job logs web@2026-12-02T10:15:04Z-run-3f9a0c2e -f`,
 		Args: cobra.ExactArgs(1),
@@ -289,7 +241,7 @@ prints each line once, and exits with the run's exit code as 'berth job run
 				return err
 			}
 			if follow {
-				return a.attachRun(cmd.Context(), c, s.Project, args[0])
+				return a.attachRun(cmd.Context(), c, s.Project, args[0], 0)
 			}
 			out, err := c.JobRunLogs(cmd.Context(), s.Project, args[0], tail)
 			if err != nil {

@@ -19,14 +19,15 @@ func newLogsCmd(a *app) *cobra.Command {
 	var follow, previous bool
 	var opt client.LogsOptions
 	cmd := &cobra.Command{
-		Use:   "logs WORKLOAD_ID | SERVICE[/SLOT]",
-		Short: "Show a workload's or a slot's output: shipped segments and its node's live tail",
+		Use:   "logs WORKLOAD_ID | SERVICE[/SLOT] | RUN",
+		Short: "Show a workload's, a slot's or a job run's output: shipped segments and its node's live tail",
 		Long: `logs reads a workload's output: the log segments its node shipped to berthd,
 merged in order with the newest output the node has not shipped yet (docs/logs.md).
 A workload whose node is gone (removed or disconnected) is read from its shipped
 segments alone, and logs says the live tail is unavailable. Name a workload id
-(from "berth get workloads") or a service's slot: SERVICE/SLOT, or SERVICE alone
-for slot 0. --since and --until take an RFC 3339 time or a duration ago ("2h");
+(from "berth get workloads"), a service's slot: SERVICE/SLOT, or SERVICE alone
+for slot 0, or a job's run: JOB@INSTANT as "berth job runs" shows it (its whole
+output, also after its workload and its node are gone). --since and --until take an RFC 3339 time or a duration ago ("2h");
 --grep keeps the lines matching a regular expression (RE2).
 A slot is read from whatever attempt it runs now; with --follow, when the slot
 moves to a new attempt (a restart after a crash, a rollout), logs follows the
@@ -38,6 +39,7 @@ followed streams at once.`,
   berth logs hello --since 2h --grep 'error|panic'
   berth logs wl_01JC9Z8K2M4P6R8T0V2X4Z6B8D --since 2026-12-01T10:00:00Z --until 2026-12-01T11:00:00Z
   berth logs hello/1 -f
+  berth logs nightly@2026-12-02T03:00:00Z --grep 'rows copied'
   berth logs hello --previous
   berth logs wl_01JC9Z8K2M4P6R8T0V2X4Z6B8D -f`,
 		Args: cobra.ExactArgs(1),
@@ -51,7 +53,24 @@ followed streams at once.`,
 			}
 			ctx := cmd.Context()
 			target := args[0]
-			if !strings.HasPrefix(target, "wl_") {
+			if strings.Contains(target, "@") {
+				// A run (JOB@INSTANT, as berth job runs shows it): read its workload's log,
+				// shipped segments and all, after the workload is gone.
+				if previous {
+					return fmt.Errorf("--previous needs SERVICE[/SLOT], not a run")
+				}
+				r, err := c.GetJobRun(ctx, s.Project, target)
+				if err != nil {
+					return fmt.Errorf("run %s: %w", target, err)
+				}
+				if r.WorkloadID == "" {
+					if r.Final() {
+						return fmt.Errorf("run %s never ran (%s): it has no output", target, r.State)
+					}
+					return fmt.Errorf("run %s is not placed on a node yet; try again when it runs", target)
+				}
+				target = r.WorkloadID
+			} else if !strings.HasPrefix(target, "wl_") {
 				service, replica, _ := strings.Cut(target, "/")
 				if replica == "" {
 					replica = "0"

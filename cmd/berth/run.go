@@ -57,7 +57,7 @@ drivers cannot attach stdin to a run.`,
 				return fmt.Errorf("run in %s/%s: %w", project, name, err)
 			}
 			fmt.Fprintf(a.stderr, "(run %s)\n", run.Name())
-			return a.attachRun(ctx, c, project, run.Name())
+			return a.attachRun(ctx, c, project, run.Name(), 0)
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "stop the command after this long (whole seconds; 0: no bound)")
@@ -66,11 +66,21 @@ drivers cannot attach stdin to a run.`,
 }
 
 // attachRun prints the output of run until it ends, then returns its exitStatus (nil when it
-// succeeded). Interrupting it (ctx ends) cancels the run and answers 130.
-func (a *app) attachRun(ctx context.Context, c *client.Client, project, name string) error {
+// succeeded). Interrupting it (ctx ends) cancels the run and answers 130; a timeout (0: none)
+// that passes first answers 1 and leaves the run going.
+func (a *app) attachRun(ctx context.Context, c *client.Client, project, name string, timeout time.Duration) error {
 	out := &runPrinter{a: a}
-	r, err := a.followRun(ctx, c, project, name, out.print)
+	fctx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	r, err := a.followRun(fctx, c, project, name, out.print)
 	if err != nil {
+		if ctx.Err() == nil && fctx.Err() != nil {
+			return exitStatus{code: 1, msg: fmt.Sprintf("run %s did not end within %s; it goes on (berth job logs %s -f)", name, timeout, name)}
+		}
 		if ctx.Err() != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
