@@ -18,7 +18,7 @@ import (
 // reconnects and is authenticated again), or when the API stops accepting the session.
 func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 	name := r.PathValue("page")
-	if _, ok := h.pages[name]; !ok || name == "login" || name == "error" || name == "undo" {
+	if _, ok := h.pages[name]; !ok || name == "login" || name == "error" || name == "undo" || name == "deploy" {
 		http.NotFound(w, r)
 		return
 	}

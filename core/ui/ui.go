@@ -143,6 +143,8 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /ui/logout", h.authed(h.logout))
 	m.HandleFunc("GET /ui/{$}", h.authed(h.overview))
 	m.HandleFunc("GET /ui/services", h.authed(h.servicesPage))
+	m.HandleFunc("GET /ui/deploy", h.authed(h.deployPage))
+	m.HandleFunc("POST /ui/deploy", h.authed(h.deploy))
 	m.HandleFunc("GET /ui/services/{project}/{name}", h.authed(h.servicePage))
 	m.HandleFunc("GET /ui/services/{project}/{name}/undo", h.authed(h.undoPreview))
 	m.HandleFunc("POST /ui/services/{project}/{name}/undo", h.authed(h.undo))

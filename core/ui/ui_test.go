@@ -258,7 +258,7 @@ func TestPagesCarryCSPAndRenderNoSecret(t *testing.T) {
 				t.Fatal("no session cookie after login")
 			}
 			paths := []string{"/ui/", "/ui/services", "/ui/nodes", "/ui/workloads", "/ui/nodes/no-such-node", "/ui/services/default/web", "/ui/services/default/web/undo",
-				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains", "/ui/registry", "/ui/secrets", "/ui/access", "/ui/plugins", "/ui/jobs",
+				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains", "/ui/registry", "/ui/secrets", "/ui/access", "/ui/plugins", "/ui/jobs", "/ui/deploy",
 				"/ui/login", "/ui/no-such-page", "/ui/assets/app.css", "/ui/assets/app.js", "/ui/assets/vendor/htmx.min.js"}
 			for _, p := range paths {
 				resp, body := get(t, hc, f.srv.URL, p)
@@ -300,7 +300,7 @@ func TestPostWithoutCSRFTokenRefused(t *testing.T) {
 	login(t, other, f.srv.URL, url.Values{"name": {"ops"}, "password": {userPassword}})
 	_, page := get(t, other, f.srv.URL, "/ui/")
 	otherToken := csrfRE.FindStringSubmatch(page)[1]
-	for _, p := range []string{"/ui/logout", "/ui/services/default/web/restart", "/ui/services/default/web/undo"} {
+	for _, p := range []string{"/ui/logout", "/ui/services/default/web/restart", "/ui/services/default/web/undo", "/ui/deploy"} {
 		for _, tok := range []string{"", otherToken, "forged"} {
 			form := url.Values{"expected_revision": {"1"}}
 			if tok != "" {
@@ -312,7 +312,7 @@ func TestPostWithoutCSRFTokenRefused(t *testing.T) {
 			}
 		}
 	}
-	want := "# HELP berth_ui_csrf_refusals_total Dashboard form posts refused for a missing or wrong CSRF token.\n# TYPE berth_ui_csrf_refusals_total counter\nberth_ui_csrf_refusals_total 9\n"
+	want := "# HELP berth_ui_csrf_refusals_total Dashboard form posts refused for a missing or wrong CSRF token.\n# TYPE berth_ui_csrf_refusals_total counter\nberth_ui_csrf_refusals_total 12\n"
 	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "berth_ui_csrf_refusals_total"); err != nil {
 		t.Error(err)
 	}
