@@ -334,7 +334,7 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 	case "workloads":
 		return workloadRows(ctx, c)
 	case "workload":
-		return loadWorkload(ctx, c, q["id"])
+		return loadWorkloadStatus(ctx, c, q["id"])
 	case "node":
 		return loadNode(ctx, c, q["id"])
 	case "operations":

@@ -28,6 +28,7 @@ func parsePages() map[string]*template.Template {
 		"wlURL":    workloadURL,
 		"nodeURL":  nodeURL,
 		"logTime":  logTime,
+		"logURL":   logStreamURL,
 		"mib":      mib,
 		"percent":  percent,
 		"specRev":  specRevisionField,

@@ -83,8 +83,9 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 }
 
 // polled reports whether page shows what the store does not hold and its feed cannot announce
-// (a workload's output, read from its node): its stream re-renders on every tick as well.
-func polled(page string) bool { return page == "workload" || page == "node" }
+// (a node's newest sample, read from the node): its stream re-renders on every tick as well.
+// A workload's output is not polled: it streams ([Handler.logStream]).
+func polled(page string) bool { return page == "node" }
 
 // waitStream waits for the next re-render of a stream: a tick without a change feed or when
 // every tick re-renders (tickAlways), a wake-up with a feed (ticks then send a keep-alive

@@ -164,6 +164,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /ui/access", h.authed(h.accessPage))
 	m.HandleFunc("GET /ui/plugins", h.authed(h.pluginsPage))
 	m.HandleFunc("GET /ui/stream/{page}", h.authed(h.stream))
+	m.HandleFunc("GET /ui/stream/logs/{id}", h.authed(h.logStream))
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, http.StatusNotFound, "There is no such page.")
 	})

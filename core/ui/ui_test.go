@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -682,6 +683,34 @@ func TestWorkloadPages(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `id="workload-status">creating<`) ||
 		!strings.Contains(body, "The node did not give the output") {
 		t.Fatalf("the workload page (%d) lacks the status or the reason its output is missing:\n%s", resp.StatusCode, body)
+	}
+	if !strings.Contains(body, `hx-sse:connect="/ui/stream/logs/`+wl.ID+`?after=0"`) {
+		t.Fatalf("the workload page does not follow its output live:\n%s", body)
+	}
+	// The live log follows through the API; without a node to ask it says so in the output
+	// (once), and keeps the stream open to try again.
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(sctx, http.MethodGet, f.srv.URL+"/ui/stream/logs/"+wl.ID, nil)
+	stream, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	if ct := stream.Header.Get("Content-Type"); stream.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		t.Fatalf("the log stream answered %d %q", stream.StatusCode, ct)
+	}
+	sc := bufio.NewScanner(stream.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			if !strings.Contains(sc.Text(), `class="log-note"`) || !strings.Contains(sc.Text(), "unavailable") {
+				t.Fatalf("the log stream's first message is not the note that the output is unavailable: %q", sc.Text())
+			}
+			break
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
 	}
 	if resp, _ := get(t, hc, f.srv.URL, "/ui/workloads/wl_nosuch"); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("an unknown workload answered %d, want 404", resp.StatusCode)
