@@ -85,12 +85,14 @@ const overviewRows = 50
 // latestDeployments is how many recently changed services the overview lists.
 const latestDeployments = 10
 
-// loadOverview reads the overview through the API as v.
+// loadOverview reads the overview through the API as v. Jobs are not services here: they
+// are neither listed nor counted (the jobs page has them).
 func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overviewData, error) {
 	svcs, err := allServices(ctx, c)
 	if err != nil {
 		return nil, err
 	}
+	svcs = withoutJobs(svcs)
 	d := &overviewData{Services: len(svcs)}
 	// The last failure of the workload each failing rollout waits on, by workload id: the
 	// node's own words, which the workload list does not carry.
@@ -199,7 +201,14 @@ func nodeNeedsAttention(n client.Node) bool {
 	return n.Status != "connected" && n.Status != "removed" || n.Retirement != ""
 }
 
-// allServices lists the services of every project the viewer may read.
+// withoutJobs returns svcs without the jobs (kind "job"), in place: the services and overview
+// pages list what is kept running; jobs have their own page.
+func withoutJobs(svcs []client.Service) []client.Service {
+	return slices.DeleteFunc(svcs, func(s client.Service) bool { return s.Kind == "job" })
+}
+
+// allServices lists the services of every project the viewer may read, jobs included (the
+// API lists both as services).
 func allServices(ctx context.Context, c *client.Client) ([]client.Service, error) {
 	projects, err := c.ListProjects(ctx)
 	if err != nil {
@@ -324,7 +333,8 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 	case "overview":
 		return h.loadOverview(ctx, c)
 	case "services":
-		return allServices(ctx, c)
+		svcs, err := allServices(ctx, c)
+		return withoutJobs(svcs), err
 	case "nodes":
 		nodes, err := c.ListNodes(ctx)
 		slices.SortFunc(nodes, func(a, b client.Node) int { return strings.Compare(a.Hostname, b.Hostname) })

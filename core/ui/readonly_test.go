@@ -266,4 +266,13 @@ func TestJobsPage(t *testing.T) {
 	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/jobs", nav: "/ui/jobs",
 		want: []string{`href="/ui/services/default/report">default/report</a>`, "*/5 * * * *", "Europe/Berlin", "<td>forbid</td>", "no run yet",
 			"<td>registry.gc</td>", `class="state bad">failed<`, "1 / 1", "blob store unreachable"}})
+	// A job is not a service: the services page and the overview list the service only.
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	for _, path := range []string{"/ui/services", "/ui/"} {
+		_, body := get(t, hc, f.srv.URL, path)
+		if !strings.Contains(body, "default/web") || strings.Contains(body, "default/report") {
+			t.Errorf("%s does not list the service web alone (the job report must not be among services):\n%s", path, body)
+		}
+	}
 }

@@ -158,6 +158,26 @@ func failingBundle(t *testing.T) string {
 	return dir
 }
 
+// tickerBundle is a bundle directory whose program writes "tick N" every second, N counting
+// from 1, beside the hello app (which answers its health check): a healthy workload whose
+// output grows while its page is open.
+func tickerBundle(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	hello, err := os.ReadFile(filepath.Join(env.helloDir, "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hello"), hello, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\n./hello &\ni=0\nwhile :; do i=$((i+1)); echo \"tick $i\"; sleep 1; done\n"
+	if err := os.WriteFile(filepath.Join(dir, "tick"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // waitVerdict waits until service name's verdict state is state with a reason containing reason.
 func (cl *cluster) waitVerdict(t *testing.T, name, state, reason string) {
 	t.Helper()
@@ -250,6 +270,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	ctx := context.Background()
 	cl.deploy(t, env.helloDir, "hello", []string{"./hello"}, "/healthz")
 	cl.deploy(t, failingBundle(t), "broken", []string{"./fail"}, "")
+	cl.deploy(t, tickerBundle(t), "ticker", []string{"./tick"}, "/healthz")
 	const password = "a dashboard test password, long enough"
 	if _, err := cl.c.CreateUser(ctx, client.NewUser{Name: "ops", Roles: []string{"admin"}, Password: password}); err != nil {
 		t.Fatal(err)
@@ -395,6 +416,64 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Deploy a service from the dashboard: the services page links the form; a name the API
+	// refuses comes back with the API's own code beside the form as typed; the corrected form
+	// lands on the new service's page, whose rollout converges there without a reload.
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/services"), chromedp.WaitVisible(chromedp.CSS("#deploy-link")),
+		chromedp.Click(chromedp.CSS("#deploy-link")), chromedp.WaitVisible(chromedp.CSS("#deploy-form"))); err != nil {
+		t.Fatalf("open the deploy form: %v", err)
+	}
+	if err := chromedp.Do(tctx,
+		chromedp.SendKeys(chromedp.CSS("#name"), "Not_A_Label"),
+		chromedp.SendKeys(chromedp.CSS("#bundle"), "hello"),
+		chromedp.SendKeys(chromedp.CSS("#command"), "./hello"),
+		chromedp.SendKeys(chromedp.CSS("#health_path"), "/healthz"),
+		shot("deploy"),
+		chromedp.Click(chromedp.CSS("#deploy-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#deploy-error")),
+		shot("deploy-refused"),
+	); err != nil {
+		t.Fatalf("submit a refused deploy: %v", err)
+	}
+	refusal, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("#deploy-error")))
+	if err != nil || !strings.Contains(refusal, "invalid_name") {
+		t.Fatalf("the refused deploy does not show the API's code invalid_name (%v): %q", err, refusal)
+	}
+	if typed, err := chromedp.Run(tctx, chromedp.Value(chromedp.CSS("#bundle"))); err != nil || typed != "hello" {
+		t.Fatalf("the refused form lost what was typed: bundle %q (%v)", typed, err)
+	}
+	if err := chromedp.Do(tctx, chromedp.SetValue(chromedp.CSS("#name"), "deployed")); err != nil {
+		t.Fatal(err)
+	}
+	if err := submit(tctx, chromedp.CSS("#deploy-submit"), cl.url+"/ui/services/default/deployed"); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	first, err := chromedp.Run(tctx, chromedp.Evaluate[string](`(document.getElementById("verdict") || {textContent: "none"}).textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first == "converged" {
+		t.Fatalf("the new service's page opened converged: nothing was left to see live")
+	}
+	if _, err := chromedp.Run(tctx, chromedp.Evaluate[string](`window.berthNoReload = "deploy page"`)); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancelDeploy := context.WithTimeout(tctx, converge)
+	err = chromedp.Do(dctx, chromedp.WaitVisible(chromedp.Search(`//span[@id="verdict"][text()="converged"]`)))
+	cancelDeploy()
+	if err != nil {
+		t.Fatalf("the deployed service's page did not show its rollout converge (it opened %q): %v", first, err)
+	}
+	if marker, err := chromedp.Run(tctx, chromedp.Evaluate[string](`window.berthNoReload`)); err != nil || marker != "deploy page" {
+		t.Fatalf("the page reloaded to show the rollout converge (marker %q, %v)", marker, err)
+	}
+	if err := chromedp.Do(tctx, shot("service-deployed")); err != nil {
+		t.Fatal(err)
+	}
+	if svc, err := cl.c.GetService(ctx, "default", "deployed"); err != nil || svc.Revision != 1 || svc.Command[0] != "./hello" {
+		t.Fatalf("the service deployed from the dashboard: %+v, %v", svc, err)
+	}
+
 	// Every other page renders, with a screenshot.
 	for _, p := range []struct{ path, wait, name string }{
 		{"/ui/services", "#services", "services"},
@@ -436,6 +515,41 @@ func TestDashboardInBrowser(t *testing.T) {
 	cancelWL()
 	if err != nil {
 		t.Fatalf("the workload page did not show hello's output: %v", err)
+	}
+
+	// The ticker's page shows its output live: a line written after the page opened
+	// appears in it without a reload (the page's log stream follows the node).
+	var tickerWL string
+	for _, w := range wls {
+		if w.Service == "ticker" && w.ObservedStatus == "running" {
+			tickerWL = w.ID
+		}
+	}
+	if tickerWL == "" {
+		t.Fatalf("no running ticker workload in %+v", wls)
+	}
+	const lastTick = `Math.max(0, ...Array.from(document.getElementById("logs").textContent.matchAll(/tick (\d+)/g), m => +m[1]))`
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/workloads/"+tickerWL), chromedp.WaitVisible(chromedp.CSS("#workload-status"))); err != nil {
+		t.Fatal(err)
+	}
+	opened, err := chromedp.Run(tctx, chromedp.Evaluate[int](`(window.berthNoReload = "log page", `+lastTick+`)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The page read the newest line, tick N, before it was sent; tick N+2 was written at
+	// least a second after that read.
+	want := fmt.Sprintf("tick %d", opened+2)
+	lctx2, cancelLog := context.WithTimeout(tctx, converge)
+	err = chromedp.Do(lctx2, chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"][contains(., "`+want+`")]`)))
+	cancelLog()
+	if err != nil {
+		t.Fatalf("the workload page (opened at tick %d) did not show %q live: %v", opened, want, err)
+	}
+	if marker, err := chromedp.Run(tctx, chromedp.Evaluate[string](`window.berthNoReload`)); err != nil || marker != "log page" {
+		t.Fatalf("the page reloaded to show a new log line (marker %q, %v)", marker, err)
+	}
+	if err := chromedp.Do(tctx, shot("workload-live-log")); err != nil {
+		t.Fatal(err)
 	}
 
 	// A node's page shows its capacity and draws its CPU and memory charts from its metrics
@@ -528,8 +642,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 	for _, p := range log.problems {
-		// The one expected error: the page's own CSRF-less post above, answered 403.
+		// The expected errors: the page's own CSRF-less post above, answered 403.
 		if strings.Contains(p, "/ui/logout") && strings.Contains(p, "403") {
+			continue
+		}
+		// The deploy refused for its name above (the API's 422, shown beside the form).
+		if strings.Contains(p, "/ui/deploy") && strings.Contains(p, "422") {
 			continue
 		}
 		// The other: the hx-on handler planted above, refused.
