@@ -196,6 +196,29 @@ func TestAccessPage(t *testing.T) {
 	if _, body := get(t, hc, f.srv.URL, "/ui/access"); strings.Contains(body, issued.Token) {
 		t.Fatal("the access page renders a token's bearer")
 	}
+	// The navigation shows the access page to admins only: the admin token and the admin
+	// user see it; a read-only token does not (and reading the page directly shows the
+	// API's refusal of the users list).
+	ops := f.browser(t)
+	login(t, ops, f.srv.URL, url.Values{"name": {"ops"}, "password": {userPassword}})
+	reader := f.browser(t)
+	login(t, reader, f.srv.URL, url.Values{"token": {issued.Token}})
+	for _, c := range []struct {
+		who   string
+		hc    *http.Client
+		shown bool
+	}{{"the admin token", hc, true}, {"the admin user", ops, true}, {"a read-only token", reader, false}} {
+		resp, body := get(t, c.hc, f.srv.URL, "/ui/services")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: the services page answered %d", c.who, resp.StatusCode)
+		}
+		if got := strings.Contains(body, `<a href="/ui/access"`); got != c.shown {
+			t.Errorf("%s: the navigation links the access page: %v, want %v", c.who, got, c.shown)
+		}
+	}
+	if resp, body := get(t, reader, f.srv.URL, "/ui/access"); resp.StatusCode != http.StatusOK || !strings.Contains(body, "forbidden") {
+		t.Errorf("a read-only token's access page answered %d without the API's refusal:\n%s", resp.StatusCode, body)
+	}
 }
 
 // TestPluginsPage sees a quarantined provider plugin as the API lists it (the plugin lister
