@@ -350,7 +350,7 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 	case "operations":
 		return loadOperations(ctx, c, q["state"])
 	case "changelog":
-		return loadChangelog(ctx, c)
+		return loadChangelog(ctx, c, changelogFilterFrom(q))
 	case "domains":
 		return loadDomains(ctx, c)
 	case "registry":

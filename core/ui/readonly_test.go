@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -109,6 +110,43 @@ func TestChangelogPage(t *testing.T) {
 	last := entries[len(entries)-1]
 	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/changelog", nav: "/ui/changelog",
 		want: []string{"<td>" + strconv.FormatInt(last.Seq, 10) + "</td>", last.EntityType + " " + last.Op, last.ActorType + " " + last.ActorID}})
+
+	// The filter: the entries of one kind alone (the API filters), one operation, an actor;
+	// a kind nothing has says so.
+	kinds := map[string]int{}
+	for _, e := range entries {
+		kinds[e.EntityType]++
+	}
+	if len(kinds) < 2 {
+		t.Fatalf("the fixture's change log holds one kind of entry (%v): a filter would not be seen working", kinds)
+	}
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	rowRE := regexp.MustCompile(`<tr><td>\d+</td><td>([a-z_]+) ([a-z]+)</td><td class="reason wrap">[^<]*</td><td>[a-z]+ ([^<]*)</td>`)
+	for kind, n := range kinds {
+		resp, body := get(t, hc, f.srv.URL, "/ui/changelog?kind="+url.QueryEscape(kind))
+		rows := rowRE.FindAllStringSubmatch(body, -1)
+		if resp.StatusCode != http.StatusOK || len(rows) != n {
+			t.Fatalf("kind %s: %d with %d rows, want 200 with %d:\n%s", kind, resp.StatusCode, len(rows), n, body)
+		}
+		for _, r := range rows {
+			if r[1] != kind {
+				t.Errorf("kind %s: a %s row passed", kind, r[1])
+			}
+		}
+		if !strings.Contains(body, `id="kind" name="kind" list="kinds" value="`+kind+`"`) {
+			t.Errorf("kind %s: the filter form does not keep the kind", kind)
+		}
+	}
+	_, body := get(t, hc, f.srv.URL, "/ui/changelog?op=create&actor="+url.QueryEscape(last.ActorID))
+	for _, r := range rowRE.FindAllStringSubmatch(body, -1) {
+		if r[2] != "create" || r[3] != last.ActorID {
+			t.Errorf("op create by %s: a %s by %s row passed", last.ActorID, r[2], r[3])
+		}
+	}
+	if _, body := get(t, hc, f.srv.URL, "/ui/changelog?kind=no_such_kind"); !strings.Contains(body, `id="changelog-empty"`) || rowRE.MatchString(body) {
+		t.Errorf("a kind nothing has does not say so:\n%s", body)
+	}
 }
 
 // TestDomainsPage lists the domains of two services: one whose certificate Berth gets from

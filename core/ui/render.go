@@ -20,20 +20,22 @@ var pageNames = []string{"login", "error", "overview", "services", "service", "n
 // parsePages parses every page with the layout and the shared helpers.
 func parsePages() map[string]*template.Template {
 	funcs := template.FuncMap{
-		"ago":      ago,
-		"short":    shortDigest,
-		"digestOf": currentDigest,
-		"upper":    strings.ToUpper,
-		"svcURL":   serviceURL,
-		"wlURL":    workloadURL,
-		"nodeURL":  nodeURL,
-		"logTime":  logTime,
-		"logURL":   logStreamURL,
-		"mib":      mib,
-		"percent":  percent,
-		"specRev":  specRevisionField,
-		"stateCSS": stateClass,
-		"time":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+		"ago":          ago,
+		"short":        shortDigest,
+		"digestOf":     currentDigest,
+		"upper":        strings.ToUpper,
+		"svcURL":       serviceURL,
+		"wlURL":        workloadURL,
+		"nodeURL":      nodeURL,
+		"logTime":      logTime,
+		"logURL":       logStreamURL,
+		"changelogURL": changelogURL,
+		"list":         func(s ...string) []string { return s },
+		"mib":          mib,
+		"percent":      percent,
+		"specRev":      specRevisionField,
+		"stateCSS":     stateClass,
+		"time":         func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 	}
 	out := make(map[string]*template.Template, len(pageNames))
 	for _, name := range pageNames {

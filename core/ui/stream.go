@@ -27,7 +27,10 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 		http.Error(w, "streaming is not supported on this connection", http.StatusInternalServerError)
 		return
 	}
-	q := map[string]string{"project": r.URL.Query().Get("project"), "name": r.URL.Query().Get("name"), "id": r.URL.Query().Get("id"), "state": r.URL.Query().Get("state")}
+	q := map[string]string{}
+	for _, k := range append([]string{"project", "name", "id", "state"}, changelogQueryKeys...) {
+		q[k] = r.URL.Query().Get(k)
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.StreamMaxAge)
 	defer cancel()
 	rc := http.NewResponseController(w)

@@ -489,6 +489,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/jobs", "#jobs", "jobs"},
 		{"/ui/operations", "#operations", "operations"},
 		{"/ui/changelog", "#changelog", "changelog"},
+		{"/ui/changelog?kind=service&op=create", "#changelog-table", "changelog-filtered"},
 	} {
 		if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)), shot(p.name)); err != nil {
 			t.Fatalf("%s: %v", p.path, err)
