@@ -490,6 +490,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/operations", "#operations", "operations"},
 		{"/ui/changelog", "#changelog", "changelog"},
 		{"/ui/changelog?kind=service&op=create", "#changelog-table", "changelog-filtered"},
+		{"/ui/no-such-page", "main h1", "not-found"},
 	} {
 		if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)), shot(p.name)); err != nil {
 			t.Fatalf("%s: %v", p.path, err)
@@ -565,10 +566,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the node page did not draw its charts: %v", err)
 	}
 
-	// A form posted without its CSRF token is refused, from the page's own origin too.
+	// A form posted without its CSRF token is refused, from the page's own origin too: the
+	// logout and the deploy form (which then deploys nothing).
 	status, err := chromedp.Run(tctx, chromedp.Evaluate[int](`fetch("/ui/logout", {method: "POST"}).then(r => r.status)`, chromedp.EvalAwaitPromise))
 	if err != nil || status != 403 {
 		t.Errorf("a logout posted without its CSRF token answered %d (%v), want 403", status, err)
+	}
+	status, err = chromedp.Run(tctx, chromedp.Evaluate[int](`fetch("/ui/deploy", {method: "POST", body: new URLSearchParams({project: "default", name: "forged", bundle: "hello", command: "./hello"})}).then(r => r.status)`, chromedp.EvalAwaitPromise))
+	if err != nil || status != 403 {
+		t.Errorf("a deploy posted without its CSRF token answered %d (%v), want 403", status, err)
+	}
+	if _, err := cl.c.GetService(ctx, "default", "forged"); !client.IsCode(err, "service_not_found") {
+		t.Errorf("a deploy refused for its CSRF token wrote a service (%v)", err)
 	}
 
 	// Undo: hello changes (revision 2), the undo page shows the change first, and the
@@ -647,8 +656,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		if strings.Contains(p, "/ui/logout") && strings.Contains(p, "403") {
 			continue
 		}
-		// The deploy refused for its name above (the API's 422, shown beside the form).
-		if strings.Contains(p, "/ui/deploy") && strings.Contains(p, "422") {
+		// The deploy refused for its name above (the API's 422, shown beside the form), and
+		// the one posted without its token (403).
+		if strings.Contains(p, "/ui/deploy") && (strings.Contains(p, "422") || strings.Contains(p, "403")) {
+			continue
+		}
+		// The page that does not exist, answered 404.
+		if strings.Contains(p, "/ui/no-such-page") && strings.Contains(p, "404") {
 			continue
 		}
 		// The other: the hx-on handler planted above, refused.
