@@ -34,8 +34,9 @@ type Config struct {
 	// show, closed or not before ctx ends; each open live stream re-renders on a receive.
 	// nil: each open stream re-renders every StreamInterval instead.
 	Wake func(ctx context.Context) <-chan struct{}
-	// StreamInterval is how often an open live stream re-renders when Wake is nil, and at
-	// most how often it re-renders when Wake fires faster; zero means 2 s.
+	// StreamInterval is how often an open live stream re-renders when Wake is nil, and how
+	// often it sends a keep-alive comment otherwise (a workload's live log too, which follows
+	// again five intervals after its follow ended); zero means 2 s.
 	StreamInterval time.Duration
 	// StreamMaxAge ends a live stream after this long (the browser reconnects), so no stream
 	// outlives a revoked session by more than it; zero means 10 minutes.
