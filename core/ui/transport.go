@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -112,6 +113,11 @@ func (t inProcess) stream(req, in *http.Request) (*http.Response, error) {
 	trailer := http.Header{}
 	go func() {
 		defer func() {
+			if p := recover(); p != nil {
+				// As net/http does for a handler on its own goroutine: the answer is cut
+				// short, the process lives on.
+				_ = pw.CloseWithError(fmt.Errorf("ui: the API's handler panicked: %v", p))
+			}
 			sw.WriteHeader(http.StatusOK) // a handler that wrote nothing answered 200
 			for _, k := range sw.header.Values("Trailer") {
 				for _, name := range strings.Split(k, ",") {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -79,5 +80,25 @@ func TestInProcessStreamEndsWithTheCaller(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler still writes after the body was closed")
+	}
+}
+
+// TestInProcessStreamSurvivesAPanic: a streamed handler that panics cuts its answer short
+// with an error, as net/http does, and does not take the process down.
+func TestInProcessStreamSurvivesAPanic(t *testing.T) {
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "{}\n")
+		panic("a handler bug")
+	})
+	req, _ := http.NewRequest(http.MethodGet, apiBase+"/api/v1/x", nil)
+	req.Header.Set("Accept", ndjson)
+	resp, err := inProcess{api: api}.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.ReadAll(resp.Body); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("the answer of a panicking handler read without its error: %v", err)
 	}
 }
