@@ -59,7 +59,31 @@ type overviewData struct {
 	Latest                        []client.Service
 	NodeCount                     []statusCount
 	Services                      int
+	// JobRuns are the runs of the last 24 hours of the first jobDetailLimit jobs, newest
+	// first, at most jobRunRows; FailedRuns those of them that failed, timed out or were
+	// missed (listed among the failing things too). HasJobs says jobs exist at all: the jobs
+	// section is shown only then.
+	JobRuns    []jobRunRow
+	FailedRuns []jobRunRow
+	HasJobs    bool
 }
+
+// jobRunRow is one run of a job with the name of its project.
+type jobRunRow struct {
+	Project string
+	Job     string
+	Run     client.JobRun
+}
+
+// jobRunWindow is how far back the overview lists job runs.
+const jobRunWindow = 24 * time.Hour
+
+// jobDetailLimit is how many jobs the overview reads the runs of (one API read each), and
+// jobRunRows how many runs it lists at most, so a fleet of jobs costs a bounded number of reads.
+const (
+	jobDetailLimit = 20
+	jobRunRows     = 20
+)
 
 // nodeAttention is a node that is not serving as a member should, with its fencing state:
 // leases it failed to fence and those that wait for an operator's fence-ack.
@@ -92,8 +116,15 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 	if err != nil {
 		return nil, err
 	}
+	var jobSvcs []client.Service
+	for _, s := range svcs {
+		if s.Kind == "job" {
+			jobSvcs = append(jobSvcs, s)
+		}
+	}
 	svcs = withoutJobs(svcs)
-	d := &overviewData{Services: len(svcs)}
+	d := &overviewData{Services: len(svcs), HasJobs: len(jobSvcs) > 0}
+	d.JobRuns, d.FailedRuns = recentJobRuns(ctx, c, jobSvcs, h.cfg.Now().Add(-jobRunWindow))
 	// The last failure of the workload each failing rollout waits on, by workload id: the
 	// node's own words, which the workload list does not carry.
 	lastFailure := map[string]string{}
@@ -185,6 +216,38 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 	slices.SortFunc(latest, func(a, b client.Service) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
 	d.Latest = latest[:min(len(latest), latestDeployments)]
 	return d, nil
+}
+
+// recentJobRuns reads the runs of the first jobDetailLimit of jobs (GET .../jobs/NAME/runs, one
+// read each) and returns those fired or ended since since, newest first, at most jobRunRows,
+// and the failed, timed-out and missed ones among them. A job whose runs the API does not give
+// (no jobs controller, a credential that may not read them) is left out: the overview shows
+// what it may read and the jobs page says why the rest is missing.
+func recentJobRuns(ctx context.Context, c *client.Client, jobs []client.Service, since time.Time) (all, failed []jobRunRow) {
+	for i, j := range jobs {
+		if i >= jobDetailLimit {
+			break
+		}
+		runs, err := c.JobRuns(ctx, j.Project, j.Name)
+		if err != nil {
+			continue
+		}
+		for _, r := range runs {
+			if r.FireTime.Before(since) && r.EndedAt.Before(since) {
+				continue
+			}
+			all = append(all, jobRunRow{Project: j.Project, Job: j.Name, Run: r})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b jobRunRow) int { return b.Run.FireTime.Compare(a.Run.FireTime) })
+	all = all[:min(len(all), jobRunRows)]
+	for _, r := range all {
+		switch r.Run.State {
+		case "failed", "timed_out", "missed":
+			failed = append(failed, r)
+		}
+	}
+	return all, failed
 }
 
 // stateRank orders verdict states for the failing list.

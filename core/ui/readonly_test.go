@@ -337,3 +337,61 @@ func TestJobsPage(t *testing.T) {
 		}
 	}
 }
+
+// TestOverviewListsRecentJobRuns records three runs of a job (one failed with exit 3 an hour
+// ago, one succeeded, one three days old) and sees the overview list the two recent ones under
+// the jobs of the last 24 h, newest first, with the failed one among the failing things too.
+func TestOverviewListsRecentJobRuns(t *testing.T) {
+	var st *store.Store
+	f := newFixtureAPI(t, false, nil, func(s *store.Store, _ *bundles.Store, c *api.Config) {
+		jc, err := jobs.NewController(jobs.ControllerConfig{Store: s, Catalog: c.Catalog, Nodes: c.Nodes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Jobs = jc
+		st = s
+	})
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	// Without a job the overview has no jobs section.
+	if _, body := get(t, hc, f.srv.URL, "/ui/"); strings.Contains(body, "Jobs of the last 24 h") {
+		t.Fatalf("the overview shows a jobs section without any job:\n%s", body)
+	}
+	ctx := context.Background()
+	p, err := f.cat.GetProject(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &services.Service{Name: "report", Kind: services.KindJob, Bundle: "report", BundleDigest: "sha256:" + strings.Repeat("ab", 32),
+		Command: []string{"./report"}, Job: &services.JobSettings{Schedule: "0 3 * * *", Concurrency: services.ConcurrencyForbid, KeepHistory: 20}}
+	if _, _, err := f.cat.PutService(ctx, p, job, nil); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	three, zero := 3, 0
+	key := jobs.JobKey("default", "report")
+	for _, r := range []jobs.Run{
+		{Job: key, FireTime: now.Add(-72 * time.Hour), State: jobs.RunSucceeded, ExitCode: &zero, EndedAt: now.Add(-72 * time.Hour).Add(time.Minute)},
+		{Job: key, FireTime: now.Add(-2 * time.Hour), State: jobs.RunFailed, ExitCode: &three, EndedAt: now.Add(-time.Hour), Message: "exited with status 3"},
+		{Job: key, FireTime: now.Add(-30 * time.Minute), State: jobs.RunSucceeded, ExitCode: &zero, EndedAt: now.Add(-29 * time.Minute)},
+	} {
+		r.ID = jobs.RunID(key, r.FireTime)
+		if err := st.Insert(ctx, jobs.RunsCollection, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, failedRun, okRun := "report@"+now.Add(-72*time.Hour).Format(time.RFC3339), "report@"+now.Add(-2*time.Hour).Format(time.RFC3339), "report@"+now.Add(-30*time.Minute).Format(time.RFC3339)
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/", nav: "/ui/",
+		want: []string{"Jobs of the last 24 h", "Failed job runs", "<td>" + failedRun + "</td>", "<td>" + okRun + "</td>", "exited with status 3", `class="state bad">failed<`}})
+	_, body := get(t, hc, f.srv.URL, "/ui/")
+	if strings.Contains(body, old) {
+		t.Errorf("the overview lists a run of three days ago")
+	}
+	failing, rest, ok := strings.Cut(body, `id="h-rollouts"`)
+	if !ok || !strings.Contains(failing, `id="failed-runs"`) || !strings.Contains(failing, failedRun) {
+		t.Errorf("the failed run is not among the failing things")
+	}
+	if i, j := strings.Index(rest, okRun), strings.Index(rest, failedRun); i < 0 || j < 0 || i > j {
+		t.Errorf("the jobs section does not list the newer run first (%d, %d)", i, j)
+	}
+}

@@ -146,11 +146,11 @@ func shortDigest(s string) string {
 // stateClass is the CSS class of a verdict or status.
 func stateClass(state string) string {
 	switch state {
-	case "refused", "crashed", "failed", "timed_out", "disconnected", "quarantined", "unhealthy", "deny", "error":
+	case "refused", "crashed", "failed", "timed_out", "disconnected", "quarantined", "unhealthy", "deny", "error", "missed":
 		return "bad"
 	case "waiting", "converging", "draining", "pending", "starting", "queued", "leased", "retry", "expiring", "renewing", "restarting":
 		return "warn"
-	case "converged", "connected", "running", "succeeded", "issued", "followed", "healthy", "allow":
+	case "converged", "connected", "running", "succeeded", "issued", "followed", "healthy", "allow", "passed":
 		return "ok"
 	}
 	return "none"
