@@ -426,6 +426,8 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 		return loadAccess(ctx, c)
 	case "plugins":
 		return loadPlugins(ctx, c)
+	case "backups":
+		return loadBackups(ctx, c)
 	}
 	return nil, errNoPage
 }

@@ -15,7 +15,7 @@ import (
 
 // pageNames are the page templates under templates/, each parsed with layout.html. A page
 // template defines "main" (the page's body) and, for a page with a live region, "live".
-var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains", "registry", "secrets", "access", "plugins", "jobs", "deploy"}
+var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains", "registry", "secrets", "access", "plugins", "jobs", "deploy", "backups", "restore"}
 
 // parsePages parses every page with the layout and the shared helpers.
 func parsePages() map[string]*template.Template {
@@ -32,6 +32,8 @@ func parsePages() map[string]*template.Template {
 		"changelogURL": changelogURL,
 		"list":         func(s ...string) []string { return s },
 		"mib":          mib,
+		"bytes":        byteSize,
+		"restoreURL":   restoreURL,
 		"percent":      percent,
 		"specRev":      specRevisionField,
 		"stateCSS":     stateClass,
@@ -150,7 +152,7 @@ func stateClass(state string) string {
 		return "bad"
 	case "waiting", "converging", "draining", "pending", "starting", "queued", "leased", "retry", "expiring", "renewing", "restarting":
 		return "warn"
-	case "converged", "connected", "running", "succeeded", "issued", "followed", "healthy", "allow", "passed":
+	case "converged", "connected", "running", "succeeded", "issued", "followed", "healthy", "allow", "passed", "ready":
 		return "ok"
 	}
 	return "none"
@@ -164,4 +166,23 @@ func serviceURL(project, name string) string {
 func parseRevision(s string) (int64, bool) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	return n, err == nil && n > 0
+}
+
+// byteSize shows a size in bytes in the largest binary unit that keeps it at least 1.
+func byteSize(b int64) string {
+	const unit = 1024
+	if b < unit {
+		return strconv.FormatInt(b, 10) + " B"
+	}
+	f, i := float64(b), 0
+	for f >= unit && i < 4 {
+		f /= unit
+		i++
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + " " + []string{"B", "KiB", "MiB", "GiB", "TiB"}[i]
+}
+
+// restoreURL is the restore page of backup id in project.
+func restoreURL(project, id string) string {
+	return "/ui/backups/" + url.PathEscape(project) + "/" + url.PathEscape(id) + "/restore"
 }

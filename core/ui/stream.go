@@ -18,7 +18,7 @@ import (
 // reconnects and is authenticated again), or when the API stops accepting the session.
 func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 	name := r.PathValue("page")
-	if _, ok := h.pages[name]; !ok || name == "login" || name == "error" || name == "undo" || name == "deploy" {
+	if _, ok := h.pages[name]; !ok || !live(name) {
 		http.NotFound(w, r)
 		return
 	}
@@ -128,4 +128,14 @@ func sseMessage(body []byte) []byte {
 	}
 	b.WriteByte('\n')
 	return b.Bytes()
+}
+
+// live reports whether page has a live region a stream renders: every page but the forms,
+// the answers to actions and the login and error pages.
+func live(page string) bool {
+	switch page {
+	case "login", "error", "undo", "deploy", "restore", "token":
+		return false
+	}
+	return true
 }

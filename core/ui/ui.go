@@ -164,6 +164,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /ui/jobs", h.authed(h.jobsPage))
 	m.HandleFunc("GET /ui/access", h.authed(h.accessPage))
 	m.HandleFunc("GET /ui/plugins", h.authed(h.pluginsPage))
+	m.HandleFunc("GET /ui/backups", h.authed(h.backupsPage))
+	m.HandleFunc("GET /ui/backups/{project}/{id}/restore", h.authed(h.restorePage))
+	m.HandleFunc("POST /ui/backups/{project}/{id}/restore", h.authed(h.restore))
 	m.HandleFunc("GET /ui/stream/{page}", h.authed(h.stream))
 	m.HandleFunc("GET /ui/stream/logs/{id}", h.authed(h.logStream))
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
