@@ -151,6 +151,8 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /ui/services/{project}/{name}/undo", h.authed(h.undo))
 	m.HandleFunc("POST /ui/services/{project}/{name}/restart", h.authed(h.restart))
 	m.HandleFunc("POST /ui/services/{project}/{name}/scale", h.authed(h.scale))
+	m.HandleFunc("GET /ui/services/{project}/{name}/promote/{tag}", h.authed(h.promotePage))
+	m.HandleFunc("POST /ui/services/{project}/{name}/promote/{tag}", h.authed(h.promote))
 	m.HandleFunc("GET /ui/nodes", h.authed(h.nodesPage))
 	m.HandleFunc("GET /ui/nodes/{id}", h.authed(h.nodePage))
 	m.HandleFunc("GET /ui/nodes/{id}/metrics", h.authed(h.nodeMetrics))
