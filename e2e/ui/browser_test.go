@@ -85,6 +85,18 @@ type cluster struct {
 	dir, url string
 	c        *client.Client
 	agent    *proctest.Proc
+	// fp is berthd's certificate fingerprint, which every API client of the test pins.
+	fp string
+}
+
+// client is an API client of the cluster with token.
+func (cl *cluster) client(t *testing.T, token string) *client.Client {
+	t.Helper()
+	c, err := client.New(cl.url, client.WithToken(token), client.WithFingerprint(cl.fp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -100,10 +112,9 @@ func newCluster(t *testing.T) *cluster {
 	cl := &cluster{dir: dir, url: "https://" + api}
 	t.Cleanup(func() { proctest.LogTailsOnFailure(t, dir, "berthd.log", "agent.log") })
 	d := proctest.WaitBerthdReady(t, berthd, data, cl.url, 60*time.Second)
+	cl.fp = d.Fingerprint
+	cl.c = cl.client(t, d.Token)
 	var err error
-	if cl.c, err = client.New(cl.url, client.WithToken(d.Token), client.WithFingerprint(d.Fingerprint)); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	jt, err := cl.c.CreateJoinToken(ctx, client.JoinTokenRequest{})
 	if err != nil {
@@ -490,11 +501,49 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/operations", "#operations", "operations"},
 		{"/ui/changelog", "#changelog", "changelog"},
 		{"/ui/changelog?kind=service&op=create", "#changelog-table", "changelog-filtered"},
+		{"/ui/backups", "#backups", "backups"},
+		{"/ui/access/tokens/new", "#token-form", "token-form"},
+		{"/ui/access/users/new", "#user-form", "user-form"},
 		{"/ui/no-such-page", "main h1", "not-found"},
 	} {
 		if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)), shot(p.name)); err != nil {
 			t.Fatalf("%s: %v", p.path, err)
 		}
+	}
+
+	// Issue a token from the form: its secret is on the answer page, which the API's list
+	// behind the access page never shows again.
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/access/tokens/new"), chromedp.WaitVisible(chromedp.CSS("#token-form")),
+		chromedp.SendKeys(chromedp.CSS("#token-name"), "e2e-reader"),
+		chromedp.Click(chromedp.CSS("#token-submit")), chromedp.WaitVisible(chromedp.CSS("#token-secret")), shot("token-issued")); err != nil {
+		t.Fatalf("issue a token from the form: %v", err)
+	}
+	secret, err := chromedp.Run(tctx, chromedp.Value(chromedp.CSS("#token-secret")))
+	if err != nil || !strings.HasPrefix(secret, "brt_") {
+		t.Fatalf("the issued token's page shows %q (%v), want its brt_ secret", secret, err)
+	}
+	if _, err := cl.client(t, secret).ListServices(ctx, "default"); err != nil {
+		t.Fatalf("the token issued from the dashboard does not work at the API: %v", err)
+	}
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/access"), chromedp.WaitVisible(chromedp.CSS("#tokens"))); err != nil {
+		t.Fatal(err)
+	}
+	if html, err := chromedp.Run(tctx, chromedp.OuterHTML(chromedp.CSS("html"))); err != nil || strings.Contains(html, secret) || !strings.Contains(html, "e2e-reader") {
+		t.Fatalf("the access page after issuing a token lists it by name, never its secret (%v)", err)
+	}
+
+	// Promote a release: the registry page links a tag's promotion, whose preview shows the
+	// service's image and the tag's digest; a tag reserved and never pushed is the API's
+	// refusal, shown beside the button.
+	if _, err := cl.c.ReserveRelease(ctx, "default", "hello", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/services/default/hello/promote/v1"), chromedp.WaitVisible(chromedp.CSS("#promote-form")), shot("promote"),
+		chromedp.Click(chromedp.CSS("#promote-submit")), chromedp.WaitVisible(chromedp.CSS("#promote-error")), shot("promote-refused")); err != nil {
+		t.Fatalf("promote a release from the dashboard: %v", err)
+	}
+	if refusal, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("#promote-error"))); err != nil || !strings.Contains(refusal, "release_not_pushed") && !strings.Contains(refusal, "service_not_container") {
+		t.Fatalf("the refused promotion does not show the API's code (%v): %q", err, refusal)
 	}
 
 	// A workload's page shows its output, read from its node: hello's own start-up line.
@@ -659,6 +708,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		// The deploy refused for its name above (the API's 422, shown beside the form), and
 		// the one posted without its token (403).
 		if strings.Contains(p, "/ui/deploy") && (strings.Contains(p, "422") || strings.Contains(p, "403")) {
+			continue
+		}
+		// The promotion of a tag never pushed, refused above (the API's 409).
+		if strings.Contains(p, "/promote/v1") && strings.Contains(p, "409") {
 			continue
 		}
 		// The page that does not exist, answered 404.
