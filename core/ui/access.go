@@ -3,6 +3,7 @@ package ui
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -110,6 +111,61 @@ func (h *Handler) problemOf(w http.ResponseWriter, r *http.Request, err error) (
 	p := apiErr.Problem
 	p.Status = apiErr.Status
 	return &p, true
+}
+
+// confirmData is what a confirmation page shows: the question, what the action does, and one
+// form per button posting to Action with Fields, the button's op and its own Idempotency-Key.
+type confirmData struct {
+	Question, Text, Action, Back string
+	Fields                       map[string]string
+	Buttons                      []confirmButton
+}
+
+// confirmButton is one button of a confirmation page: its label, the op it posts ("" for none)
+// and the Idempotency-Key of its form.
+type confirmButton struct {
+	Label, Op, Idem string
+}
+
+// revokeTokenPage asks before a token is revoked: the access page links it, so the action's
+// form is never inside a live region a re-render could replace under the pointer.
+func (h *Handler) revokeTokenPage(w http.ResponseWriter, r *http.Request, v *viewer) {
+	name := r.PathValue("name")
+	d := &confirmData{Question: "Revoke the token " + name + "?",
+		Text:   "Every request with it is refused from then on, a dashboard session logged in with it too. A revoked token cannot be restored; issue a new one instead.",
+		Action: "/ui/access/tokens/" + url.PathEscape(name) + "/revoke", Back: "/ui/access",
+		Buttons: []confirmButton{{Label: "Revoke " + name, Idem: "ui-" + randomToken()}}}
+	h.render(w, r, http.StatusOK, "confirm", &pageData{Viewer: v, Title: "Revoke " + name, Nav: "access", Data: d})
+}
+
+// credentialPage offers a user's credential actions at the generation read now (GET /users
+// through the API, admin only): turning password login off and ending the sessions.
+func (h *Handler) credentialPage(w http.ResponseWriter, r *http.Request, v *viewer) {
+	name := r.PathValue("name")
+	c, ctx := h.client(r, v.Bearer)
+	users, err := c.ListUsers(ctx)
+	if err != nil {
+		h.apiError(w, r, err)
+		return
+	}
+	var u *client.User
+	for i := range users {
+		if users[i].Name == name {
+			u = &users[i]
+		}
+	}
+	if u == nil {
+		h.renderError(w, r, http.StatusNotFound, "There is no user "+name+".")
+		return
+	}
+	d := &confirmData{Question: "Change how " + name + " logs in?",
+		Text: "Turning password login off ends every session of " + name + " and refuses the password until one is set again (berth user passwd). " +
+			"Ending the sessions logs " + name + " out everywhere; the password keeps working. From a password login, the API asks for one within the last 5 minutes for either.",
+		Action: "/ui/access/users/" + url.PathEscape(name) + "/credential", Back: "/ui/access",
+		Fields: map[string]string{"expected_generation": strconv.FormatInt(u.Generation, 10)},
+		Buttons: []confirmButton{{Label: "Turn password login off", Op: "revoke_password", Idem: "ui-" + randomToken()},
+			{Label: "End the sessions", Op: "revoke_sessions", Idem: "ui-" + randomToken()}}}
+	h.render(w, r, http.StatusOK, "confirm", &pageData{Viewer: v, Title: "Password login of " + name, Nav: "access", Data: d})
 }
 
 // revokeToken revokes the named token through the API and returns to the tokens and users page.

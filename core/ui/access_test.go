@@ -69,8 +69,12 @@ func TestTokenAndUserActions(t *testing.T) {
 	if strings.Contains(body, bearer) {
 		t.Fatal("the access page renders an issued token's secret")
 	}
-	if !strings.Contains(body, `action="/ui/access/tokens/ci-reader/revoke"`) {
-		t.Fatalf("the access page has no revoke form for ci-reader:\n%s", body)
+	if !strings.Contains(body, `href="/ui/access/tokens/ci-reader/revoke"`) {
+		t.Fatalf("the access page does not link the revocation of ci-reader:\n%s", body)
+	}
+	// The revocation is asked first, on a page of its own; its form posts the revoke.
+	if resp, body := get(t, hc, f.srv.URL, "/ui/access/tokens/ci-reader/revoke"); resp.StatusCode != http.StatusOK || !strings.Contains(body, `action="/ui/access/tokens/ci-reader/revoke"`) {
+		t.Fatalf("the revoke confirmation answered %d without its form:\n%s", resp.StatusCode, body)
 	}
 	if resp, _ := post(t, hc, f.srv.URL, "/ui/access/tokens/ci-reader/revoke", url.Values{}); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("a revoke without its CSRF token answered %d, want 403", resp.StatusCode)
@@ -115,8 +119,15 @@ func TestTokenAndUserActions(t *testing.T) {
 		t.Fatalf("the user dev was not created: %+v", users)
 	}
 	_, body = get(t, hc, f.srv.URL, "/ui/access")
-	if !strings.Contains(body, `action="/ui/access/users/dev/credential"`) {
-		t.Fatalf("the access page has no credential form for dev:\n%s", body)
+	if !strings.Contains(body, `href="/ui/access/users/dev/credential"`) {
+		t.Fatalf("the access page does not link dev's credential actions:\n%s", body)
+	}
+	resp, body = get(t, hc, f.srv.URL, "/ui/access/users/dev/credential")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `name="op" value="revoke_password"`) || !strings.Contains(body, `name="expected_generation" value="`+strconv.FormatInt(gen, 10)+`"`) {
+		t.Fatalf("dev's credential page answered %d without its forms at generation %d:\n%s", resp.StatusCode, gen, body)
+	}
+	if resp, _ := get(t, hc, f.srv.URL, "/ui/access/users/nobody/credential"); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("the credential page of an unknown user answered %d, want 404", resp.StatusCode)
 	}
 	if resp, body := post(t, hc, f.srv.URL, "/ui/access/users/dev/credential", url.Values{"csrf": {csrf}, "op": {"revoke_password"}, "expected_generation": {strconv.FormatInt(gen, 10)}}); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("turning dev's password login off answered %d:\n%s", resp.StatusCode, body)

@@ -15,7 +15,7 @@ import (
 
 // pageNames are the page templates under templates/, each parsed with layout.html. A page
 // template defines "main" (the page's body) and, for a page with a live region, "live".
-var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains", "registry", "secrets", "access", "plugins", "jobs", "deploy", "backups", "restore", "promote", "newtoken", "token", "newuser"}
+var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains", "registry", "secrets", "access", "plugins", "jobs", "deploy", "backups", "restore", "promote", "newtoken", "token", "newuser", "confirm"}
 
 // parsePages parses every page with the layout and the shared helpers.
 func parsePages() map[string]*template.Template {

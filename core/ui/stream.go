@@ -134,7 +134,7 @@ func sseMessage(body []byte) []byte {
 // the answers to actions and the login and error pages.
 func live(page string) bool {
 	switch page {
-	case "login", "error", "undo", "deploy", "restore", "promote", "token", "newtoken", "newuser":
+	case "login", "error", "undo", "deploy", "restore", "promote", "token", "newtoken", "newuser", "confirm":
 		return false
 	}
 	return true

@@ -261,6 +261,7 @@ func TestPagesCarryCSPAndRenderNoSecret(t *testing.T) {
 			paths := []string{"/ui/", "/ui/services", "/ui/nodes", "/ui/workloads", "/ui/nodes/no-such-node", "/ui/services/default/web", "/ui/services/default/web/undo",
 				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains", "/ui/registry", "/ui/secrets", "/ui/access", "/ui/plugins", "/ui/jobs", "/ui/deploy",
 				"/ui/backups", "/ui/access/tokens/new", "/ui/access/users/new", "/ui/backups/default/bkp_none/restore", "/ui/services/default/web/promote/v1",
+				"/ui/access/tokens/some-token/revoke", "/ui/access/users/ops/credential",
 				"/ui/login", "/ui/no-such-page", "/ui/assets/app.css", "/ui/assets/app.js", "/ui/assets/vendor/htmx.min.js"}
 			for _, p := range paths {
 				resp, body := get(t, hc, f.srv.URL, p)

@@ -531,6 +531,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	if html, err := chromedp.Run(tctx, chromedp.OuterHTML(chromedp.CSS("html"))); err != nil || strings.Contains(html, secret) || !strings.Contains(html, "e2e-reader") {
 		t.Fatalf("the access page after issuing a token lists it by name, never its secret (%v)", err)
 	}
+	// Revoke it: the access page links the question, whose button revokes it at the API.
+	if err := chromedp.Do(tctx, chromedp.Click(chromedp.CSS(`a[href="/ui/access/tokens/e2e-reader/revoke"]`)), chromedp.WaitVisible(chromedp.CSS("button.primary")), shot("token-revoke")); err != nil {
+		t.Fatalf("open the revocation of the issued token: %v", err)
+	}
+	if err := submit(tctx, chromedp.CSS("button.primary"), cl.url+"/ui/access"); err != nil {
+		t.Fatalf("revoke the issued token: %v", err)
+	}
+	if _, err := cl.client(t, secret).ListServices(ctx, "default"); !client.IsCode(err, "unauthenticated") {
+		t.Fatalf("the token revoked from the dashboard is still accepted, or refused otherwise: %v", err)
+	}
 
 	// Promote a release: the registry page links a tag's promotion, whose preview shows the
 	// service's image and the tag's digest; a tag reserved and never pushed is the API's
