@@ -65,6 +65,7 @@ type applyCluster struct {
 	dir     string
 	url     string
 	fp      string
+	token   string // the admin token berthd wrote at its first start
 	c       *client.Client
 	berthd  *proctest.Proc
 	agents  []*proctest.Proc
@@ -125,7 +126,7 @@ func startApplyCluster(b *testing.B, bin string, agents int, extra ...string) *a
 		"--log-level", "warn"}, extra...)
 	cl.berthd = proctest.Start(b, filepath.Join(cl.dir, "berthd.log"), filepath.Join(bin, "berthd"), args...)
 	d := proctest.WaitBerthdReady(b, cl.berthd, filepath.Join(cl.dir, "berthd"), cl.url, applyLimit)
-	cl.fp = d.Fingerprint
+	cl.fp, cl.token = d.Fingerprint, d.Token
 	var err error
 	if cl.c, err = client.New(cl.url, client.WithToken(d.Token), client.WithFingerprint(cl.fp)); err != nil {
 		b.Fatal(err)

@@ -83,12 +83,18 @@ func refuseLargeChange(entityType string, payload any) error {
 	return err
 }
 
-// listChangelog serves GET /api/v1/changelog?from_seq=N&limit=L for auditors:
-// {"entries": [...], "head_seq": S} with up to L (default and at most 500)
-// consecutive entries from N (default 1), each as sent in log_entries
-// (docs/node-protocol.md section 7).
+// listChangelog serves GET /api/v1/changelog for auditors (docs/node-protocol.md section
+// 7.3): {"entries": [...], "head_seq": S, "next_seq": N} with up to limit (default and at most
+// 500) entries, each as sent in log_entries. Without a filter, the consecutive entries from
+// from_seq (default 1); with entity_type, entity_id, op or actor_id, those that match, scanned
+// from from_seq up, or with order=desc from until_seq (default the head) down, reading at
+// most changelog.DefaultMaxScan entries; next_seq is where the same query goes on.
 func (s *Server) listChangelog(c echo.Context) error {
 	from, err := queryInt(c, "from_seq", 1)
+	if err != nil {
+		return err
+	}
+	until, err := queryInt(c, "until_seq", 0)
 	if err != nil {
 		return err
 	}
@@ -99,14 +105,26 @@ func (s *Server) listChangelog(c echo.Context) error {
 	if from < 1 || limit < 1 || limit > node.MaxLogBatch {
 		return problem(abierrors.ValidationFailed, "from_seq must be at least 1 and limit between 1 and 500")
 	}
-	ctx := c.Request().Context()
-	head, _, err := s.cfg.Changelog.Head(ctx)
+	q := changelog.Query{FromSeq: from, UntilSeq: until, Limit: int(limit),
+		EntityType: c.QueryParam("entity_type"), EntityID: c.QueryParam("entity_id"), Op: c.QueryParam("op"), ActorID: c.QueryParam("actor_id")}
+	for name, v := range map[string]string{"entity_type": q.EntityType, "entity_id": q.EntityID, "op": q.Op, "actor_id": q.ActorID} {
+		if len(v) > 200 {
+			return problem(abierrors.ValidationFailed, name+" is longer than 200 bytes")
+		}
+	}
+	switch c.QueryParam("order") {
+	case "", "asc":
+	case "desc":
+		q.Desc = true
+	default:
+		return problem(abierrors.ValidationFailed, "order must be asc or desc")
+	}
+	res, err := s.cfg.Changelog.Find(c.Request().Context(), q)
+	if errors.Is(err, changelog.ErrBadQuery) {
+		return problem(abierrors.ValidationFailed, "until_seq must be at least from_seq")
+	}
 	if err != nil {
 		return err
 	}
-	entries, err := s.cfg.Changelog.Range(ctx, from, int(limit))
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, map[string]any{"entries": entries, "head_seq": head})
+	return c.JSON(http.StatusOK, map[string]any{"entries": res.Entries, "head_seq": res.Head, "next_seq": res.NextSeq})
 }

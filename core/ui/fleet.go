@@ -44,16 +44,19 @@ func workloadRows(ctx context.Context, c *client.Client) ([]client.Workload, err
 const logTail = 200
 
 // workloadData is what a workload's page shows: the workload and, when its node answers, its
-// newest output (LogsErr says why not otherwise).
+// newest output (LogsErr says why not otherwise); After is the sequence number of the last line
+// shown, where the page's live log ([Handler.logStream]) goes on from.
 type workloadData struct {
 	Workload client.Workload
 	Logs     []node.LogLine
 	LogsNote string
 	LogsErr  string
+	After    int64
 }
 
-// loadWorkload reads workload id and its newest output through the API.
-func loadWorkload(ctx context.Context, c *client.Client, id string) (*workloadData, error) {
+// loadWorkloadStatus reads workload id through the API, without its output: the page's live
+// region (its output streams on its own).
+func loadWorkloadStatus(ctx context.Context, c *client.Client, id string) (*workloadData, error) {
 	wls, err := c.ListWorkloads(ctx, "")
 	if err != nil {
 		return nil, err
@@ -62,11 +65,22 @@ func loadWorkload(ctx context.Context, c *client.Client, id string) (*workloadDa
 	if i < 0 {
 		return nil, &client.APIError{Status: http.StatusNotFound, Problem: client.Problem{Code: "workload_not_found", Detail: "There is no workload " + id + "."}}
 	}
-	d := &workloadData{Workload: wls[i]}
+	return &workloadData{Workload: wls[i]}, nil
+}
+
+// loadWorkload reads workload id and its newest output through the API.
+func loadWorkload(ctx context.Context, c *client.Client, id string) (*workloadData, error) {
+	d, err := loadWorkloadStatus(ctx, c, id)
+	if err != nil {
+		return nil, err
+	}
 	logs, err := c.WorkloadLogs(ctx, id, logTail)
 	switch {
 	case err == nil:
 		d.Logs, d.LogsNote = logs.Lines, logs.Detail
+		for _, l := range d.Logs {
+			d.After = max(d.After, l.Seq)
+		}
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	default:
@@ -171,9 +185,24 @@ func (h *Handler) workloadsPage(w http.ResponseWriter, r *http.Request, v *viewe
 	h.page(w, r, v, "workloads", "Workloads", nil)
 }
 
+// workloadPage renders a workload's page: its status (the live region, kept current by its
+// stream) and its newest output, which the page's live log ([Handler.logStream]) extends.
 func (h *Handler) workloadPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 	id := r.PathValue("id")
-	h.page(w, r, v, "workload", "Workload "+id, map[string]string{"id": id})
+	c, ctx := h.client(r, v.Bearer)
+	d, err := loadWorkload(ctx, c, id)
+	if err != nil {
+		h.apiError(w, r, err)
+		return
+	}
+	q := map[string]string{"id": id}
+	h.render(w, r, http.StatusOK, "workload", &pageData{Viewer: v, Title: "Workload " + id, Nav: "workload",
+		Stream: "/ui/stream/workload?" + url.Values{"id": {id}}.Encode(), Data: d, Query: q})
+}
+
+// logStreamURL is where a workload page's live log streams from: the workload's log after seq.
+func logStreamURL(id string, after int64) string {
+	return "/ui/stream/logs/" + url.PathEscape(id) + "?after=" + strconv.FormatInt(after, 10)
 }
 
 func (h *Handler) nodePage(w http.ResponseWriter, r *http.Request, v *viewer) {

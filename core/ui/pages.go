@@ -59,7 +59,31 @@ type overviewData struct {
 	Latest                        []client.Service
 	NodeCount                     []statusCount
 	Services                      int
+	// JobRuns are the runs of the last 24 hours of the first jobDetailLimit jobs, newest
+	// first, at most jobRunRows; FailedRuns those of them that failed, timed out or were
+	// missed (listed among the failing things too). HasJobs says jobs exist at all: the jobs
+	// section is shown only then.
+	JobRuns    []jobRunRow
+	FailedRuns []jobRunRow
+	HasJobs    bool
 }
+
+// jobRunRow is one run of a job with the name of its project.
+type jobRunRow struct {
+	Project string
+	Job     string
+	Run     client.JobRun
+}
+
+// jobRunWindow is how far back the overview lists job runs.
+const jobRunWindow = 24 * time.Hour
+
+// jobDetailLimit is how many jobs the overview reads the runs of (one API read each), and
+// jobRunRows how many runs it lists at most, so a fleet of jobs costs a bounded number of reads.
+const (
+	jobDetailLimit = 20
+	jobRunRows     = 20
+)
 
 // nodeAttention is a node that is not serving as a member should, with its fencing state:
 // leases it failed to fence and those that wait for an operator's fence-ack.
@@ -85,13 +109,22 @@ const overviewRows = 50
 // latestDeployments is how many recently changed services the overview lists.
 const latestDeployments = 10
 
-// loadOverview reads the overview through the API as v.
+// loadOverview reads the overview through the API as v. Jobs are not services here: they
+// are neither listed nor counted (the jobs page has them).
 func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overviewData, error) {
 	svcs, err := allServices(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	d := &overviewData{Services: len(svcs)}
+	var jobSvcs []client.Service
+	for _, s := range svcs {
+		if s.Kind == "job" {
+			jobSvcs = append(jobSvcs, s)
+		}
+	}
+	svcs = withoutJobs(svcs)
+	d := &overviewData{Services: len(svcs), HasJobs: len(jobSvcs) > 0}
+	d.JobRuns, d.FailedRuns = recentJobRuns(ctx, c, jobSvcs, h.cfg.Now().Add(-jobRunWindow))
 	// The last failure of the workload each failing rollout waits on, by workload id: the
 	// node's own words, which the workload list does not carry.
 	lastFailure := map[string]string{}
@@ -185,6 +218,38 @@ func (h *Handler) loadOverview(ctx context.Context, c *client.Client) (*overview
 	return d, nil
 }
 
+// recentJobRuns reads the runs of the first jobDetailLimit of jobs (GET .../jobs/NAME/runs, one
+// read each) and returns those fired or ended since since, newest first, at most jobRunRows,
+// and the failed, timed-out and missed ones among them. A job whose runs the API does not give
+// (no jobs controller, a credential that may not read them) is left out: the overview shows
+// what it may read and the jobs page says why the rest is missing.
+func recentJobRuns(ctx context.Context, c *client.Client, jobs []client.Service, since time.Time) (all, failed []jobRunRow) {
+	for i, j := range jobs {
+		if i >= jobDetailLimit {
+			break
+		}
+		runs, err := c.JobRuns(ctx, j.Project, j.Name)
+		if err != nil {
+			continue
+		}
+		for _, r := range runs {
+			if r.FireTime.Before(since) && r.EndedAt.Before(since) {
+				continue
+			}
+			all = append(all, jobRunRow{Project: j.Project, Job: j.Name, Run: r})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b jobRunRow) int { return b.Run.FireTime.Compare(a.Run.FireTime) })
+	all = all[:min(len(all), jobRunRows)]
+	for _, r := range all {
+		switch r.Run.State {
+		case "failed", "timed_out", "missed":
+			failed = append(failed, r)
+		}
+	}
+	return all, failed
+}
+
 // stateRank orders verdict states for the failing list.
 func stateRank(state string) int {
 	if state == "refused" {
@@ -199,7 +264,14 @@ func nodeNeedsAttention(n client.Node) bool {
 	return n.Status != "connected" && n.Status != "removed" || n.Retirement != ""
 }
 
-// allServices lists the services of every project the viewer may read.
+// withoutJobs returns svcs without the jobs (kind "job"), in place: the services and overview
+// pages list what is kept running; jobs have their own page.
+func withoutJobs(svcs []client.Service) []client.Service {
+	return slices.DeleteFunc(svcs, func(s client.Service) bool { return s.Kind == "job" })
+}
+
+// allServices lists the services of every project the viewer may read, jobs included (the
+// API lists both as services).
 func allServices(ctx context.Context, c *client.Client) ([]client.Service, error) {
 	projects, err := c.ListProjects(ctx)
 	if err != nil {
@@ -324,7 +396,8 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 	case "overview":
 		return h.loadOverview(ctx, c)
 	case "services":
-		return allServices(ctx, c)
+		svcs, err := allServices(ctx, c)
+		return withoutJobs(svcs), err
 	case "nodes":
 		nodes, err := c.ListNodes(ctx)
 		slices.SortFunc(nodes, func(a, b client.Node) int { return strings.Compare(a.Hostname, b.Hostname) })
@@ -334,13 +407,13 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 	case "workloads":
 		return workloadRows(ctx, c)
 	case "workload":
-		return loadWorkload(ctx, c, q["id"])
+		return loadWorkloadStatus(ctx, c, q["id"])
 	case "node":
 		return loadNode(ctx, c, q["id"])
 	case "operations":
 		return loadOperations(ctx, c, q["state"])
 	case "changelog":
-		return loadChangelog(ctx, c)
+		return loadChangelog(ctx, c, changelogFilterFrom(q))
 	case "domains":
 		return loadDomains(ctx, c)
 	case "registry":
@@ -353,6 +426,8 @@ func (h *Handler) readLive(ctx context.Context, c *client.Client, page string, q
 		return loadAccess(ctx, c)
 	case "plugins":
 		return loadPlugins(ctx, c)
+	case "backups":
+		return loadBackups(ctx, c)
 	}
 	return nil, errNoPage
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/berthhq/berth/abi/node"
@@ -95,36 +97,55 @@ func loadOperations(ctx context.Context, c *client.Client, state string) (*opera
 // changelogRows is how many of the change log's newest entries the change-log page shows.
 const changelogRows = 100
 
-// changelogData is what the change-log page shows: the newest entries, newest first, and the
-// head's seq. Off says the API keeps no change log.
+// changelogKinds are the entity types the change-log page's kind field suggests (any other
+// is accepted: the API matches it exactly).
+var changelogKinds = []string{"service", "runtime_spec", "project", "node", "bundle", "image_release", "secret", "token", "user", "policy_binding"}
+
+// changelogFilter is the change-log page's filter, from its query: Kind (entity_type), Op,
+// Actor (actor_id) and Entity (entity_id) match exactly; Until (a seq) shows the entries at
+// or below it, for the page of older entries.
+type changelogFilter struct {
+	Kind, Op, Actor, Entity string
+	Until                   int64
+}
+
+// changelogFilterFrom reads the filter from a page or stream query.
+func changelogFilterFrom(q map[string]string) changelogFilter {
+	f := changelogFilter{Kind: q["kind"], Op: q["op"], Actor: q["actor"], Entity: q["entity"]}
+	f.Until, _ = strconv.ParseInt(q["until"], 10, 64)
+	return f
+}
+
+// Active reports whether f narrows the log to some entries.
+func (f changelogFilter) Active() bool {
+	return f.Kind != "" || f.Op != "" || f.Actor != "" || f.Entity != ""
+}
+
+// changelogData is what the change-log page shows: the newest entries that match the filter
+// (at or below Until when set), newest first, the head's seq, and Next, the seq the older
+// entries start at (0: there are none). Off says the API keeps no change log.
 type changelogData struct {
+	Filter  changelogFilter
+	Kinds   []string
 	Entries []node.LogEntry
 	Head    int64
+	Next    int64
 	Off     bool
 }
 
-// loadChangelog reads the change log's newest changelogRows entries through the API: the
-// head's seq first (a one-entry read), then the entries up to it.
-func loadChangelog(ctx context.Context, c *client.Client) (*changelogData, error) {
-	_, head, err := c.Changelog(ctx, 1, 1)
+// loadChangelog reads the change log's newest changelogRows entries that match f through the
+// API, newest first (GET /changelog?order=desc with the filter: the API scans, the page only
+// shows).
+func loadChangelog(ctx context.Context, c *client.Client, f changelogFilter) (*changelogData, error) {
+	page, err := c.FindChangelog(ctx, client.ChangelogQuery{Desc: true, Limit: changelogRows, UntilSeq: f.Until,
+		EntityType: f.Kind, Op: f.Op, ActorID: f.Actor, EntityID: f.Entity})
 	if apiStatus(err) == http.StatusNotFound {
-		return &changelogData{Off: true}, nil
+		return &changelogData{Off: true, Filter: f, Kinds: changelogKinds}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	d := &changelogData{Head: head}
-	if head < 1 {
-		return d, nil
-	}
-	from := max(1, head-changelogRows+1)
-	entries, _, err := c.Changelog(ctx, from, changelogRows)
-	if err != nil {
-		return nil, err
-	}
-	slices.Reverse(entries)
-	d.Entries = entries
-	return d, nil
+	return &changelogData{Filter: f, Kinds: changelogKinds, Entries: page.Entries, Head: page.HeadSeq, Next: page.NextSeq}, nil
 }
 
 // apiStatus is the HTTP status of an API error; 0 for nil or an error that is not the API's.
@@ -140,6 +161,29 @@ func (h *Handler) operationsPage(w http.ResponseWriter, r *http.Request, v *view
 	h.page(w, r, v, "operations", "Operations", map[string]string{"state": r.URL.Query().Get("state")})
 }
 
+// changelogPage shows the change log, filtered by the query's kind, op, actor and entity,
+// from until (a seq) down when it is set.
 func (h *Handler) changelogPage(w http.ResponseWriter, r *http.Request, v *viewer) {
-	h.page(w, r, v, "changelog", "Change log", nil)
+	q := map[string]string{}
+	for _, k := range changelogQueryKeys {
+		if val := r.URL.Query().Get(k); val != "" {
+			q[k] = val
+		}
+	}
+	h.page(w, r, v, "changelog", "Change log", q)
+}
+
+// changelogQueryKeys are the change-log page's query parameters (its filter form's fields).
+var changelogQueryKeys = []string{"kind", "op", "actor", "entity", "until"}
+
+// changelogURL is the change-log page with filter f from seq until down.
+func changelogURL(f changelogFilter, until int64) string {
+	v := url.Values{}
+	for k, val := range map[string]string{"kind": f.Kind, "op": f.Op, "actor": f.Actor, "entity": f.Entity} {
+		if val != "" {
+			v.Set(k, val)
+		}
+	}
+	v.Set("until", strconv.FormatInt(until, 10))
+	return "/ui/changelog?" + v.Encode()
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -109,6 +110,43 @@ func TestChangelogPage(t *testing.T) {
 	last := entries[len(entries)-1]
 	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/changelog", nav: "/ui/changelog",
 		want: []string{"<td>" + strconv.FormatInt(last.Seq, 10) + "</td>", last.EntityType + " " + last.Op, last.ActorType + " " + last.ActorID}})
+
+	// The filter: the entries of one kind alone (the API filters), one operation, an actor;
+	// a kind nothing has says so.
+	kinds := map[string]int{}
+	for _, e := range entries {
+		kinds[e.EntityType]++
+	}
+	if len(kinds) < 2 {
+		t.Fatalf("the fixture's change log holds one kind of entry (%v): a filter would not be seen working", kinds)
+	}
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	rowRE := regexp.MustCompile(`<tr><td>\d+</td><td>([a-z_]+) ([a-z]+)</td><td class="reason wrap">[^<]*</td><td>[a-z]+ ([^<]*)</td>`)
+	for kind, n := range kinds {
+		resp, body := get(t, hc, f.srv.URL, "/ui/changelog?kind="+url.QueryEscape(kind))
+		rows := rowRE.FindAllStringSubmatch(body, -1)
+		if resp.StatusCode != http.StatusOK || len(rows) != n {
+			t.Fatalf("kind %s: %d with %d rows, want 200 with %d:\n%s", kind, resp.StatusCode, len(rows), n, body)
+		}
+		for _, r := range rows {
+			if r[1] != kind {
+				t.Errorf("kind %s: a %s row passed", kind, r[1])
+			}
+		}
+		if !strings.Contains(body, `id="kind" name="kind" list="kinds" value="`+kind+`"`) {
+			t.Errorf("kind %s: the filter form does not keep the kind", kind)
+		}
+	}
+	_, body := get(t, hc, f.srv.URL, "/ui/changelog?op=create&actor="+url.QueryEscape(last.ActorID))
+	for _, r := range rowRE.FindAllStringSubmatch(body, -1) {
+		if r[2] != "create" || r[3] != last.ActorID {
+			t.Errorf("op create by %s: a %s by %s row passed", last.ActorID, r[2], r[3])
+		}
+	}
+	if _, body := get(t, hc, f.srv.URL, "/ui/changelog?kind=no_such_kind"); !strings.Contains(body, `id="changelog-empty"`) || rowRE.MatchString(body) {
+		t.Errorf("a kind nothing has does not say so:\n%s", body)
+	}
 }
 
 // TestDomainsPage lists the domains of two services: one whose certificate Berth gets from
@@ -196,6 +234,29 @@ func TestAccessPage(t *testing.T) {
 	if _, body := get(t, hc, f.srv.URL, "/ui/access"); strings.Contains(body, issued.Token) {
 		t.Fatal("the access page renders a token's bearer")
 	}
+	// The navigation shows the access page to admins only: the admin token and the admin
+	// user see it; a read-only token does not (and reading the page directly shows the
+	// API's refusal of the users list).
+	ops := f.browser(t)
+	login(t, ops, f.srv.URL, url.Values{"name": {"ops"}, "password": {userPassword}})
+	reader := f.browser(t)
+	login(t, reader, f.srv.URL, url.Values{"token": {issued.Token}})
+	for _, c := range []struct {
+		who   string
+		hc    *http.Client
+		shown bool
+	}{{"the admin token", hc, true}, {"the admin user", ops, true}, {"a read-only token", reader, false}} {
+		resp, body := get(t, c.hc, f.srv.URL, "/ui/services")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: the services page answered %d", c.who, resp.StatusCode)
+		}
+		if got := strings.Contains(body, `<a href="/ui/access"`); got != c.shown {
+			t.Errorf("%s: the navigation links the access page: %v, want %v", c.who, got, c.shown)
+		}
+	}
+	if resp, body := get(t, reader, f.srv.URL, "/ui/access"); resp.StatusCode != http.StatusOK || !strings.Contains(body, "forbidden") {
+		t.Errorf("a read-only token's access page answered %d without the API's refusal:\n%s", resp.StatusCode, body)
+	}
 }
 
 // TestPluginsPage sees a quarantined provider plugin as the API lists it (the plugin lister
@@ -266,4 +327,71 @@ func TestJobsPage(t *testing.T) {
 	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/jobs", nav: "/ui/jobs",
 		want: []string{`href="/ui/services/default/report">default/report</a>`, "*/5 * * * *", "Europe/Berlin", "<td>forbid</td>", "no run yet",
 			"<td>registry.gc</td>", `class="state bad">failed<`, "1 / 1", "blob store unreachable"}})
+	// A job is not a service: the services page and the overview list the service only.
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	for _, path := range []string{"/ui/services", "/ui/"} {
+		_, body := get(t, hc, f.srv.URL, path)
+		if !strings.Contains(body, "default/web") || strings.Contains(body, "default/report") {
+			t.Errorf("%s does not list the service web alone (the job report must not be among services):\n%s", path, body)
+		}
+	}
+}
+
+// TestOverviewListsRecentJobRuns records three runs of a job (one failed with exit 3 an hour
+// ago, one succeeded, one three days old) and sees the overview list the two recent ones under
+// the jobs of the last 24 h, newest first, with the failed one among the failing things too.
+func TestOverviewListsRecentJobRuns(t *testing.T) {
+	var st *store.Store
+	f := newFixtureAPI(t, false, nil, func(s *store.Store, _ *bundles.Store, c *api.Config) {
+		jc, err := jobs.NewController(jobs.ControllerConfig{Store: s, Catalog: c.Catalog, Nodes: c.Nodes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Jobs = jc
+		st = s
+	})
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	// Without a job the overview has no jobs section.
+	if _, body := get(t, hc, f.srv.URL, "/ui/"); strings.Contains(body, "Jobs of the last 24 h") {
+		t.Fatalf("the overview shows a jobs section without any job:\n%s", body)
+	}
+	ctx := context.Background()
+	p, err := f.cat.GetProject(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &services.Service{Name: "report", Kind: services.KindJob, Bundle: "report", BundleDigest: "sha256:" + strings.Repeat("ab", 32),
+		Command: []string{"./report"}, Job: &services.JobSettings{Schedule: "0 3 * * *", Concurrency: services.ConcurrencyForbid, KeepHistory: 20}}
+	if _, _, err := f.cat.PutService(ctx, p, job, nil); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	three, zero := 3, 0
+	key := jobs.JobKey("default", "report")
+	for _, r := range []jobs.Run{
+		{Job: key, FireTime: now.Add(-72 * time.Hour), State: jobs.RunSucceeded, ExitCode: &zero, EndedAt: now.Add(-72 * time.Hour).Add(time.Minute)},
+		{Job: key, FireTime: now.Add(-2 * time.Hour), State: jobs.RunFailed, ExitCode: &three, EndedAt: now.Add(-time.Hour), Message: "exited with status 3"},
+		{Job: key, FireTime: now.Add(-30 * time.Minute), State: jobs.RunSucceeded, ExitCode: &zero, EndedAt: now.Add(-29 * time.Minute)},
+	} {
+		r.ID = jobs.RunID(key, r.FireTime)
+		if err := st.Insert(ctx, jobs.RunsCollection, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, failedRun, okRun := "report@"+now.Add(-72*time.Hour).Format(time.RFC3339), "report@"+now.Add(-2*time.Hour).Format(time.RFC3339), "report@"+now.Add(-30*time.Minute).Format(time.RFC3339)
+	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/", nav: "/ui/",
+		want: []string{"Jobs of the last 24 h", "Failed job runs", "<td>" + failedRun + "</td>", "<td>" + okRun + "</td>", "exited with status 3", `class="state bad">failed<`}})
+	_, body := get(t, hc, f.srv.URL, "/ui/")
+	if strings.Contains(body, old) {
+		t.Errorf("the overview lists a run of three days ago")
+	}
+	failing, rest, ok := strings.Cut(body, `id="h-rollouts"`)
+	if !ok || !strings.Contains(failing, `id="failed-runs"`) || !strings.Contains(failing, failedRun) {
+		t.Errorf("the failed run is not among the failing things")
+	}
+	if i, j := strings.Index(rest, okRun), strings.Index(rest, failedRun); i < 0 || j < 0 || i > j {
+		t.Errorf("the jobs section does not list the newer run first (%d, %d)", i, j)
+	}
 }

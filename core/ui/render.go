@@ -15,24 +15,30 @@ import (
 
 // pageNames are the page templates under templates/, each parsed with layout.html. A page
 // template defines "main" (the page's body) and, for a page with a live region, "live".
-var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains", "registry", "secrets", "access", "plugins", "jobs"}
+var pageNames = []string{"login", "error", "overview", "services", "service", "nodes", "undo", "workloads", "workload", "node", "operations", "changelog", "domains", "registry", "secrets", "access", "plugins", "jobs", "deploy", "backups", "restore", "promote", "newtoken", "token", "newuser", "confirm"}
 
 // parsePages parses every page with the layout and the shared helpers.
 func parsePages() map[string]*template.Template {
 	funcs := template.FuncMap{
-		"ago":      ago,
-		"short":    shortDigest,
-		"digestOf": currentDigest,
-		"upper":    strings.ToUpper,
-		"svcURL":   serviceURL,
-		"wlURL":    workloadURL,
-		"nodeURL":  nodeURL,
-		"logTime":  logTime,
-		"mib":      mib,
-		"percent":  percent,
-		"specRev":  specRevisionField,
-		"stateCSS": stateClass,
-		"time":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+		"ago":          ago,
+		"short":        shortDigest,
+		"digestOf":     currentDigest,
+		"upper":        strings.ToUpper,
+		"svcURL":       serviceURL,
+		"wlURL":        workloadURL,
+		"nodeURL":      nodeURL,
+		"logTime":      logTime,
+		"logURL":       logStreamURL,
+		"changelogURL": changelogURL,
+		"list":         func(s ...string) []string { return s },
+		"mib":          mib,
+		"bytes":        byteSize,
+		"restoreURL":   restoreURL,
+		"promoteURL":   promoteURL,
+		"percent":      percent,
+		"specRev":      specRevisionField,
+		"stateCSS":     stateClass,
+		"time":         func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 	}
 	out := make(map[string]*template.Template, len(pageNames))
 	for _, name := range pageNames {
@@ -143,11 +149,11 @@ func shortDigest(s string) string {
 // stateClass is the CSS class of a verdict or status.
 func stateClass(state string) string {
 	switch state {
-	case "refused", "crashed", "failed", "timed_out", "disconnected", "quarantined", "unhealthy", "deny", "error":
+	case "refused", "crashed", "failed", "timed_out", "disconnected", "quarantined", "unhealthy", "deny", "error", "missed":
 		return "bad"
 	case "waiting", "converging", "draining", "pending", "starting", "queued", "leased", "retry", "expiring", "renewing", "restarting":
 		return "warn"
-	case "converged", "connected", "running", "succeeded", "issued", "followed", "healthy", "allow":
+	case "converged", "connected", "running", "succeeded", "issued", "followed", "healthy", "allow", "passed", "ready":
 		return "ok"
 	}
 	return "none"
@@ -161,4 +167,23 @@ func serviceURL(project, name string) string {
 func parseRevision(s string) (int64, bool) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	return n, err == nil && n > 0
+}
+
+// byteSize shows a size in bytes in the largest binary unit that keeps it at least 1.
+func byteSize(b int64) string {
+	const unit = 1024
+	if b < unit {
+		return strconv.FormatInt(b, 10) + " B"
+	}
+	f, i := float64(b), 0
+	for f >= unit && i < 4 {
+		f /= unit
+		i++
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + " " + []string{"B", "KiB", "MiB", "GiB", "TiB"}[i]
+}
+
+// restoreURL is the restore page of backup id in project.
+func restoreURL(project, id string) string {
+	return "/ui/backups/" + url.PathEscape(project) + "/" + url.PathEscape(id) + "/restore"
 }

@@ -95,12 +95,16 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// viewer is who a page is rendered for.
+// viewer is who a page is rendered for. Admin reports whether the API's whoami says the
+// bearer holds the admin scope everywhere (not bound to a project): the navigation shows the
+// admin pages to admins only. It hides links, nothing more; every page's reads are still the
+// API's to allow.
 type viewer struct {
 	Name   string
 	Kind   string
 	Bearer string
 	CSRF   string
+	Admin  bool
 }
 
 // authed runs page with the session's viewer, or sends the browser to the login page when
@@ -129,6 +133,7 @@ func (h *Handler) authed(page func(http.ResponseWriter, *http.Request, *viewer))
 			v.Name = o
 		}
 		v.Kind, _ = who["kind"].(string)
+		v.Admin = isAdmin(who)
 		page(w, r, v)
 	}
 }
@@ -223,4 +228,19 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request, v *viewer) {
 	}
 	http.SetCookie(w, newCookie(r, sessionCookie, "", -1))
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// isAdmin reports whether a whoami answer holds the admin scope everywhere: "admin" among its
+// scopes and no project it is bound to.
+func isAdmin(who map[string]any) bool {
+	if p, _ := who["project"].(string); p != "" {
+		return false
+	}
+	scopes, _ := who["scopes"].([]any)
+	for _, s := range scopes {
+		if s == "admin" {
+			return true
+		}
+	}
+	return false
 }

@@ -18,7 +18,7 @@ import (
 // reconnects and is authenticated again), or when the API stops accepting the session.
 func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 	name := r.PathValue("page")
-	if _, ok := h.pages[name]; !ok || name == "login" || name == "error" || name == "undo" {
+	if _, ok := h.pages[name]; !ok || !live(name) {
 		http.NotFound(w, r)
 		return
 	}
@@ -27,7 +27,10 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 		http.Error(w, "streaming is not supported on this connection", http.StatusInternalServerError)
 		return
 	}
-	q := map[string]string{"project": r.URL.Query().Get("project"), "name": r.URL.Query().Get("name"), "id": r.URL.Query().Get("id"), "state": r.URL.Query().Get("state")}
+	q := map[string]string{}
+	for _, k := range append([]string{"project", "name", "id", "state"}, changelogQueryKeys...) {
+		q[k] = r.URL.Query().Get(k)
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.StreamMaxAge)
 	defer cancel()
 	rc := http.NewResponseController(w)
@@ -83,8 +86,9 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 }
 
 // polled reports whether page shows what the store does not hold and its feed cannot announce
-// (a workload's output, read from its node): its stream re-renders on every tick as well.
-func polled(page string) bool { return page == "workload" || page == "node" }
+// (a node's newest sample, read from the node): its stream re-renders on every tick as well.
+// A workload's output is not polled: it streams ([Handler.logStream]).
+func polled(page string) bool { return page == "node" }
 
 // waitStream waits for the next re-render of a stream: a tick without a change feed or when
 // every tick re-renders (tickAlways), a wake-up with a feed (ticks then send a keep-alive
@@ -124,4 +128,14 @@ func sseMessage(body []byte) []byte {
 	}
 	b.WriteByte('\n')
 	return b.Bytes()
+}
+
+// live reports whether page has a live region a stream renders: every page but the forms,
+// the answers to actions and the login and error pages.
+func live(page string) bool {
+	switch page {
+	case "login", "error", "undo", "deploy", "restore", "promote", "token", "newtoken", "newuser", "confirm":
+		return false
+	}
+	return true
 }

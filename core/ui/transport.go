@@ -3,9 +3,12 @@ package ui
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -20,8 +23,8 @@ type remoteKey struct{}
 
 // inProcess is an http.RoundTripper that serves each request with the API's handler in this
 // process: the same routing, authentication, scopes, admission and idempotency as a request
-// from the network, without a loopback connection or TLS. Answers are buffered; the dashboard
-// makes no streaming API calls.
+// from the network, without a loopback connection or TLS. Answers are buffered, except those
+// of a request that accepts application/x-ndjson (a followed log): those stream ([inProcess.stream]).
 type inProcess struct{ api http.Handler }
 
 // RoundTrip implements http.RoundTripper.
@@ -37,6 +40,9 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if in.Body == nil {
 		in.Body = http.NoBody
+	}
+	if strings.Contains(req.Header.Get("Accept"), ndjson) {
+		return t.stream(req, in)
 	}
 	rec := &recorder{header: http.Header{}}
 	t.api.ServeHTTP(rec, in)
@@ -92,3 +98,89 @@ func (h *Handler) client(r *http.Request, bearer string) (*client.Client, contex
 	}
 	return c, context.WithValue(r.Context(), remoteKey{}, r.RemoteAddr)
 }
+
+// ndjson is the media type of the API's streamed answers (a followed log, docs/api.md section 9).
+const ndjson = "application/x-ndjson"
+
+// stream serves in with the API's handler on a goroutine and answers as soon as the handler
+// sent its status, with a body that carries its writes as they come: a followed log reaches the
+// dashboard line by line. The handler's trailers (those its "Trailer" header names) are in the
+// answer's Trailer once the body read io.EOF. The handler stops when req's context ends or the
+// caller closes the body (its next write fails).
+func (t inProcess) stream(req, in *http.Request) (*http.Response, error) {
+	pr, pw := io.Pipe()
+	sw := &streamWriter{header: http.Header{}, pw: pw, started: make(chan struct{})}
+	trailer := http.Header{}
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				// As net/http does for a handler on its own goroutine: the answer is cut
+				// short, the process lives on.
+				_ = pw.CloseWithError(fmt.Errorf("ui: the API's handler panicked: %v", p))
+			}
+			sw.WriteHeader(http.StatusOK) // a handler that wrote nothing answered 200
+			for _, k := range sw.header.Values("Trailer") {
+				for _, name := range strings.Split(k, ",") {
+					name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+					if v := sw.header.Values(name); len(v) > 0 {
+						trailer[name] = v
+					}
+				}
+			}
+			_ = pw.Close()
+			if req.Body != nil {
+				req.Body.Close()
+			}
+		}()
+		t.api.ServeHTTP(sw, in)
+	}()
+	select {
+	case <-sw.started:
+	case <-req.Context().Done():
+		_ = pr.CloseWithError(req.Context().Err())
+		return nil, req.Context().Err()
+	}
+	return &http.Response{
+		Status:        strconv.Itoa(sw.code) + " " + http.StatusText(sw.code),
+		StatusCode:    sw.code,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        sw.sent,
+		Body:          pr,
+		ContentLength: -1,
+		Trailer:       trailer,
+		Request:       req,
+	}, nil
+}
+
+// streamWriter is the http.ResponseWriter of a streamed in-process API call: the status and
+// a copy of the headers are taken at the first WriteHeader (or Write), and every write goes
+// to the pipe the answer's body reads.
+type streamWriter struct {
+	header  http.Header
+	sent    http.Header
+	code    int
+	pw      *io.PipeWriter
+	once    sync.Once
+	started chan struct{}
+}
+
+func (w *streamWriter) Header() http.Header { return w.header }
+
+// WriteHeader records code and the headers as sent; later calls do nothing.
+func (w *streamWriter) WriteHeader(code int) {
+	w.once.Do(func() {
+		w.code, w.sent = code, w.header.Clone()
+		close(w.started)
+	})
+}
+
+func (w *streamWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.pw.Write(p)
+}
+
+// Flush implements http.Flusher: writes reach the reader as they are made, so it only sends
+// the status when nothing was written yet.
+func (w *streamWriter) Flush() { w.WriteHeader(http.StatusOK) }

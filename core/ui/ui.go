@@ -34,8 +34,9 @@ type Config struct {
 	// show, closed or not before ctx ends; each open live stream re-renders on a receive.
 	// nil: each open stream re-renders every StreamInterval instead.
 	Wake func(ctx context.Context) <-chan struct{}
-	// StreamInterval is how often an open live stream re-renders when Wake is nil, and at
-	// most how often it re-renders when Wake fires faster; zero means 2 s.
+	// StreamInterval is how often an open live stream re-renders when Wake is nil, and how
+	// often it sends a keep-alive comment otherwise (a workload's live log too, which follows
+	// again five intervals after its follow ended); zero means 2 s.
 	StreamInterval time.Duration
 	// StreamMaxAge ends a live stream after this long (the browser reconnects), so no stream
 	// outlives a revoked session by more than it; zero means 10 minutes.
@@ -143,11 +144,15 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /ui/logout", h.authed(h.logout))
 	m.HandleFunc("GET /ui/{$}", h.authed(h.overview))
 	m.HandleFunc("GET /ui/services", h.authed(h.servicesPage))
+	m.HandleFunc("GET /ui/deploy", h.authed(h.deployPage))
+	m.HandleFunc("POST /ui/deploy", h.authed(h.deploy))
 	m.HandleFunc("GET /ui/services/{project}/{name}", h.authed(h.servicePage))
 	m.HandleFunc("GET /ui/services/{project}/{name}/undo", h.authed(h.undoPreview))
 	m.HandleFunc("POST /ui/services/{project}/{name}/undo", h.authed(h.undo))
 	m.HandleFunc("POST /ui/services/{project}/{name}/restart", h.authed(h.restart))
 	m.HandleFunc("POST /ui/services/{project}/{name}/scale", h.authed(h.scale))
+	m.HandleFunc("GET /ui/services/{project}/{name}/promote/{tag}", h.authed(h.promotePage))
+	m.HandleFunc("POST /ui/services/{project}/{name}/promote/{tag}", h.authed(h.promote))
 	m.HandleFunc("GET /ui/nodes", h.authed(h.nodesPage))
 	m.HandleFunc("GET /ui/nodes/{id}", h.authed(h.nodePage))
 	m.HandleFunc("GET /ui/nodes/{id}/metrics", h.authed(h.nodeMetrics))
@@ -160,8 +165,20 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /ui/secrets", h.authed(h.secretsPage))
 	m.HandleFunc("GET /ui/jobs", h.authed(h.jobsPage))
 	m.HandleFunc("GET /ui/access", h.authed(h.accessPage))
+	m.HandleFunc("GET /ui/access/tokens/new", h.authed(h.newTokenPage))
+	m.HandleFunc("POST /ui/access/tokens", h.authed(h.createToken))
+	m.HandleFunc("GET /ui/access/tokens/{name}/revoke", h.authed(h.revokeTokenPage))
+	m.HandleFunc("POST /ui/access/tokens/{name}/revoke", h.authed(h.revokeToken))
+	m.HandleFunc("GET /ui/access/users/new", h.authed(h.newUserPage))
+	m.HandleFunc("POST /ui/access/users", h.authed(h.createUser))
+	m.HandleFunc("GET /ui/access/users/{name}/credential", h.authed(h.credentialPage))
+	m.HandleFunc("POST /ui/access/users/{name}/credential", h.authed(h.changeCredential))
 	m.HandleFunc("GET /ui/plugins", h.authed(h.pluginsPage))
+	m.HandleFunc("GET /ui/backups", h.authed(h.backupsPage))
+	m.HandleFunc("GET /ui/backups/{project}/{id}/restore", h.authed(h.restorePage))
+	m.HandleFunc("POST /ui/backups/{project}/{id}/restore", h.authed(h.restore))
 	m.HandleFunc("GET /ui/stream/{page}", h.authed(h.stream))
+	m.HandleFunc("GET /ui/stream/logs/{id}", h.authed(h.logStream))
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, http.StatusNotFound, "There is no such page.")
 	})

@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -258,7 +259,9 @@ func TestPagesCarryCSPAndRenderNoSecret(t *testing.T) {
 				t.Fatal("no session cookie after login")
 			}
 			paths := []string{"/ui/", "/ui/services", "/ui/nodes", "/ui/workloads", "/ui/nodes/no-such-node", "/ui/services/default/web", "/ui/services/default/web/undo",
-				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains", "/ui/registry", "/ui/secrets", "/ui/access", "/ui/plugins", "/ui/jobs",
+				"/ui/operations", "/ui/operations?state=failed", "/ui/changelog", "/ui/domains", "/ui/registry", "/ui/secrets", "/ui/access", "/ui/plugins", "/ui/jobs", "/ui/deploy",
+				"/ui/backups", "/ui/access/tokens/new", "/ui/access/users/new", "/ui/backups/default/bkp_none/restore", "/ui/services/default/web/promote/v1",
+				"/ui/access/tokens/some-token/revoke", "/ui/access/users/ops/credential",
 				"/ui/login", "/ui/no-such-page", "/ui/assets/app.css", "/ui/assets/app.js", "/ui/assets/vendor/htmx.min.js"}
 			for _, p := range paths {
 				resp, body := get(t, hc, f.srv.URL, p)
@@ -300,7 +303,7 @@ func TestPostWithoutCSRFTokenRefused(t *testing.T) {
 	login(t, other, f.srv.URL, url.Values{"name": {"ops"}, "password": {userPassword}})
 	_, page := get(t, other, f.srv.URL, "/ui/")
 	otherToken := csrfRE.FindStringSubmatch(page)[1]
-	for _, p := range []string{"/ui/logout", "/ui/services/default/web/restart", "/ui/services/default/web/undo"} {
+	for _, p := range []string{"/ui/logout", "/ui/services/default/web/restart", "/ui/services/default/web/undo", "/ui/deploy"} {
 		for _, tok := range []string{"", otherToken, "forged"} {
 			form := url.Values{"expected_revision": {"1"}}
 			if tok != "" {
@@ -312,7 +315,7 @@ func TestPostWithoutCSRFTokenRefused(t *testing.T) {
 			}
 		}
 	}
-	want := "# HELP berth_ui_csrf_refusals_total Dashboard form posts refused for a missing or wrong CSRF token.\n# TYPE berth_ui_csrf_refusals_total counter\nberth_ui_csrf_refusals_total 9\n"
+	want := "# HELP berth_ui_csrf_refusals_total Dashboard form posts refused for a missing or wrong CSRF token.\n# TYPE berth_ui_csrf_refusals_total counter\nberth_ui_csrf_refusals_total 12\n"
 	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "berth_ui_csrf_refusals_total"); err != nil {
 		t.Error(err)
 	}
@@ -682,6 +685,34 @@ func TestWorkloadPages(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `id="workload-status">creating<`) ||
 		!strings.Contains(body, "The node did not give the output") {
 		t.Fatalf("the workload page (%d) lacks the status or the reason its output is missing:\n%s", resp.StatusCode, body)
+	}
+	if !strings.Contains(body, `hx-sse:connect="/ui/stream/logs/`+wl.ID+`?after=0"`) {
+		t.Fatalf("the workload page does not follow its output live:\n%s", body)
+	}
+	// The live log follows through the API; without a node to ask it says so in the output
+	// (once), and keeps the stream open to try again.
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(sctx, http.MethodGet, f.srv.URL+"/ui/stream/logs/"+wl.ID, nil)
+	stream, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	if ct := stream.Header.Get("Content-Type"); stream.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		t.Fatalf("the log stream answered %d %q", stream.StatusCode, ct)
+	}
+	sc := bufio.NewScanner(stream.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			if !strings.Contains(sc.Text(), `class="log-note"`) || !strings.Contains(sc.Text(), "unavailable") {
+				t.Fatalf("the log stream's first message is not the note that the output is unavailable: %q", sc.Text())
+			}
+			break
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
 	}
 	if resp, _ := get(t, hc, f.srv.URL, "/ui/workloads/wl_nosuch"); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("an unknown workload answered %d, want 404", resp.StatusCode)

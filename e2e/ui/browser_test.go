@@ -85,6 +85,18 @@ type cluster struct {
 	dir, url string
 	c        *client.Client
 	agent    *proctest.Proc
+	// fp is berthd's certificate fingerprint, which every API client of the test pins.
+	fp string
+}
+
+// client is an API client of the cluster with token.
+func (cl *cluster) client(t *testing.T, token string) *client.Client {
+	t.Helper()
+	c, err := client.New(cl.url, client.WithToken(token), client.WithFingerprint(cl.fp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -100,10 +112,9 @@ func newCluster(t *testing.T) *cluster {
 	cl := &cluster{dir: dir, url: "https://" + api}
 	t.Cleanup(func() { proctest.LogTailsOnFailure(t, dir, "berthd.log", "agent.log") })
 	d := proctest.WaitBerthdReady(t, berthd, data, cl.url, 60*time.Second)
+	cl.fp = d.Fingerprint
+	cl.c = cl.client(t, d.Token)
 	var err error
-	if cl.c, err = client.New(cl.url, client.WithToken(d.Token), client.WithFingerprint(d.Fingerprint)); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	jt, err := cl.c.CreateJoinToken(ctx, client.JoinTokenRequest{})
 	if err != nil {
@@ -153,6 +164,26 @@ func failingBundle(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "fail"), []byte("#!/bin/sh\necho 'cannot open config' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// tickerBundle is a bundle directory whose program writes "tick N" every second, N counting
+// from 1, beside the hello app (which answers its health check): a healthy workload whose
+// output grows while its page is open.
+func tickerBundle(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	hello, err := os.ReadFile(filepath.Join(env.helloDir, "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hello"), hello, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\n./hello &\ni=0\nwhile :; do i=$((i+1)); echo \"tick $i\"; sleep 1; done\n"
+	if err := os.WriteFile(filepath.Join(dir, "tick"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -250,6 +281,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	ctx := context.Background()
 	cl.deploy(t, env.helloDir, "hello", []string{"./hello"}, "/healthz")
 	cl.deploy(t, failingBundle(t), "broken", []string{"./fail"}, "")
+	cl.deploy(t, tickerBundle(t), "ticker", []string{"./tick"}, "/healthz")
 	const password = "a dashboard test password, long enough"
 	if _, err := cl.c.CreateUser(ctx, client.NewUser{Name: "ops", Roles: []string{"admin"}, Password: password}); err != nil {
 		t.Fatal(err)
@@ -395,6 +427,64 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Deploy a service from the dashboard: the services page links the form; a name the API
+	// refuses comes back with the API's own code beside the form as typed; the corrected form
+	// lands on the new service's page, whose rollout converges there without a reload.
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/services"), chromedp.WaitVisible(chromedp.CSS("#deploy-link")),
+		chromedp.Click(chromedp.CSS("#deploy-link")), chromedp.WaitVisible(chromedp.CSS("#deploy-form"))); err != nil {
+		t.Fatalf("open the deploy form: %v", err)
+	}
+	if err := chromedp.Do(tctx,
+		chromedp.SendKeys(chromedp.CSS("#name"), "Not_A_Label"),
+		chromedp.SendKeys(chromedp.CSS("#bundle"), "hello"),
+		chromedp.SendKeys(chromedp.CSS("#command"), "./hello"),
+		chromedp.SendKeys(chromedp.CSS("#health_path"), "/healthz"),
+		shot("deploy"),
+		chromedp.Click(chromedp.CSS("#deploy-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#deploy-error")),
+		shot("deploy-refused"),
+	); err != nil {
+		t.Fatalf("submit a refused deploy: %v", err)
+	}
+	refusal, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("#deploy-error")))
+	if err != nil || !strings.Contains(refusal, "invalid_name") {
+		t.Fatalf("the refused deploy does not show the API's code invalid_name (%v): %q", err, refusal)
+	}
+	if typed, err := chromedp.Run(tctx, chromedp.Value(chromedp.CSS("#bundle"))); err != nil || typed != "hello" {
+		t.Fatalf("the refused form lost what was typed: bundle %q (%v)", typed, err)
+	}
+	if err := chromedp.Do(tctx, chromedp.SetValue(chromedp.CSS("#name"), "deployed")); err != nil {
+		t.Fatal(err)
+	}
+	if err := submit(tctx, chromedp.CSS("#deploy-submit"), cl.url+"/ui/services/default/deployed"); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	first, err := chromedp.Run(tctx, chromedp.Evaluate[string](`(document.getElementById("verdict") || {textContent: "none"}).textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first == "converged" {
+		t.Fatalf("the new service's page opened converged: nothing was left to see live")
+	}
+	if _, err := chromedp.Run(tctx, chromedp.Evaluate[string](`window.berthNoReload = "deploy page"`)); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancelDeploy := context.WithTimeout(tctx, converge)
+	err = chromedp.Do(dctx, chromedp.WaitVisible(chromedp.Search(`//span[@id="verdict"][text()="converged"]`)))
+	cancelDeploy()
+	if err != nil {
+		t.Fatalf("the deployed service's page did not show its rollout converge (it opened %q): %v", first, err)
+	}
+	if marker, err := chromedp.Run(tctx, chromedp.Evaluate[string](`window.berthNoReload`)); err != nil || marker != "deploy page" {
+		t.Fatalf("the page reloaded to show the rollout converge (marker %q, %v)", marker, err)
+	}
+	if err := chromedp.Do(tctx, shot("service-deployed")); err != nil {
+		t.Fatal(err)
+	}
+	if svc, err := cl.c.GetService(ctx, "default", "deployed"); err != nil || svc.Revision != 1 || svc.Command[0] != "./hello" {
+		t.Fatalf("the service deployed from the dashboard: %+v, %v", svc, err)
+	}
+
 	// Every other page renders, with a screenshot.
 	for _, p := range []struct{ path, wait, name string }{
 		{"/ui/services", "#services", "services"},
@@ -410,10 +500,60 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/jobs", "#jobs", "jobs"},
 		{"/ui/operations", "#operations", "operations"},
 		{"/ui/changelog", "#changelog", "changelog"},
+		{"/ui/changelog?kind=service&op=create", "#changelog-table", "changelog-filtered"},
+		{"/ui/backups", "#backups", "backups"},
+		{"/ui/access/tokens/new", "#token-form", "token-form"},
+		{"/ui/access/users/new", "#user-form", "user-form"},
+		{"/ui/no-such-page", "main h1", "not-found"},
 	} {
 		if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)), shot(p.name)); err != nil {
 			t.Fatalf("%s: %v", p.path, err)
 		}
+	}
+
+	// Issue a token from the form: its secret is on the answer page, which the API's list
+	// behind the access page never shows again.
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/access/tokens/new"), chromedp.WaitVisible(chromedp.CSS("#token-form")),
+		chromedp.SendKeys(chromedp.CSS("#token-name"), "e2e-reader"),
+		chromedp.Click(chromedp.CSS("#token-submit")), chromedp.WaitVisible(chromedp.CSS("#token-secret")), shot("token-issued")); err != nil {
+		t.Fatalf("issue a token from the form: %v", err)
+	}
+	secret, err := chromedp.Run(tctx, chromedp.Value(chromedp.CSS("#token-secret")))
+	if err != nil || !strings.HasPrefix(secret, "brt_") {
+		t.Fatalf("the issued token's page shows %q (%v), want its brt_ secret", secret, err)
+	}
+	if _, err := cl.client(t, secret).ListServices(ctx, "default"); err != nil {
+		t.Fatalf("the token issued from the dashboard does not work at the API: %v", err)
+	}
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/access"), chromedp.WaitVisible(chromedp.CSS("#tokens"))); err != nil {
+		t.Fatal(err)
+	}
+	if html, err := chromedp.Run(tctx, chromedp.OuterHTML(chromedp.CSS("html"))); err != nil || strings.Contains(html, secret) || !strings.Contains(html, "e2e-reader") {
+		t.Fatalf("the access page after issuing a token lists it by name, never its secret (%v)", err)
+	}
+	// Revoke it: the access page links the question, whose button revokes it at the API.
+	if err := chromedp.Do(tctx, chromedp.Click(chromedp.CSS(`a[href="/ui/access/tokens/e2e-reader/revoke"]`)), chromedp.WaitVisible(chromedp.CSS("button.primary")), shot("token-revoke")); err != nil {
+		t.Fatalf("open the revocation of the issued token: %v", err)
+	}
+	if err := submit(tctx, chromedp.CSS("button.primary"), cl.url+"/ui/access"); err != nil {
+		t.Fatalf("revoke the issued token: %v", err)
+	}
+	if _, err := cl.client(t, secret).ListServices(ctx, "default"); !client.IsCode(err, "unauthenticated") {
+		t.Fatalf("the token revoked from the dashboard is still accepted, or refused otherwise: %v", err)
+	}
+
+	// Promote a release: the registry page links a tag's promotion, whose preview shows the
+	// service's image and the tag's digest; a tag reserved and never pushed is the API's
+	// refusal, shown beside the button.
+	if _, err := cl.c.ReserveRelease(ctx, "default", "hello", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/services/default/hello/promote/v1"), chromedp.WaitVisible(chromedp.CSS("#promote-form")), shot("promote"),
+		chromedp.Click(chromedp.CSS("#promote-submit")), chromedp.WaitVisible(chromedp.CSS("#promote-error")), shot("promote-refused")); err != nil {
+		t.Fatalf("promote a release from the dashboard: %v", err)
+	}
+	if refusal, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("#promote-error"))); err != nil || !strings.Contains(refusal, "release_not_pushed") && !strings.Contains(refusal, "service_not_container") {
+		t.Fatalf("the refused promotion does not show the API's code (%v): %q", err, refusal)
 	}
 
 	// A workload's page shows its output, read from its node: hello's own start-up line.
@@ -438,6 +578,41 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the workload page did not show hello's output: %v", err)
 	}
 
+	// The ticker's page shows its output live: a line written after the page opened
+	// appears in it without a reload (the page's log stream follows the node).
+	var tickerWL string
+	for _, w := range wls {
+		if w.Service == "ticker" && w.ObservedStatus == "running" {
+			tickerWL = w.ID
+		}
+	}
+	if tickerWL == "" {
+		t.Fatalf("no running ticker workload in %+v", wls)
+	}
+	const lastTick = `Math.max(0, ...Array.from(document.getElementById("logs").textContent.matchAll(/tick (\d+)/g), m => +m[1]))`
+	if err := chromedp.Do(tctx, chromedp.Navigate(cl.url+"/ui/workloads/"+tickerWL), chromedp.WaitVisible(chromedp.CSS("#workload-status"))); err != nil {
+		t.Fatal(err)
+	}
+	opened, err := chromedp.Run(tctx, chromedp.Evaluate[int](`(window.berthNoReload = "log page", `+lastTick+`)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The page read the newest line, tick N, before it was sent; tick N+2 was written at
+	// least a second after that read.
+	want := fmt.Sprintf("tick %d", opened+2)
+	lctx2, cancelLog := context.WithTimeout(tctx, converge)
+	err = chromedp.Do(lctx2, chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"][contains(., "`+want+`")]`)))
+	cancelLog()
+	if err != nil {
+		t.Fatalf("the workload page (opened at tick %d) did not show %q live: %v", opened, want, err)
+	}
+	if marker, err := chromedp.Run(tctx, chromedp.Evaluate[string](`window.berthNoReload`)); err != nil || marker != "log page" {
+		t.Fatalf("the page reloaded to show a new log line (marker %q, %v)", marker, err)
+	}
+	if err := chromedp.Do(tctx, shot("workload-live-log")); err != nil {
+		t.Fatal(err)
+	}
+
 	// A node's page shows its capacity and draws its CPU and memory charts from its metrics
 	// ring (uPlot draws into a canvas in each chart's box).
 	nctx0, cancelN0 := context.WithTimeout(tctx, converge)
@@ -450,10 +625,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the node page did not draw its charts: %v", err)
 	}
 
-	// A form posted without its CSRF token is refused, from the page's own origin too.
+	// A form posted without its CSRF token is refused, from the page's own origin too: the
+	// logout and the deploy form (which then deploys nothing).
 	status, err := chromedp.Run(tctx, chromedp.Evaluate[int](`fetch("/ui/logout", {method: "POST"}).then(r => r.status)`, chromedp.EvalAwaitPromise))
 	if err != nil || status != 403 {
 		t.Errorf("a logout posted without its CSRF token answered %d (%v), want 403", status, err)
+	}
+	status, err = chromedp.Run(tctx, chromedp.Evaluate[int](`fetch("/ui/deploy", {method: "POST", body: new URLSearchParams({project: "default", name: "forged", bundle: "hello", command: "./hello"})}).then(r => r.status)`, chromedp.EvalAwaitPromise))
+	if err != nil || status != 403 {
+		t.Errorf("a deploy posted without its CSRF token answered %d (%v), want 403", status, err)
+	}
+	if _, err := cl.c.GetService(ctx, "default", "forged"); !client.IsCode(err, "service_not_found") {
+		t.Errorf("a deploy refused for its CSRF token wrote a service (%v)", err)
 	}
 
 	// Undo: hello changes (revision 2), the undo page shows the change first, and the
@@ -528,8 +711,21 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 	for _, p := range log.problems {
-		// The one expected error: the page's own CSRF-less post above, answered 403.
+		// The expected errors: the page's own CSRF-less post above, answered 403.
 		if strings.Contains(p, "/ui/logout") && strings.Contains(p, "403") {
+			continue
+		}
+		// The deploy refused for its name above (the API's 422, shown beside the form), and
+		// the one posted without its token (403).
+		if strings.Contains(p, "/ui/deploy") && (strings.Contains(p, "422") || strings.Contains(p, "403")) {
+			continue
+		}
+		// The promotion of a tag never pushed, refused above (the API's 409).
+		if strings.Contains(p, "/promote/v1") && strings.Contains(p, "409") {
+			continue
+		}
+		// The page that does not exist, answered 404.
+		if strings.Contains(p, "/ui/no-such-page") && strings.Contains(p, "404") {
 			continue
 		}
 		// The other: the hx-on handler planted above, refused.

@@ -63,3 +63,28 @@ document.addEventListener("DOMContentLoaded", function () {
   load();
   setInterval(load, 10000);
 });
+
+// Live log: the workload page's output grows as its stream appends lines. It keeps
+// following the end while the reader is at the end, and keeps at most about 5,000 lines
+// (each line is at most three nodes: time, text or stderr span, newline).
+document.addEventListener("DOMContentLoaded", function () {
+  "use strict";
+  var pre = document.getElementById("logs");
+  if (!pre || typeof MutationObserver === "undefined") {
+    return;
+  }
+  var maxNodes = 15000;
+  var atEnd = true;
+  pre.scrollTop = pre.scrollHeight;
+  pre.addEventListener("scroll", function () {
+    atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
+  });
+  new MutationObserver(function () {
+    while (pre.childNodes.length > maxNodes) {
+      pre.removeChild(pre.firstChild);
+    }
+    if (atEnd) {
+      pre.scrollTop = pre.scrollHeight;
+    }
+  }).observe(pre, { childList: true });
+});
