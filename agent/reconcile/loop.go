@@ -114,7 +114,7 @@ type Loop struct {
 	// registryHost is the core's registry host of the newest snapshot (node.Spec.RegistryHost);
 	// mu must be held.
 	registryHost string
-	passMu     sync.Mutex
+	passMu       sync.Mutex
 }
 
 // New validates cfg, fills its defaults and returns a Loop.

@@ -395,7 +395,7 @@ func newControl(ctx context.Context, cfg Config, b *base, s *state, p *parts, cl
 	c.runtime = rollout.NewStore(b.st, s.cat, nil)
 	c.rec = reconciler.New(reconciler.Config{
 		RegistryHost: publicHost(cfg.PublicURL),
-		Catalog: s.cat, Nodes: s.reg, Pusher: c.sessions, Routes: routeSink, Compiler: p.ext.compiler, Runtime: c.runtime,
+		Catalog:      s.cat, Nodes: s.reg, Pusher: c.sessions, Routes: routeSink, Compiler: p.ext.compiler, Runtime: c.runtime,
 		Admit: policy.Deploy{Engine: p.ext.policy}, Logger: log, Sweep: cfg.Sweep,
 		Leases: c.leases, LeaseSender: c.sessions, Secrets: &delivery.Sealer{Secrets: p.sec}, Events: s.evlog, Metrics: b.metrics,
 		RollBack: func(ctx context.Context, svc *services.Service) (*services.Service, error) {
