@@ -376,6 +376,11 @@ type Spec struct {
 	// the agent removes DATA/volumes/<project>/<service> before it acknowledges the revision.
 	// Sorted by project and service; absent when empty.
 	PurgeVolumes []VolumePurge `json:"purge_volumes,omitempty"`
+	// RegistryHost is the host (and port) of the core's registry as the image references of
+	// Workloads name it, present when one of them does. A node that reaches the core through a
+	// relay pulls those images from its relay's /v2/ instead, with its own credential
+	// (docs/relay.md section 12).
+	RegistryHost string `json:"registry_host,omitempty"`
 }
 
 // VolumePurge names one service whose volumes a node removes (section 6.7).

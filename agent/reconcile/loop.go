@@ -111,7 +111,10 @@ type Loop struct {
 	deleted    []string // workloads removed, reported as deleted; mu must be held
 	lastReport *node.StatusReport
 	address    string // node address of the newest snapshot; mu must be held
-	passMu     sync.Mutex
+	// registryHost is the core's registry host of the newest snapshot (node.Spec.RegistryHost);
+	// mu must be held.
+	registryHost string
+	passMu       sync.Mutex
 }
 
 // New validates cfg, fills its defaults and returns a Loop.
@@ -196,9 +199,12 @@ func (l *Loop) Pass(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	if snap != nil && snap.Spec.Network.Address != "" {
+	if snap != nil {
 		l.mu.Lock()
-		l.address = snap.Spec.Network.Address
+		if snap.Spec.Network.Address != "" {
+			l.address = snap.Spec.Network.Address
+		}
+		l.registryHost = snap.Spec.RegistryHost
 		l.mu.Unlock()
 	}
 	states, err := l.cfg.Driver.List(ctx)
@@ -549,7 +555,7 @@ func (l *Loop) start(ctx context.Context, a Action, st *runtime.WorkloadState, r
 		}
 	}
 	resp, err := l.cfg.Driver.Start(ctx, &runtime.StartRequest{
-		Image:               spec.Image,
+		Image:               l.pullRef(spec.Image),
 		ImageArchive:        imageArchive,
 		RegistryCredentials: l.registryCredentials(spec, imageArchive, pullSecrets),
 		User:                startUser,
@@ -599,7 +605,7 @@ func (l *Loop) registryCredentials(spec *node.WorkloadSpec, imageArchive string,
 	if spec.Image == "" || imageArchive != "" {
 		return nil
 	}
-	host, _, ok := strings.Cut(spec.Image, "/")
+	host, _, ok := strings.Cut(l.pullRef(spec.Image), "/")
 	if !ok || !strings.ContainsAny(host, ".:") && host != "localhost" {
 		host = "docker.io" // a reference without a registry host names Docker Hub
 	}
@@ -611,6 +617,25 @@ func (l *Loop) registryCredentials(spec *node.WorkloadSpec, imageArchive string,
 		return []runtime.RegistryCredential{{Host: host, Username: user, Secret: secret}}
 	}
 	return nil
+}
+
+// pullRef is the reference the driver pulls image from: image itself, except that an image of
+// the core's registry (the newest snapshot's node.Spec.RegistryHost) is pulled from the host this
+// agent reaches the core through (its registry credential's: the cluster's relay, whose /v2/
+// forwards pulls to the core) when the two differ (docs/relay.md section 12). The digest, and so
+// what runs, is the same.
+func (l *Loop) pullRef(image string) string {
+	l.mu.Lock()
+	core := l.registryHost
+	l.mu.Unlock()
+	c := l.cfg.Registry
+	if core == "" || c == nil || c.Host == core {
+		return image
+	}
+	if rest, ok := strings.CutPrefix(image, core+"/"); ok {
+		return c.Host + "/" + rest
+	}
+	return image
 }
 
 // Replays reports whether a start from record rec, with the driver

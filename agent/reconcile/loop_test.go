@@ -200,6 +200,19 @@ func (h *harness) desire(specs ...node.WorkloadSpec) {
 	}
 }
 
+// desireSpec stores a snapshot of the whole node spec sp as the next revision.
+func (h *harness) desireSpec(sp node.Spec) {
+	h.t.Helper()
+	h.rev++
+	raw, err := json.Marshal(node.DesiredState{Rev: h.rev, Spec: sp})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if ok, err := h.store.StoreSnapshot(context.Background(), h.rev, raw, h.clk.Now()); err != nil || !ok {
+		h.t.Fatalf("store snapshot: %v %v", ok, err)
+	}
+}
+
 func (h *harness) pass(l *Loop) error {
 	h.t.Helper()
 	_, err := l.Pass(context.Background())

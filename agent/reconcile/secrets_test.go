@@ -189,6 +189,43 @@ func TestRegistryPullSecretGoesToTheDriverOnly(t *testing.T) {
 	}
 }
 
+// TestCoreImagePulledThroughTheRelay: a node that reaches the core through a relay (its
+// registry credential's host is the relay's) pulls an image of the core's registry
+// (node.Spec.RegistryHost) from the relay, with its own credential and the same digest; an image
+// of another registry is pulled as named, and a node dialling the core directly pulls from it.
+func TestCoreImagePulledThroughTheRelay(t *testing.T) {
+	h := newHarness(t)
+	relay := runtime.RegistryCredential{Host: "relay.example:7443", Username: "node", Secret: "brn_node"}
+	l, err := New(Config{Store: h.store, Driver: h.drv, DataDir: h.dir, Now: h.clk.Now, Registry: &relay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.cfg.Prober.Close)
+	pinned := "@sha256:" + strings.Repeat("b", 64)
+	h.desireSpec(node.Spec{RegistryHost: "core.example:8443", Workloads: []node.WorkloadSpec{
+		spec("wl_core", func(s *node.WorkloadSpec) { s.Image = "core.example:8443/shop/web" + pinned })}})
+	if err := h.pass(l); err != nil {
+		t.Fatal(err)
+	}
+	req := h.mem.lastStart()
+	if req.Image != "relay.example:7443/shop/web"+pinned || len(req.RegistryCredentials) != 1 || req.RegistryCredentials[0] != relay {
+		t.Fatalf("start of a core image on a relayed node: image %s, credentials %v", req.Image, req.RegistryCredentials)
+	}
+	for _, tc := range []struct{ core, image, want string }{
+		{"core.example:8443", "quay.io/acme/app" + pinned, "quay.io/acme/app" + pinned},
+		{"relay.example:7443", "relay.example:7443/shop/web" + pinned, "relay.example:7443/shop/web" + pinned},
+		{"", "core.example:8443/shop/web" + pinned, "core.example:8443/shop/web" + pinned},
+		{"core.example:8443", "core.example:84431/shop/web" + pinned, "core.example:84431/shop/web" + pinned},
+	} {
+		l.mu.Lock()
+		l.registryHost = tc.core
+		l.mu.Unlock()
+		if got := l.pullRef(tc.image); got != tc.want {
+			t.Errorf("pullRef(%s) with the core at %q = %s, want %s", tc.image, tc.core, got, tc.want)
+		}
+	}
+}
+
 // TestSecretBytesReachFilesExactly: every byte value 0x00..0xff sealed as a file opens and is
 // written exactly; as an environment variable a NUL byte cannot be carried, so the workload is
 // refused with an error naming the key (the core refuses such a reference already; this is the

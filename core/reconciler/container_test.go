@@ -2,8 +2,10 @@ package reconciler
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/berthhq/berth/abi/node"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/services"
@@ -69,6 +71,33 @@ func TestBuildSpecNamesTheNodesDriver(t *testing.T) {
 			map[string]*services.Service{"svc_2": proc}, nil)
 		if len(spec.Workloads) != 1 || spec.Workloads[0].Driver != tc.want {
 			t.Errorf("node advertising %v: workloads %+v; want driver %q", tc.drivers, spec.Workloads, tc.want)
+		}
+	}
+}
+
+// TestSpecNamesTheCoreRegistryOnlyForItsImages: a desired state whose container image is in the
+// core's registry names the registry's host (node.Spec.RegistryHost, for a relayed node to pull
+// through its relay); one with only process workloads or other registries' images does not.
+func TestSpecNamesTheCoreRegistryOnlyForItsImages(t *testing.T) {
+	pinned := "@sha256:" + strings.Repeat("c", 64)
+	for _, tc := range []struct {
+		images []string
+		host   string
+		want   string
+	}{
+		{[]string{"", "berth.example:8443/shop/web" + pinned}, "berth.example:8443", "berth.example:8443"},
+		{[]string{"", "ghcr.io/acme/app" + pinned}, "berth.example:8443", ""},
+		{[]string{""}, "berth.example:8443", ""},
+		{[]string{"berth.example:84431/shop/web" + pinned}, "berth.example:8443", ""},
+		{[]string{"berth.example:8443/shop/web" + pinned}, "", ""},
+	} {
+		var sp node.Spec
+		for _, img := range tc.images {
+			sp.Workloads = append(sp.Workloads, node.WorkloadSpec{Image: img})
+		}
+		nameRegistry(&sp, tc.host)
+		if sp.RegistryHost != tc.want {
+			t.Errorf("images %v, core registry %q: RegistryHost %q, want %q", tc.images, tc.host, sp.RegistryHost, tc.want)
 		}
 	}
 }

@@ -84,6 +84,10 @@ type RouteSink interface {
 
 // Config wires a Reconciler. Catalog, Nodes and Compiler are required.
 type Config struct {
+	// RegistryHost is the host (and port) of Berth's registry in image references
+	// (deploy.Config.RegistryHost); a desired state whose images name it says so
+	// (node.Spec.RegistryHost), so a relayed node pulls them through its relay. Empty: never.
+	RegistryHost string
 	// RollBack makes the automatic rollback of a failed rollout (rollout.Config.RollBack, core/deploy
 	// Deployer.RollBack); nil rolls nothing back.
 	RollBack func(ctx context.Context, svc *services.Service) (*services.Service, error)
@@ -1033,6 +1037,7 @@ func (r *Reconciler) desire(ctx context.Context, svcs []services.Service, ns []n
 // slot workloads, and pushes it. Safe to run for different nodes at once.
 func (r *Reconciler) desireNode(ctx context.Context, n *nodes.Node, wls []services.Workload, byID map[string]*services.Service, leases map[string]*fencing.Lease) error {
 	spec := BuildSpec(n, wls, byID, leases)
+	nameRegistry(&spec, r.cfg.RegistryHost)
 	if r.cfg.Secrets != nil {
 		if err := r.cfg.Secrets.Resolve(ctx, n, &spec, workloadsByID(wls), byID); err != nil {
 			return err
@@ -1094,6 +1099,21 @@ func workloadsByID(wls []services.Workload) map[string]*services.Workload {
 		out[wls[i].ID] = &wls[i]
 	}
 	return out
+}
+
+// nameRegistry sets spec.RegistryHost to host when an image of spec's workloads is on it (the
+// core's registry), so a relayed node pulls it through its relay; a spec without such an image
+// gets none, and so no new revision. An empty host names nothing.
+func nameRegistry(spec *node.Spec, host string) {
+	if host == "" {
+		return
+	}
+	for _, w := range spec.Workloads {
+		if strings.HasPrefix(w.Image, host+"/") {
+			spec.RegistryHost = host
+			return
+		}
+	}
 }
 
 func hasSecrets(spec *node.Spec) bool {

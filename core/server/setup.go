@@ -394,7 +394,8 @@ func newControl(ctx context.Context, cfg Config, b *base, s *state, p *parts, cl
 	closers.push(stopCerts)
 	c.runtime = rollout.NewStore(b.st, s.cat, nil)
 	c.rec = reconciler.New(reconciler.Config{
-		Catalog: s.cat, Nodes: s.reg, Pusher: c.sessions, Routes: routeSink, Compiler: p.ext.compiler, Runtime: c.runtime,
+		RegistryHost: publicHost(cfg.PublicURL),
+		Catalog:      s.cat, Nodes: s.reg, Pusher: c.sessions, Routes: routeSink, Compiler: p.ext.compiler, Runtime: c.runtime,
 		Admit: policy.Deploy{Engine: p.ext.policy}, Logger: log, Sweep: cfg.Sweep,
 		Leases: c.leases, LeaseSender: c.sessions, Secrets: &delivery.Sealer{Secrets: p.sec}, Events: s.evlog, Metrics: b.metrics,
 		RollBack: func(ctx context.Context, svc *services.Service) (*services.Service, error) {
