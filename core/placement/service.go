@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/berthhq/berth/core/operations"
+	"github.com/berthhq/berth/core/plans"
 	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/internal/buckets"
@@ -70,10 +71,14 @@ type LifecyclePayload struct {
 // Service sets desired placements and assigns them to runner nodes. Safe for concurrent use by
 // several berthd processes on one store.
 type Service struct {
+	st    *store.Store
 	colls *buckets.Set
 	view  *store.View
 	nodes *runners.Registry
 	ops   *operations.Queue
+	// plans, when set, commits assignments through the plan applier (plan.go); nil: each one is
+	// compare-and-sets on the node and the placement.
+	plans *plans.Applier
 
 	mu    sync.Mutex
 	fleet map[string]*runners.Node // open nodes as last read; mu must be held
@@ -81,9 +86,35 @@ type Service struct {
 	epoch int64                    // the registry's change count when fleet was read
 }
 
+// ServiceOption configures a [Service].
+type ServiceOption func(*Service)
+
+// WithPlans makes the Service commit its assignments (the reservation on the node and the
+// placement's status and node, with the desired state for [Service.SetDesired]) as plans of a,
+// many to one insert, instead of compare-and-sets of their own (docs/store.md section 2.3). a
+// must be the only applier writing to the store: give it only to a berthd that is the store's
+// one writer (the embedded store), never to several control planes on one store.
+func WithPlans(a *plans.Applier) ServiceOption { return func(s *Service) { s.plans = a } }
+
 // NewService returns a Service. ops may be nil (no reconcile operations are enqueued).
-func NewService(s *store.Store, nodes *runners.Registry, ops *operations.Queue) *Service {
-	return &Service{colls: Collections(s), view: s.View(), nodes: nodes, ops: ops}
+func NewService(s *store.Store, nodes *runners.Registry, ops *operations.Queue, opts ...ServiceOption) *Service {
+	svc := &Service{st: s, colls: Collections(s), view: s.View(), nodes: nodes, ops: ops}
+	for _, o := range opts {
+		o(svc)
+	}
+	return svc
+}
+
+// casPlacement is the compare-and-set of project id's placement at revision expected, once the
+// document has no plan writes waiting for the materializer ([store.Store.Settled]).
+func (s *Service) casPlacement(ctx context.Context, id string, expected int64, update bson.M) (int64, error) {
+	var rev int64
+	err := s.st.Settled(ctx, s.colls.For(id), id, func() error {
+		var err error
+		rev, err = store.UpdateIfRevision(ctx, s.colls.For(id), id, expected, update)
+		return err
+	})
+	return rev, err
 }
 
 // snapshot returns the open nodes (online, unrevoked, undraining) as last read, reading them again
@@ -205,7 +236,11 @@ func (s *Service) Get(ctx context.Context, projectID string) (*Placement, error)
 func (s *Service) write(ctx context.Context, cur *Placement, next Placement) (Placement, error) {
 	if cur == nil {
 		next.Revision = 0
-		if _, err := s.colls.For(next.ProjectID).InsertOne(ctx, next); err != nil {
+		err := s.st.Settled(ctx, s.colls.For(next.ProjectID), next.ProjectID, func() error {
+			_, err := s.colls.For(next.ProjectID).InsertOne(ctx, next)
+			return err
+		})
+		if err != nil {
 			if store.IsDuplicateKey(err) {
 				return next, store.ErrConflict
 			}
@@ -223,7 +258,7 @@ func (s *Service) write(ctx context.Context, cur *Placement, next Placement) (Pl
 	}
 	delete(set, "_id")
 	delete(set, "revision")
-	rev, err := store.UpdateIfRevision(ctx, s.colls.For(cur.ProjectID), cur.ProjectID, cur.Revision, bson.M{"$set": set})
+	rev, err := s.casPlacement(ctx, cur.ProjectID, cur.Revision, bson.M{"$set": set})
 	next.Revision = rev
 	return next, err
 }
@@ -232,6 +267,16 @@ func (s *Service) write(ctx context.Context, cur *Placement, next Placement) (Pl
 // compare-and-set on the placement document) and then assigns it ([Service.Assign]). Errors:
 // [ErrInvalid], [ErrModeImmutable], [ErrPinned] (wrapped).
 func (s *Service) SetDesired(ctx context.Context, projectID string, req DesiredRequest) (*Placement, error) {
+	if s.plans != nil {
+		return s.assignPlanned(ctx, projectID, func(cur *Placement) (Placement, error) {
+			next, err := Next(cur, req, s.nodes.Now())
+			if err != nil {
+				return next, fmt.Errorf("placement: %s: %w", projectID, err)
+			}
+			next.ProjectID = projectID
+			return next, nil
+		})
+	}
 	err := store.RetryOnConflict(ctx, func() error {
 		cur, err := s.Get(ctx, projectID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -291,6 +336,9 @@ func (s *Service) candidates(ctx context.Context, p *Placement, force bool) (map
 // does. An assigned placement gets a reconcile operation for its generation, targeted at its node.
 // It returns the placement as recorded.
 func (s *Service) Assign(ctx context.Context, projectID string) (*Placement, error) {
+	if s.plans != nil {
+		return s.assignPlanned(ctx, projectID, nil)
+	}
 	force := false
 	for i := 0; i < attempts; i++ {
 		p, err := s.Get(ctx, projectID)
@@ -382,7 +430,7 @@ func (s *Service) Assign(ctx context.Context, projectID string) (*Placement, err
 			}
 			// Later passes skip the enqueue of this generation; a lost write only repeats it.
 			if cur, err := s.Get(ctx, projectID); err == nil && cur.Generation == next.Generation && cur.Enqueued != next.Generation {
-				_, _ = store.UpdateIfRevision(ctx, s.colls.For(projectID), projectID, cur.Revision, bson.M{"$set": bson.M{"enqueued": next.Generation}})
+				_, _ = s.casPlacement(ctx, projectID, cur.Revision, bson.M{"$set": bson.M{"enqueued": next.Generation}})
 			}
 			changed = true
 		}
@@ -449,7 +497,7 @@ func (s *Service) Observe(ctx context.Context, projectID string, obs Observation
 			return fmt.Errorf("placement: observe %s generation %d: %w", projectID, obs.Generation, err)
 		}
 		obs.At = s.nodes.Now()
-		if _, err = store.UpdateIfRevision(ctx, s.colls.For(projectID), projectID, p.Revision, bson.M{"$set": bson.M{"observed": obs}}); err != nil {
+		if _, err = s.casPlacement(ctx, projectID, p.Revision, bson.M{"$set": bson.M{"observed": obs}}); err != nil {
 			return fmt.Errorf("placement: observe %s: %w", projectID, err)
 		}
 		return nil
@@ -460,11 +508,16 @@ func (s *Service) Observe(ctx context.Context, projectID string, obs Observation
 	return s.Get(ctx, projectID)
 }
 
-// List returns every placement.
+// List returns every placement, from the read view (with the plan log's unmaterialized
+// assignments).
 func (s *Service) List(ctx context.Context) ([]Placement, error) {
-	out, err := buckets.Find[Placement](ctx, s.colls, nil)
-	if err != nil {
-		return nil, fmt.Errorf("placement: list: %w", err)
+	out := []Placement{}
+	for _, c := range s.colls.All() {
+		var part []Placement
+		if err := s.view.Find(ctx, c, nil, &part); err != nil {
+			return nil, fmt.Errorf("placement: list: %w", err)
+		}
+		out = append(out, part...)
 	}
 	slices.SortFunc(out, func(a, b Placement) int { return strings.Compare(a.ProjectID, b.ProjectID) })
 	return out, nil
@@ -547,7 +600,11 @@ func (s *Service) Remove(ctx context.Context, projectID string) error {
 		}
 	}
 	s.forgetFleet()
-	if _, err := s.colls.For(projectID).DeleteOne(ctx, bson.M{"_id": projectID}); err != nil {
+	err = s.st.Settled(ctx, s.colls.For(projectID), projectID, func() error {
+		_, err := s.colls.For(projectID).DeleteOne(ctx, bson.M{"_id": projectID})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("placement: remove %s: %w", projectID, err)
 	}
 	return nil

@@ -304,8 +304,26 @@ func (a *Applier) gather(first *submission) []*submission {
 }
 
 // commit decides batch, writes the accepted decisions as one entry and answers every plan. It
-// reports false when this applier was deposed.
+// reports false when this applier was deposed. The batch is decided, appended and laid over
+// the view (or, with the view off, materialized) under [store.Store.Decide], so no write
+// guarded by [store.Store.Settled] falls between a plan's decision and its fold.
 func (a *Applier) commit(layer *store.Layer, batch []*submission) bool {
+	var accepted []*submission
+	var seq int64
+	ok := true
+	a.st.Decide(func() { accepted, seq, ok = a.decide(layer, batch) })
+	if ok && seq > 0 {
+		for _, s := range accepted {
+			s.answer <- answer{r: Receipt{Seq: seq}}
+		}
+	}
+	return ok
+}
+
+// decide decides batch and writes the accepted decisions as one entry; it answers every plan
+// that is refused or whose entry failed, and returns the accepted ones with the entry's sequence
+// number (0 when none was written). It reports false when this applier was deposed.
+func (a *Applier) decide(layer *store.Layer, batch []*submission) ([]*submission, int64, bool) {
 	layer.Reset()
 	var accepted []*submission
 	var writes []store.PlanWrite
@@ -327,7 +345,7 @@ func (a *Applier) commit(layer *store.Layer, batch []*submission) bool {
 		accepted = append(accepted, s)
 	}
 	if len(accepted) == 0 {
-		return true
+		return nil, 0, true
 	}
 	e := store.PlanEntry{Seq: a.next, Applier: a.id, At: time.Now().UTC(), Plans: len(accepted), Writes: writes}
 	start := time.Now()
@@ -345,7 +363,7 @@ func (a *Applier) commit(layer *store.Layer, batch []*submission) bool {
 		for _, s := range accepted {
 			s.answer <- answer{err: fmt.Errorf("plans: %s: %w", s.plan.Name, err)}
 		}
-		return !deposed
+		return nil, 0, !deposed
 	}
 	a.next++
 	a.m.entries.Inc()
@@ -372,10 +390,7 @@ func (a *Applier) commit(layer *store.Layer, batch []*submission) bool {
 			time.Sleep(materializeRetry)
 		}
 	}
-	for _, s := range accepted {
-		s.answer <- answer{r: Receipt{Seq: e.Seq}}
-	}
-	return true
+	return accepted, e.Seq, true
 }
 
 // append writes e. When the insert's outcome is unknown (an error other than a duplicate key) it

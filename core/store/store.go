@@ -77,6 +77,10 @@ type Store struct {
 
 	// casMu serialises UpdateIf on FerretDB (see [Store.UpdateIf]).
 	casMu sync.Mutex
+	// planMu orders the plan applier's decisions against the writes [Store.Settled] guards
+	// (docs/store.md section 2.3): the applier holds it from deciding a batch until the batch is
+	// folded, a guarded write while it checks for folds and writes.
+	planMu sync.Mutex
 
 	closeOnce sync.Once
 	closeErr  error
