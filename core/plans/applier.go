@@ -1,6 +1,6 @@
 // Package plans owns the plan log's applier (docs/store.md section 2.3): the one writer of the
-// hot decisions of a berthd (placements and reservations on a node's capacity ledger, operation
-// claims). Submitters compute a [Plan] optimistically against the read view and hand it to the
+// hot decisions of a berthd (today runner-project placements and their reservations on a node's
+// capacity ledger; core/placement). Submitters compute a [Plan] optimistically against the read view and hand it to the
 // [Applier]; the applier decides each plan again against the latest state (the view with every
 // decision accepted before it laid over it), drops the ones that no longer fit (their submitters
 // get a conflict and plan again), and writes the accepted decisions of up to MaxPlans plans as one
@@ -151,6 +151,7 @@ func Open(ctx context.Context, st *store.Store, opts ...Option) (*Applier, error
 	}
 	a.log = a.log.With("component", "plans", "applier", a.id)
 	a.m = newMetrics(a.reg)
+	st.ExpectPlans()
 	if err := st.EnsureCollections(ctx, store.PlansCollection, store.SequencesCollection); err != nil {
 		return nil, fmt.Errorf("plans: open: %w", err)
 	}

@@ -20,8 +20,13 @@ import (
 // applier's decisions on the document are ordered one after the other. It waits for the
 // materializer as long as ctx allows. write must not submit a plan or wait for the applier. Use
 // it for every direct write (compare-and-set, insert, delete) of a document plans write; other
-// documents need nothing. Errors: write's, or ctx's wrapped when it ends while waiting.
+// documents need nothing. On a store no applier writes to ([Store.ExpectPlans] never called) it
+// runs write at once, taking no lock. Errors: write's, or ctx's wrapped when it ends while
+// waiting.
 func (s *Store) Settled(ctx context.Context, coll *mongo.Collection, id string, write func() error) error {
+	if !s.planned.Load() {
+		return write() // no applier on this store: nothing to wait for or order with
+	}
 	for {
 		s.planMu.Lock()
 		wait := s.view.pendingFor(coll.Name(), id)
@@ -38,6 +43,11 @@ func (s *Store) Settled(ctx context.Context, coll *mongo.Collection, id string, 
 		}
 	}
 }
+
+// ExpectPlans records that a plan applier writes to this store from now on: [Store.Settled]
+// orders direct writes with it from then on, and costs nothing before. plans.Open calls it
+// before the applier decides anything.
+func (s *Store) ExpectPlans() { s.planned.Store(true) }
 
 // Decide runs decide while no write guarded by [Store.Settled] runs: the plan applier decides a
 // batch, appends it and folds it into the view inside decide, so a guarded write either finished

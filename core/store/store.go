@@ -82,6 +82,8 @@ type Store struct {
 	// (docs/store.md section 2.3): the applier holds it from deciding a batch until the batch is
 	// folded, a guarded write while it checks for folds and writes.
 	planMu sync.Mutex
+	// planned reports whether a plan applier writes to this store ([Store.ExpectPlans]).
+	planned atomic.Bool
 	// plansPruned is the plan entry below which the plan log was last pruned (plans.go).
 	plansPruned atomic.Int64
 
