@@ -102,7 +102,7 @@ func (s *Service) assignPlanned(ctx context.Context, projectID string, desire fu
 				s.forgetFleet()
 			}
 		}
-		if moved := base != nil && base.NodeID != next.NodeID; next.Status == Assigned && s.ops != nil && (moved || p.Enqueued != next.Generation) {
+		if moved := p.NodeID != next.NodeID; next.Status == Assigned && s.ops != nil && (moved || p.Enqueued != next.Generation) {
 			if err := s.enqueue(ctx, &next, moved); err != nil {
 				return err
 			}

@@ -264,7 +264,8 @@ func (s *Service) write(ctx context.Context, cur *Placement, next Placement) (Pl
 }
 
 // SetDesired records the next desired generation of a project's placement ([Next], one
-// compare-and-set on the placement document) and then assigns it ([Service.Assign]). Errors:
+// compare-and-set on the placement document) and then assigns it ([Service.Assign]); with
+// [WithPlans], the desired state and its assignment are one plan. Errors:
 // [ErrInvalid], [ErrModeImmutable], [ErrPinned] (wrapped).
 func (s *Service) SetDesired(ctx context.Context, projectID string, req DesiredRequest) (*Placement, error) {
 	if s.plans != nil {
@@ -334,7 +335,8 @@ func (s *Service) candidates(ctx context.Context, p *Placement, force bool) (map
 // compare-and-set, and a reservation orphaned by a lost second step is released (or left to
 // [Service.SweepReservations]). A placement that would wait reads the nodes afresh once before it
 // does. An assigned placement gets a reconcile operation for its generation, targeted at its node.
-// It returns the placement as recorded.
+// It returns the placement as recorded. With [WithPlans] the reservation, release and record are
+// one plan of the applier instead, re-checked there (plan.go), and nothing is orphaned.
 func (s *Service) Assign(ctx context.Context, projectID string) (*Placement, error) {
 	if s.plans != nil {
 		return s.assignPlanned(ctx, projectID, nil)

@@ -1,7 +1,7 @@
 // Package plans owns the plan log's applier (docs/store.md section 2.3): the one writer of the
 // hot decisions of a berthd (today runner-project placements and their reservations on a node's
-// capacity ledger; core/placement). Submitters compute a [Plan] optimistically against the read view and hand it to the
-// [Applier]; the applier decides each plan again against the latest state (the view with every
+// capacity ledger; core/placement). Submitters compute a [Plan] optimistically against the read
+// view and hand it to the [Applier]; the applier decides each plan again against the latest state (the view with every
 // decision accepted before it laid over it), drops the ones that no longer fit (their submitters
 // get a conflict and plan again), and writes the accepted decisions of up to MaxPlans plans as one
 // inserted document of the plan log, whose _id is the next sequence number. A submitter is answered

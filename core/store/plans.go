@@ -200,10 +200,12 @@ func (s *Store) MaterializePlans(ctx context.Context, entries []PlanEntry) (int,
 		models[m.Coll] = append(models[m.Coll], writeModel(m))
 	}
 	for _, c := range colls {
-		if _, err := s.Collection(c).BulkWrite(ctx, models[c], options.BulkWrite().SetOrdered(true)); err != nil {
-			return sent, fmt.Errorf("store: materialize plans %d-%d into %s: %w", entries[0].Seq, entries[len(entries)-1].Seq, c, err)
+		for ms := range slices.Chunk(models[c], materializeChunk) {
+			if _, err := s.Collection(c).BulkWrite(ctx, ms, options.BulkWrite().SetOrdered(true)); err != nil {
+				return sent, fmt.Errorf("store: materialize plans %d-%d into %s: %w", entries[0].Seq, entries[len(entries)-1].Seq, c, err)
+			}
+			sent += len(ms)
 		}
-		sent += len(models[c])
 	}
 	last := entries[len(entries)-1].Seq
 	if _, err := s.Collection(SequencesCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: planMarkID}},
@@ -218,6 +220,12 @@ func (s *Store) MaterializePlans(ctx context.Context, entries []PlanEntry) (int,
 	}
 	return sent, nil
 }
+
+// materializeChunk is how many update statements the materializer sends in one command. On
+// FerretDB each statement is a transaction of its own, so a longer command saves nothing, and the
+// applier's next append (which shares the one writing connection) waits for the whole command
+// in flight: short commands let it in between.
+const materializeChunk = 2
 
 // planPruneEvery is how many entries the materializer lets pass its mark before it prunes the log:
 // a filter on a range of _id makes FerretDB read and decode every entry of the collection, so
