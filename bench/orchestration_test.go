@@ -123,7 +123,16 @@ func benchmarkAssign(b *testing.B, planned bool, callers int) {
 		b.Cleanup(func() { _ = a.Close(context.Background()) })
 		opts = append(opts, placement.WithPlans(a))
 	}
-	svc := placement.NewService(st, runners.NewRegistry(st, runners.Config{}), nil, opts...)
+	nodes := runners.NewRegistry(st, runners.Config{})
+	svc := placement.NewService(st, nodes, nil, opts...)
+	// Load the nodes and the placements into the read view before the clock starts: a berthd
+	// that places has read them long before.
+	if _, err := nodes.List(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := svc.List(ctx); err != nil {
+		b.Fatal(err)
+	}
 	region := "r1"
 	var next, refused atomic.Int64
 	var wg sync.WaitGroup

@@ -143,13 +143,14 @@ func (s *Service) snapshot(ctx context.Context, force bool) (nodes map[string]*r
 			fleet[n.ID] = n
 		}
 	}
-	s.mu.Lock()
-	s.fleet, s.at, s.epoch = fleet, now, epoch
-	s.mu.Unlock()
+	// Copied before it is published: once s.fleet, remember writes to it under mu.
 	out := make(map[string]*runners.Node, len(fleet))
 	for id, n := range fleet {
 		out[id] = n
 	}
+	s.mu.Lock()
+	s.fleet, s.at, s.epoch = fleet, now, epoch
+	s.mu.Unlock()
 	return out, true, nil
 }
 
