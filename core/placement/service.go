@@ -80,10 +80,19 @@ type Service struct {
 	// compare-and-sets on the node and the placement.
 	plans *plans.Applier
 
-	mu    sync.Mutex
-	fleet map[string]*runners.Node // open nodes as last read; mu must be held
-	at    time.Time                // when fleet was read (registry clock)
-	epoch int64                    // the registry's change count when fleet was read
+	mu      sync.Mutex
+	fleet   map[string]*runners.Node // open nodes as last read; mu must be held
+	loading *fleetLoad               // the read of the nodes in flight, if any; mu must be held
+	at      time.Time                // when fleet was read (registry clock)
+	epoch   int64                    // the registry's change count when fleet was read
+}
+
+// fleetLoad is one read of the open nodes that callers arriving meanwhile share: nodes and err
+// are set before done is closed and not changed after.
+type fleetLoad struct {
+	done  chan struct{}
+	nodes map[string]*runners.Node
+	err   error
 }
 
 // ServiceOption configures a [Service].
@@ -119,7 +128,8 @@ func (s *Service) casPlacement(ctx context.Context, id string, expected int64, u
 
 // snapshot returns the open nodes (online, unrevoked, undraining) as last read, reading them again
 // when force is set, the snapshot is older than fleetTTL, or the registry changed a node's
-// declaration since. fresh reports whether it was read by this call.
+// declaration since. fresh reports whether it was read by this call (or by one in flight that it
+// waited for).
 func (s *Service) snapshot(ctx context.Context, force bool) (nodes map[string]*runners.Node, fresh bool, err error) {
 	now := s.nodes.Now()
 	s.mu.Lock()
@@ -131,10 +141,39 @@ func (s *Service) snapshot(ctx context.Context, force bool) (nodes map[string]*r
 		s.mu.Unlock()
 		return out, false, nil
 	}
+	if l := s.loading; l != nil && !force {
+		// Another caller is reading the nodes now: share its read instead of decoding every
+		// node once more (64 callers whose snapshot expired together did that 64 times).
+		s.mu.Unlock()
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			return nil, false, fmt.Errorf("placement: wait for the nodes: %w", ctx.Err())
+		}
+		if l.err != nil {
+			return s.snapshot(ctx, true) // its read failed (its caller may have left): read ourselves
+		}
+		out := make(map[string]*runners.Node, len(l.nodes))
+		for id, n := range l.nodes {
+			out[id] = n
+		}
+		return out, true, nil
+	}
+	l := &fleetLoad{done: make(chan struct{})}
+	s.loading = l
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.loading == l {
+			s.loading = nil
+		}
+		s.mu.Unlock()
+		close(l.done)
+	}()
 	epoch := s.nodes.Changes()
 	ns, err := s.nodes.List(ctx) // from the read view; open nodes are chosen here
 	if err != nil {
+		l.err = err
 		return nil, false, err
 	}
 	fleet := make(map[string]*runners.Node, len(ns))
@@ -145,9 +184,11 @@ func (s *Service) snapshot(ctx context.Context, force bool) (nodes map[string]*r
 	}
 	// Copied before it is published: once s.fleet, remember writes to it under mu.
 	out := make(map[string]*runners.Node, len(fleet))
+	shared := make(map[string]*runners.Node, len(fleet))
 	for id, n := range fleet {
-		out[id] = n
+		out[id], shared[id] = n, n
 	}
+	l.nodes = shared
 	s.mu.Lock()
 	s.fleet, s.at, s.epoch = fleet, now, epoch
 	s.mu.Unlock()
