@@ -39,6 +39,10 @@ func (s *Service) assignPlanned(ctx context.Context, projectID string, desire fu
 		if err != nil {
 			return err
 		}
+		if desire == nil && p.Deleting {
+			out = p // held by the project-delete workflow (SetDesired's Next refuses it)
+			return nil
+		}
 		base := p // the placement as decided on: the plan checks it is still so
 		if desire != nil {
 			next, err := desire(p)
@@ -47,33 +51,28 @@ func (s *Service) assignPlanned(ctx context.Context, projectID string, desire fu
 			}
 			p = &next
 		}
-		act := Action{Status: p.Status, NodeID: p.NodeID}
-		var nodes map[string]*runners.Node
-		if !p.Deleting { // a placement held by the project-delete workflow is not assigned
-			var fresh bool
-			nodes, fresh, err = s.candidates(ctx, p, force)
-			if err != nil {
-				return err
-			}
-			held := map[string]int{}
-			for id, n := range nodes {
-				if r, ok := n.Reservations[projectID]; ok {
-					held[id] = r.Units
-				}
-			}
-			act = Decide(p, nodes, held, s.nodes.Now())
-			if act.Status == Waiting && !fresh {
-				// As [Service.Assign]: read again what may fit before waiting.
-				if s.recheck(ctx, p, nodes) {
-					return errReplan
-				}
-				if s.snapshotAge() >= fleetRecheck {
-					force = true
-					return errReplan
-				}
-			}
-			force = false
+		nodes, fresh, err := s.candidates(ctx, p, force)
+		if err != nil {
+			return err
 		}
+		held := map[string]int{}
+		for id, n := range nodes {
+			if r, ok := n.Reservations[projectID]; ok {
+				held[id] = r.Units
+			}
+		}
+		act := Decide(p, nodes, held, s.nodes.Now())
+		if act.Status == Waiting && !fresh {
+			// As [Service.Assign]: read again what may fit before waiting.
+			if s.recheck(ctx, p, nodes) {
+				return errReplan
+			}
+			if s.snapshotAge() >= fleetRecheck {
+				force = true
+				return errReplan
+			}
+		}
+		force = false
 		next := *p
 		next.Status, next.NodeID = act.Status, act.NodeID
 		if act.Status == Assigned && p.Mode == Stateful {

@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -180,4 +181,29 @@ func waitStored(t *testing.T, st *store.Store, want map[string]int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Deleting a project right after its placement was committed (through the applier, its
+// documents maybe not materialized yet) holds, releases and removes it: the node's units come
+// back, the placement is gone from the view and the store, and a pass places nothing again.
+func TestDeleteAfterAssignment(t *testing.T) {
+	bothPaths(t, func(t *testing.T, f *fixture) {
+		f.enroll("a", runners.Declaration{Capacity: 3})
+		if p := f.desire("prj_del", placement.DesiredRequest{Release: "r", CapacityUnits: ptr(2)}); p.Status != placement.Assigned || f.reserved("a") != 2 {
+			t.Fatalf("placed %+v, a holds %d", p, f.reserved("a"))
+		}
+		res, err := f.svc.Delete(f.ctx, "prj_del")
+		if err != nil || res.Status != placement.DeleteDone {
+			t.Fatalf("delete: %+v, %v", res, err)
+		}
+		if err := f.svc.Pass(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.svc.Get(f.ctx, "prj_del"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("placement after delete: %v", err)
+		}
+		if n := f.reserved("a"); n != 0 {
+			t.Fatalf("a holds %d units after the delete", n)
+		}
+	})
 }
