@@ -249,3 +249,51 @@ func TestReplayAfterRestart(t *testing.T) {
 		t.Fatalf("first entry after the replay: %+v, %v (the log went to %d)", rc, err, last+1)
 	}
 }
+
+// A direct write of a document with plan writes waiting for the materializer waits for them
+// (store.Settled): it runs only once the document holds them, so a compare-and-set on a revision
+// read before the plan cannot pass over it. Other documents are written at once.
+func TestSettledWaitsForTheMaterializer(t *testing.T) {
+	t.Parallel()
+	st := storetest.Open(t)
+	ctx := context.Background()
+	seedNodes(t, st, 2, 4)
+	a := openApplier(t, st, plans.WithoutMaterializer())
+	if _, err := a.Submit(ctx, reservePlan("node-001", "k1", 2, placedOn)); err != nil {
+		t.Fatal(err)
+	}
+	coll := st.Collection(nodesColl)
+	ran := false
+	if err := st.Settled(ctx, coll, "node-000", func() error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("a document without plan writes: ran %v, %v", ran, err)
+	}
+	if !st.View().Enabled() {
+		return // the applier materialized before answering: nothing waits
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	ran = false
+	if err := st.Settled(short, coll, "node-001", func() error { ran = true; return nil }); !errors.Is(err, context.DeadlineExceeded) || ran {
+		t.Fatalf("a document with plan writes pending: ran %v, %v; want it to wait", ran, err)
+	}
+	done := make(chan testNode, 1)
+	go func() {
+		_ = st.Settled(ctx, coll, "node-001", func() error {
+			var n testNode
+			err := store.FindByID(ctx, coll, "node-001", &n)
+			done <- n
+			return err
+		})
+	}()
+	if err := a.Materialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-done:
+		if n.Reserved != 2 {
+			t.Fatalf("the write ran before the document held the plan's writes: %+v", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write still waits 10 s after the materializer wrote the document")
+	}
+}
