@@ -2,10 +2,7 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +12,6 @@ import (
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/placement"
-	"github.com/berthhq/berth/core/plans"
 	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/store"
 )
@@ -89,112 +85,23 @@ func BenchmarkPlacementSelect(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
 }
 
-// BenchmarkPlacementAssign is SetDesired + Assign of a new project with 1,000 nodes on the embedded
-// store, the projects placed by 1 or 64 callers at once, on each write path:
-//
-//   - direct: selection and reservation as one compare-and-set on the chosen node, the placement
-//     recorded with its own writes (what several control planes on one store use);
-//   - plans: each placement one plan of the applier, many plans one insert (docs/store.md
-//     section 2.3; what berthd on the embedded store uses).
-//
-// A placement that lost its compare-and-set 16 times in a row is counted as refused, not placed.
-// The plans runs also report the applier's mean plans per entry, append and materializing time.
+// BenchmarkPlacementAssign is SetDesired + Assign of a new project (selection and reservation as
+// one compare-and-set on the chosen node) with 1,000 nodes on the embedded store.
 func BenchmarkPlacementAssign(b *testing.B) {
-	for _, c := range []struct {
-		name    string
-		planned bool
-		callers int
-	}{{"direct", false, 1}, {"direct-64", false, 64}, {"plans", true, 1}, {"plans-64", true, 64}} {
-		b.Run(c.name, func(b *testing.B) { benchmarkAssign(b, c.planned, c.callers) })
-	}
-}
-
-func benchmarkAssign(b *testing.B, planned bool, callers int) {
 	st := openStore(b)
 	seedFleet(b, st, "brn_bench")
+	svc := placement.NewService(st, runners.NewRegistry(st, runners.Config{}), nil)
 	ctx := context.Background()
-	var opts []placement.ServiceOption
-	reg := prometheus.NewRegistry()
-	if planned {
-		a, err := plans.Open(ctx, st, plans.WithMetrics(reg))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = a.Close(context.Background()) })
-		opts = append(opts, placement.WithPlans(a))
-	}
-	nodes := runners.NewRegistry(st, runners.Config{})
-	svc := placement.NewService(st, nodes, nil, opts...)
-	// Load the nodes and the placements into the read view before the clock starts: a berthd
-	// that places has read them long before.
-	if _, err := nodes.List(ctx); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := svc.List(ctx); err != nil {
-		b.Fatal(err)
-	}
 	region := "r1"
-	var next, refused atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
 	b.ResetTimer()
 	start := time.Now()
-	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
-				p, err := svc.SetDesired(ctx, fmt.Sprintf("prj_%d", i), placement.DesiredRequest{Release: "sha256:x", Region: &region})
-				if err == nil && p.Status != placement.Assigned {
-					err = fmt.Errorf("status %s", p.Status)
-				}
-				if errors.Is(err, store.ErrConflict) {
-					refused.Add(1) // lost its races 16 times in a row: counted, not placed
-					continue
-				}
-				if err != nil {
-					errs <- fmt.Errorf("placement %d: %w", i, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(int64(b.N)-refused.Load())/elapsed.Seconds(), "placements/s")
-	b.ReportMetric(float64(refused.Load()), "refused")
-	if planned {
-		reportPlanMetrics(b, reg)
-	}
-}
-
-// reportPlanMetrics reports the applier's mean batch (plans per entry), mean append time and
-// mean materializing time from its metrics in reg.
-func reportPlanMetrics(b *testing.B, reg *prometheus.Registry) {
-	fams, err := reg.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, f := range fams {
-		h := f.GetMetric()[0].GetHistogram()
-		if h == nil || h.GetSampleCount() == 0 {
-			continue
-		}
-		mean := h.GetSampleSum() / float64(h.GetSampleCount())
-		switch f.GetName() {
-		case "berth_plan_batch_plans":
-			b.ReportMetric(mean, "plans/entry")
-		case "berth_plan_append_seconds":
-			b.ReportMetric(mean*1000, "append_ms")
-		case "berth_plan_materialize_seconds":
-			b.ReportMetric(mean*1000, "materialize_ms")
+	for i := 0; i < b.N; i++ {
+		p, err := svc.SetDesired(ctx, fmt.Sprintf("prj_%d", i), placement.DesiredRequest{Release: "sha256:x", Region: &region})
+		if err != nil || p.Status != placement.Assigned {
+			b.Fatalf("placement %d: %+v, %v", i, p, err)
 		}
 	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "placements/s")
 }
 
 // BenchmarkOperationClaim is one claim gate and one single-operation claim per call, across 1,000

@@ -110,7 +110,7 @@ func (s *Service) hold(ctx context.Context, projectID string) (*Placement, error
 			out = p
 			return nil
 		}
-		rev, err := s.casPlacement(ctx, projectID, p.Revision, bson.M{"$set": bson.M{"deleting": true}})
+		rev, err := store.UpdateIfRevision(ctx, s.colls.For(projectID), projectID, p.Revision, bson.M{"$set": bson.M{"deleting": true}})
 		if err != nil {
 			return fmt.Errorf("placement: hold %s: %w", projectID, err)
 		}

@@ -44,9 +44,6 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(crashChildEnv); dir != "" {
-		os.Exit(crashChild(dir))
-	}
 	if uri := os.Getenv(envRaceURI); uri != "" {
 		os.Exit(raceChild(uri, os.Getenv(envRaceDB), os.Getenv(envRaceName), os.Stdin, os.Stdout))
 	}

@@ -14,7 +14,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/berthhq/berth/core/operations"
-	"github.com/berthhq/berth/core/plans"
 	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/internal/buckets"
@@ -71,65 +70,25 @@ type LifecyclePayload struct {
 // Service sets desired placements and assigns them to runner nodes. Safe for concurrent use by
 // several berthd processes on one store.
 type Service struct {
-	st    *store.Store
 	colls *buckets.Set
 	view  *store.View
 	nodes *runners.Registry
 	ops   *operations.Queue
-	// plans, when set, commits assignments through the plan applier (plan.go); nil: each one is
-	// compare-and-sets on the node and the placement.
-	plans *plans.Applier
 
-	mu      sync.Mutex
-	fleet   map[string]*runners.Node // open nodes as last read; mu must be held
-	loading *fleetLoad               // the read of the nodes in flight, if any; mu must be held
-	at      time.Time                // when fleet was read (registry clock)
-	epoch   int64                    // the registry's change count when fleet was read
+	mu    sync.Mutex
+	fleet map[string]*runners.Node // open nodes as last read; mu must be held
+	at    time.Time                // when fleet was read (registry clock)
+	epoch int64                    // the registry's change count when fleet was read
 }
-
-// fleetLoad is one read of the open nodes that callers arriving meanwhile share: nodes and err
-// are set before done is closed and not changed after.
-type fleetLoad struct {
-	done  chan struct{}
-	nodes map[string]*runners.Node
-	err   error
-}
-
-// ServiceOption configures a [Service].
-type ServiceOption func(*Service)
-
-// WithPlans makes the Service commit its assignments (the reservation on the node and the
-// placement's status and node, with the desired state for [Service.SetDesired]) as plans of a,
-// many to one insert, instead of compare-and-sets of their own (docs/store.md section 2.3). a
-// must be the only applier writing to the store: give it only to a berthd that is the store's
-// one writer (the embedded store), never to several control planes on one store.
-func WithPlans(a *plans.Applier) ServiceOption { return func(s *Service) { s.plans = a } }
 
 // NewService returns a Service. ops may be nil (no reconcile operations are enqueued).
-func NewService(s *store.Store, nodes *runners.Registry, ops *operations.Queue, opts ...ServiceOption) *Service {
-	svc := &Service{st: s, colls: Collections(s), view: s.View(), nodes: nodes, ops: ops}
-	for _, o := range opts {
-		o(svc)
-	}
-	return svc
-}
-
-// casPlacement is the compare-and-set of project id's placement at revision expected, once the
-// document has no plan writes waiting for the materializer ([store.Store.Settled]).
-func (s *Service) casPlacement(ctx context.Context, id string, expected int64, update bson.M) (int64, error) {
-	var rev int64
-	err := s.st.Settled(ctx, s.colls.For(id), id, func() error {
-		var err error
-		rev, err = store.UpdateIfRevision(ctx, s.colls.For(id), id, expected, update)
-		return err
-	})
-	return rev, err
+func NewService(s *store.Store, nodes *runners.Registry, ops *operations.Queue) *Service {
+	return &Service{colls: Collections(s), view: s.View(), nodes: nodes, ops: ops}
 }
 
 // snapshot returns the open nodes (online, unrevoked, undraining) as last read, reading them again
 // when force is set, the snapshot is older than fleetTTL, or the registry changed a node's
-// declaration since. fresh reports whether it was read by this call (or by one in flight that it
-// waited for).
+// declaration since. fresh reports whether it was read by this call.
 func (s *Service) snapshot(ctx context.Context, force bool) (nodes map[string]*runners.Node, fresh bool, err error) {
 	now := s.nodes.Now()
 	s.mu.Lock()
@@ -141,39 +100,10 @@ func (s *Service) snapshot(ctx context.Context, force bool) (nodes map[string]*r
 		s.mu.Unlock()
 		return out, false, nil
 	}
-	if l := s.loading; l != nil && !force {
-		// Another caller is reading the nodes now: share its read instead of decoding every
-		// node once more (64 callers whose snapshot expired together did that 64 times).
-		s.mu.Unlock()
-		select {
-		case <-l.done:
-		case <-ctx.Done():
-			return nil, false, fmt.Errorf("placement: wait for the nodes: %w", ctx.Err())
-		}
-		if l.err != nil {
-			return s.snapshot(ctx, true) // its read failed (its caller may have left): read ourselves
-		}
-		out := make(map[string]*runners.Node, len(l.nodes))
-		for id, n := range l.nodes {
-			out[id] = n
-		}
-		return out, true, nil
-	}
-	l := &fleetLoad{done: make(chan struct{})}
-	s.loading = l
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		if s.loading == l {
-			s.loading = nil
-		}
-		s.mu.Unlock()
-		close(l.done)
-	}()
 	epoch := s.nodes.Changes()
 	ns, err := s.nodes.List(ctx) // from the read view; open nodes are chosen here
 	if err != nil {
-		l.err = err
 		return nil, false, err
 	}
 	fleet := make(map[string]*runners.Node, len(ns))
@@ -182,16 +112,13 @@ func (s *Service) snapshot(ctx context.Context, force bool) (nodes map[string]*r
 			fleet[n.ID] = n
 		}
 	}
-	// Copied before it is published: once s.fleet, remember writes to it under mu.
-	out := make(map[string]*runners.Node, len(fleet))
-	shared := make(map[string]*runners.Node, len(fleet))
-	for id, n := range fleet {
-		out[id], shared[id] = n, n
-	}
-	l.nodes = shared
 	s.mu.Lock()
 	s.fleet, s.at, s.epoch = fleet, now, epoch
 	s.mu.Unlock()
+	out := make(map[string]*runners.Node, len(fleet))
+	for id, n := range fleet {
+		out[id] = n
+	}
 	return out, true, nil
 }
 
@@ -278,11 +205,7 @@ func (s *Service) Get(ctx context.Context, projectID string) (*Placement, error)
 func (s *Service) write(ctx context.Context, cur *Placement, next Placement) (Placement, error) {
 	if cur == nil {
 		next.Revision = 0
-		err := s.st.Settled(ctx, s.colls.For(next.ProjectID), next.ProjectID, func() error {
-			_, err := s.colls.For(next.ProjectID).InsertOne(ctx, next)
-			return err
-		})
-		if err != nil {
+		if _, err := s.colls.For(next.ProjectID).InsertOne(ctx, next); err != nil {
 			if store.IsDuplicateKey(err) {
 				return next, store.ErrConflict
 			}
@@ -300,26 +223,15 @@ func (s *Service) write(ctx context.Context, cur *Placement, next Placement) (Pl
 	}
 	delete(set, "_id")
 	delete(set, "revision")
-	rev, err := s.casPlacement(ctx, cur.ProjectID, cur.Revision, bson.M{"$set": set})
+	rev, err := store.UpdateIfRevision(ctx, s.colls.For(cur.ProjectID), cur.ProjectID, cur.Revision, bson.M{"$set": set})
 	next.Revision = rev
 	return next, err
 }
 
 // SetDesired records the next desired generation of a project's placement ([Next], one
-// compare-and-set on the placement document) and then assigns it ([Service.Assign]); with
-// [WithPlans], the desired state and its assignment are one plan. Errors:
+// compare-and-set on the placement document) and then assigns it ([Service.Assign]). Errors:
 // [ErrInvalid], [ErrModeImmutable], [ErrPinned] (wrapped).
 func (s *Service) SetDesired(ctx context.Context, projectID string, req DesiredRequest) (*Placement, error) {
-	if s.plans != nil {
-		return s.assignPlanned(ctx, projectID, func(cur *Placement) (Placement, error) {
-			next, err := Next(cur, req, s.nodes.Now())
-			if err != nil {
-				return next, fmt.Errorf("placement: %s: %w", projectID, err)
-			}
-			next.ProjectID = projectID
-			return next, nil
-		})
-	}
 	err := store.RetryOnConflict(ctx, func() error {
 		cur, err := s.Get(ctx, projectID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -377,12 +289,8 @@ func (s *Service) candidates(ctx context.Context, p *Placement, force bool) (map
 // compare-and-set, and a reservation orphaned by a lost second step is released (or left to
 // [Service.SweepReservations]). A placement that would wait reads the nodes afresh once before it
 // does. An assigned placement gets a reconcile operation for its generation, targeted at its node.
-// It returns the placement as recorded. With [WithPlans] the reservation, release and record are
-// one plan of the applier instead, re-checked there (plan.go), and nothing is orphaned.
+// It returns the placement as recorded.
 func (s *Service) Assign(ctx context.Context, projectID string) (*Placement, error) {
-	if s.plans != nil {
-		return s.assignPlanned(ctx, projectID, nil)
-	}
 	force := false
 	for i := 0; i < attempts; i++ {
 		p, err := s.Get(ctx, projectID)
@@ -474,7 +382,7 @@ func (s *Service) Assign(ctx context.Context, projectID string) (*Placement, err
 			}
 			// Later passes skip the enqueue of this generation; a lost write only repeats it.
 			if cur, err := s.Get(ctx, projectID); err == nil && cur.Generation == next.Generation && cur.Enqueued != next.Generation {
-				_, _ = s.casPlacement(ctx, projectID, cur.Revision, bson.M{"$set": bson.M{"enqueued": next.Generation}})
+				_, _ = store.UpdateIfRevision(ctx, s.colls.For(projectID), projectID, cur.Revision, bson.M{"$set": bson.M{"enqueued": next.Generation}})
 			}
 			changed = true
 		}
@@ -541,7 +449,7 @@ func (s *Service) Observe(ctx context.Context, projectID string, obs Observation
 			return fmt.Errorf("placement: observe %s generation %d: %w", projectID, obs.Generation, err)
 		}
 		obs.At = s.nodes.Now()
-		if _, err = s.casPlacement(ctx, projectID, p.Revision, bson.M{"$set": bson.M{"observed": obs}}); err != nil {
+		if _, err = store.UpdateIfRevision(ctx, s.colls.For(projectID), projectID, p.Revision, bson.M{"$set": bson.M{"observed": obs}}); err != nil {
 			return fmt.Errorf("placement: observe %s: %w", projectID, err)
 		}
 		return nil
@@ -552,16 +460,11 @@ func (s *Service) Observe(ctx context.Context, projectID string, obs Observation
 	return s.Get(ctx, projectID)
 }
 
-// List returns every placement, from the read view (with the plan log's unmaterialized
-// assignments).
+// List returns every placement.
 func (s *Service) List(ctx context.Context) ([]Placement, error) {
-	out := []Placement{}
-	for _, c := range s.colls.All() {
-		var part []Placement
-		if err := s.view.Find(ctx, c, nil, &part); err != nil {
-			return nil, fmt.Errorf("placement: list: %w", err)
-		}
-		out = append(out, part...)
+	out, err := buckets.Find[Placement](ctx, s.colls, nil)
+	if err != nil {
+		return nil, fmt.Errorf("placement: list: %w", err)
 	}
 	slices.SortFunc(out, func(a, b Placement) int { return strings.Compare(a.ProjectID, b.ProjectID) })
 	return out, nil
@@ -644,11 +547,7 @@ func (s *Service) Remove(ctx context.Context, projectID string) error {
 		}
 	}
 	s.forgetFleet()
-	err = s.st.Settled(ctx, s.colls.For(projectID), projectID, func() error {
-		_, err := s.colls.For(projectID).DeleteOne(ctx, bson.M{"_id": projectID})
-		return err
-	})
-	if err != nil {
+	if _, err := s.colls.For(projectID).DeleteOne(ctx, bson.M{"_id": projectID}); err != nil {
 		return fmt.Errorf("placement: remove %s: %w", projectID, err)
 	}
 	return nil

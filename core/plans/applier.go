@@ -1,7 +1,7 @@
 // Package plans owns the plan log's applier (docs/store.md section 2.3): the one writer of the
-// hot decisions of a berthd (today runner-project placements and their reservations on a node's
-// capacity ledger; core/placement). Submitters compute a [Plan] optimistically against the read
-// view and hand it to the [Applier]; the applier decides each plan again against the latest state (the view with every
+// hot decisions of a berthd (placements and reservations on a node's capacity ledger, operation
+// claims). Submitters compute a [Plan] optimistically against the read view and hand it to the
+// [Applier]; the applier decides each plan again against the latest state (the view with every
 // decision accepted before it laid over it), drops the ones that no longer fit (their submitters
 // get a conflict and plan again), and writes the accepted decisions of up to MaxPlans plans as one
 // inserted document of the plan log, whose _id is the next sequence number. A submitter is answered
@@ -151,7 +151,6 @@ func Open(ctx context.Context, st *store.Store, opts ...Option) (*Applier, error
 	}
 	a.log = a.log.With("component", "plans", "applier", a.id)
 	a.m = newMetrics(a.reg)
-	st.ExpectPlans()
 	if err := st.EnsureCollections(ctx, store.PlansCollection, store.SequencesCollection); err != nil {
 		return nil, fmt.Errorf("plans: open: %w", err)
 	}
@@ -305,26 +304,8 @@ func (a *Applier) gather(first *submission) []*submission {
 }
 
 // commit decides batch, writes the accepted decisions as one entry and answers every plan. It
-// reports false when this applier was deposed. The batch is decided, appended and laid over
-// the view (or, with the view off, materialized) under [store.Store.Decide], so no write
-// guarded by [store.Store.Settled] falls between a plan's decision and its fold.
+// reports false when this applier was deposed.
 func (a *Applier) commit(layer *store.Layer, batch []*submission) bool {
-	var accepted []*submission
-	var seq int64
-	ok := true
-	a.st.Decide(func() { accepted, seq, ok = a.decide(layer, batch) })
-	if ok && seq > 0 {
-		for _, s := range accepted {
-			s.answer <- answer{r: Receipt{Seq: seq}}
-		}
-	}
-	return ok
-}
-
-// decide decides batch and writes the accepted decisions as one entry; it answers every plan
-// that is refused or whose entry failed, and returns the accepted ones with the entry's sequence
-// number (0 when none was written). It reports false when this applier was deposed.
-func (a *Applier) decide(layer *store.Layer, batch []*submission) ([]*submission, int64, bool) {
 	layer.Reset()
 	var accepted []*submission
 	var writes []store.PlanWrite
@@ -346,7 +327,7 @@ func (a *Applier) decide(layer *store.Layer, batch []*submission) ([]*submission
 		accepted = append(accepted, s)
 	}
 	if len(accepted) == 0 {
-		return nil, 0, true
+		return true
 	}
 	e := store.PlanEntry{Seq: a.next, Applier: a.id, At: time.Now().UTC(), Plans: len(accepted), Writes: writes}
 	start := time.Now()
@@ -364,7 +345,7 @@ func (a *Applier) decide(layer *store.Layer, batch []*submission) ([]*submission
 		for _, s := range accepted {
 			s.answer <- answer{err: fmt.Errorf("plans: %s: %w", s.plan.Name, err)}
 		}
-		return nil, 0, !deposed
+		return !deposed
 	}
 	a.next++
 	a.m.entries.Inc()
@@ -391,7 +372,10 @@ func (a *Applier) decide(layer *store.Layer, batch []*submission) ([]*submission
 			time.Sleep(materializeRetry)
 		}
 	}
-	return accepted, e.Seq, true
+	for _, s := range accepted {
+		s.answer <- answer{r: Receipt{Seq: e.Seq}}
+	}
+	return true
 }
 
 // append writes e. When the insert's outcome is unknown (an error other than a duplicate key) it

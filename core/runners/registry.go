@@ -49,7 +49,6 @@ type Config struct {
 // Registry reads and writes placement nodes and their enrollment tokens. Every change to a node is
 // one compare-and-set on its document. Safe for concurrent use by several berthd processes.
 type Registry struct {
-	st      *store.Store
 	nodes   *buckets.Set
 	view    *store.View // the store's read view: Get and List read it
 	enroll  *mongo.Collection
@@ -72,7 +71,7 @@ func NewRegistry(s *store.Store, cfg Config) *Registry {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Registry{st: s, nodes: buckets.New(s.DB(), NodesCollection, NodeBuckets), view: s.View(), enroll: s.Collection(EnrollmentsCollection), ttl: cfg.NodeTTL, now: cfg.Now}
+	return &Registry{nodes: buckets.New(s.DB(), NodesCollection, NodeBuckets), view: s.View(), enroll: s.Collection(EnrollmentsCollection), ttl: cfg.NodeTTL, now: cfg.Now}
 }
 
 // Now returns the registry's clock reading (UTC).
@@ -185,7 +184,7 @@ func (r *Registry) record(ctx context.Context, nodeID string, d Declaration, now
 		}
 		set := declSet(d)
 		set["credential_digest"], set["revoked"], set["last_heartbeat_at"], set["expires_at"] = digest, false, now, now.Add(r.ttl)
-		rev, err := r.casNode(ctx, nodeID, n.Revision, bson.M{"$set": set})
+		rev, err := store.UpdateIfRevision(ctx, r.nodes.For(nodeID), nodeID, n.Revision, bson.M{"$set": set})
 		if err != nil {
 			return fmt.Errorf("runners: rotate credential of %s: %w", nodeID, err)
 		}
@@ -278,7 +277,7 @@ func (r *Registry) update(ctx context.Context, id string, decide func(n *Node, n
 			out = n
 			return err
 		}
-		if _, err = r.casNode(ctx, id, n.Revision, bson.M{"$set": set}); err != nil {
+		if _, err = store.UpdateIfRevision(ctx, r.nodes.For(id), id, n.Revision, bson.M{"$set": set}); err != nil {
 			return fmt.Errorf("runners: update %s: %w", id, err)
 		}
 		written = true
@@ -288,19 +287,6 @@ func (r *Registry) update(ctx context.Context, id string, decide func(n *Node, n
 		return out, err // decide's answer, or the lost races
 	}
 	return r.Get(ctx, id)
-}
-
-// casNode is the compare-and-set of node id's document at revision expected. The plan applier
-// writes reservations too (core/placement), so it waits until the node has no plan writes
-// waiting for the materializer ([store.Store.Settled], docs/store.md section 2.3).
-func (r *Registry) casNode(ctx context.Context, id string, expected int64, update bson.M) (int64, error) {
-	var rev int64
-	err := r.st.Settled(ctx, r.nodes.For(id), id, func() error {
-		var err error
-		rev, err = store.UpdateIfRevision(ctx, r.nodes.For(id), id, expected, update)
-		return err
-	})
-	return rev, err
 }
 
 // HeartbeatRequest is what [Registry.Heartbeat] applies.
@@ -414,7 +400,7 @@ func (r *Registry) TryReserve(ctx context.Context, n *Node, key string, res Rese
 	if err != nil {
 		return nil, fmt.Errorf("runners: reserve %d units on %s: %w", res.Units, n.ID, err)
 	}
-	rev, err := r.casNode(ctx, n.ID, n.Revision, bson.M{"$set": bson.M{"reservations": l, "reserved": total}})
+	rev, err := store.UpdateIfRevision(ctx, r.nodes.For(n.ID), n.ID, n.Revision, bson.M{"$set": bson.M{"reservations": l, "reserved": total}})
 	if err != nil {
 		return nil, fmt.Errorf("runners: reserve on %s: %w", n.ID, err)
 	}

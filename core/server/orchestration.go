@@ -12,7 +12,6 @@ import (
 	"github.com/berthhq/berth/core/leases"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/placement"
-	"github.com/berthhq/berth/core/plans"
 	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/store"
 )
@@ -30,18 +29,13 @@ type orchestration struct {
 }
 
 // newOrchestration creates the services and their indexes. Each berthd process is one lease owner.
-// applier, when not nil, commits placements through the plan log (docs/store.md section 2.3).
-func newOrchestration(ctx context.Context, st *store.Store, applier *plans.Applier, blobs *bundles.Store, transport bool, interval time.Duration, log *slog.Logger) (*orchestration, error) {
+func newOrchestration(ctx context.Context, st *store.Store, blobs *bundles.Store, transport bool, interval time.Duration, log *slog.Logger) (*orchestration, error) {
 	reg := runners.NewRegistry(st, runners.Config{})
 	ops := operations.NewQueue(st, operations.Config{})
 	if err := ops.EnsureIndexes(ctx); err != nil {
 		return nil, fmt.Errorf("orchestration: %w", err)
 	}
-	var opts []placement.ServiceOption
-	if applier != nil {
-		opts = append(opts, placement.WithPlans(applier))
-	}
-	place := placement.NewService(st, reg, ops, opts...)
+	place := placement.NewService(st, reg, ops)
 	// Stores written by the earlier single-collection layout are moved once (idempotent).
 	for what, migrate := range map[string]func() (int, error){
 		"runner nodes": func() (int, error) { return reg.MigrateLegacy(ctx, st) },

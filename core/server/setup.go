@@ -35,7 +35,6 @@ import (
 	"github.com/berthhq/berth/core/logs"
 	"github.com/berthhq/berth/core/machines"
 	"github.com/berthhq/berth/core/nodes"
-	"github.com/berthhq/berth/core/plans"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/reconciler"
 	"github.com/berthhq/berth/core/registry"
@@ -73,10 +72,7 @@ type base struct {
 	tls       *identity.ServerTLS
 	metrics   *prometheus.Registry
 	st        *store.Store
-	// plans is the plan applier (docs/store.md section 2.3) when this berthd is its store's one
-	// writer (the embedded store); nil otherwise.
-	plans   *plans.Applier
-	apiAddr net.Addr
+	apiAddr   net.Addr
 }
 
 func openBase(ctx context.Context, cfg *Config, ln net.Listener, closers *closeStack) (*base, error) {
@@ -139,36 +135,7 @@ func openBase(ctx context.Context, cfg *Config, ln net.Listener, closers *closeS
 			log.Warn("close store", "err", err)
 		}
 	})
-	if b.plans, err = openPlans(ctx, b.st, b.metrics, log); err != nil {
-		return nil, err
-	}
-	if b.plans != nil {
-		closers.push(func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := b.plans.Close(cctx); err != nil {
-				log.Warn("close the plan applier (what it did not materialize is replayed at the next start)", "err", err)
-			}
-		})
-	}
 	return b, nil
-}
-
-// openPlans opens the plan applier when st is the embedded store with its read view on, where this
-// berthd is the only writer (it holds the data directory's lock): one applier per store. Against
-// a store that several control planes may share (MongoDB, FerretDB behind a URI) it returns nil
-// and decisions stay compare-and-sets of their own, since a second applier would depose the
-// first (docs/store.md section 2.3).
-func openPlans(ctx context.Context, st *store.Store, reg prometheus.Registerer, log *slog.Logger) (*plans.Applier, error) {
-	if !st.Embedded() || !st.View().Enabled() {
-		log.Info("plan applier off: the store may have other writers; placements are compare-and-sets of their own")
-		return nil, nil
-	}
-	a, err := plans.Open(ctx, st, plans.WithLogger(log), plans.WithMetrics(reg))
-	if err != nil {
-		return nil, fmt.Errorf("open the plan applier: %w", err)
-	}
-	return a, nil
 }
 
 // state is the desired state's owners over the store: identity, nodes, services, the change
@@ -311,7 +278,7 @@ func startParts(ctx context.Context, cfg Config, b *base, s *state, closers *clo
 	p := &parts{providers: newProviders()}
 	var err error
 	// The corestore plugin's backup executor is a runner node, so bindings need the transport.
-	if p.orch, err = newOrchestration(ctx, b.st, b.plans, s.bundles, cfg.RunnerTransport || cfg.CorestoreConfig != "", cfg.OrchestrationInterval, log); err != nil {
+	if p.orch, err = newOrchestration(ctx, b.st, s.bundles, cfg.RunnerTransport || cfg.CorestoreConfig != "", cfg.OrchestrationInterval, log); err != nil {
 		return nil, err
 	}
 	if err := p.orch.legacy(cfg.RunnerRegistrationSecret); err != nil {

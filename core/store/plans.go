@@ -171,120 +171,41 @@ func (s *Store) MaterializedPlan(ctx context.Context) (int64, error) {
 	return doc.Value, nil
 }
 
-// MaterializePlans writes the documents of entries (consecutive, in order) in bulk: the documents
-// they create are inserted, one insert command per collection ([Store.insertCreated]); the writes
-// of every other document are merged into as few updates as their paths allow, each collection's
-// writes one ordered bulk write; then the last entry's sequence number is recorded as
-// materialized and, every [planPruneEvery] entries, the entries before it are pruned. Running it
-// again over entries already materialized changes nothing (every write is idempotent, and an
-// insert of a document that exists falls back to its updates), so a crash anywhere in it is
-// repaired by replaying the entries after the recorded mark. It returns how many documents it
-// inserted and how many update, upsert and delete statements it sent.
+// MaterializePlans writes the documents of entries (consecutive, in order) in bulk: the writes
+// of one document are merged into as few updates as their paths allow, each collection's writes
+// go as one ordered bulk write, and then the last entry's sequence number is recorded as
+// materialized and the entries before it are pruned. Running it again over entries already
+// materialized changes nothing (every write is idempotent), so a crash anywhere in it is repaired
+// by replaying the entries after the recorded mark. It returns how many update, upsert and delete
+// statements it sent.
 func (s *Store) MaterializePlans(ctx context.Context, entries []PlanEntry) (int, error) {
 	if len(entries) == 0 {
 		return 0, nil
 	}
-	inserted, sent, err := s.insertCreated(ctx, entries)
-	if err != nil {
-		return sent, fmt.Errorf("store: materialize plans %d-%d: %w", entries[0].Seq, entries[len(entries)-1].Seq, err)
-	}
 	models := map[string][]mongo.WriteModel{}
 	var colls []string
 	for _, m := range mergeWrites(entries) {
-		if inserted[m.Coll+"\x00"+m.ID] {
-			continue
-		}
 		if _, ok := models[m.Coll]; !ok {
 			colls = append(colls, m.Coll)
 		}
 		models[m.Coll] = append(models[m.Coll], writeModel(m))
 	}
+	sent := 0
 	for _, c := range colls {
-		for ms := range slices.Chunk(models[c], materializeChunk) {
-			if _, err := s.Collection(c).BulkWrite(ctx, ms, options.BulkWrite().SetOrdered(true)); err != nil {
-				return sent, fmt.Errorf("store: materialize plans %d-%d into %s: %w", entries[0].Seq, entries[len(entries)-1].Seq, c, err)
-			}
-			sent += len(ms)
+		if _, err := s.Collection(c).BulkWrite(ctx, models[c], options.BulkWrite().SetOrdered(true)); err != nil {
+			return sent, fmt.Errorf("store: materialize plans %d-%d into %s: %w", entries[0].Seq, entries[len(entries)-1].Seq, c, err)
 		}
+		sent += len(models[c])
 	}
 	last := entries[len(entries)-1].Seq
 	if _, err := s.Collection(SequencesCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: planMarkID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "value", Value: last}}}}, options.UpdateOne().SetUpsert(true)); err != nil {
 		return sent, fmt.Errorf("store: record plan %d as materialized: %w", last, err)
 	}
-	if pruned := s.plansPruned.Load(); last-pruned >= planPruneEvery || pruned == 0 {
-		if _, err := s.Collection(PlansCollection).DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$lt", Value: last}}}}); err != nil {
-			return sent, fmt.Errorf("store: prune plans before %d: %w", last, err)
-		}
-		s.plansPruned.Store(last)
+	if _, err := s.Collection(PlansCollection).DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$lt", Value: last}}}}); err != nil {
+		return sent, fmt.Errorf("store: prune plans before %d: %w", last, err)
 	}
 	return sent, nil
-}
-
-// materializeChunk is how many update statements the materializer sends in one command. On
-// FerretDB each statement is a transaction of its own, so a longer command saves nothing, and the
-// applier's next append (which shares the one writing connection) waits for the whole command
-// in flight: short commands let it in between.
-const materializeChunk = 2
-
-// planPruneEvery is how many entries the materializer lets pass its mark before it prunes the log:
-// a filter on a range of _id makes FerretDB read and decode every entry of the collection, so
-// pruning after every round would decode the waiting entries again each time (a fifth of the
-// CPU of a busy applier, measured); pruning every 256 entries decodes each about once more.
-const planPruneEvery = 256
-
-// insertCreated writes the documents that entries create as inserts, one unordered insert
-// command per collection (per [FerretWriteBatch] documents): a document whose first write in
-// entries is an upsert and which none of them deletes is inserted as all its writes leave it. On
-// FerretDB an insert command of many documents is one transaction, where every upsert is one of
-// its own. A document that exists already (a replay, or an upsert of a document that was there)
-// is refused as a duplicate and left to the updates. It returns the documents it inserted (keyed
-// coll NUL id) and how many.
-func (s *Store) insertCreated(ctx context.Context, entries []PlanEntry) (map[string]bool, int, error) {
-	byDoc := map[string][]PlanWrite{}
-	var order []string
-	for _, e := range entries {
-		for _, w := range e.Writes {
-			k := w.Coll + "\x00" + w.ID
-			if _, ok := byDoc[k]; !ok {
-				order = append(order, k)
-			}
-			byDoc[k] = append(byDoc[k], w)
-		}
-	}
-	docs := map[string][]any{}
-	keys := map[string][]string{}
-	var colls []string
-	for _, k := range order {
-		ws := byDoc[k]
-		if !ws[0].Upsert || slices.ContainsFunc(ws, func(w PlanWrite) bool { return w.Delete }) {
-			continue
-		}
-		raw, err := applyWrites(nil, ws[0].ID, ws)
-		if err != nil || raw == nil {
-			continue // left to the updates, which say what is wrong
-		}
-		c := ws[0].Coll
-		if _, ok := docs[c]; !ok {
-			colls = append(colls, c)
-		}
-		docs[c], keys[c] = append(docs[c], raw), append(keys[c], k)
-	}
-	inserted := map[string]bool{}
-	n := 0
-	for _, c := range colls {
-		for i, err := range s.InsertEach(ctx, c, docs[c]) {
-			switch {
-			case err == nil:
-				inserted[keys[c][i]] = true
-				n++
-			case IsDuplicateKey(err):
-			default:
-				return nil, n, err
-			}
-		}
-	}
-	return inserted, n, nil
 }
 
 // LastPlan returns the highest sequence number written to the plan log (0 for an empty log).

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,14 +77,6 @@ type Store struct {
 
 	// casMu serialises UpdateIf on FerretDB (see [Store.UpdateIf]).
 	casMu sync.Mutex
-	// planMu orders the plan applier's decisions against the writes [Store.Settled] guards
-	// (docs/store.md section 2.3): the applier holds it from deciding a batch until the batch is
-	// folded, a guarded write while it checks for folds and writes.
-	planMu sync.Mutex
-	// planned reports whether a plan applier writes to this store ([Store.ExpectPlans]).
-	planned atomic.Bool
-	// plansPruned is the plan entry below which the plan log was last pruned (plans.go).
-	plansPruned atomic.Int64
 
 	closeOnce sync.Once
 	closeErr  error

@@ -22,8 +22,6 @@ import (
 type folds struct {
 	mu sync.RWMutex
 	by map[string]map[string][]foldedWrite
-	// unfolded is closed and replaced by every [View.Unfold]: what [Store.Settled] waits on.
-	unfolded chan struct{}
 }
 
 type foldedWrite struct {
@@ -58,10 +56,6 @@ func (v *View) Fold(seq int64, writes []PlanWrite) {
 func (v *View) Unfold(through int64) {
 	v.folds.mu.Lock()
 	defer v.folds.mu.Unlock()
-	if v.folds.unfolded != nil {
-		close(v.folds.unfolded)
-		v.folds.unfolded = nil
-	}
 	for c, m := range v.folds.by {
 		for k, ws := range m {
 			ws = slices.DeleteFunc(ws, func(f foldedWrite) bool { return f.seq <= through })
@@ -86,20 +80,6 @@ func (v *View) Folded() int {
 		n += len(m)
 	}
 	return n
-}
-
-// pendingFor returns a channel closed at the next [View.Unfold] when document id (a string) of
-// coll has folded writes, and nil when it has none.
-func (v *View) pendingFor(coll, id string) <-chan struct{} {
-	v.folds.mu.Lock()
-	defer v.folds.mu.Unlock()
-	if len(v.folds.by[coll][stringKey(id)]) == 0 {
-		return nil
-	}
-	if v.folds.unfolded == nil {
-		v.folds.unfolded = make(chan struct{})
-	}
-	return v.folds.unfolded
 }
 
 // foldedFor returns the folded writes of document k of coll (nil when none).
