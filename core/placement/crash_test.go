@@ -15,6 +15,7 @@ import (
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/plans"
+	"github.com/berthhq/berth/core/plans/planstest"
 	"github.com/berthhq/berth/core/runners"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/internal/proctest"
@@ -155,7 +156,7 @@ func TestCrashKeepsAcknowledgedPlacements(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	crashStore(t, dir, func(st *store.Store) {
+	planstest.Replayed(t, dir, func(st *store.Store) {
 		far := time.Now().Add(24 * time.Hour).UTC()
 		for i := 0; i < crashNodes; i++ {
 			id := crashNodeID(i)
@@ -207,34 +208,8 @@ func TestCrashKeepsAcknowledgedPlacements(t *testing.T) {
 		}
 		child.Kill9()
 		t.Logf("round %d: killed after %d acknowledgements (%d placed so far)", round, acks, len(placed))
-		crashStore(t, dir, func(st *store.Store) { checkPlacements(t, round, st, placed) })
+		planstest.Replayed(t, dir, func(st *store.Store) { checkPlacements(t, round, st, placed) })
 	}
-}
-
-// crashStore opens the embedded store in dir, replays the plan log with an applier, runs f and
-// closes both.
-func crashStore(t *testing.T, dir string, f func(st *store.Store)) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	unlock, err := store.LockDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = unlock() }()
-	st, err := store.Open(ctx, store.Config{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close(context.Background()) }()
-	a, err := plans.Open(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	f(st)
 }
 
 // checkPlacements checks the documents as stored (read from the store, not the view).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berthhq/berth/core/plans"
+	"github.com/berthhq/berth/core/plans/planstest"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/internal/proctest"
 )
@@ -105,7 +106,7 @@ func TestCrashKeepsAcknowledgedDecisions(t *testing.T) {
 	t.Logf("seed %d (set %s to repeat)", seed, crashSeedEnv)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	dir := t.TempDir()
-	withStore(t, dir, func(st *store.Store) {
+	planstest.Replayed(t, dir, func(st *store.Store) {
 		seedNodes(t, st, crashNodes, crashCapacity)
 		seedOps(t, st, crashOps)
 		if err := st.EnsureCollections(context.Background(), "test_placements"); err != nil {
@@ -152,34 +153,8 @@ func TestCrashKeepsAcknowledgedDecisions(t *testing.T) {
 		}
 		child.Kill9()
 		t.Logf("round %d: killed after %d acknowledgements (%d placed, %d claimed so far)", round, acks, len(placed), len(claimed))
-		withStore(t, dir, func(st *store.Store) { checkCrashState(t, round, st, placed, claimed) })
+		planstest.Replayed(t, dir, func(st *store.Store) { checkCrashState(t, round, st, placed, claimed) })
 	}
-}
-
-// withStore opens the embedded store in dir, replays the plan log with an applier, runs f and
-// closes both.
-func withStore(t *testing.T, dir string, f func(st *store.Store)) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	unlock, err := store.LockDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = unlock() }()
-	st, err := store.Open(ctx, store.Config{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close(context.Background()) }()
-	a, err := plans.Open(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	f(st)
 }
 
 // checkCrashState checks the documents as stored: every acknowledged placement and claim is
