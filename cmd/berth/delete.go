@@ -22,7 +22,8 @@ func newDeleteCmd(a *app) *cobra.Command {
 		Aliases: []string{"svc", "services", "job"},
 		Short:   "Delete a service (or a job: delete job NAME); its workloads are stopped, then it is removed",
 		Long: `service deletes one service of the project. The service is marked deleting at
-once: its routes are withdrawn and it accepts no writes. Its workloads are then
+once: its routes are withdrawn and it accepts no writes. "delete job NAME"
+refuses a name that is a service (and "delete service" of a job says job). Its workloads are then
 stopped and removed by the nodes, and the service disappears once every node
 acknowledged that (berth get services shows it as deleting until then). With
 --expected-revision the delete happens only if the stored revision is still
@@ -46,9 +47,16 @@ directories once the workload is gone, before it acknowledges the removal.`,
 				rev = &expected
 			}
 			var kept []string // read before the delete, to say which volumes stay
+			noun := "service"
 			if cur, err := c.GetService(cmd.Context(), s.Project, args[0]); err == nil {
 				for _, v := range cur.Volumes {
 					kept = append(kept, v.Name)
+				}
+				switch {
+				case cur.Kind == "job":
+					noun = "job"
+				case cmd.CalledAs() == "job":
+					return fmt.Errorf("%s/%s is a service, not a job: berth delete service %s", s.Project, args[0], args[0])
 				}
 			}
 			var opts []client.DeleteOption
@@ -56,7 +64,7 @@ directories once the workload is gone, before it acknowledges the removal.`,
 				opts = append(opts, client.WithPurgeVolumes())
 			}
 			if err := c.DeleteService(cmd.Context(), s.Project, args[0], rev, opts...); err != nil {
-				return fmt.Errorf("delete service %s/%s: %w", s.Project, args[0], err)
+				return fmt.Errorf("delete %s %s/%s: %w", noun, s.Project, args[0], err)
 			}
 			purged := []string{}
 			if purge {
@@ -71,7 +79,11 @@ directories once the workload is gone, before it acknowledges the removal.`,
 					VolumesPurged []string `json:"volumes_purged"`
 				}{s.Project, args[0], true, append([]string{}, kept...), purged})
 			}
-			fmt.Fprintf(a.stdout, "service %s/%s deleting: its workloads stop, then it is removed\n", s.Project, args[0])
+			what := "its workloads stop"
+			if noun == "job" {
+				what = "its running runs stop"
+			}
+			fmt.Fprintf(a.stdout, "%s %s/%s deleting: %s, then it is removed\n", noun, s.Project, args[0], what)
 			switch {
 			case len(kept) > 0:
 				fmt.Fprintf(a.stdout, "its volumes (%s) are kept on the nodes that ran it; --purge-volumes removes them\n", strings.Join(kept, ", "))

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,7 +70,8 @@ func newGetServicesCmd(a *app) *cobra.Command {
 VERDICT is the service's production verdict (docs/reconciliation.md section 7):
 converged, converging, waiting(reason) or refused(reason); "-" before one was
 decided. A service being deleted shows "deleting" beside it: its slots are
-settling, and it disappears once they have.`,
+settling, and it disappears once they have. Jobs (kind: job) are not listed
+here: "berth job ls" lists them with their schedule and last run.`,
 		Example: `  berth get services
   berth get svc --project shop -o json`,
 		Args: cobra.NoArgs,
@@ -78,10 +80,11 @@ settling, and it disappears once they have.`,
 			if err != nil {
 				return err
 			}
-			items, err := c.ListServices(cmd.Context(), s.Project)
+			all, err := c.ListServices(cmd.Context(), s.Project)
 			if err != nil {
 				return fmt.Errorf("list services of %s: %w", s.Project, err)
 			}
+			items := slices.DeleteFunc(all, func(v client.Service) bool { return v.Kind == "job" })
 			if a.output == outputJSON {
 				return printJSON(a.stdout, items)
 			}

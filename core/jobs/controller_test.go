@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/berthhq/berth/abi/node"
+	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/jobs"
 	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/services"
@@ -226,5 +229,75 @@ func TestCancelRecordsDurationAndAttempt(t *testing.T) {
 	}
 	if got.State != jobs.RunCancelled || got.DurationS != 3 || got.Attempts != 1 {
 		t.Errorf("cancelled run: state %s, duration %v s, attempts %d; want cancelled, 3 s, 1", got.State, got.DurationS, got.Attempts)
+	}
+}
+
+// TestRunEventsAndMetrics: a run that starts and succeeds is recorded as the events
+// job.run.started and job.run.succeeded (once each, whatever the passes that see it), counted in
+// berth_job_runs_total{result="succeeded"}, and its duration observed in
+// berth_job_run_duration_seconds (docs/jobs.md section 8).
+func TestRunEventsAndMetrics(t *testing.T) {
+	t0 := utc("2026-12-02T10:00:01Z")
+	f := newControllerFixture(t, services.ConcurrencyForbid, t0)
+	reg := prometheus.NewRegistry()
+	ev := events.New(f.st, f.clk.Now)
+	c, err := jobs.NewController(jobs.ControllerConfig{Store: f.st, Catalog: f.cat, Nodes: oneNode{}, Now: f.clk.Now, Events: ev, Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.c = c
+	f.pass(t, t0.Add(time.Second))
+	byFire, _ := f.runs(t)
+	r, ok := byFire[t0.Add(time.Second)]
+	if !ok || r.State != jobs.RunRunning {
+		t.Fatalf("after the first pass: %+v", byFire)
+	}
+	started := t0.Add(1500 * time.Millisecond)
+	f.report(t, r, services.JobOutcome{Result: node.JobRunning, Attempts: 1, StartedAt: started})
+	f.pass(t, t0.Add(1600*time.Millisecond))
+	zero := 0
+	f.report(t, r, services.JobOutcome{Result: node.JobSucceeded, Attempts: 1, ExitCode: &zero, StartedAt: started, EndedAt: started.Add(4 * time.Second)})
+	f.pass(t, t0.Add(2*time.Second))
+	f.pass(t, t0.Add(2500*time.Millisecond)) // a second pass over the ended run records nothing more
+	if got, _ := f.c.Get(testCtx(t), r.ID); got == nil || got.State != jobs.RunSucceeded {
+		t.Fatalf("run after its end: %+v", got)
+	}
+	for typ, want := range map[string]int{jobs.EventRunStarted: 1, jobs.EventRunSucceeded: 1, jobs.EventRunFailed: 0} {
+		recs, err := ev.List(testCtx(t), 0, typ, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, rec := range recs {
+			if rec.Event.Subject.ID == r.ID {
+				n++
+			}
+		}
+		if n != want {
+			t.Errorf("%d %s events of run %s, want %d", n, typ, r.ID, want)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var succeeded, samples, sum float64 = -1, -1, -1
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "berth_job_runs_total":
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "result" && l.GetValue() == string(jobs.RunSucceeded) {
+						succeeded = m.GetCounter().GetValue()
+					}
+				}
+			}
+		case "berth_job_run_duration_seconds":
+			h := mf.GetMetric()[0].GetHistogram()
+			samples, sum = float64(h.GetSampleCount()), h.GetSampleSum()
+		}
+	}
+	if succeeded != 1 || samples != 1 || sum != 4 {
+		t.Errorf("berth_job_runs_total{result=succeeded} = %v; berth_job_run_duration_seconds %v samples summing %v s; want 1, 1 of 4 s", succeeded, samples, sum)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berthhq/berth/core/store"
@@ -50,6 +51,9 @@ type Platform struct {
 	st  *store.Store
 	log *slog.Logger
 	now func() time.Time
+
+	mu      sync.Mutex
+	running map[string]time.Duration // tasks [Platform.Every] runs here, by name: their period
 }
 
 // NewPlatform returns a Platform writing to st; log may be nil.
@@ -57,7 +61,7 @@ func NewPlatform(st *store.Store, log *slog.Logger) *Platform {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Platform{st: st, log: log, now: time.Now}
+	return &Platform{st: st, log: log, now: time.Now, running: map[string]time.Duration{}}
 }
 
 // Record writes one pass of task (started at started, ended now, failed when err is not nil)
@@ -105,12 +109,21 @@ func (p *Platform) Record(ctx context.Context, task string, every time.Duration,
 	return nil
 }
 
-// List returns every platform task, ordered by name.
+// List returns every platform task, ordered by name: those with a recorded pass, and those this
+// berthd runs ([Platform.Every]) that have not finished a first pass yet (no passes, no history),
+// so an operator sees every task from berthd's start.
 func (p *Platform) List(ctx context.Context) ([]PlatformTask, error) {
 	var out []PlatformTask
 	if err := p.st.All(ctx, PlatformCollection, &out); err != nil {
 		return nil, fmt.Errorf("jobs: list platform tasks: %w", err)
 	}
+	p.mu.Lock()
+	for name, every := range p.running {
+		if !slices.ContainsFunc(out, func(t PlatformTask) bool { return t.Name == name }) {
+			out = append(out, PlatformTask{Name: name, EveryS: int64(every / time.Second), History: []PlatformPass{}})
+		}
+	}
+	p.mu.Unlock()
 	slices.SortFunc(out, func(a, b PlatformTask) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
@@ -120,6 +133,14 @@ func (p *Platform) List(ctx context.Context) ([]PlatformTask, error) {
 // after the wait the pass returns (its usual period, or a shorter one when it left work). every
 // is the usual period, recorded for operators.
 func (p *Platform) Every(ctx context.Context, name string, every, first time.Duration, pass func(ctx context.Context) (time.Duration, error)) {
+	p.mu.Lock()
+	p.running[name] = every
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.running, name)
+		p.mu.Unlock()
+	}()
 	wait := first
 	for {
 		t := time.NewTimer(wait)

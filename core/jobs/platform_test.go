@@ -114,3 +114,42 @@ func TestPlatformEveryRunsAndRecords(t *testing.T) {
 		t.Errorf("test.task %+v; want at least 2 passes recorded, the second failed with its message, every 3600 s", tk)
 	}
 }
+
+// TestPlatformListsTasksBeforeTheirFirstPass: a task this berthd runs is listed from its start,
+// with no passes and its period, before its first pass is due (a newcomer's `job ls --platform`
+// showed only the tasks that had passed once); once its loop ends it is no longer listed.
+func TestPlatformListsTasksBeforeTheirFirstPass(t *testing.T) {
+	st := storetest.Open(t)
+	p := jobs.NewPlatform(st, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Every(ctx, "registry.gc", 24*time.Hour, time.Hour, func(context.Context) (time.Duration, error) {
+			t.Error("a pass ran before its first delay")
+			return 0, nil
+		})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, err := p.List(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tasks) == 1 {
+			if tk := tasks[0]; tk.Name != "registry.gc" || tk.Passes != 0 || tk.Last != nil || tk.EveryS != 86400 || tk.History == nil {
+				t.Fatalf("listed before its first pass: %+v", tk)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registry.gc not listed within 10 s: %+v", tasks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if tasks, err := p.List(context.Background()); err != nil || len(tasks) != 0 {
+		t.Fatalf("after its loop ended: %+v, %v", tasks, err)
+	}
+}

@@ -30,27 +30,15 @@ const logBatch = 256
 // pause, with keep-alive comments meanwhile.
 func (h *Handler) logStream(w http.ResponseWriter, r *http.Request, v *viewer) {
 	id := r.PathValue("id")
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming is not supported on this connection", http.StatusInternalServerError)
-		return
-	}
 	after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
 	if last, err := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && last > after {
 		after = last
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.StreamMaxAge)
-	defer cancel()
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // the server's write timeout must not cut a live stream
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write([]byte(": berth workload log\n\n"))
-	flusher.Flush()
-	h.m.streams.Inc()
-	defer h.m.streams.Dec()
+	ctx, flusher, done, ok := h.openStream(w, r, "berth workload log")
+	if !ok {
+		return
+	}
+	defer done()
 
 	tick := time.NewTicker(h.cfg.StreamInterval)
 	defer tick.Stop()

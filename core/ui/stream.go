@@ -22,27 +22,15 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 		http.NotFound(w, r)
 		return
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming is not supported on this connection", http.StatusInternalServerError)
-		return
-	}
 	q := map[string]string{}
 	for _, k := range append([]string{"project", "name", "id", "state"}, changelogQueryKeys...) {
 		q[k] = r.URL.Query().Get(k)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.StreamMaxAge)
-	defer cancel()
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // the server's write timeout must not cut a live stream
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write([]byte(": berth dashboard stream\n\n"))
-	flusher.Flush()
-	h.m.streams.Inc()
-	defer h.m.streams.Dec()
+	ctx, flusher, done, ok := h.openStream(w, r, "berth dashboard stream")
+	if !ok {
+		return
+	}
+	defer done()
 
 	var wake <-chan struct{}
 	if h.cfg.Wake != nil {
@@ -83,6 +71,30 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, v *viewer) {
 			return
 		}
 	}
+}
+
+// openStream starts a Server-Sent Events answer on w: no write deadline (the server's write
+// timeout must not cut a live stream), the event-stream headers, a first comment naming the
+// stream, and one more in the streams gauge until done is called. ctx ends with the request or
+// after StreamMaxAge, whichever comes first. ok is false, and w answered 500, when the
+// connection cannot stream.
+func (h *Handler) openStream(w http.ResponseWriter, r *http.Request, comment string) (ctx context.Context, flusher http.Flusher, done func(), ok bool) {
+	flusher, ok = w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming is not supported on this connection", http.StatusInternalServerError)
+		return nil, nil, nil, false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.StreamMaxAge)
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(": " + comment + "\n\n"))
+	flusher.Flush()
+	h.m.streams.Inc()
+	return ctx, flusher, func() { h.m.streams.Dec(); cancel() }, true
 }
 
 // polled reports whether page shows what the store does not hold and its feed cannot announce
