@@ -141,6 +141,7 @@ BERTH_FINGERPRINT; the file written by "berth login"
 		newBackupCmd(a),
 		newModuleCmd(a),
 		newRoutesCmd(a),
+		newDNSCmd(a),
 		newPolicyCmd(a),
 		newConformanceCmd(a),
 		newPluginsCmd(a),

@@ -136,6 +136,9 @@ type Config struct {
 	Idempotency *idempotency.Records
 	// Certificates reads the certificate statuses shown with domains; nil shows none.
 	Certificates CertificateStatuses
+	// DNSRecords serves GET /api/v1/dns-records (dns.go, docs/dns.md section 6.3); nil answers
+	// an empty list.
+	DNSRecords DNSRecordLister
 	// Now is the clock of Idempotency-Key records; nil means time.Now.
 	Now func() time.Time
 	// Releases serves /releases and the binaries POST /nodes/{id}/upgrade
@@ -296,6 +299,7 @@ func New(cfg Config) *Server {
 	s.registerBackups(v1)
 	s.registerClusters(v1)
 	s.registerMachines(v1)
+	s.registerDNS(v1)
 	s.registerRunnerTransport(e)
 	e.RouteNotFound("/*", func(c echo.Context) error {
 		return problem(abierrors.NotFound, "no such endpoint: "+c.Request().Method+" "+c.Request().URL.Path)

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/berthhq/berth/core/certs"
+	"github.com/berthhq/berth/core/dnsrecords"
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/rollout"
 	"io"
@@ -116,7 +117,7 @@ func newFixtureWith(t *testing.T, change func(*Config)) *fixture {
 		t.Fatal(err)
 	}
 	testStores.Store(cat, st)
-	cfg := Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Certificates: certs.NewStatusReader(st),
+	cfg := Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Certificates: certs.NewStatusReader(st), DNSRecords: dnsrecords.NewReader(st),
 		Catalog: cat, Nodes: reg, Bundles: bs, Tokens: tokens, Hinter: nopHinter{},
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil), Now: clock.now,
 		Secrets:       &SecretsConfig{Store: secrets.NewStore(st, kr, nil)},

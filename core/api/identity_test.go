@@ -143,6 +143,7 @@ func TestIdentityDeployTokenBounds(t *testing.T) {
 		{"GET", "/api/v1/projects/shop/services"},
 		{"GET", "/api/v1/projects"},
 		{"GET", "/api/v1/workloads"},
+		{"GET", "/api/v1/dns-records"},
 		{"GET", "/api/v1/nodes"},
 		{"PUT", "/api/v1/projects/shop"},
 		{"GET", "/api/v1/tokens"},

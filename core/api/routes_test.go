@@ -155,6 +155,7 @@ func everyRoute() map[string]routeRow {
 		"POST /api/v1/projects/:project/services/:name/rebalance":       obj,
 		"GET /api/v1/projects/:project/jobs":                            none, "GET /api/v1/projects/:project/jobs/:name/runs": none,
 		"GET /api/v1/platform-jobs":                     none,
+		"GET /api/v1/dns-records":                       none,
 		"POST /api/v1/projects/:project/jobs/:name/run": none, "POST /api/v1/projects/:project/jobs/:name/suspend": none,
 		"POST /api/v1/projects/:project/jobs/:name/resume": none, "GET /api/v1/projects/:project/job-runs/:run": none,
 		"POST /api/v1/projects/:project/job-runs/:run/cancel": none, "GET /api/v1/projects/:project/job-runs/:run/logs": none,

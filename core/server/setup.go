@@ -27,6 +27,7 @@ import (
 	"github.com/berthhq/berth/core/changelog"
 	"github.com/berthhq/berth/core/clusters"
 	"github.com/berthhq/berth/core/deploy"
+	"github.com/berthhq/berth/core/dnsrecords"
 	"github.com/berthhq/berth/core/events"
 	"github.com/berthhq/berth/core/fencing"
 	"github.com/berthhq/berth/core/idempotency"
@@ -503,6 +504,7 @@ func newFront(ctx context.Context, cfg Config, b *base, s *state, p *parts, c *c
 		Runtime:      c.runtime,
 		Idempotency:  idempotency.New(b.st),
 		Certificates: certs.NewStatusReader(b.st),
+		DNSRecords:   dnsrecords.NewReader(b.st),
 		Deployer:     c.dep,
 		Jobs:         c.jobs,
 		Platform:     c.platform,

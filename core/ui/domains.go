@@ -11,9 +11,10 @@ import (
 )
 
 // The domains page (docs/ui.md section 1): every domain of every service the viewer may read,
-// with the certificate the gateway serves it with. The service list gives the domains and TLS
-// modes; the certificate statuses come with a GET of one service (the API shows them there
-// only), read for the services whose TLS Berth terminates.
+// with the certificate the gateway serves it with and its DNS records. The service list gives
+// the domains and TLS modes; the certificate statuses come with a GET of one service (the API
+// shows them there only), read for the services whose TLS Berth terminates; the records come
+// from one GET /api/v1/dns-records.
 
 // certificateReads is how many services the domains page reads one by one for their
 // certificate statuses; the domains of the rest are listed with a pointer to their service.
@@ -28,10 +29,48 @@ type domainRow struct {
 	Cert    *client.CertificateStatus
 	// Unread says the certificate status was not read (beyond certificateReads).
 	Unread bool
+	// Records are the DNS records Berth keeps for the domain: its own name's and its ACME
+	// challenge name's (docs/dns.md section 6.3), by name and type.
+	Records []client.DNSRecord
 }
 
-// loadDomains lists the domains of every service the viewer may read, by domain.
-func loadDomains(ctx context.Context, c *client.Client) ([]domainRow, error) {
+// domainsData is what the domains page renders.
+type domainsData struct {
+	Rows []domainRow
+}
+
+// loadDomains lists the domains of every service the viewer may read, by domain, each with its
+// DNS records.
+func loadDomains(ctx context.Context, c *client.Client) (*domainsData, error) {
+	rows, err := domainRows(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	out := &domainsData{Rows: rows}
+	if len(rows) == 0 {
+		return out, nil
+	}
+	// The records need services:read on every project, as the project list above does: a
+	// viewer who got this far may read them.
+	recs, err := c.DNSRecords(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string][]client.DNSRecord{}
+	for _, r := range recs {
+		n := strings.TrimSuffix(r.FQDN, ".")
+		byName[n] = append(byName[n], r)
+	}
+	for i := range out.Rows {
+		d := strings.ToLower(out.Rows[i].Domain)
+		out.Rows[i].Records = append(slices.Clone(byName[d]), byName["_acme-challenge."+strings.TrimPrefix(d, "*.")]...)
+	}
+	return out, nil
+}
+
+// domainRows lists the domains of every service the viewer may read, by domain, with their
+// certificate statuses.
+func domainRows(ctx context.Context, c *client.Client) ([]domainRow, error) {
 	svcs, err := allServices(ctx, c)
 	if err != nil {
 		return nil, err

@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	abiprovider "github.com/berthhq/berth/abi/provider"
 	"github.com/berthhq/berth/core/api"
 	"github.com/berthhq/berth/core/bundles"
+	"github.com/berthhq/berth/core/dnsrecords"
 	"github.com/berthhq/berth/core/jobs"
+	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/policy"
 	"github.com/berthhq/berth/core/registry"
 	"github.com/berthhq/berth/core/secrets"
@@ -150,7 +153,10 @@ func TestChangelogPage(t *testing.T) {
 }
 
 // TestDomainsPage lists the domains of two services: one whose certificate Berth gets from
-// ACME (pending until issued, read from the service's GET) and one without TLS.
+// ACME (pending until issued, read from the service's GET) and one without TLS. Under each
+// domain are its DNS records, read through GET /api/v1/dns-records: the shop's A record, set
+// through core/dnsrecords and waiting for its write, and its ACME challenge's TXT record, whose
+// write the server refused (state and last error shown); the plain domain has none.
 func TestDomainsPage(t *testing.T) {
 	f := newFixture(t, false)
 	ctx := context.Background()
@@ -165,9 +171,51 @@ func TestDomainsPage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	recs, err := dnsrecords.New(dnsrecords.Config{Store: f.st, Queue: operations.NewQueue(f.st, operations.Config{}), Writer: unreachedDNS{}, Zones: []string{"example.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recs.Set(ctx, "shop.example.test", "A", dnsrecords.ServiceHolder("svc_shop"), []string{"192.0.2.7", "192.0.2.8"}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UTC()
+	if err := f.st.Insert(ctx, dnsrecords.Collection, dnsrecords.Record{ID: "example.test/_acme-challenge.shop/TXT", FQDN: "_acme-challenge.shop.example.test.",
+		Type: "TXT", TTL: 60, Generation: 1, Failed: 1, LastError: "the server refused the update: NOTAUTH", LastCode: "dns_auth_refused", UpdatedAt: at,
+		Holdings: []dnsrecords.Holding{{Holder: dnsrecords.HolderACME + "ab12", Values: []string{"challenge-value-1"}, Since: at}}}); err != nil {
+		t.Fatal(err)
+	}
 	checkReadOnlyPage(t, f, readOnlyPage{path: "/ui/domains", nav: "/ui/domains",
 		want: []string{"<td>shop.example.test</td>", `href="/ui/services/default/shop"`, "<td>acme</td>", `class="state warn">pending<`,
-			"<td>plain.example.test</td>", "<td>none</td>"}})
+			"<td>plain.example.test</td>", "<td>none</td>",
+			`aria-label="DNS records of shop.example.test"`,
+			"<tr><td>shop.example.test.</td><td>A</td><td class=\"wrap\">192.0.2.7, 192.0.2.8</td>\n<td><span class=\"state warn\">pending</span></td>",
+			"<tr><td>_acme-challenge.shop.example.test.</td><td>TXT</td><td class=\"wrap\">challenge-value-1</td>\n<td><span class=\"state bad\">failed</span></td>",
+			"the server refused the update: NOTAUTH (<code>dns_auth_refused</code>)"}})
+	hc := f.browser(t)
+	login(t, hc, f.srv.URL, url.Values{"token": {f.admin}})
+	if _, body := get(t, hc, f.srv.URL, "/ui/domains"); strings.Contains(body, `aria-label="DNS records of plain.example.test"`) {
+		t.Errorf("plain.example.test has no DNS record, yet the page lists records under it:\n%s", body)
+	}
+}
+
+// unreachedDNS stands for the DNS plugin (tested against a real knot in core/dnsrecords): the
+// domains page test runs no write worker, so nothing ever calls it.
+type unreachedDNS struct{}
+
+var _ dnsrecords.Writer = unreachedDNS{}
+
+var errUnreachedDNS = errors.New("the domains page test runs no DNS write")
+
+func (unreachedDNS) Plan(context.Context, *abiprovider.PlanRequest) (*abiprovider.PlanResponse, error) {
+	return nil, errUnreachedDNS
+}
+
+func (unreachedDNS) Apply(context.Context, *abiprovider.ApplyRequest) (*abiprovider.ApplyResponse, error) {
+	return nil, errUnreachedDNS
+}
+
+func (unreachedDNS) Delete(context.Context, *abiprovider.DeleteRequest) (*abiprovider.DeleteResponse, error) {
+	return nil, errUnreachedDNS
 }
 
 // TestRegistryPage records two pushes of one tag and one of another to the web service's

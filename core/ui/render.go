@@ -153,7 +153,7 @@ func stateClass(state string) string {
 		return "bad"
 	case "waiting", "converging", "draining", "pending", "starting", "queued", "leased", "retry", "expiring", "renewing", "restarting":
 		return "warn"
-	case "converged", "connected", "running", "succeeded", "issued", "followed", "healthy", "allow", "passed", "ready":
+	case "converged", "connected", "running", "succeeded", "issued", "followed", "healthy", "allow", "passed", "ready", "written":
 		return "ok"
 	}
 	return "none"

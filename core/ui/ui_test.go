@@ -24,6 +24,7 @@ import (
 	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/certs"
 	"github.com/berthhq/berth/core/changelog"
+	"github.com/berthhq/berth/core/dnsrecords"
 	"github.com/berthhq/berth/core/idempotency"
 	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/leases"
@@ -122,7 +123,7 @@ func newFixtureAPI(t *testing.T, useTLS bool, change func(*ui.Config), apiChange
 		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil),
 		Secrets:       &api.SecretsConfig{Store: secrets.NewStore(st, kr, nil)},
 		ImageReleases: rels,
-		Runtime:       rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Certificates: certs.NewStatusReader(st),
+		Runtime:       rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Certificates: certs.NewStatusReader(st), DNSRecords: dnsrecords.NewReader(st),
 		Orchestration: orch}
 	if apiChange != nil {
 		apiChange(st, bs, &apiCfg)
