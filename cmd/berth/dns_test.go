@@ -2,23 +2,13 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/berthhq/berth/core/api"
-	"github.com/berthhq/berth/core/bundles"
 	"github.com/berthhq/berth/core/dnsrecords"
-	"github.com/berthhq/berth/core/idempotency"
-	"github.com/berthhq/berth/core/identity"
-	"github.com/berthhq/berth/core/nodes"
-	"github.com/berthhq/berth/core/rollout"
-	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/sdk/client"
 )
@@ -29,33 +19,8 @@ import (
 // -o json that decodes as the client's records.
 func TestDNSRecordsCommand(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	unlock, err := store.LockDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unlock() })
+	st, _, url, admin := apiOnStore(t, func(_ string, st *store.Store, cfg *api.Config) { cfg.DNSRecords = dnsrecords.NewReader(st) })
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	tokens := identity.NewTokens(st)
-	_, admin, err := tokens.EnsureAdmin(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat := services.NewCatalog(st, nil)
-	bs, err := bundles.New(filepath.Join(dir, "blobs"), st.Collection("bundles"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	srv := httptest.NewServer(api.New(api.Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Catalog: cat,
-		Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens, Hinter: quietHinter{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test",
-		ClusterPublicKey: pub, DNSRecords: dnsrecords.NewReader(st)}))
-	t.Cleanup(srv.Close)
 
 	at := testNow().Add(-3 * time.Minute)
 	for _, rec := range []dnsrecords.Record{
@@ -70,7 +35,7 @@ func TestDNSRecordsCommand(t *testing.T) {
 		}
 	}
 	c := newCLI(t)
-	c.env["BERTH_SERVER"], c.env["BERTH_TOKEN"] = srv.URL, admin
+	c.env["BERTH_SERVER"], c.env["BERTH_TOKEN"] = url, admin
 
 	out := c.ok("", "dns", "records")
 	assertAligned(t, "dns records", out, []string{"NAME", "TYPE", "TTL", "VALUES", "HOLDERS", "STATE", "UPDATED"}, 2)

@@ -2,27 +2,17 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
-	"github.com/berthhq/berth/core/idempotency"
-	"github.com/berthhq/berth/core/rollout"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	abirunner "github.com/berthhq/berth/abi/runner"
 	"github.com/berthhq/berth/core/api"
-	"github.com/berthhq/berth/core/bundles"
-	"github.com/berthhq/berth/core/identity"
 	"github.com/berthhq/berth/core/leases"
-	"github.com/berthhq/berth/core/nodes"
 	"github.com/berthhq/berth/core/operations"
 	"github.com/berthhq/berth/core/placement"
 	"github.com/berthhq/berth/core/runners"
-	"github.com/berthhq/berth/core/services"
-	"github.com/berthhq/berth/core/store/storetest"
+	"github.com/berthhq/berth/core/store"
 	"github.com/berthhq/berth/sdk/client"
 	"github.com/berthhq/berth/sdk/runner"
 )
@@ -32,37 +22,19 @@ type quietHinter struct{}
 func (quietHinter) Hint(string) {}
 
 // realAPI serves berthd's real /api/v1 and /api/runner/v1 handlers (core/api) with orchestration on
-// an embedded store over loopback HTTP, and returns its URL and an admin token.
+// a test store over loopback HTTP ([apiOnStore]), and returns its URL and an admin token.
 func realAPI(t *testing.T) (string, string) {
 	t.Helper()
-	ctx := context.Background()
-	st := storetest.Open(t)
-	dir := t.TempDir()
-	tokens := identity.NewTokens(st)
-	_, admin, err := tokens.EnsureAdmin(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat := services.NewCatalog(st, nil)
-	if err := cat.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
-	bs, err := bundles.New(filepath.Join(dir, "blobs"), st.Collection("bundles"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := runners.NewRegistry(st, runners.Config{})
-	ops := operations.NewQueue(st, operations.Config{})
-	if err := ops.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
-	orch := &api.Orchestration{Leases: leases.NewManager(st, leases.Config{Owner: "brd_cli_test"}), Runners: reg,
-		Operations: ops, Placement: placement.NewService(st, reg, ops), Transport: true}
-	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	srv := httptest.NewServer(api.New(api.Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens,
-		Hinter: quietHinter{}, PublicURL: "http://127.0.0.1:1", ClusterID: "cls_cli", ClusterPublicKey: pub, Orchestration: orch}))
-	t.Cleanup(srv.Close)
-	return srv.URL, admin
+	_, _, url, admin := apiOnStore(t, func(_ string, st *store.Store, cfg *api.Config) {
+		reg := runners.NewRegistry(st, runners.Config{})
+		ops := operations.NewQueue(st, operations.Config{})
+		if err := ops.EnsureIndexes(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Orchestration = &api.Orchestration{Leases: leases.NewManager(st, leases.Config{Owner: "brd_cli_test"}), Runners: reg,
+			Operations: ops, Placement: placement.NewService(st, reg, ops), Transport: true}
+	})
+	return url, admin
 }
 
 // TestRunnerPlacementOperationCommands drives `berth runner enroll-token create|list`,

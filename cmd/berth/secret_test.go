@@ -22,23 +22,17 @@ import (
 	"github.com/berthhq/berth/core/secrets"
 	"github.com/berthhq/berth/core/services"
 	"github.com/berthhq/berth/core/store"
+	"github.com/berthhq/berth/core/store/storetest"
 )
 
-// secretAPI serves the real API over the embedded store and returns its URL and admin token.
-func secretAPI(t *testing.T) (*secrets.Store, *services.Catalog, string, string) {
+// apiOnStore serves berthd's real API handlers (core/api) over loopback HTTP on a test store
+// (storetest.Open) and returns the store, its catalog, the server's URL and an admin token; with,
+// when not nil, adds to the API's configuration (dir is a directory of the test's own).
+func apiOnStore(t *testing.T, with func(dir string, st *store.Store, cfg *api.Config)) (*store.Store, *services.Catalog, string, string) {
 	t.Helper()
 	dir := t.TempDir()
-	unlock, err := store.LockDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unlock() })
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	st := storetest.Open(t)
 	tokens := identity.NewTokens(st)
 	_, admin, err := tokens.EnsureAdmin(ctx, dir)
 	if err != nil {
@@ -52,18 +46,30 @@ func secretAPI(t *testing.T) (*secrets.Store, *services.Catalog, string, string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kr, _, err := secrets.LoadOrCreateKeyring(filepath.Join(dir, secrets.KeyringFile), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sec := secrets.NewStore(st, kr, nil)
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	h := api.New(api.Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens, Hinter: quietHinter{},
-		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil),
-		Secrets: &api.SecretsConfig{Store: sec}})
-	srv := httptest.NewServer(h)
+	cfg := api.Config{Runtime: rollout.NewStore(st, cat, nil), Idempotency: idempotency.New(st), Catalog: cat, Nodes: nodes.NewRegistry(st, nil), Bundles: bs, Tokens: tokens, Hinter: quietHinter{},
+		PublicURL: "http://127.0.0.1:1", ClusterID: "cls_test", ClusterPublicKey: pub, Changelog: changelog.New(st, 1, nil)}
+	if with != nil {
+		with(dir, st, &cfg)
+	}
+	srv := httptest.NewServer(api.New(cfg))
 	t.Cleanup(srv.Close)
-	return sec, cat, srv.URL, admin
+	return st, cat, srv.URL, admin
+}
+
+// secretAPI is [apiOnStore] with the secret store.
+func secretAPI(t *testing.T) (*secrets.Store, *services.Catalog, string, string) {
+	t.Helper()
+	var sec *secrets.Store
+	_, cat, url, admin := apiOnStore(t, func(dir string, st *store.Store, cfg *api.Config) {
+		kr, _, err := secrets.LoadOrCreateKeyring(filepath.Join(dir, secrets.KeyringFile), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec = secrets.NewStore(st, kr, nil)
+		cfg.Secrets = &api.SecretsConfig{Store: sec}
+	})
+	return sec, cat, url, admin
 }
 
 // TestSecretCommands writes values from stdin and from a file, never from argv, and shows that

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,12 +36,7 @@ type tokenForm struct {
 
 // Has reports whether the form selected scope s.
 func (f tokenForm) Has(s string) bool {
-	for _, x := range f.Scopes {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(f.Scopes, s)
 }
 
 // tokenFormData is what the token form page shows.
@@ -188,12 +184,7 @@ type userForm struct {
 
 // Has reports whether the form selected role s.
 func (f userForm) Has(s string) bool {
-	for _, x := range f.Roles {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(f.Roles, s)
 }
 
 // userFormData is what the user form page shows.
