@@ -58,7 +58,7 @@ func (h *Handler) newTokenPage(w http.ResponseWriter, r *http.Request, v *viewer
 func (h *Handler) renderTokenForm(w http.ResponseWriter, r *http.Request, v *viewer, code int, d *tokenFormData) {
 	d.Scopes = tokenScopes
 	if d.Idem == "" {
-		d.Idem = "ui-" + randomToken()
+		d.Idem = newFormKey()
 	}
 	h.render(w, r, code, "newtoken", &pageData{Viewer: v, Title: "Issue a token", Nav: "access", Data: d})
 }
@@ -130,7 +130,7 @@ func (h *Handler) revokeTokenPage(w http.ResponseWriter, r *http.Request, v *vie
 	d := &confirmData{Question: "Revoke the token " + name + "?",
 		Text:   "Every request with it is refused from then on, a dashboard session logged in with it too. A revoked token cannot be restored; issue a new one instead.",
 		Action: "/ui/access/tokens/" + url.PathEscape(name) + "/revoke", Back: "/ui/access",
-		Buttons: []confirmButton{{Label: "Revoke " + name, Idem: "ui-" + randomToken()}}}
+		Buttons: []confirmButton{{Label: "Revoke " + name, Idem: newFormKey()}}}
 	h.render(w, r, http.StatusOK, "confirm", &pageData{Viewer: v, Title: "Revoke " + name, Nav: "access", Data: d})
 }
 
@@ -159,8 +159,8 @@ func (h *Handler) credentialPage(w http.ResponseWriter, r *http.Request, v *view
 			"Ending the sessions logs " + name + " out everywhere; the password keeps working. From a password login, the API asks for one within the last 5 minutes for either.",
 		Action: "/ui/access/users/" + url.PathEscape(name) + "/credential", Back: "/ui/access",
 		Fields: map[string]string{"expected_generation": strconv.FormatInt(u.Generation, 10)},
-		Buttons: []confirmButton{{Label: "Turn password login off", Op: "revoke_password", Idem: "ui-" + randomToken()},
-			{Label: "End the sessions", Op: "revoke_sessions", Idem: "ui-" + randomToken()}}}
+		Buttons: []confirmButton{{Label: "Turn password login off", Op: "revoke_password", Idem: newFormKey()},
+			{Label: "End the sessions", Op: "revoke_sessions", Idem: newFormKey()}}}
 	h.render(w, r, http.StatusOK, "confirm", &pageData{Viewer: v, Title: "Password login of " + name, Nav: "access", Data: d})
 }
 
@@ -202,7 +202,7 @@ func (h *Handler) newUserPage(w http.ResponseWriter, r *http.Request, v *viewer)
 func (h *Handler) renderUserForm(w http.ResponseWriter, r *http.Request, v *viewer, code int, d *userFormData) {
 	d.Roles = userRoles
 	if d.Idem == "" {
-		d.Idem = "ui-" + randomToken()
+		d.Idem = newFormKey()
 	}
 	h.render(w, r, code, "newuser", &pageData{Viewer: v, Title: "Create a user", Nav: "access", Data: d})
 }

@@ -138,7 +138,7 @@ func (h *Handler) renderRestore(w http.ResponseWriter, r *http.Request, v *viewe
 	}
 	d.Backup = bk
 	if d.Idem == "" {
-		d.Idem = "ui-" + randomToken()
+		d.Idem = newFormKey()
 	}
 	h.render(w, r, code, "restore", &pageData{Viewer: v, Title: "Restore " + d.Form.ID, Nav: "backups", Data: d})
 }

@@ -57,7 +57,7 @@ func (h *Handler) renderDeploy(w http.ResponseWriter, r *http.Request, v *viewer
 			d.Projects = append(d.Projects, p.Name)
 		}
 	}
-	d.Idem = "ui-" + randomToken()
+	d.Idem = newFormKey()
 	h.render(w, r, code, "deploy", &pageData{Viewer: v, Title: "Deploy a service", Nav: "services", Data: d})
 }
 

@@ -313,7 +313,7 @@ func (h *Handler) loadService(ctx context.Context, c *client.Client, project, na
 	if err != nil {
 		return nil, err
 	}
-	d := &serviceData{Service: svc, Idem: "ui-" + randomToken()}
+	d := &serviceData{Service: svc, Idem: newFormKey()}
 	if d.Rollout, err = c.Rollout(ctx, project, name); err != nil {
 		return nil, err
 	}
@@ -494,7 +494,7 @@ func (h *Handler) undoPreview(w http.ResponseWriter, r *http.Request, v *viewer)
 		return
 	}
 	h.render(w, r, http.StatusOK, "undo", &pageData{Viewer: v, Title: "Undo " + project + "/" + name, Nav: "services",
-		Data: map[string]any{"Result": res, "Idem": "ui-" + randomToken()}, Query: map[string]string{"project": project, "name": name}})
+		Data: map[string]any{"Result": res, "Idem": newFormKey()}, Query: map[string]string{"project": project, "name": name}})
 }
 
 // undo undoes the service's last rollout at the revision the preview showed, with the
@@ -532,7 +532,10 @@ func (h *Handler) restart(w http.ResponseWriter, r *http.Request, v *viewer) {
 func formKey(r *http.Request) string {
 	k := r.PostFormValue("idempotency_key")
 	if k == "" || len(k) > 200 {
-		return "ui-" + randomToken()
+		return newFormKey()
 	}
 	return k
 }
+
+// newFormKey is a fresh Idempotency-Key for a form being rendered: "ui-" and a random token.
+func newFormKey() string { return "ui-" + randomToken() }
